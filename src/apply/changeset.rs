@@ -1,0 +1,98 @@
+//! Per-object results of a sync: data, not log lines, so status is built from them.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::render::Object;
+
+/// Identifies an object in a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRef {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl From<&Object> for ObjectRef {
+    fn from(o: &Object) -> Self {
+        ObjectRef { api_version: o.api_version.clone(), kind: o.kind.clone(), namespace: o.namespace.clone(), name: o.name.clone() }
+    }
+}
+
+impl fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{}/{}/{}", self.kind, ns, self.name),
+            None => write!(f, "{}/{}", self.kind, self.name),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Action {
+    Created,
+    Configured,
+    Unchanged,
+    Pruned,
+    Skipped,
+    Failed,
+}
+
+impl Action {
+    /// Whether the object is now as the release wants it.
+    pub fn is_synced(self) -> bool {
+        matches!(self, Action::Created | Action::Configured | Action::Unchanged | Action::Pruned)
+    }
+
+    pub fn is_write(self) -> bool {
+        matches!(self, Action::Created | Action::Configured | Action::Pruned)
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub object: ObjectRef,
+    pub action: Action,
+    /// Empty when there is nothing to say; the reason for Failed and Skipped.
+    pub message: String,
+    /// Release-relative file the object came from (empty for pruned objects).
+    pub file: String,
+}
+
+/// Everything one sync did to one cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChangeSet {
+    pub entries: Vec<Entry>,
+}
+
+impl ChangeSet {
+    pub fn count(&self, action: Action) -> usize {
+        self.entries.iter().filter(|e| e.action == action).count()
+    }
+
+    pub fn writes(&self) -> usize {
+        self.entries.iter().filter(|e| e.action.is_write()).count()
+    }
+
+    /// One line such as `3 created, 1 configured, 10 unchanged`.
+    pub fn summary(&self) -> String {
+        let parts: Vec<String> = [Action::Created, Action::Configured, Action::Unchanged, Action::Pruned, Action::Skipped, Action::Failed]
+            .into_iter()
+            .filter_map(|a| match self.count(a) {
+                0 => None,
+                n => Some(format!("{n} {}", a.to_string().to_lowercase())),
+            })
+            .collect();
+        if parts.is_empty() { "nothing to do".into() } else { parts.join(", ") }
+    }
+}

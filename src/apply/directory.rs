@@ -1,0 +1,148 @@
+//! The directory target: `<root>/<namespace>/<cluster>/<NN>-<kind>-<name>.yaml` per object and
+//! `<root>/status/<namespace>/<cluster>.yaml`. Every file is written atomically and only when its
+//! bytes change; files of objects a release dropped are removed.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use super::changeset::{Action, ChangeSet, Entry, ObjectRef};
+use super::order;
+use crate::cache::write_atomic;
+use crate::config::ClusterConfig;
+use crate::render::Object;
+use crate::status::ClusterStatus;
+
+/// The directory under the root that holds status files. A namespace of this name would share
+/// it, so the config refuses one.
+pub const STATUS_DIR: &str = "status";
+
+#[derive(Debug, Clone)]
+pub struct DirectoryTarget {
+    root: PathBuf,
+}
+
+impl DirectoryTarget {
+    pub fn new(root: &Path) -> DirectoryTarget {
+        DirectoryTarget { root: root.to_path_buf() }
+    }
+
+    pub fn cluster_dir(&self, cluster: &ClusterConfig) -> PathBuf {
+        self.root.join(&cluster.namespace).join(&cluster.name)
+    }
+
+    pub fn status_path(&self, cluster: &ClusterConfig) -> PathBuf {
+        self.root.join(STATUS_DIR).join(&cluster.namespace).join(format!("{}.yaml", cluster.name))
+    }
+
+    /// The status written by the last sync, if any and readable.
+    pub fn read_status(&self, cluster: &ClusterConfig) -> Option<ClusterStatus> {
+        let text = std::fs::read_to_string(self.status_path(cluster)).ok()?;
+        serde_saphyr::from_str(&text).ok()
+    }
+
+    /// Writes the status file if its content changed. Returns whether it was written.
+    ///
+    /// # Errors
+    /// The file cannot be serialised or written.
+    pub fn write_status(&self, cluster: &ClusterConfig, status: &ClusterStatus) -> Result<bool, String> {
+        let path = self.status_path(cluster);
+        let text = serde_saphyr::to_string(status).map_err(|e| format!("serialising status: {e}"))?;
+        ensure_dir(path.parent().unwrap_or(&self.root))?;
+        write_atomic(&path, text.as_bytes()).map_err(|e| e.to_string())
+    }
+
+    /// Puts `objects` in the cluster's directory, in apply order, and removes every other
+    /// manifest file there. One failed file never stops the others; each gets its entry.
+    pub fn sync(&self, cluster: &ClusterConfig, mut objects: Vec<Object>) -> ChangeSet {
+        order::sort(&mut objects);
+        let dir = self.cluster_dir(cluster);
+        let mut changes = ChangeSet::default();
+        if let Err(message) = ensure_dir(&dir) {
+            changes.entries = objects
+                .iter()
+                .map(|o| Entry { object: o.into(), action: Action::Failed, message: message.clone(), file: o.file.clone() })
+                .collect();
+            return changes;
+        }
+        let width = objects.len().to_string().len().max(2);
+        let mut wanted = BTreeSet::new();
+        for (i, o) in objects.iter().enumerate() {
+            let name = format!("{:0width$}-{}-{}.yaml", i + 1, sanitize(&o.kind.to_lowercase()), sanitize(&o.name));
+            let path = dir.join(&name);
+            wanted.insert(name);
+            let existed = path.exists();
+            let (action, message) = match manifest_text(o).and_then(|t| write_atomic(&path, t.as_bytes()).map_err(|e| e.to_string())) {
+                Ok(false) => (Action::Unchanged, String::new()),
+                Ok(true) if existed => (Action::Configured, String::new()),
+                Ok(true) => (Action::Created, String::new()),
+                Err(e) => (Action::Failed, e),
+            };
+            changes.entries.push(Entry { object: o.into(), action, message, file: o.file.clone() });
+        }
+        self.prune(&dir, &wanted, &mut changes);
+        changes
+    }
+
+    fn prune(&self, dir: &Path, wanted: &BTreeSet<String>, changes: &mut ChangeSet) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        let mut stale: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_file())
+            .filter(|p| {
+                let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                // Our manifests, and temp files a crash may have left behind.
+                (name.ends_with(".yaml") && !wanted.contains(&name)) || (name.starts_with('.') && name.contains(".tmp-"))
+            })
+            .collect();
+        // Reverse apply order: dependents go before what they depend on.
+        stale.sort();
+        stale.reverse();
+        for path in stale {
+            let object = object_ref_of(&path);
+            match std::fs::remove_file(&path) {
+                Ok(()) => changes.entries.push(Entry { object, action: Action::Pruned, message: String::new(), file: String::new() }),
+                Err(e) => changes.entries.push(Entry {
+                    object,
+                    action: Action::Failed,
+                    message: format!("cannot remove {}: {e}", path.display()),
+                    file: String::new(),
+                }),
+            }
+        }
+    }
+}
+
+fn ensure_dir(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))
+}
+
+fn manifest_text(o: &Object) -> Result<String, String> {
+    let body = serde_saphyr::to_string(&o.body).map_err(|e| format!("serialising {o}: {e}"))?;
+    Ok(format!("# Source: {}\n{body}", o.file))
+}
+
+/// Keeps file names portable: Kubernetes names may hold `:` (e.g. `system:metrics`).
+fn sanitize(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_') { c } else { '_' }).collect()
+}
+
+/// Reads back which object a manifest file held, for the prune entry.
+fn object_ref_of(path: &Path) -> ObjectRef {
+    let parsed = std::fs::read_to_string(path).ok().and_then(|t| serde_saphyr::from_str::<serde_json::Value>(&t).ok());
+    let field = |v: &serde_json::Value, k: &str| v.get(k).and_then(serde_json::Value::as_str).map(str::to_owned);
+    match parsed {
+        Some(v) => ObjectRef {
+            api_version: field(&v, "apiVersion").unwrap_or_default(),
+            kind: field(&v, "kind").unwrap_or_default(),
+            namespace: v.get("metadata").and_then(|m| field(m, "namespace")),
+            name: v.get("metadata").and_then(|m| field(m, "name")).unwrap_or_default(),
+        },
+        None => ObjectRef {
+            api_version: String::new(),
+            kind: "File".into(),
+            namespace: None,
+            name: path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        },
+    }
+}

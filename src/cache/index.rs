@@ -1,0 +1,72 @@
+//! The cache index (`index.json`): what each source last advertised, which release trees are
+//! materialised, and which release each subscription adopted.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Bumped when the format changes incompatibly.
+pub const FORMAT: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Index {
+    pub format: u32,
+    /// By source key.
+    #[serde(default)]
+    pub sources: BTreeMap<String, SourceState>,
+    /// By `<source key>/<tag>@<commit>`.
+    #[serde(default)]
+    pub releases: BTreeMap<String, ReleaseEntry>,
+    /// By subscription name: the release it last adopted (used when `autoUpgrade: false` and to
+    /// refuse silent downgrades when a tag disappears).
+    #[serde(default)]
+    pub adopted: BTreeMap<String, Adopted>,
+}
+
+impl Default for Index {
+    fn default() -> Self {
+        Index { format: FORMAT, sources: BTreeMap::new(), releases: BTreeMap::new(), adopted: BTreeMap::new() }
+    }
+}
+
+/// The refs a source advertised at its last successful poll, after moved-tag policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceState {
+    pub url: String,
+    /// Tag name -> commit the tag is accepted at.
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
+    /// Branch name -> commit.
+    #[serde(default)]
+    pub heads: BTreeMap<String, String>,
+    /// Tags that moved and were refused: tag -> the commit the remote now claims.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub refused: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseEntry {
+    pub source: String,
+    pub tag: String,
+    pub commit: String,
+    /// Relative to the cache root.
+    pub path: String,
+    pub files: u64,
+}
+
+impl ReleaseEntry {
+    pub fn id(key: &str, tag: &str, commit: &str) -> String {
+        format!("{key}/{tag}@{commit}")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Adopted {
+    pub source: String,
+    pub tag: String,
+    pub commit: String,
+}

@@ -1,0 +1,275 @@
+//! The release cache on a volume: bare Git mirrors, release trees materialised atomically, and an
+//! index of what is there, so a restart fetches and writes nothing it already has.
+//!
+//! Layout under the cache directory:
+//! ```text
+//! index.json                       what is cached and what each source last advertised
+//! git/<source-key>.git/            bare mirror per source, fetched incrementally
+//! releases/<source-key>/<tag>@<commit>/   the release tree at that commit (read-only by convention)
+//! tmp/                             work area; anything here is garbage after a crash
+//! ```
+
+pub mod index;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+pub use index::{Index, ReleaseEntry, SourceState};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot create cache directory {path}: {source}")]
+    CreateDir { path: PathBuf, source: std::io::Error },
+    #[error("cannot read cache index {path}: {source}")]
+    ReadIndex { path: PathBuf, source: std::io::Error },
+    #[error("cache index {path} is corrupt ({source}); move it away to rebuild the cache")]
+    ParseIndex { path: PathBuf, source: serde_json::Error },
+    #[error("cannot write {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("cannot materialise release {tag}@{commit} of source {source_name}: {message}")]
+    Materialise { source_name: String, tag: String, commit: String, message: String },
+}
+
+impl Error {
+    /// A short, bounded string for metrics and summaries.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::CreateDir { .. } => "create_dir",
+            Error::ReadIndex { .. } => "read_index",
+            Error::ParseIndex { .. } => "parse_index",
+            Error::Write { .. } => "write",
+            Error::Materialise { .. } => "materialise",
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A handle on the cache directory. Cheap to clone; holds no open files.
+#[derive(Debug, Clone)]
+pub struct Cache {
+    root: PathBuf,
+}
+
+impl Cache {
+    /// Opens (creating if needed) the cache at `root` and clears leftovers of interrupted work.
+    ///
+    /// # Errors
+    /// When the directories cannot be created.
+    pub fn open(root: &Path) -> Result<Cache> {
+        for dir in [root.to_path_buf(), root.join("git"), root.join("releases"), root.join("tmp")] {
+            std::fs::create_dir_all(&dir).map_err(|source| Error::CreateDir { path: dir.clone(), source })?;
+        }
+        let cache = Cache { root: root.to_path_buf() };
+        // Nothing in tmp/ was ever visible as a cached release; removing it is always safe.
+        if let Ok(entries) = std::fs::read_dir(cache.root.join("tmp")) {
+            for entry in entries.flatten() {
+                let _ = remove_any(&entry.path());
+            }
+        }
+        Ok(cache)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// A stable directory-safe key for a source: its name plus a hash of its URL, so pointing a
+    /// source at another repository never reuses the old mirror.
+    pub fn source_key(name: &str, url: &str) -> String {
+        let digest = Sha256::digest(url.as_bytes());
+        format!("{name}-{}", &hex::encode(digest)[..12])
+    }
+
+    pub fn git_dir(&self, key: &str) -> PathBuf {
+        self.root.join("git").join(format!("{key}.git"))
+    }
+
+    fn release_rel(key: &str, tag: &str, commit: &str) -> PathBuf {
+        PathBuf::from("releases").join(key).join(format!("{tag}@{commit}"))
+    }
+
+    /// Loads the index; a missing index is an empty one.
+    ///
+    /// # Errors
+    /// When the index exists but cannot be read or parsed.
+    pub fn load_index(&self) -> Result<Index> {
+        let path = self.root.join("index.json");
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| Error::ParseIndex { path, source }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Index::default()),
+            Err(source) => Err(Error::ReadIndex { path, source }),
+        }
+    }
+
+    /// Writes the index atomically; a no-op when nothing changed.
+    ///
+    /// # Errors
+    /// When the file cannot be written or renamed into place.
+    pub fn save_index(&self, index: &Index) -> Result<()> {
+        let path = self.root.join("index.json");
+        let mut bytes = serde_json::to_vec_pretty(index).map_err(|e| Error::Write { path: path.clone(), source: e.into() })?;
+        bytes.push(b'\n');
+        write_atomic(&path, &bytes).map(|_| ())
+    }
+
+    /// Returns the tree of `tag@commit`, materialising it with `fill` when it is not cached.
+    /// `fill` writes the tree into the empty directory it is given; only a complete tree is ever
+    /// renamed into place, so a crash or error leaves nothing half-written visible.
+    ///
+    /// The returned flag is true when `fill` ran.
+    ///
+    /// # Errors
+    /// `fill`'s error, or an I/O error creating or renaming the directories.
+    pub fn release<F>(&self, index: &mut Index, source: &str, key: &str, tag: &str, commit: &str, fill: F) -> Result<(PathBuf, bool)>
+    where
+        F: FnOnce(&Path) -> Result<u64, String>,
+    {
+        let rel = Self::release_rel(key, tag, commit);
+        let dir = self.root.join(&rel);
+        let id = ReleaseEntry::id(key, tag, commit);
+        if dir.is_dir() {
+            // A directory at the final path is complete: it only ever appears by rename.
+            index.releases.entry(id).or_insert_with(|| ReleaseEntry {
+                source: source.to_owned(),
+                tag: tag.to_owned(),
+                commit: commit.to_owned(),
+                path: rel.to_string_lossy().into_owned(),
+                files: count_files(&dir),
+            });
+            return Ok((dir, false));
+        }
+        let materialise = |message: String| Error::Materialise {
+            source_name: source.to_owned(),
+            tag: tag.to_owned(),
+            commit: commit.to_owned(),
+            message,
+        };
+        let tmp = self.root.join("tmp").join(format!("{key}-{}-{}", std::process::id(), unique()));
+        std::fs::create_dir_all(&tmp).map_err(|source| Error::Write { path: tmp.clone(), source })?;
+        let files = match fill(&tmp) {
+            Ok(n) => n,
+            Err(message) => {
+                let _ = remove_any(&tmp);
+                return Err(materialise(message));
+            }
+        };
+        let parent = dir.parent().unwrap_or(&self.root);
+        let placed = std::fs::create_dir_all(parent).and_then(|()| std::fs::rename(&tmp, &dir));
+        if let Err(source) = placed {
+            let _ = remove_any(&tmp);
+            if !dir.is_dir() {
+                return Err(Error::Write { path: dir, source });
+            }
+        }
+        index.releases.insert(
+            id,
+            ReleaseEntry {
+                source: source.to_owned(),
+                tag: tag.to_owned(),
+                commit: commit.to_owned(),
+                path: rel.to_string_lossy().into_owned(),
+                files,
+            },
+        );
+        Ok((dir, true))
+    }
+}
+
+fn count_files(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => count_files(&e.path()),
+            Ok(_) => 1,
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn remove_any(path: &Path) -> std::io::Result<()> {
+    if path.is_dir() { std::fs::remove_dir_all(path) } else { std::fs::remove_file(path) }
+}
+
+/// Writes `bytes` to `path` through a temp file in the same directory and a rename, unless the
+/// file already holds exactly these bytes. Returns whether the file was written.
+///
+/// # Errors
+/// I/O errors, with the path. On error the old file (if any) is untouched.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<bool> {
+    if std::fs::read(path).is_ok_and(|old| old == bytes) {
+        return Ok(false);
+    }
+    let err = |source| Error::Write { path: path.to_owned(), source };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}-{}", std::process::id(), unique()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(err(e));
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_fill_leaves_nothing_visible() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let mut index = Index::default();
+        let err = cache
+            .release(&mut index, "s", "s-1", "v1.0.0", "abc", |tmp| {
+                std::fs::write(tmp.join("half"), "x").unwrap();
+                Err("boom".into())
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("boom"));
+        assert!(index.releases.is_empty());
+        assert!(!dir.path().join("releases/s-1/v1.0.0@abc").exists());
+        assert_eq!(std::fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn cached_release_is_not_filled_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let mut index = Index::default();
+        let fill = |tmp: &Path| {
+            std::fs::write(tmp.join("a.yaml"), "a: 1").map_err(|e| e.to_string())?;
+            Ok(1)
+        };
+        let (_, fresh) = cache.release(&mut index, "s", "s-1", "v1.0.0", "abc", fill).unwrap();
+        assert!(fresh);
+        let (path, fresh) = cache.release(&mut index, "s", "s-1", "v1.0.0", "abc", |_| panic!("filled twice")).unwrap();
+        assert!(!fresh);
+        assert_eq!(std::fs::read_to_string(path.join("a.yaml")).unwrap(), "a: 1");
+    }
+
+    #[test]
+    fn atomic_write_skips_identical_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        assert!(write_atomic(&p, b"one").unwrap());
+        assert!(!write_atomic(&p, b"one").unwrap());
+        assert!(write_atomic(&p, b"two").unwrap());
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+    }
+}

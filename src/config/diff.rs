@@ -1,0 +1,72 @@
+//! What changed between two valid configs, in words for the reload log line.
+
+use super::{Config, SourceConfig, Subscription};
+
+/// Describes each change from `old` to `new`; empty when they are equivalent.
+pub fn diff(old: &Config, new: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    if old.cache != new.cache {
+        out.push(format!("cache.dir changed from {} to {}", old.cache.dir.display(), new.cache.dir.display()));
+    }
+    if old.target != new.target {
+        out.push(format!("target changed from {:?} to {:?}", old.target, new.target));
+    }
+    named(&mut out, "source", &old.sources, &new.sources, |s: &SourceConfig| &s.name, |o, n| {
+        if o.kind != n.kind { vec![format!("{:?} -> {:?}", o.kind, n.kind)] } else { Vec::new() }
+    });
+    named(&mut out, "subscription", &old.subscriptions, &new.subscriptions, |s: &Subscription| &s.name, subscription_changes);
+    out
+}
+
+fn named<T>(
+    out: &mut Vec<String>,
+    what: &str,
+    old: &[T],
+    new: &[T],
+    name: impl Fn(&T) -> &String,
+    changes: impl Fn(&T, &T) -> Vec<String>,
+) {
+    for o in old {
+        if !new.iter().any(|n| name(n) == name(o)) {
+            out.push(format!("{what} `{}` removed", name(o)));
+        }
+    }
+    for n in new {
+        match old.iter().find(|o| name(o) == name(n)) {
+            None => out.push(format!("{what} `{}` added", name(n))),
+            Some(o) => {
+                for change in changes(o, n) {
+                    out.push(format!("{what} `{}`: {change}", name(n)));
+                }
+            }
+        }
+    }
+}
+
+fn subscription_changes(o: &Subscription, n: &Subscription) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut field = |name: &str, a: String, b: String| {
+        if a != b {
+            out.push(format!("{name} changed from {a} to {b}"));
+        }
+    };
+    field("source", o.source.clone(), n.source.clone());
+    field("stack", format!("{:?}", o.stack), format!("{:?}", n.stack));
+    field("version", format!("`{}`", o.version), format!("`{}`", n.version));
+    field("schedule", o.schedule.to_string(), n.schedule.to_string());
+    field("autoUpgrade", o.auto_upgrade.to_string(), n.auto_upgrade.to_string());
+    field("path", o.path.clone(), n.path.clone());
+    for c in &o.clusters {
+        match n.clusters.iter().find(|x| x.name == c.name && x.namespace == c.namespace) {
+            None => out.push(format!("cluster {}/{} removed", c.namespace, c.name)),
+            Some(x) if x.values != c.values => out.push(format!("cluster {}/{}: values changed", c.namespace, c.name)),
+            Some(_) => {}
+        }
+    }
+    for c in &n.clusters {
+        if !o.clusters.iter().any(|x| x.name == c.name && x.namespace == c.namespace) {
+            out.push(format!("cluster {}/{} added", c.namespace, c.name));
+        }
+    }
+    out
+}

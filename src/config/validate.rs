@@ -1,0 +1,462 @@
+//! Turns the position-aware YAML tree into a [`Config`], collecting every error instead of
+//! stopping at the first.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use super::yaml::{self, Mark, Node, Value};
+use super::{
+    API_VERSION, CacheConfig, ClusterConfig, Config, ConfigError, ConfigErrors, GitSourceConfig, KIND, SourceConfig,
+    SourceKind, Subscription, Target,
+};
+use crate::release::version::Constraint;
+use crate::schedule::{DEFAULT_INTERVAL, Schedule};
+
+pub(super) fn validate(file: &Path, text: &str) -> Result<Config, ConfigErrors> {
+    let mut cx = Cx { file: file.to_owned(), errors: Vec::new() };
+    let root = match yaml::parse(text) {
+        Ok(Some(root)) => root,
+        Ok(None) => {
+            cx.error(Mark { line: 1, col: 1 }, "", "the file is empty; expected a `kind: Config` document");
+            return Err(ConfigErrors(cx.errors));
+        }
+        Err(e) => {
+            cx.error(e.mark, "", format!("invalid YAML: {}", e.message));
+            return Err(ConfigErrors(cx.errors));
+        }
+    };
+    let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
+    let config = cx.config(&root, &base);
+    if cx.errors.is_empty() {
+        if let Some(config) = config {
+            return Ok(config);
+        }
+    }
+    cx.errors.sort_by_key(|e| (e.line, e.col));
+    Err(ConfigErrors(cx.errors))
+}
+
+struct Cx {
+    file: PathBuf,
+    errors: Vec<ConfigError>,
+}
+
+/// Reads a mapping's fields, remembering which were used so the rest are reported as unknown.
+struct Fields<'n> {
+    node: &'n Node,
+    entries: &'n [(Node, Node)],
+    path: String,
+    known: &'static [&'static str],
+}
+
+impl<'n> Fields<'n> {
+    fn get(&self, key: &str) -> Option<&'n Node> {
+        debug_assert!(self.known.contains(&key), "field {key} missing from the known list");
+        self.entries.iter().find(|(k, _)| k.scalar_text() == Some(key)).map(|(_, v)| v).filter(|v| !v.is_null())
+    }
+
+    fn path(&self, key: &str) -> String {
+        if self.path.is_empty() { key.to_owned() } else { format!("{}.{key}", self.path) }
+    }
+}
+
+impl Cx {
+    fn error(&mut self, mark: Mark, field: &str, message: impl Into<String>) {
+        self.errors.push(ConfigError {
+            file: self.file.clone(),
+            line: mark.line,
+            col: mark.col,
+            field: field.to_owned(),
+            message: message.into(),
+        });
+    }
+
+    /// Opens a mapping and reports unknown and duplicate keys.
+    fn fields<'n>(&mut self, node: &'n Node, path: &str, known: &'static [&'static str]) -> Option<Fields<'n>> {
+        let Value::Map(entries) = &node.value else {
+            self.error(node.mark, path, format!("expected a mapping, found {}", node.type_name()));
+            return None;
+        };
+        let mut seen: HashMap<&str, Mark> = HashMap::new();
+        for (k, _) in entries {
+            let field_path = |key: &str| if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") };
+            let Some(key) = k.scalar_text() else {
+                self.error(k.mark, path, "expected a field name, found a complex key");
+                continue;
+            };
+            if !known.contains(&key) {
+                self.error(k.mark, &field_path(key), format!("unknown field `{key}`, expected one of: {}", known.join(", ")));
+            } else if let Some(first) = seen.insert(key, k.mark) {
+                self.error(k.mark, &field_path(key), format!("duplicate field `{key}` (first set at line {})", first.line));
+            }
+        }
+        Some(Fields { node, entries, path: path.to_owned(), known })
+    }
+
+    fn string(&mut self, f: &Fields<'_>, key: &str) -> Option<String> {
+        let node = f.get(key)?;
+        match &node.value {
+            Value::Scalar { text, .. } => Some(text.clone()),
+            _ => {
+                self.error(node.mark, &f.path(key), format!("expected a string, found {}", node.type_name()));
+                None
+            }
+        }
+    }
+
+    fn required_string(&mut self, f: &Fields<'_>, key: &str) -> Option<String> {
+        if f.get(key).is_none() {
+            self.error(f.node.mark, &f.path(key), format!("missing required field `{key}`"));
+            return None;
+        }
+        self.string(f, key)
+    }
+
+    fn bool(&mut self, f: &Fields<'_>, key: &str, default: bool) -> bool {
+        let Some(node) = f.get(key) else { return default };
+        match &node.value {
+            Value::Scalar { text, quoted: false } if text == "true" => true,
+            Value::Scalar { text, quoted: false } if text == "false" => false,
+            _ => {
+                self.error(node.mark, &f.path(key), format!("expected `true` or `false`, found {}", describe(node)));
+                default
+            }
+        }
+    }
+
+    fn list<'n>(&mut self, f: &Fields<'n>, key: &str) -> &'n [Node] {
+        let Some(node) = f.get(key) else { return &[] };
+        match &node.value {
+            Value::Seq(items) => items,
+            _ => {
+                self.error(node.mark, &f.path(key), format!("expected a list, found {}", node.type_name()));
+                &[]
+            }
+        }
+    }
+
+    /// A DNS-1123 label: it becomes part of file paths, so nothing else is allowed.
+    fn name(&mut self, f: &Fields<'_>, key: &str) -> Option<String> {
+        let name = self.required_string(f, key)?;
+        if !is_dns_label(&name) {
+            let node = f.get(key).unwrap_or(f.node);
+            self.error(
+                node.mark,
+                &f.path(key),
+                format!("`{name}` is not a valid name: use 1-63 lowercase letters, digits and `-`, starting and ending with a letter or digit"),
+            );
+            return None;
+        }
+        Some(name)
+    }
+
+    fn config(&mut self, root: &Node, base: &Path) -> Option<Config> {
+        let f = self.fields(root, "", &["apiVersion", "kind", "cache", "sources", "subscriptions", "target"])?;
+        if let Some(v) = self.required_string(&f, "apiVersion") {
+            if v != API_VERSION {
+                let mark = f.get("apiVersion").map_or(root.mark, |n| n.mark);
+                self.error(mark, "apiVersion", format!("expected `{API_VERSION}`, found `{v}`"));
+            }
+        }
+        if let Some(v) = self.required_string(&f, "kind") {
+            if v != KIND {
+                let mark = f.get("kind").map_or(root.mark, |n| n.mark);
+                self.error(mark, "kind", format!("expected `{KIND}`, found `{v}`"));
+            }
+        }
+        let cache = match f.get("cache") {
+            Some(node) => self.cache(node, base),
+            None => {
+                self.error(root.mark, "cache", "missing required field `cache`");
+                None
+            }
+        };
+        let source_nodes = self.list(&f, "sources");
+        // Names as written, so a subscription naming a source that is itself invalid does not get
+        // a second, misleading "unknown source" error.
+        let source_names: Vec<String> = source_nodes
+            .iter()
+            .filter_map(|n| match &n.value {
+                Value::Map(e) => e.iter().find(|(k, _)| k.scalar_text() == Some("name")).and_then(|(_, v)| v.scalar_text()),
+                _ => None,
+            })
+            .map(str::to_owned)
+            .collect();
+        let mut sources = Vec::new();
+        let mut seen = HashMap::new();
+        for (i, n) in source_nodes.iter().enumerate() {
+            let Some(s) = self.source(n, i) else { continue };
+            if let Some(first) = seen.insert(s.name.clone(), i) {
+                self.error(n.mark, &format!("sources[{i}].name"), format!("duplicate source name `{}` (also sources[{first}])", s.name));
+            }
+            sources.push(s);
+        }
+        let mut subscriptions = Vec::new();
+        let mut cluster_owner: HashMap<(String, String), String> = HashMap::new();
+        let mut sub_names: HashMap<String, usize> = HashMap::new();
+        for (i, node) in self.list(&f, "subscriptions").iter().enumerate() {
+            let Some(sub) = self.subscription(node, i, &source_names) else { continue };
+            if let Some(first) = sub_names.insert(sub.name.clone(), i) {
+                self.error(node.mark, &format!("subscriptions[{i}].name"), format!("duplicate subscription name `{}` (also subscriptions[{first}])", sub.name));
+            }
+            for (j, c) in sub.clusters.iter().enumerate() {
+                let key = (c.namespace.clone(), c.name.clone());
+                if let Some(other) = cluster_owner.insert(key, sub.name.clone()) {
+                    self.error(
+                        cluster_mark(node, j),
+                        &format!("subscriptions[{i}].clusters[{j}]"),
+                        format!("cluster `{}/{}` is already subscribed by `{other}`; a cluster follows one stack", c.namespace, c.name),
+                    );
+                }
+            }
+            subscriptions.push(sub);
+        }
+        let target = match f.get("target") {
+            Some(node) => self.target(node, base),
+            None => {
+                self.error(root.mark, "target", "missing required field `target`");
+                None
+            }
+        };
+        Some(Config { file: self.file.clone(), cache: cache?, sources, subscriptions, target: target? })
+    }
+
+    fn cache(&mut self, node: &Node, base: &Path) -> Option<CacheConfig> {
+        let f = self.fields(node, "cache", &["dir"])?;
+        let dir = self.required_string(&f, "dir")?;
+        Some(CacheConfig { dir: base.join(dir) })
+    }
+
+    fn source(&mut self, node: &Node, i: usize) -> Option<SourceConfig> {
+        let path = format!("sources[{i}]");
+        let f = self.fields(node, &path, &["name", "git"])?;
+        let name = self.name(&f, "name");
+        let Some(git) = f.get("git") else {
+            self.error(node.mark, &path, "a source needs a kind: `git` (GitHub releases arrive in a later version)");
+            return None;
+        };
+        let g = self.fields(git, &format!("{path}.git"), &["url", "allowMovedTags"])?;
+        let url = self.required_string(&g, "url");
+        let allow_moved_tags = self.bool(&g, "allowMovedTags", false);
+        let url = url?;
+        if let Err(msg) = check_git_url(&url) {
+            let mark = g.get("url").map_or(git.mark, |n| n.mark);
+            self.error(mark, &g.path("url"), msg);
+            return None;
+        }
+        Some(SourceConfig { name: name?, kind: SourceKind::Git(GitSourceConfig { url, allow_moved_tags }) })
+    }
+
+    fn subscription(&mut self, node: &Node, i: usize, sources: &[String]) -> Option<Subscription> {
+        let path = format!("subscriptions[{i}]");
+        let f = self.fields(
+            node,
+            &path,
+            &["name", "source", "stack", "version", "schedule", "interval", "autoUpgrade", "path", "values", "clusters"],
+        )?;
+        let name = self.name(&f, "name");
+        let source = self.required_string(&f, "source");
+        if let Some(s) = &source {
+            if !sources.contains(s) {
+                let known: Vec<&str> = sources.iter().map(String::as_str).collect();
+                let mark = f.get("source").map_or(node.mark, |n| n.mark);
+                self.error(mark, &f.path("source"), format!("unknown source `{s}`, defined sources: {}", list_or_none(&known)));
+            }
+        }
+        let stack = self.string(&f, "stack");
+        if let Some(s) = &stack {
+            if crate::release::version::Version::from_tag(&format!("{s}-v1")).is_none_or(|v| !matches!(v, crate::release::version::Version::Scs { .. })) {
+                let mark = f.get("stack").map_or(node.mark, |n| n.mark);
+                self.error(mark, &f.path("stack"), format!("`{s}` is not a cluster-stack name; expected `<provider>-<name>-<k8s major>-<k8s minor>` such as `docker-ferrol-1-27`"));
+            }
+        }
+        let version = self.string(&f, "version").unwrap_or_else(|| "*".to_owned());
+        let constraint = match Constraint::parse(&version) {
+            Ok(c) => {
+                let mark = f.get("version").map_or(node.mark, |n| n.mark);
+                match (&stack, c.is_scs_or_any()) {
+                    (Some(_), false) => {
+                        self.error(mark, &f.path("version"), format!("`{version}` is a semver range, but `stack` selects cluster-stack tags: use a constraint such as `>=v2`"));
+                        None
+                    }
+                    (None, true) if !matches!(c, Constraint::Any) => {
+                        self.error(mark, &f.path("version"), format!("`{version}` is a cluster-stack constraint; set `stack` too, or use a semver range for semver tags"));
+                        None
+                    }
+                    _ => Some(c),
+                }
+            }
+            Err(e) => {
+                let mark = f.get("version").map_or(node.mark, |n| n.mark);
+                self.error(mark, &f.path("version"), e.0);
+                None
+            }
+        };
+        let schedule = self.schedule(&f, node);
+        let auto_upgrade = self.bool(&f, "autoUpgrade", true);
+        let sub_path = self.string(&f, "path").unwrap_or_else(|| "manifests".to_owned());
+        if sub_path.starts_with('/') || sub_path.split('/').any(|c| c == "..") {
+            let mark = f.get("path").map_or(node.mark, |n| n.mark);
+            self.error(mark, &f.path("path"), format!("`{sub_path}` must be a relative path inside the release, without `..`"));
+        }
+        let defaults = match f.get("values") {
+            Some(v) => self.values(v, &f.path("values")),
+            None => BTreeMap::new(),
+        };
+        let cluster_nodes = self.list(&f, "clusters");
+        if f.get("clusters").is_none() {
+            self.error(node.mark, &f.path("clusters"), "missing required field `clusters`: list the clusters that get this stack");
+        }
+        let clusters: Vec<ClusterConfig> = cluster_nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(j, n)| self.cluster(n, &format!("{path}.clusters[{j}]"), &defaults))
+            .collect();
+        Some(Subscription {
+            name: name?,
+            source: source?,
+            stack,
+            version,
+            constraint: constraint?,
+            schedule: schedule?,
+            auto_upgrade,
+            path: sub_path,
+            clusters,
+        })
+    }
+
+    fn schedule(&mut self, f: &Fields<'_>, node: &Node) -> Option<Schedule> {
+        let cron = f.get("schedule");
+        let interval = f.get("interval");
+        match (cron, interval) {
+            (Some(c), Some(_)) => {
+                self.error(c.mark, &f.path("schedule"), "set either `schedule` or `interval`, not both");
+                None
+            }
+            (Some(c), None) => {
+                let text = self.string(f, "schedule")?;
+                Schedule::cron(&text).map_err(|e| self.error(c.mark, &f.path("schedule"), e)).ok()
+            }
+            (None, Some(i)) => {
+                let text = self.string(f, "interval")?;
+                Schedule::interval(&text).map_err(|e| self.error(i.mark, &f.path("interval"), e)).ok()
+            }
+            (None, None) => {
+                let _ = node;
+                Some(Schedule::Interval(DEFAULT_INTERVAL))
+            }
+        }
+    }
+
+    fn cluster(&mut self, node: &Node, path: &str, defaults: &BTreeMap<String, String>) -> Option<ClusterConfig> {
+        let f = self.fields(node, path, &["name", "namespace", "values"])?;
+        let name = self.name(&f, "name");
+        let mut namespace = if f.get("namespace").is_some() { self.name(&f, "namespace") } else { Some("default".to_owned()) };
+        if namespace.as_deref() == Some(crate::apply::directory::STATUS_DIR) {
+            let mark = f.get("namespace").map_or(node.mark, |n| n.mark);
+            self.error(mark, &f.path("namespace"), "namespace `status` is reserved: the directory target keeps status files under `<target>/status/`");
+            namespace = None;
+        }
+        let mut values = defaults.clone();
+        if let Some(v) = f.get("values") {
+            values.extend(self.values(v, &f.path("values")));
+        }
+        Some(ClusterConfig { name: name?, namespace: namespace?, values })
+    }
+
+    /// Flattens a values mapping into dotted keys of scalars.
+    fn values(&mut self, node: &Node, path: &str) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        self.flatten(node, path, "", &mut out);
+        out
+    }
+
+    fn flatten(&mut self, node: &Node, path: &str, prefix: &str, out: &mut BTreeMap<String, String>) {
+        let Value::Map(entries) = &node.value else {
+            self.error(node.mark, path, format!("expected a mapping of values, found {}", node.type_name()));
+            return;
+        };
+        for (k, v) in entries {
+            let Some(key) = k.scalar_text() else { continue };
+            let full = if prefix.is_empty() { key.to_owned() } else { format!("{prefix}.{key}") };
+            let field = format!("{path}.{key}");
+            if prefix.is_empty() && matches!(key, "cluster" | "release") {
+                self.error(k.mark, &field, format!("`{key}` is reserved for built-in variables (`${{{key}.name}}`, ...)"));
+                continue;
+            }
+            if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                self.error(k.mark, &field, format!("value name `{key}` may hold only letters, digits, `_` and `-`"));
+                continue;
+            }
+            match &v.value {
+                Value::Map(_) => self.flatten(v, &field, &full, out),
+                Value::Seq(_) => self.error(v.mark, &field, "expected a scalar or a mapping, found a list"),
+                Value::Scalar { text, .. } => {
+                    out.insert(full, text.clone());
+                }
+            }
+        }
+    }
+
+    fn target(&mut self, node: &Node, base: &Path) -> Option<Target> {
+        let f = self.fields(node, "target", &["directory"])?;
+        match self.string(&f, "directory") {
+            Some(dir) => Some(Target::Directory(base.join(dir))),
+            None => {
+                if f.get("directory").is_none() {
+                    self.error(node.mark, "target", "a target needs a kind: `directory: PATH` (`kubernetes` arrives in a later version)");
+                }
+                None
+            }
+        }
+    }
+}
+
+fn cluster_mark(sub: &Node, j: usize) -> Mark {
+    let Value::Map(entries) = &sub.value else { return sub.mark };
+    entries
+        .iter()
+        .find(|(k, _)| k.scalar_text() == Some("clusters"))
+        .and_then(|(_, v)| match &v.value {
+            Value::Seq(items) => items.get(j).map(|n| n.mark),
+            _ => None,
+        })
+        .unwrap_or(sub.mark)
+}
+
+fn describe(node: &Node) -> String {
+    match &node.value {
+        Value::Scalar { text, .. } if !node.is_null() => format!("`{text}`"),
+        _ => node.type_name().to_owned(),
+    }
+}
+
+fn list_or_none(items: &[&str]) -> String {
+    if items.is_empty() { "none".to_owned() } else { items.join(", ") }
+}
+
+pub(crate) fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+fn check_git_url(url: &str) -> Result<(), String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(format!("`{url}` is not a URL; expected file://, git://, http:// or https://"));
+    };
+    if !matches!(scheme, "file" | "git" | "http" | "https") {
+        return Err(format!("unsupported scheme `{scheme}`; expected file, git, http or https"));
+    }
+    let authority = rest.split('/').next().unwrap_or_default();
+    if authority.contains('@') {
+        return Err("credentials must not be written into the URL: they would end up in logs and status".to_owned());
+    }
+    if rest.is_empty() || (scheme != "file" && authority.is_empty()) {
+        return Err(format!("`{url}` has no host or path"));
+    }
+    Ok(())
+}

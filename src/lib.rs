@@ -1,0 +1,16 @@
+//! stacksync keeps Cluster API clusters on the cluster-stack releases they subscribe to.
+//!
+//! The crate is a pipeline, one module per stage: [`config`] -> [`schedule`] -> [`source`] ->
+//! [`cache`] -> [`release`] selection -> [`render`] -> [`apply`] -> [`status`], wired by
+//! [`controller`] and run by [`runtime`].
+
+pub mod apply;
+pub mod cache;
+pub mod config;
+pub mod controller;
+pub mod release;
+pub mod render;
+pub mod runtime;
+pub mod schedule;
+pub mod source;
+pub mod status;

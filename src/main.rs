@@ -1,0 +1,197 @@
+//! The `stacksync` command line.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use stacksync::config::Config;
+use stacksync::controller::{self, PassReport};
+use stacksync::release::short;
+use stacksync::runtime::{daemon, logging};
+
+/// Exit code for an invalid config file.
+const EXIT_CONFIG: u8 = 2;
+/// Exit code when something is not synced (or a runtime failure).
+const EXIT_NOT_SYNCED: u8 = 1;
+
+#[derive(Parser)]
+#[command(name = "stacksync", version, about = "Keeps Cluster API clusters on the cluster-stack releases they subscribe to")]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: logging::LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the synchroniser: poll on schedule, apply, reload the config when it changes.
+    Run {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// One full pass, then exit: 0 when every object of every cluster is synced.
+        #[arg(long)]
+        once: bool,
+    },
+    /// Validate a config file and print every error found.
+    CheckConfig {
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// Fetch, verify and cache every subscribed release; apply nothing.
+    Fetch {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Render every subscription for its clusters into a directory; touch no target.
+    Render {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    logging::init(cli.log_format);
+    match real_main(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_NOT_SYNCED)
+        }
+    }
+}
+
+fn real_main(command: Command) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+    match command {
+        Command::CheckConfig { file } => Ok(match load(&file) {
+            Ok(config) => {
+                println!(
+                    "{}: ok ({} sources, {} subscriptions, {} clusters)",
+                    file.display(),
+                    config.sources.len(),
+                    config.subscriptions.len(),
+                    config.subscriptions.iter().map(|s| s.clusters.len()).sum::<usize>()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        }),
+        Command::Run { config, once } => {
+            let cfg = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return Ok(code),
+            };
+            if once {
+                let report = runtime.block_on(controller::pass(&cfg, None, true))?;
+                return Ok(summarise(&report));
+            }
+            runtime.block_on(daemon::run(config, cfg, shutdown_signal())).context("watching the config file")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Fetch { config } => {
+            let cfg = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return Ok(code),
+            };
+            let report = runtime.block_on(controller::pass(&cfg, None, false))?;
+            print_fetch_table(&report);
+            let ok = report.prepared.iter().all(|p| p.outcome.is_ok());
+            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_NOT_SYNCED) })
+        }
+        Command::Render { config, out } => {
+            let cfg = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return Ok(code),
+            };
+            let report = runtime.block_on(controller::render_to(&cfg, &out))?;
+            for c in &report.clusters {
+                let dir = out.join(&c.cluster.namespace).join(&c.cluster.name);
+                if c.status.reason == stacksync::status::Reason::Synced {
+                    println!("{}/{}: {} objects -> {}", c.cluster.namespace, c.cluster.name, c.status.total, dir.display());
+                } else {
+                    println!("{}/{}: FAILED: {}", c.cluster.namespace, c.cluster.name, c.status.message);
+                }
+            }
+            Ok(if report.all_synced() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_NOT_SYNCED) })
+        }
+    }
+}
+
+/// Loads the config, printing every error; the exit code is 2 when it is invalid.
+fn load(path: &Path) -> Result<Config, ExitCode> {
+    Config::load(path).map_err(|errors| {
+        for e in &errors.0 {
+            eprintln!("{e}");
+        }
+        eprintln!("{}: {} error(s); config is invalid", path.display(), errors.0.len());
+        ExitCode::from(EXIT_CONFIG)
+    })
+}
+
+fn summarise(report: &PassReport) -> ExitCode {
+    let total = report.clusters.len();
+    let ready = report.clusters.iter().filter(|c| c.status.ready).count();
+    let objects: usize = report.clusters.iter().map(|c| c.status.total).sum();
+    let synced: usize = report.clusters.iter().map(|c| c.status.synced).sum();
+    if report.all_synced() {
+        println!("synced: {ready}/{total} clusters ready, {synced}/{objects} objects synced");
+        ExitCode::SUCCESS
+    } else {
+        println!("NOT SYNCED: {ready}/{total} clusters ready, {synced}/{objects} objects synced");
+        for line in report.not_synced() {
+            println!("  {line}");
+        }
+        ExitCode::from(EXIT_NOT_SYNCED)
+    }
+}
+
+fn print_fetch_table(report: &PassReport) {
+    let mut rows = vec![["SUBSCRIPTION".to_owned(), "SOURCE".into(), "RELEASE".into(), "VERSION".into(), "COMMIT".into(), "CACHE".into()]];
+    for p in &report.prepared {
+        let row = match &p.outcome {
+            Ok(r) => [
+                p.subscription.clone(),
+                p.source.clone(),
+                r.release.tag.clone(),
+                r.release.version.to_string(),
+                short(&r.release.commit).to_owned(),
+                if r.fetched { "fetched".into() } else { "cached".into() },
+            ],
+            Err(e) => [p.subscription.clone(), p.source.clone(), "-".into(), "-".into(), "-".into(), format!("ERROR: {e}")],
+        };
+        rows.push(row);
+    }
+    let widths: Vec<usize> = (0..6).map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0)).collect();
+    for row in rows {
+        let line: Vec<String> = row.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        println!("{}", line.join("  ").trim_end());
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

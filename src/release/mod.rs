@@ -1,0 +1,182 @@
+//! Releases: tag names read as versions, and the choice of which release a subscription runs.
+
+pub mod version;
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::cache::index::Adopted;
+use crate::config::Subscription;
+use version::Version;
+
+/// One release of a source: a tag at a commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    pub source: String,
+    pub tag: String,
+    pub commit: String,
+    pub version: Version,
+}
+
+impl fmt::Display for Release {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.tag, short(&self.commit))
+    }
+}
+
+/// The first 12 hex digits of a commit, for humans.
+pub fn short(commit: &str) -> &str {
+    &commit[..commit.len().min(12)]
+}
+
+/// The release chosen for a subscription, and why when it is not simply the newest match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    pub release: Release,
+    pub note: Option<String>,
+}
+
+/// Picks the release `sub` should run from a source's accepted `tags` (tag -> commit).
+///
+/// The newest version matching the stack and constraint wins, except:
+/// - with `autoUpgrade: false`, an adopted release that still matches is kept;
+/// - an adopted release newer than anything advertised (its tag was deleted) is kept rather than
+///   silently downgrading.
+///
+/// # Errors
+/// A message when nothing matches.
+pub fn select(sub: &Subscription, tags: &BTreeMap<String, String>, adopted: Option<&Adopted>) -> Result<Selection, String> {
+    let fits = |v: &Version| match (&sub.stack, v) {
+        (Some(stack), Version::Scs { stack: s, .. }) => s == stack && sub.constraint.matches(v),
+        (None, Version::Semver(_)) => sub.constraint.matches(v),
+        _ => false,
+    };
+    let release = |tag: &str, commit: &str, version: Version| Release {
+        source: sub.source.clone(),
+        tag: tag.to_owned(),
+        commit: commit.to_owned(),
+        version,
+    };
+    let newest = tags
+        .iter()
+        .filter_map(|(tag, commit)| Version::from_tag(tag).filter(|v| fits(v)).map(|v| release(tag, commit, v)))
+        .max_by(|a, b| a.version.compare(&b.version).unwrap_or(Ordering::Equal).then_with(|| a.tag.cmp(&b.tag)));
+    let adopted = adopted
+        .filter(|a| a.source == sub.source)
+        .and_then(|a| Version::from_tag(&a.tag).filter(|v| fits(v)).map(|v| release(&a.tag, &a.commit, v)));
+
+    match (newest, adopted) {
+        (None, None) => Err(no_match(sub, tags)),
+        (Some(n), None) => Ok(Selection { release: n, note: None }),
+        (None, Some(a)) => {
+            let note = format!("tag {} is no longer advertised; staying on it", a.tag);
+            Ok(Selection { release: a, note: Some(note) })
+        }
+        (Some(n), Some(a)) => {
+            let still_there = tags.get(&a.tag) == Some(&a.commit);
+            if !sub.auto_upgrade && still_there {
+                let note = (n.tag != a.tag).then(|| format!("{} is available; autoUpgrade is off", n.tag));
+                return Ok(Selection { release: a, note });
+            }
+            if !still_there && a.version.compare(&n.version) == Some(Ordering::Greater) {
+                let note = format!("tag {} is no longer advertised; staying on it rather than downgrading to {}", a.tag, n.tag);
+                return Ok(Selection { release: a, note: Some(note) });
+            }
+            Ok(Selection { release: n, note: None })
+        }
+    }
+}
+
+fn no_match(sub: &Subscription, tags: &BTreeMap<String, String>) -> String {
+    let family = match &sub.stack {
+        Some(s) => format!("cluster-stack tags of `{s}`"),
+        None => "semver tags".to_owned(),
+    };
+    let mut seen: Vec<&str> = tags.keys().map(String::as_str).collect();
+    let more = seen.len().saturating_sub(10);
+    seen.truncate(10);
+    let seen = if seen.is_empty() { "none".to_owned() } else { seen.join(", ") + &if more > 0 { format!(" and {more} more") } else { String::new() } };
+    format!("no release matches: looking for {family} satisfying `{}`; tags seen: {seen}", sub.version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::release::version::Constraint;
+    use crate::schedule::Schedule;
+    use std::time::Duration;
+
+    fn sub(stack: Option<&str>, version: &str, auto_upgrade: bool) -> Subscription {
+        Subscription {
+            name: "s".into(),
+            source: "src".into(),
+            stack: stack.map(Into::into),
+            version: version.into(),
+            constraint: Constraint::parse(version).unwrap(),
+            schedule: Schedule::Interval(Duration::from_secs(60)),
+            auto_upgrade,
+            path: "manifests".into(),
+            clusters: Vec::new(),
+        }
+    }
+
+    fn tags(list: &[&str]) -> BTreeMap<String, String> {
+        list.iter().map(|t| ((*t).to_owned(), format!("c-{t}"))).collect()
+    }
+
+    fn adopted(tag: &str) -> Adopted {
+        Adopted { source: "src".into(), tag: tag.into(), commit: format!("c-{tag}") }
+    }
+
+    #[test]
+    fn newest_matching_release_wins() {
+        let all = tags(&[
+            "docker-ferrol-1-27-v2",
+            "docker-ferrol-1-27-v10",
+            "docker-ferrol-1-27-v9",
+            "docker-ferrol-1-28-v11",
+            "docker-ferrol-1-27-v0-sha-abc",
+            "v1.0.0",
+            "v1.4.0",
+            "v2.0.0",
+            "v1.5.0-rc.1",
+        ]);
+        let table: &[(Option<&str>, &str, &str)] = &[
+            (Some("docker-ferrol-1-27"), "*", "docker-ferrol-1-27-v10"),
+            (Some("docker-ferrol-1-27"), "<v10", "docker-ferrol-1-27-v9"),
+            (Some("docker-ferrol-1-27"), "v2", "docker-ferrol-1-27-v2"),
+            (Some("docker-ferrol-1-27"), "v0-sha-abc", "docker-ferrol-1-27-v0-sha-abc"),
+            (Some("docker-ferrol-1-28"), ">=v1", "docker-ferrol-1-28-v11"),
+            (None, "*", "v2.0.0"),
+            (None, "^1", "v1.4.0"),
+            (None, ">=1.5.0-rc.1, <2", "v1.5.0-rc.1"),
+        ];
+        for (stack, version, want) in table {
+            let got = select(&sub(*stack, version, true), &all, None).unwrap();
+            assert_eq!(&got.release.tag, want, "{stack:?} {version}");
+        }
+        let err = select(&sub(Some("docker-ferrol-1-29"), "*", true), &all, None).unwrap_err();
+        assert!(err.contains("docker-ferrol-1-29"), "{err}");
+    }
+
+    #[test]
+    fn auto_upgrade_off_keeps_the_adopted_release() {
+        let all = tags(&["v1.0.0", "v1.1.0"]);
+        let got = select(&sub(None, "*", false), &all, Some(&adopted("v1.0.0"))).unwrap();
+        assert_eq!(got.release.tag, "v1.0.0");
+        assert!(got.note.unwrap().contains("v1.1.0 is available"));
+        let got = select(&sub(None, "*", true), &all, Some(&adopted("v1.0.0"))).unwrap();
+        assert_eq!(got.release.tag, "v1.1.0");
+    }
+
+    #[test]
+    fn deleted_tag_does_not_downgrade() {
+        let all = tags(&["v1.0.0"]);
+        let got = select(&sub(None, "*", true), &all, Some(&adopted("v1.1.0"))).unwrap();
+        assert_eq!(got.release.tag, "v1.1.0");
+        // ...unless the constraint no longer allows it: an explicit downgrade.
+        let got = select(&sub(None, "<1.1", true), &all, Some(&adopted("v1.1.0"))).unwrap();
+        assert_eq!(got.release.tag, "v1.0.0");
+    }
+}

@@ -1,0 +1,111 @@
+//! The long-running loop: poll each subscription on its schedule, reload the config when the
+//! file changes (keeping the last good config on a bad edit), and stop cleanly on SIGTERM/SIGINT.
+
+use std::future::Future;
+use std::path::PathBuf;
+
+use chrono::Utc;
+use tokio::time::Instant;
+use tracing::{error, info, warn};
+
+use crate::config::watch::ConfigWatcher;
+use crate::config::{self, Config};
+use crate::controller;
+use crate::schedule::Queue;
+
+/// Runs until `shutdown` completes. A pass in progress finishes first.
+///
+/// # Errors
+/// Only when the config file's directory cannot be watched at start-up.
+pub async fn run(path: PathBuf, initial: Config, shutdown: impl Future<Output = ()>) -> notify::Result<()> {
+    let mut watcher = ConfigWatcher::new(&path)?;
+    let mut config = initial;
+    let mut last_text = std::fs::read_to_string(&path).unwrap_or_default();
+    let mut queue = Queue::default();
+    let now = Instant::now();
+    for sub in &config.subscriptions {
+        queue.trigger(&sub.name, now);
+    }
+    info!(file = %path.display(), subscriptions = config.subscriptions.len(), "stacksync started");
+    tokio::pin!(shutdown);
+    loop {
+        let next = queue.next_due();
+        tokio::select! {
+            () = &mut shutdown => {
+                info!("shutting down");
+                return Ok(());
+            }
+            Some(()) = watcher.changed() => {
+                reload(&path, &mut config, &mut last_text, &mut queue);
+            }
+            () = sleep_until(next) => {
+                let due = queue.take_due(Instant::now());
+                if due.is_empty() {
+                    continue;
+                }
+                match controller::pass(&config, Some(&due), true).await {
+                    Ok(report) => {
+                        let ready = report.clusters.iter().filter(|c| c.status.ready).count();
+                        info!(subscriptions = due.len(), clusters = report.clusters.len(), ready, "pass complete");
+                    }
+                    Err(e) => error!(error = %e, "pass failed: cache unavailable"),
+                }
+                let (now, wall) = (Instant::now(), Utc::now());
+                for name in &due {
+                    if let Some(sub) = config.subscription(name) {
+                        queue.schedule(name, &sub.schedule, now, wall);
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Applies a config edit: a valid one replaces the running config and re-polls what changed; an
+/// invalid one is logged and ignored.
+fn reload(path: &std::path::Path, config: &mut Config, last_text: &mut String, queue: &mut Queue) {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            warn!(file = %path.display(), error = %e, "config file unreadable; keeping the last good config");
+            return;
+        }
+    };
+    if text == *last_text {
+        return;
+    }
+    *last_text = text.clone();
+    let new = match Config::parse(path, &text) {
+        Ok(c) => c,
+        Err(errors) => {
+            for e in &errors.0 {
+                error!(file = %e.file.display(), line = e.line, column = e.col, field = %e.field, "invalid config: {}", e.message);
+            }
+            error!(errors = errors.0.len(), "config reload rejected; keeping the last good config");
+            return;
+        }
+    };
+    let changes = config::diff(config, &new);
+    if changes.is_empty() {
+        info!("config reloaded: no effective change");
+        return;
+    }
+    for change in &changes {
+        info!(change = %change, "config reloaded");
+    }
+    let now = Instant::now();
+    queue.retain(|name| new.subscription(name).is_some());
+    for sub in &new.subscriptions {
+        if config.subscription(&sub.name) != Some(sub) || config.cache != new.cache || config.target != new.target || config.source(&sub.source) != new.source(&sub.source) {
+            queue.trigger(&sub.name, now);
+        }
+    }
+    *config = new;
+}

@@ -1,0 +1,5 @@
+//! Runtime: logging set-up and the daemon loop that ties the scheduler, hot reload and passes
+//! together until SIGTERM.
+
+pub mod daemon;
+pub mod logging;

@@ -1,0 +1,222 @@
+//! When each subscription is polled: cron expressions or fixed intervals, and the queue of what
+//! is due next. The daemon loop sleeps until the earliest due time; tests drive it with tokio's
+//! paused clock.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::time::Instant;
+
+/// How often a subscription is polled.
+#[derive(Clone)]
+pub enum Schedule {
+    /// A cron expression: five fields (minute first) or six (seconds first), in UTC.
+    Cron { expr: String, schedule: Box<cron::Schedule> },
+    Interval(Duration),
+}
+
+impl PartialEq for Schedule {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Schedule::Cron { expr: a, .. }, Schedule::Cron { expr: b, .. }) => a == b,
+            (Schedule::Interval(a), Schedule::Interval(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Debug for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Schedule::Cron { expr, .. } => write!(f, "cron `{expr}`"),
+            Schedule::Interval(d) => write!(f, "every {}", format_duration(*d)),
+        }
+    }
+}
+
+/// The shortest interval accepted: polling faster than this only burns the source's quota.
+pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
+/// Used when a subscription names neither `schedule` nor `interval`.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(300);
+
+impl Schedule {
+    /// Parses a cron expression; five fields get a `0` seconds field in front.
+    ///
+    /// # Errors
+    /// A message saying what is wrong with the expression.
+    pub fn cron(expr: &str) -> Result<Schedule, String> {
+        let fields = expr.split_whitespace().count();
+        let full = match fields {
+            5 => format!("0 {expr}"),
+            6 | 7 => expr.to_owned(),
+            n => return Err(format!("expected a cron expression with 5 fields (minute hour day month weekday), found {n} fields")),
+        };
+        cron::Schedule::from_str(&full)
+            .map(|s| Schedule::Cron { expr: expr.to_owned(), schedule: Box::new(s) })
+            .map_err(|e| format!("invalid cron expression: {e}"))
+    }
+
+    /// Parses an interval such as `30s`, `5m`, `1h30m`.
+    ///
+    /// # Errors
+    /// A message saying what was expected.
+    pub fn interval(text: &str) -> Result<Schedule, String> {
+        let d = parse_duration(text)?;
+        if d < MIN_INTERVAL {
+            return Err(format!("interval must be at least {}", format_duration(MIN_INTERVAL)));
+        }
+        Ok(Schedule::Interval(d))
+    }
+
+    /// How long from `now` until the next poll.
+    pub fn delay_after(&self, now: DateTime<Utc>) -> Duration {
+        match self {
+            Schedule::Interval(d) => *d,
+            Schedule::Cron { schedule, .. } => schedule
+                .after(&now)
+                .next()
+                .and_then(|next| (next - now).to_std().ok())
+                // A cron expression with no future time (e.g. a past year) never fires again.
+                .unwrap_or(Duration::from_secs(365 * 24 * 3600)),
+        }
+    }
+}
+
+/// Parses `90s`, `5m`, `2h`, `1h30m`, `500ms`.
+///
+/// # Errors
+/// A message naming the expected form.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let expected = || format!("expected a duration such as `30s`, `5m` or `1h30m`, found `{text}`");
+    let mut total = Duration::ZERO;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(expected());
+    }
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(expected());
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| expected())?;
+        rest = &rest[digits..];
+        let unit = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
+        let d = match &rest[..unit] {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n * 60),
+            "h" => Duration::from_secs(n * 3600),
+            _ => return Err(expected()),
+        };
+        total += d;
+        rest = &rest[unit..];
+    }
+    Ok(total)
+}
+
+pub fn format_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match (s / 3600, (s % 3600) / 60, s % 60) {
+        _ if s == 0 => format!("{}ms", d.as_millis()),
+        (0, 0, sec) => format!("{sec}s"),
+        (0, m, 0) => format!("{m}m"),
+        (h, 0, 0) => format!("{h}h"),
+        (h, m, sec) => format!("{h}h{m}m{sec}s"),
+    }
+}
+
+/// The set of subscriptions and when each is next due.
+#[derive(Debug, Default)]
+pub struct Queue {
+    due: BTreeMap<String, Instant>,
+}
+
+impl Queue {
+    /// Makes `name` due right away (new or changed subscriptions, webhook triggers).
+    pub fn trigger(&mut self, name: &str, now: Instant) {
+        self.due.insert(name.to_owned(), now);
+    }
+
+    /// Schedules `name`'s next poll.
+    pub fn schedule(&mut self, name: &str, schedule: &Schedule, now: Instant, wall: DateTime<Utc>) {
+        self.due.insert(name.to_owned(), now + schedule.delay_after(wall));
+    }
+
+    pub fn remove(&mut self, name: &str) {
+        self.due.remove(name);
+    }
+
+    /// Keeps only the named subscriptions.
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        self.due.retain(|k, _| keep(k));
+    }
+
+    /// The earliest due time, if anything is queued.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.due.values().min().copied()
+    }
+
+    /// Removes and returns every subscription due at `now`, in name order.
+    pub fn take_due(&mut self, now: Instant) -> Vec<String> {
+        let due: Vec<String> = self.due.iter().filter(|(_, at)| **at <= now).map(|(k, _)| k.clone()).collect();
+        for k in &due {
+            self.due.remove(k);
+        }
+        due
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_and_format() {
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("45s").unwrap(), Duration::from_secs(45));
+        assert!(parse_duration("5 minutes").is_err());
+        assert!(parse_duration("").is_err());
+        assert_eq!(format_duration(Duration::from_secs(300)), "5m");
+        assert!(Schedule::interval("0s").is_err());
+    }
+
+    #[test]
+    fn five_field_cron_is_accepted() {
+        let s = Schedule::cron("*/5 * * * *").unwrap();
+        let now: DateTime<Utc> = "2026-01-01T00:01:30Z".parse().unwrap();
+        assert_eq!(s.delay_after(now), Duration::from_secs(210));
+        assert!(Schedule::cron("* * *").is_err());
+        assert!(Schedule::cron("61 * * * *").is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn queue_fires_each_subscription_on_its_interval() {
+        let mut q = Queue::default();
+        let wall: DateTime<Utc> = "2026-01-01T00:00:00Z".parse().unwrap();
+        let start = Instant::now();
+        q.schedule("fast", &Schedule::Interval(Duration::from_secs(10)), start, wall);
+        q.schedule("slow", &Schedule::Interval(Duration::from_secs(60)), start, wall);
+        let mut fired = Vec::new();
+        for _ in 0..7 {
+            let at = q.next_due().unwrap();
+            tokio::time::sleep_until(at).await;
+            for name in q.take_due(Instant::now()) {
+                fired.push((name.clone(), (Instant::now() - start).as_secs()));
+                let s = if name == "fast" { Duration::from_secs(10) } else { Duration::from_secs(60) };
+                q.schedule(&name, &Schedule::Interval(s), Instant::now(), wall);
+            }
+        }
+        let fast: Vec<u64> = fired.iter().filter(|(n, _)| n == "fast").map(|(_, t)| *t).collect();
+        assert_eq!(fast, vec![10, 20, 30, 40, 50, 60]);
+        assert!(fired.contains(&("slow".to_owned(), 60)));
+    }
+}

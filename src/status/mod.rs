@@ -1,0 +1,173 @@
+//! Status: what is true about each cluster after a sync, as a document operators read
+//! (`<out>/status/<namespace>/<cluster>.yaml` for the directory target). Built by a pure function
+//! from the change set; the target writes it only when it changed.
+
+use serde::{Deserialize, Serialize};
+
+use crate::apply::changeset::{ChangeSet, ObjectRef};
+use crate::config::{ClusterConfig, Subscription};
+use crate::release::Release;
+
+pub const API_VERSION: &str = "stacksync.io/v1alpha1";
+pub const KIND: &str = "ClusterSyncStatus";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStatus {
+    pub api_version: String,
+    pub kind: String,
+    pub cluster: ClusterRef,
+    pub subscription: String,
+    pub source: String,
+    /// The release the subscription selected at the last pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wanted_release: Option<ReleaseRef>,
+    /// The release whose objects are in place; differs from `wantedRelease` while a new release
+    /// cannot be rendered or applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_release: Option<ReleaseRef>,
+    /// True only when the wanted release is applied and every object is synced.
+    pub ready: bool,
+    pub reason: Reason,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    pub synced: usize,
+    pub total: usize,
+    #[serde(default)]
+    pub objects: Vec<ObjectStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseRef {
+    pub tag: String,
+    pub version: String,
+    pub commit: String,
+}
+
+impl From<&Release> for ReleaseRef {
+    fn from(r: &Release) -> Self {
+        ReleaseRef { tag: r.tag.clone(), version: r.version.to_string(), commit: r.commit.clone() }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reason {
+    /// Every object of the wanted release is in place.
+    Synced,
+    /// Some objects failed to apply; see their messages.
+    NotSynced,
+    /// The wanted release could not be rendered for this cluster; the applied release stays.
+    RenderFailed,
+    /// No release could be selected or fetched; whatever was applied stays.
+    ReleaseUnavailable,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectStatus {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    pub synced: bool,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// Release-relative file the object was rendered from.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source: String,
+}
+
+impl ObjectStatus {
+    pub fn object(&self) -> ObjectRef {
+        ObjectRef { api_version: self.api_version.clone(), kind: self.kind.clone(), namespace: self.namespace.clone(), name: self.name.clone() }
+    }
+}
+
+impl ClusterStatus {
+    fn new(sub: &Subscription, cluster: &ClusterConfig) -> ClusterStatus {
+        ClusterStatus {
+            api_version: API_VERSION.into(),
+            kind: KIND.into(),
+            cluster: ClusterRef { namespace: cluster.namespace.clone(), name: cluster.name.clone() },
+            subscription: sub.name.clone(),
+            source: sub.source.clone(),
+            wanted_release: None,
+            applied_release: None,
+            ready: false,
+            reason: Reason::ReleaseUnavailable,
+            message: String::new(),
+            synced: 0,
+            total: 0,
+            objects: Vec::new(),
+        }
+    }
+
+    /// Status after applying `release`: ready only when every object is synced.
+    pub fn applied(sub: &Subscription, cluster: &ClusterConfig, release: &Release, changes: &ChangeSet) -> ClusterStatus {
+        let objects: Vec<ObjectStatus> = changes
+            .entries
+            .iter()
+            .filter(|e| e.action != crate::apply::changeset::Action::Pruned)
+            .map(|e| ObjectStatus {
+                api_version: e.object.api_version.clone(),
+                kind: e.object.kind.clone(),
+                namespace: e.object.namespace.clone(),
+                name: e.object.name.clone(),
+                synced: e.action.is_synced(),
+                message: e.message.clone(),
+                source: e.file.clone(),
+            })
+            .collect();
+        let synced = objects.iter().filter(|o| o.synced).count();
+        let failed_prunes = changes.entries.iter().filter(|e| e.action == crate::apply::changeset::Action::Failed && e.file.is_empty()).count();
+        let total = objects.len();
+        let all = synced == total && failed_prunes == 0;
+        ClusterStatus {
+            wanted_release: Some(release.into()),
+            applied_release: Some(release.into()),
+            ready: all,
+            reason: if all { Reason::Synced } else { Reason::NotSynced },
+            message: if all { String::new() } else { format!("{} of {total} objects not synced", total - synced) },
+            synced,
+            total,
+            objects,
+            ..ClusterStatus::new(sub, cluster)
+        }
+    }
+
+    /// Status when the wanted release (if any) could not be put in place: the previous status's
+    /// applied release and objects stay as they were; only readiness and the reason change.
+    pub fn failed(
+        sub: &Subscription,
+        cluster: &ClusterConfig,
+        wanted: Option<&Release>,
+        previous: Option<ClusterStatus>,
+        reason: Reason,
+        message: String,
+    ) -> ClusterStatus {
+        let base = ClusterStatus::new(sub, cluster);
+        let (applied_release, objects) = match previous {
+            Some(p) if p.subscription == sub.name => (p.applied_release, p.objects),
+            _ => (None, Vec::new()),
+        };
+        let synced = objects.iter().filter(|o| o.synced).count();
+        ClusterStatus {
+            wanted_release: wanted.map(Into::into),
+            applied_release,
+            ready: false,
+            reason,
+            message,
+            synced,
+            total: objects.len(),
+            objects,
+            ..base
+        }
+    }
+}
