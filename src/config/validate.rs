@@ -25,7 +25,8 @@ pub(super) fn validate(file: &Path, text: &str) -> Result<Config, ConfigErrors> 
             return Err(ConfigErrors(cx.errors));
         }
     };
-    let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
+    // Relative paths in the file are relative to the file, wherever stacksync was started.
+    let base = std::path::absolute(file).ok().and_then(|f| f.parent().map(Path::to_path_buf)).unwrap_or_default();
     let config = cx.config(&root, &base);
     if cx.errors.is_empty() {
         if let Some(config) = config {
@@ -185,7 +186,7 @@ impl Cx {
         let mut sources = Vec::new();
         let mut seen = HashMap::new();
         for (i, n) in source_nodes.iter().enumerate() {
-            let Some(s) = self.source(n, i) else { continue };
+            let Some(s) = self.source(n, i, base) else { continue };
             if let Some(first) = seen.insert(s.name.clone(), i) {
                 self.error(n.mark, &format!("sources[{i}].name"), format!("duplicate source name `{}` (also sources[{first}])", s.name));
             }
@@ -227,7 +228,7 @@ impl Cx {
         Some(CacheConfig { dir: base.join(dir) })
     }
 
-    fn source(&mut self, node: &Node, i: usize) -> Option<SourceConfig> {
+    fn source(&mut self, node: &Node, i: usize, base: &Path) -> Option<SourceConfig> {
         let path = format!("sources[{i}]");
         let f = self.fields(node, &path, &["name", "git"])?;
         let name = self.name(&f, "name");
@@ -238,7 +239,12 @@ impl Cx {
         let g = self.fields(git, &format!("{path}.git"), &["url", "allowMovedTags"])?;
         let url = self.required_string(&g, "url");
         let allow_moved_tags = self.bool(&g, "allowMovedTags", false);
-        let url = url?;
+        let mut url = url?;
+        if url.starts_with("./") || url.starts_with("../") || url.starts_with('/') {
+            // A local path (relative to the config file): served over file://.
+            let path: PathBuf = base.join(&url).components().filter(|c| !matches!(c, std::path::Component::CurDir)).collect();
+            url = format!("file://{}", path.display());
+        }
         if let Err(msg) = check_git_url(&url) {
             let mark = g.get("url").map_or(git.mark, |n| n.mark);
             self.error(mark, &g.path("url"), msg);
@@ -446,7 +452,7 @@ pub(crate) fn is_dns_label(s: &str) -> bool {
 
 fn check_git_url(url: &str) -> Result<(), String> {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(format!("`{url}` is not a URL; expected file://, git://, http:// or https://"));
+        return Err(format!("`{url}` is not a URL; expected file://, git://, http://, https:// or a local path starting with `./`, `../` or `/`"));
     };
     if !matches!(scheme, "file" | "git" | "http" | "https") {
         return Err(format!("unsupported scheme `{scheme}`; expected file, git, http or https"));
