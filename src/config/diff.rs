@@ -11,9 +11,16 @@ pub fn diff(old: &Config, new: &Config) -> Vec<String> {
     if old.target != new.target {
         out.push(format!("target changed from {:?} to {:?}", old.target, new.target));
     }
-    named(&mut out, "source", &old.sources, &new.sources, |s: &SourceConfig| &s.name, |o, n| {
-        if o.kind != n.kind { vec![format!("{:?} -> {:?}", o.kind, n.kind)] } else { Vec::new() }
-    });
+    named(
+        &mut out,
+        "source",
+        &old.sources,
+        &new.sources,
+        |s: &SourceConfig| &s.name,
+        |o, n| {
+            if o.kind != n.kind { vec![format!("{:?} -> {:?}", o.kind, n.kind)] } else { Vec::new() }
+        },
+    );
     named(&mut out, "subscription", &old.subscriptions, &new.subscriptions, |s: &Subscription| &s.name, subscription_changes);
     out
 }

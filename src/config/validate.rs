@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use super::yaml::{self, Mark, Node, Value};
 use super::{
-    API_VERSION, CacheConfig, ClusterConfig, Config, ConfigError, ConfigErrors, GitSourceConfig, KIND, SourceConfig,
-    SourceKind, Subscription, Target,
+    API_VERSION, CacheConfig, ClusterConfig, Config, ConfigError, ConfigErrors, GitSourceConfig, KIND, SourceConfig, SourceKind,
+    Subscription, Target,
 };
 use crate::release::version::Constraint;
 use crate::schedule::{DEFAULT_INTERVAL, Schedule};
@@ -144,7 +144,9 @@ impl Cx {
             self.error(
                 node.mark,
                 &f.path(key),
-                format!("`{name}` is not a valid name: use 1-63 lowercase letters, digits and `-`, starting and ending with a letter or digit"),
+                format!(
+                    "`{name}` is not a valid name: use 1-63 lowercase letters, digits and `-`, starting and ending with a letter or digit"
+                ),
             );
             return None;
         }
@@ -198,7 +200,11 @@ impl Cx {
         for (i, node) in self.list(&f, "subscriptions").iter().enumerate() {
             let Some(sub) = self.subscription(node, i, &source_names) else { continue };
             if let Some(first) = sub_names.insert(sub.name.clone(), i) {
-                self.error(node.mark, &format!("subscriptions[{i}].name"), format!("duplicate subscription name `{}` (also subscriptions[{first}])", sub.name));
+                self.error(
+                    node.mark,
+                    &format!("subscriptions[{i}].name"),
+                    format!("duplicate subscription name `{}` (also subscriptions[{first}])", sub.name),
+                );
             }
             for (j, c) in sub.clusters.iter().enumerate() {
                 let key = (c.namespace.clone(), c.name.clone());
@@ -271,7 +277,9 @@ impl Cx {
         }
         let stack = self.string(&f, "stack");
         if let Some(s) = &stack {
-            if crate::release::version::Version::from_tag(&format!("{s}-v1")).is_none_or(|v| !matches!(v, crate::release::version::Version::Scs { .. })) {
+            if crate::release::version::Version::from_tag(&format!("{s}-v1"))
+                .is_none_or(|v| !matches!(v, crate::release::version::Version::Scs { .. }))
+            {
                 let mark = f.get("stack").map_or(node.mark, |n| n.mark);
                 self.error(mark, &f.path("stack"), format!("`{s}` is not a cluster-stack name; expected `<provider>-<name>-<k8s major>-<k8s minor>` such as `docker-ferrol-1-27`"));
             }
@@ -282,11 +290,21 @@ impl Cx {
                 let mark = f.get("version").map_or(node.mark, |n| n.mark);
                 match (&stack, c.is_scs_or_any()) {
                     (Some(_), false) => {
-                        self.error(mark, &f.path("version"), format!("`{version}` is a semver range, but `stack` selects cluster-stack tags: use a constraint such as `>=v2`"));
+                        self.error(
+                            mark,
+                            &f.path("version"),
+                            format!(
+                                "`{version}` is a semver range, but `stack` selects cluster-stack tags: use a constraint such as `>=v2`"
+                            ),
+                        );
                         None
                     }
                     (None, true) if !matches!(c, Constraint::Any) => {
-                        self.error(mark, &f.path("version"), format!("`{version}` is a cluster-stack constraint; set `stack` too, or use a semver range for semver tags"));
+                        self.error(
+                            mark,
+                            &f.path("version"),
+                            format!("`{version}` is a cluster-stack constraint; set `stack` too, or use a semver range for semver tags"),
+                        );
                         None
                     }
                     _ => Some(c),
@@ -313,11 +331,8 @@ impl Cx {
         if f.get("clusters").is_none() {
             self.error(node.mark, &f.path("clusters"), "missing required field `clusters`: list the clusters that get this stack");
         }
-        let clusters: Vec<ClusterConfig> = cluster_nodes
-            .iter()
-            .enumerate()
-            .filter_map(|(j, n)| self.cluster(n, &format!("{path}.clusters[{j}]"), &defaults))
-            .collect();
+        let clusters: Vec<ClusterConfig> =
+            cluster_nodes.iter().enumerate().filter_map(|(j, n)| self.cluster(n, &format!("{path}.clusters[{j}]"), &defaults)).collect();
         Some(Subscription {
             name: name?,
             source: source?,
@@ -360,7 +375,11 @@ impl Cx {
         let mut namespace = if f.get("namespace").is_some() { self.name(&f, "namespace") } else { Some("default".to_owned()) };
         if namespace.as_deref() == Some(crate::apply::directory::STATUS_DIR) {
             let mark = f.get("namespace").map_or(node.mark, |n| n.mark);
-            self.error(mark, &f.path("namespace"), "namespace `status` is reserved: the directory target keeps status files under `<target>/status/`");
+            self.error(
+                mark,
+                &f.path("namespace"),
+                "namespace `status` is reserved: the directory target keeps status files under `<target>/status/`",
+            );
             namespace = None;
         }
         let mut values = defaults.clone();
@@ -452,7 +471,9 @@ pub(crate) fn is_dns_label(s: &str) -> bool {
 
 fn check_git_url(url: &str) -> Result<(), String> {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(format!("`{url}` is not a URL; expected file://, git://, http://, https:// or a local path starting with `./`, `../` or `/`"));
+        return Err(format!(
+            "`{url}` is not a URL; expected file://, git://, http://, https:// or a local path starting with `./`, `../` or `/`"
+        ));
     };
     if !matches!(scheme, "file" | "git" | "http" | "https") {
         return Err(format!("unsupported scheme `{scheme}`; expected file, git, http or https"));

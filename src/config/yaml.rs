@@ -22,7 +22,10 @@ pub struct Node {
 #[derive(Debug, Clone)]
 pub enum Value {
     /// A scalar as written; `quoted` is true for any non-plain style (so `"5"` stays a string).
-    Scalar { text: String, quoted: bool },
+    Scalar {
+        text: String,
+        quoted: bool,
+    },
     Seq(Vec<Node>),
     /// Keys keep their own positions so "unknown field" points at the key.
     Map(Vec<(Node, Node)>),
@@ -63,10 +66,7 @@ impl Node {
             },
             Value::Seq(items) => serde_json::Value::Array(items.iter().map(Node::to_json).collect()),
             Value::Map(entries) => serde_json::Value::Object(
-                entries
-                    .iter()
-                    .map(|(k, v)| (k.scalar_text().unwrap_or_default().to_owned(), v.to_json()))
-                    .collect(),
+                entries.iter().map(|(k, v)| (k.scalar_text().unwrap_or_default().to_owned(), v.to_json())).collect(),
             ),
         }
     }
@@ -94,19 +94,14 @@ pub fn parse(text: &str) -> Result<Option<Node>, SyntaxError> {
     let mut builder = Builder::default();
     let mut docs = 0;
     for item in Parser::new_from_str(text) {
-        let (event, span) = item.map_err(|e| SyntaxError {
-            mark: Mark { line: e.marker().line(), col: e.marker().col() + 1 },
-            message: e.info(),
-        })?;
+        let (event, span) =
+            item.map_err(|e| SyntaxError { mark: Mark { line: e.marker().line(), col: e.marker().col() + 1 }, message: e.info() })?;
         let mark = Mark { line: span.start.line(), col: span.start.col() + 1 };
         match event {
             Event::DocumentStart(..) => {
                 docs += 1;
                 if docs > 1 {
-                    return Err(SyntaxError {
-                        mark,
-                        message: "expected one YAML document, found a second one (`---`)".into(),
-                    });
+                    return Err(SyntaxError { mark, message: "expected one YAML document, found a second one (`---`)".into() });
                 }
             }
             Event::Scalar(text, style, anchor, _tag) => {
@@ -117,10 +112,8 @@ pub fn parse(text: &str) -> Result<Option<Node>, SyntaxError> {
             Event::MappingStart(_, anchor, _) => builder.open(mark, anchor, Value::Map(Vec::new())),
             Event::SequenceEnd | Event::MappingEnd => builder.close(),
             Event::Alias(id) => {
-                let node = builder.anchors.get(&id).cloned().ok_or_else(|| SyntaxError {
-                    mark,
-                    message: "alias to an unknown anchor".into(),
-                })?;
+                let node =
+                    builder.anchors.get(&id).cloned().ok_or_else(|| SyntaxError { mark, message: "alias to an unknown anchor".into() })?;
                 builder.push(node, 0);
             }
             _ => {}

@@ -86,8 +86,7 @@ impl PassReport {
 pub async fn pass(config: &Config, subs: Option<&[String]>, apply: bool) -> cache::Result<PassReport> {
     let cache = Cache::open(&config.cache.dir)?;
     let mut index = cache.load_index()?;
-    let selected: Vec<&Subscription> =
-        config.subscriptions.iter().filter(|s| subs.is_none_or(|names| names.contains(&s.name))).collect();
+    let selected: Vec<&Subscription> = config.subscriptions.iter().filter(|s| subs.is_none_or(|names| names.contains(&s.name))).collect();
     let mut report = PassReport::default();
 
     let needed: BTreeSet<&str> = selected.iter().map(|s| s.source.as_str()).collect();
@@ -133,7 +132,11 @@ async fn poll_source(config: &Config, cache: &Cache, index: &mut Index, name: &s
     let fetched = match tokio::time::timeout(POLL_TIMEOUT, task).await {
         Ok(Ok(result)) => result?,
         Ok(Err(join)) => {
-            return Err(source::Error::Fetch { source_name: name.into(), url: g.url.clone(), message: format!("poll task failed: {join}") });
+            return Err(source::Error::Fetch {
+                source_name: name.into(),
+                url: g.url.clone(),
+                message: format!("poll task failed: {join}"),
+            });
         }
         Err(_) => return Err(source::Error::Timeout { source_name: name.into(), seconds: POLL_TIMEOUT.as_secs() }),
     };
@@ -188,7 +191,8 @@ async fn prepare(config: &Config, cache: &Cache, index: Index, sub: &Subscriptio
     if let Some(note) = &selection.note {
         span.in_scope(|| info!("{note}"));
     }
-    let (cache, git_dir, commit, source_name, tag) = (cache.clone(), cache.git_dir(&key), rel.commit.clone(), rel.source.clone(), rel.tag.clone());
+    let (cache, git_dir, commit, source_name, tag) =
+        (cache.clone(), cache.git_dir(&key), rel.commit.clone(), rel.source.clone(), rel.tag.clone());
     let mut index = index;
     let task = tokio::task::spawn_blocking(move || {
         let result = cache.release(&mut index, &source_name, &key, &tag, &commit, |tmp| git::materialise(&git_dir, &commit, tmp));
@@ -215,7 +219,13 @@ async fn prepare(config: &Config, cache: &Cache, index: Index, sub: &Subscriptio
 }
 
 /// Renders and applies a prepared release to each cluster of `sub`, writing status.
-fn sync_subscription(target: &DirectoryTarget, sub: &Subscription, prepared: &Prepared, source_error: Option<&String>, write_status: bool) -> Vec<ClusterReport> {
+fn sync_subscription(
+    target: &DirectoryTarget,
+    sub: &Subscription,
+    prepared: &Prepared,
+    source_error: Option<&String>,
+    write_status: bool,
+) -> Vec<ClusterReport> {
     let release = match &prepared.outcome {
         Ok(p) => p,
         Err(msg) => {
@@ -261,7 +271,14 @@ fn sync_subscription(target: &DirectoryTarget, sub: &Subscription, prepared: &Pr
         .collect()
 }
 
-fn finish(target: &DirectoryTarget, sub: &Subscription, cluster: &ClusterConfig, status: ClusterStatus, changes: ChangeSet, write_status: bool) -> ClusterReport {
+fn finish(
+    target: &DirectoryTarget,
+    sub: &Subscription,
+    cluster: &ClusterConfig,
+    status: ClusterStatus,
+    changes: ChangeSet,
+    write_status: bool,
+) -> ClusterReport {
     if write_status {
         if let Err(e) = target.write_status(cluster, &status) {
             error!(cluster = %format!("{}/{}", cluster.namespace, cluster.name), error = %e, "cannot write status");

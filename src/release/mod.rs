@@ -96,7 +96,11 @@ fn no_match(sub: &Subscription, tags: &BTreeMap<String, String>) -> String {
     let mut seen: Vec<&str> = tags.keys().map(String::as_str).collect();
     let more = seen.len().saturating_sub(10);
     seen.truncate(10);
-    let seen = if seen.is_empty() { "none".to_owned() } else { seen.join(", ") + &if more > 0 { format!(" and {more} more") } else { String::new() } };
+    let seen = if seen.is_empty() {
+        "none".to_owned()
+    } else {
+        seen.join(", ") + &if more > 0 { format!(" and {more} more") } else { String::new() }
+    };
     format!("no release matches: looking for {family} satisfying `{}`; tags seen: {seen}", sub.version)
 }
 

@@ -12,7 +12,10 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Version {
     /// A cluster-stack tag; `stack` is `<provider>-<name>-<major>-<minor>`.
-    Scs { stack: String, version: ScsVersion },
+    Scs {
+        stack: String,
+        version: ScsVersion,
+    },
     Semver(semver::Version),
 }
 
@@ -68,10 +71,11 @@ impl Version {
     pub fn compare(&self, other: &Version) -> Option<Ordering> {
         match (self, other) {
             (Version::Semver(a), Version::Semver(b)) => Some(a.cmp(b)),
-            (
-                Version::Scs { stack: sa, version: ScsVersion::Number(a) },
-                Version::Scs { stack: sb, version: ScsVersion::Number(b) },
-            ) if sa == sb => Some(a.cmp(b)),
+            (Version::Scs { stack: sa, version: ScsVersion::Number(a) }, Version::Scs { stack: sb, version: ScsVersion::Number(b) })
+                if sa == sb =>
+            {
+                Some(a.cmp(b))
+            }
             _ => None,
         }
     }
@@ -135,9 +139,7 @@ impl Constraint {
             return Ok(Constraint::Scs(scs));
         }
         semver::VersionReq::parse(&strip_v(text)).map(Constraint::Semver).map_err(|e| {
-            ConstraintError(format!(
-                "expected a semver range such as `>=1.2, <2` or a cluster-stack constraint such as `>=v2` ({e})"
-            ))
+            ConstraintError(format!("expected a semver range such as `>=1.2, <2` or a cluster-stack constraint such as `>=v2` ({e})"))
         })
     }
 
@@ -147,15 +149,13 @@ impl Constraint {
             (Constraint::Any, Version::Scs { version: ScsVersion::Hash(_), .. }) => false,
             (Constraint::Any, _) => true,
             (Constraint::Semver(req), Version::Semver(v)) => req.matches(v),
-            (Constraint::Scs(cmps), Version::Scs { version: ScsVersion::Number(n), .. }) => {
-                cmps.iter().all(|(op, want)| match op {
-                    Op::Eq => n == want,
-                    Op::Gt => n > want,
-                    Op::Ge => n >= want,
-                    Op::Lt => n < want,
-                    Op::Le => n <= want,
-                })
-            }
+            (Constraint::Scs(cmps), Version::Scs { version: ScsVersion::Number(n), .. }) => cmps.iter().all(|(op, want)| match op {
+                Op::Eq => n == want,
+                Op::Gt => n > want,
+                Op::Ge => n >= want,
+                Op::Lt => n < want,
+                Op::Le => n <= want,
+            }),
             (Constraint::ScsHash(want), Version::Scs { version: ScsVersion::Hash(h), .. }) => want == h,
             _ => false,
         }

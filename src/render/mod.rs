@@ -135,7 +135,12 @@ impl Manifests {
             let text = match subst::substitute(text, &vars) {
                 Ok(t) => t,
                 Err(errs) => {
-                    errors.extend(errs.into_iter().map(|e| Error::Substitute { file: file.clone(), line: e.line, col: e.col, message: e.message }));
+                    errors.extend(errs.into_iter().map(|e| Error::Substitute {
+                        file: file.clone(),
+                        line: e.line,
+                        col: e.col,
+                        message: e.message,
+                    }));
                     continue;
                 }
             };
@@ -232,7 +237,11 @@ fn parse_object(file: &str, line: usize, doc: &str) -> Result<Option<Object>, Er
             let (at, col) = e.location().map_or((line, 0), |l| (line + l.line() as usize - 1, l.column() as usize));
             let msg = e.without_snippet().to_string();
             let msg = msg.lines().next().unwrap_or_default().to_owned();
-            Error::Parse { file: file.to_owned(), line: at, message: if col > 0 { format!("column {col}: invalid YAML: {msg}") } else { format!("invalid YAML: {msg}") } }
+            Error::Parse {
+                file: file.to_owned(),
+                line: at,
+                message: if col > 0 { format!("column {col}: invalid YAML: {msg}") } else { format!("invalid YAML: {msg}") },
+            }
         })?
     };
     let obj_err = |message: String| Error::Object { file: file.to_owned(), line, message };

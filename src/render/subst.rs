@@ -56,11 +56,9 @@ pub fn substitute(text: &str, vars: &BTreeMap<String, String>) -> Result<String,
                 match (vars.get(name), fallback) {
                     (Some(v), _) => out.push_str(v),
                     (None, Some(f)) => out.push_str(f),
-                    (None, None) => errors.push(SubstError {
-                        line: i + 1,
-                        col,
-                        message: format!("unknown variable `{name}`; known: {}", known(vars)),
-                    }),
+                    (None, None) => {
+                        errors.push(SubstError { line: i + 1, col, message: format!("unknown variable `{name}`; known: {}", known(vars)) })
+                    }
                 }
             }
             let consumed = 2 + end + 1;

@@ -103,7 +103,11 @@ fn reload(path: &std::path::Path, config: &mut Config, last_text: &mut String, q
     let now = Instant::now();
     queue.retain(|name| new.subscription(name).is_some());
     for sub in &new.subscriptions {
-        if config.subscription(&sub.name) != Some(sub) || config.cache != new.cache || config.target != new.target || config.source(&sub.source) != new.source(&sub.source) {
+        if config.subscription(&sub.name) != Some(sub)
+            || config.cache != new.cache
+            || config.target != new.target
+            || config.source(&sub.source) != new.source(&sub.source)
+        {
             queue.trigger(&sub.name, now);
         }
     }

@@ -14,7 +14,10 @@ use tokio::time::Instant;
 #[derive(Clone)]
 pub enum Schedule {
     /// A cron expression: five fields (minute first) or six (seconds first), in UTC.
-    Cron { expr: String, schedule: Box<cron::Schedule> },
+    Cron {
+        expr: String,
+        schedule: Box<cron::Schedule>,
+    },
     Interval(Duration),
 }
 

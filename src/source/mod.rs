@@ -41,10 +41,21 @@ pub struct RemoteRefs {
 /// Something about a source's tags worth telling an operator.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TagEvent {
-    New { tag: String, commit: String },
+    New {
+        tag: String,
+        commit: String,
+    },
     /// The tag now points elsewhere. `accepted` is false when policy kept the old commit.
-    Moved { tag: String, old: String, new: String, accepted: bool },
-    Deleted { tag: String, commit: String },
+    Moved {
+        tag: String,
+        old: String,
+        new: String,
+        accepted: bool,
+    },
+    Deleted {
+        tag: String,
+        commit: String,
+    },
 }
 
 /// Merges what the remote advertises now into the previous state.

@@ -86,7 +86,12 @@ pub struct ObjectStatus {
 
 impl ObjectStatus {
     pub fn object(&self) -> ObjectRef {
-        ObjectRef { api_version: self.api_version.clone(), kind: self.kind.clone(), namespace: self.namespace.clone(), name: self.name.clone() }
+        ObjectRef {
+            api_version: self.api_version.clone(),
+            kind: self.kind.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
     }
 }
 
@@ -126,7 +131,8 @@ impl ClusterStatus {
             })
             .collect();
         let synced = objects.iter().filter(|o| o.synced).count();
-        let failed_prunes = changes.entries.iter().filter(|e| e.action == crate::apply::changeset::Action::Failed && e.file.is_empty()).count();
+        let failed_prunes =
+            changes.entries.iter().filter(|e| e.action == crate::apply::changeset::Action::Failed && e.file.is_empty()).count();
         let total = objects.len();
         let all = synced == total && failed_prunes == 0;
         ClusterStatus {

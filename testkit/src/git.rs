@@ -197,7 +197,16 @@ impl ReleaseRepo {
 fn run(dir: &Path, args: &[&str]) -> std::io::Result<String> {
     let out = std::process::Command::new(git_bin())
         .current_dir(dir)
-        .args(["-c", "user.name=testkit", "-c", "user.email=testkit@example.invalid", "-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false"])
+        .args([
+            "-c",
+            "user.name=testkit",
+            "-c",
+            "user.email=testkit@example.invalid",
+            "-c",
+            "commit.gpgsign=false",
+            "-c",
+            "tag.gpgsign=false",
+        ])
         .args(args)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
