@@ -185,6 +185,8 @@ impl Cx {
             })
             .map(str::to_owned)
             .collect();
+        // When `sources` itself is malformed, "unknown source" errors would only be noise.
+        let sources_ok = matches!(f.get("sources").map(|n| &n.value), None | Some(Value::Seq(_)));
         let mut sources = Vec::new();
         let mut seen = HashMap::new();
         for (i, n) in source_nodes.iter().enumerate() {
@@ -198,7 +200,7 @@ impl Cx {
         let mut cluster_owner: HashMap<(String, String), String> = HashMap::new();
         let mut sub_names: HashMap<String, usize> = HashMap::new();
         for (i, node) in self.list(&f, "subscriptions").iter().enumerate() {
-            let Some(sub) = self.subscription(node, i, &source_names) else { continue };
+            let Some(sub) = self.subscription(node, i, sources_ok.then_some(source_names.as_slice())) else { continue };
             if let Some(first) = sub_names.insert(sub.name.clone(), i) {
                 self.error(
                     node.mark,
@@ -259,7 +261,7 @@ impl Cx {
         Some(SourceConfig { name: name?, kind: SourceKind::Git(GitSourceConfig { url, allow_moved_tags }) })
     }
 
-    fn subscription(&mut self, node: &Node, i: usize, sources: &[String]) -> Option<Subscription> {
+    fn subscription(&mut self, node: &Node, i: usize, sources: Option<&[String]>) -> Option<Subscription> {
         let path = format!("subscriptions[{i}]");
         let f = self.fields(
             node,
@@ -268,7 +270,7 @@ impl Cx {
         )?;
         let name = self.name(&f, "name");
         let source = self.required_string(&f, "source");
-        if let Some(s) = &source {
+        if let (Some(s), Some(sources)) = (&source, sources) {
             if !sources.contains(s) {
                 let known: Vec<&str> = sources.iter().map(String::as_str).collect();
                 let mark = f.get("source").map_or(node.mark, |n| n.mark);

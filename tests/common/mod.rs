@@ -1,0 +1,117 @@
+//! Shared fixtures for the end-to-end tests: a config writer and a bounded CLI runner.
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+/// Upper bound for one CLI invocation; a hang fails the test instead of CI.
+pub const CLI_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One subscription in a generated config.
+pub struct Sub<'a> {
+    pub name: &'a str,
+    pub stack: Option<&'a str>,
+    pub version: &'a str,
+    /// `(namespace, name, [(value, text)])`
+    pub clusters: &'a [(&'a str, &'a str, &'a [(&'a str, &'a str)])],
+}
+
+impl Sub<'_> {
+    pub fn simple(stack: Option<&'static str>) -> Sub<'static> {
+        Sub { name: "stack", stack, version: "*", clusters: &[("team-a", "alpha", &[("region", "eu-1")])] }
+    }
+}
+
+/// Renders a config with one git source, cache and output under `dir`.
+pub fn config_text(dir: &Path, url: &str, allow_moved_tags: bool, subs: &[Sub<'_>]) -> String {
+    let mut text = format!(
+        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {}\nsources:\n  - name: stacks\n    git:\n      url: {url}\n      allowMovedTags: {allow_moved_tags}\nsubscriptions:\n",
+        dir.join("cache").display()
+    );
+    for s in subs {
+        text.push_str(&format!("  - name: {}\n    source: stacks\n    version: \"{}\"\n    interval: 1h\n", s.name, s.version));
+        if let Some(stack) = s.stack {
+            text.push_str(&format!("    stack: {stack}\n"));
+        }
+        text.push_str("    clusters:\n");
+        for (ns, name, values) in s.clusters {
+            text.push_str(&format!("      - name: {name}\n        namespace: {ns}\n"));
+            if !values.is_empty() {
+                text.push_str("        values:\n");
+                for (k, v) in *values {
+                    text.push_str(&format!("          {k}: \"{v}\"\n"));
+                }
+            }
+        }
+    }
+    text.push_str(&format!("target:\n  directory: {}\n", dir.join("out").display()));
+    text
+}
+
+pub fn write_config(dir: &Path, url: &str, allow_moved_tags: bool, subs: &[Sub<'_>]) -> PathBuf {
+    let path = dir.join("stacksync.yaml");
+    std::fs::write(&path, config_text(dir, url, allow_moved_tags, subs)).expect("write config");
+    path
+}
+
+/// Runs the stacksync binary to completion (bounded by [`CLI_TIMEOUT`]).
+pub async fn stacksync(args: &[&str]) -> Output {
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stacksync"))
+        .args(args)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(CLI_TIMEOUT, child).await.expect("stacksync finished in time").expect("run stacksync")
+}
+
+/// `run --once --config FILE`.
+pub async fn run_once(config: &Path) -> Output {
+    stacksync(&["run", "--once", "--config", &config.to_string_lossy()]).await
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts the exit code, showing both streams on failure.
+pub fn assert_exit(o: &Output, code: i32) {
+    assert_eq!(o.status.code(), Some(code), "stdout:\n{}\nstderr:\n{}", stdout(o), stderr(o));
+}
+
+/// A manifest for a ConfigMap whose data holds `${cluster.name}` and `${region}`.
+pub fn configmap(name: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: kube-system\ndata:\n  cluster: ${{cluster.name}}\n  region: ${{region}}\n  extra: \"{extra}\"\n"
+    )
+}
+
+/// Reads a status file as YAML.
+pub fn status(out: &Path, ns: &str, cluster: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(out.join("status").join(ns).join(format!("{cluster}.yaml"))).expect("status file");
+    serde_saphyr::from_str(&text).expect("status is YAML")
+}
+
+/// Every file under `dir` with its inode and modification time, to prove nothing was rewritten.
+pub fn snapshot(dir: &Path) -> Vec<(PathBuf, u64, std::time::SystemTime)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read dir").flatten() {
+            let meta = e.metadata().expect("metadata");
+            if meta.is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push((e.path(), meta.ino(), meta.modified().expect("mtime")));
+            }
+        }
+    }
+    out.sort();
+    out
+}

@@ -1,0 +1,196 @@
+//! The Git source end to end: Debian's `git daemon` on 127.0.0.1 serves a release repository,
+//! tags are pushed, moved and deleted between polls, and stacksync follows (or refuses) them.
+
+mod common;
+
+use common::{Sub, assert_exit, configmap, run_once, stacksync, status, stderr, stdout, write_config};
+use testkit::git::{GitDaemon, ReleaseRepo};
+
+const STACK: &str = "docker-ferrol-1-27";
+
+struct Env {
+    dir: tempfile::TempDir,
+    repo: ReleaseRepo,
+    daemon: GitDaemon,
+}
+
+impl Env {
+    async fn new() -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let served = dir.path().join("served");
+        std::fs::create_dir(&served).expect("mkdir");
+        let repo = ReleaseRepo::create(&served, "stacks").expect("create repo");
+        let daemon = GitDaemon::start(&served).await.expect("git daemon");
+        Env { dir, repo, daemon }
+    }
+
+    fn config(&self, allow_moved_tags: bool) -> std::path::PathBuf {
+        write_config(self.dir.path(), &self.daemon.url("stacks.git"), allow_moved_tags, &[Sub::simple(Some(STACK))])
+    }
+
+    fn out(&self) -> std::path::PathBuf {
+        self.dir.path().join("out")
+    }
+
+    fn applied_tag(&self) -> String {
+        status(&self.out(), "team-a", "alpha")["appliedRelease"]["tag"].as_str().unwrap_or_default().to_owned()
+    }
+
+    fn configmap_text(&self) -> String {
+        std::fs::read_to_string(self.out().join("team-a/alpha/01-configmap-addons.yaml")).expect("manifest")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tags_pushed_between_polls_are_followed_incrementally() {
+    let env = Env::new().await;
+    env.repo.release(&format!("{STACK}-v1"), &[("manifests/addons.yaml", &configmap("addons", "one"))]);
+    let config = env.config(false);
+
+    let o = stacksync(&["--log-format", "json", "run", "--once", "--config", &config.to_string_lossy()]).await;
+    assert_exit(&o, 0);
+    assert_eq!(env.applied_tag(), format!("{STACK}-v1"));
+    assert!(env.configmap_text().contains("cluster: alpha"));
+    // Every log line about the release names source, tag and commit.
+    let synced_line = stderr(&o).lines().find(|l| l.contains("synced: ")).map(str::to_owned).expect("a synced line");
+    let line: serde_json::Value = serde_json::from_str(&synced_line).expect("JSON log line");
+    let release = line["spans"].as_array().and_then(|s| s.iter().find(|s| s["name"] == "release")).expect("release span");
+    assert_eq!(release["tag"], format!("{STACK}-v1"));
+    assert_eq!(release["source"], "stacks");
+    assert!(release["commit"].as_str().is_some_and(|c| c.len() == 12));
+
+    // The mirror is fetched into, never re-cloned: a marker in it survives the next poll.
+    let mirror = std::fs::read_dir(env.dir.path().join("cache/git")).expect("git dir").flatten().next().expect("mirror").path();
+    std::fs::write(mirror.join("stacksync-test-marker"), "x").expect("marker");
+
+    env.repo.release(&format!("{STACK}-v2"), &[("manifests/addons.yaml", &configmap("addons", "two"))]);
+    let before = env.daemon.connections();
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert_eq!(env.daemon.connections() - before, 1, "one connection per poll");
+    assert_eq!(env.applied_tag(), format!("{STACK}-v2"));
+    assert!(env.configmap_text().contains("extra: two"));
+    assert!(mirror.join("stacksync-test-marker").exists(), "mirror was re-created");
+    assert!(stderr(&o).contains("new tag"), "{}", stderr(&o));
+    env.daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moved_tag_is_refused_unless_allowed() {
+    let env = Env::new().await;
+    let tag = format!("{STACK}-v1");
+    let original = env.repo.release(&tag, &[("manifests/addons.yaml", &configmap("addons", "original"))]);
+    let config = env.config(false);
+    assert_exit(&run_once(&config).await, 0);
+
+    env.repo.write("manifests/addons.yaml", &configmap("addons", "sneaky"));
+    env.repo.commit("rewrite the release");
+    env.repo.move_tag(&tag);
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert!(stderr(&o).contains("tag moved to another commit; refused"), "{}", stderr(&o));
+    assert!(env.configmap_text().contains("original"), "the refused commit was applied");
+    assert_eq!(status(&env.out(), "team-a", "alpha")["appliedRelease"]["commit"], original);
+
+    let config = env.config(true);
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert!(stderr(&o).contains("tag moved; accepted"), "{}", stderr(&o));
+    assert!(env.configmap_text().contains("sneaky"));
+    env.daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_tag_is_logged_and_never_downgrades() {
+    let env = Env::new().await;
+    env.repo.release(&format!("{STACK}-v1"), &[("manifests/addons.yaml", &configmap("addons", "one"))]);
+    env.repo.release(&format!("{STACK}-v2"), &[("manifests/addons.yaml", &configmap("addons", "two"))]);
+    let config = env.config(false);
+    assert_exit(&run_once(&config).await, 0);
+    assert_eq!(env.applied_tag(), format!("{STACK}-v2"));
+
+    env.repo.delete_tag(&format!("{STACK}-v2"));
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert!(stderr(&o).contains("tag was deleted upstream"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("staying on it rather than downgrading"), "{}", stderr(&o));
+    assert_eq!(env.applied_tag(), format!("{STACK}-v2"));
+    env.daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_pushed_branch_is_detected_and_logged() {
+    let env = Env::new().await;
+    env.repo.release(&format!("{STACK}-v1"), &[("manifests/addons.yaml", &configmap("addons", "one"))]);
+    env.repo.write("notes.txt", "work in progress");
+    env.repo.commit("wip");
+    let config = env.config(false);
+    assert_exit(&run_once(&config).await, 0);
+
+    env.repo.force_push_amend("rewritten history");
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert!(stderr(&o).contains("branch was force-pushed"), "{}", stderr(&o));
+    env.daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_fetches_nothing_for_cached_releases() {
+    let env = Env::new().await;
+    env.repo.release(&format!("{STACK}-v1"), &[("manifests/addons.yaml", &configmap("addons", "one"))]);
+    let config = env.config(false);
+    let o = stacksync(&["fetch", "--config", &config.to_string_lossy()]).await;
+    assert_exit(&o, 0);
+    assert!(stdout(&o).lines().nth(1).is_some_and(|l| l.ends_with("fetched")), "{}", stdout(&o));
+
+    // Same server: the release is reported as cached, not fetched again.
+    let o = stacksync(&["fetch", "--config", &config.to_string_lossy()]).await;
+    assert_exit(&o, 0);
+    assert!(stdout(&o).lines().nth(1).is_some_and(|l| l.ends_with("cached")), "{}", stdout(&o));
+
+    // Server gone: a restart still applies the cached release, with zero requests possible.
+    let connections = env.daemon.connections();
+    env.daemon.stop().await;
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert!(stderr(&o).contains("source poll failed; using the releases cached"), "{}", stderr(&o));
+    assert_eq!(status(&env.dir.path().join("out"), "team-a", "alpha")["ready"], true);
+    assert_eq!(connections, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn constraints_select_over_scs_and_semver_tags() {
+    let env = Env::new().await;
+    for tag in ["docker-ferrol-1-27-v1", "docker-ferrol-1-27-v2", "docker-ferrol-1-27-v10", "docker-ferrol-1-28-v3", "v1.0.0", "v1.2.0", "v2.0.0"] {
+        env.repo.release(tag, &[("manifests/addons.yaml", &configmap("addons", tag))]);
+    }
+    let subs = [
+        Sub { name: "newest", stack: Some(STACK), version: "*", clusters: &[("a", "c1", &[("region", "r")])] },
+        Sub { name: "below-ten", stack: Some(STACK), version: ">=v2, <v10", clusters: &[("a", "c2", &[("region", "r")])] },
+        Sub { name: "other-k8s", stack: Some("docker-ferrol-1-28"), version: "*", clusters: &[("a", "c3", &[("region", "r")])] },
+        Sub { name: "semver-one", stack: None, version: "^1", clusters: &[("a", "c4", &[("region", "r")])] },
+        Sub { name: "semver-any", stack: None, version: "*", clusters: &[("a", "c5", &[("region", "r")])] },
+    ];
+    let config = write_config(env.dir.path(), &env.daemon.url("stacks.git"), false, &subs);
+    let o = stacksync(&["fetch", "--config", &config.to_string_lossy()]).await;
+    assert_exit(&o, 0);
+    let table = stdout(&o);
+    let chosen: Vec<(String, String)> = table
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            (cols[0].to_owned(), cols[2].to_owned())
+        })
+        .collect();
+    let want = [
+        ("newest", "docker-ferrol-1-27-v10"),
+        ("below-ten", "docker-ferrol-1-27-v2"),
+        ("other-k8s", "docker-ferrol-1-28-v3"),
+        ("semver-one", "v1.2.0"),
+        ("semver-any", "v2.0.0"),
+    ];
+    let want: Vec<(String, String)> = want.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect();
+    assert_eq!(chosen, want, "{table}");
+    env.daemon.stop().await;
+}
