@@ -51,61 +51,104 @@ fn base_config_is_valid() {
     assert_eq!(config.subscriptions[0].clusters[0].namespace, "team-a");
 }
 
+/// (what is broken, edits to the base config, expected error prefixes after the file name).
+type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a [&'a str]);
+
 #[test]
 fn broken_configs_name_file_line_column_and_field() {
-    let table: &[(&str, Vec<(&str, &str)>, &[&str])] = &[
-        ("unknown top-level field", vec![("  directory: /srv/out\n", "  directory: /srv/out\nextra: 1\n")], &[
-            "20:1: extra: unknown field `extra`, expected one of: apiVersion, kind, cache, sources, subscriptions, target",
-        ]),
-        ("wrong apiVersion", vec![("stacksync.io/v1alpha1", "stacksync.io/v1")], &[
-            "1:13: apiVersion: expected `stacksync.io/v1alpha1`, found `stacksync.io/v1`",
-        ]),
+    let table: &[Case] = &[
+        (
+            "unknown top-level field",
+            vec![("  directory: /srv/out\n", "  directory: /srv/out\nextra: 1\n")],
+            &["20:1: extra: unknown field `extra`, expected one of: apiVersion, kind, cache, sources, subscriptions, target"],
+        ),
+        (
+            "wrong apiVersion",
+            vec![("stacksync.io/v1alpha1", "stacksync.io/v1")],
+            &["1:13: apiVersion: expected `stacksync.io/v1alpha1`, found `stacksync.io/v1`"],
+        ),
         ("missing cache", vec![("cache:\n  dir: /var/cache/stacksync\n", "")], &["1:1: cache: missing required field `cache`"]),
-        ("unsupported URL scheme", vec![("git://127.0.0.1", "ftp://127.0.0.1")], &[
-            "8:12: sources[0].git.url: unsupported scheme `ftp`; expected file, git, http or https",
-        ]),
-        ("credentials in URL", vec![("git://127.0.0.1", "git://user:pw@127.0.0.1")], &[
-            "8:12: sources[0].git.url: credentials must not be written into the URL",
-        ]),
-        ("unknown source", vec![("source: stacks", "source: stackz")], &[
-            "11:13: subscriptions[0].source: unknown source `stackz`, defined sources: stacks",
-        ]),
-        ("duplicate field", vec![("    source: stacks\n", "    source: stacks\n    source: stacks\n")], &[
-            "12:5: subscriptions[0].source: duplicate field `source` (first set at line 11)",
-        ]),
-        ("stack is not a cluster-stack name", vec![("stack: docker-ferrol-1-27", "stack: ferrol")], &[
-            "12:12: subscriptions[0].stack: `ferrol` is not a cluster-stack name",
-        ]),
-        ("invalid constraint", vec![(r#"">=v2""#, r#"">= banana""#)], &["13:14: subscriptions[0].version: expected a semver range such as"]),
-        ("semver constraint on a cluster stack", vec![(r#"">=v2""#, r#""^1.2""#)], &[
-            "13:14: subscriptions[0].version: `^1.2` is a semver range, but `stack` selects cluster-stack tags",
-        ]),
+        (
+            "unsupported URL scheme",
+            vec![("git://127.0.0.1", "ftp://127.0.0.1")],
+            &["8:12: sources[0].git.url: unsupported scheme `ftp`; expected file, git, http or https"],
+        ),
+        (
+            "credentials in URL",
+            vec![("git://127.0.0.1", "git://user:pw@127.0.0.1")],
+            &["8:12: sources[0].git.url: credentials must not be written into the URL"],
+        ),
+        (
+            "unknown source",
+            vec![("source: stacks", "source: stackz")],
+            &["11:13: subscriptions[0].source: unknown source `stackz`, defined sources: stacks"],
+        ),
+        (
+            "duplicate field",
+            vec![("    source: stacks\n", "    source: stacks\n    source: stacks\n")],
+            &["12:5: subscriptions[0].source: duplicate field `source` (first set at line 11)"],
+        ),
+        (
+            "stack is not a cluster-stack name",
+            vec![("stack: docker-ferrol-1-27", "stack: ferrol")],
+            &["12:12: subscriptions[0].stack: `ferrol` is not a cluster-stack name"],
+        ),
+        (
+            "invalid constraint",
+            vec![(r#"">=v2""#, r#"">= banana""#)],
+            &["13:14: subscriptions[0].version: expected a semver range such as"],
+        ),
+        (
+            "semver constraint on a cluster stack",
+            vec![(r#"">=v2""#, r#""^1.2""#)],
+            &["13:14: subscriptions[0].version: `^1.2` is a semver range, but `stack` selects cluster-stack tags"],
+        ),
         ("bad cron", vec![("interval: 5m", r#"schedule: "61 * * * *""#)], &["14:15: subscriptions[0].schedule: invalid cron expression"]),
-        ("cron with the wrong field count", vec![("interval: 5m", r#"schedule: "* * *""#)], &[
-            "14:15: subscriptions[0].schedule: expected a cron expression with 5 fields",
-        ]),
-        ("bad interval", vec![("interval: 5m", "interval: 5 minutes")], &[
-            "14:15: subscriptions[0].interval: expected a duration such as `30s`, `5m` or `1h30m`, found `5 minutes`",
-        ]),
-        ("schedule and interval", vec![("    interval: 5m\n", "    interval: 5m\n    schedule: \"* * * * *\"\n")], &[
-            "15:15: subscriptions[0].schedule: set either `schedule` or `interval`, not both",
-        ]),
-        ("non-boolean autoUpgrade", vec![("    interval: 5m\n", "    interval: 5m\n    autoUpgrade: yes\n")], &[
-            "15:18: subscriptions[0].autoUpgrade: expected `true` or `false`, found `yes`",
-        ]),
-        ("invalid cluster name", vec![("name: alpha", "name: Alpha_1")], &["16:15: subscriptions[0].clusters[0].name: `Alpha_1` is not a valid name"]),
-        ("unknown cluster field", vec![("namespace: team-a", "namespaces: team-a")], &[
-            "17:9: subscriptions[0].clusters[0].namespaces: unknown field `namespaces`, expected one of: name, namespace, values",
-        ]),
-        ("list in values", vec![("        namespace: team-a\n", "        namespace: team-a\n        values: {cidrs: [a, b]}\n")], &[
-            "18:25: subscriptions[0].clusters[0].values.cidrs: expected a scalar or a mapping, found a list",
-        ]),
-        ("reserved value name", vec![("        namespace: team-a\n", "        namespace: team-a\n        values: {cluster: x}\n")], &[
-            "18:18: subscriptions[0].clusters[0].values.cluster: `cluster` is reserved",
-        ]),
-        ("missing clusters", vec![("    clusters:\n      - name: alpha\n        namespace: team-a\n", "")], &[
-            "10:5: subscriptions[0].clusters: missing required field `clusters`",
-        ]),
+        (
+            "cron with the wrong field count",
+            vec![("interval: 5m", r#"schedule: "* * *""#)],
+            &["14:15: subscriptions[0].schedule: expected a cron expression with 5 fields"],
+        ),
+        (
+            "bad interval",
+            vec![("interval: 5m", "interval: 5 minutes")],
+            &["14:15: subscriptions[0].interval: expected a duration such as `30s`, `5m` or `1h30m`, found `5 minutes`"],
+        ),
+        (
+            "schedule and interval",
+            vec![("    interval: 5m\n", "    interval: 5m\n    schedule: \"* * * * *\"\n")],
+            &["15:15: subscriptions[0].schedule: set either `schedule` or `interval`, not both"],
+        ),
+        (
+            "non-boolean autoUpgrade",
+            vec![("    interval: 5m\n", "    interval: 5m\n    autoUpgrade: yes\n")],
+            &["15:18: subscriptions[0].autoUpgrade: expected `true` or `false`, found `yes`"],
+        ),
+        (
+            "invalid cluster name",
+            vec![("name: alpha", "name: Alpha_1")],
+            &["16:15: subscriptions[0].clusters[0].name: `Alpha_1` is not a valid name"],
+        ),
+        (
+            "unknown cluster field",
+            vec![("namespace: team-a", "namespaces: team-a")],
+            &["17:9: subscriptions[0].clusters[0].namespaces: unknown field `namespaces`, expected one of: name, namespace, values"],
+        ),
+        (
+            "list in values",
+            vec![("        namespace: team-a\n", "        namespace: team-a\n        values: {cidrs: [a, b]}\n")],
+            &["18:25: subscriptions[0].clusters[0].values.cidrs: expected a scalar or a mapping, found a list"],
+        ),
+        (
+            "reserved value name",
+            vec![("        namespace: team-a\n", "        namespace: team-a\n        values: {cluster: x}\n")],
+            &["18:18: subscriptions[0].clusters[0].values.cluster: `cluster` is reserved"],
+        ),
+        (
+            "missing clusters",
+            vec![("    clusters:\n      - name: alpha\n        namespace: team-a\n", "")],
+            &["10:5: subscriptions[0].clusters: missing required field `clusters`"],
+        ),
         (
             "cluster in two subscriptions",
             vec![(
@@ -114,12 +157,16 @@ fn broken_configs_name_file_line_column_and_field() {
             )],
             &["21:9: subscriptions[1].clusters[0]: cluster `team-a/alpha` is already subscribed by `ferrol`"],
         ),
-        ("reserved namespace", vec![("namespace: team-a", "namespace: status")], &[
-            "17:20: subscriptions[0].clusters[0].namespace: namespace `status` is reserved",
-        ]),
-        ("wrong type for sources", vec![("sources:\n  - name: stacks\n    git:\n      url: git://127.0.0.1/stacks.git\n", "sources: stacks\n")], &[
-            "5:10: sources: expected a list, found a scalar",
-        ]),
+        (
+            "reserved namespace",
+            vec![("namespace: team-a", "namespace: status")],
+            &["17:20: subscriptions[0].clusters[0].namespace: namespace `status` is reserved"],
+        ),
+        (
+            "wrong type for sources",
+            vec![("sources:\n  - name: stacks\n    git:\n      url: git://127.0.0.1/stacks.git\n", "sources: stacks\n")],
+            &["5:10: sources: expected a list, found a scalar"],
+        ),
         ("missing target kind", vec![("  directory: /srv/out\n", "  {}\n")], &[]),
     ];
     for (name, edits, want) in table {

@@ -161,7 +161,9 @@ async fn restart_fetches_nothing_for_cached_releases() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn constraints_select_over_scs_and_semver_tags() {
     let env = Env::new().await;
-    for tag in ["docker-ferrol-1-27-v1", "docker-ferrol-1-27-v2", "docker-ferrol-1-27-v10", "docker-ferrol-1-28-v3", "v1.0.0", "v1.2.0", "v2.0.0"] {
+    for tag in
+        ["docker-ferrol-1-27-v1", "docker-ferrol-1-27-v2", "docker-ferrol-1-27-v10", "docker-ferrol-1-28-v3", "v1.0.0", "v1.2.0", "v2.0.0"]
+    {
         env.repo.release(tag, &[("manifests/addons.yaml", &configmap("addons", tag))]);
     }
     let subs = [

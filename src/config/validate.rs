@@ -9,7 +9,7 @@ use super::{
     API_VERSION, CacheConfig, ClusterConfig, Config, ConfigError, ConfigErrors, GitSourceConfig, KIND, SourceConfig, SourceKind,
     Subscription, Target,
 };
-use crate::release::version::Constraint;
+use crate::release::version::{Constraint, Version};
 use crate::schedule::{DEFAULT_INTERVAL, Schedule};
 
 pub(super) fn validate(file: &Path, text: &str) -> Result<Config, ConfigErrors> {
@@ -28,10 +28,10 @@ pub(super) fn validate(file: &Path, text: &str) -> Result<Config, ConfigErrors> 
     // Relative paths in the file are relative to the file, wherever stacksync was started.
     let base = std::path::absolute(file).ok().and_then(|f| f.parent().map(Path::to_path_buf)).unwrap_or_default();
     let config = cx.config(&root, &base);
-    if cx.errors.is_empty() {
-        if let Some(config) = config {
-            return Ok(config);
-        }
+    if cx.errors.is_empty()
+        && let Some(config) = config
+    {
+        return Ok(config);
     }
     cx.errors.sort_by_key(|e| (e.line, e.col));
     Err(ConfigErrors(cx.errors))
@@ -155,17 +155,17 @@ impl Cx {
 
     fn config(&mut self, root: &Node, base: &Path) -> Option<Config> {
         let f = self.fields(root, "", &["apiVersion", "kind", "cache", "sources", "subscriptions", "target"])?;
-        if let Some(v) = self.required_string(&f, "apiVersion") {
-            if v != API_VERSION {
-                let mark = f.get("apiVersion").map_or(root.mark, |n| n.mark);
-                self.error(mark, "apiVersion", format!("expected `{API_VERSION}`, found `{v}`"));
-            }
+        if let Some(v) = self.required_string(&f, "apiVersion")
+            && v != API_VERSION
+        {
+            let mark = f.get("apiVersion").map_or(root.mark, |n| n.mark);
+            self.error(mark, "apiVersion", format!("expected `{API_VERSION}`, found `{v}`"));
         }
-        if let Some(v) = self.required_string(&f, "kind") {
-            if v != KIND {
-                let mark = f.get("kind").map_or(root.mark, |n| n.mark);
-                self.error(mark, "kind", format!("expected `{KIND}`, found `{v}`"));
-            }
+        if let Some(v) = self.required_string(&f, "kind")
+            && v != KIND
+        {
+            let mark = f.get("kind").map_or(root.mark, |n| n.mark);
+            self.error(mark, "kind", format!("expected `{KIND}`, found `{v}`"));
         }
         let cache = match f.get("cache") {
             Some(node) => self.cache(node, base),
@@ -270,21 +270,25 @@ impl Cx {
         )?;
         let name = self.name(&f, "name");
         let source = self.required_string(&f, "source");
-        if let (Some(s), Some(sources)) = (&source, sources) {
-            if !sources.contains(s) {
-                let known: Vec<&str> = sources.iter().map(String::as_str).collect();
-                let mark = f.get("source").map_or(node.mark, |n| n.mark);
-                self.error(mark, &f.path("source"), format!("unknown source `{s}`, defined sources: {}", list_or_none(&known)));
-            }
+        if let (Some(s), Some(sources)) = (&source, sources)
+            && !sources.contains(s)
+        {
+            let known: Vec<&str> = sources.iter().map(String::as_str).collect();
+            let mark = f.get("source").map_or(node.mark, |n| n.mark);
+            self.error(mark, &f.path("source"), format!("unknown source `{s}`, defined sources: {}", list_or_none(&known)));
         }
         let stack = self.string(&f, "stack");
-        if let Some(s) = &stack {
-            if crate::release::version::Version::from_tag(&format!("{s}-v1"))
-                .is_none_or(|v| !matches!(v, crate::release::version::Version::Scs { .. }))
-            {
-                let mark = f.get("stack").map_or(node.mark, |n| n.mark);
-                self.error(mark, &f.path("stack"), format!("`{s}` is not a cluster-stack name; expected `<provider>-<name>-<k8s major>-<k8s minor>` such as `docker-ferrol-1-27`"));
-            }
+        if let Some(s) = &stack
+            && !matches!(Version::from_tag(&format!("{s}-v1")), Some(Version::Scs { .. }))
+        {
+            let mark = f.get("stack").map_or(node.mark, |n| n.mark);
+            self.error(
+                mark,
+                &f.path("stack"),
+                format!(
+                    "`{s}` is not a cluster-stack name; expected `<provider>-<name>-<k8s major>-<k8s minor>` such as `docker-ferrol-1-27`"
+                ),
+            );
         }
         let version = self.string(&f, "version").unwrap_or_else(|| "*".to_owned());
         let constraint = match Constraint::parse(&version) {

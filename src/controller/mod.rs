@@ -279,10 +279,8 @@ fn finish(
     changes: ChangeSet,
     write_status: bool,
 ) -> ClusterReport {
-    if write_status {
-        if let Err(e) = target.write_status(cluster, &status) {
-            error!(cluster = %format!("{}/{}", cluster.namespace, cluster.name), error = %e, "cannot write status");
-        }
+    if write_status && let Err(e) = target.write_status(cluster, &status) {
+        error!(cluster = %format!("{}/{}", cluster.namespace, cluster.name), error = %e, "cannot write status");
     }
     ClusterReport { subscription: sub.name.clone(), cluster: cluster.clone(), status, changes }
 }

@@ -130,10 +130,10 @@ impl Constraint {
             return Ok(Constraint::Any);
         }
         let pin = text.strip_prefix('=').unwrap_or(text).trim();
-        if let Some(hash) = pin.strip_prefix("v0-sha-").or_else(|| pin.strip_prefix("v0-sha.")) {
-            if is_lower_alnum(hash) {
-                return Ok(Constraint::ScsHash(hash.to_owned()));
-            }
+        if let Some(hash) = pin.strip_prefix("v0-sha-").or_else(|| pin.strip_prefix("v0-sha."))
+            && is_lower_alnum(hash)
+        {
+            return Ok(Constraint::ScsHash(hash.to_owned()));
         }
         if let Some(scs) = text.split(',').map(parse_scs_comparator).collect::<Option<Vec<_>>>() {
             return Ok(Constraint::Scs(scs));

@@ -91,6 +91,9 @@ impl fmt::Display for Object {
     }
 }
 
+/// (group, kind, namespace, name): what makes an object unique in a cluster.
+type ObjectKey<'a> = (&'a str, &'a str, Option<&'a str>, &'a str);
+
 /// A release's manifest files, read once and rendered for each cluster.
 #[derive(Debug, Clone, Default)]
 pub struct Manifests {
@@ -152,10 +155,11 @@ impl Manifests {
                 }
             }
         }
-        let mut seen: BTreeMap<(String, String, Option<String>, String), (String, usize)> = BTreeMap::new();
+        // (group, kind, namespace, name) -> where it was first defined.
+        let mut seen: BTreeMap<ObjectKey<'_>, (&str, usize)> = BTreeMap::new();
         for o in &objects {
-            let key = (o.group().to_owned(), o.kind.clone(), o.namespace.clone(), o.name.clone());
-            if let Some((file, line)) = seen.insert(key, (o.file.clone(), o.line)) {
+            let key = (o.group(), o.kind.as_str(), o.namespace.as_deref(), o.name.as_str());
+            if let Some((file, line)) = seen.insert(key, (&o.file, o.line)) {
                 errors.push(Error::Object {
                     file: o.file.clone(),
                     line: o.line,

@@ -127,7 +127,7 @@ fn is_ancestor(repo: &Repository, a: ObjectId, b: ObjectId) -> bool {
 pub fn materialise(dir: &Path, commit: &str, dest: &Path) -> std::result::Result<u64, String> {
     let repo = gix::open(dir).map_err(|e| format!("opening the mirror: {e:#}"))?;
     let id = ObjectId::from_hex(commit.as_bytes()).map_err(|e| format!("bad commit id: {e}"))?;
-    let commit = repo.find_object(id).and_then(|o| Ok(o.peel_to_commit()?)).map_err(|e| format!("commit not in the mirror: {e:#}"))?;
+    let commit = repo.find_object(id).and_then(|o| o.peel_to_commit()).map_err(|e| format!("commit not in the mirror: {e:#}"))?;
     let tree = commit.tree().map_err(|e| format!("reading the tree: {e:#}"))?;
     let mut files = 0;
     write_tree(&repo, tree, dest, &PathBuf::new(), &mut files)?;

@@ -8,13 +8,15 @@ use std::time::Duration;
 /// Upper bound for one CLI invocation; a hang fails the test instead of CI.
 pub const CLI_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// `(namespace, name, [(value name, value)])`
+pub type Cluster<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+
 /// One subscription in a generated config.
 pub struct Sub<'a> {
     pub name: &'a str,
     pub stack: Option<&'a str>,
     pub version: &'a str,
-    /// `(namespace, name, [(value, text)])`
-    pub clusters: &'a [(&'a str, &'a str, &'a [(&'a str, &'a str)])],
+    pub clusters: &'a [Cluster<'a>],
 }
 
 impl Sub<'_> {

@@ -1,0 +1,135 @@
+//! The directory target and `run --once`: idempotent writes, pruning of dropped objects, a bad
+//! release that leaves the last good one in place, and exit codes.
+
+mod common;
+
+use common::{Sub, assert_exit, configmap, run_once, snapshot, status, stdout, write_config};
+use testkit::git::ReleaseRepo;
+
+struct Env {
+    dir: tempfile::TempDir,
+    repo: ReleaseRepo,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
+        Env { dir, repo }
+    }
+
+    fn config(&self) -> std::path::PathBuf {
+        write_config(self.dir.path(), &self.repo.file_url(), false, &[Sub::simple(None)])
+    }
+
+    fn out(&self) -> std::path::PathBuf {
+        self.dir.path().join("out")
+    }
+
+    fn cluster_files(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.out().join("team-a/alpha"))
+            .expect("cluster dir")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+const DEPLOYMENT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: ccm\n  namespace: kube-system\nspec:\n  replicas: 1\n";
+const NAMESPACE: &str = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: addons\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_run_rewrites_nothing() {
+    let env = Env::new();
+    env.repo.release("v1.0.0", &[("manifests/all.yaml", &format!("{DEPLOYMENT}---\n{}---\n{NAMESPACE}", configmap("cfg", "x")))]);
+    let config = env.config();
+    assert_exit(&run_once(&config).await, 0);
+    assert_eq!(env.cluster_files(), ["01-namespace-addons.yaml", "02-configmap-cfg.yaml", "03-deployment-ccm.yaml"]);
+    let before = snapshot(&env.out());
+    assert_eq!(before.len(), 4, "three manifests and one status file");
+
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert_eq!(snapshot(&env.out()), before, "a pass with no change rewrote files");
+    assert!(common::stderr(&o).contains("synced: 3 unchanged"), "{}", common::stderr(&o));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_dropped_by_a_newer_release_are_removed() {
+    let env = Env::new();
+    env.repo.release("v1.0.0", &[("manifests/cfg.yaml", &configmap("cfg", "x")), ("manifests/ccm.yaml", DEPLOYMENT)]);
+    let config = env.config();
+    assert_exit(&run_once(&config).await, 0);
+    assert_eq!(env.cluster_files(), ["01-configmap-cfg.yaml", "02-deployment-ccm.yaml"]);
+
+    env.repo.remove("manifests/ccm.yaml");
+    env.repo.release("v1.1.0", &[]);
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert_eq!(env.cluster_files(), ["01-configmap-cfg.yaml"]);
+    assert!(common::stderr(&o).contains("1 unchanged, 1 pruned"), "{}", common::stderr(&o));
+    let st = status(&env.out(), "team-a", "alpha");
+    assert_eq!(st["appliedRelease"]["tag"], "v1.1.0");
+    assert_eq!((st["synced"].as_u64(), st["total"].as_u64()), (Some(1), Some(1)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_fails_to_render_leaves_the_last_good_one() {
+    let env = Env::new();
+    env.repo.release("v1.0.0", &[("manifests/cfg.yaml", &configmap("cfg", "good"))]);
+    let config = env.config();
+    assert_exit(&run_once(&config).await, 0);
+    let before = snapshot(&env.out().join("team-a"));
+
+    env.repo.release("v1.1.0", &[("manifests/cfg.yaml", &format!("{}  broken: ${{zone}}\n", configmap("cfg", "bad")))]);
+    let o = run_once(&config).await;
+    assert_exit(&o, 1);
+    let out = stdout(&o);
+    assert!(out.contains("NOT SYNCED: 0/1 clusters ready"), "{out}");
+    assert!(out.contains("manifests/cfg.yaml:10:11: unknown variable `zone`"), "{out}");
+    assert_eq!(snapshot(&env.out().join("team-a")), before, "manifests of the good release were touched");
+    let st = status(&env.out(), "team-a", "alpha");
+    assert_eq!(st["reason"], "RenderFailed");
+    assert_eq!(st["ready"], false);
+    assert_eq!(st["wantedRelease"]["tag"], "v1.1.0");
+    assert_eq!(st["appliedRelease"]["tag"], "v1.0.0");
+    assert!(st["message"].as_str().is_some_and(|m| m.contains("unknown variable `zone`")), "{st}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_once_exit_codes() {
+    let env = Env::new();
+    env.repo.release("v1.0.0", &[("manifests/cfg.yaml", &configmap("cfg", "x"))]);
+    // 0: everything synced.
+    assert_exit(&run_once(&env.config()).await, 0);
+
+    // 1: nothing matches the constraint; the summary says why.
+    let subs = [Sub { name: "stack", stack: None, version: ">=2", clusters: &[("team-a", "alpha", &[])] }];
+    let config = write_config(env.dir.path(), &env.repo.file_url(), false, &subs);
+    let o = run_once(&config).await;
+    assert_exit(&o, 1);
+    assert!(stdout(&o).contains("ReleaseUnavailable: no release matches"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("tags seen: v1.0.0"), "{}", stdout(&o));
+
+    // 2: the config is invalid.
+    std::fs::write(&config, "apiVersion: stacksync.io/v1alpha1\nkind: Config\n").expect("write");
+    let o = run_once(&config).await;
+    assert_exit(&o, 2);
+    assert!(common::stderr(&o).contains("missing required field `cache`"), "{}", common::stderr(&o));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn render_command_writes_manifests_without_status() {
+    let env = Env::new();
+    env.repo.release("v1.0.0", &[("manifests/cfg.yaml", &configmap("cfg", "x"))]);
+    let config = env.config();
+    let preview = env.dir.path().join("preview");
+    let o = common::stacksync(&["render", "--config", &config.to_string_lossy(), "--out", &preview.to_string_lossy()]).await;
+    assert_exit(&o, 0);
+    let text = std::fs::read_to_string(preview.join("team-a/alpha/01-configmap-cfg.yaml")).expect("rendered");
+    assert!(text.contains("cluster: alpha") && text.contains("region: eu-1"), "{text}");
+    assert!(!preview.join("status").exists());
+    assert!(!env.out().exists(), "render wrote to the target");
+}
