@@ -1,0 +1,17 @@
+# Build: docker build -t stacksync .
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked --bin stacksync
+
+FROM debian:bookworm-slim
+# git provides git-upload-pack for file:// sources; ca-certificates for https sources.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends git ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --uid 65532 --home-dir /var/lib/stacksync --create-home stacksync
+COPY --from=build /src/target/release/stacksync /usr/local/bin/stacksync
+USER 65532:65532
+VOLUME ["/var/cache/stacksync"]
+ENTRYPOINT ["/usr/local/bin/stacksync"]
+CMD ["run", "--config", "/etc/stacksync/stacksync.yaml", "--log-format", "json"]
