@@ -46,12 +46,19 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
     },
+    /// Print the CustomResourceDefinitions of the status resources (ClusterSync, StackRelease).
+    Crds,
     /// Render every subscription for its clusters into a directory; touch no target.
     Render {
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
+        /// Render only what this cluster would get, offline (the release comes from the cache):
+        /// a Cluster object, optionally followed by its control plane and infrastructure
+        /// cluster objects (multi-document YAML).
+        #[arg(long, value_name = "FILE")]
+        cluster: Option<PathBuf>,
     },
 }
 
@@ -70,6 +77,10 @@ fn main() -> ExitCode {
 fn real_main(command: Command) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
     match command {
+        Command::Crds => {
+            print!("{}", stacksync::status::crd::crds_yaml().map_err(anyhow::Error::msg)?);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::CheckConfig { file } => Ok(match load(&file) {
             Ok(config) => {
                 println!(
@@ -88,6 +99,9 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
                 Ok(c) => c,
                 Err(code) => return Ok(code),
             };
+            if let Err(code) = check_helm(&runtime, &cfg) {
+                return Ok(code);
+            }
             if once {
                 let report = runtime.block_on(controller::pass(&cfg, None, true))?;
                 return Ok(summarise(&report));
@@ -100,17 +114,29 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
                 Ok(c) => c,
                 Err(code) => return Ok(code),
             };
+            if let Err(code) = check_helm(&runtime, &cfg) {
+                return Ok(code);
+            }
             let report = runtime.block_on(controller::pass(&cfg, None, false))?;
             print_fetch_table(&report);
             let ok = report.prepared.iter().all(|p| p.outcome.is_ok());
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_NOT_SYNCED) })
         }
-        Command::Render { config, out } => {
+        Command::Render { config, out, cluster } => {
             let cfg = match load(&config) {
                 Ok(c) => c,
                 Err(code) => return Ok(code),
             };
-            let report = runtime.block_on(controller::render_to(&cfg, &out))?;
+            if let Err(code) = check_helm(&runtime, &cfg) {
+                return Ok(code);
+            }
+            let report = match cluster {
+                None => runtime.block_on(controller::render_to(&cfg, &out))?,
+                Some(file) => {
+                    let one = controller::clusterstack::read_cluster_file(&file).map_err(anyhow::Error::msg)?;
+                    runtime.block_on(controller::clusterstack::render_cluster(&cfg, one, &out)).map_err(anyhow::Error::msg)?
+                }
+            };
             for c in &report.clusters {
                 let dir = out.join(&c.cluster.namespace).join(&c.cluster.name);
                 if c.status.reason == stacksync::status::Reason::Synced {
@@ -120,6 +146,24 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
                 }
             }
             Ok(if report.all_synced() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_NOT_SYNCED) })
+        }
+    }
+}
+
+/// When a subscription renders cluster stacks, finds helm and logs its version; a missing helm
+/// is a start-up error then (exit code 1), not a surprise at the first render.
+fn check_helm(runtime: &tokio::runtime::Runtime, config: &Config) -> Result<(), ExitCode> {
+    if !config.subscriptions.iter().any(|s| s.format == stacksync::config::Format::ClusterStack) {
+        return Ok(());
+    }
+    match runtime.block_on(stacksync::render::helm::Helm::locate(&config.helm)) {
+        Ok(helm) => {
+            tracing::info!(path = %helm.path().display(), version = helm.version(), "helm found");
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Err(ExitCode::from(EXIT_NOT_SYNCED))
         }
     }
 }
@@ -153,7 +197,8 @@ fn summarise(report: &PassReport) -> ExitCode {
 }
 
 fn print_fetch_table(report: &PassReport) {
-    let mut rows = vec![["SUBSCRIPTION".to_owned(), "SOURCE".into(), "RELEASE".into(), "VERSION".into(), "COMMIT".into(), "CACHE".into()]];
+    let header = ["SUBSCRIPTION", "SOURCE", "RELEASE", "VERSION", "REVISION", "CACHE", "VERIFIED"].map(str::to_owned);
+    let mut rows = vec![header];
     for p in &report.prepared {
         let row = match &p.outcome {
             Ok(r) => [
@@ -163,15 +208,41 @@ fn print_fetch_table(report: &PassReport) {
                 r.release.version.to_string(),
                 short(&r.release.commit).to_owned(),
                 if r.fetched { "fetched".into() } else { "cached".into() },
+                verified_summary(&r.assets),
             ],
-            Err(e) => [p.subscription.clone(), p.source.clone(), "-".into(), "-".into(), "-".into(), format!("ERROR: {e}")],
+            Err(e) => [p.subscription.clone(), p.source.clone(), "-".into(), "-".into(), "-".into(), "-".into(), format!("ERROR: {e}")],
         };
         rows.push(row);
     }
-    let widths: Vec<usize> = (0..6).map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..7).map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0)).collect();
     for row in rows {
         let line: Vec<String> = row.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
         println!("{}", line.join("  ").trim_end());
+    }
+    let assets: Vec<_> =
+        report.prepared.iter().filter_map(|p| p.outcome.as_ref().ok().map(|r| (p, r))).filter(|(_, r)| !r.assets.is_empty()).collect();
+    if !assets.is_empty() {
+        println!();
+        println!("ASSETS");
+        for (p, r) in assets {
+            for a in &r.assets {
+                println!("{}  {}  {}  {}  {}", p.subscription, r.release.tag, a.name, a.digest, a.verified_by);
+            }
+        }
+    }
+}
+
+/// `git` for Git releases (content-addressed objects); otherwise how the assets were verified.
+fn verified_summary(assets: &[stacksync::source::github::materialise::AssetRecord]) -> String {
+    use stacksync::source::github::verify::VerifiedBy;
+    if assets.is_empty() {
+        return "git objects".into();
+    }
+    let unverified = assets.iter().filter(|a| a.verified_by == VerifiedBy::Unverified).count();
+    if unverified == 0 {
+        format!("yes ({} assets)", assets.len())
+    } else {
+        format!("NO: {unverified} of {} assets unverified", assets.len())
     }
 }
 

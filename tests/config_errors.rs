@@ -206,8 +206,10 @@ fn relative_paths_resolve_against_the_config_file() {
     let text = edit(&[("/var/cache/stacksync", "cache"), ("git://127.0.0.1/stacks.git", "./repo.git"), ("/srv/out", "out")]);
     let config = Config::parse(Path::new("/etc/stacksync/stacksync.yaml"), &text).expect("valid");
     assert_eq!(config.cache.dir, Path::new("/etc/stacksync/cache"));
-    let stacksync::config::SourceKind::Git(g) = &config.sources[0].kind;
-    assert_eq!(g.url, "file:///etc/stacksync/repo.git");
+    match &config.sources[0].kind {
+        stacksync::config::SourceKind::Git(g) => assert_eq!(g.url, "file:///etc/stacksync/repo.git"),
+        other => panic!("expected a git source, got {other:?}"),
+    }
 }
 
 #[test]

@@ -141,12 +141,12 @@ async fn restart_fetches_nothing_for_cached_releases() {
     let config = env.config(false);
     let o = stacksync(&["fetch", "--config", &config.to_string_lossy()]).await;
     assert_exit(&o, 0);
-    assert!(stdout(&o).lines().nth(1).is_some_and(|l| l.ends_with("fetched")), "{}", stdout(&o));
+    assert_eq!(stdout(&o).lines().nth(1).and_then(|l| l.split_whitespace().nth(5)), Some("fetched"), "{}", stdout(&o));
 
     // Same server: the release is reported as cached, not fetched again.
     let o = stacksync(&["fetch", "--config", &config.to_string_lossy()]).await;
     assert_exit(&o, 0);
-    assert!(stdout(&o).lines().nth(1).is_some_and(|l| l.ends_with("cached")), "{}", stdout(&o));
+    assert_eq!(stdout(&o).lines().nth(1).and_then(|l| l.split_whitespace().nth(5)), Some("cached"), "{}", stdout(&o));
 
     // Server gone: a restart still applies the cached release, with zero requests possible.
     let connections = env.daemon.connections();
@@ -194,5 +194,30 @@ async fn constraints_select_over_scs_and_semver_tags() {
     ];
     let want: Vec<(String, String)> = want.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect();
     assert_eq!(chosen, want, "{table}");
+    env.daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tag_pinned_to_a_commit_is_refused_when_it_moves() {
+    let env = Env::new().await;
+    let tag = format!("{STACK}-v1");
+    let pinned = env.repo.release(&tag, &[("manifests/addons.yaml", &configmap("addons", "pinned"))]);
+    let config = env.config(true);
+    let pin = |commit: &str| {
+        let text = std::fs::read_to_string(&config).expect("read");
+        let text =
+            text.replace("      allowMovedTags: true\n", &format!("      allowMovedTags: true\n      pins:\n        {tag}: {commit}\n"));
+        std::fs::write(&config, text).expect("write");
+    };
+    pin(&pinned);
+    assert_exit(&run_once(&config).await, 0);
+
+    // Even with allowMovedTags, a pin wins: the moved tag is not a release any more.
+    env.repo.write("manifests/addons.yaml", &configmap("addons", "moved"));
+    env.repo.commit("moved");
+    env.repo.move_tag(&tag);
+    let o = run_once(&config).await;
+    assert!(stderr(&o).contains("tag does not point at its pinned commit; refused"), "{}", stderr(&o));
+    assert!(env.configmap_text().contains("pinned"), "the moved tag was applied");
     env.daemon.stop().await;
 }

@@ -67,6 +67,16 @@ pub struct Entry {
     pub message: String,
     /// Release-relative file the object came from (empty for pruned objects).
     pub file: String,
+    /// Chart and addon stage of a cluster-stack object.
+    pub chart: Option<String>,
+    pub stage: Option<String>,
+}
+
+impl Entry {
+    /// An entry for a rendered object.
+    pub fn for_object(o: &Object, action: Action, message: String) -> Entry {
+        Entry { object: o.into(), action, message, file: o.file.clone(), chart: o.chart.clone(), stage: o.stage.clone() }
+    }
 }
 
 /// Everything one sync did to one cluster.

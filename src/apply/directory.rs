@@ -51,17 +51,26 @@ impl DirectoryTarget {
         write_atomic(&path, text.as_bytes()).map_err(|e| e.to_string())
     }
 
+    /// `<root>/<namespace>/cluster-class`: the ClusterClass objects of a namespace.
+    pub fn class_dir(&self, namespace: &str) -> PathBuf {
+        self.root.join(namespace).join(crate::config::CLUSTER_CLASS_DIR)
+    }
+
     /// Puts `objects` in the cluster's directory, in apply order, and removes every other
     /// manifest file there. One failed file never stops the others; each gets its entry.
-    pub fn sync(&self, cluster: &ClusterConfig, mut objects: Vec<Object>) -> ChangeSet {
+    pub fn sync(&self, cluster: &ClusterConfig, objects: Vec<Object>) -> ChangeSet {
+        self.sync_dir(&self.cluster_dir(cluster), objects)
+    }
+
+    /// As [`DirectoryTarget::sync`], for any directory under the root (a cluster's stage
+    /// directory, a namespace's `cluster-class`). Idempotent: a second call with the same objects
+    /// writes nothing.
+    pub fn sync_dir(&self, dir: &Path, mut objects: Vec<Object>) -> ChangeSet {
         order::sort(&mut objects);
-        let dir = self.cluster_dir(cluster);
+        let dir = dir.to_path_buf();
         let mut changes = ChangeSet::default();
         if let Err(message) = ensure_dir(&dir) {
-            changes.entries = objects
-                .iter()
-                .map(|o| Entry { object: o.into(), action: Action::Failed, message: message.clone(), file: o.file.clone() })
-                .collect();
+            changes.entries = objects.iter().map(|o| Entry::for_object(o, Action::Failed, message.clone())).collect();
             return changes;
         }
         let width = objects.len().to_string().len().max(2);
@@ -77,7 +86,7 @@ impl DirectoryTarget {
                 Ok(true) => (Action::Created, String::new()),
                 Err(e) => (Action::Failed, e),
             };
-            changes.entries.push(Entry { object: o.into(), action, message, file: o.file.clone() });
+            changes.entries.push(Entry::for_object(o, action, message));
         }
         self.prune(&dir, &wanted, &mut changes);
         changes
@@ -101,15 +110,53 @@ impl DirectoryTarget {
         for path in stale {
             let object = object_ref_of(&path);
             match std::fs::remove_file(&path) {
-                Ok(()) => changes.entries.push(Entry { object, action: Action::Pruned, message: String::new(), file: String::new() }),
+                Ok(()) => changes.entries.push(Entry {
+                    object,
+                    action: Action::Pruned,
+                    message: String::new(),
+                    file: String::new(),
+                    chart: None,
+                    stage: None,
+                }),
                 Err(e) => changes.entries.push(Entry {
                     object,
                     action: Action::Failed,
                     message: format!("cannot remove {}: {e}", path.display()),
                     file: String::new(),
+                    chart: None,
+                    stage: None,
                 }),
             }
         }
+    }
+}
+
+impl DirectoryTarget {
+    /// Removes the subdirectories of `dir` not named in `keep` (stages a release dropped), with a
+    /// Pruned entry per manifest. A subdirectory holding anything but files is left alone: it
+    /// is not ours.
+    pub fn prune_subdirs(&self, dir: &Path, keep: &BTreeSet<String>) -> ChangeSet {
+        let mut changes = ChangeSet::default();
+        let Ok(entries) = std::fs::read_dir(dir) else { return changes };
+        let mut stale: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter(|e| !keep.contains(&e.file_name().to_string_lossy().into_owned()))
+            .map(|e| e.path())
+            .collect();
+        stale.sort();
+        for sub in stale {
+            let only_files =
+                std::fs::read_dir(&sub).map(|es| es.flatten().all(|e| e.file_type().is_ok_and(|t| t.is_file()))).unwrap_or(false);
+            if !only_files {
+                continue;
+            }
+            self.prune(&sub, &BTreeSet::new(), &mut changes);
+            if let Err(e) = std::fs::remove_dir(&sub) {
+                tracing::warn!(dir = %sub.display(), error = %e, "cannot remove a stage directory");
+            }
+        }
+        changes
     }
 }
 

@@ -5,6 +5,7 @@
 pub mod changeset;
 pub mod directory;
 pub mod order;
+pub mod ssa;
 
 pub use changeset::{Action, ChangeSet, Entry, ObjectRef};
 pub use directory::DirectoryTarget;

@@ -46,8 +46,15 @@ const LAST: &[(&str, &str)] = &[
     ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"),
 ];
 
-fn rank(o: &Object) -> usize {
-    let key = (o.group(), o.kind.as_str());
+/// The rank of an object's `(group, kind)`: objects of equal rank do not depend on each other and
+/// may be applied concurrently; a lower rank goes first.
+pub fn rank(o: &Object) -> usize {
+    rank_of(o.group(), &o.kind)
+}
+
+/// As [`rank`], for a `(group, kind)` pair (inventory entries, object references).
+pub fn rank_of(group: &str, kind: &str) -> usize {
+    let key = (group, kind);
     if let Some(i) = RANKED.iter().position(|&k| k == key) {
         return i;
     }
@@ -57,14 +64,23 @@ fn rank(o: &Object) -> usize {
     }
 }
 
+/// Ranks that must be in place before anything else is even resolved: CRDs (which make kinds
+/// exist) and Namespaces (which namespaced objects live in).
+pub fn is_definition(group: &str, kind: &str) -> bool {
+    rank_of(group, kind) < 2
+}
+
+/// The identity an order is taken over: `(group, kind, namespace, name)`.
+pub type Key<'a> = (&'a str, &'a str, Option<&'a str>, &'a str);
+
+/// Total order over keys: rank, then group, kind, namespace, name.
+pub fn compare_keys(a: Key<'_>, b: Key<'_>) -> Ordering {
+    rank_of(a.0, a.1).cmp(&rank_of(b.0, b.1)).then_with(|| a.cmp(&b))
+}
+
 /// Total order: rank, then group, kind, namespace, name. Independent of file order.
 pub fn compare(a: &Object, b: &Object) -> Ordering {
-    rank(a)
-        .cmp(&rank(b))
-        .then_with(|| a.group().cmp(b.group()))
-        .then_with(|| a.kind.cmp(&b.kind))
-        .then_with(|| a.namespace.cmp(&b.namespace))
-        .then_with(|| a.name.cmp(&b.name))
+    compare_keys((a.group(), &a.kind, a.namespace.as_deref(), &a.name), (b.group(), &b.kind, b.namespace.as_deref(), &b.name))
 }
 
 pub fn sort(objects: &mut [Object]) {
@@ -84,6 +100,8 @@ mod tests {
             file: String::new(),
             line: 1,
             body: serde_json::Value::Null,
+            chart: None,
+            stage: None,
         }
     }
 
@@ -102,5 +120,25 @@ mod tests {
         sort(&mut objs);
         let order: Vec<&str> = objs.iter().map(|o| o.name.as_str()).collect();
         assert_eq!(order, ["widgets.example.com", "ns", "a", "b", "d", "not-apps", "x", "w"]);
+    }
+
+    #[test]
+    fn keys_order_as_objects_do_and_definitions_are_crds_and_namespaces() {
+        let crd = ("apiextensions.k8s.io", "CustomResourceDefinition", None, "w");
+        let cm = ("", "ConfigMap", Some("default"), "a");
+        let hook = ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration", None, "a");
+        assert_eq!(compare_keys(crd, cm), Ordering::Less);
+        assert_eq!(compare_keys(hook, cm), Ordering::Greater);
+        assert_eq!(compare_keys(cm, ("", "ConfigMap", Some("default"), "b")), Ordering::Less);
+        let table = [
+            ("apiextensions.k8s.io", "CustomResourceDefinition", true),
+            ("", "Namespace", true),
+            ("", "ConfigMap", false),
+            ("example.com", "Namespace", false),
+            ("cluster.x-k8s.io", "ClusterClass", false),
+        ];
+        for (group, kind, want) in table {
+            assert_eq!(is_definition(group, kind), want, "{group}/{kind}");
+        }
     }
 }

@@ -22,11 +22,26 @@ pub struct Index {
     /// refuse silent downgrades when a tag disappears).
     #[serde(default)]
     pub adopted: BTreeMap<String, Adopted>,
+    /// By source key: what GitHub sources listed (pages for conditional requests, releases).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub github: BTreeMap<String, GithubState>,
+}
+
+/// The last listing of a GitHub source.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GithubState {
+    /// By page URL: ETag and content, so an unchanged page is a 304 that costs no quota.
+    #[serde(default)]
+    pub pages: BTreeMap<String, crate::source::github::CachedPage>,
+    /// By tag: the non-draft releases of the last successful listing.
+    #[serde(default)]
+    pub releases: BTreeMap<String, crate::source::github::GhRelease>,
 }
 
 impl Default for Index {
     fn default() -> Self {
-        Index { format: FORMAT, sources: BTreeMap::new(), releases: BTreeMap::new(), adopted: BTreeMap::new() }
+        Index { format: FORMAT, sources: BTreeMap::new(), releases: BTreeMap::new(), adopted: BTreeMap::new(), github: BTreeMap::new() }
     }
 }
 

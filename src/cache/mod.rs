@@ -9,7 +9,10 @@
 //! tmp/                             work area; anything here is garbage after a crash
 //! ```
 
+pub mod blobs;
+pub mod gc;
 pub mod index;
+pub mod unpack;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -85,6 +88,11 @@ impl Cache {
 
     pub fn git_dir(&self, key: &str) -> PathBuf {
         self.root.join("git").join(format!("{key}.git"))
+    }
+
+    /// Where the tree of `tag@commit` lives (whether or not it is there yet).
+    pub fn release_path(&self, key: &str, tag: &str, commit: &str) -> PathBuf {
+        self.root.join(Self::release_rel(key, tag, commit))
     }
 
     fn release_rel(key: &str, tag: &str, commit: &str) -> PathBuf {

@@ -2,7 +2,10 @@
 //! tree, validated into [`Config`] (every error with file, line, column and field path), diffed
 //! against the running config on reload, and watched for edits.
 
+mod clusterstack;
 mod diff;
+mod sources;
+mod target;
 mod validate;
 pub mod watch;
 pub mod yaml;
@@ -11,7 +14,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub use clusterstack::CLUSTER_CLASS_DIR;
 pub use diff::diff;
+pub use sources::{parse_size, tag_matches};
 
 use crate::release::version::Constraint;
 use crate::schedule::Schedule;
@@ -28,12 +33,18 @@ pub struct Config {
     pub sources: Vec<SourceConfig>,
     pub subscriptions: Vec<Subscription>,
     pub target: Target,
+    /// The helm binary for cluster-stack releases.
+    pub helm: HelmConfig,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct CacheConfig {
     pub dir: PathBuf,
+    /// Cached releases kept per subscription beyond the one in use (garbage collection).
+    pub keep_releases: usize,
 }
+
+pub const DEFAULT_KEEP_RELEASES: usize = 3;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourceConfig {
@@ -44,6 +55,27 @@ pub struct SourceConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub enum SourceKind {
     Git(GitSourceConfig),
+    Github(GithubSourceConfig),
+}
+
+/// GitHub release assets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GithubSourceConfig {
+    /// `owner/name`.
+    pub repo: String,
+    /// `https://api.github.com`, or a GitHub Enterprise Server API URL.
+    pub api_url: String,
+    pub token: Option<crate::source::github::TokenSource>,
+    /// Only tags matching this (`*` wildcards) are releases.
+    pub tag_pattern: Option<String>,
+    pub verify: crate::source::github::verify::Verify,
+    /// Pinned digests by `<tag>/<asset name>`.
+    pub digests: BTreeMap<String, crate::cache::blobs::Sha256Digest>,
+    pub max_asset_bytes: u64,
+    pub max_release_bytes: u64,
+    /// Cap on what one archive asset may unpack to (decompression bombs).
+    pub max_unpacked_bytes: u64,
+    pub allow_moved_tags: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -52,6 +84,8 @@ pub struct GitSourceConfig {
     pub url: String,
     /// Accept a tag that now points at another commit instead of refusing it.
     pub allow_moved_tags: bool,
+    /// Tags pinned to a commit: the tag is refused when it points anywhere else.
+    pub pins: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -65,9 +99,17 @@ pub struct Subscription {
     pub constraint: Constraint,
     pub schedule: Schedule,
     pub auto_upgrade: bool,
-    /// The directory of manifests inside the release tree.
+    /// Whether GitHub releases marked as pre-releases are candidates.
+    pub prereleases: bool,
+    /// The directory of manifests (or the cluster-stack release root) inside the release tree.
     pub path: String,
+    /// How the release is laid out and rendered.
+    pub format: Format,
     pub clusters: Vec<ClusterConfig>,
+    /// Kubernetes target: clusters chosen by labels and/or topology class, besides `clusters`.
+    pub selector: Option<ClusterSelector>,
+    /// Take ownership of fields another field manager owns (server-side apply `force`).
+    pub force: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -77,11 +119,95 @@ pub struct ClusterConfig {
     /// Substitution variables: subscription values overlaid with the cluster's own; nested
     /// mappings are flattened with dots (`network.podCidr`).
     pub values: BTreeMap<String, String>,
+    /// Objects for cluster-stack values templates (`.Cluster`, `.ControlPlane`, `.InfraCluster`).
+    pub objects: ClusterObjects,
+}
+
+/// The Cluster API objects of a workload cluster, as free-form maps. Without a `cluster`, a minimal
+/// Cluster with the cluster's name and namespace is used.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ClusterObjects {
+    pub cluster: Option<serde_json::Value>,
+    pub control_plane: Option<serde_json::Value>,
+    pub infra_cluster: Option<serde_json::Value>,
+}
+
+/// The release format of a subscription.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// A directory of plain manifests with `${var}` substitution.
+    #[default]
+    Manifests,
+    /// A SovereignCloudStack cluster-stack release: `metadata.yaml`, a ClusterClass chart and
+    /// cluster-addon chart(s), rendered with helm.
+    ClusterStack,
+}
+
+/// Where helm is and how it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HelmConfig {
+    /// The binary; `None`: `$STACKSYNC_HELM`, else `helm` on `PATH`.
+    pub path: Option<PathBuf>,
+    /// helm processes run at once.
+    pub parallelism: usize,
+    /// Time limit of one `helm template` run.
+    pub timeout: std::time::Duration,
+}
+
+impl Default for HelmConfig {
+    fn default() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+        HelmConfig { path: None, parallelism: cpus.clamp(1, 8), timeout: std::time::Duration::from_secs(120) }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Target {
     Directory(PathBuf),
+    Kubernetes(KubernetesTarget),
+}
+
+/// Server-side apply to a Cluster API management cluster and its workload clusters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubernetesTarget {
+    /// The management cluster's kubeconfig; `None`: in-cluster config, then `$KUBECONFIG`.
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    pub drift_mode: DriftMode,
+    /// Most objects one pass may delete per cluster; more pauses pruning and reports.
+    pub prune_limit: usize,
+    /// Whether a release rendering no objects may prune everything.
+    pub allow_empty_prune: bool,
+}
+
+impl Default for KubernetesTarget {
+    fn default() -> Self {
+        KubernetesTarget {
+            kubeconfig: None,
+            context: None,
+            drift_mode: DriftMode::Correct,
+            prune_limit: target::DEFAULT_PRUNE_LIMIT,
+            allow_empty_prune: false,
+        }
+    }
+}
+
+/// What a resync does about objects changed in the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriftMode {
+    /// Apply again (the default).
+    Correct,
+    /// Report drifted objects and fields; change nothing.
+    Warn,
+}
+
+/// Selects Cluster API `Cluster` objects in the management cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterSelector {
+    pub match_labels: BTreeMap<String, String>,
+    /// Only clusters whose `spec.topology.class` is a ClusterClass of the subscription's stack
+    /// (`<stack>-v…`).
+    pub match_stack_class: bool,
 }
 
 /// One problem in a config file.

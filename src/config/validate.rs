@@ -5,10 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use super::yaml::{self, Mark, Node, Value};
-use super::{
-    API_VERSION, CacheConfig, ClusterConfig, Config, ConfigError, ConfigErrors, GitSourceConfig, KIND, SourceConfig, SourceKind,
-    Subscription, Target,
-};
+use super::{API_VERSION, CacheConfig, ClusterConfig, Config, ConfigError, ConfigErrors, KIND, Subscription};
 use crate::release::version::{Constraint, Version};
 use crate::schedule::{DEFAULT_INTERVAL, Schedule};
 
@@ -37,13 +34,13 @@ pub(super) fn validate(file: &Path, text: &str) -> Result<Config, ConfigErrors> 
     Err(ConfigErrors(cx.errors))
 }
 
-struct Cx {
+pub(super) struct Cx {
     file: PathBuf,
     errors: Vec<ConfigError>,
 }
 
 /// Reads a mapping's fields, remembering which were used so the rest are reported as unknown.
-struct Fields<'n> {
+pub(super) struct Fields<'n> {
     node: &'n Node,
     entries: &'n [(Node, Node)],
     path: String,
@@ -51,18 +48,18 @@ struct Fields<'n> {
 }
 
 impl<'n> Fields<'n> {
-    fn get(&self, key: &str) -> Option<&'n Node> {
+    pub(super) fn get(&self, key: &str) -> Option<&'n Node> {
         debug_assert!(self.known.contains(&key), "field {key} missing from the known list");
         self.entries.iter().find(|(k, _)| k.scalar_text() == Some(key)).map(|(_, v)| v).filter(|v| !v.is_null())
     }
 
-    fn path(&self, key: &str) -> String {
+    pub(super) fn path(&self, key: &str) -> String {
         if self.path.is_empty() { key.to_owned() } else { format!("{}.{key}", self.path) }
     }
 }
 
 impl Cx {
-    fn error(&mut self, mark: Mark, field: &str, message: impl Into<String>) {
+    pub(super) fn error(&mut self, mark: Mark, field: &str, message: impl Into<String>) {
         self.errors.push(ConfigError {
             file: self.file.clone(),
             line: mark.line,
@@ -73,7 +70,7 @@ impl Cx {
     }
 
     /// Opens a mapping and reports unknown and duplicate keys.
-    fn fields<'n>(&mut self, node: &'n Node, path: &str, known: &'static [&'static str]) -> Option<Fields<'n>> {
+    pub(super) fn fields<'n>(&mut self, node: &'n Node, path: &str, known: &'static [&'static str]) -> Option<Fields<'n>> {
         let Value::Map(entries) = &node.value else {
             self.error(node.mark, path, format!("expected a mapping, found {}", node.type_name()));
             return None;
@@ -94,7 +91,7 @@ impl Cx {
         Some(Fields { node, entries, path: path.to_owned(), known })
     }
 
-    fn string(&mut self, f: &Fields<'_>, key: &str) -> Option<String> {
+    pub(super) fn string(&mut self, f: &Fields<'_>, key: &str) -> Option<String> {
         let node = f.get(key)?;
         match &node.value {
             Value::Scalar { text, .. } => Some(text.clone()),
@@ -105,7 +102,7 @@ impl Cx {
         }
     }
 
-    fn required_string(&mut self, f: &Fields<'_>, key: &str) -> Option<String> {
+    pub(super) fn required_string(&mut self, f: &Fields<'_>, key: &str) -> Option<String> {
         if f.get(key).is_none() {
             self.error(f.node.mark, &f.path(key), format!("missing required field `{key}`"));
             return None;
@@ -113,7 +110,7 @@ impl Cx {
         self.string(f, key)
     }
 
-    fn bool(&mut self, f: &Fields<'_>, key: &str, default: bool) -> bool {
+    pub(super) fn bool(&mut self, f: &Fields<'_>, key: &str, default: bool) -> bool {
         let Some(node) = f.get(key) else { return default };
         match &node.value {
             Value::Scalar { text, quoted: false } if text == "true" => true,
@@ -125,7 +122,7 @@ impl Cx {
         }
     }
 
-    fn list<'n>(&mut self, f: &Fields<'n>, key: &str) -> &'n [Node] {
+    pub(super) fn list<'n>(&mut self, f: &Fields<'n>, key: &str) -> &'n [Node] {
         let Some(node) = f.get(key) else { return &[] };
         match &node.value {
             Value::Seq(items) => items,
@@ -137,7 +134,7 @@ impl Cx {
     }
 
     /// A DNS-1123 label: it becomes part of file paths, so nothing else is allowed.
-    fn name(&mut self, f: &Fields<'_>, key: &str) -> Option<String> {
+    pub(super) fn name(&mut self, f: &Fields<'_>, key: &str) -> Option<String> {
         let name = self.required_string(f, key)?;
         if !is_dns_label(&name) {
             let node = f.get(key).unwrap_or(f.node);
@@ -154,7 +151,7 @@ impl Cx {
     }
 
     fn config(&mut self, root: &Node, base: &Path) -> Option<Config> {
-        let f = self.fields(root, "", &["apiVersion", "kind", "cache", "sources", "subscriptions", "target"])?;
+        let f = self.fields(root, "", &["apiVersion", "kind", "cache", "sources", "subscriptions", "target", "helm"])?;
         if let Some(v) = self.required_string(&f, "apiVersion")
             && v != API_VERSION
         {
@@ -220,6 +217,22 @@ impl Cx {
             }
             subscriptions.push(sub);
         }
+        // Cluster API selection needs a management cluster to select from.
+        let directory_target =
+            matches!(f.get("target").map(|t| &t.value), Some(Value::Map(e)) if e.iter().any(|(k, _)| k.scalar_text() == Some("directory")));
+        if directory_target {
+            for (i, node) in self.list(&f, "subscriptions").iter().enumerate() {
+                if let Value::Map(entries) = &node.value
+                    && let Some((k, _)) = entries.iter().find(|(k, _)| k.scalar_text() == Some("clusterSelector"))
+                {
+                    self.error(
+                        k.mark,
+                        &format!("subscriptions[{i}].clusterSelector"),
+                        "`clusterSelector` needs `target: kubernetes`: with a directory target, list `clusters`",
+                    );
+                }
+            }
+        }
         let target = match f.get("target") {
             Some(node) => self.target(node, base),
             None => {
@@ -227,38 +240,27 @@ impl Cx {
                 None
             }
         };
-        Some(Config { file: self.file.clone(), cache: cache?, sources, subscriptions, target: target? })
+        let helm = match f.get("helm") {
+            Some(node) => self.helm(node, base)?,
+            None => super::HelmConfig::default(),
+        };
+        Some(Config { file: self.file.clone(), helm, cache: cache?, sources, subscriptions, target: target? })
     }
 
     fn cache(&mut self, node: &Node, base: &Path) -> Option<CacheConfig> {
-        let f = self.fields(node, "cache", &["dir"])?;
-        let dir = self.required_string(&f, "dir")?;
-        Some(CacheConfig { dir: base.join(dir) })
-    }
-
-    fn source(&mut self, node: &Node, i: usize, base: &Path) -> Option<SourceConfig> {
-        let path = format!("sources[{i}]");
-        let f = self.fields(node, &path, &["name", "git"])?;
-        let name = self.name(&f, "name");
-        let Some(git) = f.get("git") else {
-            self.error(node.mark, &path, "a source needs a kind: `git` (GitHub releases arrive in a later version)");
-            return None;
+        let f = self.fields(node, "cache", &["dir", "keepReleases"])?;
+        let keep_releases = match f.get("keepReleases") {
+            Some(n) => match n.scalar_text().and_then(|t| t.parse::<usize>().ok()) {
+                Some(k) => k,
+                None => {
+                    self.error(n.mark, "cache.keepReleases", format!("expected a number of releases, found {}", describe(n)));
+                    super::DEFAULT_KEEP_RELEASES
+                }
+            },
+            None => super::DEFAULT_KEEP_RELEASES,
         };
-        let g = self.fields(git, &format!("{path}.git"), &["url", "allowMovedTags"])?;
-        let url = self.required_string(&g, "url");
-        let allow_moved_tags = self.bool(&g, "allowMovedTags", false);
-        let mut url = url?;
-        if url.starts_with("./") || url.starts_with("../") || url.starts_with('/') {
-            // A local path (relative to the config file): served over file://.
-            let path: PathBuf = base.join(&url).components().filter(|c| !matches!(c, std::path::Component::CurDir)).collect();
-            url = format!("file://{}", path.display());
-        }
-        if let Err(msg) = check_git_url(&url) {
-            let mark = g.get("url").map_or(git.mark, |n| n.mark);
-            self.error(mark, &g.path("url"), msg);
-            return None;
-        }
-        Some(SourceConfig { name: name?, kind: SourceKind::Git(GitSourceConfig { url, allow_moved_tags }) })
+        let dir = self.required_string(&f, "dir")?;
+        Some(CacheConfig { dir: base.join(dir), keep_releases })
     }
 
     fn subscription(&mut self, node: &Node, i: usize, sources: Option<&[String]>) -> Option<Subscription> {
@@ -266,7 +268,22 @@ impl Cx {
         let f = self.fields(
             node,
             &path,
-            &["name", "source", "stack", "version", "schedule", "interval", "autoUpgrade", "path", "values", "clusters"],
+            &[
+                "name",
+                "source",
+                "stack",
+                "version",
+                "schedule",
+                "interval",
+                "autoUpgrade",
+                "prereleases",
+                "path",
+                "format",
+                "values",
+                "clusters",
+                "clusterSelector",
+                "force",
+            ],
         )?;
         let name = self.name(&f, "name");
         let source = self.required_string(&f, "source");
@@ -324,7 +341,9 @@ impl Cx {
         };
         let schedule = self.schedule(&f, node);
         let auto_upgrade = self.bool(&f, "autoUpgrade", true);
-        let sub_path = self.string(&f, "path").unwrap_or_else(|| "manifests".to_owned());
+        let prereleases = self.bool(&f, "prereleases", false);
+        let format = self.format(&f, stack.as_ref());
+        let sub_path = self.string(&f, "path").unwrap_or_else(|| format.default_path().to_owned());
         if sub_path.starts_with('/') || sub_path.split('/').any(|c| c == "..") {
             let mark = f.get("path").map_or(node.mark, |n| n.mark);
             self.error(mark, &f.path("path"), format!("`{sub_path}` must be a relative path inside the release, without `..`"));
@@ -334,8 +353,14 @@ impl Cx {
             None => BTreeMap::new(),
         };
         let cluster_nodes = self.list(&f, "clusters");
-        if f.get("clusters").is_none() {
-            self.error(node.mark, &f.path("clusters"), "missing required field `clusters`: list the clusters that get this stack");
+        let selector = f.get("clusterSelector").and_then(|n| self.cluster_selector(n, &f.path("clusterSelector")));
+        let force = self.bool(&f, "force", false);
+        if f.get("clusters").is_none() && f.get("clusterSelector").is_none() {
+            self.error(
+                node.mark,
+                &f.path("clusters"),
+                "missing required field `clusters`: list the clusters that get this stack (or select them with `clusterSelector`)",
+            );
         }
         let clusters: Vec<ClusterConfig> =
             cluster_nodes.iter().enumerate().filter_map(|(j, n)| self.cluster(n, &format!("{path}.clusters[{j}]"), &defaults)).collect();
@@ -347,8 +372,12 @@ impl Cx {
             constraint: constraint?,
             schedule: schedule?,
             auto_upgrade,
+            prereleases,
             path: sub_path,
+            format,
             clusters,
+            selector,
+            force,
         })
     }
 
@@ -376,8 +405,11 @@ impl Cx {
     }
 
     fn cluster(&mut self, node: &Node, path: &str, defaults: &BTreeMap<String, String>) -> Option<ClusterConfig> {
-        let f = self.fields(node, path, &["name", "namespace", "values"])?;
+        let f = self.fields(node, path, &["name", "namespace", "values", "cluster", "controlPlane", "infraCluster"])?;
         let name = self.name(&f, "name");
+        if let Some(n) = &name {
+            self.reserved_cluster_name(&f, n);
+        }
         let mut namespace = if f.get("namespace").is_some() { self.name(&f, "namespace") } else { Some("default".to_owned()) };
         if namespace.as_deref() == Some(crate::apply::directory::STATUS_DIR) {
             let mark = f.get("namespace").map_or(node.mark, |n| n.mark);
@@ -392,7 +424,8 @@ impl Cx {
         if let Some(v) = f.get("values") {
             values.extend(self.values(v, &f.path("values")));
         }
-        Some(ClusterConfig { name: name?, namespace: namespace?, values })
+        let objects = self.cluster_objects(&f, name.as_deref(), namespace.as_deref());
+        Some(ClusterConfig { name: name?, namespace: namespace?, values, objects })
     }
 
     /// Flattens a values mapping into dotted keys of scalars.
@@ -428,19 +461,6 @@ impl Cx {
             }
         }
     }
-
-    fn target(&mut self, node: &Node, base: &Path) -> Option<Target> {
-        let f = self.fields(node, "target", &["directory"])?;
-        match self.string(&f, "directory") {
-            Some(dir) => Some(Target::Directory(base.join(dir))),
-            None => {
-                if f.get("directory").is_none() {
-                    self.error(node.mark, "target", "a target needs a kind: `directory: PATH` (`kubernetes` arrives in a later version)");
-                }
-                None
-            }
-        }
-    }
 }
 
 fn cluster_mark(sub: &Node, j: usize) -> Mark {
@@ -455,7 +475,7 @@ fn cluster_mark(sub: &Node, j: usize) -> Mark {
         .unwrap_or(sub.mark)
 }
 
-fn describe(node: &Node) -> String {
+pub(super) fn describe(node: &Node) -> String {
     match &node.value {
         Value::Scalar { text, .. } if !node.is_null() => format!("`{text}`"),
         _ => node.type_name().to_owned(),
@@ -475,7 +495,7 @@ pub(crate) fn is_dns_label(s: &str) -> bool {
         && b[b.len() - 1] != b'-'
 }
 
-fn check_git_url(url: &str) -> Result<(), String> {
+pub(super) fn check_git_url(url: &str) -> Result<(), String> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(format!(
             "`{url}` is not a URL; expected file://, git://, http://, https:// or a local path starting with `./`, `../` or `/`"

@@ -5,15 +5,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub mod clusterstack;
+mod fetch;
+pub mod kubernetes;
+
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::apply::{ChangeSet, DirectoryTarget};
 use crate::cache::index::Adopted;
-use crate::cache::{self, Cache, Index};
-use crate::config::{ClusterConfig, Config, SourceKind, Subscription, Target};
-use crate::release::{self, Release, short};
+use crate::cache::{self, Cache};
+use crate::config::{ClusterConfig, Config, Format, Subscription, Target};
+use crate::release::{Release, short};
 use crate::render::Manifests;
-use crate::source::{self, TagEvent, git};
 use crate::status::{ClusterStatus, Reason};
 
 /// A poll that takes longer than this is abandoned (and retried at the next poll).
@@ -34,6 +37,9 @@ pub struct PreparedRelease {
     /// True when this pass wrote the tree into the cache; false when it was already there.
     pub fetched: bool,
     pub note: Option<String>,
+    /// GitHub sources: each asset's digest and how it was verified. Empty for Git, whose
+    /// objects are content-addressed and checked by gix.
+    pub assets: Vec<crate::source::github::materialise::AssetRecord>,
 }
 
 /// What happened to one cluster in a pass.
@@ -51,6 +57,8 @@ pub struct PassReport {
     pub clusters: Vec<ClusterReport>,
     /// Sources that could not be polled this pass (their cached tags were used).
     pub source_errors: BTreeMap<String, String>,
+    /// Some cluster was skipped because it is not ready yet: poll again soon.
+    pub retry_soon: bool,
 }
 
 impl PassReport {
@@ -88,10 +96,12 @@ pub async fn pass(config: &Config, subs: Option<&[String]>, apply: bool) -> cach
     let mut index = cache.load_index()?;
     let selected: Vec<&Subscription> = config.subscriptions.iter().filter(|s| subs.is_none_or(|names| names.contains(&s.name))).collect();
     let mut report = PassReport::default();
+    let mut staged: Vec<(&Subscription, Prepared)> = Vec::new();
+    let mut kube_staged: Vec<(&Subscription, Prepared)> = Vec::new();
 
     let needed: BTreeSet<&str> = selected.iter().map(|s| s.source.as_str()).collect();
     for name in needed {
-        if let Err(e) = poll_source(config, &cache, &mut index, name).await {
+        if let Err(e) = fetch::poll_source(config, &cache, &mut index, name).await {
             warn!(source = name, error = %e, "source poll failed; using the releases cached from the last successful poll");
             report.source_errors.insert(name.to_owned(), e.to_string());
         }
@@ -99,12 +109,15 @@ pub async fn pass(config: &Config, subs: Option<&[String]>, apply: bool) -> cach
 
     for sub in selected {
         let span = info_span!("subscription", subscription = %sub.name, source = %sub.source);
-        let (prepared, next_index) = prepare(config, &cache, index, sub).instrument(span.clone()).await;
+        let (prepared, next_index) = fetch::prepare(config, &cache, index, sub).instrument(span.clone()).await;
         index = next_index;
-        if apply {
-            let target = match &config.target {
-                Target::Directory(dir) => DirectoryTarget::new(dir),
-            };
+        if apply && matches!(config.target, Target::Kubernetes(_)) {
+            kube_staged.push((sub, prepared.clone()));
+        } else if apply && sub.format == Format::ClusterStack && prepared.outcome.is_ok() {
+            // Rendered together after the loop: ClusterClass directories are per namespace.
+            staged.push((sub, prepared.clone()));
+        } else if apply && let Target::Directory(dir) = &config.target {
+            let target = DirectoryTarget::new(dir);
             let reports = span.in_scope(|| sync_subscription(&target, sub, &prepared, report.source_errors.get(&sub.source), true));
             let all_rendered = reports.iter().all(|r| r.status.reason != Reason::RenderFailed);
             if let (Ok(p), true) = (&prepared.outcome, all_rendered) {
@@ -117,105 +130,38 @@ pub async fn pass(config: &Config, subs: Option<&[String]>, apply: bool) -> cach
         }
         report.prepared.push(prepared);
     }
+    if let Target::Kubernetes(k) = &config.target
+        && !kube_staged.is_empty()
+    {
+        let outcome = kubernetes::sync(config, k, &kube_staged).await;
+        for (sub, prepared) in &kube_staged {
+            let all_rendered =
+                outcome.clusters.iter().filter(|c| c.subscription == sub.name).all(|r| r.status.reason != Reason::RenderFailed);
+            if let (Ok(p), true) = (&prepared.outcome, all_rendered) {
+                index.adopted.insert(
+                    sub.name.clone(),
+                    Adopted { source: sub.source.clone(), tag: p.release.tag.clone(), commit: p.release.commit.clone() },
+                );
+            }
+        }
+        report.retry_soon |= outcome.retry_soon;
+        report.clusters.extend(outcome.clusters);
+    }
+    if !staged.is_empty() {
+        let reports = match &config.target {
+            Target::Directory(dir) => {
+                let reports = clusterstack::sync(config, &DirectoryTarget::new(dir), &staged, true).await;
+                clusterstack::adopt(&mut index, &staged, &reports);
+                reports
+            }
+            other => clusterstack::unsupported_target(&staged, other),
+        };
+        report.clusters.extend(reports);
+    }
+    let keep = fetch::releases_to_keep(config, &index);
+    crate::cache::gc::collect(&cache, &mut index, &keep);
     cache.save_index(&index)?;
     Ok(report)
-}
-
-/// Fetches one source and merges what it advertises into the index, logging tag changes.
-async fn poll_source(config: &Config, cache: &Cache, index: &mut Index, name: &str) -> source::Result<()> {
-    let Some(src) = config.source(name) else { return Ok(()) };
-    let SourceKind::Git(g) = &src.kind;
-    let key = Cache::source_key(name, &g.url);
-    let previous = index.sources.get(&key).cloned().unwrap_or_default();
-    let (url, dir, heads, src_name) = (g.url.clone(), cache.git_dir(&key), previous.heads.clone(), name.to_owned());
-    let task = tokio::task::spawn_blocking(move || git::fetch(&src_name, &url, &dir, &heads));
-    let fetched = match tokio::time::timeout(POLL_TIMEOUT, task).await {
-        Ok(Ok(result)) => result?,
-        Ok(Err(join)) => {
-            return Err(source::Error::Fetch {
-                source_name: name.into(),
-                url: g.url.clone(),
-                message: format!("poll task failed: {join}"),
-            });
-        }
-        Err(_) => return Err(source::Error::Timeout { source_name: name.into(), seconds: POLL_TIMEOUT.as_secs() }),
-    };
-    for (branch, old, new) in &fetched.force_pushed {
-        warn!(source = name, branch, old = short(old), new = short(new), "branch was force-pushed");
-    }
-    for tag in &fetched.not_commits {
-        warn!(source = name, tag, "tag does not point at a commit; ignored");
-    }
-    let (next, events) = source::reconcile(&previous, &g.url, &fetched.refs, g.allow_moved_tags);
-    for event in &events {
-        match event {
-            TagEvent::New { tag, commit } => info!(source = name, tag, commit = short(commit), "new tag"),
-            TagEvent::Deleted { tag, commit } => warn!(source = name, tag, commit = short(commit), "tag was deleted upstream"),
-            TagEvent::Moved { tag, old, new, accepted: true } => {
-                warn!(source = name, tag, old = short(old), new = short(new), "tag moved; accepted (allowMovedTags)");
-            }
-            TagEvent::Moved { tag, old, new, accepted: false } => error!(
-                source = name,
-                tag,
-                old = short(old),
-                new = short(new),
-                "tag moved to another commit; refused, still using the old commit (set allowMovedTags to accept)"
-            ),
-        }
-    }
-    info!(source = name, tags = next.tags.len(), branches = next.heads.len(), "polled source");
-    index.sources.insert(key, next);
-    Ok(())
-}
-
-/// Selects and caches a subscription's release. Takes and returns the index so the blocking
-/// materialisation can own it.
-async fn prepare(config: &Config, cache: &Cache, index: Index, sub: &Subscription) -> (Prepared, Index) {
-    let mut prepared = Prepared { subscription: sub.name.clone(), source: sub.source.clone(), outcome: Err(String::new()) };
-    let Some(SourceKind::Git(g)) = config.source(&sub.source).map(|s| &s.kind) else {
-        prepared.outcome = Err(format!("unknown source `{}`", sub.source));
-        return (prepared, index);
-    };
-    let key = Cache::source_key(&sub.source, &g.url);
-    let tags = index.sources.get(&key).map(|s| s.tags.clone()).unwrap_or_default();
-    let selection = match release::select(sub, &tags, index.adopted.get(&sub.name)) {
-        Ok(s) => s,
-        Err(msg) => {
-            warn!("{msg}");
-            prepared.outcome = Err(msg);
-            return (prepared, index);
-        }
-    };
-    let rel = selection.release.clone();
-    let span = info_span!("release", source = %rel.source, tag = %rel.tag, commit = %short(&rel.commit));
-    if let Some(note) = &selection.note {
-        span.in_scope(|| info!("{note}"));
-    }
-    let (cache, git_dir, commit, source_name, tag) =
-        (cache.clone(), cache.git_dir(&key), rel.commit.clone(), rel.source.clone(), rel.tag.clone());
-    let mut index = index;
-    let task = tokio::task::spawn_blocking(move || {
-        let result = cache.release(&mut index, &source_name, &key, &tag, &commit, |tmp| git::materialise(&git_dir, &commit, tmp));
-        (index, result)
-    });
-    let (index, result) = match task.await {
-        Ok(pair) => pair,
-        Err(join) => {
-            prepared.outcome = Err(format!("materialise task failed: {join}"));
-            return (prepared, Index::default());
-        }
-    };
-    prepared.outcome = match result {
-        Ok((tree, fetched)) => {
-            span.in_scope(|| info!(fetched, path = %tree.display(), "release ready"));
-            Ok(PreparedRelease { release: rel, tree, fetched, note: selection.note })
-        }
-        Err(e) => {
-            span.in_scope(|| error!(error = %e, "cannot cache release"));
-            Err(e.to_string())
-        }
-    };
-    (prepared, index)
 }
 
 /// Renders and applies a prepared release to each cluster of `sub`, writing status.
@@ -254,7 +200,7 @@ fn sync_subscription(
             match rendered {
                 Ok(objects) => {
                     let changes = target.sync(c, objects);
-                    let status = ClusterStatus::applied(sub, c, rel, &changes);
+                    let status = ClusterStatus::applied(sub, c, rel, &changes).with_assets(&rel.tag, &rel.commit, &release.assets);
                     info!(cluster = %format!("{}/{}", c.namespace, c.name), ready = status.ready, "synced: {}", changes.summary());
                     for e in changes.entries.iter().filter(|e| !e.action.is_synced()) {
                         warn!(cluster = %format!("{}/{}", c.namespace, c.name), object = %e.object, "{}: {}", e.action, e.message);
@@ -292,8 +238,14 @@ fn finish(
 pub async fn render_to(config: &Config, out: &std::path::Path) -> cache::Result<PassReport> {
     let mut report = pass(config, None, false).await?;
     let target = DirectoryTarget::new(out);
+    let mut staged = Vec::new();
     for (sub, prepared) in config.subscriptions.iter().zip(report.prepared.clone()) {
+        if sub.format == Format::ClusterStack && prepared.outcome.is_ok() {
+            staged.push((sub, prepared));
+            continue;
+        }
         report.clusters.extend(sync_subscription(&target, sub, &prepared, report.source_errors.get(&sub.source), false));
     }
+    report.clusters.extend(clusterstack::sync(config, &target, &staged, false).await);
     Ok(report)
 }

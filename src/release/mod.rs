@@ -1,5 +1,6 @@
 //! Releases: tag names read as versions, and the choice of which release a subscription runs.
 
+pub mod metadata;
 pub mod version;
 
 use std::cmp::Ordering;
@@ -120,7 +121,11 @@ mod tests {
             constraint: Constraint::parse(version).unwrap(),
             schedule: Schedule::Interval(Duration::from_secs(60)),
             auto_upgrade,
+            prereleases: false,
+            force: false,
+            selector: None,
             path: "manifests".into(),
+            format: crate::config::Format::Manifests,
             clusters: Vec::new(),
         }
     }

@@ -1,8 +1,13 @@
-//! Render: turns a release's manifest directory into the objects one cluster gets, with `${var}`
-//! substitution from the cluster's values. Files are read once per release; rendering is a pure
-//! function of the file texts and the variables.
+//! Render: turns a release into the objects one cluster gets. A manifest directory is rendered
+//! natively with `${var}` substitution from the cluster's values (files read once per release,
+//! rendering a pure function of the file texts and the variables); a SovereignCloudStack
+//! cluster-stack release is rendered with the real helm ([`clusterstack`]).
 
+pub mod clusterstack;
+pub mod gotemplate;
+pub mod helm;
 pub mod subst;
+pub mod values;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -28,6 +33,14 @@ pub enum Error {
     Parse { file: String, line: usize, message: String },
     #[error("{file}:{line}: {message}")]
     Object { file: String, line: usize, message: String },
+    /// The cluster-stack release itself is malformed (metadata, layout, charts).
+    #[error("{file}: {message}")]
+    Release { file: String, message: String },
+    /// A values template (`cluster-addon-values.yaml`, `overwrite.yaml`) failed.
+    #[error("{0}")]
+    Template(#[from] gotemplate::Error),
+    #[error("{chart}: {source}")]
+    Helm { chart: String, source: helm::Error },
 }
 
 impl Error {
@@ -38,6 +51,9 @@ impl Error {
             Error::Substitute { .. } => "substitute",
             Error::Parse { .. } => "parse",
             Error::Object { .. } => "object",
+            Error::Release { .. } => "release",
+            Error::Template(_) => "template",
+            Error::Helm { source, .. } => source.kind(),
         }
     }
 }
@@ -69,10 +85,15 @@ pub struct Object {
     pub kind: String,
     pub namespace: Option<String>,
     pub name: String,
-    /// Release-relative file and the line its document starts on.
+    /// Release-relative file and the line its document starts on; for helm charts, the template
+    /// file as helm's `# Source:` names it.
     pub file: String,
     pub line: usize,
     pub body: Value,
+    /// The release-relative chart it was rendered from (cluster-stack releases).
+    pub chart: Option<String>,
+    /// The cluster-addon stage (`cluster-class` for ClusterClass objects).
+    pub stage: Option<String>,
 }
 
 impl Object {
@@ -213,7 +234,7 @@ fn collect(dir: &Path, rel: &str, files: &mut BTreeMap<String, String>, errors: 
 
 /// Splits a multi-document YAML text at `---` lines; yields each document with the 1-based line
 /// it starts on.
-fn documents(text: &str) -> Vec<(usize, &str)> {
+pub(crate) fn documents(text: &str) -> Vec<(usize, &str)> {
     let mut docs = Vec::new();
     let mut start_byte = 0;
     let mut start_line = 1;
@@ -233,7 +254,7 @@ fn documents(text: &str) -> Vec<(usize, &str)> {
     docs
 }
 
-fn parse_object(file: &str, line: usize, doc: &str) -> Result<Option<Object>, Error> {
+pub(crate) fn parse_object(file: &str, line: usize, doc: &str) -> Result<Option<Object>, Error> {
     let value: Value = if doc.trim().is_empty() {
         Value::Null
     } else {
@@ -265,7 +286,7 @@ fn parse_object(file: &str, line: usize, doc: &str) -> Result<Option<Object>, Er
         .ok_or_else(|| obj_err(format!("{kind} has no `metadata.name`")))?
         .to_owned();
     let namespace = meta.and_then(|m| m.get("namespace")).and_then(Value::as_str).map(str::to_owned);
-    Ok(Some(Object { api_version, kind, namespace, name, file: file.to_owned(), line, body: Value::Object(map) }))
+    Ok(Some(Object { api_version, kind, namespace, name, file: file.to_owned(), line, body: Value::Object(map), chart: None, stage: None }))
 }
 
 fn json_type(v: &Value) -> &'static str {
@@ -289,7 +310,12 @@ mod tests {
     }
 
     fn cluster() -> ClusterConfig {
-        ClusterConfig { name: "alpha".into(), namespace: "team-a".into(), values: [("region".to_owned(), "eu-1".to_owned())].into() }
+        ClusterConfig {
+            name: "alpha".into(),
+            namespace: "team-a".into(),
+            values: [("region".to_owned(), "eu-1".to_owned())].into(),
+            objects: Default::default(),
+        }
     }
 
     #[test]

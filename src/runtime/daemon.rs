@@ -13,7 +13,8 @@ use crate::config::{self, Config};
 use crate::controller;
 use crate::schedule::Queue;
 
-/// Runs until `shutdown` completes. A pass in progress finishes first.
+/// Runs until `shutdown` completes. A pass in progress is abandoned at shutdown; every file it
+/// wrote is complete (atomic writes), and the next start picks up from the cache.
 ///
 /// # Errors
 /// Only when the config file's directory cannot be watched at start-up.
@@ -43,10 +44,21 @@ pub async fn run(path: PathBuf, initial: Config, shutdown: impl Future<Output = 
                 if due.is_empty() {
                     continue;
                 }
-                match controller::pass(&config, Some(&due), true).await {
+                // Shutdown does not wait for a long pass (a rate-limit wait can take minutes):
+                // everything a pass writes is atomic, so abandoning it leaves a consistent cache.
+                let result = tokio::select! {
+                    result = controller::pass(&config, Some(&due), true) => result,
+                    () = &mut shutdown => {
+                        info!("shutting down; the pass in progress was abandoned");
+                        return Ok(());
+                    }
+                };
+                let mut retry_soon = false;
+                match result {
                     Ok(report) => {
                         let ready = report.clusters.iter().filter(|c| c.status.ready).count();
                         info!(subscriptions = due.len(), clusters = report.clusters.len(), ready, "pass complete");
+                        retry_soon = report.retry_soon;
                     }
                     Err(e) => error!(error = %e, "pass failed: cache unavailable"),
                 }
@@ -54,6 +66,9 @@ pub async fn run(path: PathBuf, initial: Config, shutdown: impl Future<Output = 
                 for name in &due {
                     if let Some(sub) = config.subscription(name) {
                         queue.schedule(name, &sub.schedule, now, wall);
+                        if retry_soon {
+                            queue.expedite(name, now + controller::kubernetes::NOT_READY_RETRY);
+                        }
                     }
                 }
             }

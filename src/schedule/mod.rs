@@ -137,6 +137,12 @@ pub fn format_duration(d: Duration) -> String {
     }
 }
 
+/// The one retry backoff of the crate: 500 ms doubled per attempt (1-based), capped at 30 s.
+pub fn backoff(attempt: u32) -> Duration {
+    let factor = 1u64 << attempt.saturating_sub(1).min(16);
+    Duration::from_millis(500u64.saturating_mul(factor)).min(Duration::from_secs(30))
+}
+
 /// The set of subscriptions and when each is next due.
 #[derive(Debug, Default)]
 pub struct Queue {
@@ -152,6 +158,13 @@ impl Queue {
     /// Schedules `name`'s next poll.
     pub fn schedule(&mut self, name: &str, schedule: &Schedule, now: Instant, wall: DateTime<Utc>) {
         self.due.insert(name.to_owned(), now + schedule.delay_after(wall));
+    }
+
+    /// Makes `name` due no later than `at` (a not-ready cluster is retried soon, whatever the
+    /// subscription's schedule).
+    pub fn expedite(&mut self, name: &str, at: Instant) {
+        let due = self.due.entry(name.to_owned()).or_insert(at);
+        *due = (*due).min(at);
     }
 
     pub fn remove(&mut self, name: &str) {
@@ -190,6 +203,12 @@ mod tests {
         assert!(parse_duration("").is_err());
         assert_eq!(format_duration(Duration::from_secs(300)), "5m");
         assert!(Schedule::interval("0s").is_err());
+    }
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let got: Vec<u64> = (1..=8).map(|a| backoff(a).as_millis() as u64).collect();
+        assert_eq!(got, [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! [`reconcile`] turns that into the accepted tag set, applying the moved/deleted-tag policy.
 
 pub mod git;
+pub mod github;
 
 use std::collections::BTreeMap;
 
@@ -13,6 +14,13 @@ pub enum Error {
     Fetch { source_name: String, url: String, message: String },
     #[error("source {source_name}: poll did not finish within {seconds}s")]
     Timeout { source_name: String, seconds: u64 },
+    #[error("source {source_name}: {source}")]
+    Github {
+        source_name: String,
+        // Boxed: the GitHub error is large and would bloat every source result.
+        #[source]
+        source: Box<github::Error>,
+    },
 }
 
 impl Error {
@@ -25,6 +33,7 @@ impl Error {
         match self {
             Error::Fetch { .. } => "fetch",
             Error::Timeout { .. } => "timeout",
+            Error::Github { .. } => "github",
         }
     }
 }

@@ -2,6 +2,8 @@
 //! (`<out>/status/<namespace>/<cluster>.yaml` for the directory target). Built by a pure function
 //! from the change set; the target writes it only when it changed.
 
+pub mod crd;
+
 use serde::{Deserialize, Serialize};
 
 use crate::apply::changeset::{ChangeSet, ObjectRef};
@@ -47,12 +49,24 @@ pub struct ClusterRef {
 pub struct ReleaseRef {
     pub tag: String,
     pub version: String,
+    /// The commit (Git) or the asset-set revision (GitHub).
     pub commit: String,
+    /// GitHub releases: every asset with its digest and how it was verified.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub assets: Vec<AssetStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AssetStatus {
+    pub name: String,
+    pub digest: String,
+    pub verified_by: crate::source::github::verify::VerifiedBy,
 }
 
 impl From<&Release> for ReleaseRef {
     fn from(r: &Release) -> Self {
-        ReleaseRef { tag: r.tag.clone(), version: r.version.to_string(), commit: r.commit.clone() }
+        ReleaseRef { tag: r.tag.clone(), version: r.version.to_string(), commit: r.commit.clone(), assets: Vec::new() }
     }
 }
 
@@ -66,6 +80,16 @@ pub enum Reason {
     RenderFailed,
     /// No release could be selected or fetched; whatever was applied stays.
     ReleaseUnavailable,
+    /// Kubernetes target: the Cluster object does not exist (yet).
+    ClusterNotFound,
+    /// Kubernetes target: the cluster's control plane is not ready yet; retried shortly.
+    ControlPlaneNotReady,
+    /// Kubernetes target: the `<cluster>-kubeconfig` Secret does not exist yet; retried shortly.
+    KubeconfigMissing,
+    /// Kubernetes target: the workload cluster could not be reached.
+    ClusterUnreachable,
+    /// More objects would be pruned than `pruneLimit` allows: pruning paused, nothing deleted.
+    PrunePaused,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,6 +106,12 @@ pub struct ObjectStatus {
     /// Release-relative file the object was rendered from.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub source: String,
+    /// The chart of a cluster-stack object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chart: Option<String>,
+    /// The addon stage (or `cluster-class`) of a cluster-stack object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
 }
 
 impl ObjectStatus {
@@ -128,6 +158,8 @@ impl ClusterStatus {
                 synced: e.action.is_synced(),
                 message: e.message.clone(),
                 source: e.file.clone(),
+                chart: e.chart.clone(),
+                stage: e.stage.clone(),
             })
             .collect();
         let synced = objects.iter().filter(|o| o.synced).count();
@@ -175,5 +207,18 @@ impl ClusterStatus {
             objects,
             ..base
         }
+    }
+
+    /// Records the digests of a GitHub release's assets on the wanted and applied release when
+    /// they are that release.
+    pub fn with_assets(mut self, tag: &str, commit: &str, assets: &[crate::source::github::materialise::AssetRecord]) -> ClusterStatus {
+        let list: Vec<AssetStatus> =
+            assets.iter().map(|a| AssetStatus { name: a.name.clone(), digest: a.digest.clone(), verified_by: a.verified_by }).collect();
+        for r in [self.wanted_release.as_mut(), self.applied_release.as_mut()].into_iter().flatten() {
+            if r.tag == tag && r.commit == commit {
+                r.assets = list.clone();
+            }
+        }
+        self
     }
 }

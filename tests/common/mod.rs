@@ -117,3 +117,50 @@ pub fn snapshot(dir: &Path) -> Vec<(PathBuf, u64, std::time::SystemTime)> {
     out.sort();
     out
 }
+
+/// A `.tar.gz` of `(path, content)` files, as a release asset.
+pub fn targz(files: &[(&str, &str)]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
+    for (path, content) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(content.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        builder.append_data(&mut header, path, content.as_bytes()).expect("append");
+    }
+    builder.into_inner().expect("tar").finish().expect("gzip")
+}
+
+/// A `.tar.gz` written header by header, so hostile names (`../x`) can be built: the tar
+/// crate's safe builder refuses them.
+pub fn raw_targz(files: &[(&str, &str)]) -> Vec<u8> {
+    let mut tar = Vec::new();
+    for (name, content) in files {
+        let mut header = tar::Header::new_gnu();
+        header.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+        header.set_size(content.len() as u64);
+        header.set_mode(0o644);
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_cksum();
+        tar.extend_from_slice(header.as_bytes());
+        tar.extend_from_slice(content.as_bytes());
+        tar.resize(tar.len().div_ceil(512) * 512, 0);
+    }
+    tar.resize(tar.len() + 1024, 0);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &tar).expect("gzip");
+    gz.finish().expect("gzip")
+}
+
+/// A config with one GitHub source (`github:` body given as YAML lines at 4-space indent) and one
+/// subscription of semver releases for cluster team-a/alpha.
+pub fn github_config(dir: &Path, github_lines: &str, sub_lines: &str) -> PathBuf {
+    let text = format!(
+        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nsources:\n  - name: gh\n    github:\n{github_lines}subscriptions:\n  - name: stack\n    source: gh\n    interval: 1h\n{sub_lines}    clusters:\n      - name: alpha\n        namespace: team-a\n        values: {{region: eu-1}}\ntarget:\n  directory: {out}\n",
+        cache = dir.join("cache").display(),
+        out = dir.join("out").display(),
+    );
+    let path = dir.join("stacksync.yaml");
+    std::fs::write(&path, text).expect("write config");
+    path
+}

@@ -1,0 +1,202 @@
+//! Errors of the per-object operations, and the message a Failed entry carries for each: the
+//! API server's own words, with conflicts and immutable fields spelled out.
+
+use kube::core::Status;
+
+use super::{FORCE_ANNOTATION, RECREATE_ANNOTATION};
+use crate::apply::ObjectRef;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("reading {object}")]
+    Get {
+        object: ObjectRef,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("dry-run apply of {object}")]
+    DryRun {
+        object: ObjectRef,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("applying {object}")]
+    Patch {
+        object: ObjectRef,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("deleting {object}")]
+    Delete {
+        object: ObjectRef,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{object} was deleted for re-creation but is still there after {wait:?}")]
+    AwaitDeletion { object: ObjectRef, wait: std::time::Duration },
+    #[error("{object} is not Established after {wait:?}{detail}")]
+    Establish { object: ObjectRef, wait: std::time::Duration, detail: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A short, bounded label for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Get { .. } => "get",
+            Error::DryRun { source, .. } | Error::Patch { source, .. } if is_conflict(source) => "conflict",
+            Error::DryRun { source, .. } | Error::Patch { source, .. } if is_immutable(source) => "immutable",
+            Error::DryRun { .. } => "dry_run",
+            Error::Patch { .. } => "patch",
+            Error::Delete { .. } => "delete",
+            Error::AwaitDeletion { .. } => "await_deletion",
+            Error::Establish { .. } => "establish",
+        }
+    }
+
+    /// Whether the next sync may well succeed without a change to the release or the cluster.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Get { source, .. } | Error::DryRun { source, .. } | Error::Patch { source, .. } | Error::Delete { source, .. } => {
+                match source {
+                    kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+                    _ => true,
+                }
+            }
+            Error::AwaitDeletion { .. } | Error::Establish { .. } => true,
+        }
+    }
+
+    /// Whether the server refused the change because it touches an immutable field.
+    pub fn is_immutable(&self) -> bool {
+        matches!(self, Error::DryRun { source, .. } | Error::Patch { source, .. } if is_immutable(source))
+    }
+
+    /// The message of the object's Failed entry: the server's message, without the object's
+    /// identity (the entry carries that), with a hint where the user has a choice.
+    pub fn message(&self) -> String {
+        match self {
+            Error::Get { source, .. } | Error::Delete { source, .. } => server_message(source),
+            Error::DryRun { source, .. } | Error::Patch { source, .. } => match source {
+                kube::Error::Api(s) if is_conflict(source) => conflict_message(s),
+                _ if is_immutable(source) => format!(
+                    "{} (immutable field: annotate the object with {RECREATE_ANNOTATION}: \"true\" to delete and re-create it)",
+                    server_message(source)
+                ),
+                _ => server_message(source),
+            },
+            Error::AwaitDeletion { .. } | Error::Establish { .. } => self.to_string(),
+        }
+    }
+}
+
+fn server_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if s.message.is_empty() => format!("{} {}", s.code, s.reason),
+        kube::Error::Api(s) => s.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A server-side apply conflict (not the optimistic-concurrency conflict of an update).
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409 && s.reason == "Conflict" && s.message.starts_with("Apply failed"))
+}
+
+fn is_immutable(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 422 && (s.message.contains("field is immutable")
+        || s.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.message.contains("field is immutable")))))
+}
+
+/// `conflict with "alpha": .data.a, .data.b; conflict with "kubectl-edit" using v1: .spec.x`,
+/// grouped by manager from the Status causes, and how to take ownership.
+fn conflict_message(status: &Status) -> String {
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    for cause in status.details.iter().flat_map(|d| &d.causes) {
+        if cause.field.is_empty() {
+            continue;
+        }
+        match groups.iter_mut().find(|(m, _)| *m == cause.message) {
+            Some((_, fields)) => fields.push(cause.field.clone()),
+            None => groups.push((cause.message.clone(), vec![cause.field.clone()])),
+        }
+    }
+    let what = if groups.is_empty() {
+        status.message.clone()
+    } else {
+        groups.iter().map(|(manager, fields)| format!("{manager}: {}", fields.join(", "))).collect::<Vec<_>>().join("; ")
+    };
+    format!(
+        "{what} (another field manager owns these fields; set force, or annotate the object with {FORCE_ANNOTATION}: \"true\", to take them over)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::core::response::{StatusCause, StatusDetails};
+
+    use super::*;
+
+    fn api(code: u16, reason: &str, message: &str, causes: Vec<StatusCause>) -> kube::Error {
+        let mut s = Status::failure(message, reason);
+        s.code = code;
+        s.details = Some(StatusDetails {
+            name: "c".into(),
+            group: String::new(),
+            kind: "configmaps".into(),
+            uid: String::new(),
+            causes,
+            retry_after_seconds: 0,
+        });
+        kube::Error::Api(s.boxed())
+    }
+
+    fn cause(message: &str, field: &str) -> StatusCause {
+        StatusCause { reason: "FieldManagerConflict".into(), message: message.into(), field: field.into() }
+    }
+
+    fn obj() -> ObjectRef {
+        ObjectRef { api_version: "v1".into(), kind: "ConfigMap".into(), namespace: Some("default".into()), name: "c".into() }
+    }
+
+    #[test]
+    fn conflicts_name_managers_and_fields() {
+        let source = api(
+            409,
+            "Conflict",
+            "Apply failed with 3 conflicts: ...",
+            vec![
+                cause("conflict with \"alpha\"", ".data.a"),
+                cause("conflict with \"beta\" using v1", ".data.c"),
+                cause("conflict with \"alpha\"", ".data.b"),
+            ],
+        );
+        let e = Error::DryRun { object: obj(), source };
+        assert_eq!(e.kind(), "conflict");
+        assert!(!e.is_transient());
+        assert!(
+            e.message()
+                .starts_with("conflict with \"alpha\": .data.a, .data.b; conflict with \"beta\" using v1: .data.c (another field manager"),
+            "{}",
+            e.message()
+        );
+    }
+
+    #[test]
+    fn immutable_fields_say_how_to_recreate() {
+        let message = "Job.batch \"j\" is invalid: spec.template: Invalid value: ...: field is immutable";
+        let e = Error::Patch { object: obj(), source: api(422, "Invalid", message, vec![]) };
+        assert!(e.is_immutable());
+        assert_eq!(e.kind(), "immutable");
+        assert!(e.message().starts_with(message) && e.message().contains(RECREATE_ANNOTATION), "{}", e.message());
+    }
+
+    #[test]
+    fn other_errors_are_the_servers_message_and_5xx_is_transient() {
+        let e = Error::Patch { object: obj(), source: api(500, "InternalError", "boom", vec![]) };
+        assert_eq!((e.message().as_str(), e.kind(), e.is_transient()), ("boom", "patch", true));
+        let e = Error::Patch { object: obj(), source: api(409, "Conflict", "Operation cannot be fulfilled", vec![]) };
+        assert_eq!(e.kind(), "patch", "a stale update is no field conflict");
+    }
+}

@@ -1,0 +1,514 @@
+//! The Kubernetes target of the apply stage: server-side apply of rendered objects under one field
+//! manager, stage by stage in a fixed order, writing only on drift, then pruning what the release
+//! dropped. Semantics for users: docs/apply.md.
+
+mod diff;
+mod discovery;
+mod error;
+mod inventory;
+mod object;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use kube::Client;
+use kube::api::{Api, DynamicObject};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+pub use error::Error;
+pub use inventory::{Inventory, InventoryEntry, ParseEntryError};
+
+use discovery::{DiscoveryCache, Unresolved};
+use inventory::{Key, PruneLimits, PrunePlan};
+use object::{Deletion, Outcome, Policy, Target};
+
+use crate::apply::{Action, ChangeSet, Entry, ObjectRef, order};
+use crate::render::Object;
+
+/// The field manager of every apply.
+pub const FIELD_MANAGER: &str = "stacksync";
+/// Label on every applied object; its value is [`owner_label_value`] of the sync's owner. Only
+/// objects carrying ours are ever deleted.
+pub const OWNER_LABEL: &str = "stacksync.io/owner";
+/// Per-object policy: `apply` (default), `apply-once` (create if absent, then leave it) or `ignore`.
+pub const POLICY_ANNOTATION: &str = "stacksync.io/policy";
+/// `"true"`: take ownership of conflicting fields for this object.
+pub const FORCE_ANNOTATION: &str = "stacksync.io/force";
+/// `"true"`: delete and re-create this object when the server refuses a change as immutable.
+pub const RECREATE_ANNOTATION: &str = "stacksync.io/recreate-on-immutable";
+
+/// What a resync does when a live object differs from a manifest that did not change.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DriftMode {
+    /// Apply the manifest again (the object's entry says `corrected drift: <fields>`).
+    #[default]
+    Correct,
+    /// Leave the object; report it as Skipped `drifted: <fields>` and in [`SyncResult::drifted`].
+    Warn,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StageAction {
+    #[default]
+    Apply,
+    /// Delete the stage's objects (only those carrying our owner label).
+    Delete,
+}
+
+/// One stage of a sync (a cluster-addon stage, or the ClusterClass objects); stages run in order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stage {
+    pub name: String,
+    pub action: StageAction,
+    pub objects: Vec<Object>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ApplyOptions {
+    /// Who the applied objects belong to (e.g. `<subscription>.<namespace>.<cluster>`); any
+    /// string, made label-safe by [`owner_label_value`].
+    pub owner: String,
+    /// Namespace of namespaced objects whose manifest names none.
+    pub default_namespace: String,
+    /// Take ownership of conflicting fields for every object.
+    pub force: bool,
+    pub drift: DriftMode,
+    pub prune: bool,
+    /// More deletions than this in one pass pause pruning.
+    pub prune_limit: usize,
+    /// Prune even when no Apply stage has any object.
+    pub allow_empty_prune: bool,
+    /// Objects of one rank applied at once.
+    pub concurrency: usize,
+    /// How long a CRD may take to become Established.
+    pub crd_wait: Duration,
+    /// How long a deleted object may take to go away before it is re-created.
+    pub delete_wait: Duration,
+}
+
+impl Default for ApplyOptions {
+    fn default() -> ApplyOptions {
+        ApplyOptions {
+            owner: String::new(),
+            default_namespace: "default".into(),
+            force: false,
+            drift: DriftMode::Correct,
+            prune: true,
+            prune_limit: 50,
+            allow_empty_prune: false,
+            concurrency: 8,
+            crd_wait: Duration::from_secs(30),
+            delete_wait: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What one sync did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SyncResult {
+    /// One entry per object of the stages (in apply order, stage by stage), then one per pruned
+    /// or not-pruned object.
+    pub changes: ChangeSet,
+    /// Pass it as `previous` to the next sync: every object of the Apply stages (failed ones
+    /// too, so a failure never leads to a prune), plus prune candidates that were kept (pruning
+    /// paused or disabled, deletion failed). A Failed object keeps the digest it was last
+    /// applied with, so the next sync still tells its release change from drift.
+    pub inventory: Inventory,
+    /// Objects whose live state differed from an unchanged manifest, with the field paths:
+    /// corrected in [`DriftMode::Correct`], only reported in [`DriftMode::Warn`].
+    pub drifted: Vec<(ObjectRef, Vec<String>)>,
+    /// Set when pruning was paused (prune limit, empty render): why, and nothing was deleted.
+    pub prune_paused: Option<String>,
+}
+
+/// Applies stages of objects to one cluster. Cheap to clone the client into; one per
+/// (cluster, owner).
+pub struct Applier {
+    client: Client,
+    options: ApplyOptions,
+    owner_value: String,
+}
+
+/// Accumulates one sync.
+struct Run {
+    cache: DiscoveryCache,
+    result: SyncResult,
+    /// Inventory keys already recorded (`InventoryEntry` with an empty version and digest).
+    recorded: HashSet<InventoryEntry>,
+    /// Objects of delete stages: never prune candidates.
+    deleted: Vec<InventoryEntry>,
+}
+
+impl Run {
+    fn record(&mut self, entry: InventoryEntry) {
+        if self.recorded.insert(key_only(&entry)) {
+            self.result.inventory.entries.push(entry);
+        }
+    }
+
+    /// Records prune candidates that stay, in the order `previous` had them.
+    fn keep(&mut self, previous: &Inventory, candidates: &[&InventoryEntry]) {
+        let keep: HashSet<Key<'_>> = candidates.iter().map(|e| e.key()).collect();
+        for e in previous.entries.iter().filter(|e| keep.contains(&e.key())) {
+            self.record(e.clone());
+        }
+    }
+
+    fn push(&mut self, outcome: Outcome) {
+        if let Some(paths) = outcome.drifted {
+            self.result.drifted.push((outcome.entry.object.clone(), paths));
+        }
+        self.result.changes.entries.push(outcome.entry);
+    }
+}
+
+impl Applier {
+    pub fn new(client: Client, options: ApplyOptions) -> Applier {
+        let owner_value = owner_label_value(&options.owner);
+        Applier { client, options, owner_value }
+    }
+
+    pub fn options(&self) -> &ApplyOptions {
+        &self.options
+    }
+
+    /// Applies `stages` in order, then prunes what `previous` holds and this sync did not apply.
+    ///
+    /// Per stage: CRDs (waited for until Established) and Namespaces first, then the other
+    /// kinds rank by rank (`apply::order`), up to `concurrency` objects of a rank at once;
+    /// objects of a Delete stage are deleted in reverse order. Never fails as a whole: every
+    /// object gets its entry, a failed one never stops the others, and the returned inventory
+    /// is safe to pass to the next sync whatever happened.
+    ///
+    /// Idempotent: a second sync of the same stages makes reads and dry-runs only, no writes.
+    /// Cancellation: dropping the future may leave some objects applied and others not; the
+    /// next sync with the same `previous` completes the work (nothing is pruned that it would
+    /// not have pruned).
+    pub async fn sync(&self, stages: &[Stage], previous: &Inventory) -> SyncResult {
+        let mut run = Run {
+            cache: DiscoveryCache::new(self.client.clone()),
+            result: SyncResult::default(),
+            recorded: HashSet::new(),
+            deleted: Vec::new(),
+        };
+        let digests: Digests<'_> = previous.entries.iter().map(|e| (e.key(), e.digest.as_str())).collect();
+        for stage in stages {
+            match stage.action {
+                StageAction::Apply => self.apply_stage(stage, &digests, &mut run).await,
+                StageAction::Delete => self.delete_stage(stage, &mut run).await,
+            }
+        }
+        let rendered_any = stages.iter().any(|s| s.action == StageAction::Apply && !s.objects.is_empty());
+        self.prune(previous, rendered_any, &mut run).await;
+        tracing::debug!(summary = %run.result.changes.summary(), "sync done");
+        run.result
+    }
+
+    async fn apply_stage(&self, stage: &Stage, previous: &Digests<'_>, run: &mut Run) {
+        let mut objects: Vec<&Object> = stage.objects.iter().collect();
+        objects.sort_by(|a, b| order::compare(a, b));
+        for rank in objects.chunk_by(|a, b| order::rank(a) == order::rank(b)) {
+            let (mut entries, mut slots) = (Vec::with_capacity(rank.len()), Vec::with_capacity(rank.len()));
+            for o in rank {
+                let (entry, slot) = self.prepare(o, stage, previous, &mut run.cache).await;
+                entries.push(entry);
+                slots.push(slot);
+            }
+            let outcomes: Vec<Outcome> = futures_util::stream::iter(&slots)
+                .map(async |slot| match slot {
+                    Ok(t) => {
+                        let outcome = self.apply_one(t).await;
+                        self.establish(t, outcome).await
+                    }
+                    Err(not) => Outcome { entry: not.entry.clone(), drifted: None },
+                })
+                .buffered(self.options.concurrency.max(1))
+                .collect()
+                .await;
+            for (mut entry, outcome) in entries.into_iter().zip(outcomes) {
+                if outcome.entry.action == Action::Failed {
+                    // Not applied: keep the digest that was, so the next sync still sees a
+                    // release change as one (and not as drift).
+                    let applied = previous.get(&entry.key()).map(|d| (*d).to_string()).unwrap_or_default();
+                    entry.digest = applied;
+                }
+                run.record(entry);
+                run.push(outcome);
+            }
+            if rank.iter().any(|o| is_crd(o.group(), &o.kind)) {
+                run.cache.refresh();
+            }
+        }
+    }
+
+    /// A CRD is only in place once Established: until then its kinds are not served.
+    async fn establish(&self, t: &Target<'_>, outcome: Outcome) -> Outcome {
+        if !is_crd(t.object.group(), &t.object.kind) || !outcome.entry.action.is_synced() {
+            return outcome;
+        }
+        match self.await_established(t).await {
+            Ok(()) => outcome,
+            Err(e) => Outcome::new(&outcome.entry, Action::Failed, e.message()),
+        }
+    }
+
+    async fn delete_stage(&self, stage: &Stage, run: &mut Run) {
+        let mut objects: Vec<&Object> = stage.objects.iter().collect();
+        objects.sort_by(|a, b| order::compare(b, a));
+        for rank in objects.chunk_by(|a, b| order::rank(a) == order::rank(b)) {
+            let mut slots = Vec::with_capacity(rank.len());
+            for o in rank {
+                let (entry, slot) = self.prepare(o, stage, &Digests::new(), &mut run.cache).await;
+                run.deleted.push(entry);
+                slots.push(slot);
+            }
+            let outcomes: Vec<Outcome> = futures_util::stream::iter(&slots)
+                .map(async |slot| match slot {
+                    Ok(t) => match self.delete_owned(&t.api, &t.object.name, &t.entry.object).await {
+                        Ok(Deletion::Absent) => Outcome::new(&t.entry, Action::Unchanged, "absent"),
+                        Ok(Deletion::NotOurs(label)) => Outcome::new(&t.entry, Action::Skipped, not_ours(label.as_deref())),
+                        Ok(Deletion::Deleted) => Outcome::new(&t.entry, Action::Pruned, "deleted by a delete stage"),
+                        Err(e) => Outcome::new(&t.entry, Action::Failed, e.message()),
+                    },
+                    // A kind the server does not serve has no objects left to delete.
+                    Err(not) if not.kind_not_served => Outcome::new(&not.entry, Action::Unchanged, "absent"),
+                    Err(not) => Outcome { entry: not.entry.clone(), drifted: None },
+                })
+                .buffered(self.options.concurrency.max(1))
+                .collect()
+                .await;
+            outcomes.into_iter().for_each(|o| run.push(o));
+        }
+    }
+
+    /// Resolves an object's kind and namespace and builds what the requests send. Returns its
+    /// inventory entry either way, and the entry to report when there is nothing to send.
+    async fn prepare<'a>(
+        &self,
+        o: &'a Object,
+        stage: &Stage,
+        previous: &Digests<'_>,
+        cache: &mut DiscoveryCache,
+    ) -> (InventoryEntry, Result<Target<'a>, NotPrepared>) {
+        let mut entry = Entry::for_object(o, Action::Failed, String::new());
+        if entry.stage.is_none() && !stage.name.is_empty() {
+            entry.stage = Some(stage.name.clone());
+        }
+        let version = o.api_version.rsplit_once('/').map_or(o.api_version.as_str(), |(_, v)| v);
+        let mut inventory = InventoryEntry {
+            group: o.group().to_string(),
+            kind: o.kind.clone(),
+            namespace: o.namespace.clone(),
+            name: o.name.clone(),
+            version: version.to_string(),
+            digest: String::new(),
+        };
+        let annotation = |key: &str| o.body.pointer("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str);
+        let policy = match annotation(POLICY_ANNOTATION).unwrap_or("apply") {
+            "apply" => Ok(Policy::Apply),
+            "apply-once" => Ok(Policy::ApplyOnce),
+            "ignore" => Ok(Policy::Ignore),
+            other => Err(format!("unknown {POLICY_ANNOTATION} \"{other}\" (apply, apply-once or ignore)")),
+        };
+        let ignored = |entry: Entry| NotPrepared::new(Entry { action: Action::Skipped, message: "policy: ignore".into(), ..entry });
+        let resolved = match cache.resolve(&o.api_version, &o.kind).await {
+            Ok(r) => r,
+            Err(_) if policy == Ok(Policy::Ignore) => return (inventory, Err(ignored(entry))),
+            Err(Unresolved::NoMatch(message)) => {
+                return (inventory, Err(NotPrepared { entry: Entry { message, ..entry }, kind_not_served: true }));
+            }
+            Err(Unresolved::Failed(message)) => return (inventory, Err(NotPrepared::new(Entry { message, ..entry }))),
+        };
+        let namespace = resolved.namespaced.then(|| o.namespace.clone().unwrap_or_else(|| self.options.default_namespace.clone()));
+        entry.object.namespace = namespace.clone();
+        inventory.namespace = namespace.clone();
+        let policy = match policy {
+            Ok(Policy::Ignore) => return (inventory, Err(ignored(entry))),
+            Ok(policy) => policy,
+            Err(message) => return (inventory, Err(NotPrepared::new(Entry { message, ..entry }))),
+        };
+        let body = self.desired_body(&o.body, namespace.as_deref());
+        inventory.digest = digest(&body);
+        let api: Api<DynamicObject> = match &namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resolved.resource),
+            None => Api::all_with(self.client.clone(), &resolved.resource),
+        };
+        let previous_digest = previous.get(&inventory.key()).map(|d| (*d).to_string());
+        let target = Target {
+            object: o,
+            entry,
+            api,
+            body,
+            force: self.options.force || annotation(FORCE_ANNOTATION) == Some("true"),
+            recreate: annotation(RECREATE_ANNOTATION) == Some("true"),
+            inventory: inventory.clone(),
+            policy,
+            previous_digest,
+        };
+        (inventory, Ok(target))
+    }
+
+    /// The manifest as sent: the namespace it lives in (none for cluster-scoped kinds) and our
+    /// owner label.
+    fn desired_body(&self, body: &Value, namespace: Option<&str>) -> Value {
+        let mut body = body.clone();
+        if !body.is_object() {
+            return body;
+        }
+        let meta = body.as_object_mut().map(|b| b.entry("metadata").or_insert_with(|| Value::Object(Default::default())));
+        if let Some(Value::Object(meta)) = meta {
+            match namespace {
+                Some(ns) => {
+                    meta.insert("namespace".into(), Value::String(ns.into()));
+                }
+                None => {
+                    meta.remove("namespace");
+                }
+            }
+            let labels = meta.entry("labels").or_insert_with(|| Value::Object(Default::default()));
+            if !labels.is_object() {
+                *labels = Value::Object(Default::default());
+            }
+            if let Value::Object(labels) = labels {
+                labels.insert(OWNER_LABEL.into(), Value::String(self.owner_value.clone()));
+            }
+        }
+        body
+    }
+
+    async fn prune(&self, previous: &Inventory, rendered_any: bool, run: &mut Run) {
+        let limits = PruneLimits {
+            enabled: self.options.prune,
+            limit: self.options.prune_limit,
+            allow_empty: self.options.allow_empty_prune,
+            rendered_any,
+        };
+        let excluded: Vec<_> = run.deleted.iter().map(InventoryEntry::key).collect();
+        let candidates = match inventory::plan(previous, &run.result.inventory, &excluded, limits) {
+            PrunePlan::Nothing => return,
+            PrunePlan::Disabled(keep) => return run.keep(previous, &keep),
+            PrunePlan::Paused { candidates, reason } => {
+                tracing::warn!(candidates = candidates.len(), %reason, "pruning paused");
+                run.result.prune_paused = Some(reason);
+                return run.keep(previous, &candidates);
+            }
+            PrunePlan::Delete(candidates) => candidates,
+        };
+        let mut keep = Vec::new();
+        for rank in candidates.chunk_by(|a, b| order::rank_of(&a.group, &a.kind) == order::rank_of(&b.group, &b.kind)) {
+            let mut slots = Vec::with_capacity(rank.len());
+            for e in rank {
+                slots.push((*e, run.cache.resolve(&e.api_version(), &e.kind).await));
+            }
+            let outcomes: Vec<(&InventoryEntry, Option<Entry>, bool)> = futures_util::stream::iter(&slots)
+                .map(async |(e, resolved)| {
+                    let (entry, keep) = self.prune_one(e, resolved).await;
+                    (*e, entry, keep)
+                })
+                .buffered(self.options.concurrency.max(1))
+                .collect()
+                .await;
+            for (e, entry, kept) in outcomes {
+                if kept {
+                    keep.push(e);
+                }
+                run.result.changes.entries.extend(entry);
+            }
+        }
+        run.keep(previous, &keep);
+    }
+
+    /// Deletes one object the release dropped. Returns its entry (none when it is already gone)
+    /// and whether the inventory must keep it (to try again next time).
+    async fn prune_one(&self, e: &InventoryEntry, resolved: &Result<discovery::Resolved, Unresolved>) -> (Option<Entry>, bool) {
+        let entry =
+            |action, message: String| Entry { object: e.object_ref(), action, message, file: String::new(), chart: None, stage: None };
+        let resource = match resolved {
+            Ok(r) => &r.resource,
+            // Its kind is no longer served, so neither is the object.
+            Err(Unresolved::NoMatch(_)) => return (None, false),
+            Err(Unresolved::Failed(m)) => return (Some(entry(Action::Failed, m.clone())), true),
+        };
+        let api: Api<DynamicObject> = match &e.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
+            None => Api::all_with(self.client.clone(), resource),
+        };
+        match self.delete_owned(&api, &e.name, &e.object_ref()).await {
+            Ok(Deletion::Absent) => (None, false),
+            Ok(Deletion::NotOurs(label)) => (Some(entry(Action::Skipped, not_ours(label.as_deref()))), false),
+            Ok(Deletion::Deleted) => (Some(entry(Action::Pruned, String::new())), false),
+            Err(err) => (Some(entry(Action::Failed, err.message())), true),
+        }
+    }
+}
+
+/// The previous inventory's manifest digests by object.
+type Digests<'a> = HashMap<Key<'a>, &'a str>;
+
+/// An object with nothing to send: its entry says why (Failed, or Skipped for `ignore`).
+struct NotPrepared {
+    entry: Entry,
+    /// The server does not serve its kind (so, for a delete, it is already gone).
+    kind_not_served: bool,
+}
+
+impl NotPrepared {
+    fn new(entry: Entry) -> NotPrepared {
+        NotPrepared { entry, kind_not_served: false }
+    }
+}
+
+fn is_crd(group: &str, kind: &str) -> bool {
+    (group, kind) == ("apiextensions.k8s.io", "CustomResourceDefinition")
+}
+
+fn not_ours(label: Option<&str>) -> String {
+    match label {
+        Some(v) => format!("not ours: {OWNER_LABEL} is \"{v}\""),
+        None => format!("not ours: no {OWNER_LABEL} label"),
+    }
+}
+
+fn key_only(e: &InventoryEntry) -> InventoryEntry {
+    InventoryEntry { version: String::new(), digest: String::new(), ..e.clone() }
+}
+
+/// 16 hex digits of the sha256 of the manifest as sent.
+fn digest(body: &Value) -> String {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    hex::encode(&Sha256::digest(&bytes)[..8])
+}
+
+/// The owner as a label value: itself when it is one (at most 63 characters of `[A-Za-z0-9._-]`,
+/// alphanumeric at both ends), otherwise a readable prefix and a hash of the whole.
+pub fn owner_label_value(owner: &str) -> String {
+    let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    let alnum_ends = owner.starts_with(|c: char| c.is_ascii_alphanumeric()) && owner.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if owner.len() <= 63 && owner.chars().all(valid_char) && (owner.is_empty() || alnum_ends) {
+        return owner.to_string();
+    }
+    let hash = hex::encode(&Sha256::digest(owner.as_bytes())[..6]);
+    let prefix: String = owner.chars().map(|c| if valid_char(c) { c } else { '-' }).take(50).collect();
+    let prefix = prefix.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    if prefix.is_empty() { hash } else { format!("{prefix}-{hash}") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_label_values_are_label_safe() {
+        assert_eq!(owner_label_value("stack.team-a.alpha"), "stack.team-a.alpha");
+        for owner in ["sub/team-a/alpha", &"x".repeat(80), "-a-", "ünïcode", "/"] {
+            let v = owner_label_value(owner);
+            assert!(v.len() <= 63 && v.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)), "{owner} -> {v}");
+            assert!(v.starts_with(|c: char| c.is_ascii_alphanumeric()) && v.ends_with(|c: char| c.is_ascii_alphanumeric()), "{v}");
+            assert_eq!(v, owner_label_value(owner), "stable");
+        }
+        assert_ne!(owner_label_value(&"x".repeat(80)), owner_label_value(&"x".repeat(81)));
+        assert!(owner_label_value("sub/team-a/alpha").starts_with("sub-team-a-alpha-"));
+    }
+}

@@ -1,0 +1,235 @@
+//! The one code path per object: read the live object, dry-run our apply, compare, and write only
+//! on drift; and the one path that deletes an object only when it is ours. The batch in
+//! `mod.rs` loops over these.
+
+use std::time::Duration;
+
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use serde_json::Value;
+
+use super::error::{Error, Result};
+use super::inventory::InventoryEntry;
+use super::{Applier, DriftMode, FIELD_MANAGER, OWNER_LABEL, diff};
+use crate::apply::{Action, Entry, ObjectRef};
+use crate::render::Object;
+
+/// The policy annotation's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    Apply,
+    ApplyOnce,
+    Ignore,
+}
+
+/// One object, resolved and ready to apply: everything the requests need.
+pub struct Target<'a> {
+    pub object: &'a Object,
+    /// Its entry, with the namespace it really lives in; the action and message are filled in.
+    pub entry: Entry,
+    pub api: Api<DynamicObject>,
+    /// The manifest as sent: defaulted namespace, our owner label.
+    pub body: Value,
+    pub inventory: InventoryEntry,
+    pub policy: Policy,
+    pub force: bool,
+    pub recreate: bool,
+    /// The digest the previous sync applied this object with, if it did.
+    pub previous_digest: Option<String>,
+}
+
+/// What became of one object.
+pub struct Outcome {
+    pub entry: Entry,
+    /// Set when the live object differed from an unchanged manifest (corrected or only reported).
+    pub drifted: Option<Vec<String>>,
+}
+
+impl Outcome {
+    pub fn new(entry: &Entry, action: Action, message: impl Into<String>) -> Outcome {
+        Outcome { entry: Entry { action, message: message.into(), ..entry.clone() }, drifted: None }
+    }
+
+    fn with_drift(self, drifted: Option<Vec<String>>) -> Outcome {
+        Outcome { drifted, ..self }
+    }
+
+    fn failed(entry: &Entry, error: &Error) -> Outcome {
+        tracing::warn!(object = %entry.object, error = %error, kind = error.kind(), transient = error.is_transient(), "apply failed");
+        Outcome::new(entry, Action::Failed, error.message())
+    }
+}
+
+/// What [`Applier::delete_owned`] found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deletion {
+    /// Nothing to delete.
+    Absent,
+    /// Left alone: the live object's owner label (if any) is not ours.
+    NotOurs(Option<String>),
+    Deleted,
+}
+
+impl Applier {
+    /// Applies one object. Idempotent: when the live object is already as the manifest wants it,
+    /// it makes a read and a dry-run and writes nothing. Never panics or returns early for the
+    /// batch: every error is the object's Failed outcome.
+    pub(super) async fn apply_one(&self, t: &Target<'_>) -> Outcome {
+        match self.try_apply(t).await {
+            Ok(outcome) => outcome,
+            Err(e) if e.is_immutable() && t.recreate => self.recreate(t, &e).await,
+            Err(e) => Outcome::failed(&t.entry, &e),
+        }
+    }
+
+    async fn try_apply(&self, t: &Target<'_>) -> Result<Outcome> {
+        let name = &t.object.name;
+        let live = t.api.get_opt(name).await.map_err(|source| Error::Get { object: t.entry.object.clone(), source })?;
+        let Some(live) = live else {
+            // Absent: nothing to compare with and nothing to overwrite, in any drift mode.
+            self.patch(t).await?;
+            return Ok(Outcome::new(&t.entry, Action::Created, ""));
+        };
+        if t.policy == Policy::ApplyOnce {
+            return Ok(Outcome::new(&t.entry, Action::Skipped, "apply-once: exists"));
+        }
+        // Forced, so the dry-run shows the object as the manifest wants it even where another
+        // manager holds a field; whether we may take it is decided by the real write.
+        let dry_params = PatchParams { dry_run: true, ..PatchParams::apply(FIELD_MANAGER).force() };
+        let dry = t
+            .api
+            .patch(name, &dry_params, &Patch::Apply(&t.body))
+            .await
+            .map_err(|source| Error::DryRun { object: t.entry.object.clone(), source })?;
+        let (live, dry) = (to_value(&live), to_value(&dry));
+        let changed = diff::changed_paths(&live, &dry);
+        if changed.is_empty() && diff::our_fields(&live) == diff::our_fields(&dry) {
+            return Ok(Outcome::new(&t.entry, Action::Unchanged, ""));
+        }
+        let release_changed = t.previous_digest.as_deref() != Some(t.inventory.digest.as_str());
+        let drifted = (!release_changed && !changed.is_empty()).then_some(changed);
+        if !release_changed && self.options.drift == DriftMode::Warn {
+            return Ok(match drifted {
+                Some(paths) => {
+                    Outcome::new(&t.entry, Action::Skipped, format!("drifted: {}", diff::describe(&paths))).with_drift(Some(paths))
+                }
+                // Only ownership would change: nothing a user would call drift.
+                None => Outcome::new(&t.entry, Action::Unchanged, ""),
+            });
+        }
+        self.patch(t).await?;
+        let message = drifted.as_deref().map(|p| format!("corrected drift: {}", diff::describe(p))).unwrap_or_default();
+        Ok(Outcome::new(&t.entry, Action::Configured, message).with_drift(drifted))
+    }
+
+    async fn patch(&self, t: &Target<'_>) -> Result<DynamicObject> {
+        let mut params = PatchParams::apply(FIELD_MANAGER);
+        params.force = t.force;
+        let applied = t
+            .api
+            .patch(&t.object.name, &params, &Patch::Apply(&t.body))
+            .await
+            .map_err(|source| Error::Patch { object: t.entry.object.clone(), source })?;
+        tracing::info!(object = %t.entry.object, "applied");
+        Ok(applied)
+    }
+
+    /// Deletes and re-creates an object whose change the server refused as immutable (the
+    /// object opted in with the recreate annotation).
+    async fn recreate(&self, t: &Target<'_>, cause: &Error) -> Outcome {
+        let result = async {
+            let name = &t.object.name;
+            let live = t.api.get_opt(name).await.map_err(|source| Error::Get { object: t.entry.object.clone(), source })?;
+            if let Some(live) = live {
+                let dp = DeleteParams {
+                    preconditions: Some(Preconditions { uid: live.metadata.uid.clone(), resource_version: None }),
+                    ..DeleteParams::background()
+                };
+                t.api.delete(name, &dp).await.map_err(|source| Error::Delete { object: t.entry.object.clone(), source })?;
+                self.await_gone(&t.api, name, live.metadata.uid.as_deref(), &t.entry.object).await?;
+            }
+            self.patch(t).await
+        };
+        match result.await {
+            Ok(_) => Outcome::new(&t.entry, Action::Configured, format!("re-created: {}", cause.message())),
+            Err(e) => Outcome::failed(&t.entry, &e),
+        }
+    }
+
+    async fn await_gone(&self, api: &Api<DynamicObject>, name: &str, uid: Option<&str>, object: &ObjectRef) -> Result<()> {
+        let wait = self.options.delete_wait;
+        poll(wait, async || {
+            let live = api.get_opt(name).await.map_err(|source| Error::Get { object: object.clone(), source })?;
+            Ok(live.is_none_or(|l| l.metadata.uid.as_deref() != uid))
+        })
+        .await?
+        .then_some(())
+        .ok_or_else(|| Error::AwaitDeletion { object: object.clone(), wait })
+    }
+
+    /// Waits until a CRD reports `Established`, bounded by `crd_wait`.
+    pub(super) async fn await_established(&self, t: &Target<'_>) -> Result<()> {
+        let wait = self.options.crd_wait;
+        let mut last = String::new();
+        let established = poll(wait, async || {
+            let live = t.api.get_opt(&t.object.name).await.map_err(|source| Error::Get { object: t.entry.object.clone(), source })?;
+            let condition = live
+                .as_ref()
+                .and_then(|l| l.data.pointer("/status/conditions")?.as_array()?.iter().find(|c| c["type"] == "Established").cloned());
+            last = condition.as_ref().and_then(|c| c["message"].as_str()).unwrap_or_default().to_string();
+            Ok(condition.is_some_and(|c| c["status"] == "True"))
+        })
+        .await?;
+        if established {
+            return Ok(());
+        }
+        let detail = if last.is_empty() { String::new() } else { format!(": {last}") };
+        Err(Error::Establish { object: t.entry.object.clone(), wait, detail })
+    }
+
+    /// Deletes the object only when its owner label is ours (with the live uid as a
+    /// precondition, so a re-created object of someone else is never hit).
+    pub(super) async fn delete_owned(&self, api: &Api<DynamicObject>, name: &str, object: &ObjectRef) -> Result<Deletion> {
+        let live = api.get_opt(name).await.map_err(|source| Error::Get { object: object.clone(), source })?;
+        let Some(live) = live else { return Ok(Deletion::Absent) };
+        let label = live.metadata.labels.as_ref().and_then(|l| l.get(OWNER_LABEL)).cloned();
+        if label.as_deref() != Some(self.owner_value.as_str()) {
+            return Ok(Deletion::NotOurs(label));
+        }
+        if live.metadata.deletion_timestamp.is_some() {
+            return Ok(Deletion::Deleted);
+        }
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions { uid: live.metadata.uid.clone(), resource_version: None }),
+            ..DeleteParams::background()
+        };
+        match api.delete(name, &dp).await {
+            Ok(_) => {
+                tracing::info!(object = %object, "deleted");
+                Ok(Deletion::Deleted)
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Deletion::Absent),
+            Err(source) => Err(Error::Delete { object: object.clone(), source }),
+        }
+    }
+}
+
+/// Calls `check` until it says done or `wait` has passed (then one last time). Backs off from
+/// 50 ms to 1 s between calls.
+async fn poll(wait: Duration, mut check: impl AsyncFnMut() -> Result<bool>) -> Result<bool> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut delay = Duration::from_millis(50);
+    loop {
+        if check().await? {
+            return Ok(true);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(delay.min(deadline.saturating_duration_since(tokio::time::Instant::now()))).await;
+        delay = (delay * 2).min(Duration::from_secs(1));
+    }
+}
+
+fn to_value(o: &DynamicObject) -> Value {
+    serde_json::to_value(o).unwrap_or(Value::Null)
+}

@@ -1,0 +1,57 @@
+//! Garbage collection of the cache: release trees no subscription uses or keeps, and blobs no
+//! remaining tree references. Never removes a release in use.
+
+use std::collections::BTreeSet;
+
+use tracing::{info, warn};
+
+use super::blobs::{Blobs, Sha256Digest};
+use super::{Cache, Index};
+
+/// What a collection removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Collected {
+    pub releases: Vec<String>,
+    pub blobs: usize,
+}
+
+/// Removes every cached release whose id is not in `keep`, then every blob not referenced by a
+/// kept GitHub release tree. Errors removing single entries are logged and skipped: a failed
+/// collection never fails a pass.
+pub fn collect(cache: &Cache, index: &mut Index, keep: &BTreeSet<String>) -> Collected {
+    let mut out = Collected::default();
+    let doomed: Vec<String> = index.releases.keys().filter(|id| !keep.contains(*id)).cloned().collect();
+    for id in doomed {
+        let Some(entry) = index.releases.get(&id) else { continue };
+        let dir = cache.root().join(&entry.path);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                warn!(release = %id, error = %e, "cannot remove cached release");
+                continue;
+            }
+        }
+        index.releases.remove(&id);
+        out.releases.push(id);
+    }
+    if let Ok(blobs) = Blobs::open(cache.root()) {
+        let referenced: BTreeSet<Sha256Digest> = index
+            .releases
+            .values()
+            .filter_map(|e| std::fs::read(cache.root().join(&e.path).join(crate::source::github::materialise::MANIFEST)).ok())
+            .filter_map(|bytes| serde_json::from_slice::<Vec<crate::source::github::materialise::AssetRecord>>(&bytes).ok())
+            .flatten()
+            .filter_map(|r| Sha256Digest::parse(&r.digest))
+            .collect();
+        for digest in blobs.list() {
+            if !referenced.contains(&digest) && blobs.remove(&digest).is_ok() {
+                out.blobs += 1;
+            }
+        }
+    }
+    if !out.releases.is_empty() || out.blobs > 0 {
+        info!(releases = out.releases.len(), blobs = out.blobs, "garbage-collected the cache");
+    }
+    out
+}

@@ -1,0 +1,216 @@
+//! Safe unpacking of release archives (tar, tar.gz / tgz). Archives come from the network and are
+//! untrusted: absolute paths, `..`, links that could escape the root, device files and
+//! decompression bombs are refused, and every error names the archive entry.
+
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+
+/// Caps on what one archive may expand to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_bytes: u64,
+    pub max_entries: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_bytes: 512 * 1024 * 1024, max_entries: 20_000 }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum UnpackError {
+    #[error("entry {entry:?}: {reason}")]
+    Entry { entry: String, reason: String },
+    #[error("entry {entry:?}: archive unpacks to more than {limit} bytes (decompression bomb?)")]
+    TooLarge { entry: String, limit: u64 },
+    #[error("has more than {limit} entries")]
+    TooManyEntries { limit: u64 },
+    #[error("is not a readable tar archive: {0}")]
+    Read(String),
+    #[error("cannot write {path}: {message}")]
+    Write { path: String, message: String },
+}
+
+/// Whether a file name looks like an archive this module unpacks.
+pub fn is_archive(name: &str) -> bool {
+    name.ends_with(".tar.gz") || name.ends_with(".tgz") || name.ends_with(".tar")
+}
+
+/// The directory name an archive unpacks into: its name without the archive extension.
+pub fn stem(name: &str) -> &str {
+    name.strip_suffix(".tar.gz").or_else(|| name.strip_suffix(".tgz")).or_else(|| name.strip_suffix(".tar")).unwrap_or(name)
+}
+
+/// Unpacks `archive` (gzip detected by magic bytes) into the existing directory `dest`.
+/// Symlinks inside the root are skipped (a release is plain files); anything else unsafe is an
+/// error. On error `dest` may hold a partial tree: callers unpack into a temp dir they discard.
+///
+/// Returns the number of files written.
+///
+/// # Errors
+/// See [`UnpackError`].
+pub fn unpack(archive: &Path, dest: &Path, limits: Limits) -> Result<u64, UnpackError> {
+    let mut file = std::fs::File::open(archive).map_err(|e| UnpackError::Read(e.to_string()))?;
+    let mut magic = [0u8; 2];
+    let gz = file.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
+    let file = std::fs::File::open(archive).map_err(|e| UnpackError::Read(e.to_string()))?;
+    if gz { unpack_from(flate2::read::GzDecoder::new(file), dest, limits) } else { unpack_from(file, dest, limits) }
+}
+
+fn unpack_from(reader: impl Read, dest: &Path, limits: Limits) -> Result<u64, UnpackError> {
+    let mut archive = tar::Archive::new(reader);
+    let mut total: u64 = 0;
+    let mut entries_seen: u64 = 0;
+    let mut files = 0;
+    for entry in archive.entries().map_err(|e| UnpackError::Read(e.to_string()))? {
+        let mut entry = entry.map_err(|e| UnpackError::Read(e.to_string()))?;
+        entries_seen += 1;
+        if entries_seen > limits.max_entries {
+            return Err(UnpackError::TooManyEntries { limit: limits.max_entries });
+        }
+        let raw = entry.path_bytes().into_owned();
+        let name = String::from_utf8_lossy(&raw).into_owned();
+        let bad = |reason: &str| UnpackError::Entry { entry: name.clone(), reason: reason.to_owned() };
+        let rel = safe_relative(&name).ok_or_else(|| bad("absolute path or `..` escapes the archive root"))?;
+        let kind = entry.header().entry_type();
+        match kind {
+            tar::EntryType::Directory => {
+                let path = dest.join(&rel);
+                std::fs::create_dir_all(&path).map_err(|e| write_err(&path, &e))?;
+            }
+            tar::EntryType::Regular | tar::EntryType::Continuous => {
+                if rel.as_os_str().is_empty() {
+                    return Err(bad("a file entry with an empty name"));
+                }
+                let path = dest.join(&rel);
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent).map_err(|e| write_err(parent, &e))?;
+                }
+                // Count real bytes as they stream: header sizes can lie.
+                let remaining = limits.max_bytes.saturating_sub(total);
+                let mut out = std::fs::File::create(&path).map_err(|e| write_err(&path, &e))?;
+                let copied = std::io::copy(&mut (&mut entry).take(remaining + 1), &mut out).map_err(|e| write_err(&path, &e))?;
+                total += copied;
+                if total > limits.max_bytes {
+                    return Err(UnpackError::TooLarge { entry: name.clone(), limit: limits.max_bytes });
+                }
+                files += 1;
+            }
+            tar::EntryType::Symlink | tar::EntryType::Link => {
+                let target = entry.link_name_bytes().map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+                let base = Path::new(&name).parent().unwrap_or(Path::new("")).join(&target);
+                if Path::new(&target).is_absolute() || safe_relative(&base.to_string_lossy()).is_none() {
+                    return Err(bad(&format!("link to {target:?} escapes the archive root")));
+                }
+                tracing::warn!(entry = %name, target = %target, "skipping link in archive");
+            }
+            tar::EntryType::XGlobalHeader | tar::EntryType::XHeader | tar::EntryType::GNULongName | tar::EntryType::GNULongLink => {}
+            other => return Err(bad(&format!("unsupported entry type {other:?} (devices, fifos and the like are refused)"))),
+        }
+    }
+    Ok(files)
+}
+
+fn write_err(path: &Path, e: &std::io::Error) -> UnpackError {
+    UnpackError::Write { path: path.display().to_string(), message: e.to_string() }
+}
+
+/// A path made only of normal components (`./` dropped); `None` for absolute paths or `..`.
+fn safe_relative(name: &str) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in Path::new(name).components() {
+        match c {
+            Component::Normal(part) => out.push(part),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Builds a tar with raw headers, so hostile names can be written (the tar crate's safe
+    /// builders refuse them).
+    fn tar_with(entries: &[(&str, tar::EntryType, &[u8], Option<&str>)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (name, kind, data, link) in entries {
+            let mut header = tar::Header::new_gnu();
+            let bytes = name.as_bytes();
+            header.as_old_mut().name[..bytes.len()].copy_from_slice(bytes);
+            header.set_entry_type(*kind);
+            header.set_size(data.len() as u64);
+            header.set_mode(0o644);
+            if let Some(l) = link {
+                header.as_old_mut().linkname[..l.len()].copy_from_slice(l.as_bytes());
+            }
+            header.set_cksum();
+            out.extend_from_slice(header.as_bytes());
+            out.extend_from_slice(data);
+            out.resize(out.len().div_ceil(512) * 512, 0);
+        }
+        out.resize(out.len() + 1024, 0);
+        out
+    }
+
+    fn run(bytes: &[u8], limits: Limits) -> (tempfile::TempDir, Result<u64, UnpackError>) {
+        let dir = tempfile::tempdir().unwrap();
+        let archive = dir.path().join("a.tar");
+        std::fs::write(&archive, bytes).unwrap();
+        let dest = dir.path().join("out");
+        std::fs::create_dir(&dest).unwrap();
+        let r = unpack(&archive, &dest, limits);
+        (dir, r)
+    }
+
+    #[test]
+    fn plain_and_gzip_archives_unpack() {
+        let tar = tar_with(&[
+            ("chart/", tar::EntryType::Directory, b"", None),
+            ("chart/Chart.yaml", tar::EntryType::Regular, b"name: x\n", None),
+        ]);
+        let (dir, r) = run(&tar, Limits::default());
+        assert_eq!(r, Ok(1));
+        assert_eq!(std::fs::read_to_string(dir.path().join("out/chart/Chart.yaml")).unwrap(), "name: x\n");
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, &tar).unwrap();
+        let (_dir, r) = run(&gz.finish().unwrap(), Limits::default());
+        assert_eq!(r, Ok(1));
+    }
+
+    #[test]
+    fn hostile_entries_are_refused_by_name() {
+        let table: &[(&str, tar::EntryType, Option<&str>, &str)] = &[
+            ("../evil", tar::EntryType::Regular, None, "escapes"),
+            ("/etc/evil", tar::EntryType::Regular, None, "escapes"),
+            ("a/../../evil", tar::EntryType::Regular, None, "escapes"),
+            ("link", tar::EntryType::Symlink, Some("/etc/passwd"), "escapes"),
+            ("dir/link", tar::EntryType::Symlink, Some("../../x"), "escapes"),
+            ("hard", tar::EntryType::Link, Some("../x"), "escapes"),
+            ("dev", tar::EntryType::Char, None, "unsupported entry type"),
+            ("fifo", tar::EntryType::Fifo, None, "unsupported entry type"),
+        ];
+        for (name, kind, link, want) in table {
+            let (_dir, r) = run(&tar_with(&[(name, *kind, b"", *link)]), Limits::default());
+            let err = r.unwrap_err().to_string();
+            assert!(err.contains(&format!("{name:?}")) && err.contains(want), "{name}: {err}");
+        }
+    }
+
+    #[test]
+    fn decompression_bombs_are_capped() {
+        let big = vec![0u8; 10_000];
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        std::io::Write::write_all(&mut gz, &tar_with(&[("zeros", tar::EntryType::Regular, &big, None)])).unwrap();
+        let (_dir, r) = run(&gz.finish().unwrap(), Limits { max_bytes: 4096, max_entries: 10 });
+        assert_eq!(r, Err(UnpackError::TooLarge { entry: "zeros".into(), limit: 4096 }));
+        let many: Vec<(String, tar::EntryType, &[u8], Option<&str>)> =
+            (0..5).map(|i| (format!("f{i}"), tar::EntryType::Regular, &b"x"[..], None)).collect();
+        let refs: Vec<(&str, tar::EntryType, &[u8], Option<&str>)> = many.iter().map(|(n, k, d, l)| (n.as_str(), *k, *d, *l)).collect();
+        let (_dir, r) = run(&tar_with(&refs), Limits { max_bytes: 4096, max_entries: 3 });
+        assert_eq!(r, Err(UnpackError::TooManyEntries { limit: 3 }));
+    }
+}

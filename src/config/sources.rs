@@ -1,0 +1,255 @@
+//! Validation of `sources[]`: Git repositories and GitHub release assets.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::validate::{Cx, check_git_url};
+use super::yaml::{Node, Value};
+use super::{GitSourceConfig, GithubSourceConfig, SourceConfig, SourceKind};
+use crate::cache::blobs::Sha256Digest;
+use crate::source::github::TokenSource;
+use crate::source::github::verify::Verify;
+
+/// GitHub's public API; GitHub Enterprise Server uses `https://<host>/api/v3`.
+pub const GITHUB_API: &str = "https://api.github.com";
+
+impl Cx {
+    pub(super) fn source(&mut self, node: &Node, i: usize, base: &Path) -> Option<SourceConfig> {
+        let path = format!("sources[{i}]");
+        let f = self.fields(node, &path, &["name", "git", "github"])?;
+        let name = self.name(&f, "name");
+        let kind = match (f.get("git"), f.get("github")) {
+            (Some(git), None) => self.git(git, &format!("{path}.git"), base).map(SourceKind::Git),
+            (None, Some(gh)) => self.github(gh, &format!("{path}.github"), base).map(SourceKind::Github),
+            (Some(_), Some(gh)) => {
+                self.error(gh.mark, &path, "a source has exactly one kind: `git` or `github`, not both");
+                None
+            }
+            (None, None) => {
+                self.error(node.mark, &path, "a source needs a kind: `git` or `github`");
+                None
+            }
+        };
+        Some(SourceConfig { name: name?, kind: kind? })
+    }
+
+    fn git(&mut self, node: &Node, path: &str, base: &Path) -> Option<GitSourceConfig> {
+        let g = self.fields(node, path, &["url", "allowMovedTags", "pins"])?;
+        let url = self.required_string(&g, "url");
+        let allow_moved_tags = self.bool(&g, "allowMovedTags", false);
+        let pins = match g.get("pins") {
+            Some(p) => self.string_map(p, &g.path("pins"), |commit| {
+                (commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit()))
+                    .then(|| commit.to_ascii_lowercase())
+                    .ok_or_else(|| format!("expected a full 40-hex commit id, found `{commit}`"))
+            }),
+            None => BTreeMap::new(),
+        };
+        let mut url = url?;
+        if url.starts_with("./") || url.starts_with("../") || url.starts_with('/') {
+            // A local path (relative to the config file): served over file://.
+            let path: PathBuf = base.join(&url).components().filter(|c| !matches!(c, std::path::Component::CurDir)).collect();
+            url = format!("file://{}", path.display());
+        }
+        if let Err(msg) = check_git_url(&url) {
+            let mark = g.get("url").map_or(node.mark, |n| n.mark);
+            self.error(mark, &g.path("url"), msg);
+            return None;
+        }
+        Some(GitSourceConfig { url, allow_moved_tags, pins })
+    }
+
+    fn github(&mut self, node: &Node, path: &str, base: &Path) -> Option<GithubSourceConfig> {
+        let g = self.fields(
+            node,
+            path,
+            &[
+                "repo",
+                "apiUrl",
+                "token",
+                "tagPattern",
+                "verify",
+                "digests",
+                "maxAssetSize",
+                "maxReleaseSize",
+                "maxUnpackedSize",
+                "allowMovedTags",
+            ],
+        )?;
+        let repo = self.required_string(&g, "repo");
+        if let Some(r) = &repo
+            && !is_repo(r)
+        {
+            let mark = g.get("repo").map_or(node.mark, |n| n.mark);
+            self.error(mark, &g.path("repo"), format!("expected `owner/name`, found `{r}`"));
+        }
+        let api_url = self.string(&g, "apiUrl").unwrap_or_else(|| GITHUB_API.to_owned());
+        if let Err(msg) = check_api_url(&api_url) {
+            let mark = g.get("apiUrl").map_or(node.mark, |n| n.mark);
+            self.error(mark, &g.path("apiUrl"), msg);
+        }
+        let token = g.get("token").and_then(|t| self.token(t, &g.path("token"), base));
+        let tag_pattern = self.string(&g, "tagPattern");
+        let verify = match self.string(&g, "verify").as_deref() {
+            None | Some("required") => Verify::Required,
+            Some("optional") => Verify::Optional,
+            Some(other) => {
+                let mark = g.get("verify").map_or(node.mark, |n| n.mark);
+                self.error(mark, &g.path("verify"), format!("expected `required` or `optional`, found `{other}`"));
+                Verify::Required
+            }
+        };
+        let digests = match g.get("digests") {
+            Some(d) => {
+                let map = self.string_map(d, &g.path("digests"), |v| {
+                    Sha256Digest::parse(v).ok_or_else(|| format!("expected `sha256:<64 hex digits>`, found `{v}`"))
+                });
+                for key in map.keys() {
+                    if !key.contains('/') {
+                        self.error(d.mark, &format!("{}.{key}", g.path("digests")), "keys are `<tag>/<asset name>`");
+                    }
+                }
+                map
+            }
+            None => BTreeMap::new(),
+        };
+        let defaults = crate::source::github::materialise::Options::default();
+        let max_asset_bytes = self.size(&g, "maxAssetSize").unwrap_or(defaults.max_asset_bytes);
+        let max_release_bytes = self.size(&g, "maxReleaseSize").unwrap_or(defaults.max_release_bytes);
+        let max_unpacked_bytes = self.size(&g, "maxUnpackedSize").unwrap_or(defaults.unpack.max_bytes);
+        let allow_moved_tags = self.bool(&g, "allowMovedTags", false);
+        Some(GithubSourceConfig {
+            repo: repo?,
+            api_url,
+            token,
+            tag_pattern,
+            verify,
+            digests,
+            max_asset_bytes,
+            max_release_bytes,
+            max_unpacked_bytes,
+            allow_moved_tags,
+        })
+    }
+
+    fn token(&mut self, node: &Node, path: &str, base: &Path) -> Option<TokenSource> {
+        let f = self.fields(node, path, &["file", "env"])?;
+        match (self.string(&f, "file"), self.string(&f, "env")) {
+            (Some(file), None) => Some(TokenSource::File(base.join(file))),
+            (None, Some(env)) => Some(TokenSource::Env(env)),
+            _ => {
+                self.error(node.mark, path, "set exactly one of `file` (a file holding the token) or `env` (an environment variable)");
+                None
+            }
+        }
+    }
+
+    /// A size such as `512Mi`, `2Gi`, `100Ki` or plain bytes.
+    fn size(&mut self, f: &super::validate::Fields<'_>, key: &str) -> Option<u64> {
+        let node = f.get(key)?;
+        let text = node.scalar_text().unwrap_or_default();
+        match parse_size(text) {
+            Some(n) if n > 0 => Some(n),
+            _ => {
+                self.error(node.mark, &f.path(key), format!("expected a size such as `256Mi` or `2Gi`, found `{text}`"));
+                None
+            }
+        }
+    }
+
+    /// A mapping of string keys to values checked by `parse`.
+    fn string_map<T>(&mut self, node: &Node, path: &str, parse: impl Fn(&str) -> Result<T, String>) -> BTreeMap<String, T> {
+        let mut out = BTreeMap::new();
+        let Value::Map(entries) = &node.value else {
+            self.error(node.mark, path, format!("expected a mapping, found {}", node.type_name()));
+            return out;
+        };
+        for (k, v) in entries {
+            let (Some(key), Some(value)) = (k.scalar_text(), v.scalar_text()) else {
+                self.error(v.mark, path, "expected `key: value` strings");
+                continue;
+            };
+            match parse(value) {
+                Ok(t) => {
+                    out.insert(key.to_owned(), t);
+                }
+                Err(msg) => self.error(v.mark, &format!("{path}.{key}"), msg),
+            }
+        }
+        out
+    }
+}
+
+fn is_repo(r: &str) -> bool {
+    let ok =
+        |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) && s != "." && s != "..";
+    matches!(r.split_once('/'), Some((owner, name)) if ok(owner) && ok(name))
+}
+
+fn check_api_url(url: &str) -> Result<(), String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(format!("`{url}` is not a URL; expected https://… (http:// only for loopback testing)"));
+    };
+    if !matches!(scheme, "http" | "https") {
+        return Err(format!("unsupported scheme `{scheme}`; expected https"));
+    }
+    if rest.split('/').next().unwrap_or_default().contains('@') {
+        return Err("credentials must not be written into the URL: use `token`".to_owned());
+    }
+    Ok(())
+}
+
+/// Parses `512Mi`, `2Gi`, `100Ki`, `1G`, `10M`, `5000`.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let digits = t.bytes().take_while(u8::is_ascii_digit).count();
+    let n: u64 = t[..digits].parse().ok()?;
+    let mult: u64 = match &t[digits..] {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "K" | "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+/// Whether `tag` matches a pattern where `*` stands for any run of characters.
+pub fn tag_matches(pattern: &str, tag: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == tag;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !tag.starts_with(first) || !tag[first.len()..].ends_with(last) || tag.len() < first.len() + last.len() {
+        return false;
+    }
+    let mut rest = &tag[first.len()..tag.len() - last.len()];
+    for mid in &parts[1..parts.len() - 1] {
+        match rest.find(mid) {
+            Some(i) => rest = &rest[i + mid.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_patterns() {
+        assert_eq!(parse_size("256Mi"), Some(256 << 20));
+        assert_eq!(parse_size("10"), Some(10));
+        assert_eq!(parse_size("1.5Gi"), None);
+        assert!(tag_matches("docker-ferrol-*", "docker-ferrol-1-27-v2"));
+        assert!(tag_matches("*-1-27-*", "docker-ferrol-1-27-v2"));
+        assert!(!tag_matches("*-1-28-*", "docker-ferrol-1-27-v2"));
+        assert!(tag_matches("v1.0.0", "v1.0.0"));
+        assert!(!tag_matches("a*a", "a"));
+    }
+}

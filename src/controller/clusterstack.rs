@@ -1,0 +1,358 @@
+//! Cluster-stack subscriptions in a pass: load each release once, render its ClusterClass once
+//! per namespace and its addons once per cluster (helm runs in parallel, bounded), then write
+//! `<ns>/cluster-class/` and `<ns>/<cluster>[/<stage>]/` and each cluster's status.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::task::JoinSet;
+use tracing::{error, info, warn};
+
+use super::{ClusterReport, PassReport, Prepared, finish};
+use crate::apply::{Action, ChangeSet, DirectoryTarget, Entry, ObjectRef};
+use crate::cache::index::Adopted;
+use crate::cache::{self, Cache, Index};
+use crate::config::{ClusterConfig, ClusterObjects, Config, Format, Subscription};
+use crate::render::clusterstack::{Layout, RenderedStage};
+use crate::render::helm::Helm;
+use crate::render::{Error, Errors, Object};
+use crate::status::{ClusterStatus, Reason};
+
+type Rendered<T> = Result<T, Errors>;
+
+enum Done {
+    Class(usize, String, Rendered<Vec<Object>>),
+    Addon(usize, usize, Rendered<Vec<RenderedStage>>),
+}
+
+/// Renders and writes the cluster-stack subscriptions in `staged` (each with a prepared
+/// release). One failing release, namespace or cluster never stops the others; a cluster that
+/// cannot be rendered keeps what was written before.
+pub(super) async fn sync(
+    config: &Config,
+    target: &DirectoryTarget,
+    staged: &[(&Subscription, Prepared)],
+    write_status: bool,
+) -> Vec<ClusterReport> {
+    let work = match tempfile::Builder::new().prefix("stacksync-render-").tempdir() {
+        Ok(w) => w,
+        Err(e) => return fail_all(target, staged, &format!("cannot create a work directory: {e}"), write_status),
+    };
+    let helm = match Helm::locate(&config.helm).await {
+        Ok(h) => h.with_home(&work.path().join("helm")),
+        Err(e) => {
+            error!("{e}");
+            return fail_all(target, staged, &e.to_string(), write_status);
+        }
+    };
+
+    let mut layouts: Vec<Rendered<Arc<Layout>>> = Vec::new();
+    for (i, (sub, prepared)) in staged.iter().enumerate() {
+        let Ok(p) = &prepared.outcome else {
+            layouts.push(Err(Errors(vec![Error::Release { file: ".".into(), message: "release unavailable".into() }])));
+            continue;
+        };
+        let (tree, path, release, dir) = (p.tree.clone(), sub.path.clone(), p.release.clone(), work.path().join(format!("release-{i}")));
+        let loaded = match tokio::task::spawn_blocking(move || Layout::load(&tree, &path, &release, &dir)).await {
+            Ok(r) => r,
+            Err(join) => Err(Errors(vec![Error::Release { file: sub.path.clone(), message: format!("load task failed: {join}") }])),
+        };
+        match &loaded {
+            Ok(l) => info!(subscription = %sub.name, tag = %p.release.tag, unpacked = ?l.unpacked, "cluster-stack release loaded"),
+            Err(e) => error!(subscription = %sub.name, tag = %p.release.tag, "cluster-stack release is invalid: {e}"),
+        }
+        layouts.push(loaded.map(Arc::new));
+    }
+
+    let mut jobs = JoinSet::new();
+    for (i, (sub, _)) in staged.iter().enumerate() {
+        let Ok(layout) = &layouts[i] else { continue };
+        let namespaces: BTreeSet<&str> = sub.clusters.iter().map(|c| c.namespace.as_str()).collect();
+        for ns in namespaces {
+            let (layout, helm, ns) = (layout.clone(), helm.clone(), ns.to_owned());
+            jobs.spawn(async move {
+                let r = layout.render_cluster_class(&helm, &ns).await;
+                Done::Class(i, ns, r)
+            });
+        }
+        for (j, c) in sub.clusters.iter().enumerate() {
+            let (layout, helm, c, dir) = (layout.clone(), helm.clone(), c.clone(), work.path().join(format!("cluster-{i}-{j}")));
+            jobs.spawn(async move {
+                let r = layout.render_addons(&helm, &c, &dir).await;
+                Done::Addon(i, j, r)
+            });
+        }
+    }
+    let mut classes: BTreeMap<(usize, String), Rendered<Vec<Object>>> = BTreeMap::new();
+    let mut addons: BTreeMap<(usize, usize), Rendered<Vec<RenderedStage>>> = BTreeMap::new();
+    while let Some(done) = jobs.join_next().await {
+        match done {
+            Ok(Done::Class(i, ns, r)) => {
+                classes.insert((i, ns), r);
+            }
+            Ok(Done::Addon(i, j, r)) => {
+                addons.insert((i, j), r);
+            }
+            Err(join) => error!("render task failed: {join}"),
+        }
+    }
+
+    let class_entries = write_cluster_classes(target, staged, &layouts, &classes);
+    let mut reports = Vec::new();
+    for (i, (sub, prepared)) in staged.iter().enumerate() {
+        let Ok(p) = &prepared.outcome else { continue };
+        let rel = &p.release;
+        for (j, c) in sub.clusters.iter().enumerate() {
+            let who = format!("{}/{}", c.namespace, c.name);
+            let mut errors = Vec::new();
+            if let Err(e) = &layouts[i] {
+                errors.extend(e.0.iter().cloned());
+            }
+            if let Some(Err(e)) = classes.get(&(i, c.namespace.clone())) {
+                errors.extend(e.0.iter().cloned());
+            }
+            match addons.get(&(i, j)) {
+                Some(Err(e)) => errors.extend(e.0.iter().cloned()),
+                None if errors.is_empty() => {
+                    errors.push(Error::Release { file: sub.path.clone(), message: "the render task did not finish".into() });
+                }
+                _ => {}
+            }
+            if let (true, Some(Ok(stages))) = (errors.is_empty(), addons.get(&(i, j))) {
+                let mut changes = ChangeSet::default();
+                changes.entries.extend(class_entries.get(&(i, c.namespace.clone())).cloned().unwrap_or_default());
+                changes.entries.extend(write_addons(target, c, stages).entries);
+                let status = ClusterStatus::applied(sub, c, rel, &changes);
+                info!(cluster = %who, subscription = %sub.name, tag = %rel.tag, ready = status.ready, "synced: {}", changes.summary());
+                for e in changes.entries.iter().filter(|e| !e.action.is_synced()) {
+                    warn!(cluster = %who, object = %e.object, "{}: {}", e.action, e.message);
+                }
+                reports.push(finish(target, sub, c, status, changes, write_status));
+            } else {
+                let errs = Errors(errors);
+                error!(cluster = %who, subscription = %sub.name, tag = %rel.tag, "render failed; the applied release stays: {errs}");
+                let status = ClusterStatus::failed(sub, c, Some(rel), target.read_status(c), Reason::RenderFailed, errs.to_string());
+                reports.push(finish(target, sub, c, status, ChangeSet::default(), write_status));
+            }
+        }
+    }
+    reports
+}
+
+/// Writes each namespace's `cluster-class/` directory with the ClusterClass objects of every
+/// subscription that has clusters there. When one of them failed, the directory is left as it
+/// was (so no working ClusterClass is pruned) and the others' objects are Skipped.
+fn write_cluster_classes(
+    target: &DirectoryTarget,
+    staged: &[(&Subscription, Prepared)],
+    layouts: &[Rendered<Arc<Layout>>],
+    classes: &BTreeMap<(usize, String), Rendered<Vec<Object>>>,
+) -> BTreeMap<(usize, String), Vec<Entry>> {
+    let mut users: BTreeMap<&str, BTreeSet<usize>> = BTreeMap::new();
+    for (i, (sub, _)) in staged.iter().enumerate() {
+        for c in &sub.clusters {
+            users.entry(c.namespace.as_str()).or_default().insert(i);
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (ns, subs) in users {
+        let mut failed: Vec<&str> = Vec::new();
+        let mut merged: BTreeMap<ObjectRef, (Object, BTreeSet<usize>)> = BTreeMap::new();
+        for &i in &subs {
+            match (layouts.get(i), classes.get(&(i, ns.to_owned()))) {
+                (Some(Ok(_)), Some(Ok(objects))) => {
+                    for o in objects {
+                        let key = ObjectRef::from(o);
+                        match merged.get_mut(&key) {
+                            Some((first, owners)) if first.body == o.body => {
+                                owners.insert(i);
+                            }
+                            Some(_) => failed.push(staged[i].0.name.as_str()),
+                            None => {
+                                merged.insert(key, (o.clone(), BTreeSet::from([i])));
+                            }
+                        }
+                    }
+                }
+                _ => failed.push(staged[i].0.name.as_str()),
+            }
+        }
+        if !failed.is_empty() {
+            let message = format!("{ns}/cluster-class was not updated: subscription(s) {} could not be rendered there", failed.join(", "));
+            warn!(namespace = ns, "{message}");
+            for (o, owners) in merged.values() {
+                for i in owners {
+                    let entry: &mut Vec<Entry> = out.entry((*i, ns.to_owned())).or_default();
+                    entry.push(Entry::for_object(o, Action::Skipped, message.clone()));
+                }
+            }
+            continue;
+        }
+        let owners: BTreeMap<ObjectRef, BTreeSet<usize>> = merged.iter().map(|(k, (_, o))| (k.clone(), o.clone())).collect();
+        let objects: Vec<Object> = merged.into_values().map(|(o, _)| o).collect();
+        let changes = target.sync_dir(&target.class_dir(ns), objects);
+        for e in changes.entries {
+            // Pruned entries (and failed prunes) concern every subscription of the namespace.
+            let to: Vec<usize> = owners.get(&e.object).map_or_else(|| subs.iter().copied().collect(), |o| o.iter().copied().collect());
+            for i in to {
+                out.entry((i, ns.to_owned())).or_insert_with(Vec::new).push(e.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Writes a cluster's addon objects: a single chart into the cluster directory, stages into
+/// `<cluster>/<stage>/` in order; directories of dropped stages are removed.
+fn write_addons(target: &DirectoryTarget, cluster: &ClusterConfig, stages: &[RenderedStage]) -> ChangeSet {
+    let dir = target.cluster_dir(cluster);
+    let mut changes = ChangeSet::default();
+    let mut keep = BTreeSet::new();
+    let mut top_level = Vec::new();
+    for stage in stages {
+        match &stage.name {
+            None => top_level.extend(stage.objects.iter().cloned()),
+            Some(name) => {
+                keep.insert(name.clone());
+                changes.entries.extend(target.sync_dir(&dir.join(name), stage.objects.clone()).entries);
+            }
+        }
+    }
+    changes.entries.extend(target.sync_dir(&dir, top_level).entries);
+    changes.entries.extend(target.prune_subdirs(&dir, &keep).entries);
+    changes
+}
+
+fn fail_all(target: &DirectoryTarget, staged: &[(&Subscription, Prepared)], message: &str, write_status: bool) -> Vec<ClusterReport> {
+    let mut reports = Vec::new();
+    for (sub, prepared) in staged {
+        let rel = prepared.outcome.as_ref().ok().map(|p| &p.release);
+        for c in &sub.clusters {
+            let status = ClusterStatus::failed(sub, c, rel, target.read_status(c), Reason::RenderFailed, message.to_owned());
+            reports.push(finish(target, sub, c, status, ChangeSet::default(), write_status));
+        }
+    }
+    reports
+}
+
+/// Reports every cluster of `staged` as not synced: cluster-stack releases go to a directory
+/// target only, for now. Nothing is written.
+pub(super) fn unsupported_target(staged: &[(&Subscription, Prepared)], target: &crate::config::Target) -> Vec<ClusterReport> {
+    let kind = match target {
+        crate::config::Target::Directory(_) => "directory",
+        _ => "kubernetes",
+    };
+    let message = format!("cluster-stack releases are not applied to a `{kind}` target yet; use `target.directory`");
+    error!("{message}");
+    let mut reports = Vec::new();
+    for (sub, prepared) in staged {
+        let rel = prepared.outcome.as_ref().ok().map(|p| &p.release);
+        for c in &sub.clusters {
+            let status = ClusterStatus::failed(sub, c, rel, None, Reason::NotSynced, message.clone());
+            reports.push(ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes: ChangeSet::default() });
+        }
+    }
+    reports
+}
+
+/// Records the release of every subscription in `staged` whose clusters all rendered.
+pub(super) fn adopt(index: &mut Index, staged: &[(&Subscription, Prepared)], reports: &[ClusterReport]) {
+    for (sub, prepared) in staged {
+        let all_rendered = reports.iter().filter(|r| r.subscription == sub.name).all(|r| r.status.reason != Reason::RenderFailed);
+        if let (Ok(p), true) = (&prepared.outcome, all_rendered) {
+            index.adopted.insert(
+                sub.name.clone(),
+                Adopted { source: sub.source.clone(), tag: p.release.tag.clone(), commit: p.release.commit.clone() },
+            );
+        }
+    }
+}
+
+/// Reads a `--cluster` file: a Cluster object, optionally followed by its control plane and
+/// infrastructure cluster objects (told apart by the Cluster's `spec.controlPlaneRef` /
+/// `spec.infrastructureRef` kinds, else by a kind ending in `ControlPlane`).
+///
+/// # Errors
+/// A message naming the file and what is wrong.
+pub fn read_cluster_file(path: &Path) -> Result<ClusterConfig, String> {
+    let file = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{file}: {e}"))?;
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| format!("{file}: invalid YAML: {e}"))?;
+    let mut docs = docs.into_iter().filter(|d| !d.is_null());
+    let cluster = docs.next().ok_or_else(|| format!("{file}: no objects; expected a Cluster"))?;
+    let text_at = |v: &Value, p: &[&str]| p.iter().try_fold(v, |v, k| v.get(k)).and_then(Value::as_str).map(str::to_owned);
+    if text_at(&cluster, &["kind"]).as_deref() != Some("Cluster") {
+        return Err(format!("{file}: the first object must be a Cluster (kind: Cluster)"));
+    }
+    let name = text_at(&cluster, &["metadata", "name"]).ok_or_else(|| format!("{file}: the Cluster has no metadata.name"))?;
+    let namespace = text_at(&cluster, &["metadata", "namespace"]).unwrap_or_else(|| "default".to_owned());
+    let cp_kind = text_at(&cluster, &["spec", "controlPlaneRef", "kind"]);
+    let infra_kind = text_at(&cluster, &["spec", "infrastructureRef", "kind"]);
+    let mut objects = ClusterObjects { cluster: Some(cluster), ..ClusterObjects::default() };
+    for doc in docs {
+        let kind = text_at(&doc, &["kind"]).unwrap_or_default();
+        let is_cp = cp_kind.as_deref() == Some(kind.as_str()) || (cp_kind.is_none() && kind.ends_with("ControlPlane"));
+        let is_infra = infra_kind.as_deref() == Some(kind.as_str()) || (infra_kind.is_none() && !kind.ends_with("ControlPlane"));
+        let slot = if is_cp {
+            &mut objects.control_plane
+        } else if is_infra {
+            &mut objects.infra_cluster
+        } else {
+            return Err(format!("{file}: `{kind}` is neither the Cluster's control plane nor its infrastructure cluster"));
+        };
+        if slot.is_some() {
+            return Err(format!("{file}: a second `{kind}` object; expected at most one control plane and one infrastructure cluster"));
+        }
+        *slot = Some(doc);
+    }
+    Ok(ClusterConfig { name, namespace, values: BTreeMap::new(), objects })
+}
+
+/// `stacksync render --cluster FILE`: renders what one cluster would get, without polling any
+/// source (the release comes from the cache). The subscription is the one listing the cluster,
+/// else the only cluster-stack subscription whose stack the Cluster's `spec.topology.class`
+/// names, else the only cluster-stack subscription.
+///
+/// # Errors
+/// The cluster matches no subscription, or the cache cannot be opened.
+pub async fn render_cluster(config: &Config, cluster: ClusterConfig, out: &Path) -> Result<PassReport, String> {
+    let stack_subs: Vec<&Subscription> = config.subscriptions.iter().filter(|s| s.format == Format::ClusterStack).collect();
+    let class = cluster.objects.cluster.as_ref().and_then(|c| c.get("spec")?.get("topology")?.get("class")?.as_str().map(str::to_owned));
+    let listed = stack_subs.iter().find(|s| s.clusters.iter().any(|c| c.name == cluster.name && c.namespace == cluster.namespace));
+    let by_class: Vec<&&Subscription> = stack_subs
+        .iter()
+        .filter(|s| class.as_deref().zip(s.stack.as_deref()).is_some_and(|(cl, st)| cl.starts_with(&format!("{st}-"))))
+        .collect();
+    let sub: &Subscription = match (listed, by_class.as_slice(), stack_subs.as_slice()) {
+        (Some(s), _, _) => s,
+        (None, [s], _) => s,
+        (None, [], [s]) => s,
+        _ => {
+            let names: Vec<&str> = stack_subs.iter().map(|s| s.name.as_str()).collect();
+            return Err(format!(
+                "cluster {}/{} matches no single cluster-stack subscription (topology class: {}; subscriptions: {})",
+                cluster.namespace,
+                cluster.name,
+                class.as_deref().unwrap_or("none"),
+                if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+            ));
+        }
+    };
+    let mut one = sub.clone();
+    let values = sub.clusters.iter().find(|c| c.name == cluster.name && c.namespace == cluster.namespace).map(|c| c.values.clone());
+    one.clusters = vec![ClusterConfig { values: values.unwrap_or_default(), ..cluster }];
+    let cache = Cache::open(&config.cache.dir).map_err(|e| e.to_string())?;
+    let index = cache.load_index().map_err(|e| e.to_string())?;
+    let (prepared, index) = super::fetch::prepare(config, &cache, index, &one).await;
+    cache.save_index(&index).map_err(|e: cache::Error| e.to_string())?;
+    let target = DirectoryTarget::new(out);
+    let mut report = PassReport::default();
+    match &prepared.outcome {
+        Ok(_) => report.clusters = sync(config, &target, &[(&one, prepared.clone())], false).await,
+        Err(e) => return Err(format!("no cached release for subscription `{}` (run `stacksync fetch` first): {e}", one.name)),
+    }
+    report.prepared.push(prepared);
+    Ok(report)
+}

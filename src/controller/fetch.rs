@@ -1,0 +1,281 @@
+//! The fetch half of a pass: poll each source once, then select and cache each subscription's
+//! release — from a Git mirror or from verified GitHub release assets.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use tracing::{error, info, info_span, warn};
+
+use super::{POLL_TIMEOUT, Prepared, PreparedRelease};
+use crate::cache::blobs::Blobs;
+use crate::cache::{Cache, Index, SourceState};
+use crate::config::{Config, GitSourceConfig, GithubSourceConfig, SourceKind, Subscription, tag_matches};
+use crate::release::{self, Release, short};
+use crate::source::github::materialise::{self, AssetRecord};
+use crate::source::github::{self, GhRelease};
+use crate::source::{self, RemoteRefs, TagEvent, git};
+
+/// The cache key of a source: its name plus a hash of where it points.
+pub fn source_key(name: &str, kind: &SourceKind) -> String {
+    match kind {
+        SourceKind::Git(g) => Cache::source_key(name, &g.url),
+        SourceKind::Github(g) => Cache::source_key(name, &format!("{}#{}", g.api_url, g.repo)),
+    }
+}
+
+/// Polls one source and merges what it advertises into the index, logging tag changes.
+pub(super) async fn poll_source(config: &Config, cache: &Cache, index: &mut Index, name: &str) -> source::Result<()> {
+    let Some(src) = config.source(name) else { return Ok(()) };
+    let key = source_key(name, &src.kind);
+    let previous = index.sources.get(&key).cloned().unwrap_or_default();
+    let (location, refs, allow_moved) = match &src.kind {
+        SourceKind::Git(g) => (g.url.clone(), poll_git(name, g, cache, &key, &previous).await?, g.allow_moved_tags),
+        SourceKind::Github(g) => {
+            let refs = poll_github(name, g, index, &key)
+                .await
+                .map_err(|source| source::Error::Github { source_name: name.to_owned(), source: Box::new(source) })?;
+            (format!("{}#{}", g.api_url, g.repo), refs, g.allow_moved_tags)
+        }
+    };
+    let (mut next, events) = source::reconcile(&previous, &location, &refs, allow_moved);
+    log_events(name, &events);
+    if let SourceKind::Git(g) = &src.kind {
+        apply_pins(name, g, &mut next);
+    }
+    info!(source = name, tags = next.tags.len(), branches = next.heads.len(), "polled source");
+    index.sources.insert(key, next);
+    Ok(())
+}
+
+async fn poll_git(name: &str, g: &GitSourceConfig, cache: &Cache, key: &str, previous: &SourceState) -> source::Result<RemoteRefs> {
+    let (url, dir, heads, src_name) = (g.url.clone(), cache.git_dir(key), previous.heads.clone(), name.to_owned());
+    let task = tokio::task::spawn_blocking(move || git::fetch(&src_name, &url, &dir, &heads));
+    let fetched = match tokio::time::timeout(POLL_TIMEOUT, task).await {
+        Ok(Ok(result)) => result?,
+        Ok(Err(join)) => {
+            return Err(source::Error::Fetch {
+                source_name: name.into(),
+                url: g.url.clone(),
+                message: format!("poll task failed: {join}"),
+            });
+        }
+        Err(_) => return Err(source::Error::Timeout { source_name: name.into(), seconds: POLL_TIMEOUT.as_secs() }),
+    };
+    for (branch, old, new) in &fetched.force_pushed {
+        warn!(source = name, branch, old = short(old), new = short(new), "branch was force-pushed");
+    }
+    for tag in &fetched.not_commits {
+        warn!(source = name, tag, "tag does not point at a commit; ignored");
+    }
+    Ok(fetched.refs)
+}
+
+async fn poll_github(name: &str, g: &GithubSourceConfig, index: &mut Index, key: &str) -> github::Result<RemoteRefs> {
+    let client = client(g)?;
+    let state = index.github.entry(key.to_owned()).or_default();
+    let mut pages = state.pages.clone();
+    let (releases, _stats) = client.list(&mut pages).await?;
+    let mut by_tag = BTreeMap::new();
+    for r in releases {
+        if g.tag_pattern.as_deref().is_none_or(|p| tag_matches(p, &r.tag)) {
+            by_tag.entry(r.tag.clone()).or_insert(r);
+        }
+    }
+    let refs = RemoteRefs { tags: by_tag.iter().map(|(t, r)| (t.clone(), r.revision())).collect(), heads: BTreeMap::new() };
+    state.pages = pages;
+    state.releases = by_tag;
+    tracing::debug!(source = name, releases = refs.tags.len(), "listed GitHub releases");
+    Ok(refs)
+}
+
+fn client(g: &GithubSourceConfig) -> github::Result<github::Client> {
+    let token = match &g.token {
+        Some(t) => Some(t.read().map_err(|message| github::Error::Token { repo: g.repo.clone(), message })?),
+        None => None,
+    };
+    github::Client::new(&g.api_url, &g.repo, token)
+}
+
+fn log_events(name: &str, events: &[TagEvent]) {
+    for event in events {
+        match event {
+            TagEvent::New { tag, commit } => info!(source = name, tag, commit = short(commit), "new tag"),
+            TagEvent::Deleted { tag, commit } => warn!(source = name, tag, commit = short(commit), "tag was deleted upstream"),
+            TagEvent::Moved { tag, old, new, accepted: true } => {
+                warn!(source = name, tag, old = short(old), new = short(new), "tag moved; accepted (allowMovedTags)");
+            }
+            TagEvent::Moved { tag, old, new, accepted: false } => error!(
+                source = name,
+                tag,
+                old = short(old),
+                new = short(new),
+                "tag moved to another commit; refused, still using the old commit (set allowMovedTags to accept)"
+            ),
+        }
+    }
+}
+
+/// A pinned tag pointing anywhere but its pin is not a release.
+fn apply_pins(name: &str, g: &GitSourceConfig, state: &mut SourceState) {
+    for (tag, pin) in &g.pins {
+        if let Some(commit) = state.tags.get(tag)
+            && commit != pin
+        {
+            error!(source = name, tag, pinned = short(pin), actual = short(commit), "tag does not point at its pinned commit; refused");
+            state.refused.insert(tag.clone(), commit.clone());
+            state.tags.remove(tag);
+        }
+    }
+}
+
+/// One lock per release, so concurrent requests for the same release share one download: the
+/// second waits, then finds the tree in the cache.
+fn release_lock(id: &str) -> Arc<tokio::sync::Mutex<()>> {
+    static LOCKS: OnceLock<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>> = OnceLock::new();
+    let mut map = LOCKS.get_or_init(Default::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    map.entry(id.to_owned()).or_default().clone()
+}
+
+/// Selects and caches a subscription's release. Takes and returns the index so the blocking
+/// materialisation can own it.
+pub async fn prepare(config: &Config, cache: &Cache, index: Index, sub: &Subscription) -> (Prepared, Index) {
+    let mut prepared = Prepared { subscription: sub.name.clone(), source: sub.source.clone(), outcome: Err(String::new()) };
+    let Some(src) = config.source(&sub.source) else {
+        prepared.outcome = Err(format!("unknown source `{}`", sub.source));
+        return (prepared, index);
+    };
+    let key = source_key(&src.name, &src.kind);
+    let mut tags = index.sources.get(&key).map(|s| s.tags.clone()).unwrap_or_default();
+    if matches!(src.kind, SourceKind::Github(_)) && !sub.prereleases {
+        let releases = index.github.get(&key).map(|g| &g.releases);
+        tags.retain(|t, _| releases.and_then(|r| r.get(t)).is_none_or(|r| !r.prerelease));
+    }
+    let selection = match release::select(sub, &tags, index.adopted.get(&sub.name)) {
+        Ok(s) => s,
+        Err(msg) => {
+            warn!("{msg}");
+            prepared.outcome = Err(msg);
+            return (prepared, index);
+        }
+    };
+    let rel = selection.release.clone();
+    let span = info_span!("release", source = %rel.source, tag = %rel.tag, commit = %short(&rel.commit));
+    if let Some(note) = &selection.note {
+        span.in_scope(|| info!("{note}"));
+    }
+    let lock = release_lock(&crate::cache::ReleaseEntry::id(&key, &rel.tag, &rel.commit));
+    let _guard = lock.lock().await;
+    let (index, result) = match &src.kind {
+        SourceKind::Git(_) => materialise_git(cache, index, &key, &rel).await,
+        SourceKind::Github(g) => materialise_github(cache, index, &key, &rel, g).await,
+    };
+    prepared.outcome = match result {
+        Ok((tree, fetched, assets)) => {
+            span.in_scope(|| info!(fetched, path = %tree.display(), "release ready"));
+            Ok(PreparedRelease { release: rel, tree, fetched, note: selection.note, assets })
+        }
+        Err(e) => {
+            span.in_scope(|| error!(error = %e, "cannot cache release; the release in use stays"));
+            Err(e)
+        }
+    };
+    (prepared, index)
+}
+
+type Materialised = Result<(std::path::PathBuf, bool, Vec<AssetRecord>), String>;
+
+async fn materialise_git(cache: &Cache, mut index: Index, key: &str, rel: &Release) -> (Index, Materialised) {
+    let (cache, git_dir, key, commit, source_name, tag) =
+        (cache.clone(), cache.git_dir(key), key.to_owned(), rel.commit.clone(), rel.source.clone(), rel.tag.clone());
+    let task = tokio::task::spawn_blocking(move || {
+        let result = cache.release(&mut index, &source_name, &key, &tag, &commit, |tmp| git::materialise(&git_dir, &commit, tmp));
+        (index, result.map(|(p, f)| (p, f, Vec::new())).map_err(|e| e.to_string()))
+    });
+    match task.await {
+        Ok(pair) => pair,
+        Err(join) => (Index::default(), Err(format!("materialise task failed: {join}"))),
+    }
+}
+
+async fn materialise_github(cache: &Cache, index: Index, key: &str, rel: &Release, g: &GithubSourceConfig) -> (Index, Materialised) {
+    let Some(release) = index.github.get(key).and_then(|s| s.releases.get(&rel.tag)).cloned() else {
+        let msg = format!("release {} is not in the last listing of {}", rel.tag, g.repo);
+        return (index, Err(msg));
+    };
+    if release.revision() != rel.commit {
+        let msg = format!("release {}: assets changed since they were accepted (moved tag); refusing", rel.tag);
+        return (index, Err(msg));
+    }
+    let blobs = match Blobs::open(cache.root()) {
+        Ok(b) => b,
+        Err(e) => return (index, Err(format!("cannot open blob store: {e}"))),
+    };
+    let tree = cache.release_path(key, &rel.tag, &rel.commit);
+    let cached = if tree.is_dir() { materialise::verify_cached(&tree, &blobs) } else { None };
+    let records = match cached {
+        Some(records) => records,
+        None => {
+            if tree.is_dir() {
+                let _ = std::fs::remove_dir_all(&tree);
+            }
+            match download(g, &blobs, &release).await {
+                Ok(r) => r,
+                Err(e) => return (index, Err(e)),
+            }
+        }
+    };
+    let (cache, key, rel, opts) = (cache.clone(), key.to_owned(), rel.clone(), options(g));
+    let task = tokio::task::spawn_blocking(move || {
+        let mut index = index;
+        let fill = |tmp: &std::path::Path| materialise::fill(&blobs, &records, tmp, opts.unpack);
+        let result = cache.release(&mut index, &rel.source, &key, &rel.tag, &rel.commit, fill);
+        (index, result.map(|(p, f)| (p, f, records.clone())).map_err(|e| e.to_string()))
+    });
+    match task.await {
+        Ok(pair) => pair,
+        Err(join) => (Index::default(), Err(format!("materialise task failed: {join}"))),
+    }
+}
+
+async fn download(g: &GithubSourceConfig, blobs: &Blobs, release: &GhRelease) -> Result<Vec<AssetRecord>, String> {
+    let client = client(g).map_err(|e| e.to_string())?;
+    materialise::download_all(&client, blobs, release, &options(g)).await
+}
+
+fn options(g: &GithubSourceConfig) -> materialise::Options {
+    materialise::Options {
+        verify: g.verify,
+        pins: g.digests.clone(),
+        max_asset_bytes: g.max_asset_bytes,
+        max_release_bytes: g.max_release_bytes,
+        unpack: crate::cache::unpack::Limits { max_bytes: g.max_unpacked_bytes, ..Default::default() },
+    }
+}
+
+/// The cached releases garbage collection must keep: for every subscription, the release it
+/// adopted (in use) plus the `cache.keepReleases` newest cached releases it could select.
+pub fn releases_to_keep(config: &Config, index: &Index) -> std::collections::BTreeSet<String> {
+    use crate::release::version::Version;
+    let mut keep = std::collections::BTreeSet::new();
+    for sub in &config.subscriptions {
+        let Some(src) = config.source(&sub.source) else { continue };
+        let key = source_key(&src.name, &src.kind);
+        if let Some(a) = index.adopted.get(&sub.name) {
+            keep.insert(crate::cache::ReleaseEntry::id(&key, &a.tag, &a.commit));
+        }
+        let mut mine: Vec<(Version, String)> = index
+            .releases
+            .iter()
+            .filter(|(id, _)| id.starts_with(&format!("{key}/")))
+            .filter_map(|(id, e)| Version::from_tag(&e.tag).map(|v| (v, id.clone())))
+            .filter(|(v, _)| match (&sub.stack, v) {
+                (Some(stack), Version::Scs { stack: s, .. }) => s == stack,
+                (None, Version::Semver(_)) => true,
+                _ => false,
+            })
+            .collect();
+        mine.sort_by(|a, b| b.0.compare(&a.0).unwrap_or(std::cmp::Ordering::Equal).then_with(|| b.1.cmp(&a.1)));
+        keep.extend(mine.into_iter().take(config.cache.keep_releases).map(|(_, id)| id));
+    }
+    keep
+}

@@ -1,0 +1,493 @@
+//! The Kubernetes target: finds the Cluster API clusters each subscription covers in the
+//! management cluster, reaches each workload cluster through its `<cluster>-kubeconfig` Secret,
+//! applies the rendered release with server-side apply and records a `ClusterSync` per cluster
+//! and a `StackRelease` per subscription × release.
+
+use std::collections::BTreeMap;
+
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tracing::{error, info, info_span, warn};
+
+use super::{ClusterReport, Prepared};
+use crate::apply::ssa::{self, Applier, ApplyOptions, Inventory, Stage, StageAction};
+use crate::apply::{Action, ChangeSet};
+use crate::config::{ClusterConfig, Config, DriftMode, KubernetesTarget, Subscription};
+use crate::release::{Release, short};
+use crate::render::Manifests;
+use crate::status::crd::{
+    ClusterSync, ClusterSyncSpec, ClusterSyncStatus, Condition, MAX_ENTRIES, ObjectEntry, ReleaseRefStatus, StackRelease, StackReleaseSpec,
+    StackReleaseStatus,
+};
+use crate::status::{ClusterStatus, Reason};
+
+/// The field manager of every write, objects and status alike.
+pub const MANAGER: &str = ssa::FIELD_MANAGER;
+/// A cluster skipped because it is not ready is retried after this long, whatever its schedule.
+pub const NOT_READY_RETRY: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// A workload cluster found in the management cluster.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub config: ClusterConfig,
+    /// Why it cannot be synced yet (control plane not ready, no kubeconfig Secret).
+    pub not_ready: Option<(Reason, String)>,
+}
+
+/// The result of the Kubernetes half of a pass.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub clusters: Vec<ClusterReport>,
+    /// Some cluster was skipped as not ready: poll again after [`NOT_READY_RETRY`].
+    pub retry_soon: bool,
+}
+
+/// Connects to the management cluster.
+///
+/// # Errors
+/// The kubeconfig cannot be read or the client cannot be built.
+pub async fn management_client(k: &KubernetesTarget) -> Result<kube::Client, String> {
+    let config = match &k.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| format!("reading kubeconfig {}: {e}", path.display()))?;
+            let opts = kube::config::KubeConfigOptions { context: k.context.clone(), ..Default::default() };
+            kube::Config::from_custom_kubeconfig(kc, &opts).await.map_err(|e| format!("kubeconfig {}: {e}", path.display()))?
+        }
+        None => kube::Config::infer().await.map_err(|e| format!("no in-cluster config and no usable $KUBECONFIG: {e}"))?,
+    };
+    kube::Client::try_from(config).map_err(|e| format!("building the client: {e}"))
+}
+
+/// Syncs every prepared subscription to its clusters.
+pub async fn sync(config: &Config, k: &KubernetesTarget, staged: &[(&Subscription, Prepared)]) -> Outcome {
+    let mut out = Outcome::default();
+    let mgmt = match management_client(k).await {
+        Ok(c) => c,
+        Err(e) => {
+            error!(error = %e, "cannot reach the management cluster");
+            for (sub, _) in staged {
+                for c in &sub.clusters {
+                    let status = ClusterStatus::failed(sub, c, None, None, Reason::ReleaseUnavailable, format!("management cluster: {e}"));
+                    out.clusters.push(ClusterReport {
+                        subscription: sub.name.clone(),
+                        cluster: c.clone(),
+                        status,
+                        changes: ChangeSet::default(),
+                    });
+                }
+            }
+            return out;
+        }
+    };
+    for (sub, prepared) in staged {
+        let span = info_span!("subscription", subscription = %sub.name, source = %sub.source);
+        let _enter = span.enter();
+        let found = match discover(&mgmt, sub).await {
+            Ok(f) => f,
+            Err(e) => {
+                error!(error = %e, "cannot list clusters");
+                continue;
+            }
+        };
+        let manifests = match &prepared.outcome {
+            Ok(p) => Some(Manifests::load(&p.tree, &sub.path)),
+            Err(_) => None,
+        };
+        for cluster in found {
+            let report = sync_cluster(&mgmt, k, config, sub, prepared, manifests.as_ref(), &cluster).await;
+            out.retry_soon |= cluster.not_ready.is_some();
+            out.clusters.push(report);
+        }
+        if let Ok(p) = &prepared.outcome {
+            let applied = out.clusters.iter().filter(|c| c.subscription == sub.name).all(|c| c.status.ready);
+            record_release(&mgmt, sub, &p.release, &p.assets, applied).await;
+        }
+    }
+    out
+}
+
+/// The clusters `sub` covers: its static list plus what its selector matches.
+async fn discover(mgmt: &kube::Client, sub: &Subscription) -> Result<Vec<Found>, String> {
+    let api_res = cluster_resource(mgmt).await?;
+    let all: Api<DynamicObject> = Api::all_with(mgmt.clone(), &api_res);
+    let mut wanted: BTreeMap<(String, String), (ClusterConfig, Option<DynamicObject>)> = BTreeMap::new();
+    for c in &sub.clusters {
+        let api: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), &c.namespace, &api_res);
+        let obj = api.get_opt(&c.name).await.map_err(|e| format!("reading Cluster {}/{}: {e}", c.namespace, c.name))?;
+        wanted.insert((c.namespace.clone(), c.name.clone()), (c.clone(), obj));
+    }
+    if let Some(sel) = &sub.selector {
+        let mut lp = ListParams::default();
+        if !sel.match_labels.is_empty() {
+            lp = lp.labels(&sel.match_labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","));
+        }
+        for obj in all.list(&lp).await.map_err(|e| format!("listing Clusters: {e}"))? {
+            let ns = obj.metadata.namespace.clone().unwrap_or_default();
+            let name = obj.metadata.name.clone().unwrap_or_default();
+            if sel.match_stack_class {
+                let class = obj.data.pointer("/spec/topology/class").and_then(Value::as_str).unwrap_or_default();
+                let Some(stack) = &sub.stack else { continue };
+                if !class.starts_with(&format!("{stack}-v")) {
+                    continue;
+                }
+            }
+            let values = sub.clusters.iter().find(|c| c.name == name && c.namespace == ns).map(|c| c.values.clone()).unwrap_or_default();
+            let config = ClusterConfig { name: name.clone(), namespace: ns.clone(), values, objects: Default::default() };
+            wanted.entry((ns, name)).or_insert((config, Some(obj)));
+        }
+    }
+    let mut out = Vec::new();
+    for ((ns, name), (mut config, obj)) in wanted {
+        let not_ready = match &obj {
+            None => Some((Reason::ClusterNotFound, format!("Cluster {ns}/{name} does not exist (yet)"))),
+            Some(o) if !control_plane_ready(&o.data) => Some((Reason::ControlPlaneNotReady, "control plane is not ready yet".to_owned())),
+            Some(_) => None,
+        };
+        if let Some(o) = &obj
+            && config.objects.cluster.is_none()
+        {
+            config.objects.cluster = serde_json::to_value(o).ok();
+        }
+        out.push(Found { config, not_ready });
+    }
+    Ok(out)
+}
+
+/// `cluster.x-k8s.io` Cluster at the newest version the management cluster serves.
+async fn cluster_resource(mgmt: &kube::Client) -> Result<ApiResource, String> {
+    for version in ["v1beta2", "v1beta1"] {
+        let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", version, "Cluster");
+        if let Ok((res, _)) = kube::discovery::pinned_kind(mgmt, &gvk).await {
+            return Ok(res);
+        }
+    }
+    Err("the management cluster serves no cluster.x-k8s.io Cluster (v1beta2 or v1beta1): is Cluster API installed?".to_owned())
+}
+
+/// v1beta1: `status.controlPlaneReady`; v1beta2: `status.initialization.controlPlaneInitialized`
+/// or a true `ControlPlaneInitialized` / `ControlPlaneReady` condition.
+fn control_plane_ready(cluster: &Value) -> bool {
+    let status = &cluster["status"];
+    if status["controlPlaneReady"] == json!(true) || status["initialization"]["controlPlaneInitialized"] == json!(true) {
+        return true;
+    }
+    status["conditions"].as_array().is_some_and(|cs| {
+        cs.iter().any(|c| matches!(c["type"].as_str(), Some("ControlPlaneInitialized" | "ControlPlaneReady")) && c["status"] == "True")
+    })
+}
+
+/// Reads `<cluster>-kubeconfig` (key `value`) and builds a client for the workload cluster.
+async fn workload_client(mgmt: &kube::Client, c: &ClusterConfig) -> Result<kube::Client, (Reason, String)> {
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(mgmt.clone(), &c.namespace);
+    let name = format!("{}-kubeconfig", c.name);
+    let secret = match secrets.get_opt(&name).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return Err((Reason::KubeconfigMissing, format!("Secret {}/{name} does not exist yet", c.namespace))),
+        Err(e) => return Err((Reason::ClusterUnreachable, format!("reading Secret {}/{name}: {e}", c.namespace))),
+    };
+    let bytes = secret.data.as_ref().and_then(|d| d.get("value")).map(|b| b.0.clone()).unwrap_or_default();
+    if bytes.is_empty() {
+        return Err((Reason::KubeconfigMissing, format!("Secret {}/{name} has no key `value`", c.namespace)));
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| (Reason::ClusterUnreachable, format!("Secret {}/{name}: kubeconfig is not UTF-8", c.namespace)))?;
+    let kc = kube::config::Kubeconfig::from_yaml(&text)
+        .map_err(|e| (Reason::ClusterUnreachable, format!("Secret {}/{name}: {e}", c.namespace)))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .map_err(|e| (Reason::ClusterUnreachable, format!("Secret {}/{name}: {e}", c.namespace)))?;
+    kube::Client::try_from(config).map_err(|e| (Reason::ClusterUnreachable, e.to_string()))
+}
+
+/// A label-safe owner id for the objects applied for one cluster and subscription.
+fn owner_id(sub: &Subscription, c: &ClusterConfig) -> String {
+    let full = format!("{}.{}.{}", sub.name, c.namespace, c.name);
+    if full.len() <= 63 { full } else { format!("{}-{}", &full[..40], &hex::encode(Sha256::digest(full.as_bytes()))[..16]) }
+}
+
+async fn sync_cluster(
+    mgmt: &kube::Client,
+    k: &KubernetesTarget,
+    _config: &Config,
+    sub: &Subscription,
+    prepared: &Prepared,
+    manifests: Option<&Result<Manifests, crate::render::Errors>>,
+    found: &Found,
+) -> ClusterReport {
+    let c = &found.config;
+    let label = format!("{}/{}", c.namespace, c.name);
+    let syncs: Api<ClusterSync> = Api::namespaced(mgmt.clone(), &c.namespace);
+    let previous = syncs.get_opt(&c.name).await.ok().flatten();
+    let prev_status = previous.as_ref().and_then(|p| p.status.clone()).unwrap_or_default();
+    let wanted = prepared.outcome.as_ref().ok().map(|p| &p.release);
+
+    let fail = |reason: Reason, message: String| {
+        let mut status = ClusterStatus::failed(sub, c, wanted, None, reason, message);
+        status.applied_release = prev_status.applied_release.as_ref().map(|r| crate::status::ReleaseRef {
+            tag: r.tag.clone(),
+            version: r.version.clone(),
+            commit: r.commit.clone(),
+            assets: Vec::new(),
+        });
+        status.synced = prev_status.synced as usize;
+        status.total = prev_status.total as usize;
+        status
+    };
+    let (status, changes, crd_status) = 'done: {
+        if let Some((reason, message)) = &found.not_ready {
+            info!(cluster = %label, "{message}; retrying in {}s", NOT_READY_RETRY.as_secs());
+            let st = fail(*reason, message.clone());
+            break 'done (st.clone(), ChangeSet::default(), failed_crd(&prev_status, wanted, &st));
+        }
+        let (Ok(p), Some(manifests)) = (&prepared.outcome, manifests) else {
+            let msg = prepared.outcome.as_ref().err().cloned().unwrap_or_default();
+            let st = fail(Reason::ReleaseUnavailable, msg);
+            break 'done (st.clone(), ChangeSet::default(), failed_crd(&prev_status, wanted, &st));
+        };
+        let rel = &p.release;
+        let rspan = info_span!("release", source = %rel.source, tag = %rel.tag, commit = %short(&rel.commit));
+        let _r = rspan.enter();
+        let objects = match manifests.as_ref().map_err(Clone::clone).and_then(|m| m.render(rel, c)) {
+            Ok(o) => o,
+            Err(errs) => {
+                error!(cluster = %label, "render failed; the applied release stays: {errs}");
+                let st = fail(Reason::RenderFailed, errs.to_string());
+                break 'done (st.clone(), ChangeSet::default(), failed_crd(&prev_status, wanted, &st));
+            }
+        };
+        let client = match workload_client(mgmt, c).await {
+            Ok(client) => client,
+            Err((reason, message)) => {
+                warn!(cluster = %label, "{message}");
+                let st = fail(reason, message);
+                break 'done (st.clone(), ChangeSet::default(), failed_crd(&prev_status, wanted, &st));
+            }
+        };
+        let digest = rendered_digest(&objects);
+        let applier = Applier::new(
+            client,
+            ApplyOptions {
+                owner: owner_id(sub, c),
+                force: sub.force,
+                drift: match k.drift_mode {
+                    DriftMode::Correct => ssa::DriftMode::Correct,
+                    DriftMode::Warn => ssa::DriftMode::Warn,
+                },
+                prune_limit: k.prune_limit,
+                allow_empty_prune: k.allow_empty_prune,
+                ..ApplyOptions::default()
+            },
+        );
+        let previous_inventory = Inventory::from_lines(&prev_status.inventory);
+        let result = applier.sync(&[Stage { name: "manifests".into(), action: StageAction::Apply, objects }], &previous_inventory).await;
+        let mut st = ClusterStatus::applied(sub, c, rel, &result.changes).with_assets(&rel.tag, &rel.commit, &p.assets);
+        if let Some(paused) = &result.prune_paused {
+            st.ready = false;
+            st.reason = Reason::PrunePaused;
+            st.message = paused.clone();
+        }
+        for (object, fields) in &result.drifted {
+            warn!(cluster = %label, object = %object, fields = %fields.join(", "), "drifted (driftMode: warn; not corrected)");
+        }
+        info!(cluster = %label, ready = st.ready, "synced: {}", result.changes.summary());
+        let crd = applied_crd(&prev_status, rel, &st, &result.changes, result.inventory.to_lines(), digest);
+        (st, result.changes, crd)
+    };
+    if let Err(e) = write_cluster_sync(&syncs, sub, c, previous.as_ref(), crd_status).await {
+        error!(cluster = %label, error = %e, "cannot write ClusterSync status");
+    }
+    ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes }
+}
+
+fn rendered_digest(objects: &[crate::render::Object]) -> String {
+    let mut h = Sha256::new();
+    for o in objects {
+        h.update(serde_json::to_vec(&o.body).unwrap_or_default());
+    }
+    format!("sha256:{}", hex::encode(h.finalize()))
+}
+
+fn release_ref(r: &Release) -> ReleaseRefStatus {
+    ReleaseRefStatus { tag: r.tag.clone(), version: r.version.to_string(), commit: r.commit.clone() }
+}
+
+fn entry(e: &crate::apply::Entry, previous: &[ObjectEntry], now: &str) -> ObjectEntry {
+    let (group, version) = match e.object.api_version.rsplit_once('/') {
+        Some((g, v)) => (g.to_owned(), v.to_owned()),
+        None => (String::new(), e.object.api_version.clone()),
+    };
+    let namespace = e.object.namespace.clone().unwrap_or_default();
+    let synced = e.action.is_synced();
+    // The transition time stays while the object stays in the same state.
+    let since = previous
+        .iter()
+        .find(|p| p.kind == e.object.kind && p.name == e.object.name && p.namespace == namespace && p.group == group && p.synced == synced)
+        .map_or_else(|| now.to_owned(), |p| p.last_transition_time.clone());
+    ObjectEntry {
+        group,
+        version,
+        kind: e.object.kind.clone(),
+        namespace,
+        name: e.object.name.clone(),
+        synced,
+        action: e.action.to_string(),
+        message: e.message.clone(),
+        last_transition_time: since,
+    }
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// Conditions for a status, keeping transition times of conditions whose status is unchanged.
+fn conditions(previous: &[Condition], ready: bool, reason: Reason, message: &str) -> Vec<Condition> {
+    let stalled = matches!(reason, Reason::RenderFailed | Reason::NotSynced | Reason::PrunePaused);
+    let reconciling = !ready && !stalled;
+    let make = |type_: &str, on: bool, why: &str| {
+        let status = if on { "True" } else { "False" };
+        let since = previous.iter().find(|c| c.type_ == type_ && c.status == status).map_or_else(now, |c| c.last_transition_time.clone());
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: why.into(),
+            message: if on == (type_ == "Ready") && type_ == "Ready" { String::new() } else { message.to_owned() },
+            last_transition_time: since,
+            observed_generation: None,
+        }
+    };
+    let why = format!("{reason:?}");
+    vec![make("Ready", ready, &why), make("Reconciling", reconciling, &why), make("Stalled", stalled && !ready, &why)]
+}
+
+fn applied_crd(
+    prev: &ClusterSyncStatus,
+    rel: &Release,
+    st: &ClusterStatus,
+    changes: &ChangeSet,
+    inventory: Vec<String>,
+    digest: String,
+) -> ClusterSyncStatus {
+    let now = now();
+    let failing: Vec<ObjectEntry> = changes
+        .entries
+        .iter()
+        .filter(|e| !e.action.is_synced() || e.action == Action::Skipped)
+        .map(|e| entry(e, &prev.entries, &now))
+        .collect();
+    let truncated = failing.len().saturating_sub(MAX_ENTRIES) as u32;
+    ClusterSyncStatus {
+        wanted_release: Some(release_ref(rel)),
+        applied_release: Some(release_ref(rel)),
+        synced: st.synced as u32,
+        total: st.total as u32,
+        conditions: conditions(&prev.conditions, st.ready, st.reason, &st.message),
+        rendered_digest: digest,
+        entries: failing.into_iter().take(MAX_ENTRIES).collect(),
+        entries_truncated: truncated,
+        inventory,
+        observed_generation: None,
+    }
+}
+
+fn failed_crd(prev: &ClusterSyncStatus, wanted: Option<&Release>, st: &ClusterStatus) -> ClusterSyncStatus {
+    ClusterSyncStatus {
+        wanted_release: wanted.map(release_ref).or_else(|| prev.wanted_release.clone()),
+        conditions: conditions(&prev.conditions, false, st.reason, &st.message),
+        ..prev.clone()
+    }
+}
+
+/// Creates the ClusterSync if needed and writes its status with server-side apply, only when it
+/// changed.
+async fn write_cluster_sync(
+    api: &Api<ClusterSync>,
+    sub: &Subscription,
+    c: &ClusterConfig,
+    previous: Option<&ClusterSync>,
+    mut status: ClusterSyncStatus,
+) -> Result<(), kube::Error> {
+    let spec = ClusterSyncSpec { cluster: c.name.clone(), subscription: sub.name.clone() };
+    let params = PatchParams::apply(MANAGER).force();
+    let generation = match previous {
+        Some(p) if p.spec == spec => p.metadata.generation,
+        _ => {
+            let body = json!({
+                "apiVersion": "stacksync.io/v1alpha1",
+                "kind": "ClusterSync",
+                "metadata": {"name": c.name, "labels": {"stacksync.io/subscription": sub.name}},
+                "spec": spec,
+            });
+            api.patch(&c.name, &params, &Patch::Apply(body)).await?.metadata.generation
+        }
+    };
+    status.observed_generation = generation;
+    for cond in &mut status.conditions {
+        cond.observed_generation = generation;
+    }
+    if previous.and_then(|p| p.status.as_ref()) == Some(&status) {
+        return Ok(());
+    }
+    let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "ClusterSync", "metadata": {"name": c.name}, "status": status});
+    api.patch_status(&c.name, &params, &Patch::Apply(body)).await?;
+    Ok(())
+}
+
+/// Records the release a subscription selected as a `StackRelease`.
+async fn record_release(
+    mgmt: &kube::Client,
+    sub: &Subscription,
+    rel: &Release,
+    assets: &[crate::source::github::materialise::AssetRecord],
+    applied: bool,
+) {
+    let api: Api<StackRelease> = Api::all(mgmt.clone());
+    let name = release_name(&sub.name, &rel.tag);
+    let status = StackReleaseStatus {
+        version: rel.version.to_string(),
+        commit: rel.commit.clone(),
+        assets: assets
+            .iter()
+            .map(|a| crate::status::crd::AssetDigest {
+                name: a.name.clone(),
+                digest: a.digest.clone(),
+                verified_by: a.verified_by.to_string(),
+            })
+            .collect(),
+        verified: assets.iter().all(|a| a.verified_by != crate::source::github::verify::VerifiedBy::Unverified),
+        cached: true,
+        phase: if applied { "Applied".into() } else { "Selected".into() },
+        conditions: Vec::new(),
+        entries: Vec::new(),
+        synced: 0,
+        total: 0,
+    };
+    let spec = StackReleaseSpec { subscription: sub.name.clone(), source: sub.source.clone(), tag: rel.tag.clone() };
+    let params = PatchParams::apply(MANAGER).force();
+    let current = api.get_opt(&name).await.ok().flatten();
+    if current.as_ref().map(|c| &c.spec) != Some(&spec) {
+        let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": {"name": name}, "spec": spec});
+        if let Err(e) = api.patch(&name, &params, &Patch::Apply(body)).await {
+            warn!(release = %name, error = %e, "cannot write StackRelease");
+            return;
+        }
+    }
+    if current.and_then(|c| c.status) == Some(status.clone()) {
+        return;
+    }
+    let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": {"name": name}, "status": status});
+    if let Err(e) = api.patch_status(&name, &params, &Patch::Apply(body)).await {
+        warn!(release = %name, error = %e, "cannot write StackRelease status");
+    }
+}
+
+/// `<subscription>.<tag>` made a valid object name.
+fn release_name(sub: &str, tag: &str) -> String {
+    let raw: String = format!("{sub}.{tag}")
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' })
+        .collect();
+    raw.chars().take(253).collect()
+}

@@ -1,0 +1,436 @@
+//! Render for SovereignCloudStack cluster-stack releases: the release layout (metadata, the
+//! ClusterClass chart, the cluster-addon chart or stages), read and unpacked once per release;
+//! then the ClusterClass rendered once per namespace and the addons once per cluster with `helm
+//! template`, as the SCS cluster-stack-operator does.
+//!
+//! Layout, relative to the release root (`path` of the subscription):
+//! ```text
+//! metadata.yaml
+//! <stack>-cluster-class-<clusterStack version>[.tgz]     helm chart (directory or package)
+//! <stack>-cluster-addon-<clusterAddon version>[.tgz]     one helm chart, or one chart per stage
+//! cluster-addon-values.yaml                              values template (single chart)
+//! clusteraddon.yaml                                      stages per hook (multi-stage)
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use super::helm::Helm;
+use super::values::ValuesTemplate;
+use super::{Error, Errors, Object, ObjectKey};
+use crate::cache::unpack;
+use crate::config::ClusterConfig;
+use crate::config::yaml::{self, Node, Value};
+use crate::release::metadata::{self, Metadata};
+use crate::release::{Release, version::Version};
+
+pub const ADDON_CONFIG: &str = "clusteraddon.yaml";
+pub const ADDON_VALUES: &str = "cluster-addon-values.yaml";
+pub const OVERWRITE: &str = "overwrite.yaml";
+/// The hook whose stages install a cluster's addons; what a directory target writes.
+pub const INSTALL_HOOK: &str = "AfterControlPlaneInitialized";
+/// The namespace and release name the operator renders addons with.
+pub const ADDON_NAMESPACE: &str = "kube-system";
+pub const ADDON_RELEASE: &str = "cluster-addon";
+/// The stage name recorded on ClusterClass objects.
+pub const CLUSTER_CLASS_STAGE: &str = "cluster-class";
+
+/// A chart to pass to helm: a directory or a `.tgz` package.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chart {
+    /// Release-relative name, for messages and status.
+    pub name: String,
+    pub path: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Apply,
+    Delete,
+}
+
+/// One step of a hook in `clusteraddon.yaml`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageRef {
+    pub name: String,
+    pub action: Action,
+}
+
+#[derive(Debug, Clone)]
+pub struct StageChart {
+    pub chart: Chart,
+    pub overwrite: Option<ValuesTemplate>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Addon {
+    /// One helm chart with `cluster-addon-values.yaml` beside it.
+    Single { chart: Chart, values: Option<ValuesTemplate> },
+    /// One chart per stage; `hooks` in file order, each with its stages in order.
+    Staged { hooks: Vec<(String, Vec<StageRef>)>, stages: BTreeMap<String, StageChart> },
+}
+
+/// A cluster-stack release, read, validated and unpacked; shared by every cluster rendered.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// `<provider>-<name>-<k8s major>-<k8s minor>`: the ClusterClass chart's helm release name.
+    pub stack: String,
+    pub metadata: Metadata,
+    pub cluster_class: Chart,
+    pub addon: Addon,
+    /// Archives unpacked while loading (each once, whatever the number of clusters).
+    pub unpacked: Vec<String>,
+}
+
+/// One rendered stage of a cluster's addons, in apply order. `name` is `None` for a
+/// single-chart addon.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderedStage {
+    pub name: Option<String>,
+    pub objects: Vec<Object>,
+}
+
+impl Layout {
+    /// Reads the release at `tree/dir` for `release`; archives that must be opened (a multi-stage
+    /// addon package) are unpacked under `work`. Blocking: call from a blocking thread.
+    ///
+    /// # Errors
+    /// Every problem found with the metadata, charts and values templates.
+    pub fn load(tree: &Path, dir: &str, release: &Release, work: &Path) -> Result<Layout, Errors> {
+        let root = tree.join(dir);
+        let prefix = match dir.trim_matches('/') {
+            "" | "." => String::new(),
+            d => format!("{d}/"),
+        };
+        let rel = |name: &str| format!("{prefix}{name}");
+        let release_err = |file: &str, message: String| Error::Release { file: rel(file), message };
+        if !root.is_dir() {
+            return Err(Errors(vec![Error::MissingDir { path: dir.to_owned() }]));
+        }
+        let Version::Scs { stack, .. } = &release.version else {
+            return Err(Errors(vec![release_err(metadata::FILE, format!("tag {} is not a cluster-stack tag", release.tag))]));
+        };
+        let text = read(&root, metadata::FILE).map_err(|m| Errors(vec![release_err(metadata::FILE, m)]))?;
+        let metadata = metadata::parse(&rel(metadata::FILE), &text, &release.version).map_err(|errs| {
+            Errors(
+                errs.into_iter().map(|e| Error::Release { file: format!("{}:{}:{}", e.file, e.line, e.col), message: msg(&e) }).collect(),
+            )
+        })?;
+        let mut errors = Vec::new();
+        let mut unpacked = Vec::new();
+        let staged = root.join(ADDON_CONFIG).is_file();
+        let class_name = format!("{stack}-cluster-class-{}", metadata.cluster_stack);
+        let cluster_class = find_chart(&root, &class_name, &prefix, true);
+        let addon_name = format!("{stack}-cluster-addon-{}", metadata.cluster_addon);
+        let addon_chart = find_chart(&root, &addon_name, &prefix, !staged);
+        if cluster_class.is_none() {
+            errors.push(release_err(
+                &class_name,
+                format!("no ClusterClass chart: expected `{class_name}.tgz` or a directory `{class_name}/`"),
+            ));
+        }
+        if addon_chart.is_none() {
+            errors.push(release_err(
+                &addon_name,
+                format!("no cluster-addon chart: expected `{addon_name}.tgz` or a directory `{addon_name}/`"),
+            ));
+        }
+        let (Some(cluster_class), Some(addon_chart)) = (cluster_class, addon_chart) else { return Err(Errors(errors)) };
+
+        let addon = if staged {
+            let hooks = read(&root, ADDON_CONFIG)
+                .map_err(|m| release_err(ADDON_CONFIG, m))
+                .and_then(|t| parse_addon_config(&rel(ADDON_CONFIG), &t).map_err(|m| release_err(ADDON_CONFIG, m)));
+            let hooks = match hooks {
+                Ok(h) => h,
+                Err(e) => return Err(Errors(vec![e])),
+            };
+            let stage_root = if addon_chart.path.is_dir() {
+                addon_chart.path.clone()
+            } else {
+                let dest = work.join(&addon_name);
+                std::fs::create_dir_all(&dest)
+                    .map_err(|e| Errors(vec![release_err(&addon_chart.name, format!("cannot create {}: {e}", dest.display()))]))?;
+                unpack::unpack(&addon_chart.path, &dest, unpack::Limits::default())
+                    .map_err(|e| Errors(vec![release_err(&addon_chart.name, format!("cannot unpack: {e}"))]))?;
+                unpacked.push(addon_chart.name.clone());
+                dest
+            };
+            let mut stages = BTreeMap::new();
+            let names: BTreeSet<&str> = hooks.iter().flat_map(|(_, s)| s.iter().map(|s| s.name.as_str())).collect();
+            for name in names {
+                let dir = stage_root.join(name);
+                let chart_name = format!("{}/{name}", addon_chart.name);
+                if !dir.join("Chart.yaml").is_file() {
+                    errors
+                        .push(release_err(&chart_name, format!("stage `{name}` of {ADDON_CONFIG} has no chart (no `{name}/Chart.yaml`)")));
+                    continue;
+                }
+                let overwrite = match read_optional(&dir, OVERWRITE) {
+                    Ok(Some(text)) => match ValuesTemplate::parse(&format!("{chart_name}/{OVERWRITE}"), &text) {
+                        Ok(t) => Some(t),
+                        Err(e) => {
+                            errors.push(e);
+                            None
+                        }
+                    },
+                    Ok(None) => None,
+                    Err(m) => {
+                        errors.push(release_err(&format!("{chart_name}/{OVERWRITE}"), m));
+                        None
+                    }
+                };
+                stages.insert(name.to_owned(), StageChart { chart: Chart { name: chart_name, path: dir }, overwrite });
+            }
+            Addon::Staged { hooks, stages }
+        } else {
+            let values = match read_optional(&root, ADDON_VALUES) {
+                Ok(Some(text)) => match ValuesTemplate::parse(&rel(ADDON_VALUES), &text) {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        errors.push(e);
+                        None
+                    }
+                },
+                Ok(None) => None,
+                Err(m) => {
+                    errors.push(release_err(ADDON_VALUES, m));
+                    None
+                }
+            };
+            Addon::Single { chart: addon_chart, values }
+        };
+        if !errors.is_empty() {
+            return Err(Errors(errors));
+        }
+        Ok(Layout { stack: stack.clone(), metadata, cluster_class, addon, unpacked })
+    }
+
+    /// The stages a cluster gets installed, in order: the install hook's `apply` stages, or the
+    /// single chart.
+    pub fn install_stages(&self) -> Vec<Option<&str>> {
+        match &self.addon {
+            Addon::Single { .. } => vec![None],
+            Addon::Staged { hooks, .. } => hooks
+                .iter()
+                .find(|(h, _)| h == INSTALL_HOOK)
+                .map(|(_, stages)| stages.iter().filter(|s| s.action == Action::Apply).map(|s| Some(s.name.as_str())).collect())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// `helm template <stack> <chart> --namespace <namespace>`: the ClusterClass and its templates
+    /// for one namespace.
+    ///
+    /// # Errors
+    /// helm fails, or its output holds an invalid or duplicate object.
+    pub async fn render_cluster_class(&self, helm: &Helm, namespace: &str) -> Result<Vec<Object>, Errors> {
+        let args: Vec<OsString> =
+            vec![self.stack.clone().into(), self.cluster_class.path.clone().into(), "--namespace".into(), namespace.into()];
+        let out = helm
+            .template(&self.cluster_class.name, &args)
+            .await
+            .map_err(|source| Errors(vec![Error::Helm { chart: self.cluster_class.name.clone(), source }]))?;
+        objects_of(&out, &self.cluster_class.name, CLUSTER_CLASS_STAGE)
+    }
+
+    /// The addon objects of `cluster`, stage by stage in install order. Values files go under
+    /// `work` (unique per cluster).
+    ///
+    /// # Errors
+    /// Every stage's values-template, helm and object errors (all stages are tried).
+    pub async fn render_addons(&self, helm: &Helm, cluster: &ClusterConfig, work: &Path) -> Result<Vec<RenderedStage>, Errors> {
+        let dir = work.join("values").join(&cluster.namespace).join(&cluster.name);
+        let mut out = Vec::new();
+        let mut errors = Vec::new();
+        for stage in self.install_stages() {
+            let (chart, template) = match (&self.addon, stage) {
+                (Addon::Single { chart, values }, _) => (chart, values.as_ref()),
+                (Addon::Staged { stages, .. }, Some(name)) => match stages.get(name) {
+                    Some(s) => (&s.chart, s.overwrite.as_ref()),
+                    None => continue,
+                },
+                (Addon::Staged { .. }, None) => continue,
+            };
+            let values_file = match template.map(|t| t.render(cluster)).transpose() {
+                Ok(v) => v,
+                Err(e) => {
+                    errors.push(e);
+                    continue;
+                }
+            };
+            let mut args: Vec<OsString> = vec![
+                "--include-crds".into(),
+                "--kube-version".into(),
+                self.metadata.kubernetes.clone().into(),
+                ADDON_RELEASE.into(),
+                chart.path.clone().into(),
+                "--namespace".into(),
+                ADDON_NAMESPACE.into(),
+            ];
+            if let Some(values) = values_file {
+                let path = dir.join(format!("{}.yaml", stage.unwrap_or(ADDON_RELEASE)));
+                let written = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, values));
+                if let Err(e) = written {
+                    errors.push(Error::ReadFile { file: path.display().to_string(), message: format!("cannot write values: {e}") });
+                    continue;
+                }
+                args.push("-f".into());
+                args.push(path.into());
+            }
+            let rendered = match helm.template(&chart.name, &args).await {
+                Ok(text) => text,
+                Err(source) => {
+                    errors.push(Error::Helm { chart: chart.name.clone(), source });
+                    continue;
+                }
+            };
+            match objects_of(&rendered, &chart.name, stage.unwrap_or(ADDON_RELEASE)) {
+                Ok(mut objects) => {
+                    if stage.is_none() {
+                        objects.iter_mut().for_each(|o| o.stage = None);
+                    }
+                    out.push(RenderedStage { name: stage.map(str::to_owned), objects });
+                }
+                Err(e) => errors.extend(e.0),
+            }
+        }
+        if errors.is_empty() { Ok(out) } else { Err(Errors(errors)) }
+    }
+}
+
+/// Splits helm's output into objects, each remembering its chart, stage and template file.
+fn objects_of(text: &str, chart: &str, stage: &str) -> Result<Vec<Object>, Errors> {
+    let mut objects = Vec::new();
+    let mut errors = Vec::new();
+    for (line, doc) in super::documents(text) {
+        let source = doc.lines().find_map(|l| l.trim().strip_prefix("# Source: ")).map_or_else(|| chart.to_owned(), str::to_owned);
+        match super::parse_object(&source, line, doc) {
+            Ok(Some(mut o)) => {
+                o.chart = Some(chart.to_owned());
+                o.stage = Some(stage.to_owned());
+                objects.push(o);
+            }
+            Ok(None) => {}
+            Err(e) => errors.push(e),
+        }
+    }
+    let mut seen: BTreeMap<ObjectKey<'_>, &str> = BTreeMap::new();
+    for o in &objects {
+        if let Some(first) = seen.insert((o.group(), o.kind.as_str(), o.namespace.as_deref(), o.name.as_str()), &o.file) {
+            errors.push(Error::Object { file: o.file.clone(), line: o.line, message: format!("{o} is defined twice (also in {first})") });
+        }
+    }
+    if errors.is_empty() { Ok(objects) } else { Err(Errors(errors)) }
+}
+
+fn msg(e: &metadata::MetadataError) -> String {
+    if e.field.is_empty() { e.message.clone() } else { format!("{}: {}", e.field, e.message) }
+}
+
+/// `<name>/` or `<name>.tgz` in `root`. With `must_be_chart`, a directory counts only when it is a
+/// chart (`Chart.yaml`) or, failing a `.tgz`, an unpacked helm package whose one directory is
+/// (GitHub sources unpack every `.tgz` asset beside it).
+fn find_chart(root: &Path, name: &str, prefix: &str, must_be_chart: bool) -> Option<Chart> {
+    let dir = root.join(name);
+    if dir.is_dir() && (!must_be_chart || dir.join("Chart.yaml").is_file()) {
+        return Some(Chart { name: format!("{prefix}{name}"), path: dir });
+    }
+    let tgz = root.join(format!("{name}.tgz"));
+    if tgz.is_file() {
+        return Some(Chart { name: format!("{prefix}{name}.tgz"), path: tgz });
+    }
+    let subdirs: Vec<PathBuf> = std::fs::read_dir(&dir).ok()?.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    match subdirs.as_slice() {
+        [only] if only.join("Chart.yaml").is_file() => {
+            let sub = only.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            Some(Chart { name: format!("{prefix}{name}/{sub}"), path: only.clone() })
+        }
+        _ => None,
+    }
+}
+
+fn read(dir: &Path, name: &str) -> Result<String, String> {
+    read_optional(dir, name)?.ok_or_else(|| "file is missing".to_owned())
+}
+
+fn read_optional(dir: &Path, name: &str) -> Result<Option<String>, String> {
+    let path = dir.join(name);
+    match std::fs::metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+        Ok(m) if m.len() > super::MAX_FILE_BYTES => return Err(format!("file is larger than {} bytes", super::MAX_FILE_BYTES)),
+        Ok(_) => {}
+    }
+    std::fs::read_to_string(&path).map(Some).map_err(|e| e.to_string())
+}
+
+/// Reads `clusteraddon.yaml`: `addonStages: {<hook>: [{name, action}]}`, hooks in file order.
+fn parse_addon_config(file: &str, text: &str) -> Result<Vec<(String, Vec<StageRef>)>, String> {
+    let at = |n: &Node| format!("{file}:{}:{}", n.mark.line, n.mark.col);
+    let root = yaml::parse(text).map_err(|e| format!("line {}: invalid YAML: {}", e.mark.line, e.message))?.ok_or("the file is empty")?;
+    let Value::Map(entries) = &root.value else { return Err("expected a mapping".into()) };
+    let stages = entries.iter().find(|(k, _)| k.scalar_text() == Some("addonStages")).map(|(_, v)| v).ok_or("missing `addonStages`")?;
+    let Value::Map(hooks) = &stages.value else { return Err(format!("{}: `addonStages` must map hooks to stage lists", at(stages))) };
+    let mut out = Vec::new();
+    for (hook, list) in hooks {
+        let hook_name = hook.scalar_text().unwrap_or_default().to_owned();
+        let Value::Seq(items) = &list.value else { return Err(format!("{}: `addonStages.{hook_name}` must be a list", at(list))) };
+        let mut refs = Vec::new();
+        for item in items {
+            let field = |k: &str| match &item.value {
+                Value::Map(m) => m.iter().find(|(key, _)| key.scalar_text() == Some(k)).and_then(|(_, v)| v.scalar_text()),
+                _ => None,
+            };
+            let name = field("name").filter(|n| is_stage_name(n));
+            let Some(name) = name else { return Err(format!("{}: each stage needs a `name` (a chart directory)", at(item))) };
+            let action = match field("action") {
+                Some("apply") => Action::Apply,
+                Some("delete") => Action::Delete,
+                other => return Err(format!("{}: stage `{name}`: action must be `apply` or `delete`, found {other:?}", at(item))),
+            };
+            refs.push(StageRef { name: name.to_owned(), action });
+        }
+        out.push((hook_name, refs));
+    }
+    if !out.iter().any(|(h, _)| h == INSTALL_HOOK) {
+        return Err(format!("no `{INSTALL_HOOK}` stages: stacksync installs a cluster's addons from that hook"));
+    }
+    Ok(out)
+}
+
+/// Stage names are directory names inside the addon package.
+fn is_stage_name(n: &str) -> bool {
+    !n.is_empty() && n.len() <= 63 && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') && !n.starts_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addon_config_keeps_hook_and_stage_order() {
+        let text = "apiVersion: clusteraddonconfig.x-k8s.io/v1alpha1\naddonStages:\n  AfterControlPlaneInitialized:\n    - name: cni\n      action: apply\n    - name: old-csi\n      action: delete\n    - name: metrics\n      action: apply\n  BeforeClusterUpgrade:\n    - {name: cni, action: apply}\n";
+        let hooks = parse_addon_config("clusteraddon.yaml", text).unwrap();
+        assert_eq!(hooks[0].0, INSTALL_HOOK);
+        let names: Vec<(&str, Action)> = hooks[0].1.iter().map(|s| (s.name.as_str(), s.action)).collect();
+        assert_eq!(names, [("cni", Action::Apply), ("old-csi", Action::Delete), ("metrics", Action::Apply)]);
+        let e = parse_addon_config("c.yaml", "addonStages:\n  X:\n    - {name: a, action: upsert}\n").unwrap_err();
+        assert!(e.starts_with("c.yaml:3:7: stage `a`: action must be"), "{e}");
+        let e = parse_addon_config("c.yaml", "addonStages:\n  BeforeClusterUpgrade: []\n").unwrap_err();
+        assert!(e.contains("no `AfterControlPlaneInitialized` stages"), "{e}");
+    }
+
+    #[test]
+    fn helm_output_becomes_objects_with_origin() {
+        let out = "---\n# Source: cc/templates/a.yaml\napiVersion: cluster.x-k8s.io/v1beta1\nkind: ClusterClass\nmetadata:\n  name: x-v1\n---\n# Source: cc/templates/b.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n";
+        let objs = objects_of(out, "cc-v1.tgz", "cluster-class").unwrap();
+        assert_eq!(objs.len(), 2);
+        assert_eq!(objs[0].file, "cc/templates/a.yaml");
+        assert_eq!((objs[1].chart.as_deref(), objs[1].stage.as_deref()), (Some("cc-v1.tgz"), Some("cluster-class")));
+        let dup = format!("{out}---\n# Source: cc/templates/c.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n");
+        let e = objects_of(&dup, "cc", "s").unwrap_err().to_string();
+        assert!(e.contains("ConfigMap/b is defined twice (also in cc/templates/b.yaml)"), "{e}");
+    }
+}

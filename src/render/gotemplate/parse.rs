@@ -1,0 +1,542 @@
+//! Lexer and parser for the Go text/template subset: text, `{{ }}` actions with `-` trim markers,
+//! comments, pipelines, variables and the `if` / `with` / `range` control structures.
+
+use super::Error;
+use super::funcs;
+
+/// A parsed template body.
+pub(super) type List = Vec<Node>;
+
+#[derive(Debug, Clone)]
+pub(super) enum Node {
+    Text(String),
+    /// `{{ pipeline }}`: the value is printed unless the pipeline declares variables.
+    Action(Pipe),
+    If {
+        branches: Vec<(Pipe, List)>,
+        otherwise: Option<List>,
+    },
+    With {
+        branches: Vec<(Pipe, List)>,
+        otherwise: Option<List>,
+    },
+    Range {
+        pipe: Pipe,
+        body: List,
+        otherwise: Option<List>,
+    },
+    Break,
+    Continue,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Pipe {
+    pub line: usize,
+    /// Variables declared (`:=`) or assigned (`=`) by this pipeline.
+    pub decl: Vec<String>,
+    pub assign: bool,
+    pub cmds: Vec<Cmd>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Cmd {
+    pub args: Vec<Arg>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) enum Arg {
+    /// `.a.b`; `.` alone is an empty chain.
+    Field(Vec<String>),
+    /// `$x.a.b`; `$` is the root.
+    Var(String, Vec<String>),
+    /// A function name.
+    Func(String),
+    Str(String),
+    Num(serde_json::Number),
+    Bool(bool),
+    Nil,
+    /// `(pipeline).a.b`
+    Sub(Box<Pipe>, Vec<String>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Field(Vec<String>),
+    Var(String, Vec<String>),
+    /// Fields chained directly onto a closing parenthesis: `(...).a.b`.
+    Chain(Vec<String>),
+    Ident(String),
+    Str(String),
+    Num(String),
+    LParen,
+    RParen,
+    Pipe,
+    Declare,
+    Assign,
+    Comma,
+}
+
+/// One `{{ }}` action after lexing.
+struct Action {
+    line: usize,
+    toks: Vec<Tok>,
+}
+
+enum Item {
+    Text(String),
+    Action(Action),
+}
+
+struct Cx<'a> {
+    file: &'a str,
+}
+
+impl Cx<'_> {
+    fn err(&self, line: usize, message: impl Into<String>) -> Error {
+        Error { file: self.file.to_owned(), line, message: message.into() }
+    }
+}
+
+pub(super) fn parse(file: &str, text: &str) -> Result<List, Error> {
+    let cx = Cx { file };
+    let items = split(&cx, text)?;
+    let mut parser = Parser { cx: &cx, items: items.into_iter().peekable(), range_depth: 0 };
+    let (list, end) = parser.list()?;
+    match end {
+        None => Ok(list),
+        Some((line, word)) => Err(cx.err(line, format!("unexpected `{{{{{word}}}}}` without a matching `if`, `with` or `range`"))),
+    }
+}
+
+/// Splits text and actions, applying trim markers and dropping comments.
+fn split(cx: &Cx<'_>, text: &str) -> Result<Vec<Item>, Error> {
+    let mut items = Vec::new();
+    let mut rest = text;
+    let mut line = 1;
+    let mut trim_next = false;
+    while !rest.is_empty() {
+        let (before, after) = match rest.find("{{") {
+            Some(i) => (&rest[..i], Some(&rest[i + 2..])),
+            None => (rest, None),
+        };
+        let mut chunk = before;
+        if trim_next {
+            chunk = chunk.trim_start();
+        }
+        let Some(after) = after else {
+            if !chunk.is_empty() {
+                items.push(Item::Text(chunk.to_owned()));
+            }
+            break;
+        };
+        line += before.matches('\n').count();
+        let (trim_left, body_start) = match after.strip_prefix('-') {
+            Some(b) if b.starts_with([' ', '\t', '\n', '\r']) => (true, b),
+            _ => (false, after),
+        };
+        if trim_left {
+            chunk = chunk.trim_end();
+        }
+        if !chunk.is_empty() {
+            items.push(Item::Text(chunk.to_owned()));
+        }
+        let (toks, body_len, trim_right) = lex_action(cx, body_start, line)?;
+        let consumed = &body_start[..body_len];
+        let action_line = line;
+        line += consumed.matches('\n').count();
+        if let Some(toks) = toks {
+            items.push(Item::Action(Action { line: action_line, toks }));
+        }
+        trim_next = trim_right;
+        rest = &body_start[body_len..];
+    }
+    Ok(items)
+}
+
+/// Lexes one action body (after `{{` and an optional `- `). Returns its tokens (`None` for a
+/// comment), the bytes consumed including the closing `}}`, and whether `-}}` trims what follows.
+fn lex_action(cx: &Cx<'_>, s: &str, line: usize) -> Result<(Option<Vec<Tok>>, usize, bool), Error> {
+    let trimmed = s.trim_start();
+    if let Some(comment) = trimmed.strip_prefix("/*") {
+        let Some(end) = comment.find("*/") else { return Err(cx.err(line, "unclosed comment")) };
+        let after = &comment[end + 2..];
+        let (trim, close) = if let Some(a) = after.strip_prefix(" -}}") {
+            (true, a)
+        } else if let Some(a) = after.strip_prefix("}}") {
+            (false, a)
+        } else {
+            return Err(cx.err(line, "comment ends before closing delimiter"));
+        };
+        return Ok((None, s.len() - close.len(), trim));
+    }
+    let mut toks = Vec::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    let mut cur_line = line;
+    loop {
+        let Some(&c) = b.get(i) else { return Err(cx.err(line, "unclosed action: expected `}}`")) };
+        if s[i..].starts_with("}}") {
+            return Ok((Some(toks), i + 2, false));
+        }
+        if c == b'-' && s[i + 1..].starts_with("}}") && i > 0 && b[i - 1].is_ascii_whitespace() {
+            return Ok((Some(toks), i + 3, true));
+        }
+        match c {
+            b'\n' => {
+                cur_line += 1;
+                i += 1;
+            }
+            b' ' | b'\t' | b'\r' => i += 1,
+            b'(' => {
+                toks.push(Tok::LParen);
+                i += 1;
+            }
+            b')' => {
+                toks.push(Tok::RParen);
+                i += 1;
+                if b.get(i) == Some(&b'.') && b.get(i + 1).is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_') {
+                    let (chain, n) = field_chain(&s[i..]);
+                    toks.push(Tok::Chain(chain));
+                    i += n;
+                }
+            }
+            b'|' => {
+                toks.push(Tok::Pipe);
+                i += 1;
+            }
+            b',' => {
+                toks.push(Tok::Comma);
+                i += 1;
+            }
+            b':' if b.get(i + 1) == Some(&b'=') => {
+                toks.push(Tok::Declare);
+                i += 2;
+            }
+            b'=' => {
+                toks.push(Tok::Assign);
+                i += 1;
+            }
+            b'"' => {
+                let (value, n) = lex_quoted(&s[i..]).ok_or_else(|| cx.err(cur_line, "unterminated or invalid quoted string"))?;
+                toks.push(Tok::Str(value));
+                i += n;
+            }
+            b'`' => {
+                let end = s[i + 1..].find('`').ok_or_else(|| cx.err(cur_line, "unterminated raw string"))?;
+                let raw = &s[i + 1..i + 1 + end];
+                cur_line += raw.matches('\n').count();
+                toks.push(Tok::Str(raw.to_owned()));
+                i += end + 2;
+            }
+            b'\'' => return Err(cx.err(cur_line, "character constants ('c') are not supported")),
+            b'.' => {
+                let (chain, n) = field_chain(&s[i..]);
+                toks.push(Tok::Field(chain));
+                i += n;
+            }
+            b'$' => {
+                let name_len = s[i + 1..].bytes().take_while(|c| c.is_ascii_alphanumeric() || *c == b'_').count();
+                let name = format!("${}", &s[i + 1..i + 1 + name_len]);
+                i += 1 + name_len;
+                let (chain, n) = if b.get(i) == Some(&b'.') { field_chain(&s[i..]) } else { (Vec::new(), 0) };
+                toks.push(Tok::Var(name, chain));
+                i += n;
+            }
+            c if c.is_ascii_digit() || ((c == b'-' || c == b'+') && b.get(i + 1).is_some_and(u8::is_ascii_digit)) => {
+                let len =
+                    1 + s[i + 1..].bytes().take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'+' | b'-')).count();
+                toks.push(Tok::Num(s[i..i + len].to_owned()));
+                i += len;
+            }
+            c if c.is_ascii_alphabetic() || c == b'_' => {
+                let len = s[i..].bytes().take_while(|c| c.is_ascii_alphanumeric() || *c == b'_').count();
+                toks.push(Tok::Ident(s[i..i + len].to_owned()));
+                i += len;
+            }
+            _ => {
+                let ch = s[i..].chars().next().unwrap_or('?');
+                return Err(cx.err(cur_line, format!("unexpected character `{ch}` in action")));
+            }
+        }
+    }
+}
+
+/// Reads `.a.b.c` (also `.` alone); returns the names and bytes consumed.
+fn field_chain(s: &str) -> (Vec<String>, usize) {
+    let b = s.as_bytes();
+    let mut names = Vec::new();
+    let mut i = 0;
+    while b.get(i) == Some(&b'.') {
+        let len = s[i + 1..].bytes().take_while(|c| c.is_ascii_alphanumeric() || *c == b'_').count();
+        if len == 0 {
+            // A lone `.` (dot itself) ends the chain.
+            i += 1;
+            break;
+        }
+        names.push(s[i + 1..i + 1 + len].to_owned());
+        i += 1 + len;
+    }
+    (names, i)
+}
+
+/// A Go interpreted string literal; returns the value and bytes consumed.
+fn lex_quoted(s: &str) -> Option<(String, usize)> {
+    let mut out = String::new();
+    let mut chars = s.char_indices().skip(1);
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Some((out, i + 1)),
+            '\n' => return None,
+            '\\' => {
+                let (_, e) = chars.next()?;
+                match e {
+                    'n' => out.push('\n'),
+                    't' => out.push('\t'),
+                    'r' => out.push('\r'),
+                    '\\' => out.push('\\'),
+                    '"' => out.push('"'),
+                    '\'' => out.push('\''),
+                    _ => return None,
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+struct Parser<'a, I: Iterator<Item = Item>> {
+    cx: &'a Cx<'a>,
+    items: std::iter::Peekable<I>,
+    range_depth: usize,
+}
+
+/// How a list ended: at end of input (`None`) or at a keyword action (`end`, `else ...`).
+type End = Option<(usize, String)>;
+/// As [`End`], with the tokens after the keyword (for `else if` / `else with`).
+type EndWithRest = Option<(usize, String, Vec<Tok>)>;
+
+impl<I: Iterator<Item = Item>> Parser<'_, I> {
+    /// Parses nodes until end of input or an `end` / `else` action, which is returned (with the
+    /// rest of its tokens kept for `else if` / `else with`).
+    fn list(&mut self) -> Result<(List, End), Error> {
+        let (list, end) = self.list_with_rest()?;
+        Ok((list, end.map(|(line, word, _)| (line, word))))
+    }
+
+    fn list_with_rest(&mut self) -> Result<(List, EndWithRest), Error> {
+        let mut list = Vec::new();
+        while let Some(item) = self.items.next() {
+            let action = match item {
+                Item::Text(t) => {
+                    list.push(Node::Text(t));
+                    continue;
+                }
+                Item::Action(a) => a,
+            };
+            let line = action.line;
+            let mut toks = action.toks;
+            if toks.is_empty() {
+                return Err(self.cx.err(line, "empty action `{{}}`"));
+            }
+            let keyword = match &toks[0] {
+                Tok::Ident(w) => w.clone(),
+                _ => String::new(),
+            };
+            match keyword.as_str() {
+                "end" | "else" => {
+                    toks.remove(0);
+                    return Ok((list, Some((line, keyword, toks))));
+                }
+                "if" | "with" => {
+                    toks.remove(0);
+                    list.push(self.conditional(line, &keyword, toks)?);
+                }
+                "range" => {
+                    toks.remove(0);
+                    let pipe = self.pipeline(line, toks, true)?;
+                    self.range_depth += 1;
+                    let (body, end) = self.list_with_rest()?;
+                    let otherwise = match end {
+                        Some((_, w, rest)) if w == "else" && rest.is_empty() => {
+                            let (other, end) = self.list()?;
+                            self.expect_end(line, "range", end)?;
+                            Some(other)
+                        }
+                        Some((_, w, rest)) if w == "end" && rest.is_empty() => None,
+                        other => return Err(self.bad_end(line, "range", other)),
+                    };
+                    self.range_depth -= 1;
+                    list.push(Node::Range { pipe, body, otherwise });
+                }
+                "break" | "continue" => {
+                    if self.range_depth == 0 {
+                        return Err(self.cx.err(line, format!("`{keyword}` outside of `range`")));
+                    }
+                    if toks.len() > 1 {
+                        return Err(self.cx.err(line, format!("unexpected words after `{keyword}`")));
+                    }
+                    list.push(if keyword == "break" { Node::Break } else { Node::Continue });
+                }
+                "define" | "template" | "block" => {
+                    return Err(self.cx.err(
+                        line,
+                        format!("`{keyword}` is not supported by stacksync's template engine (values templates are single files)"),
+                    ));
+                }
+                _ => list.push(Node::Action(self.pipeline(line, toks, false)?)),
+            }
+        }
+        Ok((list, None))
+    }
+
+    fn conditional(&mut self, line: usize, keyword: &str, toks: Vec<Tok>) -> Result<Node, Error> {
+        let mut branches = Vec::new();
+        let mut pipe = self.pipeline(line, toks, false)?;
+        let otherwise = loop {
+            let (body, end) = self.list_with_rest()?;
+            branches.push((pipe, body));
+            match end {
+                Some((_, w, rest)) if w == "end" && rest.is_empty() => break None,
+                Some((_, w, rest)) if w == "else" && rest.is_empty() => {
+                    let (other, end) = self.list()?;
+                    self.expect_end(line, keyword, end)?;
+                    break Some(other);
+                }
+                Some((l, w, mut rest)) if w == "else" && rest.first() == Some(&Tok::Ident(keyword.to_owned())) => {
+                    rest.remove(0);
+                    pipe = self.pipeline(l, rest, false)?;
+                }
+                other => return Err(self.bad_end(line, keyword, other)),
+            }
+        };
+        Ok(if keyword == "if" { Node::If { branches, otherwise } } else { Node::With { branches, otherwise } })
+    }
+
+    fn expect_end(&self, line: usize, keyword: &str, end: End) -> Result<(), Error> {
+        match end {
+            Some((_, w)) if w == "end" => Ok(()),
+            Some((l, w)) => Err(self.cx.err(l, format!("unexpected `{w}` in `{keyword}` (opened at line {line}) after its `else`"))),
+            None => Err(self.cx.err(line, format!("`{keyword}` has no matching `{{{{end}}}}`"))),
+        }
+    }
+
+    fn bad_end(&self, line: usize, keyword: &str, end: EndWithRest) -> Error {
+        match end {
+            None => self.cx.err(line, format!("`{keyword}` has no matching `{{{{end}}}}`")),
+            Some((l, w, _)) => self.cx.err(l, format!("unexpected words after `{w}` in `{keyword}` opened at line {line}")),
+        }
+    }
+
+    fn pipeline(&self, line: usize, toks: Vec<Tok>, range: bool) -> Result<Pipe, Error> {
+        let mut toks = toks.as_slice();
+        let mut decl = Vec::new();
+        let mut assign = false;
+        // `$x :=`, `$x =`, and for range `$i, $e :=`.
+        let decl_end = toks.iter().position(|t| matches!(t, Tok::Declare | Tok::Assign));
+        if let Some(end) = decl_end {
+            let names = &toks[..end];
+            let ok = match names {
+                [Tok::Var(a, c)] if c.is_empty() => {
+                    decl.push(a.clone());
+                    true
+                }
+                [Tok::Var(a, c1), Tok::Comma, Tok::Var(b, c2)] if range && c1.is_empty() && c2.is_empty() => {
+                    decl.push(a.clone());
+                    decl.push(b.clone());
+                    true
+                }
+                _ => false,
+            };
+            if ok {
+                assign = toks[end] == Tok::Assign;
+                toks = &toks[end + 1..];
+            } else if !names.is_empty() && !names.iter().any(|t| matches!(t, Tok::LParen)) {
+                return Err(self.cx.err(line, "invalid variable declaration"));
+            }
+        }
+        let (pipe, rest) = self.pipe_tokens(line, toks)?;
+        if !rest.is_empty() {
+            return Err(self.cx.err(line, "unexpected `)`"));
+        }
+        Ok(Pipe { line, decl, assign, cmds: pipe })
+    }
+
+    /// Parses commands separated by `|` until a `)` or the end; returns what is left (starting
+    /// at the `)`).
+    fn pipe_tokens<'t>(&self, line: usize, mut toks: &'t [Tok]) -> Result<(Vec<Cmd>, &'t [Tok]), Error> {
+        let mut cmds = Vec::new();
+        loop {
+            let mut args = Vec::new();
+            while let Some(t) = toks.first() {
+                if matches!(t, Tok::Pipe | Tok::RParen) {
+                    break;
+                }
+                let (arg, rest) = self.operand(line, toks)?;
+                args.push(arg);
+                toks = rest;
+            }
+            if args.is_empty() {
+                return Err(self.cx.err(line, "missing value in pipeline"));
+            }
+            cmds.push(Cmd { args });
+            match toks.first() {
+                Some(Tok::Pipe) => toks = &toks[1..],
+                _ => return Ok((cmds, toks)),
+            }
+        }
+    }
+
+    fn operand<'t>(&self, line: usize, toks: &'t [Tok]) -> Result<(Arg, &'t [Tok]), Error> {
+        let rest = &toks[1..];
+        let arg = match &toks[0] {
+            Tok::Field(c) => Arg::Field(c.clone()),
+            Tok::Var(n, c) => Arg::Var(n.clone(), c.clone()),
+            Tok::Str(s) => Arg::Str(s.clone()),
+            Tok::Num(n) => Arg::Num(parse_number(n).ok_or_else(|| self.cx.err(line, format!("invalid number `{n}`")))?),
+            Tok::Ident(w) => match w.as_str() {
+                "true" => Arg::Bool(true),
+                "false" => Arg::Bool(false),
+                "nil" => Arg::Nil,
+                "if" | "else" | "end" | "range" | "with" | "define" | "template" | "block" | "break" | "continue" => {
+                    return Err(self.cx.err(line, format!("unexpected keyword `{w}` in a pipeline")));
+                }
+                name if funcs::is_supported(name) => Arg::Func(name.to_owned()),
+                name => {
+                    let hint = if funcs::is_known_unsupported(name) { " (a Go/sprig function stacksync does not implement)" } else { "" };
+                    return Err(self.cx.err(
+                        line,
+                        format!("function `{name}` is not defined{hint}; supported functions: {}", funcs::SUPPORTED.join(", ")),
+                    ));
+                }
+            },
+            Tok::LParen => {
+                let (cmds, after) = self.pipe_tokens(line, rest)?;
+                let Some(Tok::RParen) = after.first() else { return Err(self.cx.err(line, "unclosed `(`")) };
+                let mut after = &after[1..];
+                let mut chain = Vec::new();
+                if let Some(Tok::Chain(c)) = after.first() {
+                    chain = c.clone();
+                    after = &after[1..];
+                }
+                return Ok((Arg::Sub(Box::new(Pipe { line, decl: Vec::new(), assign: false, cmds }), chain), after));
+            }
+            Tok::RParen => return Err(self.cx.err(line, "unexpected `)`")),
+            Tok::Chain(_) | Tok::Pipe | Tok::Declare | Tok::Assign | Tok::Comma => {
+                return Err(self.cx.err(line, "unexpected token in pipeline"));
+            }
+        };
+        Ok((arg, rest))
+    }
+}
+
+fn parse_number(text: &str) -> Option<serde_json::Number> {
+    let t = text.replace('_', "");
+    if let Ok(i) = t.parse::<i64>() {
+        return Some(i.into());
+    }
+    if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        return i64::from_str_radix(hex, 16).ok().map(Into::into);
+    }
+    t.parse::<f64>().ok().and_then(serde_json::Number::from_f64)
+}

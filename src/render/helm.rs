@@ -1,0 +1,167 @@
+//! The real `helm` binary, run as `helm template` for cluster-stack charts (as Argo CD and the SCS
+//! cluster-stack-operator do), with a bounded number of concurrent runs and a time limit each.
+//!
+//! helm runs isolated from the user's helm setup: `HELM_CACHE_HOME`, `HELM_CONFIG_HOME` and
+//! `HELM_DATA_HOME` point into a work directory, so no plugin, repository or registry login
+//! changes the output; charts must vendor their dependencies (as `helm package` does).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use crate::config::HelmConfig;
+
+/// Environment variable naming the helm binary when the config does not.
+pub const ENV_HELM: &str = "STACKSYNC_HELM";
+/// The longest helm error output kept in a message.
+const MAX_STDERR: usize = 2000;
+/// `helm version` must answer within this.
+const VERSION_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "helm not found: {0}; set `helm.path` in the config or {ENV_HELM}, or install helm 3 or 4 (for the tests: scripts/install-tools.sh)"
+    )]
+    NotFound(String),
+    #[error("{path}: `helm version` failed: {message}")]
+    Version { path: String, message: String },
+    #[error("cannot run {path}: {message}")]
+    Spawn { path: String, message: String },
+    #[error("helm template {chart} did not finish within {seconds}s")]
+    Timeout { chart: String, seconds: u64 },
+    #[error("helm template {chart} failed ({status}): {stderr}")]
+    Template { chart: String, status: String, stderr: String },
+}
+
+impl Error {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::NotFound(_) => "helm_not_found",
+            Error::Version { .. } => "helm_version",
+            Error::Spawn { .. } => "helm_spawn",
+            Error::Timeout { .. } => "helm_timeout",
+            Error::Template { .. } => "helm_template",
+        }
+    }
+}
+
+/// A located, version-checked helm. Cheap to clone; clones share the concurrency bound.
+#[derive(Debug, Clone)]
+pub struct Helm {
+    path: PathBuf,
+    version: String,
+    permits: Arc<Semaphore>,
+    timeout: Duration,
+    home: Option<PathBuf>,
+}
+
+impl Helm {
+    /// Finds helm (config `path`, else `$STACKSYNC_HELM`, else `helm` on `PATH`) and checks that
+    /// `helm version --short` reports version 3 or later.
+    ///
+    /// # Errors
+    /// helm is missing, does not run, or is too old.
+    pub async fn locate(config: &HelmConfig) -> Result<Helm, Error> {
+        let path = match (&config.path, std::env::var_os(ENV_HELM).filter(|v| !v.is_empty())) {
+            (Some(p), _) => {
+                if !p.is_file() {
+                    return Err(Error::NotFound(format!("`helm.path` {} does not exist", p.display())));
+                }
+                p.clone()
+            }
+            (None, Some(p)) => {
+                let p = PathBuf::from(p);
+                if !p.is_file() {
+                    return Err(Error::NotFound(format!("{ENV_HELM}={} does not exist", p.display())));
+                }
+                p
+            }
+            (None, None) => search_path("helm").ok_or_else(|| Error::NotFound("no `helm` on PATH".to_owned()))?,
+        };
+        let shown = path.display().to_string();
+        let run = tokio::process::Command::new(&path).args(["version", "--short"]).stdin(Stdio::null()).kill_on_drop(true).output();
+        let out = match tokio::time::timeout(VERSION_TIMEOUT, run).await {
+            Ok(Ok(out)) => out,
+            Ok(Err(e)) => return Err(Error::Version { path: shown, message: e.to_string() }),
+            Err(_) => return Err(Error::Version { path: shown, message: format!("no answer within {}s", VERSION_TIMEOUT.as_secs()) }),
+        };
+        let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if !out.status.success() {
+            return Err(Error::Version { path: shown, message: excerpt(&String::from_utf8_lossy(&out.stderr)) });
+        }
+        let major = version.strip_prefix('v').and_then(|v| v.split('.').next()).and_then(|m| m.parse::<u64>().ok());
+        match major {
+            Some(m) if m >= 3 => {}
+            _ => return Err(Error::Version { path: shown, message: format!("unsupported version `{version}`; helm 3 or 4 is needed") }),
+        }
+        Ok(Helm { path, version, permits: Arc::new(Semaphore::new(config.parallelism.max(1))), timeout: config.timeout, home: None })
+    }
+
+    /// Keeps helm's cache, config and data directories under `dir` (see the module docs).
+    #[must_use]
+    pub fn with_home(mut self, dir: &Path) -> Helm {
+        self.home = Some(dir.to_path_buf());
+        self
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// As `helm version --short` printed it, e.g. `v4.1.4+g05fa379`.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// Runs `helm template ARGS` and returns its standard output. Waits for a free slot first;
+    /// the time limit counts from the start of the run. `chart` names the chart in errors.
+    ///
+    /// Cancellation-safe: dropping the future kills helm.
+    ///
+    /// # Errors
+    /// helm cannot be started, fails (with an excerpt of its standard error) or times out.
+    pub async fn template(&self, chart: &str, args: &[OsString]) -> Result<String, Error> {
+        let _permit =
+            self.permits.acquire().await.map_err(|e| Error::Spawn { path: self.path.display().to_string(), message: e.to_string() })?;
+        let mut cmd = tokio::process::Command::new(&self.path);
+        cmd.arg("template").args(args).stdin(Stdio::null()).kill_on_drop(true);
+        if let Some(home) = &self.home {
+            cmd.env("HELM_CACHE_HOME", home.join("cache"))
+                .env("HELM_CONFIG_HOME", home.join("config"))
+                .env("HELM_DATA_HOME", home.join("data"));
+        }
+        let out = match tokio::time::timeout(self.timeout, cmd.output()).await {
+            Ok(Ok(out)) => out,
+            Ok(Err(e)) => return Err(Error::Spawn { path: self.path.display().to_string(), message: e.to_string() }),
+            Err(_) => return Err(Error::Timeout { chart: chart.to_owned(), seconds: self.timeout.as_secs() }),
+        };
+        if !out.status.success() {
+            let status = out.status.code().map_or_else(|| "killed by a signal".to_owned(), |c| format!("exit code {c}"));
+            return Err(Error::Template { chart: chart.to_owned(), status, stderr: excerpt(&String::from_utf8_lossy(&out.stderr)) });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+fn search_path(name: &str) -> Option<PathBuf> {
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths).map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+/// The first part of helm's error output, on one line.
+fn excerpt(stderr: &str) -> String {
+    let one_line = stderr.trim().replace('\n', " | ");
+    if one_line.len() <= MAX_STDERR {
+        return one_line;
+    }
+    let mut end = MAX_STDERR;
+    while !one_line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &one_line[..end])
+}

@@ -1,0 +1,129 @@
+//! Values for a cluster's addon charts: the release's values template (`cluster-addon-values.yaml`
+//! or a stage's `overwrite.yaml`) executed with the cluster's objects, as the SCS
+//! cluster-stack-operator does. Pure: the same template and objects give the same bytes.
+
+use serde_json::{Map, Value, json};
+
+use super::Error;
+use super::gotemplate::{self, Template};
+use crate::config::ClusterConfig;
+
+/// The Cluster API version of the default `.Cluster` object.
+pub const CLUSTER_API_VERSION: &str = "cluster.x-k8s.io/v1beta1";
+
+/// A values template of a release, parsed once and executed per cluster.
+#[derive(Debug, Clone)]
+pub struct ValuesTemplate {
+    /// Release-relative file name, for messages.
+    pub file: String,
+    template: Template,
+}
+
+impl ValuesTemplate {
+    /// # Errors
+    /// A syntax error or an unsupported function, with its line.
+    pub fn parse(file: &str, text: &str) -> Result<ValuesTemplate, Error> {
+        Ok(ValuesTemplate { file: file.to_owned(), template: Template::parse(file, text)? })
+    }
+
+    /// The helm values for `cluster`: the template's output, or, when that output is a mapping
+    /// with a string `values:` field, that string.
+    ///
+    /// # Errors
+    /// Template execution errors (missing fields, failing functions) and output that is not YAML.
+    pub fn render(&self, cluster: &ClusterConfig) -> Result<String, Error> {
+        let text = self.template.execute(&template_data(cluster))?;
+        let parsed: Value = serde_saphyr::from_str(&text).map_err(|e| self.not_yaml("the rendered template", &e, &text))?;
+        let values = match parsed.get("values") {
+            Some(Value::String(inner)) => inner.clone(),
+            _ => text,
+        };
+        let as_yaml: Value = serde_saphyr::from_str(&values).map_err(|e| self.not_yaml("the rendered `values`", &e, &values))?;
+        if !matches!(as_yaml, Value::Object(_) | Value::Null) {
+            return Err(self.err(format!("the rendered values are not a YAML mapping: {}", excerpt(&values))));
+        }
+        Ok(values)
+    }
+
+    fn err(&self, message: String) -> Error {
+        Error::Template(gotemplate::Error { file: self.file.clone(), line: 0, message })
+    }
+
+    fn not_yaml(&self, what: &str, e: &serde_saphyr::Error, text: &str) -> Error {
+        let at = e.location().map(|l| l.line() as usize).unwrap_or(0);
+        let line = text.lines().nth(at.saturating_sub(1)).unwrap_or_default();
+        let msg = e.without_snippet().to_string();
+        let msg = msg.lines().next().unwrap_or_default().to_owned();
+        self.err(format!("{what} is not valid YAML (its line {at}: `{}`): {msg}", line.trim()))
+    }
+}
+
+/// `.Cluster`, `.ControlPlane` and `.InfraCluster` for `cluster`. Objects not configured are left
+/// out (a template using them fails), except `.Cluster`, which defaults to a minimal Cluster.
+pub fn template_data(cluster: &ClusterConfig) -> Value {
+    let mut data = Map::new();
+    let mut c = cluster.objects.cluster.clone().unwrap_or_else(|| json!({"apiVersion": CLUSTER_API_VERSION, "kind": "Cluster"}));
+    if let Value::Object(m) = &mut c {
+        let meta = m.entry("metadata").or_insert_with(|| json!({}));
+        if let Value::Object(meta) = meta {
+            meta.entry("name").or_insert_with(|| Value::String(cluster.name.clone()));
+            meta.entry("namespace").or_insert_with(|| Value::String(cluster.namespace.clone()));
+        }
+    }
+    data.insert("Cluster".into(), c);
+    if let Some(cp) = &cluster.objects.control_plane {
+        data.insert("ControlPlane".into(), cp.clone());
+    }
+    if let Some(ic) = &cluster.objects.infra_cluster {
+        data.insert("InfraCluster".into(), ic.clone());
+    }
+    Value::Object(data)
+}
+
+fn excerpt(text: &str) -> String {
+    let first: String = text.lines().take(3).collect::<Vec<_>>().join(" | ");
+    if first.len() > 200 { format!("{}...", &first[..first.char_indices().nth(200).map_or(first.len(), |(i, _)| i)]) } else { first }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ClusterObjects;
+
+    fn cluster(host: Option<&str>) -> ClusterConfig {
+        ClusterConfig {
+            name: "alpha".into(),
+            namespace: "team-a".into(),
+            values: Default::default(),
+            objects: ClusterObjects {
+                cluster: host.map(|h| json!({"spec": {"controlPlaneEndpoint": {"host": h, "port": 6443}}})),
+                ..Default::default()
+            },
+        }
+    }
+
+    #[test]
+    fn values_field_is_unwrapped_and_cluster_defaults_apply() {
+        let t = ValuesTemplate::parse(
+            "cluster-addon-values.yaml",
+            "values: |\n  ms:\n    domain: \"{{ .Cluster.spec.controlPlaneEndpoint.host }}\"\n    name: {{ .Cluster.metadata.name }}\n",
+        )
+        .unwrap();
+        assert_eq!(t.render(&cluster(Some("10.0.0.1"))).unwrap(), "ms:\n  domain: \"10.0.0.1\"\n  name: alpha\n");
+        let plain = ValuesTemplate::parse("overwrite.yaml", "ns: {{ .Cluster.metadata.namespace }}\n").unwrap();
+        assert_eq!(plain.render(&cluster(None)).unwrap(), "ns: team-a\n");
+    }
+
+    #[test]
+    fn missing_objects_and_bad_output_are_errors() {
+        let t = ValuesTemplate::parse("v.yaml", "values: |\n  host: {{ .Cluster.spec.controlPlaneEndpoint.host }}\n").unwrap();
+        let e = t.render(&cluster(None)).unwrap_err().to_string();
+        assert!(e.starts_with("v.yaml:2: map has no entry for key `.Cluster.spec`"), "{e}");
+        let t = ValuesTemplate::parse("v.yaml", "- {{ .Cluster.metadata.name }}\n").unwrap();
+        let e = t.render(&cluster(None)).unwrap_err().to_string();
+        assert!(e.contains("not a YAML mapping"), "{e}");
+        let t = ValuesTemplate::parse("v.yaml", "values: |\n  a: [{{ .Cluster.metadata.name }}\n").unwrap();
+        let e = t.render(&cluster(None)).unwrap_err().to_string();
+        assert!(e.contains("the rendered `values` is not valid YAML"), "{e}");
+    }
+}

@@ -1,0 +1,532 @@
+//! GitHub release assets as a source (reqwest, rustls): releases listed with pagination and
+//! conditional requests, rate limits honoured, assets streamed to the blob store and verified
+//! before anything uses them. The API token goes to the API origin only — never to the storage
+//! host a download redirects to, and never into a log line.
+
+pub mod materialise;
+pub mod verify;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use reqwest::header::{ACCEPT, AUTHORIZATION, ETAG, HeaderMap, IF_NONE_MATCH, LOCATION, RETRY_AFTER, USER_AGENT};
+use reqwest::{StatusCode, Url};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tracing::{debug, info, warn};
+
+use crate::cache::blobs::{BlobError, Blobs, Sha256Digest};
+
+/// Never wait longer than this for a rate-limit reset inside one poll; fail and retry next poll.
+pub const MAX_RATE_LIMIT_WAIT: Duration = Duration::from_secs(15 * 60);
+/// Attempts for one download when the connection is cut.
+pub const DOWNLOAD_ATTEMPTS: u32 = 3;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{repo}: request {url} failed: {message}")]
+    Request { repo: String, url: String, message: String },
+    #[error("{repo}: {url} answered {status}: {message}")]
+    Status { repo: String, url: String, status: u16, message: String },
+    #[error("{repo}: rate limited for {seconds}s more (longer than the {max}s stacksync waits in one poll)")]
+    RateLimited { repo: String, seconds: u64, max: u64 },
+    #[error("{repo}: cannot read the release list: {message}")]
+    Decode { repo: String, message: String },
+    #[error("{repo}: release {tag}: asset {asset}: {source}")]
+    Download {
+        repo: String,
+        tag: String,
+        asset: String,
+        #[source]
+        source: BlobError,
+    },
+    #[error("{repo}: cannot read token: {message}")]
+    Token { repo: String, message: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A string that never prints.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// Where the API token comes from; read at every poll so rotations are picked up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    File(std::path::PathBuf),
+    Env(String),
+}
+
+impl TokenSource {
+    /// # Errors
+    /// The file cannot be read, the variable is unset, or the token is empty.
+    pub fn read(&self) -> std::result::Result<Secret, String> {
+        let raw = match self {
+            TokenSource::File(p) => std::fs::read_to_string(p).map_err(|e| format!("token file {}: {e}", p.display()))?,
+            TokenSource::Env(v) => std::env::var(v).map_err(|_| format!("environment variable {v} is not set"))?,
+        };
+        let token = raw.trim();
+        if token.is_empty() {
+            return Err("the token is empty".into());
+        }
+        Ok(Secret(token.to_owned()))
+    }
+}
+
+/// A release as the list endpoint describes it (drafts are dropped when listing).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GhRelease {
+    pub id: u64,
+    pub tag: String,
+    pub prerelease: bool,
+    pub assets: Vec<GhAsset>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GhAsset {
+    pub id: u64,
+    pub name: String,
+    pub size: u64,
+    /// `sha256:<hex>` when GitHub published one (assets uploaded since mid-2025).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// The API URL of the asset (`.../releases/assets/<id>`).
+    pub url: String,
+}
+
+impl GhRelease {
+    /// Identifies the content of a release: changes when an asset is replaced. Used like a
+    /// commit id for moved-tag detection.
+    pub fn revision(&self) -> String {
+        let mut lines: Vec<String> =
+            self.assets.iter().map(|a| format!("{}:{}:{}:{}", a.id, a.name, a.size, a.digest.as_deref().unwrap_or(""))).collect();
+        lines.sort();
+        format!("assets-{}", &hex::encode(Sha256::digest(lines.join("\n").as_bytes()))[..24])
+    }
+}
+
+/// The list endpoint's JSON, reduced to what is used.
+#[derive(Deserialize)]
+struct ApiRelease {
+    id: u64,
+    tag_name: String,
+    #[serde(default)]
+    draft: bool,
+    #[serde(default)]
+    prerelease: bool,
+    #[serde(default)]
+    assets: Vec<ApiAsset>,
+}
+
+#[derive(Deserialize)]
+struct ApiAsset {
+    id: u64,
+    name: String,
+    #[serde(default)]
+    size: u64,
+    #[serde(default)]
+    digest: Option<String>,
+    url: String,
+}
+
+/// One page of the release list as last seen, for conditional requests.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedPage {
+    pub etag: String,
+    pub releases: Vec<GhRelease>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// What a listing cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ListStats {
+    pub pages: u32,
+    pub not_modified: u32,
+}
+
+/// A client for one repository.
+pub struct Client {
+    http: reqwest::Client,
+    api: Url,
+    repo: String,
+    token: Option<Secret>,
+    /// `(remaining, reset epoch seconds)` from the last response.
+    quota: std::sync::Mutex<Option<(u64, u64)>>,
+}
+
+impl Client {
+    /// # Errors
+    /// The API URL is invalid or the HTTP client cannot be built.
+    pub fn new(api_url: &str, repo: &str, token: Option<Secret>) -> Result<Client> {
+        let err = |message: String| Error::Request { repo: repo.to_owned(), url: api_url.to_owned(), message };
+        let mut api = Url::parse(api_url).map_err(|e| err(e.to_string()))?;
+        if !api.path().ends_with('/') {
+            let path = format!("{}/", api.path());
+            api.set_path(&path);
+        }
+        let http = reqwest::Client::builder()
+            // Redirects are followed by hand so the token never follows them to another host.
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(10))
+            .read_timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| err(e.to_string()))?;
+        Ok(Client { http, api, repo: repo.to_owned(), token, quota: std::sync::Mutex::new(None) })
+    }
+
+    fn same_origin(&self, url: &Url) -> bool {
+        url.scheme() == self.api.scheme()
+            && url.host_str() == self.api.host_str()
+            && url.port_or_known_default() == self.api.port_or_known_default()
+    }
+
+    fn request(&self, url: &Url, accept: &str) -> reqwest::RequestBuilder {
+        let mut req = self
+            .http
+            .get(url.clone())
+            .header(ACCEPT, accept)
+            .header(USER_AGENT, concat!("stacksync/", env!("CARGO_PKG_VERSION")))
+            .header("X-GitHub-Api-Version", "2022-11-28");
+        if let Some(token) = &self.token
+            && self.same_origin(url)
+        {
+            req = req.header(AUTHORIZATION, format!("Bearer {}", token.0));
+        }
+        req
+    }
+
+    /// Sends a GET, waiting out rate limits (bounded by [`MAX_RATE_LIMIT_WAIT`]).
+    async fn send(&self, url: &Url, accept: &str, etag: Option<&str>) -> Result<reqwest::Response> {
+        let request_err =
+            |e: reqwest::Error| Error::Request { repo: self.repo.clone(), url: url.to_string(), message: e.without_url().to_string() };
+        loop {
+            if let Some(wait) = self.quota_wait() {
+                self.wait(wait).await?;
+            }
+            let mut req = self.request(url, accept);
+            if let Some(etag) = etag {
+                req = req.header(IF_NONE_MATCH, etag);
+            }
+            let resp = req.send().await.map_err(request_err)?;
+            self.record_quota(resp.headers());
+            match rate_limit_wait(resp.status(), resp.headers(), now_epoch()) {
+                Some(wait) => self.wait(wait).await?,
+                None => return Ok(resp),
+            }
+        }
+    }
+
+    fn quota_wait(&self) -> Option<Duration> {
+        let quota = *self.quota.lock().ok()?;
+        match quota {
+            Some((0, reset)) => Some(Duration::from_secs(reset.saturating_sub(now_epoch()).max(1))),
+            _ => None,
+        }
+    }
+
+    fn record_quota(&self, headers: &HeaderMap) {
+        let remaining = header_u64(headers, "x-ratelimit-remaining");
+        let reset = header_u64(headers, "x-ratelimit-reset");
+        if let (Some(remaining), Some(reset)) = (remaining, reset) {
+            debug!(repo = %self.repo, remaining, reset, "GitHub API quota");
+            if let Ok(mut q) = self.quota.lock() {
+                *q = Some((remaining, reset));
+            }
+        }
+    }
+
+    async fn wait(&self, wait: Duration) -> Result<()> {
+        if wait > MAX_RATE_LIMIT_WAIT {
+            return Err(Error::RateLimited { repo: self.repo.clone(), seconds: wait.as_secs(), max: MAX_RATE_LIMIT_WAIT.as_secs() });
+        }
+        warn!(repo = %self.repo, seconds = wait.as_secs(), "GitHub rate limit reached; waiting for the reset");
+        tokio::time::sleep(wait).await;
+        if let Ok(mut q) = self.quota.lock() {
+            *q = None;
+        }
+        Ok(())
+    }
+
+    /// Lists every non-draft release, newest first, following `Link: rel="next"`. Pages whose
+    /// ETag still matches come from `cache` (a 304 costs no quota); `cache` is updated.
+    ///
+    /// # Errors
+    /// A request fails, an unexpected status, or a page that is not a release list.
+    pub async fn list(&self, cache: &mut BTreeMap<String, CachedPage>) -> Result<(Vec<GhRelease>, ListStats)> {
+        let mut url = self.api.join(&format!("repos/{}/releases?per_page=100&page=1", self.repo)).map_err(|e| Error::Request {
+            repo: self.repo.clone(),
+            url: self.api.to_string(),
+            message: e.to_string(),
+        })?;
+        let mut releases = Vec::new();
+        let mut stats = ListStats::default();
+        let mut seen = std::collections::BTreeSet::new();
+        loop {
+            // A server looping its Link headers must not loop us.
+            if !seen.insert(url.to_string()) || stats.pages >= 1000 {
+                break;
+            }
+            stats.pages += 1;
+            let key = url.to_string();
+            let cached = cache.get(&key).cloned();
+            let resp = self.send(&url, "application/vnd.github+json", cached.as_ref().map(|c| c.etag.as_str())).await?;
+            let page = match resp.status() {
+                StatusCode::NOT_MODIFIED => {
+                    stats.not_modified += 1;
+                    match cached {
+                        Some(c) => c,
+                        None => return Err(self.status_err(&url, 304, "304 without a cached page".into())),
+                    }
+                }
+                s if s.is_success() => {
+                    let etag = resp.headers().get(ETAG).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+                    let next = next_link(resp.headers()).map(str::to_owned);
+                    let body = resp.bytes().await.map_err(|e| Error::Request {
+                        repo: self.repo.clone(),
+                        url: key.clone(),
+                        message: e.to_string(),
+                    })?;
+                    let api: Vec<ApiRelease> = serde_json::from_slice(&body)
+                        .map_err(|e| Error::Decode { repo: self.repo.clone(), message: format!("{key}: {e}") })?;
+                    let releases = api
+                        .into_iter()
+                        .filter(|r| !r.draft)
+                        .map(|r| GhRelease {
+                            id: r.id,
+                            tag: r.tag_name,
+                            prerelease: r.prerelease,
+                            assets: r
+                                .assets
+                                .into_iter()
+                                .map(|a| GhAsset { id: a.id, name: a.name, size: a.size, digest: a.digest, url: a.url })
+                                .collect(),
+                        })
+                        .collect();
+                    CachedPage { etag, releases, next }
+                }
+                s => {
+                    let text = resp.text().await.unwrap_or_default();
+                    return Err(self.status_err(&url, s.as_u16(), excerpt(&text)));
+                }
+            };
+            releases.extend(page.releases.iter().cloned());
+            let next = page.next.clone();
+            cache.insert(key, page);
+            match next.and_then(|n| Url::parse(&n).ok()) {
+                Some(n) => url = n,
+                None => break,
+            }
+        }
+        // Pages beyond the current end are stale.
+        cache.retain(|k, _| seen.contains(k));
+        if let Ok(Some((remaining, _))) = self.quota.lock().map(|q| *q) {
+            info!(repo = %self.repo, releases = releases.len(), pages = stats.pages, not_modified = stats.not_modified, remaining, "listed releases");
+        }
+        Ok((releases, stats))
+    }
+
+    fn status_err(&self, url: &Url, status: u16, message: String) -> Error {
+        Error::Status { repo: self.repo.clone(), url: url.to_string(), status, message }
+    }
+
+    /// Streams one asset into the blob store, verifying it against `expected` when given.
+    /// Follows one redirect (to the storage host, without the token); retries a cut connection.
+    ///
+    /// # Errors
+    /// The request or the body fails after [`DOWNLOAD_ATTEMPTS`], the asset exceeds `limit`, or
+    /// the digest does not match (never retried: fail closed).
+    pub async fn download(
+        &self,
+        tag: &str,
+        asset: &GhAsset,
+        blobs: &Blobs,
+        expected: Option<&Sha256Digest>,
+        limit: u64,
+    ) -> Result<Sha256Digest> {
+        let dl_err =
+            |source: BlobError| Error::Download { repo: self.repo.clone(), tag: tag.to_owned(), asset: asset.name.clone(), source };
+        let io = |message: String| BlobError::Io { path: asset.url.clone().into(), source: std::io::Error::other(message) };
+        let url = Url::parse(&asset.url).map_err(|e| dl_err(io(e.to_string())))?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.download_once(&url, blobs, expected, limit).await {
+                Ok(d) => return Ok(d),
+                Err(Attempt::Retry(message)) if attempt < DOWNLOAD_ATTEMPTS => {
+                    let backoff = crate::schedule::backoff(attempt);
+                    warn!(repo = %self.repo, tag, asset = %asset.name, attempt, error = %message, "download interrupted; retrying");
+                    tokio::time::sleep(backoff).await;
+                }
+                Err(Attempt::Retry(message)) => return Err(dl_err(io(message))),
+                Err(Attempt::Fatal(e)) => return Err(dl_err(e)),
+            }
+        }
+    }
+
+    async fn download_once(
+        &self,
+        url: &Url,
+        blobs: &Blobs,
+        expected: Option<&Sha256Digest>,
+        limit: u64,
+    ) -> std::result::Result<Sha256Digest, Attempt> {
+        let mut resp = self.send(url, "application/octet-stream", None).await.map_err(|e| Attempt::Retry(e.to_string()))?;
+        if resp.status().is_redirection() {
+            let location = resp.headers().get(LOCATION).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+            let target = url
+                .join(&location)
+                .map_err(|e| Attempt::Fatal(BlobError::Io { path: location.clone().into(), source: std::io::Error::other(e) }))?;
+            debug!(repo = %self.repo, host = target.host_str().unwrap_or_default(), "following asset redirect");
+            // `request` adds the token only for the API origin: storage hosts never see it.
+            resp =
+                self.request(&target, "application/octet-stream").send().await.map_err(|e| Attempt::Retry(e.without_url().to_string()))?;
+        }
+        let status = resp.status();
+        if !status.is_success() {
+            let msg = format!("answered {status}");
+            return Err(if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+                Attempt::Retry(msg)
+            } else {
+                Attempt::Fatal(BlobError::Io { path: url.as_str().into(), source: std::io::Error::other(msg) })
+            });
+        }
+        if let Some(len) = resp.content_length()
+            && len > limit
+        {
+            return Err(Attempt::Fatal(BlobError::TooLarge { limit }));
+        }
+        let mut writer = blobs.writer(limit).map_err(Attempt::Fatal)?;
+        loop {
+            match resp.chunk().await {
+                Ok(Some(chunk)) => writer.write(&chunk).map_err(Attempt::Fatal)?,
+                Ok(None) => break,
+                Err(e) => return Err(Attempt::Retry(format!("connection cut after {} bytes: {}", writer.written(), e.without_url()))),
+            }
+        }
+        writer.finish(blobs, expected).map_err(Attempt::Fatal)
+    }
+}
+
+enum Attempt {
+    Retry(String),
+    Fatal(BlobError),
+}
+
+/// How long to wait before retrying a response, if it says the rate limit was hit: 403 or 429
+/// with `Retry-After`, or with `X-RateLimit-Remaining: 0` (wait until `X-RateLimit-Reset`).
+/// A 403 without either is a permission problem, not a rate limit. Pure.
+pub fn rate_limit_wait(status: StatusCode, headers: &HeaderMap, now_epoch: u64) -> Option<Duration> {
+    if status != StatusCode::FORBIDDEN && status != StatusCode::TOO_MANY_REQUESTS {
+        return None;
+    }
+    if let Some(secs) = headers.get(RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok()) {
+        return Some(Duration::from_secs(secs.max(1)));
+    }
+    if header_u64(headers, "x-ratelimit-remaining") == Some(0) {
+        let reset = header_u64(headers, "x-ratelimit-reset").unwrap_or(now_epoch + 60);
+        return Some(Duration::from_secs(reset.saturating_sub(now_epoch).max(1)));
+    }
+    None
+}
+
+fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
+    headers.get(name).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok())
+}
+
+/// The `rel="next"` URL of a `Link` header.
+fn next_link(headers: &HeaderMap) -> Option<&str> {
+    let link = headers.get("link")?.to_str().ok()?;
+    link.split(',').find_map(|part| {
+        let (url, params) = part.split_once(';')?;
+        params.split(';').any(|p| p.trim() == "rel=\"next\"").then(|| url.trim().trim_start_matches('<').trim_end_matches('>'))
+    })
+}
+
+fn now_epoch() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+fn excerpt(text: &str) -> String {
+    let t: String = text.chars().take(200).collect();
+    t.replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn rate_limit_waits_come_from_headers() {
+        // (status, headers, expected wait in seconds)
+        type Case<'a> = (StatusCode, &'a [(&'static str, &'a str)], Option<u64>);
+        let table: &[Case] = &[
+            (StatusCode::FORBIDDEN, &[("retry-after", "30")], Some(30)),
+            (StatusCode::TOO_MANY_REQUESTS, &[("retry-after", "5")], Some(5)),
+            (StatusCode::FORBIDDEN, &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "1060")], Some(60)),
+            (StatusCode::FORBIDDEN, &[("x-ratelimit-remaining", "10")], None),
+            (StatusCode::OK, &[("retry-after", "30")], None),
+        ];
+        for (status, h, want) in table {
+            assert_eq!(rate_limit_wait(*status, &headers(h), 1000), want.map(Duration::from_secs), "{status} {h:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_exhausted_quota_waits_until_the_reset() {
+        let client = Client::new("http://127.0.0.1:1/", "o/r", None).unwrap();
+        *client.quota.lock().unwrap() = Some((0, now_epoch() + 120));
+        let wait = client.quota_wait().unwrap();
+        assert!((119..=120).contains(&wait.as_secs()), "{wait:?}");
+        let start = tokio::time::Instant::now();
+        client.wait(wait).await.unwrap();
+        assert!(start.elapsed() >= Duration::from_secs(119));
+        assert_eq!(client.quota_wait(), None, "the quota is fresh after the reset");
+        let err = client.wait(MAX_RATE_LIMIT_WAIT + Duration::from_secs(1)).await.unwrap_err();
+        assert!(matches!(err, Error::RateLimited { .. }), "{err}");
+    }
+
+    #[test]
+    fn next_link_is_found() {
+        let h = headers(&[("link", r#"<https://api.example/r?page=2>; rel="next", <https://api.example/r?page=5>; rel="last""#)]);
+        assert_eq!(next_link(&h), Some("https://api.example/r?page=2"));
+        assert_eq!(next_link(&headers(&[("link", r#"<https://x?page=1>; rel="prev""#)])), None);
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let s = Secret("ghp_supersecret".into());
+        assert_eq!(format!("{s:?}"), "Secret(***)");
+    }
+
+    #[test]
+    fn revision_changes_when_an_asset_is_replaced() {
+        let mut r = GhRelease {
+            id: 1,
+            tag: "v1".into(),
+            prerelease: false,
+            assets: vec![GhAsset { id: 1, name: "a".into(), size: 1, digest: None, url: String::new() }],
+        };
+        let before = r.revision();
+        r.assets[0].id = 2;
+        assert_ne!(before, r.revision());
+    }
+}

@@ -1,0 +1,167 @@
+//! Which digest each release asset must have, decided before anything is downloaded: the
+//! asset's published `digest`, else a checksums asset of the release, else a pin in the config.
+//! Fail closed: with `verify: required` an asset with none of these refuses the whole release.
+//! Pure functions.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::GhAsset;
+use crate::cache::blobs::Sha256Digest;
+
+/// Names of release assets that hold checksums of the others (GNU coreutils format).
+pub fn is_checksums_asset(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    matches!(lower.as_str(), "sha256sums" | "sha256sums.txt" | "checksums.txt" | "checksums.sha256") || lower.ends_with(".sha256")
+}
+
+/// How an asset's digest is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum VerifiedBy {
+    /// The `digest` field of the GitHub API asset.
+    Published,
+    /// A `SHA256SUMS` / `checksums.txt` / `<asset>.sha256` asset of the same release.
+    Checksums,
+    /// `digests` in the config.
+    Pinned,
+    /// The checksums asset itself when GitHub published no digest for it: it is the reference
+    /// the other assets are checked against.
+    Reference,
+    /// Nothing: accepted only with `verify: optional`.
+    Unverified,
+}
+
+impl std::fmt::Display for VerifiedBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            VerifiedBy::Published => "published digest",
+            VerifiedBy::Checksums => "checksums file",
+            VerifiedBy::Pinned => "pinned digest",
+            VerifiedBy::Reference => "checksums reference",
+            VerifiedBy::Unverified => "unverified",
+        })
+    }
+}
+
+/// Verification policy of a source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Verify {
+    /// Every asset must have a digest from one of the three places (the default).
+    #[default]
+    Required,
+    /// Verify when a digest is known; accept (and report `unverified`) otherwise.
+    Optional,
+}
+
+/// Parses GNU coreutils checksum lines (`<hex>  <name>` or `<hex> *<name>`), or a `.sha256` file
+/// holding only the hex for `single_name`.
+pub fn parse_checksums(text: &str, single_name: Option<&str>) -> BTreeMap<String, Sha256Digest> {
+    let mut out = BTreeMap::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        let mut parts = line.splitn(2, char::is_whitespace);
+        let (Some(hex), rest) = (parts.next(), parts.next()) else { continue };
+        let Some(digest) = Sha256Digest::parse(hex) else { continue };
+        match rest.map(|r| r.trim_start().trim_start_matches('*').trim()) {
+            Some(name) if !name.is_empty() => {
+                out.insert(name.trim_start_matches("./").to_owned(), digest);
+            }
+            _ => {
+                if let Some(n) = single_name {
+                    out.insert(n.to_owned(), digest);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The digest an asset must match, or why the release is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expected {
+    pub digest: Option<Sha256Digest>,
+    pub by: VerifiedBy,
+}
+
+/// Decides the expected digest of `asset`.
+///
+/// `checksums` maps asset names to digests read from the release's checksum assets; `pins` maps
+/// `<tag>/<asset>` to digests from the config.
+///
+/// # Errors
+/// A message for a published or pinned digest that is malformed or disagrees with a pin, and
+/// for an asset with no digest under `Verify::Required`.
+pub fn expected(
+    tag: &str,
+    asset: &GhAsset,
+    checksums: &BTreeMap<String, Sha256Digest>,
+    pins: &BTreeMap<String, Sha256Digest>,
+    verify: Verify,
+) -> Result<Expected, String> {
+    let pin = pins.get(&format!("{tag}/{}", asset.name));
+    let published = match asset.digest.as_deref().filter(|d| !d.is_empty()) {
+        Some(d) => Some(Sha256Digest::parse(d).ok_or_else(|| format!("asset {} has a malformed digest {d:?}", asset.name))?),
+        None => None,
+    };
+    let from_sums = checksums.get(&asset.name);
+    let found = [(published.as_ref(), VerifiedBy::Published), (from_sums, VerifiedBy::Checksums), (pin, VerifiedBy::Pinned)];
+    // Any two sources that disagree are a red flag, whichever would have been used.
+    let known: Vec<_> = found.iter().filter_map(|(d, by)| d.map(|d| (d, *by))).collect();
+    if let Some((first, by)) = known.first() {
+        for (other, other_by) in &known[1..] {
+            if other != first {
+                return Err(format!("asset {}: {by} {first} disagrees with {other_by} {other}", asset.name));
+            }
+        }
+        return Ok(Expected { digest: Some((*first).clone()), by: *by });
+    }
+    if is_checksums_asset(&asset.name) {
+        return Ok(Expected { digest: None, by: VerifiedBy::Reference });
+    }
+    match verify {
+        Verify::Required => Err(format!(
+            "asset {} of release {tag} has no digest: GitHub published none, no checksums asset lists it and the config pins none (verify: required)",
+            asset.name
+        )),
+        Verify::Optional => Ok(Expected { digest: None, by: VerifiedBy::Unverified }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asset(name: &str, digest: Option<&str>) -> GhAsset {
+        GhAsset { id: 1, name: name.into(), size: 1, digest: digest.map(Into::into), url: String::new() }
+    }
+
+    #[test]
+    fn checksum_files_parse() {
+        let a = "a".repeat(64);
+        let b = "b".repeat(64);
+        let sums = parse_checksums(&format!("{a}  chart.tgz\n{b} *values.yaml\n# comment\nnot a line\n"), None);
+        assert_eq!(sums["chart.tgz"].hex(), a);
+        assert_eq!(sums["values.yaml"].hex(), b);
+        let single = parse_checksums(&format!("{a}\n"), Some("chart.tgz"));
+        assert_eq!(single["chart.tgz"].hex(), a);
+    }
+
+    #[test]
+    fn digest_sources_in_order_and_fail_closed() {
+        let a = format!("sha256:{}", "a".repeat(64));
+        let b = Sha256Digest::parse(&"b".repeat(64)).unwrap();
+        let none = BTreeMap::new();
+        let sums: BTreeMap<String, Sha256Digest> = [("x.tgz".to_owned(), b.clone())].into();
+        let pins: BTreeMap<String, Sha256Digest> = [("v1/x.tgz".to_owned(), b.clone())].into();
+
+        assert_eq!(expected("v1", &asset("x.tgz", Some(&a)), &none, &none, Verify::Required).unwrap().by, VerifiedBy::Published);
+        assert_eq!(expected("v1", &asset("x.tgz", None), &sums, &none, Verify::Required).unwrap().by, VerifiedBy::Checksums);
+        assert_eq!(expected("v1", &asset("x.tgz", None), &none, &pins, Verify::Required).unwrap().by, VerifiedBy::Pinned);
+        let err = expected("v1", &asset("x.tgz", None), &none, &none, Verify::Required).unwrap_err();
+        assert!(err.contains("has no digest") && err.contains("verify: required"), "{err}");
+        assert_eq!(expected("v1", &asset("x.tgz", None), &none, &none, Verify::Optional).unwrap().by, VerifiedBy::Unverified);
+        let err = expected("v1", &asset("x.tgz", Some(&a)), &none, &pins, Verify::Required).unwrap_err();
+        assert!(err.contains("disagrees"), "{err}");
+    }
+}

@@ -1,0 +1,230 @@
+//! The status resources of the Kubernetes target, as Rust types: `ClusterSync` (one per cluster,
+//! next to its Cluster) and `StackRelease` (one per subscription × release). Their CRDs are
+//! generated from these types (`stacksync crds`, committed in `deploy/crds/`).
+//!
+//! Size: a `ClusterSync` must stay far below the API server's object limit (~1.5 MiB) with
+//! 5,000 objects. It keeps every object only as one compact inventory string
+//! (`group|kind|namespace|name|version`, ~60 bytes: ~300 KB at 5,000 objects), and full entries
+//! only for objects that are not synced, capped at [`MAX_ENTRIES`] (the rest counted in
+//! `entriesTruncated`).
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Full per-object entries kept in a `ClusterSync` status.
+pub const MAX_ENTRIES: usize = 200;
+
+/// Sync state of one workload cluster for one subscription.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "stacksync.io",
+    version = "v1alpha1",
+    kind = "ClusterSync",
+    namespaced,
+    status = "ClusterSyncStatus",
+    shortname = "csync",
+    category = "stacksync",
+    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.cluster"}"#,
+    printcolumn = r#"{"name":"Subscription","type":"string","jsonPath":".spec.subscription"}"#,
+    printcolumn = r#"{"name":"Wanted","type":"string","jsonPath":".status.wantedRelease.tag"}"#,
+    printcolumn = r#"{"name":"Applied","type":"string","jsonPath":".status.appliedRelease.tag"}"#,
+    printcolumn = r#"{"name":"Synced","type":"integer","jsonPath":".status.synced"}"#,
+    printcolumn = r#"{"name":"Total","type":"integer","jsonPath":".status.total"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSyncSpec {
+    /// The Cluster API `Cluster` this record is about (same namespace).
+    pub cluster: String,
+    /// The subscription that owns the cluster.
+    pub subscription: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSyncStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wanted_release: Option<ReleaseRefStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_release: Option<ReleaseRefStatus>,
+    /// Objects synced and objects known.
+    pub synced: u32,
+    pub total: u32,
+    /// `Ready`, `Reconciling`, `Stalled`.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// sha256 of the rendered set last applied.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub rendered_digest: String,
+    /// Objects that are not synced (all of them up to [`MAX_ENTRIES`]).
+    #[serde(default)]
+    pub entries: Vec<ObjectEntry>,
+    /// Not-synced objects beyond [`MAX_ENTRIES`], counted but not listed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub entries_truncated: u32,
+    /// Every object applied, `group|kind|namespace|name|version`: what the next release prunes
+    /// against.
+    #[serde(default)]
+    pub inventory: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseRefStatus {
+    pub tag: String,
+    pub version: String,
+    /// Git commit, or the revision of a GitHub release's asset set.
+    pub commit: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectEntry {
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    pub name: String,
+    pub synced: bool,
+    /// Created, Configured, Unchanged, Pruned, Skipped or Failed.
+    pub action: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_transition_time: String,
+}
+
+/// A status condition (the shape of `metav1.Condition`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+    /// RFC 3339; changes only when `status` changes.
+    pub last_transition_time: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// One release a subscription has seen, with its verification and the result of applying its
+/// ClusterClass objects to the management cluster. Cluster-scoped.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "stacksync.io",
+    version = "v1alpha1",
+    kind = "StackRelease",
+    status = "StackReleaseStatus",
+    shortname = "srel",
+    category = "stacksync",
+    printcolumn = r#"{"name":"Subscription","type":"string","jsonPath":".spec.subscription"}"#,
+    printcolumn = r#"{"name":"Source","type":"string","jsonPath":".spec.source"}"#,
+    printcolumn = r#"{"name":"Tag","type":"string","jsonPath":".spec.tag"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Verified","type":"boolean","jsonPath":".status.verified"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct StackReleaseSpec {
+    pub subscription: String,
+    pub source: String,
+    pub tag: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StackReleaseStatus {
+    pub version: String,
+    /// Git commit, or the revision of a GitHub release's asset set.
+    pub commit: String,
+    /// GitHub assets with their digests.
+    #[serde(default)]
+    pub assets: Vec<AssetDigest>,
+    /// Every asset's digest was checked (Git: objects are content-addressed).
+    pub verified: bool,
+    pub cached: bool,
+    /// `Available` (seen, not selected), `Selected`, `Applied`, `Failed`.
+    pub phase: String,
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// Objects of the ClusterClass apply that are not synced.
+    #[serde(default)]
+    pub entries: Vec<ObjectEntry>,
+    pub synced: u32,
+    pub total: u32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AssetDigest {
+    pub name: String,
+    pub digest: String,
+    pub verified_by: String,
+}
+
+/// The CRDs as one multi-document YAML, as committed in `deploy/crds/`.
+///
+/// # Errors
+/// Serialisation failure (not expected).
+pub fn crds_yaml() -> Result<String, String> {
+    use kube::CustomResourceExt;
+    let mut out = String::new();
+    for crd in [ClusterSync::crd(), StackRelease::crd()] {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&crd).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn committed_crds_are_generated_from_the_types() {
+        let want = crds_yaml().unwrap();
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/crds/stacksync.io.yaml");
+        let have = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(have == want, "deploy/crds/stacksync.io.yaml is stale: run `cargo run -- crds > deploy/crds/stacksync.io.yaml`");
+    }
+
+    #[test]
+    fn five_thousand_objects_fit_in_one_cluster_sync() {
+        let status = ClusterSyncStatus {
+            synced: 4_800,
+            total: 5_000,
+            inventory: (0..5_000).map(|i| format!("apps|Deployment|kube-system|addon-component-number-{i:05}|v1")).collect(),
+            entries: (0..MAX_ENTRIES)
+                .map(|i| ObjectEntry {
+                    group: "apps".into(),
+                    version: "v1".into(),
+                    kind: "Deployment".into(),
+                    namespace: "kube-system".into(),
+                    name: format!("addon-component-number-{i:05}"),
+                    synced: false,
+                    action: "Failed".into(),
+                    message: "Apply failed with 1 conflict: conflict with \"kubectl\": .spec.replicas".into(),
+                    last_transition_time: "2026-11-22T10:00:00Z".into(),
+                })
+                .collect(),
+            entries_truncated: 0,
+            ..Default::default()
+        };
+        let bytes = serde_json::to_vec(&status).unwrap().len();
+        assert!(bytes < 512 * 1024, "{bytes} bytes");
+    }
+}

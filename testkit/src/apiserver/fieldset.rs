@@ -1,0 +1,458 @@
+//! Field paths and sets in the structured-merge-diff sense: what server-side apply tracks per
+//! manager, their `FieldsV1` encoding, and the list semantics (atomic, set, map keyed by fields)
+//! that decide how a list is owned and merged.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use super::registry::ResourceType;
+
+/// One step of a path: a struct/map field, a keyed list item, a set member, or an index.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Element {
+    Field(String),
+    /// The item's key fields as compact JSON with sorted keys, e.g. `{"name":"nginx"}`.
+    Key(String),
+    /// A set member as compact JSON, e.g. `"example.com/finalizer"`.
+    Value(String),
+    Index(usize),
+}
+
+pub type Path = Vec<Element>;
+
+/// A set of owned paths. A path is in the set when its node is owned itself (a leaf, or a
+/// keyed item's `.`); its ancestors are implied, not members.
+pub type FieldSet = BTreeSet<Path>;
+
+/// How a list is merged and owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListType {
+    Atomic,
+    Set,
+    Map(Vec<String>),
+}
+
+/// `.spec.containers[name="nginx"].image`, as conflict messages print a path.
+pub struct Display<'a>(pub &'a [Element]);
+
+impl fmt::Display for Display<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for e in self.0 {
+            match e {
+                Element::Field(name) => write!(f, ".{name}")?,
+                Element::Key(json) => {
+                    let parsed: Map<String, Value> = serde_json::from_str(json).unwrap_or_default();
+                    let parts: Vec<String> = parsed.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    write!(f, "[{}]", parts.join(","))?
+                }
+                Element::Value(json) => write!(f, "[={json}]")?,
+                Element::Index(i) => write!(f, "[{i}]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Metadata fields the server owns; never part of a manager's set.
+const SYSTEM_METADATA: &[&str] = &[
+    "name",
+    "namespace",
+    "generateName",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
+];
+
+/// Which part of an object a write may touch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Everything (no status subresource).
+    All,
+    /// Everything but `.status` (the main resource of a kind with a status subresource).
+    Main,
+    /// Only `.status` (the `/status` subresource).
+    Status,
+}
+
+/// The fields an object sets, as server-side apply would record them for its manager.
+pub fn fields_of(obj: &Value, rt: &ResourceType, version: &str, scope: Scope) -> FieldSet {
+    let mut out = FieldSet::new();
+    let Some(map) = obj.as_object() else { return out };
+    for (k, v) in map {
+        let keep = match (k.as_str(), scope) {
+            ("apiVersion" | "kind", _) => false,
+            ("status", Scope::Main) => false,
+            ("status", Scope::Status) => true,
+            (_, Scope::Status) => false,
+            _ => true,
+        };
+        if !keep {
+            continue;
+        }
+        if k == "metadata" {
+            let Some(meta) = v.as_object() else { continue };
+            for (mk, mv) in meta {
+                if !SYSTEM_METADATA.contains(&mk.as_str()) {
+                    let mut path = vec![Element::Field("metadata".into()), Element::Field(mk.clone())];
+                    walk(mv, &mut path, rt, version, &mut out);
+                }
+            }
+            continue;
+        }
+        let mut path = vec![Element::Field(k.clone())];
+        walk(v, &mut path, rt, version, &mut out);
+    }
+    out
+}
+
+fn walk(v: &Value, path: &mut Path, rt: &ResourceType, version: &str, out: &mut FieldSet) {
+    match v {
+        Value::Object(map) if !map.is_empty() => {
+            for (k, child) in map {
+                path.push(Element::Field(k.clone()));
+                walk(child, path, rt, version, out);
+                path.pop();
+            }
+        }
+        Value::Array(items) if !items.is_empty() => match list_type(rt, version, path) {
+            ListType::Atomic => {
+                out.insert(path.clone());
+            }
+            ListType::Set => {
+                for item in items {
+                    path.push(Element::Value(item.to_string()));
+                    out.insert(path.clone());
+                    path.pop();
+                }
+            }
+            ListType::Map(keys) => {
+                for item in items {
+                    path.push(item_key(item, &keys));
+                    out.insert(path.clone());
+                    walk(item, path, rt, version, out);
+                    path.pop();
+                }
+            }
+        },
+        _ => {
+            out.insert(path.clone());
+        }
+    }
+}
+
+/// The `Key` element naming a keyed list item.
+pub fn item_key(item: &Value, keys: &[String]) -> Element {
+    let mut key = Map::new();
+    for k in keys {
+        if let Some(v) = item.get(k) {
+            key.insert(k.clone(), v.clone());
+        }
+    }
+    Element::Key(Value::Object(key).to_string())
+}
+
+/// The list semantics at `path`: a CRD's `x-kubernetes-list-type` when its schema says so, the
+/// built-in kinds' well-known keyed lists by field name, else atomic (the real default).
+pub fn list_type(rt: &ResourceType, version: &str, path: &[Element]) -> ListType {
+    let names: Vec<&str> = path.iter().filter_map(|e| if let Element::Field(n) = e { Some(n.as_str()) } else { None }).collect();
+    if names.first() == Some(&"metadata") {
+        return match names.get(1) {
+            Some(&"finalizers") => ListType::Set,
+            Some(&"ownerReferences") => ListType::Map(vec!["uid".into()]),
+            _ => ListType::Atomic,
+        };
+    }
+    if let Some(node) = rt.version(version).and_then(|v| v.schema.as_ref()).and_then(|schema| schema_at(schema, path)) {
+        match node.get("x-kubernetes-list-type").and_then(Value::as_str) {
+            Some("map") => {
+                let keys = node["x-kubernetes-list-map-keys"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|k| k.as_str().map(String::from)).collect())
+                    .unwrap_or_default();
+                return ListType::Map(keys);
+            }
+            Some("set") => return ListType::Set,
+            Some(_) => return ListType::Atomic,
+            None => {}
+        }
+    }
+    let keyed = |keys: &[&str]| ListType::Map(keys.iter().map(|k| k.to_string()).collect());
+    match names.last().copied() {
+        Some("containers" | "initContainers" | "ephemeralContainers" | "env" | "volumes" | "imagePullSecrets") => keyed(&["name"]),
+        Some("volumeMounts") => keyed(&["mountPath"]),
+        Some("volumeDevices") => keyed(&["devicePath"]),
+        Some("conditions") => keyed(&["type"]),
+        Some("hostAliases") => keyed(&["ip"]),
+        Some("ports") if names.iter().any(|n| n.ends_with("ontainers")) => keyed(&["containerPort", "protocol"]),
+        Some("ports") if rt.kind == "Service" => keyed(&["port", "protocol"]),
+        _ => ListType::Atomic,
+    }
+}
+
+fn schema_at<'a>(schema: &'a Value, path: &[Element]) -> Option<&'a Value> {
+    let mut node = schema;
+    for e in path {
+        node = match e {
+            Element::Field(name) => node["properties"].get(name).or_else(|| node.get("additionalProperties").filter(|v| v.is_object()))?,
+            _ => node.get("items")?,
+        };
+    }
+    Some(node)
+}
+
+/// The value at `path` in `obj`, if present.
+pub fn value_at<'a>(obj: &'a Value, path: &[Element]) -> Option<&'a Value> {
+    let mut node = obj;
+    for e in path {
+        node = match e {
+            Element::Field(name) => node.get(name)?,
+            Element::Index(i) => node.get(*i)?,
+            Element::Key(key) => {
+                let key: Map<String, Value> = serde_json::from_str(key).ok()?;
+                node.as_array()?.iter().find(|item| matches_key(item, &key))?
+            }
+            Element::Value(json) => {
+                let want: Value = serde_json::from_str(json).ok()?;
+                node.as_array()?.iter().find(|item| **item == want)?
+            }
+        };
+    }
+    Some(node)
+}
+
+fn matches_key(item: &Value, key: &Map<String, Value>) -> bool {
+    key.iter().all(|(k, v)| item.get(k) == Some(v))
+}
+
+/// Removes the node at `path`; then removes parents left empty unless `keep` says a parent is
+/// owned in its own right.
+pub fn remove_path(obj: &mut Value, path: &[Element], keep: &dyn Fn(&[Element]) -> bool) {
+    let Some((last, parent_path)) = path.split_last() else { return };
+    let Some(parent) = value_at_mut(obj, parent_path) else { return };
+    match (last, parent) {
+        (Element::Field(name), Value::Object(map)) => {
+            map.remove(name);
+        }
+        (Element::Key(key), Value::Array(items)) => {
+            let key: Map<String, Value> = serde_json::from_str(key).unwrap_or_default();
+            items.retain(|item| !matches_key(item, &key));
+        }
+        (Element::Value(json), Value::Array(items)) => {
+            let want: Value = serde_json::from_str(json).unwrap_or(Value::Null);
+            items.retain(|item| *item != want);
+        }
+        (Element::Index(i), Value::Array(items)) if *i < items.len() => {
+            items.remove(*i);
+        }
+        _ => return,
+    }
+    let emptied =
+        value_at(obj, parent_path).is_some_and(|p| p.as_object().is_some_and(Map::is_empty) || p.as_array().is_some_and(Vec::is_empty));
+    if emptied && !parent_path.is_empty() && !keep(parent_path) {
+        remove_path(obj, parent_path, keep);
+    }
+}
+
+fn value_at_mut<'a>(obj: &'a mut Value, path: &[Element]) -> Option<&'a mut Value> {
+    let mut node = obj;
+    for e in path {
+        node = match e {
+            Element::Field(name) => node.get_mut(name)?,
+            Element::Index(i) => node.get_mut(*i)?,
+            Element::Key(key) => {
+                let key: Map<String, Value> = serde_json::from_str(key).ok()?;
+                node.as_array_mut()?.iter_mut().find(|item| matches_key(item, &key))?
+            }
+            Element::Value(json) => {
+                let want: Value = serde_json::from_str(json).ok()?;
+                node.as_array_mut()?.iter_mut().find(|item| **item == want)?
+            }
+        };
+    }
+    Some(node)
+}
+
+/// Merges an applied configuration into a live object: maps recursively, keyed lists item by
+/// item, sets by union, atomic lists and scalars replaced. A `null` removes the field.
+pub fn merge(live: &mut Value, applied: &Value, path: &mut Path, rt: &ResourceType, version: &str) {
+    match (live, applied) {
+        (Value::Object(live), Value::Object(applied)) => {
+            for (k, av) in applied {
+                if av.is_null() {
+                    live.remove(k);
+                    continue;
+                }
+                path.push(Element::Field(k.clone()));
+                match live.get_mut(k) {
+                    Some(lv) => merge(lv, av, path, rt, version),
+                    None => {
+                        live.insert(k.clone(), av.clone());
+                    }
+                }
+                path.pop();
+            }
+        }
+        (Value::Array(live), Value::Array(applied)) => match list_type(rt, version, path) {
+            ListType::Atomic => *live = applied.clone(),
+            ListType::Set => {
+                for item in applied {
+                    if !live.contains(item) {
+                        live.push(item.clone());
+                    }
+                }
+            }
+            ListType::Map(keys) => {
+                for item in applied {
+                    let key = item_key(item, &keys);
+                    let Element::Key(json) = &key else { continue };
+                    let key_map: Map<String, Value> = serde_json::from_str(json).unwrap_or_default();
+                    path.push(key.clone());
+                    match live.iter_mut().find(|l| matches_key(l, &key_map)) {
+                        Some(l) => merge(l, item, path, rt, version),
+                        None => live.push(item.clone()),
+                    }
+                    path.pop();
+                }
+            }
+        },
+        (live, applied) => *live = applied.clone(),
+    }
+}
+
+/// FieldsV1 JSON (`{"f:data":{"f:a":{}}}`) of a set.
+pub fn to_fields_v1(set: &FieldSet) -> Value {
+    let mut root = Map::new();
+    for path in set {
+        let mut node = &mut root;
+        for e in path {
+            let child = node.entry(encode(e)).or_insert_with(|| Value::Object(Map::new()));
+            let Value::Object(child) = child else { break };
+            node = child;
+        }
+    }
+    // A member that also has children is marked with "."; a childless member stays `{}`.
+    for path in set {
+        if let Some(Value::Object(node)) = node_at(&mut root, path)
+            && !node.is_empty()
+            && !node.contains_key(".")
+        {
+            node.insert(".".into(), Value::Object(Map::new()));
+        }
+    }
+    Value::Object(root)
+}
+
+fn node_at<'a>(root: &'a mut Map<String, Value>, path: &[Element]) -> Option<&'a mut Value> {
+    let (first, rest) = path.split_first()?;
+    let mut node = root.get_mut(&encode(first))?;
+    for e in rest {
+        node = node.get_mut(encode(e))?;
+    }
+    Some(node)
+}
+
+fn encode(e: &Element) -> String {
+    match e {
+        Element::Field(n) => format!("f:{n}"),
+        Element::Key(k) => format!("k:{k}"),
+        Element::Value(v) => format!("v:{v}"),
+        Element::Index(i) => format!("i:{i}"),
+    }
+}
+
+/// Parses FieldsV1 JSON into a set; unknown prefixes are skipped.
+pub fn from_fields_v1(v: &Value) -> FieldSet {
+    let mut out = FieldSet::new();
+    let mut path = Path::new();
+    parse_node(v, &mut path, &mut out);
+    out
+}
+
+fn parse_node(v: &Value, path: &mut Path, out: &mut FieldSet) {
+    let Some(map) = v.as_object() else { return };
+    if map.is_empty() && !path.is_empty() {
+        out.insert(path.clone());
+        return;
+    }
+    for (k, child) in map {
+        if k == "." {
+            out.insert(path.clone());
+            continue;
+        }
+        let element = match k.split_at_checked(2) {
+            Some(("f:", n)) => Element::Field(n.into()),
+            Some(("k:", n)) => Element::Key(canonical(n)),
+            Some(("v:", n)) => Element::Value(canonical(n)),
+            Some(("i:", n)) => match n.parse() {
+                Ok(i) => Element::Index(i),
+                Err(_) => continue,
+            },
+            _ => continue,
+        };
+        path.push(element);
+        parse_node(child, path, out);
+        path.pop();
+    }
+}
+
+/// Re-serialises JSON compactly with sorted keys so equal keys compare equal.
+fn canonical(json: &str) -> String {
+    serde_json::from_str::<Value>(json).map(|v| v.to_string()).unwrap_or_else(|_| json.to_string())
+}
+
+/// Whether no other member of `set` lies below `path`.
+pub fn is_leaf(set: &FieldSet, path: &Path) -> bool {
+    set.range(path.clone()..).nth(1).is_none_or(|next| !next.starts_with(path))
+}
+
+/// Whether `set` owns `path` or anything below it.
+pub fn owns_within(set: &FieldSet, path: &[Element]) -> bool {
+    set.range(path.to_vec()..).next().is_some_and(|p| p.starts_with(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apiserver::registry::Registry;
+    use serde_json::json;
+
+    fn deployment() -> ResourceType {
+        Registry::builtin().find("apps", "v1", "deployments").cloned().expect("built-in")
+    }
+
+    #[test]
+    fn fields_v1_round_trips_keyed_lists() {
+        let obj = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "labels": {"a": "1"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1"}]}}}});
+        let set = fields_of(&obj, &deployment(), "v1", Scope::Main);
+        let v1 = to_fields_v1(&set);
+        assert_eq!(
+            v1,
+            json!({"f:metadata": {"f:labels": {"f:a": {}}}, "f:spec": {"f:template": {"f:spec": {"f:containers": {
+                "k:{\"name\":\"nginx\"}": {".": {}, "f:image": {}, "f:name": {}}}}}}})
+        );
+        assert_eq!(from_fields_v1(&v1), set);
+    }
+
+    #[test]
+    fn paths_print_like_structured_merge_diff() {
+        let path = vec![Element::Field("spec".into()), Element::Field("containers".into()), Element::Key("{\"name\":\"nginx\"}".into())];
+        assert_eq!(Display(&path).to_string(), ".spec.containers[name=\"nginx\"]");
+        let set_member = vec![Element::Field("metadata".into()), Element::Field("finalizers".into()), Element::Value("\"x\"".into())];
+        assert_eq!(Display(&set_member).to_string(), ".metadata.finalizers[=\"x\"]");
+    }
+
+    #[test]
+    fn removing_the_last_key_removes_the_emptied_map() {
+        let mut obj = json!({"data": {"a": "1"}, "metadata": {"name": "x"}});
+        remove_path(&mut obj, &[Element::Field("data".into()), Element::Field("a".into())], &|_| false);
+        assert_eq!(obj, json!({"metadata": {"name": "x"}}));
+    }
+}

@@ -1,0 +1,649 @@
+//! The verbs on objects (get, list, create, update, patch, apply, delete) and the object
+//! semantics behind them: uid, timestamps, resourceVersion, generation, status scoping,
+//! finalizers, namespace termination and CRDs becoming served resources.
+
+use serde_json::{Value, json};
+
+use super::fieldset::Scope;
+use super::meta;
+use super::query::{Query, Selection};
+use super::registry::{self, ResourceType};
+use super::ssa::{self, Writer};
+use super::status::{self, ApiError, ApiResult};
+use super::store::{Key, State};
+
+/// What a request addresses.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub rt: ResourceType,
+    pub version: String,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub subresource: Option<String>,
+}
+
+impl Target {
+    fn scope(&self) -> Scope {
+        match (self.subresource.as_deref(), self.rt.has_status(&self.version)) {
+            (Some("status"), _) => Scope::Status,
+            (_, true) => Scope::Main,
+            _ => Scope::All,
+        }
+    }
+
+    fn key(&self, name: &str) -> Key {
+        Key {
+            group: self.rt.group.clone(),
+            plural: self.rt.plural.clone(),
+            namespace: if self.rt.namespaced { self.namespace.clone().unwrap_or_default() } else { String::new() },
+            name: name.to_string(),
+        }
+    }
+
+    fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or_default()
+    }
+
+    fn not_found(&self, name: &str) -> ApiError {
+        ApiError::not_found(&self.rt.group, &self.rt.plural, name)
+    }
+}
+
+/// The result of a write.
+#[derive(Debug)]
+pub struct Written {
+    pub code: u16,
+    pub body: Value,
+    /// Whether the store changed (false for no-ops and dry runs).
+    pub changed: bool,
+}
+
+/// A page of a list.
+pub struct Page {
+    pub items: Vec<Value>,
+    pub resource_version: u64,
+    pub continue_token: Option<String>,
+    pub remaining: Option<u64>,
+}
+
+/// The object as served in the requested version (conversion is `None`: only apiVersion changes).
+pub fn present(obj: &Value, t: &Target) -> Value {
+    let mut obj = obj.clone();
+    obj["apiVersion"] = Value::String(t.rt.api_version(&t.version));
+    obj["kind"] = Value::String(t.rt.kind.clone());
+    obj
+}
+
+pub fn get(state: &State, t: &Target) -> ApiResult<Value> {
+    let name = t.name();
+    state.store.get(&t.key(name)).map(|o| present(o, t)).ok_or_else(|| t.not_found(name))
+}
+
+pub fn list(state: &State, t: &Target, sel: &Selection, q: &Query) -> ApiResult<Page> {
+    let after = match q.get("continue").filter(|c| !c.is_empty()) {
+        Some(token) => Some(decode_continue(token).ok_or_else(|| ApiError::bad_request("continue key is not valid"))?),
+        None => None,
+    };
+    let limit = q.u64("limit")?.filter(|l| *l > 0);
+    let ns = t.namespace.as_deref();
+    let matching: Vec<(&Key, &Value)> = state
+        .store
+        .list(&t.rt.group, &t.rt.plural, ns)
+        .filter(|(k, _)| after.as_ref().is_none_or(|(ans, aname)| (k.namespace.as_str(), k.name.as_str()) > (ans.as_str(), aname.as_str())))
+        .filter(|(_, o)| sel.matches(o))
+        .collect();
+    let total = matching.len() as u64;
+    let take = limit.map_or(matching.len(), |l| l as usize);
+    let items: Vec<Value> = matching.iter().take(take).map(|(_, o)| present(o, t)).collect();
+    let (continue_token, remaining) = match (limit, matching.get(take.saturating_sub(1))) {
+        (Some(l), Some((last, _))) if total > l => (Some(encode_continue(&last.namespace, &last.name)), Some(total - l)),
+        _ => (None, None),
+    };
+    Ok(Page { items, resource_version: state.store.current_rv(), continue_token, remaining })
+}
+
+fn encode_continue(ns: &str, name: &str) -> String {
+    format!("{ns}/{name}").bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn decode_continue(token: &str) -> Option<(String, String)> {
+    let bytes: Option<Vec<u8>> =
+        (0..token.len()).step_by(2).map(|i| token.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect();
+    let text = String::from_utf8(bytes?).ok()?;
+    let (ns, name) = text.split_once('/')?;
+    Some((ns.to_string(), name.to_string()))
+}
+
+/// Who writes: `?fieldManager=`, else the User-Agent's product, as the real server defaults it.
+pub fn manager(q: &Query, user_agent: &str) -> String {
+    match q.get("fieldManager").filter(|m| !m.is_empty()) {
+        Some(m) => m.to_string(),
+        None => user_agent.split('/').next().unwrap_or_default().chars().take(128).collect(),
+    }
+}
+
+pub fn create(state: &mut State, t: &Target, mut obj: Value, q: &Query, user_agent: &str) -> ApiResult<Written> {
+    if t.subresource.is_some() {
+        return Err(ApiError::method_not_allowed(format!(
+            "create is not supported on {}/{}",
+            t.rt.plural,
+            t.subresource.as_deref().unwrap_or_default()
+        )));
+    }
+    check_kind(&mut obj, t)?;
+    set_namespace(&mut obj, t)?;
+    if meta::name(&obj).is_empty() {
+        match obj["metadata"]["generateName"].as_str() {
+            Some(prefix) if !prefix.is_empty() => obj["metadata"]["name"] = Value::String(format!("{prefix}{}", meta::name_suffix())),
+            _ => {
+                return Err(ApiError::invalid(
+                    &t.rt.kind,
+                    &t.rt.group,
+                    "",
+                    &[("metadata.name", "Required value: name or generateName is required".into())],
+                ));
+            }
+        }
+    }
+    let name = meta::name(&obj).to_string();
+    let key = t.key(&name);
+    check_namespace_accepts(state, t, &name)?;
+    if state.store.get(&key).is_some() {
+        return Err(ApiError::already_exists(&t.rt.group, &t.rt.plural, &name));
+    }
+    ssa::strip_out_of_scope(&mut obj, if t.scope() == Scope::Main { Scope::Main } else { Scope::All });
+    let writer = Writer { manager: &manager(q, user_agent), rt: &t.rt, version: &t.version, scope: t.scope() };
+    ssa::record_update(None, &mut obj, &writer);
+    insert_new(state, t, key, obj, q.dry_run())
+}
+
+/// Stores a new object with the metadata the server owns; shared by create and apply-create.
+fn insert_new(state: &mut State, t: &Target, key: Key, mut obj: Value, dry_run: bool) -> ApiResult<Written> {
+    let m = &mut obj["metadata"];
+    m["uid"] = Value::String(meta::new_uid());
+    m["creationTimestamp"] = Value::String(meta::now());
+    if let Some(meta) = m.as_object_mut() {
+        for field in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "selfLink"] {
+            meta.remove(field);
+        }
+    }
+    if t.rt.generation {
+        obj["metadata"]["generation"] = json!(1);
+    }
+    defaults_on_create(&mut obj, &t.rt);
+    if is_crd(&t.rt) {
+        registry::from_crd(&obj).map_err(|causes| ApiError::invalid(&t.rt.kind, &t.rt.group, &key.name, &causes))?;
+        if let Some(status) = obj.as_object_mut() {
+            status.remove("status");
+        }
+    }
+    if dry_run {
+        return Ok(Written { code: 201, body: present(&obj, t), changed: false });
+    }
+    let stored = state.store.put(key.clone(), obj);
+    let body = present(&stored, t);
+    if is_crd(&t.rt) {
+        establish(state, &key);
+    }
+    Ok(Written { code: 201, body, changed: true })
+}
+
+/// What the real server defaults on create that clients read back.
+fn defaults_on_create(obj: &mut Value, rt: &ResourceType) {
+    match (rt.group.as_str(), rt.kind.as_str()) {
+        ("", "Namespace") => {
+            obj["spec"]["finalizers"] = json!(["kubernetes"]);
+            obj["status"] = json!({"phase": "Active"});
+        }
+        ("", "Secret") if obj["type"].as_str().is_none_or(str::is_empty) => obj["type"] = json!("Opaque"),
+        _ => {}
+    }
+}
+
+pub fn update(state: &mut State, t: &Target, mut obj: Value, q: &Query, user_agent: &str) -> ApiResult<Written> {
+    check_kind(&mut obj, t)?;
+    set_namespace(&mut obj, t)?;
+    let name = t.name().to_string();
+    if meta::name(&obj) != name {
+        return Err(ApiError::bad_request("the name of the object does not match the name on the URL"));
+    }
+    let key = t.key(&name);
+    let old = state.store.get(&key).cloned().ok_or_else(|| t.not_found(&name))?;
+    match meta::resource_version(&obj) {
+        Some(rv) if Some(rv) != meta::resource_version(&old) => return Err(ApiError::stale(&t.rt.group, &t.rt.plural, &name)),
+        None if t.rt.custom => {
+            return Err(ApiError::invalid(
+                &t.rt.kind,
+                &t.rt.group,
+                &name,
+                &[("metadata.resourceVersion", "Invalid value: 0x0: must be specified for an update".into())],
+            ));
+        }
+        _ => {}
+    }
+    let writer = Writer { manager: &manager(q, user_agent), rt: &t.rt, version: &t.version, scope: t.scope() };
+    let mut new = scoped(&old, obj, t.scope());
+    ssa::record_update(Some(&old), &mut new, &writer);
+    finish_update(state, t, key, &old, new, q.dry_run())
+}
+
+/// Applies the endpoint's scope: the main resource keeps the stored status, `/status` keeps
+/// everything but status; system metadata always comes from the stored object.
+fn scoped(old: &Value, mut new: Value, scope: Scope) -> Value {
+    match scope {
+        Scope::All => {}
+        Scope::Main => match old.get("status") {
+            Some(s) => new["status"] = s.clone(),
+            None => {
+                if let Some(m) = new.as_object_mut() {
+                    m.remove("status");
+                }
+            }
+        },
+        Scope::Status => {
+            let mut base = old.clone();
+            match new.get("status") {
+                Some(s) => base["status"] = s.clone(),
+                None => {
+                    if let Some(m) = base.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+            base["metadata"]["managedFields"] = new["metadata"]["managedFields"].clone();
+            if base["metadata"]["managedFields"].is_null()
+                && let Some(m) = base["metadata"].as_object_mut()
+            {
+                m.remove("managedFields");
+            }
+            new = base;
+        }
+    }
+    for field in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "resourceVersion",
+        "name",
+        "namespace",
+    ] {
+        match old["metadata"].get(field) {
+            Some(v) => new["metadata"][field] = v.clone(),
+            None => {
+                if let Some(m) = new["metadata"].as_object_mut() {
+                    m.remove(field);
+                }
+            }
+        }
+    }
+    new
+}
+
+/// Bumps generation, stores (or finishes a pending deletion) and runs the CRD and namespace
+/// hooks. A write that changes nothing is not stored and keeps the resourceVersion.
+fn finish_update(state: &mut State, t: &Target, key: Key, old: &Value, mut new: Value, dry_run: bool) -> ApiResult<Written> {
+    if is_crd(&t.rt) {
+        registry::from_crd(&new).map_err(|causes| ApiError::invalid(&t.rt.kind, &t.rt.group, &key.name, &causes))?;
+    }
+    if t.rt.generation && spec_of(old) != spec_of(&new) {
+        let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
+        new["metadata"]["generation"] = json!(generation);
+    }
+    if new == *old {
+        return Ok(Written { code: 200, body: present(old, t), changed: false });
+    }
+    if dry_run {
+        return Ok(Written { code: 200, body: present(&new, t), changed: false });
+    }
+    if meta::is_deleting(&new) && meta::finalizers(&new).is_empty() && !is_namespace(&t.rt) {
+        state.store.overwrite(&key, new);
+        let gone = remove(state, &key).unwrap_or(Value::Null);
+        return Ok(Written { code: 200, body: present(&gone, t), changed: true });
+    }
+    let stored = state.store.put(key.clone(), new);
+    if is_crd(&t.rt) {
+        establish(state, &key);
+    }
+    if is_namespace(&t.rt) {
+        finalize_namespace(state, &key.name);
+    }
+    let body = state.store.get(&key).map(|o| present(o, t)).unwrap_or_else(|| present(&stored, t));
+    Ok(Written { code: 200, body, changed: true })
+}
+
+fn spec_of(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(m) = o.as_object_mut() {
+        m.remove("metadata");
+        m.remove("status");
+    }
+    o
+}
+
+pub fn patch(state: &mut State, t: &Target, body: &[u8], content_type: &str, q: &Query, user_agent: &str) -> ApiResult<Written> {
+    let name = t.name().to_string();
+    let key = t.key(&name);
+    let media = content_type.split(';').next().unwrap_or_default().trim();
+    if media == "application/apply-patch+yaml" {
+        return apply(state, t, body, q);
+    }
+    let old = state.store.get(&key).cloned().ok_or_else(|| t.not_found(&name))?;
+    let current = present(&old, t);
+    let patched = match media {
+        "application/json-patch+json" => {
+            let ops: json_patch::Patch =
+                serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+            let mut doc = current.clone();
+            json_patch::patch(&mut doc, &ops).map_err(|e| {
+                ApiError::new(422, "Invalid", format!("the server rejected our request due to an error in our request: {e}"))
+            })?;
+            doc
+        }
+        // Strategic merge is served as a JSON merge patch: no patch directives, lists replaced.
+        "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+            let p: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid merge patch: {e}")))?;
+            let mut doc = current.clone();
+            json_patch::merge(&mut doc, &p);
+            doc
+        }
+        other => {
+            return Err(ApiError::new(
+                415,
+                "UnsupportedMediaType",
+                format!(
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml; got {other:?}"
+                ),
+            ));
+        }
+    };
+    if meta::resource_version(&patched) != meta::resource_version(&current) {
+        return Err(ApiError::stale(&t.rt.group, &t.rt.plural, &name));
+    }
+    let writer = Writer { manager: &manager(q, user_agent), rt: &t.rt, version: &t.version, scope: t.scope() };
+    let mut new = scoped(&old, patched, t.scope());
+    new["apiVersion"] = old["apiVersion"].clone();
+    ssa::record_update(Some(&old), &mut new, &writer);
+    finish_update(state, t, key, &old, new, q.dry_run())
+}
+
+fn apply(state: &mut State, t: &Target, body: &[u8], q: &Query) -> ApiResult<Written> {
+    let mut applied = parse_apply_body(body)?;
+    let name = t.name().to_string();
+    let Some(manager) = q.get("fieldManager").filter(|m| !m.is_empty()) else {
+        return Err(ApiError::bad_request("PATCH, application/apply-patch+yaml requires fieldManager to be set"));
+    };
+    check_kind(&mut applied, t)?;
+    set_namespace(&mut applied, t)?;
+    if meta::name(&applied) != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({}) does not match the name on the URL ({name})",
+            meta::name(&applied)
+        )));
+    }
+    let key = t.key(&name);
+    let writer = Writer { manager, rt: &t.rt, version: &t.version, scope: t.scope() };
+    let force = q.flag("force");
+    match state.store.get(&key).cloned() {
+        None => {
+            if t.scope() == Scope::Status {
+                return Err(t.not_found(&name));
+            }
+            check_namespace_accepts(state, t, &name)?;
+            let mut skeleton = json!({"apiVersion": applied["apiVersion"], "kind": applied["kind"], "metadata": {"name": name}});
+            if t.rt.namespaced {
+                skeleton["metadata"]["namespace"] = json!(key.namespace);
+            }
+            let obj = ssa::apply(&skeleton, &applied, &writer, force)?;
+            insert_new(state, t, key, obj, q.dry_run())
+        }
+        Some(old) => {
+            if let Some(rv) = meta::resource_version(&applied)
+                && Some(rv) != meta::resource_version(&old)
+            {
+                return Err(ApiError::stale(&t.rt.group, &t.rt.plural, &name));
+            }
+            let mut new = ssa::apply(&old, &applied, &writer, force)?;
+            new["apiVersion"] = old["apiVersion"].clone();
+            let new = scoped(&old, new, t.scope());
+            finish_update(state, t, key, &old, new, q.dry_run())
+        }
+    }
+}
+
+fn parse_apply_body(body: &[u8]) -> ApiResult<Value> {
+    if let Ok(v) = serde_json::from_slice::<Value>(body) {
+        return Ok(v);
+    }
+    let text = std::str::from_utf8(body).map_err(|_| ApiError::bad_request("apply patch is not UTF-8"))?;
+    serde_saphyr::from_str::<Value>(text).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
+}
+
+pub fn delete(state: &mut State, t: &Target, body: &[u8], q: &Query) -> ApiResult<Written> {
+    let name = t.name().to_string();
+    let key = t.key(&name);
+    let old = state.store.get(&key).cloned().ok_or_else(|| t.not_found(&name))?;
+    let opts: Value = if body.is_empty() { json!({}) } else { serde_json::from_slice(body).unwrap_or_else(|_| json!({})) };
+    let pre = &opts["preconditions"];
+    if pre["uid"].as_str().is_some_and(|uid| Some(uid) != old["metadata"]["uid"].as_str())
+        || pre["resourceVersion"].as_str().is_some_and(|rv| Some(rv) != meta::resource_version(&old))
+    {
+        return Err(ApiError::stale(&t.rt.group, &t.rt.plural, &name));
+    }
+    let dry_run = q.dry_run() || opts["dryRun"].as_array().is_some_and(|d| d.iter().any(|v| v == "All"));
+    if dry_run {
+        let mut would = present(&old, t);
+        if !meta::finalizers(&old).is_empty() || is_namespace(&t.rt) {
+            would["metadata"]["deletionTimestamp"] = json!(meta::now());
+        }
+        return Ok(Written { code: 200, body: would, changed: false });
+    }
+    if meta::is_deleting(&old) {
+        return Ok(Written { code: 200, body: present(&old, t), changed: false });
+    }
+    if is_namespace(&t.rt) {
+        let mut ns = old.clone();
+        ns["metadata"]["deletionTimestamp"] = json!(meta::now());
+        ns["status"]["phase"] = json!("Terminating");
+        state.store.put(key.clone(), ns);
+        for k in state.store.keys_in_namespace(&name) {
+            delete_key(state, &k);
+        }
+        finalize_namespace(state, &name);
+        let body = state.store.get(&key).map(|o| present(o, t)).unwrap_or_else(|| present(&old, t));
+        return Ok(Written { code: 200, body, changed: true });
+    }
+    let pending = !meta::finalizers(&old).is_empty();
+    let gone = delete_key(state, &key).unwrap_or(old);
+    let body = if pending || t.rt.custom {
+        present(&gone, t)
+    } else {
+        status::success(&t.rt.group, &t.rt.plural, &name, gone["metadata"]["uid"].as_str().unwrap_or_default())
+    };
+    Ok(Written { code: 200, body, changed: true })
+}
+
+/// Deletes every selected object of a collection; answers a success Status.
+pub fn delete_collection(state: &mut State, t: &Target, sel: &Selection, q: &Query) -> ApiResult<Written> {
+    let keys: Vec<Key> = state
+        .store
+        .list(&t.rt.group, &t.rt.plural, t.namespace.as_deref())
+        .filter(|(_, o)| sel.matches(o))
+        .map(|(k, _)| k.clone())
+        .collect();
+    let changed = !keys.is_empty() && !q.dry_run();
+    if !q.dry_run() {
+        for k in &keys {
+            delete_key(state, k);
+        }
+    }
+    Ok(Written { code: 200, body: json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}), changed })
+}
+
+/// Deletes one object: marks it deleting when finalizers remain, else removes it. Returns its
+/// resulting state.
+fn delete_key(state: &mut State, key: &Key) -> Option<Value> {
+    let obj = state.store.get(key)?.clone();
+    if !meta::finalizers(&obj).is_empty() {
+        if meta::is_deleting(&obj) {
+            return Some(obj);
+        }
+        let mut marked = obj;
+        marked["metadata"]["deletionTimestamp"] = json!(meta::now());
+        marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        return Some(state.store.put(key.clone(), marked));
+    }
+    remove(state, key)
+}
+
+/// Removes an object for good, with the cascades the real control plane runs: a CRD takes its
+/// custom resources with it, and a terminating namespace that became empty finishes.
+fn remove(state: &mut State, key: &Key) -> Option<Value> {
+    let gone = state.store.remove(key)?;
+    if key.group == "apiextensions.k8s.io" && key.plural == "customresourcedefinitions" {
+        let group = gone["spec"]["group"].as_str().unwrap_or_default().to_string();
+        let plural = gone["spec"]["names"]["plural"].as_str().unwrap_or_default().to_string();
+        let instances: Vec<Key> = state.store.list(&group, &plural, None).map(|(k, _)| k.clone()).collect();
+        for k in instances {
+            state.store.remove(&k);
+        }
+        state.registry.set_custom(&group, &plural, None);
+    }
+    if !key.namespace.is_empty() {
+        finalize_namespace(state, &key.namespace);
+    }
+    Some(gone)
+}
+
+/// The namespace controller's last step: a terminating namespace with no objects left loses its
+/// `kubernetes` finalizer and, without other finalizers, goes away.
+fn finalize_namespace(state: &mut State, namespace: &str) {
+    let key = Key { group: String::new(), plural: "namespaces".into(), namespace: String::new(), name: namespace.into() };
+    let Some(ns) = state.store.get(&key).cloned() else { return };
+    if !meta::is_deleting(&ns) || !state.store.keys_in_namespace(namespace).is_empty() {
+        return;
+    }
+    if meta::finalizers(&ns).is_empty() {
+        state.store.remove(&key);
+    } else if ns["spec"]["finalizers"].as_array().is_some_and(|f| !f.is_empty()) {
+        let mut ns = ns;
+        ns["spec"]["finalizers"] = json!([]);
+        state.store.put(key, ns);
+    }
+}
+
+/// Serves a stored CRD and sets its `NamesAccepted` and `Established` conditions (a write of
+/// its own, as the real CRD controllers do it after the create).
+fn establish(state: &mut State, key: &Key) {
+    let Some(crd) = state.store.get(key).cloned() else { return };
+    let Ok(rt) = registry::from_crd(&crd) else { return };
+    state.registry.set_custom(&rt.group.clone(), &rt.plural.clone(), Some(rt));
+    if meta::is_deleting(&crd) {
+        return;
+    }
+    let now = meta::now();
+    let condition = |type_: &str, reason: &str, message: &str| json!({"type": type_, "status": "True", "lastTransitionTime": now, "reason": reason, "message": message});
+    let stored_versions: Vec<Value> = crd["spec"]["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v["storage"] == json!(true))
+        .map(|v| v["name"].clone())
+        .collect();
+    let mut accepted = crd["spec"]["names"].clone();
+    if accepted.get("singular").is_none() {
+        accepted["singular"] = json!(crd["spec"]["names"]["kind"].as_str().unwrap_or_default().to_lowercase());
+    }
+    if accepted.get("listKind").is_none() {
+        accepted["listKind"] = json!(format!("{}List", crd["spec"]["names"]["kind"].as_str().unwrap_or_default()));
+    }
+    let status = json!({
+        "conditions": [
+            condition("NamesAccepted", "NoConflicts", "no conflicts found"),
+            condition("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+        ],
+        "acceptedNames": accepted,
+        "storedVersions": stored_versions,
+    });
+    let current = &crd["status"];
+    let same = current["acceptedNames"] == status["acceptedNames"]
+        && current["storedVersions"] == status["storedVersions"]
+        && current["conditions"].as_array().is_some_and(|c| c.len() == 2);
+    if !same {
+        let mut updated = crd;
+        updated["status"] = status;
+        state.store.put(key.clone(), updated);
+    }
+}
+
+fn is_crd(rt: &ResourceType) -> bool {
+    rt.group == "apiextensions.k8s.io" && rt.plural == "customresourcedefinitions"
+}
+
+fn is_namespace(rt: &ResourceType) -> bool {
+    rt.group.is_empty() && rt.plural == "namespaces"
+}
+
+/// Fills a missing apiVersion/kind and rejects a mismatched one.
+fn check_kind(obj: &mut Value, t: &Target) -> ApiResult<()> {
+    if !obj.is_object() {
+        return Err(ApiError::bad_request("the body of the request must be an object"));
+    }
+    let want_av = t.rt.api_version(&t.version);
+    match obj["apiVersion"].as_str() {
+        None | Some("") => obj["apiVersion"] = json!(want_av),
+        Some(av) if av != want_av => {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({av}) does not match the expected API version ({want_av})"
+            )));
+        }
+        _ => {}
+    }
+    match obj["kind"].as_str() {
+        None | Some("") => obj["kind"] = json!(t.rt.kind),
+        Some(kind) if kind != t.rt.kind => {
+            return Err(ApiError::bad_request(format!("the kind in the data ({kind}) does not match the expected kind ({})", t.rt.kind)));
+        }
+        _ => {}
+    }
+    if !obj["metadata"].is_object() {
+        obj["metadata"] = json!({});
+    }
+    Ok(())
+}
+
+fn set_namespace(obj: &mut Value, t: &Target) -> ApiResult<()> {
+    if !t.rt.namespaced {
+        if let Some(m) = obj["metadata"].as_object_mut() {
+            m.remove("namespace");
+        }
+        return Ok(());
+    }
+    let url_ns = t.namespace.clone().unwrap_or_default();
+    match obj["metadata"]["namespace"].as_str() {
+        Some(ns) if !ns.is_empty() && ns != url_ns => {
+            Err(ApiError::bad_request("the namespace of the provided object does not match the namespace sent on the request"))
+        }
+        _ => {
+            obj["metadata"]["namespace"] = json!(url_ns);
+            Ok(())
+        }
+    }
+}
+
+fn check_namespace_accepts(state: &State, t: &Target, name: &str) -> ApiResult<()> {
+    if !t.rt.namespaced {
+        return Ok(());
+    }
+    let ns = t.namespace.clone().unwrap_or_default();
+    let key = Key { group: String::new(), plural: "namespaces".into(), namespace: String::new(), name: ns.clone() };
+    match state.store.get(&key) {
+        None => Err(ApiError::not_found("", "namespaces", &ns)),
+        Some(n) if meta::is_deleting(n) => Err(ApiError::forbidden(format!(
+            "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+            t.rt.qualified()
+        ))),
+        Some(_) => Ok(()),
+    }
+}

@@ -1,0 +1,159 @@
+//! API errors as the real server shapes them: a `meta.k8s.io/v1` `Status` with reason, code and
+//! optional details (causes, retryAfterSeconds).
+
+use serde_json::{Value, json};
+
+/// An error answered as a `Status` object.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+    pub details: Option<Value>,
+    /// Sent as the `Retry-After` header too.
+    pub retry_after: Option<u64>,
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { code, reason, message: message.into(), details: None, retry_after: None }
+    }
+
+    fn with_details(mut self, details: Value) -> ApiError {
+        self.details = Some(details);
+        self
+    }
+
+    /// `<resource>[.<group>] "<name>" not found`.
+    pub fn not_found(group: &str, plural: &str, name: &str) -> ApiError {
+        ApiError::new(404, "NotFound", format!("{} \"{name}\" not found", qualified(group, plural)))
+            .with_details(json!({"name": name, "group": group, "kind": plural}))
+    }
+
+    pub fn already_exists(group: &str, plural: &str, name: &str) -> ApiError {
+        ApiError::new(409, "AlreadyExists", format!("{} \"{name}\" already exists", qualified(group, plural)))
+            .with_details(json!({"name": name, "group": group, "kind": plural}))
+    }
+
+    /// The optimistic-concurrency conflict of an update with a stale resourceVersion.
+    pub fn stale(group: &str, plural: &str, name: &str) -> ApiError {
+        ApiError::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                qualified(group, plural)
+            ),
+        )
+        .with_details(json!({"name": name, "group": group, "kind": plural}))
+    }
+
+    /// A server-side apply conflict: `causes` are `(manager as printed, field path)` pairs.
+    pub fn apply_conflict(message: String, causes: &[(String, String)]) -> ApiError {
+        let causes: Vec<Value> = causes
+            .iter()
+            .map(|(manager, field)| json!({"type": "FieldManagerConflict", "message": format!("conflict with {manager}"), "field": field}))
+            .collect();
+        ApiError::new(409, "Conflict", message).with_details(json!({"causes": causes}))
+    }
+
+    /// 422 with one cause per `(field, message)`.
+    pub fn invalid(kind: &str, group: &str, name: &str, causes: &[(&str, String)]) -> ApiError {
+        let text: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: {m}")).collect();
+        let message = match text.len() {
+            1 => format!("{} \"{name}\" is invalid: {}", qualified(group, kind), text[0]),
+            _ => format!("{} \"{name}\" is invalid: [{}]", qualified(group, kind), text.join(", ")),
+        };
+        let causes: Vec<Value> = causes.iter().map(|(f, m)| json!({"reason": "FieldValueInvalid", "message": m, "field": f})).collect();
+        ApiError::new(422, "Invalid", message).with_details(json!({"name": name, "group": group, "kind": kind, "causes": causes}))
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(400, "BadRequest", message)
+    }
+
+    pub fn method_not_allowed(message: impl Into<String>) -> ApiError {
+        ApiError::new(405, "MethodNotAllowed", message)
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError::new(403, "Forbidden", message)
+    }
+
+    pub fn gone(message: impl Into<String>) -> ApiError {
+        ApiError::new(410, "Expired", message)
+    }
+
+    /// What fault injection answers for a bare status code.
+    pub fn injected(code: u16, retry_after: Option<u64>) -> ApiError {
+        let reason = reason_for(code);
+        let mut err = ApiError::new(code, reason, format!("testkit: injected fault ({code} {reason})"));
+        if let Some(secs) = retry_after {
+            err.retry_after = Some(secs);
+            err.details = Some(json!({"retryAfterSeconds": secs}));
+        }
+        err
+    }
+
+    /// The `Status` body.
+    pub fn to_status(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if let Some(details) = &self.details {
+            status["details"] = details.clone();
+        }
+        status
+    }
+}
+
+/// The `StatusReason` the real server pairs with a code.
+pub fn reason_for(code: u16) -> &'static str {
+    match code {
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        405 => "MethodNotAllowed",
+        406 => "NotAcceptable",
+        409 => "Conflict",
+        410 => "Expired",
+        415 => "UnsupportedMediaType",
+        422 => "Invalid",
+        429 => "TooManyRequests",
+        503 => "ServiceUnavailable",
+        504 => "Timeout",
+        _ => "InternalError",
+    }
+}
+
+/// A successful `Status`, as DELETE answers for kinds that do not return the deleted object.
+pub fn success(group: &str, plural: &str, name: &str, uid: &str) -> Value {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {"name": name, "group": group, "kind": plural, "uid": uid},
+    })
+}
+
+fn qualified(group: &str, plural: &str) -> String {
+    if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({} {})", self.message, self.code, self.reason)
+    }
+}
+
+impl std::error::Error for ApiError {}

@@ -1,0 +1,527 @@
+//! SovereignCloudStack cluster-stack releases, rendered with the real helm: fixture releases in
+//! testdata/clusterstack (a single-chart addon at v2, a multi-stage addon at v3), library-level
+//! renders, and end-to-end runs from a Git tag through `run --once` and `render`.
+//!
+//! helm comes from scripts/install-tools.sh; without it these tests fail (they never skip).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+use stacksync::config::{ClusterConfig, ClusterObjects, HelmConfig};
+use stacksync::release::Release;
+use stacksync::release::version::Version;
+use stacksync::render::clusterstack::{Addon, Layout};
+use stacksync::render::helm::Helm;
+use testkit::git::ReleaseRepo;
+
+use common::{assert_exit, run_once, snapshot, status, stdout};
+
+const STACK: &str = "docker-ferrol-1-27";
+
+fn fixture(release: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/clusterstack").join(release)
+}
+
+/// The helm binary: `$STACKSYNC_HELM`, `helm` on PATH, or where scripts/install-tools.sh puts it.
+fn helm_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("STACKSYNC_HELM").map(PathBuf::from).filter(|p| p.is_file()) {
+        return p;
+    }
+    let tools = std::env::var_os("STACKSYNC_TOOLS_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/stacksync-tools")));
+    let candidates = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("helm")).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain(tools.map(|t| t.join("bin/helm")));
+    for c in candidates {
+        if c.is_file() {
+            return c;
+        }
+    }
+    panic!("helm is not installed: run scripts/install-tools.sh (it puts helm in ~/.cache/stacksync-tools/bin), or set STACKSYNC_HELM");
+}
+
+async fn helm() -> Helm {
+    let config = HelmConfig { path: Some(helm_path()), ..HelmConfig::default() };
+    Helm::locate(&config).await.expect("helm runs")
+}
+
+fn release(tag: &str) -> Release {
+    Release { source: "stacks".into(), tag: tag.into(), commit: "0".repeat(40), version: Version::from_tag(tag).expect("tag") }
+}
+
+/// A cluster with its own name, endpoint and pod CIDR.
+fn cluster(ns: &str, name: &str, host: &str, cidr: &str, cp_replicas: Option<u64>) -> ClusterConfig {
+    ClusterConfig {
+        name: name.into(),
+        namespace: ns.into(),
+        values: Default::default(),
+        objects: ClusterObjects {
+            cluster: Some(
+                json!({"spec": {"controlPlaneEndpoint": {"host": host, "port": 6443}, "clusterNetwork": {"pods": {"cidrBlocks": [cidr]}}}}),
+            ),
+            control_plane: cp_replicas.map(|r| json!({"kind": "KubeadmControlPlane", "spec": {"replicas": r}})),
+            infra_cluster: None,
+        },
+    }
+}
+
+/// Copies a fixture release into `dir` (to edit it), returning the copy's root.
+fn copy_fixture(release: &str, dir: &Path) -> PathBuf {
+    let dest = dir.join(release);
+    for (rel, text) in fixture_files(&fixture(release)) {
+        let p = dest.join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, text).expect("write");
+    }
+    dest
+}
+
+/// Every file of a fixture as (relative path, text), sorted.
+fn fixture_files(root: &Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read fixture").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(root).expect("prefix").to_string_lossy().into_owned();
+                out.push((rel, std::fs::read_to_string(&p).expect("fixture text")));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn field<'a>(objects: &'a [stacksync::render::Object], kind: &str, name: &str) -> &'a serde_json::Value {
+    &objects.iter().find(|o| o.kind == kind && o.name == name).unwrap_or_else(|| panic!("no {kind}/{name}")).body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clusters_get_their_own_injected_values() {
+    let helm = helm().await;
+    let work = tempfile::tempdir().expect("tempdir");
+    let layout = Layout::load(&fixture("docker-ferrol-1-27-v2"), ".", &release("docker-ferrol-1-27-v2"), work.path()).expect("layout");
+    assert!(matches!(layout.addon, Addon::Single { .. }));
+    assert_eq!(layout.metadata.kubernetes, "v1.27.3");
+
+    let class = layout.render_cluster_class(&helm, "team-a").await.expect("cluster class");
+    let names: Vec<String> = class.iter().map(|o| format!("{}/{}", o.kind, o.name)).collect();
+    assert!(names.contains(&"ClusterClass/docker-ferrol-1-27-v2".to_owned()), "{names:?}");
+    assert!(names.contains(&"DockerClusterTemplate/docker-ferrol-1-27-v2-cluster".to_owned()), "{names:?}");
+    assert!(class.iter().all(|o| o.namespace.as_deref() == Some("team-a") && o.stage.as_deref() == Some("cluster-class")));
+    assert_eq!(class[0].chart.as_deref(), Some("docker-ferrol-1-27-cluster-class-v2"));
+
+    let alpha = cluster("team-a", "alpha", "10.0.0.1", "10.10.0.0/16", Some(3));
+    let beta = cluster("team-b", "beta", "beta.example.test", "172.16.0.0/12", None);
+    for (c, host, cidr, replicas) in [(&alpha, "10.0.0.1", "10.10.0.0/16", 3), (&beta, "beta.example.test", "172.16.0.0/12", 1)] {
+        let stages = layout.render_addons(&helm, c, &work.path().join(&c.name)).await.expect("addons");
+        assert_eq!(stages.len(), 1);
+        assert_eq!(stages[0].name, None);
+        let objs = &stages[0].objects;
+        let cm = field(objs, "ConfigMap", "cni-config");
+        assert_eq!(cm["data"]["cluster-name"], c.name.as_str());
+        assert_eq!(cm["data"]["pod-cidr"], cidr);
+        assert_eq!(cm["data"]["kube-version"], "v1.27.3", "--kube-version from metadata.yaml");
+        let ms = field(objs, "Deployment", "metrics-server");
+        assert_eq!(ms["metadata"]["labels"]["domain"], host);
+        assert_eq!(ms["spec"]["replicas"], replicas);
+        assert_eq!(ms["metadata"]["namespace"], "kube-system");
+        assert!(objs.iter().any(|o| o.kind == "CustomResourceDefinition"), "--include-crds");
+        let d = objs.iter().find(|o| o.kind == "Deployment").expect("deployment");
+        assert_eq!(d.file, "docker-ferrol-1-27-cluster-addon/templates/metrics-server.yaml");
+        assert_eq!(d.chart.as_deref(), Some("docker-ferrol-1-27-cluster-addon-v1"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_stage_addons_render_the_install_stages_in_order() {
+    let helm = helm().await;
+    let work = tempfile::tempdir().expect("tempdir");
+    let layout = Layout::load(&fixture("docker-ferrol-1-27-v3"), ".", &release("docker-ferrol-1-27-v3"), work.path()).expect("layout");
+    assert_eq!(layout.install_stages(), [Some("cni"), Some("metrics-server")], "delete stages are not installed");
+    let c = cluster("team-a", "gamma", "gamma.example.test", "10.20.0.0/16", None);
+    let stages = layout.render_addons(&helm, &c, work.path()).await.expect("addons");
+    let names: Vec<Option<&str>> = stages.iter().map(|s| s.name.as_deref()).collect();
+    assert_eq!(names, [Some("cni"), Some("metrics-server")]);
+    assert_eq!(field(&stages[0].objects, "ConfigMap", "cni-config")["data"]["cluster-name"], "gamma");
+    assert_eq!(field(&stages[1].objects, "Deployment", "metrics-server")["metadata"]["labels"]["domain"], "gamma.example.test");
+    assert_eq!(stages[1].objects[0].stage.as_deref(), Some("metrics-server"));
+    assert_eq!(stages[1].objects[0].chart.as_deref(), Some("docker-ferrol-1-27-cluster-addon-v2/metrics-server"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_template_errors_name_the_file_and_line() {
+    let helm = helm().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = cluster("team-a", "alpha", "10.0.0.1", "10.10.0.0/16", None);
+    let table = [
+        (
+            "values: |\n  cni:\n    clusterName: {{ .Cluster.metadata.name | sha256sum }}\n",
+            "cluster-addon-values.yaml:3: function `sha256sum` is not defined (a Go/sprig function stacksync does not implement)",
+        ),
+        (
+            "values: |\n  a: 1\n  b: 2\n  cni:\n    clusterName: {{ .Cluster.spec.topology.class }}\n",
+            "cluster-addon-values.yaml:5: map has no entry for key `.Cluster.spec.topology`",
+        ),
+        (
+            "values: |\n  x: {{ .InfraCluster.spec.loadBalancer.host }}\n",
+            "cluster-addon-values.yaml:2: map has no entry for key `.InfraCluster`",
+        ),
+    ];
+    for (i, (template, want)) in table.iter().enumerate() {
+        let root = copy_fixture("docker-ferrol-1-27-v2", &dir.path().join(i.to_string()));
+        std::fs::write(root.join("cluster-addon-values.yaml"), template).expect("write");
+        let rendered = match Layout::load(&root, ".", &release("docker-ferrol-1-27-v2"), dir.path()) {
+            Err(e) => Err(e),
+            Ok(layout) => layout.render_addons(&helm, &c, dir.path()).await.map(|_| ()),
+        };
+        let err = rendered.expect_err(want).to_string();
+        assert!(err.starts_with(want), "\n got: {err}\nwant: {want}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_releases_are_reported_with_file_line_and_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let table: &[(&str, &str, &str)] = &[
+        (
+            "metadata.yaml",
+            "versions:\n  clusterStack: v2\n  components:\n    clusterAddon: v1\n",
+            "metadata.yaml:2:3: versions.kubernetes: missing required field",
+        ),
+        (
+            "metadata.yaml",
+            "versions:\n  clusterStack: v2\n  kubernetes: v1.28.0\n  components:\n    clusterAddon: v1\n",
+            "metadata.yaml:3:15: versions.kubernetes: `v1.28.0` does not match the stack `docker-ferrol-1-27`",
+        ),
+        (
+            "metadata.yaml",
+            "versions:\n  clusterStack: v2\n  kubernetes: v1.27.3\n  components:\n    clusterAddon: v9\n",
+            "docker-ferrol-1-27-cluster-addon-v9: no cluster-addon chart: expected `docker-ferrol-1-27-cluster-addon-v9.tgz`",
+        ),
+        (
+            "clusteraddon.yaml",
+            "addonStages:\n  AfterControlPlaneInitialized:\n    - {name: nope, action: apply}\n",
+            "docker-ferrol-1-27-cluster-addon-v1/nope: stage `nope` of clusteraddon.yaml has no chart",
+        ),
+    ];
+    for (i, (file, text, want)) in table.iter().enumerate() {
+        let root = copy_fixture("docker-ferrol-1-27-v2", &dir.path().join(i.to_string()));
+        std::fs::write(root.join(file), text).expect("write");
+        let err = Layout::load(&root, ".", &release("docker-ferrol-1-27-v2"), dir.path()).expect_err(want).to_string();
+        assert!(err.starts_with(want), "\n got: {err}\nwant: {want}");
+    }
+    // An unpacked helm package (as a GitHub source lays out a `.tgz` asset) is found inside.
+    let root = copy_fixture("docker-ferrol-1-27-v2", &dir.path().join("wrapped"));
+    let class = root.join("docker-ferrol-1-27-cluster-class-v2");
+    std::fs::rename(&class, dir.path().join("moved")).expect("move");
+    std::fs::create_dir(&class).expect("mkdir");
+    std::fs::rename(dir.path().join("moved"), class.join("docker-ferrol-1-27-cluster-class")).expect("wrap");
+    let layout = Layout::load(&root, ".", &release("docker-ferrol-1-27-v2"), dir.path()).expect("wrapped chart");
+    assert_eq!(layout.cluster_class.name, "docker-ferrol-1-27-cluster-class-v2/docker-ferrol-1-27-cluster-class");
+
+    let err =
+        Layout::load(&fixture("docker-ferrol-1-27-v2"), ".", &release("docker-ferrol-1-27-v3"), dir.path()).expect_err("tag mismatch");
+    assert!(err.to_string().contains("versions.clusterStack: `v2` (v2) does not match the release tag, which is version v3"), "{err}");
+}
+
+/// Packs `dir`'s children (stage charts) into a gzipped tar at `out`.
+fn tgz(dir: &Path, out: &Path) {
+    let file = std::fs::File::create(out).expect("create tgz");
+    let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(file, flate2::Compression::default()));
+    builder.append_dir_all(".", dir).expect("append");
+    builder.into_inner().expect("tar").finish().expect("gzip");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_packaged_addon_is_unpacked_once_for_many_clusters() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = copy_fixture("docker-ferrol-1-27-v3", dir.path());
+    let addon = root.join("docker-ferrol-1-27-cluster-addon-v2");
+    tgz(&addon, &root.join("docker-ferrol-1-27-cluster-addon-v2.tgz"));
+    std::fs::remove_dir_all(&addon).expect("rm addon dir");
+    // The ClusterClass chart as a real `helm package`.
+    let class = root.join("docker-ferrol-1-27-cluster-class-v3");
+    let out = std::process::Command::new(helm_path()).arg("package").arg(&class).arg("-d").arg(&root).output().expect("helm package");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::remove_dir_all(&class).expect("rm class dir");
+    assert!(root.join("docker-ferrol-1-27-cluster-class-v3.tgz").is_file());
+
+    // A helm wrapper that logs every invocation.
+    let log = dir.path().join("helm.log");
+    let wrapper = dir.path().join("helm-logged");
+    std::fs::write(&wrapper, format!("#!/bin/sh\necho \"$@\" >> '{}'\nexec '{}' \"$@\"\n", log.display(), helm_path().display()))
+        .expect("wrapper");
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let helm = Helm::locate(&HelmConfig { path: Some(wrapper), parallelism: 2, ..HelmConfig::default() }).await.expect("helm");
+
+    let work = dir.path().join("work");
+    let layout = Layout::load(&root, ".", &release("docker-ferrol-1-27-v3"), &work).expect("layout");
+    assert_eq!(layout.unpacked, ["docker-ferrol-1-27-cluster-addon-v2.tgz"]);
+    let class = layout.render_cluster_class(&helm, "team-a").await.expect("class from a package");
+    assert!(class.iter().any(|o| o.kind == "ClusterClass" && o.name == "docker-ferrol-1-27-v3"));
+    let layout = std::sync::Arc::new(layout);
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..6 {
+        let (layout, helm, work) = (layout.clone(), helm.clone(), work.join(format!("c{i}")));
+        tasks.spawn(async move {
+            let c = cluster("team-a", &format!("c{i}"), &format!("c{i}.example.test"), "10.0.0.0/16", None);
+            layout.render_addons(&helm, &c, &work).await.map(|s| (i, s))
+        });
+    }
+    while let Some(done) = tokio::time::timeout(std::time::Duration::from_secs(120), tasks.join_next()).await.expect("in time") {
+        let (i, stages) = done.expect("task").expect("render");
+        assert_eq!(field(&stages[1].objects, "Deployment", "metrics-server")["metadata"]["labels"]["domain"], format!("c{i}.example.test"));
+    }
+    let calls = std::fs::read_to_string(&log).expect("log");
+    let stage_charts: std::collections::BTreeSet<&str> = calls
+        .lines()
+        .filter(|l| l.contains("cluster-addon "))
+        .filter_map(|l| l.split(' ').find(|w| w.contains("cluster-addon-v2")))
+        .collect();
+    let unpacked = work.join("docker-ferrol-1-27-cluster-addon-v2");
+    let want: std::collections::BTreeSet<String> =
+        ["cni", "metrics-server"].iter().map(|s| unpacked.join(s).display().to_string()).collect();
+    assert_eq!(stage_charts.iter().map(|s| (*s).to_owned()).collect::<std::collections::BTreeSet<_>>(), want, "{calls}");
+    assert_eq!(calls.lines().filter(|l| l.contains("cluster-addon ")).count(), 12, "two stages for each of six clusters");
+}
+
+/// A config with one cluster-stack subscription over a Git repository.
+fn stack_config(dir: &Path, url: &str, clusters: &str) -> PathBuf {
+    let text = format!(
+        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nhelm:\n  path: {helm}\n  parallelism: 2\nsources:\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n  - name: ferrol\n    source: stacks\n    stack: {STACK}\n    format: clusterstack\n    version: \">=v2\"\n    interval: 1h\n    clusters:\n{clusters}target:\n  directory: {out}\n",
+        cache = dir.join("cache").display(),
+        helm = helm_path().display(),
+        out = dir.join("out").display(),
+    );
+    let path = dir.join("stacksync.yaml");
+    std::fs::write(&path, text).expect("config");
+    path
+}
+
+const CLUSTERS: &str = "      - name: alpha\n        namespace: team-a\n        cluster:\n          spec:\n            controlPlaneEndpoint: {host: alpha.example.test, port: 6443}\n            clusterNetwork: {pods: {cidrBlocks: [10.1.0.0/16]}}\n      - name: beta\n        namespace: team-a\n        cluster:\n          spec:\n            controlPlaneEndpoint: {host: beta.example.test, port: 6443}\n            clusterNetwork: {pods: {cidrBlocks: [10.2.0.0/16]}}\n        controlPlane:\n          spec: {replicas: 5}\n      - name: delta\n        namespace: team-b\n        cluster:\n          spec:\n            controlPlaneEndpoint: {host: delta.example.test, port: 6443}\n            clusterNetwork: {pods: {cidrBlocks: [10.4.0.0/16]}}\n";
+
+fn publish(repo: &ReleaseRepo, release: &str) {
+    let _ = repo.git(&["rm", "-rq", "--ignore-unmatch", "."]);
+    let files = fixture_files(&fixture(release));
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    repo.release(release, &refs);
+}
+
+fn files_under(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_once_applies_cluster_classes_per_namespace_and_addons_per_cluster() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
+    publish(&repo, "docker-ferrol-1-27-v2");
+    let config = stack_config(dir.path(), &repo.file_url(), CLUSTERS);
+    let out = dir.path().join("out");
+
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("synced: 3/3 clusters ready"), "{}", stdout(&o));
+    assert!(common::stderr(&o).contains("helm found"), "{}", common::stderr(&o));
+    // ClusterClass objects once per namespace, not per cluster.
+    let class_files = files_under(&out.join("team-a/cluster-class"));
+    assert_eq!(class_files.len(), 5, "{class_files:?}");
+    assert!(class_files.iter().any(|f| f.ends_with("-clusterclass-docker-ferrol-1-27-v2.yaml")), "{class_files:?}");
+    assert_eq!(files_under(&out.join("team-b/cluster-class")).len(), 5);
+    assert_eq!(files_under(&out.join("team-a")), ["alpha", "beta", "cluster-class"]);
+    let beta = std::fs::read_to_string(out.join("team-a/beta/03-deployment-metrics-server.yaml")).expect("beta addon");
+    assert!(beta.contains("domain: beta.example.test") && beta.contains("replicas: 5"), "{beta}");
+    assert!(beta.starts_with("# Source: docker-ferrol-1-27-cluster-addon/templates/metrics-server.yaml\n"), "{beta}");
+    let alpha_cni = std::fs::read_to_string(out.join("team-a/alpha/02-configmap-cni-config.yaml")).expect("alpha cni");
+    assert!(alpha_cni.contains("cluster-name: alpha") && alpha_cni.contains("pod-cidr: 10.1.0.0/16"), "{alpha_cni}");
+    let st = status(&out, "team-a", "alpha");
+    assert_eq!((st["reason"].as_str(), st["total"].as_u64()), (Some("Synced"), Some(8)), "{st}");
+    let objects = st["objects"].as_array().expect("objects");
+    assert!(objects.iter().any(|o| o["kind"] == "ClusterClass" && o["stage"] == "cluster-class"), "{st}");
+    assert!(objects.iter().any(|o| o["kind"] == "Deployment" && o["chart"] == "docker-ferrol-1-27-cluster-addon-v1"), "{st}");
+
+    // Same inputs: byte-identical, nothing rewritten.
+    let before = snapshot(&out);
+    assert_exit(&run_once(&config).await, 0);
+    assert_eq!(snapshot(&out), before, "a second pass rewrote files");
+
+    // v3 switches to a multi-stage addon: stages in their own directories, v2 objects pruned.
+    publish(&repo, "docker-ferrol-1-27-v3");
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert_eq!(files_under(&out.join("team-a/alpha")), ["cni", "metrics-server"]);
+    assert_eq!(files_under(&out.join("team-a/alpha/cni")), ["01-configmap-cni-config.yaml"]);
+    let ms = std::fs::read_to_string(out.join("team-b/delta/metrics-server/01-deployment-metrics-server.yaml")).expect("delta ms");
+    assert!(ms.contains("domain: delta.example.test"), "{ms}");
+    let class_files = files_under(&out.join("team-a/cluster-class"));
+    assert!(
+        class_files.iter().all(|f| !f.contains("v2")) && class_files.iter().any(|f| f.contains("docker-ferrol-1-27-v3")),
+        "{class_files:?}"
+    );
+    let st = status(&out, "team-b", "delta");
+    assert_eq!(st["appliedRelease"]["tag"], "docker-ferrol-1-27-v3");
+    assert!(st["objects"].as_array().expect("objects").iter().any(|o| o["stage"] == "metrics-server"), "{st}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_values_template_fails_its_clusters_and_keeps_the_last_good_release() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
+    publish(&repo, "docker-ferrol-1-27-v2");
+    let config = stack_config(dir.path(), &repo.file_url(), CLUSTERS);
+    let out = dir.path().join("out");
+    assert_exit(&run_once(&config).await, 0);
+    let before = snapshot(&out.join("team-a"));
+
+    publish(&repo, "docker-ferrol-1-27-v3");
+    repo.write(
+        "docker-ferrol-1-27-cluster-addon-v2/cni/overwrite.yaml",
+        "values: |\n  clusterName: {{ .Cluster.metadata.name | toToml }}\n",
+    );
+    repo.commit("broken overwrite");
+    repo.move_tag("docker-ferrol-1-27-v3");
+    let o = run_once(&config).await;
+    assert_exit(&o, 1);
+    let text = stdout(&o);
+    assert!(text.contains("docker-ferrol-1-27-cluster-addon-v2/cni/overwrite.yaml:2: function `toToml` is not defined"), "{text}");
+    assert_eq!(snapshot(&out.join("team-a")), before, "the last good release was touched");
+    let st = status(&out, "team-a", "alpha");
+    assert_eq!((st["reason"].as_str(), st["appliedRelease"]["tag"].as_str()), (Some("RenderFailed"), Some("docker-ferrol-1-27-v2")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn render_command_writes_cluster_classes_and_one_cluster_offline() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
+    publish(&repo, "docker-ferrol-1-27-v3");
+    let config = stack_config(dir.path(), &repo.file_url(), CLUSTERS);
+    let cfg = config.to_string_lossy().into_owned();
+
+    let preview = dir.path().join("preview");
+    let o = common::stacksync(&["render", "--config", &cfg, "--out", &preview.to_string_lossy()]).await;
+    assert_exit(&o, 0);
+    assert_eq!(files_under(&preview), ["team-a", "team-b"], "no status directory");
+    assert_eq!(files_under(&preview.join("team-a/beta")), ["cni", "metrics-server"]);
+    let again = dir.path().join("again");
+    assert_exit(&common::stacksync(&["render", "--config", &cfg, "--out", &again.to_string_lossy()]).await, 0);
+    for (a, b) in fixture_tree(&preview).iter().zip(fixture_tree(&again)) {
+        assert_eq!(a, &b, "render output differs between runs");
+    }
+    assert!(!dir.path().join("out").exists(), "render wrote to the target");
+
+    // Offline: the source is gone, the cached release renders one cluster from its objects.
+    std::fs::remove_dir_all(&repo.bare).expect("remove repo");
+    let one = dir.path().join("one");
+    let cluster_file = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/clusterstack/cluster-alpha.yaml");
+    let o = common::stacksync(&["render", "--config", &cfg, "--out", &one.to_string_lossy(), "--cluster", &cluster_file.to_string_lossy()])
+        .await;
+    assert_exit(&o, 0);
+    assert_eq!(files_under(&one.join("team-a")), ["alpha", "cluster-class"]);
+    let cni = std::fs::read_to_string(one.join("team-a/alpha/cni/01-configmap-cni-config.yaml")).expect("cni");
+    assert!(cni.contains("pod-cidr: 10.10.0.0/16"), "the file's Cluster wins over the config's: {cni}");
+}
+
+/// (relative path, bytes) of every file under `dir`, sorted.
+fn fixture_tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = snapshot(dir)
+        .into_iter()
+        .map(|(p, _, _)| (p.strip_prefix(dir).expect("prefix").display().to_string(), std::fs::read(&p).expect("read")))
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_helm_is_a_start_up_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = stack_config(dir.path(), "file:///nonexistent.git", CLUSTERS);
+    let text = std::fs::read_to_string(&config).expect("read");
+    let text = text.replace(&format!("path: {}", helm_path().display()), "path: ./no-such-helm");
+    std::fs::write(&config, text).expect("write");
+    let o = run_once(&config).await;
+    assert_exit(&o, 1);
+    let err = common::stderr(&o);
+    assert!(err.contains("helm not found: `helm.path`") && err.contains("no-such-helm does not exist"), "{err}");
+    assert!(!dir.path().join("cache").exists(), "nothing ran before the start-up check");
+}
+
+#[test]
+fn config_fields_for_cluster_stacks_are_validated() {
+    let base = "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache: {dir: /c}\nhelm:\n  parallelism: 0\n  timeout: 5x\nsources:\n  - {name: s, git: {url: git://127.0.0.1/s.git}}\nsubscriptions:\n  - name: a\n    source: s\n    format: helmfile\n    clusters:\n      - name: cluster-class\n        cluster: [1]\n  - name: b\n    source: s\n    format: clusterstack\n    clusters:\n      - name: x\n        namespace: n\n        cluster: {metadata: {name: y}}\ntarget: {directory: /o}\n";
+    let errs = stacksync::config::Config::parse(Path::new("/etc/s.yaml"), base).expect_err("invalid");
+    let text: Vec<String> = errs.0.iter().map(ToString::to_string).collect();
+    let want = [
+        "/etc/s.yaml:5:16: helm.parallelism: expected a number from 1 to 64, found `0`",
+        "/etc/s.yaml:6:12: helm.timeout:",
+        "/etc/s.yaml:12:13: subscriptions[0].format: expected `manifests` or `clusterstack`, found `helmfile`",
+        "/etc/s.yaml:14:15: subscriptions[0].clusters[0].name: cluster name `cluster-class` is reserved",
+        "/etc/s.yaml:15:18: subscriptions[0].clusters[0].cluster: expected a mapping",
+        "/etc/s.yaml:18:13: subscriptions[1].format: format `clusterstack` needs `stack`",
+        "/etc/s.yaml:22:18: subscriptions[1].clusters[0].cluster.metadata.name: `y` differs from the cluster's name `x`",
+    ];
+    for w in want {
+        assert!(text.iter().any(|t| t.starts_with(w)), "missing {w}\nin:\n{}", text.join("\n"));
+    }
+    let good = base
+        .replace("  parallelism: 0\n  timeout: 5x\n", "  path: bin/helm\n  timeout: 90s\n")
+        .replace("format: helmfile", "format: manifests")
+        .replace("name: cluster-class\n        cluster: [1]", "name: c1")
+        .replace("format: clusterstack\n", "format: clusterstack\n    stack: docker-ferrol-1-27\n")
+        .replace("{name: y}", "{name: x, labels: {a: b}}");
+    let config = stacksync::config::Config::parse(Path::new("/etc/s.yaml"), &good).expect("valid");
+    assert_eq!(config.helm.path.as_deref(), Some(Path::new("/etc/bin/helm")));
+    assert_eq!(config.helm.timeout, std::time::Duration::from_secs(90));
+    assert_eq!(config.subscriptions[1].path, ".");
+    assert_eq!(config.subscriptions[0].path, "manifests");
+    assert_eq!(config.subscriptions[1].clusters[0].objects.cluster, Some(json!({"metadata": {"name": "x", "labels": {"a": "b"}}})));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_helm_error_fails_only_the_clusters_it_concerns() {
+    let helm = helm().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = copy_fixture("docker-ferrol-1-27-v2", dir.path());
+    std::fs::write(
+        root.join("docker-ferrol-1-27-cluster-addon-v1/templates/broken.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Values.cni.clusterName | quote\n",
+    )
+    .expect("write");
+    let layout = Layout::load(&root, ".", &release("docker-ferrol-1-27-v2"), dir.path()).expect("layout");
+    let c = cluster("team-a", "alpha", "10.0.0.1", "10.10.0.0/16", None);
+    let err = layout.render_addons(&helm, &c, dir.path()).await.expect_err("helm fails").to_string();
+    assert!(
+        err.starts_with("docker-ferrol-1-27-cluster-addon-v1: helm template docker-ferrol-1-27-cluster-addon-v1 failed (exit code 1): "),
+        "{err}"
+    );
+    assert!(err.contains("broken.yaml"), "helm's error names the template: {err}");
+
+    // End to end: one cluster lacks a field its values template needs; the others sync.
+    let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
+    publish(&repo, "docker-ferrol-1-27-v2");
+    let clusters = format!("{CLUSTERS}      - name: epsilon\n        namespace: team-b\n");
+    let config = stack_config(dir.path(), &repo.file_url(), &clusters);
+    let o = run_once(&config).await;
+    assert_exit(&o, 1);
+    let text = stdout(&o);
+    assert!(text.contains("NOT SYNCED: 3/4 clusters ready"), "{text}");
+    assert!(text.contains("cluster-addon-values.yaml:3: map has no entry for key `.Cluster.spec`"), "{text}");
+    let out = dir.path().join("out");
+    assert_eq!(status(&out, "team-b", "delta")["reason"], "Synced");
+    assert_eq!(status(&out, "team-b", "epsilon")["reason"], "RenderFailed");
+    assert!(!out.join("team-b/epsilon").exists());
+}

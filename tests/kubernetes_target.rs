@@ -1,0 +1,344 @@
+//! The Kubernetes target end to end: a management cluster and two workload clusters, each a
+//! testkit API server on loopback; Cluster API `Cluster` objects and `<cluster>-kubeconfig`
+//! Secrets in the management cluster; releases from a Git repository.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{assert_exit, run_once, stdout};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use serde_json::{Value, json};
+use testkit::apiserver::{ApiServer, Options, Stats, capi_crds_dir};
+use testkit::git::ReleaseRepo;
+
+const NS: &str = "team-a";
+
+fn crds_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds")
+}
+
+struct Env {
+    dir: tempfile::TempDir,
+    repo: ReleaseRepo,
+    mgmt: ApiServer,
+    workloads: Vec<ApiServer>,
+}
+
+const CM: &str =
+    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: addon-config\n  namespace: kube-system\ndata:\n  cluster: ${cluster.name}\n";
+const DEPLOY: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: ccm\n  namespace: kube-system\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {app: ccm}\n  template:\n    metadata:\n      labels: {app: ccm}\n    spec:\n      containers:\n        - name: ccm\n          image: registry.example/ccm:1.0\n";
+const NAMESPACE: &str = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: addons\n";
+
+impl Env {
+    async fn new(n_workloads: usize) -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
+        let mgmt = ApiServer::start_with(Options { preload: vec![capi_crds_dir(), crds_dir()], ..Options::default() }).await.expect("mgmt");
+        let mut workloads = Vec::new();
+        for _ in 0..n_workloads {
+            workloads.push(ApiServer::start().await.expect("workload"));
+        }
+        let env = Env { dir, repo, mgmt, workloads };
+        env.mgmt.load_yaml(&format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n")).expect("namespace");
+        env
+    }
+
+    fn mgmt(&self) -> kube::Client {
+        self.mgmt.client().expect("client")
+    }
+
+    fn clusters(&self) -> Api<DynamicObject> {
+        let res = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster"));
+        Api::namespaced_with(self.mgmt(), NS, &res)
+    }
+
+    /// A Cluster labelled for the stack; `ready` sets `status.controlPlaneReady`.
+    async fn add_cluster(&self, name: &str, ready: bool) {
+        let body = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+            "metadata": {"name": name, "namespace": NS, "labels": {"stack": "ferrol"}},
+            "spec": {"topology": {"class": "docker-ferrol-1-27-v1", "version": "v1.27.3"}},
+        });
+        self.clusters().patch(name, &PatchParams::apply("capi"), &Patch::Apply(body)).await.expect("cluster");
+        self.set_ready(name, ready).await;
+    }
+
+    async fn set_ready(&self, name: &str, ready: bool) {
+        let status = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": name}, "status": {"controlPlaneReady": ready}});
+        self.clusters().patch_status(name, &PatchParams::apply("capi").force(), &Patch::Apply(status)).await.expect("status");
+    }
+
+    /// The `<name>-kubeconfig` Secret pointing at workload server `i`.
+    async fn add_kubeconfig(&self, name: &str, i: usize) {
+        let kubeconfig = std::fs::read(self.workloads[i].kubeconfig()).expect("kubeconfig");
+        let mut secret = k8s_openapi::api::core::v1::Secret::default();
+        secret.metadata.name = Some(format!("{name}-kubeconfig"));
+        secret.metadata.namespace = Some(NS.into());
+        secret.data = Some([("value".to_owned(), k8s_openapi::ByteString(kubeconfig))].into());
+        let api: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(self.mgmt(), NS);
+        api.patch(&format!("{name}-kubeconfig"), &PatchParams::apply("capi"), &Patch::Apply(&secret)).await.expect("secret");
+    }
+
+    fn config(&self, target_extra: &str, sub_extra: &str) -> PathBuf {
+        let text = format!(
+            "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nsources:\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n  - name: ferrol\n    source: stacks\n    interval: 1h\n{sub_extra}    clusterSelector:\n      matchLabels: {{stack: ferrol}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n{target_extra}",
+            cache = self.dir.path().join("cache").display(),
+            url = self.repo.file_url(),
+            kubeconfig = self.mgmt.kubeconfig().display(),
+        );
+        let path = self.dir.path().join("stacksync.yaml");
+        std::fs::write(&path, text).expect("config");
+        path
+    }
+
+    async fn cluster_sync(&self, name: &str) -> Value {
+        let res = ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "ClusterSync"));
+        let api: Api<DynamicObject> = Api::namespaced_with(self.mgmt(), NS, &res);
+        let obj = api.get(name).await.expect("ClusterSync");
+        obj.data
+    }
+
+    async fn configmap(&self, i: usize) -> Option<ConfigMap> {
+        let api: Api<ConfigMap> = Api::namespaced(self.workloads[i].client().expect("client"), "kube-system");
+        api.get_opt("addon-config").await.expect("get")
+    }
+}
+
+fn condition<'a>(cs: &'a Value, type_: &str) -> &'a Value {
+    cs["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == type_)).unwrap_or(&Value::Null)
+}
+
+fn writes(s: &Stats) -> u64 {
+    s.total_writes()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_pass_syncs_everything_and_a_second_pass_writes_nothing() {
+    let env = Env::new(2).await;
+    env.repo.release("v1.0.0", &[("manifests/ns.yaml", NAMESPACE), ("manifests/cm.yaml", CM), ("manifests/deploy.yaml", DEPLOY)]);
+    for (i, name) in ["alpha", "beta"].iter().enumerate() {
+        env.add_cluster(name, true).await;
+        env.add_kubeconfig(name, i).await;
+    }
+    let config = env.config("", "");
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    for (i, name) in ["alpha", "beta"].iter().enumerate() {
+        let cm = env.configmap(i).await.expect("configmap applied");
+        assert_eq!(cm.data.unwrap_or_default()["cluster"], *name);
+        assert_eq!(
+            cm.metadata.labels.unwrap_or_default().get("stacksync.io/owner").map(String::as_str),
+            Some(format!("ferrol.{NS}.{name}").as_str())
+        );
+        let cs = env.cluster_sync(name).await;
+        assert_eq!(condition(&cs, "Ready")["status"], "True", "{cs}");
+        assert_eq!((cs["status"]["synced"].as_u64(), cs["status"]["total"].as_u64()), (Some(3), Some(3)), "{cs}");
+        assert_eq!(cs["status"]["appliedRelease"]["tag"], "v1.0.0");
+        assert_eq!(cs["status"]["inventory"].as_array().map(Vec::len), Some(3));
+    }
+
+    for w in &env.workloads {
+        w.reset_stats();
+    }
+    env.mgmt.reset_stats();
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    for w in &env.workloads {
+        assert_eq!(writes(&w.stats()), 0, "a no-op pass wrote to a workload cluster: {:?}", w.stats().writes);
+    }
+    assert_eq!(writes(&env.mgmt.stats()), 0, "a no-op pass rewrote status: {:?}", env.mgmt.stats().writes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_ready_cluster_and_missing_kubeconfig_are_skipped_then_synced() {
+    let env = Env::new(2).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    env.add_cluster("alpha", false).await;
+    env.add_kubeconfig("alpha", 0).await;
+    env.add_cluster("beta", true).await;
+    let config = env.config("", "");
+    let o = run_once(&config).await;
+    assert_exit(&o, 1);
+    let alpha = env.cluster_sync("alpha").await;
+    assert_eq!(
+        (condition(&alpha, "Ready")["status"].as_str(), condition(&alpha, "Ready")["reason"].as_str()),
+        (Some("False"), Some("ControlPlaneNotReady")),
+        "{alpha}"
+    );
+    assert_eq!(condition(&alpha, "Reconciling")["status"], "True");
+    let beta = env.cluster_sync("beta").await;
+    assert_eq!(condition(&beta, "Ready")["reason"], "KubeconfigMissing", "{beta}");
+    assert!(stdout(&o).contains("Secret team-a/beta-kubeconfig does not exist yet"), "{}", stdout(&o));
+
+    env.set_ready("alpha", true).await;
+    env.add_kubeconfig("beta", 1).await;
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert!(env.configmap(0).await.is_some() && env.configmap(1).await.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_object_is_pruned_and_a_broken_object_is_reported_alone() {
+    let env = Env::new(1).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM), ("manifests/deploy.yaml", DEPLOY)]);
+    env.add_cluster("alpha", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = env.config("", "");
+    assert_exit(&run_once(&config).await, 0);
+
+    env.repo.remove("manifests/deploy.yaml");
+    let broken = "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\n  namespace: kube-system\n";
+    env.repo.release("v1.1.0", &[("manifests/broken.yaml", broken)]);
+    let o = run_once(&config).await;
+    assert_exit(&o, 1);
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
+    assert!(deployments.get_opt("ccm").await.expect("get").is_none(), "the dropped Deployment was not pruned");
+    assert!(env.configmap(0).await.is_some(), "the good object is applied");
+    let cs = env.cluster_sync("alpha").await;
+    let entries = cs["status"]["entries"].as_array().cloned().unwrap_or_default();
+    let widget = entries.iter().find(|e| e["kind"] == "Widget").expect("a Widget entry");
+    assert_eq!(widget["synced"], false);
+    assert!(widget["message"].as_str().is_some_and(|m| !m.is_empty()), "{widget}");
+    assert_eq!(condition(&cs, "Ready")["status"], "False");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_shows_the_printer_columns() {
+    let Some(kubectl) = kubectl() else {
+        panic!("kubectl not found: run scripts/install-tools.sh (scripts/test.sh does)");
+    };
+    let env = Env::new(1).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    env.add_cluster("alpha", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    assert_exit(&run_once(&env.config("", "")).await, 0);
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new(kubectl)
+            .args(["--kubeconfig", &env.mgmt.kubeconfig().to_string_lossy(), "get", "clustersyncs", "-n", NS])
+            .env("HOME", env.dir.path())
+            .output(),
+    )
+    .await
+    .expect("kubectl in time")
+    .expect("kubectl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let header: Vec<&str> = text.lines().next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "CLUSTER", "SUBSCRIPTION", "WANTED", "APPLIED", "SYNCED", "TOTAL", "READY", "REASON", "AGE"], "{text}");
+    let row: Vec<&str> = text.lines().nth(1).unwrap_or_default().split_whitespace().collect();
+    assert_eq!(&row[..9], ["alpha", "alpha", "ferrol", "v1.0.0", "v1.0.0", "1", "1", "True", "Synced"], "{text}");
+}
+
+fn kubectl() -> Option<PathBuf> {
+    let dir = std::env::var_os("STACKSYNC_TOOLS_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/stacksync-tools")))?;
+    let path = dir.join("bin/kubectl");
+    path.exists().then_some(path)
+}
+
+/// One ready cluster `alpha` on workload 0 and the release `v1.0.0` with `files`.
+async fn one_cluster(files: &[(&str, &str)]) -> Env {
+    let env = Env::new(1).await;
+    env.repo.release("v1.0.0", files);
+    env.add_cluster("alpha", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    env
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflicting_manager_is_reported_until_the_subscription_forces() {
+    let env = one_cluster(&[("manifests/cm.yaml", CM)]).await;
+    let config = env.config("", "");
+    assert_exit(&run_once(&config).await, 0);
+    // Another manager takes the field with a different value.
+    let api: Api<ConfigMap> = Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
+    let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "addon-config"}, "data": {"cluster": "hijacked"}});
+    api.patch("addon-config", &PatchParams::apply("kubectl").force(), &Patch::Apply(theirs)).await.expect("hijack");
+    env.repo.release("v1.1.0", &[("manifests/cm.yaml", &CM.replace("cluster: ${cluster.name}", "cluster: ${cluster.name}-v2"))]);
+
+    let o = run_once(&config).await;
+    assert_exit(&o, 1);
+    let cs = env.cluster_sync("alpha").await;
+    let entry = &cs["status"]["entries"][0];
+    assert_eq!((entry["kind"].as_str(), entry["synced"].as_bool()), (Some("ConfigMap"), Some(false)), "{cs}");
+    assert!(entry["message"].as_str().is_some_and(|m| m.contains("kubectl") && m.contains(".data.cluster")), "{entry}");
+    assert_eq!(condition(&cs, "Stalled")["status"], "True");
+
+    let forced = env.config("", "    force: true\n");
+    assert_exit(&run_once(&forced).await, 0);
+    assert_eq!(env.configmap(0).await.expect("cm").data.unwrap_or_default()["cluster"], "alpha-v2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_prune_limit_pauses_pruning_instead_of_wiping_a_cluster() {
+    let files: Vec<(String, String)> =
+        (0..5).map(|i| (format!("manifests/cm{i}.yaml"), CM.replace("name: addon-config", &format!("name: cm-{i}")))).collect();
+    let refs: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let env = one_cluster(&refs).await;
+    let config = env.config("    pruneLimit: 2\n", "");
+    assert_exit(&run_once(&config).await, 0);
+
+    for i in 0..4 {
+        env.repo.remove(&format!("manifests/cm{i}.yaml"));
+    }
+    env.repo.release("v1.1.0", &[]);
+    let o = run_once(&config).await;
+    assert_exit(&o, 1);
+    let api: Api<ConfigMap> = Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
+    for i in 0..5 {
+        assert!(api.get_opt(&format!("cm-{i}")).await.expect("get").is_some(), "cm-{i} was pruned past the limit");
+    }
+    let cs = env.cluster_sync("alpha").await;
+    assert_eq!(condition(&cs, "Ready")["reason"], "PrunePaused", "{cs}");
+    assert!(stdout(&o).contains("PrunePaused"), "{}", stdout(&o));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_is_corrected_and_only_reported_in_warn_mode() {
+    let env = one_cluster(&[("manifests/cm.yaml", &CM.replace("data:\n", "data:\n  mode: fast\n"))]).await;
+    let config = env.config("", "");
+    assert_exit(&run_once(&config).await, 0);
+    let api: Api<ConfigMap> = Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
+    // Someone removes a field stacksync owns: drift.
+    let mut cm = api.get("addon-config").await.expect("get");
+    cm.data.as_mut().expect("data").remove("mode");
+    cm.metadata.managed_fields = None;
+    api.replace("addon-config", &Default::default(), &cm).await.expect("replace");
+
+    let warn = env.config("    driftMode: warn\n", "");
+    let o = run_once(&warn).await;
+    assert_exit(&o, 1);
+    assert!(common::stderr(&o).contains("drifted"), "{}", common::stderr(&o));
+    assert!(!api.get("addon-config").await.expect("get").data.unwrap_or_default().contains_key("mode"), "warn mode corrected drift");
+
+    // The same file again, back in the default mode: the drift is corrected.
+    let config = env.config("", "");
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert_eq!(api.get("addon-config").await.expect("get").data.unwrap_or_default()["mode"], "fast");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_thousand_objects_sync_and_fit_in_the_status() {
+    let mut text = String::new();
+    for i in 0..5000 {
+        text.push_str(&format!(
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i:05}\n  namespace: kube-system\ndata:\n  i: \"{i}\"\n"
+        ));
+    }
+    let env = one_cluster(&[("manifests/many.yaml", &text)]).await;
+    let started = std::time::Instant::now();
+    let o = run_once(&env.config("", "")).await;
+    assert_exit(&o, 0);
+    let cs = env.cluster_sync("alpha").await;
+    assert_eq!((cs["status"]["synced"].as_u64(), cs["status"]["total"].as_u64()), (Some(5000), Some(5000)));
+    let size = serde_json::to_vec(&cs).expect("json").len();
+    assert!(size < 1024 * 1024, "ClusterSync is {size} bytes");
+    eprintln!("5,000 objects: first pass {:?}, ClusterSync {size} bytes", started.elapsed());
+}
