@@ -342,3 +342,73 @@ async fn five_thousand_objects_sync_and_fit_in_the_status() {
     assert!(size < 1024 * 1024, "ClusterSync is {size} bytes");
     eprintln!("5,000 objects: first pass {:?}, ClusterSync {size} bytes", started.elapsed());
 }
+
+/// Every file of a testdata cluster-stack release, as `(path, text)`.
+fn stack_fixture(release: &str) -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/clusterstack").join(release);
+    let mut out = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("fixture").flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else {
+                let rel = e.path().strip_prefix(&root).expect("prefix").to_string_lossy().into_owned();
+                out.push((rel, std::fs::read_to_string(e.path()).expect("text")));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_stack_classes_go_to_the_management_cluster_and_addons_to_workloads() {
+    let tools = kubectl().and_then(|k| k.parent().map(Path::to_path_buf));
+    let Some(helm) = tools.map(|d| d.join("helm")).filter(|h| h.exists()) else {
+        panic!("helm not found: run scripts/install-tools.sh (scripts/test.sh does)");
+    };
+    let env = Env::new(1).await;
+    let files = stack_fixture("docker-ferrol-1-27-v2");
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    env.repo.release("docker-ferrol-1-27-v2", &refs);
+    // A Cluster with its control plane object: `.ControlPlane` comes from the live object.
+    let kcp = json!({
+        "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "KubeadmControlPlane",
+        "metadata": {"name": "alpha-cp", "namespace": NS}, "spec": {"replicas": 3},
+    });
+    env.mgmt.load_yaml(&kcp.to_string()).expect("kcp");
+    let cluster = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+        "metadata": {"name": "alpha", "namespace": NS, "labels": {"stack": "ferrol"}},
+        "spec": {
+            "topology": {"class": "docker-ferrol-1-27-v2", "version": "v1.27.3"},
+            "controlPlaneEndpoint": {"host": "alpha.example.test", "port": 6443},
+            "clusterNetwork": {"pods": {"cidrBlocks": ["10.1.0.0/16"]}},
+            "controlPlaneRef": {"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "KubeadmControlPlane", "name": "alpha-cp"},
+        },
+    });
+    env.clusters().patch("alpha", &PatchParams::apply("capi"), &Patch::Apply(cluster)).await.expect("cluster");
+    env.set_ready("alpha", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = env.config("", "    stack: docker-ferrol-1-27\n    format: clusterstack\n");
+    let text =
+        std::fs::read_to_string(&config).expect("config").replace("sources:", &format!("helm:\n  path: {}\nsources:", helm.display()));
+    let text = text.replace("      matchLabels: {stack: ferrol}\n", "      matchLabels: {stack: ferrol}\n      matchStackClass: true\n");
+    std::fs::write(&config, text).expect("config");
+
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    let classes: Api<DynamicObject> =
+        Api::namespaced_with(env.mgmt(), NS, &ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "ClusterClass")));
+    assert!(classes.get_opt("docker-ferrol-1-27-v2").await.expect("get").is_some(), "the ClusterClass is in the management cluster");
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
+    let ms = deployments.get("metrics-server").await.expect("addon applied to the workload cluster");
+    assert_eq!(ms.metadata.labels.unwrap_or_default()["domain"], "alpha.example.test");
+    assert_eq!(ms.spec.replicas, Some(3), "replicas come from the live KubeadmControlPlane");
+    let srel: Api<DynamicObject> =
+        Api::all_with(env.mgmt(), &ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "StackRelease")));
+    let release = srel.get("ferrol.docker-ferrol-1-27-v2").await.expect("StackRelease");
+    assert_eq!(release.data["status"]["phase"], "Applied", "{:?}", release.data);
+    assert!(release.data["status"]["total"].as_u64().is_some_and(|n| n >= 5), "{:?}", release.data);
+}

@@ -237,26 +237,6 @@ fn fail_all(target: &DirectoryTarget, staged: &[(&Subscription, Prepared)], mess
     reports
 }
 
-/// Reports every cluster of `staged` as not synced: cluster-stack releases go to a directory
-/// target only, for now. Nothing is written.
-pub(super) fn unsupported_target(staged: &[(&Subscription, Prepared)], target: &crate::config::Target) -> Vec<ClusterReport> {
-    let kind = match target {
-        crate::config::Target::Directory(_) => "directory",
-        _ => "kubernetes",
-    };
-    let message = format!("cluster-stack releases are not applied to a `{kind}` target yet; use `target.directory`");
-    error!("{message}");
-    let mut reports = Vec::new();
-    for (sub, prepared) in staged {
-        let rel = prepared.outcome.as_ref().ok().map(|p| &p.release);
-        for c in &sub.clusters {
-            let status = ClusterStatus::failed(sub, c, rel, None, Reason::NotSynced, message.clone());
-            reports.push(ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes: ChangeSet::default() });
-        }
-    }
-    reports
-}
-
 /// Records the release of every subscription in `staged` whose clusters all rendered.
 pub(super) fn adopt(index: &mut Index, staged: &[(&Subscription, Prepared)], reports: &[ClusterReport]) {
     for (sub, prepared) in staged {

@@ -13,9 +13,12 @@ use tracing::{error, info, info_span, warn};
 use super::{ClusterReport, Prepared};
 use crate::apply::ssa::{self, Applier, ApplyOptions, Inventory, Stage, StageAction};
 use crate::apply::{Action, ChangeSet};
+use crate::config::Format;
 use crate::config::{ClusterConfig, Config, DriftMode, KubernetesTarget, Subscription};
 use crate::release::{Release, short};
 use crate::render::Manifests;
+use crate::render::clusterstack::Layout;
+use crate::render::helm::Helm;
 use crate::status::crd::{
     ClusterSync, ClusterSyncSpec, ClusterSyncStatus, Condition, MAX_ENTRIES, ObjectEntry, ReleaseRefStatus, StackRelease, StackReleaseSpec,
     StackReleaseStatus,
@@ -26,6 +29,44 @@ use crate::status::{ClusterStatus, Reason};
 pub const MANAGER: &str = ssa::FIELD_MANAGER;
 /// A cluster skipped because it is not ready is retried after this long, whatever its schedule.
 pub const NOT_READY_RETRY: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// How a subscription's release becomes objects: plain manifests, or a cluster stack (ClusterClass
+/// for the management cluster, addons per workload cluster, rendered with helm).
+enum Renderer {
+    Manifests(Result<Manifests, crate::render::Errors>),
+    Stack { layout: Result<std::sync::Arc<Layout>, String>, helm: Result<Helm, String>, work: std::path::PathBuf },
+    Unavailable,
+}
+
+impl Renderer {
+    /// The stages `cluster` gets from `rel`.
+    async fn stages(&self, rel: &Release, cluster: &ClusterConfig) -> Result<Vec<Stage>, String> {
+        match self {
+            Renderer::Manifests(m) => {
+                let objects = m.as_ref().map_err(ToString::to_string)?.render(rel, cluster).map_err(|e| e.to_string())?;
+                Ok(vec![Stage { name: "manifests".into(), action: StageAction::Apply, objects }])
+            }
+            Renderer::Stack { layout, helm, work } => {
+                let (layout, helm) = (layout.as_ref().map_err(Clone::clone)?, helm.as_ref().map_err(Clone::clone)?);
+                let stages = layout.render_addons(helm, cluster, work).await.map_err(|e| e.to_string())?;
+                Ok(stages
+                    .into_iter()
+                    .map(|s| Stage { name: s.name.unwrap_or_else(|| "addons".into()), action: StageAction::Apply, objects: s.objects })
+                    .collect())
+            }
+            Renderer::Unavailable => Err("release unavailable".into()),
+        }
+    }
+
+    /// Where namespaced objects without a namespace go: addons to `kube-system` (what
+    /// `helm template --namespace kube-system` means), plain manifests to `default`.
+    fn default_namespace(&self) -> &'static str {
+        match self {
+            Renderer::Stack { .. } => "kube-system",
+            _ => "default",
+        }
+    }
+}
 
 /// A workload cluster found in the management cluster.
 #[derive(Debug, Clone)]
@@ -80,6 +121,13 @@ pub async fn sync(config: &Config, k: &KubernetesTarget, staged: &[(&Subscriptio
             return out;
         }
     };
+    let work = match tempfile::Builder::new().prefix("stacksync-render-").tempdir() {
+        Ok(w) => w,
+        Err(e) => {
+            error!(error = %e, "cannot create a work directory");
+            return out;
+        }
+    };
     for (sub, prepared) in staged {
         let span = info_span!("subscription", subscription = %sub.name, source = %sub.source);
         let _enter = span.enter();
@@ -90,18 +138,19 @@ pub async fn sync(config: &Config, k: &KubernetesTarget, staged: &[(&Subscriptio
                 continue;
             }
         };
-        let manifests = match &prepared.outcome {
-            Ok(p) => Some(Manifests::load(&p.tree, &sub.path)),
-            Err(_) => None,
+        let renderer = renderer(config, sub, prepared, &work).await;
+        let class = match (&renderer, &prepared.outcome) {
+            (Renderer::Stack { .. }, Ok(p)) => Some(apply_cluster_classes(&mgmt, sub, &p.release, &renderer, &found).await),
+            _ => None,
         };
         for cluster in found {
-            let report = sync_cluster(&mgmt, k, config, sub, prepared, manifests.as_ref(), &cluster).await;
+            let report = sync_cluster(&mgmt, k, sub, prepared, &renderer, &cluster).await;
             out.retry_soon |= cluster.not_ready.is_some();
             out.clusters.push(report);
         }
         if let Ok(p) = &prepared.outcome {
             let applied = out.clusters.iter().filter(|c| c.subscription == sub.name).all(|c| c.status.ready);
-            record_release(&mgmt, sub, &p.release, &p.assets, applied).await;
+            record_release(&mgmt, sub, &p.release, &p.assets, applied, class.as_ref()).await;
         }
     }
     out
@@ -144,14 +193,39 @@ async fn discover(mgmt: &kube::Client, sub: &Subscription) -> Result<Vec<Found>,
             Some(o) if !control_plane_ready(&o.data) => Some((Reason::ControlPlaneNotReady, "control plane is not ready yet".to_owned())),
             Some(_) => None,
         };
-        if let Some(o) = &obj
-            && config.objects.cluster.is_none()
-        {
-            config.objects.cluster = serde_json::to_value(o).ok();
+        if let Some(o) = &obj {
+            // The live objects, for cluster-stack values templates (`.Cluster`, `.ControlPlane`,
+            // `.InfraCluster`); objects written in the config win.
+            if config.objects.cluster.is_none() {
+                config.objects.cluster = serde_json::to_value(o).ok();
+            }
+            if config.objects.control_plane.is_none() {
+                config.objects.control_plane = referenced(mgmt, &ns, &o.data["spec"]["controlPlaneRef"]).await;
+            }
+            if config.objects.infra_cluster.is_none() {
+                config.objects.infra_cluster = referenced(mgmt, &ns, &o.data["spec"]["infrastructureRef"]).await;
+            }
         }
         out.push(Found { config, not_ready });
     }
     Ok(out)
+}
+
+/// The object a Cluster's reference points at: v1beta1 refs carry `apiVersion`, v1beta2 refs
+/// `apiGroup` (the served version is discovered). `None` when absent or unreadable.
+async fn referenced(mgmt: &kube::Client, ns: &str, r: &Value) -> Option<Value> {
+    let kind = r["kind"].as_str()?;
+    let name = r["name"].as_str()?;
+    let (res, _) = match (r["apiVersion"].as_str(), r["apiGroup"].as_str()) {
+        (Some(api_version), _) => {
+            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+            kube::discovery::pinned_kind(mgmt, &GroupVersionKind::gvk(group, version, kind)).await.ok()?
+        }
+        (None, Some(group)) => kube::discovery::group(mgmt, group).await.ok()?.recommended_kind(kind)?,
+        _ => return None,
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), r["namespace"].as_str().unwrap_or(ns), &res);
+    api.get_opt(name).await.ok().flatten().and_then(|o| serde_json::to_value(o).ok())
 }
 
 /// `cluster.x-k8s.io` Cluster at the newest version the management cluster serves.
@@ -209,10 +283,9 @@ fn owner_id(sub: &Subscription, c: &ClusterConfig) -> String {
 async fn sync_cluster(
     mgmt: &kube::Client,
     k: &KubernetesTarget,
-    _config: &Config,
     sub: &Subscription,
     prepared: &Prepared,
-    manifests: Option<&Result<Manifests, crate::render::Errors>>,
+    renderer: &Renderer,
     found: &Found,
 ) -> ClusterReport {
     let c = &found.config;
@@ -240,7 +313,7 @@ async fn sync_cluster(
             let st = fail(*reason, message.clone());
             break 'done (st.clone(), ChangeSet::default(), failed_crd(&prev_status, wanted, &st));
         }
-        let (Ok(p), Some(manifests)) = (&prepared.outcome, manifests) else {
+        let Ok(p) = &prepared.outcome else {
             let msg = prepared.outcome.as_ref().err().cloned().unwrap_or_default();
             let st = fail(Reason::ReleaseUnavailable, msg);
             break 'done (st.clone(), ChangeSet::default(), failed_crd(&prev_status, wanted, &st));
@@ -248,11 +321,11 @@ async fn sync_cluster(
         let rel = &p.release;
         let rspan = info_span!("release", source = %rel.source, tag = %rel.tag, commit = %short(&rel.commit));
         let _r = rspan.enter();
-        let objects = match manifests.as_ref().map_err(Clone::clone).and_then(|m| m.render(rel, c)) {
-            Ok(o) => o,
+        let stages = match renderer.stages(rel, c).await {
+            Ok(s) => s,
             Err(errs) => {
                 error!(cluster = %label, "render failed; the applied release stays: {errs}");
-                let st = fail(Reason::RenderFailed, errs.to_string());
+                let st = fail(Reason::RenderFailed, errs);
                 break 'done (st.clone(), ChangeSet::default(), failed_crd(&prev_status, wanted, &st));
             }
         };
@@ -264,7 +337,7 @@ async fn sync_cluster(
                 break 'done (st.clone(), ChangeSet::default(), failed_crd(&prev_status, wanted, &st));
             }
         };
-        let digest = rendered_digest(&objects);
+        let digest = rendered_digest(stages.iter().flat_map(|s| &s.objects));
         let applier = Applier::new(
             client,
             ApplyOptions {
@@ -276,11 +349,12 @@ async fn sync_cluster(
                 },
                 prune_limit: k.prune_limit,
                 allow_empty_prune: k.allow_empty_prune,
+                default_namespace: renderer.default_namespace().into(),
                 ..ApplyOptions::default()
             },
         );
         let previous_inventory = Inventory::from_lines(&prev_status.inventory);
-        let result = applier.sync(&[Stage { name: "manifests".into(), action: StageAction::Apply, objects }], &previous_inventory).await;
+        let result = applier.sync(&stages, &previous_inventory).await;
         let mut st = ClusterStatus::applied(sub, c, rel, &result.changes).with_assets(&rel.tag, &rel.commit, &p.assets);
         if let Some(paused) = &result.prune_paused {
             st.ready = false;
@@ -300,7 +374,7 @@ async fn sync_cluster(
     ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes }
 }
 
-fn rendered_digest(objects: &[crate::render::Object]) -> String {
+fn rendered_digest<'a>(objects: impl Iterator<Item = &'a crate::render::Object>) -> String {
     let mut h = Sha256::new();
     for o in objects {
         h.update(serde_json::to_vec(&o.body).unwrap_or_default());
@@ -441,6 +515,7 @@ async fn record_release(
     rel: &Release,
     assets: &[crate::source::github::materialise::AssetRecord],
     applied: bool,
+    class: Option<&ClassResult>,
 ) {
     let api: Api<StackRelease> = Api::all(mgmt.clone());
     let name = release_name(&sub.name, &rel.tag);
@@ -457,11 +532,19 @@ async fn record_release(
             .collect(),
         verified: assets.iter().all(|a| a.verified_by != crate::source::github::verify::VerifiedBy::Unverified),
         cached: true,
-        phase: if applied { "Applied".into() } else { "Selected".into() },
+        phase: if class.is_some_and(|c| !c.errors.is_empty()) {
+            "Failed".into()
+        } else if applied {
+            "Applied".into()
+        } else {
+            "Selected".into()
+        },
         conditions: Vec::new(),
-        entries: Vec::new(),
-        synced: 0,
-        total: 0,
+        entries: class
+            .map(|c| c.changes.entries.iter().filter(|e| !e.action.is_synced()).take(MAX_ENTRIES).map(|e| entry(e, &[], &now())).collect())
+            .unwrap_or_default(),
+        synced: class.map_or(0, |c| c.changes.entries.iter().filter(|e| e.action.is_synced()).count() as u32),
+        total: class.map_or(0, |c| c.changes.entries.len() as u32),
     };
     let spec = StackReleaseSpec { subscription: sub.name.clone(), source: sub.source.clone(), tag: rel.tag.clone() };
     let params = PatchParams::apply(MANAGER).force();
@@ -490,4 +573,74 @@ fn release_name(sub: &str, tag: &str) -> String {
         .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' })
         .collect();
     raw.chars().take(253).collect()
+}
+
+async fn renderer(config: &Config, sub: &Subscription, prepared: &Prepared, work: &tempfile::TempDir) -> Renderer {
+    let Ok(p) = &prepared.outcome else { return Renderer::Unavailable };
+    if sub.format != Format::ClusterStack {
+        return Renderer::Manifests(Manifests::load(&p.tree, &sub.path));
+    }
+    let dir = work.path().join(&sub.name);
+    let helm = Helm::locate(&config.helm).await.map(|h| h.with_home(&dir.join("helm"))).map_err(|e| e.to_string());
+    let (tree, path, release, unpack) = (p.tree.clone(), sub.path.clone(), p.release.clone(), dir.join("release"));
+    let layout = match tokio::task::spawn_blocking(move || Layout::load(&tree, &path, &release, &unpack)).await {
+        Ok(r) => r.map(std::sync::Arc::new).map_err(|e| e.to_string()),
+        Err(join) => Err(format!("load task failed: {join}")),
+    };
+    if let Err(e) = &layout {
+        error!(tag = %p.release.tag, "cluster-stack release is invalid: {e}");
+    }
+    Renderer::Stack { layout, helm, work: dir }
+}
+
+/// The ClusterClass apply of one release, over every namespace it went to.
+#[derive(Debug, Default)]
+struct ClassResult {
+    changes: ChangeSet,
+    errors: Vec<String>,
+}
+
+/// Renders the ClusterClass once per namespace of the subscription's clusters and applies it to
+/// the management cluster. Old ClusterClasses are never pruned: clusters may still use them.
+async fn apply_cluster_classes(
+    mgmt: &kube::Client,
+    sub: &Subscription,
+    rel: &Release,
+    renderer: &Renderer,
+    found: &[Found],
+) -> ClassResult {
+    let mut out = ClassResult::default();
+    let Renderer::Stack { layout: Ok(layout), helm: Ok(helm), .. } = renderer else {
+        if let Renderer::Stack { layout, helm, .. } = renderer {
+            out.errors.extend(layout.as_ref().err().cloned());
+            out.errors.extend(helm.as_ref().err().cloned());
+        }
+        return out;
+    };
+    let namespaces: std::collections::BTreeSet<&str> = found.iter().map(|f| f.config.namespace.as_str()).collect();
+    for ns in namespaces {
+        let objects = match layout.render_cluster_class(helm, ns).await {
+            Ok(o) => o,
+            Err(e) => {
+                error!(namespace = ns, tag = %rel.tag, "ClusterClass render failed: {e}");
+                out.errors.push(format!("{ns}: {e}"));
+                continue;
+            }
+        };
+        let applier = Applier::new(
+            mgmt.clone(),
+            ApplyOptions {
+                owner: format!("{}.{ns}.clusterclass", sub.name),
+                default_namespace: ns.to_owned(),
+                force: sub.force,
+                prune: false,
+                ..ApplyOptions::default()
+            },
+        );
+        let stage = Stage { name: crate::render::clusterstack::CLUSTER_CLASS_STAGE.into(), action: StageAction::Apply, objects };
+        let result = applier.sync(&[stage], &Inventory::default()).await;
+        info!(namespace = ns, tag = %rel.tag, "ClusterClass applied: {}", result.changes.summary());
+        out.changes.entries.extend(result.changes.entries);
+    }
+    out
 }

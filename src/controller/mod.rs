@@ -147,15 +147,12 @@ pub async fn pass(config: &Config, subs: Option<&[String]>, apply: bool) -> cach
         report.retry_soon |= outcome.retry_soon;
         report.clusters.extend(outcome.clusters);
     }
-    if !staged.is_empty() {
-        let reports = match &config.target {
-            Target::Directory(dir) => {
-                let reports = clusterstack::sync(config, &DirectoryTarget::new(dir), &staged, true).await;
-                clusterstack::adopt(&mut index, &staged, &reports);
-                reports
-            }
-            other => clusterstack::unsupported_target(&staged, other),
-        };
+    // Only a directory target stages here: Kubernetes subscriptions went to `kube_staged`.
+    if !staged.is_empty()
+        && let Target::Directory(dir) = &config.target
+    {
+        let reports = clusterstack::sync(config, &DirectoryTarget::new(dir), &staged, true).await;
+        clusterstack::adopt(&mut index, &staged, &reports);
         report.clusters.extend(reports);
     }
     let keep = fetch::releases_to_keep(config, &index);
