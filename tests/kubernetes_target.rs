@@ -412,3 +412,22 @@ async fn cluster_stack_classes_go_to_the_management_cluster_and_addons_to_worklo
     assert_eq!(release.data["status"]["phase"], "Applied", "{:?}", release.data);
     assert!(release.data["status"]["total"].as_u64().is_some_and(|n| n >= 5), "{:?}", release.data);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_management_cluster_without_cluster_api_is_never_reported_synced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
+    repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    let mgmt = ApiServer::start_with(Options { preload: vec![crds_dir()], ..Options::default() }).await.expect("mgmt");
+    let text = format!(
+        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {}\nsources:\n  - name: stacks\n    git:\n      url: {}\nsubscriptions:\n  - name: ferrol\n    source: stacks\n    clusterSelector:\n      matchLabels: {{stack: ferrol}}\ntarget:\n  kubernetes:\n    kubeconfig: {}\n",
+        dir.path().join("cache").display(),
+        repo.file_url(),
+        mgmt.kubeconfig().display()
+    );
+    let config = dir.path().join("stacksync.yaml");
+    std::fs::write(&config, text).expect("config");
+    let o = run_once(&config).await;
+    assert_exit(&o, 1);
+    assert!(stdout(&o).contains("serves no cluster.x-k8s.io Cluster"), "{}", stdout(&o));
+}

@@ -80,6 +80,9 @@ pub struct Found {
 #[derive(Debug, Default)]
 pub struct Outcome {
     pub clusters: Vec<ClusterReport>,
+    /// Subscription-level failures (management cluster unreachable, Clusters not listable):
+    /// nothing may be reported synced while one is present.
+    pub failures: Vec<String>,
     /// Some cluster was skipped as not ready: poll again after [`NOT_READY_RETRY`].
     pub retry_soon: bool,
 }
@@ -107,6 +110,7 @@ pub async fn sync(config: &Config, k: &KubernetesTarget, staged: &[(&Subscriptio
         Ok(c) => c,
         Err(e) => {
             error!(error = %e, "cannot reach the management cluster");
+            out.failures.push(format!("management cluster: {e}"));
             for (sub, _) in staged {
                 for c in &sub.clusters {
                     let status = ClusterStatus::failed(sub, c, None, None, Reason::ReleaseUnavailable, format!("management cluster: {e}"));
@@ -128,6 +132,7 @@ pub async fn sync(config: &Config, k: &KubernetesTarget, staged: &[(&Subscriptio
             return out;
         }
     };
+    let mut claimed: BTreeMap<(String, String), String> = BTreeMap::new();
     for (sub, prepared) in staged {
         let span = info_span!("subscription", subscription = %sub.name, source = %sub.source);
         let _enter = span.enter();
@@ -135,9 +140,30 @@ pub async fn sync(config: &Config, k: &KubernetesTarget, staged: &[(&Subscriptio
             Ok(f) => f,
             Err(e) => {
                 error!(error = %e, "cannot list clusters");
+                out.failures.push(format!("subscription {}: {e}", sub.name));
                 continue;
             }
         };
+        // A cluster follows one stack: a selector of a later subscription does not take a
+        // cluster an earlier one already has (they would fight over its ClusterSync).
+        let mut found = found;
+        found.retain(|f| {
+            let key = (f.config.namespace.clone(), f.config.name.clone());
+            match claimed.get(&key) {
+                Some(owner) if owner != &sub.name => {
+                    error!(cluster = %format!("{}/{}", key.0, key.1), owner = %owner, "cluster matched by two subscriptions; left to the first");
+                    out.failures.push(format!("cluster {}/{} is matched by subscriptions {owner} and {}", key.0, key.1, sub.name));
+                    false
+                }
+                _ => {
+                    claimed.insert(key, sub.name.clone());
+                    true
+                }
+            }
+        });
+        if found.is_empty() {
+            warn!("no cluster matches this subscription");
+        }
         let renderer = renderer(config, sub, prepared, &work).await;
         let class = match (&renderer, &prepared.outcome) {
             (Renderer::Stack { .. }, Ok(p)) => Some(apply_cluster_classes(&mgmt, sub, &p.release, &renderer, &found).await),

@@ -59,17 +59,19 @@ pub struct PassReport {
     pub source_errors: BTreeMap<String, String>,
     /// Some cluster was skipped because it is not ready yet: poll again soon.
     pub retry_soon: bool,
+    /// Failures not tied to one cluster (e.g. the management cluster is unreachable).
+    pub failures: Vec<String>,
 }
 
 impl PassReport {
     /// True when every cluster of every subscription is ready.
     pub fn all_synced(&self) -> bool {
-        self.clusters.iter().all(|c| c.status.ready)
+        self.failures.is_empty() && self.clusters.iter().all(|c| c.status.ready)
     }
 
     /// One line per cluster that is not ready, naming what is wrong.
     pub fn not_synced(&self) -> Vec<String> {
-        let mut out = Vec::new();
+        let mut out: Vec<String> = self.failures.clone();
         for c in self.clusters.iter().filter(|c| !c.status.ready) {
             out.push(format!(
                 "{}/{} ({}): {:?}: {}",
@@ -145,6 +147,7 @@ pub async fn pass(config: &Config, subs: Option<&[String]>, apply: bool) -> cach
             }
         }
         report.retry_soon |= outcome.retry_soon;
+        report.failures.extend(outcome.failures);
         report.clusters.extend(outcome.clusters);
     }
     // Only a directory target stages here: Kubernetes subscriptions went to `kube_staged`.
