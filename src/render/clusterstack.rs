@@ -167,38 +167,13 @@ impl Layout {
                         .push(release_err(&chart_name, format!("stage `{name}` of {ADDON_CONFIG} has no chart (no `{name}/Chart.yaml`)")));
                     continue;
                 }
-                let overwrite = match read_optional(&dir, OVERWRITE) {
-                    Ok(Some(text)) => match ValuesTemplate::parse(&format!("{chart_name}/{OVERWRITE}"), &text) {
-                        Ok(t) => Some(t),
-                        Err(e) => {
-                            errors.push(e);
-                            None
-                        }
-                    },
-                    Ok(None) => None,
-                    Err(m) => {
-                        errors.push(release_err(&format!("{chart_name}/{OVERWRITE}"), m));
-                        None
-                    }
-                };
+                let label = format!("{chart_name}/{OVERWRITE}");
+                let overwrite = optional_template(&dir, OVERWRITE, &label, rel(&label), &mut errors);
                 stages.insert(name.to_owned(), StageChart { chart: Chart { name: chart_name, path: dir }, overwrite });
             }
             Addon::Staged { hooks, stages }
         } else {
-            let values = match read_optional(&root, ADDON_VALUES) {
-                Ok(Some(text)) => match ValuesTemplate::parse(&rel(ADDON_VALUES), &text) {
-                    Ok(t) => Some(t),
-                    Err(e) => {
-                        errors.push(e);
-                        None
-                    }
-                },
-                Ok(None) => None,
-                Err(m) => {
-                    errors.push(release_err(ADDON_VALUES, m));
-                    None
-                }
-            };
+            let values = optional_template(&root, ADDON_VALUES, &rel(ADDON_VALUES), rel(ADDON_VALUES), &mut errors);
             Addon::Single { chart: addon_chart, values }
         };
         if !errors.is_empty() {
@@ -353,6 +328,19 @@ fn find_chart(root: &Path, name: &str, prefix: &str, must_be_chart: bool) -> Opt
 
 fn read(dir: &Path, name: &str) -> Result<String, String> {
     read_optional(dir, name)?.ok_or_else(|| "file is missing".to_owned())
+}
+
+/// Reads and parses an optional values template (`overwrite.yaml`, `cluster-addon-values.yaml`);
+/// `label` names it in template errors, `file` in read errors; errors are collected.
+fn optional_template(dir: &Path, name: &str, label: &str, file: String, errors: &mut Vec<Error>) -> Option<ValuesTemplate> {
+    match read_optional(dir, name) {
+        Ok(Some(text)) => ValuesTemplate::parse(label, &text).map_err(|e| errors.push(e)).ok(),
+        Ok(None) => None,
+        Err(message) => {
+            errors.push(Error::Release { file, message });
+            None
+        }
+    }
 }
 
 fn read_optional(dir: &Path, name: &str) -> Result<Option<String>, String> {
