@@ -12,8 +12,7 @@ use tracing::{error, info, warn};
 
 use super::{ClusterReport, PassReport, Prepared, finish};
 use crate::apply::{Action, ChangeSet, DirectoryTarget, Entry, ObjectRef};
-use crate::cache::index::Adopted;
-use crate::cache::{self, Cache, Index};
+use crate::cache::{self, Cache};
 use crate::config::{ClusterConfig, ClusterObjects, Config, Format, Subscription};
 use crate::render::clusterstack::{Layout, RenderedStage};
 use crate::render::helm::Helm;
@@ -235,19 +234,6 @@ fn fail_all(target: &DirectoryTarget, staged: &[(&Subscription, Prepared)], mess
         }
     }
     reports
-}
-
-/// Records the release of every subscription in `staged` whose clusters all rendered.
-pub(super) fn adopt(index: &mut Index, staged: &[(&Subscription, Prepared)], reports: &[ClusterReport]) {
-    for (sub, prepared) in staged {
-        let all_rendered = reports.iter().filter(|r| r.subscription == sub.name).all(|r| r.status.reason != Reason::RenderFailed);
-        if let (Ok(p), true) = (&prepared.outcome, all_rendered) {
-            index.adopted.insert(
-                sub.name.clone(),
-                Adopted { source: sub.source.clone(), tag: p.release.tag.clone(), commit: p.release.commit.clone() },
-            );
-        }
-    }
 }
 
 /// Reads a `--cluster` file: a Cluster object, optionally followed by its control plane and

@@ -121,13 +121,7 @@ pub async fn pass(config: &Config, subs: Option<&[String]>, apply: bool) -> cach
         } else if apply && let Target::Directory(dir) = &config.target {
             let target = DirectoryTarget::new(dir);
             let reports = span.in_scope(|| sync_subscription(&target, sub, &prepared, report.source_errors.get(&sub.source), true));
-            let all_rendered = reports.iter().all(|r| r.status.reason != Reason::RenderFailed);
-            if let (Ok(p), true) = (&prepared.outcome, all_rendered) {
-                index.adopted.insert(
-                    sub.name.clone(),
-                    Adopted { source: sub.source.clone(), tag: p.release.tag.clone(), commit: p.release.commit.clone() },
-                );
-            }
+            adopt(&mut index, &[(sub, prepared.clone())], &reports);
             report.clusters.extend(reports);
         }
         report.prepared.push(prepared);
@@ -136,16 +130,7 @@ pub async fn pass(config: &Config, subs: Option<&[String]>, apply: bool) -> cach
         && !kube_staged.is_empty()
     {
         let outcome = kubernetes::sync(config, k, &kube_staged).await;
-        for (sub, prepared) in &kube_staged {
-            let all_rendered =
-                outcome.clusters.iter().filter(|c| c.subscription == sub.name).all(|r| r.status.reason != Reason::RenderFailed);
-            if let (Ok(p), true) = (&prepared.outcome, all_rendered) {
-                index.adopted.insert(
-                    sub.name.clone(),
-                    Adopted { source: sub.source.clone(), tag: p.release.tag.clone(), commit: p.release.commit.clone() },
-                );
-            }
-        }
+        adopt(&mut index, &kube_staged, &outcome.clusters);
         report.retry_soon |= outcome.retry_soon;
         report.failures.extend(outcome.failures);
         report.clusters.extend(outcome.clusters);
@@ -155,13 +140,27 @@ pub async fn pass(config: &Config, subs: Option<&[String]>, apply: bool) -> cach
         && let Target::Directory(dir) = &config.target
     {
         let reports = clusterstack::sync(config, &DirectoryTarget::new(dir), &staged, true).await;
-        clusterstack::adopt(&mut index, &staged, &reports);
+        adopt(&mut index, &staged, &reports);
         report.clusters.extend(reports);
     }
     let keep = fetch::releases_to_keep(config, &index);
     crate::cache::gc::collect(&cache, &mut index, &keep);
     cache.save_index(&index)?;
     Ok(report)
+}
+
+/// Records the release of every subscription in `staged` whose clusters all rendered: it is the
+/// one in use (kept by garbage collection, and the one `autoUpgrade: false` stays on).
+fn adopt(index: &mut crate::cache::Index, staged: &[(&Subscription, Prepared)], reports: &[ClusterReport]) {
+    for (sub, prepared) in staged {
+        let all_rendered = reports.iter().filter(|r| r.subscription == sub.name).all(|r| r.status.reason != Reason::RenderFailed);
+        if let (Ok(p), true) = (&prepared.outcome, all_rendered) {
+            index.adopted.insert(
+                sub.name.clone(),
+                Adopted { source: sub.source.clone(), tag: p.release.tag.clone(), commit: p.release.commit.clone() },
+            );
+        }
+    }
 }
 
 /// Renders and applies a prepared release to each cluster of `sub`, writing status.
