@@ -431,3 +431,40 @@ async fn a_management_cluster_without_cluster_api_is_never_reported_synced() {
     assert_exit(&o, 1);
     assert!(stdout(&o).contains("serves no cluster.x-k8s.io Cluster"), "{}", stdout(&o));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_once_and_ignore_policies_count_as_synced() {
+    let once = CM.replace("name: addon-config", "name: seed\n  annotations: {stacksync.io/policy: apply-once}");
+    let ignored = CM.replace("name: addon-config", "name: hands-off\n  annotations: {stacksync.io/policy: ignore}");
+    let env = one_cluster(&[("manifests/cm.yaml", CM), ("manifests/once.yaml", &once), ("manifests/ignored.yaml", &ignored)]).await;
+    let config = env.config("", "");
+    assert_exit(&run_once(&config).await, 0);
+    // The second pass skips the apply-once object (it exists): still every object synced.
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    let cs = env.cluster_sync("alpha").await;
+    assert_eq!(condition(&cs, "Ready")["status"], "True", "{cs}");
+    let api: Api<ConfigMap> = Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
+    assert!(api.get_opt("hands-off").await.expect("get").is_none(), "an ignored object was applied");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_status_crds_fail_the_pass_with_a_hint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
+    repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    let env = Env::new(1).await;
+    // A management cluster with Cluster API but without stacksync's CRDs.
+    let bare = ApiServer::start_with(Options { preload: vec![capi_crds_dir()], ..Options::default() }).await.expect("mgmt");
+    bare.load_yaml(&format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n")).expect("ns");
+    let cluster = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": "alpha", "namespace": NS, "labels": {"stack": "ferrol"}}, "spec": {}});
+    bare.load_yaml(&cluster.to_string()).expect("cluster");
+    let text = std::fs::read_to_string(env.config("", ""))
+        .expect("config")
+        .replace(&env.mgmt.kubeconfig().display().to_string(), &bare.kubeconfig().display().to_string());
+    let config = dir.path().join("stacksync.yaml");
+    std::fs::write(&config, text).expect("config");
+    let o = run_once(&config).await;
+    assert_exit(&o, 1);
+    assert!(stdout(&o).contains("are the CRDs installed? kubectl apply -f deploy/crds/"), "{}", stdout(&o));
+}

@@ -72,7 +72,25 @@ pub struct Entry {
     pub stage: Option<String>,
 }
 
+/// Skipped because the object's `stacksync.io/policy` is `ignore`: as the release wants it.
+pub const SKIPPED_IGNORE: &str = "policy: ignore";
+/// Skipped because the object's policy is `apply-once` and it exists: as the release wants it.
+pub const SKIPPED_APPLY_ONCE: &str = "apply-once: exists";
+
 impl Entry {
+    /// Whether the object is as the release wants it: applied, unchanged, pruned, or left alone
+    /// because its policy says so. A Skipped drift (`driftMode: warn`) is not synced.
+    pub fn is_synced(&self) -> bool {
+        self.action.is_synced()
+            || (self.action == Action::Skipped && (self.message == SKIPPED_IGNORE || self.message == SKIPPED_APPLY_ONCE))
+    }
+
+    /// Whether the entry is about an object of the release (not a prune of an object the release
+    /// no longer has, which carries no source file). A failed prune counts: it needs attention.
+    pub fn is_release_object(&self) -> bool {
+        !self.file.is_empty() || self.action == Action::Failed
+    }
+
     /// An entry for a rendered object.
     pub fn for_object(o: &Object, action: Action, message: String) -> Entry {
         Entry { object: o.into(), action, message, file: o.file.clone(), chart: o.chart.clone(), stage: o.stage.clone() }

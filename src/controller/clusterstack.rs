@@ -125,7 +125,7 @@ pub(super) async fn sync(
                 changes.entries.extend(write_addons(target, c, stages).entries);
                 let status = ClusterStatus::applied(sub, c, rel, &changes);
                 info!(cluster = %who, subscription = %sub.name, tag = %rel.tag, ready = status.ready, "synced: {}", changes.summary());
-                for e in changes.entries.iter().filter(|e| !e.action.is_synced()) {
+                for e in changes.entries.iter().filter(|e| !e.is_synced()) {
                     warn!(cluster = %who, object = %e.object, "{}: {}", e.action, e.message);
                 }
                 reports.push(finish(target, sub, c, status, changes, write_status));

@@ -11,8 +11,8 @@ use sha2::{Digest, Sha256};
 use tracing::{error, info, info_span, warn};
 
 use super::{ClusterReport, Prepared};
+use crate::apply::ChangeSet;
 use crate::apply::ssa::{self, Applier, ApplyOptions, Inventory, Stage, StageAction};
-use crate::apply::{Action, ChangeSet};
 use crate::config::Format;
 use crate::config::{ClusterConfig, Config, DriftMode, KubernetesTarget, Subscription};
 use crate::release::{Release, short};
@@ -170,8 +170,9 @@ pub async fn sync(config: &Config, k: &KubernetesTarget, staged: &[(&Subscriptio
             _ => None,
         };
         for cluster in found {
-            let report = sync_cluster(&mgmt, k, sub, prepared, &renderer, &cluster).await;
+            let (report, status_error) = sync_cluster(&mgmt, k, sub, prepared, &renderer, &cluster).await;
             out.retry_soon |= cluster.not_ready.is_some();
+            out.failures.extend(status_error);
             out.clusters.push(report);
         }
         if let Ok(p) = &prepared.outcome {
@@ -313,7 +314,7 @@ async fn sync_cluster(
     prepared: &Prepared,
     renderer: &Renderer,
     found: &Found,
-) -> ClusterReport {
+) -> (ClusterReport, Option<String>) {
     let c = &found.config;
     let label = format!("{}/{}", c.namespace, c.name);
     let syncs: Api<ClusterSync> = Api::namespaced(mgmt.clone(), &c.namespace);
@@ -394,10 +395,12 @@ async fn sync_cluster(
         let crd = applied_crd(&prev_status, rel, &st, &result.changes, result.inventory.to_lines(), digest);
         (st, result.changes, crd)
     };
-    if let Err(e) = write_cluster_sync(&syncs, sub, c, previous.as_ref(), crd_status).await {
+    // Status nobody can read is a failure of the pass, whatever happened to the objects.
+    let status_error = write_cluster_sync(&syncs, sub, c, previous.as_ref(), crd_status).await.err().map(|e| {
         error!(cluster = %label, error = %e, "cannot write ClusterSync status");
-    }
-    ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes }
+        format!("cannot write ClusterSync {label}: {e} (are the CRDs installed? kubectl apply -f deploy/crds/)")
+    });
+    (ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes }, status_error)
 }
 
 fn rendered_digest<'a>(objects: impl Iterator<Item = &'a crate::render::Object>) -> String {
@@ -418,7 +421,7 @@ fn entry(e: &crate::apply::Entry, previous: &[ObjectEntry], now: &str) -> Object
         None => (String::new(), e.object.api_version.clone()),
     };
     let namespace = e.object.namespace.clone().unwrap_or_default();
-    let synced = e.action.is_synced();
+    let synced = e.is_synced();
     // The transition time stays while the object stays in the same state.
     let since = previous
         .iter()
@@ -452,7 +455,8 @@ fn conditions(previous: &[Condition], ready: bool, reason: Reason, message: &str
             type_: type_.into(),
             status: status.into(),
             reason: why.into(),
-            message: if on == (type_ == "Ready") && type_ == "Ready" { String::new() } else { message.to_owned() },
+            // A Ready cluster needs no explanation; every other condition carries the reason's message.
+            message: if type_ == "Ready" && on { String::new() } else { message.to_owned() },
             last_transition_time: since,
             observed_generation: None,
         }
@@ -470,12 +474,8 @@ fn applied_crd(
     digest: String,
 ) -> ClusterSyncStatus {
     let now = now();
-    let failing: Vec<ObjectEntry> = changes
-        .entries
-        .iter()
-        .filter(|e| !e.action.is_synced() || e.action == Action::Skipped)
-        .map(|e| entry(e, &prev.entries, &now))
-        .collect();
+    let failing: Vec<ObjectEntry> =
+        changes.entries.iter().filter(|e| e.is_release_object() && !e.is_synced()).map(|e| entry(e, &prev.entries, &now)).collect();
     let truncated = failing.len().saturating_sub(MAX_ENTRIES) as u32;
     ClusterSyncStatus {
         wanted_release: Some(release_ref(rel)),
@@ -567,9 +567,9 @@ async fn record_release(
         },
         conditions: Vec::new(),
         entries: class
-            .map(|c| c.changes.entries.iter().filter(|e| !e.action.is_synced()).take(MAX_ENTRIES).map(|e| entry(e, &[], &now())).collect())
+            .map(|c| c.changes.entries.iter().filter(|e| !e.is_synced()).take(MAX_ENTRIES).map(|e| entry(e, &[], &now())).collect())
             .unwrap_or_default(),
-        synced: class.map_or(0, |c| c.changes.entries.iter().filter(|e| e.action.is_synced()).count() as u32),
+        synced: class.map_or(0, |c| c.changes.entries.iter().filter(|e| e.is_synced()).count() as u32),
         total: class.map_or(0, |c| c.changes.entries.len() as u32),
     };
     let spec = StackReleaseSpec { subscription: sub.name.clone(), source: sub.source.clone(), tag: rel.tag.clone() };

@@ -201,7 +201,7 @@ fn sync_subscription(
                     let changes = target.sync(c, objects);
                     let status = ClusterStatus::applied(sub, c, rel, &changes).with_assets(&rel.tag, &rel.commit, &release.assets);
                     info!(cluster = %format!("{}/{}", c.namespace, c.name), ready = status.ready, "synced: {}", changes.summary());
-                    for e in changes.entries.iter().filter(|e| !e.action.is_synced()) {
+                    for e in changes.entries.iter().filter(|e| !e.is_synced()) {
                         warn!(cluster = %format!("{}/{}", c.namespace, c.name), object = %e.object, "{}: {}", e.action, e.message);
                     }
                     finish(target, sub, c, status, changes, write_status)

@@ -149,24 +149,23 @@ impl ClusterStatus {
         let objects: Vec<ObjectStatus> = changes
             .entries
             .iter()
-            .filter(|e| e.action != crate::apply::changeset::Action::Pruned)
+            .filter(|e| e.is_release_object())
             .map(|e| ObjectStatus {
                 api_version: e.object.api_version.clone(),
                 kind: e.object.kind.clone(),
                 namespace: e.object.namespace.clone(),
                 name: e.object.name.clone(),
-                synced: e.action.is_synced(),
+                synced: e.is_synced(),
                 message: e.message.clone(),
                 source: e.file.clone(),
                 chart: e.chart.clone(),
                 stage: e.stage.clone(),
             })
             .collect();
+        // A failed prune is listed too (not synced): the cluster holds an object it should not.
         let synced = objects.iter().filter(|o| o.synced).count();
-        let failed_prunes =
-            changes.entries.iter().filter(|e| e.action == crate::apply::changeset::Action::Failed && e.file.is_empty()).count();
         let total = objects.len();
-        let all = synced == total && failed_prunes == 0;
+        let all = synced == total;
         ClusterStatus {
             wanted_release: Some(release.into()),
             applied_release: Some(release.into()),

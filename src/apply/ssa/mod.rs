@@ -312,7 +312,9 @@ impl Applier {
             "ignore" => Ok(Policy::Ignore),
             other => Err(format!("unknown {POLICY_ANNOTATION} \"{other}\" (apply, apply-once or ignore)")),
         };
-        let ignored = |entry: Entry| NotPrepared::new(Entry { action: Action::Skipped, message: "policy: ignore".into(), ..entry });
+        let ignored = |entry: Entry| {
+            NotPrepared::new(Entry { action: Action::Skipped, message: crate::apply::changeset::SKIPPED_IGNORE.into(), ..entry })
+        };
         let resolved = match cache.resolve(&o.api_version, &o.kind).await {
             Ok(r) => r,
             Err(_) if policy == Ok(Policy::Ignore) => return (inventory, Err(ignored(entry))),

@@ -90,7 +90,7 @@ impl Applier {
             return Ok(Outcome::new(&t.entry, Action::Created, ""));
         };
         if t.policy == Policy::ApplyOnce {
-            return Ok(Outcome::new(&t.entry, Action::Skipped, "apply-once: exists"));
+            return Ok(Outcome::new(&t.entry, Action::Skipped, crate::apply::changeset::SKIPPED_APPLY_ONCE));
         }
         // Forced, so the dry-run shows the object as the manifest wants it even where another
         // manager holds a field; whether we may take it is decided by the real write.
