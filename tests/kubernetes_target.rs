@@ -468,3 +468,11 @@ async fn missing_status_crds_fail_the_pass_with_a_hint() {
     assert_exit(&o, 1);
     assert!(stdout(&o).contains("are the CRDs installed? kubectl apply -f deploy/crds/"), "{}", stdout(&o));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selected_clusters_get_the_subscription_values() {
+    let env = one_cluster(&[("manifests/cm.yaml", &CM.replace("data:\n", "data:\n  region: ${region}\n"))]).await;
+    let config = env.config("", "    values: {region: eu-north}\n");
+    assert_exit(&run_once(&config).await, 0);
+    assert_eq!(env.configmap(0).await.expect("cm").data.unwrap_or_default()["region"], "eu-north");
+}

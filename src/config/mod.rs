@@ -106,6 +106,9 @@ pub struct Subscription {
     /// How the release is laid out and rendered.
     pub format: Format,
     pub clusters: Vec<ClusterConfig>,
+    /// The subscription's own `values`: what clusters found by `selector` get (listed clusters
+    /// have them merged under their own already).
+    pub values: BTreeMap<String, String>,
     /// Kubernetes target: clusters chosen by labels and/or topology class, besides `clusters`.
     pub selector: Option<ClusterSelector>,
     /// Take ownership of fields another field manager owns (server-side apply `force`).

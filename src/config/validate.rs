@@ -376,6 +376,7 @@ impl Cx {
             path: sub_path,
             format,
             clusters,
+            values: defaults,
             selector,
             force,
         })

@@ -208,7 +208,8 @@ async fn discover(mgmt: &kube::Client, sub: &Subscription) -> Result<Vec<Found>,
                     continue;
                 }
             }
-            let values = sub.clusters.iter().find(|c| c.name == name && c.namespace == ns).map(|c| c.values.clone()).unwrap_or_default();
+            let values =
+                sub.clusters.iter().find(|c| c.name == name && c.namespace == ns).map_or_else(|| sub.values.clone(), |c| c.values.clone());
             let config = ClusterConfig { name: name.clone(), namespace: ns.clone(), values, objects: Default::default() };
             wanted.entry((ns, name)).or_insert((config, Some(obj)));
         }
@@ -301,10 +302,10 @@ async fn workload_client(mgmt: &kube::Client, c: &ClusterConfig) -> Result<kube:
     kube::Client::try_from(config).map_err(|e| (Reason::ClusterUnreachable, e.to_string()))
 }
 
-/// A label-safe owner id for the objects applied for one cluster and subscription.
+/// The owner of the objects applied for one cluster and subscription (the applier makes it
+/// label-safe).
 fn owner_id(sub: &Subscription, c: &ClusterConfig) -> String {
-    let full = format!("{}.{}.{}", sub.name, c.namespace, c.name);
-    if full.len() <= 63 { full } else { format!("{}-{}", &full[..40], &hex::encode(Sha256::digest(full.as_bytes()))[..16]) }
+    format!("{}.{}.{}", sub.name, c.namespace, c.name)
 }
 
 async fn sync_cluster(
@@ -669,4 +670,30 @@ async fn apply_cluster_classes(
         out.changes.entries.extend(result.changes.entries);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_plane_readiness_in_v1beta1_and_v1beta2() {
+        let table = [
+            (json!({"status": {"controlPlaneReady": true}}), true),
+            (json!({"status": {"controlPlaneReady": false}}), false),
+            (json!({"status": {"initialization": {"controlPlaneInitialized": true}}}), true),
+            (json!({"status": {"conditions": [{"type": "ControlPlaneInitialized", "status": "True"}]}}), true),
+            (json!({"status": {"conditions": [{"type": "ControlPlaneInitialized", "status": "False"}]}}), false),
+            (json!({"spec": {}}), false),
+        ];
+        for (cluster, want) in table {
+            assert_eq!(control_plane_ready(&cluster), want, "{cluster}");
+        }
+    }
+
+    #[test]
+    fn release_names_are_valid_object_names() {
+        assert_eq!(release_name("ferrol", "docker-ferrol-1-27-v2"), "ferrol.docker-ferrol-1-27-v2");
+        assert_eq!(release_name("s", "v1.2.3+build_7"), "s.v1.2.3-build-7");
+    }
 }

@@ -124,6 +124,7 @@ mod tests {
             prereleases: false,
             force: false,
             selector: None,
+            values: Default::default(),
             path: "manifests".into(),
             format: crate::config::Format::Manifests,
             clusters: Vec::new(),

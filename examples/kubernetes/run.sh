@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The Kubernetes target without a real cluster: starts two of testkit's loopback API servers
+# (a management cluster with the Cluster API and stacksync CRDs, and a workload cluster), creates
+# a Cluster and its `<cluster>-kubeconfig` Secret with the real kubectl, runs one stacksync pass
+# and shows the result with kubectl. Everything stays on 127.0.0.1 and is stopped at the end.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+work="$here/.work"
+rm -rf "$work"
+mkdir -p "$work"
+
+cd "$root"
+bin=$(scripts/install-tools.sh | tail -n 1)
+kubectl="$bin/kubectl"
+cargo build --quiet --locked --bin stacksync -p stacksync
+cargo build --quiet --locked --bin testkit -p testkit
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+target/debug/testkit apiserver --kubeconfig-out "$work/mgmt.kubeconfig" --preload testdata/crds --preload deploy/crds >/dev/null &
+pids+=($!)
+target/debug/testkit apiserver --kubeconfig-out "$work/workload.kubeconfig" >/dev/null &
+pids+=($!)
+for f in mgmt workload; do
+  for _ in $(seq 100); do [ -s "$work/$f.kubeconfig" ] && break; sleep 0.1; done
+done
+mgmt() { HOME="$work" "$kubectl" --kubeconfig "$work/mgmt.kubeconfig" "$@"; }
+workload() { HOME="$work" "$kubectl" --kubeconfig "$work/workload.kubeconfig" "$@"; }
+
+# What a Cluster API provider would have done: a Cluster, ready, with its kubeconfig Secret.
+mgmt apply --server-side -f "$here/cluster.yaml" >/dev/null
+mgmt patch cluster alpha -n team-a --subresource=status --type=merge -p '{"status":{"controlPlaneReady":true}}' >/dev/null
+mgmt create secret generic alpha-kubeconfig -n team-a --from-file=value="$work/workload.kubeconfig" >/dev/null
+
+# The release repository: the quickstart's two cluster-stack releases as Git tags.
+git_() { git -c user.name=example -c user.email=example@example.invalid -c commit.gpgsign=false -c tag.gpgsign=false "$@"; }
+git_ init -q --bare -b main "$work/stacks.git"
+git_ init -q -b main "$work/build"
+for v in v1 v2; do
+  rm -rf "$work/build/manifests"
+  cp -R "$root/examples/quickstart/release/$v/manifests" "$work/build/manifests"
+  git_ -C "$work/build" add -A
+  git_ -C "$work/build" commit -q -m "docker-ferrol-1-27 $v"
+  git_ -C "$work/build" tag -a -m "release $v" "docker-ferrol-1-27-$v"
+done
+git_ -C "$work/build" push -q "$work/stacks.git" main --tags
+
+status=0
+target/debug/stacksync run --once --config "$here/stacksync.yaml" || status=$?
+echo
+echo "\$ kubectl get clustersyncs -n team-a          (management cluster)"
+mgmt get clustersyncs -n team-a
+echo
+echo "\$ kubectl get stackreleases                    (management cluster)"
+mgmt get stackreleases
+echo
+echo "\$ kubectl get configmaps,deployments -n kube-system -l stacksync.io/owner   (workload cluster)"
+workload get configmaps,deployments -n kube-system -l stacksync.io/owner
+exit "$status"
