@@ -323,3 +323,22 @@ async fn unwritable_cache_is_a_clear_error_and_the_applied_release_stays() {
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_deleted_upstream_stays_applied_from_the_cache() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = GithubServer::start().await.expect("server");
+    server.add_release(REPO, "v1.0.0", &manifests("one"), false, false);
+    server.add_release(REPO, "v1.1.0", &manifests("two"), false, false);
+    let config = github_config(dir.path(), &source_lines(&server, ""), "");
+    assert_exit(&run_once(&config).await, 0);
+
+    server.remove_release("v1.1.0");
+    let downloads = server.count("/storage/");
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert!(stderr(&o).contains("tag v1.1.0 is no longer advertised; staying on it"), "{}", stderr(&o));
+    assert_eq!(status(&dir.path().join("out"), "team-a", "alpha")["appliedRelease"]["tag"], "v1.1.0");
+    assert_eq!(server.count("/storage/"), downloads, "nothing downloaded");
+    server.stop().await;
+}

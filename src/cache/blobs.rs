@@ -138,9 +138,10 @@ impl Blobs {
     pub fn open(cache_root: &Path) -> std::io::Result<Blobs> {
         let dir = cache_root.join("blobs").join("sha256");
         std::fs::create_dir_all(&dir)?;
-        // Temp files of interrupted downloads.
+        // Temp files of interrupted downloads (of processes that are gone).
         for entry in std::fs::read_dir(&dir)?.flatten() {
-            if entry.file_name().to_string_lossy().starts_with(".tmp-") {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(".tmp-") && super::is_abandoned(&name) {
                 let _ = std::fs::remove_file(entry.path());
             }
         }

@@ -66,10 +66,14 @@ impl Cache {
             std::fs::create_dir_all(&dir).map_err(|source| Error::CreateDir { path: dir.clone(), source })?;
         }
         let cache = Cache { root: root.to_path_buf() };
-        // Nothing in tmp/ was ever visible as a cached release; removing it is always safe.
+        // Nothing in tmp/ was ever visible as a cached release, so leftovers of interrupted work
+        // can go — but only those of processes that are gone: another pass (or `stacksync fetch`
+        // next to a running daemon) may be writing there right now.
         if let Ok(entries) = std::fs::read_dir(cache.root.join("tmp")) {
             for entry in entries.flatten() {
-                let _ = remove_any(&entry.path());
+                if is_abandoned(&entry.file_name().to_string_lossy()) {
+                    let _ = remove_any(&entry.path());
+                }
             }
         }
         Ok(cache)
@@ -198,6 +202,18 @@ fn count_files(dir: &Path) -> u64 {
         .sum()
 }
 
+/// Whether a temp name `…-<pid>-<n>` (or `.tmp-<pid>-<n>`) belongs to a process that no longer
+/// runs. Names without a readable pid are treated as abandoned.
+pub(crate) fn is_abandoned(name: &str) -> bool {
+    let mut parts = name.rsplit('-');
+    let (Some(_n), Some(pid)) = (parts.next(), parts.next()) else { return true };
+    match pid.parse::<u32>() {
+        Ok(pid) if pid == std::process::id() => false,
+        Ok(pid) => !Path::new("/proc").join(pid.to_string()).exists(),
+        Err(_) => true,
+    }
+}
+
 fn unique() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -269,6 +285,16 @@ mod tests {
         let (path, fresh) = cache.release(&mut index, "s", "s-1", "v1.0.0", "abc", |_| panic!("filled twice")).unwrap();
         assert!(!fresh);
         assert_eq!(std::fs::read_to_string(path.join("a.yaml")).unwrap(), "a: 1");
+    }
+
+    #[test]
+    fn only_temp_work_of_dead_processes_is_abandoned() {
+        assert!(!is_abandoned(&format!("stacks-1-{}-3", std::process::id())));
+        assert!(!is_abandoned(&format!(".tmp-{}-0", std::process::id())));
+        // pid 1 always runs; a pid past the kernel's maximum never does.
+        assert!(!is_abandoned("stacks-1-1-0"));
+        assert!(is_abandoned("stacks-1-4194305-0"));
+        assert!(is_abandoned("garbage"));
     }
 
     #[test]

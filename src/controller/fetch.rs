@@ -198,18 +198,12 @@ async fn materialise_git(cache: &Cache, mut index: Index, key: &str, rel: &Relea
 }
 
 async fn materialise_github(cache: &Cache, index: Index, key: &str, rel: &Release, g: &GithubSourceConfig) -> (Index, Materialised) {
-    let Some(release) = index.github.get(key).and_then(|s| s.releases.get(&rel.tag)).cloned() else {
-        let msg = format!("release {} is not in the last listing of {}", rel.tag, g.repo);
-        return (index, Err(msg));
-    };
-    if release.revision() != rel.commit {
-        let msg = format!("release {}: assets changed since they were accepted (moved tag); refusing", rel.tag);
-        return (index, Err(msg));
-    }
     let blobs = match Blobs::open(cache.root()) {
         Ok(b) => b,
         Err(e) => return (index, Err(format!("cannot open blob store: {e}"))),
     };
+    // A verified tree of exactly this revision is used as it is, even when the release has
+    // since left the listing (deleted upstream: the release in use stays usable).
     let tree = cache.release_path(key, &rel.tag, &rel.commit);
     let cached = if tree.is_dir() { materialise::verify_cached(&tree, &blobs) } else { None };
     let records = match cached {
@@ -217,6 +211,14 @@ async fn materialise_github(cache: &Cache, index: Index, key: &str, rel: &Releas
         None => {
             if tree.is_dir() {
                 let _ = std::fs::remove_dir_all(&tree);
+            }
+            let Some(release) = index.github.get(key).and_then(|s| s.releases.get(&rel.tag)).cloned() else {
+                let msg = format!("release {} is not in the last listing of {} and not in the cache", rel.tag, g.repo);
+                return (index, Err(msg));
+            };
+            if release.revision() != rel.commit {
+                let msg = format!("release {}: assets changed since they were accepted (moved tag); refusing", rel.tag);
+                return (index, Err(msg));
             }
             match download(g, &blobs, &release).await {
                 Ok(r) => r,

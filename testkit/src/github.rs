@@ -171,6 +171,11 @@ impl GithubServer {
         id
     }
 
+    /// Deletes a release (its assets go with it), as `DELETE /repos/{o}/{r}/releases/{id}` does.
+    pub fn remove_release(&self, tag: &str) {
+        lock(&self.state).releases.retain(|r| r.tag != tag);
+    }
+
     /// Stops publishing `digest` for the assets of a release.
     pub fn hide_digests(&self, release_id: u64) {
         let mut s = lock(&self.state);
