@@ -294,6 +294,76 @@ async fn a_packaged_addon_is_unpacked_once_for_many_clusters() {
     assert_eq!(calls.lines().filter(|l| l.contains("cluster-addon ")).count(), 12, "two stages for each of six clusters");
 }
 
+#[test]
+fn a_link_in_a_packaged_addon_is_refused_not_skipped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = copy_fixture("docker-ferrol-1-27-v3", dir.path());
+    let addon = root.join("docker-ferrol-1-27-cluster-addon-v2");
+    // A template that is a link: unpacking would drop it and helm would render the stage without it.
+    std::os::unix::fs::symlink("cni.yaml", addon.join("cni/templates/extra.yaml")).expect("symlink");
+    let file = std::fs::File::create(root.join("docker-ferrol-1-27-cluster-addon-v2.tgz")).expect("create tgz");
+    let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(file, flate2::Compression::default()));
+    builder.follow_symlinks(false);
+    builder.append_dir_all(".", &addon).expect("append");
+    builder.into_inner().expect("tar").finish().expect("gzip");
+    std::fs::remove_dir_all(&addon).expect("rm addon dir");
+
+    let err = Layout::load(&root, ".", &release("docker-ferrol-1-27-v3"), &dir.path().join("work")).expect_err("a link").to_string();
+    assert!(err.starts_with("docker-ferrol-1-27-cluster-addon-v2.tgz: entry "), "{err}");
+    assert!(err.contains("extra.yaml\" is a link"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_helm_without_kube_version_is_refused_at_start_up() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (version, ok) in [("v3.5.4+g1b5edb6", false), ("v2.17.0+ga690bad", false), ("v3.6.0+g7f2df64", true), ("v4.0.0+gabc", true)] {
+        let fake = dir.path().join(format!("helm-{version}"));
+        std::fs::write(&fake, format!("#!/bin/sh\necho {version}\n")).expect("fake helm");
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+        let located = Helm::locate(&HelmConfig { path: Some(fake), ..HelmConfig::default() }).await;
+        match (located, ok) {
+            (Ok(h), true) => assert_eq!(h.version(), version),
+            (Err(e), false) => assert!(e.to_string().contains("helm 3.6 or later is needed"), "{version}: {e}"),
+            (other, _) => panic!("{version}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_helm_is_killed_at_the_timeout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pid_file = dir.path().join("pid");
+    let wrapper = dir.path().join("helm-hangs");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = version ]; then exec '{}' \"$@\"; fi\necho $$ > '{}'\nexec sleep 60\n",
+            helm_path().display(),
+            pid_file.display()
+        ),
+    )
+    .expect("wrapper");
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let config = HelmConfig { path: Some(wrapper), timeout: std::time::Duration::from_secs(1), ..HelmConfig::default() };
+    let helm = Helm::locate(&config).await.expect("helm");
+    let started = std::time::Instant::now();
+    let err = helm.template("chart-v1", &["x".into()]).await.expect_err("times out");
+    assert_eq!(err.to_string(), "helm template chart-v1 did not finish within 1s");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "{:?}", started.elapsed());
+    // The process is gone (or a zombie about to be reaped), not left running.
+    let pid = std::fs::read_to_string(&pid_file).expect("pid").trim().to_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let running = state.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z'));
+        if !running {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "helm {pid} still runs: {state}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// A config with one cluster-stack subscription over a Git repository.
 fn stack_config(dir: &Path, url: &str, clusters: &str) -> PathBuf {
     let text = format!(

@@ -476,3 +476,24 @@ async fn selected_clusters_get_the_subscription_values() {
     assert_exit(&run_once(&config).await, 0);
     assert_eq!(env.configmap(0).await.expect("cm").data.unwrap_or_default()["region"], "eu-north");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_inventory_skips_the_cluster_instead_of_forgetting_what_to_prune() {
+    let env = one_cluster(&[("manifests/cm.yaml", CM), ("manifests/deploy.yaml", DEPLOY)]).await;
+    let config = env.config("", "");
+    assert_exit(&run_once(&config).await, 0);
+    env.repo.remove("manifests/deploy.yaml");
+    env.repo.release("v1.1.0", &[]);
+
+    env.mgmt.faults().add(testkit::apiserver::FaultRule::new().verb("get").path("/clustersyncs/alpha").status(500));
+    let o = run_once(&config).await;
+    assert_exit(&o, 1);
+    assert!(stdout(&o).contains("cannot read ClusterSync team-a/alpha"), "{}", stdout(&o));
+    env.mgmt.faults().clear();
+
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
+    assert!(deployments.get_opt("ccm").await.expect("get").is_none(), "the dropped Deployment was forgotten instead of pruned");
+}

@@ -52,10 +52,13 @@ impl Node {
             Value::Scalar { .. } if self.is_null() => serde_json::Value::Null,
             Value::Scalar { text, quoted: true } => serde_json::Value::String(text.clone()),
             Value::Scalar { text, quoted: false } => match text.as_str() {
-                "true" => serde_json::Value::Bool(true),
-                "false" => serde_json::Value::Bool(false),
+                "true" | "True" | "TRUE" => serde_json::Value::Bool(true),
+                "false" | "False" | "FALSE" => serde_json::Value::Bool(false),
                 t => {
-                    if let Ok(i) = t.parse::<i64>() {
+                    let radix = |prefix: &str, radix: u32| t.strip_prefix(prefix).and_then(|d| i64::from_str_radix(d, radix).ok());
+                    if let Some(i) = radix("0x", 16).or_else(|| radix("0o", 8)) {
+                        serde_json::Value::from(i)
+                    } else if let Ok(i) = t.parse::<i64>() {
                         serde_json::Value::from(i)
                     } else if let Some(f) = t.parse::<f64>().ok().and_then(serde_json::Number::from_f64) {
                         serde_json::Value::Number(f)
@@ -179,6 +182,15 @@ mod tests {
         assert_eq!(node.to_json(), serde_json::json!({"a": {"k": "v"}, "b": {"k": "v"}}));
         let err = parse("a: 1\n---\nb: 2\n").unwrap_err();
         assert_eq!(err.mark.line, 2);
+    }
+
+    #[test]
+    fn plain_scalars_follow_the_yaml_1_2_core_schema() {
+        let node = parse("a: True\nb: FALSE\nc: 0x1F\nd: 0o17\ne: 1.5\nf: .inf\ng: \"true\"\nh: ~\ni: 007\n").unwrap().unwrap();
+        assert_eq!(
+            node.to_json(),
+            serde_json::json!({"a": true, "b": false, "c": 31, "d": 15, "e": 1.5, "f": ".inf", "g": "true", "h": null, "i": 7})
+        );
     }
 
     #[test]

@@ -79,7 +79,12 @@ pub fn parse(file: &str, text: &str, tag_version: &Version) -> Result<Metadata, 
     };
     let mut scalar = |node: Option<&Node>, parent: &Node, field: &str| -> Option<(String, Mark)> {
         match node {
-            Some(n) if !n.is_null() => match &n.value {
+            // `clusterStack:` with nothing after it: the field is there, its value is not.
+            Some(n) if n.is_null() => {
+                err(n.mark, field, "the field is empty; expected a version string".into());
+                None
+            }
+            Some(n) => match &n.value {
                 Value::Scalar { text, .. } if !text.trim().is_empty() => Some((text.trim().to_owned(), n.mark)),
                 _ => {
                     err(n.mark, field, format!("expected a version string, found {}", describe(n)));
@@ -269,5 +274,12 @@ mod tests {
             let errs = parse("metadata.yaml", text, &tag(t)).unwrap_err();
             assert!(errs[0].to_string().starts_with(want), "{text:?}\n got: {}\nwant: {want}", errs[0]);
         }
+    }
+
+    #[test]
+    fn an_empty_required_field_is_reported_where_it_is_not_as_missing() {
+        let text = "versions:\n  clusterStack: v2\n  kubernetes:\n  components: {clusterAddon: v1}\n";
+        let errs = parse("metadata.yaml", text, &tag("docker-ferrol-1-27-v2")).unwrap_err();
+        assert_eq!(errs[0].to_string(), "metadata.yaml:3:13: versions.kubernetes: the field is empty; expected a version string");
     }
 }

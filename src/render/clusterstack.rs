@@ -152,6 +152,7 @@ impl Layout {
                 let dest = work.join(&addon_name);
                 std::fs::create_dir_all(&dest)
                     .map_err(|e| Errors(vec![release_err(&addon_chart.name, format!("cannot create {}: {e}", dest.display()))]))?;
+                refuse_links(&addon_chart.path).map_err(|m| Errors(vec![release_err(&addon_chart.name, m)]))?;
                 unpack::unpack(&addon_chart.path, &dest, unpack::Limits::default())
                     .map_err(|e| Errors(vec![release_err(&addon_chart.name, format!("cannot unpack: {e}"))]))?;
                 unpacked.push(addon_chart.name.clone());
@@ -207,7 +208,7 @@ impl Layout {
             .template(&self.cluster_class.name, &args)
             .await
             .map_err(|source| Errors(vec![Error::Helm { chart: self.cluster_class.name.clone(), source }]))?;
-        objects_of(&out, &self.cluster_class.name, CLUSTER_CLASS_STAGE)
+        objects_of(&out, &self.cluster_class.name, CLUSTER_CLASS_STAGE, namespace)
     }
 
     /// The addon objects of `cluster`, stage by stage in install order. Values files go under
@@ -261,7 +262,7 @@ impl Layout {
                     continue;
                 }
             };
-            match objects_of(&rendered, &chart.name, stage.unwrap_or(ADDON_RELEASE)) {
+            match objects_of(&rendered, &chart.name, stage.unwrap_or(ADDON_RELEASE), ADDON_NAMESPACE) {
                 Ok(mut objects) => {
                     if stage.is_none() {
                         objects.iter_mut().for_each(|o| o.stage = None);
@@ -276,11 +277,21 @@ impl Layout {
 }
 
 /// Splits helm's output into objects, each remembering its chart, stage and template file.
-fn objects_of(text: &str, chart: &str, stage: &str) -> Result<Vec<Object>, Errors> {
+/// `namespace` is the one helm rendered for: an object without one lands there, so it is the same
+/// object as one that names it.
+fn objects_of(text: &str, chart: &str, stage: &str, namespace: &str) -> Result<Vec<Object>, Errors> {
     let mut objects = Vec::new();
     let mut errors = Vec::new();
+    // helm writes `---\n# Source: <file>` before each template's output, and a template that
+    // starts with (or holds more) `---` gives documents without a header of their own: they
+    // belong to the last `# Source:` seen.
+    let mut source = chart.to_owned();
     for (line, doc) in super::documents(text) {
-        let source = doc.lines().find_map(|l| l.trim().strip_prefix("# Source: ")).map_or_else(|| chart.to_owned(), str::to_owned);
+        // Only the comment lines a document starts with: a `# Source:` inside a block scalar is data.
+        let header = doc.lines().map(str::trim).take_while(|l| l.is_empty() || l.starts_with('#'));
+        if let Some(s) = header.filter_map(|l| l.strip_prefix("# Source: ")).next() {
+            s.clone_into(&mut source);
+        }
         match super::parse_object(&source, line, doc) {
             Ok(Some(mut o)) => {
                 o.chart = Some(chart.to_owned());
@@ -293,7 +304,10 @@ fn objects_of(text: &str, chart: &str, stage: &str) -> Result<Vec<Object>, Error
     }
     let mut seen: BTreeMap<ObjectKey<'_>, &str> = BTreeMap::new();
     for o in &objects {
-        if let Some(first) = seen.insert((o.group(), o.kind.as_str(), o.namespace.as_deref(), o.name.as_str()), &o.file) {
+        // A kind is either namespaced or not, so defaulting the namespace never merges a
+        // cluster-scoped object with a namespaced one.
+        let ns = Some(o.namespace.as_deref().unwrap_or(namespace));
+        if let Some(first) = seen.insert((o.group(), o.kind.as_str(), ns, o.name.as_str()), &o.file) {
             errors.push(Error::Object { file: o.file.clone(), line: o.line, message: format!("{o} is defined twice (also in {first})") });
         }
     }
@@ -324,6 +338,30 @@ fn find_chart(root: &Path, name: &str, prefix: &str, must_be_chart: bool) -> Opt
         }
         _ => None,
     }
+}
+
+/// Fails on a link entry in a staged addon archive. The safe unpacker skips links (with a
+/// warning), which would leave a stage chart without a file and helm rendering it anyway; the
+/// operator refuses such an archive ("unsupported type"), and so does stacksync.
+fn refuse_links(archive: &Path) -> Result<(), String> {
+    use std::io::Read;
+    let open = || std::fs::File::open(archive).map_err(|e| format!("cannot open: {e}"));
+    let mut magic = [0u8; 2];
+    let gz = open()?.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
+    let reader: Box<dyn Read> = if gz { Box::new(flate2::read::GzDecoder::new(open()?)) } else { Box::new(open()?) };
+    let mut tar = tar::Archive::new(reader);
+    // Unreadable archives are left to the unpacker, which names the problem.
+    let Ok(entries) = tar.entries() else { return Ok(()) };
+    for entry in entries {
+        let Ok(entry) = entry else { return Ok(()) };
+        if matches!(entry.header().entry_type(), tar::EntryType::Symlink | tar::EntryType::Link) {
+            let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+            return Err(format!(
+                "entry {name:?} is a link; a cluster-addon archive must hold plain files (the operator refuses links too)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn read(dir: &Path, name: &str) -> Result<String, String> {
@@ -413,12 +451,31 @@ mod tests {
     #[test]
     fn helm_output_becomes_objects_with_origin() {
         let out = "---\n# Source: cc/templates/a.yaml\napiVersion: cluster.x-k8s.io/v1beta1\nkind: ClusterClass\nmetadata:\n  name: x-v1\n---\n# Source: cc/templates/b.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n";
-        let objs = objects_of(out, "cc-v1.tgz", "cluster-class").unwrap();
+        let objs = objects_of(out, "cc-v1.tgz", "cluster-class", "team-a").unwrap();
         assert_eq!(objs.len(), 2);
         assert_eq!(objs[0].file, "cc/templates/a.yaml");
         assert_eq!((objs[1].chart.as_deref(), objs[1].stage.as_deref()), (Some("cc-v1.tgz"), Some("cluster-class")));
         let dup = format!("{out}---\n# Source: cc/templates/c.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n");
-        let e = objects_of(&dup, "cc", "s").unwrap_err().to_string();
+        let e = objects_of(&dup, "cc", "s", "team-a").unwrap_err().to_string();
         assert!(e.contains("ConfigMap/b is defined twice (also in cc/templates/b.yaml)"), "{e}");
+    }
+
+    #[test]
+    fn a_template_starting_with_a_separator_keeps_its_source_file() {
+        // What helm 4 prints for a template `---\n---\n<ConfigMap>\n---\n# trailing\n`.
+        let out = "---\n# Source: c/templates/multi.yaml\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n---\n# Source: c/templates/comment.yaml\n# only a comment\n---\n# Source: c/templates/multi.yaml\n# trailing\n---\n# Source: c/templates/b.yaml\napiVersion: v1\nkind: Secret\nmetadata:\n  name: b\n";
+        let objs = objects_of(out, "c", "s", "ns").unwrap();
+        let files: Vec<(&str, &str)> = objs.iter().map(|o| (o.kind.as_str(), o.file.as_str())).collect();
+        assert_eq!(files, [("ConfigMap", "c/templates/multi.yaml"), ("Secret", "c/templates/b.yaml")]);
+        let data = "---\n# Source: c/templates/d.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: d\ndata:\n  s: |\n    # Source: not/a/header.yaml\n";
+        assert_eq!(objects_of(data, "c", "s", "ns").unwrap()[0].file, "c/templates/d.yaml");
+    }
+
+    #[test]
+    fn an_object_without_a_namespace_duplicates_one_in_the_release_namespace() {
+        let out = "---\n# Source: a/templates/a.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n---\n# Source: a/templates/b.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n  namespace: kube-system\n";
+        let e = objects_of(out, "a", "s", "kube-system").unwrap_err().to_string();
+        assert!(e.contains("ConfigMap/kube-system/b is defined twice (also in a/templates/a.yaml)"), "{e}");
+        assert_eq!(objects_of(out, "a", "s", "other").map(|o| o.len()), Ok(2));
     }
 }

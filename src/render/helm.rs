@@ -19,13 +19,15 @@ use crate::config::HelmConfig;
 pub const ENV_HELM: &str = "STACKSYNC_HELM";
 /// The longest helm error output kept in a message.
 const MAX_STDERR: usize = 2000;
+/// The first helm 3 minor with `helm template --kube-version`.
+const MIN_HELM3_MINOR: u64 = 6;
 /// `helm version` must answer within this.
 const VERSION_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     #[error(
-        "helm not found: {0}; set `helm.path` in the config or {ENV_HELM}, or install helm 3 or 4 (for the tests: scripts/install-tools.sh)"
+        "helm not found: {0}; set `helm.path` in the config or {ENV_HELM}, or install helm 3.6 or later (for the tests: scripts/install-tools.sh)"
     )]
     NotFound(String),
     #[error("{path}: `helm version` failed: {message}")]
@@ -62,7 +64,7 @@ pub struct Helm {
 
 impl Helm {
     /// Finds helm (config `path`, else `$STACKSYNC_HELM`, else `helm` on `PATH`) and checks that
-    /// `helm version --short` reports version 3 or later.
+    /// `helm version --short` reports version 3.6 or later.
     ///
     /// # Errors
     /// helm is missing, does not run, or is too old.
@@ -94,10 +96,21 @@ impl Helm {
         if !out.status.success() {
             return Err(Error::Version { path: shown, message: excerpt(&String::from_utf8_lossy(&out.stderr)) });
         }
-        let major = version.strip_prefix('v').and_then(|v| v.split('.').next()).and_then(|m| m.parse::<u64>().ok());
-        match major {
-            Some(m) if m >= 3 => {}
-            _ => return Err(Error::Version { path: shown, message: format!("unsupported version `{version}`; helm 3 or 4 is needed") }),
+        let mut parts = version.strip_prefix('v').unwrap_or_default().split(['.', '+', '-']).map(|p| p.parse::<u64>().ok());
+        let (major, minor) = (parts.next().flatten(), parts.next().flatten());
+        // `helm template --kube-version` (every addon render) exists from helm 3.6 on; an older helm
+        // would fail each render with "unknown flag" instead of failing here.
+        match (major, minor) {
+            (Some(m), _) if m >= 4 => {}
+            (Some(3), Some(n)) if n >= MIN_HELM3_MINOR => {}
+            _ => {
+                return Err(Error::Version {
+                    path: shown,
+                    message: format!(
+                        "unsupported version `{version}`; helm 3.{MIN_HELM3_MINOR} or later is needed (`helm template --kube-version`)"
+                    ),
+                });
+            }
         }
         Ok(Helm { path, version, permits: Arc::new(Semaphore::new(config.parallelism.max(1))), timeout: config.timeout, home: None })
     }

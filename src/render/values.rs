@@ -33,12 +33,12 @@ impl ValuesTemplate {
     /// Template execution errors (missing fields, failing functions) and output that is not YAML.
     pub fn render(&self, cluster: &ClusterConfig) -> Result<String, Error> {
         let text = self.template.execute(&template_data(cluster))?;
-        let parsed: Value = serde_saphyr::from_str(&text).map_err(|e| self.not_yaml("the rendered template", &e, &text))?;
+        let parsed = first_document(&text).map_err(|e| self.not_yaml("the rendered template", &e, &text))?;
         let values = match parsed.get("values") {
             Some(Value::String(inner)) => inner.clone(),
             _ => text,
         };
-        let as_yaml: Value = serde_saphyr::from_str(&values).map_err(|e| self.not_yaml("the rendered `values`", &e, &values))?;
+        let as_yaml = first_document(&values).map_err(|e| self.not_yaml("the rendered `values`", &e, &values))?;
         if !matches!(as_yaml, Value::Object(_) | Value::Null) {
             return Err(self.err(format!("the rendered values are not a YAML mapping: {}", excerpt(&values))));
         }
@@ -58,12 +58,22 @@ impl ValuesTemplate {
     }
 }
 
+/// The first YAML document of `text` (null when there is none). The operator (`yaml.v3`) and
+/// helm (`-f`) read only the first document of a multi-document text, so a trailing `---` or a
+/// second document changes nothing.
+fn first_document(text: &str) -> Result<Value, serde_saphyr::Error> {
+    Ok(serde_saphyr::from_str_multiple::<Value, Vec<Value>>(text)?.into_iter().next().unwrap_or(Value::Null))
+}
+
 /// `.Cluster`, `.ControlPlane` and `.InfraCluster` for `cluster`. Objects not configured are left
 /// out (a template using them fails), except `.Cluster`, which defaults to a minimal Cluster.
 pub fn template_data(cluster: &ClusterConfig) -> Value {
     let mut data = Map::new();
     let mut c = cluster.objects.cluster.clone().unwrap_or_else(|| json!({"apiVersion": CLUSTER_API_VERSION, "kind": "Cluster"}));
     if let Value::Object(m) = &mut c {
+        // A Cluster read from the API server always has these; a configured one may leave them out.
+        m.entry("apiVersion").or_insert_with(|| Value::String(CLUSTER_API_VERSION.to_owned()));
+        m.entry("kind").or_insert_with(|| Value::String("Cluster".to_owned()));
         let meta = m.entry("metadata").or_insert_with(|| json!({}));
         if let Value::Object(meta) = meta {
             meta.entry("name").or_insert_with(|| Value::String(cluster.name.clone()));
@@ -125,5 +135,19 @@ mod tests {
         let t = ValuesTemplate::parse("v.yaml", "values: |\n  a: [{{ .Cluster.metadata.name }}\n").unwrap();
         let e = t.render(&cluster(None)).unwrap_err().to_string();
         assert!(e.contains("the rendered `values` is not valid YAML"), "{e}");
+    }
+
+    #[test]
+    fn a_values_template_with_more_documents_uses_the_first_as_the_operator_does() {
+        let t = ValuesTemplate::parse("v.yaml", "---\nvalues: |\n  name: {{ .Cluster.metadata.name }}\n---\nvalues: other\n").unwrap();
+        assert_eq!(t.render(&cluster(None)).unwrap(), "name: alpha\n");
+        let t = ValuesTemplate::parse("v.yaml", "name: {{ .Cluster.metadata.name }}\n---\n").unwrap();
+        assert_eq!(t.render(&cluster(None)).unwrap(), "name: alpha\n---\n");
+    }
+
+    #[test]
+    fn a_configured_cluster_without_api_version_and_kind_still_has_them() {
+        let t = ValuesTemplate::parse("v.yaml", "k: {{ .Cluster.kind }}\na: {{ .Cluster.apiVersion }}\n").unwrap();
+        assert_eq!(t.render(&cluster(Some("h"))).unwrap(), "k: Cluster\na: cluster.x-k8s.io/v1beta1\n");
     }
 }

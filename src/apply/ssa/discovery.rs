@@ -2,11 +2,17 @@
 //! group-version per sync, and asked again after CRDs were applied.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
+use std::time::Duration;
 
 use kube::Client;
 use kube::api::ApiResource;
 use kube::core::GroupVersion;
-use kube::discovery::{Scope, pinned_group};
+use kube::discovery::{ApiGroup, Scope, group, pinned_group};
+use kube::error::DiscoveryError;
+
+use super::error::timeout_message;
+use super::object::poll;
 
 /// A resolved kind.
 #[derive(Debug, Clone)]
@@ -24,20 +30,39 @@ pub enum Unresolved {
     Failed(String),
 }
 
-/// Discovery results of one sync, per `apiVersion`.
+type Found = Result<Vec<Resolved>, Unresolved>;
+
+/// Discovery results of one sync, per `apiVersion` (and per group, for objects recorded at a
+/// version that is no longer served).
 pub struct DiscoveryCache {
     client: Client,
-    versions: HashMap<String, Result<Vec<Resolved>, Unresolved>>,
+    /// Bound of each discovery request (`ApplyOptions::request_timeout`).
+    timeout: Duration,
+    versions: HashMap<String, Found>,
+    groups: HashMap<String, Found>,
+    /// Kinds per `apiVersion` of CRDs that are Established, and how long discovery may take to
+    /// serve them: the API server updates discovery asynchronously after Established.
+    expected: HashMap<String, Vec<String>>,
+    settle: Duration,
 }
 
 impl DiscoveryCache {
-    pub fn new(client: Client) -> DiscoveryCache {
-        DiscoveryCache { client, versions: HashMap::new() }
+    pub fn new(client: Client, timeout: Duration, settle: Duration) -> DiscoveryCache {
+        DiscoveryCache { client, timeout, versions: HashMap::new(), groups: HashMap::new(), expected: HashMap::new(), settle }
+    }
+
+    /// Says that `kind` in `api_version` is served by a CRD that is Established: the next
+    /// [`DiscoveryCache::resolve`] of that `apiVersion` waits (up to `settle`) for discovery to
+    /// catch up instead of reporting `no matches for kind`.
+    pub fn expect(&mut self, api_version: String, kind: String) {
+        self.versions.remove(&api_version);
+        self.expected.entry(api_version).or_default().push(kind);
     }
 
     /// Forgets everything (after CRDs were applied, new kinds may be served).
     pub fn refresh(&mut self) {
         self.versions.clear();
+        self.groups.clear();
     }
 
     /// The resource serving `kind` in `api_version`.
@@ -46,29 +71,86 @@ impl DiscoveryCache {
     /// [`Unresolved::NoMatch`] when the server does not serve it, [`Unresolved::Failed`] when
     /// discovery failed.
     pub async fn resolve(&mut self, api_version: &str, kind: &str) -> Result<Resolved, Unresolved> {
-        let no_match = || Unresolved::NoMatch(format!("no matches for kind \"{kind}\" in version \"{api_version}\""));
         if !self.versions.contains_key(api_version) {
-            let found = self.query(api_version).await;
+            let mut found = self.query(api_version).await;
+            let expected = self.expected.remove(api_version).unwrap_or_default();
+            let lagging = |found: &Found| match found {
+                Ok(served) => expected.iter().any(|k| !served.iter().any(|r| r.resource.kind == *k)),
+                Err(Unresolved::NoMatch(_)) => !expected.is_empty(),
+                Err(Unresolved::Failed(_)) => false,
+            };
+            if lagging(&found) {
+                let _ = poll(self.settle, async || {
+                    found = self.query(api_version).await;
+                    Ok::<_, Infallible>(!lagging(&found))
+                })
+                .await;
+            }
             self.versions.insert(api_version.to_string(), found);
         }
-        match self.versions.get(api_version) {
-            Some(Ok(resources)) => resources.iter().find(|r| r.resource.kind == kind).cloned().ok_or_else(no_match),
-            Some(Err(Unresolved::NoMatch(_))) | None => Err(no_match()),
-            Some(Err(e)) => Err(e.clone()),
-        }
+        pick(self.versions.get(api_version), kind, api_version)
     }
 
-    async fn query(&self, api_version: &str) -> Result<Vec<Resolved>, Unresolved> {
-        let gv: GroupVersion = api_version.parse().map_err(|_| Unresolved::NoMatch(format!("invalid apiVersion \"{api_version}\"")))?;
-        match pinned_group(&self.client, &gv).await {
-            Ok(group) => Ok(group
-                .versioned_resources(&gv.version)
-                .into_iter()
-                .map(|(resource, caps)| Resolved { resource, namespaced: caps.scope == Scope::Namespaced })
-                .collect()),
-            Err(kube::Error::Api(status)) if status.code == 404 => Err(Unresolved::NoMatch(String::new())),
-            Err(kube::Error::Api(status)) => Err(Unresolved::Failed(format!("discovering {api_version}: {}", status.message))),
-            Err(e) => Err(Unresolved::Failed(format!("discovering {api_version}: {e}"))),
+    /// As [`DiscoveryCache::resolve`], but when `api_version` is not served, the same kind at any
+    /// version its group serves (the preferred one first). For deleting objects recorded at an
+    /// older version: a CRD that stopped serving `v1beta1` still serves the object as `v1`, and
+    /// taking it for gone would leave it in the cluster for good.
+    ///
+    /// # Errors
+    /// As [`DiscoveryCache::resolve`]; `NoMatch` only when no version of the group serves it.
+    pub async fn resolve_any_version(&mut self, api_version: &str, kind: &str) -> Result<Resolved, Unresolved> {
+        match self.resolve(api_version, kind).await {
+            Err(Unresolved::NoMatch(_)) => {}
+            other => return other,
         }
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        if !self.groups.contains_key(group) {
+            let found = self.query_group(group).await;
+            self.groups.insert(group.to_string(), found);
+        }
+        pick(self.groups.get(group), kind, api_version)
+    }
+
+    async fn query(&self, api_version: &str) -> Found {
+        let gv: GroupVersion = api_version.parse().map_err(|_| Unresolved::NoMatch(format!("invalid apiVersion \"{api_version}\"")))?;
+        let what = format!("discovering {api_version}");
+        let group = self.bounded(&what, pinned_group(&self.client, &gv)).await?;
+        Ok(resources(&group, &gv.version))
+    }
+
+    async fn query_group(&self, name: &str) -> Found {
+        let what = format!("discovering {}", if name.is_empty() { "the core group" } else { name });
+        let group = self.bounded(&what, group(&self.client, name)).await?;
+        let preferred = group.preferred_version_or_latest().to_string();
+        let others: Vec<String> = group.versions().filter(|v| *v != preferred).map(str::to_string).collect();
+        Ok(std::iter::once(&preferred).chain(&others).flat_map(|v| resources(&group, v)).collect())
+    }
+
+    async fn bounded(&self, what: &str, request: impl Future<Output = kube::Result<ApiGroup>>) -> Result<ApiGroup, Unresolved> {
+        match tokio::time::timeout(self.timeout, request).await {
+            Err(_) => Err(Unresolved::Failed(timeout_message(what, self.timeout))),
+            Ok(Ok(group)) => Ok(group),
+            Ok(Err(kube::Error::Api(status))) if status.code == 404 => Err(Unresolved::NoMatch(String::new())),
+            Ok(Err(kube::Error::Discovery(DiscoveryError::MissingApiGroup(_)))) => Err(Unresolved::NoMatch(String::new())),
+            Ok(Err(kube::Error::Api(status))) => Err(Unresolved::Failed(format!("{what}: {}", status.message))),
+            Ok(Err(e)) => Err(Unresolved::Failed(format!("{what}: {e}"))),
+        }
+    }
+}
+
+fn resources(group: &ApiGroup, version: &str) -> Vec<Resolved> {
+    group
+        .versioned_resources(version)
+        .into_iter()
+        .map(|(resource, caps)| Resolved { resource, namespaced: caps.scope == Scope::Namespaced })
+        .collect()
+}
+
+fn pick(found: Option<&Found>, kind: &str, api_version: &str) -> Result<Resolved, Unresolved> {
+    let no_match = || Unresolved::NoMatch(format!("no matches for kind \"{kind}\" in version \"{api_version}\""));
+    match found {
+        Some(Ok(resources)) => resources.iter().find(|r| r.resource.kind == kind).cloned().ok_or_else(no_match),
+        Some(Err(Unresolved::NoMatch(_))) | None => Err(no_match()),
+        Some(Err(e)) => Err(e.clone()),
     }
 }

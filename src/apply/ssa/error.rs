@@ -36,6 +36,11 @@ pub enum Error {
     AwaitDeletion { object: ObjectRef, wait: std::time::Duration },
     #[error("{object} is not Established after {wait:?}{detail}")]
     Establish { object: ObjectRef, wait: std::time::Duration, detail: String },
+    /// The request got no final answer within `request_timeout`: kube's client retries 429, 503
+    /// and 504 for minutes (honouring `Retry-After`), so an overloaded server would otherwise
+    /// hold the whole sync.
+    #[error("{operation} {object}: no answer from the API server within {after:?}")]
+    Timeout { operation: &'static str, object: ObjectRef, after: std::time::Duration },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -52,6 +57,7 @@ impl Error {
             Error::Delete { .. } => "delete",
             Error::AwaitDeletion { .. } => "await_deletion",
             Error::Establish { .. } => "establish",
+            Error::Timeout { .. } => "timeout",
         }
     }
 
@@ -64,13 +70,23 @@ impl Error {
                     _ => true,
                 }
             }
-            Error::AwaitDeletion { .. } | Error::Establish { .. } => true,
+            Error::AwaitDeletion { .. } | Error::Establish { .. } | Error::Timeout { .. } => true,
         }
     }
 
     /// Whether the server refused the change because it touches an immutable field.
     pub fn is_immutable(&self) -> bool {
         matches!(self, Error::DryRun { source, .. } | Error::Patch { source, .. } if is_immutable(source))
+    }
+
+    /// The API server's own words (or the client's, when no answer came), without hints.
+    pub fn server_message(&self) -> String {
+        match self {
+            Error::Get { source, .. } | Error::DryRun { source, .. } | Error::Patch { source, .. } | Error::Delete { source, .. } => {
+                server_message(source)
+            }
+            _ => self.message(),
+        }
     }
 
     /// The message of the object's Failed entry: the server's message, without the object's
@@ -87,17 +103,42 @@ impl Error {
                 _ => server_message(source),
             },
             Error::AwaitDeletion { .. } | Error::Establish { .. } => self.to_string(),
+            Error::Timeout { operation, after, .. } => timeout_message(operation, *after),
         }
     }
 }
 
+/// The message of a request that timed out (shared with discovery).
+pub fn timeout_message(operation: &str, after: std::time::Duration) -> String {
+    format!(
+        "{operation}: no answer from the API server within {after:?} (it kept answering 429/5xx, which the client retries, or did not answer); tried again next sync"
+    )
+}
+
+/// How much of an error body that is not an API `Status` a message keeps.
+const FOREIGN_BODY_CHARS: usize = 200;
+
 fn server_message(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) if s.message.is_empty() => format!("{} {}", s.code, s.reason),
+        // kube's reconstruction of a body that is no `Status` (a proxy's or load balancer's HTML
+        // page): one short line, or every Failed entry of a cluster carries the whole page
+        // into the status resource.
+        kube::Error::Api(s) if s.reason == NOT_A_STATUS => {
+            let text = s.message.split_whitespace().collect::<Vec<_>>().join(" ");
+            let mut excerpt: String = text.chars().take(FOREIGN_BODY_CHARS).collect();
+            if excerpt.len() < text.len() {
+                excerpt.push_str(" ...");
+            }
+            format!("HTTP {} with a body that is no API Status: {excerpt}", s.code)
+        }
         kube::Error::Api(s) => s.message.clone(),
         other => other.to_string(),
     }
 }
+
+/// The reason kube-client gives an error response whose body is not a `Status`.
+const NOT_A_STATUS: &str = "Failed to parse error data";
 
 /// A server-side apply conflict (not the optimistic-concurrency conflict of an update).
 fn is_conflict(e: &kube::Error) -> bool {
@@ -190,6 +231,22 @@ mod tests {
         assert!(e.is_immutable());
         assert_eq!(e.kind(), "immutable");
         assert!(e.message().starts_with(message) && e.message().contains(RECREATE_ANNOTATION), "{}", e.message());
+    }
+
+    /// Regression: a proxy's HTML error page became the whole message of every Failed entry,
+    /// blowing up the status resource.
+    #[test]
+    fn an_error_page_that_is_no_status_becomes_one_short_line() {
+        let page = format!("<html>\n<head><title>502 Bad Gateway</title></head>\n<body>{}</body>\n</html>\n", "x".repeat(5000));
+        let status = Status::failure(page.trim(), NOT_A_STATUS).with_code(502);
+        let e = Error::Get { object: obj(), source: kube::Error::Api(status.boxed()) };
+        let message = e.message();
+        assert!(
+            message.starts_with("HTTP 502 with a body that is no API Status: <html> <head><title>502 Bad Gateway</title>"),
+            "{message}"
+        );
+        assert!(message.ends_with(" ...") && message.len() < 300, "{message}");
+        assert!(e.is_transient());
     }
 
     #[test]

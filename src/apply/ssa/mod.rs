@@ -86,6 +86,9 @@ pub struct ApplyOptions {
     pub crd_wait: Duration,
     /// How long a deleted object may take to go away before it is re-created.
     pub delete_wait: Duration,
+    /// How long one API request may take, the client's own retries of 429/503/504 included;
+    /// then the object is Failed and the next sync tries again.
+    pub request_timeout: Duration,
 }
 
 impl Default for ApplyOptions {
@@ -101,6 +104,7 @@ impl Default for ApplyOptions {
             concurrency: 8,
             crd_wait: Duration::from_secs(30),
             delete_wait: Duration::from_secs(60),
+            request_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -188,7 +192,7 @@ impl Applier {
     /// not have pruned).
     pub async fn sync(&self, stages: &[Stage], previous: &Inventory) -> SyncResult {
         let mut run = Run {
-            cache: DiscoveryCache::new(self.client.clone()),
+            cache: DiscoveryCache::new(self.client.clone(), self.options.request_timeout, self.options.crd_wait),
             result: SyncResult::default(),
             recorded: HashSet::new(),
             deleted: Vec::new(),
@@ -197,7 +201,7 @@ impl Applier {
         for stage in stages {
             match stage.action {
                 StageAction::Apply => self.apply_stage(stage, &digests, &mut run).await,
-                StageAction::Delete => self.delete_stage(stage, &mut run).await,
+                StageAction::Delete => self.delete_stage(stage, &digests, &mut run).await,
             }
         }
         let rendered_any = stages.iter().any(|s| s.action == StageAction::Apply && !s.objects.is_empty());
@@ -227,6 +231,12 @@ impl Applier {
                 .buffered(self.options.concurrency.max(1))
                 .collect()
                 .await;
+            for (o, outcome) in rank.iter().zip(&outcomes) {
+                if is_crd(o.group(), &o.kind) && outcome.entry.action.is_synced() {
+                    let kind = o.body.pointer("/spec/names/kind").and_then(Value::as_str).unwrap_or_default();
+                    served_versions(&o.body).for_each(|v| run.cache.expect(v, kind.to_string()));
+                }
+            }
             for (mut entry, outcome) in entries.into_iter().zip(outcomes) {
                 if outcome.entry.action == Action::Failed {
                     // Not applied: keep the digest that was, so the next sync still sees a
@@ -254,13 +264,13 @@ impl Applier {
         }
     }
 
-    async fn delete_stage(&self, stage: &Stage, run: &mut Run) {
+    async fn delete_stage(&self, stage: &Stage, previous: &Digests<'_>, run: &mut Run) {
         let mut objects: Vec<&Object> = stage.objects.iter().collect();
         objects.sort_by(|a, b| order::compare(b, a));
         for rank in objects.chunk_by(|a, b| order::rank(a) == order::rank(b)) {
             let mut slots = Vec::with_capacity(rank.len());
             for o in rank {
-                let (entry, slot) = self.prepare(o, stage, &Digests::new(), &mut run.cache).await;
+                let (entry, slot) = self.prepare(o, stage, previous, &mut run.cache).await;
                 run.deleted.push(entry);
                 slots.push(slot);
             }
@@ -315,7 +325,23 @@ impl Applier {
         let ignored = |entry: Entry| {
             NotPrepared::new(Entry { action: Action::Skipped, message: crate::apply::changeset::SKIPPED_IGNORE.into(), ..entry })
         };
-        let resolved = match cache.resolve(&o.api_version, &o.kind).await {
+        let resolved = match stage.action {
+            StageAction::Apply => cache.resolve(&o.api_version, &o.kind).await,
+            // What is to be deleted may still be served at another version only.
+            StageAction::Delete => cache.resolve_any_version(&o.api_version, &o.kind).await,
+        };
+        if resolved.is_err() {
+            // Without discovery nobody knows whether the kind is namespaced: keep the identity
+            // the previous sync recorded. Another key would make the recorded one a prune
+            // candidate, and a transient discovery error would delete the live object.
+            let default = o.namespace.clone().or_else(|| Some(self.options.default_namespace.clone()));
+            let recorded = [default, None].into_iter().find(|ns| previous.contains_key(&(o.group(), &o.kind, ns.as_deref(), &o.name)));
+            if let Some(namespace) = recorded {
+                entry.object.namespace = namespace.clone();
+                inventory.namespace = namespace;
+            }
+        }
+        let resolved = match resolved {
             Ok(r) => r,
             Err(_) if policy == Ok(Policy::Ignore) => return (inventory, Err(ignored(entry))),
             Err(Unresolved::NoMatch(message)) => {
@@ -402,7 +428,7 @@ impl Applier {
         for rank in candidates.chunk_by(|a, b| order::rank_of(&a.group, &a.kind) == order::rank_of(&b.group, &b.kind)) {
             let mut slots = Vec::with_capacity(rank.len());
             for e in rank {
-                slots.push((*e, run.cache.resolve(&e.api_version(), &e.kind).await));
+                slots.push((*e, run.cache.resolve_any_version(&e.api_version(), &e.kind).await));
             }
             let outcomes: Vec<(&InventoryEntry, Option<Entry>, bool)> = futures_util::stream::iter(&slots)
                 .map(async |(e, resolved)| {
@@ -429,7 +455,7 @@ impl Applier {
             |action, message: String| Entry { object: e.object_ref(), action, message, file: String::new(), chart: None, stage: None };
         let resource = match resolved {
             Ok(r) => &r.resource,
-            // Its kind is no longer served, so neither is the object.
+            // No version of its group serves the kind any more, so neither is the object.
             Err(Unresolved::NoMatch(_)) => return (None, false),
             Err(Unresolved::Failed(m)) => return (Some(entry(Action::Failed, m.clone())), true),
         };
@@ -464,6 +490,16 @@ impl NotPrepared {
 
 fn is_crd(group: &str, kind: &str) -> bool {
     (group, kind) == ("apiextensions.k8s.io", "CustomResourceDefinition")
+}
+
+/// The `apiVersion`s a CRD manifest serves (`group/name` of each served version).
+fn served_versions(crd: &Value) -> impl Iterator<Item = String> + '_ {
+    let group = crd.pointer("/spec/group").and_then(Value::as_str).unwrap_or_default();
+    let versions = crd.pointer("/spec/versions").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    versions
+        .iter()
+        .filter(|v| v["served"].as_bool().unwrap_or(true))
+        .filter_map(move |v| v["name"].as_str().map(|name| format!("{group}/{name}")))
 }
 
 fn not_ours(label: Option<&str>) -> String {

@@ -37,6 +37,9 @@ pub struct Target<'a> {
     pub previous_digest: Option<String>,
 }
 
+/// The message of an object found with a `deletionTimestamp`.
+const BEING_DELETED: &str = "being deleted (it has a deletionTimestamp, finalizers pending); created again once it is gone";
+
 /// What became of one object.
 pub struct Outcome {
     pub entry: Entry,
@@ -54,8 +57,10 @@ impl Outcome {
     }
 
     fn failed(entry: &Entry, error: &Error) -> Outcome {
-        tracing::warn!(object = %entry.object, error = %error, kind = error.kind(), transient = error.is_transient(), "apply failed");
-        Outcome::new(entry, Action::Failed, error.message())
+        // The error's Display names the operation and object only; the cause is in the message.
+        let message = error.message();
+        tracing::warn!(object = %entry.object, error = %error, %message, kind = error.kind(), transient = error.is_transient(), "apply failed");
+        Outcome::new(entry, Action::Failed, message)
     }
 }
 
@@ -76,6 +81,13 @@ impl Applier {
     pub(super) async fn apply_one(&self, t: &Target<'_>) -> Outcome {
         match self.try_apply(t).await {
             Ok(outcome) => outcome,
+            // The live object differs in an immutable field from a manifest that did not change
+            // (someone re-created it by hand): drift, which warn mode reports and never corrects,
+            // least of all by deleting the object.
+            Err(e) if e.is_immutable() && !release_changed(t) && self.options.drift == DriftMode::Warn => {
+                let message = format!("drifted: an immutable field differs ({})", e.server_message());
+                Outcome::new(&t.entry, Action::Skipped, message).with_drift(Some(Vec::new()))
+            }
             Err(e) if e.is_immutable() && t.recreate => self.recreate(t, &e).await,
             Err(e) => Outcome::failed(&t.entry, &e),
         }
@@ -83,29 +95,32 @@ impl Applier {
 
     async fn try_apply(&self, t: &Target<'_>) -> Result<Outcome> {
         let name = &t.object.name;
-        let live = t.api.get_opt(name).await.map_err(|source| Error::Get { object: t.entry.object.clone(), source })?;
+        let live = self.within("reading", &t.entry.object, t.api.get_opt(name)).await?;
+        let live = live.map_err(|source| Error::Get { object: t.entry.object.clone(), source })?;
         let Some(live) = live else {
             // Absent: nothing to compare with and nothing to overwrite, in any drift mode.
             self.patch(t).await?;
             return Ok(Outcome::new(&t.entry, Action::Created, ""));
         };
+        if live.metadata.deletion_timestamp.is_some() {
+            // A dry-run or a write would "succeed" on it, yet it is about to vanish (finalizers
+            // pending): not synced. Once it is gone the next sync creates it.
+            return Ok(Outcome::new(&t.entry, Action::Failed, BEING_DELETED));
+        }
         if t.policy == Policy::ApplyOnce {
             return Ok(Outcome::new(&t.entry, Action::Skipped, crate::apply::changeset::SKIPPED_APPLY_ONCE));
         }
         // Forced, so the dry-run shows the object as the manifest wants it even where another
         // manager holds a field; whether we may take it is decided by the real write.
         let dry_params = PatchParams { dry_run: true, ..PatchParams::apply(FIELD_MANAGER).force() };
-        let dry = t
-            .api
-            .patch(name, &dry_params, &Patch::Apply(&t.body))
-            .await
-            .map_err(|source| Error::DryRun { object: t.entry.object.clone(), source })?;
+        let dry = self.within("dry-run apply", &t.entry.object, t.api.patch(name, &dry_params, &Patch::Apply(&t.body))).await?;
+        let dry = dry.map_err(|source| Error::DryRun { object: t.entry.object.clone(), source })?;
         let (live, dry) = (to_value(&live), to_value(&dry));
         let changed = diff::changed_paths(&live, &dry);
         if changed.is_empty() && diff::our_fields(&live) == diff::our_fields(&dry) {
             return Ok(Outcome::new(&t.entry, Action::Unchanged, ""));
         }
-        let release_changed = t.previous_digest.as_deref() != Some(t.inventory.digest.as_str());
+        let release_changed = release_changed(t);
         let drifted = (!release_changed && !changed.is_empty()).then_some(changed);
         if !release_changed && self.options.drift == DriftMode::Warn {
             return Ok(match drifted {
@@ -124,11 +139,8 @@ impl Applier {
     async fn patch(&self, t: &Target<'_>) -> Result<DynamicObject> {
         let mut params = PatchParams::apply(FIELD_MANAGER);
         params.force = t.force;
-        let applied = t
-            .api
-            .patch(&t.object.name, &params, &Patch::Apply(&t.body))
-            .await
-            .map_err(|source| Error::Patch { object: t.entry.object.clone(), source })?;
+        let applied = self.within("applying", &t.entry.object, t.api.patch(&t.object.name, &params, &Patch::Apply(&t.body))).await?;
+        let applied = applied.map_err(|source| Error::Patch { object: t.entry.object.clone(), source })?;
         tracing::info!(object = %t.entry.object, "applied");
         Ok(applied)
     }
@@ -138,13 +150,15 @@ impl Applier {
     async fn recreate(&self, t: &Target<'_>, cause: &Error) -> Outcome {
         let result = async {
             let name = &t.object.name;
-            let live = t.api.get_opt(name).await.map_err(|source| Error::Get { object: t.entry.object.clone(), source })?;
+            let live = self.within("reading", &t.entry.object, t.api.get_opt(name)).await?;
+            let live = live.map_err(|source| Error::Get { object: t.entry.object.clone(), source })?;
             if let Some(live) = live {
                 let dp = DeleteParams {
                     preconditions: Some(Preconditions { uid: live.metadata.uid.clone(), resource_version: None }),
                     ..DeleteParams::background()
                 };
-                t.api.delete(name, &dp).await.map_err(|source| Error::Delete { object: t.entry.object.clone(), source })?;
+                let deleted = self.within("deleting", &t.entry.object, t.api.delete(name, &dp)).await?;
+                deleted.map_err(|source| Error::Delete { object: t.entry.object.clone(), source })?;
                 self.await_gone(&t.api, name, live.metadata.uid.as_deref(), &t.entry.object).await?;
             }
             self.patch(t).await
@@ -158,7 +172,8 @@ impl Applier {
     async fn await_gone(&self, api: &Api<DynamicObject>, name: &str, uid: Option<&str>, object: &ObjectRef) -> Result<()> {
         let wait = self.options.delete_wait;
         poll(wait, async || {
-            let live = api.get_opt(name).await.map_err(|source| Error::Get { object: object.clone(), source })?;
+            let live = self.within("reading", object, api.get_opt(name)).await?;
+            let live = live.map_err(|source| Error::Get { object: object.clone(), source })?;
             Ok(live.is_none_or(|l| l.metadata.uid.as_deref() != uid))
         })
         .await?
@@ -171,7 +186,8 @@ impl Applier {
         let wait = self.options.crd_wait;
         let mut last = String::new();
         let established = poll(wait, async || {
-            let live = t.api.get_opt(&t.object.name).await.map_err(|source| Error::Get { object: t.entry.object.clone(), source })?;
+            let live = self.within("reading", &t.entry.object, t.api.get_opt(&t.object.name)).await?;
+            let live = live.map_err(|source| Error::Get { object: t.entry.object.clone(), source })?;
             let condition = live
                 .as_ref()
                 .and_then(|l| l.data.pointer("/status/conditions")?.as_array()?.iter().find(|c| c["type"] == "Established").cloned());
@@ -189,7 +205,8 @@ impl Applier {
     /// Deletes the object only when its owner label is ours (with the live uid as a
     /// precondition, so a re-created object of someone else is never hit).
     pub(super) async fn delete_owned(&self, api: &Api<DynamicObject>, name: &str, object: &ObjectRef) -> Result<Deletion> {
-        let live = api.get_opt(name).await.map_err(|source| Error::Get { object: object.clone(), source })?;
+        let live = self.within("reading", object, api.get_opt(name)).await?;
+        let live = live.map_err(|source| Error::Get { object: object.clone(), source })?;
         let Some(live) = live else { return Ok(Deletion::Absent) };
         let label = live.metadata.labels.as_ref().and_then(|l| l.get(OWNER_LABEL)).cloned();
         if label.as_deref() != Some(self.owner_value.as_str()) {
@@ -202,7 +219,7 @@ impl Applier {
             preconditions: Some(Preconditions { uid: live.metadata.uid.clone(), resource_version: None }),
             ..DeleteParams::background()
         };
-        match api.delete(name, &dp).await {
+        match self.within("deleting", object, api.delete(name, &dp)).await? {
             Ok(_) => {
                 tracing::info!(object = %object, "deleted");
                 Ok(Deletion::Deleted)
@@ -211,11 +228,23 @@ impl Applier {
             Err(source) => Err(Error::Delete { object: object.clone(), source }),
         }
     }
+
+    /// Bounds one request by `request_timeout`: the outer error is the timeout, the inner
+    /// result the request's own, so each call site still picks its error variant.
+    pub(super) async fn within<T>(
+        &self,
+        operation: &'static str,
+        object: &ObjectRef,
+        request: impl Future<Output = kube::Result<T>>,
+    ) -> Result<kube::Result<T>> {
+        let after = self.options.request_timeout;
+        tokio::time::timeout(after, request).await.map_err(|_| Error::Timeout { operation, object: object.clone(), after })
+    }
 }
 
 /// Calls `check` until it says done or `wait` has passed (then one last time). Backs off from
 /// 50 ms to 1 s between calls.
-async fn poll(wait: Duration, mut check: impl AsyncFnMut() -> Result<bool>) -> Result<bool> {
+pub(super) async fn poll<E>(wait: Duration, mut check: impl AsyncFnMut() -> Result<bool, E>) -> Result<bool, E> {
     let deadline = tokio::time::Instant::now() + wait;
     let mut delay = Duration::from_millis(50);
     loop {
@@ -228,6 +257,11 @@ async fn poll(wait: Duration, mut check: impl AsyncFnMut() -> Result<bool>) -> R
         tokio::time::sleep(delay.min(deadline.saturating_duration_since(tokio::time::Instant::now()))).await;
         delay = (delay * 2).min(Duration::from_secs(1));
     }
+}
+
+/// Whether the manifest differs from the one the previous sync applied (or is new).
+fn release_changed(t: &Target<'_>) -> bool {
+    t.previous_digest.as_deref() != Some(t.inventory.digest.as_str())
 }
 
 fn to_value(o: &DynamicObject) -> Value {

@@ -50,10 +50,12 @@ impl Renderer {
             Renderer::Stack { layout, helm, work } => {
                 let (layout, helm) = (layout.as_ref().map_err(Clone::clone)?, helm.as_ref().map_err(Clone::clone)?);
                 let stages = layout.render_addons(helm, cluster, work).await.map_err(|e| e.to_string())?;
-                Ok(stages
+                let stages: Vec<Stage> = stages
                     .into_iter()
                     .map(|s| Stage { name: s.name.unwrap_or_else(|| "addons".into()), action: StageAction::Apply, objects: s.objects })
-                    .collect())
+                    .collect();
+                unique_across_stages(&stages)?;
+                Ok(stages)
             }
             Renderer::Unavailable => Err("release unavailable".into()),
         }
@@ -67,6 +69,23 @@ impl Renderer {
             _ => "default",
         }
     }
+}
+
+/// Refuses an object rendered by two stages: each stage would apply its own version on every
+/// pass and the cluster would never settle.
+fn unique_across_stages(stages: &[Stage]) -> Result<(), String> {
+    let mut seen: BTreeMap<(String, String, Option<String>, String), &str> = BTreeMap::new();
+    for stage in stages {
+        for o in &stage.objects {
+            let key = (o.group().to_owned(), o.kind.clone(), o.namespace.clone(), o.name.clone());
+            if let Some(first) = seen.insert(key, &stage.name)
+                && first != stage.name
+            {
+                return Err(format!("{o} is rendered by stages `{first}` and `{}`; an object belongs to one stage", stage.name));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A workload cluster found in the management cluster.
@@ -320,9 +339,22 @@ async fn sync_cluster(
     let c = &found.config;
     let label = format!("{}/{}", c.namespace, c.name);
     let syncs: Api<ClusterSync> = Api::namespaced(mgmt.clone(), &c.namespace);
-    let previous = syncs.get_opt(&c.name).await.ok().flatten();
-    let prev_status = previous.as_ref().and_then(|p| p.status.clone()).unwrap_or_default();
     let wanted = prepared.outcome.as_ref().ok().map(|p| &p.release);
+    // The previous status holds the inventory pruning works from: without it, applying would
+    // forget what to prune. Better to sync this cluster next time.
+    let previous = match syncs.get_opt(&c.name).await {
+        Ok(p) => p,
+        Err(e) => {
+            let message = format!("cannot read ClusterSync {label} (its inventory decides what to prune): {e}");
+            error!(cluster = %label, "{message}");
+            let status = ClusterStatus::failed(sub, c, wanted, None, Reason::ClusterUnreachable, message.clone());
+            return (
+                ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes: ChangeSet::default() },
+                Some(message),
+            );
+        }
+    };
+    let prev_status = previous.as_ref().and_then(|p| p.status.clone()).unwrap_or_default();
 
     let fail = |reason: Reason, message: String| {
         let mut status = ClusterStatus::failed(sub, c, wanted, None, reason, message);
@@ -486,6 +518,25 @@ async fn apply_cluster_classes(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_object_in_two_stages_is_refused() {
+        let object = |name: &str| crate::render::Object {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: Some("kube-system".into()),
+            name: name.into(),
+            file: "f.yaml".into(),
+            line: 1,
+            body: json!({}),
+            chart: None,
+            stage: None,
+        };
+        let stage = |name: &str, objects: Vec<crate::render::Object>| Stage { name: name.into(), action: StageAction::Apply, objects };
+        assert!(unique_across_stages(&[stage("cni", vec![object("a")]), stage("csi", vec![object("b")])]).is_ok());
+        let err = unique_across_stages(&[stage("cni", vec![object("a")]), stage("csi", vec![object("a")])]).unwrap_err();
+        assert!(err.contains("ConfigMap/kube-system/a is rendered by stages `cni` and `csi`"), "{err}");
+    }
 
     #[test]
     fn control_plane_readiness_in_v1beta1_and_v1beta2() {

@@ -46,7 +46,7 @@ pub(super) struct Exec<'a> {
 /// A bound on work per execution, so a hostile template cannot loop for ever.
 const MAX_STEPS: usize = 1_000_000;
 /// A bound on output size.
-const MAX_OUTPUT: usize = 16 * 1024 * 1024;
+pub(super) const MAX_OUTPUT: usize = 16 * 1024 * 1024;
 
 impl<'a> Exec<'a> {
     pub(super) fn run(file: &'a str, list: &List, data: &Value) -> Result<String, Error> {
@@ -118,10 +118,18 @@ impl<'a> Exec<'a> {
         let items: Vec<(Value, Value)> = match &value {
             Val::Missing(_) | Val::Json(Value::Null) => Vec::new(),
             Val::Json(Value::Array(a)) => a.iter().enumerate().map(|(i, v)| (Value::from(i), v.clone())).collect(),
-            // serde_json maps iterate in key order, as Go's range over a map does.
-            Val::Json(Value::Object(m)) => m.iter().map(|(k, v)| (Value::String(k.clone()), v.clone())).collect(),
-            Val::Json(Value::Number(n)) if n.as_u64().is_some() => {
-                (0..n.as_u64().unwrap_or(0)).map(|i| (Value::from(i), Value::from(i))).collect()
+            // In key order, as Go's range over a map.
+            Val::Json(Value::Object(m)) => sorted(m).map(|(k, v)| (Value::String(k.clone()), v.clone())).collect(),
+            // Go 1.22: `range N` counts 0..N (nothing for N <= 0) into one variable.
+            Val::Json(Value::Number(n)) if n.is_i64() || n.is_u64() => {
+                if pipe.decl.len() > 1 {
+                    return Err(self.err(pipe.line, format!("can't use {n} to iterate over more than one variable")));
+                }
+                let count = n.as_u64().unwrap_or(0);
+                if count > MAX_STEPS as u64 {
+                    return Err(self.err(pipe.line, format!("range over {n} exceeds the step limit")));
+                }
+                (0..count).map(|i| (Value::from(i), Value::from(i))).collect()
             }
             Val::Json(other) => return Err(self.err(pipe.line, format!("range can't iterate over {}", describe(other)))),
         };
@@ -240,7 +248,7 @@ pub(super) fn print(v: &Val) -> Result<String, String> {
     }
 }
 
-/// Go's `fmt.Sprint` of a JSON value (maps as `map[k:v]`, slices as `[a b]`).
+/// Go's `fmt.Sprint` of a JSON value (maps as `map[k:v]` in key order, slices as `[a b]`).
 pub(super) fn go_string(v: &Value) -> String {
     match v {
         Value::Null => "<nil>".to_owned(),
@@ -248,16 +256,47 @@ pub(super) fn go_string(v: &Value) -> String {
         Value::Number(n) => number_string(n),
         Value::String(s) => s.clone(),
         Value::Array(a) => format!("[{}]", a.iter().map(go_string).collect::<Vec<_>>().join(" ")),
-        Value::Object(m) => format!("map[{}]", m.iter().map(|(k, v)| format!("{k}:{}", go_string(v))).collect::<Vec<_>>().join(" ")),
+        Value::Object(m) => format!("map[{}]", sorted(m).map(|(k, v)| format!("{k}:{}", go_string(v))).collect::<Vec<_>>().join(" ")),
     }
 }
 
-fn number_string(n: &serde_json::Number) -> String {
+/// A map's entries in Go's order (byte-wise by key), whatever order the map keeps: Go sorts map
+/// keys for `range` and `fmt`, and serde_json keeps insertion order if any crate in the build
+/// turns on its `preserve_order` feature.
+pub(super) fn sorted(m: &serde_json::Map<String, Value>) -> impl Iterator<Item = (&String, &Value)> {
+    let mut entries: Vec<(&String, &Value)> = m.iter().collect();
+    entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    entries.into_iter()
+}
+
+/// A number as Go prints it: integers in full; floats (what Kubernetes decodes a JSON number with
+/// a fraction or exponent to) as `%v` does, i.e. `strconv.FormatFloat(f, 'g', -1, 64)`: shortest
+/// digits, exponent form when the decimal exponent is below -4 or at least 6 (`1e+06`,
+/// `1.5e-05`), so `6443.0` prints `6443` but `1000000.0` prints `1e+06`.
+pub(super) fn number_string(n: &serde_json::Number) -> String {
     if n.is_i64() || n.is_u64() {
         return n.to_string();
     }
-    let f = n.as_f64().unwrap_or(0.0);
-    if f.fract() == 0.0 && f.abs() < 1e21 { format!("{f:.0}") } else { format!("{f}") }
+    go_float(n.as_f64().unwrap_or(0.0), 6)
+}
+
+/// Go's shortest `%g`-style formatting of `f`, switching to the exponent form when the decimal
+/// exponent is below -4 or at least `max_exp` (6 for `fmt`'s `%v`).
+pub(super) fn go_float(f: f64, max_exp: i32) -> String {
+    if f == 0.0 {
+        return if f.is_sign_negative() { "-0".to_owned() } else { "0".to_owned() };
+    }
+    // Rust's `{:e}` gives the same shortest round-trip digits as Go, as `d.ddde<exp>`.
+    let sci = format!("{f:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if exp < -4 || exp >= max_exp {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exp.unsigned_abs())
+    } else {
+        // Plain notation with the same shortest digits.
+        format!("{f}")
+    }
 }
 
 pub(super) fn describe(v: &Value) -> &'static str {

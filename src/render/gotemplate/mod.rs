@@ -9,7 +9,12 @@
 //! - a missing map key behaves like Go's default (`missingkey=default`, as the SCS
 //!   cluster-stack-operator runs it): it is "no value", false in conditions and replaced by
 //!   `default`; but *printing* it (Go would write `<no value>`) or passing it to a function that
-//!   is not a test is an error naming the field.
+//!   is not a test is an error naming the field;
+//! - where Go would print a type error into the output (`printf "%s"` of a number gives
+//!   `%!s(int64=3)`), stacksync fails.
+//!
+//! Everything it does print is byte-for-byte what Go prints: numbers as `fmt` formats them
+//! (`1e+06` for a float million), `toJson` as `encoding/json` writes it, maps in key order.
 
 mod exec;
 pub mod funcs;
@@ -78,10 +83,27 @@ mod tests {
                     "ha": true,
                     "replicas": 3,
                     "ratio": 1.5,
-                    "nothing": null
+                    "nothing": null,
+                    "big": 1e6,
+                    "bigger": 1234567.5,
+                    "small": 0.00001,
+                    "port": 6443.0,
+                    "mixed": ["a", null, "b"],
+                    "url": "a?b=1&c=<d>"
                 }
             }
         })
+    }
+
+    /// Runs each template, expecting the output, or (for `Err`) an error starting with the text.
+    fn check(table: &[(&str, Result<&str, &str>)]) {
+        for (input, want) in table {
+            match (run(input), want) {
+                (Ok(got), Ok(want)) => assert_eq!(&got, want, "template: {input}"),
+                (Err(e), Err(want)) => assert!(e.to_string().starts_with(want), "template {input:?}\n got: {e}\nwant: {want}"),
+                (got, want) => panic!("template {input:?}\n got: {got:?}\nwant: {want:?}"),
+            }
+        }
     }
 
     fn run(text: &str) -> Result<String, Error> {
@@ -170,5 +192,138 @@ mod tests {
         let text = "values: |\n  a:\n    name: {{ .Cluster.metadata.name }}\n    host: {{ .Cluster.spec.host }}\n";
         let err = run(text).unwrap_err();
         assert_eq!(err.line, 4, "{err}");
+    }
+
+    #[test]
+    fn floats_print_as_go_fmt_not_as_rust_display() {
+        check(&[
+            ("{{ .Cluster.spec.big }}", Ok("1e+06")),
+            ("{{ .Cluster.spec.bigger }}", Ok("1.2345675e+06")),
+            ("{{ .Cluster.spec.small }}", Ok("1e-05")),
+            ("{{ .Cluster.spec.port }} {{ .Cluster.spec.ratio }}", Ok("6443 1.5")),
+            ("{{ .Cluster.spec.big | quote }} {{ printf \"%v\" .Cluster.spec.big }}", Ok("\"1e+06\" 1e+06")),
+            ("{{ 1e6 }} {{ 100000.0 }} {{ 0.0001 }} {{ -2.5e-7 }}", Ok("1e+06 100000 0.0001 -2.5e-07")),
+        ]);
+    }
+
+    #[test]
+    fn to_json_writes_what_go_encoding_json_writes() {
+        check(&[
+            ("{{ .Cluster.spec.url | toJson }}", Ok(r#""a?b=1\u0026c=\u003cd\u003e""#)),
+            (
+                "{{ dict \"p\" .Cluster.spec.port \"b\" .Cluster.spec.big \"s\" .Cluster.spec.small | toJson }}",
+                Ok(r#"{"b":1000000,"p":6443,"s":0.00001}"#),
+            ),
+            ("{{ list 1e21 1e-7 \"\\u2028\" | toJson }}", Ok(r#"[1e+21,1e-7,"\u2028"]"#)),
+            ("{{ dict \"p\" .Cluster.spec.port | toYaml }}", Ok("p: 6443")),
+        ]);
+    }
+
+    #[test]
+    fn break_in_the_else_of_a_top_level_range_is_refused_not_truncating() {
+        check(&[
+            ("{{ range .Cluster.spec.missing }}x{{ else }}{{ break }}{{ end }}after", Err("values.yaml:1: `break` outside of `range`")),
+            // Inside an outer range, it breaks the outer one, as in Go.
+            ("{{ range $i := list 1 2 }}{{ $i }}{{ range list }}{{ else }}{{ break }}{{ end }}{{ end }}.", Ok("1.")),
+        ]);
+    }
+
+    #[test]
+    fn integer_literals_follow_go_bases() {
+        check(&[
+            ("{{ 017 }} {{ 0o17 }} {{ 0x1F }} {{ 0b101 }} {{ 1_000 }} {{ -010 }}", Ok("15 15 31 5 1000 -8")),
+            ("{{ 08 }}", Err("values.yaml:1: invalid number `08`")),
+            ("{{ 9223372036854775808 }}", Err("values.yaml:1: invalid number")),
+        ]);
+    }
+
+    #[test]
+    fn string_literal_escapes_are_go_escapes() {
+        check(&[
+            (r#"{{ "\u00e9\x41\101\a\v\U0001F600" }}"#, Ok("\u{e9}AA\x07\x0b\u{1F600}")),
+            (r#"{{ "it\'s" }}"#, Err("values.yaml:1: unterminated or invalid quoted string")),
+            ("{{ `a\r\nb` }}", Ok("a\nb")),
+        ]);
+    }
+
+    #[test]
+    fn trim_markers_trim_only_what_go_calls_space() {
+        check(&[("a\u{a0}\n {{- 1 -}} \n\u{a0}b", Ok("a\u{a0}1\u{a0}b"))]);
+    }
+
+    #[test]
+    fn a_comment_must_open_at_the_delimiter() {
+        check(&[("{{/* c */}}a{{- /* c */ -}} b", Ok("ab")), ("x\n{{ /* c */ }}", Err("values.yaml:2: unexpected `/` in action"))]);
+    }
+
+    #[test]
+    fn sprig_functions_keep_their_go_types() {
+        check(&[
+            // sprig's join drops nil elements.
+            ("{{ join \",\" .Cluster.spec.mixed }}", Ok("a,b")),
+            // ternary's condition is a bool, not a truthy value.
+            ("{{ ternary \"y\" \"n\" .Cluster.metadata.name }}", Err("values.yaml:1: `ternary`: the condition must be a bool")),
+            // toInt64 parses the string as it is.
+            ("{{ int \" 3\" }}", Err("values.yaml:1: `int`: ` 3` is not a decimal integer")),
+            ("{{ add (int \"3\") 1 }}", Ok("4")),
+            // A string parameter takes no number (Go: "wrong type for value").
+            ("{{ .Cluster.spec.replicas | upper }}", Err("values.yaml:1: `upper`: expected a string, got a number")),
+            ("{{ .Cluster.spec.replicas | toString | upper }} {{ indent 2 \"x\" }}", Ok("3   x")),
+            ("{{ indent \"2\" \"x\" }}", Err("values.yaml:1: `indent`: expected an integer")),
+            ("{{ indent 1000000000 \"x\" }}", Err("values.yaml:1: `indent`: indent 1000000000 exceeds the output limit")),
+            // Go compares ints with ints and floats with floats.
+            ("{{ eq .Cluster.spec.replicas 3.0 }}", Err("values.yaml:1: `eq`: incompatible types")),
+            ("{{ eq .Cluster.spec.replicas 3 }} {{ lt .Cluster.spec.ratio 2.0 }}", Ok("true true")),
+        ]);
+    }
+
+    #[test]
+    fn printf_s_of_a_non_string_is_refused_not_printed() {
+        check(&[
+            ("{{ printf \"%s\" .Cluster.spec.replicas }}", Err("values.yaml:1: `printf`: unsupported verb `%s` for a number")),
+            ("{{ printf \"%s:%d %v\" .Cluster.metadata.name .Cluster.spec.replicas .Cluster.spec.ha }}", Ok("alpha:3 true")),
+        ]);
+    }
+
+    #[test]
+    fn index_of_a_missing_key_is_nil_as_in_go() {
+        check(&[
+            ("{{ index .Cluster.metadata.labels \"nope\" | default \"d\" }}", Ok("d")),
+            ("{{ index .Cluster.metadata.labels \"nope\" }}", Err("values.yaml:1: value is nil")),
+            // Go: "nil pointer evaluating interface {}.x", not a quiet default.
+            ("{{ (index .Cluster.metadata.labels \"nope\").x | default \"d\" }}", Err("values.yaml:1: nil pointer evaluating")),
+        ]);
+    }
+
+    #[test]
+    fn maps_range_and_print_in_go_key_order() {
+        let mut m = serde_json::Map::new();
+        for k in ["b", "a", "_", "B"] {
+            m.insert(k.to_owned(), Value::from(k));
+        }
+        let data = json!({"m": m});
+        let t = Template::parse("v.yaml", "{{ range $k, $v := .m }}{{ $k }}{{ end }} {{ .m }}").unwrap();
+        assert_eq!(t.execute(&data).unwrap(), "B_ab map[B:B _:_ a:a b:b]");
+    }
+
+    #[test]
+    fn an_undefined_variable_is_a_parse_error_even_in_a_branch_not_taken() {
+        check(&[
+            ("x\n{{ if false }}{{ $nope }}{{ end }}", Err("values.yaml:2: undefined variable `$nope`")),
+            ("{{ with $x := 1 }}{{ $x }}{{ end }}{{ $x }}", Err("values.yaml:1: undefined variable `$x`")),
+            ("{{ range $i, $e := list 1 }}{{ end }}{{ $e }}", Err("values.yaml:1: undefined variable `$e`")),
+            ("{{ $x := 1 }}{{ if true }}{{ $y := $x }}{{ $y }}{{ else }}{{ $x }}{{ end }}{{ $x }}", Ok("11")),
+            ("{{ $x := 1 }}{{ range list 2 }}{{ $x = . }}{{ end }}{{ $x }}", Ok("2")),
+        ]);
+    }
+
+    #[test]
+    fn range_over_an_integer_is_go_1_22_range() {
+        check(&[
+            ("{{ range 3 }}{{ . }}{{ end }}|{{ range $i := 2 }}{{ $i }}{{ end }}", Ok("012|01")),
+            ("{{ range -1 }}x{{ else }}none{{ end }}", Ok("none")),
+            ("{{ range $i, $e := 3 }}{{ end }}", Err("values.yaml:1: can't use 3 to iterate over more than one variable")),
+            ("{{ range 100000000000 }}{{ end }}", Err("values.yaml:1: range over 100000000000 exceeds the step limit")),
+        ]);
     }
 }

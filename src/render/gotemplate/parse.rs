@@ -100,7 +100,7 @@ impl Cx<'_> {
 pub(super) fn parse(file: &str, text: &str) -> Result<List, Error> {
     let cx = Cx { file };
     let items = split(&cx, text)?;
-    let mut parser = Parser { cx: &cx, items: items.into_iter().peekable(), range_depth: 0 };
+    let mut parser = Parser { cx: &cx, items: items.into_iter().peekable(), range_depth: 0, vars: vec!["$".to_owned()] };
     let (list, end) = parser.list()?;
     match end {
         None => Ok(list),
@@ -121,7 +121,7 @@ fn split(cx: &Cx<'_>, text: &str) -> Result<Vec<Item>, Error> {
         };
         let mut chunk = before;
         if trim_next {
-            chunk = chunk.trim_start();
+            chunk = chunk.trim_start_matches(GO_SPACE);
         }
         let Some(after) = after else {
             if !chunk.is_empty() {
@@ -131,16 +131,16 @@ fn split(cx: &Cx<'_>, text: &str) -> Result<Vec<Item>, Error> {
         };
         line += before.matches('\n').count();
         let (trim_left, body_start) = match after.strip_prefix('-') {
-            Some(b) if b.starts_with([' ', '\t', '\n', '\r']) => (true, b),
+            Some(b) if b.starts_with(GO_SPACE) => (true, b),
             _ => (false, after),
         };
         if trim_left {
-            chunk = chunk.trim_end();
+            chunk = chunk.trim_end_matches(GO_SPACE);
         }
         if !chunk.is_empty() {
             items.push(Item::Text(chunk.to_owned()));
         }
-        let (toks, body_len, trim_right) = lex_action(cx, body_start, line)?;
+        let (toks, body_len, trim_right) = lex_action(cx, body_start, trim_left, line)?;
         let consumed = &body_start[..body_len];
         let action_line = line;
         line += consumed.matches('\n').count();
@@ -153,11 +153,15 @@ fn split(cx: &Cx<'_>, text: &str) -> Result<Vec<Item>, Error> {
     Ok(items)
 }
 
+/// What Go's template lexer counts as space: around trim markers and between words.
+const GO_SPACE: [char; 4] = [' ', '\t', '\r', '\n'];
+
 /// Lexes one action body (after `{{` and an optional `- `). Returns its tokens (`None` for a
 /// comment), the bytes consumed including the closing `}}`, and whether `-}}` trims what follows.
-fn lex_action(cx: &Cx<'_>, s: &str, line: usize) -> Result<(Option<Vec<Tok>>, usize, bool), Error> {
-    let trimmed = s.trim_start();
-    if let Some(comment) = trimmed.strip_prefix("/*") {
+fn lex_action(cx: &Cx<'_>, s: &str, trimmed_left: bool, line: usize) -> Result<(Option<Vec<Tok>>, usize, bool), Error> {
+    // Go: a comment starts right after `{{`, or after `{{- ` and exactly one space.
+    let at_comment = if trimmed_left { s.get(1..).unwrap_or_default() } else { s };
+    if let Some(comment) = at_comment.strip_prefix("/*") {
         let Some(end) = comment.find("*/") else { return Err(cx.err(line, "unclosed comment")) };
         let after = &comment[end + 2..];
         let (trim, close) = if let Some(a) = after.strip_prefix(" -}}") {
@@ -178,7 +182,7 @@ fn lex_action(cx: &Cx<'_>, s: &str, line: usize) -> Result<(Option<Vec<Tok>>, us
         if s[i..].starts_with("}}") {
             return Ok((Some(toks), i + 2, false));
         }
-        if c == b'-' && s[i + 1..].starts_with("}}") && i > 0 && b[i - 1].is_ascii_whitespace() {
+        if c == b'-' && s[i + 1..].starts_with("}}") && i > 0 && GO_SPACE.contains(&char::from(b[i - 1])) {
             return Ok((Some(toks), i + 3, true));
         }
         match c {
@@ -225,10 +229,12 @@ fn lex_action(cx: &Cx<'_>, s: &str, line: usize) -> Result<(Option<Vec<Tok>>, us
                 let end = s[i + 1..].find('`').ok_or_else(|| cx.err(cur_line, "unterminated raw string"))?;
                 let raw = &s[i + 1..i + 1 + end];
                 cur_line += raw.matches('\n').count();
-                toks.push(Tok::Str(raw.to_owned()));
+                // `strconv.Unquote` drops carriage returns from raw strings (CRLF files).
+                toks.push(Tok::Str(raw.replace('\r', "")));
                 i += end + 2;
             }
             b'\'' => return Err(cx.err(cur_line, "character constants ('c') are not supported")),
+            b'/' => return Err(cx.err(cur_line, "unexpected `/` in action (a comment must start right after `{{` or `{{- `)")),
             b'.' => {
                 let (chain, n) = field_chain(&s[i..]);
                 toks.push(Tok::Field(chain));
@@ -279,7 +285,8 @@ fn field_chain(s: &str) -> (Vec<String>, usize) {
     (names, i)
 }
 
-/// A Go interpreted string literal; returns the value and bytes consumed.
+/// A Go interpreted string literal (`strconv.Unquote`); returns the value and bytes consumed.
+/// `None` for an unterminated literal or an escape Go rejects (such as `\'`).
 fn lex_quoted(s: &str) -> Option<(String, usize)> {
     let mut out = String::new();
     let mut chars = s.char_indices().skip(1);
@@ -289,13 +296,34 @@ fn lex_quoted(s: &str) -> Option<(String, usize)> {
             '\n' => return None,
             '\\' => {
                 let (_, e) = chars.next()?;
+                let mut hex = |n: usize| -> Option<u32> {
+                    let mut v = 0u32;
+                    for _ in 0..n {
+                        v = v * 16 + chars.next()?.1.to_digit(16)?;
+                    }
+                    Some(v)
+                };
                 match e {
+                    'a' => out.push('\x07'),
+                    'b' => out.push('\x08'),
+                    'f' => out.push('\x0c'),
                     'n' => out.push('\n'),
-                    't' => out.push('\t'),
                     'r' => out.push('\r'),
+                    't' => out.push('\t'),
+                    'v' => out.push('\x0b'),
                     '\\' => out.push('\\'),
                     '"' => out.push('"'),
-                    '\'' => out.push('\''),
+                    // `\xNN` is a byte; only ASCII bytes make a valid UTF-8 string on their own.
+                    'x' => out.push(char::from_u32(hex(2)?).filter(char::is_ascii)?),
+                    'u' => out.push(char::from_u32(hex(4)?)?),
+                    'U' => out.push(char::from_u32(hex(8)?)?),
+                    '0'..='7' => {
+                        let mut v = e.to_digit(8)?;
+                        for _ in 0..2 {
+                            v = v * 8 + chars.next()?.1.to_digit(8)?;
+                        }
+                        out.push(char::from_u32(v).filter(char::is_ascii)?);
+                    }
                     _ => return None,
                 }
             }
@@ -309,6 +337,9 @@ struct Parser<'a, I: Iterator<Item = Item>> {
     cx: &'a Cx<'a>,
     items: std::iter::Peekable<I>,
     range_depth: usize,
+    /// Variables in scope, as Go's parser tracks them: a use of any other is a parse error, even
+    /// in a branch that never runs.
+    vars: Vec<String>,
 }
 
 /// How a list ended: at end of input (`None`) or at a keyword action (`end`, `else ...`).
@@ -354,9 +385,13 @@ impl<I: Iterator<Item = Item>> Parser<'_, I> {
                 }
                 "range" => {
                     toks.remove(0);
+                    let scope = self.vars.len();
                     let pipe = self.pipeline(line, toks, true)?;
                     self.range_depth += 1;
-                    let (body, end) = self.list_with_rest()?;
+                    let body = self.list_with_rest();
+                    // As in Go, `break` / `continue` in the `else` part belong to an outer range.
+                    self.range_depth -= 1;
+                    let (body, end) = body?;
                     let otherwise = match end {
                         Some((_, w, rest)) if w == "else" && rest.is_empty() => {
                             let (other, end) = self.list()?;
@@ -366,7 +401,7 @@ impl<I: Iterator<Item = Item>> Parser<'_, I> {
                         Some((_, w, rest)) if w == "end" && rest.is_empty() => None,
                         other => return Err(self.bad_end(line, "range", other)),
                     };
-                    self.range_depth -= 1;
+                    self.vars.truncate(scope);
                     list.push(Node::Range { pipe, body, otherwise });
                 }
                 "break" | "continue" => {
@@ -391,6 +426,8 @@ impl<I: Iterator<Item = Item>> Parser<'_, I> {
     }
 
     fn conditional(&mut self, line: usize, keyword: &str, toks: Vec<Tok>) -> Result<Node, Error> {
+        // Variables declared anywhere in the `if` / `with` (its pipelines, any branch) end with it.
+        let scope = self.vars.len();
         let mut branches = Vec::new();
         let mut pipe = self.pipeline(line, toks, false)?;
         let otherwise = loop {
@@ -410,6 +447,7 @@ impl<I: Iterator<Item = Item>> Parser<'_, I> {
                 other => return Err(self.bad_end(line, keyword, other)),
             }
         };
+        self.vars.truncate(scope);
         Ok(if keyword == "if" { Node::If { branches, otherwise } } else { Node::With { branches, otherwise } })
     }
 
@@ -428,7 +466,7 @@ impl<I: Iterator<Item = Item>> Parser<'_, I> {
         }
     }
 
-    fn pipeline(&self, line: usize, toks: Vec<Tok>, range: bool) -> Result<Pipe, Error> {
+    fn pipeline(&mut self, line: usize, toks: Vec<Tok>, range: bool) -> Result<Pipe, Error> {
         let mut toks = toks.as_slice();
         let mut decl = Vec::new();
         let mut assign = false;
@@ -451,6 +489,9 @@ impl<I: Iterator<Item = Item>> Parser<'_, I> {
             if ok {
                 assign = toks[end] == Tok::Assign;
                 toks = &toks[end + 1..];
+                // Go adds the names before parsing the rest (an assignment too; whether it
+                // names a variable in scope is checked when it runs).
+                self.vars.extend(decl.iter().cloned());
             } else if !names.is_empty() && !names.iter().any(|t| matches!(t, Tok::LParen)) {
                 return Err(self.cx.err(line, "invalid variable declaration"));
             }
@@ -491,7 +532,12 @@ impl<I: Iterator<Item = Item>> Parser<'_, I> {
         let rest = &toks[1..];
         let arg = match &toks[0] {
             Tok::Field(c) => Arg::Field(c.clone()),
-            Tok::Var(n, c) => Arg::Var(n.clone(), c.clone()),
+            Tok::Var(n, c) => {
+                if !self.vars.contains(n) {
+                    return Err(self.cx.err(line, format!("undefined variable `{n}`")));
+                }
+                Arg::Var(n.clone(), c.clone())
+            }
             Tok::Str(s) => Arg::Str(s.clone()),
             Tok::Num(n) => Arg::Num(parse_number(n).ok_or_else(|| self.cx.err(line, format!("invalid number `{n}`")))?),
             Tok::Ident(w) => match w.as_str() {
@@ -530,13 +576,41 @@ impl<I: Iterator<Item = Item>> Parser<'_, I> {
     }
 }
 
+/// A Go number literal as `text/template` reads it: integers in decimal, hex (`0x`), octal
+/// (`0o` or a leading `0`, so `017` is 15) or binary (`0b`), with `_` separators; else a float.
 fn parse_number(text: &str) -> Option<serde_json::Number> {
-    let t = text.replace('_', "");
-    if let Ok(i) = t.parse::<i64>() {
-        return Some(i.into());
+    let (neg, body) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let lower = body.to_ascii_lowercase();
+    let (radix, digits) = if let Some(d) = lower.strip_prefix("0x") {
+        (16, d)
+    } else if let Some(d) = lower.strip_prefix("0o") {
+        (8, d)
+    } else if let Some(d) = lower.strip_prefix("0b") {
+        (2, d)
+    } else if lower.len() > 1 && lower.starts_with('0') && lower.bytes().all(|b| b.is_ascii_digit() || b == b'_') {
+        (8, &lower[1..])
+    } else {
+        (10, lower.as_str())
+    };
+    // Go allows `_` only between digits (or after a base prefix).
+    let underscores_ok = !digits.ends_with('_') && !digits.contains("__") && (radix != 10 || !digits.starts_with('_'));
+    if !underscores_ok {
+        return None;
     }
-    if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        return i64::from_str_radix(hex, 16).ok().map(Into::into);
+    let clean = digits.replace('_', "");
+    if !clean.is_empty() && clean.bytes().all(|b| b.is_ascii_hexdigit()) && (radix != 10 || clean.bytes().all(|b| b.is_ascii_digit())) {
+        // An integer: Go's template constants are `int`, so one past int64 is an error.
+        let u = u64::from_str_radix(&clean, radix).ok()?;
+        let i = i64::try_from(u).ok()?;
+        return Some(if neg { -i } else { i }.into());
     }
-    t.parse::<f64>().ok().and_then(serde_json::Number::from_f64)
+    if radix != 10 || !clean.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'+' | b'-')) {
+        return None;
+    }
+    let f: f64 = clean.parse().ok()?;
+    serde_json::Number::from_f64(if neg { -f } else { f })
 }

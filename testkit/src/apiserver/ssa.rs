@@ -300,7 +300,7 @@ mod tests {
         assert_eq!(err.message, r#"Apply failed with 1 conflict: conflict with "kubectl-edit" using v1: .data.a"#);
         assert_eq!(
             err.details.expect("details")["causes"][0],
-            json!({"type": "FieldManagerConflict", "message": "conflict with \"kubectl-edit\" using v1", "field": ".data.a"})
+            json!({"reason": "FieldManagerConflict", "message": "conflict with \"kubectl-edit\" using v1", "field": ".data.a"})
         );
     }
 

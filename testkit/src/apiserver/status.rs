@@ -54,7 +54,9 @@ impl ApiError {
     pub fn apply_conflict(message: String, causes: &[(String, String)]) -> ApiError {
         let causes: Vec<Value> = causes
             .iter()
-            .map(|(manager, field)| json!({"type": "FieldManagerConflict", "message": format!("conflict with {manager}"), "field": field}))
+            .map(
+                |(manager, field)| json!({"reason": "FieldManagerConflict", "message": format!("conflict with {manager}"), "field": field}),
+            )
             .collect();
         ApiError::new(409, "Conflict", message).with_details(json!({"causes": causes}))
     }
