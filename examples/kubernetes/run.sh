@@ -35,17 +35,7 @@ mgmt patch cluster alpha -n team-a --subresource=status --type=merge -p '{"statu
 mgmt create secret generic alpha-kubeconfig -n team-a --from-file=value="$work/workload.kubeconfig" >/dev/null
 
 # The release repository: the quickstart's two cluster-stack releases as Git tags.
-git_() { git -c user.name=example -c user.email=example@example.invalid -c commit.gpgsign=false -c tag.gpgsign=false "$@"; }
-git_ init -q --bare -b main "$work/stacks.git"
-git_ init -q -b main "$work/build"
-for v in v1 v2; do
-  rm -rf "$work/build/manifests"
-  cp -R "$root/examples/quickstart/release/$v/manifests" "$work/build/manifests"
-  git_ -C "$work/build" add -A
-  git_ -C "$work/build" commit -q -m "docker-ferrol-1-27 $v"
-  git_ -C "$work/build" tag -a -m "release $v" "docker-ferrol-1-27-$v"
-done
-git_ -C "$work/build" push -q "$work/stacks.git" main --tags
+"$root/examples/quickstart/make-repo.sh" "$work/stacks.git"
 
 status=0
 target/debug/stacksync run --once --config "$here/stacksync.yaml" || status=$?
