@@ -167,7 +167,12 @@ async fn apply(dir: &Path) {
                 commit: "c".into(),
                 version: stacksync::release::version::Version::from_tag("v1.0.0").expect("version"),
             },
-            &stacksync::config::ClusterConfig { name: "a".into(), namespace: "default".into(), values: Default::default(), objects: Default::default() },
+            &stacksync::config::ClusterConfig {
+                name: "a".into(),
+                namespace: "default".into(),
+                values: Default::default(),
+                objects: Default::default(),
+            },
         )
         .expect("render");
 
@@ -175,7 +180,8 @@ async fn apply(dir: &Path) {
     for _ in 0..RUNS {
         let ours_server = testkit::apiserver::ApiServer::start().await.expect("server");
         let peer_server = testkit::apiserver::ApiServer::start().await.expect("server");
-        let applier = Applier::new(ours_server.client().expect("client"), ApplyOptions { owner: "bench".into(), ..ApplyOptions::default() });
+        let applier =
+            Applier::new(ours_server.client().expect("client"), ApplyOptions { owner: "bench".into(), ..ApplyOptions::default() });
         let stage = [Stage { name: "m".into(), action: StageAction::Apply, objects: objects.clone() }];
         let t = Instant::now();
         let first = applier.sync(&stage, &Inventory::default()).await;
@@ -187,7 +193,12 @@ async fn apply(dir: &Path) {
         let (first_peer, noop_peer) = tokio::task::spawn_blocking(move || {
             let apply = || {
                 let t = Instant::now();
-                run(Command::new(&k).arg("--kubeconfig").arg(&kc).args(["apply", "--server-side", "-f"]).arg(&f).env("HOME", f.parent().unwrap_or(Path::new("."))));
+                run(Command::new(&k)
+                    .arg("--kubeconfig")
+                    .arg(&kc)
+                    .args(["apply", "--server-side", "-f"])
+                    .arg(&f)
+                    .env("HOME", f.parent().unwrap_or(Path::new("."))));
                 t.elapsed()
             };
             (apply(), apply())
