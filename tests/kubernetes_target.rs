@@ -497,3 +497,27 @@ async fn an_unreadable_inventory_skips_the_cluster_instead_of_forgetting_what_to
         Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
     assert!(deployments.get_opt("ccm").await.expect("get").is_none(), "the dropped Deployment was forgotten instead of pruned");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_cluster_that_is_down_is_skipped_quickly() {
+    let env = Env::new(1).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    env.add_cluster("alpha", true).await;
+    // A kubeconfig pointing at a port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let dead = std::fs::read_to_string(env.workloads[0].kubeconfig())
+        .expect("kubeconfig")
+        .replace(env.workloads[0].url(), &format!("http://127.0.0.1:{port}"));
+    let mut secret = k8s_openapi::api::core::v1::Secret::default();
+    secret.metadata.name = Some("alpha-kubeconfig".into());
+    secret.data = Some([("value".to_owned(), k8s_openapi::ByteString(dead.into_bytes()))].into());
+    let api: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(env.mgmt(), NS);
+    api.patch("alpha-kubeconfig", &PatchParams::apply("capi"), &Patch::Apply(&secret)).await.expect("secret");
+
+    let started = std::time::Instant::now();
+    let o = run_once(&env.config("", "")).await;
+    assert_exit(&o, 1);
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
+    let cs = env.cluster_sync("alpha").await;
+    assert_eq!(condition(&cs, "Ready")["reason"], "ClusterUnreachable", "{cs}");
+}

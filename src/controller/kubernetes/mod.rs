@@ -322,6 +322,19 @@ async fn workload_client(mgmt: &kube::Client, c: &ClusterConfig) -> Result<kube:
     kube::Client::try_from(config).map_err(|e| (Reason::ClusterUnreachable, e.to_string()))
 }
 
+/// How long a workload cluster gets to answer `GET /version` before its sync is skipped.
+pub const REACHABLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// One cheap request before the sync: a cluster that is down is skipped in seconds instead of
+/// failing every object after the client's retries.
+async fn reachable(client: &kube::Client) -> Result<(), String> {
+    match tokio::time::timeout(REACHABLE_TIMEOUT, client.apiserver_version()).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("the workload cluster's API server does not answer: {e}")),
+        Err(_) => Err(format!("the workload cluster's API server did not answer within {}s", REACHABLE_TIMEOUT.as_secs())),
+    }
+}
+
 /// The owner of the objects applied for one cluster and subscription (the applier makes it
 /// label-safe).
 fn owner_id(sub: &Subscription, c: &ClusterConfig) -> String {
@@ -391,7 +404,14 @@ async fn sync_cluster(
             }
         };
         let client = match workload_client(mgmt, c).await {
-            Ok(client) => client,
+            Ok(client) => match reachable(&client).await {
+                Ok(()) => client,
+                Err(message) => {
+                    warn!(cluster = %label, "{message}");
+                    let st = fail(Reason::ClusterUnreachable, message);
+                    break 'done (st.clone(), ChangeSet::default(), failed_crd(&prev_status, wanted, &st));
+                }
+            },
             Err((reason, message)) => {
                 warn!(cluster = %label, "{message}");
                 let st = fail(reason, message);
