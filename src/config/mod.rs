@@ -181,6 +181,9 @@ pub struct KubernetesTarget {
     pub prune_limit: usize,
     /// Whether a release rendering no objects may prune everything.
     pub allow_empty_prune: bool,
+    /// How soon a cluster skipped as not ready (control plane, kubeconfig Secret, unreachable)
+    /// is tried again; only that cluster, whatever the subscription's schedule.
+    pub not_ready_retry: std::time::Duration,
 }
 
 impl Default for KubernetesTarget {
@@ -191,6 +194,7 @@ impl Default for KubernetesTarget {
             drift_mode: DriftMode::Correct,
             prune_limit: target::DEFAULT_PRUNE_LIMIT,
             allow_empty_prune: false,
+            not_ready_retry: target::DEFAULT_NOT_READY_RETRY,
         }
     }
 }

@@ -9,6 +9,8 @@ use super::{ClusterSelector, DriftMode, KubernetesTarget, Target};
 
 /// Default for `target.kubernetes.pruneLimit`.
 pub const DEFAULT_PRUNE_LIMIT: usize = 50;
+/// Default for `target.kubernetes.notReadyRetry`.
+pub const DEFAULT_NOT_READY_RETRY: std::time::Duration = std::time::Duration::from_secs(15);
 
 impl Cx {
     pub(super) fn target(&mut self, node: &Node, base: &Path) -> Option<Target> {
@@ -31,7 +33,11 @@ impl Cx {
         if node.is_null() || matches!(&node.value, Value::Scalar { text, .. } if text.is_empty()) {
             return Some(KubernetesTarget::default());
         }
-        let f = self.fields(node, "target.kubernetes", &["kubeconfig", "context", "driftMode", "pruneLimit", "allowEmptyPrune"])?;
+        let f = self.fields(
+            node,
+            "target.kubernetes",
+            &["kubeconfig", "context", "driftMode", "pruneLimit", "allowEmptyPrune", "notReadyRetry"],
+        )?;
         let kubeconfig = self.string(&f, "kubeconfig").map(|p| base.join(p));
         let context = self.string(&f, "context");
         let drift_mode = match self.string(&f, "driftMode").as_deref() {
@@ -54,7 +60,24 @@ impl Cx {
             None => DEFAULT_PRUNE_LIMIT,
         };
         let allow_empty_prune = self.bool(&f, "allowEmptyPrune", false);
-        Some(KubernetesTarget { kubeconfig, context, drift_mode, prune_limit, allow_empty_prune })
+        let not_ready_retry = match f.get("notReadyRetry") {
+            Some(n) => {
+                let text = self.string(&f, "notReadyRetry").unwrap_or_default();
+                match crate::schedule::parse_duration(&text) {
+                    Ok(d) if d >= std::time::Duration::from_secs(1) => d,
+                    Ok(_) => {
+                        self.error(n.mark, &f.path("notReadyRetry"), "must be at least 1s");
+                        DEFAULT_NOT_READY_RETRY
+                    }
+                    Err(e) => {
+                        self.error(n.mark, &f.path("notReadyRetry"), e);
+                        DEFAULT_NOT_READY_RETRY
+                    }
+                }
+            }
+            None => DEFAULT_NOT_READY_RETRY,
+        };
+        Some(KubernetesTarget { kubeconfig, context, drift_mode, prune_limit, allow_empty_prune, not_ready_retry })
     }
 
     pub(super) fn cluster_selector(&mut self, node: &Node, path: &str) -> Option<ClusterSelector> {

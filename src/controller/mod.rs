@@ -57,8 +57,8 @@ pub struct PassReport {
     pub clusters: Vec<ClusterReport>,
     /// Sources that could not be polled this pass (their cached tags were used).
     pub source_errors: BTreeMap<String, String>,
-    /// Some cluster was skipped because it is not ready yet: poll again soon.
-    pub retry_soon: bool,
+    /// By subscription: clusters skipped as not ready yet, to retry soon (only them).
+    pub retry: BTreeMap<String, BTreeSet<(String, String)>>,
     /// Failures not tied to one cluster (e.g. the management cluster is unreachable).
     pub failures: Vec<String>,
 }
@@ -94,6 +94,20 @@ impl PassReport {
 /// # Errors
 /// Only when the cache itself cannot be opened or its index read or written.
 pub async fn pass(config: &Config, subs: Option<&[String]>, apply: bool) -> cache::Result<PassReport> {
+    pass_scoped(config, subs, None, apply).await
+}
+
+/// [`pass`] limited to some clusters (`(namespace, name)`) of the Kubernetes target: the retry
+/// of clusters that were not ready. A directory target ignores `clusters`.
+///
+/// # Errors
+/// As [`pass`].
+pub async fn pass_scoped(
+    config: &Config,
+    subs: Option<&[String]>,
+    clusters: Option<&BTreeSet<(String, String)>>,
+    apply: bool,
+) -> cache::Result<PassReport> {
     let cache = Cache::open(&config.cache.dir)?;
     let mut index = cache.load_index()?;
     let selected: Vec<&Subscription> = config.subscriptions.iter().filter(|s| subs.is_none_or(|names| names.contains(&s.name))).collect();
@@ -129,9 +143,9 @@ pub async fn pass(config: &Config, subs: Option<&[String]>, apply: bool) -> cach
     if let Target::Kubernetes(k) = &config.target
         && !kube_staged.is_empty()
     {
-        let outcome = kubernetes::sync(config, k, &kube_staged).await;
+        let outcome = kubernetes::sync(config, k, &kube_staged, clusters).await;
         adopt(&mut index, &kube_staged, &outcome.clusters);
-        report.retry_soon |= outcome.retry_soon;
+        report.retry = outcome.retry;
         report.failures.extend(outcome.failures);
         report.clusters.extend(outcome.clusters);
     }

@@ -1,6 +1,7 @@
 //! The long-running loop: poll each subscription on its schedule, reload the config when the
 //! file changes (keeping the last good config on a bad edit), and stop cleanly on SIGTERM/SIGINT.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::PathBuf;
 
@@ -9,7 +10,7 @@ use tokio::time::Instant;
 use tracing::{error, info, warn};
 
 use crate::config::watch::ConfigWatcher;
-use crate::config::{self, Config};
+use crate::config::{self, Config, Target};
 use crate::controller;
 use crate::schedule::Queue;
 
@@ -29,8 +30,11 @@ pub async fn run(path: PathBuf, initial: Config, shutdown: impl Future<Output = 
     }
     info!(file = %path.display(), subscriptions = config.subscriptions.len(), "stacksync started");
     tokio::pin!(shutdown);
+    // Clusters skipped as not ready, per subscription, and when to try them again (only them).
+    let mut retries: BTreeMap<String, (Instant, BTreeSet<(String, String)>)> = BTreeMap::new();
     loop {
-        let next = queue.next_due();
+        let next_retry = retries.values().map(|(at, _)| *at).min();
+        let next = [queue.next_due(), next_retry].into_iter().flatten().min();
         tokio::select! {
             () = &mut shutdown => {
                 info!("shutting down");
@@ -38,41 +42,60 @@ pub async fn run(path: PathBuf, initial: Config, shutdown: impl Future<Output = 
             }
             Some(()) = watcher.changed() => {
                 reload(&path, &mut config, &mut last_text, &mut queue);
+                retries.retain(|name, _| config.subscription(name).is_some());
             }
             () = sleep_until(next) => {
-                let due = queue.take_due(Instant::now());
-                if due.is_empty() {
-                    continue;
-                }
-                // Shutdown does not wait for a long pass (a rate-limit wait can take minutes):
-                // everything a pass writes is atomic, so abandoning it leaves a consistent cache.
-                let result = tokio::select! {
-                    result = controller::pass(&config, Some(&due), true) => result,
-                    () = &mut shutdown => {
-                        info!("shutting down; the pass in progress was abandoned");
-                        return Ok(());
+                let now = Instant::now();
+                let due = queue.take_due(now);
+                // A full pass of a subscription covers its retries too.
+                let retry: Vec<String> =
+                    retries.iter().filter(|(name, (at, _))| *at <= now && !due.contains(name)).map(|(name, _)| name.clone()).collect();
+                let clusters: BTreeSet<(String, String)> =
+                    retry.iter().filter_map(|name| retries.get(name)).flat_map(|(_, set)| set.iter().cloned()).collect();
+                for (subs, scope) in [(due.clone(), None), (retry, Some(&clusters))] {
+                    if subs.is_empty() {
+                        continue;
                     }
-                };
-                let mut retry_soon = false;
-                match result {
-                    Ok(report) => {
-                        let ready = report.clusters.iter().filter(|c| c.status.ready).count();
-                        info!(subscriptions = due.len(), clusters = report.clusters.len(), ready, "pass complete");
-                        retry_soon = report.retry_soon;
+                    // Shutdown does not wait for a long pass (a rate-limit wait can take minutes):
+                    // everything a pass writes is atomic, so abandoning it leaves a consistent cache.
+                    let result = tokio::select! {
+                        result = controller::pass_scoped(&config, Some(&subs), scope, true) => result,
+                        () = &mut shutdown => {
+                            info!("shutting down; the pass in progress was abandoned");
+                            return Ok(());
+                        }
+                    };
+                    for name in &subs {
+                        retries.remove(name);
                     }
-                    Err(e) => error!(error = %e, "pass failed: cache unavailable"),
+                    match result {
+                        Ok(report) => {
+                            let ready = report.clusters.iter().filter(|c| c.status.ready).count();
+                            let kind = if scope.is_some() { "retry of clusters that were not ready" } else { "pass" };
+                            info!(subscriptions = subs.len(), clusters = report.clusters.len(), ready, "{kind} complete");
+                            let at = Instant::now() + not_ready_retry(&config);
+                            for (name, set) in report.retry {
+                                retries.insert(name, (at, set));
+                            }
+                        }
+                        Err(e) => error!(error = %e, "pass failed: cache unavailable"),
+                    }
                 }
                 let (now, wall) = (Instant::now(), Utc::now());
                 for name in &due {
                     if let Some(sub) = config.subscription(name) {
                         queue.schedule(name, &sub.schedule, now, wall);
-                        if retry_soon {
-                            queue.expedite(name, now + controller::kubernetes::NOT_READY_RETRY);
-                        }
                     }
                 }
             }
         }
+    }
+}
+
+fn not_ready_retry(config: &Config) -> std::time::Duration {
+    match &config.target {
+        Target::Kubernetes(k) => k.not_ready_retry,
+        Target::Directory(_) => crate::config::KubernetesTarget::default().not_ready_retry,
     }
 }
 

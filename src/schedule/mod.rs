@@ -160,13 +160,6 @@ impl Queue {
         self.due.insert(name.to_owned(), now + schedule.delay_after(wall));
     }
 
-    /// Makes `name` due no later than `at` (a not-ready cluster is retried soon, whatever the
-    /// subscription's schedule).
-    pub fn expedite(&mut self, name: &str, at: Instant) {
-        let due = self.due.entry(name.to_owned()).or_insert(at);
-        *due = (*due).min(at);
-    }
-
     pub fn remove(&mut self, name: &str) {
         self.due.remove(name);
     }

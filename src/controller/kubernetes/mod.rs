@@ -28,8 +28,6 @@ use crate::status::{ClusterStatus, Reason};
 
 /// The field manager of every write, objects and status alike.
 pub const MANAGER: &str = ssa::FIELD_MANAGER;
-/// A cluster skipped because it is not ready is retried after this long, whatever its schedule.
-pub const NOT_READY_RETRY: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// How a subscription's release becomes objects: plain manifests, or a cluster stack (ClusterClass
 /// for the management cluster, addons per workload cluster, rendered with helm).
@@ -103,8 +101,9 @@ pub struct Outcome {
     /// Subscription-level failures (management cluster unreachable, Clusters not listable):
     /// nothing may be reported synced while one is present.
     pub failures: Vec<String>,
-    /// Some cluster was skipped as not ready: poll again after [`NOT_READY_RETRY`].
-    pub retry_soon: bool,
+    /// By subscription: clusters skipped as not ready or unreachable, to try again after
+    /// `notReadyRetry` (only them).
+    pub retry: BTreeMap<String, std::collections::BTreeSet<(String, String)>>,
 }
 
 /// Connects to the management cluster.
@@ -124,7 +123,15 @@ pub async fn management_client(k: &KubernetesTarget) -> Result<kube::Client, Str
 }
 
 /// Syncs every prepared subscription to its clusters.
-pub async fn sync(config: &Config, k: &KubernetesTarget, staged: &[(&Subscription, Prepared)]) -> Outcome {
+///
+/// With `only`, syncs just those clusters (`(namespace, name)`): a retry of clusters that were
+/// not ready must not re-check every other cluster of the subscription.
+pub async fn sync(
+    config: &Config,
+    k: &KubernetesTarget,
+    staged: &[(&Subscription, Prepared)],
+    only: Option<&std::collections::BTreeSet<(String, String)>>,
+) -> Outcome {
     let mut out = Outcome::default();
     let mgmt = match management_client(k).await {
         Ok(c) => c,
@@ -164,9 +171,12 @@ pub async fn sync(config: &Config, k: &KubernetesTarget, staged: &[(&Subscriptio
                 continue;
             }
         };
+        let mut found = found;
+        if let Some(only) = only {
+            found.retain(|f| only.contains(&(f.config.namespace.clone(), f.config.name.clone())));
+        }
         // A cluster follows one stack: a selector of a later subscription does not take a
         // cluster an earlier one already has (they would fight over its ClusterSync).
-        let mut found = found;
         found.retain(|f| {
             let key = (f.config.namespace.clone(), f.config.name.clone());
             match claimed.get(&key) {
@@ -191,7 +201,9 @@ pub async fn sync(config: &Config, k: &KubernetesTarget, staged: &[(&Subscriptio
         };
         for cluster in found {
             let (report, status_error) = sync_cluster(&mgmt, k, sub, prepared, &renderer, &cluster).await;
-            out.retry_soon |= cluster.not_ready.is_some();
+            if cluster.not_ready.is_some() || report.status.reason == Reason::ClusterUnreachable {
+                out.retry.entry(sub.name.clone()).or_default().insert((cluster.config.namespace.clone(), cluster.config.name.clone()));
+            }
             out.failures.extend(status_error);
             out.clusters.push(report);
         }
@@ -383,7 +395,7 @@ async fn sync_cluster(
     };
     let (status, changes, crd_status) = 'done: {
         if let Some((reason, message)) = &found.not_ready {
-            info!(cluster = %label, "{message}; retrying in {}s", NOT_READY_RETRY.as_secs());
+            info!(cluster = %label, "{message}; retrying in {}", crate::schedule::format_duration(k.not_ready_retry));
             let st = fail(*reason, message.clone());
             break 'done (st.clone(), ChangeSet::default(), failed_crd(&prev_status, wanted, &st));
         }
