@@ -283,6 +283,8 @@ impl Cx {
                 "clusters",
                 "clusterSelector",
                 "force",
+                "suspend",
+                "availableReleases",
             ],
         )?;
         let name = self.name(&f, "name");
@@ -355,6 +357,17 @@ impl Cx {
         let cluster_nodes = self.list(&f, "clusters");
         let selector = f.get("clusterSelector").and_then(|n| self.cluster_selector(n, &f.path("clusterSelector")));
         let force = self.bool(&f, "force", false);
+        let suspend = self.bool(&f, "suspend", false);
+        let available_releases = match f.get("availableReleases") {
+            Some(n) => match n.scalar_text().and_then(|t| t.parse::<usize>().ok()).filter(|n| (1..=100).contains(n)) {
+                Some(v) => v,
+                None => {
+                    self.error(n.mark, &f.path("availableReleases"), format!("expected a number from 1 to 100, found {}", describe(n)));
+                    super::DEFAULT_AVAILABLE_RELEASES
+                }
+            },
+            None => super::DEFAULT_AVAILABLE_RELEASES,
+        };
         if f.get("clusters").is_none() && f.get("clusterSelector").is_none() {
             self.error(
                 node.mark,
@@ -379,6 +392,8 @@ impl Cx {
             values: defaults,
             selector,
             force,
+            suspend,
+            available_releases,
         })
     }
 

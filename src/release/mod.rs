@@ -128,6 +128,8 @@ mod tests {
             path: "manifests".into(),
             format: crate::config::Format::Manifests,
             clusters: Vec::new(),
+            suspend: false,
+            available_releases: 3,
         }
     }
 

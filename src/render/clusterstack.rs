@@ -44,11 +44,7 @@ pub struct Chart {
     pub path: PathBuf,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    Apply,
-    Delete,
-}
+pub use crate::model::StageAction as Action;
 
 /// One step of a hook in `clusteraddon.yaml`.
 #[derive(Debug, Clone, PartialEq, Eq)]

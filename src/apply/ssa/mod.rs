@@ -39,23 +39,7 @@ pub const FORCE_ANNOTATION: &str = "stacksync.io/force";
 /// `"true"`: delete and re-create this object when the server refuses a change as immutable.
 pub const RECREATE_ANNOTATION: &str = "stacksync.io/recreate-on-immutable";
 
-/// What a resync does when a live object differs from a manifest that did not change.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum DriftMode {
-    /// Apply the manifest again (the object's entry says `corrected drift: <fields>`).
-    #[default]
-    Correct,
-    /// Leave the object; report it as Skipped `drifted: <fields>` and in [`SyncResult::drifted`].
-    Warn,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum StageAction {
-    #[default]
-    Apply,
-    /// Delete the stage's objects (only those carrying our owner label).
-    Delete,
-}
+pub use crate::model::{DriftMode, StageAction};
 
 /// One stage of a sync (a cluster-addon stage, or the ClusterClass objects); stages run in order.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -18,7 +18,7 @@ use super::{ClusterReport, Prepared};
 use crate::apply::ChangeSet;
 use crate::apply::ssa::{self, Applier, ApplyOptions, Inventory, Stage, StageAction};
 use crate::config::Format;
-use crate::config::{ClusterConfig, Config, DriftMode, KubernetesTarget, Subscription};
+use crate::config::{ClusterConfig, Config, KubernetesTarget, Subscription};
 use crate::release::{Release, short};
 use crate::render::Manifests;
 use crate::render::clusterstack::Layout;
@@ -436,10 +436,7 @@ async fn sync_cluster(
             ApplyOptions {
                 owner: owner_id(sub, c),
                 force: sub.force,
-                drift: match k.drift_mode {
-                    DriftMode::Correct => ssa::DriftMode::Correct,
-                    DriftMode::Warn => ssa::DriftMode::Warn,
-                },
+                drift: k.drift_mode,
                 prune_limit: k.prune_limit,
                 allow_empty_prune: k.allow_empty_prune,
                 default_namespace: renderer.default_namespace().into(),
