@@ -105,6 +105,58 @@ fn no_match(sub: &Subscription, tags: &BTreeMap<String, String>) -> String {
     format!("no release matches: looking for {family} satisfying `{}`; tags seen: {seen}", sub.version)
 }
 
+/// The releases a cluster-stack subscription offers, newest first: the newest `count` tags of
+/// `stack` that `constraint` allows. Pure: `tags` is what the source advertised (tag -> commit).
+pub fn offered(source: &str, tags: &BTreeMap<String, String>, stack: &str, constraint: &version::Constraint, count: usize) -> Vec<Release> {
+    let mut all: Vec<Release> = tags
+        .iter()
+        .filter_map(|(tag, commit)| {
+            let v = Version::from_tag(tag)?;
+            let fits = matches!(&v, Version::Scs { stack: s, .. } if s == stack) && constraint.matches(&v);
+            fits.then(|| Release { source: source.to_owned(), tag: tag.clone(), commit: commit.clone(), version: v })
+        })
+        .collect();
+    all.sort_by(|a, b| b.version.compare(&a.version).unwrap_or(Ordering::Equal).then_with(|| b.tag.cmp(&a.tag)));
+    all.truncate(count);
+    all
+}
+
+/// Why a Cluster's class names no release this subscription can give it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClassError {
+    /// The class is not `<stack>-<version>` of this stack.
+    OtherStack { class: String, stack: String },
+    /// The class names a release the source does not advertise (or the constraint excludes).
+    NotAvailable { class: String },
+}
+
+impl fmt::Display for ClassError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClassError::OtherStack { class, stack } => {
+                write!(f, "ClusterClass `{class}` is not a release of cluster stack `{stack}` (expected `{stack}-<version>`)")
+            }
+            ClassError::NotAvailable { class } => write!(f, "ClusterClass `{class}` names a release that is not available"),
+        }
+    }
+}
+
+/// The release a Cluster whose `spec.topology.class` is `class` runs: a cluster stack's
+/// ClusterClass is named like its release tag (`<provider>-<name>-<k8s major>-<k8s minor>-<version>`).
+/// `known` are the tags the source advertised plus the releases still cached (tag -> commit).
+///
+/// # Errors
+/// The class belongs to another stack, or its release is not known.
+pub fn for_class(source: &str, class: &str, stack: &str, known: &BTreeMap<String, String>) -> Result<Release, ClassError> {
+    match Version::from_tag(class) {
+        Some(v @ Version::Scs { .. }) if matches!(&v, Version::Scs { stack: s, .. } if s == stack) => match known.get(class) {
+            Some(commit) => Ok(Release { source: source.to_owned(), tag: class.to_owned(), commit: commit.clone(), version: v }),
+            None => Err(ClassError::NotAvailable { class: class.to_owned() }),
+        },
+        _ => Err(ClassError::OtherStack { class: class.to_owned(), stack: stack.to_owned() }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,5 +242,28 @@ mod tests {
         // ...unless the constraint no longer allows it: an explicit downgrade.
         let got = select(&sub(None, "<1.1", true), &all, Some(&adopted("v1.1.0"))).unwrap();
         assert_eq!(got.release.tag, "v1.0.0");
+    }
+
+    #[test]
+    fn offered_is_the_newest_allowed_releases_of_the_stack() {
+        let t = tags(&["docker-ferrol-1-27-v1", "docker-ferrol-1-27-v2", "docker-ferrol-1-27-v3", "docker-ferrol-1-28-v9", "v1.0.0"]);
+        let any = Constraint::parse("*").unwrap();
+        let names = |rs: Vec<Release>| rs.into_iter().map(|r| r.tag).collect::<Vec<_>>();
+        assert_eq!(names(offered("src", &t, "docker-ferrol-1-27", &any, 2)), ["docker-ferrol-1-27-v3", "docker-ferrol-1-27-v2"]);
+        let upto2 = Constraint::parse("<=v2").unwrap();
+        assert_eq!(names(offered("src", &t, "docker-ferrol-1-27", &upto2, 3)), ["docker-ferrol-1-27-v2", "docker-ferrol-1-27-v1"]);
+    }
+
+    #[test]
+    fn a_class_names_its_release() {
+        let t = tags(&["docker-ferrol-1-27-v2"]);
+        let r = for_class("src", "docker-ferrol-1-27-v2", "docker-ferrol-1-27", &t).unwrap();
+        assert_eq!((r.tag.as_str(), r.commit.as_str()), ("docker-ferrol-1-27-v2", "c-docker-ferrol-1-27-v2"));
+        assert_eq!(
+            for_class("src", "docker-ferrol-1-27-v7", "docker-ferrol-1-27", &t),
+            Err(ClassError::NotAvailable { class: "docker-ferrol-1-27-v7".into() })
+        );
+        assert!(matches!(for_class("src", "openstack-alpha-1-29-v1", "docker-ferrol-1-27", &t), Err(ClassError::OtherStack { .. })));
+        assert!(matches!(for_class("src", "my-own-class", "docker-ferrol-1-27", &t), Err(ClassError::OtherStack { .. })));
     }
 }

@@ -11,7 +11,8 @@ mod object;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, StreamExt};
 use kube::Client;
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
@@ -204,17 +205,28 @@ impl Applier {
                 entries.push(entry);
                 slots.push(slot);
             }
-            let outcomes: Vec<Outcome> = futures_util::stream::iter(&slots)
-                .map(async |slot| match slot {
-                    Ok(t) => {
-                        let outcome = self.apply_one(t).await;
-                        self.establish(t, outcome).await
-                    }
-                    Err(not) => Outcome { entry: not.entry.clone(), drifted: None },
-                })
-                .buffered(self.options.concurrency.max(1))
-                .collect()
-                .await;
+            let outcomes: Vec<Outcome> = futures_util::stream::iter(
+                slots
+                    .iter()
+                    .map(|slot| {
+                        // Boxed futures from a plain closure (not an async closure): the sync future stays
+                        // provably `Send`, so callers may spawn it (kube-runtime's Controller does).
+                        async move {
+                            match slot {
+                                Ok(t) => {
+                                    let outcome = self.apply_one(t).await;
+                                    self.establish(t, outcome).await
+                                }
+                                Err(not) => Outcome { entry: not.entry.clone(), drifted: None },
+                            }
+                        }
+                        .boxed()
+                    })
+                    .collect::<Vec<BoxFuture<'_, _>>>(),
+            )
+            .buffered(self.options.concurrency.max(1))
+            .collect()
+            .await;
             for (o, outcome) in rank.iter().zip(&outcomes) {
                 if is_crd(o.group(), &o.kind) && outcome.entry.action.is_synced() {
                     let kind = o.body.pointer("/spec/names/kind").and_then(Value::as_str).unwrap_or_default();
@@ -258,21 +270,30 @@ impl Applier {
                 run.deleted.push(entry);
                 slots.push(slot);
             }
-            let outcomes: Vec<Outcome> = futures_util::stream::iter(&slots)
-                .map(async |slot| match slot {
-                    Ok(t) => match self.delete_owned(&t.api, &t.object.name, &t.entry.object).await {
-                        Ok(Deletion::Absent) => Outcome::new(&t.entry, Action::Unchanged, "absent"),
-                        Ok(Deletion::NotOurs(label)) => Outcome::new(&t.entry, Action::Skipped, not_ours(label.as_deref())),
-                        Ok(Deletion::Deleted) => Outcome::new(&t.entry, Action::Pruned, "deleted by a delete stage"),
-                        Err(e) => Outcome::new(&t.entry, Action::Failed, e.message()),
-                    },
-                    // A kind the server does not serve has no objects left to delete.
-                    Err(not) if not.kind_not_served => Outcome::new(&not.entry, Action::Unchanged, "absent"),
-                    Err(not) => Outcome { entry: not.entry.clone(), drifted: None },
-                })
-                .buffered(self.options.concurrency.max(1))
-                .collect()
-                .await;
+            let outcomes: Vec<Outcome> = futures_util::stream::iter(
+                slots
+                    .iter()
+                    .map(|slot| {
+                        async move {
+                            match slot {
+                                Ok(t) => match self.delete_owned(&t.api, &t.object.name, &t.entry.object).await {
+                                    Ok(Deletion::Absent) => Outcome::new(&t.entry, Action::Unchanged, "absent"),
+                                    Ok(Deletion::NotOurs(label)) => Outcome::new(&t.entry, Action::Skipped, not_ours(label.as_deref())),
+                                    Ok(Deletion::Deleted) => Outcome::new(&t.entry, Action::Pruned, "deleted by a delete stage"),
+                                    Err(e) => Outcome::new(&t.entry, Action::Failed, e.message()),
+                                },
+                                // A kind the server does not serve has no objects left to delete.
+                                Err(not) if not.kind_not_served => Outcome::new(&not.entry, Action::Unchanged, "absent"),
+                                Err(not) => Outcome { entry: not.entry.clone(), drifted: None },
+                            }
+                        }
+                        .boxed()
+                    })
+                    .collect::<Vec<BoxFuture<'_, _>>>(),
+            )
+            .buffered(self.options.concurrency.max(1))
+            .collect()
+            .await;
             outcomes.into_iter().for_each(|o| run.push(o));
         }
     }
@@ -414,14 +435,21 @@ impl Applier {
             for e in rank {
                 slots.push((*e, run.cache.resolve_any_version(&e.api_version(), &e.kind).await));
             }
-            let outcomes: Vec<(&InventoryEntry, Option<Entry>, bool)> = futures_util::stream::iter(&slots)
-                .map(async |(e, resolved)| {
-                    let (entry, keep) = self.prune_one(e, resolved).await;
-                    (*e, entry, keep)
-                })
-                .buffered(self.options.concurrency.max(1))
-                .collect()
-                .await;
+            let outcomes: Vec<(&InventoryEntry, Option<Entry>, bool)> = futures_util::stream::iter(
+                slots
+                    .iter()
+                    .map(|(e, resolved)| {
+                        async move {
+                            let (entry, keep) = self.prune_one(e, resolved).await;
+                            (*e, entry, keep)
+                        }
+                        .boxed()
+                    })
+                    .collect::<Vec<BoxFuture<'_, _>>>(),
+            )
+            .buffered(self.options.concurrency.max(1))
+            .collect()
+            .await;
             for (e, entry, kept) in outcomes {
                 if kept {
                     keep.push(e);
