@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::Action;
-use tracing::{error, info, info_span, warn};
+use tracing::{Instrument, error, info, info_span, warn};
 
 use super::status::{Owner, applied_crd, failed_crd, write_cluster_sync};
 use super::{Kube, control_plane_ready, is_paused, owner_id, reachable, referenced, rendered_digest, subscription_for, topology_class};
@@ -51,16 +51,26 @@ impl Fail {
 /// failure is written to the ClusterSync and returned in [`Reconciled::outcome`].
 pub(super) async fn reconcile(kube: &Kube, obj: &DynamicObject) -> Result<Option<Reconciled>, Error> {
     let config = kube.ctx.config();
-    let k = kube.target();
     let key = ClusterKey::new(obj.metadata.namespace.clone().unwrap_or_default(), obj.metadata.name.clone().unwrap_or_default());
     let labels = obj.metadata.labels.clone().unwrap_or_default();
     let class = topology_class(&obj.data);
-    let Some((sub, mut c)) = subscription_for(&config, &key, &labels, class.as_deref()) else { return Ok(None) };
+    let Some((sub, c)) = subscription_for(&config, &key, &labels, class.as_deref()) else { return Ok(None) };
     if !kube.ctx.polled(&sub.source) {
         return Ok(None);
     }
     let span = info_span!("cluster", cluster = %key, subscription = %sub.name);
-    let _enter = span.enter();
+    reconcile_in(kube, obj, key, sub, c, class).instrument(span).await
+}
+
+async fn reconcile_in(
+    kube: &Kube,
+    obj: &DynamicObject,
+    key: ClusterKey,
+    sub: &Subscription,
+    mut c: ClusterConfig,
+    class: Option<String>,
+) -> Result<Option<Reconciled>, Error> {
+    let k = kube.target();
 
     let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &key.namespace);
     let previous = syncs.get_opt(&key.name).await.map_err(|source| Error::ReadStatus { cluster: key.clone(), source })?;
@@ -150,7 +160,6 @@ async fn sync(
     class: Option<&str>,
     prev: &ClusterSyncStatus,
 ) -> Result<Done, Fail> {
-    let label = format!("{}/{}", c.namespace, c.name);
     let hold = |reason: Reason, message: String| {
         let st = ClusterStatus::failed(sub, c, None, None, reason, message);
         // Ready stays what it was (nothing changed in the cluster); a `Paused` / `Suspended`
@@ -175,8 +184,19 @@ async fn sync(
     let rel = choose(kube, sub, class).await?;
     let prepared = kube.ctx.prepare(&rel).await.map_err(|e| Fail::new(Reason::ReleaseUnavailable, e, true))?;
     let rspan = info_span!("release", tag = %rel.tag, commit = %short(&rel.commit));
-    let _r = rspan.enter();
+    apply_release(kube, k, sub, c, rel, prepared, prev).instrument(rspan).await
+}
 
+async fn apply_release(
+    kube: &Kube,
+    k: &KubernetesTarget,
+    sub: &Subscription,
+    c: &ClusterConfig,
+    rel: Release,
+    prepared: PreparedRelease,
+    prev: &ClusterSyncStatus,
+) -> Result<Done, Fail> {
+    let label = format!("{}/{}", c.namespace, c.name);
     let stages = render(kube, sub, &prepared, c).await?;
     if sub.format == Format::ClusterStack {
         let mut releases = kube.ctx.offered(sub).await;

@@ -78,15 +78,18 @@ pub async fn run(ctx: Arc<Context>, concurrency: u16, shutdown: impl Future<Outp
     let clusters: Api<DynamicObject> = Api::all_with(kube.mgmt.clone(), &ar);
     let writer = Writer::<DynamicObject>::new(ar.clone());
     let reader = writer.as_reader();
-    let (gone_tx, gone_rx) = mpsc::unbounded_channel::<ClusterKey>();
+    let (seen_tx, seen_rx) = mpsc::unbounded_channel::<Seen>();
     let stream = watcher(clusters, watcher::Config::default())
         .default_backoff()
         .reflect(writer)
         .inspect(move |event| {
-            if let Ok(watcher::Event::Delete(obj)) = event
-                && let Some(key) = key_of(obj)
-            {
-                let _ = gone_tx.send(key);
+            let seen = match event {
+                Ok(watcher::Event::Delete(obj)) => key_of(obj).map(Seen::Gone),
+                Ok(watcher::Event::InitDone) => Some(Seen::Listed),
+                _ => None,
+            };
+            if let Some(seen) = seen {
+                let _ = seen_tx.send(seen);
             }
         })
         .touched_objects();
@@ -99,7 +102,7 @@ pub async fn run(ctx: Arc<Context>, concurrency: u16, shutdown: impl Future<Outp
         Some(((), rx))
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let housekeeping = tokio::spawn(housekeeping(kube.clone(), reader.clone(), gone_rx, stop_rx));
+    let housekeeping = tokio::spawn(housekeeping(kube.clone(), reader.clone(), seen_rx, stop_rx));
 
     info!(concurrency, "reconciling Clusters");
     Controller::for_stream_with(stream, reader, ar.clone())
@@ -140,34 +143,46 @@ fn secret_owner(s: &Secret) -> Option<ClusterKey> {
     Some(ClusterKey::new(s.metadata.namespace.clone()?, cluster))
 }
 
+/// What the Cluster watch told housekeeping.
+enum Seen {
+    /// A Cluster was deleted.
+    Gone(ClusterKey),
+    /// The watch (re)listed every Cluster: the cache is complete.
+    Listed,
+}
+
 /// What is not one Cluster's reconcile: removing the ClusterSync of deleted Clusters (and of
 /// Clusters deleted while stacksync was down), pruning ClusterClasses no longer offered nor
-/// used, garbage-collecting the cache. After each publication and every resync.
+/// used, garbage-collecting the cache. After each full list of Clusters, each publication and
+/// every resync — never before the Cluster cache is complete (it would take every Cluster for
+/// deleted).
 async fn housekeeping(
     kube: Arc<Kube>,
     reader: Store<DynamicObject>,
-    mut gone: mpsc::UnboundedReceiver<ClusterKey>,
+    mut seen: mpsc::UnboundedReceiver<Seen>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    if reader.wait_until_ready().await.is_err() {
-        return;
-    }
     let mut published = kube.ctx.published();
-    let mut first = true;
+    let mut listed = false;
     loop {
-        if !first {
-            let resync = kube.target().resync;
-            tokio::select! {
-                Some(key) = gone.recv() => {
+        let resync = kube.target().resync;
+        tokio::select! {
+            event = seen.recv() => match event {
+                Some(Seen::Gone(key)) => {
+                    debug!(cluster = %key, "Cluster deleted");
                     forget(&kube, &key).await;
                     continue;
                 }
-                r = published.changed() => if r.is_err() { return },
-                () = tokio::time::sleep(resync) => {}
-                _ = stop.changed() => return,
-            }
+                Some(Seen::Listed) => listed = true,
+                None => return,
+            },
+            r = published.changed() => if r.is_err() { return },
+            () = tokio::time::sleep(resync) => {}
+            _ = stop.changed() => return,
         }
-        first = false;
+        if !listed {
+            continue;
+        }
         let live: Vec<Arc<DynamicObject>> = reader.state();
         sweep_orphans(&kube, &live).await;
         let referenced: BTreeSet<String> = live.iter().filter_map(|c| topology_class(&c.data)).collect();
