@@ -8,6 +8,7 @@ pub mod apply;
 pub mod cache;
 pub mod config;
 pub mod controller;
+pub mod kubeyaml;
 pub mod release;
 pub mod render;
 pub mod runtime;

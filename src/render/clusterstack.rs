@@ -21,7 +21,7 @@ use super::values::ValuesTemplate;
 use super::{Error, Errors, Object, ObjectKey};
 use crate::cache::unpack;
 use crate::config::ClusterConfig;
-use crate::config::yaml::{self, Node, Value};
+use crate::kubeyaml::{self, Node, Value};
 use crate::release::metadata::{self, Metadata};
 use crate::release::{Release, version::Version};
 
@@ -286,13 +286,15 @@ fn objects_of(text: &str, chart: &str, stage: &str, namespace: &str) -> Result<V
     // starts with (or holds more) `---` gives documents without a header of their own: they
     // belong to the last `# Source:` seen.
     let mut source = chart.to_owned();
-    for (line, doc) in super::documents(text) {
+    let docs = kubeyaml::split(text)
+        .map_err(|e| Errors(vec![super::Error::Parse { file: chart.to_owned(), line: e.mark.line, message: e.message }]))?;
+    for (line, doc) in docs {
         // Only the comment lines a document starts with: a `# Source:` inside a block scalar is data.
         let header = doc.lines().map(str::trim).take_while(|l| l.is_empty() || l.starts_with('#'));
         if let Some(s) = header.filter_map(|l| l.strip_prefix("# Source: ")).next() {
             s.clone_into(&mut source);
         }
-        match super::parse_object(&source, line, doc) {
+        match super::parse_object(&source, Some(chart), line, doc) {
             Ok(Some(mut o)) => {
                 o.chart = Some(chart.to_owned());
                 o.stage = Some(stage.to_owned());
@@ -395,9 +397,15 @@ fn read_optional(dir: &Path, name: &str) -> Result<Option<String>, String> {
 /// Reads `clusteraddon.yaml`: `addonStages: {<hook>: [{name, action}]}`, hooks in file order.
 fn parse_addon_config(file: &str, text: &str) -> Result<Vec<(String, Vec<StageRef>)>, String> {
     let at = |n: &Node| format!("{file}:{}:{}", n.mark.line, n.mark.col);
-    let root = yaml::parse(text).map_err(|e| format!("line {}: invalid YAML: {}", e.mark.line, e.message))?.ok_or("the file is empty")?;
-    let Value::Map(entries) = &root.value else { return Err("expected a mapping".into()) };
-    let stages = entries.iter().find(|(k, _)| k.scalar_text() == Some("addonStages")).map(|(_, v)| v).ok_or("missing `addonStages`")?;
+    let doc = kubeyaml::parse(text).map_err(|e| format!("line {}: invalid YAML: {}", e.mark.line, e.message))?;
+    for w in &doc.warnings {
+        tracing::warn!(file, line = w.line, "{}", w.message);
+    }
+    let root = doc.root.ok_or("the file is empty")?;
+    if !matches!(root.value, Value::Map(_)) {
+        return Err("expected a mapping".into());
+    }
+    let stages = root.get("addonStages").ok_or("missing `addonStages`")?;
     let Value::Map(hooks) = &stages.value else { return Err(format!("{}: `addonStages` must map hooks to stage lists", at(stages))) };
     let mut out = Vec::new();
     for (hook, list) in hooks {
@@ -405,10 +413,7 @@ fn parse_addon_config(file: &str, text: &str) -> Result<Vec<(String, Vec<StageRe
         let Value::Seq(items) = &list.value else { return Err(format!("{}: `addonStages.{hook_name}` must be a list", at(list))) };
         let mut refs = Vec::new();
         for item in items {
-            let field = |k: &str| match &item.value {
-                Value::Map(m) => m.iter().find(|(key, _)| key.scalar_text() == Some(k)).and_then(|(_, v)| v.scalar_text()),
-                _ => None,
-            };
+            let field = |k: &str| item.get(k).and_then(Node::scalar_text);
             let name = field("name").filter(|n| is_stage_name(n));
             let Some(name) = name else { return Err(format!("{}: each stage needs a `name` (a chart directory)", at(item))) };
             let action = match field("action") {

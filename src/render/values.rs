@@ -7,6 +7,7 @@ use serde_json::{Map, Value, json};
 use super::Error;
 use super::gotemplate::{self, Template};
 use crate::config::ClusterConfig;
+use crate::kubeyaml;
 
 /// The Cluster API version of the default `.Cluster` object.
 pub const CLUSTER_API_VERSION: &str = "cluster.x-k8s.io/v1beta1";
@@ -49,20 +50,22 @@ impl ValuesTemplate {
         Error::Template(gotemplate::Error { file: self.file.clone(), line: 0, message })
     }
 
-    fn not_yaml(&self, what: &str, e: &serde_saphyr::Error, text: &str) -> Error {
-        let at = e.location().map(|l| l.line() as usize).unwrap_or(0);
+    fn not_yaml(&self, what: &str, e: &kubeyaml::SyntaxError, text: &str) -> Error {
+        let at = e.mark.line;
         let line = text.lines().nth(at.saturating_sub(1)).unwrap_or_default();
-        let msg = e.without_snippet().to_string();
-        let msg = msg.lines().next().unwrap_or_default().to_owned();
-        self.err(format!("{what} is not valid YAML (its line {at}: `{}`): {msg}", line.trim()))
+        self.err(format!("{what} is not valid YAML (its line {at}: `{}`): {}", line.trim(), e.message))
     }
 }
 
-/// The first YAML document of `text` (null when there is none). The operator (`yaml.v3`) and
-/// helm (`-f`) read only the first document of a multi-document text, so a trailing `---` or a
-/// second document changes nothing.
-fn first_document(text: &str) -> Result<Value, serde_saphyr::Error> {
-    Ok(serde_saphyr::from_str_multiple::<Value, Vec<Value>>(text)?.into_iter().next().unwrap_or(Value::Null))
+/// The first YAML document of `text` (null when there is none), read as helm reads a values file
+/// ([`kubeyaml`]). The operator and helm (`-f`) read only the first document of a
+/// multi-document text, so a trailing `---` or a second document changes nothing.
+fn first_document(text: &str) -> Result<Value, kubeyaml::SyntaxError> {
+    let doc = kubeyaml::parse(text)?;
+    for w in &doc.warnings {
+        tracing::warn!(line = w.line, "rendered values: {}", w.message);
+    }
+    doc.root.map_or(Ok(Value::Null), |r| r.to_json())
 }
 
 /// `.Cluster`, `.ControlPlane` and `.InfraCluster` for `cluster`. Objects not configured are left
