@@ -320,7 +320,7 @@ mod tests {
         assert_eq!(objs.len(), 2);
         assert_eq!(objs[0].name, "alpha-cfg");
         assert_eq!(objs[0].body["data"]["region"], "eu-1");
-        assert_eq!((objs[1].line, objs[1].group()), (9, "apps"));
+        assert_eq!((objs[1].line, objs[1].group()), (10, "apps"));
     }
 
     #[test]
@@ -334,7 +334,7 @@ mod tests {
         let text: Vec<String> = errs.0.iter().map(ToString::to_string).collect();
         assert!(text[0].starts_with("m/a.yaml:4:9: unknown variable `nope`"), "{}", text[0]);
         assert_eq!(text[1], "m/b.yaml:1: ConfigMap has no `metadata.name`");
-        assert_eq!(text[2], "m/b.yaml:3: object has no `apiVersion`");
+        assert_eq!(text[2], "m/b.yaml:4: object has no `apiVersion`");
         assert!(text[3].starts_with("m/c.yaml:"), "{}", text[3]);
     }
 
