@@ -326,7 +326,10 @@ impl Builder {
                     Value::Map(_) => vec![&v],
                     Value::Seq(items) if items.iter().all(|i| matches!(i.value, Value::Map(_))) => items.iter().rev().collect(),
                     _ => {
-                        return Err(SyntaxError { mark: v.mark, message: "map merge requires map or sequence of maps as the value".into() });
+                        return Err(SyntaxError {
+                            mark: v.mark,
+                            message: "map merge requires map or sequence of maps as the value".into(),
+                        });
                     }
                 };
                 for source in sources {

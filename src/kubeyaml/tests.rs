@@ -179,3 +179,67 @@ fn only_the_first_document_of_a_text_is_read_as_go_yaml_unmarshal_does() {
     assert!(parse("").unwrap().root.is_none());
     assert!(parse("# only\n").unwrap().root.is_none());
 }
+
+/// The directory target writes objects with serde-saphyr; kubectl must read back the same values
+/// (a string `on` written plain would come back a boolean).
+#[test]
+fn what_the_directory_target_writes_reads_back_unchanged() {
+    let strings = [
+        "yes",
+        "Yes",
+        "on",
+        "OFF",
+        "y",
+        "n",
+        "~",
+        "null",
+        "",
+        "0777",
+        "0o17",
+        "0x1F",
+        "0b1",
+        "1_000",
+        ".5",
+        "+12",
+        "1e3",
+        "08",
+        "1.",
+        "2001-12-14",
+        "<<",
+        "=",
+        "1:30",
+        "true",
+        "- a",
+        "a: b",
+        "#x",
+        "x #y",
+        "@a",
+        "`a",
+        "%a",
+        "!a",
+        "&a",
+        "*a",
+        "'a",
+        "\"a",
+        "a\tb",
+        " a",
+        "a ",
+        "a\nb",
+        "\u{feff}a",
+        "---",
+        "...",
+    ];
+    let numbers = [json!(0), json!(-1), json!(1.5), json!(1e21), json!(9_007_199_254_740_993_i64), json!(true), json!(null)];
+    let mut object = serde_json::Map::new();
+    for (i, s) in strings.iter().enumerate() {
+        object.insert(format!("s{i}"), json!(s));
+        object.insert((*s).to_owned(), json!(i));
+    }
+    for (i, n) in numbers.iter().enumerate() {
+        object.insert(format!("n{i}"), n.clone());
+    }
+    let value = serde_json::Value::Object(object);
+    let text = serde_saphyr::to_string(&value).unwrap();
+    let back = parse(&text).unwrap().root.unwrap().to_json().unwrap();
+    assert_eq!(back, value, "{text}");
+}

@@ -477,6 +477,20 @@ mod tests {
     }
 
     #[test]
+    fn helm_output_with_repeated_keys_renders_and_a_refused_text_names_template_and_line() {
+        // Published SCS charts: a ClusterRole repeating `metadata.name`, a description continued
+        // at column 0. The old reader refused both ("duplicate mapping key", "invalid indentation").
+        let out = "---\n# Source: a/templates/role.yaml\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: r\n  name: r\n---\n# Source: a/templates/crd.yaml\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: w.example.com\nspec:\n  d:\n    description: \"one\ntwo\"\n";
+        let objs = objects_of(out, "a", "s", "kube-system").unwrap();
+        assert_eq!(objs[1].body["spec"]["d"]["description"], "one two");
+        let bad = "---\n# Source: a/templates/ok.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ok\n---\n# Source: a/templates/bad.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n\tname: bad\n";
+        let e = objects_of(bad, "a-v1.tgz", "s", "ns").unwrap_err().to_string();
+        assert!(e.starts_with("a/templates/bad.yaml:12: invalid YAML"), "{e}");
+        let e = objects_of("---\nkind: A\n--- junk\n", "a-v1.tgz", "s", "ns").unwrap_err().to_string();
+        assert!(e.starts_with("a-v1.tgz:3: invalid document separator"), "{e}");
+    }
+
+    #[test]
     fn an_object_without_a_namespace_duplicates_one_in_the_release_namespace() {
         let out = "---\n# Source: a/templates/a.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n---\n# Source: a/templates/b.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n  namespace: kube-system\n";
         let e = objects_of(out, "a", "s", "kube-system").unwrap_err().to_string();
