@@ -189,6 +189,24 @@ pub fn documents(text: &str) -> Result<Vec<Document>, SyntaxError> {
     split(text)?.into_iter().map(|(line, doc)| parse_document(doc, line)).collect()
 }
 
+/// The documents of a multi-document text as JSON, empty and `null` documents left out (as
+/// kubectl skips them). Warnings are logged; callers that can name a chart use [`documents`].
+///
+/// # Errors
+/// The first document kubectl would refuse.
+pub fn values(text: &str) -> Result<Vec<serde_json::Value>, SyntaxError> {
+    let mut out = Vec::new();
+    for doc in documents(text)? {
+        for w in &doc.warnings {
+            tracing::warn!(line = w.line, "{}", w.message);
+        }
+        if let Some(v) = doc.root.as_ref().map(Node::to_json).transpose()?.filter(|v| !v.is_null()) {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
 /// Parses the first YAML document of `text` (as go-yaml's `Unmarshal` does: anything after a
 /// `...` end marker is not read).
 ///
