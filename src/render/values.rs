@@ -34,12 +34,12 @@ impl ValuesTemplate {
     /// Template execution errors (missing fields, failing functions) and output that is not YAML.
     pub fn render(&self, cluster: &ClusterConfig) -> Result<String, Error> {
         let text = self.template.execute(&template_data(cluster))?;
-        let parsed = first_document(&text).map_err(|e| self.not_yaml("the rendered template", &e, &text))?;
+        let parsed = first_document(&text, None).map_err(|e| self.not_yaml("the rendered template", &e, &text))?;
         let values = match parsed.get("values") {
             Some(Value::String(inner)) => inner.clone(),
             _ => text,
         };
-        let as_yaml = first_document(&values).map_err(|e| self.not_yaml("the rendered `values`", &e, &values))?;
+        let as_yaml = first_document(&values, Some(&self.file)).map_err(|e| self.not_yaml("the rendered `values`", &e, &values))?;
         if !matches!(as_yaml, Value::Object(_) | Value::Null) {
             return Err(self.err(format!("the rendered values are not a YAML mapping: {}", excerpt(&values))));
         }
@@ -60,10 +60,11 @@ impl ValuesTemplate {
 /// The first YAML document of `text` (null when there is none), read as helm reads a values file
 /// ([`kubeyaml`]). The operator and helm (`-f`) read only the first document of a
 /// multi-document text, so a trailing `---` or a second document changes nothing.
-fn first_document(text: &str) -> Result<Value, kubeyaml::SyntaxError> {
+/// Repeated keys are logged when `file` names the template (helm keeps the last value).
+fn first_document(text: &str, file: Option<&str>) -> Result<Value, kubeyaml::SyntaxError> {
     let doc = kubeyaml::parse(text)?;
-    for w in &doc.warnings {
-        tracing::warn!(line = w.line, "rendered values: {}", w.message);
+    for w in doc.warnings.iter().filter(|_| file.is_some()) {
+        tracing::warn!(template = file.unwrap_or_default(), line = w.line, "rendered values: {}", w.message);
     }
     doc.root.map_or(Ok(Value::Null), |r| r.to_json())
 }
