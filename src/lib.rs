@@ -9,6 +9,7 @@ pub mod apply;
 pub mod cache;
 pub mod config;
 pub mod controller;
+pub mod kubeyaml;
 pub mod model;
 pub mod release;
 pub mod render;

@@ -245,7 +245,7 @@ fn fail_all(target: &DirectoryTarget, staged: &[(&Subscription, Prepared)], mess
 pub fn read_cluster_file(path: &Path) -> Result<ClusterConfig, String> {
     let file = path.display();
     let text = std::fs::read_to_string(path).map_err(|e| format!("{file}: {e}"))?;
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| format!("{file}: invalid YAML: {e}"))?;
+    let docs: Vec<Value> = crate::kubeyaml::values(&text).map_err(|e| format!("{file}:{}: invalid YAML: {}", e.mark.line, e.message))?;
     let mut docs = docs.into_iter().filter(|d| !d.is_null());
     let cluster = docs.next().ok_or_else(|| format!("{file}: no objects; expected a Cluster"))?;
     let text_at = |v: &Value, p: &[&str]| p.iter().try_fold(v, |v, k| v.get(k)).and_then(Value::as_str).map(str::to_owned);
