@@ -229,9 +229,9 @@ async fn kubectl_shows_the_printer_columns() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let header: Vec<&str> = text.lines().next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "CLUSTER", "SUBSCRIPTION", "WANTED", "APPLIED", "SYNCED", "TOTAL", "READY", "REASON", "AGE"], "{text}");
+    assert_eq!(header, ["NAME", "SUBSCRIPTION", "CLASS", "APPLIED", "SYNCED", "TOTAL", "READY", "REASON", "LAST", "SYNC", "AGE"], "{text}");
     let row: Vec<&str> = text.lines().nth(1).unwrap_or_default().split_whitespace().collect();
-    assert_eq!(&row[..9], ["alpha", "alpha", "ferrol", "v1.0.0", "v1.0.0", "1", "1", "True", "Synced"], "{text}");
+    assert_eq!(&row[..8], ["alpha", "ferrol", "docker-ferrol-1-27-v1", "v1.0.0", "1", "1", "True", "Synced"], "{text}");
 }
 
 fn kubectl() -> Option<PathBuf> {
