@@ -12,9 +12,7 @@ use crate::config::ClusterConfig;
 use crate::render::Object;
 use crate::status::ClusterStatus;
 
-/// The directory under the root that holds status files. A namespace of this name would share
-/// it, so the config refuses one.
-pub const STATUS_DIR: &str = "status";
+pub use crate::config::STATUS_DIR;
 
 #[derive(Debug, Clone)]
 pub struct DirectoryTarget {

@@ -21,6 +21,10 @@ pub use sources::{parse_size, tag_matches};
 use crate::release::version::Constraint;
 use crate::schedule::Schedule;
 
+/// The directory target's status directory (`<target>/status/<namespace>/<cluster>.yaml`): a
+/// namespace of this name would share it, so the config refuses it.
+pub const STATUS_DIR: &str = "status";
+
 /// The only `apiVersion` this build reads.
 pub const API_VERSION: &str = "stacksync.io/v1alpha1";
 pub const KIND: &str = "Config";
@@ -255,6 +259,19 @@ impl fmt::Display for ConfigErrors {
             write!(f, "{e}")?;
         }
         Ok(())
+    }
+}
+
+impl Subscription {
+    /// What release selection needs of this subscription.
+    pub fn wanted(&self) -> crate::release::Wanted<'_> {
+        crate::release::Wanted {
+            source: &self.source,
+            stack: self.stack.as_deref(),
+            version: &self.version,
+            constraint: &self.constraint,
+            auto_upgrade: self.auto_upgrade,
+        }
     }
 }
 

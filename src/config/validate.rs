@@ -427,7 +427,7 @@ impl Cx {
             self.reserved_cluster_name(&f, n);
         }
         let mut namespace = if f.get("namespace").is_some() { self.name(&f, "namespace") } else { Some("default".to_owned()) };
-        if namespace.as_deref() == Some(crate::apply::directory::STATUS_DIR) {
+        if namespace.as_deref() == Some(super::STATUS_DIR) {
             let mark = f.get("namespace").map_or(node.mark, |n| n.mark);
             self.error(
                 mark,

@@ -182,7 +182,8 @@ impl Context {
     pub async fn select(&self, sub: &Subscription) -> Result<Selection, String> {
         let (tags, _) = self.tags(sub).await;
         let adopted = self.index.lock().await.adopted.get(&sub.name).cloned();
-        release::select(sub, &tags, adopted.as_ref())
+        let adopted = adopted.as_ref().map(|a| release::Adopted { source: &a.source, tag: &a.tag, commit: &a.commit });
+        release::select(&sub.wanted(), &tags, adopted)
     }
 
     /// The releases a cluster-stack subscription offers (newest first).

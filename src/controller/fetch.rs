@@ -173,7 +173,8 @@ pub async fn prepare(config: &Config, cache: &Cache, index: Index, sub: &Subscri
         let releases = index.github.get(&key).map(|g| &g.releases);
         tags.retain(|t, _| releases.and_then(|r| r.get(t)).is_none_or(|r| !r.prerelease));
     }
-    let selection = match release::select(sub, &tags, index.adopted.get(&sub.name)) {
+    let adopted = index.adopted.get(&sub.name).map(|a| release::Adopted { source: &a.source, tag: &a.tag, commit: &a.commit });
+    let selection = match release::select(&sub.wanted(), &tags, adopted) {
         Ok(s) => s,
         Err(msg) => {
             warn!("{msg}");

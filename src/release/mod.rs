@@ -7,9 +7,28 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::cache::index::Adopted;
-use crate::config::Subscription;
-use version::Version;
+use version::{Constraint, Version};
+
+/// What a subscription wants of a source's tags: the part of its config release selection reads
+/// (so `release` needs nothing from `config`).
+#[derive(Debug, Clone, Copy)]
+pub struct Wanted<'a> {
+    pub source: &'a str,
+    /// Cluster-stack tags of this stack; `None`: plain semver tags.
+    pub stack: Option<&'a str>,
+    /// The constraint as written, for messages.
+    pub version: &'a str,
+    pub constraint: &'a Constraint,
+    pub auto_upgrade: bool,
+}
+
+/// The release a subscription adopted earlier (in use): tag and commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Adopted<'a> {
+    pub source: &'a str,
+    pub tag: &'a str,
+    pub commit: &'a str,
+}
 
 /// One release of a source: a tag at a commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,14 +66,14 @@ pub struct Selection {
 ///
 /// # Errors
 /// A message when nothing matches.
-pub fn select(sub: &Subscription, tags: &BTreeMap<String, String>, adopted: Option<&Adopted>) -> Result<Selection, String> {
-    let fits = |v: &Version| match (&sub.stack, v) {
+pub fn select(sub: &Wanted<'_>, tags: &BTreeMap<String, String>, adopted: Option<Adopted<'_>>) -> Result<Selection, String> {
+    let fits = |v: &Version| match (sub.stack, v) {
         (Some(stack), Version::Scs { stack: s, .. }) => s == stack && sub.constraint.matches(v),
         (None, Version::Semver(_)) => sub.constraint.matches(v),
         _ => false,
     };
     let release = |tag: &str, commit: &str, version: Version| Release {
-        source: sub.source.clone(),
+        source: sub.source.to_owned(),
         tag: tag.to_owned(),
         commit: commit.to_owned(),
         version,
@@ -65,7 +84,7 @@ pub fn select(sub: &Subscription, tags: &BTreeMap<String, String>, adopted: Opti
         .max_by(|a, b| a.version.compare(&b.version).unwrap_or(Ordering::Equal).then_with(|| a.tag.cmp(&b.tag)));
     let adopted = adopted
         .filter(|a| a.source == sub.source)
-        .and_then(|a| Version::from_tag(&a.tag).filter(|v| fits(v)).map(|v| release(&a.tag, &a.commit, v)));
+        .and_then(|a| Version::from_tag(a.tag).filter(|v| fits(v)).map(|v| release(a.tag, a.commit, v)));
 
     match (newest, adopted) {
         (None, None) => Err(no_match(sub, tags)),
@@ -89,8 +108,8 @@ pub fn select(sub: &Subscription, tags: &BTreeMap<String, String>, adopted: Opti
     }
 }
 
-fn no_match(sub: &Subscription, tags: &BTreeMap<String, String>) -> String {
-    let family = match &sub.stack {
+fn no_match(sub: &Wanted<'_>, tags: &BTreeMap<String, String>) -> String {
+    let family = match sub.stack {
         Some(s) => format!("cluster-stack tags of `{s}`"),
         None => "semver tags".to_owned(),
     };
@@ -107,7 +126,7 @@ fn no_match(sub: &Subscription, tags: &BTreeMap<String, String>) -> String {
 
 /// The releases a cluster-stack subscription offers, newest first: the newest `count` tags of
 /// `stack` that `constraint` allows. Pure: `tags` is what the source advertised (tag -> commit).
-pub fn offered(source: &str, tags: &BTreeMap<String, String>, stack: &str, constraint: &version::Constraint, count: usize) -> Vec<Release> {
+pub fn offered(source: &str, tags: &BTreeMap<String, String>, stack: &str, constraint: &Constraint, count: usize) -> Vec<Release> {
     let mut all: Vec<Release> = tags
         .iter()
         .filter_map(|(tag, commit)| {
@@ -160,28 +179,15 @@ pub fn for_class(source: &str, class: &str, stack: &str, known: &BTreeMap<String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::release::version::Constraint;
-    use crate::schedule::Schedule;
-    use std::time::Duration;
 
-    fn sub(stack: Option<&str>, version: &str, auto_upgrade: bool) -> Subscription {
-        Subscription {
-            name: "s".into(),
-            source: "src".into(),
-            stack: stack.map(Into::into),
-            version: version.into(),
-            constraint: Constraint::parse(version).unwrap(),
-            schedule: Schedule::Interval(Duration::from_secs(60)),
+    /// Leaks: test fixtures live for the whole test process.
+    fn sub(stack: Option<&str>, version: &str, auto_upgrade: bool) -> Wanted<'static> {
+        Wanted {
+            source: "src",
+            stack: stack.map(|s| &*Box::leak(s.to_owned().into_boxed_str())),
+            version: Box::leak(version.to_owned().into_boxed_str()),
+            constraint: Box::leak(Box::new(Constraint::parse(version).unwrap())),
             auto_upgrade,
-            prereleases: false,
-            force: false,
-            selector: None,
-            values: Default::default(),
-            path: "manifests".into(),
-            format: crate::config::Format::Manifests,
-            clusters: Vec::new(),
-            suspend: false,
-            available_releases: 3,
         }
     }
 
@@ -189,8 +195,8 @@ mod tests {
         list.iter().map(|t| ((*t).to_owned(), format!("c-{t}"))).collect()
     }
 
-    fn adopted(tag: &str) -> Adopted {
-        Adopted { source: "src".into(), tag: tag.into(), commit: format!("c-{tag}") }
+    fn adopted(tag: &str) -> Adopted<'static> {
+        Adopted { source: "src", tag: Box::leak(tag.to_owned().into_boxed_str()), commit: Box::leak(format!("c-{tag}").into_boxed_str()) }
     }
 
     #[test]
@@ -227,20 +233,20 @@ mod tests {
     #[test]
     fn auto_upgrade_off_keeps_the_adopted_release() {
         let all = tags(&["v1.0.0", "v1.1.0"]);
-        let got = select(&sub(None, "*", false), &all, Some(&adopted("v1.0.0"))).unwrap();
+        let got = select(&sub(None, "*", false), &all, Some(adopted("v1.0.0"))).unwrap();
         assert_eq!(got.release.tag, "v1.0.0");
         assert!(got.note.unwrap().contains("v1.1.0 is available"));
-        let got = select(&sub(None, "*", true), &all, Some(&adopted("v1.0.0"))).unwrap();
+        let got = select(&sub(None, "*", true), &all, Some(adopted("v1.0.0"))).unwrap();
         assert_eq!(got.release.tag, "v1.1.0");
     }
 
     #[test]
     fn deleted_tag_does_not_downgrade() {
         let all = tags(&["v1.0.0"]);
-        let got = select(&sub(None, "*", true), &all, Some(&adopted("v1.1.0"))).unwrap();
+        let got = select(&sub(None, "*", true), &all, Some(adopted("v1.1.0"))).unwrap();
         assert_eq!(got.release.tag, "v1.1.0");
         // ...unless the constraint no longer allows it: an explicit downgrade.
-        let got = select(&sub(None, "<1.1", true), &all, Some(&adopted("v1.1.0"))).unwrap();
+        let got = select(&sub(None, "<1.1", true), &all, Some(adopted("v1.1.0"))).unwrap();
         assert_eq!(got.release.tag, "v1.0.0");
     }
 
