@@ -163,7 +163,16 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             if let Err(code) = check_helm(&runtime, &cfg) {
                 return Ok(code);
             }
+            let selects = cfg.subscriptions.iter().any(|s| s.selector.is_some());
             let report = match cluster {
+                // Clusters chosen by clusterSelector live in the management cluster: render them
+                // the way a reconcile would.
+                None if selects && matches!(cfg.target, Target::Kubernetes(_)) => {
+                    let ctx = Ctx::new(cfg).context("opening the cache")?;
+                    runtime.block_on(kubernetes::render(ctx, &out)).map_err(|e| {
+                        anyhow::anyhow!("{e}\nrender needs the management cluster to find the Clusters chosen by clusterSelector; render one Cluster offline with --cluster FILE, or list the clusters in the config")
+                    })?
+                }
                 None => runtime.block_on(controller::render_to(&cfg, &out))?,
                 Some(file) => {
                     let one = controller::clusterstack::read_cluster_file(&file).map_err(anyhow::Error::msg)?;

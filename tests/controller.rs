@@ -443,3 +443,64 @@ async fn fifty_clusters_are_reconciled_concurrently() {
     assert!(took < Duration::from_secs(5), "50 Clusters took {took:?}: not concurrent");
     assert!(env.configmap(0, "addon-c49").await.is_some());
 }
+
+fn files_under(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn render_finds_selected_clusters_in_the_management_cluster_and_renders_their_own_release() {
+    let env = Env::new(2).await;
+    publish(&env.repo, "docker-ferrol-1-27-v2");
+    publish(&env.repo, "docker-ferrol-1-27-v3");
+    env.add_cluster("alpha", "docker-ferrol-1-27-v2", false).await;
+    env.add_cluster("beta", "docker-ferrol-1-27-v3", false).await;
+    let config = stack_config(&env);
+    let out = env.dir.path().join("preview");
+    let o = cli(&["render", "--config", &config.to_string_lossy(), "--out", &out.to_string_lossy()], &[]).await;
+    common::assert_exit(&o, 0);
+    // v2 is a single addon chart, v3 has stages: each Cluster got its own class's release.
+    assert!(
+        files_under(&out.join("team-a/alpha")).iter().any(|f| f.ends_with("configmap-cni-config.yaml")),
+        "{:?}",
+        files_under(&out.join("team-a/alpha"))
+    );
+    assert_eq!(files_under(&out.join("team-a/beta")), ["cni", "metrics-server"]);
+    let classes = files_under(&out.join("team-a/cluster-class"));
+    assert!(
+        classes.iter().any(|f| f.contains("docker-ferrol-1-27-v2")) && classes.iter().any(|f| f.contains("docker-ferrol-1-27-v3")),
+        "{classes:?}"
+    );
+    let alpha_cni = std::fs::read_dir(out.join("team-a/alpha"))
+        .expect("dir")
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().contains("cni-config"))
+        .expect("cni");
+    let text = std::fs::read_to_string(alpha_cni.path()).expect("read");
+    assert!(text.contains("cluster-name: alpha"), "{text}");
+    // Nothing was written to the management cluster.
+    assert!(env.cluster_sync("alpha").await.is_none());
+
+    // Offline, one Cluster from a file as `clusterctl generate cluster` prints it.
+    let file = env.dir.path().join("gamma.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: cluster.x-k8s.io/v1beta1\nkind: MachineDeployment\nmetadata:\n  name: gamma-md-0\n---\napiVersion: cluster.x-k8s.io/v1beta1\nkind: Cluster\nmetadata:\n  name: gamma\n  namespace: team-b\nspec:\n  controlPlaneEndpoint: {host: gamma.example.test, port: 6443}\n  clusterNetwork: {pods: {cidrBlocks: [10.9.0.0/16]}}\n  topology:\n    class: docker-ferrol-1-27-v2\n    version: v1.27.3\n---\napiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: DockerCluster\nmetadata:\n  name: gamma\n",
+    )
+    .expect("file");
+    let out2 = env.dir.path().join("one");
+    let o = cli(
+        &["render", "--config", &config.to_string_lossy(), "--out", &out2.to_string_lossy(), "--cluster", &file.to_string_lossy()],
+        &[],
+    )
+    .await;
+    common::assert_exit(&o, 0);
+    let classes = files_under(&out2.join("team-b/cluster-class"));
+    assert!(classes.iter().all(|f| !f.contains("v3")) && classes.iter().any(|f| f.contains("docker-ferrol-1-27-v2")), "{classes:?}");
+}

@@ -19,9 +19,11 @@ use sha2::{Digest, Sha256};
 
 mod classes;
 mod reconcile;
+mod render;
 mod run;
 mod status;
 
+pub use render::render;
 pub use run::{pass, request_reconcile, run};
 
 use super::{Context, Error};

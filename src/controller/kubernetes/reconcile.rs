@@ -31,9 +31,9 @@ pub(super) struct Reconciled {
 }
 
 /// How a failed step ends the reconcile: its reason, message, and whether to retry soon.
-struct Fail {
-    reason: Reason,
-    message: String,
+pub(super) struct Fail {
+    pub reason: Reason,
+    pub message: String,
     transient: bool,
 }
 
@@ -261,7 +261,7 @@ async fn apply_release(
 
 /// The release a Cluster runs: for a cluster stack with a topology class, the release the class
 /// names (it must be offered or still cached); otherwise the subscription's newest allowed.
-async fn choose(kube: &Kube, sub: &Subscription, class: Option<&str>) -> Result<Release, Fail> {
+pub(super) async fn choose(kube: &Kube, sub: &Subscription, class: Option<&str>) -> Result<Release, Fail> {
     match (sub.format, &sub.stack, class) {
         (Format::ClusterStack, Some(stack), Some(class)) => {
             let (_, known) = kube.ctx.tags(sub).await;
@@ -278,7 +278,7 @@ async fn choose(kube: &Kube, sub: &Subscription, class: Option<&str>) -> Result<
 }
 
 /// The stages a Cluster gets from a prepared release.
-async fn render(kube: &Kube, sub: &Subscription, prepared: &PreparedRelease, c: &ClusterConfig) -> Result<Vec<Stage>, Fail> {
+pub(super) async fn render(kube: &Kube, sub: &Subscription, prepared: &PreparedRelease, c: &ClusterConfig) -> Result<Vec<Stage>, Fail> {
     let rel = &prepared.release;
     let render_failed = |e: String| {
         error!("render failed; the applied release stays: {e}");
