@@ -184,7 +184,7 @@ fn write_cluster_classes(
             for (o, owners) in merged.values() {
                 for i in owners {
                     let entry: &mut Vec<Entry> = out.entry((*i, ns.to_owned())).or_default();
-                    entry.push(Entry::for_object(o, Action::Skipped, message.clone()));
+                    entry.push(Entry::for_object(o, Action::Skipped(crate::apply::changeset::SkipReason::Held), message.clone()));
                 }
             }
             continue;

@@ -25,7 +25,7 @@ use discovery::{DiscoveryCache, Unresolved};
 use inventory::{Key, PruneLimits, PrunePlan};
 use object::{Deletion, Outcome, Policy, Target};
 
-use crate::apply::{Action, ChangeSet, Entry, ObjectRef, order};
+use crate::apply::{Action, ChangeSet, Entry, ObjectRef, SkipReason, order};
 use crate::render::Object;
 
 /// The field manager of every apply.
@@ -278,7 +278,7 @@ impl Applier {
                             match slot {
                                 Ok(t) => match self.delete_owned(&t.api, &t.object.name, &t.entry.object).await {
                                     Ok(Deletion::Absent) => Outcome::new(&t.entry, Action::Unchanged, "absent"),
-                                    Ok(Deletion::NotOurs(label)) => Outcome::new(&t.entry, Action::Skipped, not_ours(label.as_deref())),
+                                    Ok(Deletion::NotOurs(label)) => Outcome::new(&t.entry, Action::Skipped(SkipReason::NotOurs), not_ours(label.as_deref())),
                                     Ok(Deletion::Deleted) => Outcome::new(&t.entry, Action::Pruned, "deleted by a delete stage"),
                                     Err(e) => Outcome::new(&t.entry, Action::Failed, e.message()),
                                 },
@@ -328,7 +328,7 @@ impl Applier {
             other => Err(format!("unknown {POLICY_ANNOTATION} \"{other}\" (apply, apply-once or ignore)")),
         };
         let ignored = |entry: Entry| {
-            NotPrepared::new(Entry { action: Action::Skipped, message: crate::apply::changeset::SKIPPED_IGNORE.into(), ..entry })
+            NotPrepared::new(Entry { action: Action::Skipped(SkipReason::Ignored), message: crate::apply::changeset::SKIPPED_IGNORE.into(), ..entry })
         };
         let resolved = match stage.action {
             StageAction::Apply => cache.resolve(&o.api_version, &o.kind).await,
@@ -477,7 +477,7 @@ impl Applier {
         };
         match self.delete_owned(&api, &e.name, &e.object_ref()).await {
             Ok(Deletion::Absent) => (None, false),
-            Ok(Deletion::NotOurs(label)) => (Some(entry(Action::Skipped, not_ours(label.as_deref()))), false),
+            Ok(Deletion::NotOurs(label)) => (Some(entry(Action::Skipped(SkipReason::NotOurs), not_ours(label.as_deref()))), false),
             Ok(Deletion::Deleted) => (Some(entry(Action::Pruned, String::new())), false),
             Err(err) => (Some(entry(Action::Failed, err.message())), true),
         }

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::error::{Error, Result};
 use super::inventory::InventoryEntry;
 use super::{Applier, DriftMode, FIELD_MANAGER, OWNER_LABEL, diff};
-use crate::apply::{Action, Entry, ObjectRef};
+use crate::apply::{Action, Entry, ObjectRef, SkipReason};
 use crate::render::Object;
 
 /// The policy annotation's values.
@@ -86,7 +86,7 @@ impl Applier {
             // least of all by deleting the object.
             Err(e) if e.is_immutable() && !release_changed(t) && self.options.drift == DriftMode::Warn => {
                 let message = format!("drifted: an immutable field differs ({})", e.server_message());
-                Outcome::new(&t.entry, Action::Skipped, message).with_drift(Some(Vec::new()))
+                Outcome::new(&t.entry, Action::Skipped(SkipReason::Drifted), message).with_drift(Some(Vec::new()))
             }
             Err(e) if e.is_immutable() && t.recreate => self.recreate(t, &e).await,
             Err(e) => Outcome::failed(&t.entry, &e),
@@ -108,7 +108,7 @@ impl Applier {
             return Ok(Outcome::new(&t.entry, Action::Failed, BEING_DELETED));
         }
         if t.policy == Policy::ApplyOnce {
-            return Ok(Outcome::new(&t.entry, Action::Skipped, crate::apply::changeset::SKIPPED_APPLY_ONCE));
+            return Ok(Outcome::new(&t.entry, Action::Skipped(SkipReason::ApplyOnceExists), crate::apply::changeset::SKIPPED_APPLY_ONCE));
         }
         // Forced, so the dry-run shows the object as the manifest wants it even where another
         // manager holds a field; whether we may take it is decided by the real write.
@@ -125,7 +125,7 @@ impl Applier {
         if !release_changed && self.options.drift == DriftMode::Warn {
             return Ok(match drifted {
                 Some(paths) => {
-                    Outcome::new(&t.entry, Action::Skipped, format!("drifted: {}", diff::describe(&paths))).with_drift(Some(paths))
+                    Outcome::new(&t.entry, Action::Skipped(SkipReason::Drifted), format!("drifted: {}", diff::describe(&paths))).with_drift(Some(paths))
                 }
                 // Only ownership would change: nothing a user would call drift.
                 None => Outcome::new(&t.entry, Action::Unchanged, ""),
