@@ -84,8 +84,11 @@ impl Env {
     /// A config with one Git source and one subscription selecting Clusters labelled
     /// `stack: ferrol`; `sub_extra` and `target_extra` are indented lines added to them.
     fn config(&self, sub_extra: &str, target_extra: &str, top_extra: &str) -> PathBuf {
+        // testkit runs no controllers: a Deployment never becomes available there, so health
+        // checks are off unless a test turns them on.
+        let health = if sub_extra.contains("healthTimeout") { "" } else { "    healthTimeout: 0s\n" };
         let text = format!(
-            "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\n{top_extra}sources:\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n  - name: ferrol\n    source: stacks\n    interval: 1h\n{sub_extra}    clusterSelector:\n      matchLabels: {{stack: ferrol}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n    notReadyRetry: 1h\n{target_extra}",
+            "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\n{top_extra}sources:\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n  - name: ferrol\n    source: stacks\n    interval: 1h\n{health}{sub_extra}    clusterSelector:\n      matchLabels: {{stack: ferrol}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n    notReadyRetry: 1h\n{target_extra}",
             cache = self.dir.path().join("cache").display(),
             url = self.repo.file_url(),
             kubeconfig = self.mgmt.kubeconfig().display(),
@@ -503,4 +506,72 @@ async fn render_finds_selected_clusters_in_the_management_cluster_and_renders_th
     common::assert_exit(&o, 0);
     let classes = files_under(&out2.join("team-b/cluster-class"));
     assert!(classes.iter().all(|f| !f.contains("v3")) && classes.iter().any(|f| f.contains("docker-ferrol-1-27-v2")), "{classes:?}");
+}
+
+const DEPLOY: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: ccm\n  namespace: kube-system\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {app: ccm}\n  template:\n    metadata:\n      labels: {app: ccm}\n    spec:\n      containers:\n        - name: ccm\n          image: registry.example/ccm:1.0\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_waits_for_health_and_an_unavailable_deployment_becomes_unhealthy() {
+    let env = Env::new(1).await;
+    env.repo.release("v1.0.0", &[("manifests/deploy.yaml", DEPLOY), ("manifests/cm.yaml", CM)]);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = env.config("    healthTimeout: 4s\n", "", "");
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    // Applied, not available (testkit runs no Deployment controller): Progressing, naming it.
+    daemon
+        .eventually("Progressing", Duration::from_secs(15), async || {
+            env.cluster_sync("alpha").await.is_some_and(|cs| {
+                condition(&cs, "Ready")["reason"] == "Progressing"
+                    && condition(&cs, "Reconciling")["status"] == "True"
+                    && condition(&cs, "Ready")["message"].as_str().is_some_and(|m| m.contains("Deployment/kube-system/ccm"))
+            })
+        })
+        .await;
+    let cs = env.cluster_sync("alpha").await.expect("cs");
+    assert!(cs["status"]["entries"][0]["health"].as_str().is_some_and(|h| h.starts_with("Progressing")), "{cs}");
+    // Past healthTimeout: Unhealthy, Stalled.
+    daemon
+        .eventually("Unhealthy", Duration::from_secs(20), async || {
+            env.cluster_sync("alpha")
+                .await
+                .is_some_and(|cs| condition(&cs, "Ready")["reason"] == "Unhealthy" && condition(&cs, "Stalled")["status"] == "True")
+        })
+        .await;
+    // The Deployment controller's part: the rollout completes. Ready at the next look.
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
+    let live = deployments.get("ccm").await.expect("deployment");
+    let status = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ccm"}, "status": {
+        "observedGeneration": live.metadata.generation, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}});
+    deployments.patch_status("ccm", &PatchParams::apply("deployment-controller").force(), &Patch::Apply(status)).await.expect("status");
+    let o = cli(&["reconcile", "--config", &config.to_string_lossy(), &format!("{NS}/alpha")], &[]).await;
+    assert!(o.status.success());
+    daemon.eventually("Ready", Duration::from_secs(10), async || env.ready_reason("alpha").await.is_some_and(|(s, _)| s == "True")).await;
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubectl_patch_is_taken_back_and_another_controller_is_a_conflict() {
+    let env = Env::new(1).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = env.config("", "", "");
+    common::assert_exit(&common::run_once(&config).await, 0);
+    let cms: Api<ConfigMap> = Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
+    // `kubectl patch` of a field stacksync owns: taken back on the next resync.
+    let pp = PatchParams { field_manager: Some("kubectl-patch".into()), ..PatchParams::default() };
+    cms.patch("addon-alpha", &pp, &Patch::Merge(json!({"data": {"cluster": "patched"}}))).await.expect("patch");
+    let o = common::run_once(&config).await;
+    common::assert_exit(&o, 0);
+    assert_eq!(env.configmap(0, "addon-alpha").await.expect("cm").data.unwrap_or_default()["cluster"], "alpha");
+    assert!(common::stderr(&o).contains("taken back"), "{}", common::stderr(&o));
+    // Another controller's field manager: a conflict, reported.
+    let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "addon-alpha"}, "data": {"cluster": "mine"}});
+    cms.patch("addon-alpha", &PatchParams::apply("some-operator").force(), &Patch::Apply(theirs)).await.expect("apply");
+    let o = common::run_once(&config).await;
+    common::assert_exit(&o, 1);
+    let cs = env.cluster_sync("alpha").await.expect("cs");
+    assert!(condition(&cs, "Ready")["message"].as_str().is_some_and(|m| m.contains("some-operator")), "{cs}");
 }

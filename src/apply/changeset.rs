@@ -146,13 +146,14 @@ impl ChangeSet {
 
     /// One line such as `3 created, 1 configured, 10 unchanged`.
     pub fn summary(&self) -> String {
-        let parts: Vec<String> = [Action::Created, Action::Configured, Action::Unchanged, Action::Pruned, Action::Skipped(SkipReason::Held), Action::Failed]
-            .into_iter()
-            .filter_map(|a| match self.count(a) {
-                0 => None,
-                n => Some(format!("{n} {}", a.to_string().to_lowercase())),
-            })
-            .collect();
+        let parts: Vec<String> =
+            [Action::Created, Action::Configured, Action::Unchanged, Action::Pruned, Action::Skipped(SkipReason::Held), Action::Failed]
+                .into_iter()
+                .filter_map(|a| match self.count(a) {
+                    0 => None,
+                    n => Some(format!("{n} {}", a.to_string().to_lowercase())),
+                })
+                .collect();
         if parts.is_empty() { "nothing to do".into() } else { parts.join(", ") }
     }
 }

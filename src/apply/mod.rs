@@ -4,6 +4,7 @@
 
 pub mod changeset;
 pub mod directory;
+pub mod health;
 pub mod order;
 pub mod ssa;
 

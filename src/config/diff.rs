@@ -65,6 +65,7 @@ fn subscription_changes(o: &Subscription, n: &Subscription) -> Vec<String> {
     field("path", o.path.clone(), n.path.clone());
     field("suspend", o.suspend.to_string(), n.suspend.to_string());
     field("availableReleases", o.available_releases.to_string(), n.available_releases.to_string());
+    field("healthTimeout", format!("{:?}", o.health_timeout), format!("{:?}", n.health_timeout));
     for c in &o.clusters {
         match n.clusters.iter().find(|x| x.name == c.name && x.namespace == c.namespace) {
             None => out.push(format!("cluster {}/{} removed", c.namespace, c.name)),

@@ -122,7 +122,13 @@ pub struct Subscription {
     /// Cluster stacks: how many of the newest releases the constraint allows are offered (their
     /// ClusterClasses exist); releases a Cluster still uses are offered on top.
     pub available_releases: usize,
+    /// How long applied objects may take to become healthy before the Cluster is `Unhealthy`;
+    /// `None` (`healthTimeout: 0s`): health is not checked.
+    pub health_timeout: Option<std::time::Duration>,
 }
+
+/// Default for a subscription's `healthTimeout`.
+pub const DEFAULT_HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Default for a subscription's `availableReleases`.
 pub const DEFAULT_AVAILABLE_RELEASES: usize = 3;
@@ -198,6 +204,8 @@ pub struct KubernetesTarget {
     pub not_ready_retry: std::time::Duration,
     /// How often every Cluster is reconciled even when nothing changed (drift is taken back).
     pub resync: std::time::Duration,
+    /// Field managers whose changes to fields stacksync owns are taken back (people with kubectl).
+    pub take_back_from: Vec<String>,
 }
 
 impl Default for KubernetesTarget {
@@ -210,6 +218,7 @@ impl Default for KubernetesTarget {
             allow_empty_prune: false,
             not_ready_retry: target::DEFAULT_NOT_READY_RETRY,
             resync: target::DEFAULT_RESYNC,
+            take_back_from: crate::model::HAND_MANAGERS.iter().map(|m| (*m).to_owned()).collect(),
         }
     }
 }

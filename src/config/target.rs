@@ -38,7 +38,7 @@ impl Cx {
         let f = self.fields(
             node,
             "target.kubernetes",
-            &["kubeconfig", "context", "driftMode", "pruneLimit", "allowEmptyPrune", "notReadyRetry", "resync"],
+            &["kubeconfig", "context", "driftMode", "pruneLimit", "allowEmptyPrune", "notReadyRetry", "resync", "takeBackFrom"],
         )?;
         let kubeconfig = self.string(&f, "kubeconfig").map(|p| base.join(p));
         let context = self.string(&f, "context");
@@ -64,7 +64,26 @@ impl Cx {
         let allow_empty_prune = self.bool(&f, "allowEmptyPrune", false);
         let not_ready_retry = self.min_duration(&f, "notReadyRetry", DEFAULT_NOT_READY_RETRY);
         let resync = self.min_duration(&f, "resync", DEFAULT_RESYNC);
-        Some(KubernetesTarget { kubeconfig, context, drift_mode, prune_limit, allow_empty_prune, not_ready_retry, resync })
+        let take_back_from = match f.get("takeBackFrom") {
+            None => KubernetesTarget::default().take_back_from,
+            Some(n) => match &n.value {
+                Value::Seq(items) => items
+                    .iter()
+                    .filter_map(|i| match i.scalar_text() {
+                        Some(t) if !t.is_empty() => Some(t.to_owned()),
+                        _ => {
+                            self.error(i.mark, &f.path("takeBackFrom"), format!("expected a field manager name, found {}", describe(i)));
+                            None
+                        }
+                    })
+                    .collect(),
+                _ => {
+                    self.error(n.mark, &f.path("takeBackFrom"), format!("expected a list of field manager names, found {}", n.type_name()));
+                    Vec::new()
+                }
+            },
+        };
+        Some(KubernetesTarget { kubeconfig, context, drift_mode, prune_limit, allow_empty_prune, not_ready_retry, resync, take_back_from })
     }
 
     /// A duration of at least one second; `default` when absent (and after an error).

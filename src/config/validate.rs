@@ -285,6 +285,7 @@ impl Cx {
                 "force",
                 "suspend",
                 "availableReleases",
+                "healthTimeout",
             ],
         )?;
         let name = self.name(&f, "name");
@@ -368,6 +369,20 @@ impl Cx {
             },
             None => super::DEFAULT_AVAILABLE_RELEASES,
         };
+        let health_timeout = match f.get("healthTimeout") {
+            None => Some(super::DEFAULT_HEALTH_TIMEOUT),
+            Some(n) => {
+                let text = self.string(&f, "healthTimeout").unwrap_or_default();
+                match crate::schedule::parse_duration(&text) {
+                    Ok(d) if d.is_zero() => None,
+                    Ok(d) => Some(d),
+                    Err(e) => {
+                        self.error(n.mark, &f.path("healthTimeout"), e);
+                        Some(super::DEFAULT_HEALTH_TIMEOUT)
+                    }
+                }
+            }
+        };
         if f.get("clusters").is_none() && f.get("clusterSelector").is_none() {
             self.error(
                 node.mark,
@@ -394,6 +409,7 @@ impl Cx {
             force,
             suspend,
             available_releases,
+            health_timeout,
         })
     }
 

@@ -77,6 +77,22 @@ pub enum StageAction {
     Delete,
 }
 
+/// The managers `kubectl` writes with (and the API server's name for fields set before the first
+/// server-side apply): what a person changing an object by hand shows up as.
+pub const HAND_MANAGERS: &[&str] = &[
+    "kubectl",
+    "kubectl-edit",
+    "kubectl-patch",
+    "kubectl-client-side-apply",
+    "kubectl-create",
+    "kubectl-replace",
+    "kubectl-set",
+    "kubectl-scale",
+    "kubectl-label",
+    "kubectl-annotate",
+    "before-first-apply",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

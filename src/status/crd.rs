@@ -25,15 +25,15 @@ pub const MAX_ENTRIES: usize = 200;
     status = "ClusterSyncStatus",
     shortname = "csync",
     category = "stacksync",
-    printcolumn = r#"{"name":"Subscription","type":"string","jsonPath":".spec.subscription"}"#,
     printcolumn = r#"{"name":"Class","type":"string","jsonPath":".status.class"}"#,
+    printcolumn = r#"{"name":"Subscription","type":"string","priority":1,"jsonPath":".spec.subscription"}"#,
     printcolumn = r#"{"name":"Wanted","type":"string","priority":1,"jsonPath":".status.wantedRelease.tag"}"#,
     printcolumn = r#"{"name":"Newest","type":"string","priority":1,"jsonPath":".status.newestAvailable"}"#,
     printcolumn = r#"{"name":"Applied","type":"string","jsonPath":".status.appliedRelease.tag"}"#,
-    printcolumn = r#"{"name":"Synced","type":"integer","jsonPath":".status.synced"}"#,
-    printcolumn = r#"{"name":"Total","type":"integer","jsonPath":".status.total"}"#,
+    printcolumn = r#"{"name":"Synced","type":"string","jsonPath":".status.objects"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.message"}"#,
     printcolumn = r#"{"name":"Last Sync","type":"date","jsonPath":".status.lastSyncTime"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -62,6 +62,13 @@ pub struct ClusterSyncStatus {
     /// Objects synced and objects known.
     pub synced: u32,
     pub total: u32,
+    /// `synced/total`, for the `SYNCED` column.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub objects: String,
+    /// The first problem, shortened (the `Ready` condition's message while it is not `True`),
+    /// for the `MESSAGE` column; the whole story is in `conditions` and `entries`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
     /// `Ready`, `Reconciling`, `Stalled`.
     #[serde(default)]
     pub conditions: Vec<Condition>,
@@ -121,6 +128,10 @@ pub struct ObjectEntry {
     pub message: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub last_transition_time: String,
+    /// Not healthy yet (`Progressing: …`) or failed (`Failed: …`), by kstatus rules; empty when
+    /// healthy (or not checked).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub health: String,
 }
 
 /// A status condition (the shape of `metav1.Condition`).
@@ -242,6 +253,7 @@ mod tests {
                     action: "Failed".into(),
                     message: "Apply failed with 1 conflict: conflict with \"kubectl\": .spec.replicas".into(),
                     last_transition_time: "2026-11-22T10:00:00Z".into(),
+                    health: String::new(),
                 })
                 .collect(),
             entries_truncated: 0,

@@ -100,6 +100,11 @@ pub enum Reason {
     Suspended,
     /// The process's work directory could not be created: nothing can be rendered.
     WorkDirUnavailable,
+    /// Every object is applied; some are not healthy yet (rolling out), within `healthTimeout`.
+    Progressing,
+    /// Some objects did not become healthy within `healthTimeout`, or failed (a Job, a rollout
+    /// past its deadline).
+    Unhealthy,
 }
 
 impl Reason {
@@ -119,6 +124,8 @@ impl Reason {
             Reason::Paused => "Paused",
             Reason::Suspended => "Suspended",
             Reason::WorkDirUnavailable => "WorkDirUnavailable",
+            Reason::Progressing => "Progressing",
+            Reason::Unhealthy => "Unhealthy",
         }
     }
 }
@@ -197,12 +204,21 @@ impl ClusterStatus {
         let synced = objects.iter().filter(|o| o.synced).count();
         let total = objects.len();
         let all = synced == total;
+        // The first problem, named: what `kubectl get` shows in its MESSAGE column.
+        let message = match objects.iter().find(|o| !o.synced) {
+            None => String::new(),
+            Some(first) => {
+                let more = total - synced - 1;
+                let tail = if more > 0 { format!(" (and {more} more of {total} objects not synced)") } else { String::new() };
+                format!("{}: {}{tail}", first.object(), first.message)
+            }
+        };
         ClusterStatus {
             wanted_release: Some(release.into()),
             applied_release: Some(release.into()),
             ready: all,
             reason: if all { Reason::Synced } else { Reason::NotSynced },
-            message: if all { String::new() } else { format!("{} of {total} objects not synced", total - synced) },
+            message,
             synced,
             total,
             objects,

@@ -89,6 +89,31 @@ impl Error {
         }
     }
 
+    /// The field managers a conflict names (empty for any other error).
+    pub fn conflicting_managers(&self) -> Vec<String> {
+        let (Error::Patch { source: kube::Error::Api(s), .. } | Error::DryRun { source: kube::Error::Api(s), .. }) = self else {
+            return Vec::new();
+        };
+        if s.code != 409 {
+            return Vec::new();
+        }
+        let mut texts: Vec<&str> = s.details.iter().flat_map(|d| &d.causes).map(|c| c.message.as_str()).collect();
+        if texts.is_empty() {
+            texts.push(&s.message);
+        }
+        let mut managers: Vec<String> = Vec::new();
+        for text in texts {
+            for part in text.split("conflict with \"").skip(1) {
+                if let Some((manager, _)) = part.split_once('"')
+                    && !managers.iter().any(|m| m == manager)
+                {
+                    managers.push(manager.to_owned());
+                }
+            }
+        }
+        managers
+    }
+
     /// The message of the object's Failed entry: the server's message, without the object's
     /// identity (the entry carries that), with a hint where the user has a choice.
     pub fn message(&self) -> String {

@@ -25,6 +25,7 @@ use discovery::{DiscoveryCache, Unresolved};
 use inventory::{Key, PruneLimits, PrunePlan};
 use object::{Deletion, Outcome, Policy, Target};
 
+use crate::apply::health::Health;
 use crate::apply::{Action, ChangeSet, Entry, ObjectRef, SkipReason, order};
 use crate::render::Object;
 
@@ -74,7 +75,12 @@ pub struct ApplyOptions {
     /// How long one API request may take, the client's own retries of 429/503/504 included;
     /// then the object is Failed and the next sync tries again.
     pub request_timeout: Duration,
+    /// Field managers whose changes to our fields are taken back (people with kubectl); a
+    /// conflict with any other manager is reported.
+    pub take_back_from: Vec<String>,
 }
+
+pub use crate::model::HAND_MANAGERS;
 
 impl Default for ApplyOptions {
     fn default() -> ApplyOptions {
@@ -90,6 +96,7 @@ impl Default for ApplyOptions {
             crd_wait: Duration::from_secs(30),
             delete_wait: Duration::from_secs(60),
             request_timeout: Duration::from_secs(30),
+            take_back_from: HAND_MANAGERS.iter().map(|m| (*m).to_owned()).collect(),
         }
     }
 }
@@ -110,6 +117,8 @@ pub struct SyncResult {
     pub drifted: Vec<(ObjectRef, Vec<String>)>,
     /// Set when pruning was paused (prune limit, empty render): why, and nothing was deleted.
     pub prune_paused: Option<String>,
+    /// Applied objects that are not healthy yet (or failed), by kstatus rules, in apply order.
+    pub unhealthy: Vec<(ObjectRef, Health)>,
 }
 
 /// Applies stages of objects to one cluster. Cheap to clone the client into; one per
@@ -146,6 +155,9 @@ impl Run {
     }
 
     fn push(&mut self, outcome: Outcome) {
+        if let Some(h) = outcome.health.filter(|h| !h.is_healthy()) {
+            self.result.unhealthy.push((outcome.entry.object.clone(), h));
+        }
         if let Some(paths) = outcome.drifted {
             self.result.drifted.push((outcome.entry.object.clone(), paths));
         }
@@ -217,7 +229,7 @@ impl Applier {
                                     let outcome = self.apply_one(t).await;
                                     self.establish(t, outcome).await
                                 }
-                                Err(not) => Outcome { entry: not.entry.clone(), drifted: None },
+                                Err(not) => Outcome { entry: not.entry.clone(), drifted: None, health: None },
                             }
                         }
                         .boxed()
@@ -278,13 +290,15 @@ impl Applier {
                             match slot {
                                 Ok(t) => match self.delete_owned(&t.api, &t.object.name, &t.entry.object).await {
                                     Ok(Deletion::Absent) => Outcome::new(&t.entry, Action::Unchanged, "absent"),
-                                    Ok(Deletion::NotOurs(label)) => Outcome::new(&t.entry, Action::Skipped(SkipReason::NotOurs), not_ours(label.as_deref())),
+                                    Ok(Deletion::NotOurs(label)) => {
+                                        Outcome::new(&t.entry, Action::Skipped(SkipReason::NotOurs), not_ours(label.as_deref()))
+                                    }
                                     Ok(Deletion::Deleted) => Outcome::new(&t.entry, Action::Pruned, "deleted by a delete stage"),
                                     Err(e) => Outcome::new(&t.entry, Action::Failed, e.message()),
                                 },
                                 // A kind the server does not serve has no objects left to delete.
                                 Err(not) if not.kind_not_served => Outcome::new(&not.entry, Action::Unchanged, "absent"),
-                                Err(not) => Outcome { entry: not.entry.clone(), drifted: None },
+                                Err(not) => Outcome { entry: not.entry.clone(), drifted: None, health: None },
                             }
                         }
                         .boxed()
@@ -328,7 +342,11 @@ impl Applier {
             other => Err(format!("unknown {POLICY_ANNOTATION} \"{other}\" (apply, apply-once or ignore)")),
         };
         let ignored = |entry: Entry| {
-            NotPrepared::new(Entry { action: Action::Skipped(SkipReason::Ignored), message: crate::apply::changeset::SKIPPED_IGNORE.into(), ..entry })
+            NotPrepared::new(Entry {
+                action: Action::Skipped(SkipReason::Ignored),
+                message: crate::apply::changeset::SKIPPED_IGNORE.into(),
+                ..entry
+            })
         };
         let resolved = match stage.action {
             StageAction::Apply => cache.resolve(&o.api_version, &o.kind).await,

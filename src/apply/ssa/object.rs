@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::error::{Error, Result};
 use super::inventory::InventoryEntry;
 use super::{Applier, DriftMode, FIELD_MANAGER, OWNER_LABEL, diff};
+use crate::apply::health::{self, Health};
 use crate::apply::{Action, Entry, ObjectRef, SkipReason};
 use crate::render::Object;
 
@@ -37,6 +38,23 @@ pub struct Target<'a> {
     pub previous_digest: Option<String>,
 }
 
+impl Target<'_> {
+    /// The same target, for a second request (the API handle and body are cheap to clone).
+    fn clone_for_retry(&self) -> Target<'_> {
+        Target {
+            object: self.object,
+            entry: self.entry.clone(),
+            api: self.api.clone(),
+            body: self.body.clone(),
+            inventory: self.inventory.clone(),
+            policy: self.policy,
+            force: self.force,
+            recreate: self.recreate,
+            previous_digest: self.previous_digest.clone(),
+        }
+    }
+}
+
 /// The message of an object found with a `deletionTimestamp`.
 const BEING_DELETED: &str = "being deleted (it has a deletionTimestamp, finalizers pending); created again once it is gone";
 
@@ -45,15 +63,21 @@ pub struct Outcome {
     pub entry: Entry,
     /// Set when the live object differed from an unchanged manifest (corrected or only reported).
     pub drifted: Option<Vec<String>>,
+    /// The object's health as the server showed it after this sync (`None`: not looked at).
+    pub health: Option<Health>,
 }
 
 impl Outcome {
     pub fn new(entry: &Entry, action: Action, message: impl Into<String>) -> Outcome {
-        Outcome { entry: Entry { action, message: message.into(), ..entry.clone() }, drifted: None }
+        Outcome { entry: Entry { action, message: message.into(), ..entry.clone() }, drifted: None, health: None }
     }
 
     fn with_drift(self, drifted: Option<Vec<String>>) -> Outcome {
         Outcome { drifted, ..self }
+    }
+
+    fn with_health(self, object: &DynamicObject) -> Outcome {
+        Outcome { health: Some(health::assess(&to_value(object))), ..self }
     }
 
     fn failed(entry: &Entry, error: &Error) -> Outcome {
@@ -99,8 +123,8 @@ impl Applier {
         let live = live.map_err(|source| Error::Get { object: t.entry.object.clone(), source })?;
         let Some(live) = live else {
             // Absent: nothing to compare with and nothing to overwrite, in any drift mode.
-            self.patch(t).await?;
-            return Ok(Outcome::new(&t.entry, Action::Created, ""));
+            let created = self.patch(t).await?;
+            return Ok(Outcome::new(&t.entry, Action::Created, "").with_health(&created));
         };
         if live.metadata.deletion_timestamp.is_some() {
             // A dry-run or a write would "succeed" on it, yet it is about to vanish (finalizers
@@ -108,8 +132,10 @@ impl Applier {
             return Ok(Outcome::new(&t.entry, Action::Failed, BEING_DELETED));
         }
         if t.policy == Policy::ApplyOnce {
-            return Ok(Outcome::new(&t.entry, Action::Skipped(SkipReason::ApplyOnceExists), crate::apply::changeset::SKIPPED_APPLY_ONCE));
+            return Ok(Outcome::new(&t.entry, Action::Skipped(SkipReason::ApplyOnceExists), crate::apply::changeset::SKIPPED_APPLY_ONCE)
+                .with_health(&live));
         }
+        let health = health::assess(&to_value(&live));
         // Forced, so the dry-run shows the object as the manifest wants it even where another
         // manager holds a field; whether we may take it is decided by the real write.
         let dry_params = PatchParams { dry_run: true, ..PatchParams::apply(FIELD_MANAGER).force() };
@@ -118,22 +144,48 @@ impl Applier {
         let (live, dry) = (to_value(&live), to_value(&dry));
         let changed = diff::changed_paths(&live, &dry);
         if changed.is_empty() && diff::our_fields(&live) == diff::our_fields(&dry) {
-            return Ok(Outcome::new(&t.entry, Action::Unchanged, ""));
+            return Ok(Outcome { health: Some(health), ..Outcome::new(&t.entry, Action::Unchanged, "") });
         }
         let release_changed = release_changed(t);
         let drifted = (!release_changed && !changed.is_empty()).then_some(changed);
         if !release_changed && self.options.drift == DriftMode::Warn {
-            return Ok(match drifted {
-                Some(paths) => {
-                    Outcome::new(&t.entry, Action::Skipped(SkipReason::Drifted), format!("drifted: {}", diff::describe(&paths))).with_drift(Some(paths))
-                }
+            let outcome = match drifted {
+                Some(paths) => Outcome::new(&t.entry, Action::Skipped(SkipReason::Drifted), format!("drifted: {}", diff::describe(&paths)))
+                    .with_drift(Some(paths)),
                 // Only ownership would change: nothing a user would call drift.
                 None => Outcome::new(&t.entry, Action::Unchanged, ""),
-            });
+            };
+            return Ok(Outcome { health: Some(health), ..outcome });
         }
-        self.patch(t).await?;
-        let message = drifted.as_deref().map(|p| format!("corrected drift: {}", diff::describe(p))).unwrap_or_default();
-        Ok(Outcome::new(&t.entry, Action::Configured, message).with_drift(drifted))
+        let (applied, took_over) = self.patch_taking_back(t).await?;
+        let mut message = drifted.as_deref().map(|p| format!("corrected drift: {}", diff::describe(p))).unwrap_or_default();
+        if let Some(managers) = took_over {
+            message = format!("{message}{}taken back from {managers}", if message.is_empty() { "" } else { ", " });
+        }
+        Ok(Outcome::new(&t.entry, Action::Configured, message).with_drift(drifted).with_health(&applied))
+    }
+
+    /// Applies; when that conflicts only with managers a human uses (`kubectl edit`, `kubectl
+    /// patch`, …: [`super::ApplyOptions::take_back_from`]), applies again taking the fields back, as
+    /// Flux does. A conflict with any other manager (another controller) stays a conflict.
+    /// Returns the object and, when fields were taken back, from whom.
+    async fn patch_taking_back(&self, t: &Target<'_>) -> Result<(DynamicObject, Option<String>)> {
+        match self.patch(t).await {
+            Ok(o) => Ok((o, None)),
+            Err(e) if !t.force => {
+                let managers = e.conflicting_managers();
+                let ours = !managers.is_empty() && managers.iter().all(|m| self.options.take_back_from.iter().any(|t| t == m));
+                if !ours {
+                    return Err(e);
+                }
+                let forced = Target { force: true, ..t.clone_for_retry() };
+                let applied = self.patch(&forced).await?;
+                let who = managers.iter().map(|m| format!("\"{m}\"")).collect::<Vec<_>>().join(", ");
+                tracing::info!(object = %t.entry.object, managers = %who, "fields changed by hand were taken back");
+                Ok((applied, Some(who)))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     async fn patch(&self, t: &Target<'_>) -> Result<DynamicObject> {

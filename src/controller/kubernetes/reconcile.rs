@@ -14,6 +14,7 @@ use super::status::{Owner, applied_crd, failed_crd, write_cluster_sync};
 use super::{Kube, control_plane_ready, is_paused, owner_id, reachable, referenced, rendered_digest, subscription_for, topology_class};
 use super::{kube_error, unique_across_stages};
 use crate::apply::ChangeSet;
+use crate::apply::health::Health;
 use crate::apply::ssa::{Applier, ApplyOptions, Inventory, Stage};
 use crate::config::{ClusterConfig, Format, KubernetesTarget, Subscription};
 use crate::controller::{ClusterReport, Error, PreparedRelease};
@@ -22,6 +23,9 @@ use crate::release::{self, Release, short};
 use crate::render::Manifests;
 use crate::status::crd::{ClusterSync, ClusterSyncStatus, RECONCILE_REQUESTED_AT};
 use crate::status::{ClusterStatus, Reason};
+
+/// How soon a Cluster whose objects are still rolling out is looked at again.
+pub(super) const HEALTH_RECHECK: Duration = Duration::from_secs(5);
 
 /// What a reconcile did: the report for `run --once`, and when to look at the Cluster again or
 /// the error that decides it (transient: retried with backoff).
@@ -106,9 +110,14 @@ async fn reconcile_in(
     let outcome = sync(kube, &k, sub, &c, obj, class.as_deref(), &prev_status).await;
     let (status, changes, crd, action, failure) = match outcome {
         Ok(done) => {
-            let action = if done.status.ready { Action::requeue(k.resync) } else { Action::requeue(k.not_ready_retry.min(k.resync)) };
-            let failure = (!done.status.ready && done.status.reason != Reason::Paused && done.status.reason != Reason::Suspended)
-                .then(|| Fail::new(done.status.reason, done.status.message.clone(), true));
+            let action = match done.status.reason {
+                _ if done.status.ready => Action::requeue(k.resync),
+                // Rolling out: look again soon, without counting it as a failure.
+                Reason::Progressing => Action::requeue(HEALTH_RECHECK),
+                _ => Action::requeue(k.not_ready_retry.min(k.resync)),
+            };
+            let quiet = matches!(done.status.reason, Reason::Paused | Reason::Suspended | Reason::Progressing | Reason::Unhealthy);
+            let failure = (!done.status.ready && !quiet).then(|| Fail::new(done.status.reason, done.status.message.clone(), true));
             (done.status, done.changes, done.crd, action, failure)
         }
         Err(fail) => {
@@ -235,6 +244,7 @@ async fn apply_release(
             prune_limit: k.prune_limit,
             allow_empty_prune: k.allow_empty_prune,
             default_namespace: if sub.format == Format::ClusterStack { "kube-system".into() } else { "default".into() },
+            take_back_from: k.take_back_from.clone(),
             ..ApplyOptions::default()
         },
     );
@@ -251,12 +261,48 @@ async fn apply_release(
     for e in result.changes.entries.iter().filter(|e| !e.is_synced()) {
         warn!(cluster = %label, object = %e.object, "{}: {}", e.action, e.message);
     }
+    let unhealthy = match sub.health_timeout {
+        Some(timeout) if st.ready && !result.unhealthy.is_empty() => {
+            judge_health(&mut st, &result.unhealthy, timeout, prev);
+            result.unhealthy.clone()
+        }
+        Some(_) => result.unhealthy.clone(),
+        None => Vec::new(),
+    };
     info!(ready = st.ready, "synced: {}", result.changes.summary());
     if sub.format == Format::Manifests {
         kube.ctx.adopt(sub, &rel).await;
     }
-    let crd = applied_crd(prev, &rel, &st, &result.changes, result.inventory.to_lines(), digest);
+    let crd = applied_crd(prev, &rel, &st, &result.changes, &unhealthy, result.inventory.to_lines(), digest);
     Ok(Done { status: st, changes: result.changes, crd })
+}
+
+/// Every object is synced but some are not healthy: `Progressing` while `timeout` has not passed
+/// since the apply started (the `Reconciling` condition's transition), `Unhealthy` after it — or
+/// at once when one has failed (it will not heal by itself).
+fn judge_health(st: &mut ClusterStatus, unhealthy: &[(crate::apply::ObjectRef, Health)], timeout: Duration, prev: &ClusterSyncStatus) {
+    let since = prev
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Reconciling" && c.status == "True")
+        .and_then(|c| chrono::DateTime::parse_from_rfc3339(&c.last_transition_time).ok())
+        .map(|t| t.with_timezone(&chrono::Utc));
+    let waited = since.and_then(|t| chrono::Utc::now().signed_duration_since(t).to_std().ok()).unwrap_or_default();
+    let failed = unhealthy.iter().any(|(_, h)| matches!(h, Health::Failed(_)));
+    let (first, health) = &unhealthy[0];
+    let more = if unhealthy.len() > 1 { format!(" (and {} more not healthy)", unhealthy.len() - 1) } else { String::new() };
+    st.ready = false;
+    if failed || waited >= timeout {
+        st.reason = Reason::Unhealthy;
+        let (o, h) = unhealthy.iter().find(|(_, h)| matches!(h, Health::Failed(_))).unwrap_or(&unhealthy[0]);
+        st.message = format!("{o}: {h}{more}");
+        if !failed {
+            st.message.push_str(&format!("; not healthy within healthTimeout {}", crate::schedule::format_duration(timeout)));
+        }
+    } else {
+        st.reason = Reason::Progressing;
+        st.message = format!("{first}: {health}{more}");
+    }
 }
 
 /// The release a Cluster runs: for a cluster stack with a topology class, the release the class

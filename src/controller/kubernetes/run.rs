@@ -262,22 +262,53 @@ pub async fn pass(ctx: Arc<Context>, concurrency: usize) -> PassReport {
             report.clusters.push(ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes: Default::default() });
         }
     }
-    type Outcome = (Option<ClusterKey>, Result<Option<reconcile::Reconciled>, Error>);
-    let results: Vec<Outcome> = stream::iter(clusters.iter())
-        .map(|obj| {
-            let kube = kube.clone();
-            async move { (key_of(obj), reconcile::reconcile(&kube, obj).await) }
-        })
-        .buffer_unordered(concurrency.max(1))
-        .collect()
-        .await;
-    for (key, result) in results {
-        match result {
-            Ok(Some(r)) => report.clusters.push(r.report),
-            Ok(None) => {}
-            Err(e) => {
-                error!(cluster = %key.map(|k| k.to_string()).unwrap_or_default(), reason = e.reason(), "{e}");
-                report.failures.push(e.to_string());
+    // Clusters whose objects are still rolling out are looked at again until they are healthy or
+    // their healthTimeout has passed (then `Unhealthy`): `run --once` waits, as `kubectl rollout
+    // status` and Flux's `wait` do.
+    let mut round: Vec<DynamicObject> = clusters.clone();
+    loop {
+        type Outcome = (Option<ClusterKey>, Result<Option<reconcile::Reconciled>, Error>);
+        let results: Vec<Outcome> = stream::iter(round.iter())
+            .map(|obj| {
+                let kube = kube.clone();
+                async move { (key_of(obj), reconcile::reconcile(&kube, obj).await) }
+            })
+            .buffer_unordered(concurrency.max(1))
+            .collect()
+            .await;
+        let mut progressing = Vec::new();
+        for (key, result) in results {
+            match result {
+                Ok(Some(r)) => {
+                    if r.report.status.reason == Reason::Progressing
+                        && let Some(key) = &key
+                    {
+                        progressing.push(key.clone());
+                    }
+                    report
+                        .clusters
+                        .retain(|c| c.cluster.namespace != r.report.cluster.namespace || c.cluster.name != r.report.cluster.name);
+                    report.clusters.push(r.report);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    error!(cluster = %key.map(|k| k.to_string()).unwrap_or_default(), reason = e.reason(), "{e}");
+                    report.failures.push(e.to_string());
+                }
+            }
+        }
+        if progressing.is_empty() {
+            break;
+        }
+        info!(clusters = progressing.len(), "waiting for applied objects to become healthy");
+        tokio::time::sleep(reconcile::HEALTH_RECHECK.min(Duration::from_secs(2))).await;
+        round.clear();
+        for key in progressing {
+            let api: Api<DynamicObject> = Api::namespaced_with(kube.mgmt.clone(), &key.namespace, &kube.clusters);
+            match api.get_opt(&key.name).await {
+                Ok(Some(obj)) => round.push(obj),
+                Ok(None) => {}
+                Err(e) => report.failures.push(Error::ListClusters(e).to_string()),
             }
         }
     }

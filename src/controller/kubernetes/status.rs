@@ -43,6 +43,7 @@ pub(super) fn entry(e: &crate::apply::Entry, previous: &[ObjectEntry], now: &str
         action: e.action.to_string(),
         message: e.message.clone(),
         last_transition_time: since,
+        health: String::new(),
     }
 }
 
@@ -52,7 +53,8 @@ pub(super) fn now() -> String {
 
 /// Conditions for a status, keeping transition times of conditions whose status is unchanged.
 pub(super) fn conditions(previous: &[Condition], ready: bool, reason: Reason, message: &str) -> Vec<Condition> {
-    let stalled = matches!(reason, Reason::RenderFailed | Reason::NotSynced | Reason::PrunePaused | Reason::ReleaseNotAvailable);
+    let stalled =
+        matches!(reason, Reason::RenderFailed | Reason::NotSynced | Reason::PrunePaused | Reason::ReleaseNotAvailable | Reason::Unhealthy);
     let reconciling = !ready && !stalled && !matches!(reason, Reason::Paused | Reason::Suspended);
     let make = |type_: &str, on: bool, why: &str| {
         let status = if on { "True" } else { "False" };
@@ -99,7 +101,8 @@ pub(super) fn progressing(previous: &[Condition], message: &str) -> Vec<Conditio
 }
 
 /// Writes a status as it is (the apply-started note); the full write follows the apply.
-pub(super) async fn write_progress(api: &Api<ClusterSync>, name: &str, status: ClusterSyncStatus) -> Result<(), kube::Error> {
+pub(super) async fn write_progress(api: &Api<ClusterSync>, name: &str, mut status: ClusterSyncStatus) -> Result<(), kube::Error> {
+    summarise(&mut status);
     let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "ClusterSync", "metadata": {"name": name}, "status": status});
     api.patch_status(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(body)).await.map(|_| ())
 }
@@ -109,12 +112,18 @@ pub(super) fn applied_crd(
     rel: &Release,
     st: &ClusterStatus,
     changes: &ChangeSet,
+    unhealthy: &[(crate::apply::ObjectRef, crate::apply::health::Health)],
     inventory: Vec<String>,
     digest: String,
 ) -> ClusterSyncStatus {
     let now = now();
-    let failing: Vec<ObjectEntry> =
-        changes.entries.iter().filter(|e| e.is_release_object() && !e.is_synced()).map(|e| entry(e, &prev.entries, &now)).collect();
+    let health_of = |e: &crate::apply::Entry| unhealthy.iter().find(|(o, _)| *o == e.object).map(|(_, h)| h.to_string());
+    let failing: Vec<ObjectEntry> = changes
+        .entries
+        .iter()
+        .filter(|e| e.is_release_object() && (!e.is_synced() || health_of(e).is_some()))
+        .map(|e| ObjectEntry { health: health_of(e).unwrap_or_default(), ..entry(e, &prev.entries, &now) })
+        .collect();
     let truncated = failing.len().saturating_sub(MAX_ENTRIES) as u32;
     ClusterSyncStatus {
         wanted_release: Some(release_ref(rel)),
@@ -179,6 +188,7 @@ pub(super) async fn write_cluster_sync(
         }
     };
     status.observed_generation = generation;
+    summarise(&mut status);
     for cond in &mut status.conditions {
         cond.observed_generation = generation;
     }
@@ -199,6 +209,32 @@ pub(super) async fn write_cluster_sync(
     let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "ClusterSync", "metadata": {"name": c.name}, "status": status});
     api.patch_status(&c.name, &params, &Patch::Apply(body)).await?;
     Ok(())
+}
+
+/// The at-a-glance fields: `objects` (`synced/total`) and `message` (the `Ready` condition's
+/// message while it is not `True`, shortened to [`MESSAGE_COLUMN`] characters).
+pub(super) fn summarise(status: &mut ClusterSyncStatus) {
+    status.objects = format!("{}/{}", status.synced, status.total);
+    status.message = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status != "True")
+        .map(|c| shorten(&c.message, MESSAGE_COLUMN))
+        .unwrap_or_default();
+}
+
+/// Width of the `MESSAGE` column's text.
+pub(super) const MESSAGE_COLUMN: usize = 80;
+
+/// The first line of `text`, cut at a character boundary to `max` characters with `…`.
+pub(super) fn shorten(text: &str, max: usize) -> String {
+    let line = text.lines().next().unwrap_or_default().trim();
+    if line.chars().count() <= max {
+        return line.to_string();
+    }
+    let mut out: String = line.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
 }
 
 /// Records the release a subscription selected as a `StackRelease`.
@@ -272,6 +308,21 @@ pub(super) fn release_name(sub: &str, tag: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_message_column_is_the_first_line_shortened() {
+        assert_eq!(shorten("short", 10), "short");
+        assert_eq!(shorten("first line\nsecond", 80), "first line");
+        assert_eq!(shorten("ääääääääää", 5), "ääää…");
+        let mut st = ClusterSyncStatus { synced: 2, total: 3, ..Default::default() };
+        st.conditions = conditions(&[], false, Reason::NotSynced, "StorageClass/standard: no matches for kind");
+        summarise(&mut st);
+        assert_eq!(st.objects, "2/3");
+        assert_eq!(st.message, "StorageClass/standard: no matches for kind");
+        st.conditions = conditions(&[], true, Reason::Synced, "all synced");
+        summarise(&mut st);
+        assert_eq!(st.message, "");
+    }
 
     #[test]
     fn release_names_are_valid_object_names() {
