@@ -16,8 +16,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use super::gotemplate::Warning;
 use super::helm::Helm;
-use super::values::ValuesTemplate;
+use super::values::{TemplateOptions, ValuesTemplate};
 use super::{Error, Errors, Object, ObjectKey};
 use crate::cache::unpack;
 use crate::config::ClusterConfig;
@@ -81,6 +82,8 @@ pub struct Layout {
     pub addon: Addon,
     /// Archives unpacked while loading (each once, whatever the number of clusters).
     pub unpacked: Vec<String>,
+    /// How values templates run (the config's `templates:`); set after [`Layout::load`].
+    pub template_options: TemplateOptions,
 }
 
 /// One rendered stage of a cluster's addons, in apply order. `name` is `None` for a
@@ -89,6 +92,9 @@ pub struct Layout {
 pub struct RenderedStage {
     pub name: Option<String>,
     pub objects: Vec<Object>,
+    /// Every `<no value>` / `<nil>` the stage's values template printed (already logged); for
+    /// the Cluster's status.
+    pub warnings: Vec<Warning>,
 }
 
 impl Layout {
@@ -180,7 +186,7 @@ impl Layout {
         if !errors.is_empty() {
             return Err(Errors(errors));
         }
-        Ok(Layout { stack: stack.clone(), metadata, cluster_class, addon, unpacked })
+        Ok(Layout { stack: stack.clone(), metadata, cluster_class, addon, unpacked, template_options: TemplateOptions::default() })
     }
 
     /// The stages a cluster gets installed, in order: the install hook's `apply` stages, or the
@@ -229,8 +235,9 @@ impl Layout {
                 },
                 (Addon::Staged { .. }, None) => continue,
             };
-            let values_file = match template.map(|t| t.render(cluster)).transpose() {
-                Ok(v) => v,
+            let (values_file, warnings) = match template.map(|t| t.render(cluster, &self.template_options)).transpose() {
+                Ok(Some(v)) => (Some(v.values), v.warnings),
+                Ok(None) => (None, Vec::new()),
                 Err(e) => {
                     errors.push(e);
                     continue;
@@ -267,7 +274,7 @@ impl Layout {
                     if stage.is_none() {
                         objects.iter_mut().for_each(|o| o.stage = None);
                     }
-                    out.push(RenderedStage { name: stage.map(str::to_owned), objects });
+                    out.push(RenderedStage { name: stage.map(str::to_owned), objects, warnings });
                 }
                 Err(e) => errors.extend(e.0),
             }
