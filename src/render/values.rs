@@ -11,12 +11,8 @@ use crate::config::ClusterConfig;
 /// The Cluster API version of the default `.Cluster` object.
 pub const CLUSTER_API_VERSION: &str = "cluster.x-k8s.io/v1beta1";
 
-/// How values templates are executed (the config's `templates:` section).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TemplateOptions {
-    /// A `<no value>` / `<nil>` in the output is an error instead of a warning.
-    pub strict: bool,
-}
+/// How values templates are executed: the config's `templates:` section.
+pub type TemplateOptions = crate::config::TemplatesConfig;
 
 /// The values for one cluster, and what Go would have printed silently.
 #[derive(Debug, Clone, PartialEq, Eq)]
