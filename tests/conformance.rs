@@ -5,7 +5,10 @@
 //! `scripts/build-oracles.sh` — on the same data (`tests/conformance/data.json`, decoded as
 //! Kubernetes decodes unstructured objects). The outputs must be byte-identical, or both
 //! executions must fail. Differences documented in `tests/conformance/known-differences.txt`
-//! are reported but do not fail.
+//! are reported but do not fail. The cases of `scs.txt` run against every document of
+//! `tests/conformance/scs-data/` (Cluster / InfraCluster / ControlPlane shapes of SCS stacks), and
+//! so do the files of the directory `STACKSYNC_CONFORMANCE_EXTRA` names, each file one template
+//! (to check a release's own values templates).
 //!
 //! The oracle's path comes from `STACKSYNC_TEMPLATE_ORACLE` (scripts/test.sh sets it). Without
 //! it the test is skipped with a loud message, except under CI (`CI` set), where it fails.
@@ -22,10 +25,41 @@ const NAME: &str = "values.yaml";
 struct Case {
     origin: String,
     template: String,
+    /// Index into the data documents.
+    data: usize,
+}
+
+/// The data documents: `data.json` first, then the SCS-shaped ones, by file name.
+fn data_documents() -> Vec<(String, serde_json::Value)> {
+    let mut docs = vec![("data.json".to_owned(), serde_json::from_str(include_str!("conformance/data.json")).expect("data.json"))];
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/scs-data");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).expect("scs-data").map(|e| e.expect("entry").path()).collect();
+    files.sort();
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("scs data");
+        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
+        docs.push((name, serde_json::from_str(&text).expect("scs data json")));
+    }
+    docs
+}
+
+/// Templates read whole from the files of `dir`, each run against the SCS-shaped documents.
+fn extra_cases(dir: &Path, docs: usize) -> Vec<Case> {
+    let mut files: Vec<_> = std::fs::read_dir(dir).expect("STACKSYNC_CONFORMANCE_EXTRA").map(|e| e.expect("entry").path()).collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files.iter().filter(|f| f.is_file()) {
+        let text = std::fs::read_to_string(f).expect("extra template");
+        for data in 1..docs {
+            out.push(Case { origin: format!("{} (data {data})", f.display()), template: text.clone(), data });
+        }
+    }
+    out
 }
 
 /// Table cases: one template per line; `⏎` stands for a newline; `#` starts a comment line.
-fn table_cases() -> Vec<Case> {
+/// `scs.txt` cases run against every document, the others against `data.json`.
+fn table_cases(docs: usize) -> Vec<Case> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/cases");
     let mut files: Vec<_> = std::fs::read_dir(&dir).expect("cases dir").map(|e| e.expect("entry").path()).collect();
     files.sort();
@@ -37,7 +71,10 @@ fn table_cases() -> Vec<Case> {
             if line.trim().is_empty() || line.starts_with('#') {
                 continue;
             }
-            out.push(Case { origin: format!("{stem}.txt:{}", i + 1), template: line.replace('⏎', "\n") });
+            let data: Vec<usize> = if stem == "scs" { (0..docs).collect() } else { vec![0] };
+            for d in data {
+                out.push(Case { origin: format!("{stem}.txt:{} (data {d})", i + 1), template: line.replace('⏎', "\n"), data: d });
+            }
         }
     }
     out
@@ -114,24 +151,24 @@ fn generated_cases() -> Vec<Case> {
         "true",
         "nil",
     ];
-    let small = [".v.i", ".v.f", ".v.s", ".v.sl", ".v.one", ".v.nil", ".v.missing", "2", "\"b\"", "\",\""];
+    let small = [".v.i", ".v.f", ".v.sl", ".v.one", ".v.nil", "2", "\",\""];
     let mut out = Vec::new();
     for f in all_functions() {
         if NOT_GENERATED.contains(&f.as_str()) {
             continue;
         }
-        out.push(Case { origin: format!("generated {f}/0"), template: format!("{{{{ {f} }}}}") });
+        out.push(Case { origin: format!("generated {f}/0"), template: format!("{{{{ {f} }}}}"), data: 0 });
         for a in pool {
-            out.push(Case { origin: format!("generated {f}/1"), template: format!("{{{{ {f} {a} }}}}") });
+            out.push(Case { origin: format!("generated {f}/1"), template: format!("{{{{ {f} {a} }}}}"), data: 0 });
         }
         for a in small {
             for b in small {
-                out.push(Case { origin: format!("generated {f}/2"), template: format!("{{{{ {f} {a} {b} }}}}") });
+                out.push(Case { origin: format!("generated {f}/2"), template: format!("{{{{ {f} {a} {b} }}}}"), data: 0 });
             }
         }
-        for a in ["1", "\"x\"", ".v.sl"] {
+        for a in ["1", ".v.sl"] {
             for b in small {
-                out.push(Case { origin: format!("generated {f}/3"), template: format!("{{{{ {b} | {f} {a} 2 }}}}") });
+                out.push(Case { origin: format!("generated {f}/3"), template: format!("{{{{ {b} | {f} {a} 2 }}}}"), data: 0 });
             }
         }
     }
@@ -154,11 +191,13 @@ enum Outcome {
     Failed(String),
 }
 
-fn oracle(path: &str, cases: &[Case], data: &serde_json::Value) -> Vec<Outcome> {
+fn oracle(path: &str, cases: &[Case], docs: &[(String, serde_json::Value)]) -> Vec<Outcome> {
     let mut child = Command::new(path).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start the oracle");
     let mut stdin = child.stdin.take().expect("stdin");
-    let input: String =
-        cases.iter().map(|c| serde_json::json!({"name": NAME, "template": c.template, "data": data}).to_string() + "\n").collect();
+    let input: String = cases
+        .iter()
+        .map(|c| serde_json::json!({"name": NAME, "template": c.template, "data": docs[c.data].1}).to_string() + "\n")
+        .collect();
     let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
     let out = child.wait_with_output().expect("oracle output");
     writer.join().expect("writer").expect("write to the oracle");
@@ -198,39 +237,91 @@ fn values_templates_render_byte_for_byte_as_go_text_template_with_slim_sprig() {
         );
         return;
     };
-    let data: serde_json::Value = serde_json::from_str(include_str!("conformance/data.json")).expect("conformance data");
-    let table = table_cases();
+    let docs = data_documents();
+    let table = table_cases(docs.len());
     let generated = generated_cases();
-    let (n_table, n_generated) = (table.len(), generated.len());
-    let cases: Vec<Case> = table.into_iter().chain(generated).collect();
-    let want = oracle(&path, &cases, &data);
+    let extra = match std::env::var_os("STACKSYNC_CONFORMANCE_EXTRA") {
+        Some(dir) => extra_cases(Path::new(&dir), docs.len()),
+        None => Vec::new(),
+    };
+    let (n_table, n_generated, n_extra) = (table.len(), generated.len(), extra.len());
+    let cases: Vec<Case> = table.into_iter().chain(generated).chain(extra).collect();
+    let started = std::time::Instant::now();
+    let want = oracle(&path, &cases, &docs);
+    let oracle_time = started.elapsed();
+    let started = std::time::Instant::now();
     let known = known_differences();
-    let (mut same_out, mut both_failed, mut known_seen) = (0, 0, 0);
+    let (mut same_out, mut both_failed, mut known_seen) = ([0usize; 3], [0usize; 3], 0);
     let mut mismatches = Vec::new();
-    for (case, want) in cases.iter().zip(&want) {
-        let got = ours(&case.template, &data);
+    let functions = all_functions();
+    // Per function: cases where it ran and printed exactly what Go printed.
+    let mut proven: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, (case, want)) in cases.iter().zip(&want).enumerate() {
+        let kind = if i < n_table {
+            0
+        } else if i < n_table + n_generated {
+            1
+        } else {
+            2
+        };
+        let got = ours(&case.template, &docs[case.data].1);
         let agree = match (&got, want) {
             (Outcome::Ok(a), Outcome::Ok(b)) => a == b,
             (Outcome::Failed(_), Outcome::Failed(_)) => true,
             _ => false,
         };
+        if agree && matches!(got, Outcome::Ok(_)) {
+            for f in &functions {
+                if case.template.contains(&format!("{{{{ {f} "))
+                    || case.template.contains(&format!(" {f} "))
+                    || case.template.contains(&format!("({f} "))
+                {
+                    *proven.entry(f.as_str()).or_default() += 1;
+                }
+            }
+        }
         if agree {
             if matches!(got, Outcome::Ok(_)) {
-                same_out += 1;
+                same_out[kind] += 1;
             } else {
-                both_failed += 1;
+                both_failed[kind] += 1;
             }
         } else if known.contains_key(&case.template) {
             known_seen += 1;
         } else {
-            mismatches.push(format!("{}: {:?}\n    go:        {:?}\n    stacksync: {:?}", case.origin, case.template, want, got));
+            mismatches.push(format!(
+                "{} [{}]: {:?}\n    go:        {:?}\n    stacksync: {:?}",
+                case.origin, docs[case.data].0, case.template, want, got
+            ));
         }
     }
     eprintln!(
-        "conformance: {} cases ({n_table} table, {n_generated} generated): {same_out} identical output, {both_failed} both \
-         failed, {known_seen} known differences, {} mismatches",
+        "conformance: {} cases (Go {:.1}s, stacksync {:.1}s): {} identical output, {} both failed, {known_seen} known \
+         differences, {} mismatches",
         cases.len(),
+        oracle_time.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        same_out.iter().sum::<usize>(),
+        both_failed.iter().sum::<usize>(),
         mismatches.len()
+    );
+    for (k, (name, n)) in [("table", n_table), ("generated", n_generated), ("extra", n_extra)].into_iter().enumerate() {
+        eprintln!("  {name}: {n} cases, {} identical output, {} both failed", same_out[k], both_failed[k]);
+    }
+    let unproven: Vec<&String> = functions
+        .iter()
+        // `fail` only fails; its cases are all "both failed".
+        .filter(|f| funcs::unsupported_reason(f).is_none() && *f != "fail" && !proven.contains_key(f.as_str()))
+        .collect();
+    eprintln!(
+        "  functions: {} of {} proven by at least one identical successful output (median {} cases each); without: {unproven:?}",
+        proven.len(),
+        functions.len(),
+        {
+            let mut n: Vec<usize> = proven.values().copied().collect();
+            n.sort_unstable();
+            n.get(n.len() / 2).copied().unwrap_or(0)
+        }
     );
     if !mismatches.is_empty() {
         let shown: Vec<&String> = mismatches.iter().take(200).collect();
@@ -242,6 +333,7 @@ fn values_templates_render_byte_for_byte_as_go_text_template_with_slim_sprig() {
             shown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
         );
     }
+    assert!(unproven.is_empty(), "functions without an identical successful case: {unproven:?}");
     // Every generated function is one stacksync defines (or refuses with a reason).
     for f in all_functions() {
         assert!(
