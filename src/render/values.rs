@@ -47,7 +47,10 @@ impl ValuesTemplate {
     /// Template execution errors (failing functions, limits), output that is not YAML, and in
     /// strict mode the first `<no value>` / `<nil>` printed.
     pub fn render(&self, cluster: &ClusterConfig, options: &TemplateOptions) -> Result<RenderedValues, Error> {
-        let out = self.template.execute(&template_data(cluster))?;
+        // The operator names the template `cluster-addon-values-<cluster>` (what `{{ template }}`
+        // calls the whole file by); messages still name the file.
+        let name = format!("cluster-addon-values-{}", cluster.name);
+        let out = self.template.execute_as(&name, &template_data(cluster), gotemplate::Limits::default())?;
         if options.strict
             && let Some(w) = out.warnings.first()
         {

@@ -18,6 +18,8 @@ enum Flow {
 
 pub(super) struct Exec<'a> {
     pub file: &'a str,
+    /// The name `{{ template }}` calls the whole file by.
+    root_name: &'a str,
     tree: &'a Tree,
     vars: Vec<(String, Val)>,
     out: String,
@@ -30,9 +32,16 @@ pub(super) struct Exec<'a> {
 }
 
 impl<'a> Exec<'a> {
-    pub(super) fn run(file: &'a str, tree: &'a Tree, data: Val, limits: Limits) -> Result<(String, Vec<Warning>), Error> {
+    pub(super) fn run(
+        file: &'a str,
+        root_name: &'a str,
+        tree: &'a Tree,
+        data: Val,
+        limits: Limits,
+    ) -> Result<(String, Vec<Warning>), Error> {
         let mut ex = Exec {
             file,
+            root_name,
             tree,
             vars: vec![("$".to_owned(), data.clone())],
             out: String::new(),
@@ -147,7 +156,7 @@ impl<'a> Exec<'a> {
     fn template(&mut self, line: usize, name: &str, pipe: Option<&Pipe>, dot: &Val) -> Result<(), Error> {
         let body = match self.tree.defines.get(name) {
             Some(body) => body,
-            None if name == self.file => &self.tree.root,
+            None if name == self.root_name => &self.tree.root,
             None => return Err(self.err(line, format!("no such template `{name}`"))),
         };
         let new_dot = match pipe {

@@ -133,8 +133,17 @@ impl Template {
     /// # Errors
     /// As [`Template::execute`].
     pub fn execute_with(&self, data: &Value, limits: Limits) -> Result<Output, Error> {
+        self.execute_as(&self.file, data, limits)
+    }
+
+    /// As [`Template::execute_with`], with `name` as the name of the whole template (what
+    /// `{{ template "name" }}` calls), as the operator names it `cluster-addon-values-<cluster>`.
+    ///
+    /// # Errors
+    /// As [`Template::execute`].
+    pub fn execute_as(&self, name: &str, data: &Value, limits: Limits) -> Result<Output, Error> {
         on_big_stack(&self.file, || {
-            let (text, warnings) = exec::Exec::run(&self.file, &self.tree, value::Val::from_json(data), limits)?;
+            let (text, warnings) = exec::Exec::run(&self.file, name, &self.tree, value::Val::from_json(data), limits)?;
             Ok(Output { text, warnings })
         })
     }
