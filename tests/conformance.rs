@@ -277,7 +277,7 @@ enum Outcome {
 }
 
 fn oracle(path: &str, cases: &[Case], docs: &[(String, serde_json::Value)]) -> Vec<Outcome> {
-    let mut child = Command::new(path).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start the oracle");
+    let mut child = Command::new(path).env("TZ", "UTC").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start the oracle");
     let mut stdin = child.stdin.take().expect("stdin");
     let input: String = cases
         .iter()

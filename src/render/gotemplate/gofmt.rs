@@ -374,6 +374,11 @@ fn print_verb(out: &mut String, v: &Val, verb: char, spec: &Spec, depth: usize) 
         return;
     }
     match v {
+        Val::Time(t) => match verb {
+            'v' | 's' => pad(out, &t.string(), spec),
+            'q' => pad(out, &quote(&t.string()), spec),
+            _ => bad_verb(out, v, verb),
+        },
         Val::Missing(_) | Val::Nil if depth > 0 => pad(out, "<nil>", spec),
         Val::Missing(_) | Val::Nil => match verb {
             'v' => pad(out, "<nil>", spec),

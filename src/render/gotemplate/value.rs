@@ -34,6 +34,20 @@ pub enum Val {
     List(Rc<Vec<Val>>, &'static str),
     /// A `map[string]elem`.
     Map(MapRef, &'static str),
+    /// A Go `time.Time` (sprig's date functions).
+    Time(Rc<GoTime>),
+}
+
+/// A Go `time.Time`: an instant, and the zone it is shown in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoTime {
+    /// Seconds since the Unix epoch.
+    pub secs: i64,
+    pub nanos: u32,
+    /// Seconds east of UTC.
+    pub offset: i32,
+    /// The zone's abbreviation (`UTC`); empty for a fixed offset without a name.
+    pub zone: String,
 }
 
 pub const IFACE: &str = "interface {}";
@@ -86,6 +100,7 @@ impl Val {
             Val::Str(_) => "string".into(),
             Val::List(_, e) => format!("[]{e}"),
             Val::Map(_, e) => format!("map[string]{e}"),
+            Val::Time(_) => "time.Time".into(),
         }
     }
 
@@ -100,6 +115,7 @@ impl Val {
             Val::Str(_) => "string",
             Val::List(..) => "slice",
             Val::Map(..) => "map",
+            Val::Time(_) => "struct",
         }
     }
 
@@ -117,6 +133,7 @@ impl Val {
             Val::Str(s) => !s.is_empty(),
             Val::List(l, _) => !l.is_empty(),
             Val::Map(m, _) => !m.borrow().is_empty(),
+            Val::Time(_) => true,
         }
     }
 
@@ -130,6 +147,7 @@ impl Val {
             Val::Str(s) => Value::String(s.to_string()),
             Val::List(l, _) => Value::Array(l.iter().map(Val::to_json).collect()),
             Val::Map(m, _) => Value::Object(m.borrow().iter().map(|(k, v)| (k.clone(), v.to_json())).collect()),
+            Val::Time(t) => Value::String(t.rfc3339()),
         }
     }
 
@@ -141,6 +159,7 @@ impl Val {
             (Val::Int(a), Val::Int(b)) | (Val::I64(a), Val::I64(b)) => a == b,
             (Val::F64(a), Val::F64(b)) => a == b,
             (Val::Str(a), Val::Str(b)) => a == b,
+            (Val::Time(a), Val::Time(b)) => a == b,
             (Val::List(a, ea), Val::List(b, eb)) => ea == eb && a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| x.deep_equal(y)),
             (Val::Map(a, ea), Val::Map(b, eb)) => {
                 let (a, b) = (a.borrow(), b.borrow());

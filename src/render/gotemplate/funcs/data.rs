@@ -280,6 +280,7 @@ fn json(v: &Val, escape_html: bool, indent: Option<usize>, out: &mut String) -> 
         Val::Int(i) | Val::I64(i) => out.push_str(&i.to_string()),
         Val::F64(f) => out.push_str(&json_float(*f)?),
         Val::Str(s) => json_string(s, escape_html, out),
+        Val::Time(t) => json_string(&t.rfc3339(), escape_html, out),
         Val::List(l, _) => {
             if l.is_empty() {
                 out.push_str("[]");

@@ -6,6 +6,7 @@
 
 mod builtins;
 mod data;
+mod dates;
 mod sprig;
 
 use super::Error;
@@ -25,20 +26,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("randInt", "random output cannot be synchronised"),
     ("now", "reads the clock: the output would change on every render"),
     ("ago", "reads the clock: the output would change on every render"),
-    ("date", "date functions are not implemented by stacksync"),
-    ("date_in_zone", "date functions are not implemented by stacksync"),
-    ("dateInZone", "date functions are not implemented by stacksync"),
-    ("date_modify", "date functions are not implemented by stacksync"),
-    ("dateModify", "date functions are not implemented by stacksync"),
-    ("must_date_modify", "date functions are not implemented by stacksync"),
-    ("mustDateModify", "date functions are not implemented by stacksync"),
-    ("duration", "date functions are not implemented by stacksync"),
-    ("durationRound", "date functions are not implemented by stacksync"),
-    ("htmlDate", "date functions are not implemented by stacksync"),
-    ("htmlDateInZone", "date functions are not implemented by stacksync"),
-    ("toDate", "date functions are not implemented by stacksync"),
-    ("mustToDate", "date functions are not implemented by stacksync"),
-    ("unixEpoch", "date functions are not implemented by stacksync"),
     ("call", "values templates have no function values to call"),
 ];
 
@@ -102,6 +89,12 @@ fn arity(name: &str) -> Option<(usize, Option<usize>)> {
         "mul" | "max" | "biggest" | "min" | "maxf" | "minf" | "default" | "pick" | "omit" | "without" | "mustWithout" | "slice"
         | "mustSlice" | "unset" => v(1),
         "round" => v(2),
+        "date" | "dateInZone" | "date_in_zone" | "htmlDate" | "htmlDateInZone" | "toDate" | "mustToDate" | "unixEpoch" | "dateModify"
+        | "date_modify" | "mustDateModify" | "must_date_modify" | "duration" | "durationRound" => match name {
+            "htmlDate" | "unixEpoch" | "duration" | "durationRound" => n(1),
+            "dateInZone" | "date_in_zone" => n(3),
+            _ => n(2),
+        },
         "pluck" => v(1),
         "dig" => v(0),
         _ => None,
@@ -167,6 +160,14 @@ impl A {
         }
     }
 
+    /// As a `time.Time` parameter.
+    pub fn time(&self) -> Result<super::value::GoTime, String> {
+        match &self.v {
+            Val::Time(t) => Ok((**t).clone()),
+            _ => Err(wrong("time.Time", self)),
+        }
+    }
+
     /// As a `map[string]interface {}` parameter; nil is an empty map (reading a nil map works
     /// in Go; `set` refuses it itself).
     pub fn dict(&self) -> Result<super::value::MapRef, String> {
@@ -220,6 +221,7 @@ pub(super) fn call(ex: &mut Exec<'_>, line: usize, name: &str, args: &[Arg], dot
     let r = builtins::call(ex, name, &vals)
         .or_else(|| sprig::call(ex, name, &vals))
         .or_else(|| data::call(ex, name, &vals))
+        .or_else(|| dates::call(name, &vals))
         .unwrap_or_else(|| Err(format!("function `{name}` is not implemented")));
     let v = r.map_err(|m| ex.err(line, format!("error calling {name}: {m}")))?;
     super::value::check_depth(&v).map_err(|m| ex.err(line, format!("error calling {name}: {m}")))?;
