@@ -350,6 +350,10 @@ fn values_templates_render_byte_for_byte_as_go_text_template_with_slim_sprig() {
             2
         };
         let got = ours(&case.template, &docs[case.data].1);
+        // A panic inside the engine is caught (and reported as this error); it is always a bug.
+        if let Outcome::Failed(e) = &got {
+            assert!(!e.contains("template engine failed unexpectedly"), "{}: {:?} panicked the engine", case.origin, case.template);
+        }
         let agree = match (&got, want) {
             (Outcome::Ok(a), Outcome::Ok(b)) => a == b,
             (Outcome::Failed(_), Outcome::Failed(_)) => true,

@@ -27,8 +27,6 @@ pub(super) struct Exec<'a> {
     depth: usize,
     limits: Limits,
     pub warnings: Vec<Warning>,
-    /// Set by `fmt` functions that printed a nil (`<nil>`) so the action can warn.
-    pub printed_nil: bool,
 }
 
 impl<'a> Exec<'a> {
@@ -49,7 +47,6 @@ impl<'a> Exec<'a> {
             depth: 0,
             limits,
             warnings: Vec::new(),
-            printed_nil: false,
         };
         ex.walk(&tree.root, &data, 0)?;
         Ok((ex.out, ex.warnings))
@@ -90,7 +87,7 @@ impl<'a> Exec<'a> {
             match node {
                 Node::Text(t) => self.emit(line, t)?,
                 Node::Action(pipe) => {
-                    self.printed_nil = false;
+                    gofmt::take_printed_nil();
                     let v = self.pipeline(pipe, dot)?;
                     if pipe.decl.is_empty() {
                         self.print_action(pipe, &v)?;
@@ -143,7 +140,7 @@ impl<'a> Exec<'a> {
             }
             v => {
                 let text = gofmt::sprint_one(v);
-                if (self.printed_nil || contains_nil(v)) && text.contains("<nil>") {
+                if gofmt::take_printed_nil() && text.contains("<nil>") {
                     let path = describe_pipe(pipe);
                     self.warnings.push(Warning { file: self.file.to_owned(), line: pipe.line, path, printed: "<nil>" });
                 }
@@ -315,16 +312,6 @@ impl<'a> Exec<'a> {
             return Ok(Val::Missing(Rc::from(path.as_str())));
         }
         Ok(cur)
-    }
-}
-
-/// Whether formatting `v` prints a nil somewhere inside it.
-fn contains_nil(v: &Val) -> bool {
-    match v {
-        Val::Missing(_) | Val::Nil => true,
-        Val::List(l, _) => l.iter().any(contains_nil),
-        Val::Map(m, _) => m.borrow().values().any(contains_nil),
-        _ => false,
     }
 }
 

@@ -1,7 +1,24 @@
 //! Go's `fmt` for template values: `Sprint`, `Sprintln`, `Sprintf` with every verb that applies to
 //! the types a template sees, including Go's `%!verb(type=value)` error forms.
 
+use std::cell::Cell;
+
 use super::value::Val;
+
+thread_local! {
+    /// Set whenever a nil is formatted as `<nil>`, so an action that prints one can warn. The
+    /// engine runs each execution on its own thread, so this is per execution.
+    static PRINTED_NIL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether a nil was formatted since the last call (and resets it).
+pub fn take_printed_nil() -> bool {
+    PRINTED_NIL.with(|p| p.replace(false))
+}
+
+fn note_nil() {
+    PRINTED_NIL.with(|p| p.set(true));
+}
 
 /// Go's `strconv.FormatFloat(f, 'g', -1, 64)`: shortest digits, exponent form when the decimal
 /// exponent is below -4 or at least 21 for `%v`... no: at least 6 when shortest.
@@ -249,7 +266,11 @@ pub fn sprintf(format: &str, args: &[Val]) -> String {
                 i += 1;
             }
             if i > start {
-                spec.width = chars[start..i].iter().collect::<String>().parse().ok();
+                // Go refuses widths and precisions above 10^6 (`%!(BADWIDTH)`).
+                match chars[start..i].iter().collect::<String>().parse::<usize>() {
+                    Ok(w) if w <= 1_000_000 => spec.width = Some(w),
+                    _ => out.push_str("%!(BADWIDTH)"),
+                }
             }
         }
         if chars.get(i) == Some(&'.') {
@@ -258,7 +279,7 @@ pub fn sprintf(format: &str, args: &[Val]) -> String {
             if chars.get(i) == Some(&'*') {
                 i += 1;
                 match args.get(argi) {
-                    Some(Val::Int(n)) if *n >= 0 && !bad_index => spec.prec = Some(*n as usize),
+                    Some(Val::Int(n)) if *n >= 0 && *n <= 1_000_000 && !bad_index => spec.prec = Some(*n as usize),
                     Some(Val::Int(n)) if *n < 0 && !bad_index => spec.prec = None,
                     _ => out.push_str("%!(BADPREC)"),
                 }
@@ -268,7 +289,11 @@ pub fn sprintf(format: &str, args: &[Val]) -> String {
                 while chars.get(i).is_some_and(char::is_ascii_digit) {
                     i += 1;
                 }
-                spec.prec = Some(chars[start..i].iter().collect::<String>().parse().unwrap_or(0));
+                match chars[start..i].iter().collect::<String>().parse::<usize>() {
+                    Ok(p) if p <= 1_000_000 => spec.prec = Some(p),
+                    Ok(_) | Err(_) if i > start => out.push_str("%!(BADPREC)"),
+                    _ => spec.prec = Some(0),
+                }
             }
         }
         arg_index(&mut i, &mut argi, &mut bad_index, &mut reordered);
@@ -379,9 +404,15 @@ fn print_verb(out: &mut String, v: &Val, verb: char, spec: &Spec, depth: usize) 
             'q' => pad(out, &quote(&t.string()), spec),
             _ => bad_verb(out, v, verb),
         },
-        Val::Missing(_) | Val::Nil if depth > 0 => pad(out, "<nil>", spec),
+        Val::Missing(_) | Val::Nil if depth > 0 => {
+            note_nil();
+            pad(out, "<nil>", spec);
+        }
         Val::Missing(_) | Val::Nil => match verb {
-            'v' => pad(out, "<nil>", spec),
+            'v' => {
+                note_nil();
+                pad(out, "<nil>", spec);
+            }
             _ => bad_verb(out, v, verb),
         },
         Val::Bool(b) => match verb {

@@ -98,3 +98,44 @@ fn helm_extensions_to_yaml_and_required_work() {
     let out = run("{{ dict \"p\" .Cluster.spec.port \"l\" (list \"a\") | toYaml }}|{{ required \"m\" .Cluster.metadata.name }}").unwrap();
     assert_eq!(out.text, "l:\n- a\np: 6443|alpha");
 }
+
+#[test]
+fn hostile_templates_are_errors_not_panics() {
+    let texts = [
+        "{{ printf \"%99999999999d|%.99999999999f\" 1 1.5 }}",
+        "{{ printf \"%[99999999999999999999]d %[\" 1 }}",
+        "{{ seq 9223372036854775807 }}",
+        "{{ seq -9223372036854775808 1 }}",
+        "{{ seq 1 -9223372036854775808 9223372036854775807 }}",
+        "{{ toDate \"Jan\" \"Ja\u{e9}\" }}",
+        "{{ toDate \"Monday\" \"Mon\u{e9}\u{e9}\u{e9}\" }}",
+        "{{ date \"\u{e9}2006\u{e9}Jan\u{e9}.000\u{e9}\" 0 }}",
+        "{{ toDate \"2006 PM\" \"2006 \u{e9}\u{e9}\" }}",
+        "{{ toDate \"-07:00\" \"+\u{e9}\" }}",
+        "{{ dateModify \"99999999999999999999h\" (toDate \"2006\" \"2024\") }}",
+        "{{ duration \"-9223372036854775808\" }}",
+        "{{ trunc -9223372036854775808 \"abc\" }}",
+        "{{ substr -5 -9 \"abc\" }}",
+        "{{ substr 2 1 \"abc\" }}",
+        "{{ div -9223372036854775808 -1 }}",
+        "{{ mod -9223372036854775808 -1 }}",
+        "{{ mul 9223372036854775807 2 }}",
+        "{{ index \"\u{e9}\" 1 }}",
+        "{{ until 99999999999 }}",
+        "{{ '\\400' }}",
+        "{{ b64dec \"\u{e9}\" }}",
+        "{{ b32dec \"\u{e9}=======\" }}",
+        "{{ regexReplaceAll \"(\" \"x\" \"y\" }}",
+        "{{ regexSplit \"\" \"\u{e9}a\" -1 }}",
+        "{{ splitn \"\" 2 \"\u{e9}\u{e9}\u{e9}\" }}",
+        "{{ round 1.5 999999999 }}",
+        "{{ int64 \"-9223372036854775809\" }}",
+        "{{ chunk 9223372036854775807 (list 1) }}",
+        "{{ slice (list 1 2) 9223372036854775807 }}",
+    ];
+    for text in texts {
+        if let Err(e) = run(text) {
+            assert!(!e.to_string().contains("failed unexpectedly"), "{text:?} panicked: {e}");
+        }
+    }
+}

@@ -3,22 +3,18 @@
 
 use std::cmp::Ordering;
 
-use super::super::exec::Exec;
 use super::super::gofmt;
 use super::super::value::Val;
 use super::{A, R};
 
-pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
+pub(super) fn call(name: &str, a: &[A]) -> Option<R> {
     Some(match name {
         "not" => Ok(Val::Bool(!a[0].v.truthy())),
         "len" => len(&a[0].v),
         "index" => index(&a[0].v, &a[1..]),
-        "print" => Ok(Val::str(printed(ex, gofmt::sprint(&any_all(a))))),
-        "println" => Ok(Val::str(printed(ex, gofmt::sprintln(&any_all(a))))),
-        "printf" => a[0].string().map(|f| {
-            let s = gofmt::sprintf(&f, &any_all(&a[1..]));
-            Val::str(printed(ex, s))
-        }),
+        "print" => Ok(Val::str(gofmt::sprint(&any_all(a)))),
+        "println" => Ok(Val::str(gofmt::sprintln(&any_all(a)))),
+        "printf" => a[0].string().map(|f| Val::str(gofmt::sprintf(&f, &any_all(&a[1..])))),
         "eq" => eq(&a[0].v, &a[1..]),
         "ne" => eq(&a[0].v, &a[1..]).map(|v| Val::Bool(!v.truthy())),
         "lt" => cmp(&a[0].v, &a[1].v).map(|o| Val::Bool(o == Ordering::Less)),
@@ -30,14 +26,6 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
         "urlquery" => Ok(Val::str(query_escape(&eval_args(a)))),
         _ => return None,
     })
-}
-
-/// Marks that `fmt` output holds a `<nil>` (for the caller's warning).
-fn printed(ex: &mut Exec<'_>, s: String) -> String {
-    if s.contains("<nil>") {
-        ex.printed_nil = true;
-    }
-    s
 }
 
 fn any_all(a: &[A]) -> Vec<Val> {

@@ -135,7 +135,8 @@ enum Std {
 /// Go's `nextStdChunk`: the literal before the first layout element, the element, the rest.
 fn next_chunk(layout: &str) -> (&str, Std, &str, usize) {
     let b = layout.as_bytes();
-    let at = |i: usize, s: &str| layout[i..].starts_with(s);
+    // Bytes, not `str` slices: `i` may sit inside a multi-byte character of the literal text.
+    let at = |i: usize, s: &str| b[i..].starts_with(s.as_bytes());
     for i in 0..b.len() {
         let std = match b[i] {
             b'J' if at(i, "January") => Some((Std::LongMonth, 7)),
@@ -306,7 +307,7 @@ fn parse(layout: &str, value: &str) -> Result<GoTime, String> {
             Std::Month | Std::LongMonth => {
                 let found = MONTHS.iter().position(|m| {
                     let name = if std == Std::Month { &m[..3] } else { m };
-                    v.len() >= name.len() && v[..name.len()].eq_ignore_ascii_case(name)
+                    v.get(..name.len()).is_some_and(|p| p.eq_ignore_ascii_case(name))
                 });
                 let i = found.ok_or_else(|| bad(&format!("{v:?} as \"Jan\"")))?;
                 v = &v[if std == Std::Month { 3 } else { MONTHS[i].len() }..];
@@ -318,7 +319,7 @@ fn parse(layout: &str, value: &str) -> Result<GoTime, String> {
                     .iter()
                     .position(|d| {
                         let name = if std == Std::WeekDay { &d[..3] } else { d };
-                        v.len() >= name.len() && v[..name.len()].eq_ignore_ascii_case(name)
+                        v.get(..name.len()).is_some_and(|p| p.eq_ignore_ascii_case(name))
                     })
                     .ok_or_else(|| bad(&format!("{v:?} as \"Mon\"")))?;
                 v = &v[if std == Std::WeekDay { 3 } else { DAYS[i].len() }..];

@@ -218,7 +218,7 @@ pub(super) fn call(ex: &mut Exec<'_>, line: usize, name: &str, args: &[Arg], dot
         let want = if max.is_none() { format!("at least {min}") } else { min.to_string() };
         return Err(ex.err(line, format!("wrong number of args for {name}: want {want} got {}", vals.len())));
     }
-    let r = builtins::call(ex, name, &vals)
+    let r = builtins::call(name, &vals)
         .or_else(|| sprig::call(ex, name, &vals))
         .or_else(|| data::call(ex, name, &vals))
         .or_else(|| dates::call(name, &vals))

@@ -131,18 +131,18 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
             let list = match p.as_slice() {
                 [end] => {
                     let inc = if *end < 1 { -1 } else { 1 };
-                    until_step(ex, 1, end + inc, inc)?
+                    until_step(ex, 1, end.wrapping_add(inc), inc)?
                 }
                 [start, end] => {
                     let step = if end < start { -1 } else { 1 };
-                    until_step(ex, *start, end + step, step)?
+                    until_step(ex, *start, end.wrapping_add(step), step)?
                 }
                 [start, step, end] => {
                     if end < start && *step > 0 {
                         Vec::new()
                     } else {
                         let inc = if end < start { -1 } else { 1 };
-                        until_step(ex, *start, end + inc, *step)?
+                        until_step(ex, *start, end.wrapping_add(inc), *step)?
                     }
                 }
                 _ => Vec::new(),
