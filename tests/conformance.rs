@@ -374,6 +374,9 @@ fn values_templates_render_byte_for_byte_as_go_text_template_with_slim_sprig() {
                 same_out[kind] += 1;
             } else {
                 both_failed[kind] += 1;
+                if kind == 0 && std::env::var_os("STACKSYNC_CONFORMANCE_VERBOSE").is_some() {
+                    eprintln!("both failed: {}: {:?}\n    go: {:?}\n    stacksync: {:?}", case.origin, case.template, want, got);
+                }
             }
         } else if known.contains_key(&case.template) || go_version_difference(want, &got) {
             known_seen += 1;

@@ -64,8 +64,12 @@ fn index(item: &Val, idx: &[A]) -> R {
             Val::Missing(_) | Val::Nil => return Err("index of untyped nil".to_owned()),
             Val::List(l, _) => l.get(position(&i.v, l.len())?).cloned().unwrap_or(Val::Nil),
             Val::Str(s) => Val::Int(i64::from(s.as_bytes()[position(&i.v, s.len())?])),
-            Val::Map(m, _) => match &i.v {
-                Val::Str(k) => m.borrow().get(k.as_ref()).cloned().unwrap_or(Val::Nil),
+            // A missing key gives the zero value of the element type, as Go's `index` does.
+            Val::Map(m, elem) => match &i.v {
+                Val::Str(k) => m.borrow().get(k.as_ref()).cloned().unwrap_or(match elem {
+                    "string" => Val::str(""),
+                    _ => Val::Nil,
+                }),
                 Val::Missing(_) | Val::Nil => return Err("value is nil; should be of type string".to_owned()),
                 other => return Err(format!("value has type {}; should be string", other.type_name())),
             },
