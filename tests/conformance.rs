@@ -175,6 +175,44 @@ fn generated_cases() -> Vec<Case> {
     out
 }
 
+/// `printf` with every verb and a spread of flags, widths and precisions, on each Go type.
+fn printf_cases() -> Vec<Case> {
+    let verbs = "vdsqxXobcUeEfFgGtTp%".chars();
+    let flags = ["", "+", "#", " ", "-6", "06", ".2", "8.3", "+.0", "#x"];
+    let args = [
+        ".v.i",
+        ".v.neg",
+        ".v.f",
+        ".v.fbig",
+        ".v.fsmall",
+        ".v.s",
+        ".v.uni",
+        ".v.b",
+        ".v.nil",
+        ".v.l",
+        ".v.sl",
+        ".v.m",
+        "65",
+        "-0.0",
+        "\"\"",
+    ];
+    let mut out = Vec::new();
+    for verb in verbs {
+        for flag in flags {
+            let flag = flag.trim_end_matches('x');
+            // `%p` of a list or map prints its address.
+            for a in args.iter().filter(|a| verb != 'p' || !matches!(**a, ".v.l" | ".v.sl" | ".v.m")) {
+                out.push(Case {
+                    origin: format!("printf %{flag}{verb}"),
+                    template: format!("{{{{ printf \"%{flag}{verb}|\" {a} }}}}"),
+                    data: 0,
+                });
+            }
+        }
+    }
+    out
+}
+
 /// Random templates from a small grammar of Go's syntax (text with spaces and newlines, trim
 /// markers, comments, literals, fields, variables, pipelines, parentheses, control structures,
 /// `define` / `template`), from a fixed seed so every run checks the same ones.
@@ -324,7 +362,7 @@ fn values_templates_render_byte_for_byte_as_go_text_template_with_slim_sprig() {
     };
     let docs = data_documents();
     let table = table_cases(docs.len());
-    let generated: Vec<Case> = generated_cases().into_iter().chain(syntax_cases(3000)).collect();
+    let generated: Vec<Case> = generated_cases().into_iter().chain(printf_cases()).chain(syntax_cases(3000)).collect();
     let extra = match std::env::var_os("STACKSYNC_CONFORMANCE_EXTRA") {
         Some(dir) => extra_cases(Path::new(&dir), docs.len()),
         None => Vec::new(),

@@ -188,6 +188,9 @@ struct Spec {
     zero: bool,
     width: Option<usize>,
     prec: Option<usize>,
+    /// `%#v` (Go syntax) and `%+v`: for `v`, Go moves `#` and `+` here.
+    sharp_v: bool,
+    plus_v: bool,
 }
 
 /// Go's `fmt.Sprintf`.
@@ -315,6 +318,10 @@ pub fn sprintf(format: &str, args: &[Val]) -> String {
             continue;
         };
         argi += 1;
+        if verb == 'v' {
+            spec.sharp_v = std::mem::take(&mut spec.sharp);
+            spec.plus_v = std::mem::take(&mut spec.plus);
+        }
         print_verb(&mut out, arg, verb, &spec, 0);
     }
     if !reordered && argi < args.len() {
@@ -329,43 +336,39 @@ pub fn sprintf(format: &str, args: &[Val]) -> String {
     out
 }
 
-fn bad_verb(out: &mut String, v: &Val, verb: char) {
+/// Go's `badVerb`: `%!verb(type=value)`, the value printed as `%v` with the flags as given.
+fn bad_verb(out: &mut String, v: &Val, verb: char, spec: &Spec) {
     if v.is_nil() {
         out.push_str(&format!("%!{verb}(<nil>)"));
-    } else {
-        out.push_str(&format!("%!{verb}({}={})", v.type_name(), sprint_one(v)));
+        return;
     }
+    out.push_str(&format!("%!{verb}({}=", v.type_name()));
+    print_verb(out, v, 'v', spec, 1);
+    out.push(')');
 }
 
+/// Go's `writePadding`: zeros when the `0` flag is set, else spaces.
+fn padding(out: &mut String, n: usize, spec: &Spec) {
+    let c = if spec.zero { '0' } else { ' ' };
+    out.extend(std::iter::repeat_n(c, n));
+}
+
+/// Go's `pad`: `s` padded to the width, on the right with `-`.
 fn pad(out: &mut String, s: &str, spec: &Spec) {
     let len = s.chars().count();
-    let width = spec.width.unwrap_or(0);
-    if len >= width {
+    let n = spec.width.unwrap_or(0).saturating_sub(len);
+    if spec.minus {
         out.push_str(s);
-    } else if spec.minus {
-        out.push_str(s);
-        out.push_str(&" ".repeat(width - len));
+        padding(out, n, spec);
     } else {
-        out.push_str(&" ".repeat(width - len));
+        padding(out, n, spec);
         out.push_str(s);
     }
 }
 
-/// Pads a number with zeros after its sign when the `0` flag asks for it.
-fn pad_number(out: &mut String, s: &str, spec: &Spec) {
-    let width = spec.width.unwrap_or(0);
-    if spec.zero && !spec.minus && s.chars().count() < width {
-        let (sign, rest) = match s.chars().next() {
-            Some(c @ ('+' | '-' | ' ')) => (c.to_string(), &s[1..]),
-            _ => (String::new(), s),
-        };
-        let zeros = width - s.chars().count();
-        out.push_str(&sign);
-        out.push_str(&"0".repeat(zeros));
-        out.push_str(rest);
-    } else {
-        pad(out, s, spec);
-    }
+/// `pad` with the `0` flag ignored (Go does so for integers and for infinities).
+fn pad_spaces(out: &mut String, s: &str, spec: &Spec) {
+    pad(out, s, &Spec { zero: false, ..spec.clone() });
 }
 
 /// Go syntax (`%#v`).
@@ -386,135 +389,136 @@ fn go_syntax(v: &Val, top: bool) -> String {
 
 fn print_verb(out: &mut String, v: &Val, verb: char, spec: &Spec, depth: usize) {
     if verb == 'T' {
-        pad(out, &v.type_name(), spec);
+        // A nil's `<nil>` is padded but not truncated (Go's `padString`, not `fmtS`).
+        let limit = if v.is_nil() { usize::MAX } else { spec.prec.unwrap_or(usize::MAX) };
+        let name: String = v.type_name().chars().take(limit).collect();
+        pad(out, &name, spec);
         return;
     }
-    if verb == 'v' && spec.sharp {
+    if verb == 'v' && spec.sharp_v {
         pad(out, &go_syntax(v, depth == 0), spec);
-        return;
-    }
-    if verb == 'v' && spec.plus {
-        // `%+v` only adds field names to structs, which templates never see.
-        print_verb(out, v, verb, &Spec { plus: false, ..spec.clone() }, depth);
         return;
     }
     match v {
         Val::Time(t) => match verb {
             'v' | 's' => pad(out, &t.string(), spec),
             'q' => pad(out, &quote(&t.string()), spec),
-            _ => bad_verb(out, v, verb),
+            _ => bad_verb(out, v, verb, spec),
         },
         Val::Missing(_) | Val::Nil if depth > 0 => {
             note_nil();
-            pad(out, "<nil>", spec);
+            out.push_str("<nil>");
         }
         Val::Missing(_) | Val::Nil => match verb {
             'v' => {
                 note_nil();
                 pad(out, "<nil>", spec);
             }
-            _ => bad_verb(out, v, verb),
+            _ => bad_verb(out, v, verb, spec),
         },
         Val::Bool(b) => match verb {
             't' | 'v' => pad(out, if *b { "true" } else { "false" }, spec),
-            _ => bad_verb(out, v, verb),
+            _ => bad_verb(out, v, verb, spec),
         },
         Val::Int(i) | Val::I64(i) => print_int(out, v, *i, verb, spec),
         Val::F64(f) => print_float(out, v, *f, verb, spec),
         Val::Str(s) => print_str(out, v, s, verb, spec),
-        Val::List(items, elem) => {
-            if matches!(verb, 'x' | 'X' | 's' | 'q') && *elem == "uint8" {
-                bad_verb(out, v, verb);
-                return;
-            }
-            let mut inner = String::from("[");
+        Val::List(items, _) => {
+            out.push('[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    inner.push(' ');
+                    out.push(' ');
                 }
-                print_verb(&mut inner, item, verb, &Spec { width: spec.width, ..spec.clone() }, depth + 1);
+                print_verb(out, item, verb, spec, depth + 1);
             }
-            inner.push(']');
-            out.push_str(&inner);
+            out.push(']');
         }
         Val::Map(m, _) => {
-            let mut inner = String::from("map[");
+            out.push_str("map[");
             for (i, (k, item)) in m.borrow().iter().enumerate() {
                 if i > 0 {
-                    inner.push(' ');
+                    out.push(' ');
                 }
-                print_verb(&mut inner, &Val::str(k.as_str()), verb, spec, depth + 1);
-                inner.push(':');
-                print_verb(&mut inner, item, verb, spec, depth + 1);
+                print_verb(out, &Val::str(k.as_str()), verb, spec, depth + 1);
+                out.push(':');
+                print_verb(out, item, verb, spec, depth + 1);
             }
-            inner.push(']');
-            out.push_str(&inner);
+            out.push(']');
         }
     }
 }
 
+/// Go's `fmtInteger` and friends for `int` / `int64`.
 fn print_int(out: &mut String, v: &Val, i: i64, verb: char, spec: &Spec) {
-    let neg = i < 0;
-    let u = i.unsigned_abs();
-    let digits = match verb {
-        'v' | 'd' => u.to_string(),
-        'b' => format!("{u:b}"),
-        'o' | 'O' => format!("{u:o}"),
-        'x' => format!("{u:x}"),
-        'X' => format!("{u:X}"),
-        'c' => {
-            pad(out, &char::from_u32(i as u32).filter(|_| i >= 0).unwrap_or('\u{fffd}').to_string(), spec);
-            return;
-        }
-        'q' => {
-            let c = char::from_u32(i as u32).filter(|_| i >= 0).unwrap_or('\u{fffd}');
-            let q = quote(&c.to_string());
-            let inner = &q[1..q.len() - 1];
-            let inner = if inner == "\\\"" {
-                "\""
-            } else if c == '\'' {
-                "\\'"
-            } else {
-                inner
-            };
-            pad(out, &format!("'{inner}'"), spec);
+    let (base, upper) = match verb {
+        'v' | 'd' => (10, false),
+        'b' => (2, false),
+        'o' | 'O' => (8, false),
+        'x' => (16, false),
+        'X' => (16, true),
+        'c' | 'q' => {
+            let c = u32::try_from(i).ok().and_then(char::from_u32).unwrap_or('\u{fffd}');
+            let text = if verb == 'c' { c.to_string() } else { quote_rune(c, spec.plus) };
+            pad(out, &text, spec);
             return;
         }
         'U' => {
-            let mut s = format!("U+{u:04X}");
+            let u = i as u64;
+            let prec = spec.prec.filter(|p| *p > 4).unwrap_or(4);
+            let mut s = format!("U+{u:0prec$X}");
             if spec.sharp
-                && let Some(c) = char::from_u32(i as u32).filter(|c| is_print(*c))
+                && let Some(c) = u32::try_from(i).ok().and_then(char::from_u32).filter(|c| is_print(*c))
             {
                 s.push_str(&format!(" '{c}'"));
             }
-            pad(out, &s, spec);
-            return;
-        }
-        'e' | 'E' | 'f' | 'F' | 'g' | 'G' | 's' | 't' | 'p' => {
-            bad_verb(out, v, verb);
+            pad_spaces(out, &s, spec);
             return;
         }
         _ => {
-            bad_verb(out, v, verb);
+            bad_verb(out, v, verb, spec);
             return;
         }
     };
-    let mut digits = digits;
+    let neg = i < 0;
+    let u = i.unsigned_abs();
+    let mut prec = 0usize;
     if let Some(p) = spec.prec {
+        prec = p;
         if p == 0 && u == 0 {
-            digits.clear();
-        } else if digits.len() < p {
-            digits = format!("{}{digits}", "0".repeat(p - digits.len()));
+            // Precision 0 and value 0 print nothing, but the padding.
+            padding(out, spec.width.unwrap_or(0), &Spec { zero: false, ..spec.clone() });
+            return;
+        }
+    } else if spec.zero
+        && let Some(w) = spec.width
+    {
+        prec = w;
+        if neg || spec.plus || spec.space {
+            prec = prec.saturating_sub(1);
         }
     }
-    let prefix = match verb {
-        'O' => "0o",
-        'b' if spec.sharp => "0b",
-        'o' if spec.sharp && !digits.starts_with('0') => "0",
-        'x' if spec.sharp => "0x",
-        'X' if spec.sharp => "0X",
-        _ => "",
+    let mut digits = match base {
+        2 => format!("{u:b}"),
+        8 => format!("{u:o}"),
+        16 if upper => format!("{u:X}"),
+        16 => format!("{u:x}"),
+        _ => u.to_string(),
     };
+    if digits.len() < prec {
+        digits = format!("{}{digits}", "0".repeat(prec - digits.len()));
+    }
+    let mut prefix = String::new();
+    if spec.sharp {
+        match base {
+            2 => prefix.push_str("0b"),
+            8 if !digits.starts_with('0') => prefix.push('0'),
+            16 => prefix.push_str(if upper { "0X" } else { "0x" }),
+            _ => {}
+        }
+    }
+    if verb == 'O' {
+        prefix.insert_str(0, "0o");
+    }
     let sign = if neg {
         "-"
     } else if spec.plus {
@@ -524,63 +528,151 @@ fn print_int(out: &mut String, v: &Val, i: i64, verb: char, spec: &Spec) {
     } else {
         ""
     };
-    let body = format!("{sign}{prefix}{digits}");
-    if spec.prec.is_some() {
-        pad(out, &body, spec);
-    } else if spec.zero && !spec.minus && spec.width.is_some_and(|w| body.len() < w) {
-        let zeros = spec.width.unwrap_or(0) - body.len();
-        pad(out, &format!("{sign}{prefix}{}{digits}", "0".repeat(zeros)), spec);
-    } else {
-        pad(out, &body, spec);
-    }
+    pad_spaces(out, &format!("{sign}{prefix}{digits}"), spec);
 }
 
+/// Go's `strconv.QuoteRune` (`QuoteRuneToASCII` with `ascii`).
+fn quote_rune(c: char, ascii: bool) -> String {
+    if c == '\'' {
+        return "'\\''".to_owned();
+    }
+    let q = quote_with(&c.to_string(), ascii);
+    let inner = &q[1..q.len() - 1];
+    format!("'{}'", if inner == "\\\"" { "\"" } else { inner })
+}
+
+/// Go's `fmtFloat` for `float64`.
 fn print_float(out: &mut String, v: &Val, f: f64, verb: char, spec: &Spec) {
-    let body = match verb {
+    let num = match verb {
         'v' | 'g' => format_g(f, spec.prec, false),
         'G' => format_g(f, spec.prec, true),
         'e' => format_e(f, spec.prec.unwrap_or(6), false),
         'E' => format_e(f, spec.prec.unwrap_or(6), true),
-        'f' | 'F' => {
-            if let Some(s) = special(f, false) {
-                s
-            } else {
-                format!("{:.*}", spec.prec.unwrap_or(6), f)
-            }
-        }
+        'f' | 'F' => special(f, false).unwrap_or_else(|| format!("{:.*}", spec.prec.unwrap_or(6), f)),
+        'b' => float_b(f),
+        'x' | 'X' => float_hex(f, spec.prec, verb == 'X'),
         _ => {
-            bad_verb(out, v, verb);
+            bad_verb(out, v, verb, spec);
             return;
         }
     };
-    let body = if spec.sharp && verb != 'v' && !f.is_nan() && !f.is_infinite() { sharp_float(&body, verb, spec.prec) } else { body };
-    let body = if !body.starts_with('-') && (spec.plus || (f.is_infinite() && f > 0.0)) {
-        if body.starts_with('+') { body } else { format!("+{body}") }
-    } else if !body.starts_with('-') && spec.space {
-        format!(" {}", body.trim_start_matches('+'))
-    } else if f.is_infinite() && f > 0.0 && !spec.plus {
-        body.trim_start_matches('+').to_owned()
-    } else {
-        body
+    let (mut sign, mut body) = match num.strip_prefix('-') {
+        Some(b) => ('-', b.to_owned()),
+        None => ('+', num.trim_start_matches('+').to_owned()),
     };
-    if f.is_nan() || f.is_infinite() {
-        pad(out, &body, &Spec { zero: false, ..spec.clone() });
-    } else {
-        pad_number(out, &body, spec);
+    if spec.space && sign == '+' && !spec.plus {
+        sign = ' ';
     }
+    if body.starts_with('I') || body.starts_with('N') {
+        let text = if body.starts_with('N') && !spec.space && !spec.plus { body } else { format!("{sign}{body}") };
+        pad_spaces(out, &text, spec);
+        return;
+    }
+    if spec.sharp && verb != 'b' {
+        body = sharp_float(&body, verb, spec.prec);
+    }
+    if spec.plus || sign != '+' {
+        let len = body.chars().count() + 1;
+        if spec.zero
+            && let Some(w) = spec.width.filter(|w| *w > len)
+        {
+            out.push(sign);
+            padding(out, w - len, spec);
+            out.push_str(&body);
+            return;
+        }
+        pad(out, &format!("{sign}{body}"), spec);
+        return;
+    }
+    pad(out, &body, spec);
+}
+
+/// `strconv.FormatFloat(f, 'b', -1, 64)`: decimal mantissa, binary exponent.
+fn float_b(f: f64) -> String {
+    let bits = f.to_bits();
+    let neg = if bits >> 63 == 1 { "-" } else { "" };
+    let exp = ((bits >> 52) & 0x7ff) as i64;
+    let mut mant = bits & ((1 << 52) - 1);
+    let e = if exp == 0 {
+        -1074
+    } else {
+        mant |= 1 << 52;
+        exp - 1075
+    };
+    if let Some(s) = special(f, false) {
+        return s;
+    }
+    format!("{neg}{mant}p{}{}", if e < 0 { '-' } else { '+' }, e.unsigned_abs())
+}
+
+/// `strconv.FormatFloat(f, 'x', prec, 64)`: `0x1.8p+00`.
+fn float_hex(f: f64, prec: Option<usize>, upper: bool) -> String {
+    if let Some(s) = special(f, false) {
+        return s;
+    }
+    let bits = f.to_bits();
+    let neg = if bits >> 63 == 1 { "-" } else { "" };
+    let exp = ((bits >> 52) & 0x7ff) as i64;
+    let mut mant = bits & ((1 << 52) - 1);
+    let mut e = if exp == 0 { -1022 } else { exp - 1023 };
+    if exp == 0 && mant == 0 {
+        e = 0;
+    } else if exp == 0 {
+        // Subnormal: normalise so the leading digit is 1.
+        while mant & (1 << 52) == 0 {
+            mant <<= 1;
+            e -= 1;
+        }
+        mant &= (1 << 52) - 1;
+    }
+    let lead: u64 = if exp == 0 && mant == 0 { 0 } else { 1 };
+    let mut frac = format!("{mant:013x}");
+    match prec {
+        None => {
+            while frac.ends_with('0') {
+                frac.pop();
+            }
+        }
+        Some(p) if p >= 13 => frac.push_str(&"0".repeat(p - 13)),
+        Some(p) => {
+            // Round half to even at `p` hex digits.
+            let shift = 4 * (13 - p) as u32;
+            let full = (lead << 52) | mant;
+            let rem = full & ((1u64 << shift) - 1);
+            let half = 1u64 << (shift - 1);
+            let mut kept = full >> shift;
+            if rem > half || (rem == half && kept & 1 == 1) {
+                kept += 1;
+            }
+            let lead_now = kept >> (4 * p as u32);
+            if lead_now > 1 {
+                kept >>= 1;
+                e += 1;
+            }
+            frac = if p == 0 { String::new() } else { format!("{:0w$x}", kept & ((1u64 << (4 * p as u32)) - 1), w = p) };
+        }
+    }
+    let s =
+        format!("{neg}0x{lead}{}{frac}p{}{:02}", if frac.is_empty() { "" } else { "." }, if e < 0 { '-' } else { '+' }, e.unsigned_abs());
+    if upper { s.to_uppercase() } else { s }
 }
 
 /// The `#` flag on a float: always a decimal point, and for `%g` trailing zeros up to the
 /// precision (6 by default), as Go's `fmtFloat`.
 fn sharp_float(num: &str, verb: char, prec: Option<usize>) -> String {
-    let mut digits: i64 = if matches!(verb, 'g' | 'G') { prec.map_or(6, |p| p as i64) } else { 0 };
-    let (mant, tail) = match num.find(['e', 'E']) {
+    // As Go counts: after the sign, every digit from the first non-zero one (and the `x` of a
+    // hex float, which Go's loop counts as a digit too).
+    let mut digits: i64 = if matches!(verb, 'v' | 'g' | 'G' | 'x') { prec.map_or(6, |p| p as i64) } else { 0 };
+    let hex = matches!(verb, 'x' | 'X');
+    let split = if hex { num.find(['p', 'P']) } else { num.find(['e', 'E']) };
+    let (mant, tail) = match split {
         Some(i) => (&num[..i], &num[i..]),
         None => (num, ""),
     };
     let mut has_point = false;
     let mut nonzero = false;
-    for c in mant.trim_start_matches(['-', '+', ' ']).chars() {
+    let body = mant;
+    for c in body.chars() {
         match c {
             '.' => has_point = true,
             c => {
@@ -595,7 +687,7 @@ fn sharp_float(num: &str, verb: char, prec: Option<usize>) -> String {
     }
     let mut out = mant.to_owned();
     if !has_point {
-        if mant.trim_start_matches(['-', '+', ' ']) == "0" {
+        if body == "0" {
             digits -= 1;
         }
         out.push('.');
@@ -608,33 +700,60 @@ fn sharp_float(num: &str, verb: char, prec: Option<usize>) -> String {
     out
 }
 
+/// Go's `fmtS`, `fmtQ` and `fmtSx` for strings.
 fn print_str(out: &mut String, v: &Val, s: &str, verb: char, spec: &Spec) {
-    let s: String = match spec.prec {
-        Some(p) if matches!(verb, 'v' | 's' | 'q' | 'x' | 'X') => s.chars().take(p).collect(),
-        _ => s.to_owned(),
+    let truncated: String = match spec.prec {
+        Some(p) => s.chars().take(p).collect(),
+        None => s.to_owned(),
     };
     match verb {
-        'v' | 's' => pad(out, &s, spec),
+        'v' | 's' => pad(out, &truncated, spec),
         'q' => {
-            if spec.sharp && !s.contains('`') && s.chars().all(|c| c == '\t' || is_print(c)) {
-                pad(out, &format!("`{s}`"), spec);
+            let text = if spec.sharp && !truncated.contains('`') && truncated.chars().all(|c| c == '\t' || is_print(c)) {
+                format!("`{truncated}`")
             } else {
-                pad(out, &quote_with(&s, spec.plus), spec);
-            }
+                quote_with(&truncated, spec.plus)
+            };
+            pad(out, &text, spec);
         }
         'x' | 'X' => {
-            let mut hex = String::new();
-            for (i, b) in s.bytes().enumerate() {
-                if spec.space && i > 0 {
-                    hex.push(' ');
+            let bytes = s.as_bytes();
+            let length = spec.prec.map_or(bytes.len(), |p| p.min(bytes.len()));
+            let mut width = 2 * length;
+            if width > 0 {
+                if spec.space {
+                    if spec.sharp {
+                        width *= 2;
+                    }
+                    width += length - 1;
+                } else if spec.sharp {
+                    width += 2;
                 }
-                if spec.sharp && (spec.space || i == 0) {
-                    hex.push_str(if verb == 'x' { "0x" } else { "0X" });
-                }
-                hex.push_str(&if verb == 'x' { format!("{b:02x}") } else { format!("{b:02X}") });
+            } else {
+                padding(out, spec.width.unwrap_or(0), spec);
+                return;
             }
-            pad(out, &hex, spec);
+            let w = spec.width.unwrap_or(0);
+            if w > width && !spec.minus {
+                padding(out, w - width, spec);
+            }
+            let prefix = if verb == 'x' { "0x" } else { "0X" };
+            if spec.sharp {
+                out.push_str(prefix);
+            }
+            for (i, b) in bytes[..length].iter().enumerate() {
+                if spec.space && i > 0 {
+                    out.push(' ');
+                    if spec.sharp {
+                        out.push_str(prefix);
+                    }
+                }
+                out.push_str(&if verb == 'x' { format!("{b:02x}") } else { format!("{b:02X}") });
+            }
+            if w > width && spec.minus {
+                padding(out, w - width, spec);
+            }
         }
-        _ => bad_verb(out, v, verb),
+        _ => bad_verb(out, v, verb, spec),
     }
 }
