@@ -2,12 +2,15 @@
 //!
 //! The crate is a pipeline, one module per stage: [`config`] -> [`schedule`] -> [`source`] ->
 //! [`cache`] -> [`release`] selection -> [`render`] -> [`apply`] -> [`status`], wired by
-//! [`controller`] and run by [`runtime`].
+//! [`controller`] and run by [`runtime`]. [`model`] is the leaf every stage shares: identities and
+//! small enums, no I/O.
 
 pub mod apply;
 pub mod cache;
 pub mod config;
 pub mod controller;
+pub mod kubeyaml;
+pub mod model;
 pub mod release;
 pub mod render;
 pub mod runtime;

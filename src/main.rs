@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use stacksync::config::Config;
-use stacksync::controller::{self, PassReport};
+use stacksync::config::{Config, Target};
+use stacksync::controller::{self, Context as Ctx, PassReport, kubernetes};
 use stacksync::release::short;
 use stacksync::runtime::{daemon, logging};
 
@@ -35,6 +35,18 @@ enum Command {
         /// One full pass, then exit: 0 when every object of every cluster is synced.
         #[arg(long)]
         once: bool,
+        /// Clusters reconciled at once (Kubernetes target).
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+        concurrency: u16,
+    },
+    /// Ask the running controller to reconcile a Cluster now (Kubernetes target): sets
+    /// `stacksync.io/reconcile-requested-at` on its ClusterSync.
+    Reconcile {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// The Cluster, as `<namespace>/<name>`.
+        #[arg(value_name = "NAMESPACE/NAME")]
+        cluster: String,
     },
     /// Validate a config file and print every error found.
     CheckConfig {
@@ -94,7 +106,7 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             }
             Err(code) => code,
         }),
-        Command::Run { config, once } => {
+        Command::Run { config, once, concurrency } => {
             let cfg = match load(&config) {
                 Ok(c) => c,
                 Err(code) => return Ok(code),
@@ -103,10 +115,31 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
                 return Ok(code);
             }
             if once {
-                let report = runtime.block_on(controller::pass(&cfg, None, true))?;
+                let report = match &cfg.target {
+                    Target::Kubernetes(_) => {
+                        let ctx = Ctx::new(cfg).context("opening the cache")?;
+                        runtime.block_on(kubernetes::pass(ctx, usize::from(concurrency)))
+                    }
+                    Target::Directory(_) => runtime.block_on(controller::pass(&cfg, None, true))?,
+                };
                 return Ok(summarise(&report));
             }
-            runtime.block_on(daemon::run(config, cfg, shutdown_signal())).context("watching the config file")?;
+            runtime.block_on(daemon::run(config, cfg, concurrency, shutdown_signal())).context("watching the config file")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Reconcile { config, cluster } => {
+            let cfg = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return Ok(code),
+            };
+            let Some((namespace, name)) = cluster.split_once('/') else {
+                eprintln!("error: expected <namespace>/<name>, found `{cluster}`");
+                return Ok(ExitCode::from(EXIT_CONFIG));
+            };
+            let key = stacksync::model::ClusterKey::new(namespace, name);
+            let ctx = Ctx::new(cfg).context("opening the cache")?;
+            let at = runtime.block_on(kubernetes::request_reconcile(ctx, &key))?;
+            println!("reconcile of {key} requested at {at}");
             Ok(ExitCode::SUCCESS)
         }
         Command::Fetch { config } => {
@@ -130,7 +163,16 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             if let Err(code) = check_helm(&runtime, &cfg) {
                 return Ok(code);
             }
+            let selects = cfg.subscriptions.iter().any(|s| s.selector.is_some());
             let report = match cluster {
+                // Clusters chosen by clusterSelector live in the management cluster: render them
+                // the way a reconcile would.
+                None if selects && matches!(cfg.target, Target::Kubernetes(_)) => {
+                    let ctx = Ctx::new(cfg).context("opening the cache")?;
+                    runtime.block_on(kubernetes::render(ctx, &out)).map_err(|e| {
+                        anyhow::anyhow!("{e}\nrender needs the management cluster to find the Clusters chosen by clusterSelector; render one Cluster offline with --cluster FILE, or list the clusters in the config")
+                    })?
+                }
                 None => runtime.block_on(controller::render_to(&cfg, &out))?,
                 Some(file) => {
                     let one = controller::clusterstack::read_cluster_file(&file).map_err(anyhow::Error::msg)?;
@@ -265,4 +307,18 @@ async fn shutdown_signal() {
         () = ctrl_c => {}
         () = term => {}
     }
+    // The first signal starts a graceful stop; a second one ends the process at once.
+    tokio::spawn(async {
+        let _ = tokio::signal::ctrl_c().await;
+        eprintln!("second signal: exiting now");
+        std::process::exit(130);
+    });
+    #[cfg(unix)]
+    tokio::spawn(async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            s.recv().await;
+            eprintln!("second signal: exiting now");
+            std::process::exit(143);
+        }
+    });
 }

@@ -201,11 +201,11 @@ async fn a_missing_key_renders_no_value_with_a_warning_and_strict_templates_refu
     let template = "values: |\n  cni:\n    clusterName: \"{{ .Cluster.spec.topology.class }}\"\n";
     std::fs::write(root.join("cluster-addon-values.yaml"), template).expect("write");
     let mut layout = Layout::load(&root, ".", &release("docker-ferrol-1-27-v2"), dir.path()).expect("layout");
-    let stages = layout.render_addons(&helm, &c, dir.path()).await.expect("renders as the operator would");
+    let rendered = layout.render_addons_reporting(&helm, &c, dir.path()).await.expect("renders as the operator would");
     // The values file says `clusterName: "<no value>"`, as the operator's would; helm then drops
     // `<no value>` from what the chart's own templates print.
-    assert_eq!(field(&stages[0].objects, "ConfigMap", "cni-config")["data"]["cluster-name"], "");
-    let w: Vec<String> = stages[0].warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(field(&rendered.stages[0].objects, "ConfigMap", "cni-config")["data"]["cluster-name"], "");
+    let w: Vec<String> = rendered.warnings.iter().map(ToString::to_string).collect();
     assert_eq!(w.len(), 1, "{w:?}");
     assert!(w[0].starts_with("cluster-addon-values.yaml:3: `.Cluster.spec.topology` printed <no value>"), "{w:?}");
     layout.template_options.strict = true;

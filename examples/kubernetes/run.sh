@@ -34,8 +34,8 @@ mgmt apply --server-side -f "$here/cluster.yaml" >/dev/null
 mgmt patch cluster alpha -n team-a --subresource=status --type=merge -p '{"status":{"controlPlaneReady":true}}' >/dev/null
 mgmt create secret generic alpha-kubeconfig -n team-a --from-file=value="$work/workload.kubeconfig" >/dev/null
 
-# The release repository: the quickstart's two cluster-stack releases as Git tags.
-"$root/examples/quickstart/make-repo.sh" "$work/stacks.git"
+# The release repository: the plain-manifests example's two releases as Git tags.
+"$root/examples/manifests/make-repo.sh" "$work/stacks.git"
 
 status=0
 target/debug/stacksync run --once --config "$here/stacksync.yaml" || status=$?

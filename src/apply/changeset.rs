@@ -38,14 +38,38 @@ pub enum Action {
     Configured,
     Unchanged,
     Pruned,
-    Skipped,
+    /// Left as it is, and why: whether that counts as synced depends on the reason.
+    Skipped(SkipReason),
     Failed,
 }
 
+/// Why an object was left as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SkipReason {
+    /// Its `stacksync.io/policy` is `ignore`: as the release wants it.
+    Ignored,
+    /// Its policy is `apply-once` and it exists: as the release wants it.
+    ApplyOnceExists,
+    /// It drifted and `driftMode: warn` only reports: not synced.
+    Drifted,
+    /// Deleting it was due, but it does not carry our owner label: not ours to delete.
+    NotOurs,
+    /// Another part of the same release failed, so this one was not written (directory target).
+    Held,
+}
+
 impl Action {
-    /// Whether the object is now as the release wants it.
+    /// Whether the object is now as the release wants it: applied, unchanged, pruned, or left
+    /// alone because its policy says so. A Skipped drift (`driftMode: warn`) is not synced.
     pub fn is_synced(self) -> bool {
-        matches!(self, Action::Created | Action::Configured | Action::Unchanged | Action::Pruned)
+        matches!(
+            self,
+            Action::Created
+                | Action::Configured
+                | Action::Unchanged
+                | Action::Pruned
+                | Action::Skipped(SkipReason::Ignored | SkipReason::ApplyOnceExists)
+        )
     }
 
     pub fn is_write(self) -> bool {
@@ -55,7 +79,14 @@ impl Action {
 
 impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
+        f.write_str(match self {
+            Action::Created => "Created",
+            Action::Configured => "Configured",
+            Action::Unchanged => "Unchanged",
+            Action::Pruned => "Pruned",
+            Action::Skipped(_) => "Skipped",
+            Action::Failed => "Failed",
+        })
     }
 }
 
@@ -82,7 +113,6 @@ impl Entry {
     /// because its policy says so. A Skipped drift (`driftMode: warn`) is not synced.
     pub fn is_synced(&self) -> bool {
         self.action.is_synced()
-            || (self.action == Action::Skipped && (self.message == SKIPPED_IGNORE || self.message == SKIPPED_APPLY_ONCE))
     }
 
     /// Whether the entry is about an object of the release (not a prune of an object the release
@@ -104,8 +134,10 @@ pub struct ChangeSet {
 }
 
 impl ChangeSet {
+    /// Entries with this action (any reason, for Skipped).
     pub fn count(&self, action: Action) -> usize {
-        self.entries.iter().filter(|e| e.action == action).count()
+        let same = |a: Action| std::mem::discriminant(&a) == std::mem::discriminant(&action);
+        self.entries.iter().filter(|e| same(e.action)).count()
     }
 
     pub fn writes(&self) -> usize {
@@ -114,13 +146,14 @@ impl ChangeSet {
 
     /// One line such as `3 created, 1 configured, 10 unchanged`.
     pub fn summary(&self) -> String {
-        let parts: Vec<String> = [Action::Created, Action::Configured, Action::Unchanged, Action::Pruned, Action::Skipped, Action::Failed]
-            .into_iter()
-            .filter_map(|a| match self.count(a) {
-                0 => None,
-                n => Some(format!("{n} {}", a.to_string().to_lowercase())),
-            })
-            .collect();
+        let parts: Vec<String> =
+            [Action::Created, Action::Configured, Action::Unchanged, Action::Pruned, Action::Skipped(SkipReason::Held), Action::Failed]
+                .into_iter()
+                .filter_map(|a| match self.count(a) {
+                    0 => None,
+                    n => Some(format!("{n} {}", a.to_string().to_lowercase())),
+                })
+                .collect();
         if parts.is_empty() { "nothing to do".into() } else { parts.join(", ") }
     }
 }

@@ -12,9 +12,7 @@ use crate::config::ClusterConfig;
 use crate::render::Object;
 use crate::status::ClusterStatus;
 
-/// The directory under the root that holds status files. A namespace of this name would share
-/// it, so the config refuses one.
-pub const STATUS_DIR: &str = "status";
+pub use crate::config::STATUS_DIR;
 
 #[derive(Debug, Clone)]
 pub struct DirectoryTarget {
@@ -176,7 +174,7 @@ fn sanitize(s: &str) -> String {
 
 /// Reads back which object a manifest file held, for the prune entry.
 fn object_ref_of(path: &Path) -> ObjectRef {
-    let parsed = std::fs::read_to_string(path).ok().and_then(|t| serde_saphyr::from_str::<serde_json::Value>(&t).ok());
+    let parsed = std::fs::read_to_string(path).ok().and_then(|t| crate::kubeyaml::values(&t).ok()).and_then(|v| v.into_iter().next());
     let field = |v: &serde_json::Value, k: &str| v.get(k).and_then(serde_json::Value::as_str).map(str::to_owned);
     match parsed {
         Some(v) => ObjectRef {

@@ -7,5 +7,5 @@ pub mod directory;
 pub mod order;
 pub mod ssa;
 
-pub use changeset::{Action, ChangeSet, Entry, ObjectRef};
+pub use changeset::{Action, ChangeSet, Entry, ObjectRef, SkipReason};
 pub use directory::DirectoryTarget;

@@ -66,6 +66,8 @@ fn subscription_changes(o: &Subscription, n: &Subscription) -> Vec<String> {
     field("schedule", o.schedule.to_string(), n.schedule.to_string());
     field("autoUpgrade", o.auto_upgrade.to_string(), n.auto_upgrade.to_string());
     field("path", o.path.clone(), n.path.clone());
+    field("suspend", o.suspend.to_string(), n.suspend.to_string());
+    field("availableReleases", o.available_releases.to_string(), n.available_releases.to_string());
     for c in &o.clusters {
         match n.clusters.iter().find(|x| x.name == c.name && x.namespace == c.namespace) {
             None => out.push(format!("cluster {}/{} removed", c.namespace, c.name)),

@@ -21,6 +21,10 @@ pub use sources::{parse_size, tag_matches};
 use crate::release::version::Constraint;
 use crate::schedule::Schedule;
 
+/// The directory target's status directory (`<target>/status/<namespace>/<cluster>.yaml`): a
+/// namespace of this name would share it, so the config refuses it.
+pub const STATUS_DIR: &str = "status";
+
 /// The only `apiVersion` this build reads.
 pub const API_VERSION: &str = "stacksync.io/v1alpha1";
 pub const KIND: &str = "Config";
@@ -123,7 +127,15 @@ pub struct Subscription {
     pub selector: Option<ClusterSelector>,
     /// Take ownership of fields another field manager owns (server-side apply `force`).
     pub force: bool,
+    /// `suspend: true`: nothing of this subscription is written (status says `Suspended`).
+    pub suspend: bool,
+    /// Cluster stacks: how many of the newest releases the constraint allows are offered (their
+    /// ClusterClasses exist); releases a Cluster still uses are offered on top.
+    pub available_releases: usize,
 }
+
+/// Default for a subscription's `availableReleases`.
+pub const DEFAULT_AVAILABLE_RELEASES: usize = 3;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClusterConfig {
@@ -194,6 +206,8 @@ pub struct KubernetesTarget {
     /// How soon a cluster skipped as not ready (control plane, kubeconfig Secret, unreachable)
     /// is tried again; only that cluster, whatever the subscription's schedule.
     pub not_ready_retry: std::time::Duration,
+    /// How often every Cluster is reconciled even when nothing changed (drift is taken back).
+    pub resync: std::time::Duration,
 }
 
 impl Default for KubernetesTarget {
@@ -205,18 +219,12 @@ impl Default for KubernetesTarget {
             prune_limit: target::DEFAULT_PRUNE_LIMIT,
             allow_empty_prune: false,
             not_ready_retry: target::DEFAULT_NOT_READY_RETRY,
+            resync: target::DEFAULT_RESYNC,
         }
     }
 }
 
-/// What a resync does about objects changed in the cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DriftMode {
-    /// Apply again (the default).
-    Correct,
-    /// Report drifted objects and fields; change nothing.
-    Warn,
-}
+pub use crate::model::DriftMode;
 
 /// Selects Cluster API `Cluster` objects in the management cluster.
 #[derive(Debug, Clone, PartialEq)]
@@ -261,6 +269,19 @@ impl fmt::Display for ConfigErrors {
             write!(f, "{e}")?;
         }
         Ok(())
+    }
+}
+
+impl Subscription {
+    /// What release selection needs of this subscription.
+    pub fn wanted(&self) -> crate::release::Wanted<'_> {
+        crate::release::Wanted {
+            source: &self.source,
+            stack: self.stack.as_deref(),
+            version: &self.version,
+            constraint: &self.constraint,
+            auto_upgrade: self.auto_upgrade,
+        }
     }
 }
 

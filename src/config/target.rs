@@ -11,6 +11,8 @@ use super::{ClusterSelector, DriftMode, KubernetesTarget, Target};
 pub const DEFAULT_PRUNE_LIMIT: usize = 50;
 /// Default for `target.kubernetes.notReadyRetry`.
 pub const DEFAULT_NOT_READY_RETRY: std::time::Duration = std::time::Duration::from_secs(15);
+/// Default for `target.kubernetes.resync`.
+pub const DEFAULT_RESYNC: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl Cx {
     pub(super) fn target(&mut self, node: &Node, base: &Path) -> Option<Target> {
@@ -36,7 +38,7 @@ impl Cx {
         let f = self.fields(
             node,
             "target.kubernetes",
-            &["kubeconfig", "context", "driftMode", "pruneLimit", "allowEmptyPrune", "notReadyRetry"],
+            &["kubeconfig", "context", "driftMode", "pruneLimit", "allowEmptyPrune", "notReadyRetry", "resync"],
         )?;
         let kubeconfig = self.string(&f, "kubeconfig").map(|p| base.join(p));
         let context = self.string(&f, "context");
@@ -60,24 +62,26 @@ impl Cx {
             None => DEFAULT_PRUNE_LIMIT,
         };
         let allow_empty_prune = self.bool(&f, "allowEmptyPrune", false);
-        let not_ready_retry = match f.get("notReadyRetry") {
-            Some(n) => {
-                let text = self.string(&f, "notReadyRetry").unwrap_or_default();
-                match crate::schedule::parse_duration(&text) {
-                    Ok(d) if d >= std::time::Duration::from_secs(1) => d,
-                    Ok(_) => {
-                        self.error(n.mark, &f.path("notReadyRetry"), "must be at least 1s");
-                        DEFAULT_NOT_READY_RETRY
-                    }
-                    Err(e) => {
-                        self.error(n.mark, &f.path("notReadyRetry"), e);
-                        DEFAULT_NOT_READY_RETRY
-                    }
-                }
+        let not_ready_retry = self.min_duration(&f, "notReadyRetry", DEFAULT_NOT_READY_RETRY);
+        let resync = self.min_duration(&f, "resync", DEFAULT_RESYNC);
+        Some(KubernetesTarget { kubeconfig, context, drift_mode, prune_limit, allow_empty_prune, not_ready_retry, resync })
+    }
+
+    /// A duration of at least one second; `default` when absent (and after an error).
+    fn min_duration(&mut self, f: &super::validate::Fields<'_>, key: &str, default: std::time::Duration) -> std::time::Duration {
+        let Some(n) = f.get(key) else { return default };
+        let text = self.string(f, key).unwrap_or_default();
+        match crate::schedule::parse_duration(&text) {
+            Ok(d) if d >= std::time::Duration::from_secs(1) => d,
+            Ok(_) => {
+                self.error(n.mark, &f.path(key), "must be at least 1s");
+                default
             }
-            None => DEFAULT_NOT_READY_RETRY,
-        };
-        Some(KubernetesTarget { kubeconfig, context, drift_mode, prune_limit, allow_empty_prune, not_ready_retry })
+            Err(e) => {
+                self.error(n.mark, &f.path(key), e);
+                default
+            }
+        }
     }
 
     pub(super) fn cluster_selector(&mut self, node: &Node, path: &str) -> Option<ClusterSelector> {

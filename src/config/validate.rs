@@ -287,6 +287,8 @@ impl Cx {
                 "clusters",
                 "clusterSelector",
                 "force",
+                "suspend",
+                "availableReleases",
             ],
         )?;
         let name = self.name(&f, "name");
@@ -359,6 +361,17 @@ impl Cx {
         let cluster_nodes = self.list(&f, "clusters");
         let selector = f.get("clusterSelector").and_then(|n| self.cluster_selector(n, &f.path("clusterSelector")));
         let force = self.bool(&f, "force", false);
+        let suspend = self.bool(&f, "suspend", false);
+        let available_releases = match f.get("availableReleases") {
+            Some(n) => match n.scalar_text().and_then(|t| t.parse::<usize>().ok()).filter(|n| (1..=100).contains(n)) {
+                Some(v) => v,
+                None => {
+                    self.error(n.mark, &f.path("availableReleases"), format!("expected a number from 1 to 100, found {}", describe(n)));
+                    super::DEFAULT_AVAILABLE_RELEASES
+                }
+            },
+            None => super::DEFAULT_AVAILABLE_RELEASES,
+        };
         if f.get("clusters").is_none() && f.get("clusterSelector").is_none() {
             self.error(
                 node.mark,
@@ -383,6 +396,8 @@ impl Cx {
             values: defaults,
             selector,
             force,
+            suspend,
+            available_releases,
         })
     }
 
@@ -416,7 +431,7 @@ impl Cx {
             self.reserved_cluster_name(&f, n);
         }
         let mut namespace = if f.get("namespace").is_some() { self.name(&f, "namespace") } else { Some("default".to_owned()) };
-        if namespace.as_deref() == Some(crate::apply::directory::STATUS_DIR) {
+        if namespace.as_deref() == Some(super::STATUS_DIR) {
             let mark = f.get("namespace").map_or(node.mark, |n| n.mark);
             self.error(
                 mark,

@@ -184,7 +184,7 @@ fn write_cluster_classes(
             for (o, owners) in merged.values() {
                 for i in owners {
                     let entry: &mut Vec<Entry> = out.entry((*i, ns.to_owned())).or_default();
-                    entry.push(Entry::for_object(o, Action::Skipped, message.clone()));
+                    entry.push(Entry::for_object(o, Action::Skipped(crate::apply::changeset::SkipReason::Held), message.clone()));
                 }
             }
             continue;
@@ -205,7 +205,7 @@ fn write_cluster_classes(
 
 /// Writes a cluster's addon objects: a single chart into the cluster directory, stages into
 /// `<cluster>/<stage>/` in order; directories of dropped stages are removed.
-fn write_addons(target: &DirectoryTarget, cluster: &ClusterConfig, stages: &[RenderedStage]) -> ChangeSet {
+pub(super) fn write_addons(target: &DirectoryTarget, cluster: &ClusterConfig, stages: &[RenderedStage]) -> ChangeSet {
     let dir = target.cluster_dir(cluster);
     let mut changes = ChangeSet::default();
     let mut keep = BTreeSet::new();
@@ -236,43 +236,55 @@ fn fail_all(target: &DirectoryTarget, staged: &[(&Subscription, Prepared)], mess
     reports
 }
 
-/// Reads a `--cluster` file: a Cluster object, optionally followed by its control plane and
-/// infrastructure cluster objects (told apart by the Cluster's `spec.controlPlaneRef` /
-/// `spec.infrastructureRef` kinds, else by a kind ending in `ControlPlane`).
+/// Reads a `--cluster` file: any multi-document YAML holding exactly one `Cluster` (what
+/// `clusterctl generate cluster` prints, say). Its control plane and infrastructure cluster are
+/// the documents its `spec.controlPlaneRef` / `spec.infrastructureRef` name (kind and name; without
+/// a ref, a kind ending in `ControlPlane` / in `Cluster`); every other document is ignored.
 ///
 /// # Errors
 /// A message naming the file and what is wrong.
 pub fn read_cluster_file(path: &Path) -> Result<ClusterConfig, String> {
     let file = path.display();
     let text = std::fs::read_to_string(path).map_err(|e| format!("{file}: {e}"))?;
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| format!("{file}: invalid YAML: {e}"))?;
-    let mut docs = docs.into_iter().filter(|d| !d.is_null());
-    let cluster = docs.next().ok_or_else(|| format!("{file}: no objects; expected a Cluster"))?;
+    let docs: Vec<Value> = crate::kubeyaml::values(&text).map_err(|e| format!("{file}:{}: invalid YAML: {}", e.mark.line, e.message))?;
     let text_at = |v: &Value, p: &[&str]| p.iter().try_fold(v, |v, k| v.get(k)).and_then(Value::as_str).map(str::to_owned);
-    if text_at(&cluster, &["kind"]).as_deref() != Some("Cluster") {
-        return Err(format!("{file}: the first object must be a Cluster (kind: Cluster)"));
-    }
+    let kind_of = |v: &Value| text_at(v, &["kind"]).unwrap_or_default();
+    let mut clusters: Vec<Value> = docs.iter().filter(|d| kind_of(d) == "Cluster").cloned().collect();
+    let cluster = match clusters.len() {
+        1 => clusters.remove(0),
+        0 => return Err(format!("{file}: no `kind: Cluster` object; expected exactly one Cluster")),
+        n => {
+            let names: Vec<String> = clusters.iter().filter_map(|c| text_at(c, &["metadata", "name"])).collect();
+            return Err(format!("{file}: {n} Cluster objects ({}); expected exactly one", names.join(", ")));
+        }
+    };
     let name = text_at(&cluster, &["metadata", "name"]).ok_or_else(|| format!("{file}: the Cluster has no metadata.name"))?;
     let namespace = text_at(&cluster, &["metadata", "namespace"]).unwrap_or_else(|| "default".to_owned());
-    let cp_kind = text_at(&cluster, &["spec", "controlPlaneRef", "kind"]);
-    let infra_kind = text_at(&cluster, &["spec", "infrastructureRef", "kind"]);
-    let mut objects = ClusterObjects { cluster: Some(cluster), ..ClusterObjects::default() };
-    for doc in docs {
-        let kind = text_at(&doc, &["kind"]).unwrap_or_default();
-        let is_cp = cp_kind.as_deref() == Some(kind.as_str()) || (cp_kind.is_none() && kind.ends_with("ControlPlane"));
-        let is_infra = infra_kind.as_deref() == Some(kind.as_str()) || (infra_kind.is_none() && !kind.ends_with("ControlPlane"));
-        let slot = if is_cp {
-            &mut objects.control_plane
-        } else if is_infra {
-            &mut objects.infra_cluster
-        } else {
-            return Err(format!("{file}: `{kind}` is neither the Cluster's control plane nor its infrastructure cluster"));
-        };
-        if slot.is_some() {
-            return Err(format!("{file}: a second `{kind}` object; expected at most one control plane and one infrastructure cluster"));
+    let pick = |slot: &str, suffix: &str| -> Result<Option<Value>, String> {
+        let r_kind = text_at(&cluster, &["spec", slot, "kind"]);
+        let r_name = text_at(&cluster, &["spec", slot, "name"]);
+        let found: Vec<&Value> = docs
+            .iter()
+            .filter(|d| {
+                let kind = kind_of(d);
+                match (&r_kind, &r_name) {
+                    (Some(k), Some(n)) => kind == *k && text_at(d, &["metadata", "name"]).as_deref() == Some(n.as_str()),
+                    (Some(k), None) => kind == *k,
+                    _ => kind != "Cluster" && kind.ends_with(suffix),
+                }
+            })
+            .collect();
+        match found.as_slice() {
+            [] => Ok(None),
+            [one] => Ok(Some((*one).clone())),
+            _ => Err(format!("{file}: more than one object could be the Cluster's `{slot}`; name it in spec.{slot}")),
         }
-        *slot = Some(doc);
-    }
+    };
+    let objects = ClusterObjects {
+        control_plane: pick("controlPlaneRef", "ControlPlane")?,
+        infra_cluster: pick("infrastructureRef", "Cluster")?,
+        cluster: Some(cluster),
+    };
     Ok(ClusterConfig { name, namespace, values: BTreeMap::new(), objects })
 }
 
@@ -311,8 +323,22 @@ pub async fn render_cluster(config: &Config, cluster: ClusterConfig, out: &Path)
     one.clusters = vec![ClusterConfig { values: values.unwrap_or_default(), ..cluster }];
     let cache = Cache::open(&config.cache.dir).map_err(|e| e.to_string())?;
     let index = cache.load_index().map_err(|e| e.to_string())?;
-    let (prepared, index) = super::fetch::prepare(config, &cache, index, &one).await;
-    cache.save_index(&index).map_err(|e: cache::Error| e.to_string())?;
+    // A Cluster with a topology class gets the release its class names, as in a cluster.
+    let prepared = match (&class, &one.stack) {
+        (Some(class), Some(stack)) => {
+            let ctx = super::Context::new(config.clone()).map_err(|e| e.to_string())?;
+            let (_, known) = ctx.tags(&one).await;
+            let rel =
+                crate::release::for_class(&one.source, class, stack, &known).map_err(|e| format!("{e} (run `stacksync fetch` first)"))?;
+            let outcome = ctx.prepare(&rel).await;
+            Prepared { subscription: one.name.clone(), source: one.source.clone(), outcome }
+        }
+        _ => {
+            let (prepared, index) = super::fetch::prepare(config, &cache, index, &one).await;
+            cache.save_index(&index).map_err(|e: cache::Error| e.to_string())?;
+            prepared
+        }
+    };
     let target = DirectoryTarget::new(out);
     let mut report = PassReport::default();
     match &prepared.outcome {

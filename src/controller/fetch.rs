@@ -8,6 +8,7 @@ use tracing::{error, info, info_span, warn};
 
 use super::{POLL_TIMEOUT, Prepared, PreparedRelease};
 use crate::cache::blobs::Blobs;
+use crate::cache::index::GithubState;
 use crate::cache::{Cache, Index, SourceState};
 use crate::config::{Config, GitSourceConfig, GithubSourceConfig, SourceKind, Subscription, tag_matches};
 use crate::release::{self, Release, short};
@@ -28,23 +29,46 @@ pub(super) async fn poll_source(config: &Config, cache: &Cache, index: &mut Inde
     let Some(src) = config.source(name) else { return Ok(()) };
     let key = source_key(name, &src.kind);
     let previous = index.sources.get(&key).cloned().unwrap_or_default();
+    let github = index.github.get(&key).cloned().unwrap_or_default();
+    let (next, github) = poll(config, cache, name, &previous, github).await?;
+    index.sources.insert(key.clone(), next);
+    if matches!(src.kind, SourceKind::Github(_)) {
+        index.github.insert(key, github);
+    }
+    Ok(())
+}
+
+/// Polls one source: from what it advertised last (`previous`, and for a GitHub source its last
+/// listing `github`), what it advertises now after the moved-tag policy and pins. Touches no
+/// shared state, so sources are polled side by side and a slow one delays nobody.
+///
+/// # Errors
+/// The source could not be reached or answered nonsense; the caller keeps the previous state.
+pub async fn poll(
+    config: &Config,
+    cache: &Cache,
+    name: &str,
+    previous: &SourceState,
+    mut github: GithubState,
+) -> source::Result<(SourceState, GithubState)> {
+    let Some(src) = config.source(name) else { return Ok((previous.clone(), github)) };
+    let key = source_key(name, &src.kind);
     let (location, refs, allow_moved) = match &src.kind {
-        SourceKind::Git(g) => (g.url.clone(), poll_git(name, g, cache, &key, &previous).await?, g.allow_moved_tags),
+        SourceKind::Git(g) => (g.url.clone(), poll_git(name, g, cache, &key, previous).await?, g.allow_moved_tags),
         SourceKind::Github(g) => {
-            let refs = poll_github(name, g, index, &key)
+            let refs = poll_github(name, g, &mut github)
                 .await
                 .map_err(|source| source::Error::Github { source_name: name.to_owned(), source: Box::new(source) })?;
             (format!("{}#{}", g.api_url, g.repo), refs, g.allow_moved_tags)
         }
     };
-    let (mut next, events) = source::reconcile(&previous, &location, &refs, allow_moved);
+    let (mut next, events) = source::reconcile(previous, &location, &refs, allow_moved);
     log_events(name, &events);
     if let SourceKind::Git(g) = &src.kind {
         apply_pins(name, g, &mut next);
     }
     info!(source = name, tags = next.tags.len(), branches = next.heads.len(), "polled source");
-    index.sources.insert(key, next);
-    Ok(())
+    Ok((next, github))
 }
 
 async fn poll_git(name: &str, g: &GitSourceConfig, cache: &Cache, key: &str, previous: &SourceState) -> source::Result<RemoteRefs> {
@@ -70,9 +94,8 @@ async fn poll_git(name: &str, g: &GitSourceConfig, cache: &Cache, key: &str, pre
     Ok(fetched.refs)
 }
 
-async fn poll_github(name: &str, g: &GithubSourceConfig, index: &mut Index, key: &str) -> github::Result<RemoteRefs> {
+async fn poll_github(name: &str, g: &GithubSourceConfig, state: &mut GithubState) -> github::Result<RemoteRefs> {
     let client = client(g)?;
-    let state = index.github.entry(key.to_owned()).or_default();
     let mut pages = state.pages.clone();
     let (releases, _stats) = client.list(&mut pages).await?;
     let mut by_tag = BTreeMap::new();
@@ -150,7 +173,8 @@ pub async fn prepare(config: &Config, cache: &Cache, index: Index, sub: &Subscri
         let releases = index.github.get(&key).map(|g| &g.releases);
         tags.retain(|t, _| releases.and_then(|r| r.get(t)).is_none_or(|r| !r.prerelease));
     }
-    let selection = match release::select(sub, &tags, index.adopted.get(&sub.name)) {
+    let adopted = index.adopted.get(&sub.name).map(|a| release::Adopted { source: &a.source, tag: &a.tag, commit: &a.commit });
+    let selection = match release::select(&sub.wanted(), &tags, adopted) {
         Ok(s) => s,
         Err(msg) => {
             warn!("{msg}");
@@ -158,28 +182,41 @@ pub async fn prepare(config: &Config, cache: &Cache, index: Index, sub: &Subscri
             return (prepared, index);
         }
     };
-    let rel = selection.release.clone();
-    let span = info_span!("release", source = %rel.source, tag = %rel.tag, commit = %short(&rel.commit));
     if let Some(note) = &selection.note {
-        span.in_scope(|| info!("{note}"));
+        let rel = &selection.release;
+        info_span!("release", source = %rel.source, tag = %rel.tag, commit = %short(&rel.commit)).in_scope(|| info!("{note}"));
     }
+    let (index, outcome) = materialise(config, cache, index, &selection.release).await;
+    prepared.outcome = outcome.map(|p| PreparedRelease { note: selection.note, ..p });
+    (prepared, index)
+}
+
+/// Puts `rel` in the cache (or finds it there, verified) and says where its tree is. One
+/// download per release at a time: concurrent callers for the same release wait for the first.
+/// Takes and returns the index: it reads the source's last listing from it and records the tree.
+pub async fn materialise(config: &Config, cache: &Cache, index: Index, rel: &Release) -> (Index, Result<PreparedRelease, String>) {
+    let Some(src) = config.source(&rel.source) else {
+        return (index, Err(format!("unknown source `{}`", rel.source)));
+    };
+    let key = source_key(&src.name, &src.kind);
+    let span = info_span!("release", source = %rel.source, tag = %rel.tag, commit = %short(&rel.commit));
     let lock = release_lock(&crate::cache::ReleaseEntry::id(&key, &rel.tag, &rel.commit));
     let _guard = lock.lock().await;
     let (index, result) = match &src.kind {
-        SourceKind::Git(_) => materialise_git(cache, index, &key, &rel).await,
-        SourceKind::Github(g) => materialise_github(cache, index, &key, &rel, g).await,
+        SourceKind::Git(_) => materialise_git(cache, index, &key, rel).await,
+        SourceKind::Github(g) => materialise_github(cache, index, &key, rel, g).await,
     };
-    prepared.outcome = match result {
+    let outcome = match result {
         Ok((tree, fetched, assets)) => {
             span.in_scope(|| info!(fetched, path = %tree.display(), "release ready"));
-            Ok(PreparedRelease { release: rel, tree, fetched, note: selection.note, assets })
+            Ok(PreparedRelease { release: rel.clone(), tree, fetched, note: None, assets })
         }
         Err(e) => {
             span.in_scope(|| error!(error = %e, "cannot cache release; the release in use stays"));
             Err(e)
         }
     };
-    (prepared, index)
+    (index, outcome)
 }
 
 type Materialised = Result<(std::path::PathBuf, bool, Vec<AssetRecord>), String>;

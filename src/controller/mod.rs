@@ -6,8 +6,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub mod clusterstack;
+mod context;
+pub mod error;
 mod fetch;
 pub mod kubernetes;
+pub mod poller;
+
+pub use context::Context;
+pub use error::Error;
 
 use tracing::{Instrument, error, info, info_span, warn};
 
@@ -57,8 +63,6 @@ pub struct PassReport {
     pub clusters: Vec<ClusterReport>,
     /// Sources that could not be polled this pass (their cached tags were used).
     pub source_errors: BTreeMap<String, String>,
-    /// By subscription: clusters skipped as not ready yet, to retry soon (only them).
-    pub retry: BTreeMap<String, BTreeSet<(String, String)>>,
     /// Failures not tied to one cluster (e.g. the management cluster is unreachable).
     pub failures: Vec<String>,
 }
@@ -85,8 +89,9 @@ impl PassReport {
     }
 }
 
-/// Runs the stages for `subs` (all subscriptions when `None`). With `apply` false, stops after
-/// fetching and caching (`stacksync fetch`).
+/// Runs the stages for `subs` (all subscriptions when `None`) of a directory target, or fetches
+/// for any target. With `apply` false, stops after fetching and caching (`stacksync fetch`). The
+/// Kubernetes target's pass is [`kubernetes::pass`].
 ///
 /// Never fails as a whole for one bad source, release or cluster: those are reported per
 /// subscription and cluster. What was applied before stays in place.
@@ -94,26 +99,19 @@ impl PassReport {
 /// # Errors
 /// Only when the cache itself cannot be opened or its index read or written.
 pub async fn pass(config: &Config, subs: Option<&[String]>, apply: bool) -> cache::Result<PassReport> {
-    pass_scoped(config, subs, None, apply).await
+    pass_scoped(config, subs, apply).await
 }
 
-/// [`pass`] limited to some clusters (`(namespace, name)`) of the Kubernetes target: the retry
-/// of clusters that were not ready. A directory target ignores `clusters`.
+/// [`pass`] for the given subscriptions.
 ///
 /// # Errors
 /// As [`pass`].
-pub async fn pass_scoped(
-    config: &Config,
-    subs: Option<&[String]>,
-    clusters: Option<&BTreeSet<(String, String)>>,
-    apply: bool,
-) -> cache::Result<PassReport> {
+pub async fn pass_scoped(config: &Config, subs: Option<&[String]>, apply: bool) -> cache::Result<PassReport> {
     let cache = Cache::open(&config.cache.dir)?;
     let mut index = cache.load_index()?;
     let selected: Vec<&Subscription> = config.subscriptions.iter().filter(|s| subs.is_none_or(|names| names.contains(&s.name))).collect();
     let mut report = PassReport::default();
     let mut staged: Vec<(&Subscription, Prepared)> = Vec::new();
-    let mut kube_staged: Vec<(&Subscription, Prepared)> = Vec::new();
 
     let needed: BTreeSet<&str> = selected.iter().map(|s| s.source.as_str()).collect();
     for name in needed {
@@ -128,7 +126,7 @@ pub async fn pass_scoped(
         let (prepared, next_index) = fetch::prepare(config, &cache, index, sub).instrument(span.clone()).await;
         index = next_index;
         if apply && matches!(config.target, Target::Kubernetes(_)) {
-            kube_staged.push((sub, prepared.clone()));
+            // The Kubernetes target reconciles per Cluster: `kubernetes::pass`.
         } else if apply && sub.format == Format::ClusterStack && prepared.outcome.is_ok() {
             // Rendered together after the loop: ClusterClass directories are per namespace.
             staged.push((sub, prepared.clone()));
@@ -139,15 +137,6 @@ pub async fn pass_scoped(
             report.clusters.extend(reports);
         }
         report.prepared.push(prepared);
-    }
-    if let Target::Kubernetes(k) = &config.target
-        && !kube_staged.is_empty()
-    {
-        let outcome = kubernetes::sync(config, k, &kube_staged, clusters).await;
-        adopt(&mut index, &kube_staged, &outcome.clusters);
-        report.retry = outcome.retry;
-        report.failures.extend(outcome.failures);
-        report.clusters.extend(outcome.clusters);
     }
     // Only a directory target stages here: Kubernetes subscriptions went to `kube_staged`.
     if !staged.is_empty()

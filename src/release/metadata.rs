@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::config::yaml::{self, Mark, Node, Value};
+use crate::kubeyaml::{self, Mark, Node, Value};
 use crate::release::version::{ScsVersion, Version};
 
 /// The `apiVersion` csctl writes; optional (the reference operator does not read it).
@@ -53,9 +53,14 @@ pub fn parse(file: &str, text: &str, tag_version: &Version) -> Result<Metadata, 
     let mut err = |mark: Mark, field: &str, message: String| {
         errors.push(MetadataError { file: file.to_owned(), line: mark.line, col: mark.col, field: field.to_owned(), message });
     };
-    let root = match yaml::parse(text) {
-        Ok(Some(root)) => root,
-        Ok(None) => {
+    let root = match kubeyaml::parse(text) {
+        Ok(kubeyaml::Document { root: Some(root), warnings, .. }) => {
+            for w in warnings {
+                tracing::warn!(file, line = w.line, "{}", w.message);
+            }
+            root
+        }
+        Ok(kubeyaml::Document { root: None, .. }) => {
             err(
                 Mark { line: 1, col: 1 },
                 "",
@@ -85,7 +90,7 @@ pub fn parse(file: &str, text: &str, tag_version: &Version) -> Result<Metadata, 
                 None
             }
             Some(n) => match &n.value {
-                Value::Scalar { text, .. } if !text.trim().is_empty() => Some((text.trim().to_owned(), n.mark)),
+                Value::Scalar(s) if !s.text.trim().is_empty() => Some((s.text.trim().to_owned(), n.mark)),
                 _ => {
                     err(n.mark, field, format!("expected a version string, found {}", describe(n)));
                     None
@@ -160,15 +165,12 @@ pub fn parse(file: &str, text: &str, tag_version: &Version) -> Result<Metadata, 
 }
 
 fn get<'n>(node: &'n Node, key: &str) -> Option<&'n Node> {
-    match &node.value {
-        Value::Map(entries) => entries.iter().find(|(k, _)| k.scalar_text() == Some(key)).map(|(_, v)| v),
-        _ => None,
-    }
+    node.get(key)
 }
 
 fn describe(node: &Node) -> String {
     match &node.value {
-        Value::Scalar { text, .. } if !node.is_null() => format!("`{text}`"),
+        Value::Scalar(s) if !node.is_null() => format!("`{}`", s.text),
         _ => node.type_name().to_owned(),
     }
 }
@@ -268,7 +270,7 @@ mod tests {
                 "docker-ferrol-1-27-v2",
                 "metadata.yaml:1:13: apiVersion: expected `metadata.clusterstack.x-k8s.io/v1alpha1`",
             ),
-            ("versions: {\n", "docker-ferrol-1-27-v2", "metadata.yaml:1:11: invalid YAML: unclosed bracket"),
+            ("versions: {\n", "docker-ferrol-1-27-v2", "metadata.yaml:2:1: invalid YAML: did not find expected node content"),
         ];
         for (text, t, want) in table {
             let errs = parse("metadata.yaml", text, &tag(t)).unwrap_err();
@@ -280,6 +282,6 @@ mod tests {
     fn an_empty_required_field_is_reported_where_it_is_not_as_missing() {
         let text = "versions:\n  clusterStack: v2\n  kubernetes:\n  components: {clusterAddon: v1}\n";
         let errs = parse("metadata.yaml", text, &tag("docker-ferrol-1-27-v2")).unwrap_err();
-        assert_eq!(errs[0].to_string(), "metadata.yaml:3:13: versions.kubernetes: the field is empty; expected a version string");
+        assert_eq!(errs[0].to_string(), "metadata.yaml:3:14: versions.kubernetes: the field is empty; expected a version string");
     }
 }

@@ -7,9 +7,28 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::cache::index::Adopted;
-use crate::config::Subscription;
-use version::Version;
+use version::{Constraint, Version};
+
+/// What a subscription wants of a source's tags: the part of its config release selection reads
+/// (so `release` needs nothing from `config`).
+#[derive(Debug, Clone, Copy)]
+pub struct Wanted<'a> {
+    pub source: &'a str,
+    /// Cluster-stack tags of this stack; `None`: plain semver tags.
+    pub stack: Option<&'a str>,
+    /// The constraint as written, for messages.
+    pub version: &'a str,
+    pub constraint: &'a Constraint,
+    pub auto_upgrade: bool,
+}
+
+/// The release a subscription adopted earlier (in use): tag and commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Adopted<'a> {
+    pub source: &'a str,
+    pub tag: &'a str,
+    pub commit: &'a str,
+}
 
 /// One release of a source: a tag at a commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,14 +66,14 @@ pub struct Selection {
 ///
 /// # Errors
 /// A message when nothing matches.
-pub fn select(sub: &Subscription, tags: &BTreeMap<String, String>, adopted: Option<&Adopted>) -> Result<Selection, String> {
-    let fits = |v: &Version| match (&sub.stack, v) {
+pub fn select(sub: &Wanted<'_>, tags: &BTreeMap<String, String>, adopted: Option<Adopted<'_>>) -> Result<Selection, String> {
+    let fits = |v: &Version| match (sub.stack, v) {
         (Some(stack), Version::Scs { stack: s, .. }) => s == stack && sub.constraint.matches(v),
         (None, Version::Semver(_)) => sub.constraint.matches(v),
         _ => false,
     };
     let release = |tag: &str, commit: &str, version: Version| Release {
-        source: sub.source.clone(),
+        source: sub.source.to_owned(),
         tag: tag.to_owned(),
         commit: commit.to_owned(),
         version,
@@ -65,7 +84,7 @@ pub fn select(sub: &Subscription, tags: &BTreeMap<String, String>, adopted: Opti
         .max_by(|a, b| a.version.compare(&b.version).unwrap_or(Ordering::Equal).then_with(|| a.tag.cmp(&b.tag)));
     let adopted = adopted
         .filter(|a| a.source == sub.source)
-        .and_then(|a| Version::from_tag(&a.tag).filter(|v| fits(v)).map(|v| release(&a.tag, &a.commit, v)));
+        .and_then(|a| Version::from_tag(a.tag).filter(|v| fits(v)).map(|v| release(a.tag, a.commit, v)));
 
     match (newest, adopted) {
         (None, None) => Err(no_match(sub, tags)),
@@ -89,8 +108,8 @@ pub fn select(sub: &Subscription, tags: &BTreeMap<String, String>, adopted: Opti
     }
 }
 
-fn no_match(sub: &Subscription, tags: &BTreeMap<String, String>) -> String {
-    let family = match &sub.stack {
+fn no_match(sub: &Wanted<'_>, tags: &BTreeMap<String, String>) -> String {
+    let family = match sub.stack {
         Some(s) => format!("cluster-stack tags of `{s}`"),
         None => "semver tags".to_owned(),
     };
@@ -105,29 +124,70 @@ fn no_match(sub: &Subscription, tags: &BTreeMap<String, String>) -> String {
     format!("no release matches: looking for {family} satisfying `{}`; tags seen: {seen}", sub.version)
 }
 
+/// The releases a cluster-stack subscription offers, newest first: the newest `count` tags of
+/// `stack` that `constraint` allows. Pure: `tags` is what the source advertised (tag -> commit).
+pub fn offered(source: &str, tags: &BTreeMap<String, String>, stack: &str, constraint: &Constraint, count: usize) -> Vec<Release> {
+    let mut all: Vec<Release> = tags
+        .iter()
+        .filter_map(|(tag, commit)| {
+            let v = Version::from_tag(tag)?;
+            let fits = matches!(&v, Version::Scs { stack: s, .. } if s == stack) && constraint.matches(&v);
+            fits.then(|| Release { source: source.to_owned(), tag: tag.clone(), commit: commit.clone(), version: v })
+        })
+        .collect();
+    all.sort_by(|a, b| b.version.compare(&a.version).unwrap_or(Ordering::Equal).then_with(|| b.tag.cmp(&a.tag)));
+    all.truncate(count);
+    all
+}
+
+/// Why a Cluster's class names no release this subscription can give it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClassError {
+    /// The class is not `<stack>-<version>` of this stack.
+    OtherStack { class: String, stack: String },
+    /// The class names a release the source does not advertise (or the constraint excludes).
+    NotAvailable { class: String },
+}
+
+impl fmt::Display for ClassError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClassError::OtherStack { class, stack } => {
+                write!(f, "ClusterClass `{class}` is not a release of cluster stack `{stack}` (expected `{stack}-<version>`)")
+            }
+            ClassError::NotAvailable { class } => write!(f, "ClusterClass `{class}` names a release that is not available"),
+        }
+    }
+}
+
+/// The release a Cluster whose `spec.topology.class` is `class` runs: a cluster stack's
+/// ClusterClass is named like its release tag (`<provider>-<name>-<k8s major>-<k8s minor>-<version>`).
+/// `known` are the tags the source advertised plus the releases still cached (tag -> commit).
+///
+/// # Errors
+/// The class belongs to another stack, or its release is not known.
+pub fn for_class(source: &str, class: &str, stack: &str, known: &BTreeMap<String, String>) -> Result<Release, ClassError> {
+    match Version::from_tag(class) {
+        Some(v @ Version::Scs { .. }) if matches!(&v, Version::Scs { stack: s, .. } if s == stack) => match known.get(class) {
+            Some(commit) => Ok(Release { source: source.to_owned(), tag: class.to_owned(), commit: commit.clone(), version: v }),
+            None => Err(ClassError::NotAvailable { class: class.to_owned() }),
+        },
+        _ => Err(ClassError::OtherStack { class: class.to_owned(), stack: stack.to_owned() }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::release::version::Constraint;
-    use crate::schedule::Schedule;
-    use std::time::Duration;
 
-    fn sub(stack: Option<&str>, version: &str, auto_upgrade: bool) -> Subscription {
-        Subscription {
-            name: "s".into(),
-            source: "src".into(),
-            stack: stack.map(Into::into),
-            version: version.into(),
-            constraint: Constraint::parse(version).unwrap(),
-            schedule: Schedule::Interval(Duration::from_secs(60)),
+    /// Leaks: test fixtures live for the whole test process.
+    fn sub(stack: Option<&str>, version: &str, auto_upgrade: bool) -> Wanted<'static> {
+        Wanted {
+            source: "src",
+            stack: stack.map(|s| &*Box::leak(s.to_owned().into_boxed_str())),
+            version: Box::leak(version.to_owned().into_boxed_str()),
+            constraint: Box::leak(Box::new(Constraint::parse(version).unwrap())),
             auto_upgrade,
-            prereleases: false,
-            force: false,
-            selector: None,
-            values: Default::default(),
-            path: "manifests".into(),
-            format: crate::config::Format::Manifests,
-            clusters: Vec::new(),
         }
     }
 
@@ -135,8 +195,8 @@ mod tests {
         list.iter().map(|t| ((*t).to_owned(), format!("c-{t}"))).collect()
     }
 
-    fn adopted(tag: &str) -> Adopted {
-        Adopted { source: "src".into(), tag: tag.into(), commit: format!("c-{tag}") }
+    fn adopted(tag: &str) -> Adopted<'static> {
+        Adopted { source: "src", tag: Box::leak(tag.to_owned().into_boxed_str()), commit: Box::leak(format!("c-{tag}").into_boxed_str()) }
     }
 
     #[test]
@@ -173,20 +233,43 @@ mod tests {
     #[test]
     fn auto_upgrade_off_keeps_the_adopted_release() {
         let all = tags(&["v1.0.0", "v1.1.0"]);
-        let got = select(&sub(None, "*", false), &all, Some(&adopted("v1.0.0"))).unwrap();
+        let got = select(&sub(None, "*", false), &all, Some(adopted("v1.0.0"))).unwrap();
         assert_eq!(got.release.tag, "v1.0.0");
         assert!(got.note.unwrap().contains("v1.1.0 is available"));
-        let got = select(&sub(None, "*", true), &all, Some(&adopted("v1.0.0"))).unwrap();
+        let got = select(&sub(None, "*", true), &all, Some(adopted("v1.0.0"))).unwrap();
         assert_eq!(got.release.tag, "v1.1.0");
     }
 
     #[test]
     fn deleted_tag_does_not_downgrade() {
         let all = tags(&["v1.0.0"]);
-        let got = select(&sub(None, "*", true), &all, Some(&adopted("v1.1.0"))).unwrap();
+        let got = select(&sub(None, "*", true), &all, Some(adopted("v1.1.0"))).unwrap();
         assert_eq!(got.release.tag, "v1.1.0");
         // ...unless the constraint no longer allows it: an explicit downgrade.
-        let got = select(&sub(None, "<1.1", true), &all, Some(&adopted("v1.1.0"))).unwrap();
+        let got = select(&sub(None, "<1.1", true), &all, Some(adopted("v1.1.0"))).unwrap();
         assert_eq!(got.release.tag, "v1.0.0");
+    }
+
+    #[test]
+    fn offered_is_the_newest_allowed_releases_of_the_stack() {
+        let t = tags(&["docker-ferrol-1-27-v1", "docker-ferrol-1-27-v2", "docker-ferrol-1-27-v3", "docker-ferrol-1-28-v9", "v1.0.0"]);
+        let any = Constraint::parse("*").unwrap();
+        let names = |rs: Vec<Release>| rs.into_iter().map(|r| r.tag).collect::<Vec<_>>();
+        assert_eq!(names(offered("src", &t, "docker-ferrol-1-27", &any, 2)), ["docker-ferrol-1-27-v3", "docker-ferrol-1-27-v2"]);
+        let upto2 = Constraint::parse("<=v2").unwrap();
+        assert_eq!(names(offered("src", &t, "docker-ferrol-1-27", &upto2, 3)), ["docker-ferrol-1-27-v2", "docker-ferrol-1-27-v1"]);
+    }
+
+    #[test]
+    fn a_class_names_its_release() {
+        let t = tags(&["docker-ferrol-1-27-v2"]);
+        let r = for_class("src", "docker-ferrol-1-27-v2", "docker-ferrol-1-27", &t).unwrap();
+        assert_eq!((r.tag.as_str(), r.commit.as_str()), ("docker-ferrol-1-27-v2", "c-docker-ferrol-1-27-v2"));
+        assert_eq!(
+            for_class("src", "docker-ferrol-1-27-v7", "docker-ferrol-1-27", &t),
+            Err(ClassError::NotAvailable { class: "docker-ferrol-1-27-v7".into() })
+        );
+        assert!(matches!(for_class("src", "openstack-alpha-1-29-v1", "docker-ferrol-1-27", &t), Err(ClassError::OtherStack { .. })));
+        assert!(matches!(for_class("src", "my-own-class", "docker-ferrol-1-27", &t), Err(ClassError::OtherStack { .. })));
     }
 }

@@ -22,7 +22,7 @@ use super::values::{TemplateOptions, ValuesTemplate};
 use super::{Error, Errors, Object, ObjectKey};
 use crate::cache::unpack;
 use crate::config::ClusterConfig;
-use crate::config::yaml::{self, Node, Value};
+use crate::kubeyaml::{self, Node, Value};
 use crate::release::metadata::{self, Metadata};
 use crate::release::{Release, version::Version};
 
@@ -45,11 +45,7 @@ pub struct Chart {
     pub path: PathBuf,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    Apply,
-    Delete,
-}
+pub use crate::model::StageAction as Action;
 
 /// One step of a hook in `clusteraddon.yaml`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,8 +88,14 @@ pub struct Layout {
 pub struct RenderedStage {
     pub name: Option<String>,
     pub objects: Vec<Object>,
-    /// Every `<no value>` / `<nil>` the stage's values template printed (already logged); for
-    /// the Cluster's status.
+}
+
+/// A cluster's rendered addons and what their values templates printed silently.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderedAddons {
+    pub stages: Vec<RenderedStage>,
+    /// Every `<no value>` / `<nil>` the values templates printed (file, line, path; already
+    /// logged), in stage order: for the Cluster's status.
     pub warnings: Vec<Warning>,
 }
 
@@ -218,13 +220,23 @@ impl Layout {
     }
 
     /// The addon objects of `cluster`, stage by stage in install order. Values files go under
-    /// `work` (unique per cluster).
+    /// `work` (unique per cluster). Values-template warnings are logged; use
+    /// [`Layout::render_addons_reporting`] to get them too.
     ///
     /// # Errors
     /// Every stage's values-template, helm and object errors (all stages are tried).
     pub async fn render_addons(&self, helm: &Helm, cluster: &ClusterConfig, work: &Path) -> Result<Vec<RenderedStage>, Errors> {
+        self.render_addons_reporting(helm, cluster, work).await.map(|r| r.stages)
+    }
+
+    /// As [`Layout::render_addons`], with the values templates' `<no value>` / `<nil>` warnings.
+    ///
+    /// # Errors
+    /// As [`Layout::render_addons`] (in strict mode a warning is an error).
+    pub async fn render_addons_reporting(&self, helm: &Helm, cluster: &ClusterConfig, work: &Path) -> Result<RenderedAddons, Errors> {
         let dir = work.join("values").join(&cluster.namespace).join(&cluster.name);
         let mut out = Vec::new();
+        let mut all_warnings = Vec::new();
         let mut errors = Vec::new();
         for stage in self.install_stages() {
             let (chart, template) = match (&self.addon, stage) {
@@ -274,12 +286,13 @@ impl Layout {
                     if stage.is_none() {
                         objects.iter_mut().for_each(|o| o.stage = None);
                     }
-                    out.push(RenderedStage { name: stage.map(str::to_owned), objects, warnings });
+                    out.push(RenderedStage { name: stage.map(str::to_owned), objects });
+                    all_warnings.extend(warnings);
                 }
                 Err(e) => errors.extend(e.0),
             }
         }
-        if errors.is_empty() { Ok(out) } else { Err(Errors(errors)) }
+        if errors.is_empty() { Ok(RenderedAddons { stages: out, warnings: all_warnings }) } else { Err(Errors(errors)) }
     }
 }
 
@@ -293,13 +306,15 @@ fn objects_of(text: &str, chart: &str, stage: &str, namespace: &str) -> Result<V
     // starts with (or holds more) `---` gives documents without a header of their own: they
     // belong to the last `# Source:` seen.
     let mut source = chart.to_owned();
-    for (line, doc) in super::documents(text) {
+    let docs = kubeyaml::split(text)
+        .map_err(|e| Errors(vec![super::Error::Parse { file: chart.to_owned(), line: e.mark.line, message: e.message }]))?;
+    for (line, doc) in docs {
         // Only the comment lines a document starts with: a `# Source:` inside a block scalar is data.
         let header = doc.lines().map(str::trim).take_while(|l| l.is_empty() || l.starts_with('#'));
         if let Some(s) = header.filter_map(|l| l.strip_prefix("# Source: ")).next() {
             s.clone_into(&mut source);
         }
-        match super::parse_object(&source, line, doc) {
+        match super::parse_object(&source, Some(chart), line, doc) {
             Ok(Some(mut o)) => {
                 o.chart = Some(chart.to_owned());
                 o.stage = Some(stage.to_owned());
@@ -402,9 +417,15 @@ fn read_optional(dir: &Path, name: &str) -> Result<Option<String>, String> {
 /// Reads `clusteraddon.yaml`: `addonStages: {<hook>: [{name, action}]}`, hooks in file order.
 fn parse_addon_config(file: &str, text: &str) -> Result<Vec<(String, Vec<StageRef>)>, String> {
     let at = |n: &Node| format!("{file}:{}:{}", n.mark.line, n.mark.col);
-    let root = yaml::parse(text).map_err(|e| format!("line {}: invalid YAML: {}", e.mark.line, e.message))?.ok_or("the file is empty")?;
-    let Value::Map(entries) = &root.value else { return Err("expected a mapping".into()) };
-    let stages = entries.iter().find(|(k, _)| k.scalar_text() == Some("addonStages")).map(|(_, v)| v).ok_or("missing `addonStages`")?;
+    let doc = kubeyaml::parse(text).map_err(|e| format!("line {}: invalid YAML: {}", e.mark.line, e.message))?;
+    for w in &doc.warnings {
+        tracing::warn!(file, line = w.line, "{}", w.message);
+    }
+    let root = doc.root.ok_or("the file is empty")?;
+    if !matches!(root.value, Value::Map(_)) {
+        return Err("expected a mapping".into());
+    }
+    let stages = root.get("addonStages").ok_or("missing `addonStages`")?;
     let Value::Map(hooks) = &stages.value else { return Err(format!("{}: `addonStages` must map hooks to stage lists", at(stages))) };
     let mut out = Vec::new();
     for (hook, list) in hooks {
@@ -412,10 +433,7 @@ fn parse_addon_config(file: &str, text: &str) -> Result<Vec<(String, Vec<StageRe
         let Value::Seq(items) = &list.value else { return Err(format!("{}: `addonStages.{hook_name}` must be a list", at(list))) };
         let mut refs = Vec::new();
         for item in items {
-            let field = |k: &str| match &item.value {
-                Value::Map(m) => m.iter().find(|(key, _)| key.scalar_text() == Some(k)).and_then(|(_, v)| v.scalar_text()),
-                _ => None,
-            };
+            let field = |k: &str| item.get(k).and_then(Node::scalar_text);
             let name = field("name").filter(|n| is_stage_name(n));
             let Some(name) = name else { return Err(format!("{}: each stage needs a `name` (a chart directory)", at(item))) };
             let action = match field("action") {
@@ -476,6 +494,20 @@ mod tests {
         assert_eq!(files, [("ConfigMap", "c/templates/multi.yaml"), ("Secret", "c/templates/b.yaml")]);
         let data = "---\n# Source: c/templates/d.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: d\ndata:\n  s: |\n    # Source: not/a/header.yaml\n";
         assert_eq!(objects_of(data, "c", "s", "ns").unwrap()[0].file, "c/templates/d.yaml");
+    }
+
+    #[test]
+    fn helm_output_with_repeated_keys_renders_and_a_refused_text_names_template_and_line() {
+        // Published SCS charts: a ClusterRole repeating `metadata.name`, a description continued
+        // at column 0. The old reader refused both ("duplicate mapping key", "invalid indentation").
+        let out = "---\n# Source: a/templates/role.yaml\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: r\n  name: r\n---\n# Source: a/templates/crd.yaml\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: w.example.com\nspec:\n  d:\n    description: \"one\ntwo\"\n";
+        let objs = objects_of(out, "a", "s", "kube-system").unwrap();
+        assert_eq!(objs[1].body["spec"]["d"]["description"], "one two");
+        let bad = "---\n# Source: a/templates/ok.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ok\n---\n# Source: a/templates/bad.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n\tname: bad\n";
+        let e = objects_of(bad, "a-v1.tgz", "s", "ns").unwrap_err().to_string();
+        assert!(e.starts_with("a/templates/bad.yaml:12: invalid YAML"), "{e}");
+        let e = objects_of("---\nkind: A\n--- junk\n", "a-v1.tgz", "s", "ns").unwrap_err().to_string();
+        assert!(e.starts_with("a-v1.tgz:3: invalid document separator"), "{e}");
     }
 
     #[test]

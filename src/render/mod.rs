@@ -16,6 +16,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::config::ClusterConfig;
+use crate::kubeyaml;
 use crate::release::Release;
 
 /// The largest manifest file read; a release is configuration, not a data set.
@@ -168,8 +169,15 @@ impl Manifests {
                     continue;
                 }
             };
-            for (line, doc) in documents(&text) {
-                match parse_object(file, line, doc) {
+            let docs = match kubeyaml::split(&text) {
+                Ok(d) => d,
+                Err(e) => {
+                    errors.push(Error::Parse { file: file.clone(), line: e.mark.line, message: e.message });
+                    continue;
+                }
+            };
+            for (line, doc) in docs {
+                match parse_object(file, None, line, doc) {
                     Ok(Some(o)) => objects.push(o),
                     Ok(None) => {}
                     Err(e) => errors.push(e),
@@ -232,42 +240,26 @@ fn collect(dir: &Path, rel: &str, files: &mut BTreeMap<String, String>, errors: 
     }
 }
 
-/// Splits a multi-document YAML text at `---` lines; yields each document with the 1-based line
-/// it starts on.
-pub(crate) fn documents(text: &str) -> Vec<(usize, &str)> {
-    let mut docs = Vec::new();
-    let mut start_byte = 0;
-    let mut start_line = 1;
-    let mut offset = 0;
-    for (i, line) in text.split_inclusive('\n').enumerate() {
-        let trimmed = line.trim_end();
-        let is_separator = trimmed == "---" || trimmed.starts_with("--- ") || trimmed.starts_with("---\t");
-        if is_separator {
-            docs.push((start_line, &text[start_byte..offset]));
-            // The separator line itself may carry content (`--- # comment`); it stays in the doc.
-            start_byte = offset + 3;
-            start_line = i + 1;
-        }
-        offset += line.len();
+/// Reads one document of a manifest text (`doc`, starting at `line` of `file`) as kubectl reads
+/// it ([`crate::kubeyaml`]). Empty, comment-only and `null` documents are `None`. A repeated
+/// mapping key is logged with the chart, template and line (kubectl keeps its last value).
+pub(crate) fn parse_object(file: &str, chart: Option<&str>, line: usize, doc: &str) -> Result<Option<Object>, Error> {
+    let parse_err = |e: kubeyaml::SyntaxError| Error::Parse {
+        file: file.to_owned(),
+        line: e.mark.line,
+        message: if e.mark.col > 1 {
+            format!("column {}: invalid YAML: {}", e.mark.col, e.message)
+        } else {
+            format!("invalid YAML: {}", e.message)
+        },
+    };
+    let parsed = kubeyaml::parse_document(doc, line).map_err(parse_err)?;
+    for w in &parsed.warnings {
+        tracing::warn!(chart = chart.unwrap_or_default(), template = file, line = w.line, "{}", w.message);
     }
-    docs.push((start_line, &text[start_byte..]));
-    docs
-}
-
-pub(crate) fn parse_object(file: &str, line: usize, doc: &str) -> Result<Option<Object>, Error> {
-    let value: Value = if doc.trim().is_empty() {
-        Value::Null
-    } else {
-        serde_saphyr::from_str(doc).map_err(|e| {
-            let (at, col) = e.location().map_or((line, 0), |l| (line + l.line() as usize - 1, l.column() as usize));
-            let msg = e.without_snippet().to_string();
-            let msg = msg.lines().next().unwrap_or_default().to_owned();
-            Error::Parse {
-                file: file.to_owned(),
-                line: at,
-                message: if col > 0 { format!("column {col}: invalid YAML: {msg}") } else { format!("invalid YAML: {msg}") },
-            }
-        })?
+    let value = match &parsed.root {
+        None => Value::Null,
+        Some(root) => root.to_json().map_err(parse_err)?,
     };
     let obj_err = |message: String| Error::Object { file: file.to_owned(), line, message };
     let map = match value {
@@ -328,7 +320,7 @@ mod tests {
         assert_eq!(objs.len(), 2);
         assert_eq!(objs[0].name, "alpha-cfg");
         assert_eq!(objs[0].body["data"]["region"], "eu-1");
-        assert_eq!((objs[1].line, objs[1].group()), (9, "apps"));
+        assert_eq!((objs[1].line, objs[1].group()), (10, "apps"));
     }
 
     #[test]
@@ -342,7 +334,7 @@ mod tests {
         let text: Vec<String> = errs.0.iter().map(ToString::to_string).collect();
         assert!(text[0].starts_with("m/a.yaml:4:9: unknown variable `nope`"), "{}", text[0]);
         assert_eq!(text[1], "m/b.yaml:1: ConfigMap has no `metadata.name`");
-        assert_eq!(text[2], "m/b.yaml:3: object has no `apiVersion`");
+        assert_eq!(text[2], "m/b.yaml:4: object has no `apiVersion`");
         assert!(text[3].starts_with("m/c.yaml:"), "{}", text[3]);
     }
 

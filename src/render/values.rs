@@ -7,6 +7,7 @@ use serde_json::{Map, Value, json};
 use super::Error;
 use super::gotemplate::{self, Template, Warning};
 use crate::config::ClusterConfig;
+use crate::kubeyaml;
 
 /// The Cluster API version of the default `.Cluster` object.
 pub const CLUSTER_API_VERSION: &str = "cluster.x-k8s.io/v1beta1";
@@ -67,12 +68,12 @@ impl ValuesTemplate {
             tracing::warn!(cluster = %format!("{}/{}", cluster.namespace, cluster.name), "values template: {w}");
         }
         let text = out.text;
-        let parsed = first_document(&text).map_err(|e| self.not_yaml("the rendered template", &e, &text))?;
+        let parsed = first_document(&text, None).map_err(|e| self.not_yaml("the rendered template", &e, &text))?;
         let values = match parsed.get("values") {
             Some(Value::String(inner)) => inner.clone(),
             _ => text,
         };
-        let as_yaml = first_document(&values).map_err(|e| self.not_yaml("the rendered `values`", &e, &values))?;
+        let as_yaml = first_document(&values, Some(&self.file)).map_err(|e| self.not_yaml("the rendered `values`", &e, &values))?;
         if !matches!(as_yaml, Value::Object(_) | Value::Null) {
             return Err(self.err(format!("the rendered values are not a YAML mapping: {}", excerpt(&values))));
         }
@@ -83,20 +84,23 @@ impl ValuesTemplate {
         Error::Template(gotemplate::Error { file: self.file.clone(), line: 0, message })
     }
 
-    fn not_yaml(&self, what: &str, e: &serde_saphyr::Error, text: &str) -> Error {
-        let at = e.location().map(|l| l.line() as usize).unwrap_or(0);
+    fn not_yaml(&self, what: &str, e: &kubeyaml::SyntaxError, text: &str) -> Error {
+        let at = e.mark.line;
         let line = text.lines().nth(at.saturating_sub(1)).unwrap_or_default();
-        let msg = e.without_snippet().to_string();
-        let msg = msg.lines().next().unwrap_or_default().to_owned();
-        self.err(format!("{what} is not valid YAML (its line {at}: `{}`): {msg}", line.trim()))
+        self.err(format!("{what} is not valid YAML (its line {at}: `{}`): {}", line.trim(), e.message))
     }
 }
 
-/// The first YAML document of `text` (null when there is none). The operator (`yaml.v3`) and
-/// helm (`-f`) read only the first document of a multi-document text, so a trailing `---` or a
-/// second document changes nothing.
-fn first_document(text: &str) -> Result<Value, serde_saphyr::Error> {
-    Ok(serde_saphyr::from_str_multiple::<Value, Vec<Value>>(text)?.into_iter().next().unwrap_or(Value::Null))
+/// The first YAML document of `text` (null when there is none), read as helm reads a values file
+/// ([`kubeyaml`]). The operator and helm (`-f`) read only the first document of a
+/// multi-document text, so a trailing `---` or a second document changes nothing.
+/// Repeated keys are logged when `file` names the template (helm keeps the last value).
+fn first_document(text: &str, file: Option<&str>) -> Result<Value, kubeyaml::SyntaxError> {
+    let doc = kubeyaml::parse(text)?;
+    for w in doc.warnings.iter().filter(|_| file.is_some()) {
+        tracing::warn!(template = file.unwrap_or_default(), line = w.line, "rendered values: {}", w.message);
+    }
+    doc.root.map_or(Ok(Value::Null), |r| r.to_json())
 }
 
 /// `.Cluster`, `.ControlPlane` and `.InfraCluster` for `cluster`. Objects not configured are left

@@ -1,9 +1,11 @@
-//! The long-running loop: poll each subscription on its schedule, reload the config when the
-//! file changes (keeping the last good config on a bad edit), and stop cleanly on SIGTERM/SIGINT.
+//! The long-running process: for the Kubernetes target, source pollers and the Cluster
+//! controller; for the directory target, passes on each subscription's schedule. Both reload the
+//! config when the file changes (keeping the last good config on a bad edit) and stop cleanly on
+//! SIGTERM/SIGINT.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use chrono::Utc;
 use tokio::time::Instant;
@@ -11,15 +13,120 @@ use tracing::{error, info, warn};
 
 use crate::config::watch::ConfigWatcher;
 use crate::config::{self, Config, Target};
-use crate::controller;
+use crate::controller::poller::Pollers;
+use crate::controller::{self, Context, kubernetes};
 use crate::schedule::Queue;
 
-/// Runs until `shutdown` completes. A pass in progress is abandoned at shutdown; every file it
-/// wrote is complete (atomic writes), and the next start picks up from the cache.
+/// How long in-flight reconciles get to finish after SIGTERM.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// Runs until `shutdown` completes. The Kubernetes target runs as a controller (source pollers
+/// and a per-Cluster reconciler, see [`run_kubernetes`]); the directory target passes over its
+/// subscriptions on their schedules.
 ///
 /// # Errors
 /// Only when the config file's directory cannot be watched at start-up.
-pub async fn run(path: PathBuf, initial: Config, shutdown: impl Future<Output = ()>) -> notify::Result<()> {
+pub async fn run(path: PathBuf, initial: Config, concurrency: u16, shutdown: impl Future<Output = ()>) -> notify::Result<()> {
+    match initial.target {
+        Target::Kubernetes(_) => run_kubernetes(path, initial, concurrency, shutdown).await,
+        Target::Directory(_) => run_directory(path, initial, shutdown).await,
+    }
+}
+
+type ControllerTask = tokio::task::JoinHandle<Result<(), controller::Error>>;
+
+fn idle() -> ControllerTask {
+    tokio::spawn(std::future::pending())
+}
+
+/// The Kubernetes target: a [`Context`] for the process, one poller task per source, and the
+/// Cluster controller. A reload puts the new config in force at once (pollers of changed
+/// sources poll, every Cluster is reconciled); a reload that changes the cache, the target or
+/// helm rebuilds the context and the controller.
+///
+/// # Errors
+/// Only when the config file's directory cannot be watched at start-up.
+pub async fn run_kubernetes(path: PathBuf, initial: Config, concurrency: u16, shutdown: impl Future<Output = ()>) -> notify::Result<()> {
+    let mut watcher = ConfigWatcher::new(&path)?;
+    let mut config = initial;
+    let mut last_text = std::fs::read_to_string(&path).unwrap_or_default();
+    tokio::pin!(shutdown);
+    info!(file = %path.display(), subscriptions = config.subscriptions.len(), "stacksync started");
+    loop {
+        let ctx = match Context::new(config.clone()) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                error!(error = %e, "cache unavailable; waiting for a config change");
+                None
+            }
+        };
+        let mut pollers = Pollers::default();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let mut controller = match &ctx {
+            Some(ctx) => {
+                pollers.sync(ctx);
+                let signal = async move {
+                    let _ = stopped.await;
+                };
+                tokio::spawn(kubernetes::run(ctx.clone(), concurrency, signal))
+            }
+            None => idle(),
+        };
+        loop {
+            tokio::select! {
+                () = &mut shutdown => {
+                    info!("shutting down: letting in-flight reconciles finish");
+                    let _ = stop.send(());
+                    if tokio::time::timeout(SHUTDOWN_GRACE, &mut controller).await.is_err() {
+                        warn!(seconds = SHUTDOWN_GRACE.as_secs(), "reconciles still running at the deadline; exiting");
+                    }
+                    return Ok(());
+                }
+                done = &mut controller => {
+                    match done {
+                        Ok(Err(e)) => error!(reason = e.reason(), "{e}; fix the config (it is reloaded when it changes)"),
+                        Ok(Ok(())) => {}
+                        Err(join) => error!("controller task failed: {join}"),
+                    }
+                    controller = idle();
+                }
+                Some(()) = watcher.changed() => {
+                    let Some(new) = reload(&path, &config, &mut last_text) else { continue };
+                    let rebuild = ctx.is_none() || new.cache != config.cache || new.target != config.target || new.helm != config.helm;
+                    let changed: Vec<String> = new
+                        .sources
+                        .iter()
+                        .filter(|s| {
+                            config.source(&s.name) != Some(s)
+                                || new.subscriptions.iter().any(|sub| sub.source == s.name && config.subscription(&sub.name) != Some(sub))
+                        })
+                        .map(|s| s.name.clone())
+                        .collect();
+                    config = new;
+                    if rebuild {
+                        break;
+                    }
+                    if let Some(ctx) = &ctx {
+                        ctx.set_config(config.clone());
+                        pollers.sync(ctx);
+                        for name in &changed {
+                            pollers.trigger(name);
+                        }
+                    }
+                }
+            }
+        }
+        info!("cache, target or helm changed: restarting the controller");
+        let _ = stop.send(());
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, controller).await;
+    }
+}
+
+/// The directory target: a pass over the subscriptions that are due, on their schedules.
+///
+/// # Errors
+/// Only when the config file's directory cannot be watched at start-up.
+pub async fn run_directory(path: PathBuf, initial: Config, shutdown: impl Future<Output = ()>) -> notify::Result<()> {
     let mut watcher = ConfigWatcher::new(&path)?;
     let mut config = initial;
     let mut last_text = std::fs::read_to_string(&path).unwrap_or_default();
@@ -30,53 +137,44 @@ pub async fn run(path: PathBuf, initial: Config, shutdown: impl Future<Output = 
     }
     info!(file = %path.display(), subscriptions = config.subscriptions.len(), "stacksync started");
     tokio::pin!(shutdown);
-    // Clusters skipped as not ready, per subscription, and when to try them again (only them).
-    let mut retries: BTreeMap<String, (Instant, BTreeSet<(String, String)>)> = BTreeMap::new();
     loop {
-        let next_retry = retries.values().map(|(at, _)| *at).min();
-        let next = [queue.next_due(), next_retry].into_iter().flatten().min();
         tokio::select! {
             () = &mut shutdown => {
                 info!("shutting down");
                 return Ok(());
             }
             Some(()) = watcher.changed() => {
-                reload(&path, &mut config, &mut last_text, &mut queue);
-                retries.retain(|name, _| config.subscription(name).is_some());
-            }
-            () = sleep_until(next) => {
-                let now = Instant::now();
-                let due = queue.take_due(now);
-                // A full pass of a subscription covers its retries too.
-                let retry: Vec<String> =
-                    retries.iter().filter(|(name, (at, _))| *at <= now && !due.contains(name)).map(|(name, _)| name.clone()).collect();
-                let clusters: BTreeSet<(String, String)> =
-                    retry.iter().filter_map(|name| retries.get(name)).flat_map(|(_, set)| set.iter().cloned()).collect();
-                for (subs, scope) in [(due.clone(), None), (retry, Some(&clusters))] {
-                    if subs.is_empty() {
-                        continue;
+                if let Some(new) = reload(&path, &config, &mut last_text) {
+                    let now = Instant::now();
+                    queue.retain(|name| new.subscription(name).is_some());
+                    for sub in &new.subscriptions {
+                        if config.subscription(&sub.name) != Some(sub)
+                            || config.cache != new.cache
+                            || config.target != new.target
+                            || config.source(&sub.source) != new.source(&sub.source)
+                        {
+                            queue.trigger(&sub.name, now);
+                        }
                     }
+                    config = new;
+                }
+            }
+            () = sleep_until(queue.next_due()) => {
+                let due = queue.take_due(Instant::now());
+                if !due.is_empty() {
                     // Shutdown does not wait for a long pass (a rate-limit wait can take minutes):
                     // everything a pass writes is atomic, so abandoning it leaves a consistent cache.
                     let result = tokio::select! {
-                        result = controller::pass_scoped(&config, Some(&subs), scope, true) => result,
+                        result = controller::pass_scoped(&config, Some(&due), true) => result,
                         () = &mut shutdown => {
                             info!("shutting down; the pass in progress was abandoned");
                             return Ok(());
                         }
                     };
-                    for name in &subs {
-                        retries.remove(name);
-                    }
                     match result {
                         Ok(report) => {
                             let ready = report.clusters.iter().filter(|c| c.status.ready).count();
-                            let kind = if scope.is_some() { "retry of clusters that were not ready" } else { "pass" };
-                            info!(subscriptions = subs.len(), clusters = report.clusters.len(), ready, "{kind} complete");
-                            let at = Instant::now() + not_ready_retry(&config);
-                            for (name, set) in report.retry {
-                                retries.insert(name, (at, set));
-                            }
+                            info!(subscriptions = due.len(), clusters = report.clusters.len(), ready, "pass complete");
                         }
                         Err(e) => error!(error = %e, "pass failed: cache unavailable"),
                     }
@@ -92,13 +190,6 @@ pub async fn run(path: PathBuf, initial: Config, shutdown: impl Future<Output = 
     }
 }
 
-fn not_ready_retry(config: &Config) -> std::time::Duration {
-    match &config.target {
-        Target::Kubernetes(k) => k.not_ready_retry,
-        Target::Directory(_) => crate::config::KubernetesTarget::default().not_ready_retry,
-    }
-}
-
 async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
@@ -106,20 +197,20 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// Applies a config edit: a valid one replaces the running config and re-polls what changed; an
-/// invalid one is logged and ignored.
-fn reload(path: &std::path::Path, config: &mut Config, last_text: &mut String, queue: &mut Queue) {
+/// Reads a config edit: a valid, effective change is returned (and logged); an invalid one is
+/// logged and ignored, the running config stays.
+fn reload(path: &std::path::Path, config: &Config, last_text: &mut String) -> Option<Config> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) => {
             warn!(file = %path.display(), error = %e, "config file unreadable; keeping the last good config");
-            return;
+            return None;
         }
     };
     if text == *last_text {
-        return;
+        return None;
     }
-    *last_text = text.clone();
+    last_text.clone_from(&text);
     let new = match Config::parse(path, &text) {
         Ok(c) => c,
         Err(errors) => {
@@ -127,27 +218,16 @@ fn reload(path: &std::path::Path, config: &mut Config, last_text: &mut String, q
                 error!(file = %e.file.display(), line = e.line, column = e.col, field = %e.field, "invalid config: {}", e.message);
             }
             error!(errors = errors.0.len(), "config reload rejected; keeping the last good config");
-            return;
+            return None;
         }
     };
     let changes = config::diff(config, &new);
     if changes.is_empty() {
         info!("config reloaded: no effective change");
-        return;
+        return None;
     }
     for change in &changes {
         info!(change = %change, "config reloaded");
     }
-    let now = Instant::now();
-    queue.retain(|name| new.subscription(name).is_some());
-    for sub in &new.subscriptions {
-        if config.subscription(&sub.name) != Some(sub)
-            || config.cache != new.cache
-            || config.target != new.target
-            || config.source(&sub.source) != new.source(&sub.source)
-        {
-            queue.trigger(&sub.name, now);
-        }
-    }
-    *config = new;
+    Some(new)
 }

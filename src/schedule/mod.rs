@@ -143,6 +143,16 @@ pub fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(500u64.saturating_mul(factor)).min(Duration::from_secs(30))
 }
 
+/// `d` spread by up to ±20%, so retries of many Clusters that failed together do not arrive
+/// together.
+pub fn jittered(d: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(d.as_nanos());
+    let spread = (h.finish() % 401) as f64 / 1000.0 - 0.2;
+    d.mul_f64(1.0 + spread)
+}
+
 /// The set of subscriptions and when each is next due.
 #[derive(Debug, Default)]
 pub struct Queue {

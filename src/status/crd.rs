@@ -25,14 +25,16 @@ pub const MAX_ENTRIES: usize = 200;
     status = "ClusterSyncStatus",
     shortname = "csync",
     category = "stacksync",
-    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.cluster"}"#,
     printcolumn = r#"{"name":"Subscription","type":"string","jsonPath":".spec.subscription"}"#,
-    printcolumn = r#"{"name":"Wanted","type":"string","jsonPath":".status.wantedRelease.tag"}"#,
+    printcolumn = r#"{"name":"Class","type":"string","jsonPath":".status.class"}"#,
+    printcolumn = r#"{"name":"Wanted","type":"string","priority":1,"jsonPath":".status.wantedRelease.tag"}"#,
+    printcolumn = r#"{"name":"Newest","type":"string","priority":1,"jsonPath":".status.newestAvailable"}"#,
     printcolumn = r#"{"name":"Applied","type":"string","jsonPath":".status.appliedRelease.tag"}"#,
     printcolumn = r#"{"name":"Synced","type":"integer","jsonPath":".status.synced"}"#,
     printcolumn = r#"{"name":"Total","type":"integer","jsonPath":".status.total"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Last Sync","type":"date","jsonPath":".status.lastSyncTime"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -46,6 +48,13 @@ pub struct ClusterSyncSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterSyncStatus {
+    /// The Cluster's `spec.topology.class` (cluster stacks: it names the release).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    /// The newest release the subscription offers (cluster stacks: moving to it is a class
+    /// change of the Cluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub newest_available: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wanted_release: Option<ReleaseRefStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -71,7 +80,17 @@ pub struct ClusterSyncStatus {
     pub inventory: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// When a reconcile of this Cluster last finished (RFC 3339): the daemon is alive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_time: Option<String>,
+    /// The last `stacksync.io/reconcile-requested-at` annotation value handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
 }
+
+/// Annotation on a `ClusterSync` asking for a reconcile now (any new value; `stacksync
+/// reconcile` writes the time). Echoed in `status.lastHandledReconcileAt` once handled.
+pub const RECONCILE_REQUESTED_AT: &str = "stacksync.io/reconcile-requested-at";
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
@@ -166,6 +185,10 @@ pub struct StackReleaseStatus {
     pub entries: Vec<ObjectEntry>,
     pub synced: u32,
     pub total: u32,
+    /// The ClusterClass objects applied for this release, `group|kind|namespace|name|version`:
+    /// what is deleted when the release is no longer offered and no Cluster uses it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub class_inventory: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]

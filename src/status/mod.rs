@@ -90,6 +90,37 @@ pub enum Reason {
     ClusterUnreachable,
     /// More objects would be pruned than `pruneLimit` allows: pruning paused, nothing deleted.
     PrunePaused,
+    /// Kubernetes target: the Cluster's ClusterClass names a release the subscription does not
+    /// offer (unknown tag, another stack); what the Cluster has stays.
+    ReleaseNotAvailable,
+    /// The Cluster is paused (`spec.paused`, or the `cluster.x-k8s.io/paused` annotation):
+    /// nothing is written to it.
+    Paused,
+    /// The subscription is suspended (`suspend: true`): nothing is written.
+    Suspended,
+    /// The process's work directory could not be created: nothing can be rendered.
+    WorkDirUnavailable,
+}
+
+impl Reason {
+    /// The stable name of the reason, as conditions and metrics carry it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Synced => "Synced",
+            Reason::NotSynced => "NotSynced",
+            Reason::RenderFailed => "RenderFailed",
+            Reason::ReleaseUnavailable => "ReleaseUnavailable",
+            Reason::ClusterNotFound => "ClusterNotFound",
+            Reason::ControlPlaneNotReady => "ControlPlaneNotReady",
+            Reason::KubeconfigMissing => "KubeconfigMissing",
+            Reason::ClusterUnreachable => "ClusterUnreachable",
+            Reason::PrunePaused => "PrunePaused",
+            Reason::ReleaseNotAvailable => "ReleaseNotAvailable",
+            Reason::Paused => "Paused",
+            Reason::Suspended => "Suspended",
+            Reason::WorkDirUnavailable => "WorkDirUnavailable",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -71,7 +71,7 @@ async fn dropped_objects_are_pruned_in_reverse_order_and_foreign_ones_are_not() 
         [
             ("ConfigMap/default/keep".to_string(), Action::Unchanged, String::new()),
             ("ConfigMap/gone/inner".to_string(), Action::Pruned, String::new()),
-            ("ConfigMap/default/taken".to_string(), Action::Skipped, format!("not ours: {OWNER_LABEL} is \"other\"")),
+            ("ConfigMap/default/taken".to_string(), Action::Skipped(SkipReason::NotOurs), format!("not ours: {OWNER_LABEL} is \"other\"")),
             ("Namespace/gone".to_string(), Action::Pruned, String::new()),
         ],
         "reverse apply order: the namespace's contents before the namespace"
@@ -188,7 +188,7 @@ async fn drift_is_corrected_in_correct_mode_and_only_reported_in_warn_mode() {
     edit(&server, "c", json!({"data": {"b": null}})).await;
     server.reset_stats();
     let warned = sync(&warn, &stages, &first.inventory).await;
-    assert_eq!(action_of(&warned, "ConfigMap/default/c"), (Action::Skipped, "drifted: .data.b".into()));
+    assert_eq!(action_of(&warned, "ConfigMap/default/c"), (Action::Skipped(SkipReason::Drifted), "drifted: .data.b".into()));
     assert_eq!(
         warned.drifted.iter().map(|(o, p)| (o.to_string(), p.clone())).collect::<Vec<_>>(),
         [("ConfigMap/default/c".to_string(), vec![".data.b".to_string()])]
@@ -204,7 +204,7 @@ async fn drift_is_corrected_in_correct_mode_and_only_reported_in_warn_mode() {
     // A value another client changed is theirs now: correcting it is a conflict to force.
     edit(&server, "c", json!({"data": {"a": "edited"}})).await;
     let warned = sync(&warn, &stages, &corrected.inventory).await;
-    assert_eq!(action_of(&warned, "ConfigMap/default/c"), (Action::Skipped, "drifted: .data.a".into()));
+    assert_eq!(action_of(&warned, "ConfigMap/default/c"), (Action::Skipped(SkipReason::Drifted), "drifted: .data.a".into()));
     let refused = sync(&correct, &stages, &corrected.inventory).await;
     let (action, message) = action_of(&refused, "ConfigMap/default/c");
     assert_eq!(action, Action::Failed);
@@ -274,7 +274,7 @@ async fn apply_once_creates_then_leaves_alone_and_ignore_never_touches() {
 
     let first = sync(&applier, &stages, &Inventory::default()).await;
     assert_eq!(action_of(&first, "ConfigMap/default/once"), (Action::Created, String::new()));
-    assert_eq!(action_of(&first, "ConfigMap/default/ignored"), (Action::Skipped, "policy: ignore".into()));
+    assert_eq!(action_of(&first, "ConfigMap/default/ignored"), (Action::Skipped(SkipReason::Ignored), "policy: ignore".into()));
     let (action, message) = action_of(&first, "ConfigMap/default/bad");
     assert_eq!(action, Action::Failed);
     assert!(message.starts_with("unknown stacksync.io/policy \"sometimes\""), "{message}");
@@ -283,7 +283,7 @@ async fn apply_once_creates_then_leaves_alone_and_ignore_never_touches() {
     edit(&server, "once", json!({"data": {"a": "mine now"}})).await;
     server.reset_stats();
     let second = sync(&applier, &stages, &first.inventory).await;
-    assert_eq!(action_of(&second, "ConfigMap/default/once"), (Action::Skipped, "apply-once: exists".into()));
+    assert_eq!(action_of(&second, "ConfigMap/default/once"), (Action::Skipped(SkipReason::ApplyOnceExists), "apply-once: exists".into()));
     assert_eq!(server.stats().total_writes(), 0);
     assert_eq!(data(&server, "once").await.unwrap()["a"], "mine now");
     server.stop().await;
@@ -308,7 +308,7 @@ async fn a_delete_stage_deletes_only_our_objects() {
             ("ConfigMap/default/y".to_string(), Action::Unchanged, String::new()),
             ("ConfigMap/default/x".to_string(), Action::Pruned, "deleted by a delete stage".into()),
             ("ConfigMap/default/never".to_string(), Action::Unchanged, "absent".into()),
-            ("ConfigMap/default/foreign".to_string(), Action::Skipped, format!("not ours: no {OWNER_LABEL} label")),
+            ("ConfigMap/default/foreign".to_string(), Action::Skipped(SkipReason::NotOurs), format!("not ours: no {OWNER_LABEL} label")),
         ],
         "delete stages run in reverse order; x is not pruned a second time"
     );

@@ -17,7 +17,7 @@ use stacksync::apply::ssa::{
     Applier, ApplyOptions, DriftMode, FIELD_MANAGER, FORCE_ANNOTATION, Inventory, OWNER_LABEL, POLICY_ANNOTATION, RECREATE_ANNOTATION,
     Stage, StageAction, SyncResult,
 };
-use stacksync::apply::{Action, Entry};
+use stacksync::apply::{Action, Entry, SkipReason};
 use stacksync::render::Object;
 use testkit::apiserver::{ApiServer, FaultRule, Stats};
 

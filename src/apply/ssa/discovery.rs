@@ -2,7 +2,6 @@
 //! group-version per sync, and asked again after CRDs were applied.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::time::Duration;
 
 use kube::Client;
@@ -12,7 +11,7 @@ use kube::discovery::{ApiGroup, Scope, group, pinned_group};
 use kube::error::DiscoveryError;
 
 use super::error::timeout_message;
-use super::object::poll;
+use super::object::Backoff;
 
 /// A resolved kind.
 #[derive(Debug, Clone)]
@@ -79,12 +78,9 @@ impl DiscoveryCache {
                 Err(Unresolved::NoMatch(_)) => !expected.is_empty(),
                 Err(Unresolved::Failed(_)) => false,
             };
-            if lagging(&found) {
-                let _ = poll(self.settle, async || {
-                    found = self.query(api_version).await;
-                    Ok::<_, Infallible>(!lagging(&found))
-                })
-                .await;
+            let mut backoff = Backoff::until(self.settle);
+            while lagging(&found) && backoff.wait().await {
+                found = self.query(api_version).await;
             }
             self.versions.insert(api_version.to_string(), found);
         }

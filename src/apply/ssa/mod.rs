@@ -11,7 +11,8 @@ mod object;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, StreamExt};
 use kube::Client;
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
@@ -24,7 +25,7 @@ use discovery::{DiscoveryCache, Unresolved};
 use inventory::{Key, PruneLimits, PrunePlan};
 use object::{Deletion, Outcome, Policy, Target};
 
-use crate::apply::{Action, ChangeSet, Entry, ObjectRef, order};
+use crate::apply::{Action, ChangeSet, Entry, ObjectRef, SkipReason, order};
 use crate::render::Object;
 
 /// The field manager of every apply.
@@ -39,23 +40,7 @@ pub const FORCE_ANNOTATION: &str = "stacksync.io/force";
 /// `"true"`: delete and re-create this object when the server refuses a change as immutable.
 pub const RECREATE_ANNOTATION: &str = "stacksync.io/recreate-on-immutable";
 
-/// What a resync does when a live object differs from a manifest that did not change.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum DriftMode {
-    /// Apply the manifest again (the object's entry says `corrected drift: <fields>`).
-    #[default]
-    Correct,
-    /// Leave the object; report it as Skipped `drifted: <fields>` and in [`SyncResult::drifted`].
-    Warn,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum StageAction {
-    #[default]
-    Apply,
-    /// Delete the stage's objects (only those carrying our owner label).
-    Delete,
-}
+pub use crate::model::{DriftMode, StageAction};
 
 /// One stage of a sync (a cluster-addon stage, or the ClusterClass objects); stages run in order.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -220,17 +205,28 @@ impl Applier {
                 entries.push(entry);
                 slots.push(slot);
             }
-            let outcomes: Vec<Outcome> = futures_util::stream::iter(&slots)
-                .map(async |slot| match slot {
-                    Ok(t) => {
-                        let outcome = self.apply_one(t).await;
-                        self.establish(t, outcome).await
-                    }
-                    Err(not) => Outcome { entry: not.entry.clone(), drifted: None },
-                })
-                .buffered(self.options.concurrency.max(1))
-                .collect()
-                .await;
+            let outcomes: Vec<Outcome> = futures_util::stream::iter(
+                slots
+                    .iter()
+                    .map(|slot| {
+                        // Boxed futures from a plain closure (not an async closure): the sync future stays
+                        // provably `Send`, so callers may spawn it (kube-runtime's Controller does).
+                        async move {
+                            match slot {
+                                Ok(t) => {
+                                    let outcome = self.apply_one(t).await;
+                                    self.establish(t, outcome).await
+                                }
+                                Err(not) => Outcome { entry: not.entry.clone(), drifted: None },
+                            }
+                        }
+                        .boxed()
+                    })
+                    .collect::<Vec<BoxFuture<'_, _>>>(),
+            )
+            .buffered(self.options.concurrency.max(1))
+            .collect()
+            .await;
             for (o, outcome) in rank.iter().zip(&outcomes) {
                 if is_crd(o.group(), &o.kind) && outcome.entry.action.is_synced() {
                     let kind = o.body.pointer("/spec/names/kind").and_then(Value::as_str).unwrap_or_default();
@@ -274,21 +270,32 @@ impl Applier {
                 run.deleted.push(entry);
                 slots.push(slot);
             }
-            let outcomes: Vec<Outcome> = futures_util::stream::iter(&slots)
-                .map(async |slot| match slot {
-                    Ok(t) => match self.delete_owned(&t.api, &t.object.name, &t.entry.object).await {
-                        Ok(Deletion::Absent) => Outcome::new(&t.entry, Action::Unchanged, "absent"),
-                        Ok(Deletion::NotOurs(label)) => Outcome::new(&t.entry, Action::Skipped, not_ours(label.as_deref())),
-                        Ok(Deletion::Deleted) => Outcome::new(&t.entry, Action::Pruned, "deleted by a delete stage"),
-                        Err(e) => Outcome::new(&t.entry, Action::Failed, e.message()),
-                    },
-                    // A kind the server does not serve has no objects left to delete.
-                    Err(not) if not.kind_not_served => Outcome::new(&not.entry, Action::Unchanged, "absent"),
-                    Err(not) => Outcome { entry: not.entry.clone(), drifted: None },
-                })
-                .buffered(self.options.concurrency.max(1))
-                .collect()
-                .await;
+            let outcomes: Vec<Outcome> = futures_util::stream::iter(
+                slots
+                    .iter()
+                    .map(|slot| {
+                        async move {
+                            match slot {
+                                Ok(t) => match self.delete_owned(&t.api, &t.object.name, &t.entry.object).await {
+                                    Ok(Deletion::Absent) => Outcome::new(&t.entry, Action::Unchanged, "absent"),
+                                    Ok(Deletion::NotOurs(label)) => {
+                                        Outcome::new(&t.entry, Action::Skipped(SkipReason::NotOurs), not_ours(label.as_deref()))
+                                    }
+                                    Ok(Deletion::Deleted) => Outcome::new(&t.entry, Action::Pruned, "deleted by a delete stage"),
+                                    Err(e) => Outcome::new(&t.entry, Action::Failed, e.message()),
+                                },
+                                // A kind the server does not serve has no objects left to delete.
+                                Err(not) if not.kind_not_served => Outcome::new(&not.entry, Action::Unchanged, "absent"),
+                                Err(not) => Outcome { entry: not.entry.clone(), drifted: None },
+                            }
+                        }
+                        .boxed()
+                    })
+                    .collect::<Vec<BoxFuture<'_, _>>>(),
+            )
+            .buffered(self.options.concurrency.max(1))
+            .collect()
+            .await;
             outcomes.into_iter().for_each(|o| run.push(o));
         }
     }
@@ -323,7 +330,11 @@ impl Applier {
             other => Err(format!("unknown {POLICY_ANNOTATION} \"{other}\" (apply, apply-once or ignore)")),
         };
         let ignored = |entry: Entry| {
-            NotPrepared::new(Entry { action: Action::Skipped, message: crate::apply::changeset::SKIPPED_IGNORE.into(), ..entry })
+            NotPrepared::new(Entry {
+                action: Action::Skipped(SkipReason::Ignored),
+                message: crate::apply::changeset::SKIPPED_IGNORE.into(),
+                ..entry
+            })
         };
         let resolved = match stage.action {
             StageAction::Apply => cache.resolve(&o.api_version, &o.kind).await,
@@ -430,14 +441,21 @@ impl Applier {
             for e in rank {
                 slots.push((*e, run.cache.resolve_any_version(&e.api_version(), &e.kind).await));
             }
-            let outcomes: Vec<(&InventoryEntry, Option<Entry>, bool)> = futures_util::stream::iter(&slots)
-                .map(async |(e, resolved)| {
-                    let (entry, keep) = self.prune_one(e, resolved).await;
-                    (*e, entry, keep)
-                })
-                .buffered(self.options.concurrency.max(1))
-                .collect()
-                .await;
+            let outcomes: Vec<(&InventoryEntry, Option<Entry>, bool)> = futures_util::stream::iter(
+                slots
+                    .iter()
+                    .map(|(e, resolved)| {
+                        async move {
+                            let (entry, keep) = self.prune_one(e, resolved).await;
+                            (*e, entry, keep)
+                        }
+                        .boxed()
+                    })
+                    .collect::<Vec<BoxFuture<'_, _>>>(),
+            )
+            .buffered(self.options.concurrency.max(1))
+            .collect()
+            .await;
             for (e, entry, kept) in outcomes {
                 if kept {
                     keep.push(e);
@@ -465,7 +483,7 @@ impl Applier {
         };
         match self.delete_owned(&api, &e.name, &e.object_ref()).await {
             Ok(Deletion::Absent) => (None, false),
-            Ok(Deletion::NotOurs(label)) => (Some(entry(Action::Skipped, not_ours(label.as_deref()))), false),
+            Ok(Deletion::NotOurs(label)) => (Some(entry(Action::Skipped(SkipReason::NotOurs), not_ours(label.as_deref()))), false),
             Ok(Deletion::Deleted) => (Some(entry(Action::Pruned, String::new())), false),
             Err(err) => (Some(entry(Action::Failed, err.message())), true),
         }

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::error::{Error, Result};
 use super::inventory::InventoryEntry;
 use super::{Applier, DriftMode, FIELD_MANAGER, OWNER_LABEL, diff};
-use crate::apply::{Action, Entry, ObjectRef};
+use crate::apply::{Action, Entry, ObjectRef, SkipReason};
 use crate::render::Object;
 
 /// The policy annotation's values.
@@ -86,7 +86,7 @@ impl Applier {
             // least of all by deleting the object.
             Err(e) if e.is_immutable() && !release_changed(t) && self.options.drift == DriftMode::Warn => {
                 let message = format!("drifted: an immutable field differs ({})", e.server_message());
-                Outcome::new(&t.entry, Action::Skipped, message).with_drift(Some(Vec::new()))
+                Outcome::new(&t.entry, Action::Skipped(SkipReason::Drifted), message).with_drift(Some(Vec::new()))
             }
             Err(e) if e.is_immutable() && t.recreate => self.recreate(t, &e).await,
             Err(e) => Outcome::failed(&t.entry, &e),
@@ -108,7 +108,7 @@ impl Applier {
             return Ok(Outcome::new(&t.entry, Action::Failed, BEING_DELETED));
         }
         if t.policy == Policy::ApplyOnce {
-            return Ok(Outcome::new(&t.entry, Action::Skipped, crate::apply::changeset::SKIPPED_APPLY_ONCE));
+            return Ok(Outcome::new(&t.entry, Action::Skipped(SkipReason::ApplyOnceExists), crate::apply::changeset::SKIPPED_APPLY_ONCE));
         }
         // Forced, so the dry-run shows the object as the manifest wants it even where another
         // manager holds a field; whether we may take it is decided by the real write.
@@ -124,9 +124,8 @@ impl Applier {
         let drifted = (!release_changed && !changed.is_empty()).then_some(changed);
         if !release_changed && self.options.drift == DriftMode::Warn {
             return Ok(match drifted {
-                Some(paths) => {
-                    Outcome::new(&t.entry, Action::Skipped, format!("drifted: {}", diff::describe(&paths))).with_drift(Some(paths))
-                }
+                Some(paths) => Outcome::new(&t.entry, Action::Skipped(SkipReason::Drifted), format!("drifted: {}", diff::describe(&paths)))
+                    .with_drift(Some(paths)),
                 // Only ownership would change: nothing a user would call drift.
                 None => Outcome::new(&t.entry, Action::Unchanged, ""),
             });
@@ -171,33 +170,36 @@ impl Applier {
 
     async fn await_gone(&self, api: &Api<DynamicObject>, name: &str, uid: Option<&str>, object: &ObjectRef) -> Result<()> {
         let wait = self.options.delete_wait;
-        poll(wait, async || {
+        let mut backoff = Backoff::until(wait);
+        loop {
             let live = self.within("reading", object, api.get_opt(name)).await?;
             let live = live.map_err(|source| Error::Get { object: object.clone(), source })?;
-            Ok(live.is_none_or(|l| l.metadata.uid.as_deref() != uid))
-        })
-        .await?
-        .then_some(())
-        .ok_or_else(|| Error::AwaitDeletion { object: object.clone(), wait })
+            if live.is_none_or(|l| l.metadata.uid.as_deref() != uid) {
+                return Ok(());
+            }
+            if !backoff.wait().await {
+                return Err(Error::AwaitDeletion { object: object.clone(), wait });
+            }
+        }
     }
 
     /// Waits until a CRD reports `Established`, bounded by `crd_wait`.
     pub(super) async fn await_established(&self, t: &Target<'_>) -> Result<()> {
         let wait = self.options.crd_wait;
-        let mut last = String::new();
-        let established = poll(wait, async || {
+        let mut backoff = Backoff::until(wait);
+        let last = loop {
             let live = self.within("reading", &t.entry.object, t.api.get_opt(&t.object.name)).await?;
             let live = live.map_err(|source| Error::Get { object: t.entry.object.clone(), source })?;
             let condition = live
                 .as_ref()
                 .and_then(|l| l.data.pointer("/status/conditions")?.as_array()?.iter().find(|c| c["type"] == "Established").cloned());
-            last = condition.as_ref().and_then(|c| c["message"].as_str()).unwrap_or_default().to_string();
-            Ok(condition.is_some_and(|c| c["status"] == "True"))
-        })
-        .await?;
-        if established {
-            return Ok(());
-        }
+            if condition.as_ref().is_some_and(|c| c["status"] == "True") {
+                return Ok(());
+            }
+            if !backoff.wait().await {
+                break condition.as_ref().and_then(|c| c["message"].as_str()).unwrap_or_default().to_string();
+            }
+        };
         let detail = if last.is_empty() { String::new() } else { format!(": {last}") };
         Err(Error::Establish { object: t.entry.object.clone(), wait, detail })
     }
@@ -242,20 +244,28 @@ impl Applier {
     }
 }
 
-/// Calls `check` until it says done or `wait` has passed (then one last time). Backs off from
-/// 50 ms to 1 s between calls.
-pub(super) async fn poll<E>(wait: Duration, mut check: impl AsyncFnMut() -> Result<bool, E>) -> Result<bool, E> {
-    let deadline = tokio::time::Instant::now() + wait;
-    let mut delay = Duration::from_millis(50);
-    loop {
-        if check().await? {
-            return Ok(true);
+/// The pauses of a check repeated until `wait` has passed: from 50 ms, doubled up to 1 s. (A
+/// loop rather than a function taking an async closure: futures of async closures that borrow
+/// are not provably `Send`, and the controller spawns the applier's futures.)
+pub(super) struct Backoff {
+    deadline: tokio::time::Instant,
+    delay: Duration,
+}
+
+impl Backoff {
+    pub(super) fn until(wait: Duration) -> Backoff {
+        Backoff { deadline: tokio::time::Instant::now() + wait, delay: Duration::from_millis(50) }
+    }
+
+    /// Sleeps before the next check; false when the time is up (check no more).
+    pub(super) async fn wait(&mut self) -> bool {
+        let now = tokio::time::Instant::now();
+        if now >= self.deadline {
+            return false;
         }
-        if tokio::time::Instant::now() >= deadline {
-            return Ok(false);
-        }
-        tokio::time::sleep(delay.min(deadline.saturating_duration_since(tokio::time::Instant::now()))).await;
-        delay = (delay * 2).min(Duration::from_secs(1));
+        tokio::time::sleep(self.delay.min(self.deadline.saturating_duration_since(now))).await;
+        self.delay = (self.delay * 2).min(Duration::from_secs(1));
+        true
     }
 }
 

@@ -1,72 +1,255 @@
-//! The Kubernetes target: finds the Cluster API clusters each subscription covers in the
-//! management cluster, reaches each workload cluster through its `<cluster>-kubeconfig` Secret,
-//! applies the rendered release with server-side apply and records a `ClusterSync` per cluster
-//! and a `StackRelease` per subscription × release.
+//! The Kubernetes target as a controller: every Cluster API `Cluster` a subscription covers is
+//! reconciled on its own — when it changes, when its kubeconfig Secret changes, when its
+//! `ClusterSync` asks for it, when what the sources offer changes, and every `resync`. A
+//! reconcile gives the Cluster the release its ClusterClass names (cluster stacks) or the
+//! subscription's newest allowed release, applies it to the workload cluster through its
+//! `<cluster>-kubeconfig` Secret with server-side apply, and records a `ClusterSync`.
+//!
+//! `classes.rs` keeps each offered release's ClusterClass in every namespace with a subscribed
+//! Cluster, and prunes those no longer offered nor used; `reconcile.rs` is the per-Cluster work;
+//! `run.rs` wires it on `kube::runtime::Controller` (the daemon) or runs it once per Cluster
+//! (`run --once`); `status.rs` builds and writes `ClusterSync` / `StackRelease`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use tracing::{error, info, info_span, warn};
 
+mod classes;
+mod reconcile;
+mod render;
+mod run;
 mod status;
 
-use status::{applied_crd, failed_crd, record_release, write_cluster_sync};
+pub use render::render;
+pub use run::{pass, request_reconcile, run};
 
-use super::{ClusterReport, Prepared};
-use crate::apply::ChangeSet;
-use crate::apply::ssa::{self, Applier, ApplyOptions, Inventory, Stage, StageAction};
-use crate::config::Format;
-use crate::config::{ClusterConfig, Config, DriftMode, KubernetesTarget, Subscription};
-use crate::release::{Release, short};
-use crate::render::Manifests;
-use crate::render::clusterstack::Layout;
-use crate::render::helm::Helm;
-use crate::status::crd::ClusterSync;
-use crate::status::{ClusterStatus, Reason};
+use super::{Context, Error};
+use crate::apply::ssa::{self, Stage};
+use crate::config::{ClusterConfig, Config, KubernetesTarget, Subscription, Target};
+use crate::model::ClusterKey;
+use crate::status::Reason;
 
 /// The field manager of every write, objects and status alike.
 pub const MANAGER: &str = ssa::FIELD_MANAGER;
+/// Cluster API's pause annotation (set by `clusterctl move`, among others).
+pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+/// The label Cluster API puts on a Cluster's Secrets.
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
-/// How a subscription's release becomes objects: plain manifests, or a cluster stack (ClusterClass
-/// for the management cluster, addons per workload cluster, rendered with helm).
-enum Renderer {
-    Manifests(Result<Manifests, crate::render::Errors>),
-    Stack { layout: Result<std::sync::Arc<Layout>, String>, helm: Result<Helm, String>, work: std::path::PathBuf },
-    Unavailable,
+/// The Kubernetes half of the long-lived context: the management client, Cluster API's
+/// `Cluster` resource as discovered once, workload clients, retry counts.
+pub struct Kube {
+    pub ctx: Arc<Context>,
+    pub mgmt: kube::Client,
+    /// `cluster.x-k8s.io` `Cluster` at the newest version the management cluster serves.
+    pub clusters: ApiResource,
+    /// Workload clients by Cluster, with the kubeconfig Secret's resourceVersion they came from.
+    clients: Mutex<HashMap<ClusterKey, (String, kube::Client)>>,
+    /// Failed reconciles in a row, by Cluster: the backoff's attempt number.
+    attempts: Mutex<HashMap<ClusterKey, u32>>,
+    classes: classes::Classes,
 }
 
-impl Renderer {
-    /// The stages `cluster` gets from `rel`.
-    async fn stages(&self, rel: &Release, cluster: &ClusterConfig) -> Result<Vec<Stage>, String> {
-        match self {
-            Renderer::Manifests(m) => {
-                let objects = m.as_ref().map_err(ToString::to_string)?.render(rel, cluster).map_err(|e| e.to_string())?;
-                Ok(vec![Stage { name: "manifests".into(), action: StageAction::Apply, objects }])
-            }
-            Renderer::Stack { layout, helm, work } => {
-                let (layout, helm) = (layout.as_ref().map_err(Clone::clone)?, helm.as_ref().map_err(Clone::clone)?);
-                let stages = layout.render_addons(helm, cluster, work).await.map_err(|e| e.to_string())?;
-                let stages: Vec<Stage> = stages
-                    .into_iter()
-                    .map(|s| Stage { name: s.name.unwrap_or_else(|| "addons".into()), action: StageAction::Apply, objects: s.objects })
-                    .collect();
-                unique_across_stages(&stages)?;
-                Ok(stages)
-            }
-            Renderer::Unavailable => Err("release unavailable".into()),
-        }
+impl Kube {
+    /// Connects to the management cluster and discovers Cluster API's `Cluster` (v1beta2, else
+    /// v1beta1).
+    ///
+    /// # Errors
+    /// The client cannot be built, the server does not answer (`Discovery`, transient), or it
+    /// serves no `Cluster` (`ClusterApiMissing`).
+    pub async fn connect(ctx: Arc<Context>) -> Result<Arc<Kube>, Error> {
+        let config = ctx.config();
+        let k = target(&config);
+        let mgmt = management_client(&k).await.map_err(Error::ManagementClient)?;
+        let clusters = cluster_resource(&mgmt).await?;
+        tracing::info!(version = %clusters.version, "Cluster API found");
+        Ok(Arc::new(Kube {
+            ctx,
+            mgmt,
+            clusters,
+            clients: Mutex::new(HashMap::new()),
+            attempts: Mutex::new(HashMap::new()),
+            classes: classes::Classes::default(),
+        }))
     }
 
-    /// Where namespaced objects without a namespace go: addons to `kube-system` (what
-    /// `helm template --namespace kube-system` means), plain manifests to `default`.
-    fn default_namespace(&self) -> &'static str {
-        match self {
-            Renderer::Stack { .. } => "kube-system",
-            _ => "default",
+    fn target(&self) -> KubernetesTarget {
+        target(&self.ctx.config())
+    }
+
+    /// One more failure of `key`'s reconcile: its attempt number.
+    fn failed(&self, key: &ClusterKey) -> u32 {
+        let mut attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = attempts.entry(key.clone()).or_default();
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    fn succeeded(&self, key: &ClusterKey) {
+        self.attempts.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
+    }
+
+    /// The workload cluster's client, built from its `<cluster>-kubeconfig` Secret (key
+    /// `value`) and reused while the Secret's resourceVersion stays the same.
+    async fn workload(&self, c: &ClusterConfig) -> Result<kube::Client, (Reason, String)> {
+        let key = ClusterKey::new(&c.namespace, &c.name);
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(self.mgmt.clone(), &c.namespace);
+        let name = format!("{}-kubeconfig", c.name);
+        let secret = match secrets.get_opt(&name).await {
+            Ok(Some(s)) => s,
+            Ok(None) => return Err((Reason::KubeconfigMissing, format!("Secret {}/{name} does not exist yet", c.namespace))),
+            Err(e) => return Err((Reason::ClusterUnreachable, format!("reading Secret {}/{name}: {}", c.namespace, kube_error(&e)))),
+        };
+        let version = secret.metadata.resource_version.clone().unwrap_or_default();
+        if let Some((v, client)) = self.clients.lock().unwrap_or_else(PoisonError::into_inner).get(&key)
+            && *v == version
+            && !version.is_empty()
+        {
+            return Ok(client.clone());
+        }
+        let client = workload_client(&c.namespace, &name, &secret).await?;
+        self.clients.lock().unwrap_or_else(PoisonError::into_inner).insert(key, (version, client.clone()));
+        Ok(client)
+    }
+
+    /// Forgets what is kept for a Cluster that is gone.
+    fn forget(&self, key: &ClusterKey) {
+        self.clients.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
+        self.succeeded(key);
+    }
+}
+
+/// The Kubernetes target of a config (defaults for a directory target).
+fn target(config: &Config) -> KubernetesTarget {
+    match &config.target {
+        Target::Kubernetes(k) => k.clone(),
+        Target::Directory(_) => KubernetesTarget::default(),
+    }
+}
+
+/// A kube error for a message: the API server's own message for an API error, otherwise the
+/// error with its cause (a bare "error sending request" says nothing).
+pub(crate) fn kube_error(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
+        other => {
+            let mut text = other.to_string();
+            let mut cause = std::error::Error::source(other);
+            while let Some(c) = cause {
+                let t = c.to_string();
+                if !text.contains(&t) {
+                    text.push_str(": ");
+                    text.push_str(&t);
+                }
+                cause = c.source();
+            }
+            text
         }
     }
+}
+
+/// Connects to the management cluster.
+///
+/// # Errors
+/// The kubeconfig cannot be read or the client cannot be built.
+pub async fn management_client(k: &KubernetesTarget) -> Result<kube::Client, String> {
+    let config = match &k.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| format!("reading kubeconfig {}: {e}", path.display()))?;
+            let opts = kube::config::KubeConfigOptions { context: k.context.clone(), ..Default::default() };
+            kube::Config::from_custom_kubeconfig(kc, &opts).await.map_err(|e| format!("kubeconfig {}: {e}", path.display()))?
+        }
+        None => kube::Config::infer().await.map_err(|e| format!("no in-cluster config and no usable $KUBECONFIG: {e}"))?,
+    };
+    kube::Client::try_from(config).map_err(|e| format!("building the client: {e}"))
+}
+
+/// `cluster.x-k8s.io` `Cluster` at the newest version the management cluster serves. A server
+/// that does not answer is a `Discovery` error, never "Cluster API is not installed".
+async fn cluster_resource(mgmt: &kube::Client) -> Result<ApiResource, Error> {
+    let groups = mgmt.list_api_groups().await.map_err(Error::Discovery)?;
+    let Some(group) = groups.groups.iter().find(|g| g.name == "cluster.x-k8s.io") else { return Err(Error::ClusterApiMissing) };
+    for version in ["v1beta2", "v1beta1"] {
+        if !group.versions.iter().any(|v| v.version == version) {
+            continue;
+        }
+        let resources = mgmt.list_api_group_resources(&format!("cluster.x-k8s.io/{version}")).await.map_err(Error::Discovery)?;
+        if let Some(r) = resources.resources.iter().find(|r| r.kind == "Cluster" && !r.name.contains('/')) {
+            return Ok(ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("cluster.x-k8s.io", version, "Cluster"), &r.name));
+        }
+    }
+    Err(Error::ClusterApiMissing)
+}
+
+/// The subscription that covers a Cluster, and the cluster as that subscription sees it (its
+/// values). A Cluster listed by name belongs to the first subscription listing it; otherwise to
+/// the first whose `clusterSelector` matches. A cluster follows one stack: later matches are
+/// ignored (they would fight over its ClusterSync). Pure.
+pub fn subscription_for<'a>(
+    config: &'a Config,
+    key: &ClusterKey,
+    labels: &BTreeMap<String, String>,
+    class: Option<&str>,
+) -> Option<(&'a Subscription, ClusterConfig)> {
+    let listed = config
+        .subscriptions
+        .iter()
+        .find_map(|s| s.clusters.iter().find(|c| c.name == key.name && c.namespace == key.namespace).map(|c| (s, c.clone())));
+    if listed.is_some() {
+        return listed;
+    }
+    config.subscriptions.iter().find_map(|s| {
+        let sel = s.selector.as_ref()?;
+        let labels_match = sel.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v));
+        let class_match =
+            !sel.match_stack_class || s.stack.as_ref().zip(class).is_some_and(|(stack, class)| class.starts_with(&format!("{stack}-v")));
+        (labels_match && class_match).then(|| {
+            let config = ClusterConfig {
+                name: key.name.clone(),
+                namespace: key.namespace.clone(),
+                values: s.values.clone(),
+                objects: Default::default(),
+            };
+            (s, config)
+        })
+    })
+}
+
+/// Whether Cluster API asks everyone to keep their hands off this Cluster.
+pub fn is_paused(cluster: &DynamicObject) -> bool {
+    cluster.data.pointer("/spec/paused") == Some(&json!(true))
+        || cluster.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(PAUSED_ANNOTATION))
+}
+
+/// `spec.topology.class` of a Cluster (v1beta1 and v1beta2 alike; v1beta2 may also say
+/// `spec.topology.classRef.name`).
+pub fn topology_class(cluster: &Value) -> Option<String> {
+    let t = cluster.pointer("/spec/topology")?;
+    t.get("class").and_then(Value::as_str).or_else(|| t.pointer("/classRef/name").and_then(Value::as_str)).map(str::to_owned)
+}
+
+/// Builds a workload client from a kubeconfig Secret. Messages name the Secret and what is
+/// wrong, never its content: a YAML error would quote the line (a token, a key).
+async fn workload_client(
+    namespace: &str,
+    name: &str,
+    secret: &k8s_openapi::api::core::v1::Secret,
+) -> Result<kube::Client, (Reason, String)> {
+    let unusable = |why: &str| (Reason::ClusterUnreachable, format!("Secret {namespace}/{name}: key `value` {why}"));
+    let bytes = secret.data.as_ref().and_then(|d| d.get("value")).map(|b| b.0.clone()).unwrap_or_default();
+    if bytes.is_empty() {
+        return Err((Reason::KubeconfigMissing, format!("Secret {namespace}/{name} has no key `value`")));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| unusable("is not UTF-8 text"))?;
+    let kc = kube::config::Kubeconfig::from_yaml(&text)
+        .map_err(|_| unusable("is not a valid kubeconfig (YAML with clusters, users, contexts)"))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .map_err(|_| unusable("is a kubeconfig stacksync cannot use (no current context, or a cluster or user it does not name)"))?;
+    kube::Client::try_from(config).map_err(|_| unusable("is a kubeconfig whose TLS settings or server URL cannot be used"))
 }
 
 /// Refuses an object rendered by two stages: each stage would apply its own version on every
@@ -86,191 +269,6 @@ fn unique_across_stages(stages: &[Stage]) -> Result<(), String> {
     Ok(())
 }
 
-/// A workload cluster found in the management cluster.
-#[derive(Debug, Clone)]
-pub struct Found {
-    pub config: ClusterConfig,
-    /// Why it cannot be synced yet (control plane not ready, no kubeconfig Secret).
-    pub not_ready: Option<(Reason, String)>,
-}
-
-/// The result of the Kubernetes half of a pass.
-#[derive(Debug, Default)]
-pub struct Outcome {
-    pub clusters: Vec<ClusterReport>,
-    /// Subscription-level failures (management cluster unreachable, Clusters not listable):
-    /// nothing may be reported synced while one is present.
-    pub failures: Vec<String>,
-    /// By subscription: clusters skipped as not ready or unreachable, to try again after
-    /// `notReadyRetry` (only them).
-    pub retry: BTreeMap<String, std::collections::BTreeSet<(String, String)>>,
-}
-
-/// Connects to the management cluster.
-///
-/// # Errors
-/// The kubeconfig cannot be read or the client cannot be built.
-pub async fn management_client(k: &KubernetesTarget) -> Result<kube::Client, String> {
-    let config = match &k.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| format!("reading kubeconfig {}: {e}", path.display()))?;
-            let opts = kube::config::KubeConfigOptions { context: k.context.clone(), ..Default::default() };
-            kube::Config::from_custom_kubeconfig(kc, &opts).await.map_err(|e| format!("kubeconfig {}: {e}", path.display()))?
-        }
-        None => kube::Config::infer().await.map_err(|e| format!("no in-cluster config and no usable $KUBECONFIG: {e}"))?,
-    };
-    kube::Client::try_from(config).map_err(|e| format!("building the client: {e}"))
-}
-
-/// Syncs every prepared subscription to its clusters.
-///
-/// With `only`, syncs just those clusters (`(namespace, name)`): a retry of clusters that were
-/// not ready must not re-check every other cluster of the subscription.
-pub async fn sync(
-    config: &Config,
-    k: &KubernetesTarget,
-    staged: &[(&Subscription, Prepared)],
-    only: Option<&std::collections::BTreeSet<(String, String)>>,
-) -> Outcome {
-    let mut out = Outcome::default();
-    let mgmt = match management_client(k).await {
-        Ok(c) => c,
-        Err(e) => {
-            error!(error = %e, "cannot reach the management cluster");
-            out.failures.push(format!("management cluster: {e}"));
-            for (sub, _) in staged {
-                for c in &sub.clusters {
-                    let status = ClusterStatus::failed(sub, c, None, None, Reason::ReleaseUnavailable, format!("management cluster: {e}"));
-                    out.clusters.push(ClusterReport {
-                        subscription: sub.name.clone(),
-                        cluster: c.clone(),
-                        status,
-                        changes: ChangeSet::default(),
-                    });
-                }
-            }
-            return out;
-        }
-    };
-    let work = match tempfile::Builder::new().prefix("stacksync-render-").tempdir() {
-        Ok(w) => w,
-        Err(e) => {
-            error!(error = %e, "cannot create a work directory");
-            return out;
-        }
-    };
-    let mut claimed: BTreeMap<(String, String), String> = BTreeMap::new();
-    for (sub, prepared) in staged {
-        let span = info_span!("subscription", subscription = %sub.name, source = %sub.source);
-        let _enter = span.enter();
-        let found = match discover(&mgmt, sub).await {
-            Ok(f) => f,
-            Err(e) => {
-                error!(error = %e, "cannot list clusters");
-                out.failures.push(format!("subscription {}: {e}", sub.name));
-                continue;
-            }
-        };
-        let mut found = found;
-        if let Some(only) = only {
-            found.retain(|f| only.contains(&(f.config.namespace.clone(), f.config.name.clone())));
-        }
-        // A cluster follows one stack: a selector of a later subscription does not take a
-        // cluster an earlier one already has (they would fight over its ClusterSync).
-        found.retain(|f| {
-            let key = (f.config.namespace.clone(), f.config.name.clone());
-            match claimed.get(&key) {
-                Some(owner) if owner != &sub.name => {
-                    error!(cluster = %format!("{}/{}", key.0, key.1), owner = %owner, "cluster matched by two subscriptions; left to the first");
-                    out.failures.push(format!("cluster {}/{} is matched by subscriptions {owner} and {}", key.0, key.1, sub.name));
-                    false
-                }
-                _ => {
-                    claimed.insert(key, sub.name.clone());
-                    true
-                }
-            }
-        });
-        if found.is_empty() {
-            warn!("no cluster matches this subscription");
-        }
-        let renderer = renderer(config, sub, prepared, &work).await;
-        let class = match (&renderer, &prepared.outcome) {
-            (Renderer::Stack { .. }, Ok(p)) => Some(apply_cluster_classes(&mgmt, sub, &p.release, &renderer, &found).await),
-            _ => None,
-        };
-        for cluster in found {
-            let (report, status_error) = sync_cluster(&mgmt, k, sub, prepared, &renderer, &cluster).await;
-            if cluster.not_ready.is_some() || report.status.reason == Reason::ClusterUnreachable {
-                out.retry.entry(sub.name.clone()).or_default().insert((cluster.config.namespace.clone(), cluster.config.name.clone()));
-            }
-            out.failures.extend(status_error);
-            out.clusters.push(report);
-        }
-        if let Ok(p) = &prepared.outcome {
-            let applied = out.clusters.iter().filter(|c| c.subscription == sub.name).all(|c| c.status.ready);
-            record_release(&mgmt, sub, &p.release, &p.assets, applied, class.as_ref()).await;
-        }
-    }
-    out
-}
-
-/// The clusters `sub` covers: its static list plus what its selector matches.
-async fn discover(mgmt: &kube::Client, sub: &Subscription) -> Result<Vec<Found>, String> {
-    let api_res = cluster_resource(mgmt).await?;
-    let all: Api<DynamicObject> = Api::all_with(mgmt.clone(), &api_res);
-    let mut wanted: BTreeMap<(String, String), (ClusterConfig, Option<DynamicObject>)> = BTreeMap::new();
-    for c in &sub.clusters {
-        let api: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), &c.namespace, &api_res);
-        let obj = api.get_opt(&c.name).await.map_err(|e| format!("reading Cluster {}/{}: {e}", c.namespace, c.name))?;
-        wanted.insert((c.namespace.clone(), c.name.clone()), (c.clone(), obj));
-    }
-    if let Some(sel) = &sub.selector {
-        let mut lp = ListParams::default();
-        if !sel.match_labels.is_empty() {
-            lp = lp.labels(&sel.match_labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","));
-        }
-        for obj in all.list(&lp).await.map_err(|e| format!("listing Clusters: {e}"))? {
-            let ns = obj.metadata.namespace.clone().unwrap_or_default();
-            let name = obj.metadata.name.clone().unwrap_or_default();
-            if sel.match_stack_class {
-                let class = obj.data.pointer("/spec/topology/class").and_then(Value::as_str).unwrap_or_default();
-                let Some(stack) = &sub.stack else { continue };
-                if !class.starts_with(&format!("{stack}-v")) {
-                    continue;
-                }
-            }
-            let values =
-                sub.clusters.iter().find(|c| c.name == name && c.namespace == ns).map_or_else(|| sub.values.clone(), |c| c.values.clone());
-            let config = ClusterConfig { name: name.clone(), namespace: ns.clone(), values, objects: Default::default() };
-            wanted.entry((ns, name)).or_insert((config, Some(obj)));
-        }
-    }
-    let mut out = Vec::new();
-    for ((ns, name), (mut config, obj)) in wanted {
-        let not_ready = match &obj {
-            None => Some((Reason::ClusterNotFound, format!("Cluster {ns}/{name} does not exist (yet)"))),
-            Some(o) if !control_plane_ready(&o.data) => Some((Reason::ControlPlaneNotReady, "control plane is not ready yet".to_owned())),
-            Some(_) => None,
-        };
-        if let Some(o) = &obj {
-            // The live objects, for cluster-stack values templates (`.Cluster`, `.ControlPlane`,
-            // `.InfraCluster`); objects written in the config win.
-            if config.objects.cluster.is_none() {
-                config.objects.cluster = serde_json::to_value(o).ok();
-            }
-            if config.objects.control_plane.is_none() {
-                config.objects.control_plane = referenced(mgmt, &ns, &o.data["spec"]["controlPlaneRef"]).await;
-            }
-            if config.objects.infra_cluster.is_none() {
-                config.objects.infra_cluster = referenced(mgmt, &ns, &o.data["spec"]["infrastructureRef"]).await;
-            }
-        }
-        out.push(Found { config, not_ready });
-    }
-    Ok(out)
-}
-
 /// The object a Cluster's reference points at: v1beta1 refs carry `apiVersion`, v1beta2 refs
 /// `apiGroup` (the served version is discovered). `None` when absent or unreadable.
 async fn referenced(mgmt: &kube::Client, ns: &str, r: &Value) -> Option<Value> {
@@ -288,17 +286,6 @@ async fn referenced(mgmt: &kube::Client, ns: &str, r: &Value) -> Option<Value> {
     api.get_opt(name).await.ok().flatten().and_then(|o| serde_json::to_value(o).ok())
 }
 
-/// `cluster.x-k8s.io` Cluster at the newest version the management cluster serves.
-async fn cluster_resource(mgmt: &kube::Client) -> Result<ApiResource, String> {
-    for version in ["v1beta2", "v1beta1"] {
-        let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", version, "Cluster");
-        if let Ok((res, _)) = kube::discovery::pinned_kind(mgmt, &gvk).await {
-            return Ok(res);
-        }
-    }
-    Err("the management cluster serves no cluster.x-k8s.io Cluster (v1beta2 or v1beta1): is Cluster API installed?".to_owned())
-}
-
 /// v1beta1: `status.controlPlaneReady`; v1beta2: `status.initialization.controlPlaneInitialized`
 /// or a true `ControlPlaneInitialized` / `ControlPlaneReady` condition.
 fn control_plane_ready(cluster: &Value) -> bool {
@@ -309,29 +296,6 @@ fn control_plane_ready(cluster: &Value) -> bool {
     status["conditions"].as_array().is_some_and(|cs| {
         cs.iter().any(|c| matches!(c["type"].as_str(), Some("ControlPlaneInitialized" | "ControlPlaneReady")) && c["status"] == "True")
     })
-}
-
-/// Reads `<cluster>-kubeconfig` (key `value`) and builds a client for the workload cluster.
-async fn workload_client(mgmt: &kube::Client, c: &ClusterConfig) -> Result<kube::Client, (Reason, String)> {
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(mgmt.clone(), &c.namespace);
-    let name = format!("{}-kubeconfig", c.name);
-    let secret = match secrets.get_opt(&name).await {
-        Ok(Some(s)) => s,
-        Ok(None) => return Err((Reason::KubeconfigMissing, format!("Secret {}/{name} does not exist yet", c.namespace))),
-        Err(e) => return Err((Reason::ClusterUnreachable, format!("reading Secret {}/{name}: {e}", c.namespace))),
-    };
-    let bytes = secret.data.as_ref().and_then(|d| d.get("value")).map(|b| b.0.clone()).unwrap_or_default();
-    if bytes.is_empty() {
-        return Err((Reason::KubeconfigMissing, format!("Secret {}/{name} has no key `value`", c.namespace)));
-    }
-    let text = String::from_utf8(bytes)
-        .map_err(|_| (Reason::ClusterUnreachable, format!("Secret {}/{name}: kubeconfig is not UTF-8", c.namespace)))?;
-    let kc = kube::config::Kubeconfig::from_yaml(&text)
-        .map_err(|e| (Reason::ClusterUnreachable, format!("Secret {}/{name}: {e}", c.namespace)))?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .map_err(|e| (Reason::ClusterUnreachable, format!("Secret {}/{name}: {e}", c.namespace)))?;
-    kube::Client::try_from(config).map_err(|e| (Reason::ClusterUnreachable, e.to_string()))
 }
 
 /// How long a workload cluster gets to answer `GET /version` before its sync is skipped.
@@ -353,122 +317,6 @@ fn owner_id(sub: &Subscription, c: &ClusterConfig) -> String {
     format!("{}.{}.{}", sub.name, c.namespace, c.name)
 }
 
-async fn sync_cluster(
-    mgmt: &kube::Client,
-    k: &KubernetesTarget,
-    sub: &Subscription,
-    prepared: &Prepared,
-    renderer: &Renderer,
-    found: &Found,
-) -> (ClusterReport, Option<String>) {
-    let c = &found.config;
-    let label = format!("{}/{}", c.namespace, c.name);
-    let syncs: Api<ClusterSync> = Api::namespaced(mgmt.clone(), &c.namespace);
-    let wanted = prepared.outcome.as_ref().ok().map(|p| &p.release);
-    // The previous status holds the inventory pruning works from: without it, applying would
-    // forget what to prune. Better to sync this cluster next time.
-    let previous = match syncs.get_opt(&c.name).await {
-        Ok(p) => p,
-        Err(e) => {
-            let message = format!("cannot read ClusterSync {label} (its inventory decides what to prune): {e}");
-            error!(cluster = %label, "{message}");
-            let status = ClusterStatus::failed(sub, c, wanted, None, Reason::ClusterUnreachable, message.clone());
-            return (
-                ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes: ChangeSet::default() },
-                Some(message),
-            );
-        }
-    };
-    let prev_status = previous.as_ref().and_then(|p| p.status.clone()).unwrap_or_default();
-
-    let fail = |reason: Reason, message: String| {
-        let mut status = ClusterStatus::failed(sub, c, wanted, None, reason, message);
-        status.applied_release = prev_status.applied_release.as_ref().map(|r| crate::status::ReleaseRef {
-            tag: r.tag.clone(),
-            version: r.version.clone(),
-            commit: r.commit.clone(),
-            assets: Vec::new(),
-        });
-        status.synced = prev_status.synced as usize;
-        status.total = prev_status.total as usize;
-        status
-    };
-    let (status, changes, crd_status) = 'done: {
-        if let Some((reason, message)) = &found.not_ready {
-            info!(cluster = %label, "{message}; retrying in {}", crate::schedule::format_duration(k.not_ready_retry));
-            let st = fail(*reason, message.clone());
-            break 'done (st.clone(), ChangeSet::default(), failed_crd(&prev_status, wanted, &st));
-        }
-        let Ok(p) = &prepared.outcome else {
-            let msg = prepared.outcome.as_ref().err().cloned().unwrap_or_default();
-            let st = fail(Reason::ReleaseUnavailable, msg);
-            break 'done (st.clone(), ChangeSet::default(), failed_crd(&prev_status, wanted, &st));
-        };
-        let rel = &p.release;
-        let rspan = info_span!("release", source = %rel.source, tag = %rel.tag, commit = %short(&rel.commit));
-        let _r = rspan.enter();
-        let stages = match renderer.stages(rel, c).await {
-            Ok(s) => s,
-            Err(errs) => {
-                error!(cluster = %label, "render failed; the applied release stays: {errs}");
-                let st = fail(Reason::RenderFailed, errs);
-                break 'done (st.clone(), ChangeSet::default(), failed_crd(&prev_status, wanted, &st));
-            }
-        };
-        let client = match workload_client(mgmt, c).await {
-            Ok(client) => match reachable(&client).await {
-                Ok(()) => client,
-                Err(message) => {
-                    warn!(cluster = %label, "{message}");
-                    let st = fail(Reason::ClusterUnreachable, message);
-                    break 'done (st.clone(), ChangeSet::default(), failed_crd(&prev_status, wanted, &st));
-                }
-            },
-            Err((reason, message)) => {
-                warn!(cluster = %label, "{message}");
-                let st = fail(reason, message);
-                break 'done (st.clone(), ChangeSet::default(), failed_crd(&prev_status, wanted, &st));
-            }
-        };
-        let digest = rendered_digest(stages.iter().flat_map(|s| &s.objects));
-        let applier = Applier::new(
-            client,
-            ApplyOptions {
-                owner: owner_id(sub, c),
-                force: sub.force,
-                drift: match k.drift_mode {
-                    DriftMode::Correct => ssa::DriftMode::Correct,
-                    DriftMode::Warn => ssa::DriftMode::Warn,
-                },
-                prune_limit: k.prune_limit,
-                allow_empty_prune: k.allow_empty_prune,
-                default_namespace: renderer.default_namespace().into(),
-                ..ApplyOptions::default()
-            },
-        );
-        let previous_inventory = Inventory::from_lines(&prev_status.inventory);
-        let result = applier.sync(&stages, &previous_inventory).await;
-        let mut st = ClusterStatus::applied(sub, c, rel, &result.changes).with_assets(&rel.tag, &rel.commit, &p.assets);
-        if let Some(paused) = &result.prune_paused {
-            st.ready = false;
-            st.reason = Reason::PrunePaused;
-            st.message = paused.clone();
-        }
-        for (object, fields) in &result.drifted {
-            warn!(cluster = %label, object = %object, fields = %fields.join(", "), "drifted (driftMode: warn; not corrected)");
-        }
-        info!(cluster = %label, ready = st.ready, "synced: {}", result.changes.summary());
-        let crd = applied_crd(&prev_status, rel, &st, &result.changes, result.inventory.to_lines(), digest);
-        (st, result.changes, crd)
-    };
-    // Status nobody can read is a failure of the pass, whatever happened to the objects.
-    let status_error = write_cluster_sync(&syncs, sub, c, previous.as_ref(), crd_status).await.err().map(|e| {
-        error!(cluster = %label, error = %e, "cannot write ClusterSync status");
-        format!("cannot write ClusterSync {label}: {e} (are the CRDs installed? kubectl apply -f deploy/crds/)")
-    });
-    (ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes }, status_error)
-}
-
 fn rendered_digest<'a>(objects: impl Iterator<Item = &'a crate::render::Object>) -> String {
     let mut h = Sha256::new();
     for o in objects {
@@ -477,79 +325,10 @@ fn rendered_digest<'a>(objects: impl Iterator<Item = &'a crate::render::Object>)
     format!("sha256:{}", hex::encode(h.finalize()))
 }
 
-async fn renderer(config: &Config, sub: &Subscription, prepared: &Prepared, work: &tempfile::TempDir) -> Renderer {
-    let Ok(p) = &prepared.outcome else { return Renderer::Unavailable };
-    if sub.format != Format::ClusterStack {
-        return Renderer::Manifests(Manifests::load(&p.tree, &sub.path));
-    }
-    let dir = work.path().join(&sub.name);
-    let helm = Helm::locate(&config.helm).await.map(|h| h.with_home(&dir.join("helm"))).map_err(|e| e.to_string());
-    let (tree, path, release, unpack) = (p.tree.clone(), sub.path.clone(), p.release.clone(), dir.join("release"));
-    let layout = match tokio::task::spawn_blocking(move || Layout::load(&tree, &path, &release, &unpack)).await {
-        Ok(r) => r.map(std::sync::Arc::new).map_err(|e| e.to_string()),
-        Err(join) => Err(format!("load task failed: {join}")),
-    };
-    if let Err(e) = &layout {
-        error!(tag = %p.release.tag, "cluster-stack release is invalid: {e}");
-    }
-    Renderer::Stack { layout, helm, work: dir }
-}
-
-/// The ClusterClass apply of one release, over every namespace it went to.
-#[derive(Debug, Default)]
-pub(super) struct ClassResult {
-    changes: ChangeSet,
-    errors: Vec<String>,
-}
-
-/// Renders the ClusterClass once per namespace of the subscription's clusters and applies it to
-/// the management cluster. Old ClusterClasses are never pruned: clusters may still use them.
-async fn apply_cluster_classes(
-    mgmt: &kube::Client,
-    sub: &Subscription,
-    rel: &Release,
-    renderer: &Renderer,
-    found: &[Found],
-) -> ClassResult {
-    let mut out = ClassResult::default();
-    let Renderer::Stack { layout: Ok(layout), helm: Ok(helm), .. } = renderer else {
-        if let Renderer::Stack { layout, helm, .. } = renderer {
-            out.errors.extend(layout.as_ref().err().cloned());
-            out.errors.extend(helm.as_ref().err().cloned());
-        }
-        return out;
-    };
-    let namespaces: std::collections::BTreeSet<&str> = found.iter().map(|f| f.config.namespace.as_str()).collect();
-    for ns in namespaces {
-        let objects = match layout.render_cluster_class(helm, ns).await {
-            Ok(o) => o,
-            Err(e) => {
-                error!(namespace = ns, tag = %rel.tag, "ClusterClass render failed: {e}");
-                out.errors.push(format!("{ns}: {e}"));
-                continue;
-            }
-        };
-        let applier = Applier::new(
-            mgmt.clone(),
-            ApplyOptions {
-                owner: format!("{}.{ns}.clusterclass", sub.name),
-                default_namespace: ns.to_owned(),
-                force: sub.force,
-                prune: false,
-                ..ApplyOptions::default()
-            },
-        );
-        let stage = Stage { name: crate::render::clusterstack::CLUSTER_CLASS_STAGE.into(), action: StageAction::Apply, objects };
-        let result = applier.sync(&[stage], &Inventory::default()).await;
-        info!(namespace = ns, tag = %rel.tag, "ClusterClass applied: {}", result.changes.summary());
-        out.changes.entries.extend(result.changes.entries);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::StageAction;
 
     #[test]
     fn an_object_in_two_stages_is_refused() {

@@ -6,7 +6,8 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use tracing::warn;
 
-use super::{ClassResult, MANAGER};
+use super::MANAGER;
+use super::classes::ClassResult;
 use crate::apply::ChangeSet;
 use crate::config::{ClusterConfig, Subscription};
 use crate::release::Release;
@@ -51,8 +52,8 @@ pub(super) fn now() -> String {
 
 /// Conditions for a status, keeping transition times of conditions whose status is unchanged.
 pub(super) fn conditions(previous: &[Condition], ready: bool, reason: Reason, message: &str) -> Vec<Condition> {
-    let stalled = matches!(reason, Reason::RenderFailed | Reason::NotSynced | Reason::PrunePaused);
-    let reconciling = !ready && !stalled;
+    let stalled = matches!(reason, Reason::RenderFailed | Reason::NotSynced | Reason::PrunePaused | Reason::ReleaseNotAvailable);
+    let reconciling = !ready && !stalled && !matches!(reason, Reason::Paused | Reason::Suspended);
     let make = |type_: &str, on: bool, why: &str| {
         let status = if on { "True" } else { "False" };
         let since = previous.iter().find(|c| c.type_ == type_ && c.status == status).map_or_else(now, |c| c.last_transition_time.clone());
@@ -66,8 +67,41 @@ pub(super) fn conditions(previous: &[Condition], ready: bool, reason: Reason, me
             observed_generation: None,
         }
     };
-    let why = format!("{reason:?}");
-    vec![make("Ready", ready, &why), make("Reconciling", reconciling, &why), make("Stalled", stalled && !ready, &why)]
+    let why = reason.as_str();
+    vec![make("Ready", ready, why), make("Reconciling", reconciling, why), make("Stalled", stalled && !ready, why)]
+}
+
+/// A condition of `type_` that is True, keeping its transition time when it was True before.
+pub(super) fn condition(previous: &[Condition], type_: &str, reason: &str, message: &str) -> Condition {
+    let since = previous.iter().find(|c| c.type_ == type_ && c.status == "True").map_or_else(now, |c| c.last_transition_time.clone());
+    Condition {
+        type_: type_.into(),
+        status: "True".into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: since,
+        observed_generation: None,
+    }
+}
+
+/// The conditions while an apply is under way: not Ready, Reconciling (`Progressing`).
+pub(super) fn progressing(previous: &[Condition], message: &str) -> Vec<Condition> {
+    let mut out = conditions(previous, false, Reason::NotSynced, message);
+    for c in &mut out {
+        "Progressing".clone_into(&mut c.reason);
+        if c.type_ == "Reconciling" {
+            "True".clone_into(&mut c.status);
+        } else if c.type_ == "Stalled" {
+            "False".clone_into(&mut c.status);
+        }
+    }
+    out
+}
+
+/// Writes a status as it is (the apply-started note); the full write follows the apply.
+pub(super) async fn write_progress(api: &Api<ClusterSync>, name: &str, status: ClusterSyncStatus) -> Result<(), kube::Error> {
+    let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "ClusterSync", "metadata": {"name": name}, "status": status});
+    api.patch_status(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(body)).await.map(|_| ())
 }
 
 pub(super) fn applied_crd(
@@ -92,7 +126,7 @@ pub(super) fn applied_crd(
         entries: failing.into_iter().take(MAX_ENTRIES).collect(),
         entries_truncated: truncated,
         inventory,
-        observed_generation: None,
+        ..ClusterSyncStatus::default()
     }
 }
 
@@ -104,24 +138,41 @@ pub(super) fn failed_crd(prev: &ClusterSyncStatus, wanted: Option<&Release>, st:
     }
 }
 
-/// Creates the ClusterSync if needed and writes its status with server-side apply, only when it
-/// changed.
+/// Who a `ClusterSync` is about: its Cluster (the owner, so it is deleted with it) and the
+/// subscription that covers it.
+pub(super) struct Owner<'a> {
+    pub api_version: &'a str,
+    pub uid: Option<&'a str>,
+}
+
+/// Creates the ClusterSync if needed (owned by its Cluster) and writes its status with
+/// server-side apply, only when it changed — or when the last sync time is older than
+/// `heartbeat`, so `LAST SYNC` shows the daemon is alive without a write per reconcile.
 pub(super) async fn write_cluster_sync(
     api: &Api<ClusterSync>,
     sub: &Subscription,
     c: &ClusterConfig,
+    owner: &Owner<'_>,
     previous: Option<&ClusterSync>,
     mut status: ClusterSyncStatus,
+    heartbeat: std::time::Duration,
 ) -> Result<(), kube::Error> {
     let spec = ClusterSyncSpec { cluster: c.name.clone(), subscription: sub.name.clone() };
     let params = PatchParams::apply(MANAGER).force();
+    let owner_refs = match owner.uid {
+        Some(uid) => json!([{"apiVersion": owner.api_version, "kind": "Cluster", "name": c.name, "uid": uid}]),
+        None => json!([]),
+    };
+    let owned = previous.is_some_and(|p| {
+        owner.uid.is_none() || p.metadata.owner_references.as_ref().is_some_and(|r| r.iter().any(|r| Some(r.uid.as_str()) == owner.uid))
+    });
     let generation = match previous {
-        Some(p) if p.spec == spec => p.metadata.generation,
+        Some(p) if p.spec == spec && owned => p.metadata.generation,
         _ => {
             let body = json!({
                 "apiVersion": "stacksync.io/v1alpha1",
                 "kind": "ClusterSync",
-                "metadata": {"name": c.name, "labels": {"stacksync.io/subscription": sub.name}},
+                "metadata": {"name": c.name, "labels": {"stacksync.io/subscription": sub.name}, "ownerReferences": owner_refs},
                 "spec": spec,
             });
             api.patch(&c.name, &params, &Patch::Apply(body)).await?.metadata.generation
@@ -131,9 +182,20 @@ pub(super) async fn write_cluster_sync(
     for cond in &mut status.conditions {
         cond.observed_generation = generation;
     }
-    if previous.and_then(|p| p.status.as_ref()) == Some(&status) {
-        return Ok(());
+    let old = previous.and_then(|p| p.status.as_ref());
+    let fresh = old
+        .and_then(|o| o.last_sync_time.as_deref())
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .is_some_and(|t| chrono::Utc::now().signed_duration_since(t).to_std().is_ok_and(|age| age < heartbeat));
+    if let Some(o) = old
+        && fresh
+    {
+        status.last_sync_time.clone_from(&o.last_sync_time);
+        if o == &status {
+            return Ok(());
+        }
     }
+    status.last_sync_time = Some(now());
     let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "ClusterSync", "metadata": {"name": c.name}, "status": status});
     api.patch_status(&c.name, &params, &Patch::Apply(body)).await?;
     Ok(())
@@ -176,6 +238,7 @@ pub(super) async fn record_release(
             .unwrap_or_default(),
         synced: class.map_or(0, |c| c.changes.entries.iter().filter(|e| e.is_synced()).count() as u32),
         total: class.map_or(0, |c| c.changes.entries.len() as u32),
+        class_inventory: class.map(|c| c.inventory.clone()).unwrap_or_default(),
     };
     let spec = StackReleaseSpec { subscription: sub.name.clone(), source: sub.source.clone(), tag: rel.tag.clone() };
     let params = PatchParams::apply(MANAGER).force();

@@ -1,0 +1,309 @@
+//! The long-lived state of a running stacksync, made once per process: the config in force, the
+//! cache and its index, one helm for the process (one bound on concurrent renders), a work
+//! directory, and memoised release layouts. The source pollers and every reconcile share it.
+//!
+//! The index is the one piece of mutable shared state. Nothing holds its lock across network
+//! I/O: a poll works on a copy of its own source's state and merges the result back, so a slow
+//! source never delays another.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+
+use super::PreparedRelease;
+use super::fetch::{self, source_key};
+use crate::cache::index::GithubState;
+use crate::cache::{self, Cache, Index};
+use crate::config::{Config, Format, SourceKind, Subscription};
+use crate::release::{self, Release, Selection};
+use crate::render::clusterstack::Layout;
+use crate::render::helm::Helm;
+
+/// Shared by every task of the process. Cheap to reach through an `Arc`.
+pub struct Context {
+    config: RwLock<Arc<Config>>,
+    pub cache: Cache,
+    index: tokio::sync::Mutex<Index>,
+    helm: tokio::sync::OnceCell<Result<Helm, String>>,
+    work: Result<tempfile::TempDir, String>,
+    layouts: Mutex<HashMap<(String, String), Arc<Layout>>>,
+    /// Bumped whenever a poll changed what some source offers (and after each source's first
+    /// poll): the Cluster reconciler re-runs every Cluster then.
+    published: watch::Sender<u64>,
+    /// Sources polled at least once by this process (successfully or not).
+    polled: Mutex<std::collections::BTreeSet<String>>,
+}
+
+impl Context {
+    /// Opens the cache and its index and makes the process's work directory. A work directory
+    /// that cannot be made is not fatal here: each render that needs it fails, loudly, with the
+    /// reason (`WorkDirUnavailable`), and everything else goes on.
+    ///
+    /// # Errors
+    /// The cache cannot be opened or its index read.
+    pub fn new(config: Config) -> cache::Result<Arc<Context>> {
+        let cache = Cache::open(&config.cache.dir)?;
+        let index = cache.load_index()?;
+        let work = tempfile::Builder::new()
+            .prefix("stacksync-work-")
+            .tempdir()
+            .map_err(|e| format!("cannot create a work directory under {}: {e}", std::env::temp_dir().display()));
+        if let Err(e) = &work {
+            error!("{e}; cluster stacks cannot be rendered until it can be created (set TMPDIR to a writable directory)");
+        }
+        Ok(Arc::new(Context {
+            config: RwLock::new(Arc::new(config)),
+            cache,
+            index: tokio::sync::Mutex::new(index),
+            helm: tokio::sync::OnceCell::new(),
+            work,
+            layouts: Mutex::new(HashMap::new()),
+            published: watch::channel(0).0,
+            polled: Mutex::new(std::collections::BTreeSet::new()),
+        }))
+    }
+
+    /// The config in force.
+    pub fn config(&self) -> Arc<Config> {
+        self.config.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Puts a reloaded config in force (same cache and target; those rebuild the context).
+    pub fn set_config(&self, config: Config) {
+        *self.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
+        self.publish();
+    }
+
+    /// Notified (the value changes) whenever what the sources offer may have changed.
+    pub fn published(&self) -> watch::Receiver<u64> {
+        self.published.subscribe()
+    }
+
+    fn publish(&self) {
+        self.published.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Polls one source and publishes when what it advertises changed.
+    ///
+    /// # Errors
+    /// The poll failed; what the source advertised before stays in force.
+    pub async fn poll(&self, source: &str) -> crate::source::Result<bool> {
+        let config = self.config();
+        let Some(src) = config.source(source) else { return Ok(false) };
+        let key = source_key(&src.name, &src.kind);
+        let (previous, github) = {
+            let index = self.index.lock().await;
+            (index.sources.get(&key).cloned().unwrap_or_default(), index.github.get(&key).cloned().unwrap_or_default())
+        };
+        let polled = fetch::poll(&config, &self.cache, source, &previous, github).await;
+        let first = self.polled.lock().unwrap_or_else(PoisonError::into_inner).insert(source.to_owned());
+        let (next, github) = match polled {
+            Ok(p) => p,
+            Err(e) => {
+                if first {
+                    self.publish();
+                }
+                return Err(e);
+            }
+        };
+        let changed = next.tags != previous.tags || next.heads != previous.heads;
+        {
+            let mut index = self.index.lock().await;
+            index.sources.insert(key.clone(), next);
+            if matches!(src.kind, SourceKind::Github(_)) {
+                index.github.insert(key, github);
+            }
+            self.save(&index);
+        }
+        if changed || first {
+            self.publish();
+        }
+        Ok(changed)
+    }
+
+    /// Whether `source` was polled by this process yet (its tags may be older until then).
+    pub fn polled(&self, source: &str) -> bool {
+        self.polled.lock().unwrap_or_else(PoisonError::into_inner).contains(source)
+    }
+
+    /// Polls every source the subscriptions use, side by side. Failures are logged and returned
+    /// by source name; their cached tags stay in use.
+    pub async fn poll_all(&self) -> BTreeMap<String, String> {
+        let config = self.config();
+        let names: std::collections::BTreeSet<&str> = config.subscriptions.iter().map(|s| s.source.as_str()).collect();
+        let polls = names.into_iter().map(|name| async move { (name.to_owned(), self.poll(name).await) });
+        let mut failed = BTreeMap::new();
+        for (name, result) in futures_util::future::join_all(polls).await {
+            if let Err(e) = result {
+                warn!(source = %name, error = %e, "source poll failed; using the releases cached from the last successful poll");
+                failed.insert(name, e.to_string());
+            }
+        }
+        failed
+    }
+
+    fn save(&self, index: &Index) {
+        if let Err(e) = self.cache.save_index(index) {
+            error!(error = %e, "cannot write the cache index; the next start polls again");
+        }
+    }
+
+    /// What `sub`'s source advertises (tag -> commit), pre-releases left out unless allowed,
+    /// and every release of that source still in the cache (`known`: a Cluster may run a
+    /// release whose tag was deleted upstream).
+    pub async fn tags(&self, sub: &Subscription) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+        let config = self.config();
+        let Some(src) = config.source(&sub.source) else { return Default::default() };
+        let key = source_key(&src.name, &src.kind);
+        let index = self.index.lock().await;
+        let mut tags = index.sources.get(&key).map(|s| s.tags.clone()).unwrap_or_default();
+        if matches!(src.kind, SourceKind::Github(_)) && !sub.prereleases {
+            let releases = index.github.get(&key).map(|g| &g.releases);
+            tags.retain(|t, _| releases.and_then(|r| r.get(t)).is_none_or(|r| !r.prerelease));
+        }
+        let mut known = tags.clone();
+        let prefix = format!("{key}/");
+        for (id, entry) in &index.releases {
+            if id.starts_with(&prefix) && !index.sources.get(&key).is_some_and(|s| s.refused.contains_key(&entry.tag)) {
+                known.entry(entry.tag.clone()).or_insert_with(|| entry.commit.clone());
+            }
+        }
+        (tags, known)
+    }
+
+    /// The release a subscription runs when nothing else decides (plain manifests, a Cluster
+    /// without a topology class): the newest allowed, as `release::select` rules.
+    ///
+    /// # Errors
+    /// Nothing matches.
+    pub async fn select(&self, sub: &Subscription) -> Result<Selection, String> {
+        let (tags, _) = self.tags(sub).await;
+        let adopted = self.index.lock().await.adopted.get(&sub.name).cloned();
+        let adopted = adopted.as_ref().map(|a| release::Adopted { source: &a.source, tag: &a.tag, commit: &a.commit });
+        release::select(&sub.wanted(), &tags, adopted)
+    }
+
+    /// The releases a cluster-stack subscription offers (newest first).
+    pub async fn offered(&self, sub: &Subscription) -> Vec<Release> {
+        let Some(stack) = &sub.stack else { return Vec::new() };
+        let (tags, _) = self.tags(sub).await;
+        release::offered(&sub.source, &tags, stack, &sub.constraint, sub.available_releases)
+    }
+
+    /// Records the release a subscription has in use (kept by garbage collection; the one
+    /// `autoUpgrade: false` stays on).
+    pub async fn adopt(&self, sub: &Subscription, rel: &Release) {
+        let mut index = self.index.lock().await;
+        let adopted = crate::cache::index::Adopted { source: sub.source.clone(), tag: rel.tag.clone(), commit: rel.commit.clone() };
+        if index.adopted.get(&sub.name) != Some(&adopted) {
+            index.adopted.insert(sub.name.clone(), adopted);
+            self.save(&index);
+        }
+    }
+
+    /// The cached tree of `rel`, materialised (downloaded, verified) when it is not there yet.
+    ///
+    /// # Errors
+    /// A message naming the source, tag and what went wrong.
+    pub async fn prepare(&self, rel: &Release) -> Result<PreparedRelease, String> {
+        let config = self.config();
+        let Some(src) = config.source(&rel.source) else { return Err(format!("unknown source `{}`", rel.source)) };
+        let key = source_key(&src.name, &src.kind);
+        // The materialisation reads only this source's listing; it gets a scratch index and its
+        // new release entries are merged back.
+        let scratch = {
+            let index = self.index.lock().await;
+            let mut scratch = Index::default();
+            if let Some(g) = index.github.get(&key) {
+                scratch.github.insert(key.clone(), GithubState { pages: BTreeMap::new(), releases: g.releases.clone() });
+            }
+            scratch
+        };
+        let (scratch, outcome) = fetch::materialise(&config, &self.cache, scratch, rel).await;
+        if !scratch.releases.is_empty() {
+            let mut index = self.index.lock().await;
+            let before = index.releases.len();
+            index.releases.extend(scratch.releases);
+            if index.releases.len() != before {
+                self.save(&index);
+            }
+        }
+        outcome
+    }
+
+    /// The process's helm, located once (its version logged). Only cluster-stack subscriptions
+    /// ask for it.
+    ///
+    /// # Errors
+    /// helm is missing or unusable; the message says how to fix it.
+    pub async fn helm(&self) -> Result<Helm, String> {
+        let work = self.work_dir()?.to_path_buf();
+        let config = self.config();
+        self.helm
+            .get_or_init(|| async move {
+                match Helm::locate(&config.helm).await {
+                    Ok(h) => {
+                        info!(path = %h.path().display(), version = h.version(), "helm found");
+                        Ok(h.with_home(&work.join("helm")))
+                    }
+                    Err(e) => {
+                        error!("{e}");
+                        Err(e.to_string())
+                    }
+                }
+            })
+            .await
+            .clone()
+    }
+
+    /// The process's work directory (helm homes, unpacked charts, per-cluster renders).
+    ///
+    /// # Errors
+    /// It could not be created at start-up.
+    pub fn work_dir(&self) -> Result<&Path, String> {
+        self.work.as_ref().map(tempfile::TempDir::path).map_err(Clone::clone)
+    }
+
+    /// The layout of a cluster-stack release, read and unpacked once per process.
+    ///
+    /// # Errors
+    /// Every problem of the release, as one message.
+    pub async fn layout(&self, sub: &Subscription, prepared: &PreparedRelease) -> Result<Arc<Layout>, String> {
+        debug_assert_eq!(sub.format, Format::ClusterStack);
+        let memo = (prepared.tree.display().to_string(), sub.path.clone());
+        if let Some(l) = self.layouts.lock().unwrap_or_else(PoisonError::into_inner).get(&memo) {
+            return Ok(l.clone());
+        }
+        let unpack =
+            self.work_dir()?.join("releases").join(format!("{}-{}", prepared.release.tag, release::short(&prepared.release.commit)));
+        let (tree, path, rel) = (prepared.tree.clone(), sub.path.clone(), prepared.release.clone());
+        let layout = match tokio::task::spawn_blocking(move || Layout::load(&tree, &path, &rel, &unpack)).await {
+            Ok(r) => r.map(Arc::new).map_err(|e| e.to_string())?,
+            Err(join) => return Err(format!("load task failed: {join}")),
+        };
+        info!(tag = %prepared.release.tag, unpacked = ?layout.unpacked, "cluster-stack release loaded");
+        self.layouts.lock().unwrap_or_else(PoisonError::into_inner).insert(memo, layout.clone());
+        Ok(layout)
+    }
+
+    /// Removes cached releases nothing needs: kept are each subscription's adopted release and
+    /// `cache.keepReleases` newest, plus `in_use`.
+    pub async fn collect_garbage(&self, in_use: &std::collections::BTreeSet<String>) {
+        let config = self.config();
+        let mut index = self.index.lock().await;
+        let mut keep = fetch::releases_to_keep(&config, &index);
+        keep.extend(in_use.iter().cloned());
+        crate::cache::gc::collect(&self.cache, &mut index, &keep);
+        self.save(&index);
+    }
+
+    /// The cache id of a release (`<source key>/<tag>@<commit>`).
+    pub fn release_id(&self, rel: &Release) -> Option<String> {
+        let config = self.config();
+        let src = config.source(&rel.source)?;
+        Some(crate::cache::ReleaseEntry::id(&source_key(&src.name, &src.kind), &rel.tag, &rel.commit))
+    }
+}

@@ -1,0 +1,63 @@
+//! The controller's errors: what a reconcile or a pass could not do, named after the operation,
+//! with the Cluster it concerns. `is_transient` decides retry-with-backoff versus Stalled;
+//! `reason` is the stable string for conditions and metric labels.
+
+use crate::model::ClusterKey;
+use crate::status::Reason;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The management cluster's client could not be built (kubeconfig, in-cluster config).
+    #[error("management cluster: {0}")]
+    ManagementClient(String),
+    /// Asking the management cluster what it serves failed (not "Cluster API is missing").
+    #[error("management cluster: discovering cluster.x-k8s.io: {0}")]
+    Discovery(#[source] kube::Error),
+    #[error(
+        "the management cluster serves no cluster.x-k8s.io Cluster (v1beta2 or v1beta1): is Cluster API installed? (kubectl get crd clusters.cluster.x-k8s.io)"
+    )]
+    ClusterApiMissing,
+    #[error("management cluster: listing Clusters: {0}")]
+    ListClusters(#[source] kube::Error),
+    /// The ClusterSync holds the inventory pruning works from; without it nothing is applied.
+    #[error("cannot read ClusterSync {cluster} (its inventory decides what to prune): {source}")]
+    ReadStatus {
+        cluster: ClusterKey,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("cannot write ClusterSync {cluster}: {source} (are the CRDs installed? kubectl apply -f deploy/crds/)")]
+    WriteStatus {
+        cluster: ClusterKey,
+        #[source]
+        source: kube::Error,
+    },
+    /// The Cluster could not be brought to its release; the reason and message are in its
+    /// ClusterSync.
+    #[error("{cluster}: {reason:?}: {message}")]
+    Sync { cluster: ClusterKey, reason: Reason, message: String, transient: bool },
+}
+
+impl Error {
+    /// Whether trying again soon may succeed without anyone changing anything.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::ManagementClient(_) | Error::ClusterApiMissing => false,
+            Error::Discovery(_) | Error::ListClusters(_) | Error::ReadStatus { .. } | Error::WriteStatus { .. } => true,
+            Error::Sync { transient, .. } => *transient,
+        }
+    }
+
+    /// A short stable name, for condition reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::ManagementClient(_) => "ManagementClient",
+            Error::Discovery(_) => "Discovery",
+            Error::ClusterApiMissing => "ClusterApiMissing",
+            Error::ListClusters(_) => "ListClusters",
+            Error::ReadStatus { .. } => "ReadStatus",
+            Error::WriteStatus { .. } => "WriteStatus",
+            Error::Sync { reason, .. } => reason.as_str(),
+        }
+    }
+}

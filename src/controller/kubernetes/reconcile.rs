@@ -1,0 +1,345 @@
+//! One Cluster's reconcile: match its subscription (pure), choose its release (the one its
+//! ClusterClass names, or the newest allowed), render, apply to the workload cluster, write its
+//! `ClusterSync`. Idempotent: a second reconcile with nothing changed makes reads and dry-runs
+//! only. Cancellation-safe in the applier's sense: a dropped reconcile leaves the ClusterSync
+//! saying `Reconciling` (written before the first object changes), and the next one completes.
+
+use std::time::Duration;
+
+use kube::api::{Api, DynamicObject};
+use kube::runtime::controller::Action;
+use tracing::{Instrument, error, info, info_span, warn};
+
+use super::status::{Owner, applied_crd, failed_crd, write_cluster_sync};
+use super::{Kube, control_plane_ready, is_paused, owner_id, reachable, referenced, rendered_digest, subscription_for, topology_class};
+use super::{kube_error, unique_across_stages};
+use crate::apply::ChangeSet;
+use crate::apply::ssa::{Applier, ApplyOptions, Inventory, Stage};
+use crate::config::{ClusterConfig, Format, KubernetesTarget, Subscription};
+use crate::controller::{ClusterReport, Error, PreparedRelease};
+use crate::model::{ClusterKey, StageAction};
+use crate::release::{self, Release, short};
+use crate::render::Manifests;
+use crate::status::crd::{ClusterSync, ClusterSyncStatus, RECONCILE_REQUESTED_AT};
+use crate::status::{ClusterStatus, Reason};
+
+/// What a reconcile did: the report for `run --once`, and when to look at the Cluster again or
+/// the error that decides it (transient: retried with backoff).
+pub(super) struct Reconciled {
+    pub report: ClusterReport,
+    pub outcome: Result<Action, Error>,
+}
+
+/// How a failed step ends the reconcile: its reason, message, and whether to retry soon.
+pub(super) struct Fail {
+    pub reason: Reason,
+    pub message: String,
+    transient: bool,
+}
+
+impl Fail {
+    fn new(reason: Reason, message: impl Into<String>, transient: bool) -> Fail {
+        Fail { reason, message: message.into(), transient }
+    }
+}
+
+/// Reconciles one Cluster. `Ok(None)`: no subscription covers it (or its source was never
+/// polled yet: the first poll's publication brings it back).
+///
+/// # Errors
+/// The ClusterSync could not be read or written (nothing else is done then). Every other
+/// failure is written to the ClusterSync and returned in [`Reconciled::outcome`].
+pub(super) async fn reconcile(kube: &Kube, obj: &DynamicObject) -> Result<Option<Reconciled>, Error> {
+    let config = kube.ctx.config();
+    let key = ClusterKey::new(obj.metadata.namespace.clone().unwrap_or_default(), obj.metadata.name.clone().unwrap_or_default());
+    let labels = obj.metadata.labels.clone().unwrap_or_default();
+    let class = topology_class(&obj.data);
+    let Some((sub, c)) = subscription_for(&config, &key, &labels, class.as_deref()) else { return Ok(None) };
+    if !kube.ctx.polled(&sub.source) {
+        return Ok(None);
+    }
+    let span = info_span!("cluster", cluster = %key, subscription = %sub.name);
+    reconcile_in(kube, obj, key, sub, c, class).instrument(span).await
+}
+
+async fn reconcile_in(
+    kube: &Kube,
+    obj: &DynamicObject,
+    key: ClusterKey,
+    sub: &Subscription,
+    mut c: ClusterConfig,
+    class: Option<String>,
+) -> Result<Option<Reconciled>, Error> {
+    let k = kube.target();
+
+    let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &key.namespace);
+    let previous = syncs.get_opt(&key.name).await.map_err(|source| Error::ReadStatus { cluster: key.clone(), source })?;
+    let prev_status = previous.as_ref().and_then(|p| p.status.clone()).unwrap_or_default();
+    let requested = previous
+        .as_ref()
+        .and_then(|p| p.metadata.annotations.as_ref())
+        .and_then(|a| a.get(RECONCILE_REQUESTED_AT))
+        .cloned()
+        .or_else(|| prev_status.last_handled_reconcile_at.clone());
+    let api_version = format!("{}/{}", kube.clusters.group, kube.clusters.version);
+    let owner = Owner { api_version: &api_version, uid: obj.metadata.uid.as_deref() };
+
+    // The live objects, for cluster-stack values templates (`.Cluster`, `.ControlPlane`,
+    // `.InfraCluster`); objects written in the config win.
+    if c.objects.cluster.is_none() {
+        c.objects.cluster = serde_json::to_value(obj).ok();
+    }
+    if c.objects.control_plane.is_none() {
+        c.objects.control_plane = referenced(&kube.mgmt, &key.namespace, &obj.data["spec"]["controlPlaneRef"]).await;
+    }
+    if c.objects.infra_cluster.is_none() {
+        c.objects.infra_cluster = referenced(&kube.mgmt, &key.namespace, &obj.data["spec"]["infrastructureRef"]).await;
+    }
+
+    let newest = kube.ctx.offered(sub).await.into_iter().next().map(|r| r.tag);
+    let stamp = |mut s: ClusterSyncStatus| {
+        s.class.clone_from(&class);
+        s.newest_available.clone_from(&newest);
+        s.last_handled_reconcile_at.clone_from(&requested);
+        s
+    };
+    let outcome = sync(kube, &k, sub, &c, obj, class.as_deref(), &prev_status).await;
+    let (status, changes, crd, action, failure) = match outcome {
+        Ok(done) => {
+            let action = if done.status.ready { Action::requeue(k.resync) } else { Action::requeue(k.not_ready_retry.min(k.resync)) };
+            let failure = (!done.status.ready && done.status.reason != Reason::Paused && done.status.reason != Reason::Suspended)
+                .then(|| Fail::new(done.status.reason, done.status.message.clone(), true));
+            (done.status, done.changes, done.crd, action, failure)
+        }
+        Err(fail) => {
+            let mut st = ClusterStatus::failed(sub, &c, None, None, fail.reason, fail.message.clone());
+            if let Some(r) = &prev_status.applied_release {
+                st.applied_release = Some(crate::status::ReleaseRef {
+                    tag: r.tag.clone(),
+                    version: r.version.clone(),
+                    commit: r.commit.clone(),
+                    assets: Vec::new(),
+                });
+            }
+            st.synced = prev_status.synced as usize;
+            st.total = prev_status.total as usize;
+            let crd = failed_crd(&prev_status, None, &st);
+            let action = match fail.reason {
+                // The watches bring these back: a Cluster edit, its Secret, a new release.
+                Reason::ReleaseNotAvailable | Reason::RenderFailed => Action::requeue(k.resync),
+                Reason::ControlPlaneNotReady | Reason::KubeconfigMissing => Action::requeue(k.not_ready_retry),
+                _ => Action::requeue(k.not_ready_retry),
+            };
+            (st, ChangeSet::default(), crd, action, Some(fail))
+        }
+    };
+    write_cluster_sync(&syncs, sub, &c, &owner, previous.as_ref(), stamp(crd), k.resync / 2)
+        .await
+        .map_err(|source| Error::WriteStatus { cluster: key.clone(), source })?;
+    let report = ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes };
+    let outcome = match failure {
+        Some(f) if f.transient => Err(Error::Sync { cluster: key, reason: f.reason, message: f.message, transient: true }),
+        _ => Ok(action),
+    };
+    Ok(Some(Reconciled { report, outcome }))
+}
+
+struct Done {
+    status: ClusterStatus,
+    changes: ChangeSet,
+    crd: ClusterSyncStatus,
+}
+
+/// Everything between reading the previous status and writing the new one.
+async fn sync(
+    kube: &Kube,
+    k: &KubernetesTarget,
+    sub: &Subscription,
+    c: &ClusterConfig,
+    obj: &DynamicObject,
+    class: Option<&str>,
+    prev: &ClusterSyncStatus,
+) -> Result<Done, Fail> {
+    let hold = |reason: Reason, message: String| {
+        let st = ClusterStatus::failed(sub, c, None, None, reason, message);
+        // Ready stays what it was (nothing changed in the cluster); a `Paused` / `Suspended`
+        // condition says why nothing happens.
+        let mut crd = prev.clone();
+        crd.conditions.retain(|c| c.type_ == "Ready");
+        crd.conditions.push(super::status::condition(&prev.conditions, reason.as_str(), reason.as_str(), &st.message));
+        Done { status: st, changes: ChangeSet::default(), crd }
+    };
+    if is_paused(obj) {
+        info!("Cluster is paused; nothing is written to it");
+        return Ok(hold(Reason::Paused, "the Cluster is paused (spec.paused or cluster.x-k8s.io/paused); nothing is written".into()));
+    }
+    if sub.suspend {
+        return Ok(hold(Reason::Suspended, format!("subscription {} is suspended (suspend: true); nothing is written", sub.name)));
+    }
+    if !control_plane_ready(&obj.data) {
+        info!("control plane is not ready yet");
+        return Err(Fail::new(Reason::ControlPlaneNotReady, "control plane is not ready yet", true));
+    }
+
+    let rel = choose(kube, sub, class).await?;
+    let prepared = kube.ctx.prepare(&rel).await.map_err(|e| Fail::new(Reason::ReleaseUnavailable, e, true))?;
+    let rspan = info_span!("release", tag = %rel.tag, commit = %short(&rel.commit));
+    apply_release(kube, k, sub, c, rel, prepared, prev).instrument(rspan).await
+}
+
+async fn apply_release(
+    kube: &Kube,
+    k: &KubernetesTarget,
+    sub: &Subscription,
+    c: &ClusterConfig,
+    rel: Release,
+    prepared: PreparedRelease,
+    prev: &ClusterSyncStatus,
+) -> Result<Done, Fail> {
+    let label = format!("{}/{}", c.namespace, c.name);
+    let stages = render(kube, sub, &prepared, c).await?;
+    if sub.format == Format::ClusterStack {
+        let mut releases = kube.ctx.offered(sub).await;
+        if !releases.iter().any(|r| r.tag == rel.tag) {
+            releases.push(rel.clone());
+        }
+        kube.classes.ensure(kube, sub, &c.namespace, &releases).await;
+    }
+    let client = match kube.workload(c).await {
+        Ok(client) => client,
+        Err((reason, message)) => {
+            warn!("{message}");
+            return Err(Fail::new(reason, message, true));
+        }
+    };
+    reachable(&client).await.map_err(|m| Fail::new(Reason::ClusterUnreachable, m, true))?;
+
+    let digest = rendered_digest(stages.iter().flat_map(|s| &s.objects));
+    if prev.rendered_digest != digest {
+        // From the first write on, the status must not claim the old release is in place.
+        let mut st = prev.clone();
+        st.wanted_release = Some(super::status::release_ref(&rel));
+        let objects: usize = stages.iter().map(|s| s.objects.len()).sum();
+        st.conditions = super::status::progressing(&prev.conditions, &format!("applying {} ({objects} objects)", rel.tag));
+        let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &c.namespace);
+        if let Err(e) = super::status::write_progress(&syncs, &c.name, st).await {
+            warn!(error = %kube_error(&e), "cannot record that the apply started");
+        }
+    }
+    let applier = Applier::new(
+        client,
+        ApplyOptions {
+            owner: owner_id(sub, c),
+            force: sub.force,
+            drift: k.drift_mode,
+            prune_limit: k.prune_limit,
+            allow_empty_prune: k.allow_empty_prune,
+            default_namespace: if sub.format == Format::ClusterStack { "kube-system".into() } else { "default".into() },
+            ..ApplyOptions::default()
+        },
+    );
+    let result = applier.sync(&stages, &Inventory::from_lines(&prev.inventory)).await;
+    let mut st = ClusterStatus::applied(sub, c, &rel, &result.changes).with_assets(&rel.tag, &rel.commit, &prepared.assets);
+    if let Some(paused) = &result.prune_paused {
+        st.ready = false;
+        st.reason = Reason::PrunePaused;
+        st.message.clone_from(paused);
+    }
+    for (object, fields) in &result.drifted {
+        warn!(cluster = %label, object = %object, fields = %fields.join(", "), "drifted (driftMode: warn; not corrected)");
+    }
+    for e in result.changes.entries.iter().filter(|e| !e.is_synced()) {
+        warn!(cluster = %label, object = %e.object, "{}: {}", e.action, e.message);
+    }
+    info!(ready = st.ready, "synced: {}", result.changes.summary());
+    if sub.format == Format::Manifests {
+        kube.ctx.adopt(sub, &rel).await;
+    }
+    let crd = applied_crd(prev, &rel, &st, &result.changes, result.inventory.to_lines(), digest);
+    Ok(Done { status: st, changes: result.changes, crd })
+}
+
+/// The release a Cluster runs: for a cluster stack with a topology class, the release the class
+/// names (it must be offered or still cached); otherwise the subscription's newest allowed.
+pub(super) async fn choose(kube: &Kube, sub: &Subscription, class: Option<&str>) -> Result<Release, Fail> {
+    match (sub.format, &sub.stack, class) {
+        (Format::ClusterStack, Some(stack), Some(class)) => {
+            let (_, known) = kube.ctx.tags(sub).await;
+            release::for_class(&sub.source, class, stack, &known).map_err(|e| {
+                warn!("{e}; what the Cluster has stays");
+                Fail::new(Reason::ReleaseNotAvailable, format!("{e}; what the Cluster has stays"), false)
+            })
+        }
+        _ => match kube.ctx.select(sub).await {
+            Ok(s) => Ok(s.release),
+            Err(e) => Err(Fail::new(Reason::ReleaseUnavailable, e, true)),
+        },
+    }
+}
+
+/// The stages a Cluster gets from a prepared release.
+pub(super) async fn render(kube: &Kube, sub: &Subscription, prepared: &PreparedRelease, c: &ClusterConfig) -> Result<Vec<Stage>, Fail> {
+    let rel = &prepared.release;
+    let render_failed = |e: String| {
+        error!("render failed; the applied release stays: {e}");
+        Fail::new(Reason::RenderFailed, e, false)
+    };
+    match sub.format {
+        Format::Manifests => {
+            let tree = prepared.tree.clone();
+            let path = sub.path.clone();
+            let manifests = tokio::task::spawn_blocking(move || Manifests::load(&tree, &path))
+                .await
+                .map_err(|e| render_failed(format!("load task failed: {e}")))?
+                .map_err(|e| render_failed(e.to_string()))?;
+            let objects = manifests.render(rel, c).map_err(|e| render_failed(e.to_string()))?;
+            Ok(vec![Stage { name: "manifests".into(), action: StageAction::Apply, objects }])
+        }
+        Format::ClusterStack => {
+            let work = kube.ctx.work_dir().map_err(|e| Fail::new(Reason::WorkDirUnavailable, e, true))?.to_path_buf();
+            let helm = kube.ctx.helm().await.map_err(|e| Fail::new(Reason::RenderFailed, e, false))?;
+            let layout = kube.ctx.layout(sub, prepared).await.map_err(render_failed)?;
+            let dir = work.join("clusters").join(format!("{}-{}-{}", c.namespace, c.name, unique()));
+            let rendered = layout.render_addons(&helm, c, &dir).await;
+            let _ = tokio::fs::remove_dir_all(&dir).await;
+            let stages: Vec<Stage> = rendered
+                .map_err(|e| render_failed(e.to_string()))?
+                .into_iter()
+                .map(|s| Stage { name: s.name.unwrap_or_else(|| "addons".into()), action: StageAction::Apply, objects: s.objects })
+                .collect();
+            unique_across_stages(&stages).map_err(render_failed)?;
+            Ok(stages)
+        }
+    }
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// When to retry a failed reconcile: jittered exponential backoff per Cluster for what may pass
+/// by itself, the resync period for what needs a change (then Stalled).
+pub(super) fn retry_after(kube: &Kube, key: &ClusterKey, error: &Error) -> Duration {
+    let attempt = kube.failed(key);
+    if error.is_transient() { crate::schedule::jittered(crate::schedule::backoff(attempt)) } else { kube.target().resync }
+}
+
+/// The ClusterSync of a Cluster that is gone, and what is kept for it, are removed. The
+/// ownerReference does the same on a real API server; this covers servers without garbage
+/// collection and Clusters deleted while stacksync was not running.
+pub(super) async fn forget(kube: &Kube, key: &ClusterKey) {
+    kube.forget(key);
+    let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &key.namespace);
+    match syncs.delete(&key.name, &Default::default()).await {
+        Ok(_) => info!(cluster = %key, "Cluster deleted; its ClusterSync is removed"),
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => warn!(cluster = %key, error = %kube_error(&e), "cannot remove the ClusterSync of a deleted Cluster"),
+    }
+}
+
+/// Whether an object is a Cluster API Cluster this process may care about (has a name).
+pub(super) fn key_of(obj: &DynamicObject) -> Option<ClusterKey> {
+    Some(ClusterKey::new(obj.metadata.namespace.clone()?, obj.metadata.name.clone()?))
+}

@@ -1,0 +1,306 @@
+//! Wiring of the per-Cluster reconcile: [`run`] drives it with kube-runtime's `Controller`
+//! (watches, queue, debounce, bounded concurrency, backoff); [`pass`] runs it once for every
+//! Cluster (`run --once`). Both use the same `reconcile`.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{StreamExt, stream};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tracing::{debug, error, info, warn};
+
+use super::reconcile::{self, forget, key_of, retry_after};
+use super::{CLUSTER_NAME_LABEL, Kube, kube_error, topology_class};
+use crate::config::Format;
+use crate::controller::{ClusterReport, Context, Error, PassReport};
+use crate::model::ClusterKey;
+use crate::status::crd::{ClusterSync, RECONCILE_REQUESTED_AT};
+use crate::status::{ClusterStatus, Reason};
+
+/// How long a queued reconcile waits for more triggers of the same Cluster.
+const DEBOUNCE: Duration = Duration::from_millis(300);
+
+async fn reconcile_fn(obj: Arc<DynamicObject>, kube: Arc<Kube>) -> Result<Action, Error> {
+    let Some(key) = key_of(&obj) else { return Ok(Action::await_change()) };
+    match reconcile::reconcile(&kube, &obj).await? {
+        None => Ok(Action::await_change()),
+        Some(r) => {
+            if r.outcome.is_ok() {
+                kube.succeeded(&key);
+            }
+            r.outcome
+        }
+    }
+}
+
+fn error_policy(obj: Arc<DynamicObject>, error: &Error, kube: Arc<Kube>) -> Action {
+    let Some(key) = key_of(&obj) else { return Action::await_change() };
+    let after = retry_after(&kube, &key, error);
+    if error.is_transient() {
+        warn!(cluster = %key, reason = error.reason(), retry_in = ?after, "{error}");
+    } else {
+        error!(cluster = %key, reason = error.reason(), "{error}; retried when something changes (or at the next resync)");
+    }
+    Action::requeue(after)
+}
+
+/// Runs the controller until `shutdown` completes: in-flight reconciles finish first.
+///
+/// # Errors
+/// Only what cannot be retried: the management client cannot be built from the config.
+pub async fn run(ctx: Arc<Context>, concurrency: u16, shutdown: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
+    let mut shutdown = Box::pin(shutdown);
+    let mut attempt = 0u32;
+    let kube = loop {
+        match Kube::connect(ctx.clone()).await {
+            Ok(k) => break k,
+            Err(e @ Error::ManagementClient(_)) => return Err(e),
+            Err(e) => {
+                attempt = attempt.saturating_add(1);
+                let wait = crate::schedule::jittered(crate::schedule::backoff(attempt).max(Duration::from_secs(2)));
+                error!(reason = e.reason(), retry_in = ?wait, "{e}");
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = &mut shutdown => return Ok(()),
+                }
+            }
+        }
+    };
+    let ar = kube.clusters.clone();
+    let clusters: Api<DynamicObject> = Api::all_with(kube.mgmt.clone(), &ar);
+    let writer = Writer::<DynamicObject>::new(ar.clone());
+    let reader = writer.as_reader();
+    let (seen_tx, seen_rx) = mpsc::unbounded_channel::<Seen>();
+    let stream = watcher(clusters, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .inspect(move |event| {
+            let seen = match event {
+                Ok(watcher::Event::Delete(obj)) => key_of(obj).map(Seen::Gone),
+                Ok(watcher::Event::InitDone) => Some(Seen::Listed),
+                _ => None,
+            };
+            if let Some(seen) = seen {
+                let _ = seen_tx.send(seen);
+            }
+        })
+        .touched_objects();
+
+    let secrets: Api<Secret> = Api::all(kube.mgmt.clone());
+    let syncs: Api<ClusterSync> = Api::all(kube.mgmt.clone());
+    let (ar_s, ar_c) = (ar.clone(), ar.clone());
+    let published = stream::unfold(ctx.published(), |mut rx| async move {
+        rx.changed().await.ok()?;
+        Some(((), rx))
+    });
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let housekeeping = tokio::spawn(housekeeping(kube.clone(), reader.clone(), seen_rx, stop_rx));
+
+    info!(concurrency, "reconciling Clusters");
+    Controller::for_stream_with(stream, reader, ar.clone())
+        .with_config(ControllerConfig::default().concurrency(concurrency).debounce(DEBOUNCE))
+        .watches(secrets, watcher::Config::default(), move |s: Secret| secret_owner(&s).map(|key| cluster_ref(&key, &ar_s)))
+        .watches(syncs, watcher::Config::default(), move |cs: ClusterSync| {
+            let requested = cs.metadata.annotations.as_ref().and_then(|a| a.get(RECONCILE_REQUESTED_AT)).cloned();
+            let handled = cs.status.as_ref().and_then(|s| s.last_handled_reconcile_at.clone());
+            let key = ClusterKey::new(cs.metadata.namespace.clone().unwrap_or_default(), cs.spec.cluster.clone());
+            (requested.is_some() && requested != handled).then(|| cluster_ref(&key, &ar_c))
+        })
+        .reconcile_all_on(published)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile_fn, error_policy, kube.clone())
+        .for_each(|result| async move {
+            match result {
+                Ok((obj, _)) => debug!(cluster = %obj, "reconciled"),
+                Err(e) => debug!(error = %e, "controller"),
+            }
+        })
+        .await;
+    let _ = stop_tx.send(true);
+    let _ = housekeeping.await;
+    info!("controller stopped");
+    Ok(())
+}
+
+fn cluster_ref(key: &ClusterKey, ar: &kube::api::ApiResource) -> ObjectRef<DynamicObject> {
+    ObjectRef::new_with(&key.name, ar.clone()).within(&key.namespace)
+}
+
+/// The Cluster a kubeconfig Secret belongs to: Cluster API's `cluster.x-k8s.io/cluster-name`
+/// label, else the `<cluster>-kubeconfig` name.
+fn secret_owner(s: &Secret) -> Option<ClusterKey> {
+    let name = s.metadata.name.as_deref()?;
+    let cluster = name.strip_suffix("-kubeconfig")?;
+    let cluster = s.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL)).map_or(cluster, String::as_str);
+    Some(ClusterKey::new(s.metadata.namespace.clone()?, cluster))
+}
+
+/// What the Cluster watch told housekeeping.
+enum Seen {
+    /// A Cluster was deleted.
+    Gone(ClusterKey),
+    /// The watch (re)listed every Cluster: the cache is complete.
+    Listed,
+}
+
+/// What is not one Cluster's reconcile: removing the ClusterSync of deleted Clusters (and of
+/// Clusters deleted while stacksync was down), pruning ClusterClasses no longer offered nor
+/// used, garbage-collecting the cache. After each full list of Clusters, each publication and
+/// every resync — never before the Cluster cache is complete (it would take every Cluster for
+/// deleted).
+async fn housekeeping(
+    kube: Arc<Kube>,
+    reader: Store<DynamicObject>,
+    mut seen: mpsc::UnboundedReceiver<Seen>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut published = kube.ctx.published();
+    let mut listed = false;
+    loop {
+        let resync = kube.target().resync;
+        tokio::select! {
+            event = seen.recv() => match event {
+                Some(Seen::Gone(key)) => {
+                    debug!(cluster = %key, "Cluster deleted");
+                    forget(&kube, &key).await;
+                    continue;
+                }
+                Some(Seen::Listed) => listed = true,
+                None => return,
+            },
+            r = published.changed() => if r.is_err() { return },
+            () = tokio::time::sleep(resync) => {}
+            _ = stop.changed() => return,
+        }
+        if !listed {
+            continue;
+        }
+        let live: Vec<Arc<DynamicObject>> = reader.state();
+        sweep_orphans(&kube, &live).await;
+        let referenced: BTreeSet<String> = live.iter().filter_map(|c| topology_class(&c.data)).collect();
+        kube.classes.prune(&kube, &referenced).await;
+        collect_garbage(&kube, &referenced).await;
+    }
+}
+
+/// Deletes ClusterSyncs whose Cluster no longer exists.
+async fn sweep_orphans(kube: &Kube, live: &[Arc<DynamicObject>]) {
+    let syncs: Api<ClusterSync> = Api::all(kube.mgmt.clone());
+    let list = match syncs.list(&ListParams::default().labels("stacksync.io/subscription")).await {
+        Ok(l) => l.items,
+        Err(e) => {
+            warn!(error = %kube_error(&e), "cannot list ClusterSyncs");
+            return;
+        }
+    };
+    let have: BTreeSet<ClusterKey> = live.iter().filter_map(|c| key_of(c)).collect();
+    for cs in list {
+        let key = ClusterKey::new(cs.metadata.namespace.clone().unwrap_or_default(), cs.spec.cluster.clone());
+        if !have.contains(&key) {
+            forget(kube, &key).await;
+        }
+    }
+}
+
+/// Keeps in the cache what a subscription offers and what a Cluster's class names.
+async fn collect_garbage(kube: &Kube, referenced: &BTreeSet<String>) {
+    let config = kube.ctx.config();
+    let mut in_use = BTreeSet::new();
+    for sub in config.subscriptions.iter().filter(|s| s.format == Format::ClusterStack) {
+        let (_, known) = kube.ctx.tags(sub).await;
+        for rel in kube.ctx.offered(sub).await {
+            in_use.extend(kube.ctx.release_id(&rel));
+        }
+        for (tag, commit) in known.iter().filter(|(t, _)| referenced.contains(*t)) {
+            let Some(version) = crate::release::version::Version::from_tag(tag) else { continue };
+            let rel = crate::release::Release { source: sub.source.clone(), tag: tag.clone(), commit: commit.clone(), version };
+            in_use.extend(kube.ctx.release_id(&rel));
+        }
+    }
+    kube.ctx.collect_garbage(&in_use).await;
+}
+
+/// `run --once` for the Kubernetes target: polls every source, then reconciles every Cluster a
+/// subscription covers (up to `concurrency` at once), prunes ClusterClasses, collects garbage.
+/// Nothing that could not be done is hidden: an unreachable management cluster, Clusters that
+/// cannot be listed and ClusterSyncs that cannot be written are failures of the pass.
+pub async fn pass(ctx: Arc<Context>, concurrency: usize) -> PassReport {
+    let mut report = PassReport { source_errors: ctx.poll_all().await, ..PassReport::default() };
+    let kube = match Kube::connect(ctx.clone()).await {
+        Ok(k) => k,
+        Err(e) => {
+            error!(reason = e.reason(), "{e}");
+            report.failures.push(e.to_string());
+            return report;
+        }
+    };
+    let api: Api<DynamicObject> = Api::all_with(kube.mgmt.clone(), &kube.clusters);
+    let clusters = match api.list(&ListParams::default()).await {
+        Ok(l) => l.items,
+        Err(e) => {
+            let e = Error::ListClusters(e);
+            error!(reason = e.reason(), "{e}");
+            report.failures.push(e.to_string());
+            return report;
+        }
+    };
+    let config = ctx.config();
+    let present: BTreeSet<ClusterKey> = clusters.iter().filter_map(key_of).collect();
+    for sub in &config.subscriptions {
+        for c in sub.clusters.iter().filter(|c| !present.contains(&ClusterKey::new(&c.namespace, &c.name))) {
+            let message = format!("Cluster {}/{} does not exist (yet)", c.namespace, c.name);
+            warn!("{message}");
+            let status = ClusterStatus::failed(sub, c, None, None, Reason::ClusterNotFound, message);
+            report.clusters.push(ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes: Default::default() });
+        }
+    }
+    type Outcome = (Option<ClusterKey>, Result<Option<reconcile::Reconciled>, Error>);
+    let results: Vec<Outcome> = stream::iter(clusters.iter())
+        .map(|obj| {
+            let kube = kube.clone();
+            async move { (key_of(obj), reconcile::reconcile(&kube, obj).await) }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    for (key, result) in results {
+        match result {
+            Ok(Some(r)) => report.clusters.push(r.report),
+            Ok(None) => {}
+            Err(e) => {
+                error!(cluster = %key.map(|k| k.to_string()).unwrap_or_default(), reason = e.reason(), "{e}");
+                report.failures.push(e.to_string());
+            }
+        }
+    }
+    let referenced: BTreeSet<String> = clusters.iter().filter_map(|c| topology_class(&c.data)).collect();
+    kube.classes.prune(&kube, &referenced).await;
+    collect_garbage(&kube, &referenced).await;
+    report
+}
+
+/// `stacksync reconcile <namespace>/<cluster>`: asks the running controller to reconcile a
+/// Cluster now, by setting `stacksync.io/reconcile-requested-at` on its ClusterSync.
+///
+/// # Errors
+/// The management cluster cannot be reached or the ClusterSync does not exist.
+pub async fn request_reconcile(ctx: Arc<Context>, key: &ClusterKey) -> Result<String, Error> {
+    let k = super::target(&ctx.config());
+    let mgmt = super::management_client(&k).await.map_err(Error::ManagementClient)?;
+    let syncs: Api<ClusterSync> = Api::namespaced(mgmt, &key.namespace);
+    let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+    let body = json!({"metadata": {"annotations": {RECONCILE_REQUESTED_AT: at}}});
+    syncs
+        .patch(&key.name, &PatchParams::default(), &Patch::Merge(body))
+        .await
+        .map_err(|source| Error::ReadStatus { cluster: key.clone(), source })?;
+    Ok(at)
+}

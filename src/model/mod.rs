@@ -1,0 +1,91 @@
+//! The vocabulary every stage shares: plain data with no I/O, importing nothing from the other
+//! stages (they import it). Cluster and object identities, and the small enums two stages used
+//! to define each on their own.
+
+use std::fmt;
+
+/// A Cluster API `Cluster` (or a configured cluster of the directory target): namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClusterKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ClusterKey {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> ClusterKey {
+        ClusterKey { namespace: namespace.into(), name: name.into() }
+    }
+}
+
+impl fmt::Display for ClusterKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// One object in a cluster: API group (empty for the core group), kind, namespace, name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjKey {
+    pub group: String,
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl fmt::Display for ObjKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{}/{ns}/{}", self.kind, self.name),
+            None => write!(f, "{}/{}", self.kind, self.name),
+        }
+    }
+}
+
+/// A cached release: `<source key>/<tag>@<commit>` (the cache index's key).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReleaseId(pub String);
+
+impl ReleaseId {
+    pub fn new(source_key: &str, tag: &str, commit: &str) -> ReleaseId {
+        ReleaseId(format!("{source_key}/{tag}@{commit}"))
+    }
+}
+
+impl fmt::Display for ReleaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a resync does when a live object differs from a manifest that did not change.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DriftMode {
+    /// Apply the manifest again (the default).
+    #[default]
+    Correct,
+    /// Report drifted objects and fields; change nothing.
+    Warn,
+}
+
+/// What a stage does with its objects: a cluster-addon stage of `clusteraddon.yaml`, or the
+/// single stage of plain manifests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StageAction {
+    #[default]
+    Apply,
+    /// Delete the stage's objects (only those carrying our owner label).
+    Delete,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_print_as_kubectl_names_them() {
+        assert_eq!(ClusterKey::new("team-a", "alpha").to_string(), "team-a/alpha");
+        let o = ObjKey { group: "apps".into(), kind: "Deployment".into(), namespace: Some("kube-system".into()), name: "ccm".into() };
+        assert_eq!(o.to_string(), "Deployment/kube-system/ccm");
+        assert_eq!(ReleaseId::new("stacks-abc", "v1", "c0ffee").to_string(), "stacks-abc/v1@c0ffee");
+    }
+}

@@ -1,0 +1,506 @@
+//! stacksync as a controller: the real binary as a daemon against testkit API servers (a
+//! management cluster and workload clusters) and releases from a Git repository. Cluster API's
+//! part is played by the tests: they create Clusters, flip their readiness, write kubeconfig
+//! Secrets, pause and delete Clusters, change their class.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use serde_json::{Value, json};
+use testkit::apiserver::{ApiServer, Options, capi_crds_dir};
+use testkit::git::ReleaseRepo;
+
+const NS: &str = "team-a";
+const STACK: &str = "docker-ferrol-1-27";
+const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: addon-${cluster.name}\n  namespace: kube-system\ndata:\n  cluster: ${cluster.name}\n";
+
+struct Env {
+    dir: tempfile::TempDir,
+    repo: ReleaseRepo,
+    mgmt: ApiServer,
+    workloads: Vec<ApiServer>,
+}
+
+impl Env {
+    async fn new(n_workloads: usize) -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
+        let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds");
+        let mgmt = ApiServer::start_with(Options { preload: vec![capi_crds_dir(), crds], ..Options::default() }).await.expect("mgmt");
+        let mut workloads = Vec::new();
+        for _ in 0..n_workloads {
+            workloads.push(ApiServer::start().await.expect("workload"));
+        }
+        mgmt.load_yaml(&format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n")).expect("namespace");
+        Env { dir, repo, mgmt, workloads }
+    }
+
+    fn mgmt(&self) -> kube::Client {
+        self.mgmt.client().expect("client")
+    }
+
+    fn clusters(&self) -> Api<DynamicObject> {
+        let res = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster"));
+        Api::namespaced_with(self.mgmt(), NS, &res)
+    }
+
+    async fn add_cluster(&self, name: &str, class: &str, ready: bool) {
+        let body = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+            "metadata": {"name": name, "namespace": NS, "labels": {"stack": "ferrol"}},
+            "spec": {
+                "topology": {"class": class, "version": "v1.27.3"},
+                "controlPlaneEndpoint": {"host": format!("{name}.example.test"), "port": 6443},
+                "clusterNetwork": {"pods": {"cidrBlocks": ["10.1.0.0/16"]}},
+            },
+        });
+        self.clusters().patch(name, &PatchParams::apply("capi"), &Patch::Apply(body)).await.expect("cluster");
+        self.set_ready(name, ready).await;
+    }
+
+    async fn set_ready(&self, name: &str, ready: bool) {
+        let status = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": name}, "status": {"controlPlaneReady": ready}});
+        self.clusters().patch_status(name, &PatchParams::apply("capi").force(), &Patch::Apply(status)).await.expect("status");
+    }
+
+    async fn patch_cluster(&self, name: &str, patch: Value) {
+        self.clusters().patch(name, &PatchParams::default(), &Patch::Merge(patch)).await.expect("patch cluster");
+    }
+
+    async fn add_kubeconfig(&self, name: &str, i: usize) {
+        let kubeconfig = std::fs::read(self.workloads[i].kubeconfig()).expect("kubeconfig");
+        let mut secret = Secret::default();
+        secret.metadata.name = Some(format!("{name}-kubeconfig"));
+        secret.metadata.namespace = Some(NS.into());
+        secret.data = Some([("value".to_owned(), k8s_openapi::ByteString(kubeconfig))].into());
+        let api: Api<Secret> = Api::namespaced(self.mgmt(), NS);
+        api.patch(&format!("{name}-kubeconfig"), &PatchParams::apply("capi"), &Patch::Apply(&secret)).await.expect("secret");
+    }
+
+    /// A config with one Git source and one subscription selecting Clusters labelled
+    /// `stack: ferrol`; `sub_extra` and `target_extra` are indented lines added to them.
+    fn config(&self, sub_extra: &str, target_extra: &str, top_extra: &str) -> PathBuf {
+        let text = format!(
+            "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\n{top_extra}sources:\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n  - name: ferrol\n    source: stacks\n    interval: 1h\n{sub_extra}    clusterSelector:\n      matchLabels: {{stack: ferrol}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n    notReadyRetry: 1h\n{target_extra}",
+            cache = self.dir.path().join("cache").display(),
+            url = self.repo.file_url(),
+            kubeconfig = self.mgmt.kubeconfig().display(),
+        );
+        let path = self.dir.path().join("stacksync.yaml");
+        std::fs::write(&path, text).expect("config");
+        path
+    }
+
+    async fn cluster_sync(&self, name: &str) -> Option<Value> {
+        let res = ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "ClusterSync"));
+        let api: Api<DynamicObject> = Api::namespaced_with(self.mgmt(), NS, &res);
+        api.get_opt(name).await.expect("get ClusterSync").map(|o| serde_json::to_value(o).expect("json"))
+    }
+
+    async fn ready_reason(&self, name: &str) -> Option<(String, String)> {
+        let cs = self.cluster_sync(name).await?;
+        let c = condition(&cs, "Ready");
+        Some((c["status"].as_str()?.to_owned(), c["reason"].as_str()?.to_owned()))
+    }
+
+    async fn configmap(&self, i: usize, name: &str) -> Option<ConfigMap> {
+        let api: Api<ConfigMap> = Api::namespaced(self.workloads[i].client().expect("client"), "kube-system");
+        api.get_opt(name).await.expect("get")
+    }
+
+    async fn cluster_classes(&self) -> Vec<String> {
+        let res = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "ClusterClass"));
+        let api: Api<DynamicObject> = Api::namespaced_with(self.mgmt(), NS, &res);
+        let mut names: Vec<String> =
+            api.list(&Default::default()).await.expect("list").items.into_iter().filter_map(|o| o.metadata.name).collect();
+        names.sort();
+        names
+    }
+}
+
+fn condition<'a>(cs: &'a Value, type_: &str) -> &'a Value {
+    cs["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == type_)).unwrap_or(&Value::Null)
+}
+
+/// The running daemon; killed when dropped, stopped with SIGTERM by [`Daemon::stop`].
+struct Daemon {
+    child: tokio::process::Child,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn start(config: &Path, log: PathBuf) -> Daemon {
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stacksync"))
+            .args(["run", "--config", &config.to_string_lossy()])
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info,stacksync::controller::kubernetes::run=debug")
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("daemon");
+        Daemon { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Polls `cond` every 50 ms for at most `within`.
+    async fn eventually(&self, what: &str, within: Duration, mut cond: impl AsyncFnMut() -> bool) -> Duration {
+        let start = Instant::now();
+        while !cond().await {
+            assert!(start.elapsed() < within, "{what}: not within {within:?}; log:\n{}", self.log());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        start.elapsed()
+    }
+
+    async fn stop(mut self) {
+        let pid = self.child.id().expect("pid").to_string();
+        assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+        let status = tokio::time::timeout(Duration::from_secs(40), self.child.wait()).await.expect("stopped in time").expect("wait");
+        assert_eq!(status.code(), Some(0), "log:\n{}", self.log());
+    }
+}
+
+/// Runs the CLI to completion with extra environment.
+async fn cli(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_stacksync"));
+    cmd.args(args).env("NO_COLOR", "1").env("RUST_LOG", "info").kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    tokio::time::timeout(common::CLI_TIMEOUT, cmd.output()).await.expect("finished in time").expect("run stacksync")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_is_synced_seconds_after_its_control_plane_and_kubeconfig_are_ready() {
+    let env = Env::new(2).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    let config = env.config("", "", "");
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+
+    // Created while the daemon runs, not ready: recorded as such, nothing applied.
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", false).await;
+    env.add_kubeconfig("alpha", 0).await;
+    daemon
+        .eventually("alpha reported not ready", Duration::from_secs(20), async || {
+            env.ready_reason("alpha").await.is_some_and(|(_, r)| r == "ControlPlaneNotReady")
+        })
+        .await;
+    // Control plane ready (interval and notReadyRetry are 1h: only the watch can bring this).
+    env.set_ready("alpha", true).await;
+    let took = daemon
+        .eventually("alpha synced", Duration::from_secs(5), async || env.ready_reason("alpha").await.is_some_and(|(s, _)| s == "True"))
+        .await;
+    eprintln!("alpha Ready {took:?} after its control plane");
+    assert_eq!(env.configmap(0, "addon-alpha").await.expect("applied").data.unwrap_or_default()["cluster"], "alpha");
+
+    // Ready but no kubeconfig yet; the Secret appearing triggers the sync.
+    env.add_cluster("beta", "docker-ferrol-1-27-v1", true).await;
+    daemon
+        .eventually("beta waits for its kubeconfig", Duration::from_secs(10), async || {
+            env.ready_reason("beta").await.is_some_and(|(_, r)| r == "KubeconfigMissing")
+        })
+        .await;
+    env.add_kubeconfig("beta", 1).await;
+    daemon.eventually("beta synced", Duration::from_secs(5), async || env.configmap(1, "addon-beta").await.is_some()).await;
+
+    // The ClusterSync is owned by its Cluster, and goes when the Cluster goes.
+    let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
+    assert_eq!(cs["metadata"]["ownerReferences"][0]["kind"], "Cluster", "{cs}");
+    assert!(cs["status"]["lastSyncTime"].is_string(), "{cs}");
+    env.clusters().delete("alpha", &DeleteParams::default()).await.expect("delete");
+    daemon.eventually("alpha's ClusterSync removed", Duration::from_secs(10), async || env.cluster_sync("alpha").await.is_none()).await;
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_cluster_gets_no_writes_and_reconcile_requests_are_handled_in_seconds() {
+    let env = Env::new(1).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = env.config("", "", "");
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    daemon.eventually("alpha synced", Duration::from_secs(20), async || env.configmap(0, "addon-alpha").await.is_some()).await;
+
+    // Drift, then `stacksync reconcile`: taken back within 2 s, not at the next resync.
+    let cms: Api<ConfigMap> = Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
+    cms.delete("addon-alpha", &DeleteParams::default()).await.expect("delete");
+    let o = cli(&["reconcile", "--config", &config.to_string_lossy(), &format!("{NS}/alpha")], &[]).await;
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let took =
+        daemon.eventually("reconcile on request", Duration::from_secs(2), async || env.configmap(0, "addon-alpha").await.is_some()).await;
+    eprintln!("reconcile request handled in {took:?}");
+    let printed = String::from_utf8_lossy(&o.stdout).into_owned();
+    daemon
+        .eventually("lastHandledReconcileAt", Duration::from_secs(5), async || {
+            let cs = env.cluster_sync("alpha").await.unwrap_or_default();
+            cs["status"]["lastHandledReconcileAt"].as_str().is_some_and(|at| printed.contains(at))
+        })
+        .await;
+
+    // Paused (as during `clusterctl move`): a reconcile writes nothing to the workload cluster.
+    env.patch_cluster("alpha", json!({"spec": {"paused": true}})).await;
+    daemon
+        .eventually("Paused condition", Duration::from_secs(5), async || {
+            env.cluster_sync("alpha").await.is_some_and(|cs| condition(&cs, "Paused")["status"] == "True")
+        })
+        .await;
+    cms.delete("addon-alpha", &DeleteParams::default()).await.expect("delete");
+    env.workloads[0].reset_stats();
+    let o = cli(&["reconcile", "--config", &config.to_string_lossy(), &format!("{NS}/alpha")], &[]).await;
+    assert!(o.status.success());
+    let printed = String::from_utf8_lossy(&o.stdout).into_owned();
+    daemon
+        .eventually("the request handled", Duration::from_secs(5), async || {
+            let cs = env.cluster_sync("alpha").await.unwrap_or_default();
+            cs["status"]["lastHandledReconcileAt"].as_str().is_some_and(|at| printed.contains(at))
+        })
+        .await;
+    assert_eq!(env.workloads[0].stats().total_writes(), 0, "a paused Cluster was written to: {:?}", env.workloads[0].stats().writes);
+    assert!(env.configmap(0, "addon-alpha").await.is_none());
+
+    // Unpaused: the drift is taken back.
+    env.patch_cluster("alpha", json!({"spec": {"paused": false}})).await;
+    daemon.eventually("alpha synced again", Duration::from_secs(5), async || env.configmap(0, "addon-alpha").await.is_some()).await;
+    daemon.stop().await;
+}
+
+/// A GitHub API that accepts connections and never answers.
+async fn black_hole() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    (url, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_github_source_does_not_delay_a_git_subscription() {
+    let env = Env::new(1).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    let (api, hole) = black_hole().await;
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    // The slow subscription comes first in the file, and covers no Cluster.
+    let text = format!(
+        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nsources:\n  - name: slow\n    github:\n      repo: example/slow\n      apiUrl: {api}\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n  - name: slow\n    source: slow\n    interval: 1h\n    clusterSelector:\n      matchLabels: {{stack: nobody}}\n  - name: ferrol\n    source: stacks\n    interval: 1h\n    clusterSelector:\n      matchLabels: {{stack: ferrol}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n",
+        cache = env.dir.path().join("cache").display(),
+        url = env.repo.file_url(),
+        kubeconfig = env.mgmt.kubeconfig().display(),
+    );
+    let config = env.dir.path().join("stacksync.yaml");
+    std::fs::write(&config, text).expect("config");
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    daemon
+        .eventually("alpha synced despite the hanging source", Duration::from_secs(10), async || {
+            env.configmap(0, "addon-alpha").await.is_some()
+        })
+        .await;
+    daemon.stop().await;
+    hole.abort();
+}
+
+/// Copies a cluster-stack fixture release into the repository and tags it.
+fn publish(repo: &ReleaseRepo, release: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/clusterstack").join(release);
+    let _ = repo.git(&["rm", "-rq", "--ignore-unmatch", "."]);
+    let mut files = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).expect("fixture").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(&root).expect("prefix").to_string_lossy().into_owned();
+                files.push((rel, std::fs::read_to_string(&p).expect("text")));
+            }
+        }
+    }
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    repo.release(release, &refs);
+}
+
+fn helm_path() -> String {
+    let tools = std::env::var_os("STACKSYNC_TOOLS_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/stacksync-tools")))
+        .expect("HOME");
+    std::env::var("STACKSYNC_HELM").unwrap_or_else(|_| tools.join("bin/helm").to_string_lossy().into_owned())
+}
+
+fn stack_config(env: &Env) -> PathBuf {
+    env.config(
+        &format!("    stack: {STACK}\n    format: clusterstack\n    availableReleases: 1\n"),
+        "",
+        &format!("helm:\n  path: {}\n", helm_path()),
+    )
+}
+
+async fn applied(env: &Env, name: &str) -> String {
+    let cs = env.cluster_sync(name).await.unwrap_or_default();
+    cs["status"]["appliedRelease"]["tag"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_cluster_gets_the_release_its_class_names_and_old_classes_stay_while_used() {
+    let env = Env::new(3).await;
+    publish(&env.repo, "docker-ferrol-1-27-v2");
+    publish(&env.repo, "docker-ferrol-1-27-v3");
+    for (i, (name, class)) in
+        [("alpha", "docker-ferrol-1-27-v2"), ("beta", "docker-ferrol-1-27-v3"), ("gamma", "docker-ferrol-1-27-v2")].into_iter().enumerate()
+    {
+        env.add_cluster(name, class, true).await;
+        env.add_kubeconfig(name, i).await;
+    }
+    let config = stack_config(&env);
+    let o = common::run_once(&config).await;
+    common::assert_exit(&o, 0);
+    assert_eq!(applied(&env, "alpha").await, "docker-ferrol-1-27-v2");
+    assert_eq!(applied(&env, "beta").await, "docker-ferrol-1-27-v3");
+    // v3 is offered (availableReleases: 1); v2 because Clusters use it.
+    assert_eq!(env.cluster_classes().await, ["docker-ferrol-1-27-v2", "docker-ferrol-1-27-v3"]);
+    let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
+    assert_eq!(
+        (cs["status"]["class"].as_str(), cs["status"]["newestAvailable"].as_str()),
+        (Some("docker-ferrol-1-27-v2"), Some("docker-ferrol-1-27-v3")),
+        "{cs}"
+    );
+    // v2's addon ships a CRD that v3's does not.
+    let crds = |i: usize| {
+        let client = env.workloads[i].client().expect("client");
+        async move {
+            let api: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client);
+            api.list(&Default::default()).await.expect("crds").items.len()
+        }
+    };
+    assert!(crds(0).await > 0 && crds(1).await == 0);
+
+    // alpha moves to v3: v3's addons; v2's ClusterClass stays, gamma still uses it.
+    env.patch_cluster("alpha", json!({"spec": {"topology": {"class": "docker-ferrol-1-27-v3"}}})).await;
+    common::assert_exit(&common::run_once(&config).await, 0);
+    assert_eq!(applied(&env, "alpha").await, "docker-ferrol-1-27-v3");
+    assert_eq!(crds(0).await, 0, "v2's CRD was not pruned on the move to v3");
+    assert_eq!(env.cluster_classes().await, ["docker-ferrol-1-27-v2", "docker-ferrol-1-27-v3"]);
+
+    // gamma moves too: nobody uses v2 and it is not offered: pruned.
+    env.patch_cluster("gamma", json!({"spec": {"topology": {"class": "docker-ferrol-1-27-v3"}}})).await;
+    common::assert_exit(&common::run_once(&config).await, 0);
+    assert_eq!(env.cluster_classes().await, ["docker-ferrol-1-27-v3"]);
+
+    // A class naming a release that does not exist: ReleaseNotAvailable, what it has stays.
+    env.patch_cluster("beta", json!({"spec": {"topology": {"class": "docker-ferrol-1-27-v9"}}})).await;
+    let o = common::run_once(&config).await;
+    common::assert_exit(&o, 1);
+    assert_eq!(env.ready_reason("beta").await.map(|r| r.1).as_deref(), Some("ReleaseNotAvailable"));
+    assert_eq!(applied(&env, "beta").await, "docker-ferrol-1-27-v3");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_work_directory_that_cannot_be_made_fails_the_pass_with_a_condition() {
+    let env = Env::new(1).await;
+    publish(&env.repo, "docker-ferrol-1-27-v2");
+    env.add_cluster("alpha", "docker-ferrol-1-27-v2", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = stack_config(&env);
+    let not_a_dir = env.dir.path().join("file");
+    std::fs::write(&not_a_dir, "").expect("file");
+    let o = cli(&["run", "--once", "--config", &config.to_string_lossy()], &[("TMPDIR", &not_a_dir.to_string_lossy())]).await;
+    common::assert_exit(&o, 1);
+    assert!(common::stdout(&o).contains("NOT SYNCED"), "{}", common::stdout(&o));
+    assert_eq!(env.ready_reason("alpha").await.map(|r| r.1).as_deref(), Some("WorkDirUnavailable"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_clusters_are_reconciled_concurrently() {
+    let env = Env::new(1).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    for i in 0..50 {
+        let name = format!("c{i:02}");
+        env.add_cluster(&name, "docker-ferrol-1-27-v1", true).await;
+        env.add_kubeconfig(&name, 0).await;
+    }
+    // Every ClusterSync read is slowed down, as a busy API server would: one at a time, 50 of
+    // them take 5 s at least.
+    env.mgmt.faults().add(testkit::apiserver::FaultRule::new().verb("get").path("clustersyncs").latency(Duration::from_millis(100)));
+    let config = env.config("", "", "");
+    let start = Instant::now();
+    let o = cli(&["run", "--once", "--concurrency", "25", "--config", &config.to_string_lossy()], &[]).await;
+    let took = start.elapsed();
+    common::assert_exit(&o, 0);
+    assert!(common::stdout(&o).contains("synced: 50/50 clusters ready"), "{}", common::stdout(&o));
+    assert!(took < Duration::from_secs(5), "50 Clusters took {took:?}: not concurrent");
+    assert!(env.configmap(0, "addon-c49").await.is_some());
+}
+
+fn files_under(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn render_finds_selected_clusters_in_the_management_cluster_and_renders_their_own_release() {
+    let env = Env::new(2).await;
+    publish(&env.repo, "docker-ferrol-1-27-v2");
+    publish(&env.repo, "docker-ferrol-1-27-v3");
+    env.add_cluster("alpha", "docker-ferrol-1-27-v2", false).await;
+    env.add_cluster("beta", "docker-ferrol-1-27-v3", false).await;
+    let config = stack_config(&env);
+    let out = env.dir.path().join("preview");
+    let o = cli(&["render", "--config", &config.to_string_lossy(), "--out", &out.to_string_lossy()], &[]).await;
+    common::assert_exit(&o, 0);
+    // v2 is a single addon chart, v3 has stages: each Cluster got its own class's release.
+    assert!(
+        files_under(&out.join("team-a/alpha")).iter().any(|f| f.ends_with("configmap-cni-config.yaml")),
+        "{:?}",
+        files_under(&out.join("team-a/alpha"))
+    );
+    assert_eq!(files_under(&out.join("team-a/beta")), ["cni", "metrics-server"]);
+    let classes = files_under(&out.join("team-a/cluster-class"));
+    assert!(
+        classes.iter().any(|f| f.contains("docker-ferrol-1-27-v2")) && classes.iter().any(|f| f.contains("docker-ferrol-1-27-v3")),
+        "{classes:?}"
+    );
+    let alpha_cni = std::fs::read_dir(out.join("team-a/alpha"))
+        .expect("dir")
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().contains("cni-config"))
+        .expect("cni");
+    let text = std::fs::read_to_string(alpha_cni.path()).expect("read");
+    assert!(text.contains("cluster-name: alpha"), "{text}");
+    // Nothing was written to the management cluster.
+    assert!(env.cluster_sync("alpha").await.is_none());
+
+    // Offline, one Cluster from a file as `clusterctl generate cluster` prints it.
+    let file = env.dir.path().join("gamma.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: cluster.x-k8s.io/v1beta1\nkind: MachineDeployment\nmetadata:\n  name: gamma-md-0\n---\napiVersion: cluster.x-k8s.io/v1beta1\nkind: Cluster\nmetadata:\n  name: gamma\n  namespace: team-b\nspec:\n  controlPlaneEndpoint: {host: gamma.example.test, port: 6443}\n  clusterNetwork: {pods: {cidrBlocks: [10.9.0.0/16]}}\n  topology:\n    class: docker-ferrol-1-27-v2\n    version: v1.27.3\n---\napiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: DockerCluster\nmetadata:\n  name: gamma\n",
+    )
+    .expect("file");
+    let out2 = env.dir.path().join("one");
+    let o = cli(
+        &["render", "--config", &config.to_string_lossy(), "--out", &out2.to_string_lossy(), "--cluster", &file.to_string_lossy()],
+        &[],
+    )
+    .await;
+    common::assert_exit(&o, 0);
+    let classes = files_under(&out2.join("team-b/cluster-class"));
+    assert!(classes.iter().all(|f| !f.contains("v3")) && classes.iter().any(|f| f.contains("docker-ferrol-1-27-v2")), "{classes:?}");
+}
