@@ -202,6 +202,18 @@ mod tests {
     }
 
     #[test]
+    fn the_whole_template_is_named_as_the_operator_names_it() {
+        let t = ValuesTemplate::parse(
+            "v.yaml",
+            "{{ define \"n\" }}{{ if . }}{{ . }}{{ else }}{{ template \"cluster-addon-values-alpha\" 1 }}{{ end }}{{ end }}a: {{ template \"n\" .missing }}\n",
+        )
+        .unwrap();
+        // The recursive call renders the whole file again with `.` = 1, whose `.missing` fails.
+        let e = render(&t, &cluster(None)).unwrap_err().to_string();
+        assert!(e.contains("can't evaluate field missing in type int"), "{e}");
+    }
+
+    #[test]
     fn a_configured_cluster_without_api_version_and_kind_still_has_them() {
         let t = ValuesTemplate::parse("v.yaml", "k: {{ .Cluster.kind }}\na: {{ .Cluster.apiVersion }}\n").unwrap();
         assert_eq!(render(&t, &cluster(Some("h"))).unwrap(), "k: Cluster\na: cluster.x-k8s.io/v1beta1\n");
