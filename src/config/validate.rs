@@ -151,7 +151,7 @@ impl Cx {
     }
 
     fn config(&mut self, root: &Node, base: &Path) -> Option<Config> {
-        let f = self.fields(root, "", &["apiVersion", "kind", "cache", "sources", "subscriptions", "target", "helm"])?;
+        let f = self.fields(root, "", &["apiVersion", "kind", "cache", "sources", "subscriptions", "target", "helm", "templates"])?;
         if let Some(v) = self.required_string(&f, "apiVersion")
             && v != API_VERSION
         {
@@ -244,7 +244,11 @@ impl Cx {
             Some(node) => self.helm(node, base)?,
             None => super::HelmConfig::default(),
         };
-        Some(Config { file: self.file.clone(), helm, cache: cache?, sources, subscriptions, target: target? })
+        let templates = match f.get("templates") {
+            Some(node) => self.templates(node)?,
+            None => super::TemplatesConfig::default(),
+        };
+        Some(Config { file: self.file.clone(), helm, templates, cache: cache?, sources, subscriptions, target: target? })
     }
 
     fn cache(&mut self, node: &Node, base: &Path) -> Option<CacheConfig> {

@@ -16,8 +16,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use super::gotemplate::Warning;
 use super::helm::Helm;
-use super::values::ValuesTemplate;
+use super::values::{TemplateOptions, ValuesTemplate};
 use super::{Error, Errors, Object, ObjectKey};
 use crate::cache::unpack;
 use crate::config::ClusterConfig;
@@ -77,6 +78,8 @@ pub struct Layout {
     pub addon: Addon,
     /// Archives unpacked while loading (each once, whatever the number of clusters).
     pub unpacked: Vec<String>,
+    /// How values templates run (the config's `templates:`); set after [`Layout::load`].
+    pub template_options: TemplateOptions,
 }
 
 /// One rendered stage of a cluster's addons, in apply order. `name` is `None` for a
@@ -85,6 +88,15 @@ pub struct Layout {
 pub struct RenderedStage {
     pub name: Option<String>,
     pub objects: Vec<Object>,
+}
+
+/// A cluster's rendered addons and what their values templates printed silently.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderedAddons {
+    pub stages: Vec<RenderedStage>,
+    /// Every `<no value>` / `<nil>` the values templates printed (file, line, path; already
+    /// logged), in stage order: for the Cluster's status.
+    pub warnings: Vec<Warning>,
 }
 
 impl Layout {
@@ -176,7 +188,7 @@ impl Layout {
         if !errors.is_empty() {
             return Err(Errors(errors));
         }
-        Ok(Layout { stack: stack.clone(), metadata, cluster_class, addon, unpacked })
+        Ok(Layout { stack: stack.clone(), metadata, cluster_class, addon, unpacked, template_options: TemplateOptions::default() })
     }
 
     /// The stages a cluster gets installed, in order: the install hook's `apply` stages, or the
@@ -208,13 +220,23 @@ impl Layout {
     }
 
     /// The addon objects of `cluster`, stage by stage in install order. Values files go under
-    /// `work` (unique per cluster).
+    /// `work` (unique per cluster). Values-template warnings are logged; use
+    /// [`Layout::render_addons_reporting`] to get them too.
     ///
     /// # Errors
     /// Every stage's values-template, helm and object errors (all stages are tried).
     pub async fn render_addons(&self, helm: &Helm, cluster: &ClusterConfig, work: &Path) -> Result<Vec<RenderedStage>, Errors> {
+        self.render_addons_reporting(helm, cluster, work).await.map(|r| r.stages)
+    }
+
+    /// As [`Layout::render_addons`], with the values templates' `<no value>` / `<nil>` warnings.
+    ///
+    /// # Errors
+    /// As [`Layout::render_addons`] (in strict mode a warning is an error).
+    pub async fn render_addons_reporting(&self, helm: &Helm, cluster: &ClusterConfig, work: &Path) -> Result<RenderedAddons, Errors> {
         let dir = work.join("values").join(&cluster.namespace).join(&cluster.name);
         let mut out = Vec::new();
+        let mut all_warnings = Vec::new();
         let mut errors = Vec::new();
         for stage in self.install_stages() {
             let (chart, template) = match (&self.addon, stage) {
@@ -225,8 +247,9 @@ impl Layout {
                 },
                 (Addon::Staged { .. }, None) => continue,
             };
-            let values_file = match template.map(|t| t.render(cluster)).transpose() {
-                Ok(v) => v,
+            let (values_file, warnings) = match template.map(|t| t.render(cluster, &self.template_options)).transpose() {
+                Ok(Some(v)) => (Some(v.values), v.warnings),
+                Ok(None) => (None, Vec::new()),
                 Err(e) => {
                     errors.push(e);
                     continue;
@@ -264,11 +287,12 @@ impl Layout {
                         objects.iter_mut().for_each(|o| o.stage = None);
                     }
                     out.push(RenderedStage { name: stage.map(str::to_owned), objects });
+                    all_warnings.extend(warnings);
                 }
                 Err(e) => errors.extend(e.0),
             }
         }
-        if errors.is_empty() { Ok(out) } else { Err(Errors(errors)) }
+        if errors.is_empty() { Ok(RenderedAddons { stages: out, warnings: all_warnings }) } else { Err(Errors(errors)) }
     }
 }
 

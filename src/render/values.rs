@@ -5,12 +5,24 @@
 use serde_json::{Map, Value, json};
 
 use super::Error;
-use super::gotemplate::{self, Template};
+use super::gotemplate::{self, Template, Warning};
 use crate::config::ClusterConfig;
 use crate::kubeyaml;
 
 /// The Cluster API version of the default `.Cluster` object.
 pub const CLUSTER_API_VERSION: &str = "cluster.x-k8s.io/v1beta1";
+
+/// How values templates are executed: the config's `templates:` section.
+pub type TemplateOptions = crate::config::TemplatesConfig;
+
+/// The values for one cluster, and what Go would have printed silently.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderedValues {
+    /// The helm values file's text.
+    pub values: String,
+    /// Every `<no value>` / `<nil>` printed (file, line, path). Empty in strict mode.
+    pub warnings: Vec<Warning>,
+}
 
 /// A values template of a release, parsed once and executed per cluster.
 #[derive(Debug, Clone)]
@@ -28,12 +40,34 @@ impl ValuesTemplate {
     }
 
     /// The helm values for `cluster`: the template's output, or, when that output is a mapping
-    /// with a string `values:` field, that string.
+    /// with a string `values:` field, that string. A missing key prints `<no value>` as in the
+    /// operator; each such print is returned as a warning (and logged), or is an error when
+    /// `options.strict` is set.
     ///
     /// # Errors
-    /// Template execution errors (missing fields, failing functions) and output that is not YAML.
-    pub fn render(&self, cluster: &ClusterConfig) -> Result<String, Error> {
-        let text = self.template.execute(&template_data(cluster))?;
+    /// Template execution errors (failing functions, limits), output that is not YAML, and in
+    /// strict mode the first `<no value>` / `<nil>` printed.
+    pub fn render(&self, cluster: &ClusterConfig, options: &TemplateOptions) -> Result<RenderedValues, Error> {
+        // The operator names the template `cluster-addon-values-<cluster>` (what `{{ template }}`
+        // calls the whole file by); messages still name the file.
+        let name = format!("cluster-addon-values-{}", cluster.name);
+        let out = self.template.execute_as(&name, &template_data(cluster), gotemplate::Limits::default())?;
+        if options.strict
+            && let Some(w) = out.warnings.first()
+        {
+            return Err(Error::Template(gotemplate::Error {
+                file: w.file.clone(),
+                line: w.line,
+                message: format!(
+                    "`{}` would print {} (missing or nil in cluster {}/{}); `templates.strict` is set",
+                    w.path, w.printed, cluster.namespace, cluster.name
+                ),
+            }));
+        }
+        for w in &out.warnings {
+            tracing::warn!(cluster = %format!("{}/{}", cluster.namespace, cluster.name), "values template: {w}");
+        }
+        let text = out.text;
         let parsed = first_document(&text, None).map_err(|e| self.not_yaml("the rendered template", &e, &text))?;
         let values = match parsed.get("values") {
             Some(Value::String(inner)) => inner.clone(),
@@ -43,7 +77,7 @@ impl ValuesTemplate {
         if !matches!(as_yaml, Value::Object(_) | Value::Null) {
             return Err(self.err(format!("the rendered values are not a YAML mapping: {}", excerpt(&values))));
         }
-        Ok(values)
+        Ok(RenderedValues { values, warnings: out.warnings })
     }
 
     fn err(&self, message: String) -> Error {
@@ -116,6 +150,10 @@ mod tests {
         }
     }
 
+    fn render(t: &ValuesTemplate, c: &ClusterConfig) -> Result<String, Error> {
+        t.render(c, &TemplateOptions::default()).map(|r| r.values)
+    }
+
     #[test]
     fn values_field_is_unwrapped_and_cluster_defaults_apply() {
         let t = ValuesTemplate::parse(
@@ -123,35 +161,61 @@ mod tests {
             "values: |\n  ms:\n    domain: \"{{ .Cluster.spec.controlPlaneEndpoint.host }}\"\n    name: {{ .Cluster.metadata.name }}\n",
         )
         .unwrap();
-        assert_eq!(t.render(&cluster(Some("10.0.0.1"))).unwrap(), "ms:\n  domain: \"10.0.0.1\"\n  name: alpha\n");
+        assert_eq!(render(&t, &cluster(Some("10.0.0.1"))).unwrap(), "ms:\n  domain: \"10.0.0.1\"\n  name: alpha\n");
         let plain = ValuesTemplate::parse("overwrite.yaml", "ns: {{ .Cluster.metadata.namespace }}\n").unwrap();
-        assert_eq!(plain.render(&cluster(None)).unwrap(), "ns: team-a\n");
+        assert_eq!(render(&plain, &cluster(None)).unwrap(), "ns: team-a\n");
     }
 
     #[test]
-    fn missing_objects_and_bad_output_are_errors() {
-        let t = ValuesTemplate::parse("v.yaml", "values: |\n  host: {{ .Cluster.spec.controlPlaneEndpoint.host }}\n").unwrap();
-        let e = t.render(&cluster(None)).unwrap_err().to_string();
-        assert!(e.starts_with("v.yaml:2: map has no entry for key `.Cluster.spec`"), "{e}");
+    fn a_missing_key_prints_no_value_as_the_operator_does_and_is_a_warning() {
+        let t = ValuesTemplate::parse("v.yaml", "values: |\n  a: 1\n  host: {{ .Cluster.spec.controlPlaneEndpoint.host }}\n").unwrap();
+        let out = t.render(&cluster(None), &TemplateOptions::default()).unwrap();
+        assert_eq!(out.values, "a: 1\nhost: <no value>\n");
+        assert_eq!(out.warnings.len(), 1);
+        let w = &out.warnings[0];
+        assert_eq!((w.file.as_str(), w.line, w.path.as_str(), w.printed), ("v.yaml", 3, ".Cluster.spec", "<no value>"), "{w}");
+    }
+
+    #[test]
+    fn strict_templates_turn_a_missing_key_into_an_error_naming_file_line_and_path() {
+        let t = ValuesTemplate::parse("v.yaml", "values: |\n  a: 1\n  host: {{ .Cluster.spec.controlPlaneEndpoint.host }}\n").unwrap();
+        let e = t.render(&cluster(None), &TemplateOptions { strict: true }).unwrap_err().to_string();
+        assert!(e.starts_with("v.yaml:3: `.Cluster.spec` would print <no value> (missing or nil in cluster team-a/alpha)"), "{e}");
+    }
+
+    #[test]
+    fn bad_output_is_an_error() {
         let t = ValuesTemplate::parse("v.yaml", "- {{ .Cluster.metadata.name }}\n").unwrap();
-        let e = t.render(&cluster(None)).unwrap_err().to_string();
+        let e = render(&t, &cluster(None)).unwrap_err().to_string();
         assert!(e.contains("not a YAML mapping"), "{e}");
         let t = ValuesTemplate::parse("v.yaml", "values: |\n  a: [{{ .Cluster.metadata.name }}\n").unwrap();
-        let e = t.render(&cluster(None)).unwrap_err().to_string();
+        let e = render(&t, &cluster(None)).unwrap_err().to_string();
         assert!(e.contains("the rendered `values` is not valid YAML"), "{e}");
     }
 
     #[test]
     fn a_values_template_with_more_documents_uses_the_first_as_the_operator_does() {
         let t = ValuesTemplate::parse("v.yaml", "---\nvalues: |\n  name: {{ .Cluster.metadata.name }}\n---\nvalues: other\n").unwrap();
-        assert_eq!(t.render(&cluster(None)).unwrap(), "name: alpha\n");
+        assert_eq!(render(&t, &cluster(None)).unwrap(), "name: alpha\n");
         let t = ValuesTemplate::parse("v.yaml", "name: {{ .Cluster.metadata.name }}\n---\n").unwrap();
-        assert_eq!(t.render(&cluster(None)).unwrap(), "name: alpha\n---\n");
+        assert_eq!(render(&t, &cluster(None)).unwrap(), "name: alpha\n---\n");
+    }
+
+    #[test]
+    fn the_whole_template_is_named_as_the_operator_names_it() {
+        let t = ValuesTemplate::parse(
+            "v.yaml",
+            "{{ define \"n\" }}{{ if . }}{{ . }}{{ else }}{{ template \"cluster-addon-values-alpha\" 1 }}{{ end }}{{ end }}a: {{ template \"n\" .missing }}\n",
+        )
+        .unwrap();
+        // The recursive call renders the whole file again with `.` = 1, whose `.missing` fails.
+        let e = render(&t, &cluster(None)).unwrap_err().to_string();
+        assert!(e.contains("can't evaluate field missing in type int"), "{e}");
     }
 
     #[test]
     fn a_configured_cluster_without_api_version_and_kind_still_has_them() {
         let t = ValuesTemplate::parse("v.yaml", "k: {{ .Cluster.kind }}\na: {{ .Cluster.apiVersion }}\n").unwrap();
-        assert_eq!(t.render(&cluster(Some("h"))).unwrap(), "k: Cluster\na: cluster.x-k8s.io/v1beta1\n");
+        assert_eq!(render(&t, &cluster(Some("h"))).unwrap(), "k: Cluster\na: cluster.x-k8s.io/v1beta1\n");
     }
 }

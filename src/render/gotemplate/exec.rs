@@ -1,34 +1,14 @@
-//! Executes a parsed template against JSON data, with Go's truthiness, scoping and printing rules.
+//! Execution of a parsed template against data, with Go's truthiness, scoping, missing-key and
+//! printing rules. Bounded: template calls nest at most [`Limits::calls`] deep, every node and
+//! range iteration is a step against [`Limits::steps`], and output stops at [`Limits::output`].
 
-use serde_json::Value;
+use std::rc::Rc;
 
-use super::Error;
 use super::funcs;
-use super::parse::{Arg, List, Node, Pipe};
-
-/// A value during execution: JSON data, or the absence of a field (Go's "no value").
-#[derive(Debug, Clone, PartialEq)]
-pub(super) enum Val {
-    Json(Value),
-    /// A map key that is not there, with the path that was asked for (for error messages).
-    Missing(String),
-}
-
-impl Val {
-    pub(super) fn truthy(&self) -> bool {
-        match self {
-            Val::Missing(_) => false,
-            Val::Json(v) => match v {
-                Value::Null => false,
-                Value::Bool(b) => *b,
-                Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-                Value::String(s) => !s.is_empty(),
-                Value::Array(a) => !a.is_empty(),
-                Value::Object(m) => !m.is_empty(),
-            },
-        }
-    }
-}
+use super::gofmt;
+use super::parse::{Arg, List, Node, Pipe, Tree};
+use super::value::Val;
+use super::{Error, Limits, Warning};
 
 enum Flow {
     Normal,
@@ -38,59 +18,97 @@ enum Flow {
 
 pub(super) struct Exec<'a> {
     pub file: &'a str,
+    /// The name `{{ template }}` calls the whole file by.
+    root_name: &'a str,
+    tree: &'a Tree,
     vars: Vec<(String, Val)>,
     out: String,
-    steps: usize,
+    steps: u64,
+    depth: usize,
+    limits: Limits,
+    pub warnings: Vec<Warning>,
 }
 
-/// A bound on work per execution, so a hostile template cannot loop for ever.
-const MAX_STEPS: usize = 1_000_000;
-/// A bound on output size.
-pub(super) const MAX_OUTPUT: usize = 16 * 1024 * 1024;
-
 impl<'a> Exec<'a> {
-    pub(super) fn run(file: &'a str, list: &List, data: &Value) -> Result<String, Error> {
-        let mut ex = Exec { file, vars: vec![("$".to_owned(), Val::Json(data.clone()))], out: String::new(), steps: 0 };
-        let dot = Val::Json(data.clone());
-        ex.walk(list, &dot)?;
-        Ok(ex.out)
+    pub(super) fn run(
+        file: &'a str,
+        root_name: &'a str,
+        tree: &'a Tree,
+        data: Val,
+        limits: Limits,
+    ) -> Result<(String, Vec<Warning>), Error> {
+        let mut ex = Exec {
+            file,
+            root_name,
+            tree,
+            vars: vec![("$".to_owned(), data.clone())],
+            out: String::new(),
+            steps: 0,
+            depth: 0,
+            limits,
+            warnings: Vec::new(),
+        };
+        ex.walk(&tree.root, &data, 0)?;
+        Ok((ex.out, ex.warnings))
+    }
+
+    pub(super) fn output_limit(&self) -> usize {
+        self.limits.output
+    }
+
+    pub(super) fn count_step(&mut self) -> Result<(), Error> {
+        self.step(0)
     }
 
     pub(super) fn err(&self, line: usize, message: impl Into<String>) -> Error {
         Error { file: self.file.to_owned(), line, message: message.into() }
     }
 
-    fn walk(&mut self, list: &List, dot: &Val) -> Result<Flow, Error> {
+    /// Counts one step; an error past the step limit.
+    pub(super) fn step(&mut self, line: usize) -> Result<(), Error> {
+        self.steps += 1;
+        if self.steps > self.limits.steps {
+            return Err(self.err(line, format!("template execution exceeds the limit of {} steps", self.limits.steps)));
+        }
+        Ok(())
+    }
+
+    fn emit(&mut self, line: usize, text: &str) -> Result<(), Error> {
+        if self.out.len() + text.len() > self.limits.output {
+            return Err(self.err(line, format!("template output exceeds the limit of {} bytes", self.limits.output)));
+        }
+        self.out.push_str(text);
+        Ok(())
+    }
+
+    fn walk(&mut self, list: &List, dot: &Val, line: usize) -> Result<Flow, Error> {
         for node in list {
-            self.steps += 1;
-            if self.steps > MAX_STEPS || self.out.len() > MAX_OUTPUT {
-                return Err(self.err(0, "template execution exceeded its step or output limit"));
-            }
+            self.step(line)?;
             match node {
-                Node::Text(t) => self.out.push_str(t),
+                Node::Text(t) => self.emit(line, t)?,
                 Node::Action(pipe) => {
+                    gofmt::take_printed_nil();
                     let v = self.pipeline(pipe, dot)?;
                     if pipe.decl.is_empty() {
-                        let text = print(&v).map_err(|m| self.err(pipe.line, m))?;
-                        self.out.push_str(&text);
+                        self.print_action(pipe, &v)?;
                     }
                 }
                 Node::If { branches, otherwise } | Node::With { branches, otherwise } => {
                     let is_with = matches!(node, Node::With { .. });
                     let mark = self.vars.len();
-                    let mut taken = false;
-                    let mut flow = Flow::Normal;
+                    let mut flow = None;
                     for (pipe, body) in branches {
                         let v = self.pipeline(pipe, dot)?;
                         if v.truthy() {
-                            flow = if is_with { self.walk(body, &v)? } else { self.walk(body, dot)? };
-                            taken = true;
+                            flow = Some(if is_with { self.walk(body, &v, pipe.line)? } else { self.walk(body, dot, pipe.line)? });
                             break;
                         }
                     }
-                    if !taken && let Some(body) = otherwise {
-                        flow = self.walk(body, dot)?;
-                    }
+                    let flow = match (flow, otherwise) {
+                        (Some(f), _) => f,
+                        (None, Some(body)) => self.walk(body, dot, line)?,
+                        (None, None) => Flow::Normal,
+                    };
                     self.vars.truncate(mark);
                     if !matches!(flow, Flow::Normal) {
                         return Ok(flow);
@@ -106,50 +124,94 @@ impl<'a> Exec<'a> {
                 }
                 Node::Break => return Ok(Flow::Break),
                 Node::Continue => return Ok(Flow::Continue),
+                Node::Template { line, name, pipe } => self.template(*line, name, pipe.as_ref(), dot)?,
             }
         }
         Ok(Flow::Normal)
+    }
+
+    /// Prints an action's value as Go does (`<no value>` for a missing one), recording a warning
+    /// for every `<no value>` / `<nil>` that reaches the output.
+    fn print_action(&mut self, pipe: &Pipe, v: &Val) -> Result<(), Error> {
+        let text = match v {
+            Val::Missing(path) => {
+                self.warnings.push(Warning { file: self.file.to_owned(), line: pipe.line, path: path.to_string(), printed: "<no value>" });
+                "<no value>".to_owned()
+            }
+            v => {
+                let text = gofmt::sprint_one(v);
+                if gofmt::take_printed_nil() && text.contains("<nil>") {
+                    let path = describe_pipe(pipe);
+                    self.warnings.push(Warning { file: self.file.to_owned(), line: pipe.line, path, printed: "<nil>" });
+                }
+                text
+            }
+        };
+        self.emit(pipe.line, &text)
+    }
+
+    fn template(&mut self, line: usize, name: &str, pipe: Option<&Pipe>, dot: &Val) -> Result<(), Error> {
+        let body = match self.tree.defines.get(name) {
+            Some(body) => body,
+            None if name == self.root_name => &self.tree.root,
+            None => return Err(self.err(line, format!("no such template `{name}`"))),
+        };
+        let new_dot = match pipe {
+            Some(p) => self.pipeline(p, dot)?,
+            None => Val::missing(),
+        };
+        if self.depth >= self.limits.calls {
+            return Err(self.err(line, format!("`template \"{name}\"` exceeds the limit of {} nested template calls", self.limits.calls)));
+        }
+        self.depth += 1;
+        let saved = std::mem::replace(&mut self.vars, vec![("$".to_owned(), new_dot.clone())]);
+        let r = self.walk(body, &new_dot, line);
+        self.vars = saved;
+        self.depth -= 1;
+        r.map(|_| ())
     }
 
     fn range(&mut self, pipe: &Pipe, body: &List, otherwise: Option<&List>, dot: &Val, mark: usize) -> Result<Flow, Error> {
         // The declared variables get the key/index and element, not the whole value.
         let undeclared = Pipe { decl: Vec::new(), assign: false, ..pipe.clone() };
         let value = self.pipeline(&undeclared, dot)?;
-        let items: Vec<(Value, Value)> = match &value {
-            Val::Missing(_) | Val::Json(Value::Null) => Vec::new(),
-            Val::Json(Value::Array(a)) => a.iter().enumerate().map(|(i, v)| (Value::from(i), v.clone())).collect(),
+        let items: Vec<(Val, Val)> = match &value {
+            Val::Missing(_) | Val::Nil => Vec::new(),
+            Val::List(a, _) => a.iter().enumerate().map(|(i, v)| (Val::Int(i as i64), v.clone())).collect(),
             // In key order, as Go's range over a map.
-            Val::Json(Value::Object(m)) => sorted(m).map(|(k, v)| (Value::String(k.clone()), v.clone())).collect(),
+            Val::Map(m, _) => m.borrow().iter().map(|(k, v)| (Val::str(k.as_str()), v.clone())).collect(),
             // Go 1.22: `range N` counts 0..N (nothing for N <= 0) into one variable.
-            Val::Json(Value::Number(n)) if n.is_i64() || n.is_u64() => {
+            Val::Int(n) | Val::I64(n) => {
                 if pipe.decl.len() > 1 {
                     return Err(self.err(pipe.line, format!("can't use {n} to iterate over more than one variable")));
                 }
-                let count = n.as_u64().unwrap_or(0);
-                if count > MAX_STEPS as u64 {
-                    return Err(self.err(pipe.line, format!("range over {n} exceeds the step limit")));
+                let count = (*n).max(0) as u64;
+                if count > self.limits.steps {
+                    return Err(self.err(pipe.line, format!("range over {n} exceeds the limit of {} steps", self.limits.steps)));
                 }
-                (0..count).map(|i| (Value::from(i), Value::from(i))).collect()
+                let int = matches!(value, Val::Int(_));
+                (0..count as i64).map(|i| if int { (Val::Int(i), Val::Int(i)) } else { (Val::I64(i), Val::I64(i)) }).collect()
             }
-            Val::Json(other) => return Err(self.err(pipe.line, format!("range can't iterate over {}", describe(other)))),
+            other => return Err(self.err(pipe.line, format!("range can't iterate over {}", gofmt::sprint_one(other)))),
         };
         if items.is_empty() {
             return match otherwise {
-                Some(list) => self.walk(list, dot),
+                Some(list) => self.walk(list, dot, pipe.line),
                 None => Ok(Flow::Normal),
             };
         }
         for (key, elem) in items {
+            self.step(pipe.line)?;
             self.vars.truncate(mark);
             match pipe.decl.as_slice() {
                 [] => {}
-                [e] => self.vars.push((e.clone(), Val::Json(elem.clone()))),
+                [e] => self.vars.push((e.clone(), elem.clone())),
                 [k, e, ..] => {
-                    self.vars.push((k.clone(), Val::Json(key)));
-                    self.vars.push((e.clone(), Val::Json(elem.clone())));
+                    self.vars.push((k.clone(), key));
+                    self.vars.push((e.clone(), elem.clone()));
                 }
             }
-            match self.walk(body, &Val::Json(elem))? {
+            match self.walk(body, &elem, pipe.line)? {
                 Flow::Break => break,
                 Flow::Continue | Flow::Normal => {}
             }
@@ -160,9 +222,14 @@ impl<'a> Exec<'a> {
     pub(super) fn pipeline(&mut self, pipe: &Pipe, dot: &Val) -> Result<Val, Error> {
         let mut value: Option<Val> = None;
         for cmd in &pipe.cmds {
-            value = Some(self.command(pipe.line, &cmd.args, dot, value)?);
+            let v = self.command(pipe.line, &cmd.args, dot, value)?;
+            // Go digs a nil `interface{}` out into "no value" after every stage.
+            value = Some(match v {
+                Val::Nil => Val::Missing(Rc::from(describe_args(&cmd.args))),
+                v => v,
+            });
         }
-        let value = value.unwrap_or(Val::Missing(String::new()));
+        let value = value.unwrap_or_else(Val::missing);
         match pipe.decl.as_slice() {
             [] => {}
             [name] if pipe.assign => {
@@ -182,18 +249,18 @@ impl<'a> Exec<'a> {
             return funcs::call(self, line, name, &args[1..], dot, piped);
         }
         if args.len() > 1 || piped.is_some() {
-            let what = match &args[0] {
-                Arg::Field(_) | Arg::Var(..) | Arg::Sub(..) => "a field or variable",
-                _ => "a constant",
-            };
-            return Err(self.err(line, format!("can't give arguments to {what}: only functions take arguments")));
+            return Err(self.err(line, "can't give arguments to a field, variable or constant: only functions take arguments"));
         }
-        self.arg(line, &args[0], dot)
+        match &args[0] {
+            Arg::Nil => Err(self.err(line, "nil is not a command")),
+            arg => self.arg(line, arg, dot),
+        }
     }
 
+    /// Evaluates one operand. Number constants become what Go's `idealConstant` makes of them.
     pub(super) fn arg(&mut self, line: usize, arg: &Arg, dot: &Val) -> Result<Val, Error> {
         match arg {
-            Arg::Field(chain) => self.fields(line, dot.clone(), chain, "."),
+            Arg::Field(chain) => self.fields(line, dot.clone(), chain, ""),
             Arg::Var(name, chain) => {
                 let Some((_, v)) = self.vars.iter().rev().find(|(n, _)| n == name) else {
                     return Err(self.err(line, format!("undefined variable `{name}`")));
@@ -202,110 +269,63 @@ impl<'a> Exec<'a> {
                 self.fields(line, v, chain, name)
             }
             Arg::Func(name) => funcs::call(self, line, name, &[], dot, None),
-            Arg::Str(s) => Ok(Val::Json(Value::String(s.clone()))),
-            Arg::Num(n) => Ok(Val::Json(Value::Number(n.clone()))),
-            Arg::Bool(b) => Ok(Val::Json(Value::Bool(*b))),
-            Arg::Nil => Err(self.err(line, "nil is not a command")),
+            Arg::Str(s) => Ok(Val::str(s.as_str())),
+            Arg::Num(n) => match (n.float_syntax, n.int, n.float) {
+                (false, Some(i), _) => Ok(Val::Int(i)),
+                (_, _, Some(f)) => Ok(Val::F64(f)),
+                _ => Err(self.err(line, "invalid number")),
+            },
+            Arg::Bool(b) => Ok(Val::Bool(*b)),
+            Arg::Nil => Ok(Val::Nil),
             Arg::Sub(pipe, chain) => {
+                self.step(line)?;
                 let v = self.pipeline(pipe, dot)?;
                 self.fields(line, v, chain, "(...)")
             }
         }
     }
 
-    /// Follows `.a.b.c` from `start`. A missing key is a [`Val::Missing`] (Go's "no value"); a
-    /// field of a missing value stays missing; a field of a scalar is an error, as in Go.
+    /// Follows `.a.b.c` from `start`. A missing key is "no value", and so is any field of it; a
+    /// field of a nil or of a scalar is an error, as in Go.
     fn fields(&self, line: usize, start: Val, chain: &[String], base: &str) -> Result<Val, Error> {
         let mut cur = start;
-        let mut path = if base == "." { String::new() } else { base.to_owned() };
+        let mut path = base.to_owned();
         for name in chain {
             path.push('.');
             path.push_str(name);
             cur = match cur {
-                Val::Missing(p) => Val::Missing(if p.is_empty() { path.clone() } else { p }),
-                Val::Json(Value::Object(mut m)) => match m.remove(name) {
-                    Some(v) => Val::Json(v),
-                    None => Val::Missing(path.clone()),
+                Val::Missing(p) => Val::Missing(if p.is_empty() { Rc::from(path.as_str()) } else { p }),
+                Val::Map(m, _) => match m.borrow().get(name) {
+                    Some(v) => v.clone(),
+                    None => Val::Missing(Rc::from(path.as_str())),
                 },
-                Val::Json(Value::Null) => return Err(self.err(line, format!("nil pointer evaluating `{path}`"))),
-                Val::Json(other) => {
-                    return Err(self.err(line, format!("can't evaluate field `{name}` in {} (at `{path}`)", describe(&other))));
+                Val::Nil => return Err(self.err(line, format!("nil pointer evaluating interface {{}}.{name} (at `{path}`)"))),
+                other => {
+                    return Err(self.err(line, format!("can't evaluate field {name} in type {} (at `{path}`)", other.type_name())));
                 }
             };
+        }
+        if let Val::Missing(p) = &cur
+            && p.is_empty()
+            && !path.is_empty()
+        {
+            return Ok(Val::Missing(Rc::from(path.as_str())));
         }
         Ok(cur)
     }
 }
 
-/// Prints a value as Go's text/template does, except that a missing or nil value is an error
-/// rather than `<no value>` / `<nil>` in the output.
-pub(super) fn print(v: &Val) -> Result<String, String> {
-    match v {
-        Val::Missing(path) if path.is_empty() => Err("no value to print".to_owned()),
-        Val::Missing(path) => Err(format!("map has no entry for key `{}` (missing field; Go would print `<no value>`)", path)),
-        Val::Json(Value::Null) => Err("value is nil (Go would print `<nil>`)".to_owned()),
-        Val::Json(v) => Ok(go_string(v)),
-    }
+/// A short text naming what an action printed, for warnings.
+fn describe_pipe(pipe: &Pipe) -> String {
+    pipe.cmds.first().map(|c| describe_args(&c.args)).unwrap_or_default()
 }
 
-/// Go's `fmt.Sprint` of a JSON value (maps as `map[k:v]` in key order, slices as `[a b]`).
-pub(super) fn go_string(v: &Value) -> String {
-    match v {
-        Value::Null => "<nil>".to_owned(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => number_string(n),
-        Value::String(s) => s.clone(),
-        Value::Array(a) => format!("[{}]", a.iter().map(go_string).collect::<Vec<_>>().join(" ")),
-        Value::Object(m) => format!("map[{}]", sorted(m).map(|(k, v)| format!("{k}:{}", go_string(v))).collect::<Vec<_>>().join(" ")),
-    }
-}
-
-/// A map's entries in Go's order (byte-wise by key), whatever order the map keeps: Go sorts map
-/// keys for `range` and `fmt`, and serde_json keeps insertion order if any crate in the build
-/// turns on its `preserve_order` feature.
-pub(super) fn sorted(m: &serde_json::Map<String, Value>) -> impl Iterator<Item = (&String, &Value)> {
-    let mut entries: Vec<(&String, &Value)> = m.iter().collect();
-    entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-    entries.into_iter()
-}
-
-/// A number as Go prints it: integers in full; floats (what Kubernetes decodes a JSON number with
-/// a fraction or exponent to) as `%v` does, i.e. `strconv.FormatFloat(f, 'g', -1, 64)`: shortest
-/// digits, exponent form when the decimal exponent is below -4 or at least 6 (`1e+06`,
-/// `1.5e-05`), so `6443.0` prints `6443` but `1000000.0` prints `1e+06`.
-pub(super) fn number_string(n: &serde_json::Number) -> String {
-    if n.is_i64() || n.is_u64() {
-        return n.to_string();
-    }
-    go_float(n.as_f64().unwrap_or(0.0), 6)
-}
-
-/// Go's shortest `%g`-style formatting of `f`, switching to the exponent form when the decimal
-/// exponent is below -4 or at least `max_exp` (6 for `fmt`'s `%v`).
-pub(super) fn go_float(f: f64, max_exp: i32) -> String {
-    if f == 0.0 {
-        return if f.is_sign_negative() { "-0".to_owned() } else { "0".to_owned() };
-    }
-    // Rust's `{:e}` gives the same shortest round-trip digits as Go, as `d.ddde<exp>`.
-    let sci = format!("{f:e}");
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    if exp < -4 || exp >= max_exp {
-        let sign = if exp < 0 { '-' } else { '+' };
-        format!("{mantissa}e{sign}{:02}", exp.unsigned_abs())
-    } else {
-        // Plain notation with the same shortest digits.
-        format!("{f}")
-    }
-}
-
-pub(super) fn describe(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "nil",
-        Value::Bool(_) => "a bool",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a map",
+fn describe_args(args: &[Arg]) -> String {
+    match args.first() {
+        Some(Arg::Field(chain)) if chain.is_empty() => ".".to_owned(),
+        Some(Arg::Field(chain)) => chain.iter().map(|n| format!(".{n}")).collect(),
+        Some(Arg::Var(name, chain)) => format!("{name}{}", chain.iter().map(|n| format!(".{n}")).collect::<String>()),
+        Some(Arg::Func(name)) => name.clone(),
+        _ => String::new(),
     }
 }

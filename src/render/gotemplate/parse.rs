@@ -1,11 +1,27 @@
-//! Lexer and parser for the Go text/template subset: text, `{{ }}` actions with `-` trim markers,
-//! comments, pipelines, variables and the `if` / `with` / `range` control structures.
+//! Lexer and parser for Go's text/template: text, `{{ }}` actions with `-` trim markers,
+//! comments, pipelines, variables, `if` / `with` / `range`, and `define` / `template` / `block`.
+//! Nesting (control structures and parentheses together) is bounded by [`MAX_DEPTH`] so no
+//! template can overflow the stack.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
 
 use super::Error;
 use super::funcs;
 
 /// A parsed template body.
 pub(super) type List = Vec<Node>;
+
+/// The deepest nesting of control structures and parenthesised pipelines a template may have.
+/// Go has no such limit below 10,000; real values templates nest a handful of levels.
+pub const MAX_DEPTH: usize = 100;
+
+/// A parsed file: its body and the templates it defines (`define` / `block`).
+#[derive(Debug, Clone)]
+pub(super) struct Tree {
+    pub root: List,
+    pub defines: BTreeMap<String, List>,
+}
 
 #[derive(Debug, Clone)]
 pub(super) enum Node {
@@ -27,6 +43,12 @@ pub(super) enum Node {
     },
     Break,
     Continue,
+    /// `{{template "name" pipeline}}` (also what a `block` leaves in place).
+    Template {
+        line: usize,
+        name: String,
+        pipe: Option<Pipe>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -52,11 +74,22 @@ pub(super) enum Arg {
     /// A function name.
     Func(String),
     Str(String),
-    Num(serde_json::Number),
+    Num(Num),
     Bool(bool),
     Nil,
     /// `(pipeline).a.b`
     Sub(Box<Pipe>, Vec<String>),
+}
+
+/// A number constant as Go's parser keeps it: the ways it can be read.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Num {
+    pub int: Option<i64>,
+    pub float: Option<f64>,
+    /// Written as a float (`1.0`, `1e3`): an `interface{}` argument gets a `float64`.
+    pub float_syntax: bool,
+    /// A character constant (`'a'`), an `int` rune.
+    pub rune: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +101,7 @@ enum Tok {
     Ident(String),
     Str(String),
     Num(String),
+    Char(char),
     LParen,
     RParen,
     Pipe,
@@ -97,13 +131,20 @@ impl Cx<'_> {
     }
 }
 
-pub(super) fn parse(file: &str, text: &str) -> Result<List, Error> {
+pub(super) fn parse(file: &str, text: &str) -> Result<Tree, Error> {
     let cx = Cx { file };
     let items = split(&cx, text)?;
-    let mut parser = Parser { cx: &cx, items: items.into_iter().peekable(), range_depth: 0, vars: vec!["$".to_owned()] };
+    let mut parser = Parser {
+        cx: &cx,
+        items: items.into_iter().peekable(),
+        range_depth: 0,
+        vars: vec!["$".to_owned()],
+        depth: Cell::new(0),
+        defines: BTreeMap::new(),
+    };
     let (list, end) = parser.list()?;
     match end {
-        None => Ok(list),
+        None => Ok(Tree { root: list, defines: parser.defines }),
         Some((line, word)) => Err(cx.err(line, format!("unexpected `{{{{{word}}}}}` without a matching `if`, `with` or `range`"))),
     }
 }
@@ -233,7 +274,11 @@ fn lex_action(cx: &Cx<'_>, s: &str, trimmed_left: bool, line: usize) -> Result<(
                 toks.push(Tok::Str(raw.replace('\r', "")));
                 i += end + 2;
             }
-            b'\'' => return Err(cx.err(cur_line, "character constants ('c') are not supported")),
+            b'\'' => {
+                let (c, n) = lex_char(&s[i..]).ok_or_else(|| cx.err(cur_line, "invalid character constant"))?;
+                toks.push(Tok::Char(c));
+                i += n;
+            }
             b'/' => return Err(cx.err(cur_line, "unexpected `/` in action (a comment must start right after `{{` or `{{- `)")),
             b'.' => {
                 let (chain, n) = field_chain(&s[i..]);
@@ -283,6 +328,18 @@ fn field_chain(s: &str) -> (Vec<String>, usize) {
         i += 1 + len;
     }
     (names, i)
+}
+
+/// A Go character constant (`'a'`, `'\n'`, `'\u00e9'`); returns it and the bytes consumed.
+fn lex_char(s: &str) -> Option<(char, usize)> {
+    let end = s[1..].find('\'').map(|e| e + 1)?;
+    let end = if s[1..].starts_with("\\'") { s[3..].find('\'').map(|e| e + 3)? } else { end };
+    let body = &s[1..end];
+    let quoted = format!("\"{}\"", if body == "\"" { "\\\"" } else { body });
+    let (v, _) = lex_quoted(&quoted)?;
+    let mut chars = v.chars();
+    let c = chars.next()?;
+    chars.next().is_none().then_some((c, end + 1))
 }
 
 /// A Go interpreted string literal (`strconv.Unquote`); returns the value and bytes consumed.
@@ -340,6 +397,9 @@ struct Parser<'a, I: Iterator<Item = Item>> {
     /// Variables in scope, as Go's parser tracks them: a use of any other is a parse error, even
     /// in a branch that never runs.
     vars: Vec<String>,
+    /// Current nesting (control structures, parentheses, defines), against [`MAX_DEPTH`].
+    depth: Cell<usize>,
+    defines: BTreeMap<String, List>,
 }
 
 /// How a list ended: at end of input (`None`) or at a keyword action (`end`, `else ...`).
@@ -353,6 +413,20 @@ impl<I: Iterator<Item = Item>> Parser<'_, I> {
     fn list(&mut self) -> Result<(List, End), Error> {
         let (list, end) = self.list_with_rest()?;
         Ok((list, end.map(|(line, word, _)| (line, word))))
+    }
+
+    /// Enters one level of nesting; an error past [`MAX_DEPTH`].
+    fn enter(&self, line: usize) -> Result<(), Error> {
+        let d = self.depth.get() + 1;
+        if d > MAX_DEPTH {
+            return Err(self.cx.err(line, format!("template nesting exceeds the limit of {MAX_DEPTH} levels")));
+        }
+        self.depth.set(d);
+        Ok(())
+    }
+
+    fn leave(&self) {
+        self.depth.set(self.depth.get().saturating_sub(1));
     }
 
     fn list_with_rest(&mut self) -> Result<(List, EndWithRest), Error> {
@@ -381,29 +455,19 @@ impl<I: Iterator<Item = Item>> Parser<'_, I> {
                 }
                 "if" | "with" => {
                     toks.remove(0);
-                    list.push(self.conditional(line, &keyword, toks)?);
+                    self.enter(line)?;
+                    let node = self.conditional(line, &keyword, toks);
+                    self.leave();
+                    list.push(node?);
                 }
                 "range" => {
                     toks.remove(0);
-                    let scope = self.vars.len();
-                    let pipe = self.pipeline(line, toks, true)?;
-                    self.range_depth += 1;
-                    let body = self.list_with_rest();
-                    // As in Go, `break` / `continue` in the `else` part belong to an outer range.
-                    self.range_depth -= 1;
-                    let (body, end) = body?;
-                    let otherwise = match end {
-                        Some((_, w, rest)) if w == "else" && rest.is_empty() => {
-                            let (other, end) = self.list()?;
-                            self.expect_end(line, "range", end)?;
-                            Some(other)
-                        }
-                        Some((_, w, rest)) if w == "end" && rest.is_empty() => None,
-                        other => return Err(self.bad_end(line, "range", other)),
-                    };
-                    self.vars.truncate(scope);
-                    list.push(Node::Range { pipe, body, otherwise });
+                    self.enter(line)?;
+                    let node = self.range(line, toks);
+                    self.leave();
+                    list.push(node?);
                 }
+
                 "break" | "continue" => {
                     if self.range_depth == 0 {
                         return Err(self.cx.err(line, format!("`{keyword}` outside of `range`")));
@@ -413,16 +477,90 @@ impl<I: Iterator<Item = Item>> Parser<'_, I> {
                     }
                     list.push(if keyword == "break" { Node::Break } else { Node::Continue });
                 }
-                "define" | "template" | "block" => {
-                    return Err(self.cx.err(
-                        line,
-                        format!("`{keyword}` is not supported by stacksync's template engine (values templates are single files)"),
-                    ));
+                "define" | "block" => {
+                    toks.remove(0);
+                    if keyword == "define" && self.depth.get() > 0 {
+                        return Err(self.cx.err(line, "`define` is allowed only at the top level of a file"));
+                    }
+                    let (name, rest) = match toks.split_first() {
+                        Some((Tok::Str(n), rest)) => (n.clone(), rest.to_vec()),
+                        _ => return Err(self.cx.err(line, format!("`{keyword}` needs a quoted template name"))),
+                    };
+                    let pipe = if keyword == "block" {
+                        if rest.is_empty() {
+                            return Err(self.cx.err(line, "`block` needs a pipeline"));
+                        }
+                        Some(self.pipeline(line, rest, false)?)
+                    } else if !rest.is_empty() {
+                        return Err(self.cx.err(line, "unexpected words after the name in `define`"));
+                    } else {
+                        None
+                    };
+                    // A defined template sees only `$` (its own dot), not the caller's variables.
+                    let outer_vars = std::mem::replace(&mut self.vars, vec!["$".to_owned()]);
+                    let outer_range = std::mem::replace(&mut self.range_depth, 0);
+                    self.enter(line)?;
+                    let body = self.list();
+                    self.leave();
+                    self.vars = outer_vars;
+                    self.range_depth = outer_range;
+                    let (body, end) = body?;
+                    self.expect_end(line, &keyword, end)?;
+                    self.add_define(line, &name, body)?;
+                    if keyword == "block" {
+                        list.push(Node::Template { line, name, pipe });
+                    }
+                }
+                "template" => {
+                    toks.remove(0);
+                    let (name, rest) = match toks.split_first() {
+                        Some((Tok::Str(n), rest)) => (n.clone(), rest.to_vec()),
+                        _ => return Err(self.cx.err(line, "`template` needs a quoted template name")),
+                    };
+                    let pipe = if rest.is_empty() { None } else { Some(self.pipeline(line, rest, false)?) };
+                    list.push(Node::Template { line, name, pipe });
                 }
                 _ => list.push(Node::Action(self.pipeline(line, toks, false)?)),
             }
         }
         Ok((list, None))
+    }
+
+    fn range(&mut self, line: usize, toks: Vec<Tok>) -> Result<Node, Error> {
+        let scope = self.vars.len();
+        let pipe = self.pipeline(line, toks, true)?;
+        self.range_depth += 1;
+        let body = self.list_with_rest();
+        // As in Go, `break` / `continue` in the `else` part belong to an outer range.
+        self.range_depth -= 1;
+        let (body, end) = body?;
+        let otherwise = match end {
+            Some((_, w, rest)) if w == "else" && rest.is_empty() => {
+                let (other, end) = self.list()?;
+                self.expect_end(line, "range", end)?;
+                Some(other)
+            }
+            Some((_, w, rest)) if w == "end" && rest.is_empty() => None,
+            other => return Err(self.bad_end(line, "range", other)),
+        };
+        self.vars.truncate(scope);
+        Ok(Node::Range { pipe, body, otherwise })
+    }
+
+    /// Records a `define`d template. As in Go, an empty body never replaces a non-empty one and
+    /// two non-empty bodies for one name are an error.
+    fn add_define(&mut self, line: usize, name: &str, body: List) -> Result<(), Error> {
+        let empty = |l: &List| l.iter().all(|n| matches!(n, Node::Text(t) if t.trim_matches(GO_SPACE).is_empty()));
+        match self.defines.get(name) {
+            Some(old) if !empty(old) && !empty(&body) => {
+                Err(self.cx.err(line, format!("template: multiple definition of template `{name}`")))
+            }
+            Some(old) if !empty(old) => Ok(()),
+            _ => {
+                self.defines.insert(name.to_owned(), body);
+                Ok(())
+            }
+        }
     }
 
     fn conditional(&mut self, line: usize, keyword: &str, toks: Vec<Tok>) -> Result<Node, Error> {
@@ -540,6 +678,7 @@ impl<I: Iterator<Item = Item>> Parser<'_, I> {
             }
             Tok::Str(s) => Arg::Str(s.clone()),
             Tok::Num(n) => Arg::Num(parse_number(n).ok_or_else(|| self.cx.err(line, format!("invalid number `{n}`")))?),
+            Tok::Char(c) => Arg::Num(Num { int: Some(*c as i64), float: Some(f64::from(*c as u32)), float_syntax: false, rune: true }),
             Tok::Ident(w) => match w.as_str() {
                 "true" => Arg::Bool(true),
                 "false" => Arg::Bool(false),
@@ -547,17 +686,17 @@ impl<I: Iterator<Item = Item>> Parser<'_, I> {
                 "if" | "else" | "end" | "range" | "with" | "define" | "template" | "block" | "break" | "continue" => {
                     return Err(self.cx.err(line, format!("unexpected keyword `{w}` in a pipeline")));
                 }
-                name if funcs::is_supported(name) => Arg::Func(name.to_owned()),
+                name if funcs::is_defined(name) => Arg::Func(name.to_owned()),
                 name => {
-                    let hint = if funcs::is_known_unsupported(name) { " (a Go/sprig function stacksync does not implement)" } else { "" };
-                    return Err(self.cx.err(
-                        line,
-                        format!("function `{name}` is not defined{hint}; supported functions: {}", funcs::SUPPORTED.join(", ")),
-                    ));
+                    let hint = funcs::unsupported_reason(name).map(|r| format!(" ({r})")).unwrap_or_default();
+                    return Err(self.cx.err(line, format!("function `{name}` is not defined{hint}")));
                 }
             },
             Tok::LParen => {
-                let (cmds, after) = self.pipe_tokens(line, rest)?;
+                self.enter(line)?;
+                let inner = self.pipe_tokens(line, rest);
+                self.leave();
+                let (cmds, after) = inner?;
                 let Some(Tok::RParen) = after.first() else { return Err(self.cx.err(line, "unclosed `(`")) };
                 let mut after = &after[1..];
                 let mut chain = Vec::new();
@@ -577,8 +716,9 @@ impl<I: Iterator<Item = Item>> Parser<'_, I> {
 }
 
 /// A Go number literal as `text/template` reads it: integers in decimal, hex (`0x`), octal
-/// (`0o` or a leading `0`, so `017` is 15) or binary (`0b`), with `_` separators; else a float.
-fn parse_number(text: &str) -> Option<serde_json::Number> {
+/// (`0o` or a leading `0`, so `017` is 15) or binary (`0b`), with `_` separators; else a float
+/// (which is also an integer when it is integral, as Go's parser records).
+fn parse_number(text: &str) -> Option<Num> {
     let (neg, body) = match text.as_bytes().first() {
         Some(b'-') => (true, &text[1..]),
         Some(b'+') => (false, &text[1..]),
@@ -606,11 +746,17 @@ fn parse_number(text: &str) -> Option<serde_json::Number> {
         // An integer: Go's template constants are `int`, so one past int64 is an error.
         let u = u64::from_str_radix(&clean, radix).ok()?;
         let i = i64::try_from(u).ok()?;
-        return Some(if neg { -i } else { i }.into());
+        let i = if neg { -i } else { i };
+        return Some(Num { int: Some(i), float: Some(i as f64), float_syntax: false, rune: false });
     }
     if radix != 10 || !clean.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'+' | b'-')) {
         return None;
     }
     let f: f64 = clean.parse().ok()?;
-    serde_json::Number::from_f64(if neg { -f } else { f })
+    let f = if neg { -f } else { f };
+    if !f.is_finite() {
+        return None;
+    }
+    let int = (f.fract() == 0.0 && f.abs() < 9.2e18).then_some(f as i64);
+    Some(Num { int, float: Some(f), float_syntax: true, rune: false })
 }

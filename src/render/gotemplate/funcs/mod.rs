@@ -1,0 +1,229 @@
+//! The functions a values template may call: Go's builtins and every function of slim-sprig's
+//! `TxtFuncMap` (what the SCS cluster-stack-operator gives its templates), each with Go's
+//! argument conversion rules and sprig's behaviour, including its quiet defaults and its errors.
+//! A few functions are deliberately not provided ([`unsupported_reason`]): they read the clock,
+//! the environment or the network, or draw random numbers, so they cannot render reproducibly.
+
+mod builtins;
+mod data;
+mod dates;
+mod sprig;
+
+use super::Error;
+use super::exec::Exec;
+use super::parse::{Arg, Num};
+use super::value::{IFACE, Val};
+
+/// Functions stacksync adds beyond slim-sprig, as helm does (documented extensions): `toYaml`
+/// and `required`. They are not in the conformance suite (Go has no reference for them).
+pub const EXTENSIONS: &[&str] = &["toYaml", "required"];
+
+/// slim-sprig functions stacksync refuses, with the reason given in the error.
+const REFUSED: &[(&str, &str)] = &[
+    ("env", "reads the environment of the process, which differs between stacksync and the operator"),
+    ("expandenv", "reads the environment of the process, which differs between stacksync and the operator"),
+    ("getHostByName", "resolves names over the network at render time"),
+    ("randInt", "random output cannot be synchronised"),
+    ("now", "reads the clock: the output would change on every render"),
+    ("ago", "reads the clock: the output would change on every render"),
+    ("call", "values templates have no function values to call"),
+];
+
+/// Whether `name` may be called (checked when a template is parsed, as Go does).
+pub(super) fn is_defined(name: &str) -> bool {
+    arity(name).is_some()
+}
+
+/// Why a known Go/sprig function is not available, for the parse error.
+pub fn unsupported_reason(name: &str) -> Option<String> {
+    if let Some((_, why)) = REFUSED.iter().find(|(n, _)| *n == name) {
+        return Some(format!("slim-sprig's `{name}` is not provided: {why}"));
+    }
+    const HELM: &[&str] = &["include", "tpl", "lookup", "fromYaml", "fromYamlArray", "toToml", "fromJsonArray", "mustToYaml"];
+    if HELM.contains(&name) {
+        return Some("a helm function, not available to values templates, which the operator runs with slim-sprig only".to_owned());
+    }
+    None
+}
+
+/// The number of arguments a function takes: (min, max), `None` for variadic. Go checks it when
+/// the function is called.
+fn arity(name: &str) -> Option<(usize, Option<usize>)> {
+    let n = |a: usize| Some((a, Some(a)));
+    let v = |a: usize| Some((a, None));
+    match name {
+        "and" | "or" | "eq" => v(1),
+        "not" | "len" => n(1),
+        "index" => v(1),
+        "print" | "println" | "html" | "js" | "urlquery" => v(0),
+        "printf" => v(1),
+        "ne" | "lt" | "le" | "gt" | "ge" => n(2),
+        "hello" => n(0),
+        "trim" | "upper" | "lower" | "title" | "sha1sum" | "sha256sum" | "adler32sum" | "toString" | "atoi" | "int64" | "int"
+        | "float64" | "toDecimal" | "toStrings" | "until" | "add1" | "ceil" | "floor" | "sortAlpha" | "empty" | "compact"
+        | "mustCompact" | "fromJson" | "toJson" | "toPrettyJson" | "toRawJson" | "mustFromJson" | "mustToJson" | "mustToPrettyJson"
+        | "mustToRawJson" | "typeOf" | "kindOf" | "base" | "dir" | "clean" | "ext" | "isAbs" | "osBase" | "osClean" | "osDir" | "osExt"
+        | "osIsAbs" | "b64enc" | "b64dec" | "b32enc" | "b32dec" | "values" | "first" | "mustFirst" | "rest" | "mustRest" | "last"
+        | "mustLast" | "initial" | "mustInitial" | "reverse" | "mustReverse" | "uniq" | "mustUniq" | "fail" | "regexQuoteMeta"
+        | "urlParse" | "urlJoin" | "toYaml" => n(1),
+        "trunc" | "repeat" | "trimall" | "trimAll" | "trimSuffix" | "trimPrefix" | "contains" | "hasPrefix" | "hasSuffix" | "indent"
+        | "nindent" | "split" | "splitList" | "sub" | "div" | "mod" | "join" | "typeIs" | "typeIsLike" | "kindIs" | "deepEqual" | "get"
+        | "hasKey" | "append" | "push" | "mustAppend" | "mustPush" | "prepend" | "mustPrepend" | "has" | "mustHas" | "chunk"
+        | "mustChunk" | "regexMatch" | "mustRegexMatch" | "regexFind" | "mustRegexFind" | "required" => n(2),
+        "substr"
+        | "replace"
+        | "plural"
+        | "splitn"
+        | "untilStep"
+        | "ternary"
+        | "set"
+        | "regexFindAll"
+        | "mustRegexFindAll"
+        | "regexReplaceAll"
+        | "mustRegexReplaceAll"
+        | "regexReplaceAllLiteral"
+        | "mustRegexReplaceAllLiteral"
+        | "regexSplit"
+        | "mustRegexSplit" => n(3),
+        "quote" | "squote" | "cat" | "seq" | "add" | "coalesce" | "all" | "any" | "tuple" | "list" | "dict" | "concat" | "keys" => v(0),
+        "mul" | "max" | "biggest" | "min" | "maxf" | "minf" | "default" | "pick" | "omit" | "without" | "mustWithout" | "slice"
+        | "mustSlice" | "unset" => v(1),
+        "round" => v(2),
+        "date" | "dateInZone" | "date_in_zone" | "htmlDate" | "htmlDateInZone" | "toDate" | "mustToDate" | "unixEpoch" | "dateModify"
+        | "date_modify" | "mustDateModify" | "must_date_modify" | "duration" | "durationRound" => match name {
+            "htmlDate" | "unixEpoch" | "duration" | "durationRound" => n(1),
+            "dateInZone" | "date_in_zone" => n(3),
+            _ => n(2),
+        },
+        "pluck" => v(1),
+        "dig" => v(0),
+        _ => None,
+    }
+    .filter(|_| !REFUSED.iter().any(|(n, _)| *n == name))
+}
+
+/// One argument as the function receives it: its value, and for a number constant the constant
+/// itself (Go converts constants to the parameter's type; computed values must already have it).
+pub(super) struct A {
+    pub v: Val,
+    pub num: Option<Num>,
+}
+
+type R = Result<Val, String>;
+
+fn wrong(expected: &str, a: &A) -> String {
+    match (&a.num, &a.v) {
+        (Some(_), v) => format!("expected {expected}; found {}", super::gofmt::sprint_one(v)),
+        (None, Val::Missing(_)) => format!("invalid value; expected {expected}"),
+        (None, Val::Nil) => format!("invalid value; expected {expected}"),
+        (None, v) => format!("wrong type for value; expected {expected}; got {}", v.type_name()),
+    }
+}
+
+impl A {
+    /// As an `interface{}` parameter: no value becomes nil.
+    pub fn any(&self) -> Val {
+        match &self.v {
+            Val::Missing(_) => Val::Nil,
+            v => v.clone(),
+        }
+    }
+
+    pub fn string(&self) -> Result<String, String> {
+        match (&self.v, &self.num) {
+            (Val::Str(s), None) => Ok(s.to_string()),
+            _ => Err(wrong("string", self)),
+        }
+    }
+
+    /// As a Go `int` parameter.
+    pub fn int(&self) -> Result<i64, String> {
+        match (&self.v, &self.num) {
+            (_, Some(Num { int: Some(i), .. })) => Ok(*i),
+            (Val::Int(i), None) => Ok(*i),
+            _ => Err(wrong("int", self)),
+        }
+    }
+
+    pub fn float(&self) -> Result<f64, String> {
+        match (&self.v, &self.num) {
+            (_, Some(Num { float: Some(f), .. })) => Ok(*f),
+            (Val::F64(f), None) => Ok(*f),
+            _ => Err(wrong("float64", self)),
+        }
+    }
+
+    pub fn bool(&self) -> Result<bool, String> {
+        match &self.v {
+            Val::Bool(b) => Ok(*b),
+            _ => Err(wrong("bool", self)),
+        }
+    }
+
+    /// As a `time.Time` parameter.
+    pub fn time(&self) -> Result<super::value::GoTime, String> {
+        match &self.v {
+            Val::Time(t) => Ok((**t).clone()),
+            _ => Err(wrong("time.Time", self)),
+        }
+    }
+
+    /// As a `map[string]interface {}` parameter; nil is an empty map (reading a nil map works
+    /// in Go; `set` refuses it itself).
+    pub fn dict(&self) -> Result<super::value::MapRef, String> {
+        match &self.v {
+            Val::Map(m, e) if *e == IFACE => Ok(m.clone()),
+            // Go: a missing value or the `nil` literal is a nil map; a nil interface is a type error.
+            Val::Missing(_) => Ok(std::rc::Rc::default()),
+            Val::Nil => Err("wrong type for value; expected map[string]interface {}; got interface {}".to_owned()),
+            _ => Err(wrong("map[string]interface {}", self)),
+        }
+    }
+}
+
+/// Calls `name` with the operands `args` (evaluated here) and the piped value `piped` last.
+pub(super) fn call(ex: &mut Exec<'_>, line: usize, name: &str, args: &[Arg], dot: &Val, piped: Option<Val>) -> Result<Val, Error> {
+    ex.step(line)?;
+    // `and` / `or` evaluate their operands only as far as needed, as Go 1.18+ does.
+    if name == "and" || name == "or" {
+        let mut last = Val::missing();
+        for arg in args {
+            last = ex.arg(line, arg, dot)?;
+            if last.truthy() == (name == "or") {
+                return Ok(last);
+            }
+        }
+        if let Some(p) = piped {
+            last = p;
+        }
+        if args.is_empty() && last.is_nil() {
+            return Err(ex.err(line, format!("wrong number of args for {name}: want at least 1 got 0")));
+        }
+        return Ok(last);
+    }
+    let mut vals = Vec::with_capacity(args.len() + 1);
+    for arg in args {
+        let num = if let Arg::Num(n) = arg { Some(n.clone()) } else { None };
+        // The `nil` literal converts to any parameter that can be nil, like a missing value.
+        let v = if matches!(arg, Arg::Nil) { Val::missing() } else { ex.arg(line, arg, dot)? };
+        vals.push(A { v, num });
+    }
+    if let Some(p) = piped {
+        vals.push(A { v: p, num: None });
+    }
+    let Some((min, max)) = arity(name) else {
+        return Err(ex.err(line, format!("function `{name}` is not defined")));
+    };
+    if vals.len() < min || max.is_some_and(|m| vals.len() > m) {
+        let want = if max.is_none() { format!("at least {min}") } else { min.to_string() };
+        return Err(ex.err(line, format!("wrong number of args for {name}: want {want} got {}", vals.len())));
+    }
+    let r = builtins::call(name, &vals)
+        .or_else(|| sprig::call(ex, name, &vals))
+        .or_else(|| data::call(ex, name, &vals))
+        .or_else(|| dates::call(name, &vals))
+        .unwrap_or_else(|| Err(format!("function `{name}` is not implemented")));
+    let v = r.map_err(|m| ex.err(line, format!("error calling {name}: {m}")))?;
+    super::value::check_depth(&v).map_err(|m| ex.err(line, format!("error calling {name}: {m}")))?;
+    Ok(v)
+}

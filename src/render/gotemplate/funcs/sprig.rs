@@ -1,0 +1,637 @@
+//! sprig's string, conversion, arithmetic, encoding, regular-expression, path and reflection
+//! functions (the slim-sprig set), written after sprig 3.2.3's Go code: same quiet defaults
+//! (`atoi "x"` is 0, `b64dec` of bad input returns the error text), same failures.
+
+use base64::Engine as _;
+use sha2::Digest as _;
+
+use super::super::exec::Exec;
+use super::super::gofmt;
+use super::super::value::Val;
+use super::{A, R};
+
+pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
+    let s = |i: usize| a[i].string();
+    Some(match name {
+        "hello" => Ok(Val::str("Hello!")),
+        "trunc" => (|| {
+            let (c, s) = (a[0].int()?, s(1)?);
+            let b = s.as_bytes();
+            let len = b.len() as i64;
+            Ok(Val::str(if c < 0 && len + c > 0 {
+                lossy(&b[(len + c) as usize..])
+            } else if c >= 0 && len > c {
+                lossy(&b[..c as usize])
+            } else {
+                s
+            }))
+        })(),
+        "trim" => s(0).map(|s| Val::str(s.trim_matches(is_go_space))),
+        "upper" => s(0).map(|s| Val::str(s.to_uppercase())),
+        "lower" => s(0).map(|s| Val::str(s.to_lowercase())),
+        "title" => s(0).map(|s| Val::str(title(&s))),
+        "substr" => (|| {
+            let (start, end, s) = (a[0].int()?, a[1].int()?, s(2)?);
+            let b = s.as_bytes();
+            let len = b.len() as i64;
+            let (from, to) = if start < 0 {
+                (0, end)
+            } else if end < 0 || end > len {
+                (start, len)
+            } else {
+                (start, end)
+            };
+            if from < 0 || to < from || to > len {
+                return Err(format!("runtime error: slice bounds out of range [{from}:{to}]"));
+            }
+            Ok(Val::str(lossy(&b[from as usize..to as usize])))
+        })(),
+        "repeat" => (|| {
+            let (n, s) = (a[0].int()?, s(1)?);
+            if n < 0 {
+                return Err("strings: negative Repeat count".to_owned());
+            }
+            limit(ex, (n as usize).saturating_mul(s.len()))?;
+            Ok(Val::str(s.repeat(n as usize)))
+        })(),
+        "trimall" | "trimAll" => two(a).map(|(cut, s)| Val::str(s.trim_matches(|c| cut.contains(c)))),
+        "trimSuffix" => two(a).map(|(x, s)| Val::str(s.strip_suffix(x.as_str()).unwrap_or(&s))),
+        "trimPrefix" => two(a).map(|(x, s)| Val::str(s.strip_prefix(x.as_str()).unwrap_or(&s))),
+        "contains" => two(a).map(|(x, s)| Val::Bool(s.contains(x.as_str()))),
+        "hasPrefix" => two(a).map(|(x, s)| Val::Bool(s.starts_with(x.as_str()))),
+        "hasSuffix" => two(a).map(|(x, s)| Val::Bool(s.ends_with(x.as_str()))),
+        "quote" => {
+            Ok(Val::str(a.iter().map(A::any).filter(|v| !v.is_nil()).map(|v| gofmt::quote(&strval(&v))).collect::<Vec<_>>().join(" ")))
+        }
+        "squote" => Ok(Val::str(
+            a.iter().map(A::any).filter(|v| !v.is_nil()).map(|v| format!("'{}'", gofmt::sprint_one(&v))).collect::<Vec<_>>().join(" "),
+        )),
+        "cat" => Ok(Val::str(a.iter().map(A::any).filter(|v| !v.is_nil()).map(|v| gofmt::sprint_one(&v)).collect::<Vec<_>>().join(" "))),
+        "indent" | "nindent" => (|| {
+            let (n, s) = (a[0].int()?, s(1)?);
+            if n < 0 {
+                return Err("strings: negative Repeat count".to_owned());
+            }
+            limit(ex, (n as usize).saturating_mul(s.matches('\n').count() + 1).saturating_add(s.len()))?;
+            let pad = " ".repeat(n as usize);
+            let body = format!("{pad}{}", s.replace('\n', &format!("\n{pad}")));
+            Ok(Val::str(if name == "nindent" { format!("\n{body}") } else { body }))
+        })(),
+        "replace" => (|| {
+            let (old, new, src) = (s(0)?, s(1)?, s(2)?);
+            if old.is_empty() {
+                limit(ex, src.len().saturating_add(1).saturating_mul(new.len() + 4))?;
+            } else {
+                limit(ex, src.len().saturating_mul(new.len() / old.len() + 1))?;
+            }
+            Ok(Val::str(src.replace(&old, &new)))
+        })(),
+        "plural" => (|| Ok(Val::str(if a[2].int()? == 1 { s(0)? } else { s(1)? })))(),
+        "sha1sum" => s(0).map(|s| Val::str(hex::encode(sha1(s.as_bytes())))),
+        "sha256sum" => s(0).map(|s| Val::str(hex::encode(sha2::Sha256::digest(s.as_bytes())))),
+        "adler32sum" => s(0).map(|s| Val::str(adler32(s.as_bytes()).to_string())),
+        "toString" => Ok(Val::str(strval(&a[0].any()))),
+        "atoi" => s(0).map(|s| Val::Int(parse_int(&s, 10).unwrap_or(0))),
+        "int64" => Ok(Val::I64(to_int64(&a[0].any()))),
+        "int" => Ok(Val::Int(to_int64(&a[0].any()))),
+        "float64" => Ok(Val::F64(to_float64(&a[0].any()))),
+        "toDecimal" => Ok(Val::I64(i64::from_str_radix(&strval(&a[0].any()), 8).unwrap_or(0))),
+        "add1" => Ok(Val::I64(to_int64(&a[0].any()).wrapping_add(1))),
+        "add" => Ok(Val::I64(a.iter().fold(0i64, |acc, x| acc.wrapping_add(to_int64(&x.any()))))),
+        "sub" => Ok(Val::I64(to_int64(&a[0].any()).wrapping_sub(to_int64(&a[1].any())))),
+        "mul" => Ok(Val::I64(a.iter().fold(1i64, |acc, x| acc.wrapping_mul(to_int64(&x.any()))))),
+        "div" | "mod" => (|| {
+            let (x, y) = (to_int64(&a[0].any()), to_int64(&a[1].any()));
+            if y == 0 {
+                return Err("runtime error: integer divide by zero".to_owned());
+            }
+            Ok(Val::I64(if name == "div" { x.wrapping_div(y) } else { x.wrapping_rem(y) }))
+        })(),
+        "max" | "biggest" => Ok(Val::I64(a.iter().map(|x| to_int64(&x.any())).max().unwrap_or(0))),
+        "min" => Ok(Val::I64(a.iter().map(|x| to_int64(&x.any())).min().unwrap_or(0))),
+        "maxf" => Ok(Val::F64(a[1..].iter().fold(to_float64(&a[0].any()), |m, x| go_max(m, to_float64(&x.any()))))),
+        "minf" => Ok(Val::F64(a[1..].iter().fold(to_float64(&a[0].any()), |m, x| go_min(m, to_float64(&x.any()))))),
+        "ceil" => Ok(Val::F64(to_float64(&a[0].any()).ceil())),
+        "floor" => Ok(Val::F64(to_float64(&a[0].any()).floor())),
+        "round" => (|| {
+            let val = to_float64(&a[0].any());
+            let places = a[1].int()? as f64;
+            let on = match a.get(2) {
+                Some(x) => x.float()?,
+                None => 0.5,
+            };
+            let pow = 10f64.powf(places);
+            let digit = pow * val;
+            let frac = digit.fract();
+            let r = if frac >= on { digit.ceil() } else { digit.floor() };
+            Ok(Val::F64(r / pow))
+        })(),
+        "seq" => (|| {
+            let p: Vec<i64> = a.iter().map(A::int).collect::<Result<_, _>>()?;
+            let list = match p.as_slice() {
+                [end] => {
+                    let inc = if *end < 1 { -1 } else { 1 };
+                    until_step(ex, 1, end.wrapping_add(inc), inc)?
+                }
+                [start, end] => {
+                    let step = if end < start { -1 } else { 1 };
+                    until_step(ex, *start, end.wrapping_add(step), step)?
+                }
+                [start, step, end] => {
+                    if end < start && *step > 0 {
+                        Vec::new()
+                    } else {
+                        let inc = if end < start { -1 } else { 1 };
+                        until_step(ex, *start, end.wrapping_add(inc), *step)?
+                    }
+                }
+                _ => Vec::new(),
+            };
+            Ok(Val::str(list.iter().map(i64::to_string).collect::<Vec<_>>().join(" ")))
+        })(),
+        "until" => (|| {
+            let n = a[0].int()?;
+            let step = if n < 0 { -1 } else { 1 };
+            Ok(ints(until_step(ex, 0, n, step)?))
+        })(),
+        "untilStep" => (|| Ok(ints(until_step(ex, a[0].int()?, a[1].int()?, a[2].int()?)?)))(),
+        "typeOf" => Ok(Val::str(a[0].any().type_name())),
+        "typeIs" => (|| Ok(Val::Bool(s(0)? == a[1].any().type_name())))(),
+        "typeIsLike" => (|| {
+            let (t, want) = (a[1].any().type_name(), s(0)?);
+            Ok(Val::Bool(want == t || format!("*{want}") == t))
+        })(),
+        "kindOf" => Ok(Val::str(a[0].any().kind_name())),
+        "kindIs" => (|| Ok(Val::Bool(s(0)? == a[1].any().kind_name())))(),
+        "deepEqual" => Ok(Val::Bool(a[0].any().deep_equal(&a[1].any()))),
+        "base" | "osBase" => s(0).map(|p| Val::str(path_base(&p))),
+        "dir" | "osDir" => s(0).map(|p| Val::str(path_dir(&p))),
+        "clean" | "osClean" => s(0).map(|p| Val::str(path_clean(&p))),
+        "ext" | "osExt" => s(0).map(|p| {
+            let e = p.rfind(['.', '/']).filter(|i| p.as_bytes()[*i] == b'.').map_or("", |i| &p[i..]);
+            Val::str(e)
+        }),
+        "isAbs" | "osIsAbs" => s(0).map(|p| Val::Bool(p.starts_with('/'))),
+        "b64enc" => s(0).map(|s| Val::str(base64::engine::general_purpose::STANDARD.encode(s))),
+        "b64dec" => s(0).map(|s| {
+            Val::str(match base64::engine::general_purpose::STANDARD.decode(&s) {
+                Ok(b) => lossy(&b),
+                Err(_) => format!("illegal base64 data at input byte {}", bad_base64_at(&s)),
+            })
+        }),
+        "b32enc" => s(0).map(|s| Val::str(base32_encode(s.as_bytes()))),
+        "b32dec" => {
+            s(0).map(|s| Val::str(base32_decode(&s).map_or_else(|at| format!("illegal base32 data at input byte {at}"), |b| lossy(&b))))
+        }
+        "fail" => s(0).and_then(Err),
+        "regexQuoteMeta" => s(0).map(|s| {
+            let mut out = String::new();
+            for c in s.chars() {
+                if "\\.+*?()|[]{}^$".contains(c) {
+                    out.push('\\');
+                }
+                out.push(c);
+            }
+            Val::str(out)
+        }),
+        "regexMatch" | "mustRegexMatch" => (|| match regex::Regex::new(&s(0)?) {
+            Ok(re) => Ok(Val::Bool(re.is_match(&s(1)?))),
+            Err(e) if name == "regexMatch" => {
+                let _ = e;
+                Ok(Val::Bool(false))
+            }
+            Err(e) => Err(regex_error(&e)),
+        })(),
+        "regexFind" | "mustRegexFind" => (|| {
+            let re = regex::Regex::new(&s(0)?).map_err(|e| regex_error(&e))?;
+            Ok(Val::str(re.find(&s(1)?).map_or("", |m| m.as_str())))
+        })(),
+        "regexFindAll" | "mustRegexFindAll" => (|| {
+            let re = regex::Regex::new(&s(0)?).map_err(|e| regex_error(&e))?;
+            let (text, n) = (s(1)?, a[2].int()?);
+            let found: Vec<String> = go_find_all(&re, &text, n).into_iter().map(|(b, e)| text[b..e].to_owned()).collect();
+            Ok(Val::strings(found))
+        })(),
+        "regexReplaceAll" | "mustRegexReplaceAll" | "regexReplaceAllLiteral" | "mustRegexReplaceAllLiteral" => (|| {
+            let re = regex::Regex::new(&s(0)?).map_err(|e| regex_error(&e))?;
+            let (text, repl) = (s(1)?, s(2)?);
+            limit(ex, text.len().saturating_add(1).saturating_mul(repl.len() + 1))?;
+            Ok(Val::str(if name.contains("Literal") {
+                re.replace_all(&text, regex::NoExpand(&repl)).into_owned()
+            } else {
+                re.replace_all(&text, repl.as_str()).into_owned()
+            }))
+        })(),
+        "regexSplit" | "mustRegexSplit" => (|| {
+            let re = regex::Regex::new(&s(0)?).map_err(|e| regex_error(&e))?;
+            let (text, n) = (s(1)?, a[2].int()?);
+            Ok(Val::strings(go_regex_split(&re, &text, n)))
+        })(),
+        _ => return None,
+    })
+}
+
+fn two(a: &[A]) -> Result<(String, String), String> {
+    Ok((a[0].string()?, a[1].string()?))
+}
+
+/// Refuses a result larger than the output limit before building it.
+pub(super) fn limit(ex: &Exec<'_>, bytes: usize) -> Result<(), String> {
+    if bytes > ex.output_limit() {
+        return Err(format!("the result ({bytes} bytes) would exceed the output limit of {} bytes", ex.output_limit()));
+    }
+    Ok(())
+}
+
+/// Bytes as a string (Go strings may hold invalid UTF-8; they are replaced here).
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn is_go_space(c: char) -> bool {
+    c.is_whitespace() || c == '\u{85}' || c == '\u{a0}'
+}
+
+/// sprig's `strval`: strings as they are, everything else as `fmt`'s `%v`.
+pub(super) fn strval(v: &Val) -> String {
+    match v {
+        Val::Str(s) => s.to_string(),
+        v => gofmt::sprint_one(v),
+    }
+}
+
+/// `strings.Title`: upper-cases letters that follow a separator.
+fn title(s: &str) -> String {
+    let sep = |c: char| {
+        if c.is_ascii() {
+            !(c.is_ascii_alphanumeric() || c == '_')
+        } else if c.is_alphabetic() || c.is_numeric() {
+            false
+        } else {
+            c.is_whitespace()
+        }
+    };
+    let mut prev = ' ';
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if sep(prev) {
+            out.extend(c.to_uppercase());
+        } else {
+            out.push(c);
+        }
+        prev = c;
+    }
+    out
+}
+
+/// `strconv.ParseInt(s, base, 64)` with Go's base-0 prefixes and underscores.
+pub(super) fn parse_int(s: &str, base: u32) -> Option<i64> {
+    let (neg, body) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    if body.is_empty() {
+        return None;
+    }
+    let (radix, digits, prefixed) = if base != 0 {
+        (base, body, false)
+    } else {
+        let l = body.to_ascii_lowercase();
+        if l.starts_with("0x") {
+            (16, &body[2..], true)
+        } else if l.starts_with("0o") {
+            (8, &body[2..], true)
+        } else if l.starts_with("0b") {
+            (2, &body[2..], true)
+        } else if body.len() > 1 && body.starts_with('0') {
+            (8, &body[1..], true)
+        } else {
+            (10, body, false)
+        }
+    };
+    if base == 0 && (digits.contains("__") || digits.ends_with('_') || (!prefixed && digits.starts_with('_'))) {
+        return None;
+    }
+    if base != 0 && digits.contains('_') {
+        return None;
+    }
+    let clean = if base == 0 { digits.replace('_', "") } else { digits.to_owned() };
+    if clean.is_empty() || clean.starts_with(['+', '-']) {
+        return None;
+    }
+    let u = u64::from_str_radix(&clean, radix).ok()?;
+    if neg { if u > 1 << 63 { None } else { Some((u as i64).wrapping_neg()) } } else { i64::try_from(u).ok() }
+}
+
+/// spf13/cast's `ToInt64`: numbers truncated, strings parsed as Go literals (`"3.0"` too),
+/// booleans 1/0, anything else 0.
+pub(super) fn to_int64(v: &Val) -> i64 {
+    match v {
+        Val::Int(i) | Val::I64(i) => *i,
+        Val::F64(f) => go_f64_to_i64(*f),
+        Val::Str(s) => parse_int(trim_zero_decimal(s), 0).unwrap_or(0),
+        Val::Bool(b) => i64::from(*b),
+        _ => 0,
+    }
+}
+
+/// Go's float-to-int conversion on amd64: out-of-range and NaN give the minimum int64.
+fn go_f64_to_i64(f: f64) -> i64 {
+    // 2^63 is exactly representable; every float below it and at least -2^63 converts.
+    const LIMIT: f64 = 9_223_372_036_854_775_808.0;
+    if (-LIMIT..LIMIT).contains(&f) { f as i64 } else { i64::MIN }
+}
+
+fn trim_zero_decimal(s: &str) -> &str {
+    let b = s.as_bytes();
+    let mut found_zero = false;
+    for i in (1..=b.len()).rev() {
+        match b[i - 1] {
+            b'.' if found_zero => return &s[..i - 1],
+            b'.' => {}
+            b'0' => found_zero = true,
+            _ => return s,
+        }
+    }
+    s
+}
+
+/// spf13/cast's `ToFloat64`.
+pub(super) fn to_float64(v: &Val) -> f64 {
+    match v {
+        Val::Int(i) | Val::I64(i) => *i as f64,
+        Val::F64(f) => *f,
+        Val::Str(s) => parse_float(s).unwrap_or(0.0),
+        Val::Bool(b) => f64::from(u8::from(*b)),
+        _ => 0.0,
+    }
+}
+
+/// `strconv.ParseFloat(s, 64)` for decimal input (and Go's spellings of infinity and NaN).
+pub(super) fn parse_float(s: &str) -> Option<f64> {
+    let body = s.strip_prefix(['+', '-']).unwrap_or(s);
+    let lower = body.to_ascii_lowercase();
+    if !matches!(lower.as_str(), "inf" | "infinity" | "nan")
+        && !body.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'))
+    {
+        return None;
+    }
+    if lower == "nan" && body.len() != s.len() {
+        return None;
+    }
+    s.parse().ok()
+}
+
+fn go_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) }
+}
+
+fn go_min(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() { f64::NAN } else { a.min(b) }
+}
+
+fn ints(v: Vec<i64>) -> Val {
+    Val::List(std::rc::Rc::new(v.into_iter().map(Val::Int).collect()), "int")
+}
+
+/// sprig's `untilStep`, bounded by the step limit.
+fn until_step(ex: &mut Exec<'_>, start: i64, stop: i64, step: i64) -> Result<Vec<i64>, String> {
+    let mut v = Vec::new();
+    let mut i = start;
+    let ok = |i: i64| if stop < start { step < 0 && i > stop } else { step > 0 && i < stop };
+    while ok(i) {
+        ex.count_step().map_err(|e| e.message)?;
+        v.push(i);
+        i = match i.checked_add(step) {
+            Some(n) => n,
+            None => break,
+        };
+    }
+    Ok(v)
+}
+
+fn regex_error(e: &regex::Error) -> String {
+    format!("error parsing regexp: {}", e.to_string().lines().last().unwrap_or_default().trim())
+}
+
+/// Go's `FindAllStringIndex(s, n)`: an empty match right after the previous match is skipped.
+fn go_find_all(re: &regex::Regex, s: &str, n: i64) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    if n == 0 {
+        return out;
+    }
+    let mut prev_end: Option<usize> = None;
+    for m in re.find_iter(s) {
+        if n > 0 && out.len() as i64 >= n {
+            break;
+        }
+        if m.start() == m.end() && prev_end == Some(m.start()) {
+            continue;
+        }
+        prev_end = Some(m.end());
+        out.push((m.start(), m.end()));
+    }
+    out
+}
+
+/// Go's `Regexp.Split(s, n)`.
+fn go_regex_split(re: &regex::Regex, s: &str, n: i64) -> Vec<String> {
+    if n == 0 {
+        return Vec::new();
+    }
+    if !re.as_str().is_empty() && s.is_empty() {
+        return vec![String::new()];
+    }
+    let matches = go_find_all(re, s, n);
+    let mut out: Vec<String> = Vec::new();
+    let (mut beg, mut end) = (0, 0);
+    for (b, e) in matches {
+        if n > 0 && out.len() as i64 == n - 1 {
+            break;
+        }
+        end = b;
+        if e != 0 {
+            out.push(s[beg..end].to_owned());
+        }
+        beg = e;
+    }
+    if end != s.len() {
+        out.push(s[beg..].to_owned());
+    }
+    out
+}
+
+fn path_clean(p: &str) -> String {
+    if p.is_empty() {
+        return ".".to_owned();
+    }
+    let rooted = p.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for seg in p.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                if parts.last().is_some_and(|l| *l != "..") {
+                    parts.pop();
+                } else if !rooted {
+                    parts.push("..");
+                }
+            }
+            s => parts.push(s),
+        }
+    }
+    let joined = parts.join("/");
+    match (rooted, joined.is_empty()) {
+        (true, _) => format!("/{joined}"),
+        (false, true) => ".".to_owned(),
+        (false, false) => joined,
+    }
+}
+
+fn path_base(p: &str) -> String {
+    if p.is_empty() {
+        return ".".to_owned();
+    }
+    let t = p.trim_end_matches('/');
+    if t.is_empty() {
+        return "/".to_owned();
+    }
+    t.rsplit('/').next().unwrap_or(t).to_owned()
+}
+
+fn path_dir(p: &str) -> String {
+    let dir = match p.rfind('/') {
+        Some(i) => &p[..=i],
+        None => "",
+    };
+    path_clean(dir)
+}
+
+fn adler32(data: &[u8]) -> u32 {
+    let (mut a, mut b) = (1u32, 0u32);
+    for &x in data {
+        a = (a + u32::from(x)) % 65521;
+        b = (b + a) % 65521;
+    }
+    (b << 16) | a
+}
+
+/// SHA-1 (FIPS 180-4), for sprig's `sha1sum`.
+fn sha1(data: &[u8]) -> [u8; 20] {
+    let mut h: [u32; 5] = [0x6745_2301, 0xEFCD_AB89, 0x98BA_DCFE, 0x1032_5476, 0xC3D2_E1F0];
+    let mut msg = data.to_vec();
+    let bits = (data.len() as u64).wrapping_mul(8);
+    msg.push(0x80);
+    while msg.len() % 64 != 56 {
+        msg.push(0);
+    }
+    msg.extend_from_slice(&bits.to_be_bytes());
+    for chunk in msg.chunks(64) {
+        let mut w = [0u32; 80];
+        for (i, word) in chunk.chunks(4).enumerate() {
+            w[i] = u32::from_be_bytes([word[0], word[1], word[2], word[3]]);
+        }
+        for i in 16..80 {
+            w[i] = (w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16]).rotate_left(1);
+        }
+        let [mut a, mut b, mut c, mut d, mut e] = h;
+        for (i, wi) in w.iter().enumerate() {
+            let (f, k) = match i {
+                0..=19 => ((b & c) | (!b & d), 0x5A82_7999),
+                20..=39 => (b ^ c ^ d, 0x6ED9_EBA1),
+                40..=59 => ((b & c) | (b & d) | (c & d), 0x8F1B_BCDC),
+                _ => (b ^ c ^ d, 0xCA62_C1D6),
+            };
+            let t = a.rotate_left(5).wrapping_add(f).wrapping_add(e).wrapping_add(k).wrapping_add(*wi);
+            e = d;
+            d = c;
+            c = b.rotate_left(30);
+            b = a;
+            a = t;
+        }
+        for (x, y) in h.iter_mut().zip([a, b, c, d, e]) {
+            *x = x.wrapping_add(y);
+        }
+    }
+    let mut out = [0u8; 20];
+    for (i, x) in h.iter().enumerate() {
+        out[i * 4..i * 4 + 4].copy_from_slice(&x.to_be_bytes());
+    }
+    out
+}
+
+const B32: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+
+fn base32_encode(data: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in data.chunks(5) {
+        let mut buf = [0u8; 5];
+        buf[..chunk.len()].copy_from_slice(chunk);
+        let n = u64::from_be_bytes([0, 0, 0, buf[0], buf[1], buf[2], buf[3], buf[4]]);
+        let chars = match chunk.len() {
+            1 => 2,
+            2 => 4,
+            3 => 5,
+            4 => 7,
+            _ => 8,
+        };
+        for i in 0..8 {
+            if i < chars {
+                out.push(char::from(B32[((n >> (35 - i * 5)) & 31) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Decodes standard padded base32; the error is the offset of the first bad byte.
+fn base32_decode(s: &str) -> Result<Vec<u8>, usize> {
+    let s: Vec<u8> = s.bytes().filter(|b| *b != b'\n' && *b != b'\r').collect();
+    if let Some(i) = s.iter().position(|b| *b != b'=' && !B32.contains(b)) {
+        return Err(i);
+    }
+    if !s.len().is_multiple_of(8) {
+        return Err(s.len() / 8 * 8);
+    }
+    let mut out = Vec::new();
+    for (ci, chunk) in s.chunks(8).enumerate() {
+        let pad = chunk.iter().rev().take_while(|b| **b == b'=').count();
+        let data_len = 8 - pad;
+        if !matches!(data_len, 2 | 4 | 5 | 7 | 8) || (pad > 0 && ci * 8 + 8 != s.len()) {
+            return Err(ci * 8 + data_len);
+        }
+        let mut n = 0u64;
+        for (i, b) in chunk.iter().enumerate() {
+            let v = if i < data_len { B32.iter().position(|c| c == b).ok_or(ci * 8 + i)? as u64 } else { 0 };
+            n = (n << 5) | v;
+        }
+        let bytes = n.to_be_bytes();
+        let keep = match data_len {
+            2 => 1,
+            4 => 2,
+            5 => 3,
+            7 => 4,
+            _ => 5,
+        };
+        out.extend_from_slice(&bytes[3..3 + keep]);
+    }
+    Ok(out)
+}
+
+/// Where Go's base64 decoder reports bad input: the first byte outside the alphabet, else the
+/// start of the incomplete final quantum.
+fn bad_base64_at(s: &str) -> usize {
+    let ok = |b: u8| b.is_ascii_alphanumeric() || b == b'+' || b == b'/';
+    let b = s.as_bytes();
+    let data_end = b.iter().position(|c| *c == b'=').unwrap_or(b.len());
+    if let Some(i) = b[..data_end].iter().position(|c| !ok(*c) && *c != b'\n' && *c != b'\r') {
+        return i;
+    }
+    if data_end < b.len() {
+        return data_end.min(b.len().saturating_sub(1));
+    }
+    b.len() / 4 * 4
+}

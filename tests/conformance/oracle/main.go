@@ -1,0 +1,141 @@
+// Command oracle executes Go text/template with sprig's text functions, restricted to the function
+// set of slim-sprig (what the SCS cluster-stack-operator uses), for stacksync's conformance suite.
+//
+// Input on stdin: one JSON object per line, {"name": "...", "template": "...", "data": {...}}.
+// Output on stdout: one JSON object per line, {"name": "...", "ok": true, "out": "..."} or
+// {"name": "...", "ok": false, "err": "..."}.
+//
+// Data is decoded as Kubernetes decodes unstructured objects: a JSON number is an int64 when it is
+// integral and fits, a float64 otherwise.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"text/template"
+
+	"github.com/Masterminds/sprig"
+)
+
+// slimSprig lists the names in slim-sprig's GenericFuncMap (go-task/slim-sprig functions.go).
+var slimSprig = []string{
+	"hello", "ago", "date", "date_in_zone", "date_modify", "dateInZone", "dateModify", "duration",
+	"durationRound", "htmlDate", "htmlDateInZone", "must_date_modify", "mustDateModify", "mustToDate",
+	"now", "toDate", "unixEpoch", "trunc", "trim", "upper", "lower", "title", "substr", "repeat",
+	"trimall", "trimAll", "trimSuffix", "trimPrefix", "contains", "hasPrefix", "hasSuffix", "quote",
+	"squote", "cat", "indent", "nindent", "replace", "plural", "sha1sum", "sha256sum", "adler32sum",
+	"toString", "atoi", "int64", "int", "float64", "seq", "toDecimal", "split", "splitList", "splitn",
+	"toStrings", "until", "untilStep", "add1", "add", "sub", "div", "mod", "mul", "randInt", "biggest",
+	"max", "min", "maxf", "minf", "ceil", "floor", "round", "join", "sortAlpha", "default", "empty",
+	"coalesce", "all", "any", "compact", "mustCompact", "fromJson", "toJson", "toPrettyJson",
+	"toRawJson", "mustFromJson", "mustToJson", "mustToPrettyJson", "mustToRawJson", "ternary",
+	"typeOf", "typeIs", "typeIsLike", "kindOf", "kindIs", "deepEqual", "env", "expandenv",
+	"getHostByName", "base", "dir", "clean", "ext", "isAbs", "osBase", "osClean", "osDir", "osExt",
+	"osIsAbs", "b64enc", "b64dec", "b32enc", "b32dec", "tuple", "list", "dict", "get", "set", "unset",
+	"hasKey", "pluck", "keys", "pick", "omit", "values", "append", "push", "mustAppend", "mustPush",
+	"prepend", "mustPrepend", "first", "mustFirst", "rest", "mustRest", "last", "mustLast", "initial",
+	"mustInitial", "reverse", "mustReverse", "uniq", "mustUniq", "without", "mustWithout", "has",
+	"mustHas", "slice", "mustSlice", "concat", "dig", "chunk", "mustChunk", "fail", "regexMatch",
+	"mustRegexMatch", "regexFindAll", "mustRegexFindAll", "regexFind", "mustRegexFind",
+	"regexReplaceAll", "mustRegexReplaceAll", "regexReplaceAllLiteral", "mustRegexReplaceAllLiteral",
+	"regexSplit", "mustRegexSplit", "regexQuoteMeta", "urlParse", "urlJoin",
+}
+
+type testCase struct {
+	Name     string          `json:"name"`
+	Template string          `json:"template"`
+	Data     json.RawMessage `json:"data"`
+}
+
+type result struct {
+	Name string `json:"name"`
+	Ok   bool   `json:"ok"`
+	Out  string `json:"out,omitempty"`
+	Err  string `json:"err,omitempty"`
+}
+
+// unstructured converts json.Number leaves as k8s.io/apimachinery's unstructured decoding does.
+func unstructured(v interface{}) interface{} {
+	switch t := v.(type) {
+	case json.Number:
+		if i, err := strconv.ParseInt(string(t), 10, 64); err == nil {
+			return i
+		}
+		f, _ := strconv.ParseFloat(string(t), 64)
+		return f
+	case map[string]interface{}:
+		for k, e := range t {
+			t[k] = unstructured(e)
+		}
+		return t
+	case []interface{}:
+		for i, e := range t {
+			t[i] = unstructured(e)
+		}
+		return t
+	}
+	return v
+}
+
+func run(funcs template.FuncMap, c testCase) (out string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	var data interface{}
+	if len(c.Data) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(c.Data))
+		dec.UseNumber()
+		if err := dec.Decode(&data); err != nil {
+			return "", err
+		}
+		data = unstructured(data)
+	}
+	t, err := template.New(c.Name).Funcs(funcs).Parse(c.Template)
+	if err != nil {
+		return "", err
+	}
+	var buf bytes.Buffer
+	if err := t.Execute(&buf, data); err != nil {
+		return "", err
+	}
+	return buf.String(), nil
+}
+
+func main() {
+	all := sprig.TxtFuncMap()
+	funcs := template.FuncMap{}
+	for _, name := range slimSprig {
+		if f, ok := all[name]; ok {
+			funcs[name] = f
+		}
+	}
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 64<<20)
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetEscapeHTML(false)
+	for in.Scan() {
+		var c testCase
+		if err := json.Unmarshal(in.Bytes(), &c); err != nil {
+			fmt.Fprintln(os.Stderr, "oracle: bad input line:", err)
+			os.Exit(2)
+		}
+		out, err := run(funcs, c)
+		r := result{Name: c.Name, Ok: err == nil, Out: out}
+		if err != nil {
+			r.Err = err.Error()
+		}
+		if e := enc.Encode(r); e != nil {
+			os.Exit(3)
+		}
+	}
+	if err := in.Err(); err != nil {
+		fmt.Fprintln(os.Stderr, "oracle:", err)
+		os.Exit(2)
+	}
+}
