@@ -232,7 +232,11 @@ fn fetch_into(
 ) -> std::result::Result<Fetched, Failure> {
     let started = Instant::now();
     let repo = open_or_init(dir).map_err(|message| {
-        Failure::Local(Error::Fetch { source_name: source.to_owned(), url: url.to_owned(), message: format!("opening the mirror: {message}") })
+        Failure::Local(Error::Fetch {
+            source_name: source.to_owned(),
+            url: url.to_owned(),
+            message: format!("opening the mirror: {message}"),
+        })
     })?;
     let interrupt = Arc::new(AtomicBool::new(false));
     let remote = repo
@@ -248,11 +252,7 @@ fn fetch_into(
         let (source, url) = (source.to_owned(), url.to_owned());
         let fired = watchdog.fired();
         move |e: gix::Error| {
-            if fired || started.elapsed() >= deadline {
-                timed_out(&source, &url, deadline)
-            } else {
-                git_err(&source, &url, what)(e)
-            }
+            if fired || started.elapsed() >= deadline { timed_out(&source, &url, deadline) } else { git_err(&source, &url, what)(e) }
         }
     };
     // git:// runs over a socket we open, so the deadline can shut it under a blocked read;

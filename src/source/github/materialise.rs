@@ -66,16 +66,36 @@ pub async fn download_all(client: &Client, blobs: &Blobs, release: &GhRelease, o
     for asset in release.assets.iter().filter(|a| verify::is_checksums_asset(&a.name)) {
         let pinned = opts.pins.get(&format!("{}/{}", release.tag, asset.name));
         let published = asset.digest.as_deref().and_then(Sha256Digest::parse);
-        let digest = fetch(client, blobs, release, asset, published.as_ref().or(pinned), opts).await?;
+        let limit = opts.max_asset_bytes.min(opts.max_release_bytes);
+        let digest = fetch(client, blobs, release, asset, published.as_ref().or(pinned), limit).await?;
         let text = std::fs::read_to_string(blobs.path(&digest)).map_err(|e| format!("reading {}: {e}", asset.name))?;
         let single = asset.name.strip_suffix(".sha256");
         checksums.extend(verify::parse_checksums(&text, single));
     }
+    // The sizes the API declares are only a first filter: every download is capped by what is
+    // left of the release budget, counting the bytes really received.
     let mut records = Vec::new();
+    let mut received: u64 = 0;
     for asset in &release.assets {
         let expected = verify::expected(&release.tag, asset, &checksums, &opts.pins, opts.verify)?;
-        let digest = fetch(client, blobs, release, asset, expected.digest.as_ref(), opts).await?;
-        records.push(AssetRecord { name: asset.name.clone(), digest: digest.to_string(), verified_by: expected.by, size: asset.size });
+        let left = opts.max_release_bytes.saturating_sub(received);
+        let limit = opts.max_asset_bytes.min(left);
+        let digest = fetch(client, blobs, release, asset, expected.digest.as_ref(), limit).await.map_err(|e| {
+            if limit < opts.max_asset_bytes {
+                format!("{e} (maxReleaseSize {} counts the bytes received)", opts.max_release_bytes)
+            } else {
+                e
+            }
+        })?;
+        let size = std::fs::metadata(blobs.path(&digest)).map_err(|e| format!("reading blob of {}: {e}", asset.name))?.len();
+        received = received.saturating_add(size);
+        if received > opts.max_release_bytes {
+            return Err(format!(
+                "release {} has more than {} bytes of assets (maxReleaseSize), counting the bytes received (asset {} declared {} bytes, has {size})",
+                release.tag, opts.max_release_bytes, asset.name, asset.size
+            ));
+        }
+        records.push(AssetRecord { name: asset.name.clone(), digest: digest.to_string(), verified_by: expected.by, size });
     }
     Ok(records)
 }
@@ -86,7 +106,7 @@ async fn fetch(
     release: &GhRelease,
     asset: &super::GhAsset,
     expected: Option<&Sha256Digest>,
-    opts: &Options,
+    limit: u64,
 ) -> Result<Sha256Digest, String> {
     if let Some(d) = expected {
         match blobs.verify(d) {
@@ -95,7 +115,7 @@ async fn fetch(
             Err(e) => return Err(format!("reading cached blob {d}: {e}")),
         }
     }
-    let digest = client.download(&release.tag, asset, blobs, expected, opts.max_asset_bytes).await.map_err(|e| e.to_string())?;
+    let digest = client.download(&release.tag, asset, blobs, expected, limit).await.map_err(|e| e.to_string())?;
     info!(tag = %release.tag, asset = %asset.name, digest = %digest, verified = expected.is_some(), "downloaded asset");
     Ok(digest)
 }
