@@ -393,7 +393,7 @@ fn read_optional(dir: &Path, name: &str) -> Result<Option<String>, String> {
 }
 
 /// Reads `clusteraddon.yaml`: `addonStages: {<hook>: [{name, action}]}`, hooks in file order.
-fn parse_addon_config(file: &str, text: &str) -> Result<Vec<(String, Vec<StageRef>)>, String> {
+pub fn parse_addon_config(file: &str, text: &str) -> Result<Vec<(String, Vec<StageRef>)>, String> {
     let at = |n: &Node| format!("{file}:{}:{}", n.mark.line, n.mark.col);
     let root = yaml::parse(text).map_err(|e| format!("line {}: invalid YAML: {}", e.mark.line, e.message))?.ok_or("the file is empty")?;
     let Value::Map(entries) = &root.value else { return Err("expected a mapping".into()) };

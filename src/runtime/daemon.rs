@@ -22,7 +22,7 @@ use crate::schedule::Queue;
 pub async fn run(path: PathBuf, initial: Config, shutdown: impl Future<Output = ()>) -> notify::Result<()> {
     let mut watcher = ConfigWatcher::new(&path)?;
     let mut config = initial;
-    let mut last_text = std::fs::read_to_string(&path).unwrap_or_default();
+    let mut last_text = crate::config::read_bounded(&path).unwrap_or_default();
     let mut queue = Queue::default();
     let now = Instant::now();
     for sub in &config.subscriptions {
@@ -109,7 +109,7 @@ async fn sleep_until(at: Option<Instant>) {
 /// Applies a config edit: a valid one replaces the running config and re-polls what changed; an
 /// invalid one is logged and ignored.
 fn reload(path: &std::path::Path, config: &mut Config, last_text: &mut String, queue: &mut Queue) {
-    let text = match std::fs::read_to_string(path) {
+    let text = match crate::config::read_bounded(path) {
         Ok(t) => t,
         Err(e) => {
             warn!(file = %path.display(), error = %e, "config file unreadable; keeping the last good config");

@@ -7,4 +7,5 @@
 mod common;
 
 mod cache;
+mod config;
 mod network;
