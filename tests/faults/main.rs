@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod apply;
 mod cache;
 mod config;
 mod network;
