@@ -52,6 +52,9 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Linux's limit on a path passed to the kernel, terminating NUL included.
+pub const PATH_MAX: usize = 4096;
+
 /// A handle on the cache directory. Cheap to clone; holds no open files.
 #[derive(Debug, Clone)]
 pub struct Cache {
@@ -209,6 +212,19 @@ impl Cache {
                 return Err(materialise(message));
             }
         };
+        // The tree was written in tmp/, whose path is shorter than its final one: a path that
+        // fits there may not fit in releases/, where nothing could read it.
+        if let Some(longest) = manifest.longest_path()
+            && dir.as_os_str().len() + 1 + longest.len() >= PATH_MAX
+        {
+            let _ = remove_any(&tmp);
+            return Err(materialise(format!(
+                "path {}… ({} bytes) is longer than the system allows (PATH_MAX {PATH_MAX}) once in the cache at {}",
+                longest.chars().take(60).collect::<String>(),
+                longest.len(),
+                dir.display()
+            )));
+        }
         let files = manifest.files();
         let parent = dir.parent().unwrap_or(&self.root);
         // The manifest goes first: a tree without one is re-materialised, so a crash between
@@ -354,6 +370,32 @@ mod tests {
             let (_, fresh) = cache.release(&mut index, "s", "s-1", "v1.0.0", "abc", |_| panic!("filled twice")).unwrap();
             assert!(!fresh);
         }
+    }
+
+    #[test]
+    fn path_longer_than_path_max_was_skipped_silently() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let mut index = Index::default();
+        let commit = "c".repeat(40);
+        // A relative path that fits under tmp/ (shorter) but not under releases/ (longer).
+        let final_len = cache.release_path("s-1", "v1.0.0", &commit).as_os_str().len();
+        let want = PATH_MAX - final_len;
+        let (dirs, file) = (want / 201, "f".repeat((want % 201).max(1)));
+        let err = cache
+            .release(&mut index, "s", "s-1", "v1.0.0", &commit, |tmp| {
+                assert!(tmp.as_os_str().len() + 1 + want < PATH_MAX, "the test needs a shorter tmp path");
+                let script = format!(
+                    "cd \"$0\" && for i in $(seq {dirs}); do mkdir {0} && cd {0} || exit 1; done && echo x > {file}",
+                    "d".repeat(200)
+                );
+                let ok = std::process::Command::new("sh").arg("-c").arg(script).arg(tmp).status().map_err(|e| e.to_string())?;
+                if ok.success() { Ok(1) } else { Err("mkdir failed".into()) }
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("PATH_MAX"), "{err}");
+        assert!(index.releases.is_empty());
     }
 
     #[test]

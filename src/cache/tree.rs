@@ -57,6 +57,11 @@ impl Manifest {
         Ok(Manifest { format: FORMAT, entries })
     }
 
+    /// The longest relative path in the tree, in bytes.
+    pub fn longest_path(&self) -> Option<&str> {
+        self.entries.keys().max_by_key(|k| k.len()).map(String::as_str)
+    }
+
     pub fn files(&self) -> u64 {
         self.entries.values().filter(|v| v.as_str() != DIR).count() as u64
     }

@@ -127,6 +127,18 @@ async fn fetch(
 /// A blob is missing, a file cannot be written, or an archive is unsafe (the message names the
 /// asset and the entry).
 pub fn fill(blobs: &Blobs, records: &[AssetRecord], dest: &Path, limits: unpack::Limits) -> Result<u64, String> {
+    // `manifests.tar` and `manifests.tar.gz` would unpack into one `manifests/`, mixing two
+    // archives' files (and an asset named `manifests` would be clobbered): refuse, naming both.
+    let mut claimed: BTreeMap<&str, &str> = records.iter().map(|r| (r.name.as_str(), r.name.as_str())).collect();
+    for r in records.iter().filter(|r| unpack::is_archive(&r.name)) {
+        if let Some(other) = claimed.insert(unpack::stem(&r.name), &r.name) {
+            return Err(format!(
+                "assets {other} and {} both need the path {}/ in the release tree; a release may hold only one of them",
+                r.name,
+                unpack::stem(&r.name)
+            ));
+        }
+    }
     let mut files = 0;
     for r in records {
         if r.name.contains(['/', '\\']) || r.name.starts_with('.') {
@@ -176,5 +188,28 @@ fn same_inode(a: &Path, b: &Path) -> bool {
     match (std::fs::metadata(a), std::fs::metadata(b)) {
         (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tar_and_tar_gz_of_one_name_were_merged() {
+        let dir = tempfile::tempdir().unwrap();
+        let blobs = Blobs::open(dir.path()).unwrap();
+        let record = |name: &str| AssetRecord {
+            name: name.into(),
+            digest: "sha256:".to_owned() + &"a".repeat(64),
+            verified_by: VerifiedBy::Published,
+            size: 1,
+        };
+        let dest = dir.path().join("tree");
+        std::fs::create_dir(&dest).unwrap();
+        for pair in [["manifests.tar", "manifests.tar.gz"], ["manifests.tgz", "manifests"], ["a.tar", "a.tgz"]] {
+            let err = fill(&blobs, &[record(pair[0]), record(pair[1])], &dest, unpack::Limits::default()).unwrap_err();
+            assert!(err.contains(pair[0]) && err.contains(pair[1]) && err.contains("only one"), "{err}");
+        }
     }
 }
