@@ -9,4 +9,5 @@ mod common;
 mod apply;
 mod cache;
 mod config;
+mod kill;
 mod network;
