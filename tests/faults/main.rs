@@ -11,3 +11,4 @@ mod cache;
 mod config;
 mod kill;
 mod network;
+mod reload;
