@@ -270,6 +270,8 @@ async fn gc_keeps_the_release_in_use_and_the_newest() {
             .expect("releases")
             .flatten()
             .flat_map(|src| std::fs::read_dir(src.path()).expect("source dir").flatten())
+            // Each tree has its digest manifest beside it.
+            .filter(|e| e.path().is_dir())
             .map(|e| e.file_name().to_string_lossy().split('@').next().unwrap_or_default().to_owned())
             .collect();
         v.sort();

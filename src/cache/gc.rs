@@ -24,6 +24,7 @@ pub fn collect(cache: &Cache, index: &mut Index, keep: &BTreeSet<String>) -> Col
     for id in doomed {
         let Some(entry) = index.releases.get(&id) else { continue };
         let dir = cache.root().join(&entry.path);
+        let _ = std::fs::remove_file(Cache::manifest_path(&dir));
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -5,13 +5,15 @@
 //! ```text
 //! index.json                       what is cached and what each source last advertised
 //! git/<source-key>.git/            bare mirror per source, fetched incrementally
-//! releases/<source-key>/<tag>@<commit>/   the release tree at that commit (read-only by convention)
+//! releases/<source-key>/<tag>@<commit>/   the release tree at that commit
+//! releases/<source-key>/<tag>@<commit>.sha256.json   digest manifest of that tree, checked before every use
 //! tmp/                             work area; anything here is garbage after a crash
 //! ```
 
 pub mod blobs;
 pub mod gc;
 pub mod index;
+pub mod tree;
 pub mod unpack;
 
 use std::io::Write;
@@ -49,6 +51,9 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Linux's limit on a path passed to the kernel, terminating NUL included.
+pub const PATH_MAX: usize = 4096;
 
 /// A handle on the cache directory. Cheap to clone; holds no open files.
 #[derive(Debug, Clone)]
@@ -103,6 +108,35 @@ impl Cache {
         PathBuf::from("releases").join(key).join(format!("{tag}@{commit}"))
     }
 
+    /// The digest manifest of the tree at `tree` (a sibling file, so renders never see it).
+    pub fn manifest_path(tree: &Path) -> PathBuf {
+        let mut name = tree.file_name().unwrap_or_default().to_os_string();
+        name.push(".sha256.json");
+        tree.with_file_name(name)
+    }
+
+    /// Checks the tree at `dir` against its digest manifest.
+    ///
+    /// # Errors
+    /// The first difference, or a missing manifest (a tree written before manifests existed, or
+    /// by a process killed between the rename and the manifest write).
+    pub fn verify_tree(dir: &Path) -> Result<u64, tree::Damage> {
+        let manifest = tree::Manifest::read(&Self::manifest_path(dir))?;
+        manifest.verify(dir)?;
+        Ok(manifest.files())
+    }
+
+    /// Moves a damaged tree out of the way (one rename, so no reader sees it half-deleted),
+    /// then deletes it.
+    fn discard(&self, dir: &Path) {
+        let aside = self.root.join("tmp").join(format!("damaged-{}-{}", std::process::id(), unique()));
+        let target = if std::fs::rename(dir, &aside).is_ok() { aside } else { dir.to_path_buf() };
+        if let Err(e) = remove_any(&target) {
+            tracing::warn!(path = %target.display(), error = %e, "cannot remove a damaged release tree");
+        }
+        let _ = std::fs::remove_file(Self::manifest_path(dir));
+    }
+
     /// Loads the index; a missing index is an empty one.
     ///
     /// # Errors
@@ -142,16 +176,26 @@ impl Cache {
         let rel = Self::release_rel(key, tag, commit);
         let dir = self.root.join(&rel);
         let id = ReleaseEntry::id(key, tag, commit);
-        if dir.is_dir() {
-            // A directory at the final path is complete: it only ever appears by rename.
-            index.releases.entry(id).or_insert_with(|| ReleaseEntry {
-                source: source.to_owned(),
-                tag: tag.to_owned(),
-                commit: commit.to_owned(),
-                path: rel.to_string_lossy().into_owned(),
-                files: count_files(&dir),
-            });
-            return Ok((dir, false));
+        if std::fs::symlink_metadata(&dir).is_ok() {
+            // Whatever is at the final path is used only when it is exactly what was written:
+            // a tree edited, truncated, emptied or added to on the volume is materialised again
+            // from the verified mirror or blobs, never rendered.
+            match Self::verify_tree(&dir) {
+                Ok(files) => {
+                    index.releases.entry(id).or_insert_with(|| ReleaseEntry {
+                        source: source.to_owned(),
+                        tag: tag.to_owned(),
+                        commit: commit.to_owned(),
+                        path: rel.to_string_lossy().into_owned(),
+                        files,
+                    });
+                    return Ok((dir, false));
+                }
+                Err(damage) => {
+                    tracing::warn!(source, tag, commit, %damage, "cached release tree does not match its digest manifest; materialising it again");
+                    self.discard(&dir);
+                }
+            }
         }
         let materialise = |message: String| Error::Materialise {
             source_name: source.to_owned(),
@@ -161,19 +205,40 @@ impl Cache {
         };
         let tmp = self.root.join("tmp").join(format!("{key}-{}-{}", std::process::id(), unique()));
         std::fs::create_dir_all(&tmp).map_err(|source| Error::Write { path: tmp.clone(), source })?;
-        let files = match fill(&tmp) {
-            Ok(n) => n,
+        let manifest = match fill(&tmp).and_then(|_| tree::Manifest::of(&tmp).map_err(|d| format!("hashing the new tree: {d}"))) {
+            Ok(m) => m,
             Err(message) => {
                 let _ = remove_any(&tmp);
                 return Err(materialise(message));
             }
         };
-        let parent = dir.parent().unwrap_or(&self.root);
-        let placed = std::fs::create_dir_all(parent).and_then(|()| std::fs::rename(&tmp, &dir));
-        if let Err(source) = placed {
+        // The tree was written in tmp/, whose path is shorter than its final one: a path that
+        // fits there may not fit in releases/, where nothing could read it.
+        if let Some(longest) = manifest.longest_path()
+            && dir.as_os_str().len() + 1 + longest.len() >= PATH_MAX
+        {
             let _ = remove_any(&tmp);
-            if !dir.is_dir() {
-                return Err(Error::Write { path: dir, source });
+            return Err(materialise(format!(
+                "path {}… ({} bytes) is longer than the system allows (PATH_MAX {PATH_MAX}) once in the cache at {}",
+                longest.chars().take(60).collect::<String>(),
+                longest.len(),
+                dir.display()
+            )));
+        }
+        let files = manifest.files();
+        let parent = dir.parent().unwrap_or(&self.root);
+        // The manifest goes first: a tree without one is re-materialised, so a crash between
+        // the two steps costs a re-materialisation, never an unverified use.
+        let manifest_path = Self::manifest_path(&dir);
+        let placed = std::fs::create_dir_all(parent)
+            .map_err(|source| Error::Write { path: parent.to_path_buf(), source })
+            .and_then(|()| write_atomic(&manifest_path, &manifest.to_bytes()))
+            .and_then(|_| std::fs::rename(&tmp, &dir).map_err(|source| Error::Write { path: dir.clone(), source }));
+        if let Err(e) = placed {
+            let _ = remove_any(&tmp);
+            // Another process may have placed the same tree first; use it only if it verifies.
+            if Self::verify_tree(&dir).is_err() {
+                return Err(e);
             }
         }
         index.releases.insert(
@@ -188,18 +253,6 @@ impl Cache {
         );
         Ok((dir, true))
     }
-}
-
-fn count_files(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .flatten()
-        .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => count_files(&e.path()),
-            Ok(_) => 1,
-            Err(_) => 0,
-        })
-        .sum()
 }
 
 /// Whether a temp name `…-<pid>-<n>` (or `.tmp-<pid>-<n>`) belongs to a process that no longer
@@ -285,6 +338,64 @@ mod tests {
         let (path, fresh) = cache.release(&mut index, "s", "s-1", "v1.0.0", "abc", |_| panic!("filled twice")).unwrap();
         assert!(!fresh);
         assert_eq!(std::fs::read_to_string(path.join("a.yaml")).unwrap(), "a: 1");
+    }
+
+    #[test]
+    fn damaged_or_emptied_tree_is_materialised_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let mut index = Index::default();
+        let fill = |tmp: &Path| {
+            std::fs::write(tmp.join("a.yaml"), "a: 1").map_err(|e| e.to_string())?;
+            Ok(1)
+        };
+        let (path, _) = cache.release(&mut index, "s", "s-1", "v1.0.0", "abc", fill).unwrap();
+        type Edit = fn(&Path);
+        let damages: &[Edit] = &[
+            |p| std::fs::write(p.join("a.yaml"), "a: tampered").unwrap(),
+            |p| std::fs::write(p.join("extra.yaml"), "x: 1").unwrap(),
+            |p| std::fs::remove_file(p.join("a.yaml")).unwrap(),
+            |p| std::fs::remove_file(Cache::manifest_path(p)).unwrap(),
+            |p| {
+                std::fs::remove_dir_all(p).unwrap();
+                std::fs::write(p, "not a dir").unwrap();
+            },
+        ];
+        for (i, damage) in damages.iter().enumerate() {
+            damage(&path);
+            let (again, fresh) = cache.release(&mut index, "s", "s-1", "v1.0.0", "abc", fill).unwrap();
+            assert!(fresh, "damage {i} was not noticed");
+            assert_eq!(std::fs::read_to_string(again.join("a.yaml")).unwrap(), "a: 1", "damage {i}");
+            assert_eq!(std::fs::read_dir(&again).unwrap().count(), 1, "damage {i}");
+            let (_, fresh) = cache.release(&mut index, "s", "s-1", "v1.0.0", "abc", |_| panic!("filled twice")).unwrap();
+            assert!(!fresh);
+        }
+    }
+
+    #[test]
+    fn path_longer_than_path_max_was_skipped_silently() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let mut index = Index::default();
+        let commit = "c".repeat(40);
+        // A relative path that fits under tmp/ (shorter) but not under releases/ (longer).
+        let final_len = cache.release_path("s-1", "v1.0.0", &commit).as_os_str().len();
+        let want = PATH_MAX - final_len;
+        let (dirs, file) = (want / 201, "f".repeat((want % 201).max(1)));
+        let err = cache
+            .release(&mut index, "s", "s-1", "v1.0.0", &commit, |tmp| {
+                assert!(tmp.as_os_str().len() + 1 + want < PATH_MAX, "the test needs a shorter tmp path");
+                let script = format!(
+                    "cd \"$0\" && for i in $(seq {dirs}); do mkdir {0} && cd {0} || exit 1; done && echo x > {file}",
+                    "d".repeat(200)
+                );
+                let ok = std::process::Command::new("sh").arg("-c").arg(script).arg(tmp).status().map_err(|e| e.to_string())?;
+                if ok.success() { Ok(1) } else { Err("mkdir failed".into()) }
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("PATH_MAX"), "{err}");
+        assert!(index.releases.is_empty());
     }
 
     #[test]

@@ -58,7 +58,11 @@ pub fn unpack(archive: &Path, dest: &Path, limits: Limits) -> Result<u64, Unpack
     if gz { unpack_from(flate2::read::GzDecoder::new(file), dest, limits) } else { unpack_from(file, dest, limits) }
 }
 
-fn unpack_from(reader: impl Read, dest: &Path, limits: Limits) -> Result<u64, UnpackError> {
+/// [`unpack`] from a reader of an uncompressed tar stream (for callers that hold the bytes).
+///
+/// # Errors
+/// See [`UnpackError`].
+pub fn unpack_from(reader: impl Read, dest: &Path, limits: Limits) -> Result<u64, UnpackError> {
     let mut archive = tar::Archive::new(reader);
     let mut total: u64 = 0;
     let mut entries_seen: u64 = 0;

@@ -294,6 +294,29 @@ impl Subscription {
     }
 }
 
+/// Largest config file read: a real one is a few KiB; a bigger one is a mistake or an attack.
+pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
+/// Reads a config file: a regular file (not `/dev/zero`, a fifo or a directory) of at most
+/// [`MAX_CONFIG_BYTES`], counted as read, in UTF-8.
+///
+/// # Errors
+/// A message saying what is wrong with the file.
+pub fn read_bounded(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read config file: {e}"))?;
+    if !meta.is_file() {
+        return Err("cannot read config file: not a regular file".to_owned());
+    }
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read config file: {e}"))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read config file: {e}"))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(format!("config file is larger than {MAX_CONFIG_BYTES} bytes"));
+    }
+    String::from_utf8(bytes).map_err(|e| format!("config file is not UTF-8 (byte {})", e.utf8_error().valid_up_to()))
+}
+
 impl Config {
     /// Reads and validates a config file.
     ///
@@ -301,15 +324,8 @@ impl Config {
     /// Every problem found, each naming the file, line, column and field; an unreadable file is
     /// one error at line 1.
     pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            ConfigErrors(vec![ConfigError {
-                file: path.to_owned(),
-                line: 1,
-                col: 1,
-                field: String::new(),
-                message: format!("cannot read config file: {e}"),
-            }])
-        })?;
+        let text = read_bounded(path)
+            .map_err(|message| ConfigErrors(vec![ConfigError { file: path.to_owned(), line: 1, col: 1, field: String::new(), message }]))?;
         Self::parse(path, &text)
     }
 

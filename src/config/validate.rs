@@ -476,10 +476,16 @@ impl Cx {
             self.error(node.mark, path, format!("expected a mapping of values, found {}", node.type_name()));
             return;
         };
+        let mut seen: HashMap<&str, Mark> = HashMap::new();
         for (k, v) in entries {
             let Some(key) = k.scalar_text() else { continue };
             let full = if prefix.is_empty() { key.to_owned() } else { format!("{prefix}.{key}") };
             let field = format!("{path}.{key}");
+            // The last would silently win: say which line set it first.
+            if let Some(first) = seen.insert(key, k.mark) {
+                self.error(k.mark, &field, format!("duplicate value `{key}` (first set at line {})", first.line));
+                continue;
+            }
             if prefix.is_empty() && matches!(key, "cluster" | "release") {
                 self.error(k.mark, &field, format!("`{key}` is reserved for built-in variables (`${{{key}.name}}`, ...)"));
                 continue;

@@ -89,12 +89,24 @@ pub struct SyntaxError {
     pub message: String,
 }
 
+/// Most nodes a document may hold once its aliases are expanded: far above any real config,
+/// far below what an alias bomb (nested anchors each referenced many times) would allocate.
+pub const MAX_NODES: usize = 200_000;
+/// Deepest nesting of collections; everything that walks the tree recurses.
+pub const MAX_DEPTH: usize = 64;
+
 /// Parses a single YAML document. An empty file yields `None`.
 ///
 /// # Errors
-/// A scan error, a second document in the stream, or an alias to an unknown anchor.
+/// A scan error, a second document in the stream, an alias to an unknown anchor, a tag (YAML
+/// tags such as `!!binary` or `!foo` would be silently ignored), nesting deeper than
+/// [`MAX_DEPTH`], or aliases expanding to more than [`MAX_NODES`] nodes.
 pub fn parse(text: &str) -> Result<Option<Node>, SyntaxError> {
     let mut builder = Builder::default();
+    let tagged = |mark: Mark, tag: &dyn std::fmt::Display| SyntaxError {
+        mark,
+        message: format!("YAML tag `{tag}` is not supported: write the value plainly (tags would be ignored, not applied)"),
+    };
     let mut docs = 0;
     for item in Parser::new_from_str(text) {
         let (event, span) =
@@ -107,17 +119,31 @@ pub fn parse(text: &str) -> Result<Option<Node>, SyntaxError> {
                     return Err(SyntaxError { mark, message: "expected one YAML document, found a second one (`---`)".into() });
                 }
             }
-            Event::Scalar(text, style, anchor, _tag) => {
+            Event::Scalar(text, style, anchor, tag) => {
+                if let Some(tag) = tag {
+                    return Err(tagged(mark, &tag));
+                }
                 let quoted = !matches!(style, ScalarStyle::Plain);
-                builder.push(Node { mark, value: Value::Scalar { text: text.into_owned(), quoted } }, anchor);
+                builder.push(Node { mark, value: Value::Scalar { text: text.into_owned(), quoted } }, anchor, 1);
+                builder.count(mark, 1)?;
             }
-            Event::SequenceStart(_, anchor, _) => builder.open(mark, anchor, Value::Seq(Vec::new())),
-            Event::MappingStart(_, anchor, _) => builder.open(mark, anchor, Value::Map(Vec::new())),
+            Event::SequenceStart(_, anchor, tag) | Event::MappingStart(_, anchor, tag) if tag.is_some() => {
+                let _ = anchor;
+                return Err(tagged(mark, &tag.map(|t| t.to_string()).unwrap_or_default()));
+            }
+            Event::SequenceStart(_, anchor, _) => builder.open(mark, anchor, Value::Seq(Vec::new()))?,
+            Event::MappingStart(_, anchor, _) => builder.open(mark, anchor, Value::Map(Vec::new()))?,
             Event::SequenceEnd | Event::MappingEnd => builder.close(),
             Event::Alias(id) => {
-                let node =
+                let (node, size) =
                     builder.anchors.get(&id).cloned().ok_or_else(|| SyntaxError { mark, message: "alias to an unknown anchor".into() })?;
-                builder.push(node, 0);
+                // Counted before the copy: the budget is what stops an alias bomb allocating.
+                builder.count(mark, size)?;
+                // An alias nested deeper than the limit is as deep as the anchor's own nesting.
+                if builder.stack.len() + depth(&node) > MAX_DEPTH {
+                    return Err(too_deep(mark));
+                }
+                builder.push(node, 0, size);
             }
             _ => {}
         }
@@ -125,39 +151,74 @@ pub fn parse(text: &str) -> Result<Option<Node>, SyntaxError> {
     Ok(builder.root)
 }
 
+fn too_deep(mark: Mark) -> SyntaxError {
+    SyntaxError { mark, message: format!("nested more than {MAX_DEPTH} levels deep") }
+}
+
+/// Nesting depth of a node (a scalar is 0).
+fn depth(node: &Node) -> usize {
+    match &node.value {
+        Value::Scalar { .. } => 0,
+        Value::Seq(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Map(entries) => 1 + entries.iter().map(|(k, v)| depth(k).max(depth(v))).max().unwrap_or(0),
+    }
+}
+
 #[derive(Default)]
 struct Builder {
-    /// Open collections with their anchor id and, for maps, a pending key.
-    stack: Vec<(Node, usize, Option<Node>)>,
-    anchors: HashMap<usize, Node>,
+    /// Open collections with their anchor id, for maps a pending key, and their node count.
+    stack: Vec<(Node, usize, Option<Node>, usize)>,
+    /// By anchor id: the node and how many nodes it holds.
+    anchors: HashMap<usize, (Node, usize)>,
     root: Option<Node>,
+    /// Nodes in the document so far, aliases counted at their expanded size.
+    nodes: usize,
 }
 
 impl Builder {
-    fn open(&mut self, mark: Mark, anchor: usize, value: Value) {
-        self.stack.push((Node { mark, value }, anchor, None));
+    fn count(&mut self, mark: Mark, n: usize) -> Result<(), SyntaxError> {
+        self.nodes = self.nodes.saturating_add(n);
+        if self.nodes > MAX_NODES {
+            return Err(SyntaxError {
+                mark,
+                message: format!("the document expands to more than {MAX_NODES} values (anchors and aliases nested to blow it up?)"),
+            });
+        }
+        Ok(())
+    }
+
+    fn open(&mut self, mark: Mark, anchor: usize, value: Value) -> Result<(), SyntaxError> {
+        if self.stack.len() >= MAX_DEPTH {
+            return Err(too_deep(mark));
+        }
+        self.count(mark, 1)?;
+        self.stack.push((Node { mark, value }, anchor, None, 1));
+        Ok(())
     }
 
     fn close(&mut self) {
-        if let Some((node, anchor, _)) = self.stack.pop() {
-            self.push(node, anchor);
+        if let Some((node, anchor, _, size)) = self.stack.pop() {
+            self.push(node, anchor, size);
         }
     }
 
-    fn push(&mut self, node: Node, anchor: usize) {
+    fn push(&mut self, node: Node, anchor: usize, size: usize) {
         if anchor != 0 {
-            self.anchors.insert(anchor, node.clone());
+            self.anchors.insert(anchor, (node.clone(), size));
         }
         match self.stack.last_mut() {
             None => self.root = Some(node),
-            Some((parent, _, pending)) => match &mut parent.value {
-                Value::Seq(items) => items.push(node),
-                Value::Map(entries) => match pending.take() {
-                    None => *pending = Some(node),
-                    Some(key) => entries.push((key, node)),
-                },
-                Value::Scalar { .. } => {}
-            },
+            Some((parent, _, pending, parent_size)) => {
+                *parent_size = parent_size.saturating_add(size);
+                match &mut parent.value {
+                    Value::Seq(items) => items.push(node),
+                    Value::Map(entries) => match pending.take() {
+                        None => *pending = Some(node),
+                        Some(key) => entries.push((key, node)),
+                    },
+                    Value::Scalar { .. } => {}
+                }
+            }
         }
     }
 }
@@ -191,6 +252,36 @@ mod tests {
             node.to_json(),
             serde_json::json!({"a": true, "b": false, "c": 31, "d": 15, "e": 1.5, "f": ".inf", "g": "true", "h": null, "i": 7})
         );
+    }
+
+    #[test]
+    fn alias_bomb_was_expanded_until_abort() {
+        // Ten levels of nine aliases each: 9^10 values if expanded.
+        let mut text = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n".to_owned();
+        for i in 1..10 {
+            let p = i - 1;
+            text.push_str(&format!("a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"));
+        }
+        let err = parse(&text).unwrap_err();
+        assert!(err.message.contains("expands to more than"), "{}", err.message);
+        assert!(err.mark.line > 1);
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_by_line() {
+        let text = format!("a: {}1{}\n", "[".repeat(100), "]".repeat(100));
+        let err = parse(&text).unwrap_err();
+        assert!(err.message.contains("nested more than 64"), "{}", err.message);
+        let text = format!("a: &x {}1{}\nb: [[[[*x]]]]\n", "[".repeat(62), "]".repeat(62));
+        assert!(parse(&text).unwrap_err().message.contains("nested"));
+    }
+
+    #[test]
+    fn yaml_tags_were_ignored_silently() {
+        for text in ["a: !!binary aGVsbG8=\n", "a: !foo bar\n", "a: !foo {b: 1}\n", "a: !!set [x]\n"] {
+            let err = parse(text).unwrap_err();
+            assert!(err.message.contains("YAML tag") && err.mark.line == 1, "{text}: {}", err.message);
+        }
     }
 
     #[test]

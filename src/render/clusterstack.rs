@@ -415,7 +415,7 @@ fn read_optional(dir: &Path, name: &str) -> Result<Option<String>, String> {
 }
 
 /// Reads `clusteraddon.yaml`: `addonStages: {<hook>: [{name, action}]}`, hooks in file order.
-fn parse_addon_config(file: &str, text: &str) -> Result<Vec<(String, Vec<StageRef>)>, String> {
+pub fn parse_addon_config(file: &str, text: &str) -> Result<Vec<(String, Vec<StageRef>)>, String> {
     let at = |n: &Node| format!("{file}:{}:{}", n.mark.line, n.mark.col);
     let doc = kubeyaml::parse(text).map_err(|e| format!("line {}: invalid YAML: {}", e.mark.line, e.message))?;
     for w in &doc.warnings {

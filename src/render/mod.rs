@@ -219,10 +219,25 @@ fn collect(dir: &Path, rel: &str, files: &mut BTreeMap<String, String>, errors: 
             return;
         }
     };
-    for entry in entries.flatten() {
+    for entry in entries {
+        // An entry that cannot be read (a path past PATH_MAX, an I/O error) is an error, never
+        // a file silently left out of the release.
+        let entry = match entry {
+            Ok(e) => e,
+            Err(e) => {
+                errors.push(Error::ReadFile { file: rel.to_owned(), message: e.to_string() });
+                continue;
+            }
+        };
         let name = entry.file_name().to_string_lossy().into_owned();
         let rel_path = format!("{rel}/{name}");
-        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else { continue };
+        let meta = match std::fs::symlink_metadata(entry.path()) {
+            Ok(m) => m,
+            Err(e) => {
+                errors.push(Error::ReadFile { file: rel_path, message: e.to_string() });
+                continue;
+            }
+        };
         if meta.is_dir() {
             collect(&entry.path(), &rel_path, files, errors);
         } else if meta.is_file() && (name.ends_with(".yaml") || name.ends_with(".yml")) {

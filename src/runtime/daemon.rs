@@ -49,7 +49,7 @@ fn idle() -> ControllerTask {
 pub async fn run_kubernetes(path: PathBuf, initial: Config, concurrency: u16, shutdown: impl Future<Output = ()>) -> notify::Result<()> {
     let mut watcher = ConfigWatcher::new(&path)?;
     let mut config = initial;
-    let mut last_text = std::fs::read_to_string(&path).unwrap_or_default();
+    let mut last_text = crate::config::read_bounded(&path).unwrap_or_default();
     tokio::pin!(shutdown);
     info!(file = %path.display(), subscriptions = config.subscriptions.len(), "stacksync started");
     loop {
@@ -129,7 +129,7 @@ pub async fn run_kubernetes(path: PathBuf, initial: Config, concurrency: u16, sh
 pub async fn run_directory(path: PathBuf, initial: Config, shutdown: impl Future<Output = ()>) -> notify::Result<()> {
     let mut watcher = ConfigWatcher::new(&path)?;
     let mut config = initial;
-    let mut last_text = std::fs::read_to_string(&path).unwrap_or_default();
+    let mut last_text = crate::config::read_bounded(&path).unwrap_or_default();
     let mut queue = Queue::default();
     let now = Instant::now();
     for sub in &config.subscriptions {
@@ -200,7 +200,7 @@ async fn sleep_until(at: Option<Instant>) {
 /// Reads a config edit: a valid, effective change is returned (and logged); an invalid one is
 /// logged and ignored, the running config stays.
 fn reload(path: &std::path::Path, config: &Config, last_text: &mut String) -> Option<Config> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match crate::config::read_bounded(path) {
         Ok(t) => t,
         Err(e) => {
             warn!(file = %path.display(), error = %e, "config file unreadable; keeping the last good config");

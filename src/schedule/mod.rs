@@ -94,12 +94,17 @@ impl Schedule {
     }
 }
 
-/// Parses `90s`, `5m`, `2h`, `1h30m`, `500ms`.
+/// Longest duration a config may give (an interval, a retry, a timeout): one year. Longer ones
+/// are mistakes, and unbounded ones overflow the clock arithmetic that schedules them.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Parses `90s`, `5m`, `2h`, `1h30m`, `500ms`, with checked arithmetic, up to [`MAX_DURATION`].
 ///
 /// # Errors
-/// A message naming the expected form.
+/// A message naming the expected form, or the cap.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let expected = || format!("expected a duration such as `30s`, `5m` or `1h30m`, found `{text}`");
+    let too_long = || format!("duration `{text}` is longer than the maximum of {}", format_duration(MAX_DURATION));
     let mut total = Duration::ZERO;
     let mut rest = text.trim();
     if rest.is_empty() {
@@ -110,17 +115,22 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         if digits == 0 {
             return Err(expected());
         }
-        let n: u64 = rest[..digits].parse().map_err(|_| expected())?;
+        // More digits than a u64 holds is too long, not malformed.
+        let n: u64 = rest[..digits].parse().map_err(|_| too_long())?;
         rest = &rest[digits..];
         let unit = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
-        let d = match &rest[..unit] {
-            "ms" => Duration::from_millis(n),
-            "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n * 60),
-            "h" => Duration::from_secs(n * 3600),
+        let secs_per = match &rest[..unit] {
+            "ms" => None,
+            "s" => Some(1),
+            "m" => Some(60),
+            "h" => Some(3600),
             _ => return Err(expected()),
         };
-        total += d;
+        let d = match secs_per {
+            None => Duration::from_millis(n),
+            Some(k) => Duration::from_secs(n.checked_mul(k).ok_or_else(too_long)?),
+        };
+        total = total.checked_add(d).filter(|t| *t <= MAX_DURATION).ok_or_else(too_long)?;
         rest = &rest[unit..];
     }
     Ok(total)
@@ -204,6 +214,23 @@ mod tests {
         assert_eq!(parse_duration("45s").unwrap(), Duration::from_secs(45));
         assert!(parse_duration("5 minutes").is_err());
         assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn huge_durations_overflowed_into_panics() {
+        for text in [
+            "18446744073709551615s",
+            "99999999999999999h",
+            "18446744073709551615s18446744073709551615s",
+            "9999999999999999999999s",
+            "8761h",
+            "366d",
+        ] {
+            let err = parse_duration(text).unwrap_err();
+            assert!(err.contains(text), "{text}: {err}");
+        }
+        assert!(parse_duration("8761h").unwrap_err().contains("longer than the maximum of 8760h"));
+        assert_eq!(parse_duration("8760h").unwrap(), MAX_DURATION);
         assert_eq!(format_duration(Duration::from_secs(300)), "5m");
         assert!(Schedule::interval("0s").is_err());
     }

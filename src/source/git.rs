@@ -2,14 +2,18 @@
 //! incrementally on every poll (never a fresh clone), tags read from what the remote advertises.
 
 use std::collections::BTreeMap;
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use gix::bstr::ByteSlice;
 use gix::objs::tree::EntryKind;
 use gix::protocol::handshake::Ref;
 use gix::remote::{Direction, fetch::Tags};
 use gix::{ObjectId, Repository};
+use tracing::{info, warn};
 
 use super::{Error, RemoteRefs, Result};
 
@@ -23,6 +27,26 @@ pub struct Fetched {
     pub not_commits: Vec<String>,
 }
 
+/// How long one fetch may take in all, connecting included. Below the controller's poll timeout,
+/// so a fetch is cancelled by its own deadline (and its thread really ends) before the poll
+/// gives up on it.
+pub const FETCH_DEADLINE: Duration = Duration::from_secs(100);
+/// Longest silence on a `git://` connection before the fetch fails.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// A mirror marked with this file is cloned again at the next fetch (a materialisation found
+/// objects missing or unreadable).
+const DAMAGED_MARKER: &str = "stacksync-damaged";
+
+/// Why a fetch failed: remotes come back by themselves; a damaged mirror must be cloned again.
+enum Failure {
+    Remote(Error),
+    /// The mirror cannot be opened, or lacks objects its refs point at.
+    Local(Error),
+    /// Failed while receiving the pack: the remote cut the connection, or the mirror's own
+    /// objects broke negotiation. A fresh clone tells which.
+    Receiving(Error),
+}
+
 fn git_err(source: &str, url: &str, what: &str) -> impl Fn(gix::Error) -> Error {
     let (source, url, what) = (source.to_owned(), url.to_owned(), what.to_owned());
     // gix's Display shows only the outermost message; the alternate form shows the chain.
@@ -33,13 +57,17 @@ fn open_or_init(dir: &Path) -> std::result::Result<Repository, String> {
     if dir.join("HEAD").is_file() {
         return gix::open(dir).map_err(|e| format!("{e:#}"));
     }
+    init(dir)
+}
+
+fn init(dir: &Path) -> std::result::Result<Repository, String> {
     let prepare = || -> std::io::Result<()> {
         if let Some(parent) = dir.parent() {
             std::fs::create_dir_all(parent)?;
         }
         // init_bare refuses a non-empty directory: a leftover from an interrupted init goes.
-        if dir.exists() {
-            std::fs::remove_dir_all(dir)?;
+        if std::fs::symlink_metadata(dir).is_ok() {
+            remove_any(dir)?;
         }
         Ok(())
     };
@@ -47,32 +75,227 @@ fn open_or_init(dir: &Path) -> std::result::Result<Repository, String> {
     gix::init_bare(dir).map_err(|e| format!("{e:#}"))
 }
 
+fn remove_any(path: &Path) -> std::io::Result<()> {
+    if path.is_dir() { std::fs::remove_dir_all(path) } else { std::fs::remove_file(path) }
+}
+
 /// Fetches every branch and tag of `url` into the bare mirror at `dir` (created on first use)
-/// and reports what the remote advertises. Blocking: call from `spawn_blocking`.
+/// and reports what the remote advertises. Blocking: call from `spawn_blocking`. Gives up after
+/// [`FETCH_DEADLINE`] (see [`fetch_with_deadline`]).
 ///
 /// `known_heads` are the branch heads seen at the previous poll, for force-push detection.
 ///
 /// # Errors
-/// The remote cannot be reached or refuses, or the mirror cannot be opened or written.
+/// The remote cannot be reached or refuses, the deadline passed, or the mirror cannot be
+/// written.
 pub fn fetch(source: &str, url: &str, dir: &Path, known_heads: &BTreeMap<String, String>) -> Result<Fetched> {
-    let repo = open_or_init(dir).map_err(|message| Error::Fetch {
-        source_name: source.to_owned(),
-        url: url.to_owned(),
-        message: format!("opening the mirror: {message}"),
+    fetch_with_deadline(source, url, dir, known_heads, FETCH_DEADLINE)
+}
+
+/// [`fetch`] with an explicit deadline. When the deadline passes the fetch is cancelled — the
+/// interrupt flag stops gix between packets and a `git://` socket is shut down under a blocked
+/// read — so when this returns, nothing runs on.
+///
+/// A damaged mirror (unopenable, objects missing, marked by a failed materialisation) is cloned
+/// again from the remote; the old one is replaced only once the new clone is complete.
+///
+/// # Errors
+/// As [`fetch`]; a deadline error says `timed out after Ns`.
+pub fn fetch_with_deadline(
+    source: &str,
+    url: &str,
+    dir: &Path,
+    known_heads: &BTreeMap<String, String>,
+    deadline: Duration,
+) -> Result<Fetched> {
+    let started = Instant::now();
+    let marked = dir.join(DAMAGED_MARKER).exists();
+    if !marked {
+        match fetch_into(source, url, dir, known_heads, deadline) {
+            Ok(fetched) => return Ok(fetched),
+            Err(Failure::Remote(e)) => return Err(e),
+            Err(Failure::Local(e) | Failure::Receiving(e)) => {
+                warn!(source, error = %e, "fetch into the Git mirror failed; cloning the mirror again");
+            }
+        }
+    } else {
+        warn!(source, "the Git mirror was marked damaged; cloning it again");
+    }
+    let left = deadline.saturating_sub(started.elapsed());
+    if left.is_zero() {
+        return Err(timed_out(source, url, deadline));
+    }
+    reclone(source, url, dir, known_heads, left)
+}
+
+/// Clones into a sibling directory and swaps it in only when complete, so a failed clone (the
+/// remote is down too) leaves the old mirror as it was.
+fn reclone(source: &str, url: &str, dir: &Path, known_heads: &BTreeMap<String, String>, deadline: Duration) -> Result<Fetched> {
+    let sibling = |what: &str| {
+        let mut name = dir.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(".{what}-{}", std::process::id()));
+        dir.with_file_name(name)
+    };
+    let fresh = sibling("reclone");
+    let _ = remove_any(&fresh);
+    let fetched = match fetch_into(source, url, &fresh, known_heads, deadline) {
+        Ok(f) => f,
+        Err(Failure::Remote(e) | Failure::Local(e) | Failure::Receiving(e)) => {
+            let _ = remove_any(&fresh);
+            return Err(e);
+        }
+    };
+    let old = sibling("damaged");
+    let _ = remove_any(&old);
+    let swapped = (|| {
+        if std::fs::symlink_metadata(dir).is_ok() {
+            std::fs::rename(dir, &old)?;
+        }
+        std::fs::rename(&fresh, dir)
+    })();
+    let _ = remove_any(&old);
+    if let Err(e) = swapped {
+        let _ = remove_any(&fresh);
+        return Err(Error::Fetch {
+            source_name: source.to_owned(),
+            url: url.to_owned(),
+            message: format!("replacing the damaged mirror {}: {e}", dir.display()),
+        });
+    }
+    info!(source, "cloned the Git mirror again");
+    Ok(fetched)
+}
+
+fn timed_out(source: &str, url: &str, deadline: Duration) -> Error {
+    Error::Fetch { source_name: source.to_owned(), url: url.to_owned(), message: format!("timed out after {}s", deadline.as_secs()) }
+}
+
+/// Cancels a fetch at its deadline from another thread: sets gix's interrupt flag and shuts a
+/// `git://` socket down, so even a read blocked on a silent server returns.
+struct Watchdog {
+    done: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    fired: Arc<AtomicBool>,
+}
+
+impl Watchdog {
+    fn start(deadline: Duration, interrupt: Arc<AtomicBool>, socket: Option<TcpStream>) -> Watchdog {
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let fired = Arc::new(AtomicBool::new(false));
+        let flag = fired.clone();
+        let thread = std::thread::Builder::new()
+            .name("git-fetch-deadline".into())
+            .spawn(move || {
+                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(deadline) {
+                    flag.store(true, Ordering::SeqCst);
+                    interrupt.store(true, Ordering::SeqCst);
+                    if let Some(s) = socket {
+                        let _ = s.shutdown(std::net::Shutdown::Both);
+                    }
+                }
+            })
+            .ok();
+        Watchdog { done: Some(done), thread, fired }
+    }
+
+    fn fired(&self) -> bool {
+        self.fired.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        drop(self.done.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A `git://` URL's host, port and path.
+fn git_daemon_address(url: &str) -> Option<(String, u16, String)> {
+    let rest = url.strip_prefix("git://")?;
+    let (authority, path) = rest.split_once('/').map_or((rest, "/"), |(a, p)| (a, &rest[a.len()..p.len() + a.len() + 1]));
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (h.to_owned(), p.parse().ok()?),
+        _ => (authority.to_owned(), 9418),
+    };
+    Some((host.trim_start_matches('[').trim_end_matches(']').to_owned(), port, path.to_owned()))
+}
+
+fn fetch_into(
+    source: &str,
+    url: &str,
+    dir: &Path,
+    known_heads: &BTreeMap<String, String>,
+    deadline: Duration,
+) -> std::result::Result<Fetched, Failure> {
+    let started = Instant::now();
+    let repo = open_or_init(dir).map_err(|message| {
+        Failure::Local(Error::Fetch {
+            source_name: source.to_owned(),
+            url: url.to_owned(),
+            message: format!("opening the mirror: {message}"),
+        })
     })?;
-    let interrupt = AtomicBool::new(false);
-    let outcome = repo
+    let interrupt = Arc::new(AtomicBool::new(false));
+    let remote = repo
         .remote_at(url)
-        .map_err(git_err(source, url, "invalid URL"))?
-        .with_fetch_tags(Tags::None)
-        .with_refspecs(["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"], Direction::Fetch)
-        .map_err(git_err(source, url, "refspecs"))?
-        .connect(Direction::Fetch)
-        .map_err(git_err(source, url, "connecting"))?
-        .prepare_fetch(gix::progress::Discard, gix::remote::ref_map::Options::default())
-        .map_err(git_err(source, url, "listing refs"))?
-        .receive(gix::progress::Discard, &interrupt)
-        .map_err(git_err(source, url, "fetching"))?;
+        .map_err(git_err(source, url, "invalid URL"))
+        .and_then(|r| {
+            r.with_fetch_tags(Tags::None)
+                .with_refspecs(["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"], Direction::Fetch)
+                .map_err(git_err(source, url, "refspecs"))
+        })
+        .map_err(Failure::Remote)?;
+    let remote_err = |what: &'static str, watchdog: &Watchdog| {
+        let (source, url) = (source.to_owned(), url.to_owned());
+        let fired = watchdog.fired();
+        move |e: gix::Error| {
+            if fired || started.elapsed() >= deadline { timed_out(&source, &url, deadline) } else { git_err(&source, &url, what)(e) }
+        }
+    };
+    // git:// runs over a socket we open, so the deadline can shut it under a blocked read;
+    // other schemes (file://: a local git-upload-pack) stop at gix's interrupt checks.
+    let outcome = if let Some((host, port, path)) = git_daemon_address(url) {
+        let stream = connect(&host, port, deadline).map_err(|e| {
+            Failure::Remote(Error::Fetch { source_name: source.to_owned(), url: url.to_owned(), message: format!("connecting: {e}") })
+        })?;
+        let watchdog = Watchdog::start(deadline.saturating_sub(started.elapsed()), interrupt.clone(), stream.try_clone().ok());
+        let write = stream.try_clone().map_err(|e| {
+            Failure::Remote(Error::Fetch { source_name: source.to_owned(), url: url.to_owned(), message: format!("connecting: {e}") })
+        })?;
+        let transport = gix::protocol::transport::client::git::blocking_io::Connection::new(
+            stream,
+            write,
+            gix::protocol::transport::Protocol::V2,
+            path,
+            Some((host, Some(port))),
+            gix::protocol::transport::client::git::ConnectMode::Daemon,
+            false,
+        );
+        let prepared = remote
+            .to_connection_with_transport(transport)
+            .prepare_fetch(gix::progress::Discard, gix::remote::ref_map::Options::default())
+            .map_err(|e| Failure::Remote(remote_err("listing refs", &watchdog)(e)))?;
+        let received = prepared.receive(gix::progress::Discard, &interrupt);
+        received.map_err(|e| Failure::Receiving(remote_err("fetching", &watchdog)(e)))
+    } else {
+        let watchdog = Watchdog::start(deadline, interrupt.clone(), None);
+        let prepared = remote
+            .connect(Direction::Fetch)
+            .map_err(|e| Failure::Remote(remote_err("connecting", &watchdog)(e)))?
+            .prepare_fetch(gix::progress::Discard, gix::remote::ref_map::Options::default())
+            .map_err(|e| Failure::Remote(remote_err("listing refs", &watchdog)(e)))?;
+        let received = prepared.receive(gix::progress::Discard, &interrupt);
+        received.map_err(|e| Failure::Receiving(remote_err("fetching", &watchdog)(e)))
+    };
+    let outcome = match outcome {
+        Ok(o) => o,
+        // A timeout is the remote's doing, never a reason to clone again.
+        Err(Failure::Receiving(e)) if started.elapsed() >= deadline => return Err(Failure::Remote(e)),
+        Err(e) => return Err(e),
+    };
 
     let mut out = Fetched::default();
     for r in &outcome.ref_map.remote_refs {
@@ -83,8 +306,16 @@ pub fn fetch(source: &str, url: &str, dir: &Path, known_heads: &BTreeMap<String,
         let Some(target) = target else { continue };
         let name = name.to_str_lossy();
         if let Some(tag) = name.strip_prefix("refs/tags/") {
-            // Peel locally: v1 servers do not always send the peeled id.
-            match repo.find_object(target.to_owned()).ok().and_then(|o| o.peel_to_commit().ok()) {
+            // Peel locally: v1 servers do not always send the peeled id. An object the fetch
+            // claims to have but the mirror cannot read is damage, not a tag to skip.
+            let object = repo.find_object(target.to_owned()).map_err(|e| {
+                Failure::Local(Error::Fetch {
+                    source_name: source.to_owned(),
+                    url: url.to_owned(),
+                    message: format!("tag {tag}: object {target} is missing from the mirror: {e}"),
+                })
+            })?;
+            match object.peel_to_commit().ok() {
                 Some(commit) => {
                     out.refs.tags.insert(tag.to_owned(), commit.id.to_string());
                 }
@@ -109,6 +340,23 @@ pub fn fetch(source: &str, url: &str, dir: &Path, known_heads: &BTreeMap<String,
     Ok(out)
 }
 
+/// Connects with the remaining deadline as connect timeout and a bounded silence per read.
+fn connect(host: &str, port: u16, deadline: Duration) -> std::io::Result<TcpStream> {
+    use std::net::ToSocketAddrs;
+    let mut last = std::io::Error::other(format!("{host}:{port} resolves to no address"));
+    for addr in (host, port).to_socket_addrs()? {
+        match TcpStream::connect_timeout(&addr, deadline.min(Duration::from_secs(10))) {
+            Ok(s) => {
+                s.set_read_timeout(Some(READ_TIMEOUT.min(deadline)))?;
+                s.set_write_timeout(Some(READ_TIMEOUT.min(deadline)))?;
+                return Ok(s);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 /// Whether `a` is reachable from `b`. An unreadable history counts as "no" (reported as a force
 /// push, which is only ever logged).
 fn is_ancestor(repo: &Repository, a: ObjectId, b: ObjectId) -> bool {
@@ -125,6 +373,17 @@ fn is_ancestor(repo: &Repository, a: ObjectId, b: ObjectId) -> bool {
 /// The commit is not in the mirror, an object cannot be read, an entry has an unsafe name, or a
 /// file cannot be written.
 pub fn materialise(dir: &Path, commit: &str, dest: &Path) -> std::result::Result<u64, String> {
+    let result = materialise_from(dir, commit, dest);
+    // Errors writing the tree (`creating …`, `writing …`) are the destination's, not the mirror's.
+    if result.as_ref().is_err_and(|e| !e.starts_with("creating ") && !e.starts_with("writing ") && !e.starts_with("unsafe entry")) {
+        // Whatever broke (a missing or unreadable object, an unopenable mirror), the next fetch
+        // clones the mirror again rather than failing the same way forever.
+        let _ = std::fs::write(dir.join(DAMAGED_MARKER), b"");
+    }
+    result
+}
+
+fn materialise_from(dir: &Path, commit: &str, dest: &Path) -> std::result::Result<u64, String> {
     let repo = gix::open(dir).map_err(|e| format!("opening the mirror: {e:#}"))?;
     let id = ObjectId::from_hex(commit.as_bytes()).map_err(|e| format!("bad commit id: {e}"))?;
     let commit = repo.find_object(id).and_then(|o| o.peel_to_commit()).map_err(|e| format!("commit not in the mirror: {e:#}"))?;

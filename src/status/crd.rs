@@ -165,7 +165,7 @@ pub struct Condition {
     printcolumn = r#"{"name":"Source","type":"string","jsonPath":".spec.source"}"#,
     printcolumn = r#"{"name":"Tag","type":"string","jsonPath":".spec.tag"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
-    printcolumn = r#"{"name":"Verified","type":"boolean","jsonPath":".status.verified"}"#,
+    printcolumn = r#"{"name":"VerifiedBy","type":"string","jsonPath":".status.verifiedBy"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -186,6 +186,10 @@ pub struct StackReleaseStatus {
     pub assets: Vec<AssetDigest>,
     /// Every asset's digest was checked (Git: objects are content-addressed).
     pub verified: bool,
+    /// How: `git`, or the asset verifications present (`published`, `checksums` — an unsigned
+    /// checksums file of the same release —, `pinned`, `unverified`), joined with `+`.
+    #[serde(default)]
+    pub verified_by: String,
     pub cached: bool,
     /// `Available` (seen, not selected), `Selected`, `Applied`, `Failed`.
     pub phase: String,

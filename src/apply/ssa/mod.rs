@@ -6,6 +6,7 @@ mod diff;
 mod discovery;
 mod error;
 mod inventory;
+pub mod names;
 mod object;
 
 use std::collections::{HashMap, HashSet};
@@ -334,6 +335,10 @@ impl Applier {
             version: version.to_string(),
             digest: String::new(),
         };
+        // Before anything is sent: kube builds request URLs from these as they are.
+        if let Err(message) = names::check(&o.kind, o.namespace.as_deref(), &o.name) {
+            return (inventory, Err(NotPrepared::new(Entry { message: format!("{message}; nothing was sent"), ..entry })));
+        }
         let annotation = |key: &str| o.body.pointer("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str);
         let policy = match annotation(POLICY_ANNOTATION).unwrap_or("apply") {
             "apply" => Ok(Policy::Apply),
@@ -483,6 +488,10 @@ impl Applier {
     async fn prune_one(&self, e: &InventoryEntry, resolved: &Result<discovery::Resolved, Unresolved>) -> (Option<Entry>, bool) {
         let entry =
             |action, message: String| Entry { object: e.object_ref(), action, message, file: String::new(), chart: None, stage: None };
+        // An inventory is data read back from the cluster: its names are checked like manifests'.
+        if let Err(message) = names::check(&e.kind, e.namespace.as_deref(), &e.name) {
+            return (Some(entry(Action::Failed, format!("{message}; not pruned"))), false);
+        }
         let resource = match resolved {
             Ok(r) => &r.resource,
             // No version of its group serves the kind any more, so neither is the object.

@@ -260,6 +260,7 @@ pub(super) async fn record_release(
             })
             .collect(),
         verified: assets.iter().all(|a| a.verified_by != crate::source::github::verify::VerifiedBy::Unverified),
+        verified_by: crate::source::github::verify::summary(assets.iter().map(|a| a.verified_by)),
         cached: true,
         phase: if class.is_some_and(|c| !c.errors.is_empty()) {
             "Failed".into()

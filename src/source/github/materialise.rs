@@ -66,16 +66,36 @@ pub async fn download_all(client: &Client, blobs: &Blobs, release: &GhRelease, o
     for asset in release.assets.iter().filter(|a| verify::is_checksums_asset(&a.name)) {
         let pinned = opts.pins.get(&format!("{}/{}", release.tag, asset.name));
         let published = asset.digest.as_deref().and_then(Sha256Digest::parse);
-        let digest = fetch(client, blobs, release, asset, published.as_ref().or(pinned), opts).await?;
+        let limit = opts.max_asset_bytes.min(opts.max_release_bytes);
+        let digest = fetch(client, blobs, release, asset, published.as_ref().or(pinned), limit).await?;
         let text = std::fs::read_to_string(blobs.path(&digest)).map_err(|e| format!("reading {}: {e}", asset.name))?;
         let single = asset.name.strip_suffix(".sha256");
         checksums.extend(verify::parse_checksums(&text, single));
     }
+    // The sizes the API declares are only a first filter: every download is capped by what is
+    // left of the release budget, counting the bytes really received.
     let mut records = Vec::new();
+    let mut received: u64 = 0;
     for asset in &release.assets {
         let expected = verify::expected(&release.tag, asset, &checksums, &opts.pins, opts.verify)?;
-        let digest = fetch(client, blobs, release, asset, expected.digest.as_ref(), opts).await?;
-        records.push(AssetRecord { name: asset.name.clone(), digest: digest.to_string(), verified_by: expected.by, size: asset.size });
+        let left = opts.max_release_bytes.saturating_sub(received);
+        let limit = opts.max_asset_bytes.min(left);
+        let digest = fetch(client, blobs, release, asset, expected.digest.as_ref(), limit).await.map_err(|e| {
+            if limit < opts.max_asset_bytes {
+                format!("{e} (maxReleaseSize {} counts the bytes received)", opts.max_release_bytes)
+            } else {
+                e
+            }
+        })?;
+        let size = std::fs::metadata(blobs.path(&digest)).map_err(|e| format!("reading blob of {}: {e}", asset.name))?.len();
+        received = received.saturating_add(size);
+        if received > opts.max_release_bytes {
+            return Err(format!(
+                "release {} has more than {} bytes of assets (maxReleaseSize), counting the bytes received (asset {} declared {} bytes, has {size})",
+                release.tag, opts.max_release_bytes, asset.name, asset.size
+            ));
+        }
+        records.push(AssetRecord { name: asset.name.clone(), digest: digest.to_string(), verified_by: expected.by, size });
     }
     Ok(records)
 }
@@ -86,7 +106,7 @@ async fn fetch(
     release: &GhRelease,
     asset: &super::GhAsset,
     expected: Option<&Sha256Digest>,
-    opts: &Options,
+    limit: u64,
 ) -> Result<Sha256Digest, String> {
     if let Some(d) = expected {
         match blobs.verify(d) {
@@ -95,7 +115,7 @@ async fn fetch(
             Err(e) => return Err(format!("reading cached blob {d}: {e}")),
         }
     }
-    let digest = client.download(&release.tag, asset, blobs, expected, opts.max_asset_bytes).await.map_err(|e| e.to_string())?;
+    let digest = client.download(&release.tag, asset, blobs, expected, limit).await.map_err(|e| e.to_string())?;
     info!(tag = %release.tag, asset = %asset.name, digest = %digest, verified = expected.is_some(), "downloaded asset");
     Ok(digest)
 }
@@ -107,6 +127,18 @@ async fn fetch(
 /// A blob is missing, a file cannot be written, or an archive is unsafe (the message names the
 /// asset and the entry).
 pub fn fill(blobs: &Blobs, records: &[AssetRecord], dest: &Path, limits: unpack::Limits) -> Result<u64, String> {
+    // `manifests.tar` and `manifests.tar.gz` would unpack into one `manifests/`, mixing two
+    // archives' files (and an asset named `manifests` would be clobbered): refuse, naming both.
+    let mut claimed: BTreeMap<&str, &str> = records.iter().map(|r| (r.name.as_str(), r.name.as_str())).collect();
+    for r in records.iter().filter(|r| unpack::is_archive(&r.name)) {
+        if let Some(other) = claimed.insert(unpack::stem(&r.name), &r.name) {
+            return Err(format!(
+                "assets {other} and {} both need the path {}/ in the release tree; a release may hold only one of them",
+                r.name,
+                unpack::stem(&r.name)
+            ));
+        }
+    }
     let mut files = 0;
     for r in records {
         if r.name.contains(['/', '\\']) || r.name.starts_with('.') {
@@ -156,5 +188,28 @@ fn same_inode(a: &Path, b: &Path) -> bool {
     match (std::fs::metadata(a), std::fs::metadata(b)) {
         (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tar_and_tar_gz_of_one_name_were_merged() {
+        let dir = tempfile::tempdir().unwrap();
+        let blobs = Blobs::open(dir.path()).unwrap();
+        let record = |name: &str| AssetRecord {
+            name: name.into(),
+            digest: "sha256:".to_owned() + &"a".repeat(64),
+            verified_by: VerifiedBy::Published,
+            size: 1,
+        };
+        let dest = dir.path().join("tree");
+        std::fs::create_dir(&dest).unwrap();
+        for pair in [["manifests.tar", "manifests.tar.gz"], ["manifests.tgz", "manifests"], ["a.tar", "a.tgz"]] {
+            let err = fill(&blobs, &[record(pair[0]), record(pair[1])], &dest, unpack::Limits::default()).unwrap_err();
+            assert!(err.contains(pair[0]) && err.contains(pair[1]) && err.contains("only one"), "{err}");
+        }
     }
 }

@@ -21,6 +21,13 @@ use crate::cache::blobs::{BlobError, Blobs, Sha256Digest};
 pub const MAX_RATE_LIMIT_WAIT: Duration = Duration::from_secs(15 * 60);
 /// Attempts for one download when the connection is cut.
 pub const DOWNLOAD_ATTEMPTS: u32 = 3;
+/// Deadline of one API request, its body included.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(60);
+/// Deadline of one asset download, every attempt included: a storage host trickling bytes is
+/// cut off here, however steadily it trickles.
+pub const DOWNLOAD_DEADLINE: Duration = Duration::from_secs(10 * 60);
+/// Largest release-list page read; GitHub's pages of 100 releases are far below it.
+pub const MAX_PAGE_BYTES: u64 = 32 * 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -32,6 +39,8 @@ pub enum Error {
     RateLimited { repo: String, seconds: u64, max: u64 },
     #[error("{repo}: cannot read the release list: {message}")]
     Decode { repo: String, message: String },
+    #[error("{repo}: {url}: the page is larger than the limit of {limit} bytes")]
+    PageTooLarge { repo: String, url: String, limit: u64 },
     #[error("{repo}: release {tag}: asset {asset}: {source}")]
     Download {
         repo: String,
@@ -162,6 +171,37 @@ pub struct Client {
     token: Option<Secret>,
     /// `(remaining, reset epoch seconds)` from the last response.
     quota: std::sync::Mutex<Option<(u64, u64)>>,
+    limits: Limits,
+}
+
+/// Deadlines and size caps of a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub request_deadline: Duration,
+    pub download_deadline: Duration,
+    pub max_page_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { request_deadline: REQUEST_DEADLINE, download_deadline: DOWNLOAD_DEADLINE, max_page_bytes: MAX_PAGE_BYTES }
+    }
+}
+
+/// A request error as an operator needs it: a timeout says so and how long, anything else
+/// shows its cause chain (reqwest's own text is only `error sending request`).
+pub fn describe(e: &reqwest::Error, deadline: Duration) -> String {
+    if e.is_timeout() {
+        return format!("timed out after {}s", deadline.as_secs());
+    }
+    let mut out = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
 }
 
 impl Client {
@@ -178,10 +218,18 @@ impl Client {
             // Redirects are followed by hand so the token never follows them to another host.
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(10))
+            // A silent connection fails here; a trickling one at the per-operation deadlines.
             .read_timeout(Duration::from_secs(60))
             .build()
             .map_err(|e| err(e.to_string()))?;
-        Ok(Client { http, api, repo: repo.to_owned(), token, quota: std::sync::Mutex::new(None) })
+        Ok(Client { http, api, repo: repo.to_owned(), token, quota: std::sync::Mutex::new(None), limits: Limits::default() })
+    }
+
+    /// Replaces the default deadlines and caps.
+    #[must_use]
+    pub fn with_limits(mut self, limits: Limits) -> Client {
+        self.limits = limits;
+        self
     }
 
     fn same_origin(&self, url: &Url) -> bool {
@@ -207,13 +255,21 @@ impl Client {
 
     /// Sends a GET, waiting out rate limits (bounded by [`MAX_RATE_LIMIT_WAIT`]).
     async fn send(&self, url: &Url, accept: &str, etag: Option<&str>) -> Result<reqwest::Response> {
-        let request_err =
-            |e: reqwest::Error| Error::Request { repo: self.repo.clone(), url: url.to_string(), message: e.without_url().to_string() };
+        self.send_within(url, accept, etag, self.limits.request_deadline).await
+    }
+
+    /// [`Client::send`] with its own deadline (a download's is longer than an API call's).
+    async fn send_within(&self, url: &Url, accept: &str, etag: Option<&str>, deadline: Duration) -> Result<reqwest::Response> {
+        let request_err = |e: reqwest::Error| Error::Request {
+            repo: self.repo.clone(),
+            url: url.to_string(),
+            message: describe(&e.without_url(), deadline),
+        };
         loop {
             if let Some(wait) = self.quota_wait() {
                 self.wait(wait).await?;
             }
-            let mut req = self.request(url, accept);
+            let mut req = self.request(url, accept).timeout(deadline);
             if let Some(etag) = etag {
                 req = req.header(IF_NONE_MATCH, etag);
             }
@@ -291,11 +347,7 @@ impl Client {
                 s if s.is_success() => {
                     let etag = resp.headers().get(ETAG).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
                     let next = next_link(resp.headers()).map(str::to_owned);
-                    let body = resp.bytes().await.map_err(|e| Error::Request {
-                        repo: self.repo.clone(),
-                        url: key.clone(),
-                        message: e.to_string(),
-                    })?;
+                    let body = self.read_page(resp, &key).await?;
                     let api: Vec<ApiRelease> = serde_json::from_slice(&body)
                         .map_err(|e| Error::Decode { repo: self.repo.clone(), message: format!("{key}: {e}") })?;
                     let releases = api
@@ -335,6 +387,34 @@ impl Client {
         Ok((releases, stats))
     }
 
+    /// Reads a page body chunk by chunk, refusing it past [`Limits::max_page_bytes`] (the
+    /// declared length is not trusted) and within the request deadline.
+    async fn read_page(&self, mut resp: reqwest::Response, url: &str) -> Result<Vec<u8>> {
+        let limit = self.limits.max_page_bytes;
+        let too_large = || Error::PageTooLarge { repo: self.repo.clone(), url: url.to_owned(), limit };
+        if resp.content_length().is_some_and(|n| n > limit) {
+            return Err(too_large());
+        }
+        let mut body = Vec::new();
+        let read = async {
+            while let Some(chunk) = resp.chunk().await? {
+                if body.len() as u64 + chunk.len() as u64 > limit {
+                    return Ok(false);
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok::<bool, reqwest::Error>(true)
+        };
+        let deadline = self.limits.request_deadline;
+        let request_err = |message: String| Error::Request { repo: self.repo.clone(), url: url.to_owned(), message };
+        match tokio::time::timeout(deadline, read).await {
+            Err(_) => Err(request_err(format!("timed out after {}s", deadline.as_secs()))),
+            Ok(Err(e)) => Err(request_err(describe(&e.without_url(), deadline))),
+            Ok(Ok(false)) => Err(too_large()),
+            Ok(Ok(true)) => Ok(body),
+        }
+    }
+
     fn status_err(&self, url: &Url, status: u16, message: String) -> Error {
         Error::Status { repo: self.repo.clone(), url: url.to_string(), status, message }
     }
@@ -357,18 +437,37 @@ impl Client {
             |source: BlobError| Error::Download { repo: self.repo.clone(), tag: tag.to_owned(), asset: asset.name.clone(), source };
         let io = |message: String| BlobError::Io { path: asset.url.clone().into(), source: std::io::Error::other(message) };
         let url = Url::parse(&asset.url).map_err(|e| dl_err(io(e.to_string())))?;
+        let deadline = self.limits.download_deadline;
+        match tokio::time::timeout(deadline, self.download_attempts(tag, asset, &url, blobs, expected, limit)).await {
+            Ok(result) => result.map_err(|e| match e {
+                Attempt::Retry(message) => dl_err(io(message)),
+                Attempt::Fatal(e) => dl_err(e),
+            }),
+            // Dropping the future drops the response: the connection is closed, the temp blob
+            // removed.
+            Err(_) => Err(dl_err(io(format!("timed out after {}s", deadline.as_secs())))),
+        }
+    }
+
+    async fn download_attempts(
+        &self,
+        tag: &str,
+        asset: &GhAsset,
+        url: &Url,
+        blobs: &Blobs,
+        expected: Option<&Sha256Digest>,
+        limit: u64,
+    ) -> std::result::Result<Sha256Digest, Attempt> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.download_once(&url, blobs, expected, limit).await {
-                Ok(d) => return Ok(d),
+            match self.download_once(url, blobs, expected, limit).await {
                 Err(Attempt::Retry(message)) if attempt < DOWNLOAD_ATTEMPTS => {
                     let backoff = crate::schedule::backoff(attempt);
                     warn!(repo = %self.repo, tag, asset = %asset.name, attempt, error = %message, "download interrupted; retrying");
                     tokio::time::sleep(backoff).await;
                 }
-                Err(Attempt::Retry(message)) => return Err(dl_err(io(message))),
-                Err(Attempt::Fatal(e)) => return Err(dl_err(e)),
+                other => return other,
             }
         }
     }
@@ -380,7 +479,10 @@ impl Client {
         expected: Option<&Sha256Digest>,
         limit: u64,
     ) -> std::result::Result<Sha256Digest, Attempt> {
-        let mut resp = self.send(url, "application/octet-stream", None).await.map_err(|e| Attempt::Retry(e.to_string()))?;
+        let mut resp = self
+            .send_within(url, "application/octet-stream", None, self.limits.download_deadline)
+            .await
+            .map_err(|e| Attempt::Retry(e.to_string()))?;
         if resp.status().is_redirection() {
             let location = resp.headers().get(LOCATION).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
             let target = url
@@ -388,8 +490,11 @@ impl Client {
                 .map_err(|e| Attempt::Fatal(BlobError::Io { path: location.clone().into(), source: std::io::Error::other(e) }))?;
             debug!(repo = %self.repo, host = target.host_str().unwrap_or_default(), "following asset redirect");
             // `request` adds the token only for the API origin: storage hosts never see it.
-            resp =
-                self.request(&target, "application/octet-stream").send().await.map_err(|e| Attempt::Retry(e.without_url().to_string()))?;
+            resp = self
+                .request(&target, "application/octet-stream")
+                .send()
+                .await
+                .map_err(|e| Attempt::Retry(describe(&e.without_url(), self.limits.download_deadline)))?;
         }
         let status = resp.status();
         if !status.is_success() {
@@ -410,7 +515,10 @@ impl Client {
             match resp.chunk().await {
                 Ok(Some(chunk)) => writer.write(&chunk).map_err(Attempt::Fatal)?,
                 Ok(None) => break,
-                Err(e) => return Err(Attempt::Retry(format!("connection cut after {} bytes: {}", writer.written(), e.without_url()))),
+                Err(e) => {
+                    let cause = describe(&e.without_url(), self.limits.download_deadline);
+                    return Err(Attempt::Retry(format!("connection cut after {} bytes: {cause}", writer.written())));
+                }
             }
         }
         writer.finish(blobs, expected).map_err(Attempt::Fatal)

@@ -45,6 +45,30 @@ impl std::fmt::Display for VerifiedBy {
     }
 }
 
+impl VerifiedBy {
+    /// The short word used in status summaries.
+    pub fn word(self) -> &'static str {
+        match self {
+            VerifiedBy::Published => "published",
+            VerifiedBy::Checksums => "checksums",
+            VerifiedBy::Pinned => "pinned",
+            VerifiedBy::Reference => "reference",
+            VerifiedBy::Unverified => "unverified",
+        }
+    }
+}
+
+/// How a release's content was verified, in one short string for a printer column: `git` for a
+/// Git release (no assets: content-addressed objects), else the distinct asset verifications
+/// joined with `+` (`published+checksums`). The checksums file itself (`reference`) is left
+/// out: it is what the `checksums` assets were checked against. Pure.
+pub fn summary(by: impl IntoIterator<Item = VerifiedBy>) -> String {
+    let mut words: Vec<&str> = by.into_iter().filter(|b| *b != VerifiedBy::Reference).map(VerifiedBy::word).collect();
+    words.sort_unstable();
+    words.dedup();
+    if words.is_empty() { "git".to_owned() } else { words.join("+") }
+}
+
 /// Verification policy of a source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Verify {
@@ -145,6 +169,14 @@ mod tests {
         assert_eq!(sums["values.yaml"].hex(), b);
         let single = parse_checksums(&format!("{a}\n"), Some("chart.tgz"));
         assert_eq!(single["chart.tgz"].hex(), a);
+    }
+
+    #[test]
+    fn unsigned_checksums_file_showed_verified_true() {
+        assert_eq!(summary([]), "git");
+        assert_eq!(summary([VerifiedBy::Checksums, VerifiedBy::Reference]), "checksums");
+        assert_eq!(summary([VerifiedBy::Published, VerifiedBy::Checksums, VerifiedBy::Published]), "checksums+published");
+        assert_eq!(summary([VerifiedBy::Unverified, VerifiedBy::Pinned]), "pinned+unverified");
     }
 
     #[test]

@@ -1,0 +1,97 @@
+//! Object identities checked as the API server would, before any request URL is built from them:
+//! kube appends names and namespaces to the URL path as they are, so a name such as
+//! `x/../../secrets/victim` would otherwise reach another resource.
+
+/// Longest object name (a DNS subdomain).
+const MAX_NAME: usize = 253;
+/// Longest namespace (a DNS label).
+const MAX_NAMESPACE: usize = 63;
+
+/// Checks an object name. The API server's floor for every kind is a valid path segment (not
+/// `.` or `..`, no `/` or `%`); most kinds also require a DNS subdomain. The check here is the
+/// floor plus characters that never need escaping in a URL path (letters, digits, `-`, `.`,
+/// `_`, `:` as RBAC names use, `@`, `~`), so what is sent is exactly the name — escaping is a
+/// no-op by construction.
+///
+/// # Errors
+/// A message saying what is wrong, quoting the name (it came from a manifest, not a Secret).
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("the object has no name".to_owned());
+    }
+    if name.len() > MAX_NAME {
+        return Err(format!("name is {} characters long; the API server allows at most {MAX_NAME}", name.len()));
+    }
+    if name == "." || name == ".." {
+        return Err(format!("name {name:?} is not a valid path segment"));
+    }
+    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':' | '@' | '~'))) {
+        return Err(format!("name {name:?} contains {c:?}; the API server would refuse it (names are DNS subdomains)"));
+    }
+    Ok(())
+}
+
+/// Checks a namespace: a DNS label (RFC 1123), as the API server requires.
+///
+/// # Errors
+/// A message saying what is wrong.
+pub fn check_namespace(namespace: &str) -> Result<(), String> {
+    let b = namespace.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= MAX_NAMESPACE
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-';
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("namespace {namespace:?} is not a DNS label (lowercase letters, digits and `-`, at most {MAX_NAMESPACE})"))
+    }
+}
+
+/// Checks a kind: an identifier (`ConfigMap`), as every served kind is.
+///
+/// # Errors
+/// A message saying what is wrong.
+pub fn check_kind(kind: &str) -> Result<(), String> {
+    let mut chars = kind.chars();
+    let ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic()) && chars.all(|c| c.is_ascii_alphanumeric()) && kind.len() <= 63;
+    if ok { Ok(()) } else { Err(format!("kind {kind:?} is not a valid kind name")) }
+}
+
+/// Checks a whole identity.
+///
+/// # Errors
+/// The first problem found.
+pub fn check(kind: &str, namespace: Option<&str>, name: &str) -> Result<(), String> {
+    check_kind(kind)?;
+    if let Some(ns) = namespace {
+        check_namespace(ns)?;
+    }
+    check_name(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities_that_would_escape_the_url_are_refused() {
+        for name in ["x/../../secrets/victim", "..", ".", "", "a%2Fb", "a?dryRun=All", "a#b", "a b", "é", &"a".repeat(254)] {
+            assert!(check_name(name).is_err(), "{name:?}");
+        }
+        for name in ["web", "system:controller:foo", "v1.example.com", "Upper_Case-1", "user@example.com"] {
+            assert!(check_name(name).is_ok(), "{name:?}");
+        }
+        for ns in ["kube-system", "a", "team-1"] {
+            assert!(check_namespace(ns).is_ok(), "{ns}");
+        }
+        for ns in ["", "-a", "a-", "A", "a/b", "..", "a.b", &"a".repeat(64)] {
+            assert!(check_namespace(ns).is_err(), "{ns:?}");
+        }
+        assert!(check_kind("ConfigMap").is_ok());
+        for kind in ["", "Config/Map", "1Map", "Config Map"] {
+            assert!(check_kind(kind).is_err(), "{kind:?}");
+        }
+    }
+}
