@@ -8,6 +8,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use super::registry::ResourceType;
+use super::schema::{self, Node};
 
 /// One step of a path: a struct/map field, a keyed list item, a set member, or an index.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -26,13 +27,7 @@ pub type Path = Vec<Element>;
 /// keyed item's `.`); its ancestors are implied, not members.
 pub type FieldSet = BTreeSet<Path>;
 
-/// How a list is merged and owned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ListType {
-    Atomic,
-    Set,
-    Map(Vec<String>),
-}
+pub use super::schema::ListType;
 
 /// `.spec.containers[name="nginx"].image`, as conflict messages print a path.
 pub struct Display<'a>(pub &'a [Element]);
@@ -101,107 +96,86 @@ pub fn fields_of(obj: &Value, rt: &ResourceType, version: &str, scope: Scope) ->
             for (mk, mv) in meta {
                 if !SYSTEM_METADATA.contains(&mk.as_str()) {
                     let mut path = vec![Element::Field("metadata".into()), Element::Field(mk.clone())];
-                    walk(mv, &mut path, rt, version, &mut out);
+                    let node = schema_at(rt, version, &path);
+                    walk(mv, &mut path, node, &mut out);
                 }
             }
             continue;
         }
         let mut path = vec![Element::Field(k.clone())];
-        walk(v, &mut path, rt, version, &mut out);
+        let node = schema_at(rt, version, &path);
+        walk(v, &mut path, node, &mut out);
     }
     out
 }
 
-fn walk(v: &Value, path: &mut Path, rt: &ResourceType, version: &str, out: &mut FieldSet) {
+/// Walks a value as structured-merge-diff's `ToFieldSet` does: scalars, atomic lists and atomic
+/// maps are members; keyed list items and set members too; a map entry that is not a declared
+/// field of its schema is a member itself as well (so it carries a `.` when it has children).
+fn walk(v: &Value, path: &mut Path, node: Option<Node<'_>>, out: &mut FieldSet) {
     match v {
-        Value::Object(map) if !map.is_empty() => {
+        Value::Object(map) if !map.is_empty() && !node.is_some_and(Node::map_atomic) => {
             for (k, child) in map {
                 path.push(Element::Field(k.clone()));
-                walk(child, path, rt, version, out);
+                walk(child, path, node.and_then(|n| n.field(k)), out);
+                if node.is_none_or(|n| n.property(k).is_none()) {
+                    out.insert(path.clone());
+                }
                 path.pop();
             }
         }
-        Value::Array(items) if !items.is_empty() => match list_type(rt, version, path) {
-            ListType::Atomic => {
-                out.insert(path.clone());
-            }
-            ListType::Set => {
-                for item in items {
-                    path.push(Element::Value(item.to_string()));
+        Value::Array(items) if !items.is_empty() => {
+            let element = node.and_then(Node::items);
+            match node.map_or(ListType::Atomic, Node::list_type) {
+                ListType::Atomic => {
                     out.insert(path.clone());
-                    path.pop();
+                }
+                ListType::Set => {
+                    for item in items {
+                        path.push(Element::Value(item.to_string()));
+                        out.insert(path.clone());
+                        path.pop();
+                    }
+                }
+                ListType::Map(keys) => {
+                    for item in items {
+                        path.push(item_key(item, &keys));
+                        out.insert(path.clone());
+                        walk(item, path, element, out);
+                        path.pop();
+                    }
                 }
             }
-            ListType::Map(keys) => {
-                for item in items {
-                    path.push(item_key(item, &keys));
-                    out.insert(path.clone());
-                    walk(item, path, rt, version, out);
-                    path.pop();
-                }
-            }
-        },
+        }
         _ => {
             out.insert(path.clone());
         }
     }
 }
 
-/// The `Key` element naming a keyed list item.
+/// The `Key` element naming a keyed list item; a key field the item leaves out counts with the
+/// value the schema defaults it to (a port's `protocol: TCP`), as the real server keys it.
 pub fn item_key(item: &Value, keys: &[String]) -> Element {
     let mut key = Map::new();
     for k in keys {
-        if let Some(v) = item.get(k) {
-            key.insert(k.clone(), v.clone());
+        if let Some(v) = item.get(k).cloned().or_else(|| schema::key_default(k)) {
+            key.insert(k.clone(), v);
         }
     }
     Element::Key(Value::Object(key).to_string())
 }
 
-/// The list semantics at `path`: a CRD's `x-kubernetes-list-type` when its schema says so, the
-/// built-in kinds' well-known keyed lists by field name, else atomic (the real default).
-pub fn list_type(rt: &ResourceType, version: &str, path: &[Element]) -> ListType {
-    let names: Vec<&str> = path.iter().filter_map(|e| if let Element::Field(n) = e { Some(n.as_str()) } else { None }).collect();
-    if names.first() == Some(&"metadata") {
-        return match names.get(1) {
-            Some(&"finalizers") => ListType::Set,
-            Some(&"ownerReferences") => ListType::Map(vec!["uid".into()]),
-            _ => ListType::Atomic,
-        };
-    }
-    if let Some(node) = rt.version(version).and_then(|v| v.schema.as_ref()).and_then(|schema| schema_at(schema, path)) {
-        match node.get("x-kubernetes-list-type").and_then(Value::as_str) {
-            Some("map") => {
-                let keys = node["x-kubernetes-list-map-keys"]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(|k| k.as_str().map(String::from)).collect())
-                    .unwrap_or_default();
-                return ListType::Map(keys);
-            }
-            Some("set") => return ListType::Set,
-            Some(_) => return ListType::Atomic,
-            None => {}
-        }
-    }
-    let keyed = |keys: &[&str]| ListType::Map(keys.iter().map(|k| k.to_string()).collect());
-    match names.last().copied() {
-        Some("containers" | "initContainers" | "ephemeralContainers" | "env" | "volumes" | "imagePullSecrets") => keyed(&["name"]),
-        Some("volumeMounts") => keyed(&["mountPath"]),
-        Some("volumeDevices") => keyed(&["devicePath"]),
-        Some("conditions") => keyed(&["type"]),
-        Some("hostAliases") => keyed(&["ip"]),
-        Some("ports") if names.iter().any(|n| n.ends_with("ontainers")) => keyed(&["containerPort", "protocol"]),
-        Some("ports") if rt.kind == "Service" => keyed(&["port", "protocol"]),
-        _ => ListType::Atomic,
-    }
-}
-
-fn schema_at<'a>(schema: &'a Value, path: &[Element]) -> Option<&'a Value> {
-    let mut node = schema;
-    for e in path {
+/// The schema node at `path`: the kind's schema, with `metadata` always read as ObjectMeta
+/// (a CRD's schema does not describe it).
+pub fn schema_at<'a>(rt: &'a ResourceType, version: &str, path: &[Element]) -> Option<Node<'a>> {
+    let (mut node, rest) = match path.first() {
+        Some(Element::Field(f)) if f == "metadata" => (Node::definition("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")?, &path[1..]),
+        _ => (rt.version(version)?.root()?, path),
+    };
+    for e in rest {
         node = match e {
-            Element::Field(name) => node["properties"].get(name).or_else(|| node.get("additionalProperties").filter(|v| v.is_object()))?,
-            _ => node.get("items")?,
+            Element::Field(name) => node.field(name)?,
+            _ => node.items()?,
         };
     }
     Some(node)
@@ -228,7 +202,7 @@ pub fn value_at<'a>(obj: &'a Value, path: &[Element]) -> Option<&'a Value> {
 }
 
 fn matches_key(item: &Value, key: &Map<String, Value>) -> bool {
-    key.iter().all(|(k, v)| item.get(k) == Some(v))
+    key.iter().all(|(k, v)| item.get(k).cloned().or_else(|| schema::key_default(k)).as_ref() == Some(v))
 }
 
 /// Removes the node at `path`; then removes parents left empty unless `keep` says a parent is
@@ -279,11 +253,13 @@ fn value_at_mut<'a>(obj: &'a mut Value, path: &[Element]) -> Option<&'a mut Valu
     Some(node)
 }
 
-/// Merges an applied configuration into a live object: maps recursively, keyed lists item by
-/// item, sets by union, atomic lists and scalars replaced. A `null` removes the field.
+/// Merges an applied configuration into a live object: maps recursively (atomic maps replaced),
+/// keyed lists item by item, sets by union, atomic lists and scalars replaced. A `null` removes
+/// the field.
 pub fn merge(live: &mut Value, applied: &Value, path: &mut Path, rt: &ResourceType, version: &str) {
+    let node = schema_at(rt, version, path);
     match (live, applied) {
-        (Value::Object(live), Value::Object(applied)) => {
+        (Value::Object(live), Value::Object(applied)) if !node.is_some_and(Node::map_atomic) => {
             for (k, av) in applied {
                 if av.is_null() {
                     live.remove(k);
@@ -299,7 +275,7 @@ pub fn merge(live: &mut Value, applied: &Value, path: &mut Path, rt: &ResourceTy
                 path.pop();
             }
         }
-        (Value::Array(live), Value::Array(applied)) => match list_type(rt, version, path) {
+        (Value::Array(live), Value::Array(applied)) => match node.map_or(ListType::Atomic, Node::list_type) {
             ListType::Atomic => *live = applied.clone(),
             ListType::Set => {
                 for item in applied {

@@ -7,6 +7,7 @@ pub mod cluster;
 mod discovery;
 mod faults;
 mod fieldset;
+mod kinds;
 pub mod kubectl;
 mod meta;
 mod objects;
@@ -14,6 +15,7 @@ mod openapi;
 mod protobuf;
 mod query;
 mod registry;
+mod schema;
 mod server;
 mod ssa;
 mod status;
@@ -62,6 +64,8 @@ pub enum Error {
     },
     #[error("parsing fixture YAML: {message}")]
     ParseFixture { message: String },
+    #[error(transparent)]
+    Schema(#[from] schema::SchemaError),
     #[error("loading {object}")]
     Load {
         object: String,
@@ -117,6 +121,7 @@ impl ApiServer {
     /// # Errors
     /// As [`ApiServer::start`].
     pub async fn start_with(options: Options) -> Result<ApiServer> {
+        schema::load()?;
         let listener = TcpListener::bind("127.0.0.1:0").await.map_err(Error::Bind)?;
         let addr = listener.local_addr().map_err(Error::Bind)?;
         let url = format!("http://{addr}");
