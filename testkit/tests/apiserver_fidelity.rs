@@ -14,6 +14,7 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 /// One answer: status code, lower-cased head (headers), JSON body.
 struct Answer {
     code: u16,
+    #[allow(dead_code, reason = "read by the validation tests")]
     head: String,
     body: Value,
 }
@@ -105,5 +106,63 @@ async fn a_label_selector_is_atomic_so_a_second_applier_conflicts() {
     let answer = apply(&server, &path, "b", &deployment("web", json!({"selector": {"matchLabels": {"app": "web", "tier": "x"}}}))).await;
     assert_eq!(answer.code, 409, "{}", answer.body);
     assert_eq!(answer.body["message"], r#"Apply failed with 1 conflict: conflict with "a": .spec.selector"#);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn workloads_services_and_secrets_come_back_defaulted_as_a_real_server_stores_them() {
+    let server = ApiServer::start().await.unwrap();
+    let spec = json!({"selector": {"matchLabels": {"app": "web"}},
+        "template": pod_template(json!([{"name": "c", "image": "nginx", "ports": [{"containerPort": 80}],
+            "readinessProbe": {"httpGet": {"path": "/", "port": 80}}}]))});
+    let d = apply(&server, &format!("{DEPLOYMENTS}/web"), "a", &deployment("web", spec)).await.body;
+    assert_eq!(d["spec"]["strategy"], json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}));
+    assert_eq!(
+        (d["spec"]["replicas"].clone(), d["spec"]["revisionHistoryLimit"].clone(), d["spec"]["progressDeadlineSeconds"].clone()),
+        (json!(1), json!(10), json!(600))
+    );
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(
+        (pod["dnsPolicy"].clone(), pod["restartPolicy"].clone(), pod["schedulerName"].clone()),
+        (json!("ClusterFirst"), json!("Always"), json!("default-scheduler"))
+    );
+    assert_eq!(pod["terminationGracePeriodSeconds"], 30);
+    let c = &pod["containers"][0];
+    assert_eq!((c["imagePullPolicy"].clone(), c["ports"][0]["protocol"].clone()), (json!("Always"), json!("TCP")));
+    assert_eq!(
+        c["readinessProbe"],
+        json!({"httpGet": {"path": "/", "port": 80, "scheme": "HTTP"}, "timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3})
+    );
+    // Defaults are not the applier's: its managedFields hold only what it sent.
+    let owned = serde_json::to_string(&d["metadata"]["managedFields"][0]["fieldsV1"]).unwrap();
+    assert!(!owned.contains("strategy") && !owned.contains("dnsPolicy"), "{owned}");
+
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}});
+    let s = apply(&server, "/api/v1/namespaces/default/services/web", "a", &svc).await.body;
+    assert_eq!((s["spec"]["type"].clone(), s["spec"]["sessionAffinity"].clone()), (json!("ClusterIP"), json!("None")));
+    assert_eq!(s["spec"]["ports"][0], json!({"port": 80, "protocol": "TCP", "targetPort": 80}));
+    let ip = s["spec"]["clusterIP"].as_str().unwrap().to_string();
+    assert!(ip.starts_with("10.96."), "{ip}");
+    assert_eq!(s["spec"]["clusterIPs"], json!([ip]));
+    // A re-apply without clusterIP keeps the allocated one and changes nothing.
+    let again = apply(&server, "/api/v1/namespaces/default/services/web", "a", &svc).await.body;
+    assert_eq!(again["metadata"]["resourceVersion"], s["metadata"]["resourceVersion"]);
+
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "stringData": {"token": "abc"}});
+    let stored = apply(&server, "/api/v1/namespaces/default/secrets/s", "a", &secret).await.body;
+    assert_eq!(
+        (stored["data"].clone(), stored.get("stringData"), stored["type"].clone()),
+        (json!({"token": "YWJj"}), None, json!("Opaque"))
+    );
+    let bad = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "b"}, "data": {"k": "not base64!"}});
+    let answer = apply(&server, "/api/v1/namespaces/default/secrets/b", "a", &bad).await;
+    assert_eq!(answer.code, 400, "{}", answer.body);
+    assert!(!answer.body["message"].as_str().unwrap().contains("not base64"), "never echoes a Secret's content");
+
+    let ns =
+        apply(&server, "/api/v1/namespaces/team", "a", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}))
+            .await
+            .body;
+    assert_eq!(ns["metadata"]["labels"], json!({"kubernetes.io/metadata.name": "team"}));
     server.stop().await;
 }

@@ -4,6 +4,7 @@
 //! What is faithful and what is simplified: docs/testkit.md.
 
 pub mod cluster;
+mod defaults;
 mod discovery;
 mod faults;
 mod fieldset;

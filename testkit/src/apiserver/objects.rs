@@ -4,6 +4,7 @@
 
 use serde_json::{Value, json};
 
+use super::defaults;
 use super::fieldset::Scope;
 use super::meta;
 use super::query::{Query, Selection};
@@ -152,6 +153,7 @@ pub fn create(state: &mut State, t: &Target, mut obj: Value, q: &Query, user_age
         return Err(ApiError::already_exists(&t.rt.group, &t.rt.plural, &name));
     }
     ssa::strip_out_of_scope(&mut obj, if t.scope() == Scope::Main { Scope::Main } else { Scope::All });
+    defaults::apply(&mut obj, &t.rt, &t.version)?;
     let writer = Writer { manager: &manager(q, user_agent), rt: &t.rt, version: &t.version, scope: t.scope() };
     ssa::record_update(None, &mut obj, &writer);
     insert_new(state, t, key, obj, q.dry_run())
@@ -171,6 +173,7 @@ fn insert_new(state: &mut State, t: &Target, key: Key, mut obj: Value, dry_run: 
         obj["metadata"]["generation"] = json!(1);
     }
     defaults_on_create(&mut obj, &t.rt);
+    defaults::on_create(state, &mut obj, &t.rt);
     if is_crd(&t.rt) {
         registry::from_crd(&obj).map_err(|causes| ApiError::invalid(&t.rt.kind, &t.rt.group, &key.name, &causes))?;
         if let Some(status) = obj.as_object_mut() {
@@ -223,6 +226,8 @@ pub fn update(state: &mut State, t: &Target, mut obj: Value, q: &Query, user_age
     }
     let writer = Writer { manager: &manager(q, user_agent), rt: &t.rt, version: &t.version, scope: t.scope() };
     let mut new = scoped(&old, obj, t.scope());
+    defaults::on_update(&old, &mut new, &t.rt);
+    defaults::apply(&mut new, &t.rt, &t.version)?;
     ssa::record_update(Some(&old), &mut new, &writer);
     finish_update(state, t, key, &old, new, q.dry_run())
 }
@@ -364,6 +369,8 @@ pub fn patch(state: &mut State, t: &Target, body: &[u8], content_type: &str, q: 
     let writer = Writer { manager: &manager(q, user_agent), rt: &t.rt, version: &t.version, scope: t.scope() };
     let mut new = scoped(&old, patched, t.scope());
     new["apiVersion"] = old["apiVersion"].clone();
+    defaults::on_update(&old, &mut new, &t.rt);
+    defaults::apply(&mut new, &t.rt, &t.version)?;
     ssa::record_update(Some(&old), &mut new, &writer);
     finish_update(state, t, key, &old, new, q.dry_run())
 }
@@ -395,7 +402,8 @@ fn apply(state: &mut State, t: &Target, body: &[u8], q: &Query) -> ApiResult<Wri
             if t.rt.namespaced {
                 skeleton["metadata"]["namespace"] = json!(key.namespace);
             }
-            let obj = ssa::apply(&skeleton, &applied, &writer, force)?;
+            let mut obj = ssa::apply(&skeleton, &applied, &writer, force)?;
+            defaults::apply(&mut obj, &t.rt, &t.version)?;
             insert_new(state, t, key, obj, q.dry_run())
         }
         Some(old) => {
@@ -406,7 +414,9 @@ fn apply(state: &mut State, t: &Target, body: &[u8], q: &Query) -> ApiResult<Wri
             }
             let mut new = ssa::apply(&old, &applied, &writer, force)?;
             new["apiVersion"] = old["apiVersion"].clone();
-            let new = scoped(&old, new, t.scope());
+            let mut new = scoped(&old, new, t.scope());
+            defaults::on_update(&old, &mut new, &t.rt);
+            defaults::apply(&mut new, &t.rt, &t.version)?;
             finish_update(state, t, key, &old, new, q.dry_run())
         }
     }
