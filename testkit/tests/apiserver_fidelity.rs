@@ -14,7 +14,6 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 /// One answer: status code, lower-cased head (headers), JSON body.
 struct Answer {
     code: u16,
-    #[allow(dead_code, reason = "read by the validation tests")]
     head: String,
     body: Value,
 }
@@ -164,5 +163,153 @@ async fn workloads_services_and_secrets_come_back_defaulted_as_a_real_server_sto
             .await
             .body;
     assert_eq!(ns["metadata"]["labels"], json!({"kubernetes.io/metadata.name": "team"}));
+    server.stop().await;
+}
+
+const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
+
+#[tokio::test]
+async fn field_validation_strict_refuses_warn_drops_with_a_warning_ignore_drops() {
+    let server = ApiServer::start().await.unwrap();
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "bogus": 1}, "data": {"a": "1"}, "extra": true});
+    let strict = send(&server, "POST", &format!("{CONFIGMAPS}?fieldValidation=Strict"), "application/json", &body).await;
+    assert_eq!(strict.code, 400);
+    assert_eq!(
+        strict.body["message"],
+        r#"ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding error: unknown field "extra", unknown field "metadata.bogus""#
+    );
+    let applied =
+        send(&server, "PATCH", &format!("{CONFIGMAPS}/c?fieldManager=m&fieldValidation=Strict"), "application/apply-patch+yaml", &body)
+            .await;
+    assert_eq!(
+        (applied.code, applied.body["message"].clone()),
+        (400, json!(".extra: field not declared in schema, .metadata.bogus: field not declared in schema"))
+    );
+    let warn = send(&server, "POST", CONFIGMAPS, "application/json", &body).await;
+    assert_eq!(warn.code, 201);
+    assert!(warn.head.contains(r#"warning: 299 - "unknown field \"extra\"""#), "{}", warn.head);
+    assert_eq!((warn.body.get("extra"), warn.body["metadata"].get("bogus")), (None, None));
+    let mut again = body.clone();
+    again["metadata"]["name"] = json!("d");
+    let ignore = send(&server, "POST", &format!("{CONFIGMAPS}?fieldValidation=Ignore"), "application/json", &again).await;
+    assert_eq!(ignore.code, 201);
+    assert!(!ignore.head.contains("warning:"));
+    let bad = send(&server, "POST", &format!("{CONFIGMAPS}?fieldValidation=Loud"), "application/json", &again).await;
+    assert_eq!(bad.code, 400);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn names_labels_and_immutable_fields_are_refused_as_invalid() {
+    let server = ApiServer::start().await.unwrap();
+    let cm = |name: &str, labels: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels}, "data": {"a": "1"}});
+    let bad_name = send(&server, "POST", CONFIGMAPS, "application/json", &cm("Bad_Name", json!({}))).await;
+    assert_eq!((bad_name.code, bad_name.body["reason"].clone()), (422, json!("Invalid")));
+    assert!(
+        bad_name.body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with(r#"ConfigMap "Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name": a lowercase RFC 1123 subdomain"#)
+    );
+    assert_eq!(bad_name.body["details"].get("group"), None, "the core group is omitted, not \"\"");
+    let bad_label = send(&server, "POST", CONFIGMAPS, "application/json", &cm("c", json!({"app": "has space"}))).await;
+    assert_eq!(bad_label.code, 422);
+    assert_eq!(bad_label.body["details"]["causes"][0]["field"], "metadata.labels");
+
+    let frozen = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "f"}, "data": {"a": "1"}, "immutable": true});
+    assert_eq!(apply(&server, &format!("{CONFIGMAPS}/f"), "m", &frozen).await.code, 201);
+    let mut changed = frozen.clone();
+    changed["data"]["a"] = json!("2");
+    let refused = apply(&server, &format!("{CONFIGMAPS}/f"), "m", &changed).await;
+    assert_eq!(refused.code, 422);
+    assert_eq!(refused.body["message"], r#"ConfigMap "f" is invalid: data: Forbidden: field is immutable when `immutable` is set"#);
+
+    let path = format!("{DEPLOYMENTS}/web");
+    let spec = |app: &str| json!({"selector": {"matchLabels": {"app": app}}, "template": {"metadata": {"labels": {"app": app}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}});
+    assert_eq!(apply(&server, &path, "m", &deployment("web", spec("web"))).await.code, 201);
+    let moved = apply(&server, &path, "m", &deployment("web", spec("other"))).await;
+    assert_eq!(moved.code, 422);
+    assert!(
+        moved.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string{\"app\":\"other\"}"),
+        "{}",
+        moved.body
+    );
+
+    let with_managed = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "m", "managedFields": [{"manager": "x"}]}});
+    let answer = apply(&server, &format!("{CONFIGMAPS}/m"), "m", &with_managed).await;
+    assert_eq!((answer.code, answer.body["message"].clone()), (400, json!("metadata.managedFields must be nil")));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_object_being_deleted_takes_no_new_finalizers() {
+    let server = ApiServer::start().await.unwrap();
+    let obj = |finalizers: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "finalizers": finalizers}});
+    assert_eq!(apply(&server, &format!("{CONFIGMAPS}/c"), "m", &obj(json!(["a.io/x"]))).await.code, 201);
+    assert_eq!(send(&server, "DELETE", &format!("{CONFIGMAPS}/c"), "application/json", &Value::Null).await.code, 200);
+    let answer = apply(&server, &format!("{CONFIGMAPS}/c"), "m", &obj(json!(["a.io/x", "b.io/y"]))).await;
+    assert_eq!(answer.code, 422, "{}", answer.body);
+    assert!(answer.body["message"].as_str().unwrap().ends_with(r#"metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{"b.io/y"}"#));
+    server.stop().await;
+}
+
+fn widget_crd() -> Value {
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced", "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                "spec": {"type": "object", "required": ["size"], "properties": {
+                    "size": {"type": "integer", "minimum": 1, "maximum": 10},
+                    "mode": {"type": "string", "enum": ["fast", "slow"], "default": "fast"},
+                    "selector": {"type": "object", "x-kubernetes-map-type": "atomic", "additionalProperties": {"type": "string"}},
+                    "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}}}]}})
+}
+
+const WIDGETS: &str = "/apis/example.com/v1/namespaces/default/widgets";
+
+#[tokio::test]
+async fn custom_resources_are_validated_pruned_and_defaulted_by_their_structural_schema() {
+    let server = ApiServer::start().await.unwrap();
+    assert_eq!(
+        apply(&server, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com", "m", &widget_crd()).await.code,
+        201
+    );
+    let widget = |spec: Value| json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": spec});
+    let invalid = apply(&server, &format!("{WIDGETS}/w"), "m", &widget(json!({"size": 0, "mode": "medium"}))).await;
+    assert_eq!(invalid.code, 422, "{}", invalid.body);
+    assert_eq!(
+        invalid.body["message"],
+        r#"Widget.example.com "w" is invalid: [spec.mode: Unsupported value: "medium": supported values: "fast", "slow", spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1]"#
+    );
+    let missing = apply(&server, &format!("{WIDGETS}/w"), "m", &widget(json!({"mode": "fast"}))).await;
+    assert_eq!(
+        missing.body["details"]["causes"][0],
+        json!({"reason": "FieldValueRequired", "message": "Required value", "field": "spec.size"})
+    );
+    let typed = apply(&server, &format!("{WIDGETS}/w"), "m", &widget(json!({"size": "big"}))).await;
+    assert_eq!(typed.body["details"]["causes"][0]["reason"], "FieldValueTypeInvalid");
+
+    let ok = apply(
+        &server,
+        &format!("{WIDGETS}/w"),
+        "m",
+        &widget(json!({"size": 3, "unknown": 1, "free": {"any": {"thing": 1}}, "selector": {"a": "1"}})),
+    )
+    .await;
+    assert_eq!(ok.code, 201, "{}", ok.body);
+    assert_eq!(
+        ok.body["spec"],
+        json!({"size": 3, "mode": "fast", "free": {"any": {"thing": 1}}, "selector": {"a": "1"}}),
+        "pruned and defaulted"
+    );
+    assert!(ok.head.contains(r#"unknown field \"spec.unknown\""#), "{}", ok.head);
+    // An atomic map belongs to its applier as a whole: another applier conflicts on it.
+    let other = apply(&server, &format!("{WIDGETS}/w"), "n", &widget(json!({"selector": {"b": "2"}}))).await;
+    assert_eq!(
+        (other.code, other.body["message"].clone()),
+        (409, json!(r#"Apply failed with 1 conflict: conflict with "m": .spec.selector"#))
+    );
     server.stop().await;
 }

@@ -12,6 +12,7 @@ use super::registry::{self, ResourceType};
 use super::ssa::{self, Writer};
 use super::status::{self, ApiError, ApiResult};
 use super::store::{Key, State};
+use super::validation::{self, Body, Mode};
 
 /// What a request addresses.
 #[derive(Debug, Clone)]
@@ -133,6 +134,7 @@ pub fn create(state: &mut State, t: &Target, mut obj: Value, q: &Query, user_age
     }
     check_kind(&mut obj, t)?;
     set_namespace(&mut obj, t)?;
+    field_validation(state, &mut obj, t, q, Body::Object)?;
     if meta::name(&obj).is_empty() {
         match obj["metadata"]["generateName"].as_str() {
             Some(prefix) if !prefix.is_empty() => obj["metadata"]["name"] = Value::String(format!("{prefix}{}", meta::name_suffix())),
@@ -174,6 +176,7 @@ fn insert_new(state: &mut State, t: &Target, key: Key, mut obj: Value, dry_run: 
     }
     defaults_on_create(&mut obj, &t.rt);
     defaults::on_create(state, &mut obj, &t.rt);
+    validate(None, &obj, t, &key.name)?;
     if is_crd(&t.rt) {
         registry::from_crd(&obj).map_err(|causes| ApiError::invalid(&t.rt.kind, &t.rt.group, &key.name, &causes))?;
         if let Some(status) = obj.as_object_mut() {
@@ -206,6 +209,7 @@ fn defaults_on_create(obj: &mut Value, rt: &ResourceType) {
 pub fn update(state: &mut State, t: &Target, mut obj: Value, q: &Query, user_agent: &str) -> ApiResult<Written> {
     check_kind(&mut obj, t)?;
     set_namespace(&mut obj, t)?;
+    field_validation(state, &mut obj, t, q, Body::Object)?;
     let name = t.name().to_string();
     if meta::name(&obj) != name {
         return Err(ApiError::bad_request("the name of the object does not match the name on the URL"));
@@ -292,6 +296,7 @@ fn finish_update(state: &mut State, t: &Target, key: Key, old: &Value, mut new: 
     if is_crd(&t.rt) {
         registry::from_crd(&new).map_err(|causes| ApiError::invalid(&t.rt.kind, &t.rt.group, &key.name, &causes))?;
     }
+    validate(Some(old), &new, t, &key.name)?;
     if t.rt.generation && spec_of(old) != spec_of(&new) {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         new["metadata"]["generation"] = json!(generation);
@@ -363,6 +368,8 @@ pub fn patch(state: &mut State, t: &Target, body: &[u8], content_type: &str, q: 
             ));
         }
     };
+    let mut patched = patched;
+    field_validation(state, &mut patched, t, q, Body::Patch)?;
     if meta::resource_version(&patched) != meta::resource_version(&current) {
         return Err(ApiError::stale(&t.rt.group, &t.rt.plural, &name));
     }
@@ -383,6 +390,10 @@ fn apply(state: &mut State, t: &Target, body: &[u8], q: &Query) -> ApiResult<Wri
     };
     check_kind(&mut applied, t)?;
     set_namespace(&mut applied, t)?;
+    if applied["metadata"].get("managedFields").is_some_and(|m| !m.is_null()) {
+        return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+    }
+    field_validation(state, &mut applied, t, q, Body::Apply)?;
     if meta::name(&applied) != name {
         return Err(ApiError::bad_request(format!(
             "the name of the object ({}) does not match the name on the URL ({name})",
@@ -656,4 +667,31 @@ fn check_namespace_accepts(state: &State, t: &Target, name: &str) -> ApiResult<(
         ))),
         Some(_) => Ok(()),
     }
+}
+
+/// Field validation of a request body: unknown fields dropped (Warn adds a `Warning` header for
+/// each) or refused (Strict).
+fn field_validation(state: &mut State, obj: &mut Value, t: &Target, q: &Query, body: Body) -> ApiResult<()> {
+    let mode = Mode::parse(q.get("fieldValidation"))?;
+    let warnings = validation::unknown_fields(obj, &t.rt, &t.version, mode, body)?;
+    state.warnings.extend(warnings);
+    Ok(())
+}
+
+/// What the real server validates before storing: names and labels, a custom resource's
+/// structural schema, and on updates the immutable fields and the finalizer rule.
+fn validate(old: Option<&Value>, new: &Value, t: &Target, name: &str) -> ApiResult<()> {
+    let mut errors = validation::metadata_errors(new, &t.rt);
+    if t.rt.custom {
+        errors.extend(validation::schema_errors(new, &t.rt, &t.version));
+    }
+    if let Some(old) = old {
+        errors.extend(validation::immutable_errors(old, new, &t.rt));
+        errors.extend(validation::finalizer_errors(old, new));
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let causes: Vec<(&str, String)> = errors.iter().map(|(f, m)| (f.as_str(), m.clone())).collect();
+    Err(ApiError::invalid(&t.rt.kind, &t.rt.group, name, &causes))
 }

@@ -76,7 +76,6 @@ pub struct Node<'a> {
     pub v: &'a Value,
 }
 
-#[allow(dead_code, reason = "the validation half lands in the next commit")]
 impl<'a> Node<'a> {
     pub fn new(v: &'a Value) -> Node<'a> {
         Node { v: resolve(v) }
@@ -159,11 +158,6 @@ impl<'a> Node<'a> {
             }
         }
         out
-    }
-
-    /// Whether this node describes an object whose fields are all declared (so others are unknown).
-    pub fn is_closed_object(self) -> bool {
-        self.has_properties() && self.additional().is_none() && !self.preserves_unknown()
     }
 
     pub fn required(self) -> Vec<String> {

@@ -300,17 +300,29 @@ async fn handle_inner(shared: Arc<Shared>, req: Request<Incoming>) -> ApiResult<
         }
         "watch" => watch_response(shared, target, &query, table),
         _ => {
-            let written = shared.write(|state| match verb {
-                "create" => objects::create(state, &target, parse_json(&body)?, &query, &user_agent),
-                "update" => objects::update(state, &target, parse_json(&body)?, &query, &user_agent),
-                "patch" => objects::patch(state, &target, &body, &content_type, &query, &user_agent),
-                "delete" => objects::delete(state, &target, &body, &query),
-                _ => objects::delete_collection(state, &target, &Selection::from_query(&query)?, &query),
+            let (written, warnings) = shared.write(|state| {
+                state.warnings.clear();
+                let written = match verb {
+                    "create" => objects::create(state, &target, parse_json(&body)?, &query, &user_agent),
+                    "update" => objects::update(state, &target, parse_json(&body)?, &query, &user_agent),
+                    "patch" => objects::patch(state, &target, &body, &content_type, &query, &user_agent),
+                    "delete" => objects::delete(state, &target, &body, &query),
+                    _ => objects::delete_collection(state, &target, &Selection::from_query(&query)?, &query),
+                }?;
+                Ok::<_, ApiError>((written, std::mem::take(&mut state.warnings)))
             })?;
             if !query.dry_run() {
                 shared.counters.write(verb, &resource, written.changed);
             }
-            Ok(json_response(written.code, &written.body))
+            let mut resp = json_response(written.code, &written.body);
+            for w in warnings {
+                // RFC 7234 warn-code 299, agent "-", the text quoted as the real server sends it.
+                let text = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
+                if let Ok(v) = HeaderValue::from_str(&text) {
+                    resp.headers_mut().append(hyper::header::WARNING, v);
+                }
+            }
+            Ok(resp)
         }
     }
 }

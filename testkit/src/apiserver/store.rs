@@ -152,4 +152,6 @@ impl Store {
 pub struct State {
     pub registry: Registry,
     pub store: Store,
+    /// `Warning` headers the current request collects (field validation's unknown fields).
+    pub warnings: Vec<String>,
 }
