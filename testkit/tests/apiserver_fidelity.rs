@@ -313,3 +313,121 @@ async fn custom_resources_are_validated_pruned_and_defaulted_by_their_structural
     );
     server.stop().await;
 }
+
+/// A ConfigMap owned by the objects with these uids.
+fn owned_cm(name: &str, owners: &[(&str, &str, bool)]) -> Value {
+    let refs: Vec<Value> = owners
+        .iter()
+        .map(|(owner, uid, block)| json!({"apiVersion": "v1", "kind": "ConfigMap", "name": owner, "uid": uid, "blockOwnerDeletion": block}))
+        .collect();
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "ownerReferences": refs}})
+}
+
+async fn make_cm(server: &ApiServer, obj: &Value) -> String {
+    let name = obj["metadata"]["name"].as_str().unwrap();
+    let answer = apply(server, &format!("{CONFIGMAPS}/{name}"), "m", obj).await;
+    assert_eq!(answer.code, 201, "{}", answer.body);
+    answer.body["metadata"]["uid"].as_str().unwrap().to_string()
+}
+
+async fn exists(server: &ApiServer, name: &str) -> Option<Value> {
+    let answer = send(server, "GET", &format!("{CONFIGMAPS}/{name}"), "application/json", &Value::Null).await;
+    (answer.code == 200).then_some(answer.body)
+}
+
+async fn delete_with(server: &ApiServer, name: &str, policy: &str) -> Answer {
+    send(server, "DELETE", &format!("{CONFIGMAPS}/{name}"), "application/json", &json!({"propagationPolicy": policy})).await
+}
+
+#[tokio::test]
+async fn background_deletion_collects_dependents_whose_owners_are_all_gone() {
+    let server = ApiServer::start().await.unwrap();
+    let a = make_cm(&server, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}})).await;
+    let b = make_cm(&server, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}})).await;
+    make_cm(&server, &owned_cm("only-a", &[("a", &a, false)])).await;
+    let child = make_cm(&server, &owned_cm("a-and-b", &[("a", &a, false), ("b", &b, false)])).await;
+    let grand = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "grandchild2",
+        "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "a-and-b", "uid": child}]}});
+    make_cm(&server, &grand).await;
+    assert_eq!(delete_with(&server, "a", "Background").await.code, 200);
+    assert!(exists(&server, "only-a").await.is_none(), "its only owner is gone");
+    let shared = exists(&server, "a-and-b").await.expect("b still owns it");
+    assert_eq!(shared["metadata"]["ownerReferences"].as_array().unwrap().len(), 1, "the reference to a is removed");
+    assert!(exists(&server, "grandchild2").await.is_some());
+    assert_eq!(delete_with(&server, "b", "Background").await.code, 200);
+    assert!(exists(&server, "a-and-b").await.is_none());
+    assert!(exists(&server, "grandchild2").await.is_none(), "the cascade goes on down the chain");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn foreground_deletion_waits_for_blocking_dependents_and_orphan_strips_references() {
+    let server = ApiServer::start().await.unwrap();
+    let owner = make_cm(&server, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner"}})).await;
+    let mut held = owned_cm("held", &[("owner", &owner, true)]);
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    make_cm(&server, &held).await;
+    let answer = delete_with(&server, "owner", "Foreground").await;
+    assert_eq!(answer.code, 200);
+    assert_eq!(answer.body["metadata"]["finalizers"], json!(["foregroundDeletion"]));
+    assert!(answer.body["metadata"]["deletionTimestamp"].is_string());
+    let dependent = exists(&server, "held").await.unwrap();
+    assert!(dependent["metadata"]["deletionTimestamp"].is_string(), "the dependent is being deleted");
+    assert!(exists(&server, "owner").await.is_some(), "the owner waits for its blocking dependent");
+    let release = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "held", "finalizers": []}});
+    let released = send(&server, "PATCH", &format!("{CONFIGMAPS}/held"), "application/merge-patch+json", &release).await;
+    assert_eq!(released.code, 200, "{}", released.body);
+    assert!(exists(&server, "held").await.is_none());
+    assert!(exists(&server, "owner").await.is_none(), "the owner goes once its dependent is gone");
+
+    let parent = make_cm(&server, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "parent"}})).await;
+    make_cm(&server, &owned_cm("kept", &[("parent", &parent, true)])).await;
+    assert_eq!(delete_with(&server, "parent", "Orphan").await.code, 200);
+    assert!(exists(&server, "parent").await.is_none());
+    let kept = exists(&server, "kept").await.expect("orphaned, not deleted");
+    assert_eq!(kept["metadata"].get("ownerReferences"), None);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn graceful_deletion_bumps_generation_and_a_terminating_namespace_reports_its_content() {
+    let server = ApiServer::start().await.unwrap();
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}});
+    assert_eq!(apply(&server, "/api/v1/namespaces/team", "m", &ns).await.code, 201);
+    let mut d = deployment(
+        "web",
+        json!({"selector": {"matchLabels": {"app": "web"}}, "template": pod_template(json!([{"name": "c", "image": "i"}]))}),
+    );
+    d["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    let created = apply(&server, "/apis/apps/v1/namespaces/team/deployments/web", "m", &d).await;
+    assert_eq!(created.body["metadata"]["generation"], 1);
+    assert_eq!(send(&server, "DELETE", "/api/v1/namespaces/team", "application/json", &Value::Null).await.code, 200);
+    let held = get(&server, "/apis/apps/v1/namespaces/team/deployments/web").await;
+    assert_eq!(held["metadata"]["generation"], 2, "a deletion that sets deletionTimestamp bumps generation");
+    let team = get(&server, "/api/v1/namespaces/team").await;
+    let conditions = team["status"]["conditions"].as_array().unwrap();
+    let remaining = conditions.iter().find(|c| c["type"] == "NamespaceContentRemaining").unwrap();
+    assert_eq!(remaining["message"], "Some resources are remaining: deployments.apps has 1 resource instances");
+    let finalizers = conditions.iter().find(|c| c["type"] == "NamespaceFinalizersRemaining").unwrap();
+    assert_eq!(finalizers["message"], "Some content in the namespace has finalizers remaining: example.com/hold in 1 resource instances");
+    let refused = apply(
+        &server,
+        "/api/v1/namespaces/team/configmaps/c",
+        "m",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+    )
+    .await;
+    assert_eq!(refused.code, 403);
+    assert_eq!(refused.body["details"]["causes"][0]["reason"], "NamespaceTerminating");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn deletecollection_answers_the_list_of_what_it_deleted() {
+    let server = ApiServer::start().await.unwrap();
+    make_cm(&server, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})).await;
+    let answer = send(&server, "DELETE", CONFIGMAPS, "application/json", &Value::Null).await;
+    assert_eq!((answer.code, answer.body["kind"].clone()), (200, json!("ConfigMapList")));
+    assert_eq!(answer.body["items"][0]["metadata"]["name"], "x");
+    server.stop().await;
+}

@@ -5,6 +5,7 @@
 
 pub mod cluster;
 mod defaults;
+mod deletion;
 mod discovery;
 mod faults;
 mod fieldset;

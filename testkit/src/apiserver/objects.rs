@@ -5,12 +5,13 @@
 use serde_json::{Value, json};
 
 use super::defaults;
+use super::deletion::{collect_garbage, finalize_namespace, remove};
 use super::fieldset::Scope;
 use super::meta;
 use super::query::{Query, Selection};
 use super::registry::{self, ResourceType};
 use super::ssa::{self, Writer};
-use super::status::{self, ApiError, ApiResult};
+use super::status::{ApiError, ApiResult};
 use super::store::{Key, State};
 use super::validation::{self, Body, Mode};
 
@@ -33,7 +34,7 @@ impl Target {
         }
     }
 
-    fn key(&self, name: &str) -> Key {
+    pub fn key(&self, name: &str) -> Key {
         Key {
             group: self.rt.group.clone(),
             plural: self.rt.plural.clone(),
@@ -297,7 +298,9 @@ fn finish_update(state: &mut State, t: &Target, key: Key, old: &Value, mut new: 
         registry::from_crd(&new).map_err(|causes| ApiError::invalid(&t.rt.kind, &t.rt.group, &key.name, &causes))?;
     }
     validate(Some(old), &new, t, &key.name)?;
-    if t.rt.generation && spec_of(old) != spec_of(&new) {
+    // Without a status subresource, status is part of what generation tracks.
+    let status_apart = t.rt.has_status(&t.version);
+    if t.rt.generation && spec_of(old, status_apart) != spec_of(&new, status_apart) {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         new["metadata"]["generation"] = json!(generation);
     }
@@ -310,9 +313,14 @@ fn finish_update(state: &mut State, t: &Target, key: Key, old: &Value, mut new: 
     if meta::is_deleting(&new) && meta::finalizers(&new).is_empty() && !is_namespace(&t.rt) {
         state.store.overwrite(&key, new);
         let gone = remove(state, &key).unwrap_or(Value::Null);
+        collect_garbage(state);
         return Ok(Written { code: 200, body: present(&gone, t), changed: true });
     }
+    let deleting = meta::is_deleting(&new);
     let stored = state.store.put(key.clone(), new);
+    if deleting {
+        collect_garbage(state);
+    }
     if is_crd(&t.rt) {
         establish(state, &key);
     }
@@ -323,11 +331,13 @@ fn finish_update(state: &mut State, t: &Target, key: Key, old: &Value, mut new: 
     Ok(Written { code: 200, body, changed: true })
 }
 
-fn spec_of(obj: &Value) -> Value {
+fn spec_of(obj: &Value, status_apart: bool) -> Value {
     let mut o = obj.clone();
     if let Some(m) = o.as_object_mut() {
         m.remove("metadata");
-        m.remove("status");
+        if status_apart {
+            m.remove("status");
+        }
     }
     o
 }
@@ -441,119 +451,6 @@ fn parse_apply_body(body: &[u8]) -> ApiResult<Value> {
     serde_saphyr::from_str::<Value>(text).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
 }
 
-pub fn delete(state: &mut State, t: &Target, body: &[u8], q: &Query) -> ApiResult<Written> {
-    let name = t.name().to_string();
-    let key = t.key(&name);
-    let old = state.store.get(&key).cloned().ok_or_else(|| t.not_found(&name))?;
-    let opts: Value = if body.is_empty() { json!({}) } else { serde_json::from_slice(body).unwrap_or_else(|_| json!({})) };
-    let pre = &opts["preconditions"];
-    if pre["uid"].as_str().is_some_and(|uid| Some(uid) != old["metadata"]["uid"].as_str())
-        || pre["resourceVersion"].as_str().is_some_and(|rv| Some(rv) != meta::resource_version(&old))
-    {
-        return Err(ApiError::stale(&t.rt.group, &t.rt.plural, &name));
-    }
-    let dry_run = q.dry_run() || opts["dryRun"].as_array().is_some_and(|d| d.iter().any(|v| v == "All"));
-    if dry_run {
-        let mut would = present(&old, t);
-        if !meta::finalizers(&old).is_empty() || is_namespace(&t.rt) {
-            would["metadata"]["deletionTimestamp"] = json!(meta::now());
-        }
-        return Ok(Written { code: 200, body: would, changed: false });
-    }
-    if meta::is_deleting(&old) {
-        return Ok(Written { code: 200, body: present(&old, t), changed: false });
-    }
-    if is_namespace(&t.rt) {
-        let mut ns = old.clone();
-        ns["metadata"]["deletionTimestamp"] = json!(meta::now());
-        ns["status"]["phase"] = json!("Terminating");
-        state.store.put(key.clone(), ns);
-        for k in state.store.keys_in_namespace(&name) {
-            delete_key(state, &k);
-        }
-        finalize_namespace(state, &name);
-        let body = state.store.get(&key).map(|o| present(o, t)).unwrap_or_else(|| present(&old, t));
-        return Ok(Written { code: 200, body, changed: true });
-    }
-    let pending = !meta::finalizers(&old).is_empty();
-    let gone = delete_key(state, &key).unwrap_or(old);
-    let body = if pending || t.rt.custom {
-        present(&gone, t)
-    } else {
-        status::success(&t.rt.group, &t.rt.plural, &name, gone["metadata"]["uid"].as_str().unwrap_or_default())
-    };
-    Ok(Written { code: 200, body, changed: true })
-}
-
-/// Deletes every selected object of a collection; answers a success Status.
-pub fn delete_collection(state: &mut State, t: &Target, sel: &Selection, q: &Query) -> ApiResult<Written> {
-    let keys: Vec<Key> = state
-        .store
-        .list(&t.rt.group, &t.rt.plural, t.namespace.as_deref())
-        .filter(|(_, o)| sel.matches(o))
-        .map(|(k, _)| k.clone())
-        .collect();
-    let changed = !keys.is_empty() && !q.dry_run();
-    if !q.dry_run() {
-        for k in &keys {
-            delete_key(state, k);
-        }
-    }
-    Ok(Written { code: 200, body: json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}), changed })
-}
-
-/// Deletes one object: marks it deleting when finalizers remain, else removes it. Returns its
-/// resulting state.
-fn delete_key(state: &mut State, key: &Key) -> Option<Value> {
-    let obj = state.store.get(key)?.clone();
-    if !meta::finalizers(&obj).is_empty() {
-        if meta::is_deleting(&obj) {
-            return Some(obj);
-        }
-        let mut marked = obj;
-        marked["metadata"]["deletionTimestamp"] = json!(meta::now());
-        marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-        return Some(state.store.put(key.clone(), marked));
-    }
-    remove(state, key)
-}
-
-/// Removes an object for good, with the cascades the real control plane runs: a CRD takes its
-/// custom resources with it, and a terminating namespace that became empty finishes.
-fn remove(state: &mut State, key: &Key) -> Option<Value> {
-    let gone = state.store.remove(key)?;
-    if key.group == "apiextensions.k8s.io" && key.plural == "customresourcedefinitions" {
-        let group = gone["spec"]["group"].as_str().unwrap_or_default().to_string();
-        let plural = gone["spec"]["names"]["plural"].as_str().unwrap_or_default().to_string();
-        let instances: Vec<Key> = state.store.list(&group, &plural, None).map(|(k, _)| k.clone()).collect();
-        for k in instances {
-            state.store.remove(&k);
-        }
-        state.registry.set_custom(&group, &plural, None);
-    }
-    if !key.namespace.is_empty() {
-        finalize_namespace(state, &key.namespace);
-    }
-    Some(gone)
-}
-
-/// The namespace controller's last step: a terminating namespace with no objects left loses its
-/// `kubernetes` finalizer and, without other finalizers, goes away.
-fn finalize_namespace(state: &mut State, namespace: &str) {
-    let key = Key { group: String::new(), plural: "namespaces".into(), namespace: String::new(), name: namespace.into() };
-    let Some(ns) = state.store.get(&key).cloned() else { return };
-    if !meta::is_deleting(&ns) || !state.store.keys_in_namespace(namespace).is_empty() {
-        return;
-    }
-    if meta::finalizers(&ns).is_empty() {
-        state.store.remove(&key);
-    } else if ns["spec"]["finalizers"].as_array().is_some_and(|f| !f.is_empty()) {
-        let mut ns = ns;
-        ns["spec"]["finalizers"] = json!([]);
-        state.store.put(key, ns);
-    }
-}
-
 /// Serves a stored CRD and sets its `NamesAccepted` and `Established` conditions (a write of
 /// its own, as the real CRD controllers do it after the create).
 fn establish(state: &mut State, key: &Key) {
@@ -661,10 +558,7 @@ fn check_namespace_accepts(state: &State, t: &Target, name: &str) -> ApiResult<(
     let key = Key { group: String::new(), plural: "namespaces".into(), namespace: String::new(), name: ns.clone() };
     match state.store.get(&key) {
         None => Err(ApiError::not_found("", "namespaces", &ns)),
-        Some(n) if meta::is_deleting(n) => Err(ApiError::forbidden(format!(
-            "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-            t.rt.qualified()
-        ))),
+        Some(n) if meta::is_deleting(n) => Err(ApiError::namespace_terminating(&t.rt.group, &t.rt.plural, name, &ns)),
         Some(_) => Ok(()),
     }
 }

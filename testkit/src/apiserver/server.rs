@@ -23,7 +23,7 @@ use super::query::{Query, Selection};
 use super::status::{ApiError, ApiResult};
 use super::store::State;
 use super::table::{self, Include};
-use super::{Options, discovery, openapi, protobuf, watch as watches};
+use super::{Options, deletion, discovery, openapi, protobuf, watch as watches};
 
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -306,8 +306,8 @@ async fn handle_inner(shared: Arc<Shared>, req: Request<Incoming>) -> ApiResult<
                     "create" => objects::create(state, &target, parse_json(&body)?, &query, &user_agent),
                     "update" => objects::update(state, &target, parse_json(&body)?, &query, &user_agent),
                     "patch" => objects::patch(state, &target, &body, &content_type, &query, &user_agent),
-                    "delete" => objects::delete(state, &target, &body, &query),
-                    _ => objects::delete_collection(state, &target, &Selection::from_query(&query)?, &query),
+                    "delete" => deletion::delete(state, &target, &body, &query),
+                    _ => deletion::delete_collection(state, &target, &Selection::from_query(&query)?, &query),
                 }?;
                 Ok::<_, ApiError>((written, std::mem::take(&mut state.warnings)))
             })?;

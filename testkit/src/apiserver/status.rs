@@ -84,6 +84,21 @@ impl ApiError {
         ApiError::new(403, "Forbidden", message)
     }
 
+    /// 403 for new content in a terminating namespace, with the `NamespaceTerminating` cause.
+    pub fn namespace_terminating(group: &str, plural: &str, name: &str, namespace: &str) -> ApiError {
+        ApiError::new(
+            403,
+            "Forbidden",
+            format!(
+                "{} \"{name}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
+                qualified(group, plural)
+            ),
+        )
+        .with_details(json!({"name": name, "group": group, "kind": plural, "causes": [
+            {"reason": "NamespaceTerminating", "message": format!("namespace {namespace} is being terminated"), "field": "metadata.namespace"}
+        ]}))
+    }
+
     pub fn gone(message: impl Into<String>) -> ApiError {
         ApiError::new(410, "Expired", message)
     }

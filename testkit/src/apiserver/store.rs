@@ -88,6 +88,11 @@ impl Store {
         self.objects.iter().filter(move |(k, _)| k.group == group && k.plural == plural && namespace.is_none_or(|ns| k.namespace == ns))
     }
 
+    /// Every object, whatever the resource.
+    pub fn all(&self) -> impl Iterator<Item = (&Key, &Value)> {
+        self.objects.iter()
+    }
+
     /// Keys of every object in a namespace, whatever the resource.
     pub fn keys_in_namespace(&self, namespace: &str) -> Vec<Key> {
         self.objects.keys().filter(|k| k.namespace == namespace).cloned().collect()
