@@ -431,3 +431,42 @@ async fn deletecollection_answers_the_list_of_what_it_deleted() {
     assert_eq!(answer.body["items"][0]["metadata"]["name"], "x");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn strategic_merge_patch_merges_by_key_and_never_stores_its_directives() {
+    let server = ApiServer::start().await.unwrap();
+    let path = format!("{DEPLOYMENTS}/web");
+    let containers = json!([{"name": "a", "image": "a:1", "env": [{"name": "X", "value": "1"}]}, {"name": "b", "image": "b:1"}]);
+    let spec = json!({"selector": {"matchLabels": {"app": "web"}}, "template": pod_template(containers)});
+    assert_eq!(apply(&server, &path, "m", &deployment("web", spec)).await.code, 201);
+    let smp = "application/strategic-merge-patch+json";
+    let patch = json!({"spec": {"template": {"spec": {
+        "$setElementOrder/containers": [{"name": "c"}, {"name": "a"}, {"name": "b"}],
+        "containers": [{"name": "a", "image": "a:2"}, {"name": "c", "image": "c:1"}, {"name": "b", "$patch": "delete"}]}}}});
+    let answer = send(&server, "PATCH", &path, smp, &patch).await;
+    assert_eq!(answer.code, 200, "{}", answer.body);
+    let got = &answer.body["spec"]["template"]["spec"]["containers"];
+    let names: Vec<&str> = got.as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["c", "a"], "b deleted, c added, in $setElementOrder's order");
+    assert_eq!(got[1]["env"], json!([{"name": "X", "value": "1"}]), "a merged by name, its env kept");
+    assert_eq!(got[1]["image"], "a:2");
+    assert!(!answer.body.to_string().contains('$'), "no directive is stored: {}", answer.body);
+
+    // `strategy` is `retainKeys`: what the list leaves out goes, without a null for it.
+    let retain = json!({"spec": {"strategy": {"$retainKeys": ["type"], "type": "Recreate"}}});
+    let answer = send(&server, "PATCH", &path, smp, &retain).await;
+    assert_eq!(answer.body["spec"]["strategy"], json!({"type": "Recreate"}), "{}", answer.body);
+    let replace = json!({"metadata": {"labels": {"$patch": "replace", "only": "this"}}});
+    let answer = send(&server, "PATCH", &path, smp, &replace).await;
+    assert_eq!(answer.body["metadata"]["labels"], json!({"only": "this"}));
+
+    assert_eq!(
+        apply(&server, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com", "m", &widget_crd()).await.code,
+        201
+    );
+    let w = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 1}});
+    assert_eq!(apply(&server, &format!("{WIDGETS}/w"), "m", &w).await.code, 201);
+    let refused = send(&server, "PATCH", &format!("{WIDGETS}/w"), smp, &json!({"spec": {"size": 2}})).await;
+    assert_eq!(refused.code, 415, "custom resources take no strategic merge patch");
+    server.stop().await;
+}

@@ -19,6 +19,7 @@ mod query;
 mod registry;
 mod schema;
 mod server;
+mod smp;
 mod ssa;
 mod status;
 mod store;

@@ -10,6 +10,7 @@ use super::fieldset::Scope;
 use super::meta;
 use super::query::{Query, Selection};
 use super::registry::{self, ResourceType};
+use super::smp;
 use super::ssa::{self, Writer};
 use super::status::{ApiError, ApiResult};
 use super::store::{Key, State};
@@ -361,19 +362,27 @@ pub fn patch(state: &mut State, t: &Target, body: &[u8], content_type: &str, q: 
             })?;
             doc
         }
-        // Strategic merge is served as a JSON merge patch: no patch directives, lists replaced.
-        "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+        "application/merge-patch+json" => {
             let p: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid merge patch: {e}")))?;
             let mut doc = current.clone();
             json_patch::merge(&mut doc, &p);
             doc
         }
-        other => {
+        // Custom resources have no patch strategies: the real server refuses strategic merge.
+        "application/strategic-merge-patch+json" if !t.rt.custom => {
+            let p: Value =
+                serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid strategic merge patch: {e}")))?;
+            let mut doc = current.clone();
+            smp::apply(&mut doc, &p, t.rt.version(&t.version).and_then(|v| v.root()))?;
+            doc
+        }
+        _ => {
+            let strategic = if t.rt.custom { "" } else { "application/strategic-merge-patch+json, " };
             return Err(ApiError::new(
                 415,
                 "UnsupportedMediaType",
                 format!(
-                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml; got {other:?}"
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, {strategic}application/apply-patch+yaml"
                 ),
             ));
         }

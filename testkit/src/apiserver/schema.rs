@@ -74,11 +74,14 @@ pub enum ListType {
 #[derive(Debug, Clone, Copy)]
 pub struct Node<'a> {
     pub v: &'a Value,
+    /// The property as written, whose extensions next to a `$ref` (a Deployment's `strategy`
+    /// is `retainKeys`) apply on top of the referenced definition's.
+    outer: &'a Value,
 }
 
 impl<'a> Node<'a> {
     pub fn new(v: &'a Value) -> Node<'a> {
-        Node { v: resolve(v) }
+        Node { v: resolve(v), outer: v }
     }
 
     /// A built-in definition by name.
@@ -107,8 +110,9 @@ impl<'a> Node<'a> {
         self.v.get("items").map(Node::new)
     }
 
-    fn ext(self, name: &str) -> Option<&'a Value> {
-        self.v.get(name)
+    /// An `x-kubernetes-*` extension, the property's own before its definition's.
+    pub fn ext(self, name: &str) -> Option<&'a Value> {
+        self.outer.get(name).or_else(|| self.v.get(name))
     }
 
     /// `x-kubernetes-list-type`; without it a strategic merge key makes a keyed list, as the
