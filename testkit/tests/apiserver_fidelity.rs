@@ -470,3 +470,50 @@ async fn strategic_merge_patch_merges_by_key_and_never_stores_its_directives() {
     assert_eq!(refused.code, 415, "custom resources take no strategic merge patch");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn continue_pages_are_a_snapshot_and_exact_reads_the_past() {
+    let server = ApiServer::start().await.unwrap();
+    for name in ["a", "b", "c"] {
+        make_cm(&server, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"v": "1"}})).await;
+    }
+    let first = get(&server, &format!("{CONFIGMAPS}?limit=1")).await;
+    let list_rv = first["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let token = first["metadata"]["continue"].as_str().unwrap().to_string();
+    // Changes after the first page are not seen by the following ones.
+    send(&server, "DELETE", &format!("{CONFIGMAPS}/b"), "application/json", &Value::Null).await;
+    let changed = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"v": "2"}});
+    apply(&server, &format!("{CONFIGMAPS}/c"), "m", &changed).await;
+    make_cm(&server, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "d"}})).await;
+    let rest = get(&server, &format!("{CONFIGMAPS}?limit=10&continue={token}")).await;
+    let names: Vec<&str> = rest["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["b", "c"]);
+    assert_eq!(rest["items"][1]["data"]["v"], "1");
+    assert_eq!(rest["metadata"]["resourceVersion"], list_rv.as_str());
+
+    let exact = get(&server, &format!("{CONFIGMAPS}?resourceVersion={list_rv}&resourceVersionMatch=Exact")).await;
+    assert_eq!(exact["items"].as_array().unwrap().len(), 3);
+    assert_eq!(exact["metadata"]["resourceVersion"], list_rv.as_str());
+    let refused = send(&server, "GET", &format!("{CONFIGMAPS}?resourceVersionMatch=Exact"), "application/json", &Value::Null).await;
+    assert_eq!(refused.code, 400);
+    server.compact();
+    let expired = send(&server, "GET", &format!("{CONFIGMAPS}?limit=10&continue={token}"), "application/json", &Value::Null).await;
+    assert_eq!((expired.code, expired.body["reason"].clone()), (410, json!("Expired")));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn secrets_are_selected_by_type() {
+    let server = ApiServer::start().await.unwrap();
+    for (name, type_) in [("a", "Opaque"), ("b", "kubernetes.io/tls")] {
+        let s = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": type_, "data": {"tls.crt": "", "tls.key": ""}});
+        assert_eq!(apply(&server, &format!("/api/v1/namespaces/default/secrets/{name}"), "m", &s).await.code, 201);
+    }
+    let tls = get(&server, "/api/v1/namespaces/default/secrets?fieldSelector=type%3Dkubernetes.io%2Ftls").await;
+    assert_eq!(tls["items"].as_array().unwrap().len(), 1);
+    assert_eq!(tls["items"][0]["metadata"]["name"], "b");
+    let refused =
+        send(&server, "GET", "/api/v1/namespaces/default/configmaps?fieldSelector=type%3Dx", "application/json", &Value::Null).await;
+    assert_eq!((refused.code, refused.body["message"].clone()), (400, json!("field label not supported: type")));
+    server.stop().await;
+}

@@ -169,6 +169,42 @@ fn short_names(group: &str, plural: &str) -> &'static [&'static str] {
     }
 }
 
+/// The fields besides `metadata.name` and `metadata.namespace` a kind's field selectors accept.
+pub fn field_selectors(group: &str, kind: &str) -> &'static [&'static str] {
+    match (group, kind) {
+        ("", "Secret") => &["type"],
+        ("", "Namespace") => &["status.phase"],
+        ("", "Node") => &["spec.unschedulable"],
+        ("", "ReplicationController") => &["status.replicas"],
+        ("", "Pod") => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+        ("", "Event") | ("events.k8s.io", "Event") => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+        ("batch", "Job") => &["status.successful"],
+        ("certificates.k8s.io", "CertificateSigningRequest") => &["spec.signerName"],
+        _ => &[],
+    }
+}
+
 /// Kinds in the `all` category.
 fn in_category_all(group: &str, plural: &str) -> bool {
     matches!(
@@ -286,6 +322,7 @@ pub fn builtin_types() -> Vec<ResourceType> {
             columns: columns(group, kind),
             schema: None,
             definition: Some(name.clone()),
+            selectable: Vec::new(),
         };
         if let Some(existing) = out.iter_mut().find(|t| t.group == group && t.plural == m.plural) {
             existing.versions.push(served);

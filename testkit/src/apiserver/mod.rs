@@ -11,6 +11,7 @@ mod faults;
 mod fieldset;
 mod kinds;
 pub mod kubectl;
+mod lists;
 mod meta;
 mod objects;
 mod openapi;

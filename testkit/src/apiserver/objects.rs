@@ -8,7 +8,7 @@ use super::defaults;
 use super::deletion::{collect_garbage, finalize_namespace, remove};
 use super::fieldset::Scope;
 use super::meta;
-use super::query::{Query, Selection};
+use super::query::Query;
 use super::registry::{self, ResourceType};
 use super::smp;
 use super::ssa::{self, Writer};
@@ -62,14 +62,6 @@ pub struct Written {
     pub changed: bool,
 }
 
-/// A page of a list.
-pub struct Page {
-    pub items: Vec<Value>,
-    pub resource_version: u64,
-    pub continue_token: Option<String>,
-    pub remaining: Option<u64>,
-}
-
 /// The object as served in the requested version (conversion is `None`: only apiVersion changes).
 pub fn present(obj: &Value, t: &Target) -> Value {
     let mut obj = obj.clone();
@@ -81,41 +73,6 @@ pub fn present(obj: &Value, t: &Target) -> Value {
 pub fn get(state: &State, t: &Target) -> ApiResult<Value> {
     let name = t.name();
     state.store.get(&t.key(name)).map(|o| present(o, t)).ok_or_else(|| t.not_found(name))
-}
-
-pub fn list(state: &State, t: &Target, sel: &Selection, q: &Query) -> ApiResult<Page> {
-    let after = match q.get("continue").filter(|c| !c.is_empty()) {
-        Some(token) => Some(decode_continue(token).ok_or_else(|| ApiError::bad_request("continue key is not valid"))?),
-        None => None,
-    };
-    let limit = q.u64("limit")?.filter(|l| *l > 0);
-    let ns = t.namespace.as_deref();
-    let matching: Vec<(&Key, &Value)> = state
-        .store
-        .list(&t.rt.group, &t.rt.plural, ns)
-        .filter(|(k, _)| after.as_ref().is_none_or(|(ans, aname)| (k.namespace.as_str(), k.name.as_str()) > (ans.as_str(), aname.as_str())))
-        .filter(|(_, o)| sel.matches(o))
-        .collect();
-    let total = matching.len() as u64;
-    let take = limit.map_or(matching.len(), |l| l as usize);
-    let items: Vec<Value> = matching.iter().take(take).map(|(_, o)| present(o, t)).collect();
-    let (continue_token, remaining) = match (limit, matching.get(take.saturating_sub(1))) {
-        (Some(l), Some((last, _))) if total > l => (Some(encode_continue(&last.namespace, &last.name)), Some(total - l)),
-        _ => (None, None),
-    };
-    Ok(Page { items, resource_version: state.store.current_rv(), continue_token, remaining })
-}
-
-fn encode_continue(ns: &str, name: &str) -> String {
-    format!("{ns}/{name}").bytes().map(|b| format!("{b:02x}")).collect()
-}
-
-fn decode_continue(token: &str) -> Option<(String, String)> {
-    let bytes: Option<Vec<u8>> =
-        (0..token.len()).step_by(2).map(|i| token.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect();
-    let text = String::from_utf8(bytes?).ok()?;
-    let (ns, name) = text.split_once('/')?;
-    Some((ns.to_string(), name.to_string()))
 }
 
 /// Who writes: `?fieldManager=`, else the User-Agent's product, as the real server defaults it.

@@ -53,6 +53,8 @@ pub struct Version {
     pub schema: Option<Value>,
     /// A built-in kind's definition in the 1.35 schemas (`io.k8s.api.apps.v1.Deployment`).
     pub definition: Option<String>,
+    /// A CRD version's `selectableFields` (`spec.color`), usable in field selectors.
+    pub selectable: Vec<String>,
 }
 
 impl Version {
@@ -234,6 +236,12 @@ pub fn from_crd(crd: &Value) -> Result<ResourceType, Vec<(&'static str, String)>
             columns,
             schema: v["schema"].get("openAPIV3Schema").cloned(),
             definition: None,
+            selectable: v["selectableFields"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|f| f["jsonPath"].as_str().map(|p| p.trim_start_matches('.').to_string()))
+                .collect(),
         });
     }
     versions.sort_by_key(|v| std::cmp::Reverse(version_priority(&v.name)));

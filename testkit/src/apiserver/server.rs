@@ -23,7 +23,7 @@ use super::query::{Query, Selection};
 use super::status::{ApiError, ApiResult};
 use super::store::State;
 use super::table::{self, Include};
-use super::{Options, deletion, discovery, openapi, protobuf, watch as watches};
+use super::{Options, deletion, discovery, lists, openapi, protobuf, watch as watches};
 
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -274,8 +274,8 @@ async fn handle_inner(shared: Arc<Shared>, req: Request<Incoming>) -> ApiResult<
             Ok(json_response(200, &as_table_or(obj, &target, table)))
         }
         "list" => {
-            let selection = Selection::from_query(&query)?;
-            let page = objects::list(&shared.lock(), &target, &selection, &query)?;
+            let selection = Selection::from_query(&query, &target)?;
+            let page = lists::list(&shared.lock(), &target, &selection, &query)?;
             let rv = page.resource_version.to_string();
             let body = match table {
                 Some(include) => table::table(&target.rt, &target.version, &page.items, include, true, Some(rv)),
@@ -307,7 +307,7 @@ async fn handle_inner(shared: Arc<Shared>, req: Request<Incoming>) -> ApiResult<
                     "update" => objects::update(state, &target, parse_json(&body)?, &query, &user_agent),
                     "patch" => objects::patch(state, &target, &body, &content_type, &query, &user_agent),
                     "delete" => deletion::delete(state, &target, &body, &query),
-                    _ => deletion::delete_collection(state, &target, &Selection::from_query(&query)?, &query),
+                    _ => deletion::delete_collection(state, &target, &Selection::from_query(&query, &target)?, &query),
                 }?;
                 Ok::<_, ApiError>((written, std::mem::take(&mut state.warnings)))
             })?;
@@ -348,7 +348,7 @@ fn watch_response(shared: Arc<Shared>, target: Target, q: &Query, table: Option<
         }
     };
     let params = watches::Params {
-        selection: Selection::from_query(q)?,
+        selection: Selection::from_query(q, &target)?,
         target,
         start,
         bookmarks: q.flag("allowWatchBookmarks"),

@@ -118,11 +118,35 @@ impl Store {
 
     /// Removes an object under a new resourceVersion and logs DELETED.
     pub fn remove(&mut self, key: &Key) -> Option<Value> {
-        let mut obj = self.objects.remove(key)?;
+        let prev = self.objects.remove(key)?;
+        let mut obj = prev.clone();
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
-        self.log(EventType::Deleted, key.clone(), obj.clone(), None);
+        self.log(EventType::Deleted, key.clone(), obj.clone(), Some(prev));
         Some(obj)
+    }
+
+    /// Objects of one resource as they were at `rv` (the newest state rolled back through the
+    /// event log), ordered by namespace then name; `TooOld` once the log no longer reaches back.
+    pub fn snapshot(&self, rv: u64, group: &str, plural: &str, namespace: Option<&str>) -> Result<Vec<(Key, Value)>, TooOld> {
+        let events = self.events_since(rv)?;
+        let mut objects: BTreeMap<Key, Value> = self.list(group, plural, namespace).map(|(k, v)| (k.clone(), v.clone())).collect();
+        for e in events.iter().rev() {
+            let k = &e.key;
+            if k.group != group || k.plural != plural || namespace.is_some_and(|ns| k.namespace != ns) {
+                continue;
+            }
+            match (&e.kind, &e.prev) {
+                (EventType::Added, _) => {
+                    objects.remove(k);
+                }
+                (_, Some(prev)) => {
+                    objects.insert(k.clone(), (**prev).clone());
+                }
+                (_, None) => {}
+            }
+        }
+        Ok(objects.into_iter().collect())
     }
 
     fn log(&mut self, kind: EventType, key: Key, object: Value, prev: Option<Value>) {
