@@ -78,6 +78,14 @@ pub enum Scope {
 
 /// The fields an object sets, as server-side apply would record them for its manager.
 pub fn fields_of(obj: &Value, rt: &ResourceType, version: &str, scope: Scope) -> FieldSet {
+    collect(obj, rt, version, scope, walk)
+}
+
+type Walker = fn(&Value, &mut Path, Option<Node<'_>>, &mut FieldSet);
+
+/// Runs `walker` over the fields of `obj` the scope covers (not apiVersion, kind or the
+/// metadata the server owns).
+fn collect(obj: &Value, rt: &ResourceType, version: &str, scope: Scope, walker: Walker) -> FieldSet {
     let mut out = FieldSet::new();
     let Some(map) = obj.as_object() else { return out };
     for (k, v) in map {
@@ -97,16 +105,52 @@ pub fn fields_of(obj: &Value, rt: &ResourceType, version: &str, scope: Scope) ->
                 if !SYSTEM_METADATA.contains(&mk.as_str()) {
                     let mut path = vec![Element::Field("metadata".into()), Element::Field(mk.clone())];
                     let node = schema_at(rt, version, &path);
-                    walk(mv, &mut path, node, &mut out);
+                    walker(mv, &mut path, node, &mut out);
                 }
             }
             continue;
         }
         let mut path = vec![Element::Field(k.clone())];
         let node = schema_at(rt, version, &path);
-        walk(v, &mut path, node, &mut out);
+        walker(v, &mut path, node, &mut out);
     }
     out
+}
+
+/// Every node below and including `path`, as a comparison visits them: every field and map
+/// entry, keyed items and set members; nothing inside atomic lists and maps.
+fn walk_nodes(v: &Value, path: &mut Path, node: Option<Node<'_>>, out: &mut FieldSet) {
+    out.insert(path.clone());
+    match v {
+        Value::Object(map) if !node.is_some_and(Node::map_atomic) => {
+            for (k, child) in map {
+                path.push(Element::Field(k.clone()));
+                walk_nodes(child, path, node.and_then(|n| n.field(k)), out);
+                path.pop();
+            }
+        }
+        Value::Array(items) => {
+            let element = node.and_then(Node::items);
+            match node.map_or(ListType::Atomic, Node::list_type) {
+                ListType::Atomic => {}
+                ListType::Set => {
+                    for item in items {
+                        path.push(Element::Value(item.to_string()));
+                        out.insert(path.clone());
+                        path.pop();
+                    }
+                }
+                ListType::Map(keys) => {
+                    for item in items {
+                        path.push(item_key(item, &keys, element));
+                        walk_nodes(item, path, element, out);
+                        path.pop();
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Walks a value as structured-merge-diff's `ToFieldSet` does: scalars, atomic lists and atomic
@@ -124,7 +168,8 @@ fn walk(v: &Value, path: &mut Path, node: Option<Node<'_>>, out: &mut FieldSet) 
                 path.pop();
             }
         }
-        Value::Array(items) if !items.is_empty() => {
+        // An empty keyed or set list sets nothing; an empty atomic list is a value.
+        Value::Array(items) => {
             let element = node.and_then(Node::items);
             match node.map_or(ListType::Atomic, Node::list_type) {
                 ListType::Atomic => {
@@ -139,7 +184,7 @@ fn walk(v: &Value, path: &mut Path, node: Option<Node<'_>>, out: &mut FieldSet) 
                 }
                 ListType::Map(keys) => {
                     for item in items {
-                        path.push(item_key(item, &keys));
+                        path.push(item_key(item, &keys, element));
                         out.insert(path.clone());
                         walk(item, path, element, out);
                         path.pop();
@@ -153,12 +198,115 @@ fn walk(v: &Value, path: &mut Path, node: Option<Node<'_>>, out: &mut FieldSet) 
     }
 }
 
+/// The set plus every declared struct field on the way to its members (structured-merge-diff's
+/// `EnsureNamedFieldsAreMembers`); with [`fields_of`] it is every node of an object.
+pub fn named(set: &FieldSet, rt: &ResourceType, version: &str) -> FieldSet {
+    let mut out = set.clone();
+    for path in set {
+        for i in 1..path.len() {
+            let Element::Field(name) = &path[i - 1] else { continue };
+            let prefix = &path[..i];
+            if out.contains(prefix) {
+                continue;
+            }
+            let declared = match &path[..i - 1] {
+                [] => true,
+                parent => schema_at(rt, version, parent).is_some_and(|n| n.property(name).is_some()),
+            };
+            if declared {
+                out.insert(prefix.to_vec());
+            }
+        }
+    }
+    out
+}
+
+/// Every node of an object that a comparison visits.
+/// `metadata` itself is not one: the server's typed objects always have it.
+pub fn nodes_of(obj: &Value, rt: &ResourceType, version: &str, scope: Scope) -> FieldSet {
+    collect(obj, rt, version, scope, walk_nodes)
+}
+
+/// What changed between two objects, as structured-merge-diff's `Compare` reports it.
+pub struct Comparison {
+    pub added: FieldSet,
+    pub modified: FieldSet,
+    pub removed: FieldSet,
+}
+
+pub fn compare(old: &Value, new: &Value, rt: &ResourceType, version: &str, scope: Scope) -> Comparison {
+    let before = nodes_of(old, rt, version, scope);
+    let after = nodes_of(new, rt, version, scope);
+    let added: FieldSet = after.difference(&before).cloned().collect();
+    let removed: FieldSet = before.difference(&after).cloned().collect();
+    // A container a removal emptied (now null) is not a modification of it.
+    let emptied = |p: &Path| {
+        value_at(new, p, rt, version).is_some_and(Value::is_null)
+            && value_at(old, p, rt, version).is_some_and(|v| v.is_object() || v.is_array())
+    };
+    let modified: FieldSet = after
+        .intersection(&before)
+        .filter(|p| is_leaf(&after, p) && !emptied(p) && value_at(old, p, rt, version) != value_at(new, p, rt, version))
+        .cloned()
+        .collect();
+    Comparison { added, modified, removed }
+}
+
+/// Removes from `obj` every node whose path is in `set`, with what lies below it
+/// (structured-merge-diff's `RemoveItems`).
+pub fn remove_items(obj: &mut Value, set: &FieldSet, rt: &ResourceType, version: &str) {
+    let mut members: Vec<&Path> = set.iter().collect();
+    // Shallowest first: a removed node takes what lies below it (its key fields included).
+    members.sort_by_key(|p| p.len());
+    for path in members {
+        let Some((last, parent_path)) = path.split_last() else { continue };
+        let element = schema_at(rt, version, parent_path).and_then(Node::items);
+        let Some(parent) = value_at_mut(obj, parent_path, rt, version) else { continue };
+        let emptied = match (last, parent) {
+            (Element::Field(name), Value::Object(map)) => map.remove(name).is_some() && map.is_empty(),
+            (Element::Key(key), Value::Array(items)) => {
+                let key: Map<String, Value> = serde_json::from_str(key).unwrap_or_default();
+                let before = items.len();
+                items.retain(|item| !matches_key(item, &key, element));
+                items.len() < before && items.is_empty()
+            }
+            (Element::Value(json), Value::Array(items)) => {
+                let want: Value = serde_json::from_str(json).unwrap_or(Value::Null);
+                let before = items.len();
+                items.retain(|item| *item != want);
+                items.len() < before && items.is_empty()
+            }
+            _ => false,
+        };
+        // A container emptied by a removal becomes null (its node, and who owns it, stays; the
+        // caller drops the null, as the server's typed round trip does).
+        if emptied
+            && let Some((Element::Field(_), _)) = parent_path.split_last()
+            && let Some(parent) = value_at_mut(obj, parent_path, rt, version)
+        {
+            *parent = Value::Null;
+        }
+    }
+}
+
+/// Drops null values (what the server's typed objects cannot hold).
+pub fn drop_nulls(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, x| !x.is_null());
+            m.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
+}
+
 /// The `Key` element naming a keyed list item; a key field the item leaves out counts with the
 /// value the schema defaults it to (a port's `protocol: TCP`), as the real server keys it.
-pub fn item_key(item: &Value, keys: &[String]) -> Element {
+pub fn item_key(item: &Value, keys: &[String], element: Option<Node<'_>>) -> Element {
     let mut key = Map::new();
     for k in keys {
-        if let Some(v) = item.get(k).cloned().or_else(|| schema::key_default(k)) {
+        if let Some(v) = item.get(k).cloned().or_else(|| schema::key_default(element, k)) {
             key.insert(k.clone(), v);
         }
     }
@@ -182,15 +330,16 @@ pub fn schema_at<'a>(rt: &'a ResourceType, version: &str, path: &[Element]) -> O
 }
 
 /// The value at `path` in `obj`, if present.
-pub fn value_at<'a>(obj: &'a Value, path: &[Element]) -> Option<&'a Value> {
+pub fn value_at<'a>(obj: &'a Value, path: &[Element], rt: &ResourceType, version: &str) -> Option<&'a Value> {
     let mut node = obj;
-    for e in path {
+    for (i, e) in path.iter().enumerate() {
         node = match e {
             Element::Field(name) => node.get(name)?,
             Element::Index(i) => node.get(*i)?,
             Element::Key(key) => {
                 let key: Map<String, Value> = serde_json::from_str(key).ok()?;
-                node.as_array()?.iter().find(|item| matches_key(item, &key))?
+                let element = schema_at(rt, version, &path[..i]).and_then(Node::items);
+                node.as_array()?.iter().find(|item| matches_key(item, &key, element))?
             }
             Element::Value(json) => {
                 let want: Value = serde_json::from_str(json).ok()?;
@@ -201,48 +350,20 @@ pub fn value_at<'a>(obj: &'a Value, path: &[Element]) -> Option<&'a Value> {
     Some(node)
 }
 
-fn matches_key(item: &Value, key: &Map<String, Value>) -> bool {
-    key.iter().all(|(k, v)| item.get(k).cloned().or_else(|| schema::key_default(k)).as_ref() == Some(v))
+fn matches_key(item: &Value, key: &Map<String, Value>, element: Option<Node<'_>>) -> bool {
+    key.iter().all(|(k, v)| item.get(k).cloned().or_else(|| schema::key_default(element, k)).as_ref() == Some(v))
 }
 
-/// Removes the node at `path`; then removes parents left empty unless `keep` says a parent is
-/// owned in its own right.
-pub fn remove_path(obj: &mut Value, path: &[Element], keep: &dyn Fn(&[Element]) -> bool) {
-    let Some((last, parent_path)) = path.split_last() else { return };
-    let Some(parent) = value_at_mut(obj, parent_path) else { return };
-    match (last, parent) {
-        (Element::Field(name), Value::Object(map)) => {
-            map.remove(name);
-        }
-        (Element::Key(key), Value::Array(items)) => {
-            let key: Map<String, Value> = serde_json::from_str(key).unwrap_or_default();
-            items.retain(|item| !matches_key(item, &key));
-        }
-        (Element::Value(json), Value::Array(items)) => {
-            let want: Value = serde_json::from_str(json).unwrap_or(Value::Null);
-            items.retain(|item| *item != want);
-        }
-        (Element::Index(i), Value::Array(items)) if *i < items.len() => {
-            items.remove(*i);
-        }
-        _ => return,
-    }
-    let emptied =
-        value_at(obj, parent_path).is_some_and(|p| p.as_object().is_some_and(Map::is_empty) || p.as_array().is_some_and(Vec::is_empty));
-    if emptied && !parent_path.is_empty() && !keep(parent_path) {
-        remove_path(obj, parent_path, keep);
-    }
-}
-
-fn value_at_mut<'a>(obj: &'a mut Value, path: &[Element]) -> Option<&'a mut Value> {
+fn value_at_mut<'a>(obj: &'a mut Value, path: &[Element], rt: &ResourceType, version: &str) -> Option<&'a mut Value> {
     let mut node = obj;
-    for e in path {
+    for (i, e) in path.iter().enumerate() {
         node = match e {
             Element::Field(name) => node.get_mut(name)?,
             Element::Index(i) => node.get_mut(*i)?,
             Element::Key(key) => {
                 let key: Map<String, Value> = serde_json::from_str(key).ok()?;
-                node.as_array_mut()?.iter_mut().find(|item| matches_key(item, &key))?
+                let element = schema_at(rt, version, &path[..i]).and_then(Node::items);
+                node.as_array_mut()?.iter_mut().find(|item| matches_key(item, &key, element))?
             }
             Element::Value(json) => {
                 let want: Value = serde_json::from_str(json).ok()?;
@@ -285,12 +406,13 @@ pub fn merge(live: &mut Value, applied: &Value, path: &mut Path, rt: &ResourceTy
                 }
             }
             ListType::Map(keys) => {
+                let element = node.and_then(Node::items);
                 for item in applied {
-                    let key = item_key(item, &keys);
+                    let key = item_key(item, &keys, element);
                     let Element::Key(json) = &key else { continue };
                     let key_map: Map<String, Value> = serde_json::from_str(json).unwrap_or_default();
                     path.push(key.clone());
-                    match live.iter_mut().find(|l| matches_key(l, &key_map)) {
+                    match live.iter_mut().find(|l| matches_key(l, &key_map, element)) {
                         Some(l) => merge(l, item, path, rt, version),
                         None => live.push(item.clone()),
                     }
@@ -388,11 +510,6 @@ pub fn is_leaf(set: &FieldSet, path: &Path) -> bool {
     set.range(path.clone()..).nth(1).is_none_or(|next| !next.starts_with(path))
 }
 
-/// Whether `set` owns `path` or anything below it.
-pub fn owns_within(set: &FieldSet, path: &[Element]) -> bool {
-    set.range(path.to_vec()..).next().is_some_and(|p| p.starts_with(path))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,7 +545,10 @@ mod tests {
     #[test]
     fn removing_the_last_key_removes_the_emptied_map() {
         let mut obj = json!({"data": {"a": "1"}, "metadata": {"name": "x"}});
-        remove_path(&mut obj, &[Element::Field("data".into()), Element::Field("a".into())], &|_| false);
+        let set: FieldSet = [vec![Element::Field("data".into()), Element::Field("a".into())]].into_iter().collect();
+        remove_items(&mut obj, &set, &deployment(), "v1");
+        assert_eq!(obj, json!({"data": null, "metadata": {"name": "x"}}));
+        drop_nulls(&mut obj);
         assert_eq!(obj, json!({"metadata": {"name": "x"}}));
     }
 }

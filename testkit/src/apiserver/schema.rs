@@ -77,16 +77,22 @@ pub struct Node<'a> {
     /// The property as written, whose extensions next to a `$ref` (a Deployment's `strategy`
     /// is `retainKeys`) apply on top of the referenced definition's.
     outer: &'a Value,
+    /// Whether this node belongs to the built-in definitions (not a CRD's schema).
+    builtin: bool,
 }
 
 impl<'a> Node<'a> {
     pub fn new(v: &'a Value) -> Node<'a> {
-        Node { v: resolve(v), outer: v }
+        Node { v: resolve(v), outer: v, builtin: false }
+    }
+
+    fn child(self, v: &'a Value) -> Node<'a> {
+        Node { builtin: self.builtin, ..Node::new(v) }
     }
 
     /// A built-in definition by name.
     pub fn definition(name: &str) -> Option<Node<'static>> {
-        defs()?.defs.get(name).map(Node::new)
+        defs()?.defs.get(name).map(|v| Node { builtin: true, ..Node::new(v) })
     }
 
     /// The schema of a field of this object: a declared property, else the map's element type.
@@ -95,11 +101,11 @@ impl<'a> Node<'a> {
     }
 
     pub fn property(self, name: &str) -> Option<Node<'a>> {
-        self.v.get("properties").and_then(|p| p.get(name)).map(Node::new)
+        self.v.get("properties").and_then(|p| p.get(name)).map(|v| self.child(v))
     }
 
     pub fn additional(self) -> Option<Node<'a>> {
-        self.v.get("additionalProperties").filter(|a| a.is_object()).map(Node::new)
+        self.v.get("additionalProperties").filter(|a| a.is_object()).map(|v| self.child(v))
     }
 
     pub fn has_properties(self) -> bool {
@@ -107,7 +113,7 @@ impl<'a> Node<'a> {
     }
 
     pub fn items(self) -> Option<Node<'a>> {
-        self.v.get("items").map(Node::new)
+        self.v.get("items").map(|v| self.child(v))
     }
 
     /// An `x-kubernetes-*` extension, the property's own before its definition's.
@@ -188,8 +194,13 @@ fn resolve(mut v: &Value) -> &Value {
     v
 }
 
-/// The key fields' values the real schema defaults when an item leaves them out (a port's
-/// `protocol` is `TCP`), so an item is keyed as the server keys it.
-pub fn key_default(key: &str) -> Option<Value> {
-    (key == "protocol").then(|| Value::String("TCP".into()))
+/// The value a keyed list's item has for a key field it leaves out, so it is keyed as the
+/// server keys it: the schema's `default`; for built-in kinds a port's `protocol` is `TCP` (the
+/// real OpenAPI v3 says so; the v2-derived definitions read here leave defaults out).
+pub fn key_default(item: Option<Node<'_>>, key: &str) -> Option<Value> {
+    let item = item?;
+    if let Some(d) = item.property(key).and_then(Node::default) {
+        return Some(d.clone());
+    }
+    (item.builtin && key == "protocol").then(|| Value::String("TCP".into()))
 }
