@@ -517,3 +517,57 @@ async fn secrets_are_selected_by_type() {
     assert_eq!((refused.code, refused.body["message"].clone()), (400, json!("field label not supported: type")));
     server.stop().await;
 }
+
+#[tokio::test]
+async fn duplicate_fields_are_refused_under_strict_and_warned_about_otherwise() {
+    let server = ApiServer::start().await.unwrap();
+    let addr = server.url().trim_start_matches("http://").to_string();
+    let body = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","name":"d"},"data":{"a":"1"}}"#;
+    let raw = |query: &str| {
+        format!(
+            "POST {CONFIGMAPS}{query} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    for (query, code, needle) in [
+        ("?fieldValidation=Strict", "400", r#"strict decoding error: duplicate field \"metadata.name\""#),
+        ("", "201", r#"warning: 299 - "duplicate field \"metadata.name\"""#),
+    ] {
+        let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        stream.write_all(raw(query).as_bytes()).await.unwrap();
+        let mut response = String::new();
+        tokio::time::timeout(TIMEOUT, stream.read_to_string(&mut response)).await.unwrap().unwrap();
+        let response = response.to_lowercase();
+        assert!(response.starts_with(&format!("http/1.1 {code}")), "{response}");
+        assert!(response.contains(&needle.to_lowercase()), "{response}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn managed_fields_list_appliers_before_updaters() {
+    let server = ApiServer::start().await.unwrap();
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}});
+    assert_eq!(send(&server, "POST", &format!("{CONFIGMAPS}?fieldManager=zz-updater"), "application/json", &cm).await.code, 201);
+    let applied = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"b": "2"}});
+    let answer = apply(&server, &format!("{CONFIGMAPS}/c"), "applier", &applied).await;
+    let ops: Vec<&str> =
+        answer.body["metadata"]["managedFields"].as_array().unwrap().iter().map(|e| e["operation"].as_str().unwrap()).collect();
+    assert_eq!(ops, ["Apply", "Update"]);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_custom_resource_without_status_subresource_bumps_generation_on_status() {
+    let server = ApiServer::start().await.unwrap();
+    let mut crd = widget_crd();
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"] =
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+    assert_eq!(apply(&server, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com", "m", &crd).await.code, 201);
+    let mut w = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 1}});
+    assert_eq!(apply(&server, &format!("{WIDGETS}/w"), "m", &w).await.body["metadata"]["generation"], 1);
+    w["status"] = json!({"ready": true});
+    let answer = apply(&server, &format!("{WIDGETS}/w"), "m", &w).await;
+    assert_eq!(answer.body["metadata"]["generation"], 2, "{}", answer.body);
+    server.stop().await;
+}

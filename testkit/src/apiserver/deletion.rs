@@ -205,21 +205,22 @@ pub fn collect_garbage(state: &mut State) {
 }
 
 fn gc_pass(state: &mut State) -> bool {
-    let all: Vec<(Key, Value)> = state.store.all().map(|(k, v)| (k.clone(), v.clone())).collect();
-    let owners: HashMap<String, Owner> = all
-        .iter()
+    // Only dependents (objects with owner references) are cloned; owners are known by uid.
+    let all: Vec<(Key, Value)> = state
+        .store
+        .all()
+        .filter(|(_, o)| o["metadata"]["ownerReferences"].as_array().is_some_and(|r| !r.is_empty()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let owners: HashMap<String, Owner> = state
+        .store
+        .all()
         .filter_map(|(k, o)| {
             let uid = o["metadata"]["uid"].as_str()?.to_string();
             let deleting = meta::is_deleting(o);
-            let fins = meta::finalizers(o);
-            Some((
-                uid,
-                Owner {
-                    key: k.clone(),
-                    foreground: deleting && fins.iter().any(|f| f == FOREGROUND),
-                    orphan: deleting && fins.iter().any(|f| f == ORPHAN),
-                },
-            ))
+            let fins = o["metadata"]["finalizers"].as_array();
+            let has = |name: &str| fins.is_some_and(|f| f.iter().any(|x| x == name));
+            Some((uid, Owner { key: k.clone(), foreground: deleting && has(FOREGROUND), orphan: deleting && has(ORPHAN) }))
         })
         .collect();
     let mut blocking: HashMap<String, usize> = HashMap::new();

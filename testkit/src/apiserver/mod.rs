@@ -134,7 +134,12 @@ impl ApiServer {
         let kubeconfig = dir.path().join("kubeconfig");
         write_kubeconfig(&kubeconfig, &url)?;
         let preload = options.preload.clone();
-        let state = State { registry: Registry::builtin(), store: Store::new(options.event_retention), warnings: Vec::new() };
+        let state = State {
+            registry: Registry::builtin(),
+            store: Store::new(options.event_retention),
+            warnings: Vec::new(),
+            duplicates: Vec::new(),
+        };
         let shared = Arc::new(Shared::new(state, options));
         let mut server = ApiServer { url, kubeconfig, shared: shared.clone(), task: None, _dir: dir };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {

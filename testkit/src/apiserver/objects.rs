@@ -533,7 +533,8 @@ fn check_namespace_accepts(state: &State, t: &Target, name: &str) -> ApiResult<(
 /// each) or refused (Strict).
 fn field_validation(state: &mut State, obj: &mut Value, t: &Target, q: &Query, body: Body) -> ApiResult<()> {
     let mode = Mode::parse(q.get("fieldValidation"))?;
-    let warnings = validation::unknown_fields(obj, &t.rt, &t.version, mode, body)?;
+    let duplicates = std::mem::take(&mut state.duplicates);
+    let warnings = validation::unknown_fields(obj, &t.rt, &t.version, mode, body, &duplicates)?;
     state.warnings.extend(warnings);
     Ok(())
 }

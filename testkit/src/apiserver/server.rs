@@ -23,7 +23,7 @@ use super::query::{Query, Selection};
 use super::status::{ApiError, ApiResult};
 use super::store::State;
 use super::table::{self, Include};
-use super::{Options, deletion, discovery, lists, openapi, protobuf, watch as watches};
+use super::{Options, deletion, discovery, lists, openapi, protobuf, validation, watch as watches};
 
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -303,8 +303,14 @@ async fn handle_inner(shared: Arc<Shared>, req: Request<Incoming>) -> ApiResult<
             let (written, warnings) = shared.write(|state| {
                 state.warnings.clear();
                 let written = match verb {
-                    "create" => objects::create(state, &target, parse_json(&body)?, &query, &user_agent),
-                    "update" => objects::update(state, &target, parse_json(&body)?, &query, &user_agent),
+                    "create" => {
+                        state.duplicates = validation::duplicate_fields(&body);
+                        objects::create(state, &target, parse_json(&body)?, &query, &user_agent)
+                    }
+                    "update" => {
+                        state.duplicates = validation::duplicate_fields(&body);
+                        objects::update(state, &target, parse_json(&body)?, &query, &user_agent)
+                    }
                     "patch" => objects::patch(state, &target, &body, &content_type, &query, &user_agent),
                     "delete" => deletion::delete(state, &target, &body, &query),
                     _ => deletion::delete_collection(state, &target, &Selection::from_query(&query, &target)?, &query),

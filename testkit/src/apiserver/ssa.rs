@@ -57,9 +57,22 @@ pub fn read_entries(obj: &Value) -> Vec<Entry> {
         .collect()
 }
 
+/// Writes the entries in the real server's order: Apply before Update, then by time, manager,
+/// apiVersion and subresource.
 pub fn write_entries(obj: &mut Value, entries: &[Entry]) {
-    let list: Vec<Value> = entries
-        .iter()
+    let mut sorted: Vec<&Entry> = entries.iter().collect();
+    sorted.sort_by(|p, q| {
+        let secs = |e: &Entry| e.time.as_deref().and_then(|t| t.parse::<jiff::Timestamp>().ok()).map_or(0, |t| t.as_second());
+        (p.operation.as_str(), secs(p), p.manager.as_str(), p.api_version.as_str(), p.subresource.as_str()).cmp(&(
+            q.operation.as_str(),
+            secs(q),
+            q.manager.as_str(),
+            q.api_version.as_str(),
+            q.subresource.as_str(),
+        ))
+    });
+    let list: Vec<Value> = sorted
+        .into_iter()
         .filter(|e| !e.fields.is_empty())
         .map(|e| {
             let mut v = json!({

@@ -183,4 +183,6 @@ pub struct State {
     pub store: Store,
     /// `Warning` headers the current request collects (field validation's unknown fields).
     pub warnings: Vec<String>,
+    /// Fields the current request's JSON body names twice, for field validation.
+    pub duplicates: Vec<String>,
 }

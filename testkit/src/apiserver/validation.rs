@@ -49,19 +49,27 @@ pub enum Body {
 ///
 /// # Errors
 /// 400 under Strict when a field is unknown.
-pub fn unknown_fields(obj: &mut Value, rt: &ResourceType, version: &str, mode: Mode, body: Body) -> ApiResult<Vec<String>> {
-    let Some(root) = rt.version(version).and_then(|v| v.root()) else { return Ok(Vec::new()) };
+pub fn unknown_fields(
+    obj: &mut Value,
+    rt: &ResourceType,
+    version: &str,
+    mode: Mode,
+    body: Body,
+    duplicates: &[String],
+) -> ApiResult<Vec<String>> {
     let mut found = Vec::new();
-    if let Some(map) = obj.as_object_mut() {
+    if let (Some(root), Some(map)) = (rt.version(version).and_then(|v| v.root()), obj.as_object_mut()) {
         prune_object(map, root, rt.custom, "", &mut found, true);
     }
-    if found.is_empty() || mode != Mode::Strict {
-        return Ok(if mode == Mode::Warn { found.iter().map(|f| format!("unknown field \"{f}\"")).collect() } else { Vec::new() });
+    let mut problems: Vec<String> = duplicates.iter().map(|f| format!("duplicate field \"{f}\"")).collect();
+    problems.extend(found.iter().map(|f| format!("unknown field \"{f}\"")));
+    if problems.is_empty() || mode != Mode::Strict {
+        return Ok(if mode == Mode::Warn { problems } else { Vec::new() });
     }
     let message = match body {
         Body::Apply => found.iter().map(|f| format!(".{f}: field not declared in schema")).collect::<Vec<_>>().join(", "),
         _ => {
-            let list = found.iter().map(|f| format!("unknown field \"{f}\"")).collect::<Vec<_>>().join(", ");
+            let list = problems.join(", ");
             let strict = format!("strict decoding error: {list}");
             if body == Body::Object {
                 format!("{} in version \"{version}\" cannot be handled as a {}: {strict}", rt.kind, rt.kind)
@@ -459,4 +467,68 @@ pub fn finalizer_errors(old: &Value, new: &Value) -> Vec<(String, String)> {
             added.join(", ")
         ),
     )]
+}
+
+/// Fields a JSON body names twice (`metadata.name`), as the real strict decoder reports them;
+/// serde_json keeps the last, as the real decoder does.
+pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let _ = serde::de::DeserializeSeed::deserialize(Dups { path: String::new(), found: &mut found }, &mut de);
+    found
+}
+
+struct Dups<'a> {
+    path: String,
+    found: &'a mut Vec<String>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Dups<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Dups<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut i = 0;
+        while seq.next_element_seed(Dups { path: format!("{}[{i}]", self.path), found: &mut *self.found })?.is_some() {
+            i += 1;
+        }
+        Ok(())
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let path = join(&self.path, &key);
+            if !seen.insert(key) {
+                self.found.push(path.clone());
+            }
+            map.next_value_seed(Dups { path, found: &mut *self.found })?;
+        }
+        Ok(())
+    }
 }
