@@ -178,12 +178,31 @@ async fn field_validation_strict_refuses_warn_drops_with_a_warning_ignore_drops(
         strict.body["message"],
         r#"ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding error: unknown field "extra", unknown field "metadata.bogus""#
     );
+    // An apply configuration must fit the typed schema whatever the mode.
     let applied =
-        send(&server, "PATCH", &format!("{CONFIGMAPS}/c?fieldManager=m&fieldValidation=Strict"), "application/apply-patch+yaml", &body)
+        send(&server, "PATCH", &format!("{CONFIGMAPS}/c?fieldManager=m&fieldValidation=Ignore"), "application/apply-patch+yaml", &body)
             .await;
     assert_eq!(
         (applied.code, applied.body["message"].clone()),
-        (400, json!(".extra: field not declared in schema, .metadata.bogus: field not declared in schema"))
+        (
+            500,
+            json!(
+                "failed to create typed patch object (default/c; /v1, Kind=ConfigMap): errors:\n  .extra: field not declared in schema\n  .metadata.bogus: field not declared in schema"
+            )
+        )
+    );
+    let d = deployment(
+        "web",
+        json!({"selector": {"matchLabels": {"app": "web"}}, "template": pod_template(json!([{"name": "c", "image": "i", "bogus": 1}]))}),
+    );
+    let keyed = apply(&server, &format!("{DEPLOYMENTS}/web"), "m", &d).await;
+    assert!(
+        keyed.body["message"]
+            .as_str()
+            .unwrap()
+            .ends_with(r#": .spec.template.spec.containers[name="c"].bogus: field not declared in schema"#),
+        "{}",
+        keyed.body
     );
     let warn = send(&server, "POST", CONFIGMAPS, "application/json", &body).await;
     assert_eq!(warn.code, 201);
@@ -291,20 +310,19 @@ async fn custom_resources_are_validated_pruned_and_defaulted_by_their_structural
     let typed = apply(&server, &format!("{WIDGETS}/w"), "m", &widget(json!({"size": "big"}))).await;
     assert_eq!(typed.body["details"]["causes"][0]["reason"], "FieldValueTypeInvalid");
 
-    let ok = apply(
-        &server,
-        &format!("{WIDGETS}/w"),
-        "m",
-        &widget(json!({"size": 3, "unknown": 1, "free": {"any": {"thing": 1}}, "selector": {"a": "1"}})),
-    )
-    .await;
+    let refused = apply(&server, &format!("{WIDGETS}/w"), "m", &widget(json!({"size": 3, "unknown": 1}))).await;
+    assert_eq!(refused.code, 500, "an apply configuration must fit the schema: {}", refused.body);
+    let ok =
+        apply(&server, &format!("{WIDGETS}/w"), "m", &widget(json!({"size": 3, "free": {"any": {"thing": 1}}, "selector": {"a": "1"}})))
+            .await;
     assert_eq!(ok.code, 201, "{}", ok.body);
-    assert_eq!(
-        ok.body["spec"],
-        json!({"size": 3, "mode": "fast", "free": {"any": {"thing": 1}}, "selector": {"a": "1"}}),
-        "pruned and defaulted"
-    );
-    assert!(ok.head.contains(r#"unknown field \"spec.unknown\""#), "{}", ok.head);
+    assert_eq!(ok.body["spec"], json!({"size": 3, "mode": "fast", "free": {"any": {"thing": 1}}, "selector": {"a": "1"}}), "defaulted");
+    // Other writes prune what the schema does not declare, with a warning.
+    let mut pruned = ok.body.clone();
+    pruned["spec"]["unknown"] = json!(1);
+    let updated = send(&server, "PUT", &format!("{WIDGETS}/w"), "application/json", &pruned).await;
+    assert_eq!((updated.code, updated.body["spec"].get("unknown")), (200, None), "{}", updated.body);
+    assert!(updated.head.contains(r#"unknown field \"spec.unknown\""#), "{}", updated.head);
     // An atomic map belongs to its applier as a whole: another applier conflicts on it.
     let other = apply(&server, &format!("{WIDGETS}/w"), "n", &widget(json!({"selector": {"b": "2"}}))).await;
     assert_eq!(

@@ -6,7 +6,7 @@
 use serde_json::{Map, Value};
 
 use super::registry::ResourceType;
-use super::schema::Node;
+use super::schema::{ListType, Node};
 use super::status::{ApiError, ApiResult};
 
 /// `?fieldValidation=`: the default is Warn, as since 1.27.
@@ -58,16 +58,32 @@ pub fn unknown_fields(
     duplicates: &[String],
 ) -> ApiResult<Vec<String>> {
     let mut found = Vec::new();
+    let (namespace, name) = (
+        obj["metadata"]["namespace"].as_str().unwrap_or_default().to_string(),
+        obj["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+    );
     if let (Some(root), Some(map)) = (rt.version(version).and_then(|v| v.root()), obj.as_object_mut()) {
-        prune_object(map, root, rt.custom, "", &mut found, true);
+        prune_object(map, root, rt.custom, &At { strict: String::new(), smd: String::new() }, &mut found, true);
+    }
+    // An apply configuration is converted to the kind's typed schema whatever the mode: an
+    // unknown field fails it, with structured-merge-diff's message and a 500.
+    if body == Body::Apply && !found.is_empty() {
+        let errors: Vec<String> = found.iter().map(|f| format!("{}: field not declared in schema", f.smd)).collect();
+        let errors = if errors.len() == 1 { errors[0].clone() } else { format!("errors:\n  {}", errors.join("\n  ")) };
+        let gv = if rt.group.is_empty() { format!("/{version}") } else { format!("{}/{version}", rt.group) };
+        return Err(ApiError::new(
+            500,
+            "InternalError",
+            format!("failed to create typed patch object ({namespace}/{name}; {gv}, Kind={}): {errors}", rt.kind),
+        ));
     }
     let mut problems: Vec<String> = duplicates.iter().map(|f| format!("duplicate field \"{f}\"")).collect();
-    problems.extend(found.iter().map(|f| format!("unknown field \"{f}\"")));
+    problems.extend(found.iter().map(|f| format!("unknown field \"{}\"", f.strict)));
     if problems.is_empty() || mode != Mode::Strict {
         return Ok(if mode == Mode::Warn { problems } else { Vec::new() });
     }
     let message = match body {
-        Body::Apply => found.iter().map(|f| format!(".{f}: field not declared in schema")).collect::<Vec<_>>().join(", "),
+        Body::Apply => String::new(),
         _ => {
             let list = problems.join(", ");
             let strict = format!("strict decoding error: {list}");
@@ -94,44 +110,59 @@ fn closed(node: Node<'_>, custom: bool) -> bool {
     if custom { node.types().contains(&"object") || node.has_properties() } else { node.has_properties() }
 }
 
-fn prune_object(map: &mut Map<String, Value>, node: Node<'_>, custom: bool, prefix: &str, found: &mut Vec<String>, top: bool) {
+/// Where an unknown field is: `spec.containers[0].foo` as the strict decoder says it, and
+/// `.spec.containers[name="c"].foo` as structured-merge-diff does.
+struct At {
+    strict: String,
+    smd: String,
+}
+
+fn prune_object(map: &mut Map<String, Value>, node: Node<'_>, custom: bool, at: &At, found: &mut Vec<At>, top: bool) {
     let embedded = top || node.embedded_resource();
     let keys: Vec<String> = map.keys().cloned().collect();
     for k in keys {
-        let path = join(prefix, &k);
+        let here = At { strict: join(&at.strict, &k), smd: format!("{}.{k}", at.smd) };
         if embedded && (k == "apiVersion" || k == "kind") {
             continue;
         }
         if embedded && k == "metadata" {
             if let (Some(meta), Some(object_meta)) = (map.get_mut(&k), Node::definition("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"))
             {
-                prune_value(meta, object_meta, false, &path, found);
+                prune_value(meta, object_meta, false, &here, found);
             }
             continue;
         }
         match node.field(&k) {
             Some(child) => {
                 if let Some(v) = map.get_mut(&k) {
-                    prune_value(v, child, custom, &path, found);
+                    prune_value(v, child, custom, &here, found);
                 }
             }
             None if closed(node, custom) => {
                 map.remove(&k);
-                found.push(path);
+                found.push(here);
             }
             None => {}
         }
     }
 }
 
-fn prune_value(v: &mut Value, node: Node<'_>, custom: bool, path: &str, found: &mut Vec<String>) {
+fn prune_value(v: &mut Value, node: Node<'_>, custom: bool, at: &At, found: &mut Vec<At>) {
     match v {
-        Value::Object(map) => prune_object(map, node, custom, path, found, false),
+        Value::Object(map) => prune_object(map, node, custom, at, found, false),
         Value::Array(items) => {
-            if let Some(element) = node.items() {
-                for (i, item) in items.iter_mut().enumerate() {
-                    prune_value(item, element, custom, &format!("{path}[{i}]"), found);
-                }
+            let Some(element) = node.items() else { return };
+            let list_type = node.list_type();
+            for (i, item) in items.iter_mut().enumerate() {
+                let smd = match &list_type {
+                    ListType::Map(keys) => {
+                        let parts: Vec<String> = keys.iter().filter_map(|k| item.get(k).map(|v| format!("{k}={v}"))).collect();
+                        format!("{}[{}]", at.smd, parts.join(","))
+                    }
+                    ListType::Set => format!("{}[={item}]", at.smd),
+                    ListType::Atomic => format!("{}[{i}]", at.smd),
+                };
+                prune_value(item, element, custom, &At { strict: format!("{}[{i}]", at.strict), smd }, found);
             }
         }
         _ => {}
