@@ -265,10 +265,25 @@ fn without_nulls(v: &mut Value) {
     }
 }
 
+/// Sorts every list: structured-merge-diff 4.2 and later (Kubernetes 1.35, and testkit) order a
+/// merged keyed list by the applied order, 4.1.2 (the oracle) by the live one — the one known
+/// difference, so the comparison leaves list order out.
+fn sorted_lists(v: &mut Value) {
+    match v {
+        Value::Object(m) => m.values_mut().for_each(sorted_lists),
+        Value::Array(a) => {
+            a.iter_mut().for_each(sorted_lists);
+            a.sort_by_key(|x| x.to_string());
+        }
+        _ => {}
+    }
+}
+
 /// What the comparison looks at: the object without the metadata the server owns.
 fn comparable(obj: &Value) -> Value {
     let mut o = obj.clone();
     without_nulls(&mut o);
+    sorted_lists(&mut o);
     if let Some(m) = o.as_object_mut() {
         m.remove("apiVersion");
         m.remove("kind");

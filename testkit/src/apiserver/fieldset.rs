@@ -375,8 +375,8 @@ fn value_at_mut<'a>(obj: &'a mut Value, path: &[Element], rt: &ResourceType, ver
 }
 
 /// Merges an applied configuration into a live object: maps recursively (atomic maps replaced),
-/// keyed lists item by item, sets by union, atomic lists and scalars replaced. A `null` removes
-/// the field.
+/// keyed lists item by item and sets by union (in [`merge_order`]), atomic lists and scalars
+/// replaced. A `null` removes the field.
 pub fn merge(live: &mut Value, applied: &Value, path: &mut Path, rt: &ResourceType, version: &str) {
     let node = schema_at(rt, version, path);
     match (live, applied) {
@@ -399,29 +399,89 @@ pub fn merge(live: &mut Value, applied: &Value, path: &mut Path, rt: &ResourceTy
         (Value::Array(live), Value::Array(applied)) => match node.map_or(ListType::Atomic, Node::list_type) {
             ListType::Atomic => *live = applied.clone(),
             ListType::Set => {
-                for item in applied {
-                    if !live.contains(item) {
-                        live.push(item.clone());
-                    }
-                }
+                let ids = |items: &[Value]| items.iter().map(|i| Element::Value(i.to_string())).collect::<Vec<_>>();
+                let (lk, ak) = (ids(live), ids(applied));
+                *live = merge_order(&lk, &ak)
+                    .into_iter()
+                    .map(|(l, a)| a.map_or_else(|| live[l.unwrap_or(0)].clone(), |a| applied[a].clone()))
+                    .collect();
             }
             ListType::Map(keys) => {
                 let element = node.and_then(Node::items);
-                for item in applied {
-                    let key = item_key(item, &keys, element);
-                    let Element::Key(json) = &key else { continue };
-                    let key_map: Map<String, Value> = serde_json::from_str(json).unwrap_or_default();
-                    path.push(key.clone());
-                    match live.iter_mut().find(|l| matches_key(l, &key_map, element)) {
-                        Some(l) => merge(l, item, path, rt, version),
-                        None => live.push(item.clone()),
+                let lk: Vec<Element> = live.iter().map(|i| item_key(i, &keys, element)).collect();
+                let ak: Vec<Element> = applied.iter().map(|i| item_key(i, &keys, element)).collect();
+                let mut out = Vec::with_capacity(live.len().max(applied.len()));
+                for (l, a) in merge_order(&lk, &ak) {
+                    match (l, a) {
+                        (Some(l), Some(a)) => {
+                            let mut item = live[l].clone();
+                            path.push(ak[a].clone());
+                            merge(&mut item, &applied[a], path, rt, version);
+                            path.pop();
+                            out.push(item);
+                        }
+                        (Some(l), None) => out.push(live[l].clone()),
+                        (None, Some(a)) => out.push(applied[a].clone()),
+                        (None, None) => {}
                     }
-                    path.pop();
                 }
+                *live = out;
             }
         },
         (live, applied) => *live = applied.clone(),
     }
+}
+
+/// The order of a merged keyed or set list, as structured-merge-diff since 4.2 (and so
+/// Kubernetes 1.35) orders it: the applied order wins for the items both lists have, items only
+/// the live list has keep their place among them, new items come where the applier put them.
+/// Each entry is (index in live, index in applied).
+fn merge_order(live: &[Element], applied: &[Element]) -> Vec<(Option<usize>, Option<usize>)> {
+    let in_live = |e: &Element| live.iter().position(|l| l == e);
+    let in_applied = |e: &Element| applied.iter().position(|a| a == e);
+    // The shared items in the applied order; the next one is the one to place next.
+    let shared: Vec<usize> = (0..applied.len()).filter(|&a| in_live(&applied[a]).is_some()).collect();
+    let mut next_shared = shared.iter().copied().peekable();
+    let mut placed = vec![false; applied.len()];
+    let mut out = Vec::new();
+    let (mut l, mut a) = (0, 0);
+    while l < live.len() || a < applied.len() {
+        if l < live.len() && a < applied.len() {
+            if live[l] == applied[a] {
+                out.push((Some(l), Some(a)));
+                placed[a] = true;
+                l += 1;
+                a += 1;
+                next_shared.next();
+                continue;
+            }
+            // A shared item whose turn has not come: the applied order places it later.
+            if in_applied(&live[l]).is_some() && next_shared.peek().is_some_and(|&s| applied[s] != live[l]) {
+                l += 1;
+                continue;
+            }
+        }
+        if l < live.len() {
+            match in_applied(&live[l]) {
+                None => {
+                    out.push((Some(l), None));
+                    l += 1;
+                    continue;
+                }
+                Some(at) if placed[at] => l += 1,
+                Some(_) => {}
+            }
+        }
+        if a < applied.len() {
+            placed[a] = true;
+            out.push((in_live(&applied[a]), Some(a)));
+            if next_shared.peek() == Some(&a) {
+                next_shared.next();
+            }
+            a += 1;
+        }
+    }
+    out
 }
 
 /// FieldsV1 JSON (`{"f:data":{"f:a":{}}}`) of a set.
@@ -550,5 +610,27 @@ mod tests {
         assert_eq!(obj, json!({"data": null, "metadata": {"name": "x"}}));
         drop_nulls(&mut obj);
         assert_eq!(obj, json!({"metadata": {"name": "x"}}));
+    }
+
+    #[test]
+    fn merged_lists_follow_the_applied_order_as_structured_merge_diff_4_2_and_later() {
+        let e = |names: &[&str]| names.iter().map(|n| Element::Key(format!("{{\"name\":\"{n}\"}}"))).collect::<Vec<_>>();
+        let order = |live: &[&str], applied: &[&str]| -> Vec<String> {
+            let (l, a) = (e(live), e(applied));
+            merge_order(&l, &a)
+                .into_iter()
+                .map(|(li, ai)| match (li, ai) {
+                    (_, Some(ai)) => applied[ai].to_string(),
+                    (Some(li), None) => live[li].to_string(),
+                    (None, None) => String::new(),
+                })
+                .collect()
+        };
+        // A new item comes after the ones already there; shared items take the applied order;
+        // items only the live list has keep their place among them.
+        assert_eq!(order(&["nginx"], &["sidecar"]), ["nginx", "sidecar"]);
+        assert_eq!(order(&["a", "b"], &["b", "a"]), ["b", "a"]);
+        assert_eq!(order(&["a", "x", "b"], &["b", "a"]), ["x", "b", "a"]);
+        assert_eq!(order(&["a", "b", "c"], &["c", "new", "a"]), ["b", "c", "new", "a"]);
     }
 }
