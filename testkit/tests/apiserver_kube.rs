@@ -100,7 +100,9 @@ async fn apply_removes_keyed_list_items_the_applier_stopped_sending() {
     let after = api.patch("web", &pp, &Patch::Apply(deploy(one))).await.unwrap();
     assert_eq!(
         containers(&after),
-        json!([{"name": "app", "image": "app:2", "env": [{"name": "X", "value": "1"}]}]),
+        // With the container defaults the real server fills in.
+        json!([{"name": "app", "image": "app:2", "env": [{"name": "X", "value": "1"}], "imagePullPolicy": "IfNotPresent",
+            "resources": {}, "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}]),
         "the sidecar is gone, the operator's env stays"
     );
     assert_eq!(after.metadata.generation, Some(3));

@@ -14,10 +14,10 @@ pub fn wants_aggregated(accept: &str) -> bool {
 }
 
 fn verbs(rt: &ResourceType) -> Vec<&'static str> {
-    vec!["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-        .into_iter()
-        .filter(|v| !(rt.plural == "namespaces" && *v == "deletecollection"))
-        .collect()
+    if rt.custom {
+        return vec!["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+    }
+    super::kinds::verbs(&rt.group, &rt.plural)
 }
 
 /// `GET /api` or `GET /apis` in the aggregated form: `core` selects the legacy group only.

@@ -54,10 +54,6 @@ pub fn name(obj: &Value) -> &str {
     obj["metadata"]["name"].as_str().unwrap_or_default()
 }
 
-pub fn namespace(obj: &Value) -> &str {
-    obj["metadata"]["namespace"].as_str().unwrap_or_default()
-}
-
 pub fn resource_version(obj: &Value) -> Option<&str> {
     obj["metadata"]["resourceVersion"].as_str().filter(|s| !s.is_empty())
 }

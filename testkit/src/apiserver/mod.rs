@@ -4,21 +4,28 @@
 //! What is faithful and what is simplified: docs/testkit.md.
 
 pub mod cluster;
+mod defaults;
+mod deletion;
 mod discovery;
 mod faults;
 mod fieldset;
+mod kinds;
 pub mod kubectl;
+mod lists;
 mod meta;
 mod objects;
 mod openapi;
 mod protobuf;
 mod query;
 mod registry;
+mod schema;
 mod server;
+mod smp;
 mod ssa;
 mod status;
 mod store;
 mod table;
+mod validation;
 mod watch;
 
 use std::path::{Path, PathBuf};
@@ -62,6 +69,8 @@ pub enum Error {
     },
     #[error("parsing fixture YAML: {message}")]
     ParseFixture { message: String },
+    #[error(transparent)]
+    Schema(#[from] schema::SchemaError),
     #[error("loading {object}")]
     Load {
         object: String,
@@ -117,6 +126,7 @@ impl ApiServer {
     /// # Errors
     /// As [`ApiServer::start`].
     pub async fn start_with(options: Options) -> Result<ApiServer> {
+        schema::load()?;
         let listener = TcpListener::bind("127.0.0.1:0").await.map_err(Error::Bind)?;
         let addr = listener.local_addr().map_err(Error::Bind)?;
         let url = format!("http://{addr}");
@@ -124,7 +134,12 @@ impl ApiServer {
         let kubeconfig = dir.path().join("kubeconfig");
         write_kubeconfig(&kubeconfig, &url)?;
         let preload = options.preload.clone();
-        let state = State { registry: Registry::builtin(), store: Store::new(options.event_retention) };
+        let state = State {
+            registry: Registry::builtin(),
+            store: Store::new(options.event_retention),
+            warnings: Vec::new(),
+            duplicates: Vec::new(),
+        };
         let shared = Arc::new(Shared::new(state, options));
         let mut server = ApiServer { url, kubeconfig, shared: shared.clone(), task: None, _dir: dir };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {

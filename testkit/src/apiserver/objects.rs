@@ -4,13 +4,17 @@
 
 use serde_json::{Value, json};
 
+use super::defaults;
+use super::deletion::{collect_garbage, finalize_namespace, remove};
 use super::fieldset::Scope;
 use super::meta;
-use super::query::{Query, Selection};
+use super::query::Query;
 use super::registry::{self, ResourceType};
+use super::smp;
 use super::ssa::{self, Writer};
-use super::status::{self, ApiError, ApiResult};
+use super::status::{ApiError, ApiResult};
 use super::store::{Key, State};
+use super::validation::{self, Body, Mode};
 
 /// What a request addresses.
 #[derive(Debug, Clone)]
@@ -31,7 +35,7 @@ impl Target {
         }
     }
 
-    fn key(&self, name: &str) -> Key {
+    pub fn key(&self, name: &str) -> Key {
         Key {
             group: self.rt.group.clone(),
             plural: self.rt.plural.clone(),
@@ -58,14 +62,6 @@ pub struct Written {
     pub changed: bool,
 }
 
-/// A page of a list.
-pub struct Page {
-    pub items: Vec<Value>,
-    pub resource_version: u64,
-    pub continue_token: Option<String>,
-    pub remaining: Option<u64>,
-}
-
 /// The object as served in the requested version (conversion is `None`: only apiVersion changes).
 pub fn present(obj: &Value, t: &Target) -> Value {
     let mut obj = obj.clone();
@@ -77,41 +73,6 @@ pub fn present(obj: &Value, t: &Target) -> Value {
 pub fn get(state: &State, t: &Target) -> ApiResult<Value> {
     let name = t.name();
     state.store.get(&t.key(name)).map(|o| present(o, t)).ok_or_else(|| t.not_found(name))
-}
-
-pub fn list(state: &State, t: &Target, sel: &Selection, q: &Query) -> ApiResult<Page> {
-    let after = match q.get("continue").filter(|c| !c.is_empty()) {
-        Some(token) => Some(decode_continue(token).ok_or_else(|| ApiError::bad_request("continue key is not valid"))?),
-        None => None,
-    };
-    let limit = q.u64("limit")?.filter(|l| *l > 0);
-    let ns = t.namespace.as_deref();
-    let matching: Vec<(&Key, &Value)> = state
-        .store
-        .list(&t.rt.group, &t.rt.plural, ns)
-        .filter(|(k, _)| after.as_ref().is_none_or(|(ans, aname)| (k.namespace.as_str(), k.name.as_str()) > (ans.as_str(), aname.as_str())))
-        .filter(|(_, o)| sel.matches(o))
-        .collect();
-    let total = matching.len() as u64;
-    let take = limit.map_or(matching.len(), |l| l as usize);
-    let items: Vec<Value> = matching.iter().take(take).map(|(_, o)| present(o, t)).collect();
-    let (continue_token, remaining) = match (limit, matching.get(take.saturating_sub(1))) {
-        (Some(l), Some((last, _))) if total > l => (Some(encode_continue(&last.namespace, &last.name)), Some(total - l)),
-        _ => (None, None),
-    };
-    Ok(Page { items, resource_version: state.store.current_rv(), continue_token, remaining })
-}
-
-fn encode_continue(ns: &str, name: &str) -> String {
-    format!("{ns}/{name}").bytes().map(|b| format!("{b:02x}")).collect()
-}
-
-fn decode_continue(token: &str) -> Option<(String, String)> {
-    let bytes: Option<Vec<u8>> =
-        (0..token.len()).step_by(2).map(|i| token.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect();
-    let text = String::from_utf8(bytes?).ok()?;
-    let (ns, name) = text.split_once('/')?;
-    Some((ns.to_string(), name.to_string()))
 }
 
 /// Who writes: `?fieldManager=`, else the User-Agent's product, as the real server defaults it.
@@ -132,6 +93,7 @@ pub fn create(state: &mut State, t: &Target, mut obj: Value, q: &Query, user_age
     }
     check_kind(&mut obj, t)?;
     set_namespace(&mut obj, t)?;
+    field_validation(state, &mut obj, t, q, Body::Object)?;
     if meta::name(&obj).is_empty() {
         match obj["metadata"]["generateName"].as_str() {
             Some(prefix) if !prefix.is_empty() => obj["metadata"]["name"] = Value::String(format!("{prefix}{}", meta::name_suffix())),
@@ -152,6 +114,7 @@ pub fn create(state: &mut State, t: &Target, mut obj: Value, q: &Query, user_age
         return Err(ApiError::already_exists(&t.rt.group, &t.rt.plural, &name));
     }
     ssa::strip_out_of_scope(&mut obj, if t.scope() == Scope::Main { Scope::Main } else { Scope::All });
+    defaults::apply(&mut obj, &t.rt, &t.version)?;
     let writer = Writer { manager: &manager(q, user_agent), rt: &t.rt, version: &t.version, scope: t.scope() };
     ssa::record_update(None, &mut obj, &writer);
     insert_new(state, t, key, obj, q.dry_run())
@@ -171,6 +134,8 @@ fn insert_new(state: &mut State, t: &Target, key: Key, mut obj: Value, dry_run: 
         obj["metadata"]["generation"] = json!(1);
     }
     defaults_on_create(&mut obj, &t.rt);
+    defaults::on_create(state, &mut obj, &t.rt);
+    validate(None, &obj, t, &key.name)?;
     if is_crd(&t.rt) {
         registry::from_crd(&obj).map_err(|causes| ApiError::invalid(&t.rt.kind, &t.rt.group, &key.name, &causes))?;
         if let Some(status) = obj.as_object_mut() {
@@ -203,6 +168,7 @@ fn defaults_on_create(obj: &mut Value, rt: &ResourceType) {
 pub fn update(state: &mut State, t: &Target, mut obj: Value, q: &Query, user_agent: &str) -> ApiResult<Written> {
     check_kind(&mut obj, t)?;
     set_namespace(&mut obj, t)?;
+    field_validation(state, &mut obj, t, q, Body::Object)?;
     let name = t.name().to_string();
     if meta::name(&obj) != name {
         return Err(ApiError::bad_request("the name of the object does not match the name on the URL"));
@@ -223,6 +189,8 @@ pub fn update(state: &mut State, t: &Target, mut obj: Value, q: &Query, user_age
     }
     let writer = Writer { manager: &manager(q, user_agent), rt: &t.rt, version: &t.version, scope: t.scope() };
     let mut new = scoped(&old, obj, t.scope());
+    defaults::on_update(&old, &mut new, &t.rt);
+    defaults::apply(&mut new, &t.rt, &t.version)?;
     ssa::record_update(Some(&old), &mut new, &writer);
     finish_update(state, t, key, &old, new, q.dry_run())
 }
@@ -287,7 +255,10 @@ fn finish_update(state: &mut State, t: &Target, key: Key, old: &Value, mut new: 
     if is_crd(&t.rt) {
         registry::from_crd(&new).map_err(|causes| ApiError::invalid(&t.rt.kind, &t.rt.group, &key.name, &causes))?;
     }
-    if t.rt.generation && spec_of(old) != spec_of(&new) {
+    validate(Some(old), &new, t, &key.name)?;
+    // Without a status subresource, status is part of what generation tracks.
+    let status_apart = t.rt.has_status(&t.version);
+    if t.rt.generation && spec_of(old, status_apart) != spec_of(&new, status_apart) {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         new["metadata"]["generation"] = json!(generation);
     }
@@ -300,9 +271,14 @@ fn finish_update(state: &mut State, t: &Target, key: Key, old: &Value, mut new: 
     if meta::is_deleting(&new) && meta::finalizers(&new).is_empty() && !is_namespace(&t.rt) {
         state.store.overwrite(&key, new);
         let gone = remove(state, &key).unwrap_or(Value::Null);
+        collect_garbage(state);
         return Ok(Written { code: 200, body: present(&gone, t), changed: true });
     }
+    let deleting = meta::is_deleting(&new);
     let stored = state.store.put(key.clone(), new);
+    if deleting {
+        collect_garbage(state);
+    }
     if is_crd(&t.rt) {
         establish(state, &key);
     }
@@ -313,11 +289,13 @@ fn finish_update(state: &mut State, t: &Target, key: Key, old: &Value, mut new: 
     Ok(Written { code: 200, body, changed: true })
 }
 
-fn spec_of(obj: &Value) -> Value {
+fn spec_of(obj: &Value, status_apart: bool) -> Value {
     let mut o = obj.clone();
     if let Some(m) = o.as_object_mut() {
         m.remove("metadata");
-        m.remove("status");
+        if status_apart {
+            m.remove("status");
+        }
     }
     o
 }
@@ -341,29 +319,41 @@ pub fn patch(state: &mut State, t: &Target, body: &[u8], content_type: &str, q: 
             })?;
             doc
         }
-        // Strategic merge is served as a JSON merge patch: no patch directives, lists replaced.
-        "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+        "application/merge-patch+json" => {
             let p: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid merge patch: {e}")))?;
             let mut doc = current.clone();
             json_patch::merge(&mut doc, &p);
             doc
         }
-        other => {
+        // Custom resources have no patch strategies: the real server refuses strategic merge.
+        "application/strategic-merge-patch+json" if !t.rt.custom => {
+            let p: Value =
+                serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid strategic merge patch: {e}")))?;
+            let mut doc = current.clone();
+            smp::apply(&mut doc, &p, t.rt.version(&t.version).and_then(|v| v.root()))?;
+            doc
+        }
+        _ => {
+            let strategic = if t.rt.custom { "" } else { "application/strategic-merge-patch+json, " };
             return Err(ApiError::new(
                 415,
                 "UnsupportedMediaType",
                 format!(
-                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml; got {other:?}"
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, {strategic}application/apply-patch+yaml"
                 ),
             ));
         }
     };
+    let mut patched = patched;
+    field_validation(state, &mut patched, t, q, Body::Patch)?;
     if meta::resource_version(&patched) != meta::resource_version(&current) {
         return Err(ApiError::stale(&t.rt.group, &t.rt.plural, &name));
     }
     let writer = Writer { manager: &manager(q, user_agent), rt: &t.rt, version: &t.version, scope: t.scope() };
     let mut new = scoped(&old, patched, t.scope());
     new["apiVersion"] = old["apiVersion"].clone();
+    defaults::on_update(&old, &mut new, &t.rt);
+    defaults::apply(&mut new, &t.rt, &t.version)?;
     ssa::record_update(Some(&old), &mut new, &writer);
     finish_update(state, t, key, &old, new, q.dry_run())
 }
@@ -376,6 +366,10 @@ fn apply(state: &mut State, t: &Target, body: &[u8], q: &Query) -> ApiResult<Wri
     };
     check_kind(&mut applied, t)?;
     set_namespace(&mut applied, t)?;
+    if applied["metadata"].get("managedFields").is_some_and(|m| !m.is_null()) {
+        return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+    }
+    field_validation(state, &mut applied, t, q, Body::Apply)?;
     if meta::name(&applied) != name {
         return Err(ApiError::bad_request(format!(
             "the name of the object ({}) does not match the name on the URL ({name})",
@@ -395,7 +389,8 @@ fn apply(state: &mut State, t: &Target, body: &[u8], q: &Query) -> ApiResult<Wri
             if t.rt.namespaced {
                 skeleton["metadata"]["namespace"] = json!(key.namespace);
             }
-            let obj = ssa::apply(&skeleton, &applied, &writer, force)?;
+            let mut obj = ssa::apply(&skeleton, &applied, &writer, force)?;
+            defaults::apply(&mut obj, &t.rt, &t.version)?;
             insert_new(state, t, key, obj, q.dry_run())
         }
         Some(old) => {
@@ -406,7 +401,9 @@ fn apply(state: &mut State, t: &Target, body: &[u8], q: &Query) -> ApiResult<Wri
             }
             let mut new = ssa::apply(&old, &applied, &writer, force)?;
             new["apiVersion"] = old["apiVersion"].clone();
-            let new = scoped(&old, new, t.scope());
+            let mut new = scoped(&old, new, t.scope());
+            defaults::on_update(&old, &mut new, &t.rt);
+            defaults::apply(&mut new, &t.rt, &t.version)?;
             finish_update(state, t, key, &old, new, q.dry_run())
         }
     }
@@ -418,119 +415,6 @@ fn parse_apply_body(body: &[u8]) -> ApiResult<Value> {
     }
     let text = std::str::from_utf8(body).map_err(|_| ApiError::bad_request("apply patch is not UTF-8"))?;
     serde_saphyr::from_str::<Value>(text).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
-}
-
-pub fn delete(state: &mut State, t: &Target, body: &[u8], q: &Query) -> ApiResult<Written> {
-    let name = t.name().to_string();
-    let key = t.key(&name);
-    let old = state.store.get(&key).cloned().ok_or_else(|| t.not_found(&name))?;
-    let opts: Value = if body.is_empty() { json!({}) } else { serde_json::from_slice(body).unwrap_or_else(|_| json!({})) };
-    let pre = &opts["preconditions"];
-    if pre["uid"].as_str().is_some_and(|uid| Some(uid) != old["metadata"]["uid"].as_str())
-        || pre["resourceVersion"].as_str().is_some_and(|rv| Some(rv) != meta::resource_version(&old))
-    {
-        return Err(ApiError::stale(&t.rt.group, &t.rt.plural, &name));
-    }
-    let dry_run = q.dry_run() || opts["dryRun"].as_array().is_some_and(|d| d.iter().any(|v| v == "All"));
-    if dry_run {
-        let mut would = present(&old, t);
-        if !meta::finalizers(&old).is_empty() || is_namespace(&t.rt) {
-            would["metadata"]["deletionTimestamp"] = json!(meta::now());
-        }
-        return Ok(Written { code: 200, body: would, changed: false });
-    }
-    if meta::is_deleting(&old) {
-        return Ok(Written { code: 200, body: present(&old, t), changed: false });
-    }
-    if is_namespace(&t.rt) {
-        let mut ns = old.clone();
-        ns["metadata"]["deletionTimestamp"] = json!(meta::now());
-        ns["status"]["phase"] = json!("Terminating");
-        state.store.put(key.clone(), ns);
-        for k in state.store.keys_in_namespace(&name) {
-            delete_key(state, &k);
-        }
-        finalize_namespace(state, &name);
-        let body = state.store.get(&key).map(|o| present(o, t)).unwrap_or_else(|| present(&old, t));
-        return Ok(Written { code: 200, body, changed: true });
-    }
-    let pending = !meta::finalizers(&old).is_empty();
-    let gone = delete_key(state, &key).unwrap_or(old);
-    let body = if pending || t.rt.custom {
-        present(&gone, t)
-    } else {
-        status::success(&t.rt.group, &t.rt.plural, &name, gone["metadata"]["uid"].as_str().unwrap_or_default())
-    };
-    Ok(Written { code: 200, body, changed: true })
-}
-
-/// Deletes every selected object of a collection; answers a success Status.
-pub fn delete_collection(state: &mut State, t: &Target, sel: &Selection, q: &Query) -> ApiResult<Written> {
-    let keys: Vec<Key> = state
-        .store
-        .list(&t.rt.group, &t.rt.plural, t.namespace.as_deref())
-        .filter(|(_, o)| sel.matches(o))
-        .map(|(k, _)| k.clone())
-        .collect();
-    let changed = !keys.is_empty() && !q.dry_run();
-    if !q.dry_run() {
-        for k in &keys {
-            delete_key(state, k);
-        }
-    }
-    Ok(Written { code: 200, body: json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}), changed })
-}
-
-/// Deletes one object: marks it deleting when finalizers remain, else removes it. Returns its
-/// resulting state.
-fn delete_key(state: &mut State, key: &Key) -> Option<Value> {
-    let obj = state.store.get(key)?.clone();
-    if !meta::finalizers(&obj).is_empty() {
-        if meta::is_deleting(&obj) {
-            return Some(obj);
-        }
-        let mut marked = obj;
-        marked["metadata"]["deletionTimestamp"] = json!(meta::now());
-        marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-        return Some(state.store.put(key.clone(), marked));
-    }
-    remove(state, key)
-}
-
-/// Removes an object for good, with the cascades the real control plane runs: a CRD takes its
-/// custom resources with it, and a terminating namespace that became empty finishes.
-fn remove(state: &mut State, key: &Key) -> Option<Value> {
-    let gone = state.store.remove(key)?;
-    if key.group == "apiextensions.k8s.io" && key.plural == "customresourcedefinitions" {
-        let group = gone["spec"]["group"].as_str().unwrap_or_default().to_string();
-        let plural = gone["spec"]["names"]["plural"].as_str().unwrap_or_default().to_string();
-        let instances: Vec<Key> = state.store.list(&group, &plural, None).map(|(k, _)| k.clone()).collect();
-        for k in instances {
-            state.store.remove(&k);
-        }
-        state.registry.set_custom(&group, &plural, None);
-    }
-    if !key.namespace.is_empty() {
-        finalize_namespace(state, &key.namespace);
-    }
-    Some(gone)
-}
-
-/// The namespace controller's last step: a terminating namespace with no objects left loses its
-/// `kubernetes` finalizer and, without other finalizers, goes away.
-fn finalize_namespace(state: &mut State, namespace: &str) {
-    let key = Key { group: String::new(), plural: "namespaces".into(), namespace: String::new(), name: namespace.into() };
-    let Some(ns) = state.store.get(&key).cloned() else { return };
-    if !meta::is_deleting(&ns) || !state.store.keys_in_namespace(namespace).is_empty() {
-        return;
-    }
-    if meta::finalizers(&ns).is_empty() {
-        state.store.remove(&key);
-    } else if ns["spec"]["finalizers"].as_array().is_some_and(|f| !f.is_empty()) {
-        let mut ns = ns;
-        ns["spec"]["finalizers"] = json!([]);
-        state.store.put(key, ns);
-    }
 }
 
 /// Serves a stored CRD and sets its `NamesAccepted` and `Established` conditions (a write of
@@ -640,10 +524,35 @@ fn check_namespace_accepts(state: &State, t: &Target, name: &str) -> ApiResult<(
     let key = Key { group: String::new(), plural: "namespaces".into(), namespace: String::new(), name: ns.clone() };
     match state.store.get(&key) {
         None => Err(ApiError::not_found("", "namespaces", &ns)),
-        Some(n) if meta::is_deleting(n) => Err(ApiError::forbidden(format!(
-            "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-            t.rt.qualified()
-        ))),
+        Some(n) if meta::is_deleting(n) => Err(ApiError::namespace_terminating(&t.rt.group, &t.rt.plural, name, &ns)),
         Some(_) => Ok(()),
     }
+}
+
+/// Field validation of a request body: unknown fields dropped (Warn adds a `Warning` header for
+/// each) or refused (Strict).
+fn field_validation(state: &mut State, obj: &mut Value, t: &Target, q: &Query, body: Body) -> ApiResult<()> {
+    let mode = Mode::parse(q.get("fieldValidation"))?;
+    let duplicates = std::mem::take(&mut state.duplicates);
+    let warnings = validation::unknown_fields(obj, &t.rt, &t.version, mode, body, &duplicates)?;
+    state.warnings.extend(warnings);
+    Ok(())
+}
+
+/// What the real server validates before storing: names and labels, a custom resource's
+/// structural schema, and on updates the immutable fields and the finalizer rule.
+fn validate(old: Option<&Value>, new: &Value, t: &Target, name: &str) -> ApiResult<()> {
+    let mut errors = validation::metadata_errors(new, &t.rt);
+    if t.rt.custom {
+        errors.extend(validation::schema_errors(new, &t.rt, &t.version));
+    }
+    if let Some(old) = old {
+        errors.extend(validation::immutable_errors(old, new, &t.rt));
+        errors.extend(validation::finalizer_errors(old, new));
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let causes: Vec<(&str, String)> = errors.iter().map(|(f, m)| (f.as_str(), m.clone())).collect();
+    Err(ApiError::invalid(&t.rt.kind, &t.rt.group, name, &causes))
 }

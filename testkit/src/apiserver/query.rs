@@ -1,9 +1,12 @@
 //! Request parameters: the query string (parsed leniently: kube-rs sends `?&force=true`), label
-//! selectors and the field selectors every resource supports (`metadata.name`, `metadata.namespace`).
+//! selectors and field selectors: `metadata.name` and `metadata.namespace` on every resource,
+//! plus the fields each built-in kind indexes (a Secret's `type`, a Pod's `spec.nodeName`, ...)
+//! and a CRD version's `selectableFields`.
 
 use serde_json::Value;
 
 use super::meta;
+use super::objects::Target;
 use super::status::{ApiError, ApiResult};
 
 #[derive(Debug, Default, Clone)]
@@ -121,14 +124,14 @@ fn set_values(rest: &str) -> Option<Vec<String>> {
     Some(inner.split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect())
 }
 
-/// A parsed field selector over `metadata.name` and `metadata.namespace`.
+/// A parsed field selector.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FieldSelector(Vec<(String, bool, String)>);
 
 impl FieldSelector {
     /// # Errors
     /// 400 BadRequest for a field the server does not index, with the real message.
-    pub fn parse(s: &str) -> ApiResult<FieldSelector> {
+    pub fn parse(s: &str, extra: &[String]) -> ApiResult<FieldSelector> {
         let mut terms = Vec::new();
         for term in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
             let (field, equal, value) = if let Some((f, v)) = term.split_once("!=") {
@@ -139,7 +142,7 @@ impl FieldSelector {
                 return Err(ApiError::bad_request(format!("invalid selector: '{s}'; can't understand '{term}'")));
             };
             let field = field.trim();
-            if field != "metadata.name" && field != "metadata.namespace" {
+            if field != "metadata.name" && field != "metadata.namespace" && !extra.iter().any(|e| e == field) {
                 return Err(ApiError::bad_request(format!("field label not supported: {field}")));
             }
             terms.push((field.to_string(), equal, value.trim().to_string()));
@@ -149,8 +152,16 @@ impl FieldSelector {
 
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(field, equal, value)| {
-            let actual = if field == "metadata.name" { meta::name(obj) } else { meta::namespace(obj) };
-            (actual == value) == *equal
+            let mut node = obj;
+            for part in field.split('.') {
+                node = node.get(part).unwrap_or(&Value::Null);
+            }
+            let actual = match node {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            (actual == *value) == *equal
         })
     }
 }
@@ -163,10 +174,14 @@ pub struct Selection {
 }
 
 impl Selection {
-    pub fn from_query(q: &Query) -> ApiResult<Selection> {
+    pub fn from_query(q: &Query, t: &Target) -> ApiResult<Selection> {
+        let mut extra: Vec<String> = super::kinds::field_selectors(&t.rt.group, &t.rt.kind).iter().map(|f| f.to_string()).collect();
+        if let Some(v) = t.rt.version(&t.version) {
+            extra.extend(v.selectable.iter().cloned());
+        }
         Ok(Selection {
             labels: LabelSelector::parse(q.get("labelSelector").unwrap_or_default())?,
-            fields: FieldSelector::parse(q.get("fieldSelector").unwrap_or_default())?,
+            fields: FieldSelector::parse(q.get("fieldSelector").unwrap_or_default(), &extra)?,
         })
     }
 
@@ -203,9 +218,9 @@ mod tests {
 
     #[test]
     fn field_selectors_reject_unindexed_fields() {
-        let err = FieldSelector::parse("spec.replicas=1").expect_err("unsupported");
+        let err = FieldSelector::parse("spec.replicas=1", &[]).expect_err("unsupported");
         assert_eq!(err.message, "field label not supported: spec.replicas");
-        let sel = FieldSelector::parse("metadata.name=x,metadata.namespace!=kube-system").expect("parses");
+        let sel = FieldSelector::parse("metadata.name=x,metadata.namespace!=kube-system", &[]).expect("parses");
         assert!(sel.matches(&json!({"metadata": {"name": "x", "namespace": "default"}})));
     }
 

@@ -3,6 +3,8 @@
 
 use serde_json::Value;
 
+use super::schema::Node;
+
 /// How a printer column gets its cell.
 #[derive(Debug, Clone)]
 pub enum Cell {
@@ -25,7 +27,7 @@ pub struct Column {
 }
 
 impl Column {
-    fn path(name: &str, type_: &str, path: &str) -> Column {
+    pub fn path(name: &str, type_: &str, path: &str) -> Column {
         Column {
             name: name.into(),
             type_: type_.into(),
@@ -36,7 +38,7 @@ impl Column {
         }
     }
 
-    fn computed(name: &str, type_: &str, cell: Cell) -> Column {
+    pub fn computed(name: &str, type_: &str, cell: Cell) -> Column {
         Column { cell, ..Column::path(name, type_, "") }
     }
 }
@@ -47,8 +49,23 @@ pub struct Version {
     pub name: String,
     pub status: bool,
     pub columns: Vec<Column>,
-    /// A CRD's `openAPIV3Schema`: read for list types (`x-kubernetes-list-type`), never validated.
+    /// A CRD's `openAPIV3Schema` (structural): list and map types, validation, pruning, defaults.
     pub schema: Option<Value>,
+    /// A built-in kind's definition in the 1.35 schemas (`io.k8s.api.apps.v1.Deployment`).
+    pub definition: Option<String>,
+    /// A CRD version's `selectableFields` (`spec.color`), usable in field selectors.
+    pub selectable: Vec<String>,
+}
+
+impl Version {
+    /// The schema objects of this version follow, if any.
+    pub fn root(&self) -> Option<Node<'_>> {
+        match (&self.schema, &self.definition) {
+            (Some(schema), _) => Some(Node::new(schema)),
+            (None, Some(name)) => Node::definition(name),
+            (None, None) => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -96,7 +113,7 @@ pub struct Registry {
 
 impl Registry {
     pub fn builtin() -> Registry {
-        Registry { types: builtin_types() }
+        Registry { types: super::kinds::builtin_types() }
     }
 
     pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceType> {
@@ -218,6 +235,13 @@ pub fn from_crd(crd: &Value) -> Result<ResourceType, Vec<(&'static str, String)>
             status: v["subresources"]["status"].is_object(),
             columns,
             schema: v["schema"].get("openAPIV3Schema").cloned(),
+            definition: None,
+            selectable: v["selectableFields"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|f| f["jsonPath"].as_str().map(|p| p.trim_start_matches('.').to_string()))
+                .collect(),
         });
     }
     versions.sort_by_key(|v| std::cmp::Reverse(version_priority(&v.name)));
@@ -242,95 +266,6 @@ pub fn from_crd(crd: &Value) -> Result<ResourceType, Vec<(&'static str, String)>
     })
 }
 
-fn age() -> Column {
+pub fn age() -> Column {
     Column::path("Age", "date", ".metadata.creationTimestamp")
-}
-
-struct Builtin {
-    group: &'static str,
-    version: &'static str,
-    kind: &'static str,
-    plural: &'static str,
-    namespaced: bool,
-    short: &'static [&'static str],
-    status: bool,
-    generation: bool,
-    columns: Vec<Column>,
-}
-
-fn builtin_types() -> Vec<ResourceType> {
-    let b = |group, version, kind, plural, namespaced, short| Builtin {
-        group,
-        version,
-        kind,
-        plural,
-        namespaced,
-        short,
-        status: false,
-        generation: false,
-        columns: vec![age()],
-    };
-    let list = vec![
-        Builtin {
-            status: true,
-            columns: vec![Column::path("Status", "string", ".status.phase"), age()],
-            ..b("", "v1", "Namespace", "namespaces", false, &["ns"])
-        },
-        Builtin {
-            columns: vec![Column::computed("Data", "string", Cell::DataCount), age()],
-            ..b("", "v1", "ConfigMap", "configmaps", true, &["cm"])
-        },
-        Builtin {
-            columns: vec![Column::path("Type", "string", ".type"), Column::computed("Data", "string", Cell::DataCount), age()],
-            ..b("", "v1", "Secret", "secrets", true, &[])
-        },
-        b("", "v1", "ServiceAccount", "serviceaccounts", true, &["sa"]),
-        Builtin {
-            status: true,
-            columns: vec![Column::path("Type", "string", ".spec.type"), Column::path("Cluster-IP", "string", ".spec.clusterIP"), age()],
-            ..b("", "v1", "Service", "services", true, &["svc"])
-        },
-        b("", "v1", "Event", "events", true, &["ev"]),
-        b("events.k8s.io", "v1", "Event", "events", true, &["ev"]),
-        Builtin {
-            columns: vec![Column::path("Holder", "string", ".spec.holderIdentity"), age()],
-            ..b("coordination.k8s.io", "v1", "Lease", "leases", true, &[])
-        },
-        Builtin {
-            status: true,
-            generation: true,
-            columns: vec![
-                Column::computed("Ready", "string", Cell::Ready),
-                Column::path("Up-to-date", "string", ".status.updatedReplicas"),
-                Column::path("Available", "string", ".status.availableReplicas"),
-                age(),
-            ],
-            ..b("apps", "v1", "Deployment", "deployments", true, &["deploy"])
-        },
-        b("rbac.authorization.k8s.io", "v1", "Role", "roles", true, &[]),
-        b("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", true, &[]),
-        b("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", false, &[]),
-        b("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", false, &[]),
-        Builtin {
-            status: true,
-            generation: true,
-            columns: vec![Column::path("Created At", "date", ".metadata.creationTimestamp")],
-            ..b("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", false, &["crd", "crds"])
-        },
-    ];
-    list.into_iter()
-        .map(|b| ResourceType {
-            group: b.group.into(),
-            kind: b.kind.into(),
-            list_kind: format!("{}List", b.kind),
-            plural: b.plural.into(),
-            singular: b.kind.to_lowercase(),
-            namespaced: b.namespaced,
-            short_names: b.short.iter().map(|s| s.to_string()).collect(),
-            categories: if matches!(b.kind, "Service" | "Deployment") { vec!["all".into()] } else { Vec::new() },
-            versions: vec![Version { name: b.version.into(), status: b.status, columns: b.columns, schema: None }],
-            generation: b.generation,
-            custom: false,
-        })
-        .collect()
 }

@@ -23,7 +23,7 @@ use super::query::{Query, Selection};
 use super::status::{ApiError, ApiResult};
 use super::store::State;
 use super::table::{self, Include};
-use super::{Options, discovery, openapi, protobuf, watch as watches};
+use super::{Options, deletion, discovery, lists, openapi, protobuf, validation, watch as watches};
 
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -274,8 +274,8 @@ async fn handle_inner(shared: Arc<Shared>, req: Request<Incoming>) -> ApiResult<
             Ok(json_response(200, &as_table_or(obj, &target, table)))
         }
         "list" => {
-            let selection = Selection::from_query(&query)?;
-            let page = objects::list(&shared.lock(), &target, &selection, &query)?;
+            let selection = Selection::from_query(&query, &target)?;
+            let page = lists::list(&shared.lock(), &target, &selection, &query)?;
             let rv = page.resource_version.to_string();
             let body = match table {
                 Some(include) => table::table(&target.rt, &target.version, &page.items, include, true, Some(rv)),
@@ -300,17 +300,35 @@ async fn handle_inner(shared: Arc<Shared>, req: Request<Incoming>) -> ApiResult<
         }
         "watch" => watch_response(shared, target, &query, table),
         _ => {
-            let written = shared.write(|state| match verb {
-                "create" => objects::create(state, &target, parse_json(&body)?, &query, &user_agent),
-                "update" => objects::update(state, &target, parse_json(&body)?, &query, &user_agent),
-                "patch" => objects::patch(state, &target, &body, &content_type, &query, &user_agent),
-                "delete" => objects::delete(state, &target, &body, &query),
-                _ => objects::delete_collection(state, &target, &Selection::from_query(&query)?, &query),
+            let (written, warnings) = shared.write(|state| {
+                state.warnings.clear();
+                let written = match verb {
+                    "create" => {
+                        state.duplicates = validation::duplicate_fields(&body);
+                        objects::create(state, &target, parse_json(&body)?, &query, &user_agent)
+                    }
+                    "update" => {
+                        state.duplicates = validation::duplicate_fields(&body);
+                        objects::update(state, &target, parse_json(&body)?, &query, &user_agent)
+                    }
+                    "patch" => objects::patch(state, &target, &body, &content_type, &query, &user_agent),
+                    "delete" => deletion::delete(state, &target, &body, &query),
+                    _ => deletion::delete_collection(state, &target, &Selection::from_query(&query, &target)?, &query),
+                }?;
+                Ok::<_, ApiError>((written, std::mem::take(&mut state.warnings)))
             })?;
             if !query.dry_run() {
                 shared.counters.write(verb, &resource, written.changed);
             }
-            Ok(json_response(written.code, &written.body))
+            let mut resp = json_response(written.code, &written.body);
+            for w in warnings {
+                // RFC 7234 warn-code 299, agent "-", the text quoted as the real server sends it.
+                let text = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
+                if let Ok(v) = HeaderValue::from_str(&text) {
+                    resp.headers_mut().append(hyper::header::WARNING, v);
+                }
+            }
+            Ok(resp)
         }
     }
 }
@@ -336,7 +354,7 @@ fn watch_response(shared: Arc<Shared>, target: Target, q: &Query, table: Option<
         }
     };
     let params = watches::Params {
-        selection: Selection::from_query(q)?,
+        selection: Selection::from_query(q, &target)?,
         target,
         start,
         bookmarks: q.flag("allowWatchBookmarks"),

@@ -57,9 +57,22 @@ pub fn read_entries(obj: &Value) -> Vec<Entry> {
         .collect()
 }
 
+/// Writes the entries in the real server's order: Apply before Update, then by time, manager,
+/// apiVersion and subresource.
 pub fn write_entries(obj: &mut Value, entries: &[Entry]) {
-    let list: Vec<Value> = entries
-        .iter()
+    let mut sorted: Vec<&Entry> = entries.iter().collect();
+    sorted.sort_by(|p, q| {
+        let secs = |e: &Entry| e.time.as_deref().and_then(|t| t.parse::<jiff::Timestamp>().ok()).map_or(0, |t| t.as_second());
+        (p.operation.as_str(), secs(p), p.manager.as_str(), p.api_version.as_str(), p.subresource.as_str()).cmp(&(
+            q.operation.as_str(),
+            secs(q),
+            q.manager.as_str(),
+            q.api_version.as_str(),
+            q.subresource.as_str(),
+        ))
+    });
+    let list: Vec<Value> = sorted
+        .into_iter()
         .filter(|e| !e.fields.is_empty())
         .map(|e| {
             let mut v = json!({
@@ -103,13 +116,18 @@ impl Writer<'_> {
     }
 }
 
-/// Server-side apply of `applied` onto `live` (an object, or a bare skeleton when creating).
-/// Returns the new object with its managedFields; system metadata is left to the caller.
+/// Server-side apply of `applied` onto `live` (an object, or a bare skeleton when creating),
+/// as structured-merge-diff's `Updater.Apply` does it: merge, prune what this manager applied
+/// last time and nobody owns now, then compare the result with the live object — a field
+/// another manager owns that the apply modifies or adds is a conflict (unless forced, when
+/// that manager loses it), and removed fields leave every set. Returns the new object with its
+/// managedFields; system metadata is left to the caller.
 ///
 /// # Errors
-/// 409 Conflict listing every field another manager owns with a different value, unless `force`.
+/// 409 Conflict listing every conflicting field, unless `force`.
 pub fn apply(live: &Value, applied: &Value, w: &Writer<'_>, force: bool) -> ApiResult<Value> {
-    let new_set = fieldset::fields_of(applied, w.rt, w.version, w.scope);
+    let (rt, version) = (w.rt, w.version);
+    let new_set = fieldset::fields_of(applied, rt, version, w.scope);
     let mut entries = read_entries(live);
     let me = Entry {
         manager: w.manager.into(),
@@ -119,54 +137,37 @@ pub fn apply(live: &Value, applied: &Value, w: &Writer<'_>, force: bool) -> ApiR
         subresource: w.subresource().into(),
         fields: FieldSet::new(),
     };
+    let last = entries.iter().find(|e| e.same_identity(&me)).map(|e| e.fields.clone()).unwrap_or_default();
 
-    let mut conflicts: Vec<(usize, Path)> = Vec::new();
-    for (i, e) in entries.iter().enumerate() {
-        if e.same_identity(&me) {
-            continue;
-        }
-        for path in new_set.intersection(&e.fields) {
-            if fieldset::is_leaf(&new_set, path) && fieldset::value_at(live, path) != fieldset::value_at(applied, path) {
-                conflicts.push((i, path.clone()));
-            }
-        }
-    }
-    if !conflicts.is_empty() && !force {
-        return Err(conflict_error(&entries, &conflicts));
-    }
-    for (i, path) in &conflicts {
-        entries[*i].fields.remove(path);
-    }
-
-    let old_set = entries.iter().find(|e| e.same_identity(&me)).map(|e| e.fields.clone()).unwrap_or_default();
-    let mut obj = live.clone();
-    let owned_by_others =
-        |path: &[fieldset::Element]| entries.iter().any(|e| !e.same_identity(&me) && fieldset::owns_within(&e.fields, path));
-    // Shallowest first: a dropped keyed item nobody else owns anything in goes as a whole (its
-    // key fields must still be there to find it), and its fields need no visit of their own.
-    let mut dropped: Vec<&Path> = old_set.difference(&new_set).collect();
-    dropped.sort_by_key(|p| p.len());
-    let mut removed: Vec<&Path> = Vec::new();
-    for path in dropped {
-        if removed.iter().any(|r| path.starts_with(r)) {
-            continue;
-        }
-        if !owned_by_others(path) && !fieldset::owns_within(&new_set, path) {
-            let keep = |p: &[fieldset::Element]| owned_by_others(p) || fieldset::owns_within(&new_set, p);
-            fieldset::remove_path(&mut obj, path, &keep);
-            removed.push(path);
-        }
-    }
     let mut scoped = applied.clone();
     strip_out_of_scope(&mut scoped, w.scope);
     if let Some(meta) = scoped.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("managedFields");
         meta.remove("resourceVersion");
     }
-    fieldset::merge(&mut obj, &scoped, &mut Vec::new(), w.rt, w.version);
+    let mut merged = live.clone();
+    fieldset::merge(&mut merged, &scoped, &mut Vec::new(), rt, version);
+    let result = if last.is_empty() { merged } else { prune(&merged, &entries, &me, &new_set, &last, w) };
 
-    let old_me = entries.iter().position(|e| e.same_identity(&me));
-    match old_me {
+    let cmp = fieldset::compare(live, &result, rt, version, w.scope);
+    let changed: FieldSet = cmp.modified.union(&cmp.added).cloned().collect();
+    let mut conflicts: Vec<(usize, Path)> = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        if !e.same_identity(&me) {
+            conflicts.extend(e.fields.intersection(&changed).map(|p| (i, p.clone())));
+        }
+    }
+    if !conflicts.is_empty() && !force {
+        return Err(conflict_error(&entries, &conflicts));
+    }
+    for e in &mut entries {
+        if !e.same_identity(&me) {
+            e.fields.retain(|p| !changed.contains(p) && !cmp.removed.contains(p));
+        }
+    }
+    let mut obj = result;
+    fieldset::drop_nulls(&mut obj);
+    match entries.iter().position(|e| e.same_identity(&me)) {
         Some(i) => {
             if entries[i].fields != new_set || entries[i].api_version != me.api_version {
                 entries[i].fields = new_set;
@@ -180,21 +181,41 @@ pub fn apply(live: &Value, applied: &Value, w: &Writer<'_>, force: bool) -> ApiR
     Ok(obj)
 }
 
-/// Records the ownership an ordinary write (create, update, patch) takes: the manager owns
-/// every field it added or changed, other managers lose those, and removed fields leave every set.
+/// structured-merge-diff's prune: what `me` applied last time and no longer applies goes,
+/// unless some manager (`me`'s new set included) owns it.
+fn prune(merged: &Value, entries: &[Entry], me: &Entry, new_set: &FieldSet, last: &FieldSet, w: &Writer<'_>) -> Value {
+    let (rt, version) = (w.rt, w.version);
+    let last = fieldset::named(last, rt, version);
+    let mut pruned = merged.clone();
+    fieldset::remove_items(&mut pruned, &last, rt, version);
+    let mut owned: FieldSet = new_set.clone();
+    for e in entries.iter().filter(|e| !e.same_identity(me)) {
+        owned.extend(e.fields.iter().cloned());
+    }
+    let owned = fieldset::named(&owned, rt, version);
+    let merged_nodes = fieldset::nodes_of(merged, rt, version, w.scope);
+    let pruned_nodes = fieldset::nodes_of(&pruned, rt, version, w.scope);
+    let gone: FieldSet = merged_nodes.iter().filter(|p| !pruned_nodes.contains(*p) && !owned.contains(*p)).cloned().collect();
+    let mut kept = merged.clone();
+    fieldset::remove_items(&mut kept, &gone, rt, version);
+    // Only what this manager applied before may go.
+    let kept_nodes = fieldset::nodes_of(&kept, rt, version, w.scope);
+    let dangling: FieldSet = merged_nodes.iter().filter(|p| !kept_nodes.contains(*p) && last.contains(*p)).cloned().collect();
+    let mut out = merged.clone();
+    fieldset::remove_items(&mut out, &dangling, rt, version);
+    out
+}
+
+/// Records the ownership an ordinary write (create, update, patch) takes, as
+/// structured-merge-diff's `Updater.Update` does: the manager gains every field the write adds
+/// or modifies, other managers lose those, and removed fields leave every set.
 pub fn record_update(old: Option<&Value>, new: &mut Value, w: &Writer<'_>) {
-    let empty = json!({});
+    // What a create compares against: an empty object whose metadata exists, as the server's
+    // typed empty object has it.
+    let empty = json!({"metadata": {}});
     let old_obj = old.unwrap_or(&empty);
-    let old_set = fieldset::fields_of(old_obj, w.rt, w.version, w.scope);
-    let new_set = fieldset::fields_of(new, w.rt, w.version, w.scope);
-    let changed: FieldSet = new_set
-        .iter()
-        .filter(|p| {
-            !old_set.contains(*p) || (fieldset::is_leaf(&new_set, p) && fieldset::value_at(old_obj, p) != fieldset::value_at(new, p))
-        })
-        .cloned()
-        .collect();
-    let removed: FieldSet = old_set.difference(&new_set).cloned().collect();
+    let cmp = fieldset::compare(old_obj, new, w.rt, w.version, w.scope);
+    let changed: FieldSet = cmp.modified.union(&cmp.added).cloned().collect();
 
     // A write that sends managedFields different from the stored ones resets them, as the real
     // server lets clients do (kubectl's migration off client-side apply relies on it).
@@ -213,7 +234,7 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, w: &Writer<'_>) {
         fields: FieldSet::new(),
     };
     for e in &mut entries {
-        e.fields.retain(|p| !removed.contains(p));
+        e.fields.retain(|p| !cmp.removed.contains(p));
         if !e.same_identity(&me) {
             e.fields.retain(|p| !changed.contains(p));
         }

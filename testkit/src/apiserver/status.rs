@@ -68,7 +68,7 @@ impl ApiError {
             1 => format!("{} \"{name}\" is invalid: {}", qualified(group, kind), text[0]),
             _ => format!("{} \"{name}\" is invalid: [{}]", qualified(group, kind), text.join(", ")),
         };
-        let causes: Vec<Value> = causes.iter().map(|(f, m)| json!({"reason": "FieldValueInvalid", "message": m, "field": f})).collect();
+        let causes: Vec<Value> = causes.iter().map(|(f, m)| json!({"reason": cause_reason(m), "message": m, "field": f})).collect();
         ApiError::new(422, "Invalid", message).with_details(json!({"name": name, "group": group, "kind": kind, "causes": causes}))
     }
 
@@ -82,6 +82,21 @@ impl ApiError {
 
     pub fn forbidden(message: impl Into<String>) -> ApiError {
         ApiError::new(403, "Forbidden", message)
+    }
+
+    /// 403 for new content in a terminating namespace, with the `NamespaceTerminating` cause.
+    pub fn namespace_terminating(group: &str, plural: &str, name: &str, namespace: &str) -> ApiError {
+        ApiError::new(
+            403,
+            "Forbidden",
+            format!(
+                "{} \"{name}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
+                qualified(group, plural)
+            ),
+        )
+        .with_details(json!({"name": name, "group": group, "kind": plural, "causes": [
+            {"reason": "NamespaceTerminating", "message": format!("namespace {namespace} is being terminated"), "field": "metadata.namespace"}
+        ]}))
     }
 
     pub fn gone(message: impl Into<String>) -> ApiError {
@@ -111,10 +126,34 @@ impl ApiError {
             "code": self.code,
         });
         if let Some(details) = &self.details {
-            status["details"] = details.clone();
+            let mut details = details.clone();
+            // Go's omitempty: the core group is not sent as "".
+            if details["group"] == ""
+                && let Some(d) = details.as_object_mut()
+            {
+                d.remove("group");
+            }
+            status["details"] = details;
         }
         status
     }
+}
+
+/// The `CauseType` of a field error, from the words its message starts with.
+fn cause_reason(message: &str) -> &'static str {
+    let prefixes = [
+        ("Required value", "FieldValueRequired"),
+        ("Unsupported value", "FieldValueNotSupported"),
+        ("Forbidden", "FieldValueForbidden"),
+        ("Too long", "FieldValueTooLong"),
+        ("Too many", "FieldValueTooMany"),
+        ("Duplicate value", "FieldValueDuplicate"),
+        ("Not found", "FieldValueNotFound"),
+    ];
+    if message.starts_with("Invalid value") && message.contains(" in body must be of type ") {
+        return "FieldValueTypeInvalid";
+    }
+    prefixes.iter().find(|(p, _)| message.starts_with(p)).map_or("FieldValueInvalid", |(_, r)| r)
 }
 
 /// The `StatusReason` the real server pairs with a code.

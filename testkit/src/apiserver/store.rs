@@ -88,6 +88,11 @@ impl Store {
         self.objects.iter().filter(move |(k, _)| k.group == group && k.plural == plural && namespace.is_none_or(|ns| k.namespace == ns))
     }
 
+    /// Every object, whatever the resource.
+    pub fn all(&self) -> impl Iterator<Item = (&Key, &Value)> {
+        self.objects.iter()
+    }
+
     /// Keys of every object in a namespace, whatever the resource.
     pub fn keys_in_namespace(&self, namespace: &str) -> Vec<Key> {
         self.objects.keys().filter(|k| k.namespace == namespace).cloned().collect()
@@ -113,11 +118,35 @@ impl Store {
 
     /// Removes an object under a new resourceVersion and logs DELETED.
     pub fn remove(&mut self, key: &Key) -> Option<Value> {
-        let mut obj = self.objects.remove(key)?;
+        let prev = self.objects.remove(key)?;
+        let mut obj = prev.clone();
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
-        self.log(EventType::Deleted, key.clone(), obj.clone(), None);
+        self.log(EventType::Deleted, key.clone(), obj.clone(), Some(prev));
         Some(obj)
+    }
+
+    /// Objects of one resource as they were at `rv` (the newest state rolled back through the
+    /// event log), ordered by namespace then name; `TooOld` once the log no longer reaches back.
+    pub fn snapshot(&self, rv: u64, group: &str, plural: &str, namespace: Option<&str>) -> Result<Vec<(Key, Value)>, TooOld> {
+        let events = self.events_since(rv)?;
+        let mut objects: BTreeMap<Key, Value> = self.list(group, plural, namespace).map(|(k, v)| (k.clone(), v.clone())).collect();
+        for e in events.iter().rev() {
+            let k = &e.key;
+            if k.group != group || k.plural != plural || namespace.is_some_and(|ns| k.namespace != ns) {
+                continue;
+            }
+            match (&e.kind, &e.prev) {
+                (EventType::Added, _) => {
+                    objects.remove(k);
+                }
+                (_, Some(prev)) => {
+                    objects.insert(k.clone(), (**prev).clone());
+                }
+                (_, None) => {}
+            }
+        }
+        Ok(objects.into_iter().collect())
     }
 
     fn log(&mut self, kind: EventType, key: Key, object: Value, prev: Option<Value>) {
@@ -152,4 +181,8 @@ impl Store {
 pub struct State {
     pub registry: Registry,
     pub store: Store,
+    /// `Warning` headers the current request collects (field validation's unknown fields).
+    pub warnings: Vec<String>,
+    /// Fields the current request's JSON body names twice, for field validation.
+    pub duplicates: Vec<String>,
 }

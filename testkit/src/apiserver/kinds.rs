@@ -1,0 +1,370 @@
+//! The built-in kinds of Kubernetes 1.35, from real sources: which kinds and versions exist and
+//! their schemas come from the 1.35 definitions ([`super::schema`]); each kind's plural and scope
+//! from k8s-openapi's `Resource` metadata. What neither carries (short names, categories, verbs
+//! of the few non-CRUD kinds, generation, printer columns) is stated below as the real 1.35
+//! discovery answers it (create-only kinds such as `bindings` and the reviews are listed with
+//! that verb, but nothing acts on them). Only GA versions are served, as a cluster with default feature gates does.
+
+use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope, Resource, SubResourceScope};
+
+use super::registry::{Cell, Column, ResourceType, Version, age};
+use super::schema::Node;
+
+/// Scope as k8s-openapi types it: `None` for subresource kinds (Scale, Eviction, TokenRequest, Binding).
+trait ScopeName {
+    const NAMESPACED: Option<bool>;
+}
+
+impl ScopeName for NamespaceResourceScope {
+    const NAMESPACED: Option<bool> = Some(true);
+}
+
+impl ScopeName for ClusterResourceScope {
+    const NAMESPACED: Option<bool> = Some(false);
+}
+
+impl ScopeName for SubResourceScope {
+    const NAMESPACED: Option<bool> = None;
+}
+
+/// One kind as k8s-openapi describes it.
+struct Meta {
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    namespaced: Option<bool>,
+}
+
+fn meta<T: Resource>() -> Meta
+where
+    T::Scope: ScopeName,
+{
+    Meta {
+        group: T::GROUP,
+        version: T::VERSION,
+        kind: T::KIND,
+        plural: T::URL_PATH_SEGMENT,
+        namespaced: <T::Scope as ScopeName>::NAMESPACED,
+    }
+}
+
+macro_rules! metas {
+    ($($t:ty),* $(,)?) => { vec![$(meta::<$t>()),*] };
+}
+
+/// Every top-level kind k8s-openapi knows (GA versions; the schemas decide which 1.35 serves).
+fn k8s_openapi_kinds() -> Vec<Meta> {
+    metas![
+        k8s_openapi::api::admissionregistration::v1::MutatingAdmissionPolicy,
+        k8s_openapi::api::admissionregistration::v1::MutatingAdmissionPolicyBinding,
+        k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration,
+        k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy,
+        k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding,
+        k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
+        k8s_openapi::api::apps::v1::ControllerRevision,
+        k8s_openapi::api::apps::v1::DaemonSet,
+        k8s_openapi::api::apps::v1::Deployment,
+        k8s_openapi::api::apps::v1::ReplicaSet,
+        k8s_openapi::api::apps::v1::StatefulSet,
+        k8s_openapi::api::authentication::v1::SelfSubjectReview,
+        k8s_openapi::api::authentication::v1::TokenRequest,
+        k8s_openapi::api::authentication::v1::TokenReview,
+        k8s_openapi::api::authorization::v1::LocalSubjectAccessReview,
+        k8s_openapi::api::authorization::v1::SelfSubjectAccessReview,
+        k8s_openapi::api::authorization::v1::SelfSubjectRulesReview,
+        k8s_openapi::api::authorization::v1::SubjectAccessReview,
+        k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler,
+        k8s_openapi::api::autoscaling::v1::Scale,
+        k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler,
+        k8s_openapi::api::batch::v1::CronJob,
+        k8s_openapi::api::batch::v1::Job,
+        k8s_openapi::api::certificates::v1::CertificateSigningRequest,
+        k8s_openapi::api::certificates::v1::ClusterTrustBundle,
+        k8s_openapi::api::certificates::v1::PodCertificateRequest,
+        k8s_openapi::api::coordination::v1::Lease,
+        k8s_openapi::api::core::v1::Binding,
+        k8s_openapi::api::core::v1::ComponentStatus,
+        k8s_openapi::api::core::v1::ConfigMap,
+        k8s_openapi::api::core::v1::Endpoints,
+        k8s_openapi::api::core::v1::Event,
+        k8s_openapi::api::core::v1::LimitRange,
+        k8s_openapi::api::core::v1::Namespace,
+        k8s_openapi::api::core::v1::Node,
+        k8s_openapi::api::core::v1::PersistentVolume,
+        k8s_openapi::api::core::v1::PersistentVolumeClaim,
+        k8s_openapi::api::core::v1::Pod,
+        k8s_openapi::api::core::v1::PodTemplate,
+        k8s_openapi::api::core::v1::ReplicationController,
+        k8s_openapi::api::core::v1::ResourceQuota,
+        k8s_openapi::api::core::v1::Secret,
+        k8s_openapi::api::core::v1::Service,
+        k8s_openapi::api::core::v1::ServiceAccount,
+        k8s_openapi::api::discovery::v1::EndpointSlice,
+        k8s_openapi::api::events::v1::Event,
+        k8s_openapi::api::flowcontrol::v1::FlowSchema,
+        k8s_openapi::api::flowcontrol::v1::PriorityLevelConfiguration,
+        k8s_openapi::api::networking::v1::IPAddress,
+        k8s_openapi::api::networking::v1::Ingress,
+        k8s_openapi::api::networking::v1::IngressClass,
+        k8s_openapi::api::networking::v1::NetworkPolicy,
+        k8s_openapi::api::networking::v1::ServiceCIDR,
+        k8s_openapi::api::node::v1::RuntimeClass,
+        k8s_openapi::api::policy::v1::Eviction,
+        k8s_openapi::api::policy::v1::PodDisruptionBudget,
+        k8s_openapi::api::rbac::v1::ClusterRole,
+        k8s_openapi::api::rbac::v1::ClusterRoleBinding,
+        k8s_openapi::api::rbac::v1::Role,
+        k8s_openapi::api::rbac::v1::RoleBinding,
+        k8s_openapi::api::resource::v1::DeviceClass,
+        k8s_openapi::api::resource::v1::DeviceTaintRule,
+        k8s_openapi::api::resource::v1::ResourceClaim,
+        k8s_openapi::api::resource::v1::ResourceClaimTemplate,
+        k8s_openapi::api::resource::v1::ResourceSlice,
+        k8s_openapi::api::scheduling::v1::PriorityClass,
+        k8s_openapi::api::storage::v1::CSIDriver,
+        k8s_openapi::api::storage::v1::CSINode,
+        k8s_openapi::api::storage::v1::CSIStorageCapacity,
+        k8s_openapi::api::storage::v1::StorageClass,
+        k8s_openapi::api::storage::v1::VolumeAttachment,
+        k8s_openapi::api::storage::v1::VolumeAttributesClass,
+        k8s_openapi::api::storagemigration::v1::StorageVersionMigration,
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService
+    ]
+}
+
+/// Short names as 1.35's discovery lists them.
+fn short_names(group: &str, plural: &str) -> &'static [&'static str] {
+    match (group, plural) {
+        ("", "configmaps") => &["cm"],
+        ("", "componentstatuses") => &["cs"],
+        ("", "endpoints") => &["ep"],
+        ("", "events") | ("events.k8s.io", "events") => &["ev"],
+        ("", "limitranges") => &["limits"],
+        ("", "namespaces") => &["ns"],
+        ("", "nodes") => &["no"],
+        ("", "persistentvolumeclaims") => &["pvc"],
+        ("", "persistentvolumes") => &["pv"],
+        ("", "pods") => &["po"],
+        ("", "replicationcontrollers") => &["rc"],
+        ("", "resourcequotas") => &["quota"],
+        ("", "serviceaccounts") => &["sa"],
+        ("", "services") => &["svc"],
+        ("apiextensions.k8s.io", "customresourcedefinitions") => &["crd", "crds"],
+        ("apps", "daemonsets") => &["ds"],
+        ("apps", "deployments") => &["deploy"],
+        ("apps", "replicasets") => &["rs"],
+        ("apps", "statefulsets") => &["sts"],
+        ("autoscaling", "horizontalpodautoscalers") => &["hpa"],
+        ("batch", "cronjobs") => &["cj"],
+        ("certificates.k8s.io", "certificatesigningrequests") => &["csr"],
+        ("networking.k8s.io", "ingresses") => &["ing"],
+        ("networking.k8s.io", "networkpolicies") => &["netpol"],
+        ("policy", "poddisruptionbudgets") => &["pdb"],
+        ("scheduling.k8s.io", "priorityclasses") => &["pc"],
+        ("storage.k8s.io", "storageclasses") => &["sc"],
+        ("storage.k8s.io", "volumeattributesclasses") => &["vac"],
+        _ => &[],
+    }
+}
+
+/// The fields besides `metadata.name` and `metadata.namespace` a kind's field selectors accept.
+pub fn field_selectors(group: &str, kind: &str) -> &'static [&'static str] {
+    match (group, kind) {
+        ("", "Secret") => &["type"],
+        ("", "Namespace") => &["status.phase"],
+        ("", "Node") => &["spec.unschedulable"],
+        ("", "ReplicationController") => &["status.replicas"],
+        ("", "Pod") => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+        ("", "Event") | ("events.k8s.io", "Event") => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+        ("batch", "Job") => &["status.successful"],
+        ("certificates.k8s.io", "CertificateSigningRequest") => &["spec.signerName"],
+        _ => &[],
+    }
+}
+
+/// Kinds in the `all` category.
+fn in_category_all(group: &str, plural: &str) -> bool {
+    matches!(
+        (group, plural),
+        ("", "pods" | "replicationcontrollers" | "services")
+            | ("apps", "daemonsets" | "deployments" | "replicasets" | "statefulsets")
+            | ("autoscaling", "horizontalpodautoscalers")
+            | ("batch", "cronjobs" | "jobs")
+    )
+}
+
+/// Kinds whose objects carry `metadata.generation` (their strategies set and bump it).
+fn has_generation(group: &str, plural: &str) -> bool {
+    matches!(
+        (group, plural),
+        ("", "pods" | "replicationcontrollers")
+            | ("apps", "daemonsets" | "deployments" | "replicasets" | "statefulsets")
+            | ("autoscaling", "horizontalpodautoscalers")
+            | ("batch", "cronjobs" | "jobs")
+            | ("policy", "poddisruptionbudgets")
+            | ("networking.k8s.io", "ingresses" | "networkpolicies")
+            | ("apiextensions.k8s.io", "customresourcedefinitions")
+            | ("flowcontrol.apiserver.k8s.io", _)
+            | ("admissionregistration.k8s.io", "validatingadmissionpolicies" | "validatingadmissionpolicybindings")
+            | ("resource.k8s.io", _)
+    )
+}
+
+/// The verbs a kind serves: the review kinds only answer create, ComponentStatus is read-only,
+/// namespaces have no deletecollection; everything else has all eight.
+pub fn verbs(group: &str, plural: &str) -> Vec<&'static str> {
+    if plural.ends_with("reviews") && (group == "authentication.k8s.io" || group == "authorization.k8s.io") {
+        return vec!["create"];
+    }
+    if group.is_empty() && plural == "bindings" {
+        return vec!["create"];
+    }
+    if group.is_empty() && plural == "componentstatuses" {
+        return vec!["get", "list"];
+    }
+    ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+        .into_iter()
+        .filter(|v| !(group.is_empty() && plural == "namespaces" && *v == "deletecollection"))
+        .collect()
+}
+
+/// Printer columns of the kinds kubectl's tests look at (others print NAME and AGE).
+fn columns(group: &str, kind: &str) -> Vec<Column> {
+    let path = Column::path;
+    match (group, kind) {
+        ("", "Namespace") => vec![path("Status", "string", ".status.phase"), age()],
+        ("", "ConfigMap") => vec![Column::computed("Data", "string", Cell::DataCount), age()],
+        ("", "Secret") => vec![path("Type", "string", ".type"), Column::computed("Data", "string", Cell::DataCount), age()],
+        ("", "Service") => vec![path("Type", "string", ".spec.type"), path("Cluster-IP", "string", ".spec.clusterIP"), age()],
+        ("", "PersistentVolumeClaim") => vec![
+            path("Status", "string", ".status.phase"),
+            path("Volume", "string", ".spec.volumeName"),
+            path("Capacity", "string", ".status.capacity.storage"),
+            path("StorageClass", "string", ".spec.storageClassName"),
+            age(),
+        ],
+        ("coordination.k8s.io", "Lease") => vec![path("Holder", "string", ".spec.holderIdentity"), age()],
+        ("apps", "Deployment") => vec![
+            Column::computed("Ready", "string", Cell::Ready),
+            path("Up-to-date", "string", ".status.updatedReplicas"),
+            path("Available", "string", ".status.availableReplicas"),
+            age(),
+        ],
+        ("storage.k8s.io", "StorageClass") => vec![
+            path("Provisioner", "string", ".provisioner"),
+            path("ReclaimPolicy", "string", ".reclaimPolicy"),
+            path("VolumeBindingMode", "string", ".volumeBindingMode"),
+            path("AllowVolumeExpansion", "string", ".allowVolumeExpansion"),
+            age(),
+        ],
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => vec![path("Created At", "date", ".metadata.creationTimestamp")],
+        _ => vec![age()],
+    }
+}
+
+fn is_ga(version: &str) -> bool {
+    version.strip_prefix('v').is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+}
+
+/// The served built-in resources: every GA kind of the 1.35 schemas that has object metadata
+/// and is a top-level resource in k8s-openapi, its versions merged into one resource.
+pub fn builtin_types() -> Vec<ResourceType> {
+    let Some(defs) = super::schema::defs() else { return Vec::new() };
+    let metas = k8s_openapi_kinds();
+    let mut out: Vec<ResourceType> = Vec::new();
+    let mut names: Vec<&String> = defs.defs.keys().collect();
+    names.sort();
+    for name in names {
+        let Some(node) = Node::definition(name) else { continue };
+        let is_object = node.property("metadata").is_some_and(|m| m.v.get("properties").is_some_and(|p| p.get("uid").is_some()));
+        let Some(gvks) = node.v.get("x-kubernetes-group-version-kind").and_then(|g| g.as_array()) else { continue };
+        if !is_object || gvks.len() != 1 {
+            continue;
+        }
+        let gvk = &gvks[0];
+        let (group, version, kind) = (
+            gvk["group"].as_str().unwrap_or_default(),
+            gvk["version"].as_str().unwrap_or_default(),
+            gvk["kind"].as_str().unwrap_or_default(),
+        );
+        if !is_ga(version) {
+            continue;
+        }
+        let Some(m) = metas.iter().find(|m| m.group == group && m.version == version && m.kind == kind) else { continue };
+        let Some(namespaced) = m.namespaced else { continue };
+        let served = Version {
+            name: version.into(),
+            // Create-only kinds (the reviews) answer their status in the create response only.
+            status: node.property("status").is_some() && verbs(group, m.plural).len() > 1,
+            columns: columns(group, kind),
+            schema: None,
+            definition: Some(name.clone()),
+            selectable: Vec::new(),
+        };
+        if let Some(existing) = out.iter_mut().find(|t| t.group == group && t.plural == m.plural) {
+            existing.versions.push(served);
+            existing.versions.sort_by_key(|v| std::cmp::Reverse(super::registry::version_priority(&v.name)));
+            continue;
+        }
+        out.push(ResourceType {
+            group: group.into(),
+            kind: kind.into(),
+            list_kind: format!("{kind}List"),
+            plural: m.plural.into(),
+            singular: kind.to_lowercase(),
+            namespaced,
+            short_names: short_names(group, m.plural).iter().map(|s| s.to_string()).collect(),
+            categories: if in_category_all(group, m.plural) { vec!["all".into()] } else { Vec::new() },
+            versions: vec![served],
+            generation: has_generation(group, m.plural),
+            custom: false,
+        });
+    }
+    // Discovery order: core first, then groups as the schemas name them.
+    out.sort_by_key(|t| !t.group.is_empty());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_ga_kind_of_the_schemas_is_served_with_its_scope() {
+        let types = builtin_types();
+        let find = |g: &str, p: &str| types.iter().find(|t| t.group == g && t.plural == p).unwrap_or_else(|| panic!("{g}/{p} served"));
+        assert!(!find("storage.k8s.io", "storageclasses").namespaced);
+        assert!(find("", "persistentvolumeclaims").namespaced);
+        assert_eq!(find("", "persistentvolumeclaims").short_names, vec!["pvc"]);
+        assert!(find("", "persistentvolumeclaims").has_status("v1"));
+        assert!(!find("", "configmaps").has_status("v1"));
+        let hpa = find("autoscaling", "horizontalpodautoscalers");
+        assert_eq!(hpa.versions.iter().map(|v| v.name.as_str()).collect::<Vec<_>>(), vec!["v2", "v1"]);
+        assert!(types.len() > 55, "{} kinds", types.len());
+        assert!(types.iter().all(|t| !matches!(t.kind.as_str(), "Scale" | "Eviction" | "TokenRequest")));
+        assert_eq!(verbs("", "bindings"), vec!["create"]);
+    }
+}

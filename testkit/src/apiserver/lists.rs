@@ -1,0 +1,92 @@
+//! Lists as the real server serves them: pages that are a snapshot of the first page's
+//! resourceVersion (the continue token carries it, and expires with the event log),
+//! `resourceVersionMatch=Exact` reading the past, `NotOlderThan` the newest state, and the
+//! parameter combinations the real server refuses.
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use super::objects::{Target, present};
+use super::query::{Query, Selection};
+use super::status::{ApiError, ApiResult};
+use super::store::{Key, State};
+
+/// A page of a list.
+pub struct Page {
+    pub items: Vec<Value>,
+    pub resource_version: u64,
+    pub continue_token: Option<String>,
+    pub remaining: Option<u64>,
+}
+
+const CONTINUE_EXPIRED: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
+
+pub fn list(state: &State, t: &Target, sel: &Selection, q: &Query) -> ApiResult<Page> {
+    let token = q.get("continue").filter(|c| !c.is_empty());
+    let rv_param = q.get("resourceVersion").filter(|v| !v.is_empty());
+    let rv_match = q.get("resourceVersionMatch").filter(|v| !v.is_empty());
+    let current = state.store.current_rv();
+    let (at, after) = match (token, rv_param, rv_match) {
+        (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
+            return Err(ApiError::bad_request("specifying resource version is not allowed when using continue"));
+        }
+        (Some(token), None, None) => {
+            let (rv, start) = decode_continue(token).ok_or_else(|| ApiError::bad_request("continue key is not valid"))?;
+            (rv, Some(start))
+        }
+        (None, None, Some(_)) => return Err(ApiError::bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided")),
+        (None, Some(rv), Some("Exact")) => {
+            let rv: u64 = rv.parse().map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv}")))?;
+            if rv == 0 {
+                return Err(ApiError::bad_request("resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""));
+            }
+            (rv, None)
+        }
+        (None, _, Some("NotOlderThan") | None) => (current, None),
+        (None, _, Some(other)) => {
+            return Err(ApiError::bad_request(format!(
+                "resourceVersionMatch: Unsupported value: \"{other}\": supported values: \"Exact\", \"NotOlderThan\""
+            )));
+        }
+    };
+    let limit = q.u64("limit")?.filter(|l| *l > 0);
+    let ns = t.namespace.as_deref();
+    let objects: Vec<(Key, Value)> = if at >= current {
+        state.store.list(&t.rt.group, &t.rt.plural, ns).map(|(k, v)| (k.clone(), v.clone())).collect()
+    } else {
+        state.store.snapshot(at, &t.rt.group, &t.rt.plural, ns).map_err(|_| {
+            ApiError::gone(if after.is_some() { CONTINUE_EXPIRED } else { "The resourceVersion for the provided list is too old." })
+        })?
+    };
+    let matching: Vec<(Key, Value)> = objects
+        .into_iter()
+        .filter(|(k, _)| after.as_ref().is_none_or(|start| format!("{}/{}", k.namespace, k.name) > *start))
+        .filter(|(_, o)| sel.matches(o))
+        .collect();
+    let total = matching.len() as u64;
+    let take = limit.map_or(matching.len(), |l| l as usize);
+    let items: Vec<Value> = matching.iter().take(take).map(|(_, o)| present(o, t)).collect();
+    let (continue_token, remaining) = match (limit, matching.get(take.saturating_sub(1))) {
+        (Some(l), Some((last, _))) if total > l => {
+            (Some(encode_continue(at, &format!("{}/{}", last.namespace, last.name))), Some(total - l))
+        }
+        _ => (None, None),
+    };
+    Ok(Page { items, resource_version: at, continue_token, remaining })
+}
+
+/// The real token's shape: base64 of `{"v":"meta.k8s.io/v1","rv":N,"start":KEY}`.
+fn encode_continue(rv: u64, last: &str) -> String {
+    let token = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": format!("{last}\u{0}")});
+    base64::engine::general_purpose::URL_SAFE.encode(token.to_string())
+}
+
+fn decode_continue(token: &str) -> Option<(u64, String)> {
+    let bytes = base64::engine::general_purpose::URL_SAFE.decode(token).ok()?;
+    let v: Value = serde_json::from_slice(&bytes).ok()?;
+    if v["v"] != "meta.k8s.io/v1" {
+        return None;
+    }
+    let start = v["start"].as_str()?.trim_end_matches('\u{0}').to_string();
+    Some((v["rv"].as_u64()?, start))
+}
