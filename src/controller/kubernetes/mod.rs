@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 mod classes;
 mod reconcile;
 mod render;
+mod rollup;
 mod run;
 mod status;
 
@@ -274,6 +275,12 @@ fn unique_across_stages(stages: &[Stage]) -> Result<(), String> {
 async fn referenced(mgmt: &kube::Client, ns: &str, r: &Value) -> Option<Value> {
     let kind = r["kind"].as_str()?;
     let name = r["name"].as_str()?;
+    let namespace = r["namespace"].as_str().unwrap_or(ns);
+    // A reference is user input that becomes a URL path: only valid names are looked up.
+    if let Err(e) = crate::apply::ssa::names::check_name(name).and_then(|()| crate::apply::ssa::names::check_namespace(namespace)) {
+        tracing::warn!(kind, "ignoring a reference with an invalid name: {e}");
+        return None;
+    }
     let (res, _) = match (r["apiVersion"].as_str(), r["apiGroup"].as_str()) {
         (Some(api_version), _) => {
             let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
@@ -282,7 +289,7 @@ async fn referenced(mgmt: &kube::Client, ns: &str, r: &Value) -> Option<Value> {
         (None, Some(group)) => kube::discovery::group(mgmt, group).await.ok()?.recommended_kind(kind)?,
         _ => return None,
     };
-    let api: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), r["namespace"].as_str().unwrap_or(ns), &res);
+    let api: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), namespace, &res);
     api.get_opt(name).await.ok().flatten().and_then(|o| serde_json::to_value(o).ok())
 }
 

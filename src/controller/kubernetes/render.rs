@@ -97,6 +97,7 @@ pub async fn render(ctx: Arc<Context>, out: &Path) -> Result<PassReport, Error> 
             }
         }
         let staged: Vec<RenderedStage> = stages
+            .stages
             .into_iter()
             .map(|s| RenderedStage {
                 name: (sub.format == Format::ClusterStack && s.name != "addons").then_some(s.name),

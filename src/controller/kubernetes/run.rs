@@ -102,7 +102,11 @@ pub async fn run(ctx: Arc<Context>, concurrency: u16, shutdown: impl Future<Outp
         Some(((), rx))
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let housekeeping = tokio::spawn(housekeeping(kube.clone(), reader.clone(), seen_rx, stop_rx));
+    let housekeeping = tokio::spawn(housekeeping(kube.clone(), reader.clone(), seen_rx, stop_rx.clone()));
+    let rollup = {
+        let kube = kube.clone();
+        tokio::spawn(async move { super::rollup::run(&kube, stop_rx).await })
+    };
 
     info!(concurrency, "reconciling Clusters");
     Controller::for_stream_with(stream, reader, ar.clone())
@@ -126,6 +130,7 @@ pub async fn run(ctx: Arc<Context>, concurrency: u16, shutdown: impl Future<Outp
         .await;
     let _ = stop_tx.send(true);
     let _ = housekeeping.await;
+    let _ = rollup.await;
     info!("controller stopped");
     Ok(())
 }
@@ -315,6 +320,7 @@ pub async fn pass(ctx: Arc<Context>, concurrency: usize) -> PassReport {
     let referenced: BTreeSet<String> = clusters.iter().filter_map(|c| topology_class(&c.data)).collect();
     kube.classes.prune(&kube, &referenced).await;
     collect_garbage(&kube, &referenced).await;
+    super::rollup::once(&kube).await;
     report
 }
 

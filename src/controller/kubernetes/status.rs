@@ -270,6 +270,7 @@ pub(super) async fn record_release(
             "Selected".into()
         },
         conditions: Vec::new(),
+        clusters: None,
         entries: class
             .map(|c| c.changes.entries.iter().filter(|e| !e.is_synced()).take(MAX_ENTRIES).map(|e| entry(e, &[], &now())).collect())
             .unwrap_or_default(),
@@ -287,7 +288,11 @@ pub(super) async fn record_release(
             return;
         }
     }
-    if current.and_then(|c| c.status) == Some(status.clone()) {
+    // `conditions` and `clusters` belong to the roll-up (its own field manager): not compared,
+    // not written here.
+    let unchanged =
+        current.and_then(|c| c.status).is_some_and(|c| StackReleaseStatus { conditions: Vec::new(), clusters: None, ..c } == status);
+    if unchanged {
         return;
     }
     let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": {"name": name}, "status": status});
