@@ -566,3 +566,55 @@ async fn a_workload_cluster_that_is_down_is_skipped_quickly() {
     let cs = env.cluster_sync("alpha").await;
     assert_eq!(condition(&cs, "Ready")["reason"], "ClusterUnreachable", "{cs}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diff_shows_drift_and_an_upgrade_and_changes_nothing() {
+    let env = one_cluster(&[("manifests/cm.yaml", CM), ("manifests/ns.yaml", NAMESPACE)]).await;
+    env.add_cluster("nokube", true).await;
+    let config = env.config("", "");
+    let cfg = config.to_string_lossy().into_owned();
+    assert_exit(&run_once(&config).await, 1); // nokube has no kubeconfig
+
+    // In sync: nothing to show.
+    let out = common::stacksync(&["diff", "--config", &cfg, "--cluster", &format!("{NS}/alpha")]).await;
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains(&format!("{NS}/alpha (release v1.0.0): no changes")), "{}", stdout(&out));
+
+    // A hand edit: the diff shows the field going back.
+    let cms: Api<ConfigMap> = Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
+    let patch = json!({"data": {"cluster": "patched"}});
+    cms.patch("addon-config", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
+    let out = common::stacksync(&["diff", "--config", &cfg, "--cluster", &format!("{NS}/alpha")]).await;
+    assert_exit(&out, 1);
+    let text = stdout(&out);
+    assert!(text.contains("update ConfigMap/kube-system/addon-config"), "{text}");
+    assert!(text.contains("-  cluster: patched\n+  cluster: alpha\n"), "{text}");
+    assert!(text.contains("--- live/ConfigMap/kube-system/addon-config"), "{text}");
+    assert_eq!(
+        env.configmap(0).await.and_then(|c| c.data).and_then(|d| d.get("cluster").cloned()).as_deref(),
+        Some("patched"),
+        "diff wrote"
+    );
+
+    // A new release: a changed object, a new one and a dropped one.
+    let cm2 = CM.replace("cluster: ${cluster.name}", "cluster: ${cluster.name}\n  tier: gold");
+    let extra = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\n  namespace: kube-system\ndata: {a: b}\n";
+    env.repo.remove("manifests/ns.yaml");
+    env.repo.release("v2.0.0", &[("manifests/cm.yaml", cm2.as_str()), ("manifests/extra.yaml", extra)]);
+    let out = common::stacksync(&["diff", "--config", &cfg, "--cluster", &format!("{NS}/alpha")]).await;
+    assert_exit(&out, 1);
+    let text = stdout(&out);
+    assert!(text.contains("(release v1.0.0 -> v2.0.0): 3 changes"), "{text}");
+    assert!(text.contains("+  tier: gold"), "{text}");
+    assert!(text.contains("create ConfigMap/kube-system/extra"), "{text}");
+    assert!(text.contains("prune Namespace/addons"), "{text}");
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(env.workloads[0].client().expect("client"));
+    assert!(namespaces.get_opt("addons").await.expect("get").is_some(), "diff pruned");
+
+    // Every Cluster: one cannot be looked at (no kubeconfig): exit 2, the others still shown.
+    let out = common::stacksync(&["diff", "--config", &cfg]).await;
+    assert_exit(&out, 2);
+    let text = stdout(&out);
+    assert!(text.contains(&format!("{NS}/nokube")) && text.contains("ERROR"), "{text}");
+    assert!(text.contains("create ConfigMap/kube-system/extra"), "{text}");
+}

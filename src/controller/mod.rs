@@ -7,6 +7,7 @@ use std::time::Duration;
 
 pub mod clusterstack;
 mod context;
+pub mod dirdiff;
 pub mod error;
 mod fetch;
 pub mod kubernetes;

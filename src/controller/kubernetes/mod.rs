@@ -18,12 +18,14 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 mod classes;
+mod diff;
 mod reconcile;
 mod render;
 mod rollup;
 mod run;
 mod status;
 
+pub use diff::{ClusterDiff, diff};
 pub use render::render;
 pub use run::{pass, request_reconcile, run};
 
@@ -272,6 +274,22 @@ fn unique_across_stages(stages: &[Stage]) -> Result<(), String> {
 
 /// The object a Cluster's reference points at: v1beta1 refs carry `apiVersion`, v1beta2 refs
 /// `apiGroup` (the served version is discovered). `None` when absent or unreadable.
+/// `c` with the live objects cluster-stack values templates read (`.Cluster`, `.ControlPlane`,
+/// `.InfraCluster`); objects written in the config win.
+pub(super) async fn with_live_objects(mgmt: &kube::Client, obj: &DynamicObject, mut c: ClusterConfig) -> ClusterConfig {
+    let ns = obj.metadata.namespace.clone().unwrap_or_default();
+    if c.objects.cluster.is_none() {
+        c.objects.cluster = serde_json::to_value(obj).ok();
+    }
+    if c.objects.control_plane.is_none() {
+        c.objects.control_plane = referenced(mgmt, &ns, &obj.data["spec"]["controlPlaneRef"]).await;
+    }
+    if c.objects.infra_cluster.is_none() {
+        c.objects.infra_cluster = referenced(mgmt, &ns, &obj.data["spec"]["infrastructureRef"]).await;
+    }
+    c
+}
+
 async fn referenced(mgmt: &kube::Client, ns: &str, r: &Value) -> Option<Value> {
     let kind = r["kind"].as_str()?;
     let name = r["name"].as_str()?;

@@ -11,7 +11,9 @@ use kube::runtime::controller::Action;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use super::status::{Owner, applied_crd, failed_crd, write_cluster_sync};
-use super::{Kube, control_plane_ready, is_paused, owner_id, reachable, referenced, rendered_digest, subscription_for, topology_class};
+use super::{
+    Kube, control_plane_ready, is_paused, owner_id, reachable, rendered_digest, subscription_for, topology_class, with_live_objects,
+};
 use super::{kube_error, unique_across_stages};
 use crate::apply::ChangeSet;
 use crate::apply::health::Health;
@@ -71,7 +73,7 @@ async fn reconcile_in(
     obj: &DynamicObject,
     key: ClusterKey,
     sub: &Subscription,
-    mut c: ClusterConfig,
+    c: ClusterConfig,
     class: Option<String>,
 ) -> Result<Option<Reconciled>, Error> {
     let k = kube.target();
@@ -88,17 +90,7 @@ async fn reconcile_in(
     let api_version = format!("{}/{}", kube.clusters.group, kube.clusters.version);
     let owner = Owner { api_version: &api_version, uid: obj.metadata.uid.as_deref() };
 
-    // The live objects, for cluster-stack values templates (`.Cluster`, `.ControlPlane`,
-    // `.InfraCluster`); objects written in the config win.
-    if c.objects.cluster.is_none() {
-        c.objects.cluster = serde_json::to_value(obj).ok();
-    }
-    if c.objects.control_plane.is_none() {
-        c.objects.control_plane = referenced(&kube.mgmt, &key.namespace, &obj.data["spec"]["controlPlaneRef"]).await;
-    }
-    if c.objects.infra_cluster.is_none() {
-        c.objects.infra_cluster = referenced(&kube.mgmt, &key.namespace, &obj.data["spec"]["infrastructureRef"]).await;
-    }
+    let c = with_live_objects(&kube.mgmt, obj, c).await;
 
     let newest = kube.ctx.offered(sub).await.into_iter().next().map(|r| r.tag);
     let stamp = |mut s: ClusterSyncStatus| {
@@ -241,19 +233,7 @@ async fn apply_release(
             Err(e) => warn!(error = %kube_error(&e), "cannot record that the apply started"),
         }
     }
-    let applier = Applier::new(
-        client,
-        ApplyOptions {
-            owner: owner_id(sub, c),
-            force: sub.force,
-            drift: k.drift_mode,
-            prune_limit: k.prune_limit,
-            allow_empty_prune: k.allow_empty_prune,
-            default_namespace: if sub.format == Format::ClusterStack { "kube-system".into() } else { "default".into() },
-            take_back_from: k.take_back_from.clone(),
-            ..ApplyOptions::default()
-        },
-    );
+    let applier = Applier::new(client, apply_options(k, sub, c));
     let result = applier.sync(&stages, &Inventory::from_lines(&prev.inventory)).await;
     let mut st = ClusterStatus::applied(sub, c, &rel, &result.changes).with_assets(&rel.tag, &rel.commit, &prepared.assets);
     if let Some(paused) = &result.prune_paused {
@@ -289,6 +269,20 @@ async fn apply_release(
     }
     let crd = applied_crd(prev, &rel, &st, &result.changes, &unhealthy, result.inventory.to_lines(), digest);
     Ok(Done { status: st, changes: result.changes, crd })
+}
+
+/// How a Cluster's objects are applied (the sync and `stacksync diff` alike).
+pub(super) fn apply_options(k: &KubernetesTarget, sub: &Subscription, c: &ClusterConfig) -> ApplyOptions {
+    ApplyOptions {
+        owner: owner_id(sub, c),
+        force: sub.force,
+        drift: k.drift_mode,
+        prune_limit: k.prune_limit,
+        allow_empty_prune: k.allow_empty_prune,
+        default_namespace: if sub.format == Format::ClusterStack { "kube-system".into() } else { "default".into() },
+        take_back_from: k.take_back_from.clone(),
+        ..ApplyOptions::default()
+    }
 }
 
 /// Every object is synced but some are not healthy: `Progressing` while `timeout` has not passed
