@@ -306,7 +306,7 @@ impl Context {
         let mut index = self.index.lock().await;
         let mut keep = fetch::releases_to_keep(&config, &index);
         keep.extend(in_use.iter().cloned());
-        crate::cache::gc::collect(&self.cache, &mut index, &keep);
+        crate::cache::gc::collect(&self.cache, &mut index, &keep, crate::source::github::materialise::referenced_blobs);
         self.save(&index);
     }
 
