@@ -375,13 +375,12 @@ pub(super) async fn render(kube: &Kube, sub: &Subscription, prepared: &PreparedR
             Ok(Rendered { stages: vec![Stage { name: "manifests".into(), action: StageAction::Apply, objects }], warnings: Vec::new() })
         }
         Format::ClusterStack => {
-            let work = kube.ctx.work_dir().map_err(|e| Fail::new(Reason::WorkDirUnavailable, e, true))?.to_path_buf();
-            let helm = kube.ctx.helm().await.map_err(|e| Fail::new(Reason::RenderFailed, e, false))?;
-            let layout = kube.ctx.layout(sub, prepared).await.map_err(render_failed)?;
-            let dir = work.join("clusters").join(format!("{}-{}-{}", c.namespace, c.name, unique()));
-            let rendered = layout.render_addons_reporting(&helm, c, &dir).await;
-            let _ = tokio::fs::remove_dir_all(&dir).await;
-            let rendered = rendered.map_err(|e| render_failed(e.to_string()))?;
+            let rendered = crate::controller::pipeline::addons(&kube.ctx, sub, prepared, c).await.map_err(|e| {
+                if e.reason() == Reason::RenderFailed {
+                    error!("render failed; the applied release stays: {e}");
+                }
+                Fail::new(e.reason(), e.to_string(), e.is_transient())
+            })?;
             let stages: Vec<Stage> = rendered
                 .stages
                 .into_iter()
@@ -397,12 +396,6 @@ pub(super) async fn render(kube: &Kube, sub: &Subscription, prepared: &PreparedR
 pub(super) struct Rendered {
     pub stages: Vec<Stage>,
     pub warnings: Vec<String>,
-}
-
-fn unique() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// When to retry a failed reconcile: jittered exponential backoff per Cluster for what may pass
