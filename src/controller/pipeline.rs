@@ -58,7 +58,12 @@ impl RenderError {
 ///
 /// # Errors
 /// See [`RenderError`].
-pub async fn addons(ctx: &Context, sub: &Subscription, prepared: &PreparedRelease, c: &ClusterConfig) -> Result<RenderedAddons, RenderError> {
+pub async fn addons(
+    ctx: &Context,
+    sub: &Subscription,
+    prepared: &PreparedRelease,
+    c: &ClusterConfig,
+) -> Result<RenderedAddons, RenderError> {
     let work = ctx.work_dir().map_err(RenderError::WorkDir)?.to_path_buf();
     let helm = ctx.helm().await.map_err(RenderError::Helm)?;
     let layout = ctx.layout(sub, prepared).await.map_err(RenderError::Release)?;
@@ -72,7 +77,12 @@ pub async fn addons(ctx: &Context, sub: &Subscription, prepared: &PreparedReleas
 ///
 /// # Errors
 /// See [`RenderError`].
-pub async fn cluster_class(ctx: &Context, sub: &Subscription, prepared: &PreparedRelease, namespace: &str) -> Result<Vec<Object>, RenderError> {
+pub async fn cluster_class(
+    ctx: &Context,
+    sub: &Subscription,
+    prepared: &PreparedRelease,
+    namespace: &str,
+) -> Result<Vec<Object>, RenderError> {
     let helm = ctx.helm().await.map_err(RenderError::Helm)?;
     let layout = ctx.layout(sub, prepared).await.map_err(RenderError::Release)?;
     layout.render_cluster_class(&helm, namespace).await.map_err(RenderError::Render)

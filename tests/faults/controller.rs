@@ -156,3 +156,19 @@ async fn a_moved_tag_left_ready_and_exit_0() {
     assert_eq!(cs["status"]["appliedRelease"]["commit"], original.as_str(), "the verified commit stays applied");
     assert_eq!(env.configmap(0, "addon-alpha").await.unwrap().data.unwrap()["cluster"], "alpha");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_cluster_sync_orphaned_objects_silently() {
+    let env = Env::new(1).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = env.config("", "", "");
+    assert_exit(&run_once(&config).await, 0);
+    let syncs: Api<stacksync::status::crd::ClusterSync> = Api::namespaced(env.mgmt(), NS);
+    syncs.delete("alpha", &Default::default()).await.unwrap();
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert!(stderr(&o).contains("the inventory was lost"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("ferrol.team-a.alpha"), "the warning names the owner label value: {}", stderr(&o));
+}

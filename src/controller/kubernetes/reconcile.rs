@@ -259,6 +259,18 @@ async fn apply_release(
             short(&rel.commit)
         );
     }
+    if prev.inventory.is_empty()
+        && result.changes.entries.iter().any(|e| e.action == crate::apply::Action::Unchanged && e.is_release_object())
+    {
+        // Objects already in place with our owner label, yet no inventory: the ClusterSync was
+        // deleted (or lost). What this release has is adopted again; what an older release had
+        // and this one dropped is not known any more, so it is not pruned. Say so.
+        warn!(
+            cluster = %label,
+            owner = %crate::apply::ssa::owner_label_value(&owner_id(sub, c)),
+            "the ClusterSync had no inventory but this release's objects were already in place: the inventory was lost; objects an earlier release dropped are not pruned (find them by the label stacksync.io/owner)"
+        );
+    }
     let failed: Vec<&crate::apply::ObjectRef> =
         result.changes.entries.iter().filter(|e| e.action == crate::apply::Action::Failed).map(|e| &e.object).collect();
     if st.reason == Reason::NotSynced && !failed.is_empty() && failed.iter().all(|o| result.transient.contains(o)) {
