@@ -172,3 +172,29 @@ async fn a_deleted_cluster_sync_orphaned_objects_silently() {
     assert!(stderr(&o).contains("the inventory was lost"), "{}", stderr(&o));
     assert!(stderr(&o).contains("ferrol.team-a.alpha"), "the warning names the owner label value: {}", stderr(&o));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_watches_and_a_failing_management_api_stopped_the_controller() {
+    let env = Env::new(2).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let daemon = Daemon::start(&env.config("", "    requestTimeout: 2s\n", ""), env.dir.path().join("daemon.log"));
+    daemon
+        .eventually("alpha Ready", Duration::from_secs(30), async || env.ready_reason("alpha").await.is_some_and(|(s, _)| s == "True"))
+        .await;
+    // Every watch is cut, and for a while every request fails.
+    env.mgmt.faults().add(FaultRule::new().status(500).times(40));
+    env.mgmt.faults().cut_watches();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    env.mgmt.faults().clear();
+    // The watches come back by themselves: a new Cluster is synced within seconds.
+    env.add_cluster("beta", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("beta", 1).await;
+    daemon
+        .eventually("beta Ready after the watches were cut", Duration::from_secs(30), async || {
+            env.ready_reason("beta").await.is_some_and(|(s, _)| s == "True")
+        })
+        .await;
+    daemon.stop().await;
+}
