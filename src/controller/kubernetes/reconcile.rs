@@ -296,7 +296,8 @@ async fn apply_release(
     {
         // Applied as the SCS operator would, but said where a user looks.
         let more = if warnings.len() > 1 { format!(" (and {} more)", warnings.len() - 1) } else { String::new() };
-        st.message.push_str(&format!("; values template warning: {first}{more}"));
+        let sep = if st.message.is_empty() { "" } else { "; " };
+        st.message.push_str(&format!("{sep}values template warning: {first}{more}"));
     }
     info!(ready = st.ready, "synced: {}", result.changes.summary());
     if sub.format == Format::Manifests {
