@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use stacksync::config::{Config, Target};
 use stacksync::controller::{self, Context as Ctx, PassReport, kubernetes};
 use stacksync::release::short;
-use stacksync::runtime::{daemon, logging};
+use stacksync::runtime::{admin, daemon, logging};
 
 /// Exit code for an invalid config file.
 const EXIT_CONFIG: u8 = 2;
@@ -38,6 +38,10 @@ enum Command {
         /// Clusters reconciled at once (Kubernetes target).
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=1024))]
         concurrency: u16,
+        /// Where `/healthz`, `/readyz`, `/metrics` and the push webhooks listen (`[host]:port`);
+        /// `0` turns the listener off. The bound address is logged (`admin listener`).
+        #[arg(long, value_name = "ADDR", default_value = ":8080")]
+        admin_addr: String,
     },
     /// Ask the running controller to reconcile a Cluster now (Kubernetes target): sets
     /// `stacksync.io/reconcile-requested-at` on its ClusterSync.
@@ -106,7 +110,7 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             }
             Err(code) => code,
         }),
-        Command::Run { config, once, concurrency } => {
+        Command::Run { config, once, concurrency, admin_addr } => {
             let cfg = match load(&config) {
                 Ok(c) => c,
                 Err(code) => return Ok(code),
@@ -124,7 +128,17 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
                 };
                 return Ok(summarise(&report));
             }
-            runtime.block_on(daemon::run(config, cfg, concurrency, shutdown_signal())).context("watching the config file")?;
+            let mut options = daemon::Options::new(concurrency);
+            if let Some(addr) = admin::parse_addr(&admin_addr)? {
+                let listener = runtime.block_on(admin::bind(addr))?;
+                let bound = listener.local_addr().context("reading the admin listener's address")?;
+                tracing::info!(addr = %bound, "admin listener");
+                let (state, triggers) = admin::Admin::new(cfg.clone());
+                runtime.spawn(admin::serve(listener, state.clone()));
+                options.admin = Some(state);
+                options.triggers = triggers;
+            }
+            runtime.block_on(daemon::run(config, cfg, options, shutdown_signal())).context("watching the config file")?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Reconcile { config, cluster } => {

@@ -5,9 +5,11 @@
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
@@ -15,10 +17,35 @@ use crate::config::watch::ConfigWatcher;
 use crate::config::{self, Config, Target};
 use crate::controller::poller::Pollers;
 use crate::controller::{self, Context, kubernetes};
+use crate::runtime::admin::Admin;
 use crate::schedule::Queue;
 
 /// How long in-flight reconciles get to finish after SIGTERM.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// What the daemon is given besides its config.
+pub struct Options {
+    /// Clusters reconciled at once (Kubernetes target).
+    pub concurrency: u16,
+    /// The admin listener, when it listens: told of every reload (its webhooks read the config
+    /// in force).
+    pub admin: Option<Arc<Admin>>,
+    /// Sources to poll now (webhook deliveries).
+    pub triggers: mpsc::Receiver<String>,
+}
+
+impl Options {
+    /// No admin listener, nothing but the schedule triggers polls.
+    pub fn new(concurrency: u16) -> Options {
+        Options { concurrency, admin: None, triggers: mpsc::channel(1).1 }
+    }
+
+    fn reloaded(&self, config: &Config) {
+        if let Some(admin) = &self.admin {
+            admin.set_config(config.clone());
+        }
+    }
+}
 
 /// Runs until `shutdown` completes. The Kubernetes target runs as a controller (source pollers
 /// and a per-Cluster reconciler, see [`run_kubernetes`]); the directory target passes over its
@@ -26,10 +53,10 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 ///
 /// # Errors
 /// Only when the config file's directory cannot be watched at start-up.
-pub async fn run(path: PathBuf, initial: Config, concurrency: u16, shutdown: impl Future<Output = ()>) -> notify::Result<()> {
+pub async fn run(path: PathBuf, initial: Config, options: Options, shutdown: impl Future<Output = ()>) -> notify::Result<()> {
     match initial.target {
-        Target::Kubernetes(_) => run_kubernetes(path, initial, concurrency, shutdown).await,
-        Target::Directory(_) => run_directory(path, initial, shutdown).await,
+        Target::Kubernetes(_) => run_kubernetes(path, initial, options, shutdown).await,
+        Target::Directory(_) => run_directory(path, initial, options, shutdown).await,
     }
 }
 
@@ -46,7 +73,13 @@ fn idle() -> ControllerTask {
 ///
 /// # Errors
 /// Only when the config file's directory cannot be watched at start-up.
-pub async fn run_kubernetes(path: PathBuf, initial: Config, concurrency: u16, shutdown: impl Future<Output = ()>) -> notify::Result<()> {
+pub async fn run_kubernetes(
+    path: PathBuf,
+    initial: Config,
+    mut options: Options,
+    shutdown: impl Future<Output = ()>,
+) -> notify::Result<()> {
+    let concurrency = options.concurrency;
     let mut watcher = ConfigWatcher::new(&path)?;
     let mut config = initial;
     let mut last_text = crate::config::read_bounded(&path).unwrap_or_default();
@@ -90,6 +123,7 @@ pub async fn run_kubernetes(path: PathBuf, initial: Config, concurrency: u16, sh
                     }
                     controller = idle();
                 }
+                Some(source) = options.triggers.recv() => pollers.trigger(&source),
                 Some(()) = watcher.changed() => {
                     let Some(new) = reload(&path, &config, &mut last_text) else { continue };
                     let rebuild = ctx.is_none() || new.cache != config.cache || new.target != config.target || new.helm != config.helm;
@@ -103,6 +137,7 @@ pub async fn run_kubernetes(path: PathBuf, initial: Config, concurrency: u16, sh
                         .map(|s| s.name.clone())
                         .collect();
                     config = new;
+                    options.reloaded(&config);
                     if rebuild {
                         break;
                     }
@@ -126,7 +161,7 @@ pub async fn run_kubernetes(path: PathBuf, initial: Config, concurrency: u16, sh
 ///
 /// # Errors
 /// Only when the config file's directory cannot be watched at start-up.
-pub async fn run_directory(path: PathBuf, initial: Config, shutdown: impl Future<Output = ()>) -> notify::Result<()> {
+pub async fn run_directory(path: PathBuf, initial: Config, mut options: Options, shutdown: impl Future<Output = ()>) -> notify::Result<()> {
     let mut watcher = ConfigWatcher::new(&path)?;
     let mut config = initial;
     let mut last_text = crate::config::read_bounded(&path).unwrap_or_default();
@@ -143,6 +178,12 @@ pub async fn run_directory(path: PathBuf, initial: Config, shutdown: impl Future
                 info!("shutting down");
                 return Ok(());
             }
+            Some(source) = options.triggers.recv() => {
+                let now = Instant::now();
+                for sub in config.subscriptions.iter().filter(|s| s.source == source) {
+                    queue.trigger(&sub.name, now);
+                }
+            }
             Some(()) = watcher.changed() => {
                 if let Some(new) = reload(&path, &config, &mut last_text) {
                     let now = Instant::now();
@@ -157,6 +198,7 @@ pub async fn run_directory(path: PathBuf, initial: Config, shutdown: impl Future
                         }
                     }
                     config = new;
+                    options.reloaded(&config);
                 }
             }
             () = sleep_until(queue.next_due()) => {
@@ -173,6 +215,7 @@ pub async fn run_directory(path: PathBuf, initial: Config, shutdown: impl Future
                     };
                     match result {
                         Ok(report) => {
+                            crate::telemetry::readiness().set_synced(true);
                             let ready = report.clusters.iter().filter(|c| c.status.ready).count();
                             info!(subscriptions = due.len(), clusters = report.clusters.len(), ready, "pass complete");
                         }

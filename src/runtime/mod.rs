@@ -1,5 +1,7 @@
 //! Runtime: logging set-up and the daemon loop that ties the scheduler, hot reload and passes
 //! together until SIGTERM.
 
+pub mod admin;
 pub mod daemon;
 pub mod logging;
+pub mod webhook;

@@ -30,7 +30,10 @@ const DEBOUNCE: Duration = Duration::from_millis(300);
 
 async fn reconcile_fn(obj: Arc<DynamicObject>, kube: Arc<Kube>) -> Result<Action, Error> {
     let Some(key) = key_of(&obj) else { return Ok(Action::await_change()) };
-    match reconcile::reconcile(&kube, &obj).await? {
+    let started = std::time::Instant::now();
+    let result = reconcile::reconcile(&kube, &obj).await;
+    super::telemetry::reconciled(&key, result.as_ref(), started.elapsed());
+    match result? {
         None => Ok(Action::await_change()),
         Some(r) => {
             if r.outcome.is_ok() {
@@ -74,6 +77,8 @@ pub async fn run(ctx: Arc<Context>, concurrency: u16, shutdown: impl Future<Outp
             }
         }
     };
+    // A rebuilt controller lists every Cluster again before it is ready.
+    crate::telemetry::readiness().set_synced(false);
     let ar = kube.clusters.clone();
     let clusters: Api<DynamicObject> = Api::all_with(kube.mgmt.clone(), &ar);
     let writer = Writer::<DynamicObject>::new(ar.clone());
@@ -85,7 +90,10 @@ pub async fn run(ctx: Arc<Context>, concurrency: u16, shutdown: impl Future<Outp
         .inspect(move |event| {
             let seen = match event {
                 Ok(watcher::Event::Delete(obj)) => key_of(obj).map(Seen::Gone),
-                Ok(watcher::Event::InitDone) => Some(Seen::Listed),
+                Ok(watcher::Event::InitDone) => {
+                    crate::telemetry::readiness().set_synced(true);
+                    Some(Seen::Listed)
+                }
                 _ => None,
             };
             if let Some(seen) = seen {
@@ -170,6 +178,7 @@ async fn housekeeping(
             event = seen.recv() => match event {
                 Some(Seen::Gone(key)) => {
                     debug!(cluster = %key, "Cluster deleted");
+                    crate::telemetry::metrics().forget_cluster(&key.to_string());
                     forget(&kube, &key).await;
                     continue;
                 }
