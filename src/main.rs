@@ -11,6 +11,8 @@ use stacksync::controller::{self, Context as Ctx, PassReport, kubernetes};
 use stacksync::release::short;
 use stacksync::runtime::{admin, daemon, logging};
 
+/// How long blocking work still running after the daemon stopped (a Git fetch) may delay the exit.
+const SHUTDOWN_LEFTOVERS: std::time::Duration = std::time::Duration::from_secs(2);
 /// Exit code for an invalid config file.
 const EXIT_CONFIG: u8 = 2;
 /// Exit code when something is not synced (or a runtime failure).
@@ -138,7 +140,11 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
                 options.admin = Some(state);
                 options.triggers = triggers;
             }
-            runtime.block_on(daemon::run(config, cfg, options, shutdown_signal())).context("watching the config file")?;
+            let result = runtime.block_on(daemon::run(config, cfg, options, shutdown_signal()));
+            // A blocking fetch stuck on a silent server must not hold the exit: everything the
+            // daemon writes is atomic, so abandoning it leaves a consistent cache.
+            runtime.shutdown_timeout(SHUTDOWN_LEFTOVERS);
+            result.context("watching the config file")?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Reconcile { config, cluster } => {
