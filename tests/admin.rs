@@ -249,6 +249,21 @@ async fn a_signed_push_is_applied_within_seconds_and_forged_oversized_or_replaye
     let (status, _) = daemon.post("/hooks/generic/nosuch", &[("authorization", format!("Bearer {TOKEN}"))], Vec::new()).await;
     assert_eq!(status, 404);
 
+    // `kubectl describe clustersync alpha` has events: the applies, folded into one series.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.mgmt.client().expect("client"), NS);
+    let applied: Vec<_> = events
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Applied") && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("ClusterSync"))
+        .collect();
+    assert_eq!(applied.len(), 1, "{applied:?}");
+    assert_eq!(applied[0].reporting_controller.as_deref(), Some("stacksync.io/stacksync"));
+    assert!(applied[0].regarding.as_ref().and_then(|r| r.uid.as_ref()).is_some(), "{applied:?}");
+    assert!(applied[0].series.as_ref().is_some_and(|s| s.count >= 2), "{applied:?}");
+
     let (status, metrics) = daemon.get("/metrics").await;
     assert_eq!(status, 200);
     check_exposition(&metrics);

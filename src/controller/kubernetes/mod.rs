@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 mod classes;
+mod events;
 mod reconcile;
 mod render;
 mod run;
@@ -52,6 +53,8 @@ pub struct Kube {
     /// Failed reconciles in a row, by Cluster: the backoff's attempt number.
     attempts: Mutex<HashMap<ClusterKey, u32>>,
     classes: classes::Classes,
+    /// Kubernetes Events on ClusterSyncs and StackReleases.
+    events: events::Events,
 }
 
 impl Kube {
@@ -69,11 +72,12 @@ impl Kube {
         tracing::info!(version = %clusters.version, "Cluster API found");
         Ok(Arc::new(Kube {
             ctx,
-            mgmt,
             clusters,
             clients: Mutex::new(HashMap::new()),
             attempts: Mutex::new(HashMap::new()),
             classes: classes::Classes::default(),
+            events: events::Events::new(mgmt.clone()),
+            mgmt,
         }))
     }
 
