@@ -44,6 +44,20 @@ enum Command {
         /// `0` turns the listener off. The bound address is logged (`admin listener`).
         #[arg(long, value_name = "ADDR", default_value = ":8080")]
         admin_addr: String,
+        /// Leader election on a coordination.k8s.io Lease (Kubernetes target): only the holder
+        /// writes; other replicas stand by with warm caches.
+        #[arg(long)]
+        leader_elect: bool,
+        /// The Lease's namespace (default: the management client's, in a pod its own).
+        #[arg(long, value_name = "NAMESPACE", requires = "leader_elect")]
+        lease_namespace: Option<String>,
+        /// How long the Lease holds without renewal: a dead leader is replaced within this.
+        #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_lease_duration)]
+        lease_duration: std::time::Duration,
+        /// Reconcile only Clusters labelled `stacksync.io/shard=<NAME>` (with --leader-elect,
+        /// one Lease per shard: `stacksync-<NAME>`).
+        #[arg(long, value_name = "NAME", value_parser = parse_shard)]
+        shard: Option<String>,
     },
     /// Ask the running controller to reconcile a Cluster now (Kubernetes target): sets
     /// `stacksync.io/reconcile-requested-at` on its ClusterSync.
@@ -112,7 +126,7 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             }
             Err(code) => code,
         }),
-        Command::Run { config, once, concurrency, admin_addr } => {
+        Command::Run { config, once, concurrency, admin_addr, leader_elect, lease_namespace, lease_duration, shard } => {
             let cfg = match load(&config) {
                 Ok(c) => c,
                 Err(code) => return Ok(code),
@@ -131,6 +145,8 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
                 return Ok(summarise(&report));
             }
             let mut options = daemon::Options::new(concurrency);
+            options.shard = shard;
+            options.election = leader_elect.then_some(daemon::ElectionOptions { namespace: lease_namespace, duration: lease_duration });
             if let Some(addr) = admin::parse_addr(&admin_addr)? {
                 let listener = runtime.block_on(admin::bind(addr))?;
                 let bound = listener.local_addr().context("reading the admin listener's address")?;
@@ -210,6 +226,24 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             Ok(if report.all_synced() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_NOT_SYNCED) })
         }
     }
+}
+
+fn parse_lease_duration(text: &str) -> Result<std::time::Duration, String> {
+    let d = stacksync::schedule::parse_duration(text)?;
+    if d < std::time::Duration::from_secs(2) || d > std::time::Duration::from_secs(300) {
+        return Err(format!("{text}: expected a duration from 2s to 5m"));
+    }
+    Ok(d)
+}
+
+/// A shard name is a label value: at most 63 characters of `[a-z0-9-]`, alphanumeric at both ends.
+fn parse_shard(text: &str) -> Result<String, String> {
+    let ok = !text.is_empty()
+        && text.len() <= 63
+        && text.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !text.starts_with('-')
+        && !text.ends_with('-');
+    if ok { Ok(text.to_owned()) } else { Err(format!("`{text}`: expected a DNS label (a-z, 0-9, `-`; at most 63)")) }
 }
 
 /// When a subscription renders cluster stacks, finds helm and logs its version; a missing helm

@@ -3,5 +3,6 @@
 
 pub mod admin;
 pub mod daemon;
+pub mod election;
 pub mod logging;
 pub mod webhook;

@@ -26,7 +26,7 @@ mod status;
 mod telemetry;
 
 pub use render::render;
-pub use run::{pass, request_reconcile, run};
+pub use run::{SHARD_LABEL, pass, request_reconcile, run};
 
 use super::{Context, Error};
 use crate::apply::ssa::{self, Stage};
