@@ -68,6 +68,16 @@ enum Command {
         #[arg(value_name = "NAMESPACE/NAME")]
         cluster: String,
     },
+    /// Show what the next sync would change, without changing anything: per Cluster (Kubernetes
+    /// target: server-side dry-runs) or per file (directory target), as unified diffs. Exit 0:
+    /// nothing would change; 1: something would; 2: an error (as `flux diff`).
+    Diff {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// Only this Cluster, as `<namespace>/<name>` (Kubernetes target).
+        #[arg(long, value_name = "NAMESPACE/NAME")]
+        cluster: Option<String>,
+    },
     /// Validate a config file and print every error found.
     CheckConfig {
         #[arg(value_name = "FILE")]
@@ -178,6 +188,23 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             println!("reconcile of {key} requested at {at}");
             Ok(ExitCode::SUCCESS)
         }
+        Command::Diff { config, cluster } => {
+            let cfg = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return Ok(code),
+            };
+            if check_helm(&runtime, &cfg).is_err() {
+                return Ok(ExitCode::from(EXIT_DIFF_ERROR));
+            }
+            Ok(match runtime.block_on(diff(cfg, cluster.as_deref())) {
+                Ok(true) => ExitCode::from(EXIT_DIFF_CHANGES),
+                Ok(false) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(EXIT_DIFF_ERROR)
+                }
+            })
+        }
         Command::Fetch { config } => {
             let cfg = match load(&config) {
                 Ok(c) => c,
@@ -265,6 +292,72 @@ fn check_helm(runtime: &tokio::runtime::Runtime, config: &Config) -> Result<(), 
 }
 
 /// Loads the config, printing every error; the exit code is 2 when it is invalid.
+/// `stacksync diff` exit codes (those of `flux diff`).
+const EXIT_DIFF_CHANGES: u8 = 1;
+const EXIT_DIFF_ERROR: u8 = 2;
+
+/// Prints what the next sync would change. `Ok(true)`: something would; an error when a
+/// Cluster or file could not be previewed (after printing everything that could).
+async fn diff(cfg: Config, cluster: Option<&str>) -> anyhow::Result<bool> {
+    let mut changes = false;
+    let mut errors = Vec::new();
+    match cfg.target.clone() {
+        Target::Directory(dir) => {
+            if cluster.is_some() {
+                anyhow::bail!("--cluster is for a Kubernetes target; a directory target is diffed whole");
+            }
+            let (files, failures) = controller::dirdiff::diff_directory(&cfg, &dir).await.map_err(anyhow::Error::msg)?;
+            for f in &files {
+                println!("{} {}", f.change, f.path.display());
+                print!("{}", f.diff);
+            }
+            changes = !files.is_empty();
+            errors.extend(failures);
+        }
+        Target::Kubernetes(_) => {
+            let only = match cluster {
+                Some(c) => {
+                    let (ns, name) = c.split_once('/').ok_or_else(|| anyhow::anyhow!("expected <namespace>/<name>, found `{c}`"))?;
+                    Some(stacksync::model::ClusterKey::new(ns, name))
+                }
+                None => None,
+            };
+            let ctx = Ctx::new(cfg).context("opening the cache")?;
+            for d in kubernetes::diff(ctx, only.as_ref()).await? {
+                let release = match (&d.applied, &d.release) {
+                    (Some(a), Some(r)) if a != r => format!(" (release {a} -> {r})"),
+                    (_, Some(r)) => format!(" (release {r})"),
+                    _ => String::new(),
+                };
+                if let Some(e) = &d.error {
+                    println!("{}{release}: ERROR: {e}", d.cluster);
+                    errors.push(format!("{}: {e}", d.cluster));
+                    continue;
+                }
+                let Some(p) = &d.preview else { continue };
+                if p.is_clean() {
+                    println!("{}{release}: no changes", d.cluster);
+                    continue;
+                }
+                println!("{}{release}: {} changes", d.cluster, p.changes.len());
+                for c in &p.changes {
+                    println!("{} {}", c.change, c.object);
+                    print!("{}", c.diff);
+                }
+                for (object, message) in &p.failures {
+                    println!("ERROR {object}: {message}");
+                    errors.push(format!("{}: {object}: {message}", d.cluster));
+                }
+                changes |= !p.changes.is_empty();
+            }
+        }
+    }
+    if !errors.is_empty() {
+        anyhow::bail!("{} could not be previewed:\n  {}", errors.len(), errors.join("\n  "));
+    }
+    Ok(changes)
+}
+
 fn load(path: &Path) -> Result<Config, ExitCode> {
     Config::load(path).map_err(|errors| {
         for e in &errors.0 {

@@ -567,6 +567,15 @@ async fn a_kubectl_patch_is_taken_back_and_another_controller_is_a_conflict() {
     common::assert_exit(&o, 0);
     assert_eq!(env.configmap(0, "addon-alpha").await.expect("cm").data.unwrap_or_default()["cluster"], "alpha");
     assert!(common::stderr(&o).contains("taken back"), "{}", common::stderr(&o));
+    // `kubectl edit`: a whole-object update (PUT) under its own manager; taken back as well.
+    let mut edited = cms.get("addon-alpha").await.expect("get");
+    edited.data.get_or_insert_with(Default::default).insert("cluster".into(), "edited".into());
+    let pp = kube::api::PostParams { field_manager: Some("kubectl-edit".into()), ..Default::default() };
+    cms.replace("addon-alpha", &pp, &edited).await.expect("replace");
+    let o = common::run_once(&config).await;
+    common::assert_exit(&o, 0);
+    assert_eq!(env.configmap(0, "addon-alpha").await.expect("cm").data.unwrap_or_default()["cluster"], "alpha");
+    assert!(common::stderr(&o).contains("kubectl-edit"), "{}", common::stderr(&o));
     // Another controller's field manager: a conflict, reported.
     let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "addon-alpha"}, "data": {"cluster": "mine"}});
     cms.patch("addon-alpha", &PatchParams::apply("some-operator").force(), &Patch::Apply(theirs)).await.expect("apply");

@@ -55,7 +55,7 @@ pub(super) async fn sync(
         };
         let (tree, path, release, dir) = (p.tree.clone(), sub.path.clone(), p.release.clone(), work.path().join(format!("release-{i}")));
         let loaded = match tokio::task::spawn_blocking(move || Layout::load(&tree, &path, &release, &dir)).await {
-            Ok(r) => r,
+            Ok(r) => r.map(|l| Layout { template_options: config.templates, ..l }),
             Err(join) => Err(Errors(vec![Error::Release { file: sub.path.clone(), message: format!("load task failed: {join}") }])),
         };
         match &loaded {

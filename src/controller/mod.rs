@@ -7,6 +7,7 @@ use std::time::Duration;
 
 pub mod clusterstack;
 mod context;
+pub mod dirdiff;
 pub mod error;
 mod fetch;
 pub mod kubernetes;
@@ -248,6 +249,9 @@ pub async fn render_to(config: &Config, out: &std::path::Path) -> cache::Result<
         }
         report.clusters.extend(sync_subscription(&target, sub, &prepared, report.source_errors.get(&sub.source), false));
     }
-    report.clusters.extend(clusterstack::sync(config, &target, &staged, false).await);
+    if !staged.is_empty() {
+        // Manifests alone need no helm: do not look for it (nor complain that it is missing).
+        report.clusters.extend(clusterstack::sync(config, &target, &staged, false).await);
+    }
     Ok(report)
 }

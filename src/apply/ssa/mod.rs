@@ -8,6 +8,8 @@ mod error;
 mod inventory;
 pub mod names;
 mod object;
+mod preview;
+pub mod unified;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -21,6 +23,7 @@ use sha2::{Digest, Sha256};
 
 pub use error::Error;
 pub use inventory::{Inventory, InventoryEntry, ParseEntryError};
+pub use preview::{Planned, PlannedChange, Preview};
 
 use discovery::{DiscoveryCache, Unresolved};
 use inventory::{Key, PruneLimits, PrunePlan};

@@ -327,6 +327,6 @@ fn release_changed(t: &Target<'_>) -> bool {
     t.previous_digest.as_deref() != Some(t.inventory.digest.as_str())
 }
 
-fn to_value(o: &DynamicObject) -> Value {
+pub(super) fn to_value(o: &DynamicObject) -> Value {
     serde_json::to_value(o).unwrap_or(Value::Null)
 }

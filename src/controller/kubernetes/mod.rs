@@ -18,13 +18,16 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 mod classes;
+mod diff;
 mod events;
 mod reconcile;
 mod render;
+mod rollup;
 mod run;
 mod status;
 mod telemetry;
 
+pub use diff::{ClusterDiff, diff};
 pub use render::render;
 pub use run::{SHARD_LABEL, pass, request_reconcile, run};
 
@@ -276,9 +279,31 @@ fn unique_across_stages(stages: &[Stage]) -> Result<(), String> {
 
 /// The object a Cluster's reference points at: v1beta1 refs carry `apiVersion`, v1beta2 refs
 /// `apiGroup` (the served version is discovered). `None` when absent or unreadable.
+/// `c` with the live objects cluster-stack values templates read (`.Cluster`, `.ControlPlane`,
+/// `.InfraCluster`); objects written in the config win.
+pub(super) async fn with_live_objects(mgmt: &kube::Client, obj: &DynamicObject, mut c: ClusterConfig) -> ClusterConfig {
+    let ns = obj.metadata.namespace.clone().unwrap_or_default();
+    if c.objects.cluster.is_none() {
+        c.objects.cluster = serde_json::to_value(obj).ok();
+    }
+    if c.objects.control_plane.is_none() {
+        c.objects.control_plane = referenced(mgmt, &ns, &obj.data["spec"]["controlPlaneRef"]).await;
+    }
+    if c.objects.infra_cluster.is_none() {
+        c.objects.infra_cluster = referenced(mgmt, &ns, &obj.data["spec"]["infrastructureRef"]).await;
+    }
+    c
+}
+
 async fn referenced(mgmt: &kube::Client, ns: &str, r: &Value) -> Option<Value> {
     let kind = r["kind"].as_str()?;
     let name = r["name"].as_str()?;
+    let namespace = r["namespace"].as_str().unwrap_or(ns);
+    // A reference is user input that becomes a URL path: only valid names are looked up.
+    if let Err(e) = crate::apply::ssa::names::check_name(name).and_then(|()| crate::apply::ssa::names::check_namespace(namespace)) {
+        tracing::warn!(kind, "ignoring a reference with an invalid name: {e}");
+        return None;
+    }
     let (res, _) = match (r["apiVersion"].as_str(), r["apiGroup"].as_str()) {
         (Some(api_version), _) => {
             let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
@@ -287,7 +312,7 @@ async fn referenced(mgmt: &kube::Client, ns: &str, r: &Value) -> Option<Value> {
         (None, Some(group)) => kube::discovery::group(mgmt, group).await.ok()?.recommended_kind(kind)?,
         _ => return None,
     };
-    let api: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), r["namespace"].as_str().unwrap_or(ns), &res);
+    let api: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), namespace, &res);
     api.get_opt(name).await.ok().flatten().and_then(|o| serde_json::to_value(o).ok())
 }
 

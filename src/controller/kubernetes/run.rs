@@ -124,7 +124,11 @@ pub async fn run(
         Some(((), rx))
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let housekeeping = tokio::spawn(housekeeping(kube.clone(), reader.clone(), shard.is_some(), seen_rx, stop_rx));
+    let housekeeping = tokio::spawn(housekeeping(kube.clone(), reader.clone(), shard.is_some(), seen_rx, stop_rx.clone()));
+    let rollup = {
+        let kube = kube.clone();
+        tokio::spawn(async move { super::rollup::run(&kube, stop_rx).await })
+    };
 
     info!(concurrency, "reconciling Clusters");
     Controller::for_stream_with(stream, reader, ar.clone())
@@ -148,6 +152,7 @@ pub async fn run(
         .await;
     let _ = stop_tx.send(true);
     let _ = housekeeping.await;
+    let _ = rollup.await;
     info!("controller stopped");
     Ok(())
 }
@@ -365,6 +370,7 @@ pub async fn pass(ctx: Arc<Context>, concurrency: usize) -> PassReport {
     let referenced: BTreeSet<String> = clusters.iter().filter_map(|c| topology_class(&c.data)).collect();
     kube.classes.prune(&kube, &referenced).await;
     collect_garbage(&kube, &referenced).await;
+    super::rollup::once(&kube).await;
     report
 }
 

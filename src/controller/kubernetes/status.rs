@@ -271,6 +271,7 @@ pub(super) async fn record_release(
             "Selected".into()
         },
         conditions: Vec::new(),
+        clusters: None,
         entries: class
             .map(|c| c.changes.entries.iter().filter(|e| !e.is_synced()).take(MAX_ENTRIES).map(|e| entry(e, &[], &now())).collect())
             .unwrap_or_default(),
@@ -298,7 +299,10 @@ pub(super) async fn record_release(
     let unverified = assets.iter().filter(|a| a.verified_by == crate::source::github::verify::VerifiedBy::Unverified).count();
     let evs = super::events::for_stack_release(&rel.tag, current.is_none(), unverified, newly_failed);
     events.stack_release(&name, uid, evs).await;
-    if old_status == Some(status.clone()) {
+    // `conditions` and `clusters` belong to the roll-up (its own field manager): not compared,
+    // not written here.
+    let unchanged = old_status.is_some_and(|c| StackReleaseStatus { conditions: Vec::new(), clusters: None, ..c } == status);
+    if unchanged {
         return;
     }
     let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": {"name": name}, "status": status});
