@@ -11,6 +11,10 @@ use stacksync::controller::{self, Context as Ctx, PassReport, kubernetes};
 use stacksync::release::short;
 use stacksync::runtime::{admin, daemon, logging};
 
+/// `--version`: the crate version, the commit and the build date (build.rs).
+const VERSION: &str =
+    concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("STACKSYNC_COMMIT"), ", built ", env!("STACKSYNC_BUILD_DATE"), ")");
+
 /// How long blocking work still running after the daemon stopped (a Git fetch) may delay the exit.
 const SHUTDOWN_LEFTOVERS: std::time::Duration = std::time::Duration::from_secs(2);
 /// Exit code for an invalid config file.
@@ -19,7 +23,7 @@ const EXIT_CONFIG: u8 = 2;
 const EXIT_NOT_SYNCED: u8 = 1;
 
 #[derive(Parser)]
-#[command(name = "stacksync", version, about = "Keeps Cluster API clusters on the cluster-stack releases they subscribe to")]
+#[command(name = "stacksync", version = VERSION, about = "Keeps Cluster API clusters on the cluster-stack releases they subscribe to")]
 struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value = "text")]
@@ -105,12 +109,23 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let args: Vec<String> = std::env::args().collect();
+            if e.use_stderr() && logging::json_requested(&args) {
+                logging::init(logging::LogFormat::Json);
+                logging::error_line(e.render().to_string().trim_end());
+                return ExitCode::from(EXIT_CONFIG);
+            }
+            e.exit()
+        }
+    };
     logging::init(cli.log_format);
     match real_main(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            logging::error_line(&format!("error: {e:#}"));
             ExitCode::from(EXIT_NOT_SYNCED)
         }
     }
@@ -179,7 +194,7 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
                 Err(code) => return Ok(code),
             };
             let Some((namespace, name)) = cluster.split_once('/') else {
-                eprintln!("error: expected <namespace>/<name>, found `{cluster}`");
+                logging::error_line(&format!("error: expected <namespace>/<name>, found `{cluster}`"));
                 return Ok(ExitCode::from(EXIT_CONFIG));
             };
             let key = stacksync::model::ClusterKey::new(namespace, name);
@@ -200,7 +215,7 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
                 Ok(true) => ExitCode::from(EXIT_DIFF_CHANGES),
                 Ok(false) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("error: {e:#}");
+                    logging::error_line(&format!("error: {e:#}"));
                     ExitCode::from(EXIT_DIFF_ERROR)
                 }
             })
@@ -285,7 +300,7 @@ fn check_helm(runtime: &tokio::runtime::Runtime, config: &Config) -> Result<(), 
             Ok(())
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            logging::error_line(&format!("error: {e}"));
             Err(ExitCode::from(EXIT_NOT_SYNCED))
         }
     }
@@ -361,9 +376,13 @@ async fn diff(cfg: Config, cluster: Option<&str>) -> anyhow::Result<bool> {
 fn load(path: &Path) -> Result<Config, ExitCode> {
     Config::load(path).map_err(|errors| {
         for e in &errors.0 {
-            eprintln!("{e}");
+            if logging::is_json() {
+                tracing::error!(file = %e.file.display(), line = e.line, column = e.col, field = %e.field, "invalid config: {}", e.message);
+            } else {
+                eprintln!("{e}");
+            }
         }
-        eprintln!("{}: {} error(s); config is invalid", path.display(), errors.0.len());
+        logging::error_line(&format!("{}: {} error(s); config is invalid", path.display(), errors.0.len()));
         ExitCode::from(EXIT_CONFIG)
     })
 }
@@ -457,14 +476,14 @@ async fn shutdown_signal() {
     // The first signal starts a graceful stop; a second one ends the process at once.
     tokio::spawn(async {
         let _ = tokio::signal::ctrl_c().await;
-        eprintln!("second signal: exiting now");
+        logging::error_line("second signal: exiting now");
         std::process::exit(130);
     });
     #[cfg(unix)]
     tokio::spawn(async {
         if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             s.recv().await;
-            eprintln!("second signal: exiting now");
+            logging::error_line("second signal: exiting now");
             std::process::exit(143);
         }
     });
