@@ -220,6 +220,8 @@ pub struct KubernetesTarget {
     pub resync: std::time::Duration,
     /// Field managers whose changes to fields stacksync owns are taken back (people with kubectl).
     pub take_back_from: Vec<String>,
+    /// How long one request to the management or a workload cluster may take (watches excepted).
+    pub request_timeout: std::time::Duration,
 }
 
 impl Default for KubernetesTarget {
@@ -233,6 +235,7 @@ impl Default for KubernetesTarget {
             not_ready_retry: target::DEFAULT_NOT_READY_RETRY,
             resync: target::DEFAULT_RESYNC,
             take_back_from: crate::model::HAND_MANAGERS.iter().map(|m| (*m).to_owned()).collect(),
+            request_timeout: target::DEFAULT_REQUEST_TIMEOUT,
         }
     }
 }

@@ -174,6 +174,15 @@ impl Context {
         (tags, known)
     }
 
+    /// Tags of a subscription's source that moved (or miss their pin) and were refused: tag ->
+    /// the commit the remote now claims.
+    pub async fn refused(&self, sub: &Subscription) -> BTreeMap<String, String> {
+        let config = self.config();
+        let Some(src) = config.source(&sub.source) else { return BTreeMap::new() };
+        let key = source_key(&src.name, &src.kind);
+        self.index.lock().await.sources.get(&key).map(|s| s.refused.clone()).unwrap_or_default()
+    }
+
     /// The release a subscription runs when nothing else decides (plain manifests, a Cluster
     /// without a topology class): the newest allowed, as `release::select` rules.
     ///
@@ -297,7 +306,7 @@ impl Context {
         let mut index = self.index.lock().await;
         let mut keep = fetch::releases_to_keep(&config, &index);
         keep.extend(in_use.iter().cloned());
-        crate::cache::gc::collect(&self.cache, &mut index, &keep);
+        crate::cache::gc::collect(&self.cache, &mut index, &keep, crate::source::github::materialise::referenced_blobs);
         self.save(&index);
     }
 

@@ -148,7 +148,7 @@ pub async fn pass_scoped(config: &Config, subs: Option<&[String]>, apply: bool) 
         report.clusters.extend(reports);
     }
     let keep = fetch::releases_to_keep(config, &index);
-    crate::cache::gc::collect(&cache, &mut index, &keep);
+    crate::cache::gc::collect(&cache, &mut index, &keep, crate::source::github::materialise::referenced_blobs);
     cache.save_index(&index)?;
     Ok(report)
 }

@@ -49,6 +49,9 @@ pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 pub struct Kube {
     pub ctx: Arc<Context>,
     pub mgmt: kube::Client,
+    /// The management cluster for watches (no per-request deadline: a watch is long and may be
+    /// quiet).
+    pub watch: kube::Client,
     /// `cluster.x-k8s.io` `Cluster` at the newest version the management cluster serves.
     pub clusters: ApiResource,
     /// Workload clients by Cluster, with the kubeconfig Secret's resourceVersion they came from.
@@ -71,10 +74,12 @@ impl Kube {
         let config = ctx.config();
         let k = target(&config);
         let mgmt = management_client(&k).await.map_err(Error::ManagementClient)?;
+        let watch = management_watch_client(&k).await.map_err(Error::ManagementClient)?;
         let clusters = cluster_resource(&mgmt).await?;
         tracing::info!(version = %clusters.version, "Cluster API found");
         Ok(Arc::new(Kube {
             ctx,
+            watch,
             clusters,
             clients: Mutex::new(HashMap::new()),
             attempts: Mutex::new(HashMap::new()),
@@ -118,7 +123,7 @@ impl Kube {
         {
             return Ok(client.clone());
         }
-        let client = workload_client(&c.namespace, &name, &secret).await?;
+        let client = workload_client(&c.namespace, &name, &secret, self.target().request_timeout).await?;
         self.clients.lock().unwrap_or_else(PoisonError::into_inner).insert(key, (version, client.clone()));
         Ok(client)
     }
@@ -164,15 +169,37 @@ pub(crate) fn kube_error(e: &kube::Error) -> String {
 /// # Errors
 /// The kubeconfig cannot be read or the client cannot be built.
 pub async fn management_client(k: &KubernetesTarget) -> Result<kube::Client, String> {
-    let config = match &k.kubeconfig {
+    let mut config = management_config(k).await?;
+    // Every request has a deadline: a frozen API server fails a reconcile, it never hangs it.
+    config.read_timeout = Some(k.request_timeout);
+    config.write_timeout = Some(k.request_timeout);
+    config.connect_timeout = Some(k.request_timeout.min(std::time::Duration::from_secs(10)));
+    // kube's default retry waits out 429/503 for minutes (15 attempts, up to 1000 s apart):
+    // a failed request fails the reconcile at once, and the controller retries it with its own
+    // jittered backoff, per Cluster, without holding a worker.
+    config.default_retry = false;
+    kube::Client::try_from(config).map_err(|e| format!("building the client: {e}"))
+}
+
+/// A client for the management cluster's watches: a watch is a long request (the server ends
+/// it after about five minutes) that may be silent for a while, so it keeps kube's own timeouts.
+///
+/// # Errors
+/// As [`management_client`].
+pub async fn management_watch_client(k: &KubernetesTarget) -> Result<kube::Client, String> {
+    let config = management_config(k).await?;
+    kube::Client::try_from(config).map_err(|e| format!("building the client: {e}"))
+}
+
+async fn management_config(k: &KubernetesTarget) -> Result<kube::Config, String> {
+    Ok(match &k.kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| format!("reading kubeconfig {}: {e}", path.display()))?;
             let opts = kube::config::KubeConfigOptions { context: k.context.clone(), ..Default::default() };
             kube::Config::from_custom_kubeconfig(kc, &opts).await.map_err(|e| format!("kubeconfig {}: {e}", path.display()))?
         }
         None => kube::Config::infer().await.map_err(|e| format!("no in-cluster config and no usable $KUBECONFIG: {e}"))?,
-    };
-    kube::Client::try_from(config).map_err(|e| format!("building the client: {e}"))
+    })
 }
 
 /// `cluster.x-k8s.io` `Cluster` at the newest version the management cluster serves. A server
@@ -245,6 +272,7 @@ async fn workload_client(
     namespace: &str,
     name: &str,
     secret: &k8s_openapi::api::core::v1::Secret,
+    timeout: std::time::Duration,
 ) -> Result<kube::Client, (Reason, String)> {
     let unusable = |why: &str| (Reason::ClusterUnreachable, format!("Secret {namespace}/{name}: key `value` {why}"));
     let bytes = secret.data.as_ref().and_then(|d| d.get("value")).map(|b| b.0.clone()).unwrap_or_default();
@@ -254,9 +282,12 @@ async fn workload_client(
     let text = String::from_utf8(bytes).map_err(|_| unusable("is not UTF-8 text"))?;
     let kc = kube::config::Kubeconfig::from_yaml(&text)
         .map_err(|_| unusable("is not a valid kubeconfig (YAML with clusters, users, contexts)"))?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .map_err(|_| unusable("is a kubeconfig stacksync cannot use (no current context, or a cluster or user it does not name)"))?;
+    config.read_timeout = Some(timeout);
+    config.write_timeout = Some(timeout);
+    config.connect_timeout = Some(timeout.min(std::time::Duration::from_secs(10)));
     kube::Client::try_from(config).map_err(|_| unusable("is a kubeconfig whose TLS settings or server URL cannot be used"))
 }
 

@@ -108,7 +108,10 @@ async fn reconcile_in(
                 Reason::Progressing => Action::requeue(HEALTH_RECHECK),
                 _ => Action::requeue(k.not_ready_retry.min(k.resync)),
             };
-            let quiet = matches!(done.status.reason, Reason::Paused | Reason::Suspended | Reason::Progressing | Reason::Unhealthy);
+            let quiet = matches!(
+                done.status.reason,
+                Reason::Paused | Reason::Suspended | Reason::Progressing | Reason::Unhealthy | Reason::TagRefused
+            );
             let failure = (!done.status.ready && !quiet).then(|| Fail::new(done.status.reason, done.status.message.clone(), true));
             (done.status, done.changes, done.crd, action, failure)
         }
@@ -245,6 +248,27 @@ async fn apply_release(
         st.reason = Reason::PrunePaused;
         st.message.clone_from(paused);
     }
+    if st.ready
+        && let Some(claimed) = kube.ctx.refused(sub).await.get(&rel.tag)
+    {
+        // What is applied is the verified commit, but the source no longer agrees: a person
+        // must decide (accept the move, fix the pin, or publish a new tag).
+        st.ready = false;
+        st.reason = Reason::TagRefused;
+        st.message = format!(
+            "tag {} now points at {} in source {}; refused, {} stays applied (set allowMovedTags, or fix the pin, to accept it)",
+            rel.tag,
+            short(claimed),
+            sub.source,
+            short(&rel.commit)
+        );
+    }
+    let failed: Vec<&crate::apply::ObjectRef> =
+        result.changes.entries.iter().filter(|e| e.action == crate::apply::Action::Failed).map(|e| &e.object).collect();
+    if st.reason == Reason::NotSynced && !failed.is_empty() && failed.iter().all(|o| result.transient.contains(o)) {
+        // Every failure may pass by itself: retried with backoff (Reconciling), not Stalled.
+        st.reason = Reason::TransientError;
+    }
     for (object, fields) in &result.drifted {
         warn!(cluster = %label, object = %object, fields = %fields.join(", "), "drifted (driftMode: warn; not corrected)");
     }
@@ -285,6 +309,7 @@ pub(super) fn apply_options(k: &KubernetesTarget, sub: &Subscription, c: &Cluste
         allow_empty_prune: k.allow_empty_prune,
         default_namespace: if sub.format == Format::ClusterStack { "kube-system".into() } else { "default".into() },
         take_back_from: k.take_back_from.clone(),
+        request_timeout: k.request_timeout,
         ..ApplyOptions::default()
     }
 }

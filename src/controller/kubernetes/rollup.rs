@@ -34,7 +34,7 @@ struct Tally {
 /// Recomputes the roll-up whenever a ClusterSync changes (at most once per [`SETTLE`]), until
 /// `stop` says so.
 pub(super) async fn run(kube: &Kube, mut stop: tokio::sync::watch::Receiver<bool>) {
-    let syncs: Api<ClusterSync> = Api::all(kube.mgmt.clone());
+    let syncs: Api<ClusterSync> = Api::all(kube.watch.clone());
     let mut changes = watcher(syncs, watcher::Config::default()).default_backoff().boxed();
     loop {
         tokio::select! {

@@ -89,7 +89,7 @@ pub async fn run(
     // A rebuilt controller lists every Cluster again before it is ready.
     crate::telemetry::readiness().set_synced(false);
     let ar = kube.clusters.clone();
-    let clusters: Api<DynamicObject> = Api::all_with(kube.mgmt.clone(), &ar);
+    let clusters: Api<DynamicObject> = Api::all_with(kube.watch.clone(), &ar);
     let writer = Writer::<DynamicObject>::new(ar.clone());
     let reader = writer.as_reader();
     let (seen_tx, seen_rx) = mpsc::unbounded_channel::<Seen>();
@@ -116,8 +116,8 @@ pub async fn run(
         })
         .touched_objects();
 
-    let secrets: Api<Secret> = Api::all(kube.mgmt.clone());
-    let syncs: Api<ClusterSync> = Api::all(kube.mgmt.clone());
+    let secrets: Api<Secret> = Api::all(kube.watch.clone());
+    let syncs: Api<ClusterSync> = Api::all(kube.watch.clone());
     let (ar_s, ar_c) = (ar.clone(), ar.clone());
     let published = stream::unfold(ctx.published(), |mut rx| async move {
         rx.changed().await.ok()?;

@@ -53,9 +53,17 @@ pub(super) fn now() -> String {
 
 /// Conditions for a status, keeping transition times of conditions whose status is unchanged.
 pub(super) fn conditions(previous: &[Condition], ready: bool, reason: Reason, message: &str) -> Vec<Condition> {
-    let stalled =
-        matches!(reason, Reason::RenderFailed | Reason::NotSynced | Reason::PrunePaused | Reason::ReleaseNotAvailable | Reason::Unhealthy);
+    let stalled = matches!(
+        reason,
+        Reason::RenderFailed
+            | Reason::NotSynced
+            | Reason::PrunePaused
+            | Reason::ReleaseNotAvailable
+            | Reason::Unhealthy
+            | Reason::TagRefused
+    );
     let reconciling = !ready && !stalled && !matches!(reason, Reason::Paused | Reason::Suspended);
+    // TransientError, ClusterUnreachable, ControlPlaneNotReady, …: Reconciling (retried), never Stalled.
     let make = |type_: &str, on: bool, why: &str| {
         let status = if on { "True" } else { "False" };
         let since = previous.iter().find(|c| c.type_ == type_ && c.status == status).map_or_else(now, |c| c.last_transition_time.clone());
