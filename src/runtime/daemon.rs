@@ -237,6 +237,8 @@ pub async fn run_directory(path: PathBuf, initial: Config, mut options: Options,
         queue.trigger(&sub.name, now);
     }
     info!(file = %path.display(), subscriptions = config.subscriptions.len(), "stacksync started");
+    // One writer per output directory is the operator's to arrange: no lease here.
+    crate::telemetry::readiness().set_standby(false);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
