@@ -70,6 +70,18 @@ pub struct WebhookLabels {
     pub result: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RepoLabels {
+    /// A GitHub source's `owner/name`.
+    pub repo: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// `success`, `error` or `timeout`.
+    pub result: &'static str,
+}
+
 /// Every series the process exports (the table in docs/operations.md).
 pub struct Metrics {
     registry: Registry,
@@ -82,6 +94,9 @@ pub struct Metrics {
     pub clusters: Family<ClusterReadyLabels, Gauge>,
     pub webhooks: Family<WebhookLabels, Counter>,
     pub leader: Gauge,
+    pub github_quota: Family<RepoLabels, Gauge>,
+    pub helm_runs: Family<ResultLabels, Counter>,
+    pub helm_duration: Histogram,
     /// Ready state by Cluster (`namespace/name` -> (subscription, ready)), from which `clusters`
     /// is computed: a Cluster that moves between subscriptions or goes away is counted once.
     cluster_state: Mutex<BTreeMap<String, (String, bool)>>,
@@ -105,6 +120,9 @@ impl Metrics {
             clusters: Family::default(),
             webhooks: Family::default(),
             leader: Gauge::default(),
+            github_quota: Family::default(),
+            helm_runs: Family::default(),
+            helm_duration: seconds_buckets(),
             cluster_state: Mutex::new(BTreeMap::new()),
             registry: Registry::default(),
         };
@@ -121,6 +139,13 @@ impl Metrics {
         registry.register("clusters", "Subscribed Clusters by subscription and Ready state", m.clusters.clone());
         registry.register("webhook_deliveries", "Push webhook deliveries by hook, event and result", m.webhooks.clone());
         registry.register("leader", "1 while this process holds the lease (or needs none), else 0", m.leader.clone());
+        registry.register(
+            "github_rate_limit_remaining",
+            "GitHub API requests left in the current window (X-RateLimit-Remaining), by repository",
+            m.github_quota.clone(),
+        );
+        registry.register("helm_runs", "helm template runs by result", m.helm_runs.clone());
+        registry.register("helm_duration_seconds", "How long one helm template run took", m.helm_duration.clone());
         Metrics { registry, ..m }
     }
 
@@ -189,6 +214,17 @@ impl Metrics {
             self.last_successful_poll.get_or_create(&SourceLabels { source: source.to_owned() }).set(now.as_secs_f64());
         }
         readiness().source_polled(source);
+    }
+
+    /// Records the GitHub API quota left, as the last response of `repo`'s source said.
+    pub fn github_quota(&self, repo: &str, remaining: u64) {
+        self.github_quota.get_or_create(&RepoLabels { repo: repo.to_owned() }).set(i64::try_from(remaining).unwrap_or(i64::MAX));
+    }
+
+    /// Records one helm run.
+    pub fn helm_ran(&self, result: &'static str, elapsed: Duration) {
+        self.helm_runs.get_or_create(&ResultLabels { result }).inc();
+        self.helm_duration.observe(elapsed.as_secs_f64());
     }
 
     /// Records one webhook delivery.
@@ -281,6 +317,8 @@ mod tests {
         m.objects("sub", "created", 3);
         m.polls.get_or_create(&PollLabels { source: "src".into(), result: "success" }).inc();
         m.webhook("github", "push", "triggered");
+        m.github_quota("o/r", 4999);
+        m.helm_ran("success", Duration::from_millis(300));
         let text = m.encode();
         for series in [
             "stacksync_reconciles_total{subscription=\"sub\",result=\"ready\",reason=\"Synced\"} 1",
@@ -291,6 +329,9 @@ mod tests {
             "stacksync_clusters{subscription=\"sub\",ready=\"false\"} 1",
             "stacksync_webhook_deliveries_total{hook=\"github\",event=\"push\",result=\"triggered\"} 1",
             "# TYPE stacksync_leader gauge",
+            "stacksync_github_rate_limit_remaining{repo=\"o/r\"} 4999",
+            "stacksync_helm_runs_total{result=\"success\"} 1",
+            "stacksync_helm_duration_seconds_count 1",
             "# EOF",
         ] {
             assert!(text.contains(series), "missing {series} in\n{text}");
