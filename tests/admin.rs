@@ -48,6 +48,8 @@ async fn a_signed_push_is_applied_within_seconds_and_forged_oversized_or_replaye
     let big = vec![b' '; 1024 * 1024 + 1];
     let (status, _) = daemon.github("push", "d-big", &big, SECRET).await;
     assert_eq!(status, 413);
+    let (status, _) = daemon.github("push", &"d".repeat(200), &body, SECRET).await;
+    assert_eq!(status, 400, "a delivery id too long to remember");
     unsigned = daemon.post("/hooks/generic/stacks", &[("authorization", "Bearer wrong".into())], Vec::new()).await;
     assert_eq!(unsigned.0, 401, "{}", unsigned.1);
     tokio::time::sleep(NO_FETCH_WITHIN).await;

@@ -29,6 +29,10 @@ use crate::telemetry::{metrics, readiness};
 pub const MAX_CONNECTIONS: usize = 64;
 /// Deadline for a client to send its request head, and separately its body.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest request head (request line and headers) read.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// Longest `X-GitHub-Delivery` remembered (GitHub's are 36-character GUIDs).
+const MAX_DELIVERY_ID: usize = 128;
 /// Largest secret or token file read.
 const MAX_SECRET_BYTES: u64 = 4096;
 
@@ -123,9 +127,13 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>) {
                 let admin = admin.clone();
                 async move { Ok::<_, Infallible>(route(&admin, req).await) }
             });
+            // One request per connection: an idle keep-alive connection must not hold one of
+            // the slots the kubelet's probes need.
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(READ_TIMEOUT)
+                .keep_alive(false)
+                .max_buf_size(MAX_HEAD_BYTES)
                 .serve_connection(TokioIo::new(stream), service);
             if let Err(e) = conn.await {
                 debug!(peer = %peer, error = %e, "admin connection ended");
@@ -271,6 +279,10 @@ async fn github(admin: &Admin, req: Request<Incoming>) -> Reply {
         }
     };
     let label = parsed.label(&event);
+    if delivery.len() > MAX_DELIVERY_ID {
+        m.webhook("github", label, "bad_request");
+        return reply(StatusCode::BAD_REQUEST, format!("X-GitHub-Delivery longer than {MAX_DELIVERY_ID} characters"));
+    }
     // Recorded only once the signature holds: unsigned requests cannot use up delivery ids.
     if !delivery.is_empty()
         && !admin.replay.lock().unwrap_or_else(PoisonError::into_inner).first_seen(&delivery, tokio::time::Instant::now())
