@@ -68,7 +68,7 @@ impl Classes {
             let (result, assets) = apply(kube, sub, namespace, rel).await;
             self.applied.lock().unwrap_or_else(PoisonError::into_inner).insert(key, (Instant::now(), result));
             let merged = self.merged(&sub.name, &rel.tag);
-            record_release(&kube.mgmt, sub, rel, &assets, merged.errors.is_empty(), Some(&merged)).await;
+            record_release(&kube.mgmt, &kube.events, sub, rel, &assets, merged.errors.is_empty(), Some(&merged)).await;
         }
     }
 

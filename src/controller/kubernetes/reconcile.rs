@@ -137,9 +137,13 @@ async fn reconcile_in(
             (st, ChangeSet::default(), crd, action, Some(fail))
         }
     };
-    write_cluster_sync(&syncs, sub, &c, &owner, previous.as_ref(), stamp(crd), k.resync / 2)
+    let next = stamp(crd);
+    let events = super::events::for_cluster_sync(&prev_status, &next, changes.writes(), &changes.summary());
+    write_cluster_sync(&syncs, sub, &c, &owner, previous.as_ref(), next, k.resync / 2)
         .await
         .map_err(|source| Error::WriteStatus { cluster: key.clone(), source })?;
+    let uid = previous.as_ref().and_then(|p| p.metadata.uid.clone());
+    kube.events.cluster_sync(&syncs, &key.namespace, &key.name, uid, events).await;
     let report = ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes };
     let outcome = match failure {
         Some(f) if f.transient => Err(Error::Sync { cluster: key, reason: f.reason, message: f.message, transient: true }),
@@ -302,7 +306,7 @@ async fn apply_release(
     info!(ready = st.ready, "synced: {}", result.changes.summary());
     if sub.format == Format::Manifests {
         kube.ctx.adopt(sub, &rel).await;
-        super::status::record_release(&kube.mgmt, sub, &rel, &prepared.assets, true, None).await;
+        super::status::record_release(&kube.mgmt, &kube.events, sub, &rel, &prepared.assets, true, None).await;
     }
     let crd = applied_crd(prev, &rel, &st, &result.changes, &unhealthy, result.inventory.to_lines(), digest);
     Ok(Done { status: st, changes: result.changes, crd })
