@@ -16,6 +16,7 @@ const STACK: &str = "docker-ferrol-1-27";
 /// The servers are Debian packages scripts/test.sh installs; a bare `cargo test` elsewhere skips.
 fn have(program: &str) -> bool {
     let found = Path::new(program).exists();
+    assert!(found || std::env::var_os("CI").is_none(), "{program} is not installed; under CI scripts/test.sh must install it");
     if !found {
         eprintln!("SKIP: {program} is not installed (scripts/test.sh installs it)");
     }
