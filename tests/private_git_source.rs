@@ -123,3 +123,30 @@ async fn https_basic_auth_reads_the_password_each_poll_and_never_shows_it() {
     assert!(!mirror_config(dir.path()).contains("right-horse-battery") && !mirror_config(dir.path()).contains("deployer"));
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_https_server_is_cut_off_at_the_fetch_deadline() {
+    use std::collections::BTreeMap;
+    use std::time::{Duration, Instant};
+    // Accepts connections and never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/stacks.git", listener.local_addr().expect("addr"));
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = listener.accept().await {
+            held.push(s);
+        }
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mirror = dir.path().join("git/stacks");
+    let started = Instant::now();
+    let result = tokio::task::spawn_blocking(move || {
+        stacksync::source::git::fetch_with_deadline("stacks", &url, &mirror, &BTreeMap::new(), Duration::from_secs(2))
+    })
+    .await
+    .expect("join");
+    let err = result.expect_err("a silent server fails the fetch").to_string();
+    assert!(err.contains("source stacks") && err.contains("timed out after 2s"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    hold.abort();
+}

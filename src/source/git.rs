@@ -274,9 +274,12 @@ fn fetch_into(
         })
     })?;
     let (repo, refs) = if git_cli::uses_cli(url) {
-        let left = deadline.saturating_sub(started.elapsed());
-        git_cli::fetch(url, auth, dir, left)
-            .map_err(|message| Failure::Remote(Error::Fetch { source_name: source.to_owned(), url: url.to_owned(), message }))?;
+        git_cli::fetch(url, auth, dir, started + deadline).map_err(|message| {
+            let Some(message) = message else { return Failure::Remote(timed_out(source, url, deadline)) };
+            let local = git_cli::is_local_damage(&message);
+            let e = Error::Fetch { source_name: source.to_owned(), url: url.to_owned(), message };
+            if local { Failure::Local(e) } else { Failure::Remote(e) }
+        })?;
         // Opened again: the objects and refs git just wrote are read fresh.
         let local = |message: String| Failure::Local(Error::Fetch { source_name: source.to_owned(), url: url.to_owned(), message });
         let repo = gix::open(dir).map_err(|e| local(format!("opening the mirror: {e:#}")))?;

@@ -33,6 +33,10 @@ pub enum GitAuth {
 
 /// Largest private key read (an OpenSSH RSA-16384 key is well below).
 const MAX_KEY_BYTES: u64 = 64 << 10;
+/// Name prefix of the per-fetch copies of an SSH key, beside the mirrors.
+const KEY_PREFIX: &str = ".ssh-key-";
+/// Older than any fetch can run: left by a killed process.
+const STALE_KEY_AGE: Duration = Duration::from_secs(600);
 /// How much of git's stderr is kept for the error message.
 const MAX_STDERR_BYTES: usize = 16 << 10;
 
@@ -78,10 +82,9 @@ pub fn check_ssh_url(url: &str) -> Result<(), String> {
 /// the mirror's refs are then exactly the remote's. Blocking; killed at `deadline`.
 ///
 /// # Errors
-/// A message naming what failed (credentials unreadable, host key unknown, authentication
-/// refused, the remote unreachable, the deadline), never containing a secret.
-pub fn fetch(url: &str, auth: Option<&GitAuth>, dir: &Path, deadline: Duration) -> Result<(), String> {
-    let started = Instant::now();
+/// `None` when the deadline passed; else a message naming what failed (credentials unreadable,
+/// host key unknown, authentication refused, the remote unreachable), never containing a secret.
+pub fn fetch(url: &str, auth: Option<&GitAuth>, dir: &Path, deadline: Instant) -> Result<(), Option<String>> {
     let mut cmd = Command::new("git");
     cmd.arg("--git-dir")
         .arg(dir)
@@ -110,7 +113,7 @@ pub fn fetch(url: &str, auth: Option<&GitAuth>, dir: &Path, deadline: Duration) 
         Some(GitAuth::Ssh { private_key, known_hosts }) => {
             let key = copy_private_key(private_key, dir)?;
             if !known_hosts.is_file() {
-                return Err(format!("knownHosts file {} is missing", known_hosts.display()));
+                return Err(Some(format!("knownHosts file {} is missing", known_hosts.display())));
             }
             cmd.env("GIT_SSH_COMMAND", ssh_command(key.path(), known_hosts)).env("GIT_SSH_VARIANT", "ssh");
             _key_file = Some(key);
@@ -118,7 +121,7 @@ pub fn fetch(url: &str, auth: Option<&GitAuth>, dir: &Path, deadline: Duration) 
         Some(GitAuth::Https { username, password }) => {
             let password = read_secret(password, "password")?;
             if username.contains(['\n', '\0']) {
-                return Err("the username contains a line break".into());
+                return Err(Some("the username contains a line break".into()));
             }
             config.push((
                 "credential.helper",
@@ -136,7 +139,7 @@ pub fn fetch(url: &str, auth: Option<&GitAuth>, dir: &Path, deadline: Duration) 
     for (i, (key, value)) in config.iter().enumerate() {
         cmd.env(format!("GIT_CONFIG_KEY_{i}"), key).env(format!("GIT_CONFIG_VALUE_{i}"), value);
     }
-    run(cmd, deadline.saturating_sub(started.elapsed()))
+    run(cmd, deadline)
 }
 
 fn read_secret(source: &TokenSource, what: &str) -> Result<Secret, String> {
@@ -162,12 +165,24 @@ fn copy_private_key(path: &Path, dir: &Path) -> Result<tempfile::NamedTempFile, 
         key.push(b'\n');
     }
     let parent = dir.parent().unwrap_or(dir);
+    remove_stale_keys(parent);
     let mut file = tempfile::Builder::new()
-        .prefix(".ssh-key-")
+        .prefix(KEY_PREFIX)
         .tempfile_in(parent)
         .map_err(|e| format!("writing a private copy of the key in {}: {e}", parent.display()))?;
     std::io::Write::write_all(&mut file, &key).map_err(|e| format!("writing a private copy of the key: {e}"))?;
     Ok(file)
+}
+
+/// Key copies a killed process left behind (a fetch deletes its own when it ends).
+fn remove_stale_keys(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    for entry in entries.flatten() {
+        let stale = entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().is_ok_and(|age| age > STALE_KEY_AGE));
+        if entry.file_name().to_string_lossy().starts_with(KEY_PREFIX) && stale {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 fn ssh_command(key: &Path, known_hosts: &Path) -> String {
@@ -183,8 +198,7 @@ fn ssh_command(key: &Path, known_hosts: &Path) -> String {
 }
 
 /// Runs git, keeping the end of its stderr, and kills it when the deadline passes.
-fn run(mut cmd: Command, deadline: Duration) -> Result<(), String> {
-    let started = Instant::now();
+fn run(mut cmd: Command, deadline: Instant) -> Result<(), Option<String>> {
     let mut child = cmd.spawn().map_err(|e| format!("running git (is Git installed?): {e}"))?;
     let stderr = child.stderr.take();
     let reader = std::thread::Builder::new()
@@ -206,7 +220,7 @@ fn run(mut cmd: Command, deadline: Duration) -> Result<(), String> {
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break Some(status),
-            Ok(None) if started.elapsed() >= deadline => {
+            Ok(None) if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
                 break None;
@@ -215,16 +229,26 @@ fn run(mut cmd: Command, deadline: Duration) -> Result<(), String> {
             Err(e) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("waiting for git: {e}"));
+                return Err(Some(format!("waiting for git: {e}")));
             }
         }
     };
+    let Some(status) = status else {
+        // Not joined: an `ssh` git started may still hold the stderr pipe until its own
+        // timeouts end it; the reader thread ends with it.
+        drop(reader);
+        return Err(None);
+    };
     let stderr = reader.join().unwrap_or_default();
-    match status {
-        None => Err(format!("timed out after {}s", deadline.as_secs())),
-        Some(s) if s.success() => Ok(()),
-        Some(s) => Err(explain(&String::from_utf8_lossy(&stderr), s)),
-    }
+    if status.success() { Ok(()) } else { Err(Some(explain(&String::from_utf8_lossy(&stderr), status))) }
+}
+
+/// Whether a failed fetch's message points at the mirror rather than the remote (then the
+/// mirror is cloned again).
+pub fn is_local_damage(message: &str) -> bool {
+    ["not a git repository", "bad object", "unable to read", "fatal: loose object", "is corrupt", "did not send all necessary objects"]
+        .iter()
+        .any(|m| message.contains(m))
 }
 
 /// git's own words, prefixed with what they mean for the operator when that is known.
