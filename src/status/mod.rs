@@ -105,6 +105,12 @@ pub enum Reason {
     /// Some objects did not become healthy within `healthTimeout`, or failed (a Job, a rollout
     /// past its deadline).
     Unhealthy,
+    /// Some objects failed, each for a reason that may pass by itself (a timeout, 5xx, 429, a
+    /// connection cut): retried with backoff, not stalled.
+    TransientError,
+    /// The tag of the release in use moved to another commit (or no longer matches its pin) and
+    /// the source refused it: the verified commit stays applied until someone decides.
+    TagRefused,
 }
 
 impl Reason {
@@ -126,6 +132,8 @@ impl Reason {
             Reason::WorkDirUnavailable => "WorkDirUnavailable",
             Reason::Progressing => "Progressing",
             Reason::Unhealthy => "Unhealthy",
+            Reason::TransientError => "TransientError",
+            Reason::TagRefused => "TagRefused",
         }
     }
 }
