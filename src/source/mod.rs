@@ -4,6 +4,7 @@
 pub mod git;
 pub mod git_cli;
 pub mod github;
+pub mod oci;
 
 use std::collections::BTreeMap;
 
