@@ -138,12 +138,7 @@ async fn apply(
             return (out, Vec::new());
         }
     };
-    let rendered = async {
-        let helm = kube.ctx.helm().await?;
-        let layout = kube.ctx.layout(sub, &prepared).await?;
-        layout.render_cluster_class(&helm, namespace).await.map_err(|e| e.to_string())
-    };
-    let objects = match rendered.await {
+    let objects = match crate::controller::pipeline::cluster_class(&kube.ctx, sub, &prepared, namespace).await {
         Ok(o) => o,
         Err(e) => {
             error!(namespace, tag = %rel.tag, "ClusterClass render failed: {e}");

@@ -71,8 +71,9 @@ pub(super) fn conditions(previous: &[Condition], ready: bool, reason: Reason, me
             type_: type_.into(),
             status: status.into(),
             reason: why.into(),
-            // A Ready cluster needs no explanation; every other condition carries the reason's message.
-            message: if type_ == "Ready" && on { String::new() } else { message.to_owned() },
+            // A Ready cluster's message is empty unless there is something to know (a values
+            // template warning); every other condition carries the reason's message.
+            message: message.to_owned(),
             last_transition_time: since,
             observed_generation: None,
         }
