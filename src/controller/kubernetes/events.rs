@@ -7,12 +7,11 @@
 //! Warnings on every reconcile that ends in them, so their series counts the attempts.
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::Api;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tracing::debug;
 
 use super::kube_error;
-use crate::status::crd::{ClusterSync, ClusterSyncStatus, Condition};
+use crate::status::crd::{ClusterSyncStatus, Condition};
 
 /// The `reportingController` of every event.
 pub const CONTROLLER: &str = "stacksync.io/stacksync";
@@ -32,19 +31,13 @@ impl Events {
         Events { recorder: Recorder::new(client, Reporter { controller: CONTROLLER.into(), instance }) }
     }
 
-    /// Publishes `events` about the ClusterSync `name` in `api`'s namespace. Best effort: an
-    /// event that cannot be written is logged at debug level and dropped (events are a view, the
-    /// status is the record).
-    pub(super) async fn cluster_sync(&self, api: &Api<ClusterSync>, namespace: &str, name: &str, uid: Option<String>, events: Vec<Event>) {
+    /// Publishes `events` about the ClusterSync `namespace/name` (`uid`: `kubectl describe`
+    /// selects events by it). Best effort: an event that cannot be written is logged at debug
+    /// level and dropped (events are a view, the status is the record).
+    pub(super) async fn cluster_sync(&self, namespace: &str, name: &str, uid: Option<String>, events: Vec<Event>) {
         if events.is_empty() {
             return;
         }
-        // `kubectl describe` selects events by the object's uid: a ClusterSync created by this
-        // reconcile is read back once to learn it.
-        let uid = match uid {
-            Some(uid) => Some(uid),
-            None => api.get_opt(name).await.ok().flatten().and_then(|cs| cs.metadata.uid),
-        };
         let reference = ObjectReference {
             api_version: Some("stacksync.io/v1alpha1".into()),
             kind: Some("ClusterSync".into()),
