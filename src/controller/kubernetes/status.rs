@@ -308,7 +308,7 @@ pub(super) async fn record_release(
         .then(|| class.and_then(|c| c.errors.first()).map_or("", String::as_str));
     let unverified = assets.iter().filter(|a| a.verified_by == crate::source::github::verify::VerifiedBy::Unverified).count();
     let evs = super::events::for_stack_release(&rel.tag, current.is_none(), unverified, newly_failed);
-    events.stack_release(&name, uid, evs).await;
+    events.stack_release(&name, uid, evs);
     // `conditions` and `clusters` belong to the roll-up (its own field manager): not compared,
     // not written here.
     let unchanged = old_status.is_some_and(|c| StackReleaseStatus { conditions: Vec::new(), clusters: None, ..c } == status);
