@@ -290,6 +290,7 @@ impl Cx {
                 "suspend",
                 "availableReleases",
                 "healthTimeout",
+                "stageTimeout",
             ],
         )?;
         let name = self.name(&f, "name");
@@ -387,6 +388,23 @@ impl Cx {
                 }
             }
         };
+        let stage_timeout = match f.get("stageTimeout") {
+            None => super::DEFAULT_STAGE_TIMEOUT,
+            Some(n) => {
+                let text = self.string(&f, "stageTimeout").unwrap_or_default();
+                match crate::schedule::parse_duration(&text) {
+                    Ok(d) if !d.is_zero() => d,
+                    Ok(_) => {
+                        self.error(n.mark, &f.path("stageTimeout"), "must be longer than 0s (a wait that may not wait never passes)");
+                        super::DEFAULT_STAGE_TIMEOUT
+                    }
+                    Err(e) => {
+                        self.error(n.mark, &f.path("stageTimeout"), e);
+                        super::DEFAULT_STAGE_TIMEOUT
+                    }
+                }
+            }
+        };
         if f.get("clusters").is_none() && f.get("clusterSelector").is_none() {
             self.error(
                 node.mark,
@@ -414,6 +432,7 @@ impl Cx {
             suspend,
             available_releases,
             health_timeout,
+            stage_timeout,
         })
     }
 
