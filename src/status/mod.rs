@@ -105,6 +105,9 @@ pub enum Reason {
     /// Some objects did not become healthy within `healthTimeout`, or failed (a Job, a rollout
     /// past its deadline).
     Unhealthy,
+    /// Cluster stacks: an upgrade stage (`BeforeClusterUpgrade`) timed out waiting for its
+    /// condition or could not be applied; the new release's addons are not applied.
+    UpgradeFailed,
 }
 
 impl Reason {
@@ -126,6 +129,7 @@ impl Reason {
             Reason::WorkDirUnavailable => "WorkDirUnavailable",
             Reason::Progressing => "Progressing",
             Reason::Unhealthy => "Unhealthy",
+            Reason::UpgradeFailed => "UpgradeFailed",
         }
     }
 }

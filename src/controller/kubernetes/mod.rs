@@ -22,6 +22,7 @@ mod reconcile;
 mod render;
 mod run;
 mod status;
+mod upgrade;
 
 pub use render::render;
 pub use run::{pass, request_reconcile, run};

@@ -111,6 +111,7 @@ async fn reconcile_in(
     let (status, changes, crd, action, failure) = match outcome {
         Ok(done) => {
             let action = match done.status.reason {
+                _ if done.requeue.is_some() => Action::requeue(done.requeue.unwrap_or(HEALTH_RECHECK)),
                 _ if done.status.ready => Action::requeue(k.resync),
                 // Rolling out: look again soon, without counting it as a failure.
                 Reason::Progressing => Action::requeue(HEALTH_RECHECK),
@@ -157,6 +158,8 @@ struct Done {
     status: ClusterStatus,
     changes: ChangeSet,
     crd: ClusterSyncStatus,
+    /// Look again after this (an upgrade stage waiting), whatever the reason.
+    requeue: Option<Duration>,
 }
 
 /// Everything between reading the previous status and writing the new one.
@@ -176,7 +179,7 @@ async fn sync(
         let mut crd = prev.clone();
         crd.conditions.retain(|c| c.type_ == "Ready");
         crd.conditions.push(super::status::condition(&prev.conditions, reason.as_str(), reason.as_str(), &st.message));
-        Done { status: st, changes: ChangeSet::default(), crd }
+        Done { status: st, changes: ChangeSet::default(), crd, requeue: None }
     };
     if is_paused(obj) {
         info!("Cluster is paused; nothing is written to it");
@@ -235,19 +238,25 @@ async fn apply_release(
             warn!(error = %kube_error(&e), "cannot record that the apply started");
         }
     }
-    let applier = Applier::new(
-        client,
-        ApplyOptions {
-            owner: owner_id(sub, c),
-            force: sub.force,
-            drift: k.drift_mode,
-            prune_limit: k.prune_limit,
-            allow_empty_prune: k.allow_empty_prune,
-            default_namespace: if sub.format == Format::ClusterStack { "kube-system".into() } else { "default".into() },
-            take_back_from: k.take_back_from.clone(),
-            ..ApplyOptions::default()
+    let options = ApplyOptions {
+        owner: owner_id(sub, c),
+        force: sub.force,
+        drift: k.drift_mode,
+        prune_limit: k.prune_limit,
+        allow_empty_prune: k.allow_empty_prune,
+        default_namespace: if sub.format == Format::ClusterStack { "kube-system".into() } else { "default".into() },
+        take_back_from: k.take_back_from.clone(),
+        ..ApplyOptions::default()
+    };
+    // A release change runs the new release's upgrade stages first (`upgrade.rs`).
+    let upgraded = match super::upgrade::moving_from(sub, prev, &rel.tag) {
+        Some(_) => match super::upgrade::advance(kube, sub, c, &prepared, &client, options.clone(), prev).await {
+            super::upgrade::Step::Done(u) => Some(u),
+            step => return Ok(upgrade_held(sub, c, &rel, prev, step)),
         },
-    );
+        None => prev.upgrade.clone(),
+    };
+    let applier = Applier::new(client, options);
     let result = applier.sync(&stages, &Inventory::from_lines(&prev.inventory)).await;
     let mut st = ClusterStatus::applied(sub, c, &rel, &result.changes).with_assets(&rel.tag, &rel.commit, &prepared.assets);
     if let Some(paused) = &result.prune_paused {
@@ -273,8 +282,32 @@ async fn apply_release(
     if sub.format == Format::Manifests {
         kube.ctx.adopt(sub, &rel).await;
     }
-    let crd = applied_crd(prev, &rel, &st, &result.changes, &unhealthy, result.inventory.to_lines(), digest);
-    Ok(Done { status: st, changes: result.changes, crd })
+    let mut crd = applied_crd(prev, &rel, &st, &result.changes, &unhealthy, result.inventory.to_lines(), digest);
+    crd.upgrade = upgraded;
+    Ok(Done { status: st, changes: result.changes, crd, requeue: None })
+}
+
+/// An upgrade stage waits or failed: the applied release and its objects stay as they are, the
+/// status says which stage and why.
+fn upgrade_held(sub: &Subscription, c: &ClusterConfig, rel: &Release, prev: &ClusterSyncStatus, step: super::upgrade::Step) -> Done {
+    use super::upgrade::Step;
+    let (upgrade, message, requeue, reason) = match step {
+        Step::Wait { upgrade, message, after } => (upgrade, message, Some(after), Reason::Progressing),
+        Step::Failed { upgrade, message } => (upgrade, message, None, Reason::UpgradeFailed),
+        Step::Done(upgrade) => (upgrade, String::new(), None, Reason::Progressing),
+    };
+    info!("{message}");
+    let mut st = ClusterStatus::failed(sub, c, Some(rel), None, reason, message.clone());
+    st.synced = prev.synced as usize;
+    st.total = prev.total as usize;
+    let mut crd = prev.clone();
+    crd.wanted_release = Some(super::status::release_ref(rel));
+    crd.conditions = match reason {
+        Reason::Progressing => super::status::progressing(&prev.conditions, &message),
+        _ => super::status::conditions(&prev.conditions, false, reason, &message),
+    };
+    crd.upgrade = Some(upgrade);
+    Done { status: st, changes: ChangeSet::default(), crd, requeue }
 }
 
 /// Every object is synced but some are not healthy: `Progressing` while `timeout` has not passed
