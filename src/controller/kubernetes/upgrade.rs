@@ -141,19 +141,16 @@ fn next_phase(up: &mut UpgradeStatus, phase: &str) {
 /// Still waiting: `Wait` within `timeout` of the phase's start, `Failed` after it.
 fn waiting(mut up: UpgradeStatus, timeout: Duration, why: String) -> Step {
     let waited = since(&up.since);
-    let what = format!("{} {}/{} `{}`", up.phase, up.stage_index + 1, up.stages, up.stage);
+    // The stage first: the MESSAGE column shows only the beginning.
+    let what = format!("upgrade stage {}/{} `{}` {}", up.stage_index + 1, up.stages, up.stage, up.phase);
     up.waiting_for.clone_from(&why);
     if waited >= timeout {
-        let message = format!(
-            "upgrade {} → {}: stage {what} not done within stageTimeout {}: {why}",
-            up.from,
-            up.to,
-            crate::schedule::format_duration(timeout)
-        );
+        let message =
+            format!("{what} not done within stageTimeout {} ({} → {}): {why}", crate::schedule::format_duration(timeout), up.from, up.to);
         return failed(up, message);
     }
     up.failure.clear();
-    let message = format!("upgrade {} → {}: stage {what}: waiting since {}: {why}", up.from, up.to, up.since);
+    let message = format!("{what}: waiting since {} ({} → {}): {why}", up.since, up.from, up.to);
     let after = (waited / 2).clamp(POLL_MIN, POLL_MAX).min(timeout.saturating_sub(waited) + Duration::from_secs(1));
     Step::Wait { upgrade: up, message, after }
 }
@@ -188,8 +185,14 @@ async fn run_stage(
     let applier = Applier::new(client.clone(), ApplyOptions { prune: false, ..options });
     let s = Stage { name: stage.name.clone(), action: stage.action, objects };
     let result = applier.sync(&[s], &Inventory::default()).await;
+    // An object stacksync does not own is left alone by a delete stage (the applier's rule for
+    // every delete): reported, not retried — it would never change.
+    let not_ours = |e: &&crate::apply::Entry| matches!(e.action, crate::apply::Action::Skipped(crate::apply::SkipReason::NotOurs));
+    for e in result.changes.entries.iter().filter(not_ours) {
+        tracing::warn!(stage = %stage.name, object = %e.object, "{}", e.message);
+    }
     let failed: Vec<String> =
-        result.changes.entries.iter().filter(|e| !e.is_synced()).map(|e| format!("{}: {}", e.object, e.message)).collect();
+        result.changes.entries.iter().filter(|e| !e.is_synced() && !not_ours(e)).map(|e| format!("{}: {}", e.object, e.message)).collect();
     match failed.first() {
         None => Ok(()),
         Some(first) => {
@@ -257,7 +260,7 @@ mod tests {
             panic!("not waiting")
         };
         assert_eq!(after, POLL_MIN);
-        assert!(message.contains("stage PostCondition 1/2 `cni`") && message.contains("`x` is false"), "{message}");
+        assert!(message.contains("upgrade stage 1/2 `cni` PostCondition") && message.contains("`x` is false"), "{message}");
         let earlier = (chrono::Utc::now() - chrono::Duration::seconds(100)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let Step::Wait { after, .. } = waiting(up(&earlier), Duration::from_secs(600), "no".into()) else { panic!("not waiting") };
         assert_eq!(after, POLL_MAX);
