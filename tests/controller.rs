@@ -579,6 +579,13 @@ async fn a_kubectl_patch_is_taken_back_and_another_controller_is_a_conflict() {
 /// v4: v3's addons with `BeforeClusterUpgrade` stages that delete `legacy-dns`, apply `cni` and
 /// wait for a gate ConfigMap (`waitForPostCondition`), then apply `metrics-server`.
 fn publish_v4_with_upgrade_stages(repo: &ReleaseRepo) {
+    let stages = "  BeforeClusterUpgrade:\n    - name: legacy-dns\n      action: delete\n    - name: cni\n      action: apply\n      waitForPostCondition:\n        objects:\n          - {key: gate, apiVersion: v1, kind: ConfigMap, name: upgrade-gate, namespace: kube-system}\n        conditions: \"gate.data.go == 'yes'\"\n    - name: metrics-server\n      action: apply\n";
+    publish_v3_as(repo, "v4", None, stages);
+}
+
+/// v3's fixture as release `version`, with `install` replacing its install stages (when given)
+/// and `upgrade` its `BeforeClusterUpgrade` stages.
+fn publish_v3_as(repo: &ReleaseRepo, version: &str, install: Option<&str>, upgrade: &str) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/clusterstack/docker-ferrol-1-27-v3");
     let mut files = Vec::new();
     let mut stack = vec![root.clone()];
@@ -589,22 +596,29 @@ fn publish_v4_with_upgrade_stages(repo: &ReleaseRepo) {
                 stack.push(p);
                 continue;
             }
-            let rel = p.strip_prefix(&root).expect("prefix").to_string_lossy().replace("cluster-class-v3", "cluster-class-v4");
+            let rel =
+                p.strip_prefix(&root).expect("prefix").to_string_lossy().replace("cluster-class-v3", &format!("cluster-class-{version}"));
             let text = std::fs::read_to_string(&p).expect("text");
             let text = match rel.as_str() {
-                "metadata.yaml" => text.replace("clusterStack: v3", "clusterStack: v4"),
-                "docker-ferrol-1-27-cluster-class-v4/Chart.yaml" => text.replace("version: v3", "version: v4"),
-                "clusteraddon.yaml" => format!(
-                    "{}  BeforeClusterUpgrade:\n    - name: legacy-dns\n      action: delete\n    - name: cni\n      action: apply\n      waitForPostCondition:\n        objects:\n          - {{key: gate, apiVersion: v1, kind: ConfigMap, name: upgrade-gate, namespace: kube-system}}\n        conditions: \"gate.data.go == 'yes'\"\n    - name: metrics-server\n      action: apply\n",
-                    &text[..text.find("  BeforeClusterUpgrade:").expect("hook")]
-                ),
+                "metadata.yaml" => text.replace("clusterStack: v3", &format!("clusterStack: {version}")),
+                r if r.ends_with("Chart.yaml") && r.contains("cluster-class") => {
+                    text.replace("version: v3", &format!("version: {version}"))
+                }
+                "clusteraddon.yaml" => {
+                    let head = &text[..text.find("  BeforeClusterUpgrade:").expect("hook")];
+                    let head = match install {
+                        Some(i) => format!("{}{i}", &head[..head.find("  AfterControlPlaneInitialized:").expect("hook")]),
+                        None => head.to_owned(),
+                    };
+                    format!("{head}{upgrade}")
+                }
                 _ => text,
             };
             files.push((rel, text));
         }
     }
     let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
-    repo.release("docker-ferrol-1-27-v4", &refs);
+    repo.release(&format!("docker-ferrol-1-27-{version}"), &refs);
 }
 
 async fn upgrade_status(env: &Env, name: &str) -> Value {
@@ -703,4 +717,34 @@ async fn an_upgrade_stage_waiting_past_its_stage_timeout_is_reported_with_the_st
     let message = condition(&cs, "Ready")["message"].as_str().unwrap_or_default();
     assert!(message.contains("upgrade stage 2/3 `cni` PostCondition not done within stageTimeout 1s"), "{message}");
     assert_eq!(applied(&env, "alpha").await, "docker-ferrol-1-27-v3");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_cluster_gets_its_install_stages_one_by_one_when_one_waits() {
+    let env = Env::new(1).await;
+    let install = "  AfterControlPlaneInitialized:\n    - name: cni\n      action: apply\n      waitForPreCondition:\n        objects:\n          - {key: gate, apiVersion: v1, kind: ConfigMap, name: install-gate, namespace: kube-system}\n        conditions: has(gate.data.go)\n    - name: metrics-server\n      action: apply\n";
+    publish_v3_as(&env.repo, "v5", Some(install), "  BeforeClusterUpgrade: []\n");
+    env.add_cluster("alpha", "docker-ferrol-1-27-v5", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = stack_config(&env);
+    // `run --once` waits for the stage (up to stageTimeout) as it waits for health.
+    let once = tokio::spawn(async move { common::run_once(&config).await });
+    let start = Instant::now();
+    loop {
+        let u = upgrade_status(&env, "alpha").await;
+        if u["stage"] == "cni" {
+            assert_eq!((u["hook"].as_str(), u["phase"].as_str()), (Some("AfterControlPlaneInitialized"), Some("PreCondition")), "{u}");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "no install stage waiting: {u}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(env.configmap(0, "cni-config").await.is_none(), "cni applied before its pre-condition held");
+    let cms: Api<ConfigMap> = Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
+    let gate = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "install-gate", "namespace": "kube-system"}, "data": {"go": ""}});
+    cms.patch("install-gate", &PatchParams::apply("test"), &Patch::Apply(gate)).await.expect("gate");
+    common::assert_exit(&once.await.expect("run --once"), 0);
+    assert_eq!(applied(&env, "alpha").await, "docker-ferrol-1-27-v5");
+    assert!(env.configmap(0, "cni-config").await.is_some());
+    assert_eq!(upgrade_status(&env, "alpha").await["phase"], "Done");
 }

@@ -93,8 +93,9 @@ pub struct ClusterSyncStatus {
     /// The last `stacksync.io/reconcile-requested-at` annotation value handled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handled_reconcile_at: Option<String>,
-    /// Cluster stacks: the `BeforeClusterUpgrade` stages of the last release change, where
-    /// they are (a restart resumes here) or that they are done.
+    /// Cluster stacks: the stages run one by one for the last release change
+    /// (`BeforeClusterUpgrade`) or first install with waits (`AfterControlPlaneInitialized`):
+    /// where they are (a restart resumes here) or that they are done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<UpgradeStatus>,
 }
@@ -103,9 +104,9 @@ pub struct ClusterSyncStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UpgradeStatus {
-    /// The hook whose stages run (`BeforeClusterUpgrade`).
+    /// The hook whose stages run (`BeforeClusterUpgrade`, `AfterControlPlaneInitialized`).
     pub hook: String,
-    /// The release tag the Cluster had (its `appliedRelease`).
+    /// The release tag the Cluster had (its `appliedRelease`; empty for a first install).
     pub from: String,
     /// The release tag it moves to.
     pub to: String,

@@ -248,13 +248,16 @@ async fn apply_release(
         take_back_from: k.take_back_from.clone(),
         ..ApplyOptions::default()
     };
-    // A release change runs the new release's upgrade stages first (`upgrade.rs`).
-    let upgraded = match super::upgrade::moving_from(sub, prev, &rel.tag) {
-        Some(_) => match super::upgrade::advance(kube, sub, c, &prepared, &client, options.clone(), prev).await {
+    // A release change runs the new release's upgrade stages first, a first install its stages
+    // with waits one by one (`upgrade.rs`).
+    let upgraded = if super::upgrade::needed(sub, prev, &rel.tag) {
+        match super::upgrade::advance(kube, sub, c, &prepared, &client, options.clone(), prev).await {
             super::upgrade::Step::Done(u) => Some(u),
+            super::upgrade::Step::NotNeeded => prev.upgrade.clone(),
             step => return Ok(upgrade_held(sub, c, &rel, prev, step)),
-        },
-        None => prev.upgrade.clone(),
+        }
+    } else {
+        prev.upgrade.clone()
     };
     let applier = Applier::new(client, options);
     let result = applier.sync(&stages, &Inventory::from_lines(&prev.inventory)).await;
@@ -295,6 +298,7 @@ fn upgrade_held(sub: &Subscription, c: &ClusterConfig, rel: &Release, prev: &Clu
         Step::Wait { upgrade, message, after } => (upgrade, message, Some(after), Reason::Progressing),
         Step::Failed { upgrade, message } => (upgrade, message, None, Reason::UpgradeFailed),
         Step::Done(upgrade) => (upgrade, String::new(), None, Reason::Progressing),
+        Step::NotNeeded => (prev.upgrade.clone().unwrap_or_default(), String::new(), None, Reason::Progressing),
     };
     info!("{message}");
     let mut st = ClusterStatus::failed(sub, c, Some(rel), None, reason, message.clone());

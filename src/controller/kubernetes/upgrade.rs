@@ -13,6 +13,10 @@
 //! the subscription's `stageTimeout` is `UpgradeFailed`, naming the stage and what it waits for;
 //! the reconcile keeps polling with the controller's backoff, and goes on when the condition
 //! holds.
+//!
+//! A new Cluster (no applied release) gets its `AfterControlPlaneInitialized` stages the same
+//! way — one by one, with their waits — when any of them has a wait; without waits the apply
+//! installs them all at once, as before.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -26,7 +30,7 @@ use crate::config::{ClusterConfig, Format, Subscription};
 use crate::controller::PreparedRelease;
 use crate::model::StageAction;
 use crate::render::cel::{self, Verdict, WaitFor};
-use crate::render::clusterstack::StageRef;
+use crate::render::clusterstack::{INSTALL_HOOK, StageRef};
 use crate::status::crd::{ClusterSyncStatus, UpgradeStatus};
 
 /// The hook whose stages run when a Cluster's release changes.
@@ -46,6 +50,9 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Where a reconcile left the upgrade.
 #[derive(Debug)]
 pub(super) enum Step {
+    /// Nothing to run stage by stage (a new Cluster whose install stages have no waits): the
+    /// apply installs every stage as before.
+    NotNeeded,
     /// Every stage is done: apply the release as usual, and record this.
     Done(UpgradeStatus),
     /// A stage waits (or its apply is retried): record this and look again after the delay.
@@ -54,11 +61,11 @@ pub(super) enum Step {
     Failed { upgrade: UpgradeStatus, message: String },
 }
 
-/// The release a Cluster moves from, when it moves: a cluster stack whose applied release is
-/// not the one its class names now.
-pub(super) fn moving_from(sub: &Subscription, prev: &ClusterSyncStatus, to: &str) -> Option<String> {
-    let applied = prev.applied_release.as_ref()?;
-    (sub.format == Format::ClusterStack && applied.tag != to).then(|| applied.tag.clone())
+/// Whether stages run one by one before the apply: a cluster stack moving to another release
+/// (`BeforeClusterUpgrade`), or getting its first one (`AfterControlPlaneInitialized`, when a
+/// stage has a wait). Not when the release stays.
+pub(super) fn needed(sub: &Subscription, prev: &ClusterSyncStatus, to: &str) -> bool {
+    sub.format == Format::ClusterStack && prev.applied_release.as_ref().is_none_or(|a| a.tag != to)
 }
 
 /// Runs the upgrade stages from `prev`'s applied release to `prepared`'s, from where `prev`
@@ -74,10 +81,11 @@ pub(super) async fn advance(
 ) -> Step {
     let to = prepared.release.tag.clone();
     let from = prev.applied_release.as_ref().map(|r| r.tag.as_str()).unwrap_or_default();
+    let hook = if from.is_empty() { INSTALL_HOOK } else { HOOK };
     let mut up = match &prev.upgrade {
-        Some(u) if u.hook == HOOK && u.from == from && u.to == to => u.clone(),
+        Some(u) if u.hook == hook && u.from == from && u.to == to => u.clone(),
         _ => UpgradeStatus {
-            hook: HOOK.into(),
+            hook: hook.into(),
             from: from.to_owned(),
             to: to.clone(),
             phase: PRE.into(),
@@ -92,7 +100,10 @@ pub(super) async fn advance(
         Ok(l) => l,
         Err(e) => return failed(up, format!("reading release {to}: {e}")),
     };
-    let stages: Vec<StageRef> = layout.hook_stages(HOOK).to_vec();
+    let stages: Vec<StageRef> = layout.hook_stages(hook).to_vec();
+    if hook == INSTALL_HOOK && stages.iter().all(|s| s.pre.is_none() && s.post.is_none()) {
+        return Step::NotNeeded;
+    }
     up.stages = stages.len() as u32;
     loop {
         let Some(stage) = stages.get(up.stage_index as usize) else {
@@ -101,7 +112,7 @@ pub(super) async fn advance(
             up.waiting_for.clear();
             up.failure.clear();
             up.since = super::status::now();
-            info!(from = %up.from, to = %up.to, "upgrade stages done");
+            info!(hook, from = %up.from, to = %up.to, "stages done");
             return Step::Done(up);
         };
         up.stage.clone_from(&stage.name);
@@ -142,7 +153,8 @@ fn next_phase(up: &mut UpgradeStatus, phase: &str) {
 fn waiting(mut up: UpgradeStatus, timeout: Duration, why: String) -> Step {
     let waited = since(&up.since);
     // The stage first: the MESSAGE column shows only the beginning.
-    let what = format!("upgrade stage {}/{} `{}` {}", up.stage_index + 1, up.stages, up.stage, up.phase);
+    let kind = if up.hook == HOOK { "upgrade" } else { "install" };
+    let what = format!("{kind} stage {}/{} `{}` {}", up.stage_index + 1, up.stages, up.stage, up.phase);
     up.waiting_for.clone_from(&why);
     if waited >= timeout {
         let message =
