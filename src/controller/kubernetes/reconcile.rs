@@ -257,7 +257,8 @@ async fn apply_release(
             step => return Ok(upgrade_held(sub, c, &rel, prev, step)),
         }
     } else {
-        prev.upgrade.clone()
+        // Stages left half-way (the class moved back) are abandoned: a later move starts afresh.
+        prev.upgrade.clone().filter(|u| u.phase == super::upgrade::DONE)
     };
     let applier = Applier::new(client, options);
     let result = applier.sync(&stages, &Inventory::from_lines(&prev.inventory)).await;

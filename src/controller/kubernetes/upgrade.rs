@@ -39,7 +39,7 @@ pub const HOOK: &str = "BeforeClusterUpgrade";
 const PRE: &str = "PreCondition";
 const APPLY: &str = "Apply";
 const POST: &str = "PostCondition";
-const DONE: &str = "Done";
+pub(super) const DONE: &str = "Done";
 
 /// Shortest and longest delay between two looks at a wait.
 const POLL_MIN: Duration = Duration::from_secs(2);
