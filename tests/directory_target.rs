@@ -133,3 +133,29 @@ async fn render_command_writes_manifests_without_status() {
     assert!(!preview.join("status").exists());
     assert!(!env.out().exists(), "render wrote to the target");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diff_compares_the_next_pass_with_the_directory() {
+    let env = Env::new();
+    env.repo.release("v1.0.0", &[("manifests/cfg.yaml", &configmap("cfg", "x"))]);
+    let config = env.config();
+    let cfg = config.to_string_lossy().into_owned();
+    assert_exit(&run_once(&config).await, 0);
+    let o = common::stacksync(&["diff", "--config", &cfg]).await;
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), "", "nothing would change");
+
+    // A hand edit of a written file, and a new release with one more object.
+    let file = env.out().join("team-a/alpha/01-configmap-cfg.yaml");
+    let edited = std::fs::read_to_string(&file).expect("read").replace("extra: x", "extra: edited");
+    std::fs::write(&file, edited).expect("write");
+    env.repo.release("v1.1.0", &[("manifests/ns.yaml", NAMESPACE)]);
+    let before = snapshot(&env.out());
+    let o = common::stacksync(&["diff", "--config", &cfg]).await;
+    assert_exit(&o, 1);
+    let text = stdout(&o);
+    assert!(text.contains("update team-a/alpha/"), "{text}");
+    assert!(text.contains("-  extra: edited\n+  extra: x\n"), "{text}");
+    assert!(text.contains("create team-a/alpha/01-namespace-addons.yaml"), "{text}");
+    assert_eq!(snapshot(&env.out()), before, "diff wrote to the directory");
+}

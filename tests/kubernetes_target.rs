@@ -30,6 +30,7 @@ struct Env {
 const CM: &str =
     "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: addon-config\n  namespace: kube-system\ndata:\n  cluster: ${cluster.name}\n";
 const DEPLOY: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: ccm\n  namespace: kube-system\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {app: ccm}\n  template:\n    metadata:\n      labels: {app: ccm}\n    spec:\n      containers:\n        - name: ccm\n          image: registry.example/ccm:1.0\n";
+const WIDGET_CRD: &str = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.example.com\nspec:\n  group: example.com\n  scope: Namespaced\n  names: {plural: widgets, singular: widget, kind: Widget, listKind: WidgetList}\n  versions:\n    - name: v1\n      served: true\n      storage: true\n      schema:\n        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}\n";
 const NAMESPACE: &str = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: addons\n";
 
 impl Env {
@@ -210,32 +211,72 @@ async fn dropped_object_is_pruned_and_a_broken_object_is_reported_alone() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_shows_the_printer_columns() {
+async fn kubectl_shows_the_printer_columns_and_waits_for_ready() {
     let Some(kubectl) = kubectl() else {
         panic!("kubectl not found: run scripts/install-tools.sh (scripts/test.sh does)");
     };
-    let env = Env::new(1).await;
-    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    let env = Env::new(2).await;
+    let widget = "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\n  namespace: kube-system\n";
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM), ("manifests/widget.yaml", widget)]);
+    // Only alpha's API server knows Widgets: beta's sync fails on that object.
+    env.workloads[0].load_yaml(WIDGET_CRD).expect("Widget CRD");
     env.add_cluster("alpha", true).await;
     env.add_kubeconfig("alpha", 0).await;
-    assert_exit(&run_once(&env.config("", "")).await, 0);
-    let out = tokio::time::timeout(
-        Duration::from_secs(60),
-        tokio::process::Command::new(kubectl)
-            .args(["--kubeconfig", &env.mgmt.kubeconfig().to_string_lossy(), "get", "clustersyncs", "-n", NS])
-            .env("HOME", env.dir.path())
-            .output(),
-    )
-    .await
-    .expect("kubectl in time")
-    .expect("kubectl");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    env.add_cluster("beta", true).await;
+    env.add_kubeconfig("beta", 1).await;
+    run_once(&env.config("", "")).await;
+    let run = |args: Vec<String>| {
+        let kubectl = kubectl.clone();
+        let home = env.dir.path().to_path_buf();
+        let kubeconfig = env.mgmt.kubeconfig();
+        async move {
+            let out = tokio::time::timeout(
+                Duration::from_secs(60),
+                tokio::process::Command::new(kubectl).arg("--kubeconfig").arg(kubeconfig).args(args).env("HOME", home).output(),
+            )
+            .await
+            .expect("kubectl in time")
+            .expect("kubectl");
+            (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    };
+    let args = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+
+    let (ok, text, err) = run(args("get clustersyncs -A")).await;
+    assert!(ok, "{err}");
     let header: Vec<&str> = text.lines().next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "CLASS", "APPLIED", "SYNCED", "READY", "REASON", "MESSAGE", "LAST", "SYNC", "AGE"], "{text}");
-    let row: Vec<&str> = text.lines().nth(1).unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["NAMESPACE", "NAME", "CLASS", "APPLIED", "SYNCED", "READY", "REASON", "MESSAGE", "LAST", "SYNC", "AGE"], "{text}");
+    let row = |name: &str| text.lines().find(|l| l.split_whitespace().nth(1) == Some(name)).unwrap_or_default().to_owned();
+    let alpha: Vec<String> = row("alpha").split_whitespace().map(str::to_owned).collect();
     // A Ready Cluster has no MESSAGE: the column is blank.
-    assert_eq!(&row[..6], ["alpha", "docker-ferrol-1-27-v1", "v1.0.0", "1/1", "True", "Synced"], "{text}");
+    assert_eq!(&alpha[..7], [NS, "alpha", "docker-ferrol-1-27-v1", "v1.0.0", "2/2", "True", "Synced"], "{text}");
+    let beta = row("beta");
+    assert!(beta.contains("1/2") && beta.contains("False") && beta.contains("NotSynced"), "{text}");
+    assert!(beta.contains("Widget"), "the MESSAGE column names what failed: {text}");
+
+    let (ok, text, err) = run(args("get clustersyncs -A -o wide")).await;
+    assert!(ok, "{err}");
+    assert!(text.lines().next().is_some_and(|h| h.contains("SUBSCRIPTION") && h.contains("WANTED") && h.contains("NEWEST")), "{text}");
+
+    let (ok, _, err) = run(args(&format!("wait --for=condition=Ready clustersync/alpha -n {NS} --timeout=20s"))).await;
+    assert!(ok, "kubectl wait on a Ready ClusterSync: {err}");
+
+    // One of the release's two Clusters is not synced: the release is not Ready, and says why.
+    let (ok, text, err) = run(args("get stackreleases")).await;
+    assert!(ok, "{err}");
+    let header: Vec<&str> = text.lines().next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "SUBSCRIPTION", "SOURCE", "TAG", "PHASE", "VERIFIEDBY", "CLUSTERS", "READY", "AGE"], "{text}");
+    let release: Vec<&str> = text.lines().nth(1).unwrap_or_default().split_whitespace().collect();
+    assert_eq!(&release[..8], ["ferrol.v1.0.0", "ferrol", "stacks", "v1.0.0", "Applied", "git", "1/2", "False"], "{text}");
+    let (ok, _, _) = run(args("wait --for=condition=Ready stackrelease/ferrol.v1.0.0 --timeout=1s")).await;
+    assert!(!ok, "a release with a failing Cluster is not Ready");
+
+    // Without beta, every Cluster of the release is Ready, and so is the release.
+    let (ok, _, err) = run(args(&format!("delete cluster beta -n {NS} --wait=false"))).await;
+    assert!(ok, "{err}");
+    run_once(&env.config("", "")).await;
+    let (ok, _, err) = run(args("wait --for=condition=Ready stackrelease/ferrol.v1.0.0 --timeout=20s")).await;
+    assert!(ok, "kubectl wait on a Ready StackRelease: {err}");
 }
 
 fn kubectl() -> Option<PathBuf> {
@@ -524,4 +565,56 @@ async fn a_workload_cluster_that_is_down_is_skipped_quickly() {
     assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
     let cs = env.cluster_sync("alpha").await;
     assert_eq!(condition(&cs, "Ready")["reason"], "ClusterUnreachable", "{cs}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diff_shows_drift_and_an_upgrade_and_changes_nothing() {
+    let env = one_cluster(&[("manifests/cm.yaml", CM), ("manifests/ns.yaml", NAMESPACE)]).await;
+    env.add_cluster("nokube", true).await;
+    let config = env.config("", "");
+    let cfg = config.to_string_lossy().into_owned();
+    assert_exit(&run_once(&config).await, 1); // nokube has no kubeconfig
+
+    // In sync: nothing to show.
+    let out = common::stacksync(&["diff", "--config", &cfg, "--cluster", &format!("{NS}/alpha")]).await;
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains(&format!("{NS}/alpha (release v1.0.0): no changes")), "{}", stdout(&out));
+
+    // A hand edit: the diff shows the field going back.
+    let cms: Api<ConfigMap> = Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
+    let patch = json!({"data": {"cluster": "patched"}});
+    cms.patch("addon-config", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
+    let out = common::stacksync(&["diff", "--config", &cfg, "--cluster", &format!("{NS}/alpha")]).await;
+    assert_exit(&out, 1);
+    let text = stdout(&out);
+    assert!(text.contains("update ConfigMap/kube-system/addon-config"), "{text}");
+    assert!(text.contains("-  cluster: patched\n+  cluster: alpha\n"), "{text}");
+    assert!(text.contains("--- live/ConfigMap/kube-system/addon-config"), "{text}");
+    assert_eq!(
+        env.configmap(0).await.and_then(|c| c.data).and_then(|d| d.get("cluster").cloned()).as_deref(),
+        Some("patched"),
+        "diff wrote"
+    );
+
+    // A new release: a changed object, a new one and a dropped one.
+    let cm2 = CM.replace("cluster: ${cluster.name}", "cluster: ${cluster.name}\n  tier: gold");
+    let extra = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\n  namespace: kube-system\ndata: {a: b}\n";
+    env.repo.remove("manifests/ns.yaml");
+    env.repo.release("v2.0.0", &[("manifests/cm.yaml", cm2.as_str()), ("manifests/extra.yaml", extra)]);
+    let out = common::stacksync(&["diff", "--config", &cfg, "--cluster", &format!("{NS}/alpha")]).await;
+    assert_exit(&out, 1);
+    let text = stdout(&out);
+    assert!(text.contains("(release v1.0.0 -> v2.0.0): 3 changes"), "{text}");
+    assert!(text.contains("+  tier: gold"), "{text}");
+    assert!(text.contains("create ConfigMap/kube-system/extra"), "{text}");
+    assert!(text.contains("prune Namespace/addons"), "{text}");
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(env.workloads[0].client().expect("client"));
+    assert!(namespaces.get_opt("addons").await.expect("get").is_some(), "diff pruned");
+
+    // Every Cluster: one cannot be looked at (no kubeconfig): exit 2, the others still shown.
+    let out = common::stacksync(&["diff", "--config", &cfg]).await;
+    assert_exit(&out, 2);
+    let text = stdout(&out);
+    assert!(text.contains(&format!("{NS}/nokube")) && text.contains("ERROR"), "{text}");
+    assert!(text.contains("create ConfigMap/kube-system/extra"), "{text}");
 }

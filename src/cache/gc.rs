@@ -2,6 +2,7 @@
 //! remaining tree references. Never removes a release in use.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 
 use tracing::{info, warn};
 
@@ -15,10 +16,11 @@ pub struct Collected {
     pub blobs: usize,
 }
 
-/// Removes every cached release whose id is not in `keep`, then every blob not referenced by a
-/// kept GitHub release tree. Errors removing single entries are logged and skipped: a failed
-/// collection never fails a pass.
-pub fn collect(cache: &Cache, index: &mut Index, keep: &BTreeSet<String>) -> Collected {
+/// Removes every cached release whose id is not in `keep`, then every blob no kept release tree
+/// references (`references` names the blobs a tree uses; what a tree records is its source's
+/// business). Errors removing single entries are logged and skipped: a failed collection never
+/// fails a pass.
+pub fn collect(cache: &Cache, index: &mut Index, keep: &BTreeSet<String>, references: impl Fn(&Path) -> Vec<Sha256Digest>) -> Collected {
     let mut out = Collected::default();
     let doomed: Vec<String> = index.releases.keys().filter(|id| !keep.contains(*id)).cloned().collect();
     for id in doomed {
@@ -37,14 +39,7 @@ pub fn collect(cache: &Cache, index: &mut Index, keep: &BTreeSet<String>) -> Col
         out.releases.push(id);
     }
     if let Ok(blobs) = Blobs::open(cache.root()) {
-        let referenced: BTreeSet<Sha256Digest> = index
-            .releases
-            .values()
-            .filter_map(|e| std::fs::read(cache.root().join(&e.path).join(crate::source::github::materialise::MANIFEST)).ok())
-            .filter_map(|bytes| serde_json::from_slice::<Vec<crate::source::github::materialise::AssetRecord>>(&bytes).ok())
-            .flatten()
-            .filter_map(|r| Sha256Digest::parse(&r.digest))
-            .collect();
+        let referenced: BTreeSet<Sha256Digest> = index.releases.values().flat_map(|e| references(&cache.root().join(&e.path))).collect();
         for digest in blobs.list() {
             if !referenced.contains(&digest) && blobs.remove(&digest).is_ok() {
                 out.blobs += 1;

@@ -27,17 +27,7 @@ pub struct Index {
     pub github: BTreeMap<String, GithubState>,
 }
 
-/// The last listing of a GitHub source.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GithubState {
-    /// By page URL: ETag and content, so an unchanged page is a 304 that costs no quota.
-    #[serde(default)]
-    pub pages: BTreeMap<String, crate::source::github::CachedPage>,
-    /// By tag: the non-draft releases of the last successful listing.
-    #[serde(default)]
-    pub releases: BTreeMap<String, crate::source::github::GhRelease>,
-}
+pub use crate::model::published::GithubState;
 
 impl Default for Index {
     fn default() -> Self {

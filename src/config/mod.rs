@@ -8,6 +8,7 @@ mod sources;
 mod target;
 mod validate;
 pub mod watch;
+mod webhooks;
 pub mod yaml;
 
 use std::collections::BTreeMap;
@@ -20,6 +21,7 @@ pub use sources::{parse_size, tag_matches};
 
 use crate::release::version::Constraint;
 use crate::schedule::Schedule;
+pub use webhooks::WebhooksConfig;
 
 /// The directory target's status directory (`<target>/status/<namespace>/<cluster>.yaml`): a
 /// namespace of this name would share it, so the config refuses it.
@@ -41,6 +43,8 @@ pub struct Config {
     pub helm: HelmConfig,
     /// How cluster-stack values templates run (`templates:`).
     pub templates: TemplatesConfig,
+    /// Where the push webhooks' secrets are (`webhooks:`).
+    pub webhooks: WebhooksConfig,
 }
 
 /// `templates:`: how values templates (`cluster-addon-values.yaml`, `overwrite.yaml`) run.
@@ -223,6 +227,8 @@ pub struct KubernetesTarget {
     pub resync: std::time::Duration,
     /// Field managers whose changes to fields stacksync owns are taken back (people with kubectl).
     pub take_back_from: Vec<String>,
+    /// How long one request to the management or a workload cluster may take (watches excepted).
+    pub request_timeout: std::time::Duration,
 }
 
 impl Default for KubernetesTarget {
@@ -236,6 +242,7 @@ impl Default for KubernetesTarget {
             not_ready_retry: target::DEFAULT_NOT_READY_RETRY,
             resync: target::DEFAULT_RESYNC,
             take_back_from: crate::model::HAND_MANAGERS.iter().map(|m| (*m).to_owned()).collect(),
+            request_timeout: target::DEFAULT_REQUEST_TIMEOUT,
         }
     }
 }

@@ -13,6 +13,8 @@ pub const DEFAULT_PRUNE_LIMIT: usize = 50;
 pub const DEFAULT_NOT_READY_RETRY: std::time::Duration = std::time::Duration::from_secs(15);
 /// Default for `target.kubernetes.resync`.
 pub const DEFAULT_RESYNC: std::time::Duration = std::time::Duration::from_secs(600);
+/// Default for `target.kubernetes.requestTimeout`.
+pub const DEFAULT_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Cx {
     pub(super) fn target(&mut self, node: &Node, base: &Path) -> Option<Target> {
@@ -38,7 +40,17 @@ impl Cx {
         let f = self.fields(
             node,
             "target.kubernetes",
-            &["kubeconfig", "context", "driftMode", "pruneLimit", "allowEmptyPrune", "notReadyRetry", "resync", "takeBackFrom"],
+            &[
+                "kubeconfig",
+                "context",
+                "driftMode",
+                "pruneLimit",
+                "allowEmptyPrune",
+                "notReadyRetry",
+                "resync",
+                "takeBackFrom",
+                "requestTimeout",
+            ],
         )?;
         let kubeconfig = self.string(&f, "kubeconfig").map(|p| base.join(p));
         let context = self.string(&f, "context");
@@ -64,6 +76,7 @@ impl Cx {
         let allow_empty_prune = self.bool(&f, "allowEmptyPrune", false);
         let not_ready_retry = self.min_duration(&f, "notReadyRetry", DEFAULT_NOT_READY_RETRY);
         let resync = self.min_duration(&f, "resync", DEFAULT_RESYNC);
+        let request_timeout = self.min_duration(&f, "requestTimeout", DEFAULT_REQUEST_TIMEOUT);
         let take_back_from = match f.get("takeBackFrom") {
             None => KubernetesTarget::default().take_back_from,
             Some(n) => match &n.value {
@@ -83,7 +96,17 @@ impl Cx {
                 }
             },
         };
-        Some(KubernetesTarget { kubeconfig, context, drift_mode, prune_limit, allow_empty_prune, not_ready_retry, resync, take_back_from })
+        Some(KubernetesTarget {
+            kubeconfig,
+            context,
+            drift_mode,
+            prune_limit,
+            allow_empty_prune,
+            not_ready_retry,
+            resync,
+            take_back_from,
+            request_timeout,
+        })
     }
 
     /// A duration of at least one second; `default` when absent (and after an error).

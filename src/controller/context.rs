@@ -29,7 +29,7 @@ pub struct Context {
     index: tokio::sync::Mutex<Index>,
     helm: tokio::sync::OnceCell<Result<Helm, String>>,
     work: Result<tempfile::TempDir, String>,
-    layouts: Mutex<HashMap<(String, String), Arc<Layout>>>,
+    layouts: Mutex<HashMap<(String, String, bool), Arc<Layout>>>,
     /// Bumped whenever a poll changed what some source offers (and after each source's first
     /// poll): the Cluster reconciler re-runs every Cluster then.
     published: watch::Sender<u64>,
@@ -174,6 +174,15 @@ impl Context {
         (tags, known)
     }
 
+    /// Tags of a subscription's source that moved (or miss their pin) and were refused: tag ->
+    /// the commit the remote now claims.
+    pub async fn refused(&self, sub: &Subscription) -> BTreeMap<String, String> {
+        let config = self.config();
+        let Some(src) = config.source(&sub.source) else { return BTreeMap::new() };
+        let key = source_key(&src.name, &src.kind);
+        self.index.lock().await.sources.get(&key).map(|s| s.refused.clone()).unwrap_or_default()
+    }
+
     /// The release a subscription runs when nothing else decides (plain manifests, a Cluster
     /// without a topology class): the newest allowed, as `release::select` rules.
     ///
@@ -273,7 +282,8 @@ impl Context {
     /// Every problem of the release, as one message.
     pub async fn layout(&self, sub: &Subscription, prepared: &PreparedRelease) -> Result<Arc<Layout>, String> {
         debug_assert_eq!(sub.format, Format::ClusterStack);
-        let memo = (prepared.tree.display().to_string(), sub.path.clone());
+        let options = self.config().templates;
+        let memo = (prepared.tree.display().to_string(), sub.path.clone(), options.strict);
         if let Some(l) = self.layouts.lock().unwrap_or_else(PoisonError::into_inner).get(&memo) {
             return Ok(l.clone());
         }
@@ -281,7 +291,7 @@ impl Context {
             self.work_dir()?.join("releases").join(format!("{}-{}", prepared.release.tag, release::short(&prepared.release.commit)));
         let (tree, path, rel) = (prepared.tree.clone(), sub.path.clone(), prepared.release.clone());
         let layout = match tokio::task::spawn_blocking(move || Layout::load(&tree, &path, &rel, &unpack)).await {
-            Ok(r) => r.map(Arc::new).map_err(|e| e.to_string())?,
+            Ok(r) => r.map(|l| Arc::new(Layout { template_options: options, ..l })).map_err(|e| e.to_string())?,
             Err(join) => return Err(format!("load task failed: {join}")),
         };
         info!(tag = %prepared.release.tag, unpacked = ?layout.unpacked, "cluster-stack release loaded");
@@ -296,7 +306,7 @@ impl Context {
         let mut index = self.index.lock().await;
         let mut keep = fetch::releases_to_keep(&config, &index);
         keep.extend(in_use.iter().cloned());
-        crate::cache::gc::collect(&self.cache, &mut index, &keep);
+        crate::cache::gc::collect(&self.cache, &mut index, &keep, crate::source::github::materialise::referenced_blobs);
         self.save(&index);
     }
 

@@ -2,6 +2,7 @@
 //! with the Cluster it concerns. `is_transient` decides retry-with-backoff versus Stalled;
 //! `reason` is the stable string for conditions and metric labels.
 
+use crate::controller::kubernetes::kube_error;
 use crate::model::ClusterKey;
 use crate::status::Reason;
 
@@ -11,22 +12,22 @@ pub enum Error {
     #[error("management cluster: {0}")]
     ManagementClient(String),
     /// Asking the management cluster what it serves failed (not "Cluster API is missing").
-    #[error("management cluster: discovering cluster.x-k8s.io: {0}")]
+    #[error("management cluster: discovering cluster.x-k8s.io: {}", kube_error(.0))]
     Discovery(#[source] kube::Error),
     #[error(
         "the management cluster serves no cluster.x-k8s.io Cluster (v1beta2 or v1beta1): is Cluster API installed? (kubectl get crd clusters.cluster.x-k8s.io)"
     )]
     ClusterApiMissing,
-    #[error("management cluster: listing Clusters: {0}")]
+    #[error("management cluster: listing Clusters: {}", kube_error(.0))]
     ListClusters(#[source] kube::Error),
     /// The ClusterSync holds the inventory pruning works from; without it nothing is applied.
-    #[error("cannot read ClusterSync {cluster} (its inventory decides what to prune): {source}")]
+    #[error("cannot read ClusterSync {cluster} (its inventory decides what to prune): {}", kube_error(.source))]
     ReadStatus {
         cluster: ClusterKey,
         #[source]
         source: kube::Error,
     },
-    #[error("cannot write ClusterSync {cluster}: {source} (are the CRDs installed? kubectl apply -f deploy/crds/)")]
+    #[error("cannot write ClusterSync {cluster}: {} (are the CRDs installed? kubectl apply -f deploy/crds/)", kube_error(.source))]
     WriteStatus {
         cluster: ClusterKey,
         #[source]

@@ -7,9 +7,11 @@ use std::time::Duration;
 
 pub mod clusterstack;
 mod context;
+pub mod dirdiff;
 pub mod error;
 mod fetch;
 pub mod kubernetes;
+pub mod pipeline;
 pub mod poller;
 
 pub use context::Context;
@@ -147,7 +149,7 @@ pub async fn pass_scoped(config: &Config, subs: Option<&[String]>, apply: bool) 
         report.clusters.extend(reports);
     }
     let keep = fetch::releases_to_keep(config, &index);
-    crate::cache::gc::collect(&cache, &mut index, &keep);
+    crate::cache::gc::collect(&cache, &mut index, &keep, crate::source::github::materialise::referenced_blobs);
     cache.save_index(&index)?;
     Ok(report)
 }
@@ -248,6 +250,9 @@ pub async fn render_to(config: &Config, out: &std::path::Path) -> cache::Result<
         }
         report.clusters.extend(sync_subscription(&target, sub, &prepared, report.source_errors.get(&sub.source), false));
     }
-    report.clusters.extend(clusterstack::sync(config, &target, &staged, false).await);
+    if !staged.is_empty() {
+        // Manifests alone need no helm: do not look for it (nor complain that it is missing).
+        report.clusters.extend(clusterstack::sync(config, &target, &staged, false).await);
+    }
     Ok(report)
 }

@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+pub mod published;
+
 /// A Cluster API `Cluster` (or a configured cluster of the directory target): namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ClusterKey {

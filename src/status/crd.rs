@@ -199,6 +199,9 @@ pub struct Condition {
     printcolumn = r#"{"name":"Tag","type":"string","jsonPath":".spec.tag"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"VerifiedBy","type":"string","jsonPath":".status.verifiedBy"}"#,
+    printcolumn = r#"{"name":"Clusters","type":"string","jsonPath":".status.clusters.summary"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -226,8 +229,14 @@ pub struct StackReleaseStatus {
     pub cached: bool,
     /// `Available` (seen, not selected), `Selected`, `Applied`, `Failed`.
     pub phase: String,
-    #[serde(default)]
+    /// `Ready` (the release's objects are applied and every Cluster running it is synced and
+    /// healthy) and `Reconciling`, written from the ClusterSyncs (see `clusters`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The Clusters running this release (their applied release, else the one being applied),
+    /// by state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<ClusterCounts>,
     /// Objects of the ClusterClass apply that are not synced.
     #[serde(default)]
     pub entries: Vec<ObjectEntry>,
@@ -237,6 +246,21 @@ pub struct StackReleaseStatus {
     /// what is deleted when the release is no longer offered and no Cluster uses it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub class_inventory: Vec<String>,
+}
+
+/// Clusters of a release by the state of their ClusterSync.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterCounts {
+    pub total: u32,
+    /// `Ready=True`: synced and healthy.
+    pub ready: u32,
+    /// Being applied or waiting for health (`Reconciling=True`).
+    pub progressing: u32,
+    /// Neither: not synced, unhealthy, stalled, paused or suspended.
+    pub not_ready: u32,
+    /// `ready/total`, for the `CLUSTERS` column.
+    pub summary: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]

@@ -108,6 +108,12 @@ pub enum Reason {
     /// Cluster stacks: an upgrade stage (`BeforeClusterUpgrade`) timed out waiting for its
     /// condition or could not be applied; the new release's addons are not applied.
     UpgradeFailed,
+    /// Some objects failed, each for a reason that may pass by itself (a timeout, 5xx, 429, a
+    /// connection cut): retried with backoff, not stalled.
+    TransientError,
+    /// The tag of the release in use moved to another commit (or no longer matches its pin) and
+    /// the source refused it: the verified commit stays applied until someone decides.
+    TagRefused,
 }
 
 impl Reason {
@@ -130,6 +136,8 @@ impl Reason {
             Reason::Progressing => "Progressing",
             Reason::Unhealthy => "Unhealthy",
             Reason::UpgradeFailed => "UpgradeFailed",
+            Reason::TransientError => "TransientError",
+            Reason::TagRefused => "TagRefused",
         }
     }
 }

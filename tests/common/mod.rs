@@ -1,6 +1,8 @@
 //! Shared fixtures for the end-to-end tests: a config writer and a bounded CLI runner.
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
+pub mod fleet;
+
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;

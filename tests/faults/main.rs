@@ -9,6 +9,7 @@ mod common;
 mod apply;
 mod cache;
 mod config;
+mod controller;
 mod kill;
 mod network;
 mod reload;

@@ -8,6 +8,8 @@ mod error;
 mod inventory;
 pub mod names;
 mod object;
+mod preview;
+pub mod unified;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -21,6 +23,7 @@ use sha2::{Digest, Sha256};
 
 pub use error::Error;
 pub use inventory::{Inventory, InventoryEntry, ParseEntryError};
+pub use preview::{Planned, PlannedChange, Preview};
 
 use discovery::{DiscoveryCache, Unresolved};
 use inventory::{Key, PruneLimits, PrunePlan};
@@ -120,6 +123,9 @@ pub struct SyncResult {
     pub prune_paused: Option<String>,
     /// Applied objects that are not healthy yet (or failed), by kstatus rules, in apply order.
     pub unhealthy: Vec<(ObjectRef, Health)>,
+    /// Objects that failed for a reason that may pass by itself (timeout, 5xx, 429,
+    /// connection): a sync failing only on these is retried, not stalled.
+    pub transient: Vec<ObjectRef>,
 }
 
 /// Applies stages of objects to one cluster. Cheap to clone the client into; one per
@@ -158,6 +164,9 @@ impl Run {
     fn push(&mut self, outcome: Outcome) {
         if let Some(h) = outcome.health.filter(|h| !h.is_healthy()) {
             self.result.unhealthy.push((outcome.entry.object.clone(), h));
+        }
+        if outcome.transient {
+            self.result.transient.push(outcome.entry.object.clone());
         }
         if let Some(paths) = outcome.drifted {
             self.result.drifted.push((outcome.entry.object.clone(), paths));
@@ -230,7 +239,7 @@ impl Applier {
                                     let outcome = self.apply_one(t).await;
                                     self.establish(t, outcome).await
                                 }
-                                Err(not) => Outcome { entry: not.entry.clone(), drifted: None, health: None },
+                                Err(not) => Outcome { entry: not.entry.clone(), drifted: None, health: None, transient: false },
                             }
                         }
                         .boxed()
@@ -299,7 +308,7 @@ impl Applier {
                                 },
                                 // A kind the server does not serve has no objects left to delete.
                                 Err(not) if not.kind_not_served => Outcome::new(&not.entry, Action::Unchanged, "absent"),
-                                Err(not) => Outcome { entry: not.entry.clone(), drifted: None, health: None },
+                                Err(not) => Outcome { entry: not.entry.clone(), drifted: None, health: None, transient: false },
                             }
                         }
                         .boxed()

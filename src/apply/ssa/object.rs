@@ -65,11 +65,13 @@ pub struct Outcome {
     pub drifted: Option<Vec<String>>,
     /// The object's health as the server showed it after this sync (`None`: not looked at).
     pub health: Option<Health>,
+    /// Failed for a reason that may pass by itself (timeout, 5xx, 429, connection).
+    pub transient: bool,
 }
 
 impl Outcome {
     pub fn new(entry: &Entry, action: Action, message: impl Into<String>) -> Outcome {
-        Outcome { entry: Entry { action, message: message.into(), ..entry.clone() }, drifted: None, health: None }
+        Outcome { entry: Entry { action, message: message.into(), ..entry.clone() }, drifted: None, health: None, transient: false }
     }
 
     fn with_drift(self, drifted: Option<Vec<String>>) -> Outcome {
@@ -84,7 +86,7 @@ impl Outcome {
         // The error's Display names the operation and object only; the cause is in the message.
         let message = error.message();
         tracing::warn!(object = %entry.object, error = %error, %message, kind = error.kind(), transient = error.is_transient(), "apply failed");
-        Outcome::new(entry, Action::Failed, message)
+        Outcome { transient: error.is_transient(), ..Outcome::new(entry, Action::Failed, message) }
     }
 }
 
@@ -327,6 +329,6 @@ fn release_changed(t: &Target<'_>) -> bool {
     t.previous_digest.as_deref() != Some(t.inventory.digest.as_str())
 }
 
-fn to_value(o: &DynamicObject) -> Value {
+pub(super) fn to_value(o: &DynamicObject) -> Value {
     serde_json::to_value(o).unwrap_or(Value::Null)
 }

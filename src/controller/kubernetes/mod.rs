@@ -18,14 +18,19 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 mod classes;
+mod diff;
+mod events;
 mod reconcile;
 mod render;
+mod rollup;
 mod run;
 mod status;
+mod telemetry;
 mod upgrade;
 
+pub use diff::{ClusterDiff, diff};
 pub use render::render;
-pub use run::{pass, request_reconcile, run};
+pub use run::{SHARD_LABEL, pass, request_reconcile, run};
 
 use super::{Context, Error};
 use crate::apply::ssa::{self, Stage};
@@ -45,6 +50,9 @@ pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 pub struct Kube {
     pub ctx: Arc<Context>,
     pub mgmt: kube::Client,
+    /// The management cluster for watches (no per-request deadline: a watch is long and may be
+    /// quiet).
+    pub watch: kube::Client,
     /// `cluster.x-k8s.io` `Cluster` at the newest version the management cluster serves.
     pub clusters: ApiResource,
     /// Workload clients by Cluster, with the kubeconfig Secret's resourceVersion they came from.
@@ -52,6 +60,8 @@ pub struct Kube {
     /// Failed reconciles in a row, by Cluster: the backoff's attempt number.
     attempts: Mutex<HashMap<ClusterKey, u32>>,
     classes: classes::Classes,
+    /// Kubernetes Events on ClusterSyncs and StackReleases.
+    events: events::Events,
 }
 
 impl Kube {
@@ -65,15 +75,18 @@ impl Kube {
         let config = ctx.config();
         let k = target(&config);
         let mgmt = management_client(&k).await.map_err(Error::ManagementClient)?;
+        let watch = management_watch_client(&k).await.map_err(Error::ManagementClient)?;
         let clusters = cluster_resource(&mgmt).await?;
         tracing::info!(version = %clusters.version, "Cluster API found");
         Ok(Arc::new(Kube {
             ctx,
-            mgmt,
+            watch,
             clusters,
             clients: Mutex::new(HashMap::new()),
             attempts: Mutex::new(HashMap::new()),
             classes: classes::Classes::default(),
+            events: events::Events::new(mgmt.clone()),
+            mgmt,
         }))
     }
 
@@ -111,7 +124,7 @@ impl Kube {
         {
             return Ok(client.clone());
         }
-        let client = workload_client(&c.namespace, &name, &secret).await?;
+        let client = workload_client(&c.namespace, &name, &secret, self.target().request_timeout).await?;
         self.clients.lock().unwrap_or_else(PoisonError::into_inner).insert(key, (version, client.clone()));
         Ok(client)
     }
@@ -157,15 +170,37 @@ pub(crate) fn kube_error(e: &kube::Error) -> String {
 /// # Errors
 /// The kubeconfig cannot be read or the client cannot be built.
 pub async fn management_client(k: &KubernetesTarget) -> Result<kube::Client, String> {
-    let config = match &k.kubeconfig {
+    let mut config = management_config(k).await?;
+    // Every request has a deadline: a frozen API server fails a reconcile, it never hangs it.
+    config.read_timeout = Some(k.request_timeout);
+    config.write_timeout = Some(k.request_timeout);
+    config.connect_timeout = Some(k.request_timeout.min(std::time::Duration::from_secs(10)));
+    // kube's default retry waits out 429/503 for minutes (15 attempts, up to 1000 s apart):
+    // a failed request fails the reconcile at once, and the controller retries it with its own
+    // jittered backoff, per Cluster, without holding a worker.
+    config.default_retry = false;
+    kube::Client::try_from(config).map_err(|e| format!("building the client: {e}"))
+}
+
+/// A client for the management cluster's watches: a watch is a long request (the server ends
+/// it after about five minutes) that may be silent for a while, so it keeps kube's own timeouts.
+///
+/// # Errors
+/// As [`management_client`].
+pub async fn management_watch_client(k: &KubernetesTarget) -> Result<kube::Client, String> {
+    let config = management_config(k).await?;
+    kube::Client::try_from(config).map_err(|e| format!("building the client: {e}"))
+}
+
+async fn management_config(k: &KubernetesTarget) -> Result<kube::Config, String> {
+    Ok(match &k.kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| format!("reading kubeconfig {}: {e}", path.display()))?;
             let opts = kube::config::KubeConfigOptions { context: k.context.clone(), ..Default::default() };
             kube::Config::from_custom_kubeconfig(kc, &opts).await.map_err(|e| format!("kubeconfig {}: {e}", path.display()))?
         }
         None => kube::Config::infer().await.map_err(|e| format!("no in-cluster config and no usable $KUBECONFIG: {e}"))?,
-    };
-    kube::Client::try_from(config).map_err(|e| format!("building the client: {e}"))
+    })
 }
 
 /// `cluster.x-k8s.io` `Cluster` at the newest version the management cluster serves. A server
@@ -238,6 +273,7 @@ async fn workload_client(
     namespace: &str,
     name: &str,
     secret: &k8s_openapi::api::core::v1::Secret,
+    timeout: std::time::Duration,
 ) -> Result<kube::Client, (Reason, String)> {
     let unusable = |why: &str| (Reason::ClusterUnreachable, format!("Secret {namespace}/{name}: key `value` {why}"));
     let bytes = secret.data.as_ref().and_then(|d| d.get("value")).map(|b| b.0.clone()).unwrap_or_default();
@@ -247,9 +283,12 @@ async fn workload_client(
     let text = String::from_utf8(bytes).map_err(|_| unusable("is not UTF-8 text"))?;
     let kc = kube::config::Kubeconfig::from_yaml(&text)
         .map_err(|_| unusable("is not a valid kubeconfig (YAML with clusters, users, contexts)"))?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .map_err(|_| unusable("is a kubeconfig stacksync cannot use (no current context, or a cluster or user it does not name)"))?;
+    config.read_timeout = Some(timeout);
+    config.write_timeout = Some(timeout);
+    config.connect_timeout = Some(timeout.min(std::time::Duration::from_secs(10)));
     kube::Client::try_from(config).map_err(|_| unusable("is a kubeconfig whose TLS settings or server URL cannot be used"))
 }
 
@@ -272,9 +311,31 @@ fn unique_across_stages(stages: &[Stage]) -> Result<(), String> {
 
 /// The object a Cluster's reference points at: v1beta1 refs carry `apiVersion`, v1beta2 refs
 /// `apiGroup` (the served version is discovered). `None` when absent or unreadable.
+/// `c` with the live objects cluster-stack values templates read (`.Cluster`, `.ControlPlane`,
+/// `.InfraCluster`); objects written in the config win.
+pub(super) async fn with_live_objects(mgmt: &kube::Client, obj: &DynamicObject, mut c: ClusterConfig) -> ClusterConfig {
+    let ns = obj.metadata.namespace.clone().unwrap_or_default();
+    if c.objects.cluster.is_none() {
+        c.objects.cluster = serde_json::to_value(obj).ok();
+    }
+    if c.objects.control_plane.is_none() {
+        c.objects.control_plane = referenced(mgmt, &ns, &obj.data["spec"]["controlPlaneRef"]).await;
+    }
+    if c.objects.infra_cluster.is_none() {
+        c.objects.infra_cluster = referenced(mgmt, &ns, &obj.data["spec"]["infrastructureRef"]).await;
+    }
+    c
+}
+
 async fn referenced(mgmt: &kube::Client, ns: &str, r: &Value) -> Option<Value> {
     let kind = r["kind"].as_str()?;
     let name = r["name"].as_str()?;
+    let namespace = r["namespace"].as_str().unwrap_or(ns);
+    // A reference is user input that becomes a URL path: only valid names are looked up.
+    if let Err(e) = crate::apply::ssa::names::check_name(name).and_then(|()| crate::apply::ssa::names::check_namespace(namespace)) {
+        tracing::warn!(kind, "ignoring a reference with an invalid name: {e}");
+        return None;
+    }
     let (res, _) = match (r["apiVersion"].as_str(), r["apiGroup"].as_str()) {
         (Some(api_version), _) => {
             let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
@@ -283,7 +344,7 @@ async fn referenced(mgmt: &kube::Client, ns: &str, r: &Value) -> Option<Value> {
         (None, Some(group)) => kube::discovery::group(mgmt, group).await.ok()?.recommended_kind(kind)?,
         _ => return None,
     };
-    let api: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), r["namespace"].as_str().unwrap_or(ns), &res);
+    let api: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), namespace, &res);
     api.get_opt(name).await.ok().flatten().and_then(|o| serde_json::to_value(o).ok())
 }
 

@@ -11,7 +11,9 @@ use kube::runtime::controller::Action;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use super::status::{Owner, applied_crd, failed_crd, write_cluster_sync};
-use super::{Kube, control_plane_ready, is_paused, owner_id, reachable, referenced, rendered_digest, subscription_for, topology_class};
+use super::{
+    Kube, control_plane_ready, is_paused, owner_id, reachable, rendered_digest, subscription_for, topology_class, with_live_objects,
+};
 use super::{kube_error, unique_across_stages};
 use crate::apply::ChangeSet;
 use crate::apply::health::Health;
@@ -71,7 +73,7 @@ async fn reconcile_in(
     obj: &DynamicObject,
     key: ClusterKey,
     sub: &Subscription,
-    mut c: ClusterConfig,
+    c: ClusterConfig,
     class: Option<String>,
 ) -> Result<Option<Reconciled>, Error> {
     let k = kube.target();
@@ -88,17 +90,7 @@ async fn reconcile_in(
     let api_version = format!("{}/{}", kube.clusters.group, kube.clusters.version);
     let owner = Owner { api_version: &api_version, uid: obj.metadata.uid.as_deref() };
 
-    // The live objects, for cluster-stack values templates (`.Cluster`, `.ControlPlane`,
-    // `.InfraCluster`); objects written in the config win.
-    if c.objects.cluster.is_none() {
-        c.objects.cluster = serde_json::to_value(obj).ok();
-    }
-    if c.objects.control_plane.is_none() {
-        c.objects.control_plane = referenced(&kube.mgmt, &key.namespace, &obj.data["spec"]["controlPlaneRef"]).await;
-    }
-    if c.objects.infra_cluster.is_none() {
-        c.objects.infra_cluster = referenced(&kube.mgmt, &key.namespace, &obj.data["spec"]["infrastructureRef"]).await;
-    }
+    let c = with_live_objects(&kube.mgmt, obj, c).await;
 
     let newest = kube.ctx.offered(sub).await.into_iter().next().map(|r| r.tag);
     let stamp = |mut s: ClusterSyncStatus| {
@@ -117,7 +109,10 @@ async fn reconcile_in(
                 Reason::Progressing => Action::requeue(HEALTH_RECHECK),
                 _ => Action::requeue(k.not_ready_retry.min(k.resync)),
             };
-            let quiet = matches!(done.status.reason, Reason::Paused | Reason::Suspended | Reason::Progressing | Reason::Unhealthy);
+            let quiet = matches!(
+                done.status.reason,
+                Reason::Paused | Reason::Suspended | Reason::Progressing | Reason::Unhealthy | Reason::TagRefused
+            );
             let failure = (!done.status.ready && !quiet).then(|| Fail::new(done.status.reason, done.status.message.clone(), true));
             (done.status, done.changes, done.crd, action, failure)
         }
@@ -143,9 +138,13 @@ async fn reconcile_in(
             (st, ChangeSet::default(), crd, action, Some(fail))
         }
     };
-    write_cluster_sync(&syncs, sub, &c, &owner, previous.as_ref(), stamp(crd), k.resync / 2)
+    let next = stamp(crd);
+    let events = super::events::for_cluster_sync(&prev_status, &next, changes.writes(), &changes.summary());
+    write_cluster_sync(&syncs, sub, &c, &owner, previous.as_ref(), next, k.resync / 2)
         .await
         .map_err(|source| Error::WriteStatus { cluster: key.clone(), source })?;
+    let uid = previous.as_ref().and_then(|p| p.metadata.uid.clone());
+    kube.events.cluster_sync(&syncs, &key.namespace, &key.name, uid, events).await;
     let report = ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes };
     let outcome = match failure {
         Some(f) if f.transient => Err(Error::Sync { cluster: key, reason: f.reason, message: f.message, transient: true }),
@@ -209,7 +208,10 @@ async fn apply_release(
     prev: &ClusterSyncStatus,
 ) -> Result<Done, Fail> {
     let label = format!("{}/{}", c.namespace, c.name);
-    let stages = render(kube, sub, &prepared, c).await?;
+    let Rendered { stages, warnings } = render(kube, sub, &prepared, c).await?;
+    for w in &warnings {
+        warn!(cluster = %label, "values template: {w}");
+    }
     if sub.format == Format::ClusterStack {
         let mut releases = kube.ctx.offered(sub).await;
         if !releases.iter().any(|r| r.tag == rel.tag) {
@@ -234,20 +236,14 @@ async fn apply_release(
         let objects: usize = stages.iter().map(|s| s.objects.len()).sum();
         st.conditions = super::status::progressing(&prev.conditions, &format!("applying {} ({objects} objects)", rel.tag));
         let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &c.namespace);
-        if let Err(e) = super::status::write_progress(&syncs, &c.name, st).await {
-            warn!(error = %kube_error(&e), "cannot record that the apply started");
+        match super::status::write_progress(&syncs, &c.name, st).await {
+            Ok(()) => {}
+            // A first sync: the ClusterSync is created with the result, moments later.
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => warn!(error = %kube_error(&e), "cannot record that the apply started"),
         }
     }
-    let options = ApplyOptions {
-        owner: owner_id(sub, c),
-        force: sub.force,
-        drift: k.drift_mode,
-        prune_limit: k.prune_limit,
-        allow_empty_prune: k.allow_empty_prune,
-        default_namespace: if sub.format == Format::ClusterStack { "kube-system".into() } else { "default".into() },
-        take_back_from: k.take_back_from.clone(),
-        ..ApplyOptions::default()
-    };
+    let options = apply_options(k, sub, c);
     // A release change runs the new release's upgrade stages first, a first install its stages
     // with waits one by one (`upgrade.rs`).
     let upgraded = if super::upgrade::needed(sub, prev, &rel.tag) {
@@ -268,6 +264,39 @@ async fn apply_release(
         st.reason = Reason::PrunePaused;
         st.message.clone_from(paused);
     }
+    if st.ready
+        && let Some(claimed) = kube.ctx.refused(sub).await.get(&rel.tag)
+    {
+        // What is applied is the verified commit, but the source no longer agrees: a person
+        // must decide (accept the move, fix the pin, or publish a new tag).
+        st.ready = false;
+        st.reason = Reason::TagRefused;
+        st.message = format!(
+            "tag {} now points at {} in source {}; refused, {} stays applied (set allowMovedTags, or fix the pin, to accept it)",
+            rel.tag,
+            short(claimed),
+            sub.source,
+            short(&rel.commit)
+        );
+    }
+    if prev.inventory.is_empty()
+        && result.changes.entries.iter().any(|e| e.action == crate::apply::Action::Unchanged && e.is_release_object())
+    {
+        // Objects already in place with our owner label, yet no inventory: the ClusterSync was
+        // deleted (or lost). What this release has is adopted again; what an older release had
+        // and this one dropped is not known any more, so it is not pruned. Say so.
+        warn!(
+            cluster = %label,
+            owner = %crate::apply::ssa::owner_label_value(&owner_id(sub, c)),
+            "the ClusterSync had no inventory but this release's objects were already in place: the inventory was lost; objects an earlier release dropped are not pruned (find them by the label stacksync.io/owner)"
+        );
+    }
+    let failed: Vec<&crate::apply::ObjectRef> =
+        result.changes.entries.iter().filter(|e| e.action == crate::apply::Action::Failed).map(|e| &e.object).collect();
+    if st.reason == Reason::NotSynced && !failed.is_empty() && failed.iter().all(|o| result.transient.contains(o)) {
+        // Every failure may pass by itself: retried with backoff (Reconciling), not Stalled.
+        st.reason = Reason::TransientError;
+    }
     for (object, fields) in &result.drifted {
         warn!(cluster = %label, object = %object, fields = %fields.join(", "), "drifted (driftMode: warn; not corrected)");
     }
@@ -282,9 +311,18 @@ async fn apply_release(
         Some(_) => result.unhealthy.clone(),
         None => Vec::new(),
     };
+    if st.ready
+        && let Some(first) = warnings.first()
+    {
+        // Applied as the SCS operator would, but said where a user looks.
+        let more = if warnings.len() > 1 { format!(" (and {} more)", warnings.len() - 1) } else { String::new() };
+        let sep = if st.message.is_empty() { "" } else { "; " };
+        st.message.push_str(&format!("{sep}values template warning: {first}{more}"));
+    }
     info!(ready = st.ready, "synced: {}", result.changes.summary());
     if sub.format == Format::Manifests {
         kube.ctx.adopt(sub, &rel).await;
+        super::status::record_release(&kube.mgmt, &kube.events, sub, &rel, &prepared.assets, true, None).await;
     }
     let mut crd = applied_crd(prev, &rel, &st, &result.changes, &unhealthy, result.inventory.to_lines(), digest);
     crd.upgrade = upgraded;
@@ -313,6 +351,21 @@ fn upgrade_held(sub: &Subscription, c: &ClusterConfig, rel: &Release, prev: &Clu
     };
     crd.upgrade = Some(upgrade);
     Done { status: st, changes: ChangeSet::default(), crd, requeue }
+}
+
+/// How a Cluster's objects are applied (the sync and `stacksync diff` alike).
+pub(super) fn apply_options(k: &KubernetesTarget, sub: &Subscription, c: &ClusterConfig) -> ApplyOptions {
+    ApplyOptions {
+        owner: owner_id(sub, c),
+        force: sub.force,
+        drift: k.drift_mode,
+        prune_limit: k.prune_limit,
+        allow_empty_prune: k.allow_empty_prune,
+        default_namespace: if sub.format == Format::ClusterStack { "kube-system".into() } else { "default".into() },
+        take_back_from: k.take_back_from.clone(),
+        request_timeout: k.request_timeout,
+        ..ApplyOptions::default()
+    }
 }
 
 /// Every object is synced but some are not healthy: `Progressing` while `timeout` has not passed
@@ -362,7 +415,7 @@ pub(super) async fn choose(kube: &Kube, sub: &Subscription, class: Option<&str>)
 }
 
 /// The stages a Cluster gets from a prepared release.
-pub(super) async fn render(kube: &Kube, sub: &Subscription, prepared: &PreparedRelease, c: &ClusterConfig) -> Result<Vec<Stage>, Fail> {
+pub(super) async fn render(kube: &Kube, sub: &Subscription, prepared: &PreparedRelease, c: &ClusterConfig) -> Result<Rendered, Fail> {
     let rel = &prepared.release;
     let render_failed = |e: String| {
         error!("render failed; the applied release stays: {e}");
@@ -377,30 +430,30 @@ pub(super) async fn render(kube: &Kube, sub: &Subscription, prepared: &PreparedR
                 .map_err(|e| render_failed(format!("load task failed: {e}")))?
                 .map_err(|e| render_failed(e.to_string()))?;
             let objects = manifests.render(rel, c).map_err(|e| render_failed(e.to_string()))?;
-            Ok(vec![Stage { name: "manifests".into(), action: StageAction::Apply, objects }])
+            Ok(Rendered { stages: vec![Stage { name: "manifests".into(), action: StageAction::Apply, objects }], warnings: Vec::new() })
         }
         Format::ClusterStack => {
-            let work = kube.ctx.work_dir().map_err(|e| Fail::new(Reason::WorkDirUnavailable, e, true))?.to_path_buf();
-            let helm = kube.ctx.helm().await.map_err(|e| Fail::new(Reason::RenderFailed, e, false))?;
-            let layout = kube.ctx.layout(sub, prepared).await.map_err(render_failed)?;
-            let dir = work.join("clusters").join(format!("{}-{}-{}", c.namespace, c.name, unique()));
-            let rendered = layout.render_addons(&helm, c, &dir).await;
-            let _ = tokio::fs::remove_dir_all(&dir).await;
+            let rendered = crate::controller::pipeline::addons(&kube.ctx, sub, prepared, c).await.map_err(|e| {
+                if e.reason() == Reason::RenderFailed {
+                    error!("render failed; the applied release stays: {e}");
+                }
+                Fail::new(e.reason(), e.to_string(), e.is_transient())
+            })?;
             let stages: Vec<Stage> = rendered
-                .map_err(|e| render_failed(e.to_string()))?
+                .stages
                 .into_iter()
                 .map(|s| Stage { name: s.name.unwrap_or_else(|| "addons".into()), action: StageAction::Apply, objects: s.objects })
                 .collect();
             unique_across_stages(&stages).map_err(render_failed)?;
-            Ok(stages)
+            Ok(Rendered { stages, warnings: rendered.warnings.iter().map(ToString::to_string).collect() })
         }
     }
 }
 
-fn unique() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
+/// A Cluster's stages, and what its values templates printed as `<no value>` / `<nil>`.
+pub(super) struct Rendered {
+    pub stages: Vec<Stage>,
+    pub warnings: Vec<String>,
 }
 
 /// When to retry a failed reconcile: jittered exponential backoff per Cluster for what may pass

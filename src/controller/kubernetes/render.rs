@@ -12,7 +12,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 use tracing::{error, info};
 
 use super::reconcile::{choose, key_of, render as render_stages};
-use super::{Kube, referenced, subscription_for, topology_class};
+use super::{Kube, subscription_for, topology_class, with_live_objects};
 use crate::apply::{ChangeSet, DirectoryTarget};
 use crate::config::Format;
 use crate::controller::{ClusterReport, Context, Error, PassReport};
@@ -42,16 +42,8 @@ pub async fn render(ctx: Arc<Context>, out: &Path) -> Result<PassReport, Error> 
         let Some(key) = key_of(obj) else { continue };
         let labels = obj.metadata.labels.clone().unwrap_or_default();
         let class = topology_class(&obj.data);
-        let Some((sub, mut c)) = subscription_for(&config, &key, &labels, class.as_deref()) else { continue };
-        if c.objects.cluster.is_none() {
-            c.objects.cluster = serde_json::to_value(obj).ok();
-        }
-        if c.objects.control_plane.is_none() {
-            c.objects.control_plane = referenced(&kube.mgmt, &key.namespace, &obj.data["spec"]["controlPlaneRef"]).await;
-        }
-        if c.objects.infra_cluster.is_none() {
-            c.objects.infra_cluster = referenced(&kube.mgmt, &key.namespace, &obj.data["spec"]["infrastructureRef"]).await;
-        }
+        let Some((sub, c)) = subscription_for(&config, &key, &labels, class.as_deref()) else { continue };
+        let c = with_live_objects(&kube.mgmt, obj, c).await;
         let failed = |reason: Reason, message: String, rel: Option<&Release>| {
             error!(cluster = %key, "{message}");
             ClusterReport {
@@ -83,20 +75,16 @@ pub async fn render(ctx: Arc<Context>, out: &Path) -> Result<PassReport, Error> 
             }
         };
         if sub.format == Format::ClusterStack && rendered_classes.insert((key.namespace.clone(), rel.tag.clone())) {
-            let objects = async {
-                let helm = ctx.helm().await?;
-                let layout = ctx.layout(sub, &prepared).await?;
-                layout.render_cluster_class(&helm, &key.namespace).await.map_err(|e| e.to_string())
-            };
-            match objects.await {
+            match crate::controller::pipeline::cluster_class(&ctx, sub, &prepared, &key.namespace).await {
                 Ok(o) => classes.entry(key.namespace.clone()).or_default().extend(o),
                 Err(e) => {
-                    report.clusters.push(failed(Reason::RenderFailed, e, Some(&rel)));
+                    report.clusters.push(failed(e.reason(), e.to_string(), Some(&rel)));
                     continue;
                 }
             }
         }
         let staged: Vec<RenderedStage> = stages
+            .stages
             .into_iter()
             .map(|s| RenderedStage {
                 name: (sub.format == Format::ClusterStack && s.name != "addons").then_some(s.name),

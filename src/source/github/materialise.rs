@@ -48,6 +48,18 @@ pub struct AssetRecord {
     pub size: u64,
 }
 
+/// The blobs a materialised release tree was built from (its asset manifest): what garbage
+/// collection must keep. Empty for a tree without one (a Git release).
+pub fn referenced_blobs(tree: &std::path::Path) -> Vec<crate::cache::blobs::Sha256Digest> {
+    std::fs::read(tree.join(MANIFEST))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Vec<AssetRecord>>(&bytes).ok())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|r| crate::cache::blobs::Sha256Digest::parse(&r.digest))
+        .collect()
+}
+
 /// A digest as text in records (`sha256:<hex>`).
 pub type Sha256DigestText = String;
 

@@ -11,8 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reqwest::header::{ACCEPT, AUTHORIZATION, ETAG, HeaderMap, IF_NONE_MATCH, LOCATION, RETRY_AFTER, USER_AGENT};
 use reqwest::{StatusCode, Url};
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+use serde::Deserialize;
 use tracing::{debug, info, warn};
 
 use crate::cache::blobs::{BlobError, Blobs, Sha256Digest};
@@ -88,39 +87,7 @@ impl TokenSource {
     }
 }
 
-/// A release as the list endpoint describes it (drafts are dropped when listing).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GhRelease {
-    pub id: u64,
-    pub tag: String,
-    pub prerelease: bool,
-    pub assets: Vec<GhAsset>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GhAsset {
-    pub id: u64,
-    pub name: String,
-    pub size: u64,
-    /// `sha256:<hex>` when GitHub published one (assets uploaded since mid-2025).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub digest: Option<String>,
-    /// The API URL of the asset (`.../releases/assets/<id>`).
-    pub url: String,
-}
-
-impl GhRelease {
-    /// Identifies the content of a release: changes when an asset is replaced. Used like a
-    /// commit id for moved-tag detection.
-    pub fn revision(&self) -> String {
-        let mut lines: Vec<String> =
-            self.assets.iter().map(|a| format!("{}:{}:{}:{}", a.id, a.name, a.size, a.digest.as_deref().unwrap_or(""))).collect();
-        lines.sort();
-        format!("assets-{}", &hex::encode(Sha256::digest(lines.join("\n").as_bytes()))[..24])
-    }
-}
+pub use crate::model::published::{CachedPage, GhAsset, GhRelease, GithubState};
 
 /// The list endpoint's JSON, reduced to what is used.
 #[derive(Deserialize)]
@@ -144,16 +111,6 @@ struct ApiAsset {
     #[serde(default)]
     digest: Option<String>,
     url: String,
-}
-
-/// One page of the release list as last seen, for conditional requests.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CachedPage {
-    pub etag: String,
-    pub releases: Vec<GhRelease>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next: Option<String>,
 }
 
 /// What a listing cost.
@@ -295,6 +252,7 @@ impl Client {
         let reset = header_u64(headers, "x-ratelimit-reset");
         if let (Some(remaining), Some(reset)) = (remaining, reset) {
             debug!(repo = %self.repo, remaining, reset, "GitHub API quota");
+            crate::telemetry::metrics().github_quota(&self.repo, remaining);
             if let Ok(mut q) = self.quota.lock() {
                 *q = Some((remaining, reset));
             }

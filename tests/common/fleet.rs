@@ -1,0 +1,178 @@
+//! A fleet for controller tests: a testkit management cluster with Cluster API's CRDs and ours,
+//! workload clusters, a Git release repository, and the real binary as a daemon. Cluster API's
+//! part is played by the tests.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use serde_json::{Value, json};
+use testkit::apiserver::{ApiServer, Options, capi_crds_dir};
+use testkit::git::ReleaseRepo;
+
+pub const NS: &str = "team-a";
+pub const STACK: &str = "docker-ferrol-1-27";
+pub const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: addon-${cluster.name}\n  namespace: kube-system\ndata:\n  cluster: ${cluster.name}\n";
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub repo: ReleaseRepo,
+    pub mgmt: ApiServer,
+    pub workloads: Vec<ApiServer>,
+}
+
+impl Env {
+    pub async fn new(n_workloads: usize) -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
+        let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds");
+        let mgmt = ApiServer::start_with(Options { preload: vec![capi_crds_dir(), crds], ..Options::default() }).await.expect("mgmt");
+        let mut workloads = Vec::new();
+        for _ in 0..n_workloads {
+            workloads.push(ApiServer::start().await.expect("workload"));
+        }
+        mgmt.load_yaml(&format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n")).expect("namespace");
+        Env { dir, repo, mgmt, workloads }
+    }
+
+    pub fn mgmt(&self) -> kube::Client {
+        self.mgmt.client().expect("client")
+    }
+
+    pub fn clusters(&self) -> Api<DynamicObject> {
+        let res = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster"));
+        Api::namespaced_with(self.mgmt(), NS, &res)
+    }
+
+    pub async fn add_cluster(&self, name: &str, class: &str, ready: bool) {
+        let body = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+            "metadata": {"name": name, "namespace": NS, "labels": {"stack": "ferrol"}},
+            "spec": {
+                "topology": {"class": class, "version": "v1.27.3"},
+                "controlPlaneEndpoint": {"host": format!("{name}.example.test"), "port": 6443},
+                "clusterNetwork": {"pods": {"cidrBlocks": ["10.1.0.0/16"]}},
+            },
+        });
+        self.clusters().patch(name, &PatchParams::apply("capi"), &Patch::Apply(body)).await.expect("cluster");
+        self.set_ready(name, ready).await;
+    }
+
+    pub async fn set_ready(&self, name: &str, ready: bool) {
+        let status = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": name}, "status": {"controlPlaneReady": ready}});
+        self.clusters().patch_status(name, &PatchParams::apply("capi").force(), &Patch::Apply(status)).await.expect("status");
+    }
+
+    pub async fn patch_cluster(&self, name: &str, patch: Value) {
+        self.clusters().patch(name, &PatchParams::default(), &Patch::Merge(patch)).await.expect("patch cluster");
+    }
+
+    pub async fn add_kubeconfig(&self, name: &str, i: usize) {
+        let kubeconfig = std::fs::read(self.workloads[i].kubeconfig()).expect("kubeconfig");
+        let mut secret = Secret::default();
+        secret.metadata.name = Some(format!("{name}-kubeconfig"));
+        secret.metadata.namespace = Some(NS.into());
+        secret.data = Some([("value".to_owned(), k8s_openapi::ByteString(kubeconfig))].into());
+        let api: Api<Secret> = Api::namespaced(self.mgmt(), NS);
+        api.patch(&format!("{name}-kubeconfig"), &PatchParams::apply("capi"), &Patch::Apply(&secret)).await.expect("secret");
+    }
+
+    /// A config with one Git source and one subscription selecting Clusters labelled
+    /// `stack: ferrol`; `sub_extra` and `target_extra` are indented lines added to them.
+    pub fn config(&self, sub_extra: &str, target_extra: &str, top_extra: &str) -> PathBuf {
+        // testkit runs no controllers: a Deployment never becomes available there, so health
+        // checks are off unless a test turns them on.
+        let health = if sub_extra.contains("healthTimeout") { "" } else { "    healthTimeout: 0s\n" };
+        let text = format!(
+            "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\n{top_extra}sources:\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n  - name: ferrol\n    source: stacks\n    interval: 1h\n{health}{sub_extra}    clusterSelector:\n      matchLabels: {{stack: ferrol}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n    notReadyRetry: 1h\n{target_extra}",
+            cache = self.dir.path().join("cache").display(),
+            url = self.repo.file_url(),
+            kubeconfig = self.mgmt.kubeconfig().display(),
+        );
+        let path = self.dir.path().join("stacksync.yaml");
+        std::fs::write(&path, text).expect("config");
+        path
+    }
+
+    pub async fn cluster_sync(&self, name: &str) -> Option<Value> {
+        let res = ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "ClusterSync"));
+        let api: Api<DynamicObject> = Api::namespaced_with(self.mgmt(), NS, &res);
+        api.get_opt(name).await.expect("get ClusterSync").map(|o| serde_json::to_value(o).expect("json"))
+    }
+
+    pub async fn ready_reason(&self, name: &str) -> Option<(String, String)> {
+        let cs = self.cluster_sync(name).await?;
+        let c = condition(&cs, "Ready");
+        Some((c["status"].as_str()?.to_owned(), c["reason"].as_str()?.to_owned()))
+    }
+
+    pub async fn configmap(&self, i: usize, name: &str) -> Option<ConfigMap> {
+        let api: Api<ConfigMap> = Api::namespaced(self.workloads[i].client().expect("client"), "kube-system");
+        api.get_opt(name).await.expect("get")
+    }
+
+    pub async fn cluster_classes(&self) -> Vec<String> {
+        let res = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "ClusterClass"));
+        let api: Api<DynamicObject> = Api::namespaced_with(self.mgmt(), NS, &res);
+        let mut names: Vec<String> =
+            api.list(&Default::default()).await.expect("list").items.into_iter().filter_map(|o| o.metadata.name).collect();
+        names.sort();
+        names
+    }
+}
+
+pub fn condition<'a>(cs: &'a Value, type_: &str) -> &'a Value {
+    cs["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == type_)).unwrap_or(&Value::Null)
+}
+
+/// The running daemon; killed when dropped, stopped with SIGTERM by [`Daemon::stop`].
+pub struct Daemon {
+    pub child: tokio::process::Child,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    pub fn start(config: &Path, log: PathBuf) -> Daemon {
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stacksync"))
+            .args(["run", "--admin-addr", "127.0.0.1:0", "--config", &config.to_string_lossy()])
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info,stacksync::controller::kubernetes::run=debug")
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("daemon");
+        Daemon { child, log }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Polls `cond` every 50 ms for at most `within`.
+    pub async fn eventually(&self, what: &str, within: Duration, mut cond: impl AsyncFnMut() -> bool) -> Duration {
+        let start = Instant::now();
+        while !cond().await {
+            assert!(start.elapsed() < within, "{what}: not within {within:?}; log:\n{}", self.log());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        start.elapsed()
+    }
+
+    pub async fn stop(mut self) {
+        let pid = self.child.id().expect("pid").to_string();
+        assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+        let status = tokio::time::timeout(Duration::from_secs(40), self.child.wait()).await.expect("stopped in time").expect("wait");
+        assert_eq!(status.code(), Some(0), "log:\n{}", self.log());
+    }
+}
+
+/// Runs the CLI to completion with extra environment.
+pub async fn cli(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_stacksync"));
+    cmd.args(args).env("NO_COLOR", "1").env("RUST_LOG", "info").kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    tokio::time::timeout(super::CLI_TIMEOUT, cmd.output()).await.expect("finished in time").expect("run stacksync")
+}

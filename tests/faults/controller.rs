@@ -1,0 +1,200 @@
+//! The controller in a hostile environment: a malformed kubeconfig Secret, a kill in the middle
+//! of an apply, workload and management API servers that fail or freeze, a release tag that
+//! moves. Nothing is reported synced that is not, no Secret content is echoed, nothing hangs.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use testkit::apiserver::FaultRule;
+
+use crate::common::fleet::{CM, Daemon, Env, NS, condition};
+use crate::common::{assert_exit, run_once, stderr, stdout};
+
+const TOKEN: &str = "s3cr3t-t0ken-do-not-echo";
+
+/// `n` ConfigMaps, one per document.
+fn many_configmaps(n: usize, value: &str) -> String {
+    (0..n)
+        .map(|i| {
+            format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i}\n  namespace: kube-system\ndata:\n  v: \"{value}\"\n")
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_kubeconfig_secret_was_echoed_into_status() {
+    let env = Env::new(1).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    // A kubeconfig with a token and broken indentation: a YAML error would quote the line.
+    let broken = format!("apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    token: {TOKEN}\n   oops: [unclosed\n");
+    let mut secret = Secret::default();
+    secret.metadata.name = Some("alpha-kubeconfig".into());
+    secret.metadata.namespace = Some(NS.into());
+    secret.data = Some([("value".to_owned(), k8s_openapi::ByteString(broken.into_bytes()))].into());
+    let secrets: Api<Secret> = Api::namespaced(env.mgmt(), NS);
+    secrets.patch("alpha-kubeconfig", &PatchParams::apply("capi"), &Patch::Apply(&secret)).await.unwrap();
+
+    let o = run_once(&env.config("", "", "")).await;
+    assert_exit(&o, 1);
+    let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
+    let text = format!("{cs}{}{}", stdout(&o), stderr(&o));
+    assert!(!text.contains(TOKEN), "the token was echoed:\n{text}");
+    assert!(!text.contains("oops"), "the Secret's content was quoted:\n{text}");
+    let message = condition(&cs, "Ready")["message"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains(&format!("Secret {NS}/alpha-kubeconfig")) && message.contains("not a valid kubeconfig"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_apply_left_the_old_release_reported_ready() {
+    let env = Env::new(1).await;
+    env.repo.release("v1.0.0", &[("manifests/cms.yaml", &many_configmaps(40, "one"))]);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = env.config("", "", "");
+    assert_exit(&run_once(&config).await, 0);
+
+    // v2 changes every object; each write is slow, so the apply is under way for seconds.
+    env.repo.release("v2.0.0", &[("manifests/cms.yaml", &many_configmaps(40, "two"))]);
+    env.workloads[0].faults().add(FaultRule::new().verb("patch").path("/configmaps/").latency(Duration::from_millis(400)));
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    daemon
+        .eventually("the apply of v2 started", Duration::from_secs(60), async || {
+            env.cluster_sync("alpha").await.is_some_and(|cs| cs["status"]["wantedRelease"]["tag"] == "v2.0.0")
+        })
+        .await;
+    let mut daemon = daemon;
+    daemon.child.start_kill().unwrap(); // SIGKILL, mid-apply
+    let _ = tokio::time::timeout(Duration::from_secs(10), daemon.child.wait()).await.unwrap();
+
+    // The record says the truth: not Ready, an apply under way, v2 wanted.
+    let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
+    let ready = condition(&cs, "Ready");
+    assert_eq!(ready["status"], "False", "{cs}");
+    assert_eq!(ready["reason"], "Progressing", "{cs}");
+    assert_eq!(condition(&cs, "Reconciling")["status"], "True", "{cs}");
+
+    // A restart converges, and only then says Ready.
+    env.workloads[0].faults().clear();
+    assert_exit(&run_once(&config).await, 0);
+    let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
+    assert_eq!(condition(&cs, "Ready")["status"], "True", "{cs}");
+    assert_eq!(cs["status"]["appliedRelease"]["tag"], "v2.0.0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_500s_were_reported_stalled() {
+    let env = Env::new(1).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    env.workloads[0].faults().add(FaultRule::new().path("/configmaps").status(500));
+    let o = run_once(&env.config("", "    requestTimeout: 3s\n", "")).await;
+    assert_exit(&o, 1);
+    let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
+    assert_eq!(condition(&cs, "Ready")["reason"], "TransientError", "{cs}");
+    assert_eq!(condition(&cs, "Reconciling")["status"], "True", "{cs}");
+    assert_eq!(condition(&cs, "Stalled")["status"], "False", "{cs}");
+
+    env.workloads[0].faults().clear();
+    assert_exit(&run_once(&env.config("", "", "")).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_management_api_hung_the_pass() {
+    let env = Env::new(1).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    // Every request is held for an hour: the API server accepts and never answers.
+    env.mgmt.faults().add(FaultRule::new().latency(Duration::from_secs(3600)));
+    let started = std::time::Instant::now();
+    let o = run_once(&env.config("", "    requestTimeout: 2s\n", "")).await;
+    assert_exit(&o, 1);
+    assert!(started.elapsed() < Duration::from_secs(60), "took {:?}", started.elapsed());
+    assert!(stderr(&o).contains("timed out") || stdout(&o).contains("timed out"), "{}\n{}", stdout(&o), stderr(&o));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn management_api_503_reported_nothing_synced() {
+    let env = Env::new(1).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    env.mgmt.faults().add(FaultRule::new().status(503));
+    let started = std::time::Instant::now();
+    let o = run_once(&env.config("", "    requestTimeout: 2s\n", "")).await;
+    assert_exit(&o, 1);
+    assert!(started.elapsed() < Duration::from_secs(60), "took {:?}", started.elapsed());
+    assert!(stdout(&o).contains("503"), "{}", stdout(&o));
+    assert!(!stdout(&o).contains("1/1 clusters ready"), "{}", stdout(&o));
+    assert!(env.workloads[0].stats().total_writes() == 0, "nothing is applied without the management cluster");
+    env.mgmt.faults().clear();
+    assert_exit(&run_once(&env.config("", "", "")).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_tag_left_ready_and_exit_0() {
+    let env = Env::new(1).await;
+    let original = env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = env.config("", "", "");
+    assert_exit(&run_once(&config).await, 0);
+
+    env.repo.write("manifests/cm.yaml", &CM.replace("cluster: ${cluster.name}", "cluster: sneaky"));
+    env.repo.commit("rewrite the release");
+    env.repo.move_tag("v1.0.0");
+    let o = run_once(&config).await;
+    assert_exit(&o, 1);
+    let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
+    let ready = condition(&cs, "Ready");
+    assert_eq!(ready["reason"], "TagRefused", "{cs}");
+    assert!(ready["message"].as_str().is_some_and(|m| m.contains("allowMovedTags")), "{cs}");
+    assert_eq!(condition(&cs, "Stalled")["status"], "True", "{cs}");
+    assert_eq!(cs["status"]["appliedRelease"]["commit"], original.as_str(), "the verified commit stays applied");
+    assert_eq!(env.configmap(0, "addon-alpha").await.unwrap().data.unwrap()["cluster"], "alpha");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_cluster_sync_orphaned_objects_silently() {
+    let env = Env::new(1).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = env.config("", "", "");
+    assert_exit(&run_once(&config).await, 0);
+    let syncs: Api<stacksync::status::crd::ClusterSync> = Api::namespaced(env.mgmt(), NS);
+    syncs.delete("alpha", &Default::default()).await.unwrap();
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert!(stderr(&o).contains("the inventory was lost"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("ferrol.team-a.alpha"), "the warning names the owner label value: {}", stderr(&o));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_watches_and_a_failing_management_api_stopped_the_controller() {
+    let env = Env::new(2).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let daemon = Daemon::start(&env.config("", "    requestTimeout: 2s\n", ""), env.dir.path().join("daemon.log"));
+    daemon
+        .eventually("alpha Ready", Duration::from_secs(30), async || env.ready_reason("alpha").await.is_some_and(|(s, _)| s == "True"))
+        .await;
+    // Every watch is cut, and for a while every request fails.
+    env.mgmt.faults().add(FaultRule::new().status(500).times(40));
+    env.mgmt.faults().cut_watches();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    env.mgmt.faults().clear();
+    // The watches come back by themselves: a new Cluster is synced within seconds.
+    env.add_cluster("beta", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("beta", 1).await;
+    daemon
+        .eventually("beta Ready after the watches were cut", Duration::from_secs(30), async || {
+            env.ready_reason("beta").await.is_some_and(|(s, _)| s == "True")
+        })
+        .await;
+    daemon.stop().await;
+}
