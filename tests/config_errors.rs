@@ -240,3 +240,71 @@ fn templates_strict_is_a_bool_and_defaults_to_false() {
     assert!(errs.iter().any(|e| e.contains("templates.strict: expected `true` or `false`")), "{errs:?}");
     assert!(errs.iter().any(|e| e.contains("templates.loud: unknown field `loud`, expected one of: strict")), "{errs:?}");
 }
+
+#[test]
+fn git_auth_is_checked_with_file_line_and_field() {
+    let url = "      url: git://127.0.0.1/stacks.git\n";
+    let ssh = "      url: ssh://git@127.0.0.1:2222/stacks.git\n      auth:\n        ssh:\n          privateKey: {file: key}\n          knownHosts: {file: known_hosts}\n";
+    let config = Config::parse(Path::new(FILE), &edit(&[(url, ssh)])).expect("ssh source is valid");
+    match &config.sources[0].kind {
+        stacksync::config::SourceKind::Git(g) => assert_eq!(
+            g.auth,
+            Some(stacksync::source::git_cli::GitAuth::Ssh {
+                private_key: "/etc/stacksync/key".into(),
+                known_hosts: "/etc/stacksync/known_hosts".into()
+            })
+        ),
+        other => panic!("expected a git source, got {other:?}"),
+    }
+    let scp = ssh.replace("ssh://git@127.0.0.1:2222/stacks.git", "git@git.example.org:org/stacks.git");
+    assert!(errors(&edit(&[(url, &scp)])).is_empty());
+    let https = "      url: https://git.example.org/stacks.git\n      auth:\n        https:\n          username: deployer\n          password: {env: GIT_PASSWORD}\n";
+    assert!(errors(&edit(&[(url, https)])).is_empty());
+
+    let table: Vec<(&str, String, &[&str])> = vec![
+        (
+            "ssh URL without auth",
+            "      url: ssh://git@127.0.0.1/stacks.git\n".to_owned(),
+            &["8:12: sources[0].git.url: `ssh://git@127.0.0.1/stacks.git` is an SSH URL: set `auth.ssh`"],
+        ),
+        (
+            "scp-like URL without auth",
+            "      url: git@example.org:stacks.git\n".to_owned(),
+            &["8:12: sources[0].git.url: `git@example.org:stacks.git` is an SSH URL"],
+        ),
+        (
+            "ssh auth on an https URL",
+            ssh.replace("ssh://git@127.0.0.1:2222", "https://127.0.0.1"),
+            &["8:12: sources[0].git.url: `auth.ssh` needs an SSH URL"],
+        ),
+        (
+            "password over plain http",
+            https.replace("https://git.example.org", "http://git.example.org"),
+            &["8:12: sources[0].git.url: credentials are sent only over https://"],
+        ),
+        (
+            "two kinds of auth",
+            format!("{https}        bearerToken: {{file: token}}\n"),
+            &["10:9: sources[0].git.auth: set exactly one of `ssh`, `https` or `bearerToken`"],
+        ),
+        (
+            "no known_hosts",
+            ssh.replace("          knownHosts: {file: known_hosts}\n", ""),
+            &["11:11: sources[0].git.auth.ssh.knownHosts: required"],
+        ),
+        (
+            "password both file and env",
+            https.replace("{env: GIT_PASSWORD}", "{env: P, file: p}"),
+            &["12:21: sources[0].git.auth.https.password: set exactly one of `file`"],
+        ),
+        ("unknown auth field", format!("{https}        token: x\n"), &["13:9: sources[0].git.auth.token: unknown field `token`"]),
+    ];
+    for (name, new, want) in &table {
+        let got = errors(&edit(&[(url, new)]));
+        assert_eq!(got.len(), want.len(), "{name}: {got:#?}");
+        for (g, w) in got.iter().zip(want.iter()) {
+            let w = format!("{FILE}:{w}");
+            assert!(g.starts_with(&w), "{name}:\n  got  {g}\n  want {w}…");
+        }
+    }
+}

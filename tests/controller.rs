@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::json;
 use testkit::git::ReleaseRepo;
 
@@ -620,4 +620,27 @@ async fn a_new_cluster_gets_its_install_stages_one_by_one_when_one_waits() {
     assert_eq!(applied(&env, "alpha").await, "docker-ferrol-1-27-v5");
     assert!(env.configmap(0, "cni-config").await.is_some());
     assert_eq!(upgrade_status(&env, "alpha").await["phase"], "Done");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diff_previews_the_cluster_class_in_the_management_cluster_too() {
+    let env = Env::new(1).await;
+    publish(&env.repo, "docker-ferrol-1-27-v2");
+    env.add_cluster("alpha", "docker-ferrol-1-27-v2", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = stack_config(&env);
+    common::assert_exit(&common::run_once(&config).await, 0);
+    let diff = |config: PathBuf| async move { cli(&["diff", "--config", &config.to_string_lossy()], &[]).await };
+    let o = diff(config.clone()).await;
+    common::assert_exit(&o, 0);
+    assert!(common::stdout(&o).contains("no changes"), "{}", common::stdout(&o));
+
+    // Someone deletes the ClusterClass: the diff shows it coming back, and writes nothing.
+    let res = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "ClusterClass"));
+    let classes: Api<DynamicObject> = Api::namespaced_with(env.mgmt(), NS, &res);
+    classes.delete("docker-ferrol-1-27-v2", &DeleteParams::default()).await.expect("delete");
+    let o = diff(config).await;
+    common::assert_exit(&o, 1);
+    assert!(common::stdout(&o).contains(&format!("create ClusterClass/{NS}/docker-ferrol-1-27-v2")), "{}", common::stdout(&o));
+    assert!(env.cluster_classes().await.is_empty(), "diff wrote");
 }

@@ -15,13 +15,15 @@ bin=$(scripts/install-tools.sh | tail -n 1)
 kubectl="$bin/kubectl"
 cargo build --quiet --locked --bin stacksync -p stacksync
 cargo build --quiet --locked --bin testkit -p testkit
+# Where cargo put them (CARGO_TARGET_DIR is honoured).
+out="${CARGO_TARGET_DIR:-$root/target}/debug"
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
-target/debug/testkit apiserver --kubeconfig-out "$work/mgmt.kubeconfig" --preload testdata/crds --preload deploy/crds >/dev/null &
+"$out/testkit" apiserver --kubeconfig-out "$work/mgmt.kubeconfig" --preload testdata/crds --preload deploy/crds >/dev/null &
 pids+=($!)
-target/debug/testkit apiserver --kubeconfig-out "$work/workload.kubeconfig" >/dev/null &
+"$out/testkit" apiserver --kubeconfig-out "$work/workload.kubeconfig" >/dev/null &
 pids+=($!)
 for f in mgmt workload; do
   for _ in $(seq 100); do [ -s "$work/$f.kubeconfig" ] && break; sleep 0.1; done
@@ -38,7 +40,7 @@ mgmt create secret generic alpha-kubeconfig -n team-a --from-file=value="$work/w
 "$root/examples/manifests/make-repo.sh" "$work/stacks.git"
 
 status=0
-target/debug/stacksync run --once --config "$here/stacksync.yaml" || status=$?
+"$out/stacksync" run --once --config "$here/stacksync.yaml" || status=$?
 echo
 echo "\$ kubectl get clustersyncs -n team-a          (management cluster)"
 mgmt get clustersyncs -n team-a

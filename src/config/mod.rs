@@ -98,12 +98,14 @@ pub struct GithubSourceConfig {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct GitSourceConfig {
-    /// `file://`, `git://`, `http://` or `https://`.
+    /// `file://`, `git://`, `http://`, `https://`, `ssh://` or `user@host:path`.
     pub url: String,
     /// Accept a tag that now points at another commit instead of refusing it.
     pub allow_moved_tags: bool,
     /// Tags pinned to a commit: the tag is refused when it points anywhere else.
     pub pins: BTreeMap<String, String>,
+    /// Credentials of a private repository (`ssh://` and `user@host:path` need `ssh`).
+    pub auth: Option<crate::source::git_cli::GitAuth>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -7,6 +7,7 @@ use super::validate::{Cx, check_git_url};
 use super::yaml::{Node, Value};
 use super::{GitSourceConfig, GithubSourceConfig, SourceConfig, SourceKind};
 use crate::cache::blobs::Sha256Digest;
+use crate::source::git_cli::{self, GitAuth};
 use crate::source::github::TokenSource;
 use crate::source::github::verify::Verify;
 
@@ -34,7 +35,7 @@ impl Cx {
     }
 
     fn git(&mut self, node: &Node, path: &str, base: &Path) -> Option<GitSourceConfig> {
-        let g = self.fields(node, path, &["url", "allowMovedTags", "pins"])?;
+        let g = self.fields(node, path, &["url", "allowMovedTags", "pins", "auth"])?;
         let url = self.required_string(&g, "url");
         let allow_moved_tags = self.bool(&g, "allowMovedTags", false);
         let pins = match g.get("pins") {
@@ -45,7 +46,19 @@ impl Cx {
             }),
             None => BTreeMap::new(),
         };
+        let auth = match g.get("auth") {
+            Some(a) => Some(self.git_auth(a, &g.path("auth"), base)?),
+            None => None,
+        };
         let mut url = url?;
+        if auth.is_some() || git_cli::is_scp_like(&url) || url.starts_with("ssh://") {
+            if let Err(msg) = check_private_url(&url, auth.as_ref()) {
+                let mark = g.get("url").map_or(node.mark, |n| n.mark);
+                self.error(mark, &g.path("url"), msg);
+                return None;
+            }
+            return Some(GitSourceConfig { url, allow_moved_tags, pins, auth });
+        }
         if url.starts_with("./") || url.starts_with("../") || url.starts_with('/') {
             // A local path (relative to the config file): served over file://.
             let path: PathBuf = base.join(&url).components().filter(|c| !matches!(c, std::path::Component::CurDir)).collect();
@@ -56,7 +69,45 @@ impl Cx {
             self.error(mark, &g.path("url"), msg);
             return None;
         }
-        Some(GitSourceConfig { url, allow_moved_tags, pins })
+        Some(GitSourceConfig { url, allow_moved_tags, pins, auth: None })
+    }
+
+    /// `auth`: exactly one of `ssh`, `https` or `bearerToken`.
+    fn git_auth(&mut self, node: &Node, path: &str, base: &Path) -> Option<GitAuth> {
+        let f = self.fields(node, path, &["ssh", "https", "bearerToken"])?;
+        match (f.get("ssh"), f.get("https"), f.get("bearerToken")) {
+            (Some(ssh), None, None) => {
+                let s = self.fields(ssh, &f.path("ssh"), &["privateKey", "knownHosts"])?;
+                let file = |cx: &mut Cx, key: &str| {
+                    let Some(n) = s.get(key) else {
+                        cx.error(ssh.mark, &s.path(key), "required: `{file: …}`");
+                        return None;
+                    };
+                    let inner = cx.fields(n, &s.path(key), &["file"])?;
+                    cx.required_string(&inner, "file").map(|p| base.join(p))
+                };
+                let private_key = file(self, "privateKey");
+                let known_hosts = file(self, "knownHosts");
+                Some(GitAuth::Ssh { private_key: private_key?, known_hosts: known_hosts? })
+            }
+            (None, Some(https), None) => {
+                let h = self.fields(https, &f.path("https"), &["username", "password"])?;
+                let username = self.required_string(&h, "username");
+                let password = match h.get("password") {
+                    Some(p) => self.token(p, &h.path("password"), base),
+                    None => {
+                        self.error(https.mark, &h.path("password"), "required: `{file: …}` or `{env: …}`");
+                        None
+                    }
+                };
+                Some(GitAuth::Https { username: username?, password: password? })
+            }
+            (None, None, Some(token)) => self.token(token, &f.path("bearerToken"), base).map(GitAuth::Bearer),
+            _ => {
+                self.error(node.mark, path, "set exactly one of `ssh`, `https` or `bearerToken`");
+                None
+            }
+        }
     }
 
     fn github(&mut self, node: &Node, path: &str, base: &Path) -> Option<GithubSourceConfig> {
@@ -184,6 +235,32 @@ fn is_repo(r: &str) -> bool {
     let ok =
         |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) && s != "." && s != "..";
     matches!(r.split_once('/'), Some((owner, name)) if ok(owner) && ok(name))
+}
+
+/// The URL of a Git source that has `auth` or is an SSH URL: the scheme must match the kind of
+/// credentials, and SSH always needs them (a known host key, a private key).
+fn check_private_url(url: &str, auth: Option<&GitAuth>) -> Result<(), String> {
+    let ssh = url.starts_with("ssh://") || git_cli::is_scp_like(url);
+    match auth {
+        Some(GitAuth::Ssh { .. }) if ssh => git_cli::check_ssh_url(url),
+        Some(GitAuth::Ssh { .. }) => {
+            Err(format!("`auth.ssh` needs an SSH URL (ssh://[user@]host[:port]/path or user@host:path), found `{url}`"))
+        }
+        None => Err(format!("`{url}` is an SSH URL: set `auth.ssh` with `privateKey` and `knownHosts` (host keys are always checked)")),
+        Some(_) if ssh || !(url.starts_with("https://") || url.starts_with("http://")) => {
+            Err(format!("`auth.https` and `auth.bearerToken` need an https:// URL, found `{url}`"))
+        }
+        Some(_) if url.starts_with("http://") && !is_loopback_url(url) => {
+            Err("credentials are sent only over https:// (http:// only to a loopback address, for testing)".to_owned())
+        }
+        Some(_) => check_git_url(url),
+    }
+}
+
+fn is_loopback_url(url: &str) -> bool {
+    let authority = url.split_once("://").map_or("", |(_, r)| r.split('/').next().unwrap_or_default());
+    let host = authority.rsplit_once(':').filter(|(h, _)| !h.ends_with('[')).map_or(authority, |(h, _)| h);
+    matches!(host, "127.0.0.1" | "localhost" | "[::1]")
 }
 
 fn check_api_url(url: &str) -> Result<(), String> {

@@ -72,8 +72,8 @@ pub async fn poll(
 }
 
 async fn poll_git(name: &str, g: &GitSourceConfig, cache: &Cache, key: &str, previous: &SourceState) -> source::Result<RemoteRefs> {
-    let (url, dir, heads, src_name) = (g.url.clone(), cache.git_dir(key), previous.heads.clone(), name.to_owned());
-    let task = tokio::task::spawn_blocking(move || git::fetch(&src_name, &url, &dir, &heads));
+    let (url, dir, heads, src_name, auth) = (g.url.clone(), cache.git_dir(key), previous.heads.clone(), name.to_owned(), g.auth.clone());
+    let task = tokio::task::spawn_blocking(move || git::fetch_with_auth(&src_name, &url, auth.as_ref(), &dir, &heads));
     let fetched = match tokio::time::timeout(POLL_TIMEOUT, task).await {
         Ok(Ok(result)) => result?,
         Ok(Err(join)) => {

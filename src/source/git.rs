@@ -15,6 +15,7 @@ use gix::remote::{Direction, fetch::Tags};
 use gix::{ObjectId, Repository};
 use tracing::{info, warn};
 
+use super::git_cli::{self, GitAuth};
 use super::{Error, RemoteRefs, Result};
 
 /// What one fetch saw.
@@ -92,6 +93,21 @@ pub fn fetch(source: &str, url: &str, dir: &Path, known_heads: &BTreeMap<String,
     fetch_with_deadline(source, url, dir, known_heads, FETCH_DEADLINE)
 }
 
+/// [`fetch`] of a repository that may need credentials (`sources[].git.auth`). SSH and HTTP(S)
+/// URLs go through the `git` binary (see [`git_cli`]); the secrets are read now, for this fetch.
+///
+/// # Errors
+/// As [`fetch`], and the credentials cannot be read or are refused.
+pub fn fetch_with_auth(
+    source: &str,
+    url: &str,
+    auth: Option<&GitAuth>,
+    dir: &Path,
+    known_heads: &BTreeMap<String, String>,
+) -> Result<Fetched> {
+    fetch_inner(source, url, auth, dir, known_heads, FETCH_DEADLINE)
+}
+
 /// [`fetch`] with an explicit deadline. When the deadline passes the fetch is cancelled — the
 /// interrupt flag stops gix between packets and a `git://` socket is shut down under a blocked
 /// read — so when this returns, nothing runs on.
@@ -108,10 +124,21 @@ pub fn fetch_with_deadline(
     known_heads: &BTreeMap<String, String>,
     deadline: Duration,
 ) -> Result<Fetched> {
+    fetch_inner(source, url, None, dir, known_heads, deadline)
+}
+
+fn fetch_inner(
+    source: &str,
+    url: &str,
+    auth: Option<&GitAuth>,
+    dir: &Path,
+    known_heads: &BTreeMap<String, String>,
+    deadline: Duration,
+) -> Result<Fetched> {
     let started = Instant::now();
     let marked = dir.join(DAMAGED_MARKER).exists();
     if !marked {
-        match fetch_into(source, url, dir, known_heads, deadline) {
+        match fetch_into(source, url, auth, dir, known_heads, deadline) {
             Ok(fetched) => return Ok(fetched),
             Err(Failure::Remote(e)) => return Err(e),
             Err(Failure::Local(e) | Failure::Receiving(e)) => {
@@ -125,12 +152,19 @@ pub fn fetch_with_deadline(
     if left.is_zero() {
         return Err(timed_out(source, url, deadline));
     }
-    reclone(source, url, dir, known_heads, left)
+    reclone(source, url, auth, dir, known_heads, left)
 }
 
 /// Clones into a sibling directory and swaps it in only when complete, so a failed clone (the
 /// remote is down too) leaves the old mirror as it was.
-fn reclone(source: &str, url: &str, dir: &Path, known_heads: &BTreeMap<String, String>, deadline: Duration) -> Result<Fetched> {
+fn reclone(
+    source: &str,
+    url: &str,
+    auth: Option<&GitAuth>,
+    dir: &Path,
+    known_heads: &BTreeMap<String, String>,
+    deadline: Duration,
+) -> Result<Fetched> {
     let sibling = |what: &str| {
         let mut name = dir.file_name().unwrap_or_default().to_os_string();
         name.push(format!(".{what}-{}", std::process::id()));
@@ -138,7 +172,7 @@ fn reclone(source: &str, url: &str, dir: &Path, known_heads: &BTreeMap<String, S
     };
     let fresh = sibling("reclone");
     let _ = remove_any(&fresh);
-    let fetched = match fetch_into(source, url, &fresh, known_heads, deadline) {
+    let fetched = match fetch_into(source, url, auth, &fresh, known_heads, deadline) {
         Ok(f) => f,
         Err(Failure::Remote(e) | Failure::Local(e) | Failure::Receiving(e)) => {
             let _ = remove_any(&fresh);
@@ -226,6 +260,7 @@ fn git_daemon_address(url: &str) -> Option<(String, u16, String)> {
 fn fetch_into(
     source: &str,
     url: &str,
+    auth: Option<&GitAuth>,
     dir: &Path,
     known_heads: &BTreeMap<String, String>,
     deadline: Duration,
@@ -238,6 +273,67 @@ fn fetch_into(
             message: format!("opening the mirror: {message}"),
         })
     })?;
+    let (repo, refs) = if git_cli::uses_cli(url) {
+        git_cli::fetch(url, auth, dir, started + deadline).map_err(|message| {
+            let Some(message) = message else { return Failure::Remote(timed_out(source, url, deadline)) };
+            let local = git_cli::is_local_damage(&message);
+            let e = Error::Fetch { source_name: source.to_owned(), url: url.to_owned(), message };
+            if local { Failure::Local(e) } else { Failure::Remote(e) }
+        })?;
+        // Opened again: the objects and refs git just wrote are read fresh.
+        let local = |message: String| Failure::Local(Error::Fetch { source_name: source.to_owned(), url: url.to_owned(), message });
+        let repo = gix::open(dir).map_err(|e| local(format!("opening the mirror: {e:#}")))?;
+        let refs = mirror_refs(&repo).map_err(|e| local(format!("reading the mirror's refs: {e}")))?;
+        (repo, refs)
+    } else {
+        let refs = fetch_gix(source, url, &repo, deadline, started)?;
+        (repo, refs)
+    };
+    let mut out = Fetched::default();
+    for (name, target) in &refs {
+        if let Some(tag) = name.strip_prefix("refs/tags/") {
+            // Peel locally: v1 servers do not always send the peeled id. An object the fetch
+            // claims to have but the mirror cannot read is damage, not a tag to skip.
+            let object = repo.find_object(*target).map_err(|e| {
+                Failure::Local(Error::Fetch {
+                    source_name: source.to_owned(),
+                    url: url.to_owned(),
+                    message: format!("tag {tag}: object {target} is missing from the mirror: {e}"),
+                })
+            })?;
+            match object.peel_to_commit().ok() {
+                Some(commit) => {
+                    out.refs.tags.insert(tag.to_owned(), commit.id.to_string());
+                }
+                None => out.not_commits.push(tag.to_owned()),
+            }
+        } else if let Some(branch) = name.strip_prefix("refs/heads/") {
+            out.refs.heads.insert(branch.to_owned(), target.to_string());
+        }
+    }
+    for (branch, new) in &out.refs.heads {
+        let Some(old) = known_heads.get(branch) else { continue };
+        if old == new {
+            continue;
+        }
+        let (Ok(old_id), Ok(new_id)) = (ObjectId::from_hex(old.as_bytes()), ObjectId::from_hex(new.as_bytes())) else {
+            continue;
+        };
+        if !is_ancestor(&repo, old_id, new_id) {
+            out.force_pushed.push((branch.clone(), old.clone(), new.clone()));
+        }
+    }
+    Ok(out)
+}
+
+/// Fetches `file://` and `git://` in-process; returns the refs the remote advertised.
+fn fetch_gix(
+    source: &str,
+    url: &str,
+    repo: &Repository,
+    deadline: Duration,
+    started: Instant,
+) -> std::result::Result<Vec<(String, ObjectId)>, Failure> {
     let interrupt = Arc::new(AtomicBool::new(false));
     let remote = repo
         .remote_at(url)
@@ -296,48 +392,30 @@ fn fetch_into(
         Err(Failure::Receiving(e)) if started.elapsed() >= deadline => return Err(Failure::Remote(e)),
         Err(e) => return Err(e),
     };
-
-    let mut out = Fetched::default();
+    let mut refs = Vec::new();
     for r in &outcome.ref_map.remote_refs {
         if let Ref::Unborn { .. } = r {
             continue;
         }
         let (name, target, _peeled) = r.unpack();
-        let Some(target) = target else { continue };
-        let name = name.to_str_lossy();
-        if let Some(tag) = name.strip_prefix("refs/tags/") {
-            // Peel locally: v1 servers do not always send the peeled id. An object the fetch
-            // claims to have but the mirror cannot read is damage, not a tag to skip.
-            let object = repo.find_object(target.to_owned()).map_err(|e| {
-                Failure::Local(Error::Fetch {
-                    source_name: source.to_owned(),
-                    url: url.to_owned(),
-                    message: format!("tag {tag}: object {target} is missing from the mirror: {e}"),
-                })
-            })?;
-            match object.peel_to_commit().ok() {
-                Some(commit) => {
-                    out.refs.tags.insert(tag.to_owned(), commit.id.to_string());
-                }
-                None => out.not_commits.push(tag.to_owned()),
-            }
-        } else if let Some(branch) = name.strip_prefix("refs/heads/") {
-            out.refs.heads.insert(branch.to_owned(), target.to_string());
+        if let Some(target) = target {
+            refs.push((name.to_str_lossy().into_owned(), target.to_owned()));
         }
     }
-    for (branch, new) in &out.refs.heads {
-        let Some(old) = known_heads.get(branch) else { continue };
-        if old == new {
-            continue;
-        }
-        let (Ok(old_id), Ok(new_id)) = (ObjectId::from_hex(old.as_bytes()), ObjectId::from_hex(new.as_bytes())) else {
-            continue;
-        };
-        if !is_ancestor(&repo, old_id, new_id) {
-            out.force_pushed.push((branch.clone(), old.clone(), new.clone()));
+    Ok(refs)
+}
+
+/// The branches and tags of a mirror `git fetch --prune` just updated: exactly the remote's.
+fn mirror_refs(repo: &Repository) -> std::result::Result<Vec<(String, ObjectId)>, String> {
+    let platform = repo.references().map_err(|e| format!("{e:#}"))?;
+    let mut refs = Vec::new();
+    for r in platform.all().map_err(|e| format!("{e:#}"))? {
+        let r = r.map_err(|e| format!("{e:#}"))?;
+        if let Some(id) = r.target().try_id() {
+            refs.push((r.name().as_bstr().to_str_lossy().into_owned(), id.to_owned()));
         }
     }
-    Ok(out)
+    Ok(refs)
 }
 
 /// Connects with the remaining deadline as connect timeout and a bounded silence per read.

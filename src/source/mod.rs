@@ -2,6 +2,7 @@
 //! [`reconcile`] turns that into the accepted tag set, applying the moved/deleted-tag policy.
 
 pub mod git;
+pub mod git_cli;
 pub mod github;
 
 use std::collections::BTreeMap;

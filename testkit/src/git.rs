@@ -70,15 +70,17 @@ impl GitDaemon {
 }
 
 async fn serve(stream: tokio::net::TcpStream, base: &Path) -> std::io::Result<()> {
-    let mut child = Command::new(git_bin())
-        .args(["daemon", "--inetd", "--export-all", "--reuseaddr"])
+    let mut cmd = Command::new(git_bin());
+    cmd.args(["daemon", "--inetd", "--export-all", "--reuseaddr"])
         .arg(format!("--base-path={}", base.display()))
         .arg(base)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
+        .stderr(Stdio::null());
+    proxy(stream, &mut cmd).await
+}
+
+/// Runs an inetd-style server (`cmd` talks the protocol on stdin/stdout) for one connection.
+pub(crate) async fn proxy(stream: tokio::net::TcpStream, cmd: &mut Command) -> std::io::Result<()> {
+    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).kill_on_drop(true).spawn()?;
     let (mut stdin, mut stdout) = (child.stdin.take(), child.stdout.take());
     let (mut read, mut write) = stream.into_split();
     let to_git = async {

@@ -6,3 +6,4 @@
 pub mod apiserver;
 pub mod git;
 pub mod github;
+pub mod private_git;

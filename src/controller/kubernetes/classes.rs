@@ -158,6 +158,17 @@ async fn apply(
     (out, prepared.assets)
 }
 
+/// What applying a release's ClusterClass in `namespace` would change (`stacksync diff`).
+///
+/// # Errors
+/// The release cannot be prepared or its ClusterClass chart rendered.
+pub(super) async fn preview(kube: &Kube, sub: &Subscription, namespace: &str, rel: &Release) -> Result<crate::apply::ssa::Preview, String> {
+    let prepared = kube.ctx.prepare(rel).await?;
+    let objects = crate::controller::pipeline::cluster_class(&kube.ctx, sub, &prepared, namespace).await.map_err(|e| e.to_string())?;
+    let stage = Stage { name: crate::render::clusterstack::CLUSTER_CLASS_STAGE.into(), action: StageAction::Apply, objects };
+    Ok(Applier::new(kube.mgmt.clone(), class_options(sub, namespace)).preview(&[stage], &Inventory::default()).await)
+}
+
 fn class_options(sub: &Subscription, namespace: &str) -> ApplyOptions {
     ApplyOptions {
         owner: format!("{}.{namespace}.clusterclass", sub.name),

@@ -56,10 +56,12 @@ pub async fn diff(ctx: Arc<Context>, only: Option<&ClusterKey>) -> Result<Vec<Cl
         return Ok(vec![failed(key.clone(), format!("Cluster {key} does not exist"))]);
     }
     let mut out = Vec::new();
+    // A release's ClusterClass is previewed once per namespace, with the first Cluster using it.
+    let mut classes = std::collections::BTreeSet::new();
     for obj in &clusters {
         let Some(key) = key_of(obj) else { continue };
         let span = info_span!("cluster", cluster = %key);
-        if let Some(d) = one(&kube, obj, key).instrument(span).await {
+        if let Some(d) = one(&kube, obj, key, &mut classes).instrument(span).await {
             out.push(d);
         }
     }
@@ -75,7 +77,12 @@ fn failed(cluster: ClusterKey, error: String) -> ClusterDiff {
     ClusterDiff { cluster, release: None, applied: None, preview: None, error: Some(error) }
 }
 
-async fn one(kube: &Kube, obj: &DynamicObject, key: ClusterKey) -> Option<ClusterDiff> {
+async fn one(
+    kube: &Kube,
+    obj: &DynamicObject,
+    key: ClusterKey,
+    classes: &mut std::collections::BTreeSet<(String, String)>,
+) -> Option<ClusterDiff> {
     let config = kube.ctx.config();
     let labels = obj.metadata.labels.clone().unwrap_or_default();
     let class = topology_class(&obj.data);
@@ -96,7 +103,14 @@ async fn one(kube: &Kube, obj: &DynamicObject, key: ClusterKey) -> Option<Cluste
         let client = kube.workload(&c).await.map_err(|(_, m)| m)?;
         reachable(&client).await?;
         let applier = Applier::new(client, apply_options(&kube.target(), sub, &c));
-        Ok::<_, String>(applier.preview(&rendered.stages, &Inventory::from_lines(&previous.inventory)).await)
+        let mut preview = applier.preview(&rendered.stages, &Inventory::from_lines(&previous.inventory)).await;
+        if sub.format == crate::config::Format::ClusterStack && classes.insert((c.namespace.clone(), rel.tag.clone())) {
+            // The ClusterClass this release needs in the Cluster's namespace (management cluster).
+            let class = super::classes::preview(kube, sub, &c.namespace, &rel).await?;
+            preview.changes.splice(0..0, class.changes);
+            preview.failures.extend(class.failures);
+        }
+        Ok::<_, String>(preview)
     };
     match result.await {
         Ok(p) => d.preview = Some(p),

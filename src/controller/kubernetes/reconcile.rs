@@ -140,11 +140,10 @@ async fn reconcile_in(
     };
     let next = stamp(crd);
     let events = super::events::for_cluster_sync(&prev_status, &next, changes.writes(), &changes.summary());
-    write_cluster_sync(&syncs, sub, &c, &owner, previous.as_ref(), next, k.resync / 2)
+    let uid = write_cluster_sync(&syncs, sub, &c, &owner, previous.as_ref(), next, k.resync / 2)
         .await
         .map_err(|source| Error::WriteStatus { cluster: key.clone(), source })?;
-    let uid = previous.as_ref().and_then(|p| p.metadata.uid.clone());
-    kube.events.cluster_sync(&syncs, &key.namespace, &key.name, uid, events).await;
+    kube.events.cluster_sync(&key.namespace, &key.name, uid, events);
     let report = ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes };
     let outcome = match failure {
         Some(f) if f.transient => Err(Error::Sync { cluster: key, reason: f.reason, message: f.message, transient: true }),

@@ -64,6 +64,13 @@ impl std::fmt::Debug for Secret {
     }
 }
 
+impl Secret {
+    /// The secret itself, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
 /// Where the API token comes from; read at every poll so rotations are picked up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenSource {

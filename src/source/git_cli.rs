@@ -1,0 +1,299 @@
+//! Git over SSH and HTTP(S) through the `git` binary, with credentials.
+//!
+//! gix fetches `file://` and `git://` in-process, but this build carries no HTTP transport and
+//! gix's SSH transport spawns `ssh` anyway; the `git` binary (and OpenSSH's `ssh` for SSH) is
+//! the transport every Git host is tested against. Credentials never reach the command line or
+//! the mirror's `config`:
+//!
+//! - SSH: `GIT_SSH_COMMAND` runs `ssh` with host key checking forced on against the configured
+//!   `known_hosts` only, the configured key only (no agent, no `~/.ssh`), and batch mode.
+//! - HTTPS with a password: a credential helper given as configuration through the child's
+//!   environment (`GIT_CONFIG_*`) prints username and password from the child's environment.
+//! - A bearer token: an `http.extraHeader`, again set through the child's environment.
+//!
+//! Every secret is read at each fetch, so a rotated file or variable is used from the next poll.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::github::{Secret, TokenSource};
+
+/// How a private Git repository is reached (`sources[].git.auth`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GitAuth {
+    /// `ssh://` or `user@host:path`: this key, and only hosts listed in `known_hosts`.
+    Ssh { private_key: PathBuf, known_hosts: PathBuf },
+    /// HTTP basic authentication.
+    Https { username: String, password: TokenSource },
+    /// `Authorization: Bearer …` on every request.
+    Bearer(TokenSource),
+}
+
+/// Largest private key read (an OpenSSH RSA-16384 key is well below).
+const MAX_KEY_BYTES: u64 = 64 << 10;
+/// Name prefix of the per-fetch copies of an SSH key, beside the mirrors.
+const KEY_PREFIX: &str = ".ssh-key-";
+/// Older than any fetch can run: left by a killed process.
+const STALE_KEY_AGE: Duration = Duration::from_secs(600);
+/// How much of git's stderr is kept for the error message.
+const MAX_STDERR_BYTES: usize = 16 << 10;
+
+/// Whether `url` goes through the `git` binary rather than gix.
+pub fn uses_cli(url: &str) -> bool {
+    is_scp_like(url) || ["http://", "https://", "ssh://"].iter().any(|s| url.starts_with(s))
+}
+
+/// `user@host:path` (Git's scp-like SSH syntax): no scheme, a colon before any slash.
+pub fn is_scp_like(url: &str) -> bool {
+    if url.contains("://") {
+        return false;
+    }
+    match url.split_once(':') {
+        Some((host, path)) => !host.is_empty() && !host.contains('/') && !path.is_empty(),
+        None => false,
+    }
+}
+
+/// Checks an SSH URL (`ssh://[user@]host[:port]/path` or `[user@]host:path`).
+///
+/// # Errors
+/// Not an SSH URL, no host or path, or a password in it.
+pub fn check_ssh_url(url: &str) -> Result<(), String> {
+    let (authority, path) = if let Some(rest) = url.strip_prefix("ssh://") {
+        rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p))
+    } else if is_scp_like(url) {
+        url.split_once(':').unwrap_or((url, ""))
+    } else {
+        return Err(format!("`{url}` is not an SSH URL; expected ssh://[user@]host[:port]/path or user@host:path"));
+    };
+    let (user, host) = authority.rsplit_once('@').map_or((None, authority), |(u, h)| (Some(u), h));
+    if user.is_some_and(|u| u.contains(':')) {
+        return Err("a password must not be written into the URL; SSH authenticates with `auth.ssh.privateKey`".to_owned());
+    }
+    if host.is_empty() || host.starts_with('-') || path.is_empty() {
+        return Err(format!("`{url}` has no host or path"));
+    }
+    Ok(())
+}
+
+/// Fetches every branch and tag of `url` into the bare mirror `dir` with `git fetch --prune`, so
+/// the mirror's refs are then exactly the remote's. Blocking; killed at `deadline`.
+///
+/// # Errors
+/// `None` when the deadline passed; else a message naming what failed (credentials unreadable,
+/// host key unknown, authentication refused, the remote unreachable), never containing a secret.
+pub fn fetch(url: &str, auth: Option<&GitAuth>, dir: &Path, deadline: Instant) -> Result<(), Option<String>> {
+    let mut cmd = Command::new("git");
+    cmd.arg("--git-dir")
+        .arg(dir)
+        .args(["fetch", "--prune", "--no-tags", "--update-head-ok", "--no-write-fetch-head", "--quiet", "--"])
+        .arg(url)
+        .args(["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // Nothing from the host's or user's Git and SSH setup leaks in; no prompt can block.
+    for var in ["SSH_AUTH_SOCK", "SSH_ASKPASS", "GIT_ASKPASS", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_DIR", "GIT_CONFIG_PARAMETERS"] {
+        cmd.env_remove(var);
+    }
+    cmd.env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_ALLOW_PROTOCOL", "http:https:ssh")
+        .env("LC_ALL", "C");
+    // A silent server fails the fetch long before the deadline kills it.
+    let mut config: Vec<(&str, String)> =
+        vec![("http.lowSpeedLimit", "1".into()), ("http.lowSpeedTime", "30".into()), ("credential.helper", String::new())];
+    // Kept alive until git exits: ssh reads the key from it.
+    let mut _key_file = None;
+    match auth {
+        None => {}
+        Some(GitAuth::Ssh { private_key, known_hosts }) => {
+            let key = copy_private_key(private_key, dir)?;
+            if !known_hosts.is_file() {
+                return Err(Some(format!("knownHosts file {} is missing", known_hosts.display())));
+            }
+            cmd.env("GIT_SSH_COMMAND", ssh_command(key.path(), known_hosts)).env("GIT_SSH_VARIANT", "ssh");
+            _key_file = Some(key);
+        }
+        Some(GitAuth::Https { username, password }) => {
+            let password = read_secret(password, "password")?;
+            if username.contains(['\n', '\0']) {
+                return Err(Some("the username contains a line break".into()));
+            }
+            config.push((
+                "credential.helper",
+                r#"!f() { test "$1" = get && printf 'username=%s\npassword=%s\n' "$STACKSYNC_GIT_USERNAME" "$STACKSYNC_GIT_PASSWORD"; }; f"#
+                    .into(),
+            ));
+            cmd.env("STACKSYNC_GIT_USERNAME", username).env("STACKSYNC_GIT_PASSWORD", password.expose());
+        }
+        Some(GitAuth::Bearer(token)) => {
+            let token = read_secret(token, "bearer token")?;
+            config.push(("http.extraHeader", format!("Authorization: Bearer {}", token.expose())));
+        }
+    }
+    cmd.env("GIT_CONFIG_COUNT", config.len().to_string());
+    for (i, (key, value)) in config.iter().enumerate() {
+        cmd.env(format!("GIT_CONFIG_KEY_{i}"), key).env(format!("GIT_CONFIG_VALUE_{i}"), value);
+    }
+    run(cmd, deadline)
+}
+
+fn read_secret(source: &TokenSource, what: &str) -> Result<Secret, String> {
+    let secret = source.read().map_err(|e| format!("reading the {what}: {e}"))?;
+    if secret.expose().contains(['\n', '\0']) {
+        return Err(format!("the {what} contains a line break"));
+    }
+    Ok(secret)
+}
+
+/// ssh refuses a key readable by others, and Kubernetes mounts Secrets 0644 by default: the key
+/// is copied into a 0600 file next to the mirror for the length of one fetch.
+fn copy_private_key(path: &Path, dir: &Path) -> Result<tempfile::NamedTempFile, String> {
+    let mut key = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_KEY_BYTES + 1).read_to_end(&mut key))
+        .map_err(|e| format!("privateKey file {}: {e}", path.display()))?;
+    if key.len() as u64 > MAX_KEY_BYTES {
+        return Err(format!("privateKey file {} is larger than {MAX_KEY_BYTES} bytes", path.display()));
+    }
+    if !key.ends_with(b"\n") {
+        // OpenSSH rejects a key whose last line is not terminated ("invalid format").
+        key.push(b'\n');
+    }
+    let parent = dir.parent().unwrap_or(dir);
+    remove_stale_keys(parent);
+    let mut file = tempfile::Builder::new()
+        .prefix(KEY_PREFIX)
+        .tempfile_in(parent)
+        .map_err(|e| format!("writing a private copy of the key in {}: {e}", parent.display()))?;
+    std::io::Write::write_all(&mut file, &key).map_err(|e| format!("writing a private copy of the key: {e}"))?;
+    Ok(file)
+}
+
+/// Key copies a killed process left behind (a fetch deletes its own when it ends).
+fn remove_stale_keys(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    for entry in entries.flatten() {
+        let stale = entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().is_ok_and(|age| age > STALE_KEY_AGE));
+        if entry.file_name().to_string_lossy().starts_with(KEY_PREFIX) && stale {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+fn ssh_command(key: &Path, known_hosts: &Path) -> String {
+    let quote = |p: &Path| format!("'{}'", p.to_string_lossy().replace('\'', r"'\''"));
+    format!(
+        "ssh -F /dev/null -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile={} \
+         -o GlobalKnownHostsFile=/dev/null -o UpdateHostKeys=no -o IdentitiesOnly=yes -o IdentityAgent=none \
+         -o PasswordAuthentication=no -o KbdInteractiveAuthentication=no -i {} \
+         -o ConnectTimeout=15 -o ServerAliveInterval=15 -o ServerAliveCountMax=2 -o LogLevel=ERROR",
+        quote(known_hosts),
+        quote(key)
+    )
+}
+
+/// Runs git, keeping the end of its stderr, and kills it when the deadline passes.
+fn run(mut cmd: Command, deadline: Instant) -> Result<(), Option<String>> {
+    let mut child = cmd.spawn().map_err(|e| format!("running git (is Git installed?): {e}"))?;
+    let stderr = child.stderr.take();
+    let reader = std::thread::Builder::new()
+        .name("git-stderr".into())
+        .spawn(move || {
+            let mut kept = Vec::new();
+            if let Some(mut s) = stderr {
+                let mut buf = [0u8; 4096];
+                while let Ok(n @ 1..) = s.read(&mut buf) {
+                    kept.extend_from_slice(&buf[..n]);
+                    if kept.len() > MAX_STDERR_BYTES {
+                        kept.drain(..kept.len() - MAX_STDERR_BYTES);
+                    }
+                }
+            }
+            kept
+        })
+        .map_err(|e| format!("starting the git stderr reader: {e}"))?;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Some(format!("waiting for git: {e}")));
+            }
+        }
+    };
+    let Some(status) = status else {
+        // Not joined: an `ssh` git started may still hold the stderr pipe until its own
+        // timeouts end it; the reader thread ends with it.
+        drop(reader);
+        return Err(None);
+    };
+    let stderr = reader.join().unwrap_or_default();
+    if status.success() { Ok(()) } else { Err(Some(explain(&String::from_utf8_lossy(&stderr), status))) }
+}
+
+/// Whether a failed fetch's message points at the mirror rather than the remote (then the
+/// mirror is cloned again).
+pub fn is_local_damage(message: &str) -> bool {
+    ["not a git repository", "bad object", "unable to read", "fatal: loose object", "is corrupt", "did not send all necessary objects"]
+        .iter()
+        .any(|m| message.contains(m))
+}
+
+/// git's own words, prefixed with what they mean for the operator when that is known.
+fn explain(stderr: &str, status: std::process::ExitStatus) -> String {
+    let lines: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let said = lines[lines.len().saturating_sub(4)..].join("; ");
+    let hint = if stderr.contains("Host key verification failed") {
+        "the server's host key is not in `auth.ssh.knownHosts` (host key checking is always on)"
+    } else if stderr.contains("Permission denied (publickey") {
+        "the server refused `auth.ssh.privateKey`"
+    } else if stderr.contains("Authentication failed") || stderr.contains("could not read Username") || stderr.contains(" 401") {
+        "the server refused the credentials (`auth.https` or `auth.bearerToken`)"
+    } else if stderr.contains("not found") || stderr.contains("does not appear to be a git repository") {
+        "the repository was not found (or the credentials may not read it)"
+    } else {
+        "git fetch failed"
+    };
+    if said.is_empty() { format!("{hint} (git exited with {status})") } else { format!("{hint}: {said}") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ssh_urls() {
+        assert!(check_ssh_url("ssh://git@example.org/org/stacks.git").is_ok());
+        assert!(check_ssh_url("ssh://git@example.org:2222/org/stacks.git").is_ok());
+        assert!(check_ssh_url("git@example.org:org/stacks.git").is_ok());
+        assert!(check_ssh_url("ssh://git:secret@example.org/org/stacks.git").is_err());
+        assert!(check_ssh_url("ssh://example.org").is_err());
+        assert!(check_ssh_url("ssh://-oProxyCommand=x/path").is_err());
+        assert!(check_ssh_url("https://example.org/x.git").is_err());
+        assert!(is_scp_like("git@example.org:org/stacks.git"));
+        assert!(!is_scp_like("./local/path"));
+        assert!(!is_scp_like("file:///x"));
+        assert!(uses_cli("git@example.org:org/stacks.git"));
+        assert!(!uses_cli("git://127.0.0.1/x"));
+    }
+
+    #[test]
+    fn ssh_command_quotes_paths() {
+        let cmd = ssh_command(Path::new("/k/it's"), Path::new("/k/known hosts"));
+        assert!(cmd.contains(r"-i '/k/it'\''s'"), "{cmd}");
+        assert!(cmd.contains("UserKnownHostsFile='/k/known hosts'"), "{cmd}");
+        assert!(cmd.contains("StrictHostKeyChecking=yes"));
+    }
+}
