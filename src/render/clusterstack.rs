@@ -17,7 +17,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use super::gotemplate::Warning;
-use super::helm::Helm;
+use super::helm::{Helm, MemoKey};
 use super::values::{TemplateOptions, ValuesTemplate};
 use super::{Error, Errors, Object, ObjectKey};
 use crate::cache::unpack;
@@ -80,6 +80,9 @@ pub struct Layout {
     pub unpacked: Vec<String>,
     /// How values templates run (the config's `templates:`); set after [`Layout::load`].
     pub template_options: TemplateOptions,
+    /// What the release is (source, tag, commit, directory): with the arguments and values of a
+    /// render, the key of helm's memo — a release's content never changes under its identity.
+    pub identity: String,
 }
 
 /// One rendered stage of a cluster's addons, in apply order. `name` is `None` for a
@@ -188,7 +191,16 @@ impl Layout {
         if !errors.is_empty() {
             return Err(Errors(errors));
         }
-        Ok(Layout { stack: stack.clone(), metadata, cluster_class, addon, unpacked, template_options: TemplateOptions::default() })
+        let identity = format!("{}\0{}\0{}\0{dir}", release.source, release.tag, release.commit);
+        Ok(Layout {
+            stack: stack.clone(),
+            metadata,
+            cluster_class,
+            addon,
+            unpacked,
+            template_options: TemplateOptions::default(),
+            identity,
+        })
     }
 
     /// The stages a cluster gets installed, in order: the install hook's `apply` stages, or the
@@ -213,7 +225,7 @@ impl Layout {
         let args: Vec<OsString> =
             vec![self.stack.clone().into(), self.cluster_class.path.clone().into(), "--namespace".into(), namespace.into()];
         let out = helm
-            .template(&self.cluster_class.name, &args)
+            .template_memoised(self.memo_key(&args, None), &self.cluster_class.name, &args)
             .await
             .map_err(|source| Errors(vec![Error::Helm { chart: self.cluster_class.name.clone(), source }]))?;
         objects_of(&out, &self.cluster_class.name, CLUSTER_CLASS_STAGE, namespace)
@@ -227,6 +239,17 @@ impl Layout {
     /// Every stage's values-template, helm and object errors (all stages are tried).
     pub async fn render_addons(&self, helm: &Helm, cluster: &ClusterConfig, work: &Path) -> Result<Vec<RenderedStage>, Errors> {
         self.render_addons_reporting(helm, cluster, work).await.map(|r| r.stages)
+    }
+
+    /// The memo key of a render of this release with `args` (paths inside the release and its
+    /// unpacked charts, names, versions) and the content of its values file (`None`: none passed).
+    fn memo_key(&self, args: &[OsString], values: Option<&str>) -> MemoKey {
+        let args = args.iter().map(|a| a.as_encoded_bytes());
+        let values: &[&[u8]] = match values {
+            Some(v) => &[b"values", v.as_bytes()],
+            None => &[b"no values"],
+        };
+        MemoKey::of(std::iter::once(self.identity.as_bytes()).chain(args).chain(values.iter().copied()))
     }
 
     /// As [`Layout::render_addons`], with the values templates' `<no value>` / `<nil>` warnings.
@@ -264,17 +287,25 @@ impl Layout {
                 "--namespace".into(),
                 ADDON_NAMESPACE.into(),
             ];
-            if let Some(values) = values_file {
-                let path = dir.join(format!("{}.yaml", stage.unwrap_or(ADDON_RELEASE)));
-                let written = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, values));
-                if let Err(e) = written {
-                    errors.push(Error::ReadFile { file: path.display().to_string(), message: format!("cannot write values: {e}") });
-                    continue;
+            // The values file's path differs per cluster, its content decides the output.
+            let key = self.memo_key(&args, Some(values_file.as_deref().unwrap_or_default()));
+            let rendered = match helm.memoised(&key) {
+                Some(text) => Ok(text),
+                None => {
+                    if let Some(values) = values_file {
+                        let path = dir.join(format!("{}.yaml", stage.unwrap_or(ADDON_RELEASE)));
+                        let written = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, values));
+                        if let Err(e) = written {
+                            errors.push(Error::ReadFile { file: path.display().to_string(), message: format!("cannot write values: {e}") });
+                            continue;
+                        }
+                        args.push("-f".into());
+                        args.push(path.into());
+                    }
+                    helm.template_memoised(key, &chart.name, &args).await
                 }
-                args.push("-f".into());
-                args.push(path.into());
-            }
-            let rendered = match helm.template(&chart.name, &args).await {
+            };
+            let rendered = match rendered {
                 Ok(text) => text,
                 Err(source) => {
                     errors.push(Error::Helm { chart: chart.name.clone(), source });
