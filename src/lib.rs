@@ -17,3 +17,4 @@ pub mod runtime;
 pub mod schedule;
 pub mod source;
 pub mod status;
+pub mod telemetry;

@@ -9,15 +9,21 @@ use clap::{Parser, Subcommand};
 use stacksync::config::{Config, Target};
 use stacksync::controller::{self, Context as Ctx, PassReport, kubernetes};
 use stacksync::release::short;
-use stacksync::runtime::{daemon, logging};
+use stacksync::runtime::{admin, daemon, logging};
 
+/// `--version`: the crate version, the commit and the build date (build.rs).
+const VERSION: &str =
+    concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("STACKSYNC_COMMIT"), ", built ", env!("STACKSYNC_BUILD_DATE"), ")");
+
+/// How long blocking work still running after the daemon stopped (a Git fetch) may delay the exit.
+const SHUTDOWN_LEFTOVERS: std::time::Duration = std::time::Duration::from_secs(2);
 /// Exit code for an invalid config file.
 const EXIT_CONFIG: u8 = 2;
 /// Exit code when something is not synced (or a runtime failure).
 const EXIT_NOT_SYNCED: u8 = 1;
 
 #[derive(Parser)]
-#[command(name = "stacksync", version, about = "Keeps Cluster API clusters on the cluster-stack releases they subscribe to")]
+#[command(name = "stacksync", version = VERSION, about = "Keeps Cluster API clusters on the cluster-stack releases they subscribe to")]
 struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value = "text")]
@@ -38,6 +44,24 @@ enum Command {
         /// Clusters reconciled at once (Kubernetes target).
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=1024))]
         concurrency: u16,
+        /// Where `/healthz`, `/readyz`, `/metrics` and the push webhooks listen (`[host]:port`);
+        /// `0` turns the listener off. The bound address is logged (`admin listener`).
+        #[arg(long, value_name = "ADDR", default_value = ":8080")]
+        admin_addr: String,
+        /// Leader election on a coordination.k8s.io Lease (Kubernetes target): only the holder
+        /// writes; other replicas stand by with warm caches.
+        #[arg(long)]
+        leader_elect: bool,
+        /// The Lease's namespace (default: the management client's, in a pod its own).
+        #[arg(long, value_name = "NAMESPACE", requires = "leader_elect")]
+        lease_namespace: Option<String>,
+        /// How long the Lease holds without renewal: a dead leader is replaced within this.
+        #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_lease_duration)]
+        lease_duration: std::time::Duration,
+        /// Reconcile only Clusters labelled `stacksync.io/shard=<NAME>` (with --leader-elect,
+        /// one Lease per shard: `stacksync-<NAME>`).
+        #[arg(long, value_name = "NAME", value_parser = parse_shard)]
+        shard: Option<String>,
     },
     /// Ask the running controller to reconcile a Cluster now (Kubernetes target): sets
     /// `stacksync.io/reconcile-requested-at` on its ClusterSync.
@@ -85,12 +109,23 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let args: Vec<String> = std::env::args().collect();
+            if e.use_stderr() && logging::json_requested(&args) {
+                logging::init(logging::LogFormat::Json);
+                logging::error_line(e.render().to_string().trim_end());
+                return ExitCode::from(EXIT_CONFIG);
+            }
+            e.exit()
+        }
+    };
     logging::init(cli.log_format);
     match real_main(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            logging::error_line(&format!("error: {e:#}"));
             ExitCode::from(EXIT_NOT_SYNCED)
         }
     }
@@ -116,7 +151,7 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             }
             Err(code) => code,
         }),
-        Command::Run { config, once, concurrency } => {
+        Command::Run { config, once, concurrency, admin_addr, leader_elect, lease_namespace, lease_duration, shard } => {
             let cfg = match load(&config) {
                 Ok(c) => c,
                 Err(code) => return Ok(code),
@@ -134,7 +169,23 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
                 };
                 return Ok(summarise(&report));
             }
-            runtime.block_on(daemon::run(config, cfg, concurrency, shutdown_signal())).context("watching the config file")?;
+            let mut options = daemon::Options::new(concurrency);
+            options.shard = shard;
+            options.election = leader_elect.then_some(daemon::ElectionOptions { namespace: lease_namespace, duration: lease_duration });
+            if let Some(addr) = admin::parse_addr(&admin_addr)? {
+                let listener = runtime.block_on(admin::bind(addr))?;
+                let bound = listener.local_addr().context("reading the admin listener's address")?;
+                tracing::info!(addr = %bound, "admin listener");
+                let (state, triggers) = admin::Admin::new(cfg.clone());
+                runtime.spawn(admin::serve(listener, state.clone()));
+                options.admin = Some(state);
+                options.triggers = triggers;
+            }
+            let result = runtime.block_on(daemon::run(config, cfg, options, shutdown_signal()));
+            // A blocking fetch stuck on a silent server must not hold the exit: everything the
+            // daemon writes is atomic, so abandoning it leaves a consistent cache.
+            runtime.shutdown_timeout(SHUTDOWN_LEFTOVERS);
+            result.context("watching the config file")?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Reconcile { config, cluster } => {
@@ -143,7 +194,7 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
                 Err(code) => return Ok(code),
             };
             let Some((namespace, name)) = cluster.split_once('/') else {
-                eprintln!("error: expected <namespace>/<name>, found `{cluster}`");
+                logging::error_line(&format!("error: expected <namespace>/<name>, found `{cluster}`"));
                 return Ok(ExitCode::from(EXIT_CONFIG));
             };
             let key = stacksync::model::ClusterKey::new(namespace, name);
@@ -164,7 +215,7 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
                 Ok(true) => ExitCode::from(EXIT_DIFF_CHANGES),
                 Ok(false) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("error: {e:#}");
+                    logging::error_line(&format!("error: {e:#}"));
                     ExitCode::from(EXIT_DIFF_ERROR)
                 }
             })
@@ -219,6 +270,24 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
     }
 }
 
+fn parse_lease_duration(text: &str) -> Result<std::time::Duration, String> {
+    let d = stacksync::schedule::parse_duration(text)?;
+    if d < std::time::Duration::from_secs(2) || d > std::time::Duration::from_secs(300) {
+        return Err(format!("{text}: expected a duration from 2s to 5m"));
+    }
+    Ok(d)
+}
+
+/// A shard name is a label value: at most 63 characters of `[a-z0-9-]`, alphanumeric at both ends.
+fn parse_shard(text: &str) -> Result<String, String> {
+    let ok = !text.is_empty()
+        && text.len() <= 63
+        && text.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !text.starts_with('-')
+        && !text.ends_with('-');
+    if ok { Ok(text.to_owned()) } else { Err(format!("`{text}`: expected a DNS label (a-z, 0-9, `-`; at most 63)")) }
+}
+
 /// When a subscription renders cluster stacks, finds helm and logs its version; a missing helm
 /// is a start-up error then (exit code 1), not a surprise at the first render.
 fn check_helm(runtime: &tokio::runtime::Runtime, config: &Config) -> Result<(), ExitCode> {
@@ -231,7 +300,7 @@ fn check_helm(runtime: &tokio::runtime::Runtime, config: &Config) -> Result<(), 
             Ok(())
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            logging::error_line(&format!("error: {e}"));
             Err(ExitCode::from(EXIT_NOT_SYNCED))
         }
     }
@@ -307,9 +376,13 @@ async fn diff(cfg: Config, cluster: Option<&str>) -> anyhow::Result<bool> {
 fn load(path: &Path) -> Result<Config, ExitCode> {
     Config::load(path).map_err(|errors| {
         for e in &errors.0 {
-            eprintln!("{e}");
+            if logging::is_json() {
+                tracing::error!(file = %e.file.display(), line = e.line, column = e.col, field = %e.field, "invalid config: {}", e.message);
+            } else {
+                eprintln!("{e}");
+            }
         }
-        eprintln!("{}: {} error(s); config is invalid", path.display(), errors.0.len());
+        logging::error_line(&format!("{}: {} error(s); config is invalid", path.display(), errors.0.len()));
         ExitCode::from(EXIT_CONFIG)
     })
 }
@@ -403,14 +476,14 @@ async fn shutdown_signal() {
     // The first signal starts a graceful stop; a second one ends the process at once.
     tokio::spawn(async {
         let _ = tokio::signal::ctrl_c().await;
-        eprintln!("second signal: exiting now");
+        logging::error_line("second signal: exiting now");
         std::process::exit(130);
     });
     #[cfg(unix)]
     tokio::spawn(async {
         if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             s.recv().await;
-            eprintln!("second signal: exiting now");
+            logging::error_line("second signal: exiting now");
             std::process::exit(143);
         }
     });

@@ -419,3 +419,31 @@ async fn a_kubectl_patch_is_taken_back_and_another_controller_is_a_conflict() {
     let cs = env.cluster_sync("alpha").await.expect("cs");
     assert!(condition(&cs, "Ready")["message"].as_str().is_some_and(|m| m.contains("some-operator")), "{cs}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_values_template_warning_reaches_the_cluster_sync_and_strict_mode_refuses() {
+    let env = Env::new(1).await;
+    publish(&env.repo, "docker-ferrol-1-27-v2");
+    env.add_cluster("alpha", "docker-ferrol-1-27-v2", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    // cluster-addon-values.yaml prints `.Cluster.spec.controlPlaneEndpoint.host`: now missing.
+    env.patch_cluster("alpha", json!({"spec": {"controlPlaneEndpoint": {"host": null}}})).await;
+    let config = stack_config(&env);
+    let o = common::run_once(&config).await;
+    common::assert_exit(&o, 0);
+    let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
+    let ready = condition(&cs, "Ready");
+    assert_eq!(ready["status"], "True", "the SCS operator applies <no value> too: {cs}");
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(message.contains("values template warning") && message.contains("controlPlaneEndpoint.host"), "{cs}");
+    assert!(common::stderr(&o).contains("<no value>"), "{}", common::stderr(&o));
+
+    // templates: {strict: true}: the same template is an error, the applied release stays.
+    let text = std::fs::read_to_string(&config).expect("config").replacen("sources:", "templates:\n  strict: true\nsources:", 1);
+    std::fs::write(&config, text).expect("config");
+    let o = common::run_once(&config).await;
+    common::assert_exit(&o, 1);
+    let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
+    assert_eq!(condition(&cs, "Ready")["reason"], "RenderFailed", "{cs}");
+    assert_eq!(cs["status"]["appliedRelease"]["tag"], "docker-ferrol-1-27-v2", "{cs}");
+}

@@ -47,7 +47,7 @@ async fn valid_edit_applies_and_invalid_edit_keeps_last_good_config() {
 
     let log = dir.path().join("stacksync.log");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stacksync"))
-        .args(["run", "--config", &config.to_string_lossy()])
+        .args(["run", "--admin-addr", "127.0.0.1:0", "--config", &config.to_string_lossy()])
         .env("NO_COLOR", "1")
         .stderr(std::fs::File::create(&log).expect("log file"))
         .kill_on_drop(true)

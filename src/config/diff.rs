@@ -11,6 +11,9 @@ pub fn diff(old: &Config, new: &Config) -> Vec<String> {
     if old.templates != new.templates {
         out.push(format!("templates.strict changed from {} to {}", old.templates.strict, new.templates.strict));
     }
+    if old.webhooks != new.webhooks {
+        out.push("webhooks changed".to_owned());
+    }
     if old.target != new.target {
         out.push(format!("target changed from {:?} to {:?}", old.target, new.target));
     }

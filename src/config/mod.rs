@@ -8,6 +8,7 @@ mod sources;
 mod target;
 mod validate;
 pub mod watch;
+mod webhooks;
 pub mod yaml;
 
 use std::collections::BTreeMap;
@@ -20,6 +21,7 @@ pub use sources::{parse_size, tag_matches};
 
 use crate::release::version::Constraint;
 use crate::schedule::Schedule;
+pub use webhooks::WebhooksConfig;
 
 /// The directory target's status directory (`<target>/status/<namespace>/<cluster>.yaml`): a
 /// namespace of this name would share it, so the config refuses it.
@@ -41,6 +43,8 @@ pub struct Config {
     pub helm: HelmConfig,
     /// How cluster-stack values templates run (`templates:`).
     pub templates: TemplatesConfig,
+    /// Where the push webhooks' secrets are (`webhooks:`).
+    pub webhooks: WebhooksConfig,
 }
 
 /// `templates:`: how values templates (`cluster-addon-values.yaml`, `overwrite.yaml`) run.

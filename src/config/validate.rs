@@ -151,7 +151,8 @@ impl Cx {
     }
 
     fn config(&mut self, root: &Node, base: &Path) -> Option<Config> {
-        let f = self.fields(root, "", &["apiVersion", "kind", "cache", "sources", "subscriptions", "target", "helm", "templates"])?;
+        let f =
+            self.fields(root, "", &["apiVersion", "kind", "cache", "sources", "subscriptions", "target", "helm", "templates", "webhooks"])?;
         if let Some(v) = self.required_string(&f, "apiVersion")
             && v != API_VERSION
         {
@@ -248,7 +249,11 @@ impl Cx {
             Some(node) => self.templates(node)?,
             None => super::TemplatesConfig::default(),
         };
-        Some(Config { file: self.file.clone(), helm, templates, cache: cache?, sources, subscriptions, target: target? })
+        let webhooks = match f.get("webhooks") {
+            Some(node) => self.webhooks(node, base)?,
+            None => super::WebhooksConfig::default(),
+        };
+        Some(Config { file: self.file.clone(), helm, templates, webhooks, cache: cache?, sources, subscriptions, target: target? })
     }
 
     fn cache(&mut self, node: &Node, base: &Path) -> Option<CacheConfig> {

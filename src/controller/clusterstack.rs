@@ -4,18 +4,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::Arc;
 
 use serde_json::Value;
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
-use super::{ClusterReport, PassReport, Prepared, finish};
+use super::pipeline::{self, RenderError};
+use super::{ClusterReport, Context, PassReport, Prepared, finish};
 use crate::apply::{Action, ChangeSet, DirectoryTarget, Entry, ObjectRef};
 use crate::cache::{self, Cache};
 use crate::config::{ClusterConfig, ClusterObjects, Config, Format, Subscription};
-use crate::render::clusterstack::{Layout, RenderedStage};
-use crate::render::helm::Helm;
+use crate::render::clusterstack::RenderedStage;
 use crate::render::{Error, Errors, Object};
 use crate::status::{ClusterStatus, Reason};
 
@@ -35,51 +34,47 @@ pub(super) async fn sync(
     staged: &[(&Subscription, Prepared)],
     write_status: bool,
 ) -> Vec<ClusterReport> {
-    let work = match tempfile::Builder::new().prefix("stacksync-render-").tempdir() {
-        Ok(w) => w,
-        Err(e) => return fail_all(target, staged, &format!("cannot create a work directory: {e}"), write_status),
+    // The same pipeline as the Kubernetes target: one helm, memoised layouts, a work directory.
+    let ctx = match Context::new(config.clone()) {
+        Ok(c) => c,
+        Err(e) => return fail_all(target, staged, &format!("cannot open the cache: {e}"), write_status),
     };
-    let helm = match Helm::locate(&config.helm).await {
-        Ok(h) => h.with_home(&work.path().join("helm")),
-        Err(e) => {
-            error!("{e}");
-            return fail_all(target, staged, &e.to_string(), write_status);
-        }
-    };
+    if let Err(e) = ctx.work_dir() {
+        return fail_all(target, staged, &e, write_status);
+    }
+    if let Err(e) = ctx.helm().await {
+        error!("{e}");
+        return fail_all(target, staged, &e, write_status);
+    }
 
-    let mut layouts: Vec<Rendered<Arc<Layout>>> = Vec::new();
-    for (i, (sub, prepared)) in staged.iter().enumerate() {
+    let mut layouts: Vec<Rendered<()>> = Vec::new();
+    for (sub, prepared) in staged {
         let Ok(p) = &prepared.outcome else {
             layouts.push(Err(Errors(vec![Error::Release { file: ".".into(), message: "release unavailable".into() }])));
             continue;
         };
-        let (tree, path, release, dir) = (p.tree.clone(), sub.path.clone(), p.release.clone(), work.path().join(format!("release-{i}")));
-        let loaded = match tokio::task::spawn_blocking(move || Layout::load(&tree, &path, &release, &dir)).await {
-            Ok(r) => r.map(|l| Layout { template_options: config.templates, ..l }),
-            Err(join) => Err(Errors(vec![Error::Release { file: sub.path.clone(), message: format!("load task failed: {join}") }])),
-        };
-        match &loaded {
-            Ok(l) => info!(subscription = %sub.name, tag = %p.release.tag, unpacked = ?l.unpacked, "cluster-stack release loaded"),
-            Err(e) => error!(subscription = %sub.name, tag = %p.release.tag, "cluster-stack release is invalid: {e}"),
+        let loaded = ctx.layout(sub, p).await;
+        if let Err(e) = &loaded {
+            error!(subscription = %sub.name, tag = %p.release.tag, "cluster-stack release is invalid: {e}");
         }
-        layouts.push(loaded.map(Arc::new));
+        layouts.push(loaded.map(|_| ()).map_err(|e| RenderError::Release(e).into_errors(&sub.path)));
     }
 
     let mut jobs = JoinSet::new();
-    for (i, (sub, _)) in staged.iter().enumerate() {
-        let Ok(layout) = &layouts[i] else { continue };
+    for (i, (sub, prepared)) in staged.iter().enumerate() {
+        let (Ok(()), Ok(p)) = (&layouts[i], &prepared.outcome) else { continue };
         let namespaces: BTreeSet<&str> = sub.clusters.iter().map(|c| c.namespace.as_str()).collect();
         for ns in namespaces {
-            let (layout, helm, ns) = (layout.clone(), helm.clone(), ns.to_owned());
+            let (ctx, sub, p, ns) = (ctx.clone(), (*sub).clone(), p.clone(), ns.to_owned());
             jobs.spawn(async move {
-                let r = layout.render_cluster_class(&helm, &ns).await;
+                let r = pipeline::cluster_class(&ctx, &sub, &p, &ns).await.map_err(|e| e.into_errors(&sub.path));
                 Done::Class(i, ns, r)
             });
         }
         for (j, c) in sub.clusters.iter().enumerate() {
-            let (layout, helm, c, dir) = (layout.clone(), helm.clone(), c.clone(), work.path().join(format!("cluster-{i}-{j}")));
+            let (ctx, sub, p, c) = (ctx.clone(), (*sub).clone(), p.clone(), c.clone());
             jobs.spawn(async move {
-                let r = layout.render_addons(&helm, &c, &dir).await;
+                let r = pipeline::addons(&ctx, &sub, &p, &c).await.map(|r| r.stages).map_err(|e| e.into_errors(&sub.path));
                 Done::Addon(i, j, r)
             });
         }
@@ -146,7 +141,7 @@ pub(super) async fn sync(
 fn write_cluster_classes(
     target: &DirectoryTarget,
     staged: &[(&Subscription, Prepared)],
-    layouts: &[Rendered<Arc<Layout>>],
+    layouts: &[Rendered<()>],
     classes: &BTreeMap<(usize, String), Rendered<Vec<Object>>>,
 ) -> BTreeMap<(usize, String), Vec<Entry>> {
     let mut users: BTreeMap<&str, BTreeSet<usize>> = BTreeMap::new();

@@ -11,6 +11,7 @@ pub mod dirdiff;
 pub mod error;
 mod fetch;
 pub mod kubernetes;
+pub mod pipeline;
 pub mod poller;
 
 pub use context::Context;

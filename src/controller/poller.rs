@@ -69,8 +69,17 @@ impl Drop for Pollers {
 
 async fn poll_loop(ctx: Arc<Context>, source: String, trigger: Arc<Notify>) {
     let mut failures = 0u32;
+    let metrics = crate::telemetry::metrics();
     loop {
-        match tokio::time::timeout(POLL_TIMEOUT, ctx.poll(&source)).await {
+        let started = std::time::Instant::now();
+        let polled = tokio::time::timeout(POLL_TIMEOUT, ctx.poll(&source)).await;
+        let result = match &polled {
+            Ok(Ok(_)) => "success",
+            Ok(Err(_)) => "error",
+            Err(_) => "timeout",
+        };
+        metrics.polled(&source, result, started.elapsed());
+        match polled {
             Ok(Ok(changed)) => {
                 failures = 0;
                 if changed {

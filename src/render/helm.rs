@@ -243,6 +243,18 @@ impl Helm {
     /// # Errors
     /// helm cannot be started, fails (with an excerpt of its standard error) or times out.
     pub async fn template(&self, chart: &str, args: &[OsString]) -> Result<String, Error> {
+        let started = std::time::Instant::now();
+        let result = self.run_template(chart, args).await;
+        let outcome = match &result {
+            Ok(_) => "success",
+            Err(Error::Timeout { .. }) => "timeout",
+            Err(_) => "error",
+        };
+        crate::telemetry::metrics().helm_ran(outcome, started.elapsed());
+        result
+    }
+
+    async fn run_template(&self, chart: &str, args: &[OsString]) -> Result<String, Error> {
         let _permit =
             self.permits.acquire().await.map_err(|e| Error::Spawn { path: self.path.display().to_string(), message: e.to_string() })?;
         let mut cmd = tokio::process::Command::new(&self.path);

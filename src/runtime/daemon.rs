@@ -5,9 +5,11 @@
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
@@ -15,10 +17,49 @@ use crate::config::watch::ConfigWatcher;
 use crate::config::{self, Config, Target};
 use crate::controller::poller::Pollers;
 use crate::controller::{self, Context, kubernetes};
+use crate::runtime::admin::Admin;
+use crate::runtime::election::Leadership;
 use crate::schedule::Queue;
 
 /// How long in-flight reconciles get to finish after SIGTERM.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// What the daemon is given besides its config.
+pub struct Options {
+    /// Clusters reconciled at once (Kubernetes target).
+    pub concurrency: u16,
+    /// The admin listener, when it listens: told of every reload (its webhooks read the config
+    /// in force).
+    pub admin: Option<Arc<Admin>>,
+    /// Sources to poll now (webhook deliveries).
+    pub triggers: mpsc::Receiver<String>,
+    /// Leader election on a Lease (`--leader-elect`); without it this process always writes.
+    pub election: Option<ElectionOptions>,
+    /// `--shard`: only Clusters labelled `stacksync.io/shard=<name>`, and the shard's own Lease.
+    pub shard: Option<String>,
+}
+
+/// How to elect a leader.
+#[derive(Debug, Clone)]
+pub struct ElectionOptions {
+    /// The Lease's namespace; default: the management client's namespace (in a pod, its own).
+    pub namespace: Option<String>,
+    /// How long the lease holds without renewal.
+    pub duration: Duration,
+}
+
+impl Options {
+    /// No admin listener, nothing but the schedule triggers polls.
+    pub fn new(concurrency: u16) -> Options {
+        Options { concurrency, admin: None, triggers: mpsc::channel(1).1, election: None, shard: None }
+    }
+
+    fn reloaded(&self, config: &Config) {
+        if let Some(admin) = &self.admin {
+            admin.set_config(config.clone());
+        }
+    }
+}
 
 /// Runs until `shutdown` completes. The Kubernetes target runs as a controller (source pollers
 /// and a per-Cluster reconciler, see [`run_kubernetes`]); the directory target passes over its
@@ -26,32 +67,80 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 ///
 /// # Errors
 /// Only when the config file's directory cannot be watched at start-up.
-pub async fn run(path: PathBuf, initial: Config, concurrency: u16, shutdown: impl Future<Output = ()>) -> notify::Result<()> {
+pub async fn run(path: PathBuf, initial: Config, options: Options, shutdown: impl Future<Output = ()>) -> notify::Result<()> {
     match initial.target {
-        Target::Kubernetes(_) => run_kubernetes(path, initial, concurrency, shutdown).await,
-        Target::Directory(_) => run_directory(path, initial, shutdown).await,
+        Target::Kubernetes(_) => run_kubernetes(path, initial, options, shutdown).await,
+        Target::Directory(_) => run_directory(path, initial, options, shutdown).await,
     }
 }
 
 type ControllerTask = tokio::task::JoinHandle<Result<(), controller::Error>>;
 
-fn idle() -> ControllerTask {
-    tokio::spawn(std::future::pending())
+/// The Cluster controller while it runs (only on the leader), with its graceful-stop signal.
+struct Running {
+    task: ControllerTask,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Running {
+    fn idle() -> Running {
+        Running { task: tokio::spawn(std::future::pending()), stop: None }
+    }
+
+    fn start(ctx: &Arc<Context>, concurrency: u16, shard: Option<String>) -> Running {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let signal = async move {
+            let _ = stopped.await;
+        };
+        Running { task: tokio::spawn(kubernetes::run(ctx.clone(), concurrency, shard, signal)), stop: Some(stop) }
+    }
+
+    /// Lets in-flight reconciles finish, within [`SHUTDOWN_GRACE`].
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut self.task).await.is_err() {
+                warn!(seconds = SHUTDOWN_GRACE.as_secs(), "reconciles still running at the deadline; abandoned");
+                self.task.abort();
+            }
+        }
+        self.task.abort();
+    }
+
+    /// Stops at once: a reconcile in flight is dropped between two requests (it is
+    /// cancellation-safe: the next leader's reconcile completes it).
+    fn abort(self) {
+        self.task.abort();
+    }
 }
 
 /// The Kubernetes target: a [`Context`] for the process, one poller task per source, and the
-/// Cluster controller. A reload puts the new config in force at once (pollers of changed
+/// Cluster controller — on the leader only, when leader election is on: a standby polls its
+/// sources (warm caches) and writes nothing, and a leader that loses the lease stops its
+/// controller at once. A reload puts the new config in force at once (pollers of changed
 /// sources poll, every Cluster is reconciled); a reload that changes the cache, the target or
 /// helm rebuilds the context and the controller.
 ///
 /// # Errors
 /// Only when the config file's directory cannot be watched at start-up.
-pub async fn run_kubernetes(path: PathBuf, initial: Config, concurrency: u16, shutdown: impl Future<Output = ()>) -> notify::Result<()> {
+pub async fn run_kubernetes(
+    path: PathBuf,
+    initial: Config,
+    mut options: Options,
+    shutdown: impl Future<Output = ()>,
+) -> notify::Result<()> {
+    let concurrency = options.concurrency;
     let mut watcher = ConfigWatcher::new(&path)?;
     let mut config = initial;
     let mut last_text = crate::config::read_bounded(&path).unwrap_or_default();
     tokio::pin!(shutdown);
-    info!(file = %path.display(), subscriptions = config.subscriptions.len(), "stacksync started");
+    info!(file = %path.display(), subscriptions = config.subscriptions.len(), shard = options.shard.as_deref().unwrap_or(""), "stacksync started");
+    let mut leadership = match (&options.election, &config.target) {
+        (Some(e), Target::Kubernetes(k)) => Leadership::start(k.clone(), options.shard.clone(), e.namespace.clone(), e.duration),
+        _ => Leadership::Off,
+    };
+    let readiness = crate::telemetry::readiness();
+    readiness.set_standby(!leadership.is_leader());
     loop {
         let ctx = match Context::new(config.clone()) {
             Ok(c) => Some(c),
@@ -61,35 +150,47 @@ pub async fn run_kubernetes(path: PathBuf, initial: Config, concurrency: u16, sh
             }
         };
         let mut pollers = Pollers::default();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let mut controller = match &ctx {
-            Some(ctx) => {
-                pollers.sync(ctx);
-                let signal = async move {
-                    let _ = stopped.await;
-                };
-                tokio::spawn(kubernetes::run(ctx.clone(), concurrency, signal))
-            }
-            None => idle(),
+        if let Some(ctx) = &ctx {
+            pollers.sync(ctx);
+        }
+        let shard = options.shard.clone();
+        let start = |ctx: &Option<Arc<Context>>, leader: bool| match ctx {
+            Some(ctx) if leader => Running::start(ctx, concurrency, shard.clone()),
+            _ => Running::idle(),
         };
+        let mut controller = start(&ctx, leadership.is_leader());
         loop {
             tokio::select! {
                 () = &mut shutdown => {
                     info!("shutting down: letting in-flight reconciles finish");
-                    let _ = stop.send(());
-                    if tokio::time::timeout(SHUTDOWN_GRACE, &mut controller).await.is_err() {
-                        warn!(seconds = SHUTDOWN_GRACE.as_secs(), "reconciles still running at the deadline; exiting");
-                    }
+                    controller.stop().await;
+                    readiness.set_standby(true);
+                    leadership.release(Duration::from_secs(5)).await;
                     return Ok(());
                 }
-                done = &mut controller => {
+                done = &mut controller.task => {
                     match done {
                         Ok(Err(e)) => error!(reason = e.reason(), "{e}; fix the config (it is reloaded when it changes)"),
                         Ok(Ok(())) => {}
                         Err(join) => error!("controller task failed: {join}"),
                     }
-                    controller = idle();
+                    controller = Running::idle();
                 }
+                () = leadership.changed() => {
+                    let leader = leadership.is_leader();
+                    if leader == controller.stop.is_some() {
+                        continue;
+                    }
+                    readiness.set_standby(!leader);
+                    if leader {
+                        info!("leader election: this process holds the lease; reconciling Clusters");
+                        controller = start(&ctx, true);
+                    } else {
+                        warn!("leader election: the lease is lost; stopped writing");
+                        std::mem::replace(&mut controller, Running::idle()).abort();
+                    }
+                }
+                Some(source) = options.triggers.recv() => pollers.trigger(&source),
                 Some(()) = watcher.changed() => {
                     let Some(new) = reload(&path, &config, &mut last_text) else { continue };
                     let rebuild = ctx.is_none() || new.cache != config.cache || new.target != config.target || new.helm != config.helm;
@@ -103,6 +204,7 @@ pub async fn run_kubernetes(path: PathBuf, initial: Config, concurrency: u16, sh
                         .map(|s| s.name.clone())
                         .collect();
                     config = new;
+                    options.reloaded(&config);
                     if rebuild {
                         break;
                     }
@@ -117,8 +219,7 @@ pub async fn run_kubernetes(path: PathBuf, initial: Config, concurrency: u16, sh
             }
         }
         info!("cache, target or helm changed: restarting the controller");
-        let _ = stop.send(());
-        let _ = tokio::time::timeout(SHUTDOWN_GRACE, controller).await;
+        controller.stop().await;
     }
 }
 
@@ -126,7 +227,7 @@ pub async fn run_kubernetes(path: PathBuf, initial: Config, concurrency: u16, sh
 ///
 /// # Errors
 /// Only when the config file's directory cannot be watched at start-up.
-pub async fn run_directory(path: PathBuf, initial: Config, shutdown: impl Future<Output = ()>) -> notify::Result<()> {
+pub async fn run_directory(path: PathBuf, initial: Config, mut options: Options, shutdown: impl Future<Output = ()>) -> notify::Result<()> {
     let mut watcher = ConfigWatcher::new(&path)?;
     let mut config = initial;
     let mut last_text = crate::config::read_bounded(&path).unwrap_or_default();
@@ -136,12 +237,20 @@ pub async fn run_directory(path: PathBuf, initial: Config, shutdown: impl Future
         queue.trigger(&sub.name, now);
     }
     info!(file = %path.display(), subscriptions = config.subscriptions.len(), "stacksync started");
+    // One writer per output directory is the operator's to arrange: no lease here.
+    crate::telemetry::readiness().set_standby(false);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             () = &mut shutdown => {
                 info!("shutting down");
                 return Ok(());
+            }
+            Some(source) = options.triggers.recv() => {
+                let now = Instant::now();
+                for sub in config.subscriptions.iter().filter(|s| s.source == source) {
+                    queue.trigger(&sub.name, now);
+                }
             }
             Some(()) = watcher.changed() => {
                 if let Some(new) = reload(&path, &config, &mut last_text) {
@@ -157,6 +266,7 @@ pub async fn run_directory(path: PathBuf, initial: Config, shutdown: impl Future
                         }
                     }
                     config = new;
+                    options.reloaded(&config);
                 }
             }
             () = sleep_until(queue.next_due()) => {
@@ -173,6 +283,7 @@ pub async fn run_directory(path: PathBuf, initial: Config, shutdown: impl Future
                     };
                     match result {
                         Ok(report) => {
+                            crate::telemetry::readiness().set_synced(true);
                             let ready = report.clusters.iter().filter(|c| c.status.ready).count();
                             info!(subscriptions = due.len(), clusters = report.clusters.len(), ready, "pass complete");
                         }

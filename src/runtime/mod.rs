@@ -1,5 +1,8 @@
 //! Runtime: logging set-up and the daemon loop that ties the scheduler, hot reload and passes
 //! together until SIGTERM.
 
+pub mod admin;
 pub mod daemon;
+pub mod election;
 pub mod logging;
+pub mod webhook;

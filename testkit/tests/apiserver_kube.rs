@@ -494,3 +494,17 @@ async fn await_condition_sees_a_new_crd_established_then_its_resource_is_served(
     assert_eq!(stored.metadata.namespace, None, "cluster-scoped");
     server.stop().await;
 }
+
+/// kube-lease-manager renews a Lease with an apply that has no `metadata.name`: the API server
+/// merges it into the live object (which keeps its name); only a create needs the name.
+#[tokio::test]
+async fn apply_without_a_name_updates_an_existing_object_and_cannot_create_one() {
+    let server = ApiServer::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(server.client().unwrap(), "default");
+    let nameless = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "1"}});
+    let err = api.patch("lease", &PatchParams::apply("m"), &Patch::Apply(&nameless)).await.unwrap_err();
+    assert_eq!(api_error(err).0, 400);
+    api.patch("lease", &PatchParams::apply("m"), &Patch::Apply(cm("lease", json!({"a": "0"})))).await.unwrap();
+    let written = api.patch("lease", &PatchParams::apply("m"), &Patch::Apply(&nameless)).await.unwrap();
+    assert_eq!((written.metadata.name.as_deref(), written.data.unwrap()["a"].as_str()), (Some("lease"), "1"));
+}

@@ -337,20 +337,29 @@ async fn a_custom_resource_next_to_its_crd_has_no_kind_until_the_crd_is_served()
     cluster.finish().await.unwrap();
 }
 
-/// The repository's deploy/ manifests (ServiceAccount, ConfigMap, PVC, Deployment, RBAC) as an
-/// operator would roll them out: a server dry run, the apply, then a clean server-side diff —
-/// which needs the PVC kind served and the server's defaults on both sides of the diff.
+/// The repository's deploy/ kustomize base (Namespace, ServiceAccount, CRDs, RBAC with a Role for
+/// Leases, ConfigMap, Deployment, Service) as an operator would roll it out: `kubectl apply -k`
+/// with a server dry run, the apply, then a clean server-side diff — which needs every kind
+/// served and the server's defaults on both sides of the diff.
 #[tokio::test]
 async fn the_deploy_manifests_dry_run_apply_and_diff_cleanly() {
     let server = ApiServer::start().await.unwrap();
     let kubectl = Kubectl::for_server(&server).unwrap_or_else(|e| panic!("{e}"));
     let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
     let deploy = deploy.to_string_lossy();
+    // A server dry run creates nothing: the namespace must exist for the objects in it.
     ok(&kubectl, &["create", "namespace", "stacksync-system"], None).await;
-    let dry = ok(&kubectl, &["apply", "--server-side", "--dry-run=server", "-f", &deploy], None).await;
-    assert!(dry.stdout.contains("persistentvolumeclaim/stacksync-cache serverside-applied (server dry run)"), "{}", dry.stdout);
-    ok(&kubectl, &["apply", "--server-side", "-f", &deploy], None).await;
-    let diff = kubectl.run(&["diff", "--server-side", "-f", &deploy], None).await.unwrap();
+    let dry = ok(&kubectl, &["apply", "--server-side", "--dry-run=server", "-k", &deploy], None).await;
+    for line in [
+        "deployment.apps/stacksync serverside-applied (server dry run)",
+        "role.rbac.authorization.k8s.io/stacksync-leader-election serverside-applied (server dry run)",
+        "customresourcedefinition.apiextensions.k8s.io/clustersyncs.stacksync.io serverside-applied (server dry run)",
+        "service/stacksync serverside-applied (server dry run)",
+    ] {
+        assert!(dry.stdout.contains(line), "{line} missing:\n{}", dry.stdout);
+    }
+    ok(&kubectl, &["apply", "--server-side", "-k", &deploy], None).await;
+    let diff = kubectl.run(&["diff", "--server-side", "-k", &deploy], None).await.unwrap();
     assert!(diff.success && diff.stdout.is_empty(), "a second look finds no drift:\n{}\n{}", diff.stdout, diff.stderr);
     server.stop().await;
 }

@@ -135,7 +135,7 @@ pub struct Daemon {
 impl Daemon {
     pub fn start(config: &Path, log: PathBuf) -> Daemon {
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stacksync"))
-            .args(["run", "--config", &config.to_string_lossy()])
+            .args(["run", "--admin-addr", "127.0.0.1:0", "--config", &config.to_string_lossy()])
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "info,stacksync::controller::kubernetes::run=debug")
             .stderr(std::fs::File::create(&log).expect("log"))

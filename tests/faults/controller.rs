@@ -156,3 +156,45 @@ async fn a_moved_tag_left_ready_and_exit_0() {
     assert_eq!(cs["status"]["appliedRelease"]["commit"], original.as_str(), "the verified commit stays applied");
     assert_eq!(env.configmap(0, "addon-alpha").await.unwrap().data.unwrap()["cluster"], "alpha");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_cluster_sync_orphaned_objects_silently() {
+    let env = Env::new(1).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = env.config("", "", "");
+    assert_exit(&run_once(&config).await, 0);
+    let syncs: Api<stacksync::status::crd::ClusterSync> = Api::namespaced(env.mgmt(), NS);
+    syncs.delete("alpha", &Default::default()).await.unwrap();
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert!(stderr(&o).contains("the inventory was lost"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("ferrol.team-a.alpha"), "the warning names the owner label value: {}", stderr(&o));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_watches_and_a_failing_management_api_stopped_the_controller() {
+    let env = Env::new(2).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let daemon = Daemon::start(&env.config("", "    requestTimeout: 2s\n", ""), env.dir.path().join("daemon.log"));
+    daemon
+        .eventually("alpha Ready", Duration::from_secs(30), async || env.ready_reason("alpha").await.is_some_and(|(s, _)| s == "True"))
+        .await;
+    // Every watch is cut, and for a while every request fails.
+    env.mgmt.faults().add(FaultRule::new().status(500).times(40));
+    env.mgmt.faults().cut_watches();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    env.mgmt.faults().clear();
+    // The watches come back by themselves: a new Cluster is synced within seconds.
+    env.add_cluster("beta", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("beta", 1).await;
+    daemon
+        .eventually("beta Ready after the watches were cut", Duration::from_secs(30), async || {
+            env.ready_reason("beta").await.is_some_and(|(s, _)| s == "True")
+        })
+        .await;
+    daemon.stop().await;
+}

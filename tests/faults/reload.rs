@@ -35,7 +35,7 @@ async fn alias_bomb_written_while_running_killed_the_daemon() {
     // Under a memory cap, so a regression fails this test rather than the machine.
     let mut child = tokio::process::Command::new("sh")
         .arg("-c")
-        .arg(format!("ulimit -v 2097152; exec \"{}\" run --config \"$0\"", env!("CARGO_BIN_EXE_stacksync")))
+        .arg(format!("ulimit -v 2097152; exec \"{}\" run --admin-addr 127.0.0.1:0 --config \"$0\"", env!("CARGO_BIN_EXE_stacksync")))
         .arg(&config)
         .env("NO_COLOR", "1")
         .stderr(std::fs::File::create(&log).unwrap())

@@ -68,7 +68,7 @@ impl Classes {
             let (result, assets) = apply(kube, sub, namespace, rel).await;
             self.applied.lock().unwrap_or_else(PoisonError::into_inner).insert(key, (Instant::now(), result));
             let merged = self.merged(&sub.name, &rel.tag);
-            record_release(&kube.mgmt, sub, rel, &assets, merged.errors.is_empty(), Some(&merged)).await;
+            record_release(&kube.mgmt, &kube.events, sub, rel, &assets, merged.errors.is_empty(), Some(&merged)).await;
         }
     }
 
@@ -138,12 +138,7 @@ async fn apply(
             return (out, Vec::new());
         }
     };
-    let rendered = async {
-        let helm = kube.ctx.helm().await?;
-        let layout = kube.ctx.layout(sub, &prepared).await?;
-        layout.render_cluster_class(&helm, namespace).await.map_err(|e| e.to_string())
-    };
-    let objects = match rendered.await {
+    let objects = match crate::controller::pipeline::cluster_class(&kube.ctx, sub, &prepared, namespace).await {
         Ok(o) => o,
         Err(e) => {
             error!(namespace, tag = %rel.tag, "ClusterClass render failed: {e}");

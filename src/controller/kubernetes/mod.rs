@@ -19,15 +19,17 @@ use sha2::{Digest, Sha256};
 
 mod classes;
 mod diff;
+mod events;
 mod reconcile;
 mod render;
 mod rollup;
 mod run;
 mod status;
+mod telemetry;
 
 pub use diff::{ClusterDiff, diff};
 pub use render::render;
-pub use run::{pass, request_reconcile, run};
+pub use run::{SHARD_LABEL, pass, request_reconcile, run};
 
 use super::{Context, Error};
 use crate::apply::ssa::{self, Stage};
@@ -57,6 +59,8 @@ pub struct Kube {
     /// Failed reconciles in a row, by Cluster: the backoff's attempt number.
     attempts: Mutex<HashMap<ClusterKey, u32>>,
     classes: classes::Classes,
+    /// Kubernetes Events on ClusterSyncs and StackReleases.
+    events: events::Events,
 }
 
 impl Kube {
@@ -75,12 +79,13 @@ impl Kube {
         tracing::info!(version = %clusters.version, "Cluster API found");
         Ok(Arc::new(Kube {
             ctx,
-            mgmt,
             watch,
             clusters,
             clients: Mutex::new(HashMap::new()),
             attempts: Mutex::new(HashMap::new()),
             classes: classes::Classes::default(),
+            events: events::Events::new(mgmt.clone()),
+            mgmt,
         }))
     }
 

@@ -137,9 +137,13 @@ async fn reconcile_in(
             (st, ChangeSet::default(), crd, action, Some(fail))
         }
     };
-    write_cluster_sync(&syncs, sub, &c, &owner, previous.as_ref(), stamp(crd), k.resync / 2)
+    let next = stamp(crd);
+    let events = super::events::for_cluster_sync(&prev_status, &next, changes.writes(), &changes.summary());
+    write_cluster_sync(&syncs, sub, &c, &owner, previous.as_ref(), next, k.resync / 2)
         .await
         .map_err(|source| Error::WriteStatus { cluster: key.clone(), source })?;
+    let uid = previous.as_ref().and_then(|p| p.metadata.uid.clone());
+    kube.events.cluster_sync(&syncs, &key.namespace, &key.name, uid, events).await;
     let report = ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes };
     let outcome = match failure {
         Some(f) if f.transient => Err(Error::Sync { cluster: key, reason: f.reason, message: f.message, transient: true }),
@@ -259,6 +263,18 @@ async fn apply_release(
             short(&rel.commit)
         );
     }
+    if prev.inventory.is_empty()
+        && result.changes.entries.iter().any(|e| e.action == crate::apply::Action::Unchanged && e.is_release_object())
+    {
+        // Objects already in place with our owner label, yet no inventory: the ClusterSync was
+        // deleted (or lost). What this release has is adopted again; what an older release had
+        // and this one dropped is not known any more, so it is not pruned. Say so.
+        warn!(
+            cluster = %label,
+            owner = %crate::apply::ssa::owner_label_value(&owner_id(sub, c)),
+            "the ClusterSync had no inventory but this release's objects were already in place: the inventory was lost; objects an earlier release dropped are not pruned (find them by the label stacksync.io/owner)"
+        );
+    }
     let failed: Vec<&crate::apply::ObjectRef> =
         result.changes.entries.iter().filter(|e| e.action == crate::apply::Action::Failed).map(|e| &e.object).collect();
     if st.reason == Reason::NotSynced && !failed.is_empty() && failed.iter().all(|o| result.transient.contains(o)) {
@@ -284,12 +300,13 @@ async fn apply_release(
     {
         // Applied as the SCS operator would, but said where a user looks.
         let more = if warnings.len() > 1 { format!(" (and {} more)", warnings.len() - 1) } else { String::new() };
-        st.message.push_str(&format!("; values template warning: {first}{more}"));
+        let sep = if st.message.is_empty() { "" } else { "; " };
+        st.message.push_str(&format!("{sep}values template warning: {first}{more}"));
     }
     info!(ready = st.ready, "synced: {}", result.changes.summary());
     if sub.format == Format::Manifests {
         kube.ctx.adopt(sub, &rel).await;
-        super::status::record_release(&kube.mgmt, sub, &rel, &prepared.assets, true, None).await;
+        super::status::record_release(&kube.mgmt, &kube.events, sub, &rel, &prepared.assets, true, None).await;
     }
     let crd = applied_crd(prev, &rel, &st, &result.changes, &unhealthy, result.inventory.to_lines(), digest);
     Ok(Done { status: st, changes: result.changes, crd })
@@ -375,13 +392,12 @@ pub(super) async fn render(kube: &Kube, sub: &Subscription, prepared: &PreparedR
             Ok(Rendered { stages: vec![Stage { name: "manifests".into(), action: StageAction::Apply, objects }], warnings: Vec::new() })
         }
         Format::ClusterStack => {
-            let work = kube.ctx.work_dir().map_err(|e| Fail::new(Reason::WorkDirUnavailable, e, true))?.to_path_buf();
-            let helm = kube.ctx.helm().await.map_err(|e| Fail::new(Reason::RenderFailed, e, false))?;
-            let layout = kube.ctx.layout(sub, prepared).await.map_err(render_failed)?;
-            let dir = work.join("clusters").join(format!("{}-{}-{}", c.namespace, c.name, unique()));
-            let rendered = layout.render_addons_reporting(&helm, c, &dir).await;
-            let _ = tokio::fs::remove_dir_all(&dir).await;
-            let rendered = rendered.map_err(|e| render_failed(e.to_string()))?;
+            let rendered = crate::controller::pipeline::addons(&kube.ctx, sub, prepared, c).await.map_err(|e| {
+                if e.reason() == Reason::RenderFailed {
+                    error!("render failed; the applied release stays: {e}");
+                }
+                Fail::new(e.reason(), e.to_string(), e.is_transient())
+            })?;
             let stages: Vec<Stage> = rendered
                 .stages
                 .into_iter()
@@ -397,12 +413,6 @@ pub(super) async fn render(kube: &Kube, sub: &Subscription, prepared: &PreparedR
 pub(super) struct Rendered {
     pub stages: Vec<Stage>,
     pub warnings: Vec<String>,
-}
-
-fn unique() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// When to retry a failed reconcile: jittered exponential backoff per Cluster for what may pass

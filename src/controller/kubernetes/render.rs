@@ -75,15 +75,10 @@ pub async fn render(ctx: Arc<Context>, out: &Path) -> Result<PassReport, Error> 
             }
         };
         if sub.format == Format::ClusterStack && rendered_classes.insert((key.namespace.clone(), rel.tag.clone())) {
-            let objects = async {
-                let helm = ctx.helm().await?;
-                let layout = ctx.layout(sub, &prepared).await?;
-                layout.render_cluster_class(&helm, &key.namespace).await.map_err(|e| e.to_string())
-            };
-            match objects.await {
+            match crate::controller::pipeline::cluster_class(&ctx, sub, &prepared, &key.namespace).await {
                 Ok(o) => classes.entry(key.namespace.clone()).or_default().extend(o),
                 Err(e) => {
-                    report.clusters.push(failed(Reason::RenderFailed, e, Some(&rel)));
+                    report.clusters.push(failed(e.reason(), e.to_string(), Some(&rel)));
                     continue;
                 }
             }

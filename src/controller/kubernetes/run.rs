@@ -30,7 +30,10 @@ const DEBOUNCE: Duration = Duration::from_millis(300);
 
 async fn reconcile_fn(obj: Arc<DynamicObject>, kube: Arc<Kube>) -> Result<Action, Error> {
     let Some(key) = key_of(&obj) else { return Ok(Action::await_change()) };
-    match reconcile::reconcile(&kube, &obj).await? {
+    let started = std::time::Instant::now();
+    let result = reconcile::reconcile(&kube, &obj).await;
+    super::telemetry::reconciled(&key, result.as_ref(), started.elapsed());
+    match result? {
         None => Ok(Action::await_change()),
         Some(r) => {
             if r.outcome.is_ok() {
@@ -52,11 +55,20 @@ fn error_policy(obj: Arc<DynamicObject>, error: &Error, kube: Arc<Kube>) -> Acti
     Action::requeue(after)
 }
 
-/// Runs the controller until `shutdown` completes: in-flight reconciles finish first.
+/// The label that assigns a Cluster to a shard (`--shard`).
+pub const SHARD_LABEL: &str = "stacksync.io/shard";
+
+/// Runs the controller until `shutdown` completes: in-flight reconciles finish first. With a
+/// `shard`, only Clusters labelled `stacksync.io/shard=<shard>` are reconciled.
 ///
 /// # Errors
 /// Only what cannot be retried: the management client cannot be built from the config.
-pub async fn run(ctx: Arc<Context>, concurrency: u16, shutdown: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
+pub async fn run(
+    ctx: Arc<Context>,
+    concurrency: u16,
+    shard: Option<String>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), Error> {
     let mut shutdown = Box::pin(shutdown);
     let mut attempt = 0u32;
     let kube = loop {
@@ -74,18 +86,28 @@ pub async fn run(ctx: Arc<Context>, concurrency: u16, shutdown: impl Future<Outp
             }
         }
     };
+    // A rebuilt controller lists every Cluster again before it is ready.
+    crate::telemetry::readiness().set_synced(false);
     let ar = kube.clusters.clone();
     let clusters: Api<DynamicObject> = Api::all_with(kube.watch.clone(), &ar);
     let writer = Writer::<DynamicObject>::new(ar.clone());
     let reader = writer.as_reader();
     let (seen_tx, seen_rx) = mpsc::unbounded_channel::<Seen>();
-    let stream = watcher(clusters, watcher::Config::default())
+    let selector = shard.as_ref().map(|s| format!("{SHARD_LABEL}={s}"));
+    let watch_config = match &selector {
+        Some(sel) => watcher::Config::default().labels(sel),
+        None => watcher::Config::default(),
+    };
+    let stream = watcher(clusters, watch_config)
         .default_backoff()
         .reflect(writer)
         .inspect(move |event| {
             let seen = match event {
                 Ok(watcher::Event::Delete(obj)) => key_of(obj).map(Seen::Gone),
-                Ok(watcher::Event::InitDone) => Some(Seen::Listed),
+                Ok(watcher::Event::InitDone) => {
+                    crate::telemetry::readiness().set_synced(true);
+                    Some(Seen::Listed)
+                }
                 _ => None,
             };
             if let Some(seen) = seen {
@@ -102,7 +124,7 @@ pub async fn run(ctx: Arc<Context>, concurrency: u16, shutdown: impl Future<Outp
         Some(((), rx))
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let housekeeping = tokio::spawn(housekeeping(kube.clone(), reader.clone(), seen_rx, stop_rx.clone()));
+    let housekeeping = tokio::spawn(housekeeping(kube.clone(), reader.clone(), shard.is_some(), seen_rx, stop_rx.clone()));
     let rollup = {
         let kube = kube.clone();
         tokio::spawn(async move { super::rollup::run(&kube, stop_rx).await })
@@ -161,9 +183,15 @@ enum Seen {
 /// used, garbage-collecting the cache. After each full list of Clusters, each publication and
 /// every resync — never before the Cluster cache is complete (it would take every Cluster for
 /// deleted).
+///
+/// A shard sees only its own Clusters, while ClusterSyncs and StackReleases are shared: a
+/// sharded controller confirms a deletion with the API server (a Cluster relabelled to another
+/// shard leaves this shard's watch, but is not gone), and lists every Cluster before sweeping
+/// orphans and pruning ClusterClasses, so no shard removes what another shard's Cluster uses.
 async fn housekeeping(
     kube: Arc<Kube>,
     reader: Store<DynamicObject>,
+    sharded: bool,
     mut seen: mpsc::UnboundedReceiver<Seen>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -174,7 +202,12 @@ async fn housekeeping(
         tokio::select! {
             event = seen.recv() => match event {
                 Some(Seen::Gone(key)) => {
+                    if sharded && !gone(&kube, &key).await {
+                        debug!(cluster = %key, "Cluster left this shard");
+                        continue;
+                    }
                     debug!(cluster = %key, "Cluster deleted");
+                    crate::telemetry::metrics().forget_cluster(&key.to_string());
                     forget(&kube, &key).await;
                     continue;
                 }
@@ -188,12 +221,29 @@ async fn housekeeping(
         if !listed {
             continue;
         }
-        let live: Vec<Arc<DynamicObject>> = reader.state();
+        let live: Vec<Arc<DynamicObject>> = if sharded {
+            let api: Api<DynamicObject> = Api::all_with(kube.mgmt.clone(), &kube.clusters);
+            match api.list(&ListParams::default()).await {
+                Ok(l) => l.items.into_iter().map(Arc::new).collect(),
+                Err(e) => {
+                    warn!(error = %kube_error(&e), "cannot list every Cluster; housekeeping waits for the next round");
+                    continue;
+                }
+            }
+        } else {
+            reader.state()
+        };
         sweep_orphans(&kube, &live).await;
         let referenced: BTreeSet<String> = live.iter().filter_map(|c| topology_class(&c.data)).collect();
         kube.classes.prune(&kube, &referenced).await;
         collect_garbage(&kube, &referenced).await;
     }
+}
+
+/// Whether the Cluster `key` is gone from the API server (an error counts as not gone).
+async fn gone(kube: &Kube, key: &ClusterKey) -> bool {
+    let api: Api<DynamicObject> = Api::namespaced_with(kube.mgmt.clone(), &key.namespace, &kube.clusters);
+    matches!(api.get_opt(&key.name).await, Ok(None))
 }
 
 /// Deletes ClusterSyncs whose Cluster no longer exists.

@@ -71,8 +71,9 @@ pub(super) fn conditions(previous: &[Condition], ready: bool, reason: Reason, me
             type_: type_.into(),
             status: status.into(),
             reason: why.into(),
-            // A Ready cluster needs no explanation; every other condition carries the reason's message.
-            message: if type_ == "Ready" && on { String::new() } else { message.to_owned() },
+            // A Ready cluster's message is empty unless there is something to know (a values
+            // template warning); every other condition carries the reason's message.
+            message: message.to_owned(),
             last_transition_time: since,
             observed_generation: None,
         }
@@ -248,6 +249,7 @@ pub(super) fn shorten(text: &str, max: usize) -> String {
 /// Records the release a subscription selected as a `StackRelease`.
 pub(super) async fn record_release(
     mgmt: &kube::Client,
+    events: &super::events::Events,
     sub: &Subscription,
     rel: &Release,
     assets: &[crate::source::github::materialise::AssetRecord],
@@ -289,17 +291,26 @@ pub(super) async fn record_release(
     let spec = StackReleaseSpec { subscription: sub.name.clone(), source: sub.source.clone(), tag: rel.tag.clone() };
     let params = PatchParams::apply(MANAGER).force();
     let current = api.get_opt(&name).await.ok().flatten();
+    let mut uid = current.as_ref().and_then(|c| c.metadata.uid.clone());
     if current.as_ref().map(|c| &c.spec) != Some(&spec) {
         let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": {"name": name}, "spec": spec});
-        if let Err(e) = api.patch(&name, &params, &Patch::Apply(body)).await {
-            warn!(release = %name, error = %e, "cannot write StackRelease");
-            return;
+        match api.patch(&name, &params, &Patch::Apply(body)).await {
+            Ok(written) => uid = written.metadata.uid,
+            Err(e) => {
+                warn!(release = %name, error = %e, "cannot write StackRelease");
+                return;
+            }
         }
     }
+    let old_status = current.as_ref().and_then(|c| c.status.clone());
+    let newly_failed = (status.phase == "Failed" && old_status.as_ref().is_none_or(|o| o.phase != "Failed"))
+        .then(|| class.and_then(|c| c.errors.first()).map_or("", String::as_str));
+    let unverified = assets.iter().filter(|a| a.verified_by == crate::source::github::verify::VerifiedBy::Unverified).count();
+    let evs = super::events::for_stack_release(&rel.tag, current.is_none(), unverified, newly_failed);
+    events.stack_release(&name, uid, evs).await;
     // `conditions` and `clusters` belong to the roll-up (its own field manager): not compared,
     // not written here.
-    let unchanged =
-        current.and_then(|c| c.status).is_some_and(|c| StackReleaseStatus { conditions: Vec::new(), clusters: None, ..c } == status);
+    let unchanged = old_status.is_some_and(|c| StackReleaseStatus { conditions: Vec::new(), clusters: None, ..c } == status);
     if unchanged {
         return;
     }

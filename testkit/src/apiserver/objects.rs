@@ -370,6 +370,15 @@ fn apply(state: &mut State, t: &Target, body: &[u8], q: &Query) -> ApiResult<Wri
         return Err(ApiError::bad_request("metadata.managedFields must be nil"));
     }
     field_validation(state, &mut applied, t, q, Body::Apply)?;
+    // The API server checks the name after merging the applied configuration into the live
+    // object, which keeps the live name: an apply without `metadata.name` (kube-lease-manager's
+    // lease renewals) updates an existing object and fails only when it would create one.
+    if meta::name(&applied).is_empty() && state.store.get(&t.key(&name)).is_some() {
+        if !applied["metadata"].is_object() {
+            applied["metadata"] = json!({});
+        }
+        applied["metadata"]["name"] = json!(name);
+    }
     if meta::name(&applied) != name {
         return Err(ApiError::bad_request(format!(
             "the name of the object ({}) does not match the name on the URL ({name})",

@@ -1,0 +1,96 @@
+//! The cluster-stack pipeline, written once: a cluster's addons and a namespace's ClusterClass
+//! objects from a prepared release, with the process's one helm, its memoised release layouts
+//! and its work directory (all from [`Context`]). The Kubernetes reconcile, `render`, `diff` and
+//! the directory target's pass all render through here.
+
+use std::path::PathBuf;
+
+use super::{Context, PreparedRelease};
+use crate::config::{ClusterConfig, Subscription};
+use crate::render::Object;
+use crate::render::clusterstack::RenderedAddons;
+use crate::status::Reason;
+
+/// Why a cluster stack could not be rendered.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RenderError {
+    /// The process's work directory could not be created: nothing can be rendered.
+    #[error("{0}")]
+    WorkDir(String),
+    /// helm is missing or unusable.
+    #[error("{0}")]
+    Helm(String),
+    /// The release's layout (metadata, charts, archives) is invalid.
+    #[error("{0}")]
+    Release(String),
+    /// A values template, helm or an object failed; every problem of every stage.
+    #[error("{0}")]
+    Render(crate::render::Errors),
+}
+
+impl RenderError {
+    /// The condition reason a Cluster gets.
+    pub fn reason(&self) -> Reason {
+        match self {
+            RenderError::WorkDir(_) => Reason::WorkDirUnavailable,
+            _ => Reason::RenderFailed,
+        }
+    }
+
+    /// Whether it may pass by itself (a work directory may become writable); a broken release
+    /// or a missing helm needs a change.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, RenderError::WorkDir(_))
+    }
+
+    /// As the directory target reports render problems: one [`crate::render::Errors`].
+    pub fn into_errors(self, file: &str) -> crate::render::Errors {
+        match self {
+            RenderError::Render(e) => e,
+            other => crate::render::Errors(vec![crate::render::Error::Release { file: file.to_owned(), message: other.to_string() }]),
+        }
+    }
+}
+
+/// The addons of cluster `c`, stage by stage, and what its values templates printed as
+/// `<no value>` / `<nil>`. Values files are written under a directory of the work directory
+/// unique to this render and removed afterwards.
+///
+/// # Errors
+/// See [`RenderError`].
+pub async fn addons(
+    ctx: &Context,
+    sub: &Subscription,
+    prepared: &PreparedRelease,
+    c: &ClusterConfig,
+) -> Result<RenderedAddons, RenderError> {
+    let work = ctx.work_dir().map_err(RenderError::WorkDir)?.to_path_buf();
+    let helm = ctx.helm().await.map_err(RenderError::Helm)?;
+    let layout = ctx.layout(sub, prepared).await.map_err(RenderError::Release)?;
+    let dir = scratch(&work, c);
+    let rendered = layout.render_addons_reporting(&helm, c, &dir).await;
+    let _ = tokio::fs::remove_dir_all(&dir).await;
+    rendered.map_err(RenderError::Render)
+}
+
+/// The release's ClusterClass objects for `namespace`.
+///
+/// # Errors
+/// See [`RenderError`].
+pub async fn cluster_class(
+    ctx: &Context,
+    sub: &Subscription,
+    prepared: &PreparedRelease,
+    namespace: &str,
+) -> Result<Vec<Object>, RenderError> {
+    let helm = ctx.helm().await.map_err(RenderError::Helm)?;
+    let layout = ctx.layout(sub, prepared).await.map_err(RenderError::Release)?;
+    layout.render_cluster_class(&helm, namespace).await.map_err(RenderError::Render)
+}
+
+/// A directory no other render uses at the same time.
+fn scratch(work: &std::path::Path, c: &ClusterConfig) -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    work.join("clusters").join(format!("{}-{}-{}", c.namespace, c.name, NEXT.fetch_add(1, Ordering::Relaxed)))
+}

@@ -1,0 +1,365 @@
+//! What the process tells its operator besides logs: the Prometheus series every stage records
+//! into, and the readiness facts `/readyz` answers from. A leaf like [`crate::model`]: every
+//! stage may record here, and it imports nothing of the crate.
+//!
+//! One registry per process (a `static`): the metrics outlive the controller, which is rebuilt on
+//! some reloads, and counters must not restart from zero then. Labels are bounded by the config
+//! (subscription, source) or by enums (result, reason, action, event): never an error message,
+//! an object name or a cluster name.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    pub subscription: String,
+    /// `ready`, `not_ready` or `error`.
+    pub result: &'static str,
+    /// The status reason (`Synced`, `ApplyFailed`, ...), a closed set.
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SubscriptionLabels {
+    pub subscription: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ObjectLabels {
+    pub subscription: String,
+    /// `created`, `configured`, `unchanged`, `pruned`, `skipped`, `failed`.
+    pub action: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PollLabels {
+    pub source: String,
+    /// `success`, `error` or `timeout`.
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterReadyLabels {
+    pub subscription: String,
+    /// `true` or `false`.
+    pub ready: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabels {
+    /// `github` or `generic`.
+    pub hook: &'static str,
+    /// The GitHub event (`push`, `release`, `ping`, `other`); `push` for the generic hook.
+    pub event: &'static str,
+    /// `triggered`, `no_match`, `ignored`, `replayed`, `unauthorized`, `too_large`, `bad_request`,
+    /// `unavailable`.
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RepoLabels {
+    /// A GitHub source's `owner/name`.
+    pub repo: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// `success`, `error` or `timeout`.
+    pub result: &'static str,
+}
+
+/// Every series the process exports (the table in docs/operations.md).
+pub struct Metrics {
+    registry: Registry,
+    pub reconciles: Family<ReconcileLabels, Counter>,
+    pub reconcile_duration: Family<SubscriptionLabels, Histogram>,
+    pub objects: Family<ObjectLabels, Counter>,
+    pub polls: Family<PollLabels, Counter>,
+    pub poll_duration: Family<SourceLabels, Histogram>,
+    pub last_successful_poll: Family<SourceLabels, Gauge<f64, AtomicU64>>,
+    pub clusters: Family<ClusterReadyLabels, Gauge>,
+    pub webhooks: Family<WebhookLabels, Counter>,
+    pub leader: Gauge,
+    pub github_quota: Family<RepoLabels, Gauge>,
+    pub helm_runs: Family<ResultLabels, Counter>,
+    pub helm_duration: Histogram,
+    /// Ready state by Cluster (`namespace/name` -> (subscription, ready)), from which `clusters`
+    /// is computed: a Cluster that moves between subscriptions or goes away is counted once.
+    cluster_state: Mutex<BTreeMap<String, (String, bool)>>,
+}
+
+fn seconds_buckets() -> Histogram {
+    // 10 ms .. ~82 s: a no-op reconcile is milliseconds, a helm render of a big stack a minute.
+    Histogram::new(exponential_buckets(0.01, 2.0, 14))
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("stacksync");
+        let m = Metrics {
+            reconciles: Family::default(),
+            reconcile_duration: Family::new_with_constructor(seconds_buckets as fn() -> Histogram),
+            objects: Family::default(),
+            polls: Family::default(),
+            poll_duration: Family::new_with_constructor(seconds_buckets as fn() -> Histogram),
+            last_successful_poll: Family::default(),
+            clusters: Family::default(),
+            webhooks: Family::default(),
+            leader: Gauge::default(),
+            github_quota: Family::default(),
+            helm_runs: Family::default(),
+            helm_duration: seconds_buckets(),
+            cluster_state: Mutex::new(BTreeMap::new()),
+            registry: Registry::default(),
+        };
+        registry.register("reconciles", "Cluster reconciles by subscription, result and reason", m.reconciles.clone());
+        registry.register("reconcile_duration_seconds", "How long one Cluster's reconcile took", m.reconcile_duration.clone());
+        registry.register("objects", "Objects handled by the applier, by subscription and action", m.objects.clone());
+        registry.register("source_polls", "Source polls by source and result", m.polls.clone());
+        registry.register("source_poll_duration_seconds", "How long one source poll took", m.poll_duration.clone());
+        registry.register(
+            "source_last_success_timestamp_seconds",
+            "Unix time of the source's last successful poll",
+            m.last_successful_poll.clone(),
+        );
+        registry.register("clusters", "Subscribed Clusters by subscription and Ready state", m.clusters.clone());
+        registry.register("webhook_deliveries", "Push webhook deliveries by hook, event and result", m.webhooks.clone());
+        registry.register("leader", "1 while this process holds the lease (or needs none), else 0", m.leader.clone());
+        registry.register(
+            "github_rate_limit_remaining",
+            "GitHub API requests left in the current window (X-RateLimit-Remaining), by repository",
+            m.github_quota.clone(),
+        );
+        registry.register("helm_runs", "helm template runs by result", m.helm_runs.clone());
+        registry.register("helm_duration_seconds", "How long one helm template run took", m.helm_duration.clone());
+        Metrics { registry, ..m }
+    }
+
+    /// The Prometheus text exposition (OpenMetrics 1.0 text, which Prometheus reads).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Records a finished reconcile of `cluster` (`namespace/name`).
+    pub fn reconciled(&self, cluster: &str, subscription: &str, outcome: Outcome, elapsed: Duration) {
+        let (result, reason) = match outcome {
+            Outcome::Ready => ("ready", "Synced"),
+            Outcome::NotReady(reason) => ("not_ready", reason),
+            Outcome::Error(reason) => ("error", reason),
+        };
+        self.reconciles.get_or_create(&ReconcileLabels { subscription: subscription.to_owned(), result, reason }).inc();
+        self.reconcile_duration.get_or_create(&SubscriptionLabels { subscription: subscription.to_owned() }).observe(elapsed.as_secs_f64());
+        if !matches!(outcome, Outcome::Error(_)) {
+            let ready = matches!(outcome, Outcome::Ready);
+            let mut state = self.cluster_state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.insert(cluster.to_owned(), (subscription.to_owned(), ready));
+            self.recount(&state);
+        }
+    }
+
+    /// A Cluster is gone (or no longer subscribed): it leaves the `clusters` gauge.
+    pub fn forget_cluster(&self, cluster: &str) {
+        let mut state = self.cluster_state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.remove(cluster).is_some() {
+            self.recount(&state);
+        }
+    }
+
+    fn recount(&self, state: &BTreeMap<String, (String, bool)>) {
+        let mut counts: BTreeMap<(&str, bool), i64> = BTreeMap::new();
+        for (sub, ready) in state.values() {
+            *counts.entry((sub.as_str(), *ready)).or_default() += 1;
+        }
+        // Both Ready states of a subscription are exported, so `clusters{ready="false"}` reads 0
+        // (rather than vanishing) when its last failing Cluster recovers.
+        self.clusters.clear();
+        let subs: BTreeSet<&str> = state.values().map(|(s, _)| s.as_str()).collect();
+        for sub in subs {
+            for ready in [true, false] {
+                let n = counts.get(&(sub, ready)).copied().unwrap_or(0);
+                let labels = ClusterReadyLabels { subscription: sub.to_owned(), ready: if ready { "true" } else { "false" } };
+                self.clusters.get_or_create(&labels).set(n);
+            }
+        }
+    }
+
+    /// Records the applier's per-object results.
+    pub fn objects(&self, subscription: &str, action: &'static str, n: u64) {
+        self.objects.get_or_create(&ObjectLabels { subscription: subscription.to_owned(), action }).inc_by(n);
+    }
+
+    /// Records one source poll; a success also sets the last-success timestamp.
+    pub fn polled(&self, source: &str, result: &'static str, elapsed: Duration) {
+        self.polls.get_or_create(&PollLabels { source: source.to_owned(), result }).inc();
+        self.poll_duration.get_or_create(&SourceLabels { source: source.to_owned() }).observe(elapsed.as_secs_f64());
+        if result == "success" {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            self.last_successful_poll.get_or_create(&SourceLabels { source: source.to_owned() }).set(now.as_secs_f64());
+        }
+        readiness().source_polled(source);
+    }
+
+    /// Records the GitHub API quota left, as the last response of `repo`'s source said.
+    pub fn github_quota(&self, repo: &str, remaining: u64) {
+        self.github_quota.get_or_create(&RepoLabels { repo: repo.to_owned() }).set(i64::try_from(remaining).unwrap_or(i64::MAX));
+    }
+
+    /// Records one helm run.
+    pub fn helm_ran(&self, result: &'static str, elapsed: Duration) {
+        self.helm_runs.get_or_create(&ResultLabels { result }).inc();
+        self.helm_duration.observe(elapsed.as_secs_f64());
+    }
+
+    /// Records one webhook delivery.
+    pub fn webhook(&self, hook: &'static str, event: &'static str, result: &'static str) {
+        self.webhooks.get_or_create(&WebhookLabels { hook, event, result }).inc();
+    }
+}
+
+/// How a reconcile ended, for [`Metrics::reconciled`].
+#[derive(Debug, Clone, Copy)]
+pub enum Outcome {
+    Ready,
+    /// Written, not ready, with the status reason.
+    NotReady(&'static str),
+    /// The reconcile failed (retried), with the status reason or error kind.
+    Error(&'static str),
+}
+
+/// The process's metrics.
+pub fn metrics() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(Metrics::new)
+}
+
+/// What `/readyz` answers from: ready once the Cluster cache is complete and every source has
+/// been polled once (successfully or not: a failing source is served from the cache), and only
+/// while this process may write (it holds the lease, or needs none).
+#[derive(Default)]
+pub struct Readiness {
+    synced: AtomicBool,
+    standby: AtomicBool,
+    polled: Mutex<BTreeSet<String>>,
+}
+
+impl Readiness {
+    /// The Cluster cache is complete (`true`), or was dropped with its controller (`false`).
+    pub fn set_synced(&self, synced: bool) {
+        self.synced.store(synced, Ordering::SeqCst);
+    }
+
+    /// This process waits for the lease (`true`) or holds it / needs none (`false`).
+    pub fn set_standby(&self, standby: bool) {
+        self.standby.store(standby, Ordering::SeqCst);
+        metrics().leader.set(i64::from(!standby));
+    }
+
+    pub fn is_standby(&self) -> bool {
+        self.standby.load(Ordering::SeqCst)
+    }
+
+    fn source_polled(&self, source: &str) {
+        self.polled.lock().unwrap_or_else(PoisonError::into_inner).insert(source.to_owned());
+    }
+
+    /// `Ok` when ready, else why not (the body of a 503).
+    ///
+    /// # Errors
+    /// The first unmet condition, in words.
+    pub fn check<'a>(&self, sources: impl IntoIterator<Item = &'a str>) -> Result<(), String> {
+        if self.is_standby() {
+            return Err("standby: another replica holds the lease".into());
+        }
+        let polled = self.polled.lock().unwrap_or_else(PoisonError::into_inner);
+        let pending: Vec<&str> = sources.into_iter().filter(|s| !polled.contains(*s)).collect();
+        if !pending.is_empty() {
+            return Err(format!("sources not polled yet: {}", pending.join(", ")));
+        }
+        if !self.synced.load(Ordering::SeqCst) {
+            return Err("the first reconcile pass has not finished".into());
+        }
+        Ok(())
+    }
+}
+
+/// The process's readiness facts.
+pub fn readiness() -> &'static Readiness {
+    static READINESS: OnceLock<Readiness> = OnceLock::new();
+    READINESS.get_or_init(Readiness::default)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_names_every_documented_series() {
+        let m = Metrics::new();
+        m.reconciled("ns/a", "sub", Outcome::Ready, Duration::from_millis(20));
+        m.reconciled("ns/b", "sub", Outcome::NotReady("ApplyFailed"), Duration::from_millis(20));
+        m.objects("sub", "created", 3);
+        m.polls.get_or_create(&PollLabels { source: "src".into(), result: "success" }).inc();
+        m.webhook("github", "push", "triggered");
+        m.github_quota("o/r", 4999);
+        m.helm_ran("success", Duration::from_millis(300));
+        let text = m.encode();
+        for series in [
+            "stacksync_reconciles_total{subscription=\"sub\",result=\"ready\",reason=\"Synced\"} 1",
+            "stacksync_reconcile_duration_seconds_bucket{le=\"0.02\",subscription=\"sub\"} 2",
+            "stacksync_objects_total{subscription=\"sub\",action=\"created\"} 3",
+            "stacksync_source_polls_total{source=\"src\",result=\"success\"} 1",
+            "stacksync_clusters{subscription=\"sub\",ready=\"true\"} 1",
+            "stacksync_clusters{subscription=\"sub\",ready=\"false\"} 1",
+            "stacksync_webhook_deliveries_total{hook=\"github\",event=\"push\",result=\"triggered\"} 1",
+            "# TYPE stacksync_leader gauge",
+            "stacksync_github_rate_limit_remaining{repo=\"o/r\"} 4999",
+            "stacksync_helm_runs_total{result=\"success\"} 1",
+            "stacksync_helm_duration_seconds_count 1",
+            "# EOF",
+        ] {
+            assert!(text.contains(series), "missing {series} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn clusters_gauge_counts_each_cluster_once_and_goes_to_zero() {
+        let m = Metrics::new();
+        m.reconciled("ns/a", "sub", Outcome::NotReady("ApplyFailed"), Duration::ZERO);
+        m.reconciled("ns/a", "sub", Outcome::Ready, Duration::ZERO);
+        m.reconciled("ns/a", "sub", Outcome::Error("Transient"), Duration::ZERO);
+        let text = m.encode();
+        assert!(text.contains("stacksync_clusters{subscription=\"sub\",ready=\"true\"} 1"), "{text}");
+        assert!(text.contains("stacksync_clusters{subscription=\"sub\",ready=\"false\"} 0"), "{text}");
+        m.forget_cluster("ns/a");
+        assert!(!m.encode().contains("stacksync_clusters{"), "a forgotten Cluster leaves no series");
+    }
+
+    #[test]
+    fn readiness_waits_for_sources_sync_and_lease() {
+        let r = Readiness::default();
+        assert!(r.check(["git"]).unwrap_err().contains("git"));
+        r.source_polled("git");
+        assert!(r.check(["git"]).unwrap_err().contains("first reconcile"));
+        r.set_synced(true);
+        assert_eq!(r.check(["git"]), Ok(()));
+        r.standby.store(true, Ordering::SeqCst);
+        assert!(r.check(["git"]).unwrap_err().contains("standby"));
+    }
+}

@@ -1,0 +1,91 @@
+//! deploy/ as an install: the real `kubectl kustomize` builds the base (and the base with the
+//! ServiceMonitor component), the Deployment is highly available and survives a read-only root
+//! filesystem (every path the process writes is a volume), and the config in the ConfigMap is
+//! valid for the binary. Applying it to an API server is testkit's
+//! `kubectl::the_deploy_manifests_dry_run_apply_and_diff_cleanly`.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+fn kubectl() -> PathBuf {
+    testkit::apiserver::kubectl::tools_bin_dir().join("kubectl")
+}
+
+fn kustomize(dir: &Path) -> Vec<Value> {
+    let out = std::process::Command::new(kubectl()).arg("kustomize").arg(dir).output().expect("run kubectl (scripts/install-tools.sh)");
+    assert!(out.status.success(), "kubectl kustomize {}:\n{}", dir.display(), String::from_utf8_lossy(&out.stderr));
+    serde_saphyr::from_multiple(&String::from_utf8(out.stdout).expect("utf-8")).expect("YAML")
+}
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects.iter().find(|o| o["kind"] == kind && o["metadata"]["name"] == name).unwrap_or_else(|| panic!("no {kind}/{name}"))
+}
+
+#[test]
+fn the_kustomize_base_builds_a_highly_available_read_only_deployment() {
+    let objects = kustomize(&deploy_dir());
+    let deployment = find(&objects, "Deployment", "stacksync");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let pod = &deployment["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let args: Vec<&str> = c["args"].as_array().expect("args").iter().filter_map(Value::as_str).collect();
+    assert!(args.contains(&"--leader-elect") && args.contains(&"--admin-addr=:8080"), "{args:?}");
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert!(c["resources"]["requests"]["cpu"].is_string() && c["resources"]["requests"]["memory"].is_string());
+
+    // Every place the process writes is a writable volume: the cache dir of the config, TMPDIR
+    // (the work directory and helm's home).
+    let config = find(&objects, "ConfigMap", "stacksync-config")["data"]["stacksync.yaml"].as_str().expect("config").to_owned();
+    let cache_dir = config.lines().find_map(|l| l.trim().strip_prefix("dir: ")).expect("cache.dir").to_owned();
+    let tmpdir = c["env"].as_array().and_then(|e| e.iter().find(|e| e["name"] == "TMPDIR")).expect("TMPDIR")["value"].clone();
+    let mounts = c["volumeMounts"].as_array().expect("mounts");
+    for path in [cache_dir.as_str(), tmpdir.as_str().expect("TMPDIR value")] {
+        let m = mounts.iter().find(|m| m["mountPath"] == path).unwrap_or_else(|| panic!("{path} is not a volume"));
+        assert_ne!(m["readOnly"], true, "{path} is read-only");
+    }
+
+    // The config the pod reads is valid for this binary.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("stacksync.yaml");
+    std::fs::write(&file, &config).expect("write");
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_stacksync")).arg("check-config").arg(&file).output().expect("run");
+    assert!(check.status.success(), "{}{}", String::from_utf8_lossy(&check.stdout), String::from_utf8_lossy(&check.stderr));
+
+    // Leader election may use its Lease, and nothing else in coordination.k8s.io.
+    let role = find(&objects, "Role", "stacksync-leader-election");
+    assert_eq!(role["rules"][0]["resources"][0], "leases");
+    assert_eq!(find(&objects, "Service", "stacksync")["spec"]["ports"][0]["targetPort"], "admin");
+    for kind in ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "RoleBinding", "CustomResourceDefinition"] {
+        assert!(objects.iter().any(|o| o["kind"] == kind), "no {kind}");
+    }
+}
+
+#[test]
+fn the_servicemonitor_component_adds_a_scrape_of_the_admin_port() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // kustomize takes only relative paths: up to `/` from the overlay, then down to deploy/.
+    let up = "../".repeat(dir.path().components().count() - 1);
+    let deploy = PathBuf::from(format!("{up}{}", deploy_dir().display().to_string().trim_start_matches('/')));
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\ncomponents:\n  - {}\n",
+            deploy.display(),
+            deploy.join("components/servicemonitor").display()
+        ),
+    )
+    .expect("overlay");
+    let objects = kustomize(dir.path());
+    let sm = find(&objects, "ServiceMonitor", "stacksync");
+    assert_eq!(sm["spec"]["endpoints"][0]["port"], "admin");
+    assert_eq!(sm["spec"]["endpoints"][0]["path"], "/metrics");
+    assert!(objects.iter().any(|o| o["kind"] == "Deployment"));
+}

@@ -1,0 +1,86 @@
+//! Leader election and sharding with the real binary: of two replicas only the leader writes,
+//! the standby's `/readyz` is 503, killing the leader hands over within the lease duration, and
+//! SIGTERM releases the Lease; two shards split twenty Clusters with none reconciled by both.
+
+mod opsenv;
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use opsenv::{Daemon, Env, cm};
+
+async fn holder(env: &Env, name: &str) -> Option<String> {
+    let api: Api<Lease> = Api::namespaced(env.mgmt.client().expect("client"), "default");
+    api.get_opt(name).await.expect("get lease")?.spec?.holder_identity.filter(|h| !h.is_empty())
+}
+
+const RECONCILED: &str = "stacksync_reconciles_total{subscription=\"ferrol\",result=\"ready\",reason=\"Synced\"}";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_writes_a_killed_leader_is_replaced_and_sigterm_releases_the_lease() {
+    let env = Env::new().await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", &cm("1.0.0"))]);
+    env.add_cluster("alpha").await;
+    let config = env.config(&env.git.url("stacks.git"));
+    let args = ["--leader-elect", "--lease-duration", "3s"];
+    let mut a = Daemon::start_with(&config, env.dir.path().join("a.log"), &args).await;
+    a.eventually("a leads and syncs", Duration::from_secs(20), async || env.applied("alpha").await == "v1.0.0").await;
+    let a_identity = format!("_{}", a.child.id().expect("pid"));
+    assert!(holder(&env, "stacksync").await.is_some_and(|h| h.ends_with(&a_identity)));
+    a.eventually("a ready", Duration::from_secs(5), async || a.get("/readyz").await.0 == 200).await;
+
+    let b = Daemon::start_with(&config, env.dir.path().join("b.log"), &args).await;
+    b.eventually("b polled its source (warm cache)", Duration::from_secs(10), async || {
+        b.metric("stacksync_source_polls_total{source=\"stacks\",result=\"success\"}").await >= 1.0
+    })
+    .await;
+    let (status, text) = b.get("/readyz").await;
+    assert_eq!((status, text.trim()), (503, "standby: another replica holds the lease"));
+    assert_eq!(b.metric("stacksync_leader").await, 0.0);
+    assert_eq!(b.metric(RECONCILED).await, 0.0, "the standby reconciled");
+
+    // The leader dies without releasing: the standby takes over once the lease expires.
+    a.child.start_kill().expect("kill");
+    let _ = a.child.wait().await;
+    let took = b.eventually("b took over", Duration::from_secs(8), async || b.get("/readyz").await.0 == 200).await;
+    eprintln!("handover after {took:?} (lease 3s)");
+    b.eventually("b reconciles", Duration::from_secs(5), async || b.metric(RECONCILED).await >= 1.0).await;
+    assert!(holder(&env, "stacksync").await.is_some_and(|h| h.ends_with(&format!("_{}", b.child.id().expect("pid")))));
+
+    b.stop().await;
+    assert_eq!(holder(&env, "stacksync").await, None, "the lease was not released on SIGTERM");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_shards_split_twenty_clusters_with_none_reconciled_by_both() {
+    let env = Env::new().await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", &cm("1.0.0"))]);
+    for i in 0..20 {
+        let shard = if i % 2 == 0 { "even" } else { "odd" };
+        env.add_labelled_cluster(&format!("c{i}"), &[("stacksync.io/shard", shard)]).await;
+    }
+    let config = env.config(&env.git.url("stacks.git"));
+    let even = Daemon::start_with(&config, env.dir.path().join("even.log"), &["--leader-elect", "--shard", "even"]).await;
+    let odd = Daemon::start_with(&config, env.dir.path().join("odd.log"), &["--leader-elect", "--shard", "odd"]).await;
+    even.eventually("every Cluster synced", Duration::from_secs(30), async || {
+        for i in 0..20 {
+            if env.applied(&format!("c{i}")).await != "v1.0.0" {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    // Each process counts the Clusters it reconciled: ten each, so none was reconciled by both.
+    let ready = "stacksync_clusters{subscription=\"ferrol\",ready=\"true\"}";
+    assert_eq!((even.metric(ready).await, odd.metric(ready).await), (10.0, 10.0));
+    assert!(holder(&env, "stacksync-even").await.is_some() && holder(&env, "stacksync-odd").await.is_some());
+    // Housekeeping of one shard removed nothing of the other's.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 0..20 {
+        assert_eq!(env.applied(&format!("c{i}")).await, "v1.0.0", "c{i}");
+    }
+    even.stop().await;
+    odd.stop().await;
+}
