@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use super::cel::{WaitFor, WaitObject};
 use super::gotemplate::Warning;
-use super::helm::Helm;
+use super::helm::{Helm, MemoKey};
 use super::values::{TemplateOptions, ValuesTemplate};
 use super::{Error, Errors, Object, ObjectKey};
 use crate::cache::unpack;
@@ -85,6 +85,9 @@ pub struct Layout {
     pub unpacked: Vec<String>,
     /// How values templates run (the config's `templates:`); set after [`Layout::load`].
     pub template_options: TemplateOptions,
+    /// What the release is (source, tag, commit, directory): with the arguments and values of a
+    /// render, the key of helm's memo — a release's content never changes under its identity.
+    pub identity: String,
 }
 
 /// One rendered stage of a cluster's addons, in apply order. `name` is `None` for a
@@ -193,7 +196,16 @@ impl Layout {
         if !errors.is_empty() {
             return Err(Errors(errors));
         }
-        Ok(Layout { stack: stack.clone(), metadata, cluster_class, addon, unpacked, template_options: TemplateOptions::default() })
+        let identity = format!("{}\0{}\0{}\0{dir}", release.source, release.tag, release.commit);
+        Ok(Layout {
+            stack: stack.clone(),
+            metadata,
+            cluster_class,
+            addon,
+            unpacked,
+            template_options: TemplateOptions::default(),
+            identity,
+        })
     }
 
     /// The stages a cluster gets installed, in order: the install hook's `apply` stages, or the
@@ -218,7 +230,7 @@ impl Layout {
         let args: Vec<OsString> =
             vec![self.stack.clone().into(), self.cluster_class.path.clone().into(), "--namespace".into(), namespace.into()];
         let out = helm
-            .template(&self.cluster_class.name, &args)
+            .template_memoised(self.memo_key(&args, None), &self.cluster_class.name, &args)
             .await
             .map_err(|source| Errors(vec![Error::Helm { chart: self.cluster_class.name.clone(), source }]))?;
         objects_of(&out, &self.cluster_class.name, CLUSTER_CLASS_STAGE, namespace)
@@ -232,6 +244,17 @@ impl Layout {
     /// Every stage's values-template, helm and object errors (all stages are tried).
     pub async fn render_addons(&self, helm: &Helm, cluster: &ClusterConfig, work: &Path) -> Result<Vec<RenderedStage>, Errors> {
         self.render_addons_reporting(helm, cluster, work).await.map(|r| r.stages)
+    }
+
+    /// The memo key of a render of this release with `args` (paths inside the release and its
+    /// unpacked charts, names, versions) and the content of its values file (`None`: none passed).
+    fn memo_key(&self, args: &[OsString], values: Option<&str>) -> MemoKey {
+        let args = args.iter().map(|a| a.as_encoded_bytes());
+        let values: &[&[u8]] = match values {
+            Some(v) => &[b"values", v.as_bytes()],
+            None => &[b"no values"],
+        };
+        MemoKey::of(std::iter::once(self.identity.as_bytes()).chain(args).chain(values.iter().copied()))
     }
 
     /// As [`Layout::render_addons`], with the values templates' `<no value>` / `<nil>` warnings.
@@ -316,16 +339,28 @@ impl Layout {
             "--namespace".into(),
             ADDON_NAMESPACE.into(),
         ];
-        if let Some(values) = values_file {
-            let path = dir.join(format!("{}.yaml", stage.unwrap_or(ADDON_RELEASE)));
-            let written = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, values));
-            if let Err(e) = written {
-                return Err(vec![Error::ReadFile { file: path.display().to_string(), message: format!("cannot write values: {e}") }]);
+        // The values file's path differs per cluster, its content decides the output.
+        let key = self.memo_key(&args, Some(values_file.as_deref().unwrap_or_default()));
+        let rendered = match helm.memoised(&key) {
+            Some(text) => text,
+            None => {
+                if let Some(values) = values_file {
+                    let path = dir.join(format!("{}.yaml", stage.unwrap_or(ADDON_RELEASE)));
+                    let written = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, values));
+                    if let Err(e) = written {
+                        return Err(vec![Error::ReadFile {
+                            file: path.display().to_string(),
+                            message: format!("cannot write values: {e}"),
+                        }]);
+                    }
+                    args.push("-f".into());
+                    args.push(path.into());
+                }
+                helm.template_memoised(key, &chart.name, &args)
+                    .await
+                    .map_err(|source| vec![Error::Helm { chart: chart.name.clone(), source }])?
             }
-            args.push("-f".into());
-            args.push(path.into());
-        }
-        let rendered = helm.template(&chart.name, &args).await.map_err(|source| vec![Error::Helm { chart: chart.name.clone(), source }])?;
+        };
         let mut objects = objects_of(&rendered, &chart.name, stage.unwrap_or(ADDON_RELEASE), ADDON_NAMESPACE).map_err(|e| e.0)?;
         if stage.is_none() {
             objects.iter_mut().for_each(|o| o.stage = None);

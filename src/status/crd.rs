@@ -81,8 +81,8 @@ pub struct ClusterSyncStatus {
     /// Not-synced objects beyond [`MAX_ENTRIES`], counted but not listed.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub entries_truncated: u32,
-    /// Every object applied, `group|kind|namespace|name|version`: what the next release prunes
-    /// against.
+    /// Every object applied, `group|kind|namespace|name|version|digest|fields`: what the next
+    /// release prunes against, the manifest digest applied and a hash of the fields stacksync owns.
     #[serde(default)]
     pub inventory: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
