@@ -449,6 +449,179 @@ async fn a_values_template_warning_reaches_the_cluster_sync_and_strict_mode_refu
     assert_eq!(cs["status"]["appliedRelease"]["tag"], "docker-ferrol-1-27-v2", "{cs}");
 }
 
+/// v4: v3's addons with `BeforeClusterUpgrade` stages that delete `legacy-dns`, apply `cni` and
+/// wait for a gate ConfigMap (`waitForPostCondition`), then apply `metrics-server`.
+fn publish_v4_with_upgrade_stages(repo: &ReleaseRepo) {
+    let stages = "  BeforeClusterUpgrade:\n    - name: legacy-dns\n      action: delete\n    - name: cni\n      action: apply\n      waitForPostCondition:\n        objects:\n          - {key: gate, apiVersion: v1, kind: ConfigMap, name: upgrade-gate, namespace: kube-system}\n        conditions: \"gate.data.go == 'yes'\"\n    - name: metrics-server\n      action: apply\n";
+    publish_v3_as(repo, "v4", None, stages);
+}
+
+/// v3's fixture as release `version`, with `install` replacing its install stages (when given)
+/// and `upgrade` its `BeforeClusterUpgrade` stages.
+fn publish_v3_as(repo: &ReleaseRepo, version: &str, install: Option<&str>, upgrade: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/clusterstack/docker-ferrol-1-27-v3");
+    let mut files = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).expect("fixture").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let rel =
+                p.strip_prefix(&root).expect("prefix").to_string_lossy().replace("cluster-class-v3", &format!("cluster-class-{version}"));
+            let text = std::fs::read_to_string(&p).expect("text");
+            let text = match rel.as_str() {
+                "metadata.yaml" => text.replace("clusterStack: v3", &format!("clusterStack: {version}")),
+                r if r.ends_with("Chart.yaml") && r.contains("cluster-class") => {
+                    text.replace("version: v3", &format!("version: {version}"))
+                }
+                "clusteraddon.yaml" => {
+                    let head = &text[..text.find("  BeforeClusterUpgrade:").expect("hook")];
+                    let head = match install {
+                        Some(i) => format!("{}{i}", &head[..head.find("  AfterControlPlaneInitialized:").expect("hook")]),
+                        None => head.to_owned(),
+                    };
+                    format!("{head}{upgrade}")
+                }
+                _ => text,
+            };
+            files.push((rel, text));
+        }
+    }
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    repo.release(&format!("docker-ferrol-1-27-{version}"), &refs);
+}
+
+async fn upgrade_status(env: &Env, name: &str) -> serde_json::Value {
+    env.cluster_sync(name).await.unwrap_or_default()["status"]["upgrade"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrade_stages_run_in_order_wait_for_their_condition_and_resume_after_a_restart() {
+    let env = Env::new(1).await;
+    publish(&env.repo, "docker-ferrol-1-27-v3");
+    publish_v4_with_upgrade_stages(&env.repo);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v3", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = env.config(
+        &format!("    stack: {STACK}\n    format: clusterstack\n    availableReleases: 2\n    stageTimeout: 1h\n"),
+        "",
+        &format!("helm:\n  path: {}\n", helm_path()),
+    );
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    daemon.eventually("alpha on v3", Duration::from_secs(30), async || applied(&env, "alpha").await == "docker-ferrol-1-27-v3").await;
+    let cms: Api<ConfigMap> = Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
+    // As a v3 that had applied it would have left it: labelled with stacksync's owner.
+    let legacy = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "legacy-dns", "namespace": "kube-system", "labels": {"stacksync.io/owner": "ferrol.team-a.alpha"}}});
+    cms.patch("legacy-dns", &PatchParams::apply("someone"), &Patch::Apply(legacy)).await.expect("legacy-dns");
+
+    // Cluster API's part: the class moves to v4. Stage 1 deletes legacy-dns, stage 2 applies
+    // cni and waits for the gate; metrics-server (stage 3) and v4's addons wait.
+    env.patch_cluster("alpha", json!({"spec": {"topology": {"class": "docker-ferrol-1-27-v4"}}})).await;
+    daemon
+        .eventually("waiting at stage 2's post-condition", Duration::from_secs(30), async || {
+            let u = upgrade_status(&env, "alpha").await;
+            u["stage"] == "cni" && u["phase"] == "PostCondition" && u["stageIndex"] == 1
+        })
+        .await;
+    assert!(env.configmap(0, "legacy-dns").await.is_none(), "the delete stage did not run");
+    let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
+    assert_eq!(applied(&env, "alpha").await, "docker-ferrol-1-27-v3", "{cs}");
+    assert!(cs["status"]["message"].as_str().is_some_and(|m| m.contains("`cni`")), "the MESSAGE column shows the stage: {cs}");
+    let message = condition(&cs, "Ready")["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("upgrade stage 2/3 `cni` PostCondition") && message.contains("ConfigMap/kube-system/upgrade-gate does not exist"),
+        "{message}"
+    );
+    let since = upgrade_status(&env, "alpha").await["since"].clone();
+    daemon.stop().await;
+
+    // A restart resumes at the same stage, with the same start time.
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon2.log"));
+    daemon
+        .eventually("resumed at stage 2", Duration::from_secs(30), async || daemon.log().contains("upgrade stage 2/3 `cni` PostCondition"))
+        .await;
+    assert_eq!(upgrade_status(&env, "alpha").await["since"], since);
+    assert_eq!(applied(&env, "alpha").await, "docker-ferrol-1-27-v3");
+
+    // The gate opens (first not yet: `no`, then `yes`): stage 3, then v4's addons.
+    let gate = |v: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "upgrade-gate", "namespace": "kube-system"}, "data": {"go": v}});
+    cms.patch("upgrade-gate", &PatchParams::apply("test"), &Patch::Apply(gate("no"))).await.expect("gate");
+    daemon
+        .eventually("the condition is evaluated", Duration::from_secs(30), async || {
+            upgrade_status(&env, "alpha").await["waitingFor"].as_str().is_some_and(|w| w.contains("is false"))
+        })
+        .await;
+    cms.patch("upgrade-gate", &PatchParams::apply("test"), &Patch::Apply(gate("yes"))).await.expect("gate");
+    daemon.eventually("alpha on v4", Duration::from_secs(30), async || applied(&env, "alpha").await == "docker-ferrol-1-27-v4").await;
+    let u = upgrade_status(&env, "alpha").await;
+    assert_eq!(
+        (u["phase"].as_str(), u["from"].as_str(), u["to"].as_str()),
+        (Some("Done"), Some("docker-ferrol-1-27-v3"), Some("docker-ferrol-1-27-v4")),
+        "{u}"
+    );
+    assert_eq!(env.ready_reason("alpha").await.map(|r| r.0).as_deref(), Some("True"));
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_stage_waiting_past_its_stage_timeout_is_reported_with_the_stage() {
+    let env = Env::new(1).await;
+    publish(&env.repo, "docker-ferrol-1-27-v3");
+    publish_v4_with_upgrade_stages(&env.repo);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v3", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = env.config(
+        &format!("    stack: {STACK}\n    format: clusterstack\n    availableReleases: 2\n    stageTimeout: 1s\n"),
+        "",
+        &format!("helm:\n  path: {}\n", helm_path()),
+    );
+    common::assert_exit(&common::run_once(&config).await, 0);
+    env.patch_cluster("alpha", json!({"spec": {"topology": {"class": "docker-ferrol-1-27-v4"}}})).await;
+    common::run_once(&config).await;
+    assert_eq!(upgrade_status(&env, "alpha").await["stage"], "cni");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let o = common::run_once(&config).await;
+    common::assert_exit(&o, 1);
+    let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
+    assert_eq!(condition(&cs, "Ready")["reason"], "UpgradeFailed", "{cs}");
+    let message = condition(&cs, "Ready")["message"].as_str().unwrap_or_default();
+    assert!(message.contains("upgrade stage 2/3 `cni` PostCondition not done within stageTimeout 1s"), "{message}");
+    assert_eq!(applied(&env, "alpha").await, "docker-ferrol-1-27-v3");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_cluster_gets_its_install_stages_one_by_one_when_one_waits() {
+    let env = Env::new(1).await;
+    let install = "  AfterControlPlaneInitialized:\n    - name: cni\n      action: apply\n      waitForPreCondition:\n        objects:\n          - {key: gate, apiVersion: v1, kind: ConfigMap, name: install-gate, namespace: kube-system}\n        conditions: has(gate.data.go)\n    - name: metrics-server\n      action: apply\n";
+    publish_v3_as(&env.repo, "v5", Some(install), "  BeforeClusterUpgrade: []\n");
+    env.add_cluster("alpha", "docker-ferrol-1-27-v5", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = stack_config(&env);
+    // `run --once` waits for the stage (up to stageTimeout) as it waits for health.
+    let once = tokio::spawn(async move { common::run_once(&config).await });
+    let start = Instant::now();
+    loop {
+        let u = upgrade_status(&env, "alpha").await;
+        if u["stage"] == "cni" {
+            assert_eq!((u["hook"].as_str(), u["phase"].as_str()), (Some("AfterControlPlaneInitialized"), Some("PreCondition")), "{u}");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "no install stage waiting: {u}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(env.configmap(0, "cni-config").await.is_none(), "cni applied before its pre-condition held");
+    let cms: Api<ConfigMap> = Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
+    let gate = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "install-gate", "namespace": "kube-system"}, "data": {"go": ""}});
+    cms.patch("install-gate", &PatchParams::apply("test"), &Patch::Apply(gate)).await.expect("gate");
+    common::assert_exit(&once.await.expect("run --once"), 0);
+    assert_eq!(applied(&env, "alpha").await, "docker-ferrol-1-27-v5");
+    assert!(env.configmap(0, "cni-config").await.is_some());
+    assert_eq!(upgrade_status(&env, "alpha").await["phase"], "Done");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn diff_previews_the_cluster_class_in_the_management_cluster_too() {
     let env = Env::new(1).await;

@@ -406,41 +406,49 @@ fn stack_fixture(release: &str) -> Vec<(String, String)> {
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_stack_classes_go_to_the_management_cluster_and_addons_to_workloads() {
+/// The testdata cluster stack released, one topology Cluster per name (with its control plane
+/// object, 3 replicas) each on its own workload server, and a config using the real helm.
+async fn cluster_stack_env(names: &[&str]) -> (Env, PathBuf) {
     let tools = kubectl().and_then(|k| k.parent().map(Path::to_path_buf));
     let Some(helm) = tools.map(|d| d.join("helm")).filter(|h| h.exists()) else {
         panic!("helm not found: run scripts/install-tools.sh (scripts/test.sh does)");
     };
-    let env = Env::new(1).await;
+    let env = Env::new(names.len()).await;
     let files = stack_fixture("docker-ferrol-1-27-v2");
     let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
     env.repo.release("docker-ferrol-1-27-v2", &refs);
-    // A Cluster with its control plane object: `.ControlPlane` comes from the live object.
-    let kcp = json!({
-        "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "KubeadmControlPlane",
-        "metadata": {"name": "alpha-cp", "namespace": NS}, "spec": {"replicas": 3},
-    });
-    env.mgmt.load_yaml(&kcp.to_string()).expect("kcp");
-    let cluster = json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
-        "metadata": {"name": "alpha", "namespace": NS, "labels": {"stack": "ferrol"}},
-        "spec": {
-            "topology": {"class": "docker-ferrol-1-27-v2", "version": "v1.27.3"},
-            "controlPlaneEndpoint": {"host": "alpha.example.test", "port": 6443},
-            "clusterNetwork": {"pods": {"cidrBlocks": ["10.1.0.0/16"]}},
-            "controlPlaneRef": {"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "KubeadmControlPlane", "name": "alpha-cp"},
-        },
-    });
-    env.clusters().patch("alpha", &PatchParams::apply("capi"), &Patch::Apply(cluster)).await.expect("cluster");
-    env.set_ready("alpha", true).await;
-    env.add_kubeconfig("alpha", 0).await;
+    for (i, name) in names.iter().enumerate() {
+        // `.ControlPlane` comes from the live object.
+        let kcp = json!({
+            "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "KubeadmControlPlane",
+            "metadata": {"name": format!("{name}-cp"), "namespace": NS}, "spec": {"replicas": 3},
+        });
+        env.mgmt.load_yaml(&kcp.to_string()).expect("kcp");
+        let cluster = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+            "metadata": {"name": name, "namespace": NS, "labels": {"stack": "ferrol"}},
+            "spec": {
+                "topology": {"class": "docker-ferrol-1-27-v2", "version": "v1.27.3"},
+                "controlPlaneEndpoint": {"host": format!("{name}.example.test"), "port": 6443},
+                "clusterNetwork": {"pods": {"cidrBlocks": [format!("10.{}.0.0/16", i + 1)]}},
+                "controlPlaneRef": {"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "KubeadmControlPlane", "name": format!("{name}-cp")},
+            },
+        });
+        env.clusters().patch(name, &PatchParams::apply("capi"), &Patch::Apply(cluster)).await.expect("cluster");
+        env.set_ready(name, true).await;
+        env.add_kubeconfig(name, i).await;
+    }
     let config = env.config("", "    stack: docker-ferrol-1-27\n    format: clusterstack\n");
     let text =
         std::fs::read_to_string(&config).expect("config").replace("sources:", &format!("helm:\n  path: {}\nsources:", helm.display()));
     let text = text.replace("      matchLabels: {stack: ferrol}\n", "      matchLabels: {stack: ferrol}\n      matchStackClass: true\n");
     std::fs::write(&config, text).expect("config");
+    (env, config)
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_stack_classes_go_to_the_management_cluster_and_addons_to_workloads() {
+    let (env, config) = cluster_stack_env(&["alpha"]).await;
     let o = run_once(&config).await;
     assert_exit(&o, 0);
     let classes: Api<DynamicObject> =
@@ -617,4 +625,33 @@ async fn diff_shows_drift_and_an_upgrade_and_changes_nothing() {
     let text = stdout(&out);
     assert!(text.contains(&format!("{NS}/nokube")) && text.contains("ERROR"), "{text}");
     assert!(text.contains("create ConfigMap/kube-system/extra"), "{text}");
+}
+
+/// Renders are memoised by what decides them: an unchanged resync runs helm zero times, and a
+/// changed values input (a Cluster's control plane replicas) re-renders only that Cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchanged_resync_runs_helm_zero_times_and_a_values_change_only_its_cluster() {
+    let (env, config) = cluster_stack_env(&["alpha", "beta"]).await;
+    let ctx = stacksync::controller::Context::new(stacksync::config::Config::load(&config).expect("config")).expect("context");
+    let pass = async || {
+        let report = stacksync::controller::kubernetes::pass(ctx.clone(), 4).await;
+        assert!(report.clusters.iter().all(|c| c.status.ready) && report.clusters.len() == 2, "{:?}", report.failures);
+    };
+    pass().await;
+    let helm = ctx.helm().await.expect("helm");
+    let cold = helm.runs();
+    assert_eq!(cold, 3, "one ClusterClass render for the namespace, one addon render per Cluster");
+    pass().await;
+    assert_eq!(helm.runs(), cold, "an unchanged resync runs helm zero times");
+
+    let kcp = json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "KubeadmControlPlane",
+        "metadata": {"name": "beta-cp", "namespace": NS}, "spec": {"replicas": 5}});
+    env.mgmt.load_yaml(&kcp.to_string()).expect("kcp");
+    pass().await;
+    assert_eq!(helm.runs(), cold + 1, "only beta's addons are rendered again");
+    let replicas = async |i: usize| {
+        let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(env.workloads[i].client().expect("client"), "kube-system");
+        api.get("metrics-server").await.expect("metrics-server").spec.replicas
+    };
+    assert_eq!((replicas(0).await, replicas(1).await), (Some(3), Some(5)));
 }

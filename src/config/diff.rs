@@ -72,6 +72,7 @@ fn subscription_changes(o: &Subscription, n: &Subscription) -> Vec<String> {
     field("suspend", o.suspend.to_string(), n.suspend.to_string());
     field("availableReleases", o.available_releases.to_string(), n.available_releases.to_string());
     field("healthTimeout", format!("{:?}", o.health_timeout), format!("{:?}", n.health_timeout));
+    field("stageTimeout", format!("{:?}", o.stage_timeout), format!("{:?}", n.stage_timeout));
     for c in &o.clusters {
         match n.clusters.iter().find(|x| x.name == c.name && x.namespace == c.namespace) {
             None => out.push(format!("cluster {}/{} removed", c.namespace, c.name)),

@@ -141,10 +141,17 @@ pub struct Subscription {
     /// How long applied objects may take to become healthy before the Cluster is `Unhealthy`;
     /// `None` (`healthTimeout: 0s`): health is not checked.
     pub health_timeout: Option<std::time::Duration>,
+    /// Cluster stacks: how long one `waitForPreCondition` / `waitForPostCondition` of an
+    /// addon stage may wait before the upgrade (or install) is reported as failed.
+    pub stage_timeout: std::time::Duration,
 }
 
 /// Default for a subscription's `healthTimeout`.
 pub const DEFAULT_HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Default for a subscription's `stageTimeout` (the SCS operator's wait has none; 10 minutes
+/// is longer than any addon rollout we saw).
+pub const DEFAULT_STAGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Default for a subscription's `availableReleases`.
 pub const DEFAULT_AVAILABLE_RELEASES: usize = 3;

@@ -295,6 +295,7 @@ impl Cx {
                 "suspend",
                 "availableReleases",
                 "healthTimeout",
+                "stageTimeout",
             ],
         )?;
         let name = self.name(&f, "name");
@@ -392,6 +393,23 @@ impl Cx {
                 }
             }
         };
+        let stage_timeout = match f.get("stageTimeout") {
+            None => super::DEFAULT_STAGE_TIMEOUT,
+            Some(n) => {
+                let text = self.string(&f, "stageTimeout").unwrap_or_default();
+                match crate::schedule::parse_duration(&text) {
+                    Ok(d) if !d.is_zero() => d,
+                    Ok(_) => {
+                        self.error(n.mark, &f.path("stageTimeout"), "must be longer than 0s (a wait that may not wait never passes)");
+                        super::DEFAULT_STAGE_TIMEOUT
+                    }
+                    Err(e) => {
+                        self.error(n.mark, &f.path("stageTimeout"), e);
+                        super::DEFAULT_STAGE_TIMEOUT
+                    }
+                }
+            }
+        };
         if f.get("clusters").is_none() && f.get("clusterSelector").is_none() {
             self.error(
                 node.mark,
@@ -419,6 +437,7 @@ impl Cx {
             suspend,
             available_releases,
             health_timeout,
+            stage_timeout,
         })
     }
 
@@ -559,4 +578,24 @@ pub(super) fn check_git_url(url: &str) -> Result<(), String> {
         return Err(format!("`{url}` has no host or path"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod stage_timeout_tests {
+    use crate::config::Config;
+
+    fn parse(sub_extra: &str) -> Result<Config, String> {
+        let text = format!(
+            "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache: {{dir: c}}\nsources:\n  - name: s\n    git: {{url: https://example.test/s.git}}\nsubscriptions:\n  - name: a\n    source: s\n    interval: 1h\n    clusters: [{{name: x, namespace: y}}]\n{sub_extra}target: {{directory: out}}\n"
+        );
+        Config::parse(std::path::Path::new("c.yaml"), &text).map_err(|e| e.0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))
+    }
+
+    #[test]
+    fn stage_timeout_defaults_to_ten_minutes_and_zero_is_refused_with_its_line() {
+        assert_eq!(parse("").expect("valid").subscriptions[0].stage_timeout, super::super::DEFAULT_STAGE_TIMEOUT);
+        assert_eq!(parse("    stageTimeout: 90s\n").expect("valid").subscriptions[0].stage_timeout.as_secs(), 90);
+        let e = parse("    stageTimeout: 0s\n").unwrap_err();
+        assert!(e.contains("c.yaml:12:") && e.contains("subscriptions[0].stageTimeout: must be longer than 0s"), "{e}");
+    }
 }

@@ -16,8 +16,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use super::cel::{WaitFor, WaitObject};
 use super::gotemplate::Warning;
-use super::helm::Helm;
+use super::helm::{Helm, MemoKey};
 use super::values::{TemplateOptions, ValuesTemplate};
 use super::{Error, Errors, Object, ObjectKey};
 use crate::cache::unpack;
@@ -52,6 +53,10 @@ pub use crate::model::StageAction as Action;
 pub struct StageRef {
     pub name: String,
     pub action: Action,
+    /// `waitForPreCondition`: must hold before the stage runs.
+    pub pre: Option<WaitFor>,
+    /// `waitForPostCondition`: must hold before the next stage runs.
+    pub post: Option<WaitFor>,
 }
 
 #[derive(Debug, Clone)]
@@ -80,6 +85,9 @@ pub struct Layout {
     pub unpacked: Vec<String>,
     /// How values templates run (the config's `templates:`); set after [`Layout::load`].
     pub template_options: TemplateOptions,
+    /// What the release is (source, tag, commit, directory): with the arguments and values of a
+    /// render, the key of helm's memo — a release's content never changes under its identity.
+    pub identity: String,
 }
 
 /// One rendered stage of a cluster's addons, in apply order. `name` is `None` for a
@@ -188,7 +196,16 @@ impl Layout {
         if !errors.is_empty() {
             return Err(Errors(errors));
         }
-        Ok(Layout { stack: stack.clone(), metadata, cluster_class, addon, unpacked, template_options: TemplateOptions::default() })
+        let identity = format!("{}\0{}\0{}\0{dir}", release.source, release.tag, release.commit);
+        Ok(Layout {
+            stack: stack.clone(),
+            metadata,
+            cluster_class,
+            addon,
+            unpacked,
+            template_options: TemplateOptions::default(),
+            identity,
+        })
     }
 
     /// The stages a cluster gets installed, in order: the install hook's `apply` stages, or the
@@ -213,7 +230,7 @@ impl Layout {
         let args: Vec<OsString> =
             vec![self.stack.clone().into(), self.cluster_class.path.clone().into(), "--namespace".into(), namespace.into()];
         let out = helm
-            .template(&self.cluster_class.name, &args)
+            .template_memoised(self.memo_key(&args, None), &self.cluster_class.name, &args)
             .await
             .map_err(|source| Errors(vec![Error::Helm { chart: self.cluster_class.name.clone(), source }]))?;
         objects_of(&out, &self.cluster_class.name, CLUSTER_CLASS_STAGE, namespace)
@@ -227,6 +244,17 @@ impl Layout {
     /// Every stage's values-template, helm and object errors (all stages are tried).
     pub async fn render_addons(&self, helm: &Helm, cluster: &ClusterConfig, work: &Path) -> Result<Vec<RenderedStage>, Errors> {
         self.render_addons_reporting(helm, cluster, work).await.map(|r| r.stages)
+    }
+
+    /// The memo key of a render of this release with `args` (paths inside the release and its
+    /// unpacked charts, names, versions) and the content of its values file (`None`: none passed).
+    fn memo_key(&self, args: &[OsString], values: Option<&str>) -> MemoKey {
+        let args = args.iter().map(|a| a.as_encoded_bytes());
+        let values: &[&[u8]] = match values {
+            Some(v) => &[b"values", v.as_bytes()],
+            None => &[b"no values"],
+        };
+        MemoKey::of(std::iter::once(self.identity.as_bytes()).chain(args).chain(values.iter().copied()))
     }
 
     /// As [`Layout::render_addons`], with the values templates' `<no value>` / `<nil>` warnings.
@@ -247,52 +275,97 @@ impl Layout {
                 },
                 (Addon::Staged { .. }, None) => continue,
             };
-            let (values_file, warnings) = match template.map(|t| t.render(cluster, &self.template_options)).transpose() {
-                Ok(Some(v)) => (Some(v.values), v.warnings),
-                Ok(None) => (None, Vec::new()),
-                Err(e) => {
-                    errors.push(e);
-                    continue;
-                }
-            };
-            let mut args: Vec<OsString> = vec![
-                "--include-crds".into(),
-                "--kube-version".into(),
-                self.metadata.kubernetes.clone().into(),
-                ADDON_RELEASE.into(),
-                chart.path.clone().into(),
-                "--namespace".into(),
-                ADDON_NAMESPACE.into(),
-            ];
-            if let Some(values) = values_file {
-                let path = dir.join(format!("{}.yaml", stage.unwrap_or(ADDON_RELEASE)));
-                let written = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, values));
-                if let Err(e) = written {
-                    errors.push(Error::ReadFile { file: path.display().to_string(), message: format!("cannot write values: {e}") });
-                    continue;
-                }
-                args.push("-f".into());
-                args.push(path.into());
-            }
-            let rendered = match helm.template(&chart.name, &args).await {
-                Ok(text) => text,
-                Err(source) => {
-                    errors.push(Error::Helm { chart: chart.name.clone(), source });
-                    continue;
-                }
-            };
-            match objects_of(&rendered, &chart.name, stage.unwrap_or(ADDON_RELEASE), ADDON_NAMESPACE) {
-                Ok(mut objects) => {
-                    if stage.is_none() {
-                        objects.iter_mut().for_each(|o| o.stage = None);
-                    }
+            match self.render_chart(helm, cluster, &dir, chart, template, stage).await {
+                Ok((objects, warnings)) => {
                     out.push(RenderedStage { name: stage.map(str::to_owned), objects });
                     all_warnings.extend(warnings);
                 }
-                Err(e) => errors.extend(e.0),
+                Err(e) => errors.extend(e),
             }
         }
         if errors.is_empty() { Ok(RenderedAddons { stages: out, warnings: all_warnings }) } else { Err(Errors(errors)) }
+    }
+}
+
+impl Layout {
+    /// The stages of `hook` in `clusteraddon.yaml` (none for a single-chart addon).
+    pub fn hook_stages(&self, hook: &str) -> &[StageRef] {
+        match &self.addon {
+            Addon::Staged { hooks, .. } => hooks.iter().find(|(h, _)| h == hook).map(|(_, s)| s.as_slice()).unwrap_or_default(),
+            Addon::Single { .. } => &[],
+        }
+    }
+
+    /// One stage chart of `clusteraddon.yaml` rendered for `cluster` with its `overwrite.yaml`
+    /// (what an upgrade stage applies, or deletes).
+    ///
+    /// # Errors
+    /// No such stage, or its values-template, helm and object errors.
+    pub async fn render_stage(&self, helm: &Helm, cluster: &ClusterConfig, work: &Path, name: &str) -> Result<Vec<Object>, Errors> {
+        let Addon::Staged { stages, .. } = &self.addon else {
+            return Err(Errors(vec![Error::Release {
+                file: ADDON_CONFIG.into(),
+                message: format!("stage `{name}`: the addon has no stages"),
+            }]));
+        };
+        let Some(stage) = stages.get(name) else {
+            return Err(Errors(vec![Error::Release { file: ADDON_CONFIG.into(), message: format!("stage `{name}` has no chart") }]));
+        };
+        let dir = work.join("values").join(&cluster.namespace).join(&cluster.name);
+        self.render_chart(helm, cluster, &dir, &stage.chart, stage.overwrite.as_ref(), Some(name)).await.map(|(o, _)| o).map_err(Errors)
+    }
+
+    /// `helm template` of one addon chart with its values template rendered into `dir`.
+    async fn render_chart(
+        &self,
+        helm: &Helm,
+        cluster: &ClusterConfig,
+        dir: &Path,
+        chart: &Chart,
+        template: Option<&ValuesTemplate>,
+        stage: Option<&str>,
+    ) -> Result<(Vec<Object>, Vec<Warning>), Vec<Error>> {
+        let (values_file, warnings) = match template.map(|t| t.render(cluster, &self.template_options)).transpose() {
+            Ok(Some(v)) => (Some(v.values), v.warnings),
+            Ok(None) => (None, Vec::new()),
+            Err(e) => return Err(vec![e]),
+        };
+        let mut args: Vec<OsString> = vec![
+            "--include-crds".into(),
+            "--kube-version".into(),
+            self.metadata.kubernetes.clone().into(),
+            ADDON_RELEASE.into(),
+            chart.path.clone().into(),
+            "--namespace".into(),
+            ADDON_NAMESPACE.into(),
+        ];
+        // The values file's path differs per cluster, its content decides the output.
+        let key = self.memo_key(&args, Some(values_file.as_deref().unwrap_or_default()));
+        let rendered = match helm.memoised(&key) {
+            Some(text) => text,
+            None => {
+                if let Some(values) = values_file {
+                    let path = dir.join(format!("{}.yaml", stage.unwrap_or(ADDON_RELEASE)));
+                    let written = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, values));
+                    if let Err(e) = written {
+                        return Err(vec![Error::ReadFile {
+                            file: path.display().to_string(),
+                            message: format!("cannot write values: {e}"),
+                        }]);
+                    }
+                    args.push("-f".into());
+                    args.push(path.into());
+                }
+                helm.template_memoised(key, &chart.name, &args)
+                    .await
+                    .map_err(|source| vec![Error::Helm { chart: chart.name.clone(), source }])?
+            }
+        };
+        let mut objects = objects_of(&rendered, &chart.name, stage.unwrap_or(ADDON_RELEASE), ADDON_NAMESPACE).map_err(|e| e.0)?;
+        if stage.is_none() {
+            objects.iter_mut().for_each(|o| o.stage = None);
+        }
+        Ok((objects, warnings))
     }
 }
 
@@ -441,7 +514,12 @@ pub fn parse_addon_config(file: &str, text: &str) -> Result<Vec<(String, Vec<Sta
                 Some("delete") => Action::Delete,
                 other => return Err(format!("{}: stage `{name}`: action must be `apply` or `delete`, found {other:?}", at(item))),
             };
-            refs.push(StageRef { name: name.to_owned(), action });
+            let what = format!("stage `{name}` of {hook_name}");
+            let pre =
+                item.get("waitForPreCondition").map(|n| wait_for(n, &format!("{what}: waitForPreCondition"), &at)).transpose()?.flatten();
+            let post =
+                item.get("waitForPostCondition").map(|n| wait_for(n, &format!("{what}: waitForPostCondition"), &at)).transpose()?.flatten();
+            refs.push(StageRef { name: name.to_owned(), action, pre, post });
         }
         out.push((hook_name, refs));
     }
@@ -449,6 +527,52 @@ pub fn parse_addon_config(file: &str, text: &str) -> Result<Vec<(String, Vec<Sta
         return Err(format!("no `{INSTALL_HOOK}` stages: stacksync installs a cluster's addons from that hook"));
     }
     Ok(out)
+}
+
+/// A stage's wait: `{objects: [{key, apiVersion, kind, name, namespace}], conditions: <CEL>}`.
+/// Empty (no objects, no conditions) is no wait, as for the operator. The expression must
+/// compile and read only the listed keys.
+fn wait_for(node: &Node, what: &str, at: &dyn Fn(&Node) -> String) -> Result<Option<WaitFor>, String> {
+    if node.is_null() {
+        return Ok(None);
+    }
+    if !matches!(node.value, Value::Map(_)) {
+        return Err(format!("{}: {what} must be a mapping with `objects` and `conditions`", at(node)));
+    }
+    let mut objects = Vec::new();
+    if let Some(list) = node.get("objects") {
+        let items = match &list.value {
+            Value::Seq(items) => items.as_slice(),
+            _ if list.is_null() => &[],
+            _ => return Err(format!("{}: {what}.objects must be a list", at(list))),
+        };
+        for (i, item) in items.iter().enumerate() {
+            let field = |k: &str| item.get(k).and_then(Node::scalar_text).unwrap_or_default().to_owned();
+            let o = WaitObject {
+                key: field("key"),
+                api_version: field("apiVersion"),
+                kind: field("kind"),
+                name: field("name"),
+                namespace: field("namespace"),
+            };
+            for (f, v) in [("key", &o.key), ("apiVersion", &o.api_version), ("kind", &o.kind), ("name", &o.name)] {
+                if v.is_empty() {
+                    return Err(format!("{}: {what}.objects[{i}]: missing `{f}`", at(item)));
+                }
+            }
+            objects.push(o);
+        }
+    }
+    let conditions = node.get("conditions").and_then(Node::scalar_text).unwrap_or_default().trim().to_owned();
+    if conditions.is_empty() {
+        if objects.is_empty() {
+            return Ok(None);
+        }
+        return Err(format!("{}: {what}: `objects` are listed but `conditions` (a CEL expression) is missing", at(node)));
+    }
+    let keys: Vec<&str> = objects.iter().map(|o| o.key.as_str()).collect();
+    super::cel::check(&conditions, &keys).map_err(|e| format!("{}: {what}: {e}", at(node)))?;
+    Ok(Some(WaitFor { objects, conditions }))
 }
 
 /// Stage names are directory names inside the addon package.
@@ -471,6 +595,22 @@ mod tests {
         assert!(e.starts_with("c.yaml:3:7: stage `a`: action must be"), "{e}");
         let e = parse_addon_config("c.yaml", "addonStages:\n  BeforeClusterUpgrade: []\n").unwrap_err();
         assert!(e.contains("no `AfterControlPlaneInitialized` stages"), "{e}");
+    }
+
+    #[test]
+    fn stage_waits_are_read_and_a_bad_expression_names_the_stage() {
+        let text = "addonStages:\n  AfterControlPlaneInitialized:\n    - {name: cni, action: apply}\n  BeforeClusterUpgrade:\n    - name: cni\n      action: apply\n      waitForPreCondition: {}\n      waitForPostCondition:\n        objects:\n          - {key: ds, apiVersion: apps/v1, kind: DaemonSet, name: cilium, namespace: kube-system}\n        conditions: ds.status.numberReady == ds.status.desiredNumberScheduled\n";
+        let hooks = parse_addon_config("clusteraddon.yaml", text).unwrap();
+        let cni = &hooks[1].1[0];
+        assert_eq!(cni.pre, None);
+        let post = cni.post.as_ref().expect("post condition");
+        assert_eq!((post.objects[0].key.as_str(), post.objects[0].to_string()), ("ds", "DaemonSet/kube-system/cilium".to_owned()));
+        let bad = text.replace("ds.status.numberReady ==", "ds.status.numberReady == ==");
+        let e = parse_addon_config("clusteraddon.yaml", &bad).unwrap_err();
+        assert!(e.starts_with("clusteraddon.yaml:9:9: stage `cni` of BeforeClusterUpgrade: waitForPostCondition: CEL expression"), "{e}");
+        let unknown = text.replace("ds.status.numberReady ==", "cm.status.numberReady ==");
+        let e = parse_addon_config("clusteraddon.yaml", &unknown).unwrap_err();
+        assert!(e.contains("undeclared reference to `cm`"), "{e}");
     }
 
     #[test]

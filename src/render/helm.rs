@@ -4,12 +4,20 @@
 //! helm runs isolated from the user's helm setup: `HELM_CACHE_HOME`, `HELM_CONFIG_HOME` and
 //! `HELM_DATA_HOME` point into a work directory, so no plugin, repository or registry login
 //! changes the output; charts must vendor their dependencies (as `helm package` does).
+//!
+//! Renders are memoised in memory ([`Memo`]): callers key each render by what decides its output
+//! (release identity, chart, values content, helm and Kubernetes versions, namespace), so an
+//! unchanged resync runs helm zero times.
 
+use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+use sha2::{Digest, Sha256};
 
 use tokio::sync::Semaphore;
 
@@ -23,6 +31,8 @@ const MAX_STDERR: usize = 2000;
 const MIN_HELM3_MINOR: u64 = 6;
 /// `helm version` must answer within this.
 const VERSION_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bytes of rendered output the memo keeps; the oldest renders go first.
+pub const MEMO_BYTES: usize = 64 * 1024 * 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
@@ -60,6 +70,65 @@ pub struct Helm {
     permits: Arc<Semaphore>,
     timeout: Duration,
     home: Option<PathBuf>,
+    memo: Arc<Mutex<Memo>>,
+    /// helm processes started (renders the memo answered are not counted).
+    runs: Arc<AtomicU64>,
+}
+
+/// What decides a render's output, hashed: see [`Helm::template_memoised`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MemoKey([u8; 32]);
+
+impl MemoKey {
+    /// The key of `parts` (each length-prefixed, so no two lists of parts collide).
+    pub fn of<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> MemoKey {
+        let mut h = Sha256::new();
+        for p in parts {
+            h.update((p.len() as u64).to_le_bytes());
+            h.update(p);
+        }
+        MemoKey(h.finalize().into())
+    }
+}
+
+/// Rendered outputs by key, at most `limit` bytes of them, the oldest evicted first.
+#[derive(Debug)]
+pub struct Memo {
+    outputs: HashMap<MemoKey, Arc<str>>,
+    order: VecDeque<MemoKey>,
+    bytes: usize,
+    limit: usize,
+}
+
+impl Memo {
+    pub fn new(limit: usize) -> Memo {
+        Memo { outputs: HashMap::new(), order: VecDeque::new(), bytes: 0, limit }
+    }
+
+    pub fn get(&self, key: &MemoKey) -> Option<Arc<str>> {
+        self.outputs.get(key).cloned()
+    }
+
+    /// Keeps `output` (not when it alone exceeds the limit), evicting the oldest to fit.
+    pub fn insert(&mut self, key: MemoKey, output: Arc<str>) {
+        if output.len() > self.limit || self.outputs.contains_key(&key) {
+            return;
+        }
+        while self.bytes + output.len() > self.limit {
+            let Some(old) = self.order.pop_front() else { break };
+            if let Some(o) = self.outputs.remove(&old) {
+                self.bytes -= o.len();
+            }
+        }
+        self.bytes += output.len();
+        self.order.push_back(key);
+        self.outputs.insert(key, output);
+    }
+
+    /// Bytes of output kept.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
 }
 
 impl Helm {
@@ -112,7 +181,15 @@ impl Helm {
                 });
             }
         }
-        Ok(Helm { path, version, permits: Arc::new(Semaphore::new(config.parallelism.max(1))), timeout: config.timeout, home: None })
+        Ok(Helm {
+            path,
+            version,
+            permits: Arc::new(Semaphore::new(config.parallelism.max(1))),
+            timeout: config.timeout,
+            home: None,
+            memo: Arc::new(Mutex::new(Memo::new(MEMO_BYTES))),
+            runs: Arc::new(AtomicU64::new(0)),
+        })
     }
 
     /// Keeps helm's cache, config and data directories under `dir` (see the module docs).
@@ -129,6 +206,33 @@ impl Helm {
     /// As `helm version --short` printed it, e.g. `v4.1.4+g05fa379`.
     pub fn version(&self) -> &str {
         &self.version
+    }
+
+    /// How many helm processes this helm (and its clones) started for templates.
+    pub fn runs(&self) -> u64 {
+        self.runs.load(Ordering::Relaxed)
+    }
+
+    /// The memo's answer for `key`, if it has one.
+    pub fn memoised(&self, key: &MemoKey) -> Option<Arc<str>> {
+        self.memo.lock().unwrap_or_else(PoisonError::into_inner).get(key)
+    }
+
+    /// As [`Helm::template`], answered from the memo when `key` was rendered before. The caller
+    /// makes `key` from everything that decides the output besides helm's version (added here):
+    /// release identity, chart, values content, Kubernetes version, namespace. Failures are not
+    /// memoised.
+    ///
+    /// # Errors
+    /// As [`Helm::template`].
+    pub async fn template_memoised(&self, key: MemoKey, chart: &str, args: &[OsString]) -> Result<Arc<str>, Error> {
+        let key = MemoKey::of([key.0.as_slice(), self.version.as_bytes()]);
+        if let Some(out) = self.memoised(&key) {
+            return Ok(out);
+        }
+        let out: Arc<str> = self.template(chart, args).await?.into();
+        self.memo.lock().unwrap_or_else(PoisonError::into_inner).insert(key, out.clone());
+        Ok(out)
     }
 
     /// Runs `helm template ARGS` and returns its standard output. Waits for a free slot first;
@@ -160,6 +264,7 @@ impl Helm {
                 .env("HELM_CONFIG_HOME", home.join("config"))
                 .env("HELM_DATA_HOME", home.join("data"));
         }
+        self.runs.fetch_add(1, Ordering::Relaxed);
         let out = match tokio::time::timeout(self.timeout, cmd.output()).await {
             Ok(Ok(out)) => out,
             Ok(Err(e)) => return Err(Error::Spawn { path: self.path.display().to_string(), message: e.to_string() }),
@@ -189,4 +294,23 @@ fn excerpt(stderr: &str) -> String {
         end -= 1;
     }
     format!("{}...", &one_line[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memo_keeps_at_most_its_limit_and_evicts_the_oldest() {
+        let key = |n: u8| MemoKey::of([[n].as_slice()]);
+        let mut memo = Memo::new(10);
+        memo.insert(key(1), "aaaa".into());
+        memo.insert(key(2), "bbbb".into());
+        memo.insert(key(3), "cccc".into());
+        assert_eq!((memo.get(&key(1)), memo.bytes()), (None, 8), "the oldest went");
+        assert_eq!(memo.get(&key(3)).as_deref(), Some("cccc"));
+        memo.insert(key(4), "x".repeat(11).into());
+        assert_eq!((memo.get(&key(4)), memo.bytes()), (None, 8), "larger than the limit: not kept");
+        assert_ne!(MemoKey::of([b"ab".as_slice(), b"c"]), MemoKey::of([b"a".as_slice(), b"bc"]));
+    }
 }

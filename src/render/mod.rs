@@ -3,6 +3,7 @@
 //! rendering a pure function of the file texts and the variables); a SovereignCloudStack
 //! cluster-stack release is rendered with the real helm ([`clusterstack`]).
 
+pub mod cel;
 pub mod clusterstack;
 pub mod gotemplate;
 pub mod helm;

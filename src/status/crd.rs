@@ -81,8 +81,8 @@ pub struct ClusterSyncStatus {
     /// Not-synced objects beyond [`MAX_ENTRIES`], counted but not listed.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub entries_truncated: u32,
-    /// Every object applied, `group|kind|namespace|name|version`: what the next release prunes
-    /// against.
+    /// Every object applied, `group|kind|namespace|name|version|digest|fields`: what the next
+    /// release prunes against, the manifest digest applied and a hash of the fields stacksync owns.
     #[serde(default)]
     pub inventory: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -93,6 +93,39 @@ pub struct ClusterSyncStatus {
     /// The last `stacksync.io/reconcile-requested-at` annotation value handled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handled_reconcile_at: Option<String>,
+    /// Cluster stacks: the stages run one by one for the last release change
+    /// (`BeforeClusterUpgrade`) or first install with waits (`AfterControlPlaneInitialized`):
+    /// where they are (a restart resumes here) or that they are done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeStatus>,
+}
+
+/// Progress of one release change's upgrade stages.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeStatus {
+    /// The hook whose stages run (`BeforeClusterUpgrade`, `AfterControlPlaneInitialized`).
+    pub hook: String,
+    /// The release tag the Cluster had (its `appliedRelease`; empty for a first install).
+    pub from: String,
+    /// The release tag it moves to.
+    pub to: String,
+    /// The stage running (0-based); equal to `stages` when all are done.
+    pub stage_index: u32,
+    pub stages: u32,
+    /// The stage's name (empty when done).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stage: String,
+    /// `PreCondition`, `Apply`, `PostCondition` or `Done`.
+    pub phase: String,
+    /// What the stage waits for: the objects and the expression, and why it is not met yet.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub waiting_for: String,
+    /// When this phase began (RFC 3339): `stageTimeout` counts from here.
+    pub since: String,
+    /// Set when the stage failed or timed out: why.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub failure: String,
 }
 
 /// Annotation on a `ClusterSync` asking for a reconcile now (any new value; `stacksync

@@ -105,6 +105,9 @@ pub enum Reason {
     /// Some objects did not become healthy within `healthTimeout`, or failed (a Job, a rollout
     /// past its deadline).
     Unhealthy,
+    /// Cluster stacks: an upgrade stage (`BeforeClusterUpgrade`) timed out waiting for its
+    /// condition or could not be applied; the new release's addons are not applied.
+    UpgradeFailed,
     /// Some objects failed, each for a reason that may pass by itself (a timeout, 5xx, 429, a
     /// connection cut): retried with backoff, not stalled.
     TransientError,
@@ -132,6 +135,7 @@ impl Reason {
             Reason::WorkDirUnavailable => "WorkDirUnavailable",
             Reason::Progressing => "Progressing",
             Reason::Unhealthy => "Unhealthy",
+            Reason::UpgradeFailed => "UpgradeFailed",
             Reason::TransientError => "TransientError",
             Reason::TagRefused => "TagRefused",
         }

@@ -377,7 +377,13 @@ async fn warn_mode_never_recreates_an_object_whose_immutable_field_drifted() {
     let stages = [apply(vec![frozen])];
     let warn = proxy.applier(ApplyOptions { drift: DriftMode::Warn, ..options() });
     let first = sync(&warn, &stages, &Inventory::default()).await;
-    let uid = configmaps(&server, "default").get("frozen").await.unwrap().metadata.uid;
+    // Re-created by hand with other data (so our fields are no longer ours: the resync looks).
+    let cms = configmaps(&server, "default");
+    cms.delete("frozen", &Default::default()).await.unwrap();
+    let by_hand: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "frozen"}, "immutable": true, "data": {"a": "2"}})).unwrap();
+    cms.create(&kube::api::PostParams { field_manager: Some("kubectl-create".into()), ..Default::default() }, &by_hand).await.unwrap();
+    let uid = cms.get("frozen").await.unwrap().metadata.uid;
     armed.store(true, Ordering::SeqCst);
 
     let warned = sync(&warn, &stages, &first.inventory).await;

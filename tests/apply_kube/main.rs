@@ -107,3 +107,4 @@ fn widgets_crd() -> Object {
 
 mod basics;
 mod faults;
+mod listing;

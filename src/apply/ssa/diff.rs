@@ -76,6 +76,14 @@ pub fn our_fields(object: &Value) -> Option<&Value> {
         .and_then(|m| m.get("fieldsV1"))
 }
 
+/// 12 hex digits of the sha256 of a FieldsV1 (as [`our_fields`] returns it), for the inventory:
+/// the server keeps FieldsV1 as the bytes it wrote, so the same ownership hashes the same.
+pub fn fields_hash(fields: &Value) -> String {
+    use sha2::{Digest, Sha256};
+    let bytes = serde_json::to_vec(fields).unwrap_or_default();
+    hex::encode(&Sha256::digest(&bytes)[..6])
+}
+
 /// `".data.a, .spec.x"`, at most [`SHOWN_PATHS`] of them.
 pub fn describe(paths: &[String]) -> String {
     let mut text = paths.iter().take(SHOWN_PATHS).cloned().collect::<Vec<_>>().join(", ");

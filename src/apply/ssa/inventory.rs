@@ -52,8 +52,9 @@ impl Inventory {
 }
 
 /// One object of an inventory. Serialised as one compact string,
-/// `group|kind|namespace|name|version|digest` (empty namespace for cluster-scoped objects), so
-/// an inventory of thousands of objects stays small in a status resource.
+/// `group|kind|namespace|name|version|digest|fields` (empty namespace for cluster-scoped objects;
+/// `|fields` left out when empty, and lines of six fields read as having none), so an inventory
+/// of thousands of objects stays small in a status resource.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
 pub struct InventoryEntry {
     pub group: String,
@@ -63,6 +64,10 @@ pub struct InventoryEntry {
     pub version: String,
     /// Digest of the manifest as applied (16 hex digits of its sha256); empty when unknown.
     pub digest: String,
+    /// Hash of the fields our manager owned right after our last apply (12 hex digits of the
+    /// sha256 of its `managedFields` FieldsV1); empty when unknown. While the listed object shows
+    /// the same, nobody changed one of our fields and an unchanged manifest needs no request.
+    pub fields: String,
 }
 
 /// What makes an object the same object across versions: `(group, kind, namespace, name)`.
@@ -88,12 +93,16 @@ impl fmt::Display for InventoryEntry {
         // is unambiguous; the other fields cannot hold either character.
         let name = self.name.replace('|', "%7C");
         let ns = self.namespace.as_deref().unwrap_or_default();
-        write!(f, "{}|{}|{ns}|{name}|{}|{}", self.group, self.kind, self.version, self.digest)
+        write!(f, "{}|{}|{ns}|{name}|{}|{}", self.group, self.kind, self.version, self.digest)?;
+        if !self.fields.is_empty() {
+            write!(f, "|{}", self.fields)?;
+        }
+        Ok(())
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("inventory entry `{0}` is not `group|kind|namespace|name|version|digest`")]
+#[error("inventory entry `{0}` is not `group|kind|namespace|name|version|digest[|fields]`")]
 pub struct ParseEntryError(String);
 
 impl FromStr for InventoryEntry {
@@ -104,7 +113,7 @@ impl FromStr for InventoryEntry {
         let [group, kind, namespace, name, version, rest @ ..] = fields.as_slice() else {
             return Err(ParseEntryError(s.to_string()));
         };
-        if kind.is_empty() || name.is_empty() || version.is_empty() || rest.len() > 1 {
+        if kind.is_empty() || name.is_empty() || version.is_empty() || rest.len() > 2 {
             return Err(ParseEntryError(s.to_string()));
         }
         Ok(InventoryEntry {
@@ -114,6 +123,7 @@ impl FromStr for InventoryEntry {
             name: name.replace("%7C", "|"),
             version: (*version).to_string(),
             digest: rest.first().map(|d| (*d).to_string()).unwrap_or_default(),
+            fields: rest.get(1).map(|d| (*d).to_string()).unwrap_or_default(),
         })
     }
 }
@@ -191,6 +201,7 @@ mod tests {
             name: name.into(),
             version: "v1".into(),
             digest: "abc".into(),
+            fields: String::new(),
         }
     }
 
@@ -211,7 +222,12 @@ mod tests {
         // The digest is optional (an inventory written without it).
         let old: InventoryEntry = "apps|Deployment|default|web|v1".parse().unwrap();
         assert_eq!((old.api_version(), old.digest.as_str()), ("apps/v1".to_string(), ""));
-        for bad in ["", "a|b", "|ConfigMap|default||v1|", "a|b|c|d|e|f|g"] {
+        // Seven fields: the hash of our fields; six (written before it existed) read as none.
+        let with: InventoryEntry = "|ConfigMap|default|a|v1|abc|0123456789ab".parse().unwrap();
+        assert_eq!((with.digest.as_str(), with.fields.as_str()), ("abc", "0123456789ab"));
+        assert_eq!(with.to_string(), "|ConfigMap|default|a|v1|abc|0123456789ab");
+        assert_eq!("|ConfigMap|default|a|v1|abc".parse::<InventoryEntry>().unwrap().fields, "");
+        for bad in ["", "a|b", "|ConfigMap|default||v1|", "a|b|c|d|e|f|g|h"] {
             assert!(bad.parse::<InventoryEntry>().is_err(), "{bad}");
         }
     }

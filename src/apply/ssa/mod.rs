@@ -6,6 +6,7 @@ mod diff;
 mod discovery;
 mod error;
 mod inventory;
+mod listing;
 pub mod names;
 mod object;
 mod preview;
@@ -27,6 +28,7 @@ pub use preview::{Planned, PlannedChange, Preview};
 
 use discovery::{DiscoveryCache, Unresolved};
 use inventory::{Key, PruneLimits, PrunePlan};
+use listing::{Listings, Scopes};
 use object::{Deletion, Outcome, Policy, Target};
 
 use crate::apply::health::Health;
@@ -144,6 +146,8 @@ struct Run {
     recorded: HashSet<InventoryEntry>,
     /// Objects of delete stages: never prune candidates.
     deleted: Vec<InventoryEntry>,
+    /// Our objects per kind, listed once per sync (`listing.rs`).
+    listings: Listings,
 }
 
 impl Run {
@@ -193,7 +197,9 @@ impl Applier {
     /// object gets its entry, a failed one never stops the others, and the returned inventory
     /// is safe to pass to the next sync whatever happened.
     ///
-    /// Idempotent: a second sync of the same stages makes reads and dry-runs only, no writes.
+    /// Idempotent: a second sync of the same stages makes no writes; objects whose manifest and
+    /// whose fields of ours did not change since the previous sync cost one LIST per kind in all
+    /// (`listing.rs`), the others a read and a dry-run each.
     /// Cancellation: dropping the future may leave some objects applied and others not; the
     /// next sync with the same `previous` completes the work (nothing is pruned that it would
     /// not have pruned).
@@ -203,11 +209,17 @@ impl Applier {
             result: SyncResult::default(),
             recorded: HashSet::new(),
             deleted: Vec::new(),
+            listings: Listings::default(),
         };
-        let digests: Digests<'_> = previous.entries.iter().map(|e| (e.key(), e.digest.as_str())).collect();
+        let digests = digests(previous);
+        let mut scopes: Scopes<'_> = HashMap::new();
+        for e in &previous.entries {
+            let ns = e.namespace.as_deref();
+            scopes.entry((e.group.as_str(), e.kind.as_str())).and_modify(|s| *s = s.filter(|s| Some(*s) == ns)).or_insert(ns);
+        }
         for stage in stages {
             match stage.action {
-                StageAction::Apply => self.apply_stage(stage, &digests, &mut run).await,
+                StageAction::Apply => self.apply_stage(stage, &digests, &scopes, &mut run).await,
                 StageAction::Delete => self.delete_stage(stage, &digests, &mut run).await,
             }
         }
@@ -217,7 +229,7 @@ impl Applier {
         run.result
     }
 
-    async fn apply_stage(&self, stage: &Stage, previous: &Digests<'_>, run: &mut Run) {
+    async fn apply_stage(&self, stage: &Stage, previous: &Digests<'_>, scopes: &Scopes<'_>, run: &mut Run) {
         let mut objects: Vec<&Object> = stage.objects.iter().collect();
         objects.sort_by(|a, b| order::compare(a, b));
         for rank in objects.chunk_by(|a, b| order::rank(a) == order::rank(b)) {
@@ -227,6 +239,9 @@ impl Applier {
                 entries.push(entry);
                 slots.push(slot);
             }
+            let targets: Vec<&Target<'_>> = slots.iter().filter_map(|s| s.as_ref().ok()).collect();
+            self.list_kinds(&targets, scopes, &mut run.listings).await;
+            let listings = &run.listings;
             let outcomes: Vec<Outcome> = futures_util::stream::iter(
                 slots
                     .iter()
@@ -235,11 +250,14 @@ impl Applier {
                         // provably `Send`, so callers may spawn it (kube-runtime's Controller does).
                         async move {
                             match slot {
-                                Ok(t) => {
-                                    let outcome = self.apply_one(t).await;
-                                    self.establish(t, outcome).await
-                                }
-                                Err(not) => Outcome { entry: not.entry.clone(), drifted: None, health: None, transient: false },
+                                Ok(t) => match self.decided_by_listing(t, listings) {
+                                    Some(outcome) => outcome,
+                                    None => {
+                                        let outcome = self.apply_one(t).await;
+                                        self.establish(t, outcome).await
+                                    }
+                                },
+                                Err(not) => Outcome::new(&not.entry, not.entry.action, not.entry.message.clone()),
                             }
                         }
                         .boxed()
@@ -259,8 +277,12 @@ impl Applier {
                 if outcome.entry.action == Action::Failed {
                     // Not applied: keep the digest that was, so the next sync still sees a
                     // release change as one (and not as drift).
-                    let applied = previous.get(&entry.key()).map(|d| (*d).to_string()).unwrap_or_default();
-                    entry.digest = applied;
+                    // Nor did it change the object: the fields recorded for it still hold.
+                    let (digest, fields) = previous.get(&entry.key()).copied().unwrap_or_default();
+                    (entry.digest, entry.fields) = (digest.to_string(), fields.to_string());
+                } else {
+                    // Only an object now as our apply made it may be decided by a listing next time.
+                    entry.fields = outcome.fields.clone().unwrap_or_default();
                 }
                 run.record(entry);
                 run.push(outcome);
@@ -308,7 +330,7 @@ impl Applier {
                                 },
                                 // A kind the server does not serve has no objects left to delete.
                                 Err(not) if not.kind_not_served => Outcome::new(&not.entry, Action::Unchanged, "absent"),
-                                Err(not) => Outcome { entry: not.entry.clone(), drifted: None, health: None, transient: false },
+                                Err(not) => Outcome::new(&not.entry, not.entry.action, not.entry.message.clone()),
                             }
                         }
                         .boxed()
@@ -343,6 +365,7 @@ impl Applier {
             name: o.name.clone(),
             version: version.to_string(),
             digest: String::new(),
+            fields: String::new(),
         };
         // Before anything is sent: kube builds request URLs from these as they are.
         if let Err(message) = names::check(&o.kind, o.namespace.as_deref(), &o.name) {
@@ -400,17 +423,20 @@ impl Applier {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resolved.resource),
             None => Api::all_with(self.client.clone(), &resolved.resource),
         };
-        let previous_digest = previous.get(&inventory.key()).map(|d| (*d).to_string());
+        let previous_digest = previous.get(&inventory.key()).map(|(d, _)| (*d).to_string());
+        let previous_fields = previous.get(&inventory.key()).map(|(_, f)| (*f).to_string());
         let target = Target {
             object: o,
             entry,
             api,
+            resource: resolved.resource.clone(),
             body,
             force: self.options.force || annotation(FORCE_ANNOTATION) == Some("true"),
             recreate: annotation(RECREATE_ANNOTATION) == Some("true"),
             inventory: inventory.clone(),
             policy,
             previous_digest,
+            previous_fields,
         };
         (inventory, Ok(target))
     }
@@ -520,8 +546,12 @@ impl Applier {
     }
 }
 
-/// The previous inventory's manifest digests by object.
-type Digests<'a> = HashMap<Key<'a>, &'a str>;
+/// The previous inventory's manifest digests and hashes of our fields, by object.
+type Digests<'a> = HashMap<Key<'a>, (&'a str, &'a str)>;
+
+fn digests(previous: &Inventory) -> Digests<'_> {
+    previous.entries.iter().map(|e| (e.key(), (e.digest.as_str(), e.fields.as_str()))).collect()
+}
 
 /// An object with nothing to send: its entry says why (Failed, or Skipped for `ignore`).
 struct NotPrepared {
@@ -558,7 +588,7 @@ fn not_ours(label: Option<&str>) -> String {
 }
 
 fn key_only(e: &InventoryEntry) -> InventoryEntry {
-    InventoryEntry { version: String::new(), digest: String::new(), ..e.clone() }
+    InventoryEntry { version: String::new(), digest: String::new(), fields: String::new(), ..e.clone() }
 }
 
 /// 16 hex digits of the sha256 of the manifest as sent.

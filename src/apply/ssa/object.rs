@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use serde_json::Value;
 
 use super::error::{Error, Result};
@@ -28,6 +28,8 @@ pub struct Target<'a> {
     /// Its entry, with the namespace it really lives in; the action and message are filled in.
     pub entry: Entry,
     pub api: Api<DynamicObject>,
+    /// The resource serving its kind (what a listing of the kind asks for).
+    pub resource: ApiResource,
     /// The manifest as sent: defaulted namespace, our owner label.
     pub body: Value,
     pub inventory: InventoryEntry,
@@ -36,6 +38,8 @@ pub struct Target<'a> {
     pub recreate: bool,
     /// The digest the previous sync applied this object with, if it did.
     pub previous_digest: Option<String>,
+    /// The hash of our fields the previous sync recorded for it, if it did.
+    pub previous_fields: Option<String>,
 }
 
 impl Target<'_> {
@@ -45,12 +49,14 @@ impl Target<'_> {
             object: self.object,
             entry: self.entry.clone(),
             api: self.api.clone(),
+            resource: self.resource.clone(),
             body: self.body.clone(),
             inventory: self.inventory.clone(),
             policy: self.policy,
             force: self.force,
             recreate: self.recreate,
             previous_digest: self.previous_digest.clone(),
+            previous_fields: self.previous_fields.clone(),
         }
     }
 }
@@ -67,11 +73,26 @@ pub struct Outcome {
     pub health: Option<Health>,
     /// Failed for a reason that may pass by itself (timeout, 5xx, 429, connection).
     pub transient: bool,
+    /// Hash of our fields on the object as the server showed it after this sync, when the live
+    /// object is now what our apply makes it (created, configured, unchanged): the inventory
+    /// records it and the next sync's listing compares with it.
+    pub fields: Option<String>,
 }
 
 impl Outcome {
     pub fn new(entry: &Entry, action: Action, message: impl Into<String>) -> Outcome {
-        Outcome { entry: Entry { action, message: message.into(), ..entry.clone() }, drifted: None, health: None, transient: false }
+        Outcome {
+            entry: Entry { action, message: message.into(), ..entry.clone() },
+            drifted: None,
+            health: None,
+            transient: false,
+            fields: None,
+        }
+    }
+
+    /// Records the hash of our fields as `object` shows them.
+    fn with_fields(self, object: &Value) -> Outcome {
+        Outcome { fields: diff::our_fields(object).map(diff::fields_hash), ..self }
     }
 
     fn with_drift(self, drifted: Option<Vec<String>>) -> Outcome {
@@ -126,7 +147,7 @@ impl Applier {
         let Some(live) = live else {
             // Absent: nothing to compare with and nothing to overwrite, in any drift mode.
             let created = self.patch(t).await?;
-            return Ok(Outcome::new(&t.entry, Action::Created, "").with_health(&created));
+            return Ok(Outcome::new(&t.entry, Action::Created, "").with_health(&created).with_fields(&to_value(&created)));
         };
         if live.metadata.deletion_timestamp.is_some() {
             // A dry-run or a write would "succeed" on it, yet it is about to vanish (finalizers
@@ -146,7 +167,7 @@ impl Applier {
         let (live, dry) = (to_value(&live), to_value(&dry));
         let changed = diff::changed_paths(&live, &dry);
         if changed.is_empty() && diff::our_fields(&live) == diff::our_fields(&dry) {
-            return Ok(Outcome { health: Some(health), ..Outcome::new(&t.entry, Action::Unchanged, "") });
+            return Ok(Outcome { health: Some(health), ..Outcome::new(&t.entry, Action::Unchanged, "").with_fields(&dry) });
         }
         let release_changed = release_changed(t);
         let drifted = (!release_changed && !changed.is_empty()).then_some(changed);
@@ -164,7 +185,7 @@ impl Applier {
         if let Some(managers) = took_over {
             message = format!("{message}{}taken back from {managers}", if message.is_empty() { "" } else { ", " });
         }
-        Ok(Outcome::new(&t.entry, Action::Configured, message).with_drift(drifted).with_health(&applied))
+        Ok(Outcome::new(&t.entry, Action::Configured, message).with_drift(drifted).with_health(&applied).with_fields(&to_value(&applied)))
     }
 
     /// Applies; when that conflicts only with managers a human uses (`kubectl edit`, `kubectl
@@ -218,7 +239,7 @@ impl Applier {
             self.patch(t).await
         };
         match result.await {
-            Ok(_) => Outcome::new(&t.entry, Action::Configured, format!("re-created: {}", cause.message())),
+            Ok(o) => Outcome::new(&t.entry, Action::Configured, format!("re-created: {}", cause.message())).with_fields(&to_value(&o)),
             Err(e) => Outcome::failed(&t.entry, &e),
         }
     }

@@ -59,7 +59,7 @@ impl Applier {
     /// the live objects that carry our owner label.
     pub async fn preview(&self, stages: &[Stage], previous: &Inventory) -> Preview {
         let mut cache = DiscoveryCache::new(self.client.clone(), self.options.request_timeout, self.options.crd_wait);
-        let digests: Digests<'_> = previous.entries.iter().map(|e| (e.key(), e.digest.as_str())).collect();
+        let digests: Digests<'_> = super::digests(previous);
         // Kinds this release defines: before its CRDs are applied the server does not serve them,
         // and their objects would be created.
         let defined: HashSet<(String, String)> = stages

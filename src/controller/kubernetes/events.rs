@@ -7,12 +7,11 @@
 //! Warnings on every reconcile that ends in them, so their series counts the attempts.
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::Api;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tracing::debug;
 
 use super::kube_error;
-use crate::status::crd::{ClusterSync, ClusterSyncStatus, Condition};
+use crate::status::crd::{ClusterSyncStatus, Condition};
 
 /// The `reportingController` of every event.
 pub const CONTROLLER: &str = "stacksync.io/stacksync";
@@ -20,31 +19,51 @@ pub const CONTROLLER: &str = "stacksync.io/stacksync";
 /// Largest event note (the API server refuses notes over 1 KiB).
 const MAX_NOTE: usize = 1000;
 
-/// The process's event recorder (its dedup cache lives as long as the controller).
+/// Events queued at most; more are dropped (a flood of failures must not hold reconciles up).
+const QUEUE: usize = 1024;
+
+enum Job {
+    Publish(ObjectReference, Vec<Event>),
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+/// The process's event publisher: reconciles queue their events and go on; one task publishes
+/// them in order with kube-runtime's `Recorder` (its dedup cache lives as long as the
+/// controller), as client-go's broadcaster does. The task ends when the `Events` is dropped.
 pub(super) struct Events {
-    recorder: Recorder,
+    queue: tokio::sync::mpsc::Sender<Job>,
 }
 
 impl Events {
     /// `instance` tells replicas apart (the pod name, from `POD_NAME`, else the host name).
+    /// Must be called within the Tokio runtime (it starts the publishing task).
     pub(super) fn new(client: kube::Client) -> Events {
         let instance = std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok()).filter(|s| !s.is_empty());
-        Events { recorder: Recorder::new(client, Reporter { controller: CONTROLLER.into(), instance }) }
+        let recorder = Recorder::new(client, Reporter { controller: CONTROLLER.into(), instance });
+        let (queue, mut jobs) = tokio::sync::mpsc::channel::<Job>(QUEUE);
+        tokio::spawn(async move {
+            while let Some(job) = jobs.recv().await {
+                match job {
+                    Job::Publish(reference, events) => {
+                        for ev in &events {
+                            if let Err(e) = recorder.publish(ev, &reference).await {
+                                debug!(reason = %ev.reason, error = %kube_error(&e), "cannot publish an event");
+                            }
+                        }
+                    }
+                    Job::Flush(done) => {
+                        let _ = done.send(());
+                    }
+                }
+            }
+        });
+        Events { queue }
     }
 
-    /// Publishes `events` about the ClusterSync `name` in `api`'s namespace. Best effort: an
-    /// event that cannot be written is logged at debug level and dropped (events are a view, the
-    /// status is the record).
-    pub(super) async fn cluster_sync(&self, api: &Api<ClusterSync>, namespace: &str, name: &str, uid: Option<String>, events: Vec<Event>) {
-        if events.is_empty() {
-            return;
-        }
-        // `kubectl describe` selects events by the object's uid: a ClusterSync created by this
-        // reconcile is read back once to learn it.
-        let uid = match uid {
-            Some(uid) => Some(uid),
-            None => api.get_opt(name).await.ok().flatten().and_then(|cs| cs.metadata.uid),
-        };
+    /// Queues `events` about the ClusterSync `namespace/name` (`uid`: `kubectl describe`
+    /// selects events by it). Best effort: an event that cannot be written, or finds the queue
+    /// full, is dropped (events are a view, the status is the record).
+    pub(super) fn cluster_sync(&self, namespace: &str, name: &str, uid: Option<String>, events: Vec<Event>) {
         let reference = ObjectReference {
             api_version: Some("stacksync.io/v1alpha1".into()),
             kind: Some("ClusterSync".into()),
@@ -53,11 +72,11 @@ impl Events {
             uid,
             ..ObjectReference::default()
         };
-        self.publish(&reference, &events).await;
+        self.publish(reference, events);
     }
 
-    /// Publishes `events` about the (cluster-scoped) StackRelease `name`.
-    pub(super) async fn stack_release(&self, name: &str, uid: Option<String>, events: Vec<Event>) {
+    /// Queues `events` about the (cluster-scoped) StackRelease `name`.
+    pub(super) fn stack_release(&self, name: &str, uid: Option<String>, events: Vec<Event>) {
         let reference = ObjectReference {
             api_version: Some("stacksync.io/v1alpha1".into()),
             kind: Some("StackRelease".into()),
@@ -65,14 +84,21 @@ impl Events {
             uid,
             ..ObjectReference::default()
         };
-        self.publish(&reference, &events).await;
+        self.publish(reference, events);
     }
 
-    async fn publish(&self, reference: &ObjectReference, events: &[Event]) {
-        for ev in events {
-            if let Err(e) = self.recorder.publish(ev, reference).await {
-                debug!(reason = %ev.reason, error = %kube_error(&e), "cannot publish an event");
-            }
+    fn publish(&self, reference: ObjectReference, events: Vec<Event>) {
+        if !events.is_empty() && self.queue.try_send(Job::Publish(reference, events)).is_err() {
+            debug!("event queue full; events dropped");
+        }
+    }
+
+    /// Waits (at most `deadline`) until everything queued so far is published: before a
+    /// `run --once` process exits.
+    pub(super) async fn flush(&self, deadline: std::time::Duration) {
+        let (done, published) = tokio::sync::oneshot::channel();
+        if self.queue.send(Job::Flush(done)).await.is_ok() {
+            let _ = tokio::time::timeout(deadline, published).await;
         }
     }
 }

@@ -26,6 +26,7 @@ mod rollup;
 mod run;
 mod status;
 mod telemetry;
+mod upgrade;
 
 pub use diff::{ClusterDiff, diff};
 pub use render::render;

@@ -103,6 +103,7 @@ async fn reconcile_in(
     let (status, changes, crd, action, failure) = match outcome {
         Ok(done) => {
             let action = match done.status.reason {
+                _ if done.requeue.is_some() => Action::requeue(done.requeue.unwrap_or(HEALTH_RECHECK)),
                 _ if done.status.ready => Action::requeue(k.resync),
                 // Rolling out: look again soon, without counting it as a failure.
                 Reason::Progressing => Action::requeue(HEALTH_RECHECK),
@@ -139,11 +140,10 @@ async fn reconcile_in(
     };
     let next = stamp(crd);
     let events = super::events::for_cluster_sync(&prev_status, &next, changes.writes(), &changes.summary());
-    write_cluster_sync(&syncs, sub, &c, &owner, previous.as_ref(), next, k.resync / 2)
+    let uid = write_cluster_sync(&syncs, sub, &c, &owner, previous.as_ref(), next, k.resync / 2)
         .await
         .map_err(|source| Error::WriteStatus { cluster: key.clone(), source })?;
-    let uid = previous.as_ref().and_then(|p| p.metadata.uid.clone());
-    kube.events.cluster_sync(&syncs, &key.namespace, &key.name, uid, events).await;
+    kube.events.cluster_sync(&key.namespace, &key.name, uid, events);
     let report = ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes };
     let outcome = match failure {
         Some(f) if f.transient => Err(Error::Sync { cluster: key, reason: f.reason, message: f.message, transient: true }),
@@ -156,6 +156,8 @@ struct Done {
     status: ClusterStatus,
     changes: ChangeSet,
     crd: ClusterSyncStatus,
+    /// Look again after this (an upgrade stage waiting), whatever the reason.
+    requeue: Option<Duration>,
 }
 
 /// Everything between reading the previous status and writing the new one.
@@ -175,7 +177,7 @@ async fn sync(
         let mut crd = prev.clone();
         crd.conditions.retain(|c| c.type_ == "Ready");
         crd.conditions.push(super::status::condition(&prev.conditions, reason.as_str(), reason.as_str(), &st.message));
-        Done { status: st, changes: ChangeSet::default(), crd }
+        Done { status: st, changes: ChangeSet::default(), crd, requeue: None }
     };
     if is_paused(obj) {
         info!("Cluster is paused; nothing is written to it");
@@ -240,7 +242,20 @@ async fn apply_release(
             Err(e) => warn!(error = %kube_error(&e), "cannot record that the apply started"),
         }
     }
-    let applier = Applier::new(client, apply_options(k, sub, c));
+    let options = apply_options(k, sub, c);
+    // A release change runs the new release's upgrade stages first, a first install its stages
+    // with waits one by one (`upgrade.rs`).
+    let upgraded = if super::upgrade::needed(sub, prev, &rel.tag) {
+        match super::upgrade::advance(kube, sub, c, &prepared, &client, options.clone(), prev).await {
+            super::upgrade::Step::Done(u) => Some(u),
+            super::upgrade::Step::NotNeeded => prev.upgrade.clone(),
+            step => return Ok(upgrade_held(sub, c, &rel, prev, step)),
+        }
+    } else {
+        // Stages left half-way (the class moved back) are abandoned: a later move starts afresh.
+        prev.upgrade.clone().filter(|u| u.phase == super::upgrade::DONE)
+    };
+    let applier = Applier::new(client, options);
     let result = applier.sync(&stages, &Inventory::from_lines(&prev.inventory)).await;
     let mut st = ClusterStatus::applied(sub, c, &rel, &result.changes).with_assets(&rel.tag, &rel.commit, &prepared.assets);
     if let Some(paused) = &result.prune_paused {
@@ -308,8 +323,33 @@ async fn apply_release(
         kube.ctx.adopt(sub, &rel).await;
         super::status::record_release(&kube.mgmt, &kube.events, sub, &rel, &prepared.assets, true, None).await;
     }
-    let crd = applied_crd(prev, &rel, &st, &result.changes, &unhealthy, result.inventory.to_lines(), digest);
-    Ok(Done { status: st, changes: result.changes, crd })
+    let mut crd = applied_crd(prev, &rel, &st, &result.changes, &unhealthy, result.inventory.to_lines(), digest);
+    crd.upgrade = upgraded;
+    Ok(Done { status: st, changes: result.changes, crd, requeue: None })
+}
+
+/// An upgrade stage waits or failed: the applied release and its objects stay as they are, the
+/// status says which stage and why.
+fn upgrade_held(sub: &Subscription, c: &ClusterConfig, rel: &Release, prev: &ClusterSyncStatus, step: super::upgrade::Step) -> Done {
+    use super::upgrade::Step;
+    let (upgrade, message, requeue, reason) = match step {
+        Step::Wait { upgrade, message, after } => (upgrade, message, Some(after), Reason::Progressing),
+        Step::Failed { upgrade, message } => (upgrade, message, None, Reason::UpgradeFailed),
+        Step::Done(upgrade) => (upgrade, String::new(), None, Reason::Progressing),
+        Step::NotNeeded => (prev.upgrade.clone().unwrap_or_default(), String::new(), None, Reason::Progressing),
+    };
+    info!("{message}");
+    let mut st = ClusterStatus::failed(sub, c, Some(rel), None, reason, message.clone());
+    st.synced = prev.synced as usize;
+    st.total = prev.total as usize;
+    let mut crd = prev.clone();
+    crd.wanted_release = Some(super::status::release_ref(rel));
+    crd.conditions = match reason {
+        Reason::Progressing => super::status::progressing(&prev.conditions, &message),
+        _ => super::status::conditions(&prev.conditions, false, reason, &message),
+    };
+    crd.upgrade = Some(upgrade);
+    Done { status: st, changes: ChangeSet::default(), crd, requeue }
 }
 
 /// How a Cluster's objects are applied (the sync and `stacksync diff` alike).

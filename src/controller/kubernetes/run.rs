@@ -371,6 +371,8 @@ pub async fn pass(ctx: Arc<Context>, concurrency: usize) -> PassReport {
     kube.classes.prune(&kube, &referenced).await;
     collect_garbage(&kube, &referenced).await;
     super::rollup::once(&kube).await;
+    // The process exits after the pass: what was queued is published first.
+    kube.events.flush(Duration::from_secs(10)).await;
     report
 }
 

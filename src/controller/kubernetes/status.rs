@@ -164,7 +164,7 @@ pub(super) struct Owner<'a> {
 }
 
 /// Creates the ClusterSync if needed (owned by its Cluster) and writes its status with
-/// server-side apply, only when it changed — or when the last sync time is older than
+/// server-side apply (returning its uid, for Events), only when it changed — or when the last sync time is older than
 /// `heartbeat`, so `LAST SYNC` shows the daemon is alive without a write per reconcile.
 pub(super) async fn write_cluster_sync(
     api: &Api<ClusterSync>,
@@ -174,7 +174,7 @@ pub(super) async fn write_cluster_sync(
     previous: Option<&ClusterSync>,
     mut status: ClusterSyncStatus,
     heartbeat: std::time::Duration,
-) -> Result<(), kube::Error> {
+) -> Result<Option<String>, kube::Error> {
     let spec = ClusterSyncSpec { cluster: c.name.clone(), subscription: sub.name.clone() };
     let params = PatchParams::apply(MANAGER).force();
     let owner_refs = match owner.uid {
@@ -184,8 +184,8 @@ pub(super) async fn write_cluster_sync(
     let owned = previous.is_some_and(|p| {
         owner.uid.is_none() || p.metadata.owner_references.as_ref().is_some_and(|r| r.iter().any(|r| Some(r.uid.as_str()) == owner.uid))
     });
-    let generation = match previous {
-        Some(p) if p.spec == spec && owned => p.metadata.generation,
+    let (generation, uid) = match previous {
+        Some(p) if p.spec == spec && owned => (p.metadata.generation, p.metadata.uid.clone()),
         _ => {
             let body = json!({
                 "apiVersion": "stacksync.io/v1alpha1",
@@ -193,7 +193,8 @@ pub(super) async fn write_cluster_sync(
                 "metadata": {"name": c.name, "labels": {"stacksync.io/subscription": sub.name}, "ownerReferences": owner_refs},
                 "spec": spec,
             });
-            api.patch(&c.name, &params, &Patch::Apply(body)).await?.metadata.generation
+            let written = api.patch(&c.name, &params, &Patch::Apply(body)).await?;
+            (written.metadata.generation, written.metadata.uid)
         }
     };
     status.observed_generation = generation;
@@ -211,13 +212,13 @@ pub(super) async fn write_cluster_sync(
     {
         status.last_sync_time.clone_from(&o.last_sync_time);
         if o == &status {
-            return Ok(());
+            return Ok(uid);
         }
     }
     status.last_sync_time = Some(now());
     let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "ClusterSync", "metadata": {"name": c.name}, "status": status});
     api.patch_status(&c.name, &params, &Patch::Apply(body)).await?;
-    Ok(())
+    Ok(uid)
 }
 
 /// The at-a-glance fields: `objects` (`synced/total`) and `message` (the `Ready` condition's
@@ -307,7 +308,7 @@ pub(super) async fn record_release(
         .then(|| class.and_then(|c| c.errors.first()).map_or("", String::as_str));
     let unverified = assets.iter().filter(|a| a.verified_by == crate::source::github::verify::VerifiedBy::Unverified).count();
     let evs = super::events::for_stack_release(&rel.tag, current.is_none(), unverified, newly_failed);
-    events.stack_release(&name, uid, evs).await;
+    events.stack_release(&name, uid, evs);
     // `conditions` and `clusters` belong to the roll-up (its own field manager): not compared,
     // not written here.
     let unchanged = old_status.is_some_and(|c| StackReleaseStatus { conditions: Vec::new(), clusters: None, ..c } == status);

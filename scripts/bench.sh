@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The benchmark command (the README's third; not part of CI's test step): builds in release mode
+# and runs every benchmark against its peer on this machine.
+#   - benches/fleet.rs: N Clusters x 40 objects cold and no-op against one testkit API server
+#     process, vs the real kubectl and vs the raw server-side apply ceiling measured with wrk;
+#     prints a table and writes target/bench/results.json (BENCH_OUT overrides).
+#   - benches/peers.rs: asset verify/download, git fetch, 300-object apply vs their peers.
+# BENCH_SIZES (default 100,1000,5000) chooses the fleet sizes; kubectl runs up to
+# BENCH_KUBECTL_MAX Clusters (default 1000: kubectl applies one object at a time).
+# Results and what bounds them: docs/performance.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if ! command -v wrk >/dev/null; then
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+fi
+tools="${STACKSYNC_TOOLS_DIR:-$HOME/.cache/stacksync-tools}"
+if [ ! -x "$tools/bin/kubectl" ]; then
+  scripts/install-tools.sh
+fi
+target="${CARGO_TARGET_DIR:-target}"
+out="${BENCH_OUT:-target/bench/results.json}"
+
+cargo build --release --locked -p testkit --bin testkit
+cargo bench --locked --bench fleet -- \
+  --testkit "$target/release/testkit" \
+  --kubectl "$tools/bin/kubectl" \
+  --wrk "$(command -v wrk)" \
+  --sizes "${BENCH_SIZES:-100,1000,5000}" \
+  --kubectl-max "${BENCH_KUBECTL_MAX:-1000}" \
+  --out "$out"
+if [ -z "${BENCH_FLEET_ONLY:-}" ]; then
+  PATH="$tools/bin:$PATH" cargo bench --locked --bench peers
+fi

@@ -1,0 +1,148 @@
+//! The no-op resync in O(kinds): one LIST per kind, selected by our owner label, decides that an
+//! object whose manifest did not change needs no request of its own.
+//!
+//! Why that is enough: under server-side apply, any write by another manager that changes one
+//! of the fields we apply moves that field's ownership away from us (an update takes it, a
+//! forced apply takes it, a delete and re-create drops our entry). So when the listed object
+//! still shows exactly the `managedFields` FieldsV1 our manager had right after our last apply
+//! (its hash is in the inventory), and the manifest's digest is the one we applied, the dry-run
+//! would find nothing to change. Anything else — a different digest, a different hash, an object
+//! missing from the list (deleted, or our owner label changed), a failed list, an object being
+//! deleted — goes through the full read / dry-run / compare path for that object only.
+
+use std::collections::HashMap;
+
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use serde_json::Value;
+
+use super::object::{Outcome, Policy, Target, to_value};
+use super::{Applier, OWNER_LABEL, diff};
+use crate::apply::health::{self, Health};
+use crate::apply::{Action, SkipReason};
+
+/// Items per LIST page: bounds each response however many objects one owner has.
+const PAGE: u32 = 500;
+/// Pages per list; an owner with more objects of one kind than this takes the full path.
+const MAX_PAGES: usize = 100;
+
+/// What one listed object tells the fast path.
+#[derive(Debug, Clone)]
+pub(super) struct Listed {
+    /// Hash of our manager's apply FieldsV1 ([`diff::fields_hash`]).
+    fields: Option<String>,
+    deleting: bool,
+    health: Health,
+    /// For a CRD: its `Established` condition is `True`.
+    established: bool,
+}
+
+/// The owner's objects of one kind by `(namespace, name)`; `None` when the list failed.
+pub(super) type Listing = Option<HashMap<(Option<String>, String), Listed>>;
+
+/// Listings of one sync, by `(group, plural)`: each kind is listed at most once.
+#[derive(Default)]
+pub(super) struct Listings(HashMap<(String, String), Listing>);
+
+/// Where a kind's list looks: in one namespace when every object of the kind the previous sync
+/// recorded lives there (the narrowest permission), otherwise in all namespaces.
+pub(super) type Scopes<'a> = HashMap<(&'a str, &'a str), Option<&'a str>>;
+
+impl Listings {
+    fn get(&self, resource: &ApiResource) -> Option<&Listing> {
+        self.0.get(&(resource.group.clone(), resource.plural.clone()))
+    }
+}
+
+impl Target<'_> {
+    /// Whether the listing may decide this object: an applied manifest that did not change
+    /// since the apply whose ownership we recorded (or an apply-once object, which only needs
+    /// to exist).
+    pub(super) fn may_skip(&self) -> bool {
+        match self.policy {
+            Policy::ApplyOnce => true,
+            Policy::Apply => {
+                self.previous_digest.as_deref() == Some(self.inventory.digest.as_str())
+                    && self.previous_fields.as_deref().is_some_and(|f| !f.is_empty())
+            }
+            Policy::Ignore => false,
+        }
+    }
+}
+
+impl Applier {
+    /// Lists, once per sync, the kind of every target the listing may decide.
+    pub(super) async fn list_kinds(&self, targets: &[&Target<'_>], scopes: &Scopes<'_>, listings: &mut Listings) {
+        for t in targets.iter().filter(|t| t.may_skip()) {
+            if listings.get(&t.resource).is_some() {
+                continue;
+            }
+            let scope = scopes.get(&(t.inventory.group.as_str(), t.inventory.kind.as_str())).copied().flatten();
+            let listing = self.list_owned(&t.resource, t.inventory.namespace.as_deref().and(scope)).await;
+            listings.0.insert((t.resource.group.clone(), t.resource.plural.clone()), listing);
+        }
+    }
+
+    /// Every object of one kind carrying our owner label, in `namespace` or everywhere.
+    async fn list_owned(&self, resource: &ApiResource, namespace: Option<&str>) -> Listing {
+        let api: Api<DynamicObject> = match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
+            None => Api::all_with(self.client.clone(), resource),
+        };
+        let selector = format!("{OWNER_LABEL}={}", self.owner_value);
+        let mut params = ListParams::default().labels(&selector).limit(PAGE);
+        let mut found = HashMap::new();
+        for _ in 0..MAX_PAGES {
+            let page = match tokio::time::timeout(self.options.request_timeout, api.list(&params)).await {
+                Ok(Ok(page)) => page,
+                Ok(Err(e)) => {
+                    tracing::debug!(kind = %resource.kind, error = %e, "listing our objects failed; checking each object instead");
+                    return None;
+                }
+                Err(_) => {
+                    tracing::debug!(kind = %resource.kind, "listing our objects timed out; checking each object instead");
+                    return None;
+                }
+            };
+            for item in &page.items {
+                let value = to_value(item);
+                let listed = Listed {
+                    fields: diff::our_fields(&value).map(diff::fields_hash),
+                    deleting: item.metadata.deletion_timestamp.is_some(),
+                    health: health::assess(&value),
+                    established: value
+                        .pointer("/status/conditions")
+                        .and_then(Value::as_array)
+                        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Established" && c["status"] == "True")),
+                };
+                found.insert((item.metadata.namespace.clone(), item.metadata.name.clone().unwrap_or_default()), listed);
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Some(found),
+            }
+        }
+        tracing::debug!(kind = %resource.kind, "too many of our objects to list; checking each object instead");
+        None
+    }
+
+    /// The outcome the listing proves, if it proves one; `None`: take the full path.
+    pub(super) fn decided_by_listing(&self, t: &Target<'_>, listings: &Listings) -> Option<Outcome> {
+        if !t.may_skip() {
+            return None;
+        }
+        let listed = listings.get(&t.resource)?.as_ref()?.get(&(t.inventory.namespace.clone(), t.object.name.clone()))?;
+        if listed.deleting {
+            return None;
+        }
+        let outcome = match t.policy {
+            Policy::ApplyOnce => {
+                Outcome::new(&t.entry, Action::Skipped(SkipReason::ApplyOnceExists), crate::apply::changeset::SKIPPED_APPLY_ONCE)
+            }
+            _ if listed.fields.is_none() || listed.fields != t.previous_fields => return None,
+            // A CRD's kinds are only served once it is Established; the full path waits for that.
+            _ if super::is_crd(t.object.group(), &t.object.kind) && !listed.established => return None,
+            _ => Outcome::new(&t.entry, Action::Unchanged, ""),
+        };
+        Some(Outcome { health: Some(listed.health.clone()), fields: t.previous_fields.clone(), ..outcome })
+    }
+}
