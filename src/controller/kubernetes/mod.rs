@@ -60,6 +60,9 @@ pub struct Kube {
     /// Failed reconciles in a row, by Cluster: the backoff's attempt number.
     attempts: Mutex<HashMap<ClusterKey, u32>>,
     classes: classes::Classes,
+    /// Manifest releases (`subscription`, `tag`, `commit`) whose StackRelease this process has
+    /// recorded: once per release, not a read per reconcile.
+    recorded: Mutex<std::collections::HashSet<(String, String, String)>>,
     /// Kubernetes Events on ClusterSyncs and StackReleases.
     events: events::Events,
 }
@@ -85,6 +88,7 @@ impl Kube {
             clients: Mutex::new(HashMap::new()),
             attempts: Mutex::new(HashMap::new()),
             classes: classes::Classes::default(),
+            recorded: Mutex::new(std::collections::HashSet::new()),
             events: events::Events::new(mgmt.clone()),
             mgmt,
         }))

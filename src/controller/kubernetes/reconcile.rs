@@ -321,7 +321,11 @@ async fn apply_release(
     info!(ready = st.ready, "synced: {}", result.changes.summary());
     if sub.format == Format::Manifests {
         kube.ctx.adopt(sub, &rel).await;
-        super::status::record_release(&kube.mgmt, &kube.events, sub, &rel, &prepared.assets, true, None).await;
+        let id = (sub.name.clone(), rel.tag.clone(), rel.commit.clone());
+        let first = kube.recorded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id);
+        if first {
+            super::status::record_release(&kube.mgmt, &kube.events, sub, &rel, &prepared.assets, true, None).await;
+        }
     }
     let mut crd = applied_crd(prev, &rel, &st, &result.changes, &unhealthy, result.inventory.to_lines(), digest);
     crd.upgrade = upgraded;
