@@ -65,7 +65,9 @@ const TIMEOUT_SECONDS: u32 = 10;
 pub enum Error {
     #[error("--hooks-addr `{addr}`: expected `[host]:port` (`:9443`, `127.0.0.1:0`)")]
     ParseAddr { addr: String },
-    #[error("--hooks-addr needs --hooks-cert-file and --hooks-key-file (the serving certificate, as cert-manager mounts tls.crt and tls.key)")]
+    #[error(
+        "--hooks-addr needs --hooks-cert-file and --hooks-key-file (the serving certificate, as cert-manager mounts tls.crt and tls.key)"
+    )]
     MissingCert,
     #[error("--hooks-addr serves Cluster API: it needs the kubernetes target, not the directory target")]
     DirectoryTarget,
@@ -203,6 +205,9 @@ pub async fn serve(listener: TcpListener, certs: Arc<Certificates>, hooks: Arc<H
     };
     // hyper serves HTTP/1.1 here; Cluster API's Go client falls back to it.
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // No session resumption: a resumed session skips the certificate, so a client would go on
+    // trusting the old one after a rotation. A full handshake per call is nothing at this rate.
+    tls.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
@@ -322,11 +327,11 @@ async fn route(hooks: &Hooks, req: Request<Incoming>) -> Reply {
         (_, a) => a,
     };
     info!(
-        hook = hook.name(),
+        hook = %hook.name(),
         cluster = %key,
         from = %request.from,
         to = %request.to,
-        answer = answer.label(),
+        answer = %answer.label(),
         "runtime hook: {}",
         answer.message()
     );
@@ -436,19 +441,16 @@ fn parse_request(hook: Hook, body: &[u8]) -> Result<HookRequest, String> {
     }
     match cluster["apiVersion"].as_str() {
         None | Some("cluster.x-k8s.io/v1beta1" | "cluster.x-k8s.io/v1beta2") => {}
-        Some(v) => return Err(format!("{want}: cluster.apiVersion {v} is not a Cluster API Cluster (cluster.x-k8s.io/v1beta1 or v1beta2)")),
+        Some(v) => {
+            return Err(format!("{want}: cluster.apiVersion {v} is not a Cluster API Cluster (cluster.x-k8s.io/v1beta1 or v1beta2)"));
+        }
     }
     let field = |name: &str| cluster["metadata"][name].as_str().unwrap_or_default().to_owned();
     let (namespace, name) = (field("namespace"), field("name"));
     // Both end up in a URL path (the ClusterSync's).
     crate::apply::ssa::names::check_namespace(&namespace).map_err(|e| format!("{want}: cluster.metadata.namespace: {e}"))?;
     crate::apply::ssa::names::check_name(&name).map_err(|e| format!("{want}: cluster.metadata.name: {e}"))?;
-    Ok(HookRequest {
-        key: ClusterKey::new(namespace, name),
-        cluster,
-        from: wire.from_kubernetes_version,
-        to: wire.to_kubernetes_version,
-    })
+    Ok(HookRequest { key: ClusterKey::new(namespace, name), cluster, from: wire.from_kubernetes_version, to: wire.to_kubernetes_version })
 }
 
 /// Reads the body within [`READ_TIMEOUT`], refusing one over [`MAX_BODY_BYTES`].
@@ -501,7 +503,10 @@ mod tests {
             (body(json!("alpha")), "must be a Cluster object"),
             (body(json!({"apiVersion": "v1", "kind": "ConfigMap"})), "is not a Cluster API Cluster"),
             (body(json!({"metadata": {"name": "../x", "namespace": "team-a"}})), "cluster.metadata.name"),
-            (br#"{"apiVersion": "hooks.runtime.cluster.x-k8s.io/v9", "cluster": {}}"#.to_vec(), "apiVersion hooks.runtime.cluster.x-k8s.io/v9 is not served"),
+            (
+                br#"{"apiVersion": "hooks.runtime.cluster.x-k8s.io/v9", "cluster": {}}"#.to_vec(),
+                "apiVersion hooks.runtime.cluster.x-k8s.io/v9 is not served",
+            ),
         ];
         for (b, want) in table {
             let e = parse_request(Hook::BeforeClusterUpgrade, &b).unwrap_err();
@@ -514,7 +519,10 @@ mod tests {
     #[test]
     fn responses_have_the_runtime_sdk_shape() {
         let r = response(Hook::BeforeClusterUpgrade, &Answer::Retry("stage 2/3".into()));
-        assert_eq!(r, json!({"apiVersion": HOOKS_API_VERSION, "kind": "BeforeClusterUpgradeResponse", "status": "Success", "message": "stage 2/3", "retryAfterSeconds": RETRY_AFTER_SECONDS}));
+        assert_eq!(
+            r,
+            json!({"apiVersion": HOOKS_API_VERSION, "kind": "BeforeClusterUpgradeResponse", "status": "Success", "message": "stage 2/3", "retryAfterSeconds": RETRY_AFTER_SECONDS})
+        );
         let r = response(Hook::BeforeClusterUpgrade, &Answer::Fail("timed out".into()));
         assert_eq!((r["status"].as_str(), r["retryAfterSeconds"].as_u64()), (Some("Failure"), Some(0)));
         let r = response(Hook::AfterControlPlaneInitialized, &Answer::Proceed("ok".into()));

@@ -228,8 +228,8 @@ pub const ANSWER_WITHIN: Duration = Duration::from_secs(8);
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::super::upgrade::HOOK;
+    use super::*;
     use crate::status::crd::{ReleaseRefStatus, UpgradeStatus};
 
     const V3: &str = "docker-ferrol-1-27-v3";
