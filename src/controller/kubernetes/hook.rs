@@ -264,6 +264,36 @@ mod tests {
         }
     }
 
+    fn config(extra: &str) -> Config {
+        let text = format!(
+            "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: /tmp/cache\nsources:\n  - name: stacks\n    git:\n      url: https://example.test/stacks.git\nsubscriptions:\n  - name: ferrol\n    source: stacks\n    stack: docker-ferrol-1-27\n    format: clusterstack\n    interval: 1h\n{extra}    clusterSelector:\n      matchLabels: {{stack: ferrol}}\ntarget:\n  kubernetes: {{}}\n"
+        );
+        Config::parse(std::path::Path::new("stacksync.yaml"), &text).unwrap()
+    }
+
+    #[test]
+    fn a_cluster_is_covered_as_the_reconcile_matches_it() {
+        let cluster = |labels: Value, topology: Value| json!({"metadata": {"name": "alpha", "namespace": "team-a", "labels": labels}, "spec": {"topology": topology}});
+        let ours = json!({"stack": "ferrol"});
+        let table = [
+            (config(""), cluster(ours.clone(), json!({"class": V4})), Ok(V4)),
+            // v1beta2 names the class in classRef.
+            (config(""), cluster(ours.clone(), json!({"classRef": {"name": V4}})), Ok(V4)),
+            (config(""), cluster(json!({}), json!({"class": V4})), Err("no stacksync subscription covers Cluster team-a/alpha")),
+            (config(""), cluster(ours.clone(), json!({"class": "other-stack-1-27-v1"})), Err("is not a release of stack")),
+            (config(""), cluster(ours.clone(), json!({})), Err("has no spec.topology.class")),
+            (config("    suspend: true\n"), cluster(ours.clone(), json!({"class": V4})), Err("is suspended")),
+        ];
+        for (config, c, want) in table {
+            let got = covered(&config, &key(), &c);
+            match (want, &got) {
+                (Ok(tag), Covered::Release { tag: t, subscription }) => assert_eq!((t.as_str(), subscription.as_str()), (tag, "ferrol")),
+                (Err(why), Covered::No(m)) => assert!(m.contains(why), "{m}"),
+                _ => panic!("{c}: {got:?}, wanted {want:?}"),
+            }
+        }
+    }
+
     #[test]
     fn the_answer_follows_the_cluster_sync() {
         let table: Vec<(Option<ClusterSyncStatus>, &str, &str)> = vec![
