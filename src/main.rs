@@ -211,11 +211,12 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
                     return Err(hooks::Error::DirectoryTarget.into());
                 }
                 let certs = hooks::Certificates::load(cert, key)?;
+                let acceptor = hooks::acceptor(&certs)?;
                 let listener = runtime.block_on(hooks::bind(addr))?;
                 let bound = listener.local_addr().context("reading the hooks listener's address")?;
                 tracing::info!(addr = %bound, "hooks listener");
                 let state = kubernetes::hook::Hooks::new(cfg.clone());
-                runtime.spawn(hooks::serve(listener, certs, state.clone()));
+                runtime.spawn(hooks::serve(listener, acceptor, certs, state.clone()));
                 options.hooks = Some(state);
             }
             let result = runtime.block_on(daemon::run(config, cfg, options, shutdown_signal()));

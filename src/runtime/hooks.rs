@@ -119,7 +119,7 @@ impl Certificates {
     }
 
     /// Reads the files again if [`CERT_RECHECK`] has passed; a changed, valid pair is put in
-    /// force for the next handshakes. Blocking file reads of two small files.
+    /// force for the next handshakes. Blocking: it reads two small files.
     fn refresh(&self) {
         {
             let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
@@ -193,22 +193,28 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
     TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr, source })
 }
 
-/// Serves until the task is dropped; each connection on its own task.
-pub async fn serve(listener: TcpListener, certs: Arc<Certificates>, hooks: Arc<Hooks>) {
-    let mut tls = match rustls::ServerConfig::builder_with_provider(certs.provider.clone()).with_safe_default_protocol_versions() {
-        Ok(b) => b.with_no_client_auth().with_cert_resolver(certs.clone()),
-        Err(e) => {
-            // The provider is the built-in aws-lc-rs one: this cannot fail with it.
-            warn!(error = %e, "hooks listener: no TLS configuration; not serving");
-            return;
-        }
-    };
+/// The TLS side of the listener: the certificate comes from `certs` at each handshake.
+///
+/// # Errors
+/// [`Error::Certificate`] when the TLS configuration cannot be built (not with the built-in
+/// provider; checked at start-up all the same).
+pub fn acceptor(certs: &Arc<Certificates>) -> Result<tokio_rustls::TlsAcceptor, Error> {
+    let mut tls = rustls::ServerConfig::builder_with_provider(certs.provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Certificate(format!("TLS configuration: {e}")))?
+        .with_no_client_auth()
+        .with_cert_resolver(certs.clone());
     // hyper serves HTTP/1.1 here; Cluster API's Go client falls back to it.
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     // No session resumption: a resumed session skips the certificate, so a client would go on
     // trusting the old one after a rotation. A full handshake per call is nothing at this rate.
     tls.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(tls)))
+}
+
+/// Serves until the task is dropped; each connection on its own task. `certs` are looked at
+/// again (at most once per [`CERT_RECHECK`]) as connections arrive.
+pub async fn serve(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, certs: Arc<Certificates>, hooks: Arc<Hooks>) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let Ok(permit) = slots.clone().acquire_owned().await else { return };
@@ -220,7 +226,10 @@ pub async fn serve(listener: TcpListener, certs: Arc<Certificates>, hooks: Arc<H
                 continue;
             }
         };
-        certs.refresh();
+        // Before this connection's handshake, so it already gets a rotated certificate. Off the
+        // async workers: it may read two files.
+        let due = certs.clone();
+        let _ = tokio::task::spawn_blocking(move || due.refresh()).await;
         let (acceptor, hooks) = (acceptor.clone(), hooks.clone());
         tokio::spawn(async move {
             let stream = match tokio::time::timeout(READ_TIMEOUT, acceptor.accept(stream)).await {
