@@ -299,10 +299,14 @@ async fn main() {
             b
         };
         // The ceiling first, on a fresh server: what one testkit process answers to raw SSA PATCHes.
+        let mut ceiling_cpu_us = None;
         let ceiling = a.wrk.as_ref().map(|w| {
             let server = Server::start(&a.testkit, dir.path(), "wrk");
             let _ = wrk(w, &server, dir.path(), 2); // creates the 1,000 objects
+            let before = cpu_now(&server).1;
             let (rps, _) = wrk(w, &server, dir.path(), 5);
+            // The server's CPU per PATCH under wrk: what one request costs it at the ceiling.
+            ceiling_cpu_us = Some((cpu_now(&server).1 - before) / (rps * 5.0) * 1e6);
             rps
         });
 
@@ -321,6 +325,8 @@ async fn main() {
         let (client_cpu, server_cpu) = (cpu_cold.0 - cpu.0, cpu_cold.1 - cpu.1);
         let cold_extra = json!({"seconds": cold.seconds, "objects_per_s": rate, "requests": requests, "writes": writes,
             "peak_rss_mib": cold_rss, "not_synced": cold.not_synced, "client_cpu_s": client_cpu, "server_cpu_s": server_cpu,
+            "client_cpu_us_per_object": client_cpu / objects as f64 * 1e6, "server_cpu_us_per_object": server_cpu / objects as f64 * 1e6,
+            "server_cpu_us_per_patch_at_ceiling": ceiling_cpu_us,
             "note": format!("{:.2} s, {rate:.0} obj/s, {requests} requests, {cold_rss:.0} MiB, CPU client {client_cpu:.1} s server {server_cpu:.1} s", cold.seconds)});
         case(common::case(
             "fleet cold sync vs raw SSA PATCH ceiling",

@@ -125,8 +125,9 @@ impl Applier {
     /// Applies one object. Idempotent: when the live object is already as the manifest wants it,
     /// it makes a read and a dry-run and writes nothing. Never panics or returns early for the
     /// batch: every error is the object's Failed outcome.
-    pub(super) async fn apply_one(&self, t: &Target<'_>) -> Outcome {
-        match self.try_apply(t).await {
+    /// `fresh`: new to the inventory and not listed as ours, so applied at once.
+    pub(super) async fn apply_one(&self, t: &Target<'_>, fresh: bool) -> Outcome {
+        match self.try_apply(t, fresh).await {
             Ok(outcome) => outcome,
             // The live object differs in an immutable field from a manifest that did not change
             // (someone re-created it by hand): drift, which warn mode reports and never corrects,
@@ -140,8 +141,8 @@ impl Applier {
         }
     }
 
-    async fn try_apply(&self, t: &Target<'_>) -> Result<Outcome> {
-        if t.previous_digest.is_none() && t.policy == Policy::Apply {
+    async fn try_apply(&self, t: &Target<'_>, fresh: bool) -> Result<Outcome> {
+        if fresh {
             return self.apply_new(t).await;
         }
         let name = &t.object.name;
@@ -191,8 +192,9 @@ impl Applier {
         Ok(Outcome::new(&t.entry, Action::Configured, message).with_drift(drifted).with_health(&applied).with_fields(&to_value(&applied)))
     }
 
-    /// An object new to the inventory: applied at once, without a read or a dry-run first
-    /// (server-side apply creates what is absent), so a cold sync costs one request per object.
+    /// An object new to the inventory and not listed as ours: applied at once, without a read or
+    /// a dry-run first (server-side apply creates what is absent), so a cold sync costs one
+    /// request per object (and one LIST per kind).
     /// Nothing of another manager is overwritten: without force a field another manager holds
     /// with another value is a conflict, as on the full path (taken back only from the managers
     /// of [`super::ApplyOptions::take_back_from`]). The server's answer tells created (201) from
@@ -209,7 +211,8 @@ impl Applier {
             (false, None) => Outcome::new(&t.entry, Action::Configured, ""),
             (false, Some(managers)) => Outcome::new(&t.entry, Action::Configured, format!("taken back from {managers}")),
         };
-        Ok(outcome.with_health(&applied).with_fields(&to_value(&applied)))
+        let value = to_value(&applied);
+        Ok(Outcome { health: Some(health::assess(&value)), ..outcome.with_fields(&value) })
     }
 
     /// Applies; when that conflicts only with managers a human uses (`kubectl edit`, `kubectl
