@@ -51,8 +51,10 @@ pub fn list(state: &State, t: &Target, sel: &Selection, q: &Query) -> ApiResult<
     };
     let limit = q.u64("limit")?.filter(|l| *l > 0);
     let ns = t.namespace.as_deref();
-    let start = after.as_deref();
-    let keep = |k: &Key, o: &Value| start.is_none_or(|start| format!("{}/{}", k.namespace, k.name).as_str() > start) && sel.matches(o);
+    // Past the page's last `namespace/name`, in the store's order (by namespace, then name: a
+    // comparison of the joined strings would put `a-b/x` before `a/x`).
+    let start = after.as_deref().map(|s| s.split_once('/').unwrap_or(("", s)));
+    let keep = |k: &Key, o: &Value| start.is_none_or(|start| (k.namespace.as_str(), k.name.as_str()) > start) && sel.matches(o);
     let snapshot;
     let matching: Vec<(&Key, &Value)> = if at >= current {
         candidates(state, t, sel).into_iter().filter(|(k, o)| keep(k, o)).collect()
