@@ -73,6 +73,7 @@ fn subscription_changes(o: &Subscription, n: &Subscription) -> Vec<String> {
     field("availableReleases", o.available_releases.to_string(), n.available_releases.to_string());
     field("healthTimeout", format!("{:?}", o.health_timeout), format!("{:?}", n.health_timeout));
     field("stageTimeout", format!("{:?}", o.stage_timeout), format!("{:?}", n.stage_timeout));
+    field("rollout", format!("{:?}", o.rollout), format!("{:?}", n.rollout));
     for c in &o.clusters {
         match n.clusters.iter().find(|x| x.name == c.name && x.namespace == c.namespace) {
             None => out.push(format!("cluster {}/{} removed", c.namespace, c.name)),

@@ -22,6 +22,7 @@ mod diff;
 mod events;
 mod reconcile;
 mod render;
+mod rollout;
 mod rollup;
 mod run;
 mod status;
@@ -30,6 +31,7 @@ mod upgrade;
 
 pub use diff::{ClusterDiff, diff};
 pub use render::render;
+pub use rollout::{Health, judge, plan, request as request_rollout};
 pub use run::{SHARD_LABEL, pass, request_reconcile, run};
 
 use super::{Context, Error};
@@ -331,7 +333,7 @@ pub(super) async fn with_live_objects(mgmt: &kube::Client, obj: &DynamicObject, 
     c
 }
 
-async fn referenced(mgmt: &kube::Client, ns: &str, r: &Value) -> Option<Value> {
+pub(super) async fn referenced(mgmt: &kube::Client, ns: &str, r: &Value) -> Option<Value> {
     let kind = r["kind"].as_str()?;
     let name = r["name"].as_str()?;
     let namespace = r["namespace"].as_str().unwrap_or(ns);
