@@ -88,6 +88,9 @@ pub struct Target<'a> {
     pub class: &'a str,
     /// The Kubernetes version the control plane must report.
     pub version: Option<&'a str>,
+    /// The management cluster serves Cluster API v1beta2 (else v1beta1): which conditions say
+    /// "available" (list items need not carry their `apiVersion`).
+    pub v1beta2: bool,
 }
 
 /// Whether a moved Cluster is done: its class names the target, its ClusterSync applied the
@@ -124,7 +127,7 @@ pub fn judge(cluster: &Value, control_plane: Option<&Value>, sync: Option<&Clust
             (Some(_), v) => return Health::Waiting(format!("control plane reports {}, not {want} yet", v.unwrap_or("no version"))),
         }
     }
-    if !available(cluster) {
+    if !available(cluster, target.v1beta2) {
         return Health::Waiting("Cluster API does not report it available yet".into());
     }
     Health::Done
@@ -132,10 +135,10 @@ pub fn judge(cluster: &Value, control_plane: Option<&Value>, sync: Option<&Clust
 
 /// v1beta2: `Available` true; v1beta1: `Ready` and `ControlPlaneReady` true (or, from Cluster
 /// API 1.9 on, the v1beta2 `Available` condition it also reports under `status.v1beta2`).
-fn available(cluster: &Value) -> bool {
+fn available(cluster: &Value, v1beta2: bool) -> bool {
     let is_true = |conds: &Value, t: &str| conds.as_array().is_some_and(|cs| cs.iter().any(|c| c["type"] == t && c["status"] == "True"));
     let status = &cluster["status"];
-    if cluster["apiVersion"].as_str().is_some_and(|v| v.ends_with("/v1beta2")) {
+    if v1beta2 {
         return is_true(&status["conditions"], "Available");
     }
     (is_true(&status["conditions"], "Ready") && is_true(&status["conditions"], "ControlPlaneReady"))
@@ -320,7 +323,7 @@ async fn step(
             return;
         }
         let version = kubernetes_version(kube, sub, target).await;
-        let t = Target { class: &target.tag, version: version.as_deref() };
+        let t = Target { class: &target.tag, version: version.as_deref(), v1beta2: kube.clusters.version == "v1beta2" };
         let mut done = 0u32;
         let mut waiting: Option<(String, String)> = None;
         for key in &wave.clusters {
@@ -572,7 +575,7 @@ mod tests {
 
     #[test]
     fn a_cluster_is_done_when_upgraded_healthy_and_available() {
-        let t = Target { class: "s-v4", version: Some("v1.28.1") };
+        let t = Target { class: "s-v4", version: Some("v1.28.1"), v1beta2: false };
         let cluster = |class: &str, avail: bool| {
             json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "spec": {"topology": {"class": class}}, "status": {"conditions": [
                 {"type": "Ready", "status": if avail { "True" } else { "False" }}, {"type": "ControlPlaneReady", "status": "True"}]}})
@@ -592,7 +595,10 @@ mod tests {
         );
         assert!(matches!(judge(&cluster("s-v3", true), Some(&cp("v1.28.1")), Some(&sync), &t), Health::Failed("ClassChanged", _)));
         let v1beta2 = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "spec": {"topology": {"classRef": {"name": "s-v4"}}}, "status": {"conditions": [{"type": "Available", "status": "True"}]}});
-        assert_eq!(judge(&v1beta2, Some(&cp("v1.28.1")), Some(&sync), &t), Health::Done);
+        let t2 = Target { v1beta2: true, ..t };
+        assert_eq!(judge(&v1beta2, Some(&cp("v1.28.1")), Some(&sync), &t2), Health::Done);
+        assert!(matches!(judge(&cluster("s-v4", true), Some(&cp("v1.28.1")), Some(&sync), &t2), Health::Waiting(_)));
+        let t = Target { v1beta2: false, ..t2 };
         sync.upgrade =
             Some(UpgradeStatus { to: "s-v4".into(), phase: "PostCondition".into(), stage: "cni".into(), stages: 2, ..Default::default() });
         assert!(matches!(judge(&cluster("s-v4", true), Some(&cp("v1.28.1")), Some(&sync), &t), Health::Waiting(w) if w.contains("`cni`")));
