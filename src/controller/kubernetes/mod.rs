@@ -67,6 +67,8 @@ pub struct Kube {
     recorded: Mutex<std::collections::HashSet<(String, String, String)>>,
     /// Kubernetes Events on ClusterSyncs and StackReleases.
     events: events::Events,
+    /// Rollouts: the Kubernetes version of a release (`tag@commit`), read once per process.
+    kubernetes_versions: Mutex<HashMap<String, Option<String>>>,
 }
 
 impl Kube {
@@ -92,6 +94,7 @@ impl Kube {
             classes: classes::Classes::default(),
             recorded: Mutex::new(std::collections::HashSet::new()),
             events: events::Events::new(mgmt.clone()),
+            kubernetes_versions: Mutex::new(HashMap::new()),
             mgmt,
         }))
     }

@@ -452,8 +452,21 @@ async fn cluster_syncs(kube: &Kube, sub: &Subscription) -> Result<BTreeMap<Strin
         .collect())
 }
 
-/// The Kubernetes version of the target release (`versions.kubernetes` of its metadata).
+/// The Kubernetes version of the target release (`versions.kubernetes` of its metadata), read
+/// once per process (a release's content never changes under its tag and commit).
 async fn kubernetes_version(kube: &Kube, sub: &Subscription, target: &Release) -> Option<String> {
+    let id = format!("{}@{}", target.tag, target.commit);
+    if let Some(v) = kube.kubernetes_versions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&id) {
+        return v.clone();
+    }
+    let v = read_kubernetes_version(kube, sub, target).await;
+    if v.is_some() {
+        kube.kubernetes_versions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id, v.clone());
+    }
+    v
+}
+
+async fn read_kubernetes_version(kube: &Kube, sub: &Subscription, target: &Release) -> Option<String> {
     let prepared = match kube.ctx.prepare(target).await {
         Ok(p) => p,
         Err(e) => {
