@@ -225,7 +225,7 @@ async fn a_three_wave_rollout_pauses_at_a_failing_cluster_survives_a_restart_and
     let wave3 = ["c04", "c05", "c06", "c08", "c09"];
     let moved = on_v4(&env).await;
     assert!(wave3.iter().all(|c| !moved.contains(*c)), "wave 3 touched: {moved:?}");
-    let table = kubectl(&env, &["get", "stackreleases"]);
+    let table = kubectl(&env, &["get", "stackreleases", "-o", "wide"]);
     eprintln!("{table}");
     let row = table.lines().find(|l| l.starts_with(&format!("ferrol.{V4}"))).expect("row");
     assert!(row.contains("4/10") && row.contains("2/3") && row.contains("Paused"), "{table}");

@@ -201,8 +201,8 @@ pub struct Condition {
     printcolumn = r#"{"name":"VerifiedBy","type":"string","jsonPath":".status.verifiedBy"}"#,
     printcolumn = r#"{"name":"Clusters","type":"string","jsonPath":".status.clusters.summary"}"#,
     printcolumn = r#"{"name":"Rollout","type":"string","jsonPath":".status.rollout.summary"}"#,
-    printcolumn = r#"{"name":"Wave","type":"string","jsonPath":".status.rollout.waveSummary"}"#,
-    printcolumn = r#"{"name":"Rollout Phase","type":"string","jsonPath":".status.rollout.phase"}"#,
+    printcolumn = r#"{"name":"RolloutPhase","type":"string","jsonPath":".status.rollout.phase"}"#,
+    printcolumn = r#"{"name":"Wave","type":"string","priority":1,"jsonPath":".status.rollout.waveSummary"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -265,7 +265,7 @@ pub struct RolloutStatus {
     /// The wave running (1-based; the last one when complete).
     pub wave: u32,
     pub waves: u32,
-    /// `wave/waves`, for the `WAVE` column.
+    /// `wave/waves`, for the `WAVE` column (`-o wide`).
     pub wave_summary: String,
     /// Clusters moved, upgraded and healthy, of all the rollout moves.
     pub done: u32,
