@@ -188,7 +188,7 @@ async fn a_three_wave_rollout_pauses_at_a_failing_cluster_survives_a_restart_and
     env.patch_cluster("c07", json!({"metadata": {"labels": {"canary": "yes"}}})).await;
     let config = config(
         &env,
-        "    rollout:\n      waves: [{clusters: 1}, {percent: 50}, {percent: 100}]\n      canarySelector: {matchLabels: {canary: \"yes\"}}\n      waveTimeout: 8s\n      checkInterval: 250ms\n",
+        "    rollout:\n      waves: [{clusters: 1}, {percent: 50}, {percent: 100}]\n      canarySelector: {matchLabels: {canary: \"yes\"}}\n      waveTimeout: 10s\n      checkInterval: 250ms\n",
     );
     let broken = Arc::new(Mutex::new(BTreeSet::from(["c02".to_owned()])));
     let (stop, capi) = play_cluster_api(&env, broken.clone());
@@ -220,7 +220,7 @@ async fn a_three_wave_rollout_pauses_at_a_failing_cluster_survives_a_restart_and
     eprintln!("paused {took:?} after wave 1 started: {}", r["message"]);
     assert_eq!((r["reason"].as_str(), r["wave"].as_u64()), (Some("WaveTimeout"), Some(2)), "{r}");
     let message = r["message"].as_str().unwrap_or_default();
-    assert!(message.starts_with("team-a/c02 not done within waveTimeout 8s") && message.contains("v1.27.5"), "{r}");
+    assert!(message.starts_with("team-a/c02 not done within waveTimeout 10s") && message.contains("v1.27.5"), "{r}");
     assert_eq!(r["summary"], "4/10", "{r}");
     let wave3 = ["c04", "c05", "c06", "c08", "c09"];
     let moved = on_v4(&env).await;

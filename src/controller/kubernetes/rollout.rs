@@ -188,6 +188,14 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
     };
     let state = rel.status.as_ref().and_then(|s| s.rollout.clone());
     let phase = rel.status.as_ref().map(|s| s.phase.as_str()).unwrap_or_default();
+    // Only a rollout to start or running needs the fleet read.
+    let active = match &state {
+        Some(st) => st.phase == PROGRESSING || st.phase == PAUSED,
+        None => phase == "Applied",
+    };
+    if !active {
+        return Ok(());
+    }
     let members = members(kube, sub, cfg).await?;
     let syncs = cluster_syncs(kube, sub).await?;
     let mut st = match state {
@@ -325,7 +333,7 @@ async fn step(
         let version = kubernetes_version(kube, sub, target).await;
         let t = Target { class: &target.tag, version: version.as_deref(), v1beta2: kube.clusters.version == "v1beta2" };
         let mut done = 0u32;
-        let mut waiting: Option<(String, String)> = None;
+        let mut waiting: Vec<(String, String)> = Vec::new();
         for key in &wave.clusters {
             let Some(m) = members.get(key) else {
                 // Deleted (or no longer the subscription's): nothing left to move.
@@ -341,9 +349,7 @@ async fn step(
             let cluster = serde_json::to_value(&m.obj).unwrap_or_default();
             match judge(&cluster, cp.as_ref(), syncs.get(key), &t) {
                 Health::Done => done += 1,
-                Health::Waiting(why) => {
-                    waiting.get_or_insert((key.clone(), why));
-                }
+                Health::Waiting(why) => waiting.push((key.clone(), why)),
                 Health::Failed(reason, why) => {
                     st.plan[index].done = done;
                     pause(kube, sub, rel, st, reason, format!("{key}: {why}"));
@@ -352,12 +358,11 @@ async fn step(
             }
         }
         st.plan[index].done = done;
-        if let Some((key, why)) = waiting {
+        if !waiting.is_empty() {
             let started = chrono::DateTime::parse_from_rfc3339(&st.wave_started).map(|t| t.with_timezone(&chrono::Utc)).ok();
             let elapsed = started.map(|s| (chrono::Utc::now() - s).to_std().unwrap_or_default()).unwrap_or_default();
             if elapsed > cfg.wave_timeout {
-                let within = crate::schedule::format_duration(cfg.wave_timeout);
-                pause(kube, sub, rel, st, "WaveTimeout", format!("{key} not done within waveTimeout {within}: {why}"));
+                pause(kube, sub, rel, st, "WaveTimeout", late_message(&waiting, cfg.wave_timeout));
             }
             return;
         }
@@ -385,6 +390,19 @@ async fn step(
             return;
         }
     }
+}
+
+/// Names the first late Cluster and why, and the other late ones (at most five more).
+fn late_message(waiting: &[(String, String)], timeout: Duration) -> String {
+    let within = crate::schedule::format_duration(timeout);
+    let Some((key, why)) = waiting.first() else { return String::new() };
+    let mut out = format!("{key} not done within waveTimeout {within}: {why}");
+    if waiting.len() > 1 {
+        let others: Vec<&str> = waiting[1..].iter().take(5).map(|(k, _)| k.as_str()).collect();
+        let more = if waiting.len() > 6 { format!(" and {} more", waiting.len() - 6) } else { String::new() };
+        out.push_str(&format!(" (also late: {}{more})", others.join(", ")));
+    }
+    out
 }
 
 fn pause(kube: &Kube, sub: &Subscription, rel: &StackRelease, st: &mut RolloutStatus, reason: &str, message: String) {
@@ -580,6 +598,16 @@ mod tests {
         assert_eq!(plan(&[Wave::Percent(10), Wave::Percent(10), Wave::Percent(100)], &keys(3)).len(), 2);
         assert_eq!(plan(&w, &keys(1)), [["ns/c00"]]);
         assert!(plan(&w, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_timeout_names_the_first_late_cluster_and_the_others() {
+        let w: Vec<(String, String)> = (0..8).map(|i| (format!("ns/c{i}"), format!("why {i}"))).collect();
+        assert_eq!(late_message(&w[..1], Duration::from_secs(30)), "ns/c0 not done within waveTimeout 30s: why 0");
+        assert_eq!(
+            late_message(&w, Duration::from_secs(60)),
+            "ns/c0 not done within waveTimeout 1m: why 0 (also late: ns/c1, ns/c2, ns/c3, ns/c4, ns/c5 and 2 more)"
+        );
     }
 
     fn cond(t: &str, s: &str, reason: &str) -> Condition {
