@@ -106,8 +106,8 @@ async fn report(env: &Env, name: &str, version: &str) {
     env.clusters().patch_status(name, &PatchParams::apply("capi").force(), &Patch::Apply(status)).await.expect("status");
 }
 
-/// Plays Cluster API until `stop`: a Cluster whose class is v4 (and is not `broken`) gets its
-/// control plane upgraded to its `spec.topology.version`.
+/// Plays Cluster API until `stop`: a Cluster whose class moved on from v3 (and is not `broken`)
+/// gets its control plane upgraded to its `spec.topology.version`, once per class.
 fn play_cluster_api(
     env: &Arc<Env>,
     broken: Arc<Mutex<BTreeSet<String>>>,
@@ -121,7 +121,8 @@ fn play_cluster_api(
                 let name = c.metadata.name.clone().unwrap_or_default();
                 let version = c.data["spec"]["topology"]["version"].as_str().unwrap_or_default().to_owned();
                 let skip = broken.lock().expect("lock").contains(&name);
-                if c.data["spec"]["topology"]["class"] == V4 && !skip && upgraded.insert(name.clone()) {
+                let class = c.data["spec"]["topology"]["class"].as_str().unwrap_or_default().to_owned();
+                if class != V3 && !skip && upgraded.insert((name.clone(), class)) {
                     report(&env, &name, &version).await;
                 }
             }
@@ -153,9 +154,13 @@ async fn on_v4(env: &Env) -> BTreeSet<String> {
 }
 
 async fn rollout(env: &Env) -> Value {
+    rollout_of(env, V4).await
+}
+
+async fn rollout_of(env: &Env, tag: &str) -> Value {
     let res = ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "StackRelease"));
     let api: Api<DynamicObject> = Api::all_with(env.mgmt(), &res);
-    match api.get_opt(&format!("ferrol.{V4}")).await.expect("get StackRelease") {
+    match api.get_opt(&format!("ferrol.{tag}")).await.expect("get StackRelease") {
         Some(o) => serde_json::to_value(o).expect("json")["status"]["rollout"].clone(),
         None => Value::Null,
     }
@@ -308,6 +313,36 @@ async fn without_rollout_nothing_moves_and_a_pause_stops_at_the_wave_boundary() 
     assert_eq!(on_v4(&env).await.len(), 3);
     let o = cli(&["rollout", "resume", "--config", &config.to_string_lossy(), "ferrol"], &[]).await;
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("has no paused rollout"), "{o:?}");
+    daemon.stop().await;
+    let _ = stop.send(true);
+    tokio::time::timeout(Duration::from_secs(10), capi).await.expect("Cluster API task stopped").expect("task");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_release_supersedes_a_running_rollout() {
+    let env = Arc::new(Env::new(2).await);
+    publish(&env.repo, "v3", "v1.27.3");
+    publish(&env.repo, "v4", "v1.27.3");
+    fleet(&env, 2).await;
+    let broken = Arc::new(Mutex::new(BTreeSet::from(["c00".to_owned()])));
+    let (stop, capi) = play_cluster_api(&env, broken.clone());
+    let config =
+        config(&env, "    rollout:\n      waves: [{clusters: 1}, {percent: 100}]\n      waveTimeout: 1h\n      checkInterval: 250ms\n");
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    daemon.eventually("the v4 rollout runs", Duration::from_secs(30), async || rollout(&env).await["phase"] == "Progressing").await;
+
+    // v5 while c00 is still in v4's first wave: v5's rollout takes over both Clusters.
+    publish(&env.repo, "v5", "v1.27.5");
+    let v5 = "docker-ferrol-1-27-v5";
+    daemon.eventually("the v5 rollout runs", Duration::from_secs(30), async || !rollout_of(&env, v5).await.is_null()).await;
+    let r = rollout(&env).await;
+    assert_eq!(r["phase"], "Superseded", "{r}");
+    assert!(r["message"].as_str().is_some_and(|m| m.contains(v5)), "{r}");
+    assert_eq!(rollout_of(&env, v5).await["total"], 2);
+    broken.lock().expect("lock").clear();
+    daemon.eventually("the v5 rollout complete", Duration::from_secs(60), async || rollout_of(&env, v5).await["phase"] == "Complete").await;
+    let all: Vec<String> = classes(&env).await.into_iter().map(|(_, c)| c).collect();
+    assert_eq!(all, [v5, v5]);
     daemon.stop().await;
     let _ = stop.send(true);
     tokio::time::timeout(Duration::from_secs(10), capi).await.expect("Cluster API task stopped").expect("task");

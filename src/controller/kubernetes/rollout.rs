@@ -224,11 +224,17 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
             // superseded by the newer release (its Clusters are in the new plan).
             for other in all.items.iter().filter(|r| r.spec.subscription == sub.name && r.metadata.name.as_deref() != Some(&name)) {
                 let Some(o) = other.status.as_ref().and_then(|s| s.rollout.as_ref()) else { continue };
-                if o.phase == PAUSED {
+                let resumed = o.phase == PAUSED && {
+                    let asked = annotation(other, ROLLOUT_RESUME);
+                    !asked.is_empty() && asked != o.handled_resume
+                };
+                if o.phase == PAUSED && !resumed {
                     debug!(release = %name, paused = ?other.metadata.name, "rollout: another rollout of this subscription is paused");
                     return Ok(());
                 }
-                if o.phase == PROGRESSING {
+                // Running, or paused and now resumed: the newer release's rollout goes on from
+                // here.
+                if o.phase == PROGRESSING || resumed {
                     let mut o = o.clone();
                     o.phase = SUPERSEDED.into();
                     o.message = format!("superseded by the rollout to {}", target.tag);
