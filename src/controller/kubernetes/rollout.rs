@@ -172,10 +172,11 @@ pub(super) async fn run(kube: &Kube, mut stop: tokio::sync::watch::Receiver<bool
                 Err(e) => warn!(error = %e, "rollout: cannot look for rollouts to stop now; retried at the next check"),
             }
         }
-        let mut interval = Duration::from_secs(30);
+        // Without a rollout, only configuration changes matter: looked at every 30 s.
+        let mut interval: Option<Duration> = None;
         for sub in &config.subscriptions {
             let Some(r) = &sub.rollout else { continue };
-            interval = interval.min(r.check_interval);
+            interval = Some(interval.map_or(r.check_interval, |i| i.min(r.check_interval)));
             if sub.suspend {
                 continue;
             }
@@ -185,7 +186,7 @@ pub(super) async fn run(kube: &Kube, mut stop: tokio::sync::watch::Receiver<bool
         }
         tokio::select! {
             r = published.changed() => if r.is_err() { return },
-            () = tokio::time::sleep(interval) => {}
+            () = tokio::time::sleep(interval.unwrap_or(Duration::from_secs(30))) => {}
             () = woken(&mut wakes) => {}
             _ = stop.changed() => return,
         }
@@ -302,7 +303,7 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
             }
             // The ClusterClass of the target must be in place before a Cluster names it.
             if phase != "Applied" {
-                let message = format!("ClusterClass {} is not applied: {}", target.tag, not_applied(&rel));
+                let message = format!("ClusterClass {} is not applied: {}", target.tag, not_applied(kube, sub, &rel));
                 if state.as_ref().is_some_and(|st| st.phase == WAITING && st.message == message) {
                     return Ok(());
                 }
@@ -538,10 +539,14 @@ fn record_metrics(subscription: &str, st: &RolloutStatus) {
     m.rollout_paused.get_or_create(&labels).set(i64::from(st.phase == PAUSED));
 }
 
-/// Why a StackRelease's ClusterClass is not applied: the first object that failed, or its phase.
-fn not_applied(rel: &StackRelease) -> String {
+/// Why a StackRelease's ClusterClass is not applied: the first error of its apply (as this
+/// process saw it), else the first object that failed, else its phase.
+fn not_applied(kube: &Kube, sub: &Subscription, rel: &StackRelease) -> String {
     let Some(status) = rel.status.as_ref() else { return "its StackRelease has no status yet".into() };
     if status.phase == "Failed" {
+        if let Some(e) = kube.classes.merged(&sub.name, &rel.spec.tag).errors.first() {
+            return shorten(e, 300);
+        }
         return match status.entries.iter().find(|e| !e.synced && !e.message.is_empty()) {
             Some(e) => {
                 let ns = if e.namespace.is_empty() { String::new() } else { format!("{}/", e.namespace) };
