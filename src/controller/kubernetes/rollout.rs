@@ -740,6 +740,37 @@ mod tests {
         );
     }
 
+    #[test]
+    fn only_an_unhandled_request_or_an_applied_class_wakes_the_driver() {
+        let rel = |phase: &str, rollout: &str, annotations: &[(&str, &str)], handled: &str| {
+            let mut r = StackRelease::new(
+                "ferrol.v4",
+                crate::status::crd::StackReleaseSpec { subscription: "ferrol".into(), source: "s".into(), tag: "v4".into() },
+            );
+            r.metadata.annotations = Some(annotations.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect());
+            r.status = Some(crate::status::crd::StackReleaseStatus {
+                phase: phase.into(),
+                rollout: (!rollout.is_empty()).then(|| RolloutStatus {
+                    phase: rollout.into(),
+                    handled_resume: handled.into(),
+                    handled_pause: handled.into(),
+                    ..RolloutStatus::default()
+                }),
+                ..Default::default()
+            });
+            r
+        };
+        assert!(wants_a_look(&rel("Applied", PAUSED, &[(ROLLOUT_RESUME, "t2")], "t1")));
+        assert!(!wants_a_look(&rel("Applied", PAUSED, &[(ROLLOUT_RESUME, "t1")], "t1")), "handled already");
+        assert!(!wants_a_look(&rel("Applied", PAUSED, &[], "")), "nothing asked");
+        assert!(wants_a_look(&rel("Applied", PROGRESSING, &[(ROLLOUT_PAUSE, "t2")], "t1")));
+        assert!(!wants_a_look(&rel("Applied", PROGRESSING, &[(ROLLOUT_RESUME, "t2")], "t1")), "resuming a running rollout");
+        assert!(!wants_a_look(&rel("Applied", COMPLETE, &[(ROLLOUT_RESUME, "t2"), (ROLLOUT_PAUSE, "t2")], "t1")));
+        assert!(wants_a_look(&rel("Applied", WAITING, &[], "")), "its ClusterClass is applied now");
+        assert!(!wants_a_look(&rel("Failed", WAITING, &[], "")));
+        assert!(!wants_a_look(&rel("Applied", "", &[(ROLLOUT_RESUME, "t2")], "")), "no rollout");
+    }
+
     fn cond(t: &str, s: &str, reason: &str) -> Condition {
         Condition { type_: t.into(), status: s.into(), reason: reason.into(), message: "m".into(), ..Default::default() }
     }
