@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use stacksync::config::{Config, Target};
 use stacksync::controller::{self, Context as Ctx, PassReport, kubernetes};
 use stacksync::release::short;
-use stacksync::runtime::{admin, daemon, logging};
+use stacksync::runtime::{admin, daemon, hooks, logging};
 
 /// `--version`: the crate version, the commit and the build date (build.rs).
 const VERSION: &str =
@@ -48,6 +48,18 @@ enum Command {
         /// `0` turns the listener off. The bound address is logged (`admin listener`).
         #[arg(long, value_name = "ADDR", default_value = ":8080")]
         admin_addr: String,
+        /// Where the Cluster API Runtime SDK hooks listen, over HTTPS (`[host]:port`, e.g.
+        /// `:9443`); off unless set. Needs --hooks-cert-file and --hooks-key-file. The bound
+        /// address is logged (`hooks listener`).
+        #[arg(long, value_name = "ADDR", default_value = "", requires_all = ["hooks_cert_file", "hooks_key_file"])]
+        hooks_addr: String,
+        /// The hooks listener's certificate chain (PEM, cert-manager's `tls.crt`); read again
+        /// when it changes.
+        #[arg(long, value_name = "FILE")]
+        hooks_cert_file: Option<PathBuf>,
+        /// The hooks listener's private key (PEM, cert-manager's `tls.key`).
+        #[arg(long, value_name = "FILE")]
+        hooks_key_file: Option<PathBuf>,
         /// Leader election on a coordination.k8s.io Lease (Kubernetes target): only the holder
         /// writes; other replicas stand by with warm caches.
         #[arg(long)]
@@ -151,7 +163,19 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             }
             Err(code) => code,
         }),
-        Command::Run { config, once, concurrency, admin_addr, leader_elect, lease_namespace, lease_duration, shard } => {
+        Command::Run {
+            config,
+            once,
+            concurrency,
+            admin_addr,
+            hooks_addr,
+            hooks_cert_file,
+            hooks_key_file,
+            leader_elect,
+            lease_namespace,
+            lease_duration,
+            shard,
+        } => {
             let cfg = match load(&config) {
                 Ok(c) => c,
                 Err(code) => return Ok(code),
@@ -180,6 +204,20 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
                 runtime.spawn(admin::serve(listener, state.clone()));
                 options.admin = Some(state);
                 options.triggers = triggers;
+            }
+            if let Some(addr) = hooks::parse_addr(&hooks_addr)? {
+                let (Some(cert), Some(key)) = (&hooks_cert_file, &hooks_key_file) else { return Err(hooks::Error::MissingCert.into()) };
+                if matches!(cfg.target, Target::Directory(_)) {
+                    return Err(hooks::Error::DirectoryTarget.into());
+                }
+                let certs = hooks::Certificates::load(cert, key)?;
+                let acceptor = hooks::acceptor(&certs)?;
+                let listener = runtime.block_on(hooks::bind(addr))?;
+                let bound = listener.local_addr().context("reading the hooks listener's address")?;
+                tracing::info!(addr = %bound, "hooks listener");
+                let state = kubernetes::hook::Hooks::new(cfg.clone());
+                runtime.spawn(hooks::serve(listener, acceptor, certs, state.clone()));
+                options.hooks = Some(state);
             }
             let result = runtime.block_on(daemon::run(config, cfg, options, shutdown_signal()));
             // A blocking fetch stuck on a silent server must not hold the exit: everything the

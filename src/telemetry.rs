@@ -71,6 +71,14 @@ pub struct WebhookLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuntimeHookLabels {
+    /// `Discovery`, `BeforeClusterUpgrade` or `AfterControlPlaneInitialized`.
+    pub hook: &'static str,
+    /// `proceed`, `retry`, `failure` or `bad_request`.
+    pub answer: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RepoLabels {
     /// A GitHub source's `owner/name`.
     pub repo: String,
@@ -93,6 +101,7 @@ pub struct Metrics {
     pub last_successful_poll: Family<SourceLabels, Gauge<f64, AtomicU64>>,
     pub clusters: Family<ClusterReadyLabels, Gauge>,
     pub webhooks: Family<WebhookLabels, Counter>,
+    pub runtime_hooks: Family<RuntimeHookLabels, Counter>,
     pub leader: Gauge,
     pub github_quota: Family<RepoLabels, Gauge>,
     pub helm_runs: Family<ResultLabels, Counter>,
@@ -119,6 +128,7 @@ impl Metrics {
             last_successful_poll: Family::default(),
             clusters: Family::default(),
             webhooks: Family::default(),
+            runtime_hooks: Family::default(),
             leader: Gauge::default(),
             github_quota: Family::default(),
             helm_runs: Family::default(),
@@ -138,6 +148,7 @@ impl Metrics {
         );
         registry.register("clusters", "Subscribed Clusters by subscription and Ready state", m.clusters.clone());
         registry.register("webhook_deliveries", "Push webhook deliveries by hook, event and result", m.webhooks.clone());
+        registry.register("runtime_hook_calls", "Cluster API runtime hook calls by hook and answer", m.runtime_hooks.clone());
         registry.register("leader", "1 while this process holds the lease (or needs none), else 0", m.leader.clone());
         registry.register(
             "github_rate_limit_remaining",
@@ -231,6 +242,11 @@ impl Metrics {
     pub fn webhook(&self, hook: &'static str, event: &'static str, result: &'static str) {
         self.webhooks.get_or_create(&WebhookLabels { hook, event, result }).inc();
     }
+
+    /// Records one Cluster API runtime hook call and what it was answered.
+    pub fn runtime_hook(&self, hook: &'static str, answer: &'static str) {
+        self.runtime_hooks.get_or_create(&RuntimeHookLabels { hook, answer }).inc();
+    }
 }
 
 /// How a reconcile ended, for [`Metrics::reconciled`].
@@ -317,6 +333,7 @@ mod tests {
         m.objects("sub", "created", 3);
         m.polls.get_or_create(&PollLabels { source: "src".into(), result: "success" }).inc();
         m.webhook("github", "push", "triggered");
+        m.runtime_hook("BeforeClusterUpgrade", "retry");
         m.github_quota("o/r", 4999);
         m.helm_ran("success", Duration::from_millis(300));
         let text = m.encode();
@@ -328,6 +345,7 @@ mod tests {
             "stacksync_clusters{subscription=\"sub\",ready=\"true\"} 1",
             "stacksync_clusters{subscription=\"sub\",ready=\"false\"} 1",
             "stacksync_webhook_deliveries_total{hook=\"github\",event=\"push\",result=\"triggered\"} 1",
+            "stacksync_runtime_hook_calls_total{hook=\"BeforeClusterUpgrade\",answer=\"retry\"} 1",
             "# TYPE stacksync_leader gauge",
             "stacksync_github_rate_limit_remaining{repo=\"o/r\"} 4999",
             "stacksync_helm_runs_total{result=\"success\"} 1",

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::fleet::{CM, Daemon, Env, NS, STACK, cli, condition};
+use common::fleet::{CM, Daemon, Env, NS, STACK, cli, condition, helm_path, publish, publish_v3_as, publish_v4_with_upgrade_stages};
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::json;
-use testkit::git::ReleaseRepo;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_is_synced_seconds_after_its_control_plane_and_kubeconfig_are_ready() {
@@ -147,35 +146,6 @@ async fn a_hanging_github_source_does_not_delay_a_git_subscription() {
         .await;
     daemon.stop().await;
     hole.abort();
-}
-
-/// Copies a cluster-stack fixture release into the repository and tags it.
-fn publish(repo: &ReleaseRepo, release: &str) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/clusterstack").join(release);
-    let _ = repo.git(&["rm", "-rq", "--ignore-unmatch", "."]);
-    let mut files = Vec::new();
-    let mut stack = vec![root.clone()];
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).expect("fixture").flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                let rel = p.strip_prefix(&root).expect("prefix").to_string_lossy().into_owned();
-                files.push((rel, std::fs::read_to_string(&p).expect("text")));
-            }
-        }
-    }
-    let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
-    repo.release(release, &refs);
-}
-
-fn helm_path() -> String {
-    let tools = std::env::var_os("STACKSYNC_TOOLS_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/stacksync-tools")))
-        .expect("HOME");
-    std::env::var("STACKSYNC_HELM").unwrap_or_else(|_| tools.join("bin/helm").to_string_lossy().into_owned())
 }
 
 fn stack_config(env: &Env) -> PathBuf {
@@ -447,51 +417,6 @@ async fn a_values_template_warning_reaches_the_cluster_sync_and_strict_mode_refu
     let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
     assert_eq!(condition(&cs, "Ready")["reason"], "RenderFailed", "{cs}");
     assert_eq!(cs["status"]["appliedRelease"]["tag"], "docker-ferrol-1-27-v2", "{cs}");
-}
-
-/// v4: v3's addons with `BeforeClusterUpgrade` stages that delete `legacy-dns`, apply `cni` and
-/// wait for a gate ConfigMap (`waitForPostCondition`), then apply `metrics-server`.
-fn publish_v4_with_upgrade_stages(repo: &ReleaseRepo) {
-    let stages = "  BeforeClusterUpgrade:\n    - name: legacy-dns\n      action: delete\n    - name: cni\n      action: apply\n      waitForPostCondition:\n        objects:\n          - {key: gate, apiVersion: v1, kind: ConfigMap, name: upgrade-gate, namespace: kube-system}\n        conditions: \"gate.data.go == 'yes'\"\n    - name: metrics-server\n      action: apply\n";
-    publish_v3_as(repo, "v4", None, stages);
-}
-
-/// v3's fixture as release `version`, with `install` replacing its install stages (when given)
-/// and `upgrade` its `BeforeClusterUpgrade` stages.
-fn publish_v3_as(repo: &ReleaseRepo, version: &str, install: Option<&str>, upgrade: &str) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/clusterstack/docker-ferrol-1-27-v3");
-    let mut files = Vec::new();
-    let mut stack = vec![root.clone()];
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).expect("fixture").flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-                continue;
-            }
-            let rel =
-                p.strip_prefix(&root).expect("prefix").to_string_lossy().replace("cluster-class-v3", &format!("cluster-class-{version}"));
-            let text = std::fs::read_to_string(&p).expect("text");
-            let text = match rel.as_str() {
-                "metadata.yaml" => text.replace("clusterStack: v3", &format!("clusterStack: {version}")),
-                r if r.ends_with("Chart.yaml") && r.contains("cluster-class") => {
-                    text.replace("version: v3", &format!("version: {version}"))
-                }
-                "clusteraddon.yaml" => {
-                    let head = &text[..text.find("  BeforeClusterUpgrade:").expect("hook")];
-                    let head = match install {
-                        Some(i) => format!("{}{i}", &head[..head.find("  AfterControlPlaneInitialized:").expect("hook")]),
-                        None => head.to_owned(),
-                    };
-                    format!("{head}{upgrade}")
-                }
-                _ => text,
-            };
-            files.push((rel, text));
-        }
-    }
-    let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
-    repo.release(&format!("docker-ferrol-1-27-{version}"), &refs);
 }
 
 async fn upgrade_status(env: &Env, name: &str) -> serde_json::Value {

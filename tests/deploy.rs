@@ -1,7 +1,8 @@
 //! deploy/ as an install: the real `kubectl kustomize` builds the base (and the base with the
-//! ServiceMonitor component), the Deployment is highly available and survives a read-only root
-//! filesystem (every path the process writes is a volume), and the config in the ConfigMap is
-//! valid for the binary. Applying it to an API server is testkit's
+//! ServiceMonitor component, and with the runtime-hooks component), the Deployment is highly
+//! available and survives a read-only root filesystem (every path the process writes is a
+//! volume), the config in the ConfigMap is valid for the binary, and the runtime hook's
+//! ExtensionConfig, Service, Certificate and listener flags agree with each other. Applying it to an API server is testkit's
 //! `kubectl::the_deploy_manifests_dry_run_apply_and_diff_cleanly`.
 
 use std::path::{Path, PathBuf};
@@ -68,8 +69,8 @@ fn the_kustomize_base_builds_a_highly_available_read_only_deployment() {
     }
 }
 
-#[test]
-fn the_servicemonitor_component_adds_a_scrape_of_the_admin_port() {
+/// The base with one of deploy/components, as an overlay would include it.
+fn with_component(component: &str) -> Vec<Value> {
     let dir = tempfile::tempdir().expect("tempdir");
     // kustomize takes only relative paths: up to `/` from the overlay, then down to deploy/.
     let up = "../".repeat(dir.path().components().count() - 1);
@@ -79,13 +80,81 @@ fn the_servicemonitor_component_adds_a_scrape_of_the_admin_port() {
         format!(
             "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\ncomponents:\n  - {}\n",
             deploy.display(),
-            deploy.join("components/servicemonitor").display()
+            deploy.join("components").join(component).display()
         ),
     )
     .expect("overlay");
-    let objects = kustomize(dir.path());
+    kustomize(dir.path())
+}
+
+#[test]
+fn the_servicemonitor_component_adds_a_scrape_of_the_admin_port() {
+    let objects = with_component("servicemonitor");
     let sm = find(&objects, "ServiceMonitor", "stacksync");
     assert_eq!(sm["spec"]["endpoints"][0]["port"], "admin");
     assert_eq!(sm["spec"]["endpoints"][0]["path"], "/metrics");
     assert!(objects.iter().any(|o| o["kind"] == "Deployment"));
+}
+
+#[test]
+fn the_runtime_hooks_component_registers_a_tls_listener_cluster_api_can_reach() {
+    let objects = with_component("runtime-hooks");
+    let deployment = find(&objects, "Deployment", "stacksync");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let args: Vec<&str> = c["args"].as_array().expect("args").iter().filter_map(Value::as_str).collect();
+    let arg = |flag: &str| args.iter().find_map(|a| a.strip_prefix(flag)).unwrap_or_else(|| panic!("no {flag} in {args:?}"));
+    // The base's arguments stay; the listener's are added.
+    assert!(args.contains(&"--leader-elect") && args.contains(&"--admin-addr=:8080"), "{args:?}");
+    let port: u16 = arg("--hooks-addr=:").parse().expect("port");
+    let (cert, key) = (arg("--hooks-cert-file="), arg("--hooks-key-file="));
+    let hooks_port = c["ports"].as_array().expect("ports").iter().find(|p| p["name"] == "hooks").expect("hooks port");
+    assert_eq!(hooks_port["containerPort"], port);
+
+    // The certificate files come read-only from cert-manager's Secret.
+    let certificate = find(&objects, "Certificate", "stacksync-hooks");
+    let secret = certificate["spec"]["secretName"].as_str().expect("secretName");
+    let volume = pod["volumes"].as_array().expect("volumes").iter().find(|v| v["secret"]["secretName"] == secret).expect("secret volume");
+    let mount = c["volumeMounts"].as_array().expect("mounts").iter().find(|m| m["name"] == volume["name"]).expect("mount");
+    assert_eq!(mount["readOnly"], true);
+    let dir = mount["mountPath"].as_str().expect("mountPath");
+    assert_eq!((cert, key), (format!("{dir}/tls.crt").as_str(), format!("{dir}/tls.key").as_str()));
+    let issuer = &certificate["spec"]["issuerRef"];
+    find(&objects, issuer["kind"].as_str().expect("issuer kind"), issuer["name"].as_str().expect("issuer name"));
+
+    // Cluster API calls https://<service>.<namespace>.svc:<port>: the Service exists, forwards
+    // to the listener, and the certificate names it; the CA comes from the same Secret.
+    let ext = find(&objects, "ExtensionConfig", "stacksync");
+    assert_eq!(ext["apiVersion"], "runtime.cluster.x-k8s.io/v1alpha1");
+    let svc_ref = &ext["spec"]["clientConfig"]["service"];
+    let (svc_name, svc_ns) = (svc_ref["name"].as_str().expect("name"), svc_ref["namespace"].as_str().expect("namespace"));
+    let service = find(&objects, "Service", svc_name);
+    assert_eq!(service["metadata"]["namespace"], svc_ns);
+    let sp = service["spec"]["ports"].as_array().expect("ports").iter().find(|p| p["port"] == svc_ref["port"]).expect("service port");
+    assert_eq!(sp["targetPort"], "hooks");
+    assert_eq!(service["spec"]["selector"], deployment["spec"]["selector"]["matchLabels"]);
+    let dns: Vec<&str> = certificate["spec"]["dnsNames"].as_array().expect("dnsNames").iter().filter_map(Value::as_str).collect();
+    assert!(dns.contains(&format!("{svc_name}.{svc_ns}.svc").as_str()), "{dns:?}");
+    assert_eq!(
+        ext["metadata"]["annotations"]["runtime.cluster.x-k8s.io/inject-ca-from-secret"],
+        format!("{}/{secret}", certificate["metadata"]["namespace"].as_str().expect("namespace"))
+    );
+    assert!(ext["spec"]["namespaceSelector"].is_object());
+
+    // The flags are this binary's: with a missing certificate file it names the file (it does
+    // not stop at an unknown argument).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = find(&objects, "ConfigMap", "stacksync-config")["data"]["stacksync.yaml"].as_str().expect("config").to_owned();
+    let file = dir.path().join("stacksync.yaml");
+    std::fs::write(&file, config).expect("write");
+    let missing = dir.path().join("tls.crt");
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_stacksync"))
+        .args(["run", "--admin-addr=0", "--hooks-addr=127.0.0.1:0", "--config"])
+        .arg(&file)
+        .arg(format!("--hooks-cert-file={}", missing.display()))
+        .arg(format!("--hooks-key-file={}", dir.path().join("tls.key").display()))
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success() && stderr.contains(&missing.display().to_string()), "{stderr}");
 }

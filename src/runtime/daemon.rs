@@ -31,6 +31,8 @@ pub struct Options {
     /// The admin listener, when it listens: told of every reload (its webhooks read the config
     /// in force).
     pub admin: Option<Arc<Admin>>,
+    /// The Runtime SDK hooks, when they listen: told of every reload.
+    pub hooks: Option<Arc<kubernetes::hook::Hooks>>,
     /// Sources to poll now (webhook deliveries).
     pub triggers: mpsc::Receiver<String>,
     /// Leader election on a Lease (`--leader-elect`); without it this process always writes.
@@ -51,12 +53,15 @@ pub struct ElectionOptions {
 impl Options {
     /// No admin listener, nothing but the schedule triggers polls.
     pub fn new(concurrency: u16) -> Options {
-        Options { concurrency, admin: None, triggers: mpsc::channel(1).1, election: None, shard: None }
+        Options { concurrency, admin: None, hooks: None, triggers: mpsc::channel(1).1, election: None, shard: None }
     }
 
     fn reloaded(&self, config: &Config) {
         if let Some(admin) = &self.admin {
             admin.set_config(config.clone());
+        }
+        if let Some(hooks) = &self.hooks {
+            hooks.set_config(config.clone());
         }
     }
 }

@@ -4,5 +4,6 @@
 pub mod admin;
 pub mod daemon;
 pub mod election;
+pub mod hooks;
 pub mod logging;
 pub mod webhook;

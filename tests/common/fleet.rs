@@ -134,8 +134,14 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(config: &Path, log: PathBuf) -> Daemon {
+        Daemon::start_with(config, log, &[])
+    }
+
+    /// `stacksync run` with `extra` arguments.
+    pub fn start_with(config: &Path, log: PathBuf, extra: &[&str]) -> Daemon {
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stacksync"))
             .args(["run", "--admin-addr", "127.0.0.1:0", "--config", &config.to_string_lossy()])
+            .args(extra)
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "info,stacksync::controller::kubernetes::run=debug")
             .stderr(std::fs::File::create(&log).expect("log"))
@@ -175,4 +181,78 @@ pub async fn cli(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
         cmd.env(k, v);
     }
     tokio::time::timeout(super::CLI_TIMEOUT, cmd.output()).await.expect("finished in time").expect("run stacksync")
+}
+
+/// Copies a cluster-stack fixture release into the repository and tags it.
+pub fn publish(repo: &ReleaseRepo, release: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/clusterstack").join(release);
+    let _ = repo.git(&["rm", "-rq", "--ignore-unmatch", "."]);
+    let mut files = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).expect("fixture").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(&root).expect("prefix").to_string_lossy().into_owned();
+                files.push((rel, std::fs::read_to_string(&p).expect("text")));
+            }
+        }
+    }
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    repo.release(release, &refs);
+}
+
+pub fn helm_path() -> String {
+    let tools = std::env::var_os("STACKSYNC_TOOLS_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/stacksync-tools")))
+        .expect("HOME");
+    std::env::var("STACKSYNC_HELM").unwrap_or_else(|_| tools.join("bin/helm").to_string_lossy().into_owned())
+}
+
+/// v4: v3's addons with `BeforeClusterUpgrade` stages that delete `legacy-dns`, apply `cni` and
+/// wait for a gate ConfigMap (`waitForPostCondition`), then apply `metrics-server`.
+pub fn publish_v4_with_upgrade_stages(repo: &ReleaseRepo) {
+    let stages = "  BeforeClusterUpgrade:\n    - name: legacy-dns\n      action: delete\n    - name: cni\n      action: apply\n      waitForPostCondition:\n        objects:\n          - {key: gate, apiVersion: v1, kind: ConfigMap, name: upgrade-gate, namespace: kube-system}\n        conditions: \"gate.data.go == 'yes'\"\n    - name: metrics-server\n      action: apply\n";
+    publish_v3_as(repo, "v4", None, stages);
+}
+
+/// v3's fixture as release `version`, with `install` replacing its install stages (when given)
+/// and `upgrade` its `BeforeClusterUpgrade` stages.
+pub fn publish_v3_as(repo: &ReleaseRepo, version: &str, install: Option<&str>, upgrade: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/clusterstack/docker-ferrol-1-27-v3");
+    let mut files = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).expect("fixture").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let rel =
+                p.strip_prefix(&root).expect("prefix").to_string_lossy().replace("cluster-class-v3", &format!("cluster-class-{version}"));
+            let text = std::fs::read_to_string(&p).expect("text");
+            let text = match rel.as_str() {
+                "metadata.yaml" => text.replace("clusterStack: v3", &format!("clusterStack: {version}")),
+                r if r.ends_with("Chart.yaml") && r.contains("cluster-class") => {
+                    text.replace("version: v3", &format!("version: {version}"))
+                }
+                "clusteraddon.yaml" => {
+                    let head = &text[..text.find("  BeforeClusterUpgrade:").expect("hook")];
+                    let head = match install {
+                        Some(i) => format!("{}{i}", &head[..head.find("  AfterControlPlaneInitialized:").expect("hook")]),
+                        None => head.to_owned(),
+                    };
+                    format!("{head}{upgrade}")
+                }
+                _ => text,
+            };
+            files.push((rel, text));
+        }
+    }
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    repo.release(&format!("docker-ferrol-1-27-{version}"), &refs);
 }

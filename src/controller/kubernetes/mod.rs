@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 mod classes;
 mod diff;
 mod events;
+pub mod hook;
 mod reconcile;
 mod render;
 mod rollup;
