@@ -2,9 +2,11 @@
 //! by the test, artifacts pushed through the distribution API as `csctl publish` lays them out):
 //! a cluster-stack release rendered and applied to the directory target, tag paging and
 //! constraints, a corrupted layer refused with the last good release kept, restarts that fetch
-//! nothing again, and the registry's basic and token authentication.
+//! nothing again, the registry's basic and token authentication, and the daemon: a generic push
+//! webhook triggers a poll, a config edit pointing the source elsewhere is picked up live.
 
 mod common;
+mod opsenv;
 
 use std::path::{Path, PathBuf};
 
@@ -306,6 +308,49 @@ async fn token_auth_fetches_a_bearer_token_once_anonymous_or_with_credentials() 
     assert_eq!(applied_tag(dir.path()), "v1.1.0");
     registry.stop().await;
     tokens.stop().await;
+}
+
+/// The daemon with the Kubernetes target: a new tag arrives through the generic webhook within
+/// seconds (the poll interval is an hour), and an edited `repository` is polled after reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemon_polls_on_the_generic_webhook_and_follows_a_reloaded_repository() {
+    use std::time::Duration;
+    if !have_registry() {
+        return;
+    }
+    let env = opsenv::Env::new().await;
+    let registry = Registry::start(&env.dir.path().join("registry"), Auth::None).await.expect("registry");
+    let release =
+        |v: &str| vec![("manifests.tar.gz", "application/vnd.oci.image.layer.v1.tar+gzip", targz(&[("cm.yaml", &opsenv::cm(v))]))];
+    registry.push_artifact("acme/stacks", "v1.0.0", "application/vnd.acme.manifests.v1", &release("1.0.0")).await;
+    registry.push_artifact("acme/other", "v2.0.0", "application/vnd.acme.manifests.v1", &release("2.0.0")).await;
+    env.add_cluster("alpha").await;
+    let config = env.config("unused");
+    let git_block = "    git:\n      url: unused\n";
+    let with_repo = |name: &str| {
+        let text = std::fs::read_to_string(&config).expect("config");
+        let text = if text.contains(git_block) {
+            text.replace(git_block, &format!("    oci:\n      repository: {}\n", registry.repository(name)))
+        } else {
+            let old = text.lines().find(|l| l.trim_start().starts_with("repository: ")).expect("repository line").to_owned();
+            text.replace(&old, &format!("      repository: {}", registry.repository(name)))
+        };
+        std::fs::write(&config, text).expect("config");
+    };
+    with_repo("acme/stacks");
+    let daemon = opsenv::Daemon::start(&config, env.dir.path().join("daemon.log")).await;
+    daemon.eventually("v1.0.0 applied", Duration::from_secs(30), async || env.applied("alpha").await == "v1.0.0").await;
+
+    registry.push_artifact("acme/stacks", "v1.1.0", "application/vnd.acme.manifests.v1", &release("1.1.0")).await;
+    let (status, text) = daemon.post("/hooks/generic/stacks", &[("authorization", format!("Bearer {}", opsenv::TOKEN))], Vec::new()).await;
+    assert_eq!(status, 202, "{text}");
+    daemon.eventually("v1.1.0 applied after the hook", Duration::from_secs(10), async || env.applied("alpha").await == "v1.1.0").await;
+
+    with_repo("acme/other");
+    daemon.eventually("v2.0.0 applied after the reload", Duration::from_secs(30), async || env.applied("alpha").await == "v2.0.0").await;
+    assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
+    daemon.stop().await;
+    registry.stop().await;
 }
 
 #[test]
