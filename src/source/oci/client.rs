@@ -218,7 +218,12 @@ impl Client {
         if let Some(challenge) = parse_bearer_challenge(header) {
             let (token, lifetime) = self.fetch_token(&challenge).await?;
             let expiry = Instant::now() + lifetime.saturating_sub(TOKEN_MARGIN).max(Duration::from_secs(1));
-            tokens().lock().unwrap_or_else(PoisonError::into_inner).insert(self.token_key.clone(), (token, expiry));
+            let mut cache = tokens().lock().unwrap_or_else(PoisonError::into_inner);
+            // Expired tokens (and those of rotated credentials, once expired) are dropped here.
+            let now = Instant::now();
+            cache.retain(|_, (_, until)| *until > now);
+            cache.insert(self.token_key.clone(), (token, expiry));
+            drop(cache);
             *self.auth.lock().unwrap_or_else(PoisonError::into_inner) = None;
             return Ok(());
         }
