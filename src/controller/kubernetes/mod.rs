@@ -23,6 +23,7 @@ mod events;
 pub mod hook;
 mod reconcile;
 mod render;
+mod rollout;
 mod rollup;
 mod run;
 mod status;
@@ -31,6 +32,7 @@ mod upgrade;
 
 pub use diff::{ClusterDiff, diff};
 pub use render::render;
+pub use rollout::{Health, judge, plan, request as request_rollout};
 pub use run::{SHARD_LABEL, pass, request_reconcile, run};
 
 use super::{Context, Error};
@@ -66,6 +68,8 @@ pub struct Kube {
     recorded: Mutex<std::collections::HashSet<(String, String, String)>>,
     /// Kubernetes Events on ClusterSyncs and StackReleases.
     events: events::Events,
+    /// Rollouts: the Kubernetes version of a release (`tag@commit`), read once per process.
+    kubernetes_versions: Mutex<HashMap<String, Option<String>>>,
 }
 
 impl Kube {
@@ -91,6 +95,7 @@ impl Kube {
             classes: classes::Classes::default(),
             recorded: Mutex::new(std::collections::HashSet::new()),
             events: events::Events::new(mgmt.clone()),
+            kubernetes_versions: Mutex::new(HashMap::new()),
             mgmt,
         }))
     }
@@ -332,7 +337,7 @@ pub(super) async fn with_live_objects(mgmt: &kube::Client, obj: &DynamicObject, 
     c
 }
 
-async fn referenced(mgmt: &kube::Client, ns: &str, r: &Value) -> Option<Value> {
+pub(super) async fn referenced(mgmt: &kube::Client, ns: &str, r: &Value) -> Option<Value> {
     let kind = r["kind"].as_str()?;
     let name = r["name"].as_str()?;
     let namespace = r["namespace"].as_str().unwrap_or(ns);
