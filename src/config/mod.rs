@@ -74,6 +74,26 @@ pub struct SourceConfig {
 pub enum SourceKind {
     Git(GitSourceConfig),
     Github(GithubSourceConfig),
+    Oci(OciSourceConfig),
+}
+
+/// An OCI registry repository whose tags are releases (`sources[].oci`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OciSourceConfig {
+    /// `host[:port]/path`.
+    pub repository: crate::source::oci::Repository,
+    /// Plain HTTP to a registry that is not on loopback.
+    pub insecure: bool,
+    pub auth: Option<crate::source::oci::OciAuth>,
+    /// Only tags matching this (`*` wildcards) are releases.
+    pub tag_pattern: Option<String>,
+    /// Tags asked for per `tags/list` page (`?n=`).
+    pub page_size: u32,
+    pub max_asset_bytes: u64,
+    pub max_release_bytes: u64,
+    /// Cap on what one archive layer may unpack to (decompression bombs).
+    pub max_unpacked_bytes: u64,
+    pub allow_moved_tags: bool,
 }
 
 /// GitHub release assets.
