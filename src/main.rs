@@ -22,6 +22,24 @@ const EXIT_CONFIG: u8 = 2;
 /// Exit code when something is not synced (or a runtime failure).
 const EXIT_NOT_SYNCED: u8 = 1;
 
+#[derive(Subcommand)]
+enum RolloutAction {
+    /// Stop the running rollout at the next wave boundary (the running wave finishes).
+    Pause {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// The subscription's name.
+        subscription: String,
+    },
+    /// Go on with a paused rollout: the current wave is started again, with a new waveTimeout.
+    Resume {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// The subscription's name.
+        subscription: String,
+    },
+}
+
 #[derive(Parser)]
 #[command(name = "stacksync", version = VERSION, about = "Keeps Cluster API clusters on the cluster-stack releases they subscribe to")]
 struct Cli {
@@ -83,6 +101,13 @@ enum Command {
         /// The Cluster, as `<namespace>/<name>`.
         #[arg(value_name = "NAMESPACE/NAME")]
         cluster: String,
+    },
+    /// Pause or resume a subscription's fleet rollout (`rollout:`, Kubernetes target): sets
+    /// `stacksync.io/rollout-pause` / `stacksync.io/rollout-resume` on the StackRelease of the
+    /// release it rolls out.
+    Rollout {
+        #[command(subcommand)]
+        action: RolloutAction,
     },
     /// Show what the next sync would change, without changing anything: per Cluster (Kubernetes
     /// target: server-side dry-runs) or per file (directory target), as unified diffs. Exit 0:
@@ -239,6 +264,28 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             let ctx = Ctx::new(cfg).context("opening the cache")?;
             let at = runtime.block_on(kubernetes::request_reconcile(ctx, &key))?;
             println!("reconcile of {key} requested at {at}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Rollout { action } => {
+            let (config, subscription, resume) = match action {
+                RolloutAction::Pause { config, subscription } => (config, subscription, false),
+                RolloutAction::Resume { config, subscription } => (config, subscription, true),
+            };
+            let cfg = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return Ok(code),
+            };
+            if !cfg.subscriptions.iter().any(|s| s.name == subscription && s.rollout.is_some()) {
+                logging::error_line(&format!("error: {} has no subscription `{subscription}` with `rollout:`", config.display()));
+                return Ok(ExitCode::from(EXIT_CONFIG));
+            }
+            let ctx = Ctx::new(cfg).context("opening the cache")?;
+            let release = runtime.block_on(kubernetes::request_rollout(ctx, &subscription, resume)).map_err(anyhow::Error::msg)?;
+            if resume {
+                println!("rollout of {subscription} (StackRelease {release}): resume requested");
+            } else {
+                println!("rollout of {subscription} (StackRelease {release}): pause requested; it stops at the next wave boundary");
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Diff { config, cluster } => {

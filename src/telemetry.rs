@@ -106,6 +106,10 @@ pub struct Metrics {
     pub github_quota: Family<RepoLabels, Gauge>,
     pub helm_runs: Family<ResultLabels, Counter>,
     pub helm_duration: Histogram,
+    /// Rollouts by subscription: the running wave, Clusters done, and 1 while paused.
+    pub rollout_wave: Family<SubscriptionLabels, Gauge>,
+    pub rollout_done: Family<SubscriptionLabels, Gauge>,
+    pub rollout_paused: Family<SubscriptionLabels, Gauge>,
     /// Ready state by Cluster (`namespace/name` -> (subscription, ready)), from which `clusters`
     /// is computed: a Cluster that moves between subscriptions or goes away is counted once.
     cluster_state: Mutex<BTreeMap<String, (String, bool)>>,
@@ -133,6 +137,9 @@ impl Metrics {
             github_quota: Family::default(),
             helm_runs: Family::default(),
             helm_duration: seconds_buckets(),
+            rollout_wave: Family::default(),
+            rollout_done: Family::default(),
+            rollout_paused: Family::default(),
             cluster_state: Mutex::new(BTreeMap::new()),
             registry: Registry::default(),
         };
@@ -157,6 +164,9 @@ impl Metrics {
         );
         registry.register("helm_runs", "helm template runs by result", m.helm_runs.clone());
         registry.register("helm_duration_seconds", "How long one helm template run took", m.helm_duration.clone());
+        registry.register("rollout_wave", "The wave a subscription's rollout runs (1-based)", m.rollout_wave.clone());
+        registry.register("rollout_clusters_done", "Clusters a subscription's rollout has moved and seen healthy", m.rollout_done.clone());
+        registry.register("rollout_paused", "1 while a subscription's rollout is paused", m.rollout_paused.clone());
         Metrics { registry, ..m }
     }
 

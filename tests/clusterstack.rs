@@ -16,33 +16,12 @@ use stacksync::render::clusterstack::{Addon, Layout};
 use stacksync::render::helm::Helm;
 use testkit::git::ReleaseRepo;
 
-use common::{assert_exit, run_once, snapshot, status, stdout};
+use common::{assert_exit, helm_path, run_once, snapshot, status, stdout};
 
 const STACK: &str = "docker-ferrol-1-27";
 
 fn fixture(release: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/clusterstack").join(release)
-}
-
-/// The helm binary: `$STACKSYNC_HELM`, `helm` on PATH, or where scripts/install-tools.sh puts it.
-fn helm_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("STACKSYNC_HELM").map(PathBuf::from).filter(|p| p.is_file()) {
-        return p;
-    }
-    let tools = std::env::var_os("STACKSYNC_TOOLS_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/stacksync-tools")));
-    let candidates = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join("helm")).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .chain(tools.map(|t| t.join("bin/helm")));
-    for c in candidates {
-        if c.is_file() {
-            return c;
-        }
-    }
-    panic!("helm is not installed: run scripts/install-tools.sh (it puts helm in ~/.cache/stacksync-tools/bin), or set STACKSYNC_HELM");
 }
 
 async fn helm() -> Helm {

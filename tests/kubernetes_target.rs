@@ -265,7 +265,11 @@ async fn kubectl_shows_the_printer_columns_and_waits_for_ready() {
     let (ok, text, err) = run(args("get stackreleases")).await;
     assert!(ok, "{err}");
     let header: Vec<&str> = text.lines().next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "SUBSCRIPTION", "SOURCE", "TAG", "PHASE", "VERIFIEDBY", "CLUSTERS", "READY", "AGE"], "{text}");
+    assert_eq!(
+        header,
+        ["NAME", "SUBSCRIPTION", "SOURCE", "TAG", "PHASE", "VERIFIEDBY", "CLUSTERS", "ROLLOUT", "ROLLOUTPHASE", "READY", "AGE"],
+        "{text}"
+    );
     let release: Vec<&str> = text.lines().nth(1).unwrap_or_default().split_whitespace().collect();
     assert_eq!(&release[..8], ["ferrol.v1.0.0", "ferrol", "stacks", "v1.0.0", "Applied", "git", "1/2", "False"], "{text}");
     let (ok, _, _) = run(args("wait --for=condition=Ready stackrelease/ferrol.v1.0.0 --timeout=1s")).await;

@@ -2,10 +2,11 @@
 //! cluster's `cluster` / `controlPlane` / `infraCluster` objects.
 
 use std::path::Path;
+use std::time::Duration;
 
 use super::validate::{Cx, Fields, describe};
 use super::yaml::{Node, Value};
-use super::{ClusterObjects, Format, HelmConfig, TemplatesConfig};
+use super::{ClusterObjects, Format, HelmConfig, RolloutConfig, TemplatesConfig, Wave};
 use crate::schedule::{format_duration, parse_duration};
 
 /// The directory the directory target writes a namespace's ClusterClass objects to; a cluster of
@@ -100,6 +101,136 @@ impl Cx {
             }
         }
         objects
+    }
+
+    /// Reads a subscription's `rollout:` (`path` is its field path). The waves must end with
+    /// `percent: 100` so that every Cluster is moved; percentages may not go down.
+    pub(super) fn rollout(&mut self, node: &Node, path: &str, format: Format) -> Option<RolloutConfig> {
+        let f = self.fields(node, path, &["waves", "canarySelector", "waveTimeout", "checkInterval"])?;
+        if format != Format::ClusterStack {
+            self.error(
+                node.mark,
+                path,
+                "`rollout` needs `format: clusterstack`: a rollout moves Clusters from one release's ClusterClass to the next",
+            );
+        }
+        let mut ok = true;
+        let mut waves = Vec::new();
+        if f.get("waves").is_none() {
+            self.error(
+                node.mark,
+                &f.path("waves"),
+                "missing required field `waves`, e.g. `[{clusters: 1}, {percent: 25}, {percent: 100}]`",
+            );
+            ok = false;
+        }
+        let nodes = self.list(&f, "waves");
+        if f.get("waves").is_some() && nodes.is_empty() {
+            self.error(node.mark, &f.path("waves"), "needs at least one wave; the last one must be `{percent: 100}`");
+            ok = false;
+        }
+        let mut last_percent = 0;
+        for (i, w) in nodes.iter().enumerate() {
+            let wpath = format!("{}[{i}]", f.path("waves"));
+            let Some(wf) = self.fields(w, &wpath, &["clusters", "percent"]) else {
+                ok = false;
+                continue;
+            };
+            let number = |cx: &mut Cx, key: &str, range: std::ops::RangeInclusive<u32>| -> Option<u32> {
+                let n = wf.get(key)?;
+                let v = n.scalar_text().and_then(|t| t.parse::<u32>().ok()).filter(|v| range.contains(v));
+                if v.is_none() {
+                    cx.error(
+                        n.mark,
+                        &wf.path(key),
+                        format!("expected a number from {} to {}, found {}", range.start(), range.end(), describe(n)),
+                    );
+                }
+                v
+            };
+            let wave = match (wf.get("clusters").is_some(), wf.get("percent").is_some()) {
+                (true, false) => number(self, "clusters", 1..=100_000).map(Wave::Clusters),
+                (false, true) => number(self, "percent", 1..=100).map(Wave::Percent),
+                _ => {
+                    self.error(w.mark, &wpath, "set exactly one of `clusters` (how many more Clusters) or `percent` (of all, in total)");
+                    None
+                }
+            };
+            match wave {
+                Some(Wave::Percent(p)) if p < last_percent => {
+                    self.error(
+                        w.mark,
+                        &format!("{wpath}.percent"),
+                        format!("{p} is less than the {last_percent} of an earlier wave; percentages count every Cluster so far"),
+                    );
+                    ok = false;
+                }
+                Some(wave) => {
+                    if let Wave::Percent(p) = wave {
+                        last_percent = p;
+                    }
+                    waves.push(wave);
+                }
+                None => ok = false,
+            }
+        }
+        if ok && waves.last() != Some(&Wave::Percent(100)) {
+            let mark = nodes.last().map_or(node.mark, |n| n.mark);
+            self.error(
+                mark,
+                &format!("{}[{}]", f.path("waves"), nodes.len().saturating_sub(1)),
+                "the last wave must be `{percent: 100}`: every Cluster of the subscription is moved by the end",
+            );
+            ok = false;
+        }
+        let mut canary_labels = std::collections::BTreeMap::new();
+        if let Some(c) = f.get("canarySelector") {
+            let cpath = f.path("canarySelector");
+            if let Some(cf) = self.fields(c, &cpath, &["matchLabels"]) {
+                match cf.get("matchLabels").map(|m| (m, &m.value)) {
+                    Some((_, Value::Map(entries))) if !entries.is_empty() => {
+                        for (k, v) in entries {
+                            match (k.scalar_text(), v.scalar_text()) {
+                                (Some(k), Some(v)) => {
+                                    canary_labels.insert(k.to_owned(), v.to_owned());
+                                }
+                                _ => self.error(v.mark, &cf.path("matchLabels"), "expected `label: value` strings"),
+                            }
+                        }
+                    }
+                    Some((m, _)) => self.error(
+                        m.mark,
+                        &cf.path("matchLabels"),
+                        format!("expected a non-empty mapping of labels, found {}", describe(m)),
+                    ),
+                    None => self.error(
+                        c.mark,
+                        &cf.path("matchLabels"),
+                        "missing required field `matchLabels` (the labels of the canary Clusters)",
+                    ),
+                }
+            }
+        }
+        let wave_timeout = self.positive_duration(&f, "waveTimeout", super::DEFAULT_WAVE_TIMEOUT, Duration::from_secs(1));
+        let check_interval = self.positive_duration(&f, "checkInterval", super::DEFAULT_ROLLOUT_CHECK, Duration::from_millis(100));
+        ok.then_some(RolloutConfig { waves, canary_labels, wave_timeout, check_interval })
+    }
+
+    /// A duration field of at least `min`; `default` when absent (or wrong, with an error).
+    fn positive_duration(&mut self, f: &Fields<'_>, key: &str, default: Duration, min: Duration) -> Duration {
+        let Some(n) = f.get(key) else { return default };
+        let text = self.string(f, key).unwrap_or_default();
+        match parse_duration(&text) {
+            Ok(d) if d >= min => d,
+            Ok(d) => {
+                self.error(n.mark, &f.path(key), format!("{} is too short; use at least {}", format_duration(d), format_duration(min)));
+                default
+            }
+            Err(e) => {
+                self.error(n.mark, &f.path(key), e);
+                default
+            }
+        }
     }
 
     pub(super) fn reserved_cluster_name(&mut self, f: &Fields<'_>, name: &str) {

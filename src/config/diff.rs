@@ -73,6 +73,7 @@ fn subscription_changes(o: &Subscription, n: &Subscription) -> Vec<String> {
     field("availableReleases", o.available_releases.to_string(), n.available_releases.to_string());
     field("healthTimeout", format!("{:?}", o.health_timeout), format!("{:?}", n.health_timeout));
     field("stageTimeout", format!("{:?}", o.stage_timeout), format!("{:?}", n.stage_timeout));
+    field("rollout", rollout_text(o.rollout.as_ref()), rollout_text(n.rollout.as_ref()));
     for c in &o.clusters {
         match n.clusters.iter().find(|x| x.name == c.name && x.namespace == c.namespace) {
             None => out.push(format!("cluster {}/{} removed", c.namespace, c.name)),
@@ -86,4 +87,25 @@ fn subscription_changes(o: &Subscription, n: &Subscription) -> Vec<String> {
         }
     }
     out
+}
+
+/// `rollout:` in a reload's log line: `none`, or `waves [1, 25%, 100%], waveTimeout 30m, ...`.
+fn rollout_text(r: Option<&super::RolloutConfig>) -> String {
+    let Some(r) = r else { return "none".to_owned() };
+    let waves: Vec<String> = r
+        .waves
+        .iter()
+        .map(|w| match w {
+            super::Wave::Clusters(n) => n.to_string(),
+            super::Wave::Percent(p) => format!("{p}%"),
+        })
+        .collect();
+    let canary: Vec<String> = r.canary_labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!(
+        "waves [{}], canary [{}], waveTimeout {}, checkInterval {}",
+        waves.join(", "),
+        canary.join(", "),
+        crate::schedule::format_duration(r.wave_timeout),
+        crate::schedule::format_duration(r.check_interval)
+    )
 }

@@ -74,6 +74,26 @@ pub struct SourceConfig {
 pub enum SourceKind {
     Git(GitSourceConfig),
     Github(GithubSourceConfig),
+    Oci(OciSourceConfig),
+}
+
+/// An OCI registry repository whose tags are releases (`sources[].oci`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OciSourceConfig {
+    /// `host[:port]/path`.
+    pub repository: crate::source::oci::Repository,
+    /// Plain HTTP to a registry that is not on loopback.
+    pub insecure: bool,
+    pub auth: Option<crate::source::oci::OciAuth>,
+    /// Only tags matching this (`*` wildcards) are releases.
+    pub tag_pattern: Option<String>,
+    /// Tags asked for per `tags/list` page (`?n=`).
+    pub page_size: u32,
+    pub max_asset_bytes: u64,
+    pub max_release_bytes: u64,
+    /// Cap on what one archive layer may unpack to (decompression bombs).
+    pub max_unpacked_bytes: u64,
+    pub allow_moved_tags: bool,
 }
 
 /// GitHub release assets.
@@ -144,7 +164,38 @@ pub struct Subscription {
     /// Cluster stacks: how long one `waitForPreCondition` / `waitForPostCondition` of an
     /// addon stage may wait before the upgrade (or install) is reported as failed.
     pub stage_timeout: std::time::Duration,
+    /// Cluster stacks: `rollout:` — stacksync moves the subscription's Clusters to the newest
+    /// offered release in waves. `None`: Clusters stay on the class they name.
+    pub rollout: Option<RolloutConfig>,
 }
+
+/// A subscription's `rollout:`: how its Clusters are moved to a newer release.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RolloutConfig {
+    /// In order; the last one reaches every Cluster (`percent: 100`).
+    pub waves: Vec<Wave>,
+    /// Clusters with all these labels go into the first (canary) wave.
+    pub canary_labels: BTreeMap<String, String>,
+    /// How long a wave's Clusters get to be upgraded and healthy before the rollout pauses.
+    pub wave_timeout: std::time::Duration,
+    /// How often a running rollout looks at its Clusters (besides when releases change).
+    pub check_interval: std::time::Duration,
+}
+
+/// One wave of a rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wave {
+    /// `clusters: N`: N more Clusters.
+    Clusters(u32),
+    /// `percent: P`: up to P % of the rollout's Clusters in all (rounded up).
+    Percent(u32),
+}
+
+/// Default for `rollout.waveTimeout`.
+pub const DEFAULT_WAVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+
+/// Default for `rollout.checkInterval`.
+pub const DEFAULT_ROLLOUT_CHECK: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Default for a subscription's `healthTimeout`.
 pub const DEFAULT_HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);

@@ -1,15 +1,16 @@
-//! Validation of `sources[]`: Git repositories and GitHub release assets.
+//! Validation of `sources[]`: Git repositories, GitHub release assets and OCI registries.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::validate::{Cx, check_git_url};
 use super::yaml::{Node, Value};
-use super::{GitSourceConfig, GithubSourceConfig, SourceConfig, SourceKind};
+use super::{GitSourceConfig, GithubSourceConfig, OciSourceConfig, SourceConfig, SourceKind};
 use crate::cache::blobs::Sha256Digest;
 use crate::source::git_cli::{self, GitAuth};
 use crate::source::github::TokenSource;
 use crate::source::github::verify::Verify;
+use crate::source::oci::{self, OciAuth, Repository};
 
 /// GitHub's public API; GitHub Enterprise Server uses `https://<host>/api/v3`.
 pub const GITHUB_API: &str = "https://api.github.com";
@@ -17,17 +18,20 @@ pub const GITHUB_API: &str = "https://api.github.com";
 impl Cx {
     pub(super) fn source(&mut self, node: &Node, i: usize, base: &Path) -> Option<SourceConfig> {
         let path = format!("sources[{i}]");
-        let f = self.fields(node, &path, &["name", "git", "github"])?;
+        let f = self.fields(node, &path, &["name", "git", "github", "oci"])?;
         let name = self.name(&f, "name");
-        let kind = match (f.get("git"), f.get("github")) {
-            (Some(git), None) => self.git(git, &format!("{path}.git"), base).map(SourceKind::Git),
-            (None, Some(gh)) => self.github(gh, &format!("{path}.github"), base).map(SourceKind::Github),
-            (Some(_), Some(gh)) => {
-                self.error(gh.mark, &path, "a source has exactly one kind: `git` or `github`, not both");
+        let kinds: Vec<(&str, &Node)> = ["git", "github", "oci"].into_iter().filter_map(|k| f.get(k).map(|n| (k, n))).collect();
+        let kind = match kinds.as_slice() {
+            [("git", git)] => self.git(git, &format!("{path}.git"), base).map(SourceKind::Git),
+            [("github", gh)] => self.github(gh, &format!("{path}.github"), base).map(SourceKind::Github),
+            [(_, oci)] => self.oci(oci, &format!("{path}.oci"), base).map(SourceKind::Oci),
+            [] => {
+                self.error(node.mark, &path, "a source needs a kind: `git`, `github` or `oci`");
                 None
             }
-            (None, None) => {
-                self.error(node.mark, &path, "a source needs a kind: `git` or `github`");
+            [_, (_, second), ..] => {
+                let names: Vec<&str> = kinds.iter().map(|(k, _)| *k).collect();
+                self.error(second.mark, &path, format!("a source has exactly one kind, found {}", names.join(" and ")));
                 None
             }
         };
@@ -181,6 +185,101 @@ impl Cx {
             max_unpacked_bytes,
             allow_moved_tags,
         })
+    }
+
+    fn oci(&mut self, node: &Node, path: &str, base: &Path) -> Option<OciSourceConfig> {
+        let o = self.fields(
+            node,
+            path,
+            &[
+                "repository",
+                "insecure",
+                "auth",
+                "tagPattern",
+                "pageSize",
+                "maxAssetSize",
+                "maxReleaseSize",
+                "maxUnpackedSize",
+                "allowMovedTags",
+            ],
+        )?;
+        let repository = self.required_string(&o, "repository").and_then(|r| match Repository::parse(&r) {
+            Ok(repo) => Some(repo),
+            Err(e) => {
+                let mark = o.get("repository").map_or(node.mark, |n| n.mark);
+                self.error(mark, &o.path("repository"), e.to_string());
+                None
+            }
+        });
+        let insecure = self.bool(&o, "insecure", false);
+        let auth = match o.get("auth") {
+            Some(a) => Some(self.oci_auth(a, &o.path("auth"), base)?),
+            None => None,
+        };
+        if let Some(repo) = &repository
+            && auth.is_some()
+            && insecure
+            && !repo.is_loopback()
+        {
+            let mark = o.get("insecure").map_or(node.mark, |n| n.mark);
+            self.error(
+                mark,
+                &o.path("insecure"),
+                "credentials are sent only over https:// (`insecure: true` with `auth` only for a loopback registry)",
+            );
+        }
+        let tag_pattern = self.string(&o, "tagPattern");
+        let page_size = match o.get("pageSize") {
+            Some(n) => match n.scalar_text().and_then(|t| t.parse::<u32>().ok()).filter(|n| (1..=oci::MAX_PAGE_SIZE).contains(n)) {
+                Some(n) => n,
+                None => {
+                    self.error(n.mark, &o.path("pageSize"), format!("expected a number from 1 to {}", oci::MAX_PAGE_SIZE));
+                    oci::DEFAULT_PAGE_SIZE
+                }
+            },
+            None => oci::DEFAULT_PAGE_SIZE,
+        };
+        let defaults = crate::source::github::materialise::Options::default();
+        let max_asset_bytes = self.size(&o, "maxAssetSize").unwrap_or(defaults.max_asset_bytes);
+        let max_release_bytes = self.size(&o, "maxReleaseSize").unwrap_or(defaults.max_release_bytes);
+        let max_unpacked_bytes = self.size(&o, "maxUnpackedSize").unwrap_or(defaults.unpack.max_bytes);
+        let allow_moved_tags = self.bool(&o, "allowMovedTags", false);
+        Some(OciSourceConfig {
+            repository: repository?,
+            insecure,
+            auth,
+            tag_pattern,
+            page_size,
+            max_asset_bytes,
+            max_release_bytes,
+            max_unpacked_bytes,
+            allow_moved_tags,
+        })
+    }
+
+    /// `auth`: `username` with `password`, or `bearerToken`.
+    fn oci_auth(&mut self, node: &Node, path: &str, base: &Path) -> Option<OciAuth> {
+        let f = self.fields(node, path, &["username", "password", "bearerToken"])?;
+        match (f.get("username"), f.get("password"), f.get("bearerToken")) {
+            (Some(_), Some(p), None) => {
+                let username = self.required_string(&f, "username");
+                let password = self.token(p, &f.path("password"), base);
+                Some(OciAuth::Basic { username: username?, password: password? })
+            }
+            (None, None, Some(token)) => self.token(token, &f.path("bearerToken"), base).map(OciAuth::Bearer),
+            (Some(_), None, None) => {
+                self.error(node.mark, &f.path("password"), "required with `username`: `{file: …}` or `{env: …}`");
+                None
+            }
+            (None, Some(_), None) => {
+                self.error(node.mark, &f.path("username"), "required with `password`");
+                None
+            }
+            _ => {
+                self.error(node.mark, path, "set `username` and `password`, or `bearerToken` (not both)");
+                None
+            }
+        }
     }
 
     fn token(&mut self, node: &Node, path: &str, base: &Path) -> Option<TokenSource> {

@@ -296,6 +296,7 @@ impl Cx {
                 "availableReleases",
                 "healthTimeout",
                 "stageTimeout",
+                "rollout",
             ],
         )?;
         let name = self.name(&f, "name");
@@ -410,6 +411,7 @@ impl Cx {
                 }
             }
         };
+        let rollout = f.get("rollout").and_then(|n| self.rollout(n, &f.path("rollout"), format));
         if f.get("clusters").is_none() && f.get("clusterSelector").is_none() {
             self.error(
                 node.mark,
@@ -438,6 +440,7 @@ impl Cx {
             available_releases,
             health_timeout,
             stage_timeout,
+            rollout,
         })
     }
 
@@ -597,5 +600,73 @@ mod stage_timeout_tests {
         assert_eq!(parse("    stageTimeout: 90s\n").expect("valid").subscriptions[0].stage_timeout.as_secs(), 90);
         let e = parse("    stageTimeout: 0s\n").unwrap_err();
         assert!(e.contains("c.yaml:12:") && e.contains("subscriptions[0].stageTimeout: must be longer than 0s"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod rollout_tests {
+    use crate::config::{Config, Wave};
+
+    fn parse(sub_extra: &str) -> Result<Config, String> {
+        let text = format!(
+            "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache: {{dir: c}}\nsources:\n  - name: s\n    git: {{url: https://example.test/s.git}}\nsubscriptions:\n  - name: a\n    source: s\n    stack: docker-ferrol-1-27\n    format: clusterstack\n    interval: 1h\n    clusters: [{{name: x, namespace: y}}]\n{sub_extra}target: {{directory: out}}\n"
+        );
+        Config::parse(std::path::Path::new("c.yaml"), &text).map_err(|e| e.0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))
+    }
+
+    #[test]
+    fn no_rollout_is_none_and_a_full_one_is_read_with_defaults() {
+        assert_eq!(parse("").expect("valid").subscriptions[0].rollout, None);
+        let c = parse("    rollout:\n      waves: [{clusters: 1}, {percent: 25}, {percent: 100}]\n      canarySelector: {matchLabels: {canary: \"true\"}}\n")
+            .expect("valid");
+        let r = c.subscriptions[0].rollout.clone().expect("rollout");
+        assert_eq!(r.waves, [Wave::Clusters(1), Wave::Percent(25), Wave::Percent(100)]);
+        assert_eq!(r.canary_labels["canary"], "true");
+        assert_eq!(r.wave_timeout, crate::config::DEFAULT_WAVE_TIMEOUT);
+        let r = parse("    rollout:\n      waves: [{percent: 100}]\n      waveTimeout: 2s\n      checkInterval: 200ms\n").expect("valid");
+        let r = r.subscriptions[0].rollout.clone().expect("rollout");
+        assert_eq!((r.wave_timeout.as_millis(), r.check_interval.as_millis()), (2000, 200));
+    }
+
+    #[test]
+    fn bad_rollouts_are_refused_naming_line_and_field() {
+        let table = [
+            ("    rollout:\n      waveTimeout: 1m\n", "c.yaml:15:", "subscriptions[0].rollout.waves: missing required field `waves`"),
+            (
+                "    rollout:\n      waves: [{clusters: 1}, {percent: 50}]\n",
+                "c.yaml:15:",
+                "subscriptions[0].rollout.waves[1]: the last wave must be `{percent: 100}`",
+            ),
+            (
+                "    rollout:\n      waves: [{percent: 50}, {percent: 20}, {percent: 100}]\n",
+                "c.yaml:15:",
+                "waves[1].percent: 20 is less than the 50",
+            ),
+            (
+                "    rollout:\n      waves: [{clusters: 1, percent: 5}, {percent: 100}]\n",
+                "c.yaml:15:",
+                "waves[0]: set exactly one of `clusters`",
+            ),
+            (
+                "    rollout:\n      waves: [{percent: 0}, {percent: 100}]\n",
+                "c.yaml:15:",
+                "waves[0].percent: expected a number from 1 to 100, found `0`",
+            ),
+            (
+                "    rollout:\n      waves: [{percent: 100}]\n      waveTimeout: 0s\n",
+                "c.yaml:16:",
+                "rollout.waveTimeout: 0s is too short; use at least 1s",
+            ),
+            (
+                "    rollout:\n      waves: [{percent: 100}]\n      canarySelector: {matchLabels: {}}\n",
+                "c.yaml:16:",
+                "canarySelector.matchLabels: expected a non-empty mapping",
+            ),
+            ("    rollout:\n      waves: [{percent: 100}]\n      wave: 1\n", "c.yaml:16:", "rollout.wave: unknown field `wave`"),
+        ];
+        for (extra, at, want) in table {
+            let e = parse(extra).unwrap_err();
+            assert!(e.contains(at) && e.contains(want), "{extra}\n=> {e}");
+        }
     }
 }

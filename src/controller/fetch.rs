@@ -1,5 +1,6 @@
 //! The fetch half of a pass: poll each source once, then select and cache each subscription's
-//! release — from a Git mirror or from verified GitHub release assets.
+//! release — from a Git mirror, from verified GitHub release assets or from the verified layers
+//! of an OCI artifact.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -10,18 +11,24 @@ use super::{POLL_TIMEOUT, Prepared, PreparedRelease};
 use crate::cache::blobs::Blobs;
 use crate::cache::index::GithubState;
 use crate::cache::{Cache, Index, SourceState};
-use crate::config::{Config, GitSourceConfig, GithubSourceConfig, SourceKind, Subscription, tag_matches};
+use crate::config::{Config, GitSourceConfig, GithubSourceConfig, OciSourceConfig, SourceKind, Subscription, tag_matches};
 use crate::release::{self, Release, short};
 use crate::source::github::materialise::{self, AssetRecord};
 use crate::source::github::{self, GhRelease};
-use crate::source::{self, RemoteRefs, TagEvent, git};
+use crate::source::{self, RemoteRefs, TagEvent, git, oci};
 
 /// The cache key of a source: its name plus a hash of where it points.
 pub fn source_key(name: &str, kind: &SourceKind) -> String {
     match kind {
         SourceKind::Git(g) => Cache::source_key(name, &g.url),
         SourceKind::Github(g) => Cache::source_key(name, &format!("{}#{}", g.api_url, g.repo)),
+        SourceKind::Oci(o) => Cache::source_key(name, &oci_location(o)),
     }
+}
+
+/// Where an OCI source points, as its source state records it.
+fn oci_location(o: &OciSourceConfig) -> String {
+    format!("oci://{}/{}", o.repository.registry, o.repository.name)
 }
 
 /// Polls one source and merges what it advertises into the index, logging tag changes.
@@ -60,6 +67,12 @@ pub async fn poll(
                 .await
                 .map_err(|source| source::Error::Github { source_name: name.to_owned(), source: Box::new(source) })?;
             (format!("{}#{}", g.api_url, g.repo), refs, g.allow_moved_tags)
+        }
+        SourceKind::Oci(o) => {
+            let refs = poll_oci(name, o, previous)
+                .await
+                .map_err(|source| source::Error::Oci { source_name: name.to_owned(), source: Box::new(source) })?;
+            (oci_location(o), refs, o.allow_moved_tags)
         }
     };
     let (mut next, events) = source::reconcile(previous, &location, &refs, allow_moved);
@@ -109,6 +122,45 @@ async fn poll_github(name: &str, g: &GithubSourceConfig, state: &mut GithubState
     state.releases = by_tag;
     tracing::debug!(source = name, releases = refs.tags.len(), "listed GitHub releases");
     Ok(refs)
+}
+
+fn oci_client(o: &OciSourceConfig) -> oci::Result<oci::client::Client> {
+    let limits = oci::client::Limits { page_size: o.page_size, ..Default::default() };
+    oci::client::Client::new(&o.repository, o.insecure, o.auth.as_ref(), limits)
+}
+
+/// Lists an OCI repository's tags and resolves each release tag to its manifest digest (the
+/// "commit" of the release: the tree is pulled by that digest, never by the tag). Tags that are
+/// not release tags (no version in them, or outside `tagPattern`) are not resolved.
+async fn poll_oci(name: &str, o: &OciSourceConfig, previous: &SourceState) -> oci::Result<RemoteRefs> {
+    use futures_util::stream::{self, StreamExt, TryStreamExt};
+    let client = oci_client(o)?;
+    let bounded = async {
+        let (all, pages) = client.tags().await?;
+        let wanted: Vec<String> = all
+            .into_iter()
+            .filter(|t| crate::release::version::Version::from_tag(t).is_some())
+            .filter(|t| o.tag_pattern.as_deref().is_none_or(|p| tag_matches(p, t)))
+            .collect();
+        let client = &client;
+        let resolved: Vec<(String, String)> = stream::iter(wanted)
+            .map(|tag| async move { client.resolve(&tag).await.map(|d| (tag, d.hex().to_owned())) })
+            .buffer_unordered(oci::client::RESOLVE_CONCURRENCY)
+            .try_collect()
+            .await?;
+        Ok::<_, oci::Error>((resolved, pages))
+    };
+    let (resolved, pages) = match tokio::time::timeout(POLL_TIMEOUT, bounded).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(oci::Error::Tags {
+                repo: oci_location(o),
+                message: format!("the poll did not finish within {}s", POLL_TIMEOUT.as_secs()),
+            });
+        }
+    };
+    tracing::debug!(source = name, tags = resolved.len(), pages, known = previous.tags.len(), "listed OCI tags");
+    Ok(RemoteRefs { tags: resolved.into_iter().collect(), heads: BTreeMap::new() })
 }
 
 fn client(g: &GithubSourceConfig) -> github::Result<github::Client> {
@@ -205,6 +257,7 @@ pub async fn materialise(config: &Config, cache: &Cache, index: Index, rel: &Rel
     let (index, result) = match &src.kind {
         SourceKind::Git(_) => materialise_git(cache, index, &key, rel).await,
         SourceKind::Github(g) => materialise_github(cache, index, &key, rel, g).await,
+        SourceKind::Oci(o) => materialise_oci(cache, index, &key, rel, o).await,
     };
     let outcome = match result {
         Ok((tree, fetched, assets)) => {
@@ -274,6 +327,79 @@ async fn materialise_github(cache: &Cache, index: Index, key: &str, rel: &Releas
         Ok(pair) => pair,
         Err(join) => (Index::default(), Err(format!("materialise task failed: {join}"))),
     }
+}
+
+async fn materialise_oci(cache: &Cache, index: Index, key: &str, rel: &Release, o: &OciSourceConfig) -> (Index, Materialised) {
+    let blobs = match Blobs::open(cache.root()) {
+        Ok(b) => b,
+        Err(e) => return (index, Err(format!("cannot open blob store: {e}"))),
+    };
+    // A verified tree of exactly this digest is used as it is: a restart asks the registry
+    // nothing for it, and a tag deleted upstream leaves the release in use usable.
+    let tree = cache.release_path(key, &rel.tag, &rel.commit);
+    let cached = if tree.is_dir() { materialise::verify_cached(&tree, &blobs) } else { None };
+    let records = match cached {
+        Some(records) => records,
+        None => {
+            if tree.is_dir() {
+                let _ = std::fs::remove_dir_all(&tree);
+            }
+            match pull_oci(o, &blobs, rel).await {
+                Ok(r) => r,
+                Err(e) => return (index, Err(e.to_string())),
+            }
+        }
+    };
+    let unpack = crate::cache::unpack::Limits { max_bytes: o.max_unpacked_bytes, ..Default::default() };
+    let (cache, key, rel) = (cache.clone(), key.to_owned(), rel.clone());
+    let task = tokio::task::spawn_blocking(move || {
+        let mut index = index;
+        let fill = |tmp: &std::path::Path| materialise::fill(&blobs, &records, tmp, unpack);
+        let result = cache.release(&mut index, &rel.source, &key, &rel.tag, &rel.commit, fill);
+        (index, result.map(|(p, f)| (p, f, records.clone())).map_err(|e| e.to_string()))
+    });
+    match task.await {
+        Ok(pair) => pair,
+        Err(join) => (Index::default(), Err(format!("materialise task failed: {join}"))),
+    }
+}
+
+/// Fetches the manifest of `rel` by its pinned digest (verified), then every layer the blob
+/// store lacks (each verified while streaming), within the size limits.
+async fn pull_oci(o: &OciSourceConfig, blobs: &Blobs, rel: &Release) -> oci::Result<Vec<AssetRecord>> {
+    let repo = oci_location(o);
+    let manifest_err = |message: String| oci::Error::Manifest { repo: repo.clone(), reference: format!("release {}", rel.tag), message };
+    let digest = crate::cache::blobs::Sha256Digest::parse(&rel.commit)
+        .ok_or_else(|| manifest_err(format!("`{}` is not a manifest digest", rel.commit)))?;
+    let client = oci_client(o)?;
+    let bytes = client.manifest(&rel.tag, &digest).await?;
+    let artifact = oci::parse_manifest(&bytes).map_err(manifest_err)?;
+    let declared: u64 = artifact.layers.iter().map(|l| l.size).fold(0, u64::saturating_add);
+    if declared > o.max_release_bytes {
+        return Err(manifest_err(format!("the layers declare {declared} bytes, more than maxReleaseSize {}", o.max_release_bytes)));
+    }
+    info!(source = %rel.source, tag = %rel.tag, layers = artifact.layers.len(), artifact_type = artifact.artifact_type.as_deref().unwrap_or("-"), "pulling OCI artifact");
+    let mut records = Vec::with_capacity(artifact.layers.len());
+    let mut received: u64 = 0;
+    for layer in &artifact.layers {
+        let cached = blobs.verify(&layer.digest).unwrap_or(false);
+        if !cached {
+            let left = o.max_release_bytes.saturating_sub(received);
+            client.blob(&rel.tag, &layer.title, &layer.digest, blobs, o.max_asset_bytes.min(left)).await?;
+        }
+        let size = std::fs::metadata(blobs.path(&layer.digest)).map(|m| m.len()).unwrap_or(layer.size);
+        received = received.saturating_add(size);
+        records.push(AssetRecord {
+            name: layer.title.clone(),
+            digest: layer.digest.to_string(),
+            verified_by: crate::source::github::verify::VerifiedBy::Registry,
+            size,
+        });
+    }
+    if received > o.max_release_bytes {
+        return Err(manifest_err(format!("the layers hold {received} bytes, more than maxReleaseSize {}", o.max_release_bytes)));
+    }
+    Ok(records)
 }
 
 async fn download(g: &GithubSourceConfig, blobs: &Blobs, release: &GhRelease) -> Result<Vec<AssetRecord>, String> {

@@ -121,6 +121,9 @@ pub fn matching_sources(config: &Config, repo: &Repository) -> Vec<String> {
         .filter(|s| match &s.kind {
             SourceKind::Github(g) => !repo.full_name.is_empty() && g.repo.eq_ignore_ascii_case(&repo.full_name),
             SourceKind::Git(g) => urls.contains(&normalise_url(&g.url)),
+            // A GitHub delivery names a Git repository, never a registry's; the generic webhook
+            // (by source name) triggers OCI sources.
+            SourceKind::Oci(_) => false,
         })
         .map(|s| s.name.clone())
         .collect()

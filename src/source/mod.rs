@@ -23,6 +23,12 @@ pub enum Error {
         #[source]
         source: Box<github::Error>,
     },
+    #[error("source {source_name}: {source}")]
+    Oci {
+        source_name: String,
+        #[source]
+        source: Box<oci::Error>,
+    },
 }
 
 impl Error {
@@ -36,6 +42,7 @@ impl Error {
             Error::Fetch { .. } => "fetch",
             Error::Timeout { .. } => "timeout",
             Error::Github { .. } => "github",
+            Error::Oci { .. } => "oci",
         }
     }
 }

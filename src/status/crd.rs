@@ -200,6 +200,9 @@ pub struct Condition {
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"VerifiedBy","type":"string","jsonPath":".status.verifiedBy"}"#,
     printcolumn = r#"{"name":"Clusters","type":"string","jsonPath":".status.clusters.summary"}"#,
+    printcolumn = r#"{"name":"Rollout","type":"string","jsonPath":".status.rollout.summary"}"#,
+    printcolumn = r#"{"name":"RolloutPhase","type":"string","jsonPath":".status.rollout.phase"}"#,
+    printcolumn = r#"{"name":"Wave","type":"string","priority":1,"jsonPath":".status.rollout.waveSummary"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -246,7 +249,72 @@ pub struct StackReleaseStatus {
     /// what is deleted when the release is no longer offered and no Cluster uses it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub class_inventory: Vec<String>,
+    /// The rollout that moves the subscription's Clusters to this release (`rollout:` in the
+    /// config), written with its own field manager: where it is, and why it paused. A restart
+    /// resumes from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutStatus>,
 }
+
+/// A rollout to one release, wave by wave.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    /// `Waiting` (the release's ClusterClass is not applied), `Progressing`, `Paused`,
+    /// `Complete`, `Superseded` (by a newer release's rollout) or `Stopped` (`rollout:` removed).
+    pub phase: String,
+    /// The wave running (1-based; the last one when complete).
+    pub wave: u32,
+    pub waves: u32,
+    /// `wave/waves`, for the `WAVE` column (`-o wide`).
+    pub wave_summary: String,
+    /// Clusters moved, upgraded and healthy, of all the rollout moves.
+    pub done: u32,
+    pub total: u32,
+    /// `done/total`, for the `ROLLOUT` column.
+    pub summary: String,
+    /// Why it is paused: `ClusterFailed`, `WaveTimeout`, `ClassChanged`, `PauseRequested`;
+    /// waiting: `ClassNotApplied`; stopped: `RolloutRemoved` (empty while it runs).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// Names the Cluster and what is wrong with it, or who asked for the pause; why it waits or
+    /// stopped.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// When the rollout began (RFC 3339).
+    pub started: String,
+    /// When the running wave began (RFC 3339): `waveTimeout` counts from here.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub wave_started: String,
+    /// Every wave, with its Clusters (`namespace/name`), fixed when the rollout began.
+    pub plan: Vec<WaveStatus>,
+    /// The last `stacksync.io/rollout-resume` and `stacksync.io/rollout-pause` annotation
+    /// values acted on.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub handled_resume: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub handled_pause: String,
+}
+
+/// One wave of a rollout.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveStatus {
+    /// `namespace/name` of each Cluster, in the order they are moved.
+    pub clusters: Vec<String>,
+    /// `Pending`, `Progressing` or `Done`.
+    pub phase: String,
+    /// Clusters of this wave that are done.
+    #[serde(default)]
+    pub done: u32,
+}
+
+/// Annotation on a rollout's target `StackRelease` asking a paused rollout to go on (any new
+/// value; `stacksync rollout resume` writes the time).
+pub const ROLLOUT_RESUME: &str = "stacksync.io/rollout-resume";
+/// Annotation on a rollout's target `StackRelease` asking it to stop at the next wave boundary
+/// (any new value; `stacksync rollout pause` writes the time).
+pub const ROLLOUT_PAUSE: &str = "stacksync.io/rollout-pause";
 
 /// Clusters of a release by the state of their ClusterSync.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]

@@ -7,3 +7,4 @@ pub mod apiserver;
 pub mod git;
 pub mod github;
 pub mod private_git;
+pub mod registry;

@@ -166,3 +166,24 @@ pub fn github_config(dir: &Path, github_lines: &str, sub_lines: &str) -> PathBuf
     std::fs::write(&path, text).expect("write config");
     path
 }
+
+/// The helm binary: `$STACKSYNC_HELM`, `helm` on PATH, or where scripts/install-tools.sh puts it.
+pub fn helm_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("STACKSYNC_HELM").map(PathBuf::from).filter(|p| p.is_file()) {
+        return p;
+    }
+    let tools = std::env::var_os("STACKSYNC_TOOLS_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/stacksync-tools")));
+    let candidates = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("helm")).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain(tools.map(|t| t.join("bin/helm")));
+    for c in candidates {
+        if c.is_file() {
+            return c;
+        }
+    }
+    panic!("helm is not installed: run scripts/install-tools.sh (it puts helm in ~/.cache/stacksync-tools/bin), or set STACKSYNC_HELM");
+}

@@ -103,7 +103,7 @@ impl Events {
     }
 }
 
-fn event(type_: EventType, reason: &str, action: &str, note: String) -> Event {
+pub(super) fn event(type_: EventType, reason: &str, action: &str, note: String) -> Event {
     Event { type_, reason: reason.into(), note: Some(super::status::shorten(&note, MAX_NOTE)), action: action.into(), secondary: None }
 }
 

@@ -127,7 +127,23 @@ pub async fn run(
     let housekeeping = tokio::spawn(housekeeping(kube.clone(), reader.clone(), shard.is_some(), seen_rx, stop_rx.clone()));
     let rollup = {
         let kube = kube.clone();
+        let stop_rx = stop_rx.clone();
         tokio::spawn(async move { super::rollup::run(&kube, stop_rx).await })
+    };
+    // A rollout moves every Cluster of a subscription and keeps one state per release: one
+    // driver for the fleet, which a shard (seeing only its own Clusters) is not.
+    let rollouts = {
+        let kube = kube.clone();
+        let sharded = shard.is_some();
+        tokio::spawn(async move {
+            if sharded {
+                if kube.ctx.config().subscriptions.iter().any(|s| s.rollout.is_some()) {
+                    warn!("`rollout:` is not driven by a sharded controller (--shard); run one unsharded replica for rollouts");
+                }
+                return;
+            }
+            super::rollout::run(&kube, stop_rx).await
+        })
     };
 
     info!(concurrency, "reconciling Clusters");
@@ -153,6 +169,7 @@ pub async fn run(
     let _ = stop_tx.send(true);
     let _ = housekeeping.await;
     let _ = rollup.await;
+    let _ = rollouts.await;
     info!("controller stopped");
     Ok(())
 }

@@ -288,6 +288,7 @@ pub(super) async fn record_release(
         synced: class.map_or(0, |c| c.changes.entries.iter().filter(|e| e.is_synced()).count() as u32),
         total: class.map_or(0, |c| c.changes.entries.len() as u32),
         class_inventory: class.map(|c| c.inventory.clone()).unwrap_or_default(),
+        rollout: None,
     };
     let spec = StackReleaseSpec { subscription: sub.name.clone(), source: sub.source.clone(), tag: rel.tag.clone() };
     let params = PatchParams::apply(MANAGER).force();
@@ -311,7 +312,8 @@ pub(super) async fn record_release(
     events.stack_release(&name, uid, evs);
     // `conditions` and `clusters` belong to the roll-up (its own field manager): not compared,
     // not written here.
-    let unchanged = old_status.is_some_and(|c| StackReleaseStatus { conditions: Vec::new(), clusters: None, ..c } == status);
+    // So does `rollout` (the rollout driver's).
+    let unchanged = old_status.is_some_and(|c| StackReleaseStatus { conditions: Vec::new(), clusters: None, rollout: None, ..c } == status);
     if unchanged {
         return;
     }

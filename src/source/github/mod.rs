@@ -65,6 +65,10 @@ impl std::fmt::Debug for Secret {
 }
 
 impl Secret {
+    pub fn new(secret: String) -> Secret {
+        Secret(secret)
+    }
+
     /// The secret itself, for the one place that sends it.
     pub fn expose(&self) -> &str {
         &self.0

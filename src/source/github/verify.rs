@@ -31,6 +31,9 @@ pub enum VerifiedBy {
     Reference,
     /// Nothing: accepted only with `verify: optional`.
     Unverified,
+    /// An OCI layer: its digest is its address in the registry, named by the manifest, which is
+    /// itself verified against the digest its tag resolved to.
+    Registry,
 }
 
 impl std::fmt::Display for VerifiedBy {
@@ -41,6 +44,7 @@ impl std::fmt::Display for VerifiedBy {
             VerifiedBy::Pinned => "pinned digest",
             VerifiedBy::Reference => "checksums reference",
             VerifiedBy::Unverified => "unverified",
+            VerifiedBy::Registry => "registry digest",
         })
     }
 }
@@ -54,6 +58,7 @@ impl VerifiedBy {
             VerifiedBy::Pinned => "pinned",
             VerifiedBy::Reference => "reference",
             VerifiedBy::Unverified => "unverified",
+            VerifiedBy::Registry => "oci",
         }
     }
 }

@@ -1,0 +1,525 @@
+//! The distribution-API calls of an OCI source, over reqwest: tags listed page by page
+//! (`Link`), a tag resolved to its manifest digest, the manifest fetched by that digest and
+//! verified, layers streamed into the blob store and verified. `401` challenges are answered:
+//! `Bearer` by fetching a token from the challenge's realm (anonymously or with the configured
+//! user name and password), cached until it expires; `Basic` with the configured credentials.
+//!
+//! Why not an OCI client crate (`oci-client`): stacksync needs five GET/HEAD calls, and it needs
+//! them on its own terms — every body read bounded and streamed into the verified blob store
+//! (never held whole in memory), every call under a deadline, credentials read at each poll and
+//! sent only to the registry and its token realm (a blob redirect to storage gets none), errors
+//! that name the repository, tag and layer and never a secret. A general client would still need
+//! all of that wrapped around it; the calls themselves are a few dozen lines over the reqwest
+//! client the GitHub source already uses.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, LOCATION, USER_AGENT, WWW_AUTHENTICATE};
+use reqwest::{Method, StatusCode, Url};
+use sha2::{Digest, Sha256};
+use tracing::{debug, info};
+
+use super::{BearerChallenge, Error, MANIFEST_ACCEPT, OciAuth, Repository, Result, next_link, parse_bearer_challenge};
+use crate::cache::blobs::{BlobError, Blobs, Sha256Digest};
+use crate::source::github::{Secret, describe};
+
+/// Deadline of one API call (tag page, manifest, token), its body included.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(60);
+/// Deadline of one layer download.
+pub const DOWNLOAD_DEADLINE: Duration = Duration::from_secs(10 * 60);
+/// Largest tag-list page, manifest or token response read.
+pub const MAX_DOCUMENT_BYTES: u64 = 4 * 1024 * 1024;
+/// Most `tags/list` pages followed in one listing.
+pub const MAX_PAGES: u32 = 1000;
+/// Most tags one listing accepts.
+pub const MAX_TAGS: usize = 100_000;
+/// Most redirects followed for one blob.
+const MAX_REDIRECTS: u32 = 5;
+/// A token is renewed this long before the expiry its service announced.
+const TOKEN_MARGIN: Duration = Duration::from_secs(10);
+/// Tags resolved to digests side by side.
+pub const RESOLVE_CONCURRENCY: usize = 8;
+
+/// Credentials as read for one poll.
+#[derive(Debug, Clone)]
+enum Credentials {
+    Anonymous,
+    Basic { username: String, password: Secret },
+    Bearer(Secret),
+}
+
+/// Deadlines and caps of a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub request_deadline: Duration,
+    pub download_deadline: Duration,
+    pub max_document_bytes: u64,
+    pub page_size: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            request_deadline: REQUEST_DEADLINE,
+            download_deadline: DOWNLOAD_DEADLINE,
+            max_document_bytes: MAX_DOCUMENT_BYTES,
+            page_size: super::DEFAULT_PAGE_SIZE,
+        }
+    }
+}
+
+/// A client for one repository of one registry.
+pub struct Client {
+    http: reqwest::Client,
+    base: Url,
+    repo: Repository,
+    /// `registry/name`, for messages.
+    display: String,
+    credentials: Credentials,
+    /// Key of this client's tokens in the process-wide token cache: registry, repository and a
+    /// hash of the credentials, so a rotated password never reuses a token of the old one.
+    token_key: String,
+    /// `Authorization` value learned from a challenge during this client's life.
+    auth: Mutex<Option<Secret>>,
+    limits: Limits,
+}
+
+/// Tokens by client key: `(token, expiry)`. Tokens live longer than one poll's client.
+fn tokens() -> &'static Mutex<HashMap<String, (Secret, Instant)>> {
+    static TOKENS: OnceLock<Mutex<HashMap<String, (Secret, Instant)>>> = OnceLock::new();
+    TOKENS.get_or_init(Default::default)
+}
+
+impl Client {
+    /// Reads the credentials (at every poll: rotation needs no restart) and builds a client.
+    ///
+    /// # Errors
+    /// Plain HTTP to a registry that is not loopback without `insecure`, unreadable credentials,
+    /// or an HTTP client that cannot be built.
+    pub fn new(repo: &Repository, insecure: bool, auth: Option<&OciAuth>, limits: Limits) -> Result<Client> {
+        let display = format!("{}/{}", repo.registry, repo.name);
+        let plain_http = insecure || repo.is_loopback();
+        let base = repo.base_url(plain_http, insecure)?;
+        let base = Url::parse(&base).map_err(|e| Error::Request { repo: display.clone(), url: base.clone(), message: e.to_string() })?;
+        let cred_err = |message: String| Error::Credentials { repo: display.clone(), message };
+        let credentials = match auth {
+            None => Credentials::Anonymous,
+            Some(OciAuth::Basic { username, password }) => Credentials::Basic {
+                username: username.clone(),
+                password: password.read().map_err(|m| cred_err(format!("password: {m}")))?,
+            },
+            Some(OciAuth::Bearer(token)) => Credentials::Bearer(token.read().map_err(|m| cred_err(format!("bearerToken: {m}")))?),
+        };
+        let fingerprint = match &credentials {
+            Credentials::Anonymous => String::new(),
+            Credentials::Basic { username, password } => hex::encode(Sha256::digest(format!("{username}\n{}", password.expose()))),
+            Credentials::Bearer(t) => hex::encode(Sha256::digest(t.expose())),
+        };
+        let http = reqwest::Client::builder()
+            // Redirects are followed by hand: credentials never follow a redirect to another host.
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(10))
+            .read_timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| Error::Request { repo: display.clone(), url: base.to_string(), message: e.to_string() })?;
+        Ok(Client {
+            http,
+            token_key: format!("{base}|{}|{fingerprint}", repo.name),
+            base,
+            repo: repo.clone(),
+            display,
+            credentials,
+            auth: Mutex::new(None),
+            limits,
+        })
+    }
+
+    fn url(&self, path: &str) -> Result<Url> {
+        self.base.join(&format!("v2/{}/{path}", self.repo.name)).map_err(|e| Error::Request {
+            repo: self.display.clone(),
+            url: path.to_owned(),
+            message: e.to_string(),
+        })
+    }
+
+    fn same_origin(&self, url: &Url) -> bool {
+        url.scheme() == self.base.scheme()
+            && url.host_str() == self.base.host_str()
+            && url.port_or_known_default() == self.base.port_or_known_default()
+    }
+
+    /// The `Authorization` value for the registry right now, if any.
+    fn authorization(&self) -> Option<String> {
+        if let Credentials::Bearer(t) = &self.credentials {
+            return Some(format!("Bearer {}", t.expose()));
+        }
+        if let Some(a) = self.auth.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+            return Some(a.expose().to_owned());
+        }
+        let cached = tokens().lock().unwrap_or_else(PoisonError::into_inner).get(&self.token_key).cloned();
+        match cached {
+            Some((token, expiry)) if Instant::now() < expiry => Some(format!("Bearer {}", token.expose())),
+            _ => None,
+        }
+    }
+
+    fn request(&self, method: Method, url: &Url, accept: &str, deadline: Duration) -> reqwest::RequestBuilder {
+        let mut req = self
+            .http
+            .request(method, url.clone())
+            .header(ACCEPT, accept)
+            .header(USER_AGENT, concat!("stacksync/", env!("CARGO_PKG_VERSION")))
+            .timeout(deadline);
+        if self.same_origin(url)
+            && let Some(auth) = self.authorization()
+        {
+            req = req.header(AUTHORIZATION, auth);
+        }
+        req
+    }
+
+    fn request_err(&self, url: &Url, deadline: Duration) -> impl Fn(reqwest::Error) -> Error + '_ {
+        let url = url.to_string();
+        move |e| Error::Request { repo: self.display.clone(), url: url.clone(), message: describe(&e.without_url(), deadline) }
+    }
+
+    /// Sends a request to the registry, answering one `401` challenge and retrying once.
+    async fn send(&self, method: Method, url: &Url, accept: &str, deadline: Duration) -> Result<reqwest::Response> {
+        let resp = self.request(method.clone(), url, accept, deadline).send().await.map_err(self.request_err(url, deadline))?;
+        if resp.status() != StatusCode::UNAUTHORIZED {
+            return Ok(resp);
+        }
+        self.answer_challenge(resp.headers()).await?;
+        let resp = self.request(method, url, accept, deadline).send().await.map_err(self.request_err(url, deadline))?;
+        if resp.status() == StatusCode::UNAUTHORIZED {
+            return Err(self.refused());
+        }
+        Ok(resp)
+    }
+
+    fn refused(&self) -> Error {
+        let message = match &self.credentials {
+            Credentials::Anonymous => "the registry needs credentials: set `auth` (`username` and `password`, or `bearerToken`)",
+            Credentials::Basic { .. } => "the registry refused the credentials (`auth.username` / `auth.password`)",
+            Credentials::Bearer(_) => "the registry refused the token (`auth.bearerToken`)",
+        };
+        Error::Unauthorized { repo: self.display.clone(), message: message.to_owned() }
+    }
+
+    /// Learns how to authenticate from a `WWW-Authenticate` header.
+    async fn answer_challenge(&self, headers: &HeaderMap) -> Result<()> {
+        let header = headers.get(WWW_AUTHENTICATE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+        if let Credentials::Bearer(_) = self.credentials {
+            // A configured token is the only thing stacksync has to offer.
+            return Err(self.refused());
+        }
+        if let Some(challenge) = parse_bearer_challenge(header) {
+            let (token, lifetime) = self.fetch_token(&challenge).await?;
+            let expiry = Instant::now() + lifetime.saturating_sub(TOKEN_MARGIN).max(Duration::from_secs(1));
+            let mut cache = tokens().lock().unwrap_or_else(PoisonError::into_inner);
+            // Expired tokens (and those of rotated credentials, once expired) are dropped here.
+            let now = Instant::now();
+            cache.retain(|_, (_, until)| *until > now);
+            cache.insert(self.token_key.clone(), (token, expiry));
+            drop(cache);
+            *self.auth.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            return Ok(());
+        }
+        if header.trim_start().get(..5).is_some_and(|s| s.eq_ignore_ascii_case("basic")) {
+            let Credentials::Basic { username, password } = &self.credentials else { return Err(self.refused()) };
+            let value = basic(username, password);
+            *self.auth.lock().unwrap_or_else(PoisonError::into_inner) = Some(value);
+            return Ok(());
+        }
+        Err(Error::Unauthorized {
+            repo: self.display.clone(),
+            message: "the registry answered 401 without a Basic or Bearer challenge".into(),
+        })
+    }
+
+    /// `GET <realm>?service=…&scope=…`, with the basic credentials when there are any. The realm
+    /// may be another host (a token service): credentials go there only over https, or to
+    /// loopback.
+    async fn fetch_token(&self, challenge: &BearerChallenge) -> Result<(Secret, Duration)> {
+        let deadline = self.limits.request_deadline;
+        let bad = |message: String| Error::Unauthorized { repo: self.display.clone(), message };
+        let mut realm = Url::parse(&challenge.realm).map_err(|e| bad(format!("the token realm is not a URL: {e}")))?;
+        let scope = challenge.scope.clone().unwrap_or_else(|| format!("repository:{}:pull", self.repo.name));
+        {
+            let mut q = realm.query_pairs_mut();
+            if let Some(service) = &challenge.service {
+                q.append_pair("service", service);
+            }
+            q.append_pair("scope", &scope);
+        }
+        let loopback =
+            realm.host_str().is_some_and(|h| h == "localhost" || h.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback()));
+        let mut req = self.http.get(realm.clone()).header(USER_AGENT, concat!("stacksync/", env!("CARGO_PKG_VERSION"))).timeout(deadline);
+        if let Credentials::Basic { username, password } = &self.credentials {
+            if realm.scheme() != "https" && !loopback {
+                return Err(bad(format!(
+                    "the token realm {} is not https: credentials are not sent there",
+                    realm.origin().ascii_serialization()
+                )));
+            }
+            req = req.header(AUTHORIZATION, basic(username, password).expose());
+        }
+        let resp = req.send().await.map_err(self.request_err(&realm, deadline))?;
+        let status = resp.status();
+        if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+            return Err(self.refused());
+        }
+        if !status.is_success() {
+            return Err(Error::Status {
+                repo: self.display.clone(),
+                url: strip_query(&realm),
+                status: status.as_u16(),
+                message: "token request failed".into(),
+            });
+        }
+        let body = self.read_bounded(resp, &realm).await?;
+        #[derive(serde::Deserialize)]
+        struct TokenResponse {
+            token: Option<String>,
+            access_token: Option<String>,
+            expires_in: Option<u64>,
+        }
+        let t: TokenResponse =
+            serde_json::from_slice(&body).map_err(|e| bad(format!("the token service answered something that is not a token: {e}")))?;
+        let token =
+            t.token.or(t.access_token).filter(|t| !t.is_empty()).ok_or_else(|| bad("the token service answered no token".into()))?;
+        // The distribution spec: a token without `expires_in` lives 60 seconds.
+        let lifetime = Duration::from_secs(t.expires_in.unwrap_or(60).max(1));
+        debug!(repo = %self.display, seconds = lifetime.as_secs(), "registry token issued");
+        Ok((Secret::new(token), lifetime))
+    }
+
+    /// Reads a body chunk by chunk, refusing it past the document cap, within the deadline.
+    async fn read_bounded(&self, mut resp: reqwest::Response, url: &Url) -> Result<Vec<u8>> {
+        let limit = self.limits.max_document_bytes;
+        let too_large = || Error::TooLarge { repo: self.display.clone(), url: strip_query(url), limit };
+        if resp.content_length().is_some_and(|n| n > limit) {
+            return Err(too_large());
+        }
+        let mut body = Vec::new();
+        let read = async {
+            while let Some(chunk) = resp.chunk().await? {
+                if body.len() as u64 + chunk.len() as u64 > limit {
+                    return Ok(false);
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok::<bool, reqwest::Error>(true)
+        };
+        let deadline = self.limits.request_deadline;
+        let request_err = |message: String| Error::Request { repo: self.display.clone(), url: strip_query(url), message };
+        match tokio::time::timeout(deadline, read).await {
+            Err(_) => Err(request_err(format!("timed out after {}s", deadline.as_secs()))),
+            Ok(Err(e)) => Err(request_err(describe(&e.without_url(), deadline))),
+            Ok(Ok(false)) => Err(too_large()),
+            Ok(Ok(true)) => Ok(body),
+        }
+    }
+
+    async fn status_err(&self, url: &Url, resp: reqwest::Response) -> Error {
+        let status = resp.status().as_u16();
+        let text = tokio::time::timeout(Duration::from_secs(5), resp.text()).await.ok().and_then(|r| r.ok()).unwrap_or_default();
+        let message: String = text.chars().take(200).collect::<String>().replace('\n', " ");
+        Error::Status { repo: self.display.clone(), url: strip_query(url), status, message }
+    }
+
+    /// Every tag of the repository, following `Link: rel="next"` (at most [`MAX_PAGES`] pages
+    /// and [`MAX_TAGS`] tags; a server looping its links stops the listing).
+    ///
+    /// # Errors
+    /// A request fails, an unexpected status, a page that is not a tag list, or too many tags.
+    pub async fn tags(&self) -> Result<(Vec<String>, u32)> {
+        #[derive(serde::Deserialize)]
+        struct TagList {
+            #[serde(default)]
+            tags: Option<Vec<String>>,
+        }
+        let mut url = self.url(&format!("tags/list?n={}", self.limits.page_size))?;
+        let mut tags = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut pages = 0;
+        loop {
+            if !seen.insert(url.to_string()) {
+                break;
+            }
+            pages += 1;
+            if pages > MAX_PAGES {
+                return Err(Error::Tags { repo: self.display.clone(), message: format!("more than {MAX_PAGES} pages") });
+            }
+            let resp = self.send(Method::GET, &url, "application/json", self.limits.request_deadline).await?;
+            if !resp.status().is_success() {
+                return Err(self.status_err(&url, resp).await);
+            }
+            let next = resp
+                .headers()
+                .get("link")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|l| next_link(l, self.base.as_str().trim_end_matches('/')));
+            let body = self.read_bounded(resp, &url).await?;
+            let page: TagList = serde_json::from_slice(&body)
+                .map_err(|e| Error::Tags { repo: self.display.clone(), message: format!("not a tag list: {e}") })?;
+            tags.extend(page.tags.unwrap_or_default());
+            if tags.len() > MAX_TAGS {
+                return Err(Error::Tags { repo: self.display.clone(), message: format!("more than {MAX_TAGS} tags") });
+            }
+            match next.and_then(|n| Url::parse(&n).ok()) {
+                // Links stay on the registry: a page never sends the client elsewhere.
+                Some(n) if self.same_origin(&n) => url = n,
+                _ => break,
+            }
+        }
+        Ok((tags, pages))
+    }
+
+    /// The digest of the manifest `tag` names: `HEAD` answers it in `Docker-Content-Digest`;
+    /// a registry that does not is asked with `GET` and the bytes are hashed. The digest is only
+    /// a pin here: the manifest is verified against it when it is fetched by digest.
+    ///
+    /// # Errors
+    /// The tag is gone, a request fails, or the answer has no usable digest.
+    pub async fn resolve(&self, tag: &str) -> Result<Sha256Digest> {
+        let url = self.url(&format!("manifests/{tag}"))?;
+        let resp = self.send(Method::HEAD, &url, MANIFEST_ACCEPT, self.limits.request_deadline).await?;
+        if !resp.status().is_success() {
+            return Err(self.status_err(&url, resp).await);
+        }
+        if let Some(d) = resp.headers().get("docker-content-digest").and_then(|v| v.to_str().ok()) {
+            return d.strip_prefix("sha256:").and_then(Sha256Digest::parse).ok_or_else(|| Error::Manifest {
+                repo: self.display.clone(),
+                reference: tag.to_owned(),
+                message: format!("Docker-Content-Digest `{}` is not a sha256 digest", d.chars().take(80).collect::<String>()),
+            });
+        }
+        let resp = self.send(Method::GET, &url, MANIFEST_ACCEPT, self.limits.request_deadline).await?;
+        if !resp.status().is_success() {
+            return Err(self.status_err(&url, resp).await);
+        }
+        Ok(Sha256Digest::of(&self.read_bounded(resp, &url).await?))
+    }
+
+    /// The manifest with `digest`, its bytes verified against it.
+    ///
+    /// # Errors
+    /// A request fails, or the bytes do not hash to `digest` (fail closed).
+    pub async fn manifest(&self, tag: &str, digest: &Sha256Digest) -> Result<Vec<u8>> {
+        let url = self.url(&format!("manifests/{digest}"))?;
+        let resp = self.send(Method::GET, &url, MANIFEST_ACCEPT, self.limits.request_deadline).await?;
+        if !resp.status().is_success() {
+            return Err(self.status_err(&url, resp).await);
+        }
+        let bytes = self.read_bounded(resp, &url).await?;
+        let actual = Sha256Digest::of(&bytes);
+        if actual != *digest {
+            return Err(Error::Manifest {
+                repo: self.display.clone(),
+                reference: format!("release {tag}"),
+                message: format!("manifest digest mismatch: expected {digest}, got {actual}"),
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Streams the blob `digest` into the blob store, verified against it, at most `limit`
+    /// bytes. Redirects (to a storage host) are followed without credentials.
+    ///
+    /// # Errors
+    /// A request fails, the blob is larger than `limit`, or its bytes do not hash to `digest`
+    /// (the temp file is removed; nothing is stored).
+    pub async fn blob(&self, tag: &str, layer: &str, digest: &Sha256Digest, blobs: &Blobs, limit: u64) -> Result<Sha256Digest> {
+        let deadline = self.limits.download_deadline;
+        let layer_err =
+            |source: BlobError| Error::Layer { repo: self.display.clone(), tag: tag.to_owned(), layer: layer.to_owned(), source };
+        let io = |message: String| BlobError::Io { path: format!("blob {digest}").into(), source: std::io::Error::other(message) };
+        let download = async {
+            let mut url = self.url(&format!("blobs/{digest}"))?;
+            let mut resp = self.send(Method::GET, &url, "application/octet-stream", deadline).await?;
+            let mut hops = 0;
+            while resp.status().is_redirection() {
+                hops += 1;
+                let location = resp.headers().get(LOCATION).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+                if hops > MAX_REDIRECTS || location.is_empty() {
+                    return Err(layer_err(io(format!("{} redirects, or a redirect without a location", hops))));
+                }
+                url = url.join(&location).map_err(|e| layer_err(io(format!("bad redirect: {e}"))))?;
+                debug!(repo = %self.display, host = url.host_str().unwrap_or_default(), "following blob redirect");
+                // `request` adds credentials only for the registry's own origin.
+                resp = self
+                    .request(Method::GET, &url, "application/octet-stream", deadline)
+                    .send()
+                    .await
+                    .map_err(|e| layer_err(io(describe(&e.without_url(), deadline))))?;
+            }
+            if !resp.status().is_success() {
+                return Err(self.status_err(&url, resp).await);
+            }
+            if resp.content_length().is_some_and(|n| n > limit) {
+                return Err(layer_err(BlobError::TooLarge { limit }));
+            }
+            let mut writer = blobs.writer(limit).map_err(layer_err)?;
+            loop {
+                match resp.chunk().await {
+                    Ok(Some(chunk)) => writer.write(&chunk).map_err(layer_err)?,
+                    Ok(None) => break,
+                    Err(e) => {
+                        let cause = describe(&e.without_url(), deadline);
+                        return Err(layer_err(io(format!("connection cut after {} bytes: {cause}", writer.written()))));
+                    }
+                }
+            }
+            writer.finish(blobs, Some(digest)).map_err(layer_err)
+        };
+        match tokio::time::timeout(deadline, download).await {
+            Ok(result) => {
+                let digest = result?;
+                info!(repo = %self.display, tag, layer, digest = %digest, "downloaded layer");
+                Ok(digest)
+            }
+            // Dropping the future closes the connection and removes the temp blob.
+            Err(_) => Err(layer_err(io(format!("timed out after {}s", deadline.as_secs())))),
+        }
+    }
+}
+
+fn basic(username: &str, password: &Secret) -> Secret {
+    use base64::Engine;
+    Secret::new(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{username}:{}", password.expose()))))
+}
+
+/// A URL for a message: no query (a token realm's query names the scope, never a secret, but
+/// messages stay short).
+fn strip_query(url: &Url) -> String {
+    let mut u = url.clone();
+    u.set_query(None);
+    u.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_credentials_never_print() {
+        let b = basic("deployer", &Secret::new("hunter2".into()));
+        assert_eq!(format!("{b:?}"), "Secret(***)");
+        assert!(b.expose().starts_with("Basic "));
+    }
+
+    #[test]
+    fn plain_http_to_a_remote_registry_needs_insecure() {
+        let remote = Repository::parse("r.example/a").unwrap();
+        let c = Client::new(&remote, false, None, Limits::default()).unwrap();
+        assert_eq!(c.base.as_str(), "https://r.example/");
+        let c = Client::new(&remote, true, None, Limits::default()).unwrap();
+        assert_eq!(c.base.as_str(), "http://r.example/");
+        let local = Repository::parse("127.0.0.1:5000/a").unwrap();
+        let c = Client::new(&local, false, None, Limits::default()).unwrap();
+        assert_eq!(c.url("tags/list?n=5").unwrap().as_str(), "http://127.0.0.1:5000/v2/a/tags/list?n=5");
+    }
+}

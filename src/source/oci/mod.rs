@@ -1,0 +1,420 @@
+//! OCI registries as a release source: a repository's tags are releases, each tag's artifact
+//! (an OCI image manifest whose layers carry `org.opencontainers.image.title`) is the release's
+//! files. This module holds the pure parts — repository references, the plain-HTTP policy,
+//! `Link` pagination, `WWW-Authenticate` challenges, manifest parsing with safe layer names;
+//! [`client`] does the distribution-API calls.
+//!
+//! The layout SovereignCloudStack's `csctl publish` pushes (through ORAS) is an image manifest
+//! with `artifactType: application/vnd.scs.cluster-stacks.v1`, the empty config
+//! (`application/vnd.oci.empty.v1+json`) and one layer per release file, titled by its file
+//! name: `metadata.yaml` (`application/vnd.scs.metadata.layer.v1+yaml`), the cluster-class and
+//! cluster-addon helm packages (`application/vnd.scs.cluster-class.v1.tar+gzip`,
+//! `application/vnd.scs.cluster-addon.layer.v1.tar+gzip`), `clusteraddon.yaml`
+//! (`application/vnd.scs.cluster-addon.config.layer.v1+yaml`), `hashes.json`, `node-images.yaml`.
+//! Laid out as files by title, that is exactly the tree a GitHub release of the same stack gives,
+//! so the rest of the pipeline reads it unchanged.
+
+pub mod client;
+
+use std::collections::BTreeSet;
+
+use serde::Deserialize;
+use thiserror::Error;
+
+use crate::cache::blobs::Sha256Digest;
+use crate::source::github::TokenSource;
+
+/// What `csctl` sets as the `artifactType` of a cluster-stack release.
+pub const CLUSTER_STACK_ARTIFACT: &str = "application/vnd.scs.cluster-stacks.v1";
+/// The OCI image manifest media type (the only manifest a release can be).
+pub const IMAGE_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+/// The annotation naming a layer's file.
+pub const TITLE: &str = "org.opencontainers.image.title";
+/// Tags asked for per `tags/list` page unless `pageSize` says otherwise.
+pub const DEFAULT_PAGE_SIZE: u32 = 100;
+/// Largest `pageSize`.
+pub const MAX_PAGE_SIZE: u32 = 1000;
+/// Most layers a release artifact may have.
+pub const MAX_LAYERS: usize = 256;
+
+/// How an OCI source authenticates (`sources[].oci.auth`); anonymous without it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OciAuth {
+    /// A user name and password (or access token used as one): sent to the token service of a
+    /// `Bearer` challenge, or as HTTP basic authentication to a registry that asks for it.
+    Basic { username: String, password: TokenSource },
+    /// An already issued registry token, sent as `Authorization: Bearer`.
+    Bearer(TokenSource),
+}
+
+/// One layer of a release artifact: a file of the release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layer {
+    /// The `org.opencontainers.image.title` annotation: the file name.
+    pub title: String,
+    pub digest: Sha256Digest,
+    pub size: u64,
+    pub media_type: String,
+}
+
+/// A release artifact's manifest, reduced to what is used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Artifact {
+    pub artifact_type: Option<String>,
+    pub layers: Vec<Layer>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawManifest {
+    schema_version: Option<u32>,
+    media_type: Option<String>,
+    artifact_type: Option<String>,
+    config: Option<RawDescriptor>,
+    #[serde(default)]
+    layers: Vec<RawDescriptor>,
+    manifests: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawDescriptor {
+    #[serde(default)]
+    media_type: String,
+    digest: String,
+    #[serde(default)]
+    size: u64,
+    #[serde(default)]
+    annotations: std::collections::BTreeMap<String, String>,
+}
+
+/// Parses a release artifact's manifest (bytes already verified against their digest): an OCI
+/// image manifest whose layers all have a sha256 digest and a title that is a plain file name,
+/// each title once.
+///
+/// # Errors
+/// A message naming the layer: not JSON, an image index or a Docker image manifest, too many
+/// layers, a digest that is not sha256, a missing, unsafe or repeated title.
+pub fn parse_manifest(bytes: &[u8]) -> Result<Artifact, String> {
+    let raw: RawManifest = serde_json::from_slice(bytes).map_err(|e| format!("the manifest is not an OCI image manifest: {e}"))?;
+    if raw.manifests.is_some() || raw.media_type.as_deref() == Some("application/vnd.oci.image.index.v1+json") {
+        return Err("the tag names an image index (several manifests), not a release artifact".into());
+    }
+    match raw.media_type.as_deref() {
+        None | Some(IMAGE_MANIFEST) => {}
+        Some(other) => return Err(format!("manifest media type `{other}` is not `{IMAGE_MANIFEST}`")),
+    }
+    if raw.schema_version != Some(2) {
+        return Err("the manifest's schemaVersion is not 2".into());
+    }
+    if raw.layers.len() > MAX_LAYERS {
+        return Err(format!("the artifact has {} layers, more than {MAX_LAYERS}", raw.layers.len()));
+    }
+    if raw.layers.is_empty() {
+        return Err("the artifact has no layers (no files)".into());
+    }
+    let artifact_type = raw.artifact_type.or_else(|| raw.config.map(|c| c.media_type)).filter(|t| !t.is_empty());
+    let mut seen = BTreeSet::new();
+    let mut layers = Vec::with_capacity(raw.layers.len());
+    for (i, l) in raw.layers.into_iter().enumerate() {
+        let digest = l
+            .digest
+            .strip_prefix("sha256:")
+            .and_then(Sha256Digest::parse)
+            .ok_or_else(|| format!("layer {i}: digest `{}` is not `sha256:<64 hex>`", l.digest.chars().take(80).collect::<String>()))?;
+        let Some(title) = l.annotations.get(TITLE) else {
+            return Err(format!("layer {i} ({digest}) has no `{TITLE}` annotation: it cannot be named as a file"));
+        };
+        check_title(title).map_err(|m| format!("layer {i} ({digest}): title {title:?} {m}"))?;
+        if !seen.insert(title.clone()) {
+            return Err(format!("two layers are titled {title:?}"));
+        }
+        layers.push(Layer { title: title.clone(), digest, size: l.size, media_type: l.media_type });
+    }
+    Ok(Artifact { artifact_type, layers })
+}
+
+/// A layer title must be a plain file name: it becomes a path in the release tree.
+fn check_title(title: &str) -> Result<(), &'static str> {
+    if title.is_empty() || title.len() > 255 {
+        return Err("must be 1 to 255 bytes long");
+    }
+    if title.contains(['/', '\\', '\0']) || title == "." || title == ".." {
+        return Err("is not a plain file name (no `/`, `\\`, `..`)");
+    }
+    if title.starts_with('.') {
+        return Err("starts with `.` (names starting with `.` are stacksync's own)");
+    }
+    if title.chars().any(char::is_control) {
+        return Err("holds control characters");
+    }
+    Ok(())
+}
+
+/// The OCI media types a manifest request accepts (image manifest and image index).
+pub const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json";
+
+/// Longest repository reference accepted; registries cap names well below this.
+const MAX_REFERENCE_LEN: usize = 512;
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("repository `{reference}`: {message}")]
+    Reference { reference: String, message: &'static str },
+    #[error("repository `{reference}`: plain HTTP is allowed only for a loopback registry or with `insecure: true`")]
+    Insecure { reference: String },
+    #[error("{repo}: request {url} failed: {message}")]
+    Request { repo: String, url: String, message: String },
+    #[error("{repo}: {url} answered {status}: {message}")]
+    Status { repo: String, url: String, status: u16, message: String },
+    #[error("{repo}: {message}")]
+    Unauthorized { repo: String, message: String },
+    #[error("{repo}: cannot read the credentials: {message}")]
+    Credentials { repo: String, message: String },
+    #[error("{repo}: {url}: the response is larger than the limit of {limit} bytes")]
+    TooLarge { repo: String, url: String, limit: u64 },
+    #[error("{repo}: tag listing: {message}")]
+    Tags { repo: String, message: String },
+    #[error("{repo}: {reference}: {message}")]
+    Manifest { repo: String, reference: String, message: String },
+    #[error("{repo}: release {tag}: layer {layer}: {source}")]
+    Layer {
+        repo: String,
+        tag: String,
+        layer: String,
+        #[source]
+        source: crate::cache::blobs::BlobError,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `host[:port]/path` split into its registry and its repository name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repository {
+    /// `host` or `host:port`.
+    pub registry: String,
+    /// The repository name inside the registry, e.g. `scs/openstack-scs`.
+    pub name: String,
+}
+
+impl Repository {
+    /// Parses `host[:port]/path` (no scheme, no tag, no digest).
+    ///
+    /// # Errors
+    /// The reference is empty, too long, has a scheme, tag or digest, or a name component
+    /// outside the distribution grammar (`[a-z0-9]+([._-][a-z0-9]+)*`).
+    pub fn parse(reference: &str) -> Result<Self, Error> {
+        let err = |message| Error::Reference { reference: reference.to_owned(), message };
+        if reference.is_empty() || reference.len() > MAX_REFERENCE_LEN {
+            return Err(err("expected `host[:port]/path` of at most 512 characters"));
+        }
+        if reference.contains("://") {
+            return Err(err("no scheme: write `host[:port]/path` (set `insecure: true` for plain HTTP)"));
+        }
+        if reference.contains('@') {
+            return Err(err("no digest: releases are the repository's tags"));
+        }
+        let Some((registry, name)) = reference.split_once('/') else {
+            return Err(err("expected `host[:port]/path`"));
+        };
+        let (host, port) = match registry.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (registry, None),
+        };
+        if host.is_empty() || !host.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-') {
+            return Err(err("the registry host is not a host name or IPv4 address"));
+        }
+        if let Some(p) = port
+            && p.parse::<u16>().map_or(true, |p| p == 0)
+        {
+            return Err(err("the registry port is not a number from 1 to 65535"));
+        }
+        if name.contains(':') {
+            return Err(err("no tag: releases are the repository's tags"));
+        }
+        if !name.split('/').all(is_name_component) {
+            return Err(err("each path component must match `[a-z0-9]+([._-][a-z0-9]+)*`"));
+        }
+        Ok(Self { registry: registry.to_owned(), name: name.to_owned() })
+    }
+
+    /// Whether the registry host is loopback (`localhost`, `127.x.y.z`).
+    pub fn is_loopback(&self) -> bool {
+        let host = self.registry.rsplit_once(':').map_or(self.registry.as_str(), |(h, _)| h);
+        host == "localhost" || host.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
+    }
+
+    /// The base URL of the registry: `https://` unless plain HTTP is allowed.
+    ///
+    /// # Errors
+    /// Plain HTTP asked for a non-loopback registry without `insecure: true`.
+    pub fn base_url(&self, plain_http: bool, insecure: bool) -> Result<String, Error> {
+        if plain_http && !insecure && !self.is_loopback() {
+            return Err(Error::Insecure { reference: format!("{}/{}", self.registry, self.name) });
+        }
+        let scheme = if plain_http { "http" } else { "https" };
+        Ok(format!("{scheme}://{}", self.registry))
+    }
+}
+
+fn is_name_component(c: &str) -> bool {
+    !c.is_empty()
+        && c.split(['.', '_', '-']).all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()))
+}
+
+/// The target of `rel="next"` in a `Link` header, resolved against `base` (`scheme://host`) when
+/// relative, as registries answer `Link: </v2/x/tags/list?n=100&last=v1>; rel="next"`.
+pub fn next_link(header: &str, base: &str) -> Option<String> {
+    header.split(',').find_map(|part| {
+        let (target, params) = part.trim().split_once(';')?;
+        let target = target.trim().strip_prefix('<')?.strip_suffix('>')?;
+        let is_next = params.split(';').any(|p| {
+            p.trim().split_once('=').is_some_and(|(k, v)| k.trim().eq_ignore_ascii_case("rel") && v.trim().trim_matches('"') == "next")
+        });
+        if !is_next {
+            return None;
+        }
+        Some(if target.starts_with('/') { format!("{base}{target}") } else { target.to_owned() })
+    })
+}
+
+/// A `WWW-Authenticate: Bearer realm=…,service=…,scope=…` challenge.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BearerChallenge {
+    pub realm: String,
+    pub service: Option<String>,
+    pub scope: Option<String>,
+}
+
+/// Parses a Bearer challenge; `None` for another scheme or without a realm. Quoted values may
+/// hold commas (`scope="repository:a/b:pull,push"`), so the split honours quotes.
+pub fn parse_bearer_challenge(header: &str) -> Option<BearerChallenge> {
+    let (scheme, rest) = header.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let mut out = BearerChallenge::default();
+    let mut rest = rest.trim();
+    while !rest.is_empty() {
+        let (key, after) = rest.split_once('=')?;
+        let after = after.trim_start();
+        let (value, tail) = if let Some(q) = after.strip_prefix('"') {
+            let end = q.find('"')?;
+            (&q[..end], &q[end + 1..])
+        } else {
+            let end = after.find(',').unwrap_or(after.len());
+            (&after[..end], &after[end..])
+        };
+        match key.trim().to_ascii_lowercase().as_str() {
+            "realm" => value.clone_into(&mut out.realm),
+            "service" => out.service = Some(value.to_owned()),
+            "scope" => out.scope = Some(value.to_owned()),
+            _ => {}
+        }
+        rest = tail.trim_start().trim_start_matches(',').trim_start();
+    }
+    (!out.realm.is_empty()).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(layers: &str) -> Vec<u8> {
+        format!(
+            r#"{{"schemaVersion":2,"mediaType":"{IMAGE_MANIFEST}","artifactType":"{CLUSTER_STACK_ARTIFACT}","config":{{"mediaType":"application/vnd.oci.empty.v1+json","digest":"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a","size":2}},"layers":[{layers}]}}"#
+        )
+        .into_bytes()
+    }
+
+    fn layer(title: &str) -> String {
+        format!(
+            r#"{{"mediaType":"application/vnd.scs.metadata.layer.v1+yaml","digest":"sha256:{}","size":3,"annotations":{{"{TITLE}":"{title}"}}}}"#,
+            "a".repeat(64)
+        )
+    }
+
+    #[test]
+    fn csctl_manifest_parses_into_titled_layers() {
+        let a = parse_manifest(&manifest(&layer("metadata.yaml"))).unwrap();
+        assert_eq!(a.artifact_type.as_deref(), Some(CLUSTER_STACK_ARTIFACT));
+        assert_eq!(a.layers[0].title, "metadata.yaml");
+        assert_eq!(a.layers[0].digest.hex(), "a".repeat(64));
+    }
+
+    #[test]
+    fn unsafe_missing_or_repeated_titles_are_refused() {
+        // (layers JSON, expected words in the error)
+        let table: &[(String, &str)] = &[
+            (layer("../etc/passwd"), "not a plain file name"),
+            (layer("a/b.yaml"), "not a plain file name"),
+            (layer(".."), "not a plain file name"),
+            (layer(".stacksync-assets.json"), "starts with `.`"),
+            (layer(""), "1 to 255"),
+            (format!("{},{}", layer("x.yaml"), layer("x.yaml")), "two layers are titled"),
+            (layer("m.yaml").replace(TITLE, "other"), "has no `org.opencontainers.image.title`"),
+            (layer("m.yaml").replace("sha256:", "sha512:"), "is not `sha256:<64 hex>`"),
+            (String::new(), "no layers"),
+        ];
+        for (layers, want) in table {
+            let err = parse_manifest(&manifest(layers)).unwrap_err();
+            assert!(err.contains(want), "{layers}: {err}");
+        }
+        let index = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#;
+        assert!(parse_manifest(index).unwrap_err().contains("image index"));
+        let docker = br#"{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json","layers":[]}"#;
+        assert!(parse_manifest(docker).unwrap_err().contains("is not `application/vnd.oci.image.manifest.v1+json`"));
+    }
+
+    #[test]
+    fn repository_references_parse_and_bad_ones_are_refused() {
+        let r = Repository::parse("registry.example:5000/scs/openstack-scs").unwrap();
+        assert_eq!(r.registry, "registry.example:5000");
+        assert_eq!(r.name, "scs/openstack-scs");
+        assert!(!r.is_loopback());
+        for bad in [
+            "",
+            "https://r.example/a",
+            "r.example",
+            "r.example/a:v1",
+            "r.example/a@sha256:00",
+            "r.example:0/a",
+            "r.example/A",
+            "r.example/a//b",
+        ] {
+            assert!(Repository::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn plain_http_only_for_loopback_or_insecure() {
+        let local = Repository::parse("127.0.0.1:5000/a").unwrap();
+        assert_eq!(local.base_url(true, false).unwrap(), "http://127.0.0.1:5000");
+        let remote = Repository::parse("r.example/a").unwrap();
+        assert!(matches!(remote.base_url(true, false), Err(Error::Insecure { .. })));
+        assert_eq!(remote.base_url(true, true).unwrap(), "http://r.example");
+        assert_eq!(remote.base_url(false, false).unwrap(), "https://r.example");
+    }
+
+    #[test]
+    fn link_pagination_next_is_resolved() {
+        let h = r#"</v2/a/tags/list?n=2&last=v2>; rel="next""#;
+        assert_eq!(next_link(h, "http://127.0.0.1:5000").as_deref(), Some("http://127.0.0.1:5000/v2/a/tags/list?n=2&last=v2"));
+        assert_eq!(next_link(r#"<https://x/y>; rel="prev""#, "http://b"), None);
+        assert_eq!(next_link("garbage", "http://b"), None);
+    }
+
+    #[test]
+    fn bearer_challenge_with_commas_in_scope() {
+        let c = parse_bearer_challenge(
+            r#"Bearer realm="https://auth.example/token",service="registry.example",scope="repository:a/b:pull,push""#,
+        )
+        .unwrap();
+        assert_eq!(c.realm, "https://auth.example/token");
+        assert_eq!(c.service.as_deref(), Some("registry.example"));
+        assert_eq!(c.scope.as_deref(), Some("repository:a/b:pull,push"));
+        assert_eq!(parse_bearer_challenge(r#"Basic realm="x""#), None);
+        assert_eq!(parse_bearer_challenge("Bearer service=x"), None);
+    }
+}

@@ -1,0 +1,381 @@
+//! OCI registry sources end to end, against Debian's real `docker-registry` on loopback (started
+//! by the test, artifacts pushed through the distribution API as `csctl publish` lays them out):
+//! a cluster-stack release rendered and applied to the directory target, tag paging and
+//! constraints, a corrupted layer refused with the last good release kept, restarts that fetch
+//! nothing again, the registry's basic and token authentication, and the daemon: a generic push
+//! webhook triggers a poll, a config edit pointing the source elsewhere is picked up live.
+
+mod common;
+mod opsenv;
+
+use std::path::{Path, PathBuf};
+
+use common::{assert_exit, configmap, helm_path, run_once, status, stderr, stdout, targz};
+use testkit::registry::{Auth, DOCKER_REGISTRY, PASSWORD, PagingFront, Registry, TokenServer, USER};
+
+const STACK: &str = "docker-ferrol-1-27";
+const SCS_ARTIFACT: &str = "application/vnd.scs.cluster-stacks.v1";
+
+/// The registry is a Debian package scripts/test.sh installs; a bare `cargo test` elsewhere skips.
+fn have_registry() -> bool {
+    let found = Path::new(DOCKER_REGISTRY).exists();
+    assert!(found || std::env::var_os("CI").is_none(), "{DOCKER_REGISTRY} is not installed; under CI scripts/test.sh must install it");
+    if !found {
+        eprintln!("SKIP: {DOCKER_REGISTRY} is not installed (scripts/test.sh installs docker-registry)");
+    }
+    found
+}
+
+/// A config with one OCI source (`oci:` body as YAML lines at 6-space indent) and one
+/// subscription (`sub_lines` at 4-space indent) for cluster team-a/alpha.
+fn oci_config(dir: &Path, oci_lines: &str, sub_lines: &str, clusters: &str) -> PathBuf {
+    let text = format!(
+        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nhelm:\n  path: {helm}\n  parallelism: 2\nsources:\n  - name: registry\n    oci:\n{oci_lines}subscriptions:\n  - name: stack\n    source: registry\n    interval: 1h\n{sub_lines}    clusters:\n{clusters}target:\n  directory: {out}\n",
+        cache = dir.join("cache").display(),
+        helm = helm_path().display(),
+        out = dir.join("out").display(),
+    );
+    let path = dir.join("stacksync.yaml");
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+const ALPHA: &str = "      - name: alpha\n        namespace: team-a\n        values: {region: eu-1}\n";
+const STACK_CLUSTERS: &str = "      - name: alpha\n        namespace: team-a\n        cluster:\n          spec:\n            controlPlaneEndpoint: {host: alpha.example.test, port: 6443}\n            clusterNetwork: {pods: {cidrBlocks: [10.1.0.0/16]}}\n      - name: delta\n        namespace: team-b\n        cluster:\n          spec:\n            controlPlaneEndpoint: {host: delta.example.test, port: 6443}\n            clusterNetwork: {pods: {cidrBlocks: [10.4.0.0/16]}}\n";
+
+fn applied_tag(dir: &Path) -> String {
+    status(&dir.join("out"), "team-a", "alpha")["appliedRelease"]["tag"].as_str().unwrap_or_default().to_owned()
+}
+
+/// A plain-manifests release: one `manifests.tar.gz` layer.
+fn manifests(extra: &str) -> Vec<(&'static str, &'static str, Vec<u8>)> {
+    vec![("manifests.tar.gz", "application/vnd.oci.image.layer.v1.tar+gzip", targz(&[("cfg.yaml", &configmap("cfg", extra))]))]
+}
+
+/// A fixture release as `csctl publish` pushes it: metadata.yaml, the ClusterClass chart as a
+/// `helm package`, the addon as a tgz, and clusteraddon.yaml or cluster-addon-values.yaml.
+fn csctl_files(release: &str, work: &Path) -> Vec<(&'static str, &'static str, Vec<u8>)> {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/clusterstack").join(release);
+    let version = release.rsplit('-').next().expect("version");
+    let class = format!("{STACK}-cluster-class-{version}");
+    let out = std::process::Command::new(helm_path())
+        .arg("package")
+        .arg(fixture.join(&class))
+        .arg("-d")
+        .arg(work)
+        .output()
+        .expect("helm package");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let mut files = vec![
+        ("metadata.yaml", "application/vnd.scs.metadata.layer.v1+yaml", std::fs::read(fixture.join("metadata.yaml")).expect("metadata")),
+        (
+            leak(format!("{class}.tgz")),
+            "application/vnd.scs.cluster-class.v1.tar+gzip",
+            std::fs::read(work.join(format!("{class}.tgz"))).expect("class package"),
+        ),
+    ];
+    for entry in std::fs::read_dir(&fixture).expect("fixture").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.contains("-cluster-addon-") {
+            let tgz = work.join(format!("{name}.tgz"));
+            let file = std::fs::File::create(&tgz).expect("create tgz");
+            let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(file, flate2::Compression::default()));
+            builder.append_dir_all(".", entry.path()).expect("append");
+            builder.into_inner().expect("tar").finish().expect("gzip");
+            files.push((
+                leak(format!("{name}.tgz")),
+                "application/vnd.scs.cluster-addon.layer.v1.tar+gzip",
+                std::fs::read(&tgz).expect("tgz"),
+            ));
+        } else if name == "clusteraddon.yaml" {
+            files.push((
+                "clusteraddon.yaml",
+                "application/vnd.scs.cluster-addon.config.layer.v1+yaml",
+                std::fs::read(entry.path()).expect("read"),
+            ));
+        } else if name == "cluster-addon-values.yaml" {
+            files.push(("cluster-addon-values.yaml", "application/yaml", std::fs::read(entry.path()).expect("read")));
+        }
+    }
+    files
+}
+
+fn blob_tmp_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir.join("cache/blobs/sha256"))
+        .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(".tmp")).count())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csctl_cluster_stack_is_applied_and_a_restart_fetches_nothing_again() {
+    if !have_registry() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let registry = Registry::start(&dir.path().join("registry"), Auth::None).await.expect("registry");
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).expect("mkdir");
+    registry.push_artifact("scs/docker-ferrol", &format!("{STACK}-v2"), SCS_ARTIFACT, &csctl_files(&format!("{STACK}-v2"), &work)).await;
+    let lines = format!("      repository: {}\n", registry.repository("scs/docker-ferrol"));
+    let config =
+        oci_config(dir.path(), &lines, &format!("    stack: {STACK}\n    format: clusterstack\n    version: \">=v2\"\n"), STACK_CLUSTERS);
+    let out = dir.path().join("out");
+
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("synced: 2/2 clusters ready"), "{}", stdout(&o));
+    let classes = std::fs::read_dir(out.join("team-b/cluster-class")).expect("class dir").count();
+    assert_eq!(classes, 5, "the ClusterClass chart rendered per namespace");
+    let cni = std::fs::read_to_string(out.join("team-a/alpha/02-configmap-cni-config.yaml")).expect("addon");
+    assert!(cni.contains("cluster-name: alpha") && cni.contains("pod-cidr: 10.1.0.0/16"), "{cni}");
+    let st = status(&out, "team-a", "alpha");
+    assert_eq!(st["appliedRelease"]["tag"], format!("{STACK}-v2"));
+
+    // The multi-stage v3 (clusteraddon.yaml) replaces it.
+    registry.push_artifact("scs/docker-ferrol", &format!("{STACK}-v3"), SCS_ARTIFACT, &csctl_files(&format!("{STACK}-v3"), &work)).await;
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert!(out.join("team-a/alpha/cni/01-configmap-cni-config.yaml").is_file(), "stage directories of v3");
+    assert_eq!(applied_tag(dir.path()), format!("{STACK}-v3"));
+
+    // A restart: the tags are listed and resolved again, but no manifest body and no blob is
+    // fetched (the cached trees verify against their digests).
+    let (blobs, manifests) = (registry.requests("GET", "/blobs/sha256:"), registry.requests("GET", "/manifests/sha256:"));
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert_eq!(
+        (registry.requests("GET", "/blobs/sha256:"), registry.requests("GET", "/manifests/sha256:")),
+        (blobs, manifests),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stderr(&o).contains("downloaded layer"), "{}", stderr(&o));
+
+    // `render` from the cache, with the registry gone.
+    registry.stop().await;
+    let preview = dir.path().join("preview");
+    let o = common::stacksync(&["render", "--config", &config.to_string_lossy(), "--out", &preview.to_string_lossy()]).await;
+    assert_exit(&o, 0);
+    assert!(preview.join("team-b/delta/metrics-server").is_dir(), "{}", stdout(&o));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tags_are_paged_with_links_and_the_constraint_picks_among_them() {
+    if !have_registry() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let registry = Registry::start(&dir.path().join("registry"), Auth::None).await.expect("registry");
+    for minor in 0..7 {
+        registry
+            .push_artifact("acme/stacks", &format!("v1.{minor}.0"), "application/vnd.acme.manifests.v1", &manifests(&minor.to_string()))
+            .await;
+    }
+    // Not release tags: never resolved.
+    registry.push_artifact("acme/stacks", "latest", "application/vnd.acme.manifests.v1", &manifests("latest")).await;
+    registry.push_artifact("acme/stacks", "sha-0123abc", "application/vnd.acme.manifests.v1", &manifests("sha")).await;
+    // Debian's registry 2.8 ignores `n` on tags/list: testkit's front pages it as the spec says.
+    let front = PagingFront::start(&registry).await.expect("paging front");
+    let lines = format!("      repository: {}\n      pageSize: 2\n", front.repository("acme/stacks"));
+    let config = oci_config(dir.path(), &lines, "    version: \"<1.5.0\"\n", ALPHA);
+
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert_eq!(applied_tag(dir.path()), "v1.4.0");
+    let cm = std::fs::read_to_string(dir.path().join("out/team-a/alpha/01-configmap-cfg.yaml")).expect("manifest");
+    assert!(cm.contains("extra: \"4\"") || cm.contains("extra: '4'") || cm.contains("extra: 4"), "{cm}");
+    // 9 tags by 2: five pages, each after the first reached through `Link`.
+    assert_eq!(registry.requests("GET", "/tags/list"), 5, "five pages, each reached through the previous page's Link");
+    assert_eq!(
+        registry.requests("HEAD", "/manifests/latest") + registry.requests("GET", "/manifests/latest"),
+        0,
+        "a tag without a version is not resolved"
+    );
+    let fetch = common::stacksync(&["fetch", "--config", &config.to_string_lossy()]).await;
+    assert_exit(&fetch, 0);
+    assert!(stdout(&fetch).contains("manifests.tar.gz  sha256:") && stdout(&fetch).contains("registry digest"), "{}", stdout(&fetch));
+    front.stop().await;
+    registry.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupted_layer_is_refused_and_the_last_good_release_stays() {
+    if !have_registry() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let registry = Registry::start(&dir.path().join("registry"), Auth::None).await.expect("registry");
+    registry.push_artifact("acme/stacks", "v1.0.0", "application/vnd.acme.manifests.v1", &manifests("one")).await;
+    let config = oci_config(dir.path(), &format!("      repository: {}\n", registry.repository("acme/stacks")), "", ALPHA);
+    assert_exit(&run_once(&config).await, 0);
+
+    let layer = manifests("two");
+    registry.push_artifact("acme/stacks", "v1.1.0", "application/vnd.acme.manifests.v1", &layer).await;
+    let good = std::fs::read(registry.blob_file(&testkit::registry::digest(&layer[0].2))).expect("blob");
+    let mut bad = good.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    std::fs::write(registry.blob_file(&testkit::registry::digest(&layer[0].2)), &bad).expect("corrupt");
+    let o = run_once(&config).await;
+    assert_exit(&o, 1);
+    let out = stdout(&o);
+    assert!(out.contains("release v1.1.0: layer manifests.tar.gz: digest mismatch: expected sha256:"), "{out}");
+    let st = status(&dir.path().join("out"), "team-a", "alpha");
+    assert_eq!((st["appliedRelease"]["tag"].as_str(), st["reason"].as_str()), (Some("v1.0.0"), Some("ReleaseUnavailable")), "{st}");
+    let cm = std::fs::read_to_string(dir.path().join("out/team-a/alpha/01-configmap-cfg.yaml")).expect("manifest");
+    assert!(cm.contains("extra: one"), "the corrupted release was applied: {cm}");
+    assert_eq!(blob_tmp_files(dir.path()), 0, "a temp file of the refused layer is left");
+
+    // Repaired upstream: the next run takes it.
+    std::fs::write(registry.blob_file(&testkit::registry::digest(&layer[0].2)), &good).expect("repair");
+    assert_exit(&run_once(&config).await, 0);
+    assert_eq!(applied_tag(dir.path()), "v1.1.0");
+    registry.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn basic_auth_reads_the_password_each_poll_and_never_shows_it() {
+    if !have_registry() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let registry = Registry::start(&dir.path().join("registry"), Auth::Htpasswd).await.expect("registry");
+    registry.push_artifact("acme/stacks", "v1.0.0", "application/vnd.acme.manifests.v1", &manifests("one")).await;
+    let repo = registry.repository("acme/stacks");
+
+    // Anonymous: the registry's challenge is answered with a clear error.
+    let config = oci_config(dir.path(), &format!("      repository: {repo}\n"), "", ALPHA);
+    let o = run_once(&config).await;
+    assert!(stderr(&o).contains("source registry: 127.0.0.1:") && stderr(&o).contains("the registry needs credentials"), "{}", stderr(&o));
+
+    let password = dir.path().join("password");
+    std::fs::write(&password, "wrong-pony-battery\n").expect("password");
+    let lines =
+        format!("      repository: {repo}\n      auth:\n        username: {USER}\n        password: {{file: {}}}\n", password.display());
+    let config = oci_config(dir.path(), &lines, "", ALPHA);
+    let o = run_once(&config).await;
+    let err = stderr(&o);
+    assert!(err.contains("the registry refused the credentials"), "{err}");
+    assert!(!err.contains("wrong-pony-battery") && !stdout(&o).contains("wrong-pony-battery"), "the password was shown: {err}");
+
+    // The corrected password is read at the next poll.
+    std::fs::write(&password, PASSWORD).expect("password");
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert_eq!(applied_tag(dir.path()), "v1.0.0");
+    let status_text = std::fs::read_to_string(dir.path().join("out/status/team-a/alpha.yaml")).expect("status");
+    assert!(!status_text.contains(PASSWORD) && !stderr(&o).contains(PASSWORD));
+    registry.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_auth_fetches_a_bearer_token_once_anonymous_or_with_credentials() {
+    if !have_registry() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tokens = TokenServer::start(&dir.path().join("tokens"), true).await.expect("token server");
+    let registry = Registry::start(&dir.path().join("registry"), Auth::Token(&tokens)).await.expect("registry");
+    registry.push_artifact("acme/stacks", "v1.0.0", "application/vnd.acme.manifests.v1", &manifests("one")).await;
+    let repo = registry.repository("acme/stacks");
+
+    // Anonymous pull: the challenge's realm issues a pull token; one token serves the poll
+    // and the pull (cached until it expires).
+    let before = tokens.issued();
+    let config = oci_config(dir.path(), &format!("      repository: {repo}\n"), "", ALPHA);
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert_eq!(applied_tag(dir.path()), "v1.0.0");
+    assert_eq!(tokens.issued() - before, 1, "one token for the whole run");
+
+    // With credentials: a wrong password is refused by the token service, clearly.
+    let password = dir.path().join("password");
+    std::fs::write(&password, "wrong-pony-battery").expect("password");
+    let lines =
+        format!("      repository: {repo}\n      auth:\n        username: {USER}\n        password: {{file: {}}}\n", password.display());
+    registry.push_artifact("acme/stacks", "v1.1.0", "application/vnd.acme.manifests.v1", &manifests("two")).await;
+    let config = oci_config(dir.path(), &lines, "", ALPHA);
+    // The poll fails; the release in use stays.
+    let o = run_once(&config).await;
+    assert!(stderr(&o).contains("the registry refused the credentials"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("wrong-pony-battery"));
+    assert_eq!(applied_tag(dir.path()), "v1.0.0");
+
+    std::fs::write(&password, PASSWORD).expect("password");
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert_eq!(applied_tag(dir.path()), "v1.1.0");
+    registry.stop().await;
+    tokens.stop().await;
+}
+
+/// The daemon with the Kubernetes target: a new tag arrives through the generic webhook within
+/// seconds (the poll interval is an hour), and an edited `repository` is polled after reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemon_polls_on_the_generic_webhook_and_follows_a_reloaded_repository() {
+    use std::time::Duration;
+    if !have_registry() {
+        return;
+    }
+    let env = opsenv::Env::new().await;
+    let registry = Registry::start(&env.dir.path().join("registry"), Auth::None).await.expect("registry");
+    let release =
+        |v: &str| vec![("manifests.tar.gz", "application/vnd.oci.image.layer.v1.tar+gzip", targz(&[("cm.yaml", &opsenv::cm(v))]))];
+    registry.push_artifact("acme/stacks", "v1.0.0", "application/vnd.acme.manifests.v1", &release("1.0.0")).await;
+    registry.push_artifact("acme/other", "v2.0.0", "application/vnd.acme.manifests.v1", &release("2.0.0")).await;
+    env.add_cluster("alpha").await;
+    let config = env.config("unused");
+    let git_block = "    git:\n      url: unused\n";
+    let with_repo = |name: &str| {
+        let text = std::fs::read_to_string(&config).expect("config");
+        let text = if text.contains(git_block) {
+            text.replace(git_block, &format!("    oci:\n      repository: {}\n", registry.repository(name)))
+        } else {
+            let old = text.lines().find(|l| l.trim_start().starts_with("repository: ")).expect("repository line").to_owned();
+            text.replace(&old, &format!("      repository: {}", registry.repository(name)))
+        };
+        std::fs::write(&config, text).expect("config");
+    };
+    with_repo("acme/stacks");
+    let daemon = opsenv::Daemon::start(&config, env.dir.path().join("daemon.log")).await;
+    daemon.eventually("v1.0.0 applied", Duration::from_secs(30), async || env.applied("alpha").await == "v1.0.0").await;
+
+    registry.push_artifact("acme/stacks", "v1.1.0", "application/vnd.acme.manifests.v1", &release("1.1.0")).await;
+    let (status, text) = daemon.post("/hooks/generic/stacks", &[("authorization", format!("Bearer {}", opsenv::TOKEN))], Vec::new()).await;
+    assert_eq!(status, 202, "{text}");
+    daemon.eventually("v1.1.0 applied after the hook", Duration::from_secs(10), async || env.applied("alpha").await == "v1.1.0").await;
+
+    with_repo("acme/other");
+    daemon.eventually("v2.0.0 applied after the reload", Duration::from_secs(30), async || env.applied("alpha").await == "v2.0.0").await;
+    assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
+    daemon.stop().await;
+    registry.stop().await;
+}
+
+#[test]
+fn oci_source_config_errors_name_the_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // (oci lines, expected words)
+    let table: &[(&str, &str)] = &[
+        ("      repository: https://r.example/a\n", "sources[0].oci.repository: repository `https://r.example/a`: no scheme"),
+        ("      repository: r.example/a:v1\n", "no tag: releases are the repository's tags"),
+        ("      repository: r.example/a\n      auth:\n        username: u\n", "sources[0].oci.auth.password: required with `username`"),
+        ("      repository: r.example/a\n      pageSize: 0\n", "sources[0].oci.pageSize: expected a number from 1 to 1000"),
+        (
+            "      repository: r.example/a\n      insecure: true\n      auth:\n        bearerToken: {env: T}\n",
+            "sources[0].oci.insecure: credentials are sent only over https://",
+        ),
+        ("      repo: r.example/a\n", "sources[0].oci"),
+    ];
+    for (lines, want) in table {
+        let config = oci_config(dir.path(), lines, "", ALPHA);
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_stacksync"))
+            .args(["check-config", &config.to_string_lossy()])
+            .output()
+            .expect("run");
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(!o.status.success() && text.contains(want), "{lines}: {text}");
+        assert!(text.contains("stacksync.yaml:"), "the error names the file and line: {text}");
+    }
+}

@@ -1,0 +1,460 @@
+//! Fleet rollouts (`rollout:`) with the real binary as a daemon against testkit API servers.
+//! Cluster API's part is played by a task of the test: once a Cluster's class names the new
+//! release, it reports the control plane at the Cluster's `spec.topology.version` and the
+//! Cluster available — except for the Clusters the test keeps broken.
+
+mod common;
+
+use common::fleet::{Daemon, Env, NS, STACK, cli};
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use serde_json::{Value, json};
+use testkit::git::ReleaseRepo;
+
+const V3: &str = "docker-ferrol-1-27-v3";
+const V4: &str = "docker-ferrol-1-27-v4";
+
+/// The v3 fixture as release `version` whose metadata says Kubernetes `kubernetes`.
+fn publish(repo: &ReleaseRepo, version: &str, kubernetes: &str) {
+    publish_with(repo, version, kubernetes, &[]);
+}
+
+/// [`publish`] with `extra` files (path under the release root, text).
+fn publish_with(repo: &ReleaseRepo, version: &str, kubernetes: &str, extra: &[(&str, &str)]) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/clusterstack").join(V3);
+    let mut files = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).expect("fixture").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let rel =
+                p.strip_prefix(&root).expect("prefix").to_string_lossy().replace("cluster-class-v3", &format!("cluster-class-{version}"));
+            let text = std::fs::read_to_string(&p).expect("text");
+            let text = match rel.as_str() {
+                "metadata.yaml" => text
+                    .replace("clusterStack: v3", &format!("clusterStack: {version}"))
+                    .replace("kubernetes: v1.27.3", &format!("kubernetes: {kubernetes}")),
+                r if r.ends_with("Chart.yaml") && r.contains("cluster-class") => {
+                    text.replace("version: v3", &format!("version: {version}"))
+                }
+                _ => text,
+            };
+            files.push((rel, text));
+        }
+    }
+    files.extend(extra.iter().map(|(p, t)| ((*p).to_owned(), (*t).to_owned())));
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    repo.release(&format!("{STACK}-{version}"), &refs);
+}
+
+fn helm_path() -> String {
+    let tools = std::env::var_os("STACKSYNC_TOOLS_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/stacksync-tools")))
+        .expect("HOME");
+    std::env::var("STACKSYNC_HELM").unwrap_or_else(|_| tools.join("bin/helm").to_string_lossy().into_owned())
+}
+
+/// A cluster-stack config polling every second; `rollout` is the subscription's indented
+/// `rollout:` block (or nothing).
+fn config(env: &Env, rollout: &str) -> PathBuf {
+    let path = env.config(
+        &format!("    stack: {STACK}\n    format: clusterstack\n    availableReleases: 2\n{rollout}"),
+        "",
+        &format!("helm:\n  path: {}\n", helm_path()),
+    );
+    let text = std::fs::read_to_string(&path).expect("config").replace("interval: 1h", "interval: 1s");
+    std::fs::write(&path, text).expect("config");
+    path
+}
+
+fn kcps(env: &Env) -> Api<DynamicObject> {
+    let res = ApiResource::from_gvk(&GroupVersionKind::gvk("controlplane.cluster.x-k8s.io", "v1beta1", "KubeadmControlPlane"));
+    Api::namespaced_with(env.mgmt(), NS, &res)
+}
+
+/// `n` Clusters `c00`.. on v3, each with a KubeadmControlPlane at v1.27.3, its own workload
+/// cluster, and Cluster API's conditions saying it is available.
+async fn fleet(env: &Env, n: usize) {
+    for i in 0..n {
+        let name = format!("c{i:02}");
+        env.add_cluster(&name, V3, true).await;
+        let kcp = json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "KubeadmControlPlane",
+            "metadata": {"name": name, "namespace": NS}, "spec": {"version": "v1.27.3"}});
+        kcps(env).patch(&name, &PatchParams::apply("capi"), &Patch::Apply(kcp)).await.expect("kcp");
+        env.patch_cluster(
+            &name,
+            json!({"spec": {"controlPlaneRef": {"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "KubeadmControlPlane", "name": name}}}),
+        )
+        .await;
+        report(env, &name, "v1.27.3").await;
+        env.add_kubeconfig(&name, i).await;
+    }
+}
+
+/// Cluster API's part for one Cluster: the control plane runs `version`, the Cluster is
+/// available (v1beta1 `Ready` and `ControlPlaneReady`, and v1beta2 `Available`).
+async fn report(env: &Env, name: &str, version: &str) {
+    let kcp = json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "KubeadmControlPlane", "metadata": {"name": name}, "status": {"version": version}});
+    kcps(env).patch_status(name, &PatchParams::apply("capi").force(), &Patch::Apply(kcp)).await.expect("kcp status");
+    let t = |ty: &str| json!({"type": ty, "status": "True", "lastTransitionTime": "2026-11-23T00:00:00Z"});
+    let status = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": name},
+        "status": {"controlPlaneReady": true, "conditions": [t("Ready"), t("ControlPlaneReady"), t("Available")]}});
+    env.clusters().patch_status(name, &PatchParams::apply("capi").force(), &Patch::Apply(status)).await.expect("status");
+}
+
+/// Plays Cluster API until `stop`: a Cluster whose class moved on from v3 (and is not `broken`)
+/// gets its control plane upgraded to its `spec.topology.version`, once per class.
+fn play_cluster_api(
+    env: &Arc<Env>,
+    broken: Arc<Mutex<BTreeSet<String>>>,
+) -> (tokio::sync::watch::Sender<bool>, tokio::task::JoinHandle<()>) {
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let env = env.clone();
+    let task = tokio::spawn(async move {
+        let mut upgraded = BTreeSet::new();
+        loop {
+            for c in env.clusters().list(&Default::default()).await.expect("clusters").items {
+                let name = c.metadata.name.clone().unwrap_or_default();
+                let version = c.data["spec"]["topology"]["version"].as_str().unwrap_or_default().to_owned();
+                let skip = broken.lock().expect("lock").contains(&name);
+                let class = c.data["spec"]["topology"]["class"].as_str().unwrap_or_default().to_owned();
+                if class != V3 && !skip && upgraded.insert((name.clone(), class)) {
+                    report(&env, &name, &version).await;
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                _ = stopped.changed() => return,
+            }
+        }
+    });
+    (stop, task)
+}
+
+async fn classes(env: &Env) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = env
+        .clusters()
+        .list(&Default::default())
+        .await
+        .expect("clusters")
+        .items
+        .into_iter()
+        .map(|c| (c.metadata.name.clone().unwrap_or_default(), c.data["spec"]["topology"]["class"].as_str().unwrap_or_default().to_owned()))
+        .collect();
+    out.sort();
+    out
+}
+
+async fn on_v4(env: &Env) -> BTreeSet<String> {
+    classes(env).await.into_iter().filter(|(_, c)| c == V4).map(|(n, _)| n).collect()
+}
+
+async fn rollout(env: &Env) -> Value {
+    rollout_of(env, V4).await
+}
+
+async fn rollout_of(env: &Env, tag: &str) -> Value {
+    let res = ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "StackRelease"));
+    let api: Api<DynamicObject> = Api::all_with(env.mgmt(), &res);
+    match api.get_opt(&format!("ferrol.{tag}")).await.expect("get StackRelease") {
+        Some(o) => serde_json::to_value(o).expect("json")["status"]["rollout"].clone(),
+        None => Value::Null,
+    }
+}
+
+fn kubectl(env: &Env, args: &[&str]) -> String {
+    let bin = testkit::apiserver::kubectl::tools_bin_dir().join("kubectl");
+    let out = std::process::Command::new(bin)
+        .arg("--kubeconfig")
+        .arg(env.mgmt.kubeconfig())
+        .args(args)
+        .output()
+        .expect("run kubectl (scripts/install-tools.sh)");
+    assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+async fn rollout_cli(config: &Path, action: &str) -> String {
+    let o = cli(&["rollout", action, "--config", &config.to_string_lossy(), "ferrol"], &[]).await;
+    assert!(o.status.success(), "rollout {action}: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_three_wave_rollout_pauses_at_a_failing_cluster_survives_a_restart_and_resumes() {
+    let env = Arc::new(Env::new(10).await);
+    publish(&env.repo, "v3", "v1.27.3");
+    fleet(&env, 10).await;
+    // c07 is the canary: it goes first, whatever its name.
+    env.patch_cluster("c07", json!({"metadata": {"labels": {"canary": "yes"}}})).await;
+    let config = config(
+        &env,
+        "    rollout:\n      waves: [{clusters: 1}, {percent: 50}, {percent: 100}]\n      canarySelector: {matchLabels: {canary: \"yes\"}}\n      waveTimeout: 10s\n      checkInterval: 250ms\n",
+    );
+    let broken = Arc::new(Mutex::new(BTreeSet::from(["c02".to_owned()])));
+    let (stop, capi) = play_cluster_api(&env, broken.clone());
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    daemon
+        .eventually("the fleet on v3", Duration::from_secs(60), async || {
+            let mut ready = 0;
+            for i in 0..10 {
+                ready += usize::from(env.ready_reason(&format!("c{i:02}")).await.is_some_and(|(s, _)| s == "True"));
+            }
+            ready == 10
+        })
+        .await;
+    assert!(rollout(&env).await.is_null());
+
+    // v4 is published (Kubernetes v1.27.5): wave 1 is the canary.
+    publish(&env.repo, "v4", "v1.27.5");
+    daemon.eventually("wave 1 started", Duration::from_secs(30), async || !on_v4(&env).await.is_empty()).await;
+    assert_eq!(on_v4(&env).await, BTreeSet::from(["c07".to_owned()]));
+    let r = rollout(&env).await;
+    assert_eq!(r["plan"][0]["clusters"], json!(["team-a/c07"]), "{r}");
+    assert_eq!(r["plan"][1]["clusters"], json!(["team-a/c00", "team-a/c01", "team-a/c02", "team-a/c03"]), "{r}");
+    let c07 = env.clusters().get("c07").await.expect("c07");
+    assert_eq!(c07.data["spec"]["topology"]["version"], "v1.27.5", "the release's Kubernetes version");
+
+    // Wave 2: c02's control plane never reports v1.27.5; paused past waveTimeout, naming it.
+    let took = daemon.eventually("paused at c02", Duration::from_secs(60), async || rollout(&env).await["phase"] == "Paused").await;
+    let r = rollout(&env).await;
+    eprintln!("paused {took:?} after wave 1 started: {}", r["message"]);
+    assert_eq!((r["reason"].as_str(), r["wave"].as_u64()), (Some("WaveTimeout"), Some(2)), "{r}");
+    let message = r["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("team-a/c02 not done within waveTimeout 10s") && message.contains("v1.27.5"), "{r}");
+    assert_eq!(r["summary"], "4/10", "{r}");
+    let wave3 = ["c04", "c05", "c06", "c08", "c09"];
+    let moved = on_v4(&env).await;
+    assert!(wave3.iter().all(|c| !moved.contains(*c)), "wave 3 touched: {moved:?}");
+    let table = kubectl(&env, &["get", "stackreleases", "-o", "wide"]);
+    eprintln!("{table}");
+    let row = table.lines().find(|l| l.starts_with(&format!("ferrol.{V4}"))).expect("row");
+    assert!(row.contains("4/10") && row.contains("2/3") && row.contains("Paused"), "{table}");
+    daemon
+        .eventually("a RolloutPaused event", Duration::from_secs(10), async || {
+            let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(env.mgmt());
+            let list = events.list(&Default::default()).await.expect("events").items;
+            list.iter().any(|e| e.reason.as_deref() == Some("RolloutPaused") && e.note.as_deref().is_some_and(|n| n.contains("team-a/c02")))
+        })
+        .await;
+    daemon.stop().await;
+
+    // A restart keeps the pause: nothing further is touched.
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon2.log"));
+    daemon.eventually("the restarted daemon looks", Duration::from_secs(30), async || daemon.log().contains("Cluster API found")).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(rollout(&env).await["phase"], "Paused");
+    assert_eq!(on_v4(&env).await, moved);
+
+    // The operator fixes c02 and resumes: waves 2 and 3 finish.
+    broken.lock().expect("lock").clear();
+    let printed = rollout_cli(&config, "resume").await;
+    assert!(printed.contains("resume requested"), "{printed}");
+    let took = daemon.eventually("rollout complete", Duration::from_secs(90), async || rollout(&env).await["phase"] == "Complete").await;
+    eprintln!("complete {took:?} after the resume");
+    let r = rollout(&env).await;
+    assert_eq!((r["summary"].as_str(), r["waveSummary"].as_str()), (Some("10/10"), Some("3/3")), "{r}");
+    assert_eq!(on_v4(&env).await.len(), 10);
+    for (name, _) in classes(&env).await {
+        let applied = env.cluster_sync(&name).await.unwrap_or_default()["status"]["appliedRelease"]["tag"].clone();
+        assert_eq!(applied, V4, "{name}");
+    }
+    daemon.stop().await;
+    let _ = stop.send(true);
+    tokio::time::timeout(Duration::from_secs(10), capi).await.expect("Cluster API task stopped").expect("task");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_rollout_nothing_moves_and_a_pause_stops_at_the_wave_boundary() {
+    let env = Arc::new(Env::new(3).await);
+    publish(&env.repo, "v3", "v1.27.3");
+    publish(&env.repo, "v4", "v1.27.5");
+    fleet(&env, 3).await;
+    let broken = Arc::new(Mutex::new(BTreeSet::from(["c00".to_owned()])));
+    let (stop, capi) = play_cluster_api(&env, broken.clone());
+
+    // No `rollout:`: v4 is offered (its ClusterClass is there), the Clusters stay on v3.
+    let plain = config(&env, "");
+    let daemon = Daemon::start(&plain, env.dir.path().join("daemon.log"));
+    daemon
+        .eventually("the fleet synced on v3", Duration::from_secs(60), async || {
+            let mut ready = 0;
+            for i in 0..3 {
+                ready += usize::from(env.ready_reason(&format!("c{i:02}")).await.is_some_and(|(s, _)| s == "True"));
+            }
+            ready == 3 && env.cluster_classes().await.contains(&V4.to_owned())
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(on_v4(&env).await.is_empty(), "a Cluster was moved without `rollout:`");
+    assert!(rollout(&env).await.is_null());
+    daemon.stop().await;
+
+    // With `rollout:`: wave 1 (c00) starts; a pause asked for during it stops before wave 2.
+    let config =
+        config(&env, "    rollout:\n      waves: [{clusters: 1}, {percent: 100}]\n      waveTimeout: 1h\n      checkInterval: 250ms\n");
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon2.log"));
+    daemon.eventually("wave 1 started", Duration::from_secs(30), async || rollout(&env).await["phase"] == "Progressing").await;
+    let printed = rollout_cli(&config, "pause").await;
+    assert!(printed.contains("next wave boundary"), "{printed}");
+    broken.lock().expect("lock").clear();
+    daemon.eventually("paused at the boundary", Duration::from_secs(60), async || rollout(&env).await["phase"] == "Paused").await;
+    let r = rollout(&env).await;
+    assert_eq!((r["reason"].as_str(), r["wave"].as_u64(), r["summary"].as_str()), (Some("PauseRequested"), Some(2), Some("1/3")), "{r}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(on_v4(&env).await, BTreeSet::from(["c00".to_owned()]), "wave 2 started despite the pause");
+    daemon.stop().await;
+
+    // A resume is acted on at once, not at the next check: with `checkInterval: 1h` the daemon
+    // sees the request on its StackRelease watch and starts wave 2.
+    let slow = "    rollout:\n      waves: [{clusters: 1}, {percent: 100}]\n      waveTimeout: 1h\n      checkInterval: 1h\n";
+    let config = self::config(&env, slow);
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon3.log"));
+    daemon.eventually("the restarted daemon looks", Duration::from_secs(30), async || daemon.log().contains("Cluster API found")).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(rollout(&env).await["phase"], "Paused");
+    let asked = std::time::Instant::now();
+    rollout_cli(&config, "resume").await;
+    daemon.eventually("the resume acted on", Duration::from_secs(10), async || on_v4(&env).await.len() == 3).await;
+    let took = asked.elapsed();
+    eprintln!("resume acted on {took:?} after `stacksync rollout resume` (checkInterval 1h)");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(rollout(&env).await["phase"], "Progressing");
+    daemon.stop().await;
+
+    // Resuming a rollout that is not paused is an error; this one finishes at its checks.
+    let config = self::config(
+        &env,
+        "    rollout:\n      waves: [{clusters: 1}, {percent: 100}]\n      waveTimeout: 1h\n      checkInterval: 250ms\n",
+    );
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon4.log"));
+    daemon.eventually("rollout complete", Duration::from_secs(60), async || rollout(&env).await["phase"] == "Complete").await;
+    assert_eq!(on_v4(&env).await.len(), 3);
+    let o = cli(&["rollout", "resume", "--config", &config.to_string_lossy(), "ferrol"], &[]).await;
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("has no paused rollout"), "{o:?}");
+    daemon.stop().await;
+    let _ = stop.send(true);
+    tokio::time::timeout(Duration::from_secs(10), capi).await.expect("Cluster API task stopped").expect("task");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_release_supersedes_a_running_rollout() {
+    let env = Arc::new(Env::new(2).await);
+    publish(&env.repo, "v3", "v1.27.3");
+    publish(&env.repo, "v4", "v1.27.3");
+    fleet(&env, 2).await;
+    let broken = Arc::new(Mutex::new(BTreeSet::from(["c00".to_owned()])));
+    let (stop, capi) = play_cluster_api(&env, broken.clone());
+    let config =
+        config(&env, "    rollout:\n      waves: [{clusters: 1}, {percent: 100}]\n      waveTimeout: 1h\n      checkInterval: 250ms\n");
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    daemon.eventually("the v4 rollout runs", Duration::from_secs(30), async || rollout(&env).await["phase"] == "Progressing").await;
+
+    // v5 while c00 is still in v4's first wave: v5's rollout takes over both Clusters.
+    publish(&env.repo, "v5", "v1.27.5");
+    let v5 = "docker-ferrol-1-27-v5";
+    daemon.eventually("the v5 rollout runs", Duration::from_secs(30), async || !rollout_of(&env, v5).await.is_null()).await;
+    let r = rollout(&env).await;
+    assert_eq!(r["phase"], "Superseded", "{r}");
+    assert!(r["message"].as_str().is_some_and(|m| m.contains(v5)), "{r}");
+    assert_eq!(rollout_of(&env, v5).await["total"], 2);
+    broken.lock().expect("lock").clear();
+    daemon.eventually("the v5 rollout complete", Duration::from_secs(60), async || rollout_of(&env, v5).await["phase"] == "Complete").await;
+    let all: Vec<String> = classes(&env).await.into_iter().map(|(_, c)| c).collect();
+    assert_eq!(all, [v5, v5]);
+    daemon.stop().await;
+    let _ = stop.send(true);
+    tokio::time::timeout(Duration::from_secs(10), capi).await.expect("Cluster API task stopped").expect("task");
+}
+
+/// Replaces the config the way editors do (temp file, rename), for the daemon's hot reload.
+fn save_by_rename(path: &Path, text: &str) {
+    let tmp = path.with_extension("yaml.swp");
+    std::fs::write(&tmp, text).expect("write temp");
+    std::fs::rename(&tmp, path).expect("rename");
+}
+
+async fn events_with(env: &Env, reason: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(env.mgmt());
+    let list = events.list(&Default::default()).await.expect("events").items;
+    list.into_iter().filter(|e| e.reason.as_deref() == Some(reason)).map(|e| e.note.unwrap_or_default()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_waits_for_a_failed_cluster_class_and_stops_when_rollout_is_removed() {
+    let env = Arc::new(Env::new(2).await);
+    publish(&env.repo, "v3", "v1.27.3");
+    // v4's ClusterClass chart does not render: its rollout waits, saying why.
+    let broken_class = ("docker-ferrol-1-27-cluster-class-v4/templates/broken.yaml", "{{ fail \"the v4 class is broken on purpose\" }}\n");
+    publish_with(&env.repo, "v4", "v1.27.3", &[broken_class]);
+    fleet(&env, 2).await;
+    let broken = Arc::new(Mutex::new(BTreeSet::from(["c00".to_owned()])));
+    let (stop, capi) = play_cluster_api(&env, broken.clone());
+    let block = "    rollout:\n      waves: [{clusters: 1}, {percent: 100}]\n      waveTimeout: 1h\n      checkInterval: 250ms\n";
+    let config = config(&env, block);
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    daemon.eventually("the v4 rollout waits", Duration::from_secs(60), async || rollout(&env).await["phase"] == "Waiting").await;
+    let r = rollout(&env).await;
+    let message = r["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with(&format!("ClusterClass {V4} is not applied: ")) && message.contains("broken on purpose"), "{r}");
+    assert_eq!((r["reason"].as_str(), r["summary"].as_str()), (Some("ClassNotApplied"), Some("0/2")), "{r}");
+    let table = kubectl(&env, &["get", "stackreleases"]);
+    assert!(table.lines().any(|l| l.starts_with(&format!("ferrol.{V4}")) && l.contains("0/2")), "{table}");
+    // Said once, not at every check (every 250 ms).
+    daemon
+        .eventually("a RolloutWaiting event", Duration::from_secs(10), async || !events_with(&env, "RolloutWaiting").await.is_empty())
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(daemon.log().matches("rollout waiting").count(), 1, "{}", daemon.log());
+    assert_eq!(events_with(&env, "RolloutWaiting").await.len(), 1);
+    assert!(on_v4(&env).await.is_empty(), "a Cluster was moved to a class that is not applied");
+
+    // v5 is fine: its rollout supersedes the waiting one; wave 1 (c00) stays unfinished.
+    publish(&env.repo, "v5", "v1.27.3");
+    let v5 = "docker-ferrol-1-27-v5";
+    daemon.eventually("the v5 rollout runs", Duration::from_secs(60), async || rollout_of(&env, v5).await["phase"] == "Progressing").await;
+    assert_eq!(rollout(&env).await["phase"], "Superseded");
+    daemon.eventually("c00 moved", Duration::from_secs(30), async || classes(&env).await.iter().any(|(n, c)| n == "c00" && c == v5)).await;
+
+    // `rollout:` removed (hot reload): the rollout ends, saying so; c01 is not moved.
+    let text = std::fs::read_to_string(&config).expect("config");
+    assert!(text.contains(block));
+    save_by_rename(&config, &text.replace(block, ""));
+    daemon.eventually("the v5 rollout stopped", Duration::from_secs(30), async || rollout_of(&env, v5).await["phase"] == "Stopped").await;
+    let r = rollout_of(&env, v5).await;
+    assert_eq!(r["reason"], "RolloutRemoved", "{r}");
+    assert!(
+        r["message"].as_str().is_some_and(|m| m.starts_with("`rollout:` was removed from subscription `ferrol`; nothing further is moved")),
+        "{r}"
+    );
+    daemon
+        .eventually("a RolloutStopped event", Duration::from_secs(10), async || !events_with(&env, "RolloutStopped").await.is_empty())
+        .await;
+    broken.lock().expect("lock").clear();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(classes(&env).await.iter().any(|(n, c)| n == "c01" && c == V3), "c01 was moved after the rollout stopped");
+    assert_eq!(rollout_of(&env, v5).await["phase"], "Stopped");
+
+    // `rollout:` back: a new rollout moves the Clusters still on older releases (c01).
+    save_by_rename(&config, &text);
+    daemon
+        .eventually("the new v5 rollout complete", Duration::from_secs(60), async || rollout_of(&env, v5).await["phase"] == "Complete")
+        .await;
+    let r = rollout_of(&env, v5).await;
+    assert_eq!((r["total"].as_u64(), r["summary"].as_str()), (Some(1), Some("1/1")), "{r}");
+    let all: Vec<String> = classes(&env).await.into_iter().map(|(_, c)| c).collect();
+    assert_eq!(all, [v5, v5]);
+    daemon.stop().await;
+    let _ = stop.send(true);
+    tokio::time::timeout(Duration::from_secs(10), capi).await.expect("Cluster API task stopped").expect("task");
+}
