@@ -191,9 +191,8 @@ async fn push_to_applied_latency() {
     let p = |q: f64| took[((took.len() as f64 * q).ceil() as usize).saturating_sub(1)];
     println!("push-to-applied over {} pushes: p50 {:?}, p99 {:?}, max {:?}", took.len(), p(0.50), p(0.99), took[took.len() - 1]);
     daemon.stop().await;
-    // scripts/bench.sh sets BENCH_OUT: the numbers join the other benchmarks' results. The peer
-    // is the poll interval a push saves waiting for (no poll-based tool reacts faster on average
-    // than half of it; the config here polls every minute).
+    // scripts/bench.sh sets BENCH_OUT: the numbers join the other benchmarks' results. No peer:
+    // without the webhook only the next poll (an hour apart here) would bring the tag.
     if let Some(out) = std::env::var_os("BENCH_OUT") {
         let mut doc: serde_json::Value = std::fs::read_to_string(&out)
             .ok()
