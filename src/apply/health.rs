@@ -33,12 +33,35 @@ impl fmt::Display for Health {
     }
 }
 
+/// [`Value::pointer`] without its allocations (it unescapes every token into a new `String`):
+/// this walks `path` in place, and only a path with a `~` escape goes through `pointer`. Health
+/// and the listing read a few fixed paths of every object, so this is on the hot path.
+pub(crate) fn at<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
+    if path.is_empty() {
+        return Some(v);
+    }
+    if path.contains('~') {
+        return v.pointer(path);
+    }
+    path.strip_prefix('/')?.split('/').try_fold(v, |v, token| match v {
+        Value::Object(map) => map.get(token),
+        Value::Array(items) => {
+            // As `pointer`: decimal digits only, no leading zero.
+            let index = (token == "0" || (!token.starts_with('0') && !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit())))
+                .then(|| token.parse::<usize>().ok())
+                .flatten()?;
+            items.get(index)
+        }
+        _ => None,
+    })
+}
+
 fn int(v: &Value, path: &str) -> Option<i64> {
-    v.pointer(path).and_then(Value::as_i64)
+    at(v, path).and_then(Value::as_i64)
 }
 
 fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
-    obj.pointer("/status/conditions")?.as_array()?.iter().find(|c| c["type"] == type_)
+    at(obj, "/status/conditions")?.as_array()?.iter().find(|c| c["type"] == type_)
 }
 
 fn condition_is(obj: &Value, type_: &str, status: &str) -> bool {
@@ -61,7 +84,7 @@ fn reason_of(c: Option<&Value>) -> String {
 /// The health of `obj` (apiVersion, kind, metadata and status as the API server returns them).
 pub fn assess(obj: &Value) -> Health {
     use Health::{Failed, Healthy, Progressing};
-    if obj.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()) {
+    if at(obj, "/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()) {
         return Progressing("being deleted".into());
     }
     let api_version = obj["apiVersion"].as_str().unwrap_or_default();
@@ -103,8 +126,8 @@ pub fn assess(obj: &Value) -> Health {
             let want = int(obj, "/spec/replicas").unwrap_or(1);
             let ready = int(obj, "/status/readyReplicas").unwrap_or(0);
             let updated = int(obj, "/status/updatedReplicas").unwrap_or(0);
-            let rolling = obj.pointer("/spec/updateStrategy/type").and_then(Value::as_str).unwrap_or("RollingUpdate") == "RollingUpdate";
-            let revisions_differ = obj.pointer("/status/currentRevision") != obj.pointer("/status/updateRevision");
+            let rolling = at(obj, "/spec/updateStrategy/type").and_then(Value::as_str).unwrap_or("RollingUpdate") == "RollingUpdate";
+            let revisions_differ = at(obj, "/status/currentRevision") != at(obj, "/status/updateRevision");
             if ready < want {
                 Progressing(format!("{ready} of {want} replicas ready"))
             } else if rolling && (updated < want || revisions_differ) {
@@ -142,23 +165,23 @@ pub fn assess(obj: &Value) -> Health {
                 Progressing("not complete yet".into())
             }
         }
-        ("", "Pod") => match obj.pointer("/status/phase").and_then(Value::as_str) {
+        ("", "Pod") => match at(obj, "/status/phase").and_then(Value::as_str) {
             Some("Succeeded") => Healthy,
             Some("Running") if condition_is(obj, "Ready", "True") => Healthy,
-            Some("Failed") => Failed(obj.pointer("/status/message").and_then(Value::as_str).unwrap_or("pod failed").to_owned()),
+            Some("Failed") => Failed(at(obj, "/status/message").and_then(Value::as_str).unwrap_or("pod failed").to_owned()),
             other => Progressing(format!("phase {}", other.unwrap_or("Pending"))),
         },
-        ("", "PersistentVolumeClaim") => match obj.pointer("/status/phase").and_then(Value::as_str) {
+        ("", "PersistentVolumeClaim") => match at(obj, "/status/phase").and_then(Value::as_str) {
             Some("Bound") => Healthy,
             Some("Lost") => Failed("claim lost its volume".into()),
             other => Progressing(format!("phase {}", other.unwrap_or("Pending"))),
         },
         ("", "Service") => {
-            let lb = obj.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer");
-            let ingress = obj.pointer("/status/loadBalancer/ingress").and_then(Value::as_array).is_some_and(|i| !i.is_empty());
+            let lb = at(obj, "/spec/type").and_then(Value::as_str) == Some("LoadBalancer");
+            let ingress = at(obj, "/status/loadBalancer/ingress").and_then(Value::as_array).is_some_and(|i| !i.is_empty());
             if lb && !ingress { Progressing("waiting for a load balancer address".into()) } else { Healthy }
         }
-        ("", "Namespace") => match obj.pointer("/status/phase").and_then(Value::as_str) {
+        ("", "Namespace") => match at(obj, "/status/phase").and_then(Value::as_str) {
             Some("Terminating") => Progressing("terminating".into()),
             _ => Healthy,
         },
@@ -206,6 +229,30 @@ fn custom(obj: &Value) -> Health {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn at_reads_as_pointer_does() {
+        let v = serde_json::json!({"a": {"b": [1, {"c": "x"}], "d/e": 2, "f~g": 3, "": 4}});
+        for path in [
+            "",
+            "/",
+            "/a",
+            "/a/b",
+            "/a/b/0",
+            "/a/b/1/c",
+            "/a/b/01",
+            "/a/b/2",
+            "/a/b/+1",
+            "/a/b/",
+            "/a/d~1e",
+            "/a/f~0g",
+            "/a/x",
+            "a",
+            "/a/b/1/c/z",
+        ] {
+            assert_eq!(at(&v, path), v.pointer(path), "{path}");
+        }
+    }
     use serde_json::json;
 
     fn deployment(status: Value) -> Value {

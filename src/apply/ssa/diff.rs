@@ -68,8 +68,7 @@ fn walk_maps(a: &Map<String, Value>, b: &Map<String, Value>, path: &mut String, 
 
 /// The fields our manager owns through apply (its `managedFields` FieldsV1), if any.
 pub fn our_fields(object: &Value) -> Option<&Value> {
-    object
-        .pointer("/metadata/managedFields")?
+    crate::apply::health::at(object, "/metadata/managedFields")?
         .as_array()?
         .iter()
         .find(|m| m["manager"] == FIELD_MANAGER && m["operation"] == "Apply" && m.get("subresource").is_none_or(|s| s == ""))

@@ -145,15 +145,14 @@ impl Applier {
                     fields: diff::our_fields(value).map(diff::fields_hash),
                     deleting: meta.get("deletionTimestamp").is_some_and(|t| !t.is_null()),
                     health: health::assess(value),
-                    established: value
-                        .pointer("/status/conditions")
+                    established: crate::apply::health::at(value, "/status/conditions")
                         .and_then(Value::as_array)
                         .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Established" && c["status"] == "True")),
                 };
                 let namespace = meta["namespace"].as_str().filter(|n| !n.is_empty()).map(str::to_owned);
                 found.insert((namespace, meta["name"].as_str().unwrap_or_default().to_owned()), listed);
             }
-            match page.pointer("/metadata/continue").and_then(Value::as_str).filter(|c| !c.is_empty()) {
+            match crate::apply::health::at(&page, "/metadata/continue").and_then(Value::as_str).filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(token),
                 None => return Some(found),
             }

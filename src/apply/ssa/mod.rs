@@ -269,7 +269,7 @@ impl Applier {
             .await;
             for (o, outcome) in rank.iter().zip(&outcomes) {
                 if is_crd(o.group(), &o.kind) && outcome.entry.action.is_synced() {
-                    let kind = o.body.pointer("/spec/names/kind").and_then(Value::as_str).unwrap_or_default();
+                    let kind = crate::apply::health::at(&o.body, "/spec/names/kind").and_then(Value::as_str).unwrap_or_default();
                     served_versions(&o.body).for_each(|v| run.cache.expect(v, kind.to_string()));
                 }
             }
@@ -371,7 +371,8 @@ impl Applier {
         if let Err(message) = names::check(&o.kind, o.namespace.as_deref(), &o.name) {
             return (inventory, Err(NotPrepared::new(Entry { message: format!("{message}; nothing was sent"), ..entry })));
         }
-        let annotation = |key: &str| o.body.pointer("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str);
+        let annotation =
+            |key: &str| crate::apply::health::at(&o.body, "/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str);
         let policy = match annotation(POLICY_ANNOTATION).unwrap_or("apply") {
             "apply" => Ok(Policy::Apply),
             "apply-once" => Ok(Policy::ApplyOnce),
@@ -572,8 +573,8 @@ fn is_crd(group: &str, kind: &str) -> bool {
 
 /// The `apiVersion`s a CRD manifest serves (`group/name` of each served version).
 fn served_versions(crd: &Value) -> impl Iterator<Item = String> + '_ {
-    let group = crd.pointer("/spec/group").and_then(Value::as_str).unwrap_or_default();
-    let versions = crd.pointer("/spec/versions").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let group = crate::apply::health::at(crd, "/spec/group").and_then(Value::as_str).unwrap_or_default();
+    let versions = crate::apply::health::at(crd, "/spec/versions").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     versions
         .iter()
         .filter(|v| v["served"].as_bool().unwrap_or(true))

@@ -151,7 +151,8 @@ impl Applier {
         let Some(live) = live else {
             // Absent: nothing to compare with and nothing to overwrite, in any drift mode.
             let created = self.patch(t).await?;
-            return Ok(Outcome::new(&t.entry, Action::Created, "").with_health(&created).with_fields(&to_value(&created)));
+            let value = to_value(&created);
+            return Ok(Outcome { health: Some(health::assess(&value)), ..Outcome::new(&t.entry, Action::Created, "").with_fields(&value) });
         };
         if live.metadata.deletion_timestamp.is_some() {
             // A dry-run or a write would "succeed" on it, yet it is about to vanish (finalizers
@@ -162,13 +163,14 @@ impl Applier {
             return Ok(Outcome::new(&t.entry, Action::Skipped(SkipReason::ApplyOnceExists), crate::apply::changeset::SKIPPED_APPLY_ONCE)
                 .with_health(&live));
         }
-        let health = health::assess(&to_value(&live));
+        let live = to_value(&live);
+        let health = health::assess(&live);
         // Forced, so the dry-run shows the object as the manifest wants it even where another
         // manager holds a field; whether we may take it is decided by the real write.
         let dry_params = PatchParams { dry_run: true, ..PatchParams::apply(FIELD_MANAGER).force() };
         let dry = self.within("dry-run apply", &t.entry.object, t.api.patch(name, &dry_params, &Patch::Apply(&t.body))).await?;
         let dry = dry.map_err(|source| Error::DryRun { object: t.entry.object.clone(), source })?;
-        let (live, dry) = (to_value(&live), to_value(&dry));
+        let dry = to_value(&dry);
         let changed = diff::changed_paths(&live, &dry);
         if changed.is_empty() && diff::our_fields(&live) == diff::our_fields(&dry) {
             return Ok(Outcome { health: Some(health), ..Outcome::new(&t.entry, Action::Unchanged, "").with_fields(&dry) });
@@ -189,7 +191,9 @@ impl Applier {
         if let Some(managers) = took_over {
             message = format!("{message}{}taken back from {managers}", if message.is_empty() { "" } else { ", " });
         }
-        Ok(Outcome::new(&t.entry, Action::Configured, message).with_drift(drifted).with_health(&applied).with_fields(&to_value(&applied)))
+        let applied = to_value(&applied);
+        let outcome = Outcome::new(&t.entry, Action::Configured, message).with_drift(drifted).with_fields(&applied);
+        Ok(Outcome { health: Some(health::assess(&applied)), ..outcome })
     }
 
     /// An object new to the inventory and not listed as ours: applied at once, without a read or
@@ -322,9 +326,9 @@ impl Applier {
         let last = loop {
             let live = self.within("reading", &t.entry.object, t.api.get_opt(&t.object.name)).await?;
             let live = live.map_err(|source| Error::Get { object: t.entry.object.clone(), source })?;
-            let condition = live
-                .as_ref()
-                .and_then(|l| l.data.pointer("/status/conditions")?.as_array()?.iter().find(|c| c["type"] == "Established").cloned());
+            let condition = live.as_ref().and_then(|l| {
+                crate::apply::health::at(&l.data, "/status/conditions")?.as_array()?.iter().find(|c| c["type"] == "Established").cloned()
+            });
             if condition.as_ref().is_some_and(|c| c["status"] == "True") {
                 return Ok(());
             }

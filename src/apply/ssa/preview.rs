@@ -67,8 +67,8 @@ impl Applier {
             .flat_map(|s| &s.objects)
             .filter(|o| is_crd(o.group(), &o.kind))
             .filter_map(|o| {
-                let group = o.body.pointer("/spec/group")?.as_str()?;
-                let kind = o.body.pointer("/spec/names/kind")?.as_str()?;
+                let group = crate::apply::health::at(&o.body, "/spec/group")?.as_str()?;
+                let kind = crate::apply::health::at(&o.body, "/spec/names/kind")?.as_str()?;
                 Some((group.to_owned(), kind.to_owned()))
             })
             .collect();
@@ -184,7 +184,7 @@ impl Preview {
 }
 
 fn ours(live: &Value, owner: &str) -> bool {
-    live.pointer("/metadata/labels").and_then(|l| l.get(OWNER_LABEL)).and_then(Value::as_str) == Some(owner)
+    crate::apply::health::at(live, "/metadata/labels").and_then(|l| l.get(OWNER_LABEL)).and_then(Value::as_str) == Some(owner)
 }
 
 fn yaml(v: &Value) -> String {
