@@ -108,17 +108,16 @@ fn tokens() -> &'static Mutex<HashMap<String, (Secret, Instant)>> {
 impl Client {
     /// Reads the credentials (at every poll: rotation needs no restart) and builds a client.
     ///
-    /// The scheme: `https`, except plain HTTP with `insecure: true` or for a loopback registry
-    /// without `ca_file` (a CA bundle means the registry speaks TLS, loopback or not). The CA
-    /// bundle is read here, at every poll, like the credentials, and added to the system's
-    /// trust roots for this client only.
+    /// The scheme: `https`, plain HTTP only with `insecure: true` (loopback included: secure by
+    /// default, and one rule). The CA bundle is read here, at every poll, like the credentials,
+    /// and added to the system's trust roots for this client only.
     ///
     /// # Errors
     /// Plain HTTP to a registry that is not loopback without `insecure`, unreadable credentials
     /// or CA bundle, or an HTTP client that cannot be built.
     pub fn new(repo: &Repository, insecure: bool, ca_file: Option<&Path>, auth: Option<&OciAuth>, limits: Limits) -> Result<Client> {
         let display = format!("{}/{}", repo.registry, repo.name);
-        let plain_http = insecure || (repo.is_loopback() && ca_file.is_none());
+        let plain_http = insecure;
         let base = repo.base_url(plain_http, insecure)?;
         let base = Url::parse(&base).map_err(|e| Error::Request { repo: display.clone(), url: base.clone(), message: e.to_string() })?;
         let cred_err = |message: String| Error::Credentials { repo: display.clone(), message };
@@ -616,6 +615,8 @@ mod tests {
         assert_eq!(c.base.as_str(), "http://r.example/");
         let local = Repository::parse("127.0.0.1:5000/a").unwrap();
         let c = Client::new(&local, false, None, None, Limits::default()).unwrap();
+        assert_eq!(c.url("tags/list?n=5").unwrap().as_str(), "https://127.0.0.1:5000/v2/a/tags/list?n=5", "loopback is https too");
+        let c = Client::new(&local, true, None, None, Limits::default()).unwrap();
         assert_eq!(c.url("tags/list?n=5").unwrap().as_str(), "http://127.0.0.1:5000/v2/a/tags/list?n=5");
     }
 }
