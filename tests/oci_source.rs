@@ -409,6 +409,7 @@ async fn https_registry_with_a_private_ca_needs_ca_file() {
     let o = run_once(&config).await;
     let err = stderr(&o);
     assert!(!o.status.success(), "{err}");
+    eprintln!("without caFile: {}", err.lines().find(|l| l.contains("not trusted")).unwrap_or_default());
     assert!(err.contains(&format!("source registry: {repo}")) && err.contains("certificate is not trusted: set `caFile`"), "{err}");
     assert!(!dir.path().join("out/team-a/alpha/01-configmap-cfg.yaml").exists(), "applied from an untrusted registry");
 
@@ -528,7 +529,7 @@ async fn a_silent_registry_times_out_within_the_source_timeout_and_the_last_rele
     let err = stderr(&o);
     assert!(err.contains(&format!("source registry: {}/acme/stacks", front.addr)) && err.contains("timed out after 2s"), "{err}");
     assert!(elapsed < std::time::Duration::from_secs(15), "the poll took {elapsed:?} with a 2s timeout");
-    eprintln!("silent registry: run failed after {elapsed:?}");
+    eprintln!("silent registry: run failed after {elapsed:?}: {}", err.lines().find(|l| l.contains("timed out")).unwrap_or_default());
     assert_eq!(applied_tag(dir.path()), "v1.0.0", "the last good release stays");
     let cm = std::fs::read_to_string(dir.path().join("out/team-a/alpha/01-configmap-cfg.yaml")).expect("manifest");
     assert!(cm.contains("extra: one"), "{cm}");

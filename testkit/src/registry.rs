@@ -388,7 +388,23 @@ async fn make_tls(dir: &Path) -> std::io::Result<Vec<u8>> {
     )?;
     let (ext, cert) = (p("server.ext"), p("cert.pem"));
     openssl(
-        &["x509", "-req", "-in", &csr_path, "-CA", &ca_pem, "-CAkey", &ca_key, "-CAcreateserial", "-days", "2", "-extfile", &ext, "-out", &cert],
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr_path,
+            "-CA",
+            &ca_pem,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+            "-out",
+            &cert,
+        ],
         None,
     )
     .await?;

@@ -23,8 +23,8 @@ use sha2::{Digest, Sha256};
 use tracing::{debug, info};
 
 use super::{
-    BearerChallenge, DockerCredentials, Error, MANIFEST_ACCEPT, MAX_AUX_FILE_BYTES, OciAuth, Repository, Result, docker_credentials, next_link,
-    parse_bearer_challenge,
+    BearerChallenge, DockerCredentials, Error, MANIFEST_ACCEPT, MAX_AUX_FILE_BYTES, OciAuth, Repository, Result, docker_credentials,
+    next_link, parse_bearer_challenge,
 };
 use crate::cache::blobs::{BlobError, Blobs, Sha256Digest};
 use crate::source::github::{Secret, describe};
@@ -55,7 +55,10 @@ pub const RESOLVE_CONCURRENCY: usize = 8;
 #[derive(Debug, Clone)]
 enum Credentials {
     Anonymous,
-    Basic { username: String, password: Secret },
+    Basic {
+        username: String,
+        password: Secret,
+    },
     Bearer(Secret),
     /// A Docker config's `identitytoken`: an OAuth2 refresh token for the token service.
     IdentityToken(Secret),
@@ -160,9 +163,7 @@ impl Client {
         if let Some(path) = ca_file {
             builder = builder.tls_certs_merge(read_ca_bundle(path).map_err(|message| Error::CaFile { repo: display.clone(), message })?);
         }
-        let http = builder
-            .build()
-            .map_err(|e| Error::Request { repo: display.clone(), url: base.to_string(), message: e.to_string() })?;
+        let http = builder.build().map_err(|e| Error::Request { repo: display.clone(), url: base.to_string(), message: e.to_string() })?;
         Ok(Client {
             http,
             token_key: format!("{base}|{}|{fingerprint}", repo.name),
@@ -299,7 +300,10 @@ impl Client {
         let loopback =
             realm.host_str().is_some_and(|h| h == "localhost" || h.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback()));
         if !matches!(self.credentials, Credentials::Anonymous) && realm.scheme() != "https" && !loopback {
-            return Err(bad(format!("the token realm {} is not https: credentials are not sent there", realm.origin().ascii_serialization())));
+            return Err(bad(format!(
+                "the token realm {} is not https: credentials are not sent there",
+                realm.origin().ascii_serialization()
+            )));
         }
         let mut req = self.http.get(realm.clone()).header(USER_AGENT, concat!("stacksync/", env!("CARGO_PKG_VERSION"))).timeout(deadline);
         match &self.credentials {
