@@ -21,6 +21,11 @@ const V4: &str = "docker-ferrol-1-27-v4";
 
 /// The v3 fixture as release `version` whose metadata says Kubernetes `kubernetes`.
 fn publish(repo: &ReleaseRepo, version: &str, kubernetes: &str) {
+    publish_with(repo, version, kubernetes, &[]);
+}
+
+/// [`publish`] with `extra` files (path under the release root, text).
+fn publish_with(repo: &ReleaseRepo, version: &str, kubernetes: &str, extra: &[(&str, &str)]) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/clusterstack").join(V3);
     let mut files = Vec::new();
     let mut stack = vec![root.clone()];
@@ -46,6 +51,7 @@ fn publish(repo: &ReleaseRepo, version: &str, kubernetes: &str) {
             files.push((rel, text));
         }
     }
+    files.extend(extra.iter().map(|(p, t)| ((*p).to_owned(), (*t).to_owned())));
     let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
     repo.release(&format!("{STACK}-{version}"), &refs);
 }
@@ -307,8 +313,31 @@ async fn without_rollout_nothing_moves_and_a_pause_stops_at_the_wave_boundary() 
     assert_eq!((r["reason"].as_str(), r["wave"].as_u64(), r["summary"].as_str()), (Some("PauseRequested"), Some(2), Some("1/3")), "{r}");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(on_v4(&env).await, BTreeSet::from(["c00".to_owned()]), "wave 2 started despite the pause");
-    // Resuming a rollout that is not paused is an error; resuming this one finishes it.
+    daemon.stop().await;
+
+    // A resume is acted on at once, not at the next check: with `checkInterval: 1h` the daemon
+    // sees the request on its StackRelease watch and starts wave 2.
+    let slow = "    rollout:\n      waves: [{clusters: 1}, {percent: 100}]\n      waveTimeout: 1h\n      checkInterval: 1h\n";
+    let config = self::config(&env, slow);
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon3.log"));
+    daemon.eventually("the restarted daemon looks", Duration::from_secs(30), async || daemon.log().contains("Cluster API found")).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(rollout(&env).await["phase"], "Paused");
+    let asked = std::time::Instant::now();
     rollout_cli(&config, "resume").await;
+    daemon.eventually("the resume acted on", Duration::from_secs(10), async || on_v4(&env).await.len() == 3).await;
+    let took = asked.elapsed();
+    eprintln!("resume acted on {took:?} after `stacksync rollout resume` (checkInterval 1h)");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(rollout(&env).await["phase"], "Progressing");
+    daemon.stop().await;
+
+    // Resuming a rollout that is not paused is an error; this one finishes at its checks.
+    let config = self::config(
+        &env,
+        "    rollout:\n      waves: [{clusters: 1}, {percent: 100}]\n      waveTimeout: 1h\n      checkInterval: 250ms\n",
+    );
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon4.log"));
     daemon.eventually("rollout complete", Duration::from_secs(60), async || rollout(&env).await["phase"] == "Complete").await;
     assert_eq!(on_v4(&env).await.len(), 3);
     let o = cli(&["rollout", "resume", "--config", &config.to_string_lossy(), "ferrol"], &[]).await;
@@ -341,6 +370,88 @@ async fn a_newer_release_supersedes_a_running_rollout() {
     assert_eq!(rollout_of(&env, v5).await["total"], 2);
     broken.lock().expect("lock").clear();
     daemon.eventually("the v5 rollout complete", Duration::from_secs(60), async || rollout_of(&env, v5).await["phase"] == "Complete").await;
+    let all: Vec<String> = classes(&env).await.into_iter().map(|(_, c)| c).collect();
+    assert_eq!(all, [v5, v5]);
+    daemon.stop().await;
+    let _ = stop.send(true);
+    tokio::time::timeout(Duration::from_secs(10), capi).await.expect("Cluster API task stopped").expect("task");
+}
+
+/// Replaces the config the way editors do (temp file, rename), for the daemon's hot reload.
+fn save_by_rename(path: &Path, text: &str) {
+    let tmp = path.with_extension("yaml.swp");
+    std::fs::write(&tmp, text).expect("write temp");
+    std::fs::rename(&tmp, path).expect("rename");
+}
+
+async fn events_with(env: &Env, reason: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(env.mgmt());
+    let list = events.list(&Default::default()).await.expect("events").items;
+    list.into_iter().filter(|e| e.reason.as_deref() == Some(reason)).map(|e| e.note.unwrap_or_default()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_waits_for_a_failed_cluster_class_and_stops_when_rollout_is_removed() {
+    let env = Arc::new(Env::new(2).await);
+    publish(&env.repo, "v3", "v1.27.3");
+    // v4's ClusterClass chart does not render: its rollout waits, saying why.
+    let broken_class = ("docker-ferrol-1-27-cluster-class-v4/templates/broken.yaml", "{{ fail \"the v4 class is broken on purpose\" }}\n");
+    publish_with(&env.repo, "v4", "v1.27.3", &[broken_class]);
+    fleet(&env, 2).await;
+    let broken = Arc::new(Mutex::new(BTreeSet::from(["c00".to_owned()])));
+    let (stop, capi) = play_cluster_api(&env, broken.clone());
+    let block = "    rollout:\n      waves: [{clusters: 1}, {percent: 100}]\n      waveTimeout: 1h\n      checkInterval: 250ms\n";
+    let config = config(&env, block);
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    daemon.eventually("the v4 rollout waits", Duration::from_secs(60), async || rollout(&env).await["phase"] == "Waiting").await;
+    let r = rollout(&env).await;
+    let message = r["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with(&format!("ClusterClass {V4} is not applied: ")) && message.contains("broken on purpose"), "{r}");
+    assert_eq!((r["reason"].as_str(), r["summary"].as_str()), (Some("ClassNotApplied"), Some("0/2")), "{r}");
+    let table = kubectl(&env, &["get", "stackreleases"]);
+    assert!(table.lines().any(|l| l.starts_with(&format!("ferrol.{V4}")) && l.contains("0/2")), "{table}");
+    // Said once, not at every check (every 250 ms).
+    daemon
+        .eventually("a RolloutWaiting event", Duration::from_secs(10), async || !events_with(&env, "RolloutWaiting").await.is_empty())
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(daemon.log().matches("rollout waiting").count(), 1, "{}", daemon.log());
+    assert_eq!(events_with(&env, "RolloutWaiting").await.len(), 1);
+    assert!(on_v4(&env).await.is_empty(), "a Cluster was moved to a class that is not applied");
+
+    // v5 is fine: its rollout supersedes the waiting one; wave 1 (c00) stays unfinished.
+    publish(&env.repo, "v5", "v1.27.3");
+    let v5 = "docker-ferrol-1-27-v5";
+    daemon.eventually("the v5 rollout runs", Duration::from_secs(60), async || rollout_of(&env, v5).await["phase"] == "Progressing").await;
+    assert_eq!(rollout(&env).await["phase"], "Superseded");
+    daemon.eventually("c00 moved", Duration::from_secs(30), async || classes(&env).await.iter().any(|(n, c)| n == "c00" && c == v5)).await;
+
+    // `rollout:` removed (hot reload): the rollout ends, saying so; c01 is not moved.
+    let text = std::fs::read_to_string(&config).expect("config");
+    assert!(text.contains(block));
+    save_by_rename(&config, &text.replace(block, ""));
+    daemon.eventually("the v5 rollout stopped", Duration::from_secs(30), async || rollout_of(&env, v5).await["phase"] == "Stopped").await;
+    let r = rollout_of(&env, v5).await;
+    assert_eq!(r["reason"], "RolloutRemoved", "{r}");
+    assert!(
+        r["message"].as_str().is_some_and(|m| m.starts_with("`rollout:` was removed from subscription `ferrol`; nothing further is moved")),
+        "{r}"
+    );
+    daemon
+        .eventually("a RolloutStopped event", Duration::from_secs(10), async || !events_with(&env, "RolloutStopped").await.is_empty())
+        .await;
+    broken.lock().expect("lock").clear();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(classes(&env).await.iter().any(|(n, c)| n == "c01" && c == V3), "c01 was moved after the rollout stopped");
+    assert_eq!(rollout_of(&env, v5).await["phase"], "Stopped");
+
+    // `rollout:` back: a new rollout moves the Clusters still on older releases (c01).
+    save_by_rename(&config, &text);
+    daemon
+        .eventually("the new v5 rollout complete", Duration::from_secs(60), async || rollout_of(&env, v5).await["phase"] == "Complete")
+        .await;
+    let r = rollout_of(&env, v5).await;
+    assert_eq!((r["total"].as_u64(), r["summary"].as_str()), (Some(1), Some("1/1")), "{r}");
     let all: Vec<String> = classes(&env).await.into_iter().map(|(_, c)| c).collect();
     assert_eq!(all, [v5, v5]);
     daemon.stop().await;

@@ -655,7 +655,7 @@ mod rollout_tests {
             (
                 "    rollout:\n      waves: [{percent: 100}]\n      waveTimeout: 0s\n",
                 "c.yaml:16:",
-                "rollout.waveTimeout: 0ms is too short; use at least 1s",
+                "rollout.waveTimeout: 0s is too short; use at least 1s",
             ),
             (
                 "    rollout:\n      waves: [{percent: 100}]\n      canarySelector: {matchLabels: {}}\n",

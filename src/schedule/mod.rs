@@ -136,15 +136,22 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(total)
 }
 
+/// The shortest form [`parse_duration`] reads back: `90s` is `1m30s`, `3600s` is `1h`, `3630s`
+/// is `1h30s`; zero parts are left out, a sub-second rest is shown as `ms` (`1s500ms`), and
+/// zero is `0s`.
 pub fn format_duration(d: Duration) -> String {
     let s = d.as_secs();
-    match (s / 3600, (s % 3600) / 60, s % 60) {
-        _ if s == 0 => format!("{}ms", d.as_millis()),
-        (0, 0, sec) => format!("{sec}s"),
-        (0, m, 0) => format!("{m}m"),
-        (h, 0, 0) => format!("{h}h"),
-        (h, m, sec) => format!("{h}h{m}m{sec}s"),
+    let ms = d.subsec_millis();
+    if s == 0 && ms == 0 {
+        return "0s".into();
     }
+    let mut out = String::new();
+    for (n, unit) in [(s / 3600, "h"), ((s % 3600) / 60, "m"), (s % 60, "s"), (u64::from(ms), "ms")] {
+        if n > 0 {
+            out.push_str(&format!("{n}{unit}"));
+        }
+    }
+    out
 }
 
 /// The one retry backoff of the crate: 500 ms doubled per attempt (1-based), capped at 30 s.
@@ -233,6 +240,36 @@ mod tests {
         assert_eq!(parse_duration("8760h").unwrap(), MAX_DURATION);
         assert_eq!(format_duration(Duration::from_secs(300)), "5m");
         assert!(Schedule::interval("0s").is_err());
+    }
+
+    #[test]
+    fn durations_format_without_zero_parts_and_read_back() {
+        let cases = [
+            (Duration::ZERO, "0s"),
+            (Duration::from_millis(250), "250ms"),
+            (Duration::from_millis(1500), "1s500ms"),
+            (Duration::from_secs(1), "1s"),
+            (Duration::from_secs(59), "59s"),
+            (Duration::from_secs(60), "1m"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_secs(600), "10m"),
+            (Duration::from_secs(3599), "59m59s"),
+            (Duration::from_secs(3600), "1h"),
+            (Duration::from_secs(3630), "1h30s"),
+            (Duration::from_secs(5400), "1h30m"),
+            (Duration::from_secs(3661), "1h1m1s"),
+            (Duration::from_secs(86400), "24h"),
+            (MAX_DURATION, "8760h"),
+        ];
+        for (d, text) in cases {
+            assert_eq!(format_duration(d), text, "{d:?}");
+            if !d.is_zero() {
+                assert_eq!(parse_duration(text).unwrap(), d, "{text} reads back");
+            }
+        }
+        // What is under a millisecond is not shown.
+        assert_eq!(format_duration(Duration::from_micros(1_000_999)), "1s");
+        assert_eq!(format_duration(Duration::from_micros(999)), "0s");
     }
 
     #[test]

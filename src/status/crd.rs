@@ -260,7 +260,8 @@ pub struct StackReleaseStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutStatus {
-    /// `Progressing`, `Paused` or `Complete`.
+    /// `Waiting` (the release's ClusterClass is not applied), `Progressing`, `Paused`,
+    /// `Complete`, `Superseded` (by a newer release's rollout) or `Stopped` (`rollout:` removed).
     pub phase: String,
     /// The wave running (1-based; the last one when complete).
     pub wave: u32,
@@ -272,11 +273,12 @@ pub struct RolloutStatus {
     pub total: u32,
     /// `done/total`, for the `ROLLOUT` column.
     pub summary: String,
-    /// Why it is paused: `ClusterFailed`, `WaveTimeout`, `ClassChanged`, `PauseRequested`
-    /// (empty while it runs).
+    /// Why it is paused: `ClusterFailed`, `WaveTimeout`, `ClassChanged`, `PauseRequested`;
+    /// waiting: `ClassNotApplied`; stopped: `RolloutRemoved` (empty while it runs).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
-    /// Names the Cluster and what is wrong with it, or who asked for the pause.
+    /// Names the Cluster and what is wrong with it, or who asked for the pause; why it waits or
+    /// stopped.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
     /// When the rollout began (RFC 3339).

@@ -73,7 +73,7 @@ impl Classes {
     }
 
     /// The results of a release over every namespace, in namespace order.
-    fn merged(&self, sub: &str, tag: &str) -> ClassResult {
+    pub(super) fn merged(&self, sub: &str, tag: &str) -> ClassResult {
         let applied = self.applied.lock().unwrap_or_else(PoisonError::into_inner);
         let mut mine: Vec<(&Key, &(Instant, ClassResult))> = applied.iter().filter(|((s, t, _), _)| s == sub && t == tag).collect();
         mine.sort_by(|a, b| a.0.cmp(b.0));

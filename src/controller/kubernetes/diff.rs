@@ -87,7 +87,7 @@ async fn one(
     let labels = obj.metadata.labels.clone().unwrap_or_default();
     let class = topology_class(&obj.data);
     let (sub, c) = subscription_for(&config, &key, &labels, class.as_deref())?;
-    let c = with_live_objects(&kube.mgmt, obj, c).await;
+    let c = with_live_objects(kube, obj, c).await;
     let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &key.namespace);
     let previous = match syncs.get_opt(&key.name).await {
         Ok(p) => p.and_then(|p| p.status).unwrap_or_default(),

@@ -70,6 +70,8 @@ pub struct Kube {
     events: events::Events,
     /// Rollouts: the Kubernetes version of a release (`tag@commit`), read once per process.
     kubernetes_versions: Mutex<HashMap<String, Option<String>>>,
+    /// The API resources of Cluster references (control plane, infrastructure cluster).
+    references: References,
 }
 
 impl Kube {
@@ -96,6 +98,7 @@ impl Kube {
             recorded: Mutex::new(std::collections::HashSet::new()),
             events: events::Events::new(mgmt.clone()),
             kubernetes_versions: Mutex::new(HashMap::new()),
+            references: References::default(),
             mgmt,
         }))
     }
@@ -319,43 +322,80 @@ fn unique_across_stages(stages: &[Stage]) -> Result<(), String> {
     Ok(())
 }
 
-/// The object a Cluster's reference points at: v1beta1 refs carry `apiVersion`, v1beta2 refs
-/// `apiGroup` (the served version is discovered). `None` when absent or unreadable.
 /// `c` with the live objects cluster-stack values templates read (`.Cluster`, `.ControlPlane`,
 /// `.InfraCluster`); objects written in the config win.
-pub(super) async fn with_live_objects(mgmt: &kube::Client, obj: &DynamicObject, mut c: ClusterConfig) -> ClusterConfig {
+pub(super) async fn with_live_objects(kube: &Kube, obj: &DynamicObject, mut c: ClusterConfig) -> ClusterConfig {
     let ns = obj.metadata.namespace.clone().unwrap_or_default();
     if c.objects.cluster.is_none() {
         c.objects.cluster = serde_json::to_value(obj).ok();
     }
     if c.objects.control_plane.is_none() {
-        c.objects.control_plane = referenced(mgmt, &ns, &obj.data["spec"]["controlPlaneRef"]).await;
+        c.objects.control_plane = referenced(kube, &ns, &obj.data["spec"]["controlPlaneRef"]).await;
     }
     if c.objects.infra_cluster.is_none() {
-        c.objects.infra_cluster = referenced(mgmt, &ns, &obj.data["spec"]["infrastructureRef"]).await;
+        c.objects.infra_cluster = referenced(kube, &ns, &obj.data["spec"]["infrastructureRef"]).await;
     }
     c
 }
 
-pub(super) async fn referenced(mgmt: &kube::Client, ns: &str, r: &Value) -> Option<Value> {
-    let kind = r["kind"].as_str()?;
-    let name = r["name"].as_str()?;
-    let namespace = r["namespace"].as_str().unwrap_or(ns);
-    // A reference is user input that becomes a URL path: only valid names are looked up.
-    if let Err(e) = crate::apply::ssa::names::check_name(name).and_then(|()| crate::apply::ssa::names::check_namespace(namespace)) {
-        tracing::warn!(kind, "ignoring a reference with an invalid name: {e}");
-        return None;
-    }
-    let (res, _) = match (r["apiVersion"].as_str(), r["apiGroup"].as_str()) {
-        (Some(api_version), _) => {
-            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-            kube::discovery::pinned_kind(mgmt, &GroupVersionKind::gvk(group, version, kind)).await.ok()?
+/// The object a Cluster's reference points at: v1beta1 refs carry `apiVersion`, v1beta2 refs
+/// `apiGroup` (the served version is discovered). `None` when absent or unreadable.
+pub(super) async fn referenced(kube: &Kube, ns: &str, r: &Value) -> Option<Value> {
+    kube.references.get(&kube.mgmt, ns, r).await
+}
+
+/// Reads the objects a Cluster references, with the discovery of each reference's kind (the
+/// API resource of an `apiVersion`/`kind` or `apiGroup`/`kind`) done once per process, not on
+/// every read: a rollout looks at each Cluster of a running wave's control plane at every check,
+/// and each reconcile reads both references. An entry is dropped when its object cannot be read
+/// (a CRD version no longer served is discovered again).
+#[derive(Default)]
+struct References {
+    resources: Mutex<HashMap<(String, String, String), ApiResource>>,
+    /// Discovery requests made (for tests).
+    discoveries: std::sync::atomic::AtomicU64,
+}
+
+impl References {
+    async fn get(&self, mgmt: &kube::Client, ns: &str, r: &Value) -> Option<Value> {
+        let kind = r["kind"].as_str()?;
+        let name = r["name"].as_str()?;
+        let namespace = r["namespace"].as_str().unwrap_or(ns);
+        // A reference is user input that becomes a URL path: only valid names are looked up.
+        if let Err(e) = crate::apply::ssa::names::check_name(name).and_then(|()| crate::apply::ssa::names::check_namespace(namespace)) {
+            tracing::warn!(kind, "ignoring a reference with an invalid name: {e}");
+            return None;
         }
-        (None, Some(group)) => kube::discovery::group(mgmt, group).await.ok()?.recommended_kind(kind)?,
-        _ => return None,
-    };
-    let api: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), namespace, &res);
-    api.get_opt(name).await.ok().flatten().and_then(|o| serde_json::to_value(o).ok())
+        let key = match (r["apiVersion"].as_str(), r["apiGroup"].as_str()) {
+            (Some(api_version), _) => {
+                let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+                (group.to_owned(), version.to_owned(), kind.to_owned())
+            }
+            (None, Some(group)) => (group.to_owned(), String::new(), kind.to_owned()),
+            _ => return None,
+        };
+        let cached = self.resources.lock().unwrap_or_else(PoisonError::into_inner).get(&key).cloned();
+        let res = match cached {
+            Some(res) => res,
+            None => {
+                self.discoveries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let (group, version, kind) = &key;
+                let res = if version.is_empty() {
+                    kube::discovery::group(mgmt, group).await.ok()?.recommended_kind(kind)?.0
+                } else {
+                    kube::discovery::pinned_kind(mgmt, &GroupVersionKind::gvk(group, version, kind)).await.ok()?.0
+                };
+                self.resources.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone(), res.clone());
+                res
+            }
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), namespace, &res);
+        let found = api.get_opt(name).await.ok().flatten().and_then(|o| serde_json::to_value(o).ok());
+        if found.is_none() {
+            self.resources.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
+        }
+        found
+    }
 }
 
 /// v1beta1: `status.controlPlaneReady`; v1beta2: `status.initialization.controlPlaneInitialized`
@@ -401,6 +441,38 @@ fn rendered_digest<'a>(objects: impl Iterator<Item = &'a crate::render::Object>)
 mod tests {
     use super::*;
     use crate::model::StageAction;
+
+    #[tokio::test]
+    async fn a_reference_kind_is_discovered_once_per_process() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let server = testkit::apiserver::ApiServer::start().await.expect("testkit API server");
+        let client = server.client().expect("client");
+        let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), "default");
+        let cm = serde_json::from_value(json!({"metadata": {"name": "cp"}, "data": {"k": "v"}})).expect("cm");
+        cms.create(&Default::default(), &cm).await.expect("create");
+        let refs = References::default();
+        let r = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "cp"});
+        for _ in 0..3 {
+            let got = refs.get(&client, "default", &r).await.expect("read");
+            assert_eq!(got["data"]["k"], "v");
+        }
+        assert_eq!(refs.discoveries.load(Relaxed), 1, "discovered once for three reads");
+        // The apiGroup form (v1beta2 refs) is its own entry.
+        let g = json!({"apiGroup": "apps", "kind": "Deployment", "name": "none"});
+        assert!(refs.get(&client, "default", &g).await.is_none());
+        assert_eq!(refs.discoveries.load(Relaxed), 2);
+        // An object that cannot be read drops the entry: the next read discovers again.
+        cms.delete("cp", &Default::default()).await.expect("delete");
+        assert!(refs.get(&client, "default", &r).await.is_none());
+        cms.create(&Default::default(), &cm).await.expect("create again");
+        assert!(refs.get(&client, "default", &r).await.is_some());
+        assert_eq!(refs.discoveries.load(Relaxed), 3);
+        assert!(refs.get(&client, "default", &r).await.is_some());
+        assert_eq!(refs.discoveries.load(Relaxed), 3);
+        // Unknown kinds and invalid names are not looked up at all.
+        assert!(refs.get(&client, "default", &json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "../x"})).await.is_none());
+        assert_eq!(refs.discoveries.load(Relaxed), 3);
+    }
 
     #[test]
     fn an_object_in_two_stages_is_refused() {

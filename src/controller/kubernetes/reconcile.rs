@@ -90,7 +90,7 @@ async fn reconcile_in(
     let api_version = format!("{}/{}", kube.clusters.group, kube.clusters.version);
     let owner = Owner { api_version: &api_version, uid: obj.metadata.uid.as_deref() };
 
-    let c = with_live_objects(&kube.mgmt, obj, c).await;
+    let c = with_live_objects(kube, obj, c).await;
 
     let newest = kube.ctx.offered(sub).await.into_iter().next().map(|r| r.tag);
     let stamp = |mut s: ClusterSyncStatus| {

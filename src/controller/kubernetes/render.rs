@@ -43,7 +43,7 @@ pub async fn render(ctx: Arc<Context>, out: &Path) -> Result<PassReport, Error> 
         let labels = obj.metadata.labels.clone().unwrap_or_default();
         let class = topology_class(&obj.data);
         let Some((sub, c)) = subscription_for(&config, &key, &labels, class.as_deref()) else { continue };
-        let c = with_live_objects(&kube.mgmt, obj, c).await;
+        let c = with_live_objects(&kube, obj, c).await;
         let failed = |reason: Reason, message: String, rel: Option<&Release>| {
             error!(cluster = %key, "{message}");
             ClusterReport {

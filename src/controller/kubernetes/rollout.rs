@@ -16,11 +16,12 @@
 //! where it was. A Cluster whose class is changed back during its wave pauses the rollout
 //! (`ClassChanged`) instead of fighting over it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
@@ -35,6 +36,11 @@ use crate::status::crd::{ClusterSync, ClusterSyncStatus, ROLLOUT_PAUSE, ROLLOUT_
 /// Field manager of `status.rollout`, and of the Cluster edits.
 pub const ROLLOUT_MANAGER: &str = "stacksync-rollout";
 
+/// The target's ClusterClass is not applied (failed, or not yet): nothing is moved until it is.
+const WAITING: &str = "Waiting";
+/// `rollout:` was removed from the subscription (or the subscription from the config): nothing
+/// further is moved. Configuring `rollout:` again starts a new rollout.
+const STOPPED: &str = "Stopped";
 const PROGRESSING: &str = "Progressing";
 const PAUSED: &str = "Paused";
 const COMPLETE: &str = "Complete";
@@ -147,14 +153,30 @@ fn available(cluster: &Value, v1beta2: bool) -> bool {
 
 /// Looks at every subscription's rollout when releases change and every `checkInterval` (the
 /// shortest of all), until `stop` says so.
+///
+/// A pause or resume request (the annotations `stacksync rollout` sets) and a waiting rollout's
+/// ClusterClass becoming applied are seen on a watch of StackReleases and looked at at once, not
+/// at the next check. When the set of subscriptions with `rollout:` changes (and at start), the
+/// rollouts of subscriptions no longer configured for one end `Stopped`.
 pub(super) async fn run(kube: &Kube, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut published = kube.ctx.published();
+    let releases: Api<StackRelease> = Api::all(kube.watch.clone());
+    let mut wakes = std::pin::pin!(watcher::watcher(releases, watcher::Config::default()).default_backoff());
+    let mut driven_before: Option<BTreeSet<String>> = None;
     loop {
         let config = kube.ctx.config();
-        let mut interval = Duration::from_secs(30);
+        let driven: BTreeSet<String> = config.subscriptions.iter().filter(|s| s.rollout.is_some()).map(|s| s.name.clone()).collect();
+        if driven_before.as_ref() != Some(&driven) {
+            match stop_undriven(kube, &config, &driven).await {
+                Ok(()) => driven_before = Some(driven),
+                Err(e) => warn!(error = %e, "rollout: cannot look for rollouts to stop now; retried at the next check"),
+            }
+        }
+        // Without a rollout, only configuration changes matter: looked at every 30 s.
+        let mut interval: Option<Duration> = None;
         for sub in &config.subscriptions {
             let Some(r) = &sub.rollout else { continue };
-            interval = interval.min(r.check_interval);
+            interval = Some(interval.map_or(r.check_interval, |i| i.min(r.check_interval)));
             if sub.suspend {
                 continue;
             }
@@ -164,10 +186,77 @@ pub(super) async fn run(kube: &Kube, mut stop: tokio::sync::watch::Receiver<bool
         }
         tokio::select! {
             r = published.changed() => if r.is_err() { return },
-            () = tokio::time::sleep(interval) => {}
+            () = tokio::time::sleep(interval.unwrap_or(Duration::from_secs(30))) => {}
+            () = woken(&mut wakes) => {}
             _ = stop.changed() => return,
         }
     }
+}
+
+/// Waits until the StackRelease watch shows something the driver acts on at once (see
+/// [`wants_a_look`]). Cancel-safe: dropping it loses no event still to come. Never returns if
+/// the watch ends.
+async fn woken<S>(events: &mut std::pin::Pin<&mut S>)
+where
+    S: futures_util::Stream<Item = Result<watcher::Event<StackRelease>, watcher::Error>>,
+{
+    use futures_util::StreamExt;
+    while let Some(event) = events.next().await {
+        if let Ok(watcher::Event::Apply(rel) | watcher::Event::InitApply(rel)) = event
+            && wants_a_look(&rel)
+        {
+            debug!(release = ?rel.metadata.name, "rollout: a request or a ClusterClass to act on");
+            return;
+        }
+    }
+    std::future::pending().await
+}
+
+/// A paused rollout asked to resume, a running one asked to pause, or a waiting one whose
+/// ClusterClass is now applied. Pure.
+fn wants_a_look(rel: &StackRelease) -> bool {
+    let Some(status) = rel.status.as_ref() else { return false };
+    let Some(st) = status.rollout.as_ref() else { return false };
+    let asked = |key: &str, handled: &str| {
+        let a = annotation(rel, key);
+        !a.is_empty() && a != handled
+    };
+    (st.phase == PAUSED && asked(ROLLOUT_RESUME, &st.handled_resume))
+        || (st.phase == PROGRESSING && asked(ROLLOUT_PAUSE, &st.handled_pause))
+        || (st.phase == WAITING && status.phase == "Applied")
+}
+
+/// Ends with `Stopped` every running, paused or waiting rollout of a subscription not in
+/// `driven` (its `rollout:` removed, or the subscription itself). The Clusters already moved
+/// stay on the target (their upgrade goes on); nobody else is moved.
+async fn stop_undriven(kube: &Kube, config: &crate::config::Config, driven: &BTreeSet<String>) -> Result<(), String> {
+    let api: Api<StackRelease> = Api::all(kube.mgmt.clone());
+    let all = api.list(&ListParams::default()).await.map_err(|e| format!("listing StackReleases: {}", kube_error(&e)))?;
+    for rel in &all.items {
+        let Some(st) = rel.status.as_ref().and_then(|s| s.rollout.as_ref()) else { continue };
+        let sub = &rel.spec.subscription;
+        if driven.contains(sub) || ![PROGRESSING, PAUSED, WAITING].contains(&st.phase.as_str()) {
+            continue;
+        }
+        let why = if config.subscriptions.iter().any(|s| &s.name == sub) {
+            format!("`rollout:` was removed from subscription `{sub}`")
+        } else {
+            format!("subscription `{sub}` was removed from the config")
+        };
+        let mut st = st.clone();
+        let message =
+            format!("{why}; nothing further is moved ({}/{} Clusters done, stopped in wave {}/{})", st.done, st.total, st.wave, st.waves);
+        let name = rel.metadata.name.clone().unwrap_or_default();
+        info!(subscription = %sub, release = %name, "rollout stopped: {message}");
+        event(kube, rel, EventType::Normal, "RolloutStopped", message.clone());
+        st.phase = STOPPED.into();
+        st.reason = "RolloutRemoved".into();
+        st.message = message;
+        st.wave_started.clear();
+        record_metrics(sub, &st);
+        write(kube, &name, &st).await?;
+    }
+    Ok(())
 }
 
 /// A Cluster the rollout moves, as read this round.
@@ -188,24 +277,16 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
     };
     let state = rel.status.as_ref().and_then(|s| s.rollout.clone());
     let phase = rel.status.as_ref().map(|s| s.phase.as_str()).unwrap_or_default();
-    // Only a rollout to start or running needs the fleet read.
-    let active = match &state {
-        Some(st) => st.phase == PROGRESSING || st.phase == PAUSED,
-        None => phase == "Applied",
-    };
-    if !active {
+    // A rollout to start: none yet, one waiting for its ClusterClass, or one stopped (`rollout:`
+    // removed) and configured again. Only these and a running one need the fleet read.
+    let to_start = state.as_ref().is_none_or(|st| st.phase == WAITING || st.phase == STOPPED);
+    if !to_start && state.as_ref().is_none_or(|st| st.phase != PROGRESSING && st.phase != PAUSED) {
         return Ok(());
     }
     let members = members(kube, sub, cfg).await?;
-    let syncs = cluster_syncs(kube, sub).await?;
     let mut st = match state {
-        Some(st) if st.phase == PROGRESSING || st.phase == PAUSED => st,
-        Some(_) => return Ok(()),
-        None => {
-            // The ClusterClass of the target must be in place before a Cluster names it.
-            if phase != "Applied" {
-                return Ok(());
-            }
+        Some(st) if !to_start => st,
+        state => {
             let Some(to) = Version::from_tag(&target.tag) else { return Ok(()) };
             let older: Vec<(String, bool)> = members
                 .iter()
@@ -220,6 +301,32 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
             if older.is_empty() {
                 return Ok(());
             }
+            // The ClusterClass of the target must be in place before a Cluster names it.
+            if phase != "Applied" {
+                let message = format!("ClusterClass {} is not applied: {}", target.tag, not_applied(kube, sub, &rel));
+                if state.as_ref().is_some_and(|st| st.phase == WAITING && st.message == message) {
+                    return Ok(());
+                }
+                let total = older.len() as u32;
+                if phase == "Failed" {
+                    warn!(subscription = %sub.name, to = %target.tag, "rollout waiting: {message}");
+                } else {
+                    info!(subscription = %sub.name, to = %target.tag, "rollout waiting: {message}");
+                }
+                let type_ = if phase == "Failed" { EventType::Warning } else { EventType::Normal };
+                event(kube, &rel, type_, "RolloutWaiting", format!("{total} Clusters to move: {message}"));
+                let mut st = RolloutStatus {
+                    phase: WAITING.into(),
+                    total,
+                    reason: "ClassNotApplied".into(),
+                    message,
+                    handled_resume: annotation(&rel, ROLLOUT_RESUME),
+                    handled_pause: annotation(&rel, ROLLOUT_PAUSE),
+                    ..RolloutStatus::default()
+                };
+                summarise(&mut st);
+                return write(kube, &name, &st).await;
+            }
             // One rollout per subscription: a paused one holds everything; a running one is
             // superseded by the newer release (its Clusters are in the new plan).
             for other in all.items.iter().filter(|r| r.spec.subscription == sub.name && r.metadata.name.as_deref() != Some(&name)) {
@@ -232,9 +339,9 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
                     debug!(release = %name, paused = ?other.metadata.name, "rollout: another rollout of this subscription is paused");
                     return Ok(());
                 }
-                // Running, or paused and now resumed: the newer release's rollout goes on from
-                // here.
-                if o.phase == PROGRESSING || resumed {
+                // Running (or waiting for its ClusterClass), or paused and now resumed: the
+                // newer release's rollout goes on from here.
+                if o.phase == PROGRESSING || o.phase == WAITING || resumed {
                     let mut o = o.clone();
                     o.phase = SUPERSEDED.into();
                     o.message = format!("superseded by the rollout to {}", target.tag);
@@ -266,9 +373,10 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
         }
     };
     let before = st.clone();
+    let syncs = cluster_syncs(kube, sub).await?;
     step(kube, sub, cfg, &target, &rel, &members, &syncs, &mut st).await;
     summarise(&mut st);
-    record_metrics(sub, &st);
+    record_metrics(&sub.name, &st);
     if st != before {
         write(kube, &name, &st).await?;
     }
@@ -346,12 +454,9 @@ async fn step(
                 done += 1;
                 continue;
             };
-            let cp = super::referenced(
-                &kube.mgmt,
-                m.obj.metadata.namespace.as_deref().unwrap_or_default(),
-                &m.obj.data["spec"]["controlPlaneRef"],
-            )
-            .await;
+            let cp =
+                super::referenced(kube, m.obj.metadata.namespace.as_deref().unwrap_or_default(), &m.obj.data["spec"]["controlPlaneRef"])
+                    .await;
             let cluster = serde_json::to_value(&m.obj).unwrap_or_default();
             match judge(&cluster, cp.as_ref(), syncs.get(key), &t) {
                 Health::Done => done += 1,
@@ -426,12 +531,31 @@ fn summarise(st: &mut RolloutStatus) {
     st.wave_summary = format!("{}/{}", st.wave.min(st.waves), st.waves);
 }
 
-fn record_metrics(sub: &Subscription, st: &RolloutStatus) {
+fn record_metrics(subscription: &str, st: &RolloutStatus) {
     let m = crate::telemetry::metrics();
-    let labels = crate::telemetry::SubscriptionLabels { subscription: sub.name.clone() };
+    let labels = crate::telemetry::SubscriptionLabels { subscription: subscription.to_owned() };
     m.rollout_wave.get_or_create(&labels).set(i64::from(st.wave));
     m.rollout_done.get_or_create(&labels).set(i64::from(st.done));
     m.rollout_paused.get_or_create(&labels).set(i64::from(st.phase == PAUSED));
+}
+
+/// Why a StackRelease's ClusterClass is not applied: the first error of its apply (as this
+/// process saw it), else the first object that failed, else its phase.
+fn not_applied(kube: &Kube, sub: &Subscription, rel: &StackRelease) -> String {
+    let Some(status) = rel.status.as_ref() else { return "its StackRelease has no status yet".into() };
+    if status.phase == "Failed" {
+        if let Some(e) = kube.classes.merged(&sub.name, &rel.spec.tag).errors.first() {
+            return shorten(e, 300);
+        }
+        return match status.entries.iter().find(|e| !e.synced && !e.message.is_empty()) {
+            Some(e) => {
+                let ns = if e.namespace.is_empty() { String::new() } else { format!("{}/", e.namespace) };
+                format!("{} {ns}{}: {}", e.kind, e.name, shorten(&e.message, 300))
+            }
+            None => "its apply failed (see the StackRelease's Events)".into(),
+        };
+    }
+    format!("not applied yet (StackRelease phase `{}`)", if status.phase.is_empty() { "none" } else { &status.phase })
 }
 
 fn annotation(rel: &StackRelease, key: &str) -> String {
@@ -614,6 +738,37 @@ mod tests {
             late_message(&w, Duration::from_secs(60)),
             "ns/c0 not done within waveTimeout 1m: why 0 (also late: ns/c1, ns/c2, ns/c3, ns/c4, ns/c5 and 2 more)"
         );
+    }
+
+    #[test]
+    fn only_an_unhandled_request_or_an_applied_class_wakes_the_driver() {
+        let rel = |phase: &str, rollout: &str, annotations: &[(&str, &str)], handled: &str| {
+            let mut r = StackRelease::new(
+                "ferrol.v4",
+                crate::status::crd::StackReleaseSpec { subscription: "ferrol".into(), source: "s".into(), tag: "v4".into() },
+            );
+            r.metadata.annotations = Some(annotations.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect());
+            r.status = Some(crate::status::crd::StackReleaseStatus {
+                phase: phase.into(),
+                rollout: (!rollout.is_empty()).then(|| RolloutStatus {
+                    phase: rollout.into(),
+                    handled_resume: handled.into(),
+                    handled_pause: handled.into(),
+                    ..RolloutStatus::default()
+                }),
+                ..Default::default()
+            });
+            r
+        };
+        assert!(wants_a_look(&rel("Applied", PAUSED, &[(ROLLOUT_RESUME, "t2")], "t1")));
+        assert!(!wants_a_look(&rel("Applied", PAUSED, &[(ROLLOUT_RESUME, "t1")], "t1")), "handled already");
+        assert!(!wants_a_look(&rel("Applied", PAUSED, &[], "")), "nothing asked");
+        assert!(wants_a_look(&rel("Applied", PROGRESSING, &[(ROLLOUT_PAUSE, "t2")], "t1")));
+        assert!(!wants_a_look(&rel("Applied", PROGRESSING, &[(ROLLOUT_RESUME, "t2")], "t1")), "resuming a running rollout");
+        assert!(!wants_a_look(&rel("Applied", COMPLETE, &[(ROLLOUT_RESUME, "t2"), (ROLLOUT_PAUSE, "t2")], "t1")));
+        assert!(wants_a_look(&rel("Applied", WAITING, &[], "")), "its ClusterClass is applied now");
+        assert!(!wants_a_look(&rel("Failed", WAITING, &[], "")));
+        assert!(!wants_a_look(&rel("Applied", "", &[(ROLLOUT_RESUME, "t2")], "")), "no rollout");
     }
 
     fn cond(t: &str, s: &str, reason: &str) -> Condition {
