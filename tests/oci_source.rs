@@ -373,7 +373,7 @@ fn oci_source_config_errors_name_the_field() {
             "sources[0].oci.insecure: credentials are sent only over https://",
         ),
         ("      repository: r.example/a\n      insecure: true\n      caFile: ca.pem\n", "sources[0].oci.caFile: `caFile` is for https"),
-        ("      repository: r.example/a\n      timeout: 0s\n", "sources[0].oci.timeout: 0ms is too short; use at least 1s"),
+        ("      repository: r.example/a\n      timeout: 0s\n", "sources[0].oci.timeout: 0s is too short; use at least 1s"),
         ("      repository: r.example/a\n      timeout: 1h\n", "sources[0].oci.timeout: at most 600s"),
         (
             "      repository: r.example/a\n      auth:\n        bearerToken: {env: T}\n        dockerConfig: {file: x}\n",
