@@ -11,7 +11,7 @@ mod opsenv;
 use std::path::{Path, PathBuf};
 
 use common::{assert_exit, configmap, helm_path, run_once, status, stderr, stdout, targz};
-use testkit::registry::{Auth, DOCKER_REGISTRY, PASSWORD, PagingFront, Registry, TokenServer, USER};
+use testkit::registry::{Auth, DOCKER_REGISTRY, IDENTITY_TOKEN, PASSWORD, PagingFront, Registry, TokenServer, USER};
 
 const STACK: &str = "docker-ferrol-1-27";
 const SCS_ARTIFACT: &str = "application/vnd.scs.cluster-stacks.v1";
@@ -467,6 +467,40 @@ async fn docker_config_credentials_are_picked_by_host_and_reread_each_poll() {
     let status_text = std::fs::read_to_string(dir.path().join("out/status/team-a/alpha.yaml")).expect("status");
     assert!(!status_text.contains(PASSWORD) && !stderr(&o).contains(PASSWORD));
     registry.stop().await;
+}
+
+/// A Docker config `identitytoken` is an OAuth2 refresh token: exchanged at the registry's token
+/// service (`POST`, `grant_type=refresh_token`) for a pull token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_config_identity_token_is_exchanged_at_the_token_service() {
+    if !have_registry() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tokens = TokenServer::start(&dir.path().join("tokens"), false).await.expect("token server");
+    let registry = Registry::start(&dir.path().join("registry"), Auth::Token(&tokens)).await.expect("registry");
+    registry.push_artifact("acme/stacks", "v1.0.0", "application/vnd.acme.manifests.v1", &manifests("one")).await;
+    let file = dir.path().join("config.json");
+    let lines = format!(
+        "      repository: {}\n      auth:\n        dockerConfig: {{file: {}}}\n",
+        registry.repository("acme/stacks"),
+        file.display()
+    );
+    let config = oci_config(dir.path(), &lines, "", ALPHA);
+
+    std::fs::write(&file, format!(r#"{{"auths":{{"{}":{{"identitytoken":"revoked-refresh-token"}}}}}}"#, registry.host())).expect("write");
+    let o = run_once(&config).await;
+    let text = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(text.contains("the registry refused the token (`auth.dockerConfig`"), "{text}");
+    assert!(!text.contains("revoked-refresh-token"), "the token was shown: {text}");
+
+    std::fs::write(&file, format!(r#"{{"auths":{{"{}":{{"identitytoken":"{IDENTITY_TOKEN}"}}}}}}"#, registry.host())).expect("write");
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert_eq!(applied_tag(dir.path()), "v1.0.0");
+    assert!(!stderr(&o).contains(IDENTITY_TOKEN));
+    registry.stop().await;
+    tokens.stop().await;
 }
 
 /// A TCP front for the registry that can go silent: it then accepts connections and never

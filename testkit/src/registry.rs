@@ -32,6 +32,8 @@ use tokio::task::JoinHandle;
 pub const DOCKER_REGISTRY: &str = "/usr/bin/docker-registry";
 /// The user of [`Auth::Htpasswd`] and [`TokenServer`].
 pub const USER: &str = "deployer";
+/// The Docker config `identitytoken` (OAuth2 refresh token) [`TokenServer`] accepts for [`USER`].
+pub const IDENTITY_TOKEN: &str = "testkit-identity-refresh-7d2a";
 /// That user's password.
 pub const PASSWORD: &str = "correct-horse-staple";
 /// [`PASSWORD`] hashed with bcrypt (cost 5), made once for this fixture.
@@ -451,6 +453,9 @@ fn libtrust_key_id(der: &[u8]) -> String {
 }
 
 async fn issue(signer: &Signer, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+    if req.method() == hyper::Method::POST {
+        return issue_oauth(signer, req).await;
+    }
     let query: BTreeMap<String, String> = form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes()).into_owned().collect();
     let presented = req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Basic "));
     let expected = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"));
@@ -467,6 +472,36 @@ async fn issue(signer: &Signer, req: Request<hyper::body::Incoming>) -> Response
         }
     };
     // `repository:<name>:<actions>`; grant what was asked, within what this caller may do.
+    match sign(signer, &query, presented.is_some(), &actions).await {
+        Ok(token) => reply(StatusCode::OK, serde_json::to_vec(&serde_json::json!({"token": token, "expires_in": 300})).unwrap_or_default()),
+        Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, e.to_string().into_bytes()),
+    }
+}
+
+/// The OAuth2 form of the token endpoint (`POST`, `grant_type=refresh_token`), as Docker clients
+/// use an `identitytoken`: [`IDENTITY_TOKEN`] is exchanged for a token of [`USER`].
+async fn issue_oauth(signer: &Signer, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+    use http_body_util::BodyExt;
+    let Ok(body) = http_body_util::Limited::new(req.into_body(), 64 * 1024).collect().await else {
+        return reply(StatusCode::BAD_REQUEST, b"{\"error\":\"invalid_request\"}".to_vec());
+    };
+    let form: BTreeMap<String, String> = form_urlencoded::parse(&body.to_bytes()).into_owned().collect();
+    if form.get("grant_type").map(String::as_str) != Some("refresh_token")
+        || form.get("refresh_token").map(String::as_str) != Some(IDENTITY_TOKEN)
+    {
+        signer.refused.fetch_add(1, Ordering::SeqCst);
+        return reply(StatusCode::UNAUTHORIZED, b"{\"error\":\"invalid_grant\"}".to_vec());
+    }
+    match sign(signer, &form, true, &["pull", "push"]).await {
+        Ok(token) => {
+            reply(StatusCode::OK, serde_json::to_vec(&serde_json::json!({"access_token": token, "expires_in": 300})).unwrap_or_default())
+        }
+        Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, e.to_string().into_bytes()),
+    }
+}
+
+/// A registry JWT granting `actions` of what `query`'s scope asks.
+async fn sign(signer: &Signer, query: &BTreeMap<String, String>, user: bool, actions: &[&str]) -> std::io::Result<String> {
     let access: Vec<serde_json::Value> = query
         .get("scope")
         .into_iter()
@@ -482,18 +517,13 @@ async fn issue(signer: &Signer, req: Request<hyper::body::Incoming>) -> Response
     let n = signer.issued.fetch_add(1, Ordering::SeqCst);
     let header = serde_json::json!({"typ": "JWT", "alg": "RS256", "kid": signer.kid});
     let claims = serde_json::json!({
-        "iss": ISSUER, "sub": if presented.is_some() { USER } else { "" }, "aud": query.get("service").map_or(SERVICE, String::as_str),
+        "iss": ISSUER, "sub": if user { USER } else { "" }, "aud": query.get("service").map_or(SERVICE, String::as_str),
         "exp": now + 300, "nbf": now.saturating_sub(10), "iat": now, "jti": format!("testkit-{n}"), "access": access,
     });
     let b64 = |v: &serde_json::Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(v).unwrap_or_default());
     let signing_input = format!("{}.{}", b64(&header), b64(&claims));
-    let signature = match openssl(&["dgst", "-sha256", "-sign", &signer.key.to_string_lossy()], Some(signing_input.as_bytes())).await {
-        Ok(s) => s,
-        Err(e) => return reply(StatusCode::INTERNAL_SERVER_ERROR, e.to_string().into_bytes()),
-    };
-    let token = format!("{signing_input}.{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(signature));
-    let body = serde_json::json!({"token": token, "expires_in": 300});
-    reply(StatusCode::OK, serde_json::to_vec(&body).unwrap_or_default())
+    let signature = openssl(&["dgst", "-sha256", "-sign", &signer.key.to_string_lossy()], Some(signing_input.as_bytes())).await?;
+    Ok(format!("{signing_input}.{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(signature)))
 }
 
 fn reply(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
