@@ -374,7 +374,7 @@ fn oci_source_config_errors_name_the_field() {
         ),
         ("      repository: r.example/a\n      insecure: true\n      caFile: ca.pem\n", "sources[0].oci.caFile: `caFile` is for https"),
         ("      repository: r.example/a\n      timeout: 0s\n", "sources[0].oci.timeout: 0s is too short; use at least 1s"),
-        ("      repository: r.example/a\n      timeout: 1h\n", "sources[0].oci.timeout: at most 600s"),
+        ("      repository: r.example/a\n      timeout: 1h\n", "sources[0].oci.timeout: at most 120s"),
         (
             "      repository: r.example/a\n      auth:\n        bearerToken: {env: T}\n        dockerConfig: {file: x}\n",
             "set `username` and `password`, `bearerToken` or `dockerConfig` (only one)",
@@ -503,46 +503,65 @@ async fn docker_config_identity_token_is_exchanged_at_the_token_service() {
     tokens.stop().await;
 }
 
-/// A TCP front for the registry that can go silent: it then accepts connections and never
-/// answers, as a hung registry or load balancer does.
+/// What [`SilentFront`] does with a new connection.
+const FORWARD: u8 = 0;
+/// Accept, read nothing, answer nothing.
+const SILENT: u8 = 1;
+/// Answer `200` headers at once, then the body one byte every 300 ms.
+const TRICKLE: u8 = 2;
+
+/// A TCP front for the registry that can go silent or trickle, as a hung registry or load
+/// balancer does.
 struct SilentFront {
     addr: std::net::SocketAddr,
-    silent: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    mode: std::sync::Arc<std::sync::atomic::AtomicU8>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl SilentFront {
     async fn start(upstream: String) -> SilentFront {
+        use tokio::io::AsyncWriteExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let silent = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = silent.clone();
+        let mode = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(FORWARD));
+        let flag = mode.clone();
         let task = tokio::spawn(async move {
             let mut conns = tokio::task::JoinSet::new();
             while let Ok((mut inbound, _)) = listener.accept().await {
-                let silent = flag.load(std::sync::atomic::Ordering::SeqCst);
+                let mode = flag.load(std::sync::atomic::Ordering::SeqCst);
                 let upstream = upstream.clone();
                 conns.spawn(async move {
-                    if silent {
-                        // Hold the connection open, read nothing, answer nothing.
-                        tokio::time::sleep(std::time::Duration::from_secs(120)).await;
-                        drop(inbound);
-                        return;
-                    }
-                    if let Ok(mut out) = tokio::net::TcpStream::connect(upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    match mode {
+                        SILENT => tokio::time::sleep(std::time::Duration::from_secs(120)).await,
+                        TRICKLE => {
+                            let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 4096\r\n\r\n";
+                            if inbound.write_all(head.as_bytes()).await.is_err() {
+                                return;
+                            }
+                            for _ in 0..400 {
+                                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                                if inbound.write_all(b" ").await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                        _ => {
+                            if let Ok(mut out) = tokio::net::TcpStream::connect(upstream).await {
+                                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                            }
+                        }
                     }
                 });
             }
         });
-        SilentFront { addr, silent, task }
+        SilentFront { addr, mode, task }
     }
 }
 
-/// A registry that accepts the connection and never answers: the poll fails within the
-/// source's `timeout`, naming the source, and the last good release stays applied.
+/// A registry that accepts the connection and never answers, or answers at a trickle: the poll
+/// fails within the source's `timeout`, naming the source, and the last good release stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_silent_registry_times_out_within_the_source_timeout_and_the_last_release_stays() {
+async fn a_silent_or_trickling_registry_times_out_within_the_source_timeout_and_the_last_release_stays() {
     if !have_registry() {
         return;
     }
@@ -556,17 +575,22 @@ async fn a_silent_registry_times_out_within_the_source_timeout_and_the_last_rele
     assert_eq!(applied_tag(dir.path()), "v1.0.0");
 
     registry.push_artifact("acme/stacks", "v1.1.0", "application/vnd.acme.manifests.v1", &manifests("two")).await;
-    front.silent.store(true, std::sync::atomic::Ordering::SeqCst);
-    let started = std::time::Instant::now();
-    let o = run_once(&config).await;
-    let elapsed = started.elapsed();
-    let err = stderr(&o);
-    assert!(err.contains(&format!("source registry: {}/acme/stacks", front.addr)) && err.contains("timed out after 2s"), "{err}");
-    assert!(elapsed < std::time::Duration::from_secs(15), "the poll took {elapsed:?} with a 2s timeout");
-    eprintln!("silent registry: run failed after {elapsed:?}: {}", err.lines().find(|l| l.contains("timed out")).unwrap_or_default());
-    assert_eq!(applied_tag(dir.path()), "v1.0.0", "the last good release stays");
-    let cm = std::fs::read_to_string(dir.path().join("out/team-a/alpha/01-configmap-cfg.yaml")).expect("manifest");
-    assert!(cm.contains("extra: one"), "{cm}");
+    for (mode, what) in [(SILENT, "silent"), (TRICKLE, "trickling")] {
+        front.mode.store(mode, std::sync::atomic::Ordering::SeqCst);
+        let started = std::time::Instant::now();
+        let o = run_once(&config).await;
+        let elapsed = started.elapsed();
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!("source registry: {}/acme/stacks", front.addr)) && err.contains("timed out after 2s"),
+            "{what}: {err}"
+        );
+        assert!(elapsed < std::time::Duration::from_secs(15), "{what}: the run took {elapsed:?} with a 2s timeout");
+        eprintln!("{what} registry: run failed after {elapsed:?}: {}", err.lines().find(|l| l.contains("timed out")).unwrap_or_default());
+        assert_eq!(applied_tag(dir.path()), "v1.0.0", "{what}: the last good release stays");
+        let cm = std::fs::read_to_string(dir.path().join("out/team-a/alpha/01-configmap-cfg.yaml")).expect("manifest");
+        assert!(cm.contains("extra: one"), "{cm}");
+    }
     front.task.abort();
     registry.stop().await;
 }

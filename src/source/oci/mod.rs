@@ -54,8 +54,8 @@ pub enum OciAuth {
 pub const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 /// Shortest `timeout`.
 pub const MIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
-/// Longest `timeout`.
-pub const MAX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10 * 60);
+/// Longest `timeout`: a whole poll is bounded by two minutes anyway.
+pub const MAX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 /// Largest Docker config or CA bundle file read.
 pub const MAX_AUX_FILE_BYTES: u64 = 1024 * 1024;
 
