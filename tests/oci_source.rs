@@ -213,6 +213,13 @@ async fn a_corrupted_layer_is_refused_and_the_last_good_release_stays() {
     let dir = tempfile::tempdir().expect("tempdir");
     let registry = Registry::start(&dir.path().join("registry"), Auth::None).await.expect("registry");
     registry.push_artifact("acme/stacks", "v1.0.0", "application/vnd.acme.manifests.v1", &manifests("one")).await;
+    // HTTPS by default, loopback included: a plain-HTTP registry without `insecure` is an error
+    // that says so, never a silent downgrade.
+    let https =
+        oci_config(dir.path(), &format!("      repository: {}\n      insecure: false\n", registry.repository("acme/stacks")), "", ALPHA);
+    let o = run_once(&https).await;
+    eprintln!("plain registry over https: {}", stderr(&o).lines().find(|l| l.contains("source registry")).unwrap_or_default());
+    assert!(stderr(&o).contains("set `insecure: true`"), "{}", stderr(&o));
     let config = oci_config(dir.path(), &format!("      repository: {}\n", registry.repository("acme/stacks")), "", ALPHA);
     assert_exit(&run_once(&config).await, 0);
 
@@ -534,6 +541,15 @@ impl SilentFront {
                     match mode {
                         SILENT => tokio::time::sleep(std::time::Duration::from_secs(120)).await,
                         TRICKLE => {
+                            // Answer only once the request is in (an answer before it is not one).
+                            let mut request = Vec::new();
+                            let mut buf = [0u8; 4096];
+                            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                                match tokio::io::AsyncReadExt::read(&mut inbound, &mut buf).await {
+                                    Ok(0) | Err(_) => return,
+                                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                                }
+                            }
                             let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 4096\r\n\r\n";
                             if inbound.write_all(head.as_bytes()).await.is_err() {
                                 return;

@@ -560,6 +560,9 @@ fn explain(e: &reqwest::Error, deadline: Duration) -> String {
     if untrusted.iter().any(|w| text.contains(w)) {
         return format!("{text} (the registry's TLS certificate is not trusted: set `caFile` to the CA bundle that issued it)");
     }
+    if text.contains("InvalidContentType") {
+        return format!("{text} (the registry does not speak TLS; for a plain-HTTP registry set `insecure: true`)");
+    }
     text
 }
 
