@@ -471,6 +471,23 @@ async fn cluster_stack_classes_go_to_the_management_cluster_and_addons_to_worklo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_class_whose_objects_are_refused_is_failed_not_applied() {
+    let (env, config) = cluster_stack_env(&["alpha"]).await;
+    // The management cluster refuses the ClusterClass itself (as missing RBAC would); its
+    // templates are written. The release is not in place, so it must not read `Applied`.
+    env.mgmt.faults().add(testkit::apiserver::FaultRule::new().verb("patch").path("/clusterclasses/").status(403));
+    let _ = run_once(&config).await;
+    let srel: Api<DynamicObject> =
+        Api::all_with(env.mgmt(), &ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "StackRelease")));
+    let release = srel.get("ferrol.docker-ferrol-1-27-v2").await.expect("StackRelease");
+    let status = &release.data["status"];
+    assert_eq!(status["phase"], "Failed", "{status}");
+    let total = status["total"].as_u64().expect("total");
+    assert!(status["synced"].as_u64().is_some_and(|n| n < total), "{status}");
+    assert!(status["entries"].to_string().contains("ClusterClass"), "the refused object is named: {status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_management_cluster_without_cluster_api_is_never_reported_synced() {
     let dir = tempfile::tempdir().expect("tempdir");
     let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");

@@ -30,6 +30,22 @@ pub(super) struct ClassResult {
     pub inventory: Vec<String>,
 }
 
+impl ClassResult {
+    /// Whether the ClusterClass is not fully in place: it could not be rendered or prepared, or
+    /// one of its objects failed to apply. Such a release is `Failed`, never `Applied`.
+    pub fn failed(&self) -> bool {
+        !self.errors.is_empty() || self.changes.entries.iter().any(|e| e.action == crate::apply::changeset::Action::Failed)
+    }
+
+    /// The first thing that went wrong: an error, else the first object that failed to apply.
+    pub fn problem(&self) -> Option<String> {
+        self.errors.first().cloned().or_else(|| {
+            let e = self.changes.entries.iter().find(|e| e.action == crate::apply::changeset::Action::Failed)?;
+            Some(format!("{}: {}", e.object, e.message))
+        })
+    }
+}
+
 /// (subscription, tag, namespace)
 type Key = (String, String, String);
 
@@ -47,11 +63,7 @@ impl Classes {
     }
 
     fn fresh(&self, key: &Key, resync: std::time::Duration) -> bool {
-        self.applied
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(key)
-            .is_some_and(|(at, r)| r.errors.is_empty() && at.elapsed() < resync)
+        self.applied.lock().unwrap_or_else(PoisonError::into_inner).get(key).is_some_and(|(at, r)| !r.failed() && at.elapsed() < resync)
     }
 
     /// Makes sure each of `releases` has its ClusterClass in `namespace`. Failures are logged
@@ -68,7 +80,7 @@ impl Classes {
             let (result, assets) = apply(kube, sub, namespace, rel).await;
             self.applied.lock().unwrap_or_else(PoisonError::into_inner).insert(key, (Instant::now(), result));
             let merged = self.merged(&sub.name, &rel.tag);
-            record_release(&kube.mgmt, &kube.events, sub, rel, &assets, merged.errors.is_empty(), Some(&merged)).await;
+            record_release(&kube.mgmt, &kube.events, sub, rel, &assets, !merged.failed(), Some(&merged)).await;
         }
     }
 

@@ -273,7 +273,7 @@ pub(super) async fn record_release(
         verified: assets.iter().all(|a| a.verified_by != crate::source::github::verify::VerifiedBy::Unverified),
         verified_by: crate::source::github::verify::summary(assets.iter().map(|a| a.verified_by)),
         cached: true,
-        phase: if class.is_some_and(|c| !c.errors.is_empty()) {
+        phase: if class.is_some_and(ClassResult::failed) {
             "Failed".into()
         } else if applied {
             "Applied".into()
@@ -305,8 +305,8 @@ pub(super) async fn record_release(
         }
     }
     let old_status = current.as_ref().and_then(|c| c.status.clone());
-    let newly_failed = (status.phase == "Failed" && old_status.as_ref().is_none_or(|o| o.phase != "Failed"))
-        .then(|| class.and_then(|c| c.errors.first()).map_or("", String::as_str));
+    let problem = class.and_then(ClassResult::problem).unwrap_or_default();
+    let newly_failed = (status.phase == "Failed" && old_status.as_ref().is_none_or(|o| o.phase != "Failed")).then_some(problem.as_str());
     let unverified = assets.iter().filter(|a| a.verified_by == crate::source::github::verify::VerifiedBy::Unverified).count();
     let evs = super::events::for_stack_release(&rel.tag, current.is_none(), unverified, newly_failed);
     events.stack_release(&name, uid, evs);
