@@ -59,14 +59,23 @@ pub const MAX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120)
 /// Largest Docker config or CA bundle file read.
 pub const MAX_AUX_FILE_BYTES: u64 = 1024 * 1024;
 
-/// Credentials a Docker config file holds for one registry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Credentials a Docker config file holds for one registry. `Debug` shows no secret.
+#[derive(Clone, PartialEq, Eq)]
 pub enum DockerCredentials {
     /// `auth` (base64 `user:password`) or `username` and `password`.
     Basic { username: String, password: String },
     /// `identitytoken`: an OAuth2 refresh token, exchanged at the token service of the
     /// registry's `Bearer` challenge.
     IdentityToken(String),
+}
+
+impl std::fmt::Debug for DockerCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DockerCredentials::Basic { username, .. } => write!(f, "Basic({username}, ***)"),
+            DockerCredentials::IdentityToken(_) => f.write_str("IdentityToken(***)"),
+        }
+    }
 }
 
 /// Picks the credentials for `registry` (`host[:port]`) from a Docker config file's text. The
@@ -485,6 +494,7 @@ mod tests {
             "bad.example":{"auth":"bm8tY29sb24="}}}"#;
         let basic = |u: &str, p: &str| DockerCredentials::Basic { username: u.into(), password: p.into() };
         assert_eq!(docker_credentials(config, "r.example:5000").unwrap(), basic("deployer", "s3cret"));
+        assert_eq!(format!("{:?}", basic("deployer", "s3cret")), "Basic(deployer, ***)");
         assert_eq!(docker_credentials(config, "plain.example").unwrap(), basic("u", "p"));
         assert_eq!(docker_credentials(config, "oauth.example").unwrap(), DockerCredentials::IdentityToken("refresh-me".into()));
         assert!(docker_credentials(config, "r.example").unwrap_err().contains("no entry for `r.example`"));
