@@ -7,7 +7,12 @@
 //!
 //! Run through `scripts/bench.sh` (it builds testkit and finds kubectl and wrk); by hand:
 //! `cargo bench --bench fleet -- --testkit T --kubectl K --wrk W --sizes 100,1000 --out F`.
+//! Each size also reports where the CPU went: the bench process (stacksync's client side) and
+//! the server process, in CPU seconds during the sync.
 //! Results: docs/performance.md.
+
+#[path = "common/mod.rs"]
+mod common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -39,7 +44,7 @@ fn args() -> Args {
         wrk: None,
         sizes: vec![100, 1000],
         kubectl_max: 1000,
-        out: PathBuf::from("target/bench/results.json"),
+        out: common::out_path(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -111,6 +116,22 @@ fn reset_peak() {
 
 fn peak_mib() -> f64 {
     status_kib("/proc/self/status", "VmHWM:") / 1024.0
+}
+
+/// CPU seconds (user + system) a process used so far, from `/proc/<pid>/stat`.
+fn cpu_seconds(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at the state, field 3.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15: indexes 11 and 12 from the state on; 100 ticks a second.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// CPU seconds of this process and of the server, now.
+fn cpu_now(server: &Server) -> (f64, f64) {
+    (cpu_seconds("self"), cpu_seconds(&server.child.id().to_string()))
 }
 
 fn owner(i: usize) -> String {
@@ -233,15 +254,19 @@ fn wrk(wrk: &Path, server: &Server, dir: &Path, secs: u64) -> (f64, String) {
     (rps, text)
 }
 
-fn machine() -> Value {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
-        .unwrap_or_default();
-    let mem = status_kib("/proc/meminfo", "MemTotal:") / 1024.0 / 1024.0;
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ");
-    json!({"cpu": cpu, "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1), "memory_gib": (mem * 10.0).round() / 10.0, "load_at_start": load, "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim()})
+fn print(v: &Value) {
+    let num = |k: &str| v[k].as_f64().map_or_else(|| "-".to_owned(), |x| format!("{x:.2}"));
+    println!(
+        "{:<44} {:>6} Clusters  ours {:>9} {:<9} peer {:>9} ({})  ratio {:>5}  {}",
+        v["case"].as_str().unwrap_or_default(),
+        v["clusters"],
+        num("ours"),
+        v["unit"].as_str().unwrap_or_default(),
+        num("peer"),
+        v["peer_name"].as_str().unwrap_or("none"),
+        num("ratio"),
+        v["note"].as_str().unwrap_or_default()
+    );
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -249,81 +274,106 @@ async fn main() {
     let a = args();
     let dir = tempfile::tempdir().expect("tempdir");
     let http = reqwest::Client::new();
-    let env = machine();
+    let mut tools: Vec<(&str, &Path)> = Vec::new();
+    if let Some(k) = &a.kubectl {
+        tools.push(("kubectl", k));
+    }
+    if let Some(w) = &a.wrk {
+        tools.push(("wrk", w));
+    }
+    let env = common::machine(&tools);
     let mut cases = Vec::new();
     let mut case = |v: Value| {
-        println!(
-            "{:<34} {:>7} Clusters {:>8} objects  {:>8.2} s  {:>8.0} obj/s  {}",
-            v["case"].as_str().unwrap_or_default(),
-            v["clusters"],
-            v["objects"],
-            v["seconds"].as_f64().unwrap_or(0.0),
-            v["objects_per_s"].as_f64().unwrap_or(0.0),
-            v["note"].as_str().unwrap_or_default()
-        );
+        print(&v);
         cases.push(v);
     };
     println!("machine: {env}");
     for &n in &a.sizes {
         let objects = n * OBJECTS;
+        let base = json!({"bench": "fleet", "clusters": n, "objects": objects});
+        let with = |extra: Value| {
+            let mut b = base.clone();
+            if let (Some(b), Value::Object(e)) = (b.as_object_mut(), extra) {
+                b.extend(e);
+            }
+            b
+        };
         // The ceiling first, on a fresh server: what one testkit process answers to raw SSA PATCHes.
+        let mut ceiling_cpu_us = None;
         let ceiling = a.wrk.as_ref().map(|w| {
             let server = Server::start(&a.testkit, dir.path(), "wrk");
             let _ = wrk(w, &server, dir.path(), 2); // creates the 1,000 objects
+            let before = cpu_now(&server).1;
             let (rps, _) = wrk(w, &server, dir.path(), 5);
+            // The server's CPU per PATCH under wrk: what one request costs it at the ceiling.
+            ceiling_cpu_us = Some((cpu_now(&server).1 - before) / (rps * 5.0) * 1e6);
             rps
         });
-        if let Some(rps) = ceiling {
-            case(json!({"case": "ceiling: raw SSA PATCH (wrk)", "clusters": n, "objects": objects, "seconds": objects as f64 / rps,
-                "objects_per_s": rps, "unit": "objects/s", "note": format!("wrk -t2 -c{WRK_CONNECTIONS}, 5 s")}));
-        }
 
         let server = Server::start(&a.testkit, dir.path(), "ours");
         let mut config = kube::Config::new(server.url.parse().expect("url"));
         config.default_namespace = "default".into();
         let client = kube::Client::try_from(config).expect("client");
         reset_peak();
+        let cpu = cpu_now(&server);
         let cold = fleet_sync(&client, n, &[]).await;
+        let cpu_cold = cpu_now(&server);
         let cold_rss = peak_mib();
         let s = stats(&http, &server.url).await;
-        let ratio = ceiling.map(|c| (objects as f64 / cold.seconds) / c);
-        case(json!({"case": "stacksync fleet cold sync", "clusters": n, "objects": objects, "seconds": cold.seconds,
-            "objects_per_s": objects as f64 / cold.seconds, "requests": sum(&s["requests"], None), "writes": sum(&s["writes"], None),
-            "peak_rss_mib": cold_rss, "not_synced": cold.not_synced, "of_ceiling": ratio, "unit": "s",
-            "note": format!("{:.0} MiB peak RSS, {} requests, {:.2} of ceiling", cold_rss, sum(&s["requests"], None), ratio.unwrap_or(0.0))}));
+        let (requests, writes) = (sum(&s["requests"], None), sum(&s["writes"], None));
+        let rate = objects as f64 / cold.seconds;
+        let (client_cpu, server_cpu) = (cpu_cold.0 - cpu.0, cpu_cold.1 - cpu.1);
+        let cold_extra = json!({"seconds": cold.seconds, "objects_per_s": rate, "requests": requests, "writes": writes,
+            "peak_rss_mib": cold_rss, "not_synced": cold.not_synced, "client_cpu_s": client_cpu, "server_cpu_s": server_cpu,
+            "client_cpu_us_per_object": client_cpu / objects as f64 * 1e6, "server_cpu_us_per_object": server_cpu / objects as f64 * 1e6,
+            "server_cpu_us_per_patch_at_ceiling": ceiling_cpu_us,
+            "note": format!("{:.2} s, {rate:.0} obj/s, {requests} requests, {cold_rss:.0} MiB, CPU client {client_cpu:.1} s server {server_cpu:.1} s", cold.seconds)});
+        case(common::case(
+            "fleet cold sync vs raw SSA PATCH ceiling",
+            rate,
+            ceiling.map(|c| (c, "wrk -t2 -c16, 5 s")),
+            "objects/s",
+            &env,
+            with(cold_extra.clone()),
+        ));
         http.delete(format!("{}/_testkit/stats", server.url)).send().await.expect("reset stats");
         reset_peak();
+        let cpu = cpu_now(&server);
         let noop = fleet_sync(&client, n, &cold.inventories).await;
+        let cpu_noop = cpu_now(&server);
         let noop_rss = peak_mib();
         let s = stats(&http, &server.url).await;
         let requests = sum(&s["requests"], None);
-        case(json!({"case": "stacksync fleet no-op resync", "clusters": n, "objects": objects, "seconds": noop.seconds,
-            "objects_per_s": objects as f64 / noop.seconds, "requests": requests, "lists": sum(&s["requests"], Some("list")),
+        let (client_cpu, server_cpu) = (cpu_noop.0 - cpu.0, cpu_noop.1 - cpu.1);
+        let noop_extra = json!({"seconds": noop.seconds, "requests": requests, "lists": sum(&s["requests"], Some("list")),
             "gets": sum(&s["requests"], Some("get")), "patches": sum(&s["requests"], Some("patch")), "writes": sum(&s["writes"], None),
-            "requests_per_cluster_kind": requests as f64 / (n as f64 * 2.0), "peak_rss_mib": noop_rss, "not_synced": noop.not_synced, "unit": "s",
-            "note": format!("{requests} requests ({} writes), {:.0} MiB peak RSS, server {:.0} MiB", sum(&s["writes"], None), noop_rss, server.rss_mib())}));
+            "requests_per_cluster_kind": requests as f64 / (n as f64 * 2.0), "peak_rss_mib": noop_rss, "not_synced": noop.not_synced,
+            "server_rss_mib": server.rss_mib(), "client_cpu_s": client_cpu, "server_cpu_s": server_cpu,
+            "note": format!("{requests} requests ({} writes), {noop_rss:.0} MiB, server {:.0} MiB, CPU client {client_cpu:.1} s server {server_cpu:.1} s",
+                sum(&s["writes"], None), server.rss_mib())});
         drop(server);
 
+        let (mut cold_k, mut noop_k) = (None, None);
         if let Some(k) = a.kubectl.as_ref().filter(|_| n <= a.kubectl_max) {
             let server = Server::start(&a.testkit, dir.path(), "kubectl");
             let file = dir.path().join(format!("fleet-{n}.yaml"));
             let mut w = std::io::BufWriter::new(std::fs::File::create(&file).expect("yaml"));
             (0..n).for_each(|i| cluster_yaml(i, &mut w));
             drop(w);
-            let cold_k = kubectl_apply(k, &server, &file, dir.path());
-            case(json!({"case": "kubectl apply --server-side, cold", "clusters": n, "objects": objects, "seconds": cold_k,
-                "objects_per_s": objects as f64 / cold_k, "unit": "s", "ours": cold.seconds, "ratio": cold.seconds / cold_k,
-                "note": format!("ratio stacksync/kubectl {:.2}", cold.seconds / cold_k)}));
-            let noop_k = kubectl_apply(k, &server, &file, dir.path());
-            case(json!({"case": "kubectl apply --server-side, again", "clusters": n, "objects": objects, "seconds": noop_k,
-                "objects_per_s": objects as f64 / noop_k, "unit": "s", "ours": noop.seconds, "ratio": noop.seconds / noop_k,
-                "note": format!("ratio stacksync/kubectl {:.2}", noop.seconds / noop_k)}));
+            cold_k = Some(kubectl_apply(k, &server, &file, dir.path()));
+            noop_k = Some(kubectl_apply(k, &server, &file, dir.path()));
         }
+        let kubectl = "kubectl apply --server-side (one process)";
+        case(common::case("fleet cold sync vs kubectl", cold.seconds, cold_k.map(|k| (k, kubectl)), "s", &env, with(cold_extra)));
+        case(common::case(
+            "fleet no-op resync vs kubectl re-apply",
+            noop.seconds,
+            noop_k.map(|k| (k, kubectl)),
+            "s",
+            &env,
+            with(noop_extra),
+        ));
     }
-    if let Some(parent) = a.out.parent() {
-        std::fs::create_dir_all(parent).expect("out dir");
-    }
-    let doc = json!({"environment": env, "cases": cases});
-    std::fs::write(&a.out, serde_json::to_string_pretty(&doc).expect("json")).expect("results");
+    common::write(&a.out, &cases, true);
     println!("results: {}", a.out.display());
 }

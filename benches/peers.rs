@@ -10,15 +10,32 @@
 //! | mirror a release repo with 200 tags | `source::git::fetch` (first fetch) | `git clone --mirror` |
 //! | poll it again, nothing new | `source::git::fetch` | `git fetch` in the mirror |
 //! | apply 300 ConfigMaps, then re-apply unchanged | `apply::ssa::Applier` | `kubectl apply --server-side` |
+//! | render a cluster stack's addons for 500 Clusters | `clusterstack::Layout::render_addons` | 500 `helm template` runs |
+//! | render them again, nothing changed | the same (memoised: 0 helm runs) | 500 `helm template` runs |
+//!
+//! Every case is appended to `target/bench/results.json` (`BENCH_OUT`) with its environment;
+//! `scripts/bench.sh` runs the fleet bench first, which starts that file.
+
+#[path = "common/mod.rs"]
+mod common;
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
 
 use stacksync::apply::ssa::{Applier, ApplyOptions, Inventory, Stage, StageAction};
 use stacksync::cache::blobs::{Blobs, Sha256Digest};
 
 const RUNS: usize = 5;
+/// Clusters of the render case.
+const RENDER_CLUSTERS: usize = 500;
+
+/// The cases so far, written to the results file at the end.
+static CASES: Mutex<Vec<Value>> = Mutex::new(Vec::new());
+static MACHINE: Mutex<Option<Value>> = Mutex::new(None);
 
 /// Median wall time of `RUNS` runs of `f`.
 fn median(mut f: impl FnMut()) -> Duration {
@@ -45,6 +62,9 @@ async fn median_async<F: std::future::Future<Output = ()>>(mut f: impl FnMut() -
 }
 
 fn report(case: &str, ours: Duration, peer: Duration, peer_name: &str) {
+    let machine = MACHINE.lock().expect("machine").clone().unwrap_or(Value::Null);
+    let v = common::case(case, ours.as_secs_f64(), Some((peer.as_secs_f64(), peer_name)), "s", &machine, json!({"bench": "peers"}));
+    CASES.lock().expect("cases").push(v);
     println!(
         "{case:<48} stacksync {:>8.1} ms   {peer_name:<22} {:>8.1} ms   ratio {:>5.2}",
         ours.as_secs_f64() * 1e3,
@@ -124,7 +144,7 @@ async fn git_fetch(dir: &Path) {
     let daemon = testkit::git::GitDaemon::start(&served).await.expect("daemon");
     let url = daemon.url("stacks.git");
     let (d, u) = (dir.to_path_buf(), url.clone());
-    let (first_ours, first_peer, noop_ours, noop_peer) = tokio::task::spawn_blocking(move || {
+    let (first_ours, first_peer, noop_ours, noop_peer, inc_ours, inc_peer) = tokio::task::spawn_blocking(move || {
         let heads = Default::default();
         let mut n = 0;
         let first_ours = median(|| {
@@ -140,12 +160,28 @@ async fn git_fetch(dir: &Path) {
             stacksync::source::git::fetch("bench", &u, &d.join("ours-1.git"), &heads).expect("fetch");
         });
         let noop_peer = median(|| run(Command::new("git").args(["-C"]).arg(d.join("peer-1.git")).args(["fetch", "-q", "--prune"])));
-        (first_ours, first_peer, noop_ours, noop_peer)
+        // Incremental: a new release (commit and tag) before each fetch, fetched by both.
+        let (mut inc_ours, mut inc_peer) = (Vec::new(), Vec::new());
+        for i in 0..RUNS {
+            repo.write("manifests/cm.yaml", &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c}}\ndata: {{i: \"new-{i}\"}}\n"));
+            repo.commit(&format!("release new {i}"));
+            repo.tag(&format!("v2.{i}.0"));
+            let t = Instant::now();
+            stacksync::source::git::fetch("bench", &u, &d.join("ours-1.git"), &heads).expect("fetch");
+            inc_ours.push(t.elapsed());
+            let t = Instant::now();
+            run(Command::new("git").args(["-C"]).arg(d.join("peer-1.git")).args(["fetch", "-q", "--prune"]));
+            inc_peer.push(t.elapsed());
+        }
+        inc_ours.sort();
+        inc_peer.sort();
+        (first_ours, first_peer, noop_ours, noop_peer, inc_ours[RUNS / 2], inc_peer[RUNS / 2])
     })
     .await
     .expect("git bench");
     report("mirror a repo with 200 tags (git://)", first_ours, first_peer, "git clone --mirror");
     report("poll it again, nothing new", noop_ours, noop_peer, "git fetch");
+    report("incremental fetch of one new tag", inc_ours, inc_peer, "git fetch");
     daemon.stop().await;
 }
 
@@ -216,19 +252,128 @@ async fn apply(dir: &Path) {
     report("re-apply them unchanged (0 writes)", pick(2), pick(3), "kubectl apply --ss");
 }
 
-fn kubectl() -> Option<std::path::PathBuf> {
+/// The addons of a real-format cluster stack (testdata: metadata.yaml, ClusterClass chart,
+/// cluster-addon chart with its values template) rendered for 500 Clusters, each with its own
+/// name, endpoint and pod CIDR, so each needs its own `helm template` run; the peer runs the same
+/// 500 `helm template` commands (same chart, flags and values files) with the same parallelism.
+/// Then the same render again: nothing changed, so stacksync runs helm zero times.
+async fn render(dir: &Path) {
+    use stacksync::config::{ClusterConfig, ClusterObjects, HelmConfig};
+    use stacksync::render::clusterstack::Layout;
+    use stacksync::render::helm::Helm;
+    let Some(helm_path) = tool("helm") else {
+        println!("render: skipped, helm not found (run scripts/install-tools.sh)");
+        return;
+    };
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/clusterstack/docker-ferrol-1-27-v2");
+    let release = stacksync::release::Release {
+        source: "stacks".into(),
+        tag: "docker-ferrol-1-27-v2".into(),
+        commit: "0".repeat(40),
+        version: stacksync::release::version::Version::from_tag("docker-ferrol-1-27-v2").expect("version"),
+    };
+    let work = dir.join("render");
+    let layout = Layout::load(&fixture, ".", &release, &work).expect("layout");
+    let config = HelmConfig { path: Some(helm_path.clone()), ..HelmConfig::default() };
+    let parallelism = config.parallelism;
+    let helm = Helm::locate(&config).await.expect("helm");
+    let clusters: Vec<ClusterConfig> = (0..RENDER_CLUSTERS)
+        .map(|i| ClusterConfig {
+            name: format!("c{i:03}"),
+            namespace: "fleet".into(),
+            values: Default::default(),
+            objects: ClusterObjects {
+                cluster: Some(json!({"spec": {"controlPlaneEndpoint": {"host": format!("10.1.{}.{}", i / 250, i % 250 + 1), "port": 6443},
+                    "clusterNetwork": {"pods": {"cidrBlocks": [format!("10.{}.0.0/16", 100 + i % 100)]}}}})),
+                control_plane: Some(json!({"kind": "KubeadmControlPlane", "spec": {"replicas": 1 + i % 3}})),
+                infra_cluster: None,
+            },
+        })
+        .collect();
+    let render_all = || {
+        futures_util::StreamExt::collect::<Vec<_>>(futures_util::StreamExt::buffer_unordered(
+            futures_util::stream::iter(clusters.iter().map(|c| {
+                let (helm, layout, work) = (&helm, &layout, &work);
+                async move { layout.render_addons(helm, c, work).await.expect("render").len() }
+            })),
+            parallelism,
+        ))
+    };
+    let t = Instant::now();
+    let stages = render_all().await;
+    let ours = t.elapsed();
+    let runs = helm.runs();
+    assert_eq!(stages.len(), RENDER_CLUSTERS);
+    let t = Instant::now();
+    render_all().await;
+    let again = t.elapsed();
+    let runs_again = helm.runs() - runs;
+    // The peer: the same helm commands, values files as stacksync wrote them.
+    let chart = match &layout.addon {
+        stacksync::render::clusterstack::Addon::Single { chart, .. } => chart.path.clone(),
+        stacksync::render::clusterstack::Addon::Staged { .. } => unreachable!("a single-chart fixture"),
+    };
+    let kube_version = layout.metadata.kubernetes.clone();
+    let values: Vec<std::path::PathBuf> =
+        clusters.iter().map(|c| work.join("values").join(&c.namespace).join(&c.name).join("cluster-addon.yaml")).collect();
+    let home = dir.join("helm-home");
+    let peer = tokio::task::spawn_blocking(move || {
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for part in values.chunks(values.len().div_ceil(parallelism)) {
+                let (helm_path, chart, kube_version, home) = (&helm_path, &chart, &kube_version, &home);
+                s.spawn(move || {
+                    for v in part {
+                        let out = Command::new(helm_path)
+                            .args(["template", "--include-crds", "--kube-version", kube_version, "cluster-addon"])
+                            .arg(chart)
+                            .args(["--namespace", "kube-system", "-f"])
+                            .arg(v)
+                            .env("HELM_CACHE_HOME", home.join("cache"))
+                            .env("HELM_CONFIG_HOME", home.join("config"))
+                            .env("HELM_DATA_HOME", home.join("data"))
+                            .output()
+                            .expect("helm runs");
+                        assert!(out.status.success(), "helm: {}", String::from_utf8_lossy(&out.stderr));
+                    }
+                });
+            }
+        });
+        t.elapsed()
+    })
+    .await
+    .expect("peer");
+    let name = format!("{RENDER_CLUSTERS} `helm template`, {parallelism} at once");
+    report(&format!("render addons of {RENDER_CLUSTERS} Clusters ({runs} helm runs)"), ours, peer, &name);
+    report(&format!("render them again unchanged ({runs_again} helm runs)"), again, peer, &name);
+}
+
+/// A tool of scripts/install-tools.sh (`STACKSYNC_TOOLS_DIR`, else `~/.cache/stacksync-tools`).
+fn tool(name: &str) -> Option<std::path::PathBuf> {
     let dir = std::env::var_os("STACKSYNC_TOOLS_DIR")
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/stacksync-tools")))?;
-    Some(dir.join("bin/kubectl")).filter(|p| p.exists())
+    Some(dir.join("bin").join(name)).filter(|p| p.exists())
+}
+
+fn kubectl() -> Option<std::path::PathBuf> {
+    tool("kubectl")
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let dir = tempfile::tempdir().expect("tempdir");
-    println!("median of {RUNS} runs; ratio = stacksync / peer (below 1: stacksync is faster)");
+    let mut tools: Vec<(&str, std::path::PathBuf)> = ["kubectl", "helm"].iter().filter_map(|t| Some((*t, tool(t)?))).collect();
+    tools.extend([("git", "git".into()), ("curl", "curl".into()), ("sha256sum", "sha256sum".into())]);
+    let listed: Vec<(&str, &Path)> = tools.iter().map(|(n, p)| (*n, p.as_path())).collect();
+    *MACHINE.lock().expect("machine") = Some(common::machine(&listed));
+    println!("median of {RUNS} runs (render: one run each); ratio = stacksync / peer (below 1: stacksync is faster)");
     verify_asset(dir.path());
     download_asset(dir.path()).await;
     git_fetch(dir.path()).await;
     apply(dir.path()).await;
+    render(dir.path()).await;
+    let out = common::out_path();
+    common::write(&out, &CASES.lock().expect("cases"), false);
+    println!("results appended to {}", out.display());
 }

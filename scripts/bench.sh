@@ -4,7 +4,11 @@
 #   - benches/fleet.rs: N Clusters x 40 objects cold and no-op against one testkit API server
 #     process, vs the real kubectl and vs the raw server-side apply ceiling measured with wrk;
 #     prints a table and writes target/bench/results.json (BENCH_OUT overrides).
-#   - benches/peers.rs: asset verify/download, git fetch, 300-object apply vs their peers.
+#   - benches/peers.rs: asset verify/download, git clone/poll/incremental fetch, 300-object apply,
+#     cluster-stack render for 500 Clusters vs 500 `helm template` runs.
+#   - tests/admin.rs push_to_applied_latency (an ignored test): webhook push-to-applied p50/p99.
+# Every case lands in target/bench/results.json (BENCH_OUT) with ours, peer, ratio, unit and the
+# environment (nproc, load average, tool versions).
 # BENCH_SIZES (default 100,1000,5000) chooses the fleet sizes; kubectl runs up to
 # BENCH_KUBECTL_MAX Clusters (default 1000: kubectl applies one object at a time).
 # Results and what bounds them: docs/performance.md.
@@ -22,7 +26,9 @@ if [ ! -x "$tools/bin/kubectl" ]; then
   scripts/install-tools.sh
 fi
 target="${CARGO_TARGET_DIR:-target}"
-out="${BENCH_OUT:-target/bench/results.json}"
+out="$(pwd)/${BENCH_OUT:-target/bench/results.json}"
+case "${BENCH_OUT:-}" in /*) out="$BENCH_OUT" ;; esac
+export BENCH_OUT="$out"
 
 cargo build --release --locked -p testkit --bin testkit
 cargo bench --locked --bench fleet -- \
@@ -34,4 +40,6 @@ cargo bench --locked --bench fleet -- \
   --out "$out"
 if [ -z "${BENCH_FLEET_ONLY:-}" ]; then
   PATH="$tools/bin:$PATH" cargo bench --locked --bench peers
+  PATH="$tools/bin:$PATH" cargo test --release --locked --test admin push_to_applied_latency -- --ignored --nocapture
 fi
+echo "results: $out"

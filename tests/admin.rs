@@ -191,4 +191,25 @@ async fn push_to_applied_latency() {
     let p = |q: f64| took[((took.len() as f64 * q).ceil() as usize).saturating_sub(1)];
     println!("push-to-applied over {} pushes: p50 {:?}, p99 {:?}, max {:?}", took.len(), p(0.50), p(0.99), took[took.len() - 1]);
     daemon.stop().await;
+    // scripts/bench.sh sets BENCH_OUT: the numbers join the other benchmarks' results. No peer:
+    // without the webhook only the next poll (an hour apart here) would bring the tag.
+    if let Some(out) = std::env::var_os("BENCH_OUT") {
+        let mut doc: serde_json::Value = std::fs::read_to_string(&out)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_else(|| serde_json::json!({"cases": []}));
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        let nproc = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        for (q, name) in [(0.50, "p50"), (0.99, "p99")] {
+            let ours = p(q).as_secs_f64() * 1e3;
+            let case = serde_json::json!({"bench": "latency", "case": format!("webhook push-to-applied {name}"), "ours": ours,
+                "peer": null, "peer_name": null, "ratio": null, "unit": "ms", "pushes": took.len(),
+                "environment": {"nproc": nproc, "loadavg": load.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+                    "versions": {"stacksync": env!("CARGO_PKG_VERSION"), "git": "git daemon (testkit)"}}});
+            if let Some(cases) = doc["cases"].as_array_mut() {
+                cases.push(case);
+            }
+        }
+        std::fs::write(&out, serde_json::to_string_pretty(&doc).expect("json")).expect("results");
+    }
 }

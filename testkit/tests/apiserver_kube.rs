@@ -204,6 +204,35 @@ async fn list_filters_by_label_and_field_selectors_and_pages_with_continue() {
     let (code, _, message) = api_error(api.list(&ListParams::default().fields("data.x=1")).await.unwrap_err());
     assert_eq!((code, message.as_str()), (400, "field label not supported: data.x"));
 
+    // Pages across namespaces follow the list's order even where one namespace's name is a
+    // prefix of another's (`a` < `a-b`, yet "a/…" > "a-b/…" as strings).
+    let client = server.client().unwrap();
+    for ns in ["a", "a-b"] {
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        namespaces.patch(ns, &PatchParams::apply("t"), &Patch::Apply(body)).await.unwrap();
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        for name in ["x", "y"] {
+            let mut obj = cm(name, json!({}));
+            obj["metadata"]["namespace"] = json!(ns);
+            obj["metadata"]["labels"] = json!({"paged": "yes"});
+            api.patch(name, &PatchParams::apply("t"), &Patch::Apply(obj)).await.unwrap();
+        }
+    }
+    let all: Api<ConfigMap> = Api::all(client);
+    let (mut seen, mut params) = (Vec::new(), ListParams::default().labels("paged=yes").limit(1));
+    loop {
+        let page = all.list(&params).await.unwrap();
+        seen.extend(
+            page.items.iter().map(|c| format!("{}/{}", c.metadata.namespace.as_deref().unwrap(), c.metadata.name.as_deref().unwrap())),
+        );
+        match page.metadata.continue_ {
+            Some(token) => params = params.continue_token(&token),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["a/x", "a/y", "a-b/x", "a-b/y"]);
+
     api.delete_collection(&DeleteParams::default(), &ListParams::default().labels("tier=db")).await.unwrap();
     assert_eq!(names(api.list(&ListParams::default()).await.unwrap()), ["c0", "c1", "c3"]);
     server.stop().await;

@@ -28,6 +28,11 @@ async fn an_unchanged_resync_makes_one_list_per_kind_and_no_get_or_patch() {
     let first = sync(&applier, &stages, &Inventory::default()).await;
     assert!(first.changes.entries.iter().all(|e| e.action == Action::Created), "{:?}", actions(&first));
     assert!(first.inventory.entries.iter().all(|e| e.fields.len() == 12), "{:?}", first.inventory.to_lines());
+    // Cold: one apply PATCH per object, no read or dry-run first.
+    let stats = server.stats();
+    assert_eq!(reads_and_writes(&stats).0, 0, "no GET: {stats:?}");
+    assert_eq!(Stats::count(&stats.requests, "patch", "configmaps"), 39, "{stats:?}");
+    assert_eq!(Stats::count(&stats.requests, "patch", "namespaces"), 1, "{stats:?}");
 
     server.reset_stats();
     let second = sync(&applier, &stages, &first.inventory).await;
@@ -48,6 +53,31 @@ async fn an_unchanged_resync_makes_one_list_per_kind_and_no_get_or_patch() {
     assert!(upgraded.changes.entries.iter().all(|e| e.action == Action::Unchanged));
     assert_eq!(Stats::count(&server.stats().requests, "patch", "configmaps"), 39, "a dry-run each");
     assert_eq!(upgraded.inventory, first.inventory);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_object_new_to_the_inventory_is_applied_at_once_and_an_existing_one_is_not_taken_for_created() {
+    let server = ApiServer::start().await.unwrap();
+    let team = configmaps(&server, "default");
+    // Someone else's object with a field we also set (another value), and one we set alike.
+    let theirs = |name: &str, value: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"}, "data": {"k": value}});
+    let pp = PatchParams::apply("other-controller");
+    team.patch("conflicting", &pp, &Patch::Apply(theirs("conflicting", "theirs"))).await.unwrap();
+    team.patch("alike", &pp, &Patch::Apply(theirs("alike", "same"))).await.unwrap();
+    let ours = |name: &str, value: &str| object(theirs(name, value));
+    let stages = [apply(vec![ours("conflicting", "ours"), ours("alike", "same"), ours("fresh", "new")])];
+    let applier = applier(&server, options());
+    server.reset_stats();
+    let first = sync(&applier, &stages, &Inventory::default()).await;
+    assert_eq!(action_of(&first, "ConfigMap/default/fresh"), (Action::Created, String::new()));
+    assert_eq!(action_of(&first, "ConfigMap/default/alike"), (Action::Configured, String::new()));
+    let (action, message) = action_of(&first, "ConfigMap/default/conflicting");
+    assert_eq!(action, Action::Failed);
+    assert!(message.contains("other-controller"), "{message}");
+    let stats = server.stats();
+    assert_eq!((reads_and_writes(&stats).0, Stats::count(&stats.requests, "patch", "configmaps")), (0, 3), "{stats:?}");
+    assert_eq!(team.get("conflicting").await.unwrap().data.unwrap()["k"], "theirs", "nothing of theirs overwritten");
     server.stop().await;
 }
 

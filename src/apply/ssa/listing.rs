@@ -12,10 +12,10 @@
 
 use std::collections::HashMap;
 
-use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use kube::api::{ApiResource, DynamicObject, ListParams};
 use serde_json::Value;
 
-use super::object::{Outcome, Policy, Target, to_value};
+use super::object::{Outcome, Policy, Target};
 use super::{Applier, OWNER_LABEL, diff};
 use crate::apply::health::{self, Health};
 use crate::apply::{Action, SkipReason};
@@ -57,6 +57,12 @@ impl Target<'_> {
     /// Whether the listing may decide this object: an applied manifest that did not change
     /// since the apply whose ownership we recorded (or an apply-once object, which only needs
     /// to exist).
+    /// Whether no sync applied this object yet (policy `apply`): if the listing of its kind does
+    /// not show it, it is applied at once ([`Applier::apply_new`]).
+    pub(super) fn is_new(&self) -> bool {
+        self.policy == Policy::Apply && self.previous_digest.is_none()
+    }
+
     pub(super) fn may_skip(&self) -> bool {
         match self.policy {
             Policy::ApplyOnce => true,
@@ -70,29 +76,55 @@ impl Target<'_> {
 }
 
 impl Applier {
-    /// Lists, once per sync, the kind of every target the listing may decide.
+    /// Lists, once per sync, the kind of every target the listing may decide, and of every
+    /// target new to the inventory (the listing tells whether it is already there as ours).
     pub(super) async fn list_kinds(&self, targets: &[&Target<'_>], scopes: &Scopes<'_>, listings: &mut Listings) {
-        for t in targets.iter().filter(|t| t.may_skip()) {
+        for t in targets.iter().filter(|t| t.may_skip() || t.is_new()) {
             if listings.get(&t.resource).is_some() {
                 continue;
             }
-            let scope = scopes.get(&(t.inventory.group.as_str(), t.inventory.kind.as_str())).copied().flatten();
+            let scope = match scopes.get(&(t.inventory.group.as_str(), t.inventory.kind.as_str())) {
+                Some(scope) => *scope,
+                // A kind the previous sync did not have: the one namespace of this rank's
+                // objects of the kind, if they share one.
+                None => {
+                    let mut of_kind = targets.iter().filter(|o| o.resource == t.resource).map(|o| o.inventory.namespace.as_deref());
+                    let first = of_kind.next().flatten();
+                    of_kind.all(|ns| ns == first).then_some(first).flatten()
+                }
+            };
             let listing = self.list_owned(&t.resource, t.inventory.namespace.as_deref().and(scope)).await;
             listings.0.insert((t.resource.group.clone(), t.resource.plural.clone()), listing);
         }
     }
 
-    /// Every object of one kind carrying our owner label, in `namespace` or everywhere.
+    /// Whether a target new to the inventory may be applied at once: the listing of its kind
+    /// worked and does not show it (an object already there with our owner label, say after
+    /// the inventory was lost, takes the full path, which finds it Unchanged).
+    pub(super) fn absent_from_listing(&self, t: &Target<'_>, listings: &Listings) -> bool {
+        t.is_new()
+            && listings
+                .get(&t.resource)
+                .and_then(Option::as_ref)
+                .is_some_and(|l| !l.contains_key(&(t.inventory.namespace.clone(), t.object.name.clone())))
+    }
+
+    /// Every object of one kind carrying our owner label, in `namespace` or everywhere. Pages
+    /// are read as plain JSON: only a few fields of each item are looked at.
     async fn list_owned(&self, resource: &ApiResource, namespace: Option<&str>) -> Listing {
-        let api: Api<DynamicObject> = match namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
-            None => Api::all_with(self.client.clone(), resource),
-        };
+        let url = <DynamicObject as kube::Resource>::url_path(resource, namespace);
         let selector = format!("{OWNER_LABEL}={}", self.owner_value);
         let mut params = ListParams::default().labels(&selector).limit(PAGE);
         let mut found = HashMap::new();
         for _ in 0..MAX_PAGES {
-            let page = match tokio::time::timeout(self.options.request_timeout, api.list(&params)).await {
+            let request = match kube::core::Request::new(&url).list(&params) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::debug!(kind = %resource.kind, error = %e, "listing our objects failed; checking each object instead");
+                    return None;
+                }
+            };
+            let page: Value = match tokio::time::timeout(self.options.request_timeout, self.client.request(request)).await {
                 Ok(Ok(page)) => page,
                 Ok(Err(e)) => {
                     tracing::debug!(kind = %resource.kind, error = %e, "listing our objects failed; checking each object instead");
@@ -103,21 +135,26 @@ impl Applier {
                     return None;
                 }
             };
-            for item in &page.items {
-                let value = to_value(item);
+            let Some(items) = page.get("items").and_then(Value::as_array) else {
+                tracing::debug!(kind = %resource.kind, "a list without items; checking each object instead");
+                return None;
+            };
+            for value in items {
+                let meta = &value["metadata"];
                 let listed = Listed {
-                    fields: diff::our_fields(&value).map(diff::fields_hash),
-                    deleting: item.metadata.deletion_timestamp.is_some(),
-                    health: health::assess(&value),
+                    fields: diff::our_fields(value).map(diff::fields_hash),
+                    deleting: meta.get("deletionTimestamp").is_some_and(|t| !t.is_null()),
+                    health: health::assess(value),
                     established: value
                         .pointer("/status/conditions")
                         .and_then(Value::as_array)
                         .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Established" && c["status"] == "True")),
                 };
-                found.insert((item.metadata.namespace.clone(), item.metadata.name.clone().unwrap_or_default()), listed);
+                let namespace = meta["namespace"].as_str().filter(|n| !n.is_empty()).map(str::to_owned);
+                found.insert((namespace, meta["name"].as_str().unwrap_or_default().to_owned()), listed);
             }
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
+            match page.pointer("/metadata/continue").and_then(Value::as_str).filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(token),
                 None => return Some(found),
             }
         }

@@ -253,7 +253,7 @@ impl Applier {
                                 Ok(t) => match self.decided_by_listing(t, listings) {
                                     Some(outcome) => outcome,
                                     None => {
-                                        let outcome = self.apply_one(t).await;
+                                        let outcome = self.apply_one(t, self.absent_from_listing(t, listings)).await;
                                         self.establish(t, outcome).await
                                     }
                                 },

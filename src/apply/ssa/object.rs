@@ -125,8 +125,9 @@ impl Applier {
     /// Applies one object. Idempotent: when the live object is already as the manifest wants it,
     /// it makes a read and a dry-run and writes nothing. Never panics or returns early for the
     /// batch: every error is the object's Failed outcome.
-    pub(super) async fn apply_one(&self, t: &Target<'_>) -> Outcome {
-        match self.try_apply(t).await {
+    /// `fresh`: new to the inventory and not listed as ours, so applied at once.
+    pub(super) async fn apply_one(&self, t: &Target<'_>, fresh: bool) -> Outcome {
+        match self.try_apply(t, fresh).await {
             Ok(outcome) => outcome,
             // The live object differs in an immutable field from a manifest that did not change
             // (someone re-created it by hand): drift, which warn mode reports and never corrects,
@@ -140,7 +141,10 @@ impl Applier {
         }
     }
 
-    async fn try_apply(&self, t: &Target<'_>) -> Result<Outcome> {
+    async fn try_apply(&self, t: &Target<'_>, fresh: bool) -> Result<Outcome> {
+        if fresh {
+            return self.apply_new(t).await;
+        }
         let name = &t.object.name;
         let live = self.within("reading", &t.entry.object, t.api.get_opt(name)).await?;
         let live = live.map_err(|source| Error::Get { object: t.entry.object.clone(), source })?;
@@ -188,13 +192,41 @@ impl Applier {
         Ok(Outcome::new(&t.entry, Action::Configured, message).with_drift(drifted).with_health(&applied).with_fields(&to_value(&applied)))
     }
 
+    /// An object new to the inventory and not listed as ours: applied at once, without a read or
+    /// a dry-run first (server-side apply creates what is absent), so a cold sync costs one
+    /// request per object (and one LIST per kind).
+    /// Nothing of another manager is overwritten: without force a field another manager holds
+    /// with another value is a conflict, as on the full path (taken back only from the managers
+    /// of [`super::ApplyOptions::take_back_from`]). The server's answer tells created (201) from
+    /// existing (200); there is no drift to report for an object we never applied. An object
+    /// found being deleted is not synced, as on the full path.
+    async fn apply_new(&self, t: &Target<'_>) -> Result<Outcome> {
+        let (applied, created, took_over) = self.patch_taking_back_reporting(t).await?;
+        if applied.metadata.deletion_timestamp.is_some() {
+            return Ok(Outcome::new(&t.entry, Action::Failed, BEING_DELETED));
+        }
+        let outcome = match (created, took_over) {
+            (true, _) => Outcome::new(&t.entry, Action::Created, ""),
+            // As the full path reports an object it finds and applies for a changed manifest.
+            (false, None) => Outcome::new(&t.entry, Action::Configured, ""),
+            (false, Some(managers)) => Outcome::new(&t.entry, Action::Configured, format!("taken back from {managers}")),
+        };
+        let value = to_value(&applied);
+        Ok(Outcome { health: Some(health::assess(&value)), ..outcome.with_fields(&value) })
+    }
+
     /// Applies; when that conflicts only with managers a human uses (`kubectl edit`, `kubectl
     /// patch`, …: [`super::ApplyOptions::take_back_from`]), applies again taking the fields back, as
     /// Flux does. A conflict with any other manager (another controller) stays a conflict.
     /// Returns the object and, when fields were taken back, from whom.
     async fn patch_taking_back(&self, t: &Target<'_>) -> Result<(DynamicObject, Option<String>)> {
-        match self.patch(t).await {
-            Ok(o) => Ok((o, None)),
+        self.patch_taking_back_reporting(t).await.map(|(o, _, took_over)| (o, took_over))
+    }
+
+    /// As [`Applier::patch_taking_back`], also telling whether the (first) apply created the object.
+    async fn patch_taking_back_reporting(&self, t: &Target<'_>) -> Result<(DynamicObject, bool, Option<String>)> {
+        match self.patch_reporting(t).await {
+            Ok((o, created)) => Ok((o, created, None)),
             Err(e) if !t.force => {
                 let managers = e.conflicting_managers();
                 let ours = !managers.is_empty() && managers.iter().all(|m| self.options.take_back_from.iter().any(|t| t == m));
@@ -205,19 +237,43 @@ impl Applier {
                 let applied = self.patch(&forced).await?;
                 let who = managers.iter().map(|m| format!("\"{m}\"")).collect::<Vec<_>>().join(", ");
                 tracing::info!(object = %t.entry.object, managers = %who, "fields changed by hand were taken back");
-                Ok((applied, Some(who)))
+                Ok((applied, false, Some(who)))
             }
             Err(e) => Err(e),
         }
     }
 
     async fn patch(&self, t: &Target<'_>) -> Result<DynamicObject> {
+        self.patch_reporting(t).await.map(|(o, _)| o)
+    }
+
+    /// Applies, and tells whether the apply created the object (the server answered 201).
+    async fn patch_reporting(&self, t: &Target<'_>) -> Result<(DynamicObject, bool)> {
         let mut params = PatchParams::apply(FIELD_MANAGER);
         params.force = t.force;
-        let applied = self.within("applying", &t.entry.object, t.api.patch(&t.object.name, &params, &Patch::Apply(&t.body))).await?;
-        let applied = applied.map_err(|source| Error::Patch { object: t.entry.object.clone(), source })?;
+        let applied = self.within("applying", &t.entry.object, self.apply_request(t, &params)).await?;
+        let (applied, code) = applied.map_err(|source| Error::Patch { object: t.entry.object.clone(), source })?;
         tracing::info!(object = %t.entry.object, "applied");
-        Ok(applied)
+        Ok((applied, code == 201))
+    }
+
+    /// The apply PATCH as `Api::patch` sends it, with the status code of the answer.
+    async fn apply_request(&self, t: &Target<'_>, params: &PatchParams) -> kube::Result<(DynamicObject, u16)> {
+        use http_body_util::BodyExt;
+        let url = <DynamicObject as kube::Resource>::url_path(&t.resource, t.inventory.namespace.as_deref());
+        let request =
+            kube::core::Request::new(url).patch(&t.object.name, params, &Patch::Apply(&t.body)).map_err(kube::Error::BuildRequest)?;
+        let response = self.client.send(request.map(kube::client::Body::from)).await?;
+        let code = response.status().as_u16();
+        let bytes = response.into_body().collect().await?.to_bytes();
+        if code >= 400 {
+            // As kube reads an error answer: the server's Status, or one made of its text.
+            let status = serde_json::from_slice::<kube::core::Status>(&bytes).unwrap_or_else(|_| {
+                kube::core::Status::failure(String::from_utf8_lossy(&bytes).trim(), "Failed to parse error data").with_code(code)
+            });
+            return Err(kube::Error::Api(status.boxed()));
+        }
+        Ok((serde_json::from_slice(&bytes).map_err(kube::Error::SerdeError)?, code))
     }
 
     /// Deletes and re-creates an object whose change the server refused as immutable (the

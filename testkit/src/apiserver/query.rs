@@ -88,6 +88,20 @@ impl LabelSelector {
         Ok(LabelSelector(reqs))
     }
 
+    /// The requirements an object's label must meet by value (`k=v`, `k==v`, `k in (...)`):
+    /// each names a label key and the values that satisfy it, so a label index can give every
+    /// possible match. Empty when no requirement does (only `!=`, `notin`, existence).
+    pub fn indexable(&self) -> Vec<(&str, Vec<&str>)> {
+        self.0
+            .iter()
+            .filter_map(|r| match r {
+                Requirement::Equals(k, v) => Some((k.as_str(), vec![v.as_str()])),
+                Requirement::In(k, vs) => Some((k.as_str(), vs.iter().map(String::as_str).collect())),
+                _ => None,
+            })
+            .collect()
+    }
+
     pub fn matches(&self, obj: &Value) -> bool {
         let labels = meta::labels(obj);
         let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
@@ -148,6 +162,11 @@ impl FieldSelector {
             terms.push((field.to_string(), equal, value.trim().to_string()));
         }
         Ok(FieldSelector(terms))
+    }
+
+    /// The value an equality term requires of `field` (the first such term), if any.
+    pub fn required(&self, field: &str) -> Option<&str> {
+        self.0.iter().find(|(f, equal, _)| f == field && *equal).map(|(_, _, v)| v.as_str())
     }
 
     pub fn matches(&self, obj: &Value) -> bool {

@@ -1,7 +1,13 @@
 //! The server's state: the registry of served resources, every object keyed by resource,
 //! namespace and name, one global resourceVersion counter, and the event log watches replay.
+//!
+//! Lists cost what they return, not the store's size: objects are ordered by resource, then
+//! namespace, then name, so one resource (or one namespace of it) is a range; and a label index
+//! per resource, `(key, value)` → keys, gives the candidates of a selector with an equality or
+//! set-based `in` requirement. Candidates are still matched against the whole selection, so the
+//! index only narrows, never decides.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -54,10 +60,15 @@ pub struct TooOld {
     pub oldest: u64,
 }
 
+/// Label index of one resource: `(label key, label value)` → the objects carrying it.
+type LabelIndex = HashMap<(String, String), BTreeSet<Key>>;
+
 #[derive(Debug)]
 pub struct Store {
     rv: u64,
     objects: BTreeMap<Key, Value>,
+    /// By `(group, plural)`.
+    labels: HashMap<(String, String), LabelIndex>,
     events: VecDeque<Arc<Event>>,
     /// Every event up to and including this resourceVersion has been dropped.
     compacted: u64,
@@ -66,7 +77,7 @@ pub struct Store {
 
 impl Store {
     pub fn new(retain: usize) -> Store {
-        Store { rv: 1, objects: BTreeMap::new(), events: VecDeque::new(), compacted: 0, retain: retain.max(1) }
+        Store { rv: 1, objects: BTreeMap::new(), labels: HashMap::new(), events: VecDeque::new(), compacted: 0, retain: retain.max(1) }
     }
 
     /// The newest resourceVersion handed out.
@@ -79,13 +90,40 @@ impl Store {
     }
 
     /// Objects of one resource, ordered by namespace then name; `namespace` None means all.
-    pub fn list<'a>(
-        &'a self,
-        group: &'a str,
-        plural: &'a str,
-        namespace: Option<&'a str>,
-    ) -> impl Iterator<Item = (&'a Key, &'a Value)> + 'a {
-        self.objects.iter().filter(move |(k, _)| k.group == group && k.plural == plural && namespace.is_none_or(|ns| k.namespace == ns))
+    /// A range of the store: costs the objects it yields.
+    pub fn list<'a>(&'a self, group: &str, plural: &str, namespace: Option<&str>) -> impl Iterator<Item = (&'a Key, &'a Value)> + use<'a> {
+        let start =
+            Key { group: group.into(), plural: plural.into(), namespace: namespace.unwrap_or_default().into(), name: String::new() };
+        let whole_namespace = namespace.is_some();
+        self.objects.range(start.clone()..).take_while(move |(k, _)| {
+            k.group == start.group && k.plural == start.plural && (!whole_namespace || k.namespace == start.namespace)
+        })
+    }
+
+    /// Objects of one resource carrying the label `key` with one of `values`, ordered by
+    /// namespace then name; `namespace` None means all. Costs the objects it yields (the index
+    /// is ordered like the store, so a namespace is a range of it too).
+    pub fn list_labelled(&self, group: &str, plural: &str, namespace: Option<&str>, key: &str, values: &[&str]) -> Vec<(&Key, &Value)> {
+        let Some(index) = self.labels.get(&(group.to_string(), plural.to_string())) else { return Vec::new() };
+        let start =
+            Key { group: group.into(), plural: plural.into(), namespace: namespace.unwrap_or_default().into(), name: String::new() };
+        let mut keys: Vec<&Key> = values
+            .iter()
+            .filter_map(|v| index.get(&(key.to_string(), (*v).to_string())))
+            .flat_map(|set| set.range(&start..).take_while(|k| namespace.is_none_or(|ns| k.namespace == ns)))
+            .collect();
+        if values.len() > 1 {
+            keys.sort();
+            keys.dedup();
+        }
+        keys.into_iter().filter_map(|k| self.objects.get_key_value(k)).collect()
+    }
+
+    /// How many objects of one resource carry the label `key` with one of `values`: what
+    /// [`Store::list_labelled`] would look at.
+    pub fn count_labelled(&self, group: &str, plural: &str, key: &str, values: &[&str]) -> usize {
+        let Some(index) = self.labels.get(&(group.to_string(), plural.to_string())) else { return 0 };
+        values.iter().filter_map(|v| index.get(&(key.to_string(), (*v).to_string()))).map(BTreeSet::len).sum()
     }
 
     /// Every object, whatever the resource.
@@ -103,6 +141,7 @@ impl Store {
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
         let prev = self.objects.insert(key.clone(), obj.clone());
+        reindex(&mut self.labels, &key, prev.as_ref(), Some(&obj));
         let kind = if prev.is_some() { EventType::Modified } else { EventType::Added };
         self.log(kind, key, obj.clone(), prev);
         obj
@@ -112,13 +151,15 @@ impl Store {
     /// deletion reports right after (the update that removed the last finalizer).
     pub fn overwrite(&mut self, key: &Key, obj: Value) {
         if let Some(slot) = self.objects.get_mut(key) {
-            *slot = obj;
+            let prev = std::mem::replace(slot, obj);
+            reindex(&mut self.labels, key, Some(&prev), self.objects.get(key));
         }
     }
 
     /// Removes an object under a new resourceVersion and logs DELETED.
     pub fn remove(&mut self, key: &Key) -> Option<Value> {
         let prev = self.objects.remove(key)?;
+        reindex(&mut self.labels, key, Some(&prev), None);
         let mut obj = prev.clone();
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
@@ -176,6 +217,31 @@ impl Store {
     }
 }
 
+/// Moves `key` in the label index from the labels of `old` to those of `new`.
+fn reindex(labels: &mut HashMap<(String, String), LabelIndex>, key: &Key, old: Option<&Value>, new: Option<&Value>) {
+    let pairs = |o: Option<&Value>| -> Vec<(String, String)> {
+        o.and_then(super::meta::labels)
+            .map(|l| l.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string()))).collect())
+            .unwrap_or_default()
+    };
+    let (old, new) = (pairs(old), pairs(new));
+    if old == new {
+        return;
+    }
+    let index = labels.entry((key.group.clone(), key.plural.clone())).or_default();
+    for pair in old.iter().filter(|p| !new.contains(p)) {
+        if let Some(set) = index.get_mut(pair) {
+            set.remove(key);
+            if set.is_empty() {
+                index.remove(pair);
+            }
+        }
+    }
+    for pair in new.into_iter().filter(|p| !old.contains(p)) {
+        index.entry(pair).or_default().insert(key.clone());
+    }
+}
+
 /// Everything behind the server's one lock.
 #[derive(Debug)]
 pub struct State {
@@ -185,4 +251,74 @@ pub struct State {
     pub warnings: Vec<String>,
     /// Fields the current request's JSON body names twice, for field validation.
     pub duplicates: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apiserver::query::LabelSelector;
+    use serde_json::json;
+
+    fn key(plural: &str, ns: &str, name: &str) -> Key {
+        Key { group: String::new(), plural: plural.into(), namespace: ns.into(), name: name.into() }
+    }
+
+    fn obj(labels: Value) -> Value {
+        json!({"metadata": {"labels": labels}})
+    }
+
+    /// What a list without the index returns: every object of the resource, matched one by one.
+    fn scanned<'a>(store: &'a Store, plural: &str, ns: Option<&str>, sel: &LabelSelector) -> Vec<&'a Key> {
+        store.all().filter(|(k, o)| k.plural == plural && ns.is_none_or(|n| k.namespace == n) && sel.matches(o)).map(|(k, _)| k).collect()
+    }
+
+    fn indexed<'a>(store: &'a Store, plural: &str, ns: Option<&str>, sel: &LabelSelector) -> Vec<&'a Key> {
+        let found = match sel.indexable().into_iter().min_by_key(|(k, vs)| store.count_labelled("", plural, k, vs)) {
+            Some((k, vs)) => store.list_labelled("", plural, ns, k, &vs),
+            None => store.list("", plural, ns).collect(),
+        };
+        found.into_iter().filter(|(_, o)| sel.matches(o)).map(|(k, _)| k).collect()
+    }
+
+    #[test]
+    fn the_label_index_finds_what_a_scan_finds_after_every_kind_of_change() {
+        let mut store = Store::new(10);
+        for (i, ns) in ["a", "a-b", "b", ""].iter().enumerate() {
+            for j in 0..4 {
+                let app = ["web", "db", "web", "cache"][j];
+                store.put(key("configmaps", ns, &format!("cm{j}")), obj(json!({"app": app, "tier": format!("t{}", (i + j) % 2)})));
+                store.put(key("secrets", ns, &format!("s{j}")), obj(json!({"app": app})));
+            }
+        }
+        store.put(key("configmaps", "a", "unlabelled"), json!({"metadata": {}}));
+        store.put(key("configmaps", "a", "odd"), obj(json!({"app": 7})));
+        // Relabel, drop a label, overwrite, remove: the index follows each.
+        store.put(key("configmaps", "a", "cm0"), obj(json!({"app": "db"})));
+        store.put(key("configmaps", "b", "cm1"), obj(json!({"tier": "t0"})));
+        store.overwrite(&key("configmaps", "a-b", "cm2"), obj(json!({"app": "cache", "tier": "t1"})));
+        store.remove(&key("configmaps", "b", "cm0"));
+        let selectors = [
+            "app=web",
+            "app==db",
+            "app=cache,tier=t1",
+            "app in (web,cache)",
+            "app in (web,db),tier notin (t0)",
+            "tier=t0,app!=web",
+            "app",
+            "!app",
+            "app=7",
+            "app=nothing",
+            "",
+        ];
+        for s in selectors {
+            let sel = LabelSelector::parse(s).expect("parses");
+            for ns in [None, Some("a"), Some("a-b"), Some("b"), Some("")] {
+                for plural in ["configmaps", "secrets", "pods"] {
+                    assert_eq!(indexed(&store, plural, ns, &sel), scanned(&store, plural, ns, &sel), "{plural} in {ns:?} by {s:?}");
+                }
+            }
+        }
+        // cm1 of 4 namespaces and the relabelled a/cm0, less the relabelled b/cm1.
+        assert_eq!(store.count_labelled("", "configmaps", "app", &["db"]), 4);
+    }
 }
