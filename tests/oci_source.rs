@@ -11,7 +11,7 @@ mod opsenv;
 use std::path::{Path, PathBuf};
 
 use common::{assert_exit, configmap, helm_path, run_once, status, stderr, stdout, targz};
-use testkit::registry::{Auth, DOCKER_REGISTRY, PASSWORD, PagingFront, Registry, TokenServer, USER};
+use testkit::registry::{Auth, DOCKER_REGISTRY, IDENTITY_TOKEN, PASSWORD, PagingFront, Registry, TokenServer, USER};
 
 const STACK: &str = "docker-ferrol-1-27";
 const SCS_ARTIFACT: &str = "application/vnd.scs.cluster-stacks.v1";
@@ -29,6 +29,12 @@ fn have_registry() -> bool {
 /// A config with one OCI source (`oci:` body as YAML lines at 6-space indent) and one
 /// subscription (`sub_lines` at 4-space indent) for cluster team-a/alpha.
 fn oci_config(dir: &Path, oci_lines: &str, sub_lines: &str, clusters: &str) -> PathBuf {
+    // The test registries speak plain HTTP unless a test says otherwise (TLS, `caFile`).
+    let oci_lines = if oci_lines.contains("caFile") || oci_lines.contains("insecure") {
+        oci_lines.to_owned()
+    } else {
+        format!("      insecure: true\n{oci_lines}")
+    };
     let text = format!(
         "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nhelm:\n  path: {helm}\n  parallelism: 2\nsources:\n  - name: registry\n    oci:\n{oci_lines}subscriptions:\n  - name: stack\n    source: registry\n    interval: 1h\n{sub_lines}    clusters:\n{clusters}target:\n  directory: {out}\n",
         cache = dir.join("cache").display(),
@@ -207,6 +213,13 @@ async fn a_corrupted_layer_is_refused_and_the_last_good_release_stays() {
     let dir = tempfile::tempdir().expect("tempdir");
     let registry = Registry::start(&dir.path().join("registry"), Auth::None).await.expect("registry");
     registry.push_artifact("acme/stacks", "v1.0.0", "application/vnd.acme.manifests.v1", &manifests("one")).await;
+    // HTTPS by default, loopback included: a plain-HTTP registry without `insecure` is an error
+    // that says so, never a silent downgrade.
+    let https =
+        oci_config(dir.path(), &format!("      repository: {}\n      insecure: false\n", registry.repository("acme/stacks")), "", ALPHA);
+    let o = run_once(&https).await;
+    eprintln!("plain registry over https: {}", stderr(&o).lines().find(|l| l.contains("source registry")).unwrap_or_default());
+    assert!(stderr(&o).contains("set `insecure: true`"), "{}", stderr(&o));
     let config = oci_config(dir.path(), &format!("      repository: {}\n", registry.repository("acme/stacks")), "", ALPHA);
     assert_exit(&run_once(&config).await, 0);
 
@@ -330,7 +343,7 @@ async fn daemon_polls_on_the_generic_webhook_and_follows_a_reloaded_repository()
     let with_repo = |name: &str| {
         let text = std::fs::read_to_string(&config).expect("config");
         let text = if text.contains(git_block) {
-            text.replace(git_block, &format!("    oci:\n      repository: {}\n", registry.repository(name)))
+            text.replace(git_block, &format!("    oci:\n      insecure: true\n      repository: {}\n", registry.repository(name)))
         } else {
             let old = text.lines().find(|l| l.trim_start().starts_with("repository: ")).expect("repository line").to_owned();
             text.replace(&old, &format!("      repository: {}", registry.repository(name)))
@@ -366,6 +379,13 @@ fn oci_source_config_errors_name_the_field() {
             "      repository: r.example/a\n      insecure: true\n      auth:\n        bearerToken: {env: T}\n",
             "sources[0].oci.insecure: credentials are sent only over https://",
         ),
+        ("      repository: r.example/a\n      insecure: true\n      caFile: ca.pem\n", "sources[0].oci.caFile: `caFile` is for https"),
+        ("      repository: r.example/a\n      timeout: 0s\n", "sources[0].oci.timeout: 0s is too short; use at least 1s"),
+        ("      repository: r.example/a\n      timeout: 1h\n", "sources[0].oci.timeout: at most 120s"),
+        (
+            "      repository: r.example/a\n      auth:\n        bearerToken: {env: T}\n        dockerConfig: {file: x}\n",
+            "set `username` and `password`, `bearerToken` or `dockerConfig` (only one)",
+        ),
         ("      repo: r.example/a\n", "sources[0].oci"),
     ];
     for (lines, want) in table {
@@ -378,4 +398,215 @@ fn oci_source_config_errors_name_the_field() {
         assert!(!o.status.success() && text.contains(want), "{lines}: {text}");
         assert!(text.contains("stacksync.yaml:"), "the error names the file and line: {text}");
     }
+}
+
+/// A registry serving TLS with a certificate from a private CA: refused (fail closed, clearly)
+/// without `caFile`, pulled with it; an unreadable or empty bundle is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_registry_with_a_private_ca_needs_ca_file() {
+    if !have_registry() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let registry = Registry::start_tls(&dir.path().join("registry"), Auth::None).await.expect("registry");
+    registry.push_artifact("acme/stacks", "v1.0.0", "application/vnd.acme.manifests.v1", &manifests("one")).await;
+    let repo = registry.repository("acme/stacks");
+
+    let config = oci_config(dir.path(), &format!("      repository: {repo}\n      insecure: false\n"), "", ALPHA);
+    let o = run_once(&config).await;
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    eprintln!("without caFile: {}", err.lines().find(|l| l.contains("not trusted")).unwrap_or_default());
+    assert!(err.contains(&format!("source registry: {repo}")) && err.contains("certificate is not trusted: set `caFile`"), "{err}");
+    assert!(!dir.path().join("out/team-a/alpha/01-configmap-cfg.yaml").exists(), "applied from an untrusted registry");
+
+    let with_ca = |ca: &Path| oci_config(dir.path(), &format!("      repository: {repo}\n      caFile: {}\n", ca.display()), "", ALPHA);
+    let missing = dir.path().join("missing-ca.pem");
+    let o = run_once(&with_ca(&missing)).await;
+    assert!(stderr(&o).contains(&format!("caFile {}", missing.display())), "{}", stderr(&o));
+    let empty = dir.path().join("empty-ca.pem");
+    std::fs::write(&empty, "not a certificate\n").expect("write");
+    let o = run_once(&with_ca(&empty)).await;
+    assert!(stderr(&o).contains("holds no PEM certificate"), "{}", stderr(&o));
+
+    let o = run_once(&with_ca(&registry.ca_file())).await;
+    assert_exit(&o, 0);
+    assert_eq!(applied_tag(dir.path()), "v1.0.0");
+    registry.stop().await;
+}
+
+/// `auth.dockerConfig`: the `.dockerconfigjson` of an image pull Secret, read at each poll, the
+/// registry's entry picked by host; nothing of it is ever shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_config_credentials_are_picked_by_host_and_reread_each_poll() {
+    use base64::Engine;
+    if !have_registry() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let registry = Registry::start(&dir.path().join("registry"), Auth::Htpasswd).await.expect("registry");
+    registry.push_artifact("acme/stacks", "v1.0.0", "application/vnd.acme.manifests.v1", &manifests("one")).await;
+    let repo = registry.repository("acme/stacks");
+    let file = dir.path().join(".dockerconfigjson");
+    let lines = format!("      repository: {repo}\n      auth:\n        dockerConfig: {{file: {}}}\n", file.display());
+    let config = oci_config(dir.path(), &lines, "", ALPHA);
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+
+    // No entry for this registry.
+    std::fs::write(&file, format!(r#"{{"auths":{{"other.example":{{"auth":"{}"}}}}}}"#, b64("x:y"))).expect("write");
+    let o = run_once(&config).await;
+    assert!(stderr(&o).contains(&format!("`auths` has no entry for `{}`", registry.host())), "{}", stderr(&o));
+
+    // A wrong password (base64 `auth`): refused, naming the file, never showing it.
+    let wrong = b64(&format!("{USER}:wrong-pony-battery"));
+    std::fs::write(&file, format!(r#"{{"auths":{{"http://{}":{{"auth":"{wrong}"}}}}}}"#, registry.host())).expect("write");
+    let o = run_once(&config).await;
+    let text = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(text.contains("the registry refused the credentials (`auth.dockerConfig`"), "{text}");
+    assert!(!text.contains("wrong-pony-battery") && !text.contains(&wrong), "a secret was shown: {text}");
+
+    // Rotated (as the kubelet updates a mounted Secret): `username`/`password` form.
+    std::fs::write(&file, format!(r#"{{"auths":{{"{}":{{"username":"{USER}","password":"{PASSWORD}"}}}}}}"#, registry.host()))
+        .expect("write");
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert_eq!(applied_tag(dir.path()), "v1.0.0");
+    let status_text = std::fs::read_to_string(dir.path().join("out/status/team-a/alpha.yaml")).expect("status");
+    assert!(!status_text.contains(PASSWORD) && !stderr(&o).contains(PASSWORD));
+    registry.stop().await;
+}
+
+/// A Docker config `identitytoken` is an OAuth2 refresh token: exchanged at the registry's token
+/// service (`POST`, `grant_type=refresh_token`) for a pull token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_config_identity_token_is_exchanged_at_the_token_service() {
+    if !have_registry() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tokens = TokenServer::start(&dir.path().join("tokens"), false).await.expect("token server");
+    let registry = Registry::start(&dir.path().join("registry"), Auth::Token(&tokens)).await.expect("registry");
+    registry.push_artifact("acme/stacks", "v1.0.0", "application/vnd.acme.manifests.v1", &manifests("one")).await;
+    let file = dir.path().join("config.json");
+    let lines = format!(
+        "      repository: {}\n      auth:\n        dockerConfig: {{file: {}}}\n",
+        registry.repository("acme/stacks"),
+        file.display()
+    );
+    let config = oci_config(dir.path(), &lines, "", ALPHA);
+
+    std::fs::write(&file, format!(r#"{{"auths":{{"{}":{{"identitytoken":"revoked-refresh-token"}}}}}}"#, registry.host())).expect("write");
+    let o = run_once(&config).await;
+    let text = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(text.contains("the registry refused the token (`auth.dockerConfig`"), "{text}");
+    assert!(!text.contains("revoked-refresh-token"), "the token was shown: {text}");
+
+    std::fs::write(&file, format!(r#"{{"auths":{{"{}":{{"identitytoken":"{IDENTITY_TOKEN}"}}}}}}"#, registry.host())).expect("write");
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+    assert_eq!(applied_tag(dir.path()), "v1.0.0");
+    assert!(!stderr(&o).contains(IDENTITY_TOKEN));
+    registry.stop().await;
+    tokens.stop().await;
+}
+
+/// What [`SilentFront`] does with a new connection.
+const FORWARD: u8 = 0;
+/// Accept, read nothing, answer nothing.
+const SILENT: u8 = 1;
+/// Answer `200` headers at once, then the body one byte every 300 ms.
+const TRICKLE: u8 = 2;
+
+/// A TCP front for the registry that can go silent or trickle, as a hung registry or load
+/// balancer does.
+struct SilentFront {
+    addr: std::net::SocketAddr,
+    mode: std::sync::Arc<std::sync::atomic::AtomicU8>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SilentFront {
+    async fn start(upstream: String) -> SilentFront {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mode = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(FORWARD));
+        let flag = mode.clone();
+        let task = tokio::spawn(async move {
+            let mut conns = tokio::task::JoinSet::new();
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let mode = flag.load(std::sync::atomic::Ordering::SeqCst);
+                let upstream = upstream.clone();
+                conns.spawn(async move {
+                    match mode {
+                        SILENT => tokio::time::sleep(std::time::Duration::from_secs(120)).await,
+                        TRICKLE => {
+                            // Answer only once the request is in (an answer before it is not one).
+                            let mut request = Vec::new();
+                            let mut buf = [0u8; 4096];
+                            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                                match tokio::io::AsyncReadExt::read(&mut inbound, &mut buf).await {
+                                    Ok(0) | Err(_) => return,
+                                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                                }
+                            }
+                            let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 4096\r\n\r\n";
+                            if inbound.write_all(head.as_bytes()).await.is_err() {
+                                return;
+                            }
+                            for _ in 0..400 {
+                                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                                if inbound.write_all(b" ").await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                        _ => {
+                            if let Ok(mut out) = tokio::net::TcpStream::connect(upstream).await {
+                                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        SilentFront { addr, mode, task }
+    }
+}
+
+/// A registry that accepts the connection and never answers, or answers at a trickle: the poll
+/// fails within the source's `timeout`, naming the source, and the last good release stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_or_trickling_registry_times_out_within_the_source_timeout_and_the_last_release_stays() {
+    if !have_registry() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let registry = Registry::start(&dir.path().join("registry"), Auth::None).await.expect("registry");
+    registry.push_artifact("acme/stacks", "v1.0.0", "application/vnd.acme.manifests.v1", &manifests("one")).await;
+    let front = SilentFront::start(registry.host()).await;
+    let lines = format!("      repository: {}/acme/stacks\n      timeout: 2s\n", front.addr);
+    let config = oci_config(dir.path(), &lines, "", ALPHA);
+    assert_exit(&run_once(&config).await, 0);
+    assert_eq!(applied_tag(dir.path()), "v1.0.0");
+
+    registry.push_artifact("acme/stacks", "v1.1.0", "application/vnd.acme.manifests.v1", &manifests("two")).await;
+    for (mode, what) in [(SILENT, "silent"), (TRICKLE, "trickling")] {
+        front.mode.store(mode, std::sync::atomic::Ordering::SeqCst);
+        let started = std::time::Instant::now();
+        let o = run_once(&config).await;
+        let elapsed = started.elapsed();
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!("source registry: {}/acme/stacks", front.addr)) && err.contains("timed out after 2s"),
+            "{what}: {err}"
+        );
+        assert!(elapsed < std::time::Duration::from_secs(15), "{what}: the run took {elapsed:?} with a 2s timeout");
+        eprintln!("{what} registry: run failed after {elapsed:?}: {}", err.lines().find(|l| l.contains("timed out")).unwrap_or_default());
+        assert_eq!(applied_tag(dir.path()), "v1.0.0", "{what}: the last good release stays");
+        let cm = std::fs::read_to_string(dir.path().join("out/team-a/alpha/01-configmap-cfg.yaml")).expect("manifest");
+        assert!(cm.contains("extra: one"), "{cm}");
+    }
+    front.task.abort();
+    registry.stop().await;
 }

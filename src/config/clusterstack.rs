@@ -217,7 +217,7 @@ impl Cx {
     }
 
     /// A duration field of at least `min`; `default` when absent (or wrong, with an error).
-    fn positive_duration(&mut self, f: &Fields<'_>, key: &str, default: Duration, min: Duration) -> Duration {
+    pub(super) fn positive_duration(&mut self, f: &Fields<'_>, key: &str, default: Duration, min: Duration) -> Duration {
         let Some(n) = f.get(key) else { return default };
         let text = self.string(f, key).unwrap_or_default();
         match parse_duration(&text) {

@@ -84,7 +84,12 @@ pub struct OciSourceConfig {
     pub repository: crate::source::oci::Repository,
     /// Plain HTTP to a registry that is not on loopback.
     pub insecure: bool,
+    /// A PEM bundle added to the trust roots of this source (a private CA); read at each poll.
+    /// With it, a loopback registry is reached over https too.
+    pub ca_file: Option<std::path::PathBuf>,
     pub auth: Option<crate::source::oci::OciAuth>,
+    /// Deadline of one registry API call; a layer download gets ten times it.
+    pub timeout: std::time::Duration,
     /// Only tags matching this (`*` wildcards) are releases.
     pub tag_pattern: Option<String>,
     /// Tags asked for per `tags/list` page (`?n=`).

@@ -194,6 +194,8 @@ impl Cx {
             &[
                 "repository",
                 "insecure",
+                "caFile",
+                "timeout",
                 "auth",
                 "tagPattern",
                 "pageSize",
@@ -228,6 +230,16 @@ impl Cx {
                 "credentials are sent only over https:// (`insecure: true` with `auth` only for a loopback registry)",
             );
         }
+        let ca_file = self.string(&o, "caFile").map(|f| base.join(f));
+        if ca_file.is_some() && insecure {
+            let mark = o.get("caFile").map_or(node.mark, |n| n.mark);
+            self.error(mark, &o.path("caFile"), "`caFile` is for https; `insecure: true` means plain HTTP: set one of them");
+        }
+        let timeout = self.positive_duration(&o, "timeout", oci::DEFAULT_TIMEOUT, oci::MIN_TIMEOUT);
+        if timeout > oci::MAX_TIMEOUT {
+            let mark = o.get("timeout").map_or(node.mark, |n| n.mark);
+            self.error(mark, &o.path("timeout"), format!("at most {}s", oci::MAX_TIMEOUT.as_secs()));
+        }
         let tag_pattern = self.string(&o, "tagPattern");
         let page_size = match o.get("pageSize") {
             Some(n) => match n.scalar_text().and_then(|t| t.parse::<u32>().ok()).filter(|n| (1..=oci::MAX_PAGE_SIZE).contains(n)) {
@@ -247,7 +259,9 @@ impl Cx {
         Some(OciSourceConfig {
             repository: repository?,
             insecure,
+            ca_file,
             auth,
+            timeout,
             tag_pattern,
             page_size,
             max_asset_bytes,
@@ -257,9 +271,18 @@ impl Cx {
         })
     }
 
-    /// `auth`: `username` with `password`, or `bearerToken`.
+    /// `auth`: `username` with `password`, `bearerToken`, or `dockerConfig: {file: …}`.
     fn oci_auth(&mut self, node: &Node, path: &str, base: &Path) -> Option<OciAuth> {
-        let f = self.fields(node, path, &["username", "password", "bearerToken"])?;
+        let f = self.fields(node, path, &["username", "password", "bearerToken", "dockerConfig"])?;
+        if let Some(d) = f.get("dockerConfig") {
+            if f.get("username").is_some() || f.get("password").is_some() || f.get("bearerToken").is_some() {
+                self.error(node.mark, path, "set `username` and `password`, `bearerToken` or `dockerConfig` (only one)");
+                return None;
+            }
+            let d = self.fields(d, &f.path("dockerConfig"), &["file"])?;
+            let file = self.required_string(&d, "file")?;
+            return Some(OciAuth::DockerConfig(base.join(file)));
+        }
         match (f.get("username"), f.get("password"), f.get("bearerToken")) {
             (Some(_), Some(p), None) => {
                 let username = self.required_string(&f, "username");

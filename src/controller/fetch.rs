@@ -125,8 +125,13 @@ async fn poll_github(name: &str, g: &GithubSourceConfig, state: &mut GithubState
 }
 
 fn oci_client(o: &OciSourceConfig) -> oci::Result<oci::client::Client> {
-    let limits = oci::client::Limits { page_size: o.page_size, ..Default::default() };
-    oci::client::Client::new(&o.repository, o.insecure, o.auth.as_ref(), limits)
+    let limits = oci::client::Limits {
+        page_size: o.page_size,
+        request_deadline: o.timeout,
+        download_deadline: o.timeout * oci::client::DOWNLOAD_FACTOR,
+        ..Default::default()
+    };
+    oci::client::Client::new(&o.repository, o.insecure, o.ca_file.as_deref(), o.auth.as_ref(), limits)
 }
 
 /// Lists an OCI repository's tags and resolves each release tag to its manifest digest (the

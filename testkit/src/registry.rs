@@ -32,6 +32,8 @@ use tokio::task::JoinHandle;
 pub const DOCKER_REGISTRY: &str = "/usr/bin/docker-registry";
 /// The user of [`Auth::Htpasswd`] and [`TokenServer`].
 pub const USER: &str = "deployer";
+/// The Docker config `identitytoken` (OAuth2 refresh token) [`TokenServer`] accepts for [`USER`].
+pub const IDENTITY_TOKEN: &str = "testkit-identity-refresh-7d2a";
 /// That user's password.
 pub const PASSWORD: &str = "correct-horse-staple";
 /// [`PASSWORD`] hashed with bcrypt (cost 5), made once for this fixture.
@@ -56,6 +58,8 @@ pub struct Registry {
     dir: PathBuf,
     child: Child,
     http: reqwest::Client,
+    /// `http` or `https`.
+    scheme: &'static str,
     /// Credentials the test pushes with.
     push_auth: Option<(String, String)>,
     token: Option<(String, String)>,
@@ -69,12 +73,38 @@ pub fn digest(bytes: &[u8]) -> String {
 impl Registry {
     /// Starts a registry storing under `dir`, waiting until it listens.
     pub async fn start(dir: &Path, auth: Auth<'_>) -> std::io::Result<Registry> {
+        Self::start_with(dir, auth, false).await
+    }
+
+    /// Starts a registry serving TLS only, with a certificate for `127.0.0.1` issued by a CA
+    /// made with `openssl` under `dir` ([`Registry::ca_file`]).
+    pub async fn start_tls(dir: &Path, auth: Auth<'_>) -> std::io::Result<Registry> {
+        Self::start_with(dir, auth, true).await
+    }
+
+    /// The PEM certificate of the CA that issued a TLS registry's certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("tls/ca.pem")
+    }
+
+    async fn start_with(dir: &Path, auth: Auth<'_>, tls: bool) -> std::io::Result<Registry> {
         std::fs::create_dir_all(dir)?;
         let mut config = format!(
             "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    enabled: true\n\
              http:\n  addr: 127.0.0.1:0\n",
             data = dir.join("data").display()
         );
+        let mut http = reqwest::Client::builder().timeout(Duration::from_secs(30));
+        if tls {
+            let ca = make_tls(&dir.join("tls")).await?;
+            config.push_str(&format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                dir.join("tls/cert.pem").display(),
+                dir.join("tls/key.pem").display()
+            ));
+            http = http.tls_certs_merge([reqwest::Certificate::from_pem(&ca).map_err(std::io::Error::other)?]);
+        }
+        let scheme = if tls { "https" } else { "http" };
         let mut token = None;
         match auth {
             Auth::None => {}
@@ -111,7 +141,7 @@ impl Registry {
             }
             let log = std::fs::read_to_string(dir.join("registry.log")).unwrap_or_default();
             if let Some(addr) =
-                log.split("listening on ").nth(1).and_then(|r| r.split(['"', ' ', '\n']).next()).and_then(|a| a.parse().ok())
+                log.split("listening on ").nth(1).and_then(|r| r.split(['"', ' ', ',', '\n']).next()).and_then(|a| a.parse().ok())
             {
                 break addr;
             }
@@ -121,11 +151,11 @@ impl Registry {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().map_err(std::io::Error::other)?;
-        let registry = Registry { addr, dir: dir.to_path_buf(), child, http, push_auth, token };
+        let http = http.build().map_err(std::io::Error::other)?;
+        let registry = Registry { addr, dir: dir.to_path_buf(), child, http, scheme, push_auth, token };
         // Ready when the API answers (401 counts: it is up).
         for _ in 0..200 {
-            if registry.http.get(format!("http://{addr}/v2/")).send().await.is_ok() {
+            if registry.http.get(format!("{scheme}://{addr}/v2/")).send().await.is_ok() {
                 return Ok(registry);
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
@@ -166,7 +196,7 @@ impl Registry {
     }
 
     async fn token_realm(&self) -> String {
-        let resp = self.http.get(format!("http://{}/v2/", self.addr)).send().await.expect("challenge");
+        let resp = self.http.get(format!("{}://{}/v2/", self.scheme, self.addr)).send().await.expect("challenge");
         let header = resp.headers().get("www-authenticate").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
         header.split("realm=\"").nth(1).and_then(|r| r.split('"').next()).expect("realm").to_owned()
     }
@@ -174,11 +204,11 @@ impl Registry {
     /// Uploads a blob (POST, then PUT with its digest); returns the digest.
     pub async fn push_blob(&self, name: &str, bytes: &[u8]) -> String {
         let d = digest(bytes);
-        let url = format!("http://{}/v2/{name}/blobs/uploads/", self.addr);
+        let url = format!("{}://{}/v2/{name}/blobs/uploads/", self.scheme, self.addr);
         let resp = self.authed(reqwest::Method::POST, &url, name).await.send().await.expect("start upload");
         assert_eq!(resp.status(), 202, "start upload: {}", resp.text().await.unwrap_or_default());
         let location = resp.headers()["location"].to_str().expect("location").to_owned();
-        let location = if location.starts_with('/') { format!("http://{}{location}", self.addr) } else { location };
+        let location = if location.starts_with('/') { format!("{}://{}{location}", self.scheme, self.addr) } else { location };
         let sep = if location.contains('?') { '&' } else { '?' };
         let put = format!("{location}{sep}digest={d}");
         let resp = self
@@ -195,7 +225,7 @@ impl Registry {
 
     /// Puts a manifest under `reference` (a tag); returns its digest.
     pub async fn put_manifest(&self, name: &str, reference: &str, manifest: &[u8]) -> String {
-        let url = format!("http://{}/v2/{name}/manifests/{reference}", self.addr);
+        let url = format!("{}://{}/v2/{name}/manifests/{reference}", self.scheme, self.addr);
         let resp = self
             .authed(reqwest::Method::PUT, &url, name)
             .await
@@ -338,6 +368,51 @@ impl TokenServer {
     }
 }
 
+/// A CA (`ca.pem`) and a server certificate it issued for `127.0.0.1` (`cert.pem`, `key.pem`),
+/// P-256 keys, valid two days. Returns the CA's PEM.
+async fn make_tls(dir: &Path) -> std::io::Result<Vec<u8>> {
+    std::fs::create_dir_all(dir)?;
+    let p = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    let mut ca = vec!["req", "-x509", "-new"];
+    ca.extend(ec);
+    let (ca_key, ca_pem) = (p("ca.key"), p("ca.pem"));
+    ca.extend(["-keyout", &ca_key, "-out", &ca_pem, "-subj", "/CN=testkit-registry-ca", "-days", "2"]);
+    openssl(&ca, None).await?;
+    let mut csr = vec!["req", "-new"];
+    let (key, csr_path) = (p("key.pem"), p("server.csr"));
+    csr.extend(ec);
+    csr.extend(["-keyout", &key, "-out", &csr_path, "-subj", "/CN=127.0.0.1"]);
+    openssl(&csr, None).await?;
+    std::fs::write(
+        dir.join("server.ext"),
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1\n",
+    )?;
+    let (ext, cert) = (p("server.ext"), p("cert.pem"));
+    openssl(
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr_path,
+            "-CA",
+            &ca_pem,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+            "-out",
+            &cert,
+        ],
+        None,
+    )
+    .await?;
+    std::fs::read(dir.join("ca.pem"))
+}
+
 async fn openssl(args: &[&str], stdin: Option<&[u8]>) -> std::io::Result<Vec<u8>> {
     use tokio::io::AsyncWriteExt;
     let mut child = Command::new("openssl")
@@ -378,6 +453,9 @@ fn libtrust_key_id(der: &[u8]) -> String {
 }
 
 async fn issue(signer: &Signer, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+    if req.method() == hyper::Method::POST {
+        return issue_oauth(signer, req).await;
+    }
     let query: BTreeMap<String, String> = form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes()).into_owned().collect();
     let presented = req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Basic "));
     let expected = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"));
@@ -394,6 +472,36 @@ async fn issue(signer: &Signer, req: Request<hyper::body::Incoming>) -> Response
         }
     };
     // `repository:<name>:<actions>`; grant what was asked, within what this caller may do.
+    match sign(signer, &query, presented.is_some(), &actions).await {
+        Ok(token) => reply(StatusCode::OK, serde_json::to_vec(&serde_json::json!({"token": token, "expires_in": 300})).unwrap_or_default()),
+        Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, e.to_string().into_bytes()),
+    }
+}
+
+/// The OAuth2 form of the token endpoint (`POST`, `grant_type=refresh_token`), as Docker clients
+/// use an `identitytoken`: [`IDENTITY_TOKEN`] is exchanged for a token of [`USER`].
+async fn issue_oauth(signer: &Signer, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+    use http_body_util::BodyExt;
+    let Ok(body) = http_body_util::Limited::new(req.into_body(), 64 * 1024).collect().await else {
+        return reply(StatusCode::BAD_REQUEST, b"{\"error\":\"invalid_request\"}".to_vec());
+    };
+    let form: BTreeMap<String, String> = form_urlencoded::parse(&body.to_bytes()).into_owned().collect();
+    if form.get("grant_type").map(String::as_str) != Some("refresh_token")
+        || form.get("refresh_token").map(String::as_str) != Some(IDENTITY_TOKEN)
+    {
+        signer.refused.fetch_add(1, Ordering::SeqCst);
+        return reply(StatusCode::UNAUTHORIZED, b"{\"error\":\"invalid_grant\"}".to_vec());
+    }
+    match sign(signer, &form, true, &["pull", "push"]).await {
+        Ok(token) => {
+            reply(StatusCode::OK, serde_json::to_vec(&serde_json::json!({"access_token": token, "expires_in": 300})).unwrap_or_default())
+        }
+        Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, e.to_string().into_bytes()),
+    }
+}
+
+/// A registry JWT granting `actions` of what `query`'s scope asks.
+async fn sign(signer: &Signer, query: &BTreeMap<String, String>, user: bool, actions: &[&str]) -> std::io::Result<String> {
     let access: Vec<serde_json::Value> = query
         .get("scope")
         .into_iter()
@@ -409,18 +517,13 @@ async fn issue(signer: &Signer, req: Request<hyper::body::Incoming>) -> Response
     let n = signer.issued.fetch_add(1, Ordering::SeqCst);
     let header = serde_json::json!({"typ": "JWT", "alg": "RS256", "kid": signer.kid});
     let claims = serde_json::json!({
-        "iss": ISSUER, "sub": if presented.is_some() { USER } else { "" }, "aud": query.get("service").map_or(SERVICE, String::as_str),
+        "iss": ISSUER, "sub": if user { USER } else { "" }, "aud": query.get("service").map_or(SERVICE, String::as_str),
         "exp": now + 300, "nbf": now.saturating_sub(10), "iat": now, "jti": format!("testkit-{n}"), "access": access,
     });
     let b64 = |v: &serde_json::Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(v).unwrap_or_default());
     let signing_input = format!("{}.{}", b64(&header), b64(&claims));
-    let signature = match openssl(&["dgst", "-sha256", "-sign", &signer.key.to_string_lossy()], Some(signing_input.as_bytes())).await {
-        Ok(s) => s,
-        Err(e) => return reply(StatusCode::INTERNAL_SERVER_ERROR, e.to_string().into_bytes()),
-    };
-    let token = format!("{signing_input}.{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(signature));
-    let body = serde_json::json!({"token": token, "expires_in": 300});
-    reply(StatusCode::OK, serde_json::to_vec(&body).unwrap_or_default())
+    let signature = openssl(&["dgst", "-sha256", "-sign", &signer.key.to_string_lossy()], Some(signing_input.as_bytes())).await?;
+    Ok(format!("{signing_input}.{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(signature)))
 }
 
 fn reply(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {

@@ -33,11 +33,15 @@ async fn binary_serves_a_release_directory_with_digests_and_redirects() {
         .spawn()
         .expect("spawn");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !addr_file.exists() {
+    // The file exists (created, empty) a moment before its content is written: wait for it.
+    let url = loop {
+        let text = std::fs::read_to_string(&addr_file).unwrap_or_default();
+        if !text.trim().is_empty() {
+            break text;
+        }
         assert!(tokio::time::Instant::now() < deadline, "no address written");
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let url = std::fs::read_to_string(&addr_file).expect("addr");
+    };
     let addr = url.trim_start_matches("http://").trim_end_matches('/').to_owned();
 
     let (code, head, body) = get(&addr, "/repos/acme/stacks/releases?per_page=1&page=1", "application/vnd.github+json").await;

@@ -13,6 +13,7 @@
 //! client the GitHub source already uses.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -21,14 +22,22 @@ use reqwest::{Method, StatusCode, Url};
 use sha2::{Digest, Sha256};
 use tracing::{debug, info};
 
-use super::{BearerChallenge, Error, MANIFEST_ACCEPT, OciAuth, Repository, Result, next_link, parse_bearer_challenge};
+use super::{
+    BearerChallenge, DockerCredentials, Error, MANIFEST_ACCEPT, MAX_AUX_FILE_BYTES, OciAuth, Repository, Result, docker_credentials,
+    next_link, parse_bearer_challenge,
+};
 use crate::cache::blobs::{BlobError, Blobs, Sha256Digest};
 use crate::source::github::{Secret, describe};
 
-/// Deadline of one API call (tag page, manifest, token), its body included.
-pub const REQUEST_DEADLINE: Duration = Duration::from_secs(60);
+/// Deadline of one API call (tag page, manifest, token), its body included: the source's
+/// `timeout` unless set.
+pub const REQUEST_DEADLINE: Duration = super::DEFAULT_TIMEOUT;
+/// A layer download may take this many times the API-call deadline.
+pub const DOWNLOAD_FACTOR: u32 = 10;
 /// Deadline of one layer download.
 pub const DOWNLOAD_DEADLINE: Duration = Duration::from_secs(10 * 60);
+/// Longest wait for a TCP (and TLS) connection.
+const CONNECT_DEADLINE: Duration = Duration::from_secs(10);
 /// Largest tag-list page, manifest or token response read.
 pub const MAX_DOCUMENT_BYTES: u64 = 4 * 1024 * 1024;
 /// Most `tags/list` pages followed in one listing.
@@ -46,8 +55,13 @@ pub const RESOLVE_CONCURRENCY: usize = 8;
 #[derive(Debug, Clone)]
 enum Credentials {
     Anonymous,
-    Basic { username: String, password: Secret },
+    Basic {
+        username: String,
+        password: Secret,
+    },
     Bearer(Secret),
+    /// A Docker config's `identitytoken`: an OAuth2 refresh token for the token service.
+    IdentityToken(Secret),
 }
 
 /// Deadlines and caps of a client.
@@ -78,6 +92,8 @@ pub struct Client {
     /// `registry/name`, for messages.
     display: String,
     credentials: Credentials,
+    /// Where the credentials came from, for messages (`auth.password`, a Docker config file).
+    origin: String,
     /// Key of this client's tokens in the process-wide token cache: registry, repository and a
     /// hash of the credentials, so a rotated password never reuses a token of the old one.
     token_key: String,
@@ -95,35 +111,59 @@ fn tokens() -> &'static Mutex<HashMap<String, (Secret, Instant)>> {
 impl Client {
     /// Reads the credentials (at every poll: rotation needs no restart) and builds a client.
     ///
+    /// The scheme: `https`, plain HTTP only with `insecure: true` (loopback included: secure by
+    /// default, and one rule). The CA bundle is read here, at every poll, like the credentials,
+    /// and added to the system's trust roots for this client only.
+    ///
     /// # Errors
-    /// Plain HTTP to a registry that is not loopback without `insecure`, unreadable credentials,
-    /// or an HTTP client that cannot be built.
-    pub fn new(repo: &Repository, insecure: bool, auth: Option<&OciAuth>, limits: Limits) -> Result<Client> {
+    /// Plain HTTP to a registry that is not loopback without `insecure`, unreadable credentials
+    /// or CA bundle, or an HTTP client that cannot be built.
+    pub fn new(repo: &Repository, insecure: bool, ca_file: Option<&Path>, auth: Option<&OciAuth>, limits: Limits) -> Result<Client> {
         let display = format!("{}/{}", repo.registry, repo.name);
-        let plain_http = insecure || repo.is_loopback();
+        let plain_http = insecure;
         let base = repo.base_url(plain_http, insecure)?;
         let base = Url::parse(&base).map_err(|e| Error::Request { repo: display.clone(), url: base.clone(), message: e.to_string() })?;
         let cred_err = |message: String| Error::Credentials { repo: display.clone(), message };
-        let credentials = match auth {
-            None => Credentials::Anonymous,
-            Some(OciAuth::Basic { username, password }) => Credentials::Basic {
-                username: username.clone(),
-                password: password.read().map_err(|m| cred_err(format!("password: {m}")))?,
-            },
-            Some(OciAuth::Bearer(token)) => Credentials::Bearer(token.read().map_err(|m| cred_err(format!("bearerToken: {m}")))?),
+        let (credentials, origin) = match auth {
+            None => (Credentials::Anonymous, String::new()),
+            Some(OciAuth::Basic { username, password }) => (
+                Credentials::Basic {
+                    username: username.clone(),
+                    password: password.read().map_err(|m| cred_err(format!("password: {m}")))?,
+                },
+                "`auth.username` / `auth.password`".to_owned(),
+            ),
+            Some(OciAuth::Bearer(token)) => {
+                (Credentials::Bearer(token.read().map_err(|m| cred_err(format!("bearerToken: {m}")))?), "`auth.bearerToken`".to_owned())
+            }
+            Some(OciAuth::DockerConfig(path)) => {
+                let origin = format!("`auth.dockerConfig` {}", path.display());
+                let text = read_small(path).map_err(|m| cred_err(format!("dockerConfig: {m}")))?;
+                let text = String::from_utf8(text).map_err(|_| cred_err(format!("dockerConfig: {} is not UTF-8", path.display())))?;
+                let found =
+                    docker_credentials(&text, &repo.registry).map_err(|m| cred_err(format!("dockerConfig {}: {m}", path.display())))?;
+                let credentials = match found {
+                    DockerCredentials::Basic { username, password } => Credentials::Basic { username, password: Secret::new(password) },
+                    DockerCredentials::IdentityToken(t) => Credentials::IdentityToken(Secret::new(t)),
+                };
+                (credentials, origin)
+            }
         };
         let fingerprint = match &credentials {
             Credentials::Anonymous => String::new(),
             Credentials::Basic { username, password } => hex::encode(Sha256::digest(format!("{username}\n{}", password.expose()))),
             Credentials::Bearer(t) => hex::encode(Sha256::digest(t.expose())),
+            Credentials::IdentityToken(t) => hex::encode(Sha256::digest(format!("identitytoken\n{}", t.expose()))),
         };
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             // Redirects are followed by hand: credentials never follow a redirect to another host.
             .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(10))
-            .read_timeout(Duration::from_secs(60))
-            .build()
-            .map_err(|e| Error::Request { repo: display.clone(), url: base.to_string(), message: e.to_string() })?;
+            .connect_timeout(CONNECT_DEADLINE.min(limits.request_deadline))
+            .read_timeout(limits.request_deadline);
+        if let Some(path) = ca_file {
+            builder = builder.tls_certs_merge(read_ca_bundle(path).map_err(|message| Error::CaFile { repo: display.clone(), message })?);
+        }
+        let http = builder.build().map_err(|e| Error::Request { repo: display.clone(), url: base.to_string(), message: e.to_string() })?;
         Ok(Client {
             http,
             token_key: format!("{base}|{}|{fingerprint}", repo.name),
@@ -131,6 +171,7 @@ impl Client {
             repo: repo.clone(),
             display,
             credentials,
+            origin,
             auth: Mutex::new(None),
             limits,
         })
@@ -182,7 +223,7 @@ impl Client {
 
     fn request_err(&self, url: &Url, deadline: Duration) -> impl Fn(reqwest::Error) -> Error + '_ {
         let url = url.to_string();
-        move |e| Error::Request { repo: self.display.clone(), url: url.clone(), message: describe(&e.without_url(), deadline) }
+        move |e| Error::Request { repo: self.display.clone(), url: url.clone(), message: explain(&e.without_url(), deadline) }
     }
 
     /// Sends a request to the registry, answering one `401` challenge and retrying once.
@@ -201,11 +242,13 @@ impl Client {
 
     fn refused(&self) -> Error {
         let message = match &self.credentials {
-            Credentials::Anonymous => "the registry needs credentials: set `auth` (`username` and `password`, or `bearerToken`)",
-            Credentials::Basic { .. } => "the registry refused the credentials (`auth.username` / `auth.password`)",
-            Credentials::Bearer(_) => "the registry refused the token (`auth.bearerToken`)",
+            Credentials::Anonymous => {
+                "the registry needs credentials: set `auth` (`username` and `password`, `bearerToken` or `dockerConfig`)".to_owned()
+            }
+            Credentials::Basic { .. } => format!("the registry refused the credentials ({})", self.origin),
+            Credentials::Bearer(_) | Credentials::IdentityToken(_) => format!("the registry refused the token ({})", self.origin),
         };
-        Error::Unauthorized { repo: self.display.clone(), message: message.to_owned() }
+        Error::Unauthorized { repo: self.display.clone(), message }
     }
 
     /// Learns how to authenticate from a `WWW-Authenticate` header.
@@ -256,15 +299,38 @@ impl Client {
         }
         let loopback =
             realm.host_str().is_some_and(|h| h == "localhost" || h.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback()));
+        if !matches!(self.credentials, Credentials::Anonymous) && realm.scheme() != "https" && !loopback {
+            return Err(bad(format!(
+                "the token realm {} is not https: credentials are not sent there",
+                realm.origin().ascii_serialization()
+            )));
+        }
         let mut req = self.http.get(realm.clone()).header(USER_AGENT, concat!("stacksync/", env!("CARGO_PKG_VERSION"))).timeout(deadline);
-        if let Credentials::Basic { username, password } = &self.credentials {
-            if realm.scheme() != "https" && !loopback {
-                return Err(bad(format!(
-                    "the token realm {} is not https: credentials are not sent there",
-                    realm.origin().ascii_serialization()
-                )));
+        match &self.credentials {
+            Credentials::Basic { username, password } => req = req.header(AUTHORIZATION, basic(username, password).expose()),
+            Credentials::IdentityToken(refresh) => {
+                // OAuth2 refresh-token grant, as Docker clients use an `identitytoken`.
+                let mut form = Url::parse("form:").map_err(|e| bad(e.to_string()))?;
+                {
+                    let mut q = form.query_pairs_mut();
+                    q.append_pair("grant_type", "refresh_token").append_pair("refresh_token", refresh.expose());
+                    q.append_pair("client_id", "stacksync").append_pair("scope", &scope);
+                    if let Some(service) = &challenge.service {
+                        q.append_pair("service", service);
+                    }
+                }
+                let body = form.query().unwrap_or_default().to_owned();
+                let mut url = realm.clone();
+                url.set_query(None);
+                req = self
+                    .http
+                    .post(url)
+                    .header(USER_AGENT, concat!("stacksync/", env!("CARGO_PKG_VERSION")))
+                    .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                    .body(body)
+                    .timeout(deadline);
             }
-            req = req.header(AUTHORIZATION, basic(username, password).expose());
+            Credentials::Anonymous | Credentials::Bearer(_) => {}
         }
         let resp = req.send().await.map_err(self.request_err(&realm, deadline))?;
         let status = resp.status();
@@ -487,6 +553,42 @@ impl Client {
     }
 }
 
+/// [`describe`], with a hint when the registry's certificate is not trusted.
+fn explain(e: &reqwest::Error, deadline: Duration) -> String {
+    let text = describe(e, deadline);
+    let untrusted = ["UnknownIssuer", "unknown issuer", "invalid peer certificate", "self-signed", "self signed"];
+    if untrusted.iter().any(|w| text.contains(w)) {
+        return format!("{text} (the registry's TLS certificate is not trusted: set `caFile` to the CA bundle that issued it)");
+    }
+    if text.contains("InvalidContentType") {
+        return format!("{text} (the registry does not speak TLS; for a plain-HTTP registry set `insecure: true`)");
+    }
+    text
+}
+
+/// Reads a small file (a Docker config, a CA bundle) with a size cap.
+fn read_small(path: &Path) -> std::result::Result<Vec<u8>, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_AUX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    if bytes.len() as u64 > MAX_AUX_FILE_BYTES {
+        return Err(format!("{}: larger than {MAX_AUX_FILE_BYTES} bytes", path.display()));
+    }
+    Ok(bytes)
+}
+
+/// The certificates of a PEM bundle (`caFile`): at least one, each a parseable X.509 certificate.
+fn read_ca_bundle(path: &Path) -> std::result::Result<Vec<reqwest::Certificate>, String> {
+    let bytes = read_small(path).map_err(|m| format!("caFile {m}"))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&bytes)
+        .map_err(|e| format!("caFile {}: not a PEM certificate bundle: {}", path.display(), describe(&e, Duration::ZERO)))?;
+    if certs.is_empty() {
+        return Err(format!("caFile {}: holds no PEM certificate (`-----BEGIN CERTIFICATE-----`)", path.display()));
+    }
+    Ok(certs)
+}
+
 fn basic(username: &str, password: &Secret) -> Secret {
     use base64::Engine;
     Secret::new(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{username}:{}", password.expose()))))
@@ -514,12 +616,14 @@ mod tests {
     #[test]
     fn plain_http_to_a_remote_registry_needs_insecure() {
         let remote = Repository::parse("r.example/a").unwrap();
-        let c = Client::new(&remote, false, None, Limits::default()).unwrap();
+        let c = Client::new(&remote, false, None, None, Limits::default()).unwrap();
         assert_eq!(c.base.as_str(), "https://r.example/");
-        let c = Client::new(&remote, true, None, Limits::default()).unwrap();
+        let c = Client::new(&remote, true, None, None, Limits::default()).unwrap();
         assert_eq!(c.base.as_str(), "http://r.example/");
         let local = Repository::parse("127.0.0.1:5000/a").unwrap();
-        let c = Client::new(&local, false, None, Limits::default()).unwrap();
+        let c = Client::new(&local, false, None, None, Limits::default()).unwrap();
+        assert_eq!(c.url("tags/list?n=5").unwrap().as_str(), "https://127.0.0.1:5000/v2/a/tags/list?n=5", "loopback is https too");
+        let c = Client::new(&local, true, None, None, Limits::default()).unwrap();
         assert_eq!(c.url("tags/list?n=5").unwrap().as_str(), "http://127.0.0.1:5000/v2/a/tags/list?n=5");
     }
 }

@@ -45,6 +45,90 @@ pub enum OciAuth {
     Basic { username: String, password: TokenSource },
     /// An already issued registry token, sent as `Authorization: Bearer`.
     Bearer(TokenSource),
+    /// A Docker config file (`.dockerconfigjson`, as Kubernetes mounts an image pull Secret):
+    /// the entry of the registry's host in `auths` gives the credentials.
+    DockerConfig(std::path::PathBuf),
+}
+
+/// Default of `timeout`: the deadline of one registry API call.
+pub const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// Shortest `timeout`.
+pub const MIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+/// Longest `timeout`: a whole poll is bounded by two minutes anyway.
+pub const MAX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+/// Largest Docker config or CA bundle file read.
+pub const MAX_AUX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Credentials a Docker config file holds for one registry. `Debug` shows no secret.
+#[derive(Clone, PartialEq, Eq)]
+pub enum DockerCredentials {
+    /// `auth` (base64 `user:password`) or `username` and `password`.
+    Basic { username: String, password: String },
+    /// `identitytoken`: an OAuth2 refresh token, exchanged at the token service of the
+    /// registry's `Bearer` challenge.
+    IdentityToken(String),
+}
+
+impl std::fmt::Debug for DockerCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DockerCredentials::Basic { username, .. } => write!(f, "Basic({username}, ***)"),
+            DockerCredentials::IdentityToken(_) => f.write_str("IdentityToken(***)"),
+        }
+    }
+}
+
+/// Picks the credentials for `registry` (`host[:port]`) from a Docker config file's text. The
+/// `auths` key may be the bare host or a URL of it (`https://host/v1/`, as `docker login` writes
+/// for Docker Hub). Errors never quote the file's content.
+///
+/// # Errors
+/// Not JSON (line and column only), no `auths` entry for the registry, or an entry without
+/// usable credentials.
+pub fn docker_credentials(text: &str, registry: &str) -> Result<DockerCredentials, String> {
+    #[derive(Deserialize)]
+    struct File {
+        #[serde(default)]
+        auths: std::collections::BTreeMap<String, Entry>,
+    }
+    #[derive(Deserialize)]
+    struct Entry {
+        auth: Option<String>,
+        username: Option<String>,
+        password: Option<String>,
+        identitytoken: Option<String>,
+    }
+    // serde's messages can quote a value: report only where the file is broken.
+    let file: File = serde_json::from_str(text)
+        .map_err(|e| format!("not a Docker config (JSON with `auths`): error at line {} column {}", e.line(), e.column()))?;
+    let host_of = |key: &str| -> String {
+        let k = key.split_once("://").map_or(key, |(_, rest)| rest);
+        k.split('/').next().unwrap_or_default().to_ascii_lowercase()
+    };
+    let wanted = registry.to_ascii_lowercase();
+    let entry = file
+        .auths
+        .iter()
+        .find(|(k, _)| **k == wanted)
+        .or_else(|| file.auths.iter().find(|(k, _)| host_of(k) == wanted))
+        .map(|(_, e)| e)
+        .ok_or_else(|| format!("`auths` has no entry for `{registry}`"))?;
+    let nonempty = |s: &Option<String>| s.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned);
+    if let Some(token) = nonempty(&entry.identitytoken) {
+        return Ok(DockerCredentials::IdentityToken(token));
+    }
+    if let (Some(username), Some(password)) = (nonempty(&entry.username), nonempty(&entry.password)) {
+        return Ok(DockerCredentials::Basic { username, password });
+    }
+    if let Some(auth) = nonempty(&entry.auth) {
+        use base64::Engine;
+        let bad = || format!("`auths.{registry}.auth` is not base64 of `user:password`");
+        let raw = base64::engine::general_purpose::STANDARD.decode(auth.as_bytes()).map_err(|_| bad())?;
+        let raw = String::from_utf8(raw).map_err(|_| bad())?;
+        let (username, password) = raw.split_once(':').filter(|(u, p)| !u.is_empty() && !p.is_empty()).ok_or_else(bad)?;
+        return Ok(DockerCredentials::Basic { username: username.to_owned(), password: password.to_owned() });
+    }
+    Err(format!("`auths.{registry}` has no `auth`, `username`/`password` or `identitytoken`"))
 }
 
 /// One layer of a release artifact: a file of the release.
@@ -169,6 +253,8 @@ pub enum Error {
     Status { repo: String, url: String, status: u16, message: String },
     #[error("{repo}: {message}")]
     Unauthorized { repo: String, message: String },
+    #[error("{repo}: {message}")]
+    CaFile { repo: String, message: String },
     #[error("{repo}: cannot read the credentials: {message}")]
     Credentials { repo: String, message: String },
     #[error("{repo}: {url}: the response is larger than the limit of {limit} bytes")]
@@ -395,6 +481,28 @@ mod tests {
         assert!(matches!(remote.base_url(true, false), Err(Error::Insecure { .. })));
         assert_eq!(remote.base_url(true, true).unwrap(), "http://r.example");
         assert_eq!(remote.base_url(false, false).unwrap(), "https://r.example");
+    }
+
+    #[test]
+    fn docker_config_entries_are_picked_by_host() {
+        let config = r#"{"auths":{
+            "other.example":{"auth":"eDp5"},
+            "https://r.example:5000/v1/":{"auth":"ZGVwbG95ZXI6czNjcmV0"},
+            "plain.example":{"username":"u","password":"p"},
+            "oauth.example":{"identitytoken":"refresh-me"},
+            "empty.example":{},
+            "bad.example":{"auth":"bm8tY29sb24="}}}"#;
+        let basic = |u: &str, p: &str| DockerCredentials::Basic { username: u.into(), password: p.into() };
+        assert_eq!(docker_credentials(config, "r.example:5000").unwrap(), basic("deployer", "s3cret"));
+        assert_eq!(format!("{:?}", basic("deployer", "s3cret")), "Basic(deployer, ***)");
+        assert_eq!(docker_credentials(config, "plain.example").unwrap(), basic("u", "p"));
+        assert_eq!(docker_credentials(config, "oauth.example").unwrap(), DockerCredentials::IdentityToken("refresh-me".into()));
+        assert!(docker_credentials(config, "r.example").unwrap_err().contains("no entry for `r.example`"));
+        assert!(docker_credentials(config, "empty.example").unwrap_err().contains("has no `auth`"));
+        assert!(docker_credentials(config, "bad.example").unwrap_err().contains("not base64 of `user:password`"));
+        // A broken file is located, never quoted.
+        let err = docker_credentials(r#"{"auths":{"x":{"auth":42, "password":"hunter2"}}}"#, "x").unwrap_err();
+        assert!(err.contains("line 1 column") && !err.contains("hunter2"), "{err}");
     }
 
     #[test]
