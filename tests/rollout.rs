@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::fleet::{Daemon, Env, NS, STACK, cli};
+use common::fleet::{Daemon, Env, NS, STACK, cli, helm_path, v3_files_as};
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -26,42 +26,13 @@ fn publish(repo: &ReleaseRepo, version: &str, kubernetes: &str) {
 
 /// [`publish`] with `extra` files (path under the release root, text).
 fn publish_with(repo: &ReleaseRepo, version: &str, kubernetes: &str, extra: &[(&str, &str)]) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/clusterstack").join(V3);
-    let mut files = Vec::new();
-    let mut stack = vec![root.clone()];
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).expect("fixture").flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-                continue;
-            }
-            let rel =
-                p.strip_prefix(&root).expect("prefix").to_string_lossy().replace("cluster-class-v3", &format!("cluster-class-{version}"));
-            let text = std::fs::read_to_string(&p).expect("text");
-            let text = match rel.as_str() {
-                "metadata.yaml" => text
-                    .replace("clusterStack: v3", &format!("clusterStack: {version}"))
-                    .replace("kubernetes: v1.27.3", &format!("kubernetes: {kubernetes}")),
-                r if r.ends_with("Chart.yaml") && r.contains("cluster-class") => {
-                    text.replace("version: v3", &format!("version: {version}"))
-                }
-                _ => text,
-            };
-            files.push((rel, text));
-        }
-    }
+    let mut files = v3_files_as(version, |rel, text| match rel {
+        "metadata.yaml" => text.replace("kubernetes: v1.27.3", &format!("kubernetes: {kubernetes}")),
+        _ => text,
+    });
     files.extend(extra.iter().map(|(p, t)| ((*p).to_owned(), (*t).to_owned())));
     let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
     repo.release(&format!("{STACK}-{version}"), &refs);
-}
-
-fn helm_path() -> String {
-    let tools = std::env::var_os("STACKSYNC_TOOLS_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/stacksync-tools")))
-        .expect("HOME");
-    std::env::var("STACKSYNC_HELM").unwrap_or_else(|_| tools.join("bin/helm").to_string_lossy().into_owned())
 }
 
 /// A cluster-stack config polling every second; `rollout` is the subscription's indented

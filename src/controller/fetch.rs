@@ -293,12 +293,42 @@ async fn materialise_git(cache: &Cache, mut index: Index, key: &str, rel: &Relea
 }
 
 async fn materialise_github(cache: &Cache, index: Index, key: &str, rel: &Release, g: &GithubSourceConfig) -> (Index, Materialised) {
+    materialise_blobs(cache, index, key, rel, options(g).unpack, async |index: &Index, blobs: &Blobs| {
+        let Some(release) = index.github.get(key).and_then(|s| s.releases.get(&rel.tag)).cloned() else {
+            return Err(format!("release {} is not in the last listing of {} and not in the cache", rel.tag, g.repo));
+        };
+        if release.revision() != rel.commit {
+            return Err(format!("release {}: assets changed since they were accepted (moved tag); refusing", rel.tag));
+        }
+        download(g, blobs, &release).await
+    })
+    .await
+}
+
+async fn materialise_oci(cache: &Cache, index: Index, key: &str, rel: &Release, o: &OciSourceConfig) -> (Index, Materialised) {
+    let unpack = crate::cache::unpack::Limits { max_bytes: o.max_unpacked_bytes, ..Default::default() };
+    materialise_blobs(cache, index, key, rel, unpack, async |_: &Index, blobs: &Blobs| {
+        pull_oci(o, blobs, rel).await.map_err(|e| e.to_string())
+    })
+    .await
+}
+
+/// The release tree of a source whose files are verified blobs (GitHub assets, OCI layers). A
+/// verified tree of exactly this revision is used as it is — a restart asks the source nothing
+/// for it, and a release deleted upstream stays usable; otherwise `bring` puts the release's
+/// blobs into the store (verified) and the tree is filled from them.
+async fn materialise_blobs(
+    cache: &Cache,
+    index: Index,
+    key: &str,
+    rel: &Release,
+    unpack: crate::cache::unpack::Limits,
+    bring: impl AsyncFnOnce(&Index, &Blobs) -> Result<Vec<AssetRecord>, String>,
+) -> (Index, Materialised) {
     let blobs = match Blobs::open(cache.root()) {
         Ok(b) => b,
         Err(e) => return (index, Err(format!("cannot open blob store: {e}"))),
     };
-    // A verified tree of exactly this revision is used as it is, even when the release has
-    // since left the listing (deleted upstream: the release in use stays usable).
     let tree = cache.release_path(key, &rel.tag, &rel.commit);
     let cached = if tree.is_dir() { materialise::verify_cached(&tree, &blobs) } else { None };
     let records = match cached {
@@ -307,55 +337,12 @@ async fn materialise_github(cache: &Cache, index: Index, key: &str, rel: &Releas
             if tree.is_dir() {
                 let _ = std::fs::remove_dir_all(&tree);
             }
-            let Some(release) = index.github.get(key).and_then(|s| s.releases.get(&rel.tag)).cloned() else {
-                let msg = format!("release {} is not in the last listing of {} and not in the cache", rel.tag, g.repo);
-                return (index, Err(msg));
-            };
-            if release.revision() != rel.commit {
-                let msg = format!("release {}: assets changed since they were accepted (moved tag); refusing", rel.tag);
-                return (index, Err(msg));
-            }
-            match download(g, &blobs, &release).await {
+            match bring(&index, &blobs).await {
                 Ok(r) => r,
                 Err(e) => return (index, Err(e)),
             }
         }
     };
-    let (cache, key, rel, opts) = (cache.clone(), key.to_owned(), rel.clone(), options(g));
-    let task = tokio::task::spawn_blocking(move || {
-        let mut index = index;
-        let fill = |tmp: &std::path::Path| materialise::fill(&blobs, &records, tmp, opts.unpack);
-        let result = cache.release(&mut index, &rel.source, &key, &rel.tag, &rel.commit, fill);
-        (index, result.map(|(p, f)| (p, f, records.clone())).map_err(|e| e.to_string()))
-    });
-    match task.await {
-        Ok(pair) => pair,
-        Err(join) => (Index::default(), Err(format!("materialise task failed: {join}"))),
-    }
-}
-
-async fn materialise_oci(cache: &Cache, index: Index, key: &str, rel: &Release, o: &OciSourceConfig) -> (Index, Materialised) {
-    let blobs = match Blobs::open(cache.root()) {
-        Ok(b) => b,
-        Err(e) => return (index, Err(format!("cannot open blob store: {e}"))),
-    };
-    // A verified tree of exactly this digest is used as it is: a restart asks the registry
-    // nothing for it, and a tag deleted upstream leaves the release in use usable.
-    let tree = cache.release_path(key, &rel.tag, &rel.commit);
-    let cached = if tree.is_dir() { materialise::verify_cached(&tree, &blobs) } else { None };
-    let records = match cached {
-        Some(records) => records,
-        None => {
-            if tree.is_dir() {
-                let _ = std::fs::remove_dir_all(&tree);
-            }
-            match pull_oci(o, &blobs, rel).await {
-                Ok(r) => r,
-                Err(e) => return (index, Err(e.to_string())),
-            }
-        }
-    };
-    let unpack = crate::cache::unpack::Limits { max_bytes: o.max_unpacked_bytes, ..Default::default() };
     let (cache, key, rel) = (cache.clone(), key.to_owned(), rel.clone());
     let task = tokio::task::spawn_blocking(move || {
         let mut index = index;

@@ -123,27 +123,42 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>) {
         };
         let admin = admin.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
+            serve_one_request(stream, peer, "admin", move |req| {
                 let admin = admin.clone();
-                async move { Ok::<_, Infallible>(route(&admin, req).await) }
-            });
-            // One request per connection: an idle keep-alive connection must not hold one of
-            // the slots the kubelet's probes need.
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(READ_TIMEOUT)
-                .keep_alive(false)
-                .max_buf_size(MAX_HEAD_BYTES)
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = conn.await {
-                debug!(peer = %peer, error = %e, "admin connection ended");
-            }
+                async move { route(&admin, req).await }
+            })
+            .await;
             drop(permit);
         });
     }
 }
 
-type Reply = Response<Full<Bytes>>;
+pub(super) type Reply = Response<Full<Bytes>>;
+
+/// Serves one HTTP/1.1 request on `io` (the admin and the hooks listener): no keep-alive — an
+/// idle connection must not hold one of the listener's slots (the kubelet's probes need them;
+/// Cluster API's calls are seconds apart) —, the request head within [`READ_TIMEOUT`] and
+/// [`MAX_HEAD_BYTES`].
+pub(super) async fn serve_one_request<I, F, Fut>(io: I, peer: SocketAddr, listener: &'static str, handle: F)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    F: Fn(Request<Incoming>) -> Fut,
+    Fut: std::future::Future<Output = Reply>,
+{
+    let service = hyper::service::service_fn(move |req| {
+        let reply = handle(req);
+        async move { Ok::<_, Infallible>(reply.await) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(READ_TIMEOUT)
+        .keep_alive(false)
+        .max_buf_size(MAX_HEAD_BYTES)
+        .serve_connection(TokioIo::new(io), service);
+    if let Err(e) = conn.await {
+        debug!(peer = %peer, error = %e, "{listener} connection ended");
+    }
+}
 
 fn reply(status: StatusCode, body: impl Into<String>) -> Reply {
     let mut r = Response::new(Full::new(Bytes::from(body.into() + "\n")));

@@ -10,7 +10,6 @@
 //! last good one (logged). Every connection is bounded like the admin listener's: a handshake and
 //! read deadline, bodies over [`MAX_BODY_BYTES`] refused, at most [`MAX_CONNECTIONS`] at once.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -21,7 +20,6 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -52,7 +50,6 @@ pub const MAX_CONNECTIONS: usize = 64;
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Deadline for the TLS handshake, then for the request head, then for the body.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
-const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// How often a new connection may look at the certificate files.
 pub const CERT_RECHECK: Duration = Duration::from_secs(1);
 /// Largest certificate or key file read.
@@ -243,27 +240,17 @@ pub async fn serve(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, c
                     return;
                 }
             };
-            let service = hyper::service::service_fn(move |req| {
+            super::admin::serve_one_request(stream, peer, "hooks", move |req| {
                 let hooks = hooks.clone();
-                async move { Ok::<_, Infallible>(route(&hooks, req).await) }
-            });
-            // One request per connection, as the admin listener: an idle connection must not
-            // hold a slot; Cluster API's calls are seconds apart.
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(READ_TIMEOUT)
-                .keep_alive(false)
-                .max_buf_size(MAX_HEAD_BYTES)
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = conn.await {
-                debug!(peer = %peer, error = %e, "hooks connection ended");
-            }
+                async move { route(&hooks, req).await }
+            })
+            .await;
             drop(permit);
         });
     }
 }
 
-type Reply = Response<Full<Bytes>>;
+use super::admin::Reply;
 
 fn json_reply(status: StatusCode, body: &Value) -> Reply {
     let mut r = Response::new(Full::new(Bytes::from(body.to_string())));

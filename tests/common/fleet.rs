@@ -183,10 +183,9 @@ pub async fn cli(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     tokio::time::timeout(super::CLI_TIMEOUT, cmd.output()).await.expect("finished in time").expect("run stacksync")
 }
 
-/// Copies a cluster-stack fixture release into the repository and tags it.
-pub fn publish(repo: &ReleaseRepo, release: &str) {
+/// Every file of a cluster-stack fixture release: (path under the release root, text).
+pub fn fixture_files(release: &str) -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/clusterstack").join(release);
-    let _ = repo.git(&["rm", "-rq", "--ignore-unmatch", "."]);
     let mut files = Vec::new();
     let mut stack = vec![root.clone()];
     while let Some(dir) = stack.pop() {
@@ -200,6 +199,13 @@ pub fn publish(repo: &ReleaseRepo, release: &str) {
             }
         }
     }
+    files
+}
+
+/// Copies a cluster-stack fixture release into the repository and tags it.
+pub fn publish(repo: &ReleaseRepo, release: &str) {
+    let _ = repo.git(&["rm", "-rq", "--ignore-unmatch", "."]);
+    let files = fixture_files(release);
     let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
     repo.release(release, &refs);
 }
@@ -219,40 +225,40 @@ pub fn publish_v4_with_upgrade_stages(repo: &ReleaseRepo) {
     publish_v3_as(repo, "v4", None, stages);
 }
 
-/// v3's fixture as release `version`, with `install` replacing its install stages (when given)
-/// and `upgrade` its `BeforeClusterUpgrade` stages.
-pub fn publish_v3_as(repo: &ReleaseRepo, version: &str, install: Option<&str>, upgrade: &str) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/clusterstack/docker-ferrol-1-27-v3");
-    let mut files = Vec::new();
-    let mut stack = vec![root.clone()];
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).expect("fixture").flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-                continue;
-            }
-            let rel =
-                p.strip_prefix(&root).expect("prefix").to_string_lossy().replace("cluster-class-v3", &format!("cluster-class-{version}"));
-            let text = std::fs::read_to_string(&p).expect("text");
+/// v3's fixture files as release `version` (the ClusterClass chart renamed, `metadata.yaml`
+/// and its `Chart.yaml` saying `version`), each text then passed through `edit(path, text)`.
+pub fn v3_files_as(version: &str, edit: impl Fn(&str, String) -> String) -> Vec<(String, String)> {
+    fixture_files("docker-ferrol-1-27-v3")
+        .into_iter()
+        .map(|(rel, text)| {
+            let rel = rel.replace("cluster-class-v3", &format!("cluster-class-{version}"));
             let text = match rel.as_str() {
                 "metadata.yaml" => text.replace("clusterStack: v3", &format!("clusterStack: {version}")),
                 r if r.ends_with("Chart.yaml") && r.contains("cluster-class") => {
                     text.replace("version: v3", &format!("version: {version}"))
                 }
-                "clusteraddon.yaml" => {
-                    let head = &text[..text.find("  BeforeClusterUpgrade:").expect("hook")];
-                    let head = match install {
-                        Some(i) => format!("{}{i}", &head[..head.find("  AfterControlPlaneInitialized:").expect("hook")]),
-                        None => head.to_owned(),
-                    };
-                    format!("{head}{upgrade}")
-                }
                 _ => text,
             };
-            files.push((rel, text));
+            let text = edit(&rel, text);
+            (rel, text)
+        })
+        .collect()
+}
+
+/// v3's fixture as release `version`, with `install` replacing its install stages (when given)
+/// and `upgrade` its `BeforeClusterUpgrade` stages.
+pub fn publish_v3_as(repo: &ReleaseRepo, version: &str, install: Option<&str>, upgrade: &str) {
+    let files = v3_files_as(version, |rel, text| {
+        if rel != "clusteraddon.yaml" {
+            return text;
         }
-    }
+        let head = &text[..text.find("  BeforeClusterUpgrade:").expect("hook")];
+        let head = match install {
+            Some(i) => format!("{}{i}", &head[..head.find("  AfterControlPlaneInitialized:").expect("hook")]),
+            None => head.to_owned(),
+        };
+        format!("{head}{upgrade}")
+    });
     let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
     repo.release(&format!("docker-ferrol-1-27-{version}"), &refs);
 }

@@ -172,6 +172,38 @@ pub fn describe(e: &reqwest::Error, deadline: Duration) -> String {
     out
 }
 
+/// How reading a bounded body ended badly ([`read_bounded`]).
+pub enum BodyError {
+    /// More than the limit arrived (or was declared).
+    TooLarge,
+    /// The deadline passed or the connection failed: the message says which.
+    Request(String),
+}
+
+/// Reads a response body chunk by chunk, refusing it past `limit` bytes (a declared length
+/// is not trusted, only checked first), all within `deadline`.
+pub async fn read_bounded(mut resp: reqwest::Response, limit: u64, deadline: Duration) -> std::result::Result<Vec<u8>, BodyError> {
+    if resp.content_length().is_some_and(|n| n > limit) {
+        return Err(BodyError::TooLarge);
+    }
+    let mut body = Vec::new();
+    let read = async {
+        while let Some(chunk) = resp.chunk().await? {
+            if body.len() as u64 + chunk.len() as u64 > limit {
+                return Ok(false);
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok::<bool, reqwest::Error>(true)
+    };
+    match tokio::time::timeout(deadline, read).await {
+        Err(_) => Err(BodyError::Request(format!("timed out after {}s", deadline.as_secs()))),
+        Ok(Err(e)) => Err(BodyError::Request(describe(&e.without_url(), deadline))),
+        Ok(Ok(false)) => Err(BodyError::TooLarge),
+        Ok(Ok(true)) => Ok(body),
+    }
+}
+
 impl Client {
     /// # Errors
     /// The API URL is invalid or the HTTP client cannot be built.
@@ -358,30 +390,12 @@ impl Client {
 
     /// Reads a page body chunk by chunk, refusing it past [`Limits::max_page_bytes`] (the
     /// declared length is not trusted) and within the request deadline.
-    async fn read_page(&self, mut resp: reqwest::Response, url: &str) -> Result<Vec<u8>> {
+    async fn read_page(&self, resp: reqwest::Response, url: &str) -> Result<Vec<u8>> {
         let limit = self.limits.max_page_bytes;
-        let too_large = || Error::PageTooLarge { repo: self.repo.clone(), url: url.to_owned(), limit };
-        if resp.content_length().is_some_and(|n| n > limit) {
-            return Err(too_large());
-        }
-        let mut body = Vec::new();
-        let read = async {
-            while let Some(chunk) = resp.chunk().await? {
-                if body.len() as u64 + chunk.len() as u64 > limit {
-                    return Ok(false);
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok::<bool, reqwest::Error>(true)
-        };
-        let deadline = self.limits.request_deadline;
-        let request_err = |message: String| Error::Request { repo: self.repo.clone(), url: url.to_owned(), message };
-        match tokio::time::timeout(deadline, read).await {
-            Err(_) => Err(request_err(format!("timed out after {}s", deadline.as_secs()))),
-            Ok(Err(e)) => Err(request_err(describe(&e.without_url(), deadline))),
-            Ok(Ok(false)) => Err(too_large()),
-            Ok(Ok(true)) => Ok(body),
-        }
+        read_bounded(resp, limit, self.limits.request_deadline).await.map_err(|e| match e {
+            BodyError::TooLarge => Error::PageTooLarge { repo: self.repo.clone(), url: url.to_owned(), limit },
+            BodyError::Request(message) => Error::Request { repo: self.repo.clone(), url: url.to_owned(), message },
+        })
     }
 
     fn status_err(&self, url: &Url, status: u16, message: String) -> Error {

@@ -27,7 +27,7 @@ use super::{
     next_link, parse_bearer_challenge,
 };
 use crate::cache::blobs::{BlobError, Blobs, Sha256Digest};
-use crate::source::github::{Secret, describe};
+use crate::source::github::{BodyError, Secret, describe, read_bounded};
 
 /// Deadline of one API call (tag page, manifest, token), its body included: the source's
 /// `timeout` unless set.
@@ -363,30 +363,12 @@ impl Client {
     }
 
     /// Reads a body chunk by chunk, refusing it past the document cap, within the deadline.
-    async fn read_bounded(&self, mut resp: reqwest::Response, url: &Url) -> Result<Vec<u8>> {
+    async fn read_bounded(&self, resp: reqwest::Response, url: &Url) -> Result<Vec<u8>> {
         let limit = self.limits.max_document_bytes;
-        let too_large = || Error::TooLarge { repo: self.display.clone(), url: strip_query(url), limit };
-        if resp.content_length().is_some_and(|n| n > limit) {
-            return Err(too_large());
-        }
-        let mut body = Vec::new();
-        let read = async {
-            while let Some(chunk) = resp.chunk().await? {
-                if body.len() as u64 + chunk.len() as u64 > limit {
-                    return Ok(false);
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok::<bool, reqwest::Error>(true)
-        };
-        let deadline = self.limits.request_deadline;
-        let request_err = |message: String| Error::Request { repo: self.display.clone(), url: strip_query(url), message };
-        match tokio::time::timeout(deadline, read).await {
-            Err(_) => Err(request_err(format!("timed out after {}s", deadline.as_secs()))),
-            Ok(Err(e)) => Err(request_err(describe(&e.without_url(), deadline))),
-            Ok(Ok(false)) => Err(too_large()),
-            Ok(Ok(true)) => Ok(body),
-        }
+        read_bounded(resp, limit, self.limits.request_deadline).await.map_err(|e| match e {
+            BodyError::TooLarge => Error::TooLarge { repo: self.display.clone(), url: strip_query(url), limit },
+            BodyError::Request(message) => Error::Request { repo: self.display.clone(), url: strip_query(url), message },
+        })
     }
 
     async fn status_err(&self, url: &Url, resp: reqwest::Response) -> Error {
