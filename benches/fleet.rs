@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use stacksync::apply::ssa::{Applier, ApplyOptions, Inventory, OWNER_LABEL, Stage, StageAction, owner_label_value};
+use stacksync::apply::ssa::{Applier, ApplyOptions, Discovery, Inventory, OWNER_LABEL, Stage, StageAction, owner_label_value};
 use stacksync::render::Object;
 
 const OBJECTS: usize = 40;
@@ -187,17 +187,18 @@ struct Sync {
     not_synced: usize,
 }
 
-async fn fleet_sync(client: &kube::Client, n: usize, previous: &[Inventory]) -> Sync {
+async fn fleet_sync(client: &kube::Client, discovery: &[Discovery], n: usize, previous: &[Inventory]) -> Sync {
     let start = Instant::now();
     let results: Vec<(Inventory, usize)> = futures_util::stream::iter(0..n)
         .map(|i| {
-            let client = client.clone();
+            let (client, discovery) = (client.clone(), discovery[i].clone());
             let prev = previous.get(i).cloned().unwrap_or_default();
             async move {
                 let applier = Applier::new(
                     client,
                     ApplyOptions { owner: owner(i), request_timeout: Duration::from_secs(120), ..ApplyOptions::default() },
-                );
+                )
+                .with_discovery(discovery);
                 let stage = [Stage { name: String::new(), action: StageAction::Apply, objects: cluster_objects(i) }];
                 let r = applier.sync(&stage, &prev).await;
                 let bad = r.changes.entries.iter().filter(|e| !e.action.is_synced()).count();
@@ -314,9 +315,12 @@ async fn main() {
         let mut config = kube::Config::new(server.url.parse().expect("url"));
         config.default_namespace = "default".into();
         let client = kube::Client::try_from(config).expect("client");
+        // One per Cluster, kept from the cold sync to the resync, as the controller keeps one
+        // beside each workload client (so the cold sync asks discovery once per Cluster).
+        let discovery: Vec<Discovery> = (0..n).map(|_| Discovery::default()).collect();
         reset_peak();
         let cpu = cpu_now(&server);
-        let cold = fleet_sync(&client, n, &[]).await;
+        let cold = fleet_sync(&client, &discovery, n, &[]).await;
         let cpu_cold = cpu_now(&server);
         let cold_rss = peak_mib();
         let s = stats(&http, &server.url).await;
@@ -339,7 +343,7 @@ async fn main() {
         http.delete(format!("{}/_testkit/stats", server.url)).send().await.expect("reset stats");
         reset_peak();
         let cpu = cpu_now(&server);
-        let noop = fleet_sync(&client, n, &cold.inventories).await;
+        let noop = fleet_sync(&client, &discovery, n, &cold.inventories).await;
         let cpu_noop = cpu_now(&server);
         let noop_rss = peak_mib();
         let s = stats(&http, &server.url).await;

@@ -175,6 +175,8 @@ async fn a_transient_discovery_error_never_prunes_the_object_it_hides() {
     assert_eq!(first.changes.count(Action::Created), 2);
 
     server.faults().add(FaultRule::new().verb("get").path("/apis/apps/v1").status(500).times(1));
+    // A new applier (a restarted process): the first one remembers apps/v1 and would not ask.
+    let applier = self::applier(&server, ApplyOptions { drift: DriftMode::Warn, ..options() });
     let second = sync(&applier, &stages, &first.inventory).await;
     assert_eq!(
         actions(&second),
@@ -295,6 +297,45 @@ async fn custom_resources_wait_for_discovery_to_catch_up_with_an_established_crd
     let result = sync(&applier, &[apply(vec![widget, gadget])], &result.inventory).await;
     assert_eq!(action_of(&result, "Gadget/g"), (Action::Failed, "no matches for kind \"Gadget\" in version \"example.com/v1\"".into()));
     assert!(started.elapsed() < Duration::from_secs(5));
+    server.stop().await;
+}
+
+/// What discovery found is remembered across syncs of one applier (an unchanged resync asks
+/// nothing), so an API removed behind its back is noticed by the answer 404: the object fails
+/// that sync with the server's words, and the next sync asks discovery again and says what is
+/// missing. A kind found missing is never remembered: once its CRD is back, it is applied.
+#[tokio::test]
+async fn an_api_removed_behind_a_remembered_discovery_is_noticed_by_its_404() {
+    let server = ApiServer::start().await.unwrap();
+    let installer = applier(&server, ApplyOptions { owner: "crd-installer".into(), ..options() });
+    sync(&installer, &[apply(vec![widgets_crd()])], &Inventory::default()).await;
+    let applier = applier(&server, options());
+    let widget = object(json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}));
+    let stages = [apply(vec![widget])];
+    let first = sync(&applier, &stages, &Inventory::default()).await;
+    assert_eq!(action_of(&first, "Widget/default/w"), (Action::Created, String::new()));
+
+    let crds: Api<DynamicObject> = Api::all_with(
+        server.client().unwrap(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+            "customresourcedefinitions",
+        ),
+    );
+    crds.delete("widgets.example.com", &Default::default()).await.unwrap();
+    let second = sync(&applier, &stages, &first.inventory).await;
+    let (action, message) = action_of(&second, "Widget/default/w");
+    assert_eq!(action, Action::Failed);
+    assert!(message.contains("not found") || message.contains("could not find"), "{message}");
+    let third = sync(&applier, &stages, &second.inventory).await;
+    assert_eq!(
+        action_of(&third, "Widget/default/w"),
+        (Action::Failed, "no matches for kind \"Widget\" in version \"example.com/v1\"".into())
+    );
+
+    sync(&installer, &[apply(vec![widgets_crd()])], &Inventory::default()).await;
+    let fourth = sync(&applier, &stages, &third.inventory).await;
+    assert!(action_of(&fourth, "Widget/default/w").0.is_synced(), "{:?}", actions(&fourth));
     server.stop().await;
 }
 

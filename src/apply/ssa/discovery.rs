@@ -1,8 +1,13 @@
-//! Which resource serves a kind, and whether it is namespaced: asked of the API server once per
-//! group-version per sync, and asked again after CRDs were applied.
+//! Which resource serves a kind, and whether it is namespaced: asked of the API server at most
+//! once per group-version per sync, and asked again after CRDs were applied. A kind found served
+//! is remembered for the cluster's later syncs ([`Discovery`]), so an unchanged resync asks
+//! nothing; a kind found missing is always asked again.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use kube::Client;
 use kube::api::ApiResource;
@@ -31,10 +36,63 @@ pub enum Unresolved {
 
 type Found = Result<Vec<Resolved>, Unresolved>;
 
+/// How long a kind one sync found served is trusted by the cluster's later syncs without asking
+/// the server again (longer than the default resync, so an unchanged resync asks nothing). Only
+/// positive answers are kept: a kind not found is asked again on every sync (a CRD may have been
+/// installed since), and an apply answered 404 forgets its `apiVersion` at once
+/// ([`Discovery::forget`]), so a removed API costs at most one failed request per object.
+const REMEMBERED_FOR: Duration = Duration::from_secs(30 * 60);
+
+/// Kinds resolved by earlier syncs of one cluster, by `(apiVersion, kind)`: shared by every
+/// [`super::Applier`] of that cluster (a cheap handle; keep one per workload client). Holds only
+/// the kinds asked for, a few per cluster.
+#[derive(Clone, Default)]
+pub struct Discovery(Arc<Mutex<Remembered>>);
+
+/// By `apiVersion`, then kind: when it was found, and what serves it.
+type Remembered = HashMap<String, HashMap<String, (Instant, Resolved)>>;
+
+impl Discovery {
+    fn get(&self, api_version: &str, kind: &str) -> Option<Resolved> {
+        let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let (at, resolved) = map.get(api_version)?.get(kind)?;
+        (at.elapsed() < REMEMBERED_FOR).then(|| resolved.clone())
+    }
+
+    fn put(&self, api_version: &str, resolved: &Resolved) {
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        // Keys are allocated once per cluster, not once per object.
+        if !map.contains_key(api_version) {
+            map.insert(api_version.to_owned(), HashMap::new());
+        }
+        let Some(kinds) = map.get_mut(api_version) else { return };
+        let found = (Instant::now(), resolved.clone());
+        match kinds.get_mut(&resolved.resource.kind) {
+            Some(slot) => *slot = found,
+            None => {
+                kinds.insert(resolved.resource.kind.clone(), found);
+            }
+        }
+    }
+
+    /// Forgets every kind of `api_version` (its requests answered 404: the API may be gone).
+    pub fn forget(&self, api_version: &str) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(api_version);
+    }
+
+    /// Forgets every kind of an API group (a CRD of it was just written: the versions it serves
+    /// may have changed).
+    pub fn forget_group(&self, group: &str) {
+        let of_group = |v: &str| v.rsplit_once('/').map_or("", |(g, _)| g) == group;
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).retain(|v, _| !of_group(v));
+    }
+}
+
 /// Discovery results of one sync, per `apiVersion` (and per group, for objects recorded at a
-/// version that is no longer served).
+/// version that is no longer served), over the cluster's [`Discovery`].
 pub struct DiscoveryCache {
     client: Client,
+    shared: Discovery,
     /// Bound of each discovery request (`ApplyOptions::request_timeout`).
     timeout: Duration,
     versions: HashMap<String, Found>,
@@ -46,8 +104,8 @@ pub struct DiscoveryCache {
 }
 
 impl DiscoveryCache {
-    pub fn new(client: Client, timeout: Duration, settle: Duration) -> DiscoveryCache {
-        DiscoveryCache { client, timeout, versions: HashMap::new(), groups: HashMap::new(), expected: HashMap::new(), settle }
+    pub fn new(client: Client, shared: Discovery, timeout: Duration, settle: Duration) -> DiscoveryCache {
+        DiscoveryCache { client, shared, timeout, versions: HashMap::new(), groups: HashMap::new(), expected: HashMap::new(), settle }
     }
 
     /// Says that `kind` in `api_version` is served by a CRD that is Established: the next
@@ -70,6 +128,19 @@ impl DiscoveryCache {
     /// [`Unresolved::NoMatch`] when the server does not serve it, [`Unresolved::Failed`] when
     /// discovery failed.
     pub async fn resolve(&mut self, api_version: &str, kind: &str) -> Result<Resolved, Unresolved> {
+        self.resolve_with(api_version, kind, true).await
+    }
+
+    async fn resolve_with(&mut self, api_version: &str, kind: &str, remembered: bool) -> Result<Resolved, Unresolved> {
+        // A kind an earlier sync found served; not for an `apiVersion` this sync asked already
+        // (after a CRD was applied, it is asked again) or expects a new CRD to serve.
+        if remembered
+            && !self.versions.contains_key(api_version)
+            && !self.expected.contains_key(api_version)
+            && let Some(resolved) = self.shared.get(api_version, kind)
+        {
+            return Ok(resolved);
+        }
         if !self.versions.contains_key(api_version) {
             let mut found = self.query(api_version).await;
             let expected = self.expected.remove(api_version).unwrap_or_default();
@@ -84,18 +155,24 @@ impl DiscoveryCache {
             }
             self.versions.insert(api_version.to_string(), found);
         }
-        pick(self.versions.get(api_version), kind, api_version)
+        let picked = pick(self.versions.get(api_version), kind, api_version);
+        if let Ok(resolved) = &picked {
+            self.shared.put(api_version, resolved);
+        }
+        picked
     }
 
     /// As [`DiscoveryCache::resolve`], but when `api_version` is not served, the same kind at any
     /// version its group serves (the preferred one first). For deleting objects recorded at an
     /// older version: a CRD that stopped serving `v1beta1` still serves the object as `v1`, and
-    /// taking it for gone would leave it in the cluster for good.
+    /// taking it for gone would leave it in the cluster for good. Asks the server, never what
+    /// earlier syncs found: a deletion sent to a version no longer served answers 404, which
+    /// would pass for "already gone" (deletions are rare; a resync deletes nothing).
     ///
     /// # Errors
     /// As [`DiscoveryCache::resolve`]; `NoMatch` only when no version of the group serves it.
     pub async fn resolve_any_version(&mut self, api_version: &str, kind: &str) -> Result<Resolved, Unresolved> {
-        match self.resolve(api_version, kind).await {
+        match self.resolve_with(api_version, kind, false).await {
             Err(Unresolved::NoMatch(_)) => {}
             other => return other,
         }

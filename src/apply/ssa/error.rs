@@ -74,6 +74,12 @@ impl Error {
         }
     }
 
+    /// Whether an apply or its dry-run was answered 404: an apply creates what is absent, so the
+    /// kind's resource (or the object's namespace) is not there.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::DryRun { source: kube::Error::Api(s), .. } | Error::Patch { source: kube::Error::Api(s), .. } if s.code == 404)
+    }
+
     /// Whether the server refused the change because it touches an immutable field.
     pub fn is_immutable(&self) -> bool {
         matches!(self, Error::DryRun { source, .. } | Error::Patch { source, .. } if is_immutable(source))

@@ -13,11 +13,10 @@
 use std::collections::HashMap;
 
 use kube::api::{ApiResource, DynamicObject, ListParams};
-use serde_json::Value;
 
+use super::answer::{self, Seen};
 use super::object::{Outcome, Policy, Target};
-use super::{Applier, OWNER_LABEL, diff};
-use crate::apply::health::{self, Health};
+use super::{Applier, OWNER_LABEL};
 use crate::apply::{Action, SkipReason};
 
 /// Items per LIST page: bounds each response however many objects one owner has.
@@ -25,19 +24,8 @@ const PAGE: u32 = 500;
 /// Pages per list; an owner with more objects of one kind than this takes the full path.
 const MAX_PAGES: usize = 100;
 
-/// What one listed object tells the fast path.
-#[derive(Debug, Clone)]
-pub(super) struct Listed {
-    /// Hash of our manager's apply FieldsV1 ([`diff::fields_hash`]).
-    fields: Option<String>,
-    deleting: bool,
-    health: Health,
-    /// For a CRD: its `Established` condition is `True`.
-    established: bool,
-}
-
 /// The owner's objects of one kind by `(namespace, name)`; `None` when the list failed.
-pub(super) type Listing = Option<HashMap<(Option<String>, String), Listed>>;
+pub(super) type Listing = Option<HashMap<(Option<String>, String), Seen>>;
 
 /// Listings of one sync, by `(group, plural)`: each kind is listed at most once.
 #[derive(Default)]
@@ -109,8 +97,8 @@ impl Applier {
                 .is_some_and(|l| !l.contains_key(&(t.inventory.namespace.clone(), t.object.name.clone())))
     }
 
-    /// Every object of one kind carrying our owner label, in `namespace` or everywhere. Pages
-    /// are read as plain JSON: only a few fields of each item are looked at.
+    /// Every object of one kind carrying our owner label, in `namespace` or everywhere. Only the
+    /// few fields [`Seen`] is made of are read of each item.
     async fn list_owned(&self, resource: &ApiResource, namespace: Option<&str>) -> Listing {
         let url = <DynamicObject as kube::Resource>::url_path(resource, namespace);
         let selector = format!("{OWNER_LABEL}={}", self.owner_value);
@@ -124,8 +112,8 @@ impl Applier {
                     return None;
                 }
             };
-            let page: Value = match tokio::time::timeout(self.options.request_timeout, self.client.request(request)).await {
-                Ok(Ok(page)) => page,
+            let page = match tokio::time::timeout(self.options.request_timeout, self.send(request)).await {
+                Ok(Ok((bytes, _))) => answer::page(&bytes),
                 Ok(Err(e)) => {
                     tracing::debug!(kind = %resource.kind, error = %e, "listing our objects failed; checking each object instead");
                     return None;
@@ -135,25 +123,22 @@ impl Applier {
                     return None;
                 }
             };
-            let Some(items) = page.get("items").and_then(Value::as_array) else {
-                tracing::debug!(kind = %resource.kind, "a list without items; checking each object instead");
-                return None;
+            let (items, next) = match page {
+                Ok(Some(page)) => page,
+                Ok(None) => {
+                    tracing::debug!(kind = %resource.kind, "a list without items; checking each object instead");
+                    return None;
+                }
+                Err(e) => {
+                    tracing::debug!(kind = %resource.kind, error = %e, "a list that is no JSON; checking each object instead");
+                    return None;
+                }
             };
-            for value in items {
-                let meta = &value["metadata"];
-                let listed = Listed {
-                    fields: diff::our_fields(value).map(diff::fields_hash),
-                    deleting: meta.get("deletionTimestamp").is_some_and(|t| !t.is_null()),
-                    health: health::assess(value),
-                    established: crate::apply::health::at(value, "/status/conditions")
-                        .and_then(Value::as_array)
-                        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Established" && c["status"] == "True")),
-                };
-                let namespace = meta["namespace"].as_str().filter(|n| !n.is_empty()).map(str::to_owned);
-                found.insert((namespace, meta["name"].as_str().unwrap_or_default().to_owned()), listed);
+            for seen in items {
+                found.insert((seen.namespace.clone(), seen.name.clone()), seen);
             }
-            match crate::apply::health::at(&page, "/metadata/continue").and_then(Value::as_str).filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(token),
+            match next {
+                Some(token) => params = params.continue_token(&token),
                 None => return Some(found),
             }
         }

@@ -2,6 +2,7 @@
 //! manager, stage by stage in a fixed order, writing only on drift, then pruning what the release
 //! dropped. Semantics for users: docs/apply.md.
 
+mod answer;
 mod diff;
 mod discovery;
 mod error;
@@ -22,6 +23,7 @@ use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+pub use discovery::Discovery;
 pub use error::Error;
 pub use inventory::{Inventory, InventoryEntry, ParseEntryError};
 pub use preview::{Planned, PlannedChange, Preview};
@@ -136,6 +138,8 @@ pub struct Applier {
     client: Client,
     options: ApplyOptions,
     owner_value: String,
+    /// Kinds resolved by earlier syncs of the same cluster ([`Applier::with_discovery`]).
+    discovery: Discovery,
 }
 
 /// Accumulates one sync.
@@ -182,7 +186,19 @@ impl Run {
 impl Applier {
     pub fn new(client: Client, options: ApplyOptions) -> Applier {
         let owner_value = owner_label_value(&options.owner);
-        Applier { client, options, owner_value }
+        Applier { client, options, owner_value, discovery: Discovery::default() }
+    }
+
+    /// Shares what discovery found with every other applier given the same handle: pass the
+    /// cluster's one [`Discovery`] (kept beside its client), and an unchanged resync makes no
+    /// discovery request. Without it, each applier asks on its own.
+    #[must_use]
+    pub fn with_discovery(self, discovery: Discovery) -> Applier {
+        Applier { discovery, ..self }
+    }
+
+    fn discovery_cache(&self) -> DiscoveryCache {
+        DiscoveryCache::new(self.client.clone(), self.discovery.clone(), self.options.request_timeout, self.options.crd_wait)
     }
 
     pub fn options(&self) -> &ApplyOptions {
@@ -205,7 +221,7 @@ impl Applier {
     /// not have pruned).
     pub async fn sync(&self, stages: &[Stage], previous: &Inventory) -> SyncResult {
         let mut run = Run {
-            cache: DiscoveryCache::new(self.client.clone(), self.options.request_timeout, self.options.crd_wait),
+            cache: self.discovery_cache(),
             result: SyncResult::default(),
             recorded: HashSet::new(),
             deleted: Vec::new(),
@@ -271,6 +287,11 @@ impl Applier {
                 if is_crd(o.group(), &o.kind) && outcome.entry.action.is_synced() {
                     let kind = crate::apply::health::at(&o.body, "/spec/names/kind").and_then(Value::as_str).unwrap_or_default();
                     served_versions(&o.body).for_each(|v| run.cache.expect(v, kind.to_string()));
+                }
+                if is_crd(o.group(), &o.kind) && matches!(outcome.entry.action, Action::Created | Action::Configured) {
+                    // Written: what its group serves may have changed for later syncs too.
+                    let group = crate::apply::health::at(&o.body, "/spec/group").and_then(Value::as_str).unwrap_or_default();
+                    self.discovery.forget_group(group);
                 }
             }
             for (mut entry, outcome) in entries.into_iter().zip(outcomes) {
@@ -418,7 +439,7 @@ impl Applier {
             Ok(policy) => policy,
             Err(message) => return (inventory, Err(NotPrepared::new(Entry { message, ..entry }))),
         };
-        let body = self.desired_body(&o.body, namespace.as_deref());
+        let body = serde_json::to_vec(&self.desired_body(&o.body, namespace.as_deref())).unwrap_or_default();
         inventory.digest = digest(&body);
         let api: Api<DynamicObject> = match &namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resolved.resource),
@@ -593,9 +614,8 @@ fn key_only(e: &InventoryEntry) -> InventoryEntry {
 }
 
 /// 16 hex digits of the sha256 of the manifest as sent.
-fn digest(body: &Value) -> String {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
-    hex::encode(&Sha256::digest(&bytes)[..8])
+fn digest(body: &[u8]) -> String {
+    hex::encode(&Sha256::digest(body)[..8])
 }
 
 /// The owner as a label value: itself when it is one (at most 63 characters of `[A-Za-z0-9._-]`,

@@ -4,9 +4,11 @@
 
 use std::time::Duration;
 
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use bytes::Bytes;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GetParams, Patch, PatchParams, Preconditions};
 use serde_json::Value;
 
+use super::answer::Seen;
 use super::error::{Error, Result};
 use super::inventory::InventoryEntry;
 use super::{Applier, DriftMode, FIELD_MANAGER, OWNER_LABEL, diff};
@@ -30,8 +32,9 @@ pub struct Target<'a> {
     pub api: Api<DynamicObject>,
     /// The resource serving its kind (what a listing of the kind asks for).
     pub resource: ApiResource,
-    /// The manifest as sent: defaulted namespace, our owner label.
-    pub body: Value,
+    /// The manifest as sent, serialized once: defaulted namespace, our owner label. Its sha256
+    /// is the inventory's digest.
+    pub body: Vec<u8>,
     pub inventory: InventoryEntry,
     pub policy: Policy,
     pub force: bool,
@@ -95,12 +98,17 @@ impl Outcome {
         Outcome { fields: diff::our_fields(object).map(diff::fields_hash), ..self }
     }
 
+    /// Records our fields and the health of the object as the server showed it.
+    fn with_seen(self, seen: &Seen) -> Outcome {
+        Outcome { fields: seen.fields.clone(), health: Some(seen.health.clone()), ..self }
+    }
+
     fn with_drift(self, drifted: Option<Vec<String>>) -> Outcome {
         Outcome { drifted, ..self }
     }
 
-    fn with_health(self, object: &DynamicObject) -> Outcome {
-        Outcome { health: Some(health::assess(&to_value(object))), ..self }
+    fn with_health(self, object: &Value) -> Outcome {
+        Outcome { health: Some(health::assess(object)), ..self }
     }
 
     fn failed(entry: &Entry, error: &Error) -> Outcome {
@@ -137,7 +145,13 @@ impl Applier {
                 Outcome::new(&t.entry, Action::Skipped(SkipReason::Drifted), message).with_drift(Some(Vec::new()))
             }
             Err(e) if e.is_immutable() && t.recreate => self.recreate(t, &e).await,
-            Err(e) => Outcome::failed(&t.entry, &e),
+            Err(e) => {
+                if e.is_not_found() {
+                    // The kind may no longer be served: the next sync asks discovery again.
+                    self.discovery.forget(&t.object.api_version);
+                }
+                Outcome::failed(&t.entry, &e)
+            }
         }
     }
 
@@ -145,16 +159,14 @@ impl Applier {
         if fresh {
             return self.apply_new(t).await;
         }
-        let name = &t.object.name;
-        let live = self.within("reading", &t.entry.object, t.api.get_opt(name)).await?;
+        let live = self.within("reading", &t.entry.object, self.get_value(t)).await?;
         let live = live.map_err(|source| Error::Get { object: t.entry.object.clone(), source })?;
         let Some(live) = live else {
             // Absent: nothing to compare with and nothing to overwrite, in any drift mode.
             let created = self.patch(t).await?;
-            let value = to_value(&created);
-            return Ok(Outcome { health: Some(health::assess(&value)), ..Outcome::new(&t.entry, Action::Created, "").with_fields(&value) });
+            return Ok(Outcome::new(&t.entry, Action::Created, "").with_seen(&created));
         };
-        if live.metadata.deletion_timestamp.is_some() {
+        if being_deleted(&live) {
             // A dry-run or a write would "succeed" on it, yet it is about to vanish (finalizers
             // pending): not synced. Once it is gone the next sync creates it.
             return Ok(Outcome::new(&t.entry, Action::Failed, BEING_DELETED));
@@ -163,14 +175,13 @@ impl Applier {
             return Ok(Outcome::new(&t.entry, Action::Skipped(SkipReason::ApplyOnceExists), crate::apply::changeset::SKIPPED_APPLY_ONCE)
                 .with_health(&live));
         }
-        let live = to_value(&live);
         let health = health::assess(&live);
         // Forced, so the dry-run shows the object as the manifest wants it even where another
         // manager holds a field; whether we may take it is decided by the real write.
         let dry_params = PatchParams { dry_run: true, ..PatchParams::apply(FIELD_MANAGER).force() };
-        let dry = self.within("dry-run apply", &t.entry.object, t.api.patch(name, &dry_params, &Patch::Apply(&t.body))).await?;
+        let dry = self.within("dry-run apply", &t.entry.object, self.apply_request(t, &dry_params)).await?;
+        let dry = dry.and_then(|(bytes, _)| serde_json::from_slice::<Value>(&bytes).map_err(kube::Error::SerdeError));
         let dry = dry.map_err(|source| Error::DryRun { object: t.entry.object.clone(), source })?;
-        let dry = to_value(&dry);
         let changed = diff::changed_paths(&live, &dry);
         if changed.is_empty() && diff::our_fields(&live) == diff::our_fields(&dry) {
             return Ok(Outcome { health: Some(health), ..Outcome::new(&t.entry, Action::Unchanged, "").with_fields(&dry) });
@@ -191,9 +202,7 @@ impl Applier {
         if let Some(managers) = took_over {
             message = format!("{message}{}taken back from {managers}", if message.is_empty() { "" } else { ", " });
         }
-        let applied = to_value(&applied);
-        let outcome = Outcome::new(&t.entry, Action::Configured, message).with_drift(drifted).with_fields(&applied);
-        Ok(Outcome { health: Some(health::assess(&applied)), ..outcome })
+        Ok(Outcome::new(&t.entry, Action::Configured, message).with_drift(drifted).with_seen(&applied))
     }
 
     /// An object new to the inventory and not listed as ours: applied at once, without a read or
@@ -206,7 +215,7 @@ impl Applier {
     /// found being deleted is not synced, as on the full path.
     async fn apply_new(&self, t: &Target<'_>) -> Result<Outcome> {
         let (applied, created, took_over) = self.patch_taking_back_reporting(t).await?;
-        if applied.metadata.deletion_timestamp.is_some() {
+        if applied.deleting {
             return Ok(Outcome::new(&t.entry, Action::Failed, BEING_DELETED));
         }
         let outcome = match (created, took_over) {
@@ -215,20 +224,19 @@ impl Applier {
             (false, None) => Outcome::new(&t.entry, Action::Configured, ""),
             (false, Some(managers)) => Outcome::new(&t.entry, Action::Configured, format!("taken back from {managers}")),
         };
-        let value = to_value(&applied);
-        Ok(Outcome { health: Some(health::assess(&value)), ..outcome.with_fields(&value) })
+        Ok(outcome.with_seen(&applied))
     }
 
     /// Applies; when that conflicts only with managers a human uses (`kubectl edit`, `kubectl
     /// patch`, …: [`super::ApplyOptions::take_back_from`]), applies again taking the fields back, as
     /// Flux does. A conflict with any other manager (another controller) stays a conflict.
     /// Returns the object and, when fields were taken back, from whom.
-    async fn patch_taking_back(&self, t: &Target<'_>) -> Result<(DynamicObject, Option<String>)> {
+    async fn patch_taking_back(&self, t: &Target<'_>) -> Result<(Seen, Option<String>)> {
         self.patch_taking_back_reporting(t).await.map(|(o, _, took_over)| (o, took_over))
     }
 
     /// As [`Applier::patch_taking_back`], also telling whether the (first) apply created the object.
-    async fn patch_taking_back_reporting(&self, t: &Target<'_>) -> Result<(DynamicObject, bool, Option<String>)> {
+    async fn patch_taking_back_reporting(&self, t: &Target<'_>) -> Result<(Seen, bool, Option<String>)> {
         match self.patch_reporting(t).await {
             Ok((o, created)) => Ok((o, created, None)),
             Err(e) if !t.force => {
@@ -247,26 +255,45 @@ impl Applier {
         }
     }
 
-    async fn patch(&self, t: &Target<'_>) -> Result<DynamicObject> {
+    async fn patch(&self, t: &Target<'_>) -> Result<Seen> {
         self.patch_reporting(t).await.map(|(o, _)| o)
     }
 
     /// Applies, and tells whether the apply created the object (the server answered 201).
-    async fn patch_reporting(&self, t: &Target<'_>) -> Result<(DynamicObject, bool)> {
+    async fn patch_reporting(&self, t: &Target<'_>) -> Result<(Seen, bool)> {
         let mut params = PatchParams::apply(FIELD_MANAGER);
         params.force = t.force;
         let applied = self.within("applying", &t.entry.object, self.apply_request(t, &params)).await?;
+        let applied = applied.and_then(|(bytes, code)| Ok((Seen::from_slice(&bytes).map_err(kube::Error::SerdeError)?, code)));
         let (applied, code) = applied.map_err(|source| Error::Patch { object: t.entry.object.clone(), source })?;
         tracing::info!(object = %t.entry.object, "applied");
         Ok((applied, code == 201))
     }
 
-    /// The apply PATCH as `Api::patch` sends it, with the status code of the answer.
-    async fn apply_request(&self, t: &Target<'_>, params: &PatchParams) -> kube::Result<(DynamicObject, u16)> {
-        use http_body_util::BodyExt;
+    /// The apply PATCH as `Api::patch` sends it (the body serialized once, in `prepare`): the
+    /// answer's bytes and status code.
+    pub(super) async fn apply_request(&self, t: &Target<'_>, params: &PatchParams) -> kube::Result<(Bytes, u16)> {
         let url = <DynamicObject as kube::Resource>::url_path(&t.resource, t.inventory.namespace.as_deref());
-        let request =
-            kube::core::Request::new(url).patch(&t.object.name, params, &Patch::Apply(&t.body)).map_err(kube::Error::BuildRequest)?;
+        // kube builds the URL, query and headers; the body is swapped for the bytes we have.
+        let request = kube::core::Request::new(url).patch(&t.object.name, params, &Patch::Apply(())).map_err(kube::Error::BuildRequest)?;
+        self.send(request.map(|_| t.body.clone())).await
+    }
+
+    /// The live object, as `Api::get_opt` reads it (absent: `None`).
+    async fn get_value(&self, t: &Target<'_>) -> kube::Result<Option<Value>> {
+        let url = <DynamicObject as kube::Resource>::url_path(&t.resource, t.inventory.namespace.as_deref());
+        let request = kube::core::Request::new(url).get(&t.object.name, &GetParams::default()).map_err(kube::Error::BuildRequest)?;
+        match self.send(request).await {
+            Ok((bytes, _)) => Ok(Some(serde_json::from_slice(&bytes).map_err(kube::Error::SerdeError)?)),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sends one request: the answer's bytes (read as the caller needs them, no typed object in
+    /// between) and status code; an error answer as kube reads one.
+    pub(super) async fn send(&self, request: hyper::http::Request<Vec<u8>>) -> kube::Result<(Bytes, u16)> {
+        use http_body_util::BodyExt;
         let response = self.client.send(request.map(kube::client::Body::from)).await?;
         let code = response.status().as_u16();
         let bytes = response.into_body().collect().await?.to_bytes();
@@ -277,7 +304,7 @@ impl Applier {
             });
             return Err(kube::Error::Api(status.boxed()));
         }
-        Ok((serde_json::from_slice(&bytes).map_err(kube::Error::SerdeError)?, code))
+        Ok((bytes, code))
     }
 
     /// Deletes and re-creates an object whose change the server refused as immutable (the
@@ -299,7 +326,7 @@ impl Applier {
             self.patch(t).await
         };
         match result.await {
-            Ok(o) => Outcome::new(&t.entry, Action::Configured, format!("re-created: {}", cause.message())).with_fields(&to_value(&o)),
+            Ok(o) => Outcome::new(&t.entry, Action::Configured, format!("re-created: {}", cause.message())).with_seen(&o),
             Err(e) => Outcome::failed(&t.entry, &e),
         }
     }
@@ -408,6 +435,11 @@ impl Backoff {
 /// Whether the manifest differs from the one the previous sync applied (or is new).
 fn release_changed(t: &Target<'_>) -> bool {
     t.previous_digest.as_deref() != Some(t.inventory.digest.as_str())
+}
+
+/// Whether the object has a `deletionTimestamp` (finalizers pending).
+fn being_deleted(o: &Value) -> bool {
+    o["metadata"].get("deletionTimestamp").is_some_and(|t| !t.is_null())
 }
 
 pub(super) fn to_value(o: &DynamicObject) -> Value {

@@ -5,10 +5,10 @@
 
 use std::collections::HashSet;
 
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, PatchParams};
 use serde_json::Value;
 
-use super::discovery::{DiscoveryCache, Unresolved};
+use super::discovery::Unresolved;
 use super::object::{Policy, to_value};
 use super::{Applier, Digests, FIELD_MANAGER, Inventory, OWNER_LABEL, Stage, diff, is_crd, key_only, unified};
 use crate::apply::{ObjectRef, SkipReason};
@@ -58,7 +58,7 @@ impl Applier {
     /// forced server-side dry-runs (what our fields would become), deletions and prunes from
     /// the live objects that carry our owner label.
     pub async fn preview(&self, stages: &[Stage], previous: &Inventory) -> Preview {
-        let mut cache = DiscoveryCache::new(self.client.clone(), self.options.request_timeout, self.options.crd_wait);
+        let mut cache = self.discovery_cache();
         let digests: Digests<'_> = super::digests(previous);
         // Kinds this release defines: before its CRDs are applied the server does not serve them,
         // and their objects would be created.
@@ -113,8 +113,15 @@ impl Applier {
                     continue;
                 }
                 let params = PatchParams { dry_run: true, ..PatchParams::apply(FIELD_MANAGER).force() };
-                let dry = match self.within("dry-run apply", &object, t.api.patch(&t.object.name, &params, &Patch::Apply(&t.body))).await {
-                    Ok(Ok(dry)) => diff::normalize(&to_value(&dry)),
+                let dry = match self.within("dry-run apply", &object, self.apply_request(&t, &params)).await {
+                    Ok(Ok((bytes, _))) => match serde_json::from_slice::<Value>(&bytes) {
+                        Ok(dry) => diff::normalize(&dry),
+                        Err(e) => {
+                            let source = kube::Error::SerdeError(e);
+                            out.failures.push((object, super::Error::DryRun { object: t.entry.object.clone(), source }.message()));
+                            continue;
+                        }
+                    },
                     Ok(Err(e)) => {
                         out.failures.push((object, super::Error::DryRun { object: t.entry.object.clone(), source: e }.message()));
                         continue;

@@ -158,7 +158,7 @@ async fn apply(
             return (out, prepared.assets);
         }
     };
-    let applier = Applier::new(kube.mgmt.clone(), class_options(sub, namespace));
+    let applier = Applier::new(kube.mgmt.clone(), class_options(sub, namespace)).with_discovery(kube.mgmt_discovery.clone());
     let stage = Stage { name: crate::render::clusterstack::CLUSTER_CLASS_STAGE.into(), action: StageAction::Apply, objects };
     let result = applier.sync(&[stage], &Inventory::default()).await;
     info!(namespace, tag = %rel.tag, "ClusterClass applied: {}", result.changes.summary());

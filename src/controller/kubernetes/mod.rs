@@ -48,6 +48,13 @@ pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 /// The label Cluster API puts on a Cluster's Secrets.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
+/// A workload cluster's client and the kinds its syncs found served (one per Cluster).
+#[derive(Clone)]
+pub struct Workload {
+    pub client: kube::Client,
+    pub discovery: ssa::Discovery,
+}
+
 /// The Kubernetes half of the long-lived context: the management client, Cluster API's
 /// `Cluster` resource as discovered once, workload clients, retry counts.
 pub struct Kube {
@@ -58,8 +65,10 @@ pub struct Kube {
     pub watch: kube::Client,
     /// `cluster.x-k8s.io` `Cluster` at the newest version the management cluster serves.
     pub clusters: ApiResource,
+    /// Kinds the management cluster serves, as found by the ClusterClass applies.
+    pub mgmt_discovery: ssa::Discovery,
     /// Workload clients by Cluster, with the kubeconfig Secret's resourceVersion they came from.
-    clients: Mutex<HashMap<ClusterKey, (String, kube::Client)>>,
+    clients: Mutex<HashMap<ClusterKey, (String, Workload)>>,
     /// Failed reconciles in a row, by Cluster: the backoff's attempt number.
     attempts: Mutex<HashMap<ClusterKey, u32>>,
     classes: classes::Classes,
@@ -92,6 +101,7 @@ impl Kube {
             ctx,
             watch,
             clusters,
+            mgmt_discovery: ssa::Discovery::default(),
             clients: Mutex::new(HashMap::new()),
             attempts: Mutex::new(HashMap::new()),
             classes: classes::Classes::default(),
@@ -120,8 +130,9 @@ impl Kube {
     }
 
     /// The workload cluster's client, built from its `<cluster>-kubeconfig` Secret (key
-    /// `value`) and reused while the Secret's resourceVersion stays the same.
-    async fn workload(&self, c: &ClusterConfig) -> Result<kube::Client, (Reason, String)> {
+    /// `value`) and reused, with what discovery found, while the Secret's resourceVersion stays
+    /// the same.
+    async fn workload(&self, c: &ClusterConfig) -> Result<Workload, (Reason, String)> {
         let key = ClusterKey::new(&c.namespace, &c.name);
         let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(self.mgmt.clone(), &c.namespace);
         let name = format!("{}-kubeconfig", c.name);
@@ -131,15 +142,16 @@ impl Kube {
             Err(e) => return Err((Reason::ClusterUnreachable, format!("reading Secret {}/{name}: {}", c.namespace, kube_error(&e)))),
         };
         let version = secret.metadata.resource_version.clone().unwrap_or_default();
-        if let Some((v, client)) = self.clients.lock().unwrap_or_else(PoisonError::into_inner).get(&key)
+        if let Some((v, workload)) = self.clients.lock().unwrap_or_else(PoisonError::into_inner).get(&key)
             && *v == version
             && !version.is_empty()
         {
-            return Ok(client.clone());
+            return Ok(workload.clone());
         }
         let client = workload_client(&c.namespace, &name, &secret, self.target().request_timeout).await?;
-        self.clients.lock().unwrap_or_else(PoisonError::into_inner).insert(key, (version, client.clone()));
-        Ok(client)
+        let workload = Workload { client, discovery: ssa::Discovery::default() };
+        self.clients.lock().unwrap_or_else(PoisonError::into_inner).insert(key, (version, workload.clone()));
+        Ok(workload)
     }
 
     /// Forgets what is kept for a Cluster that is gone.

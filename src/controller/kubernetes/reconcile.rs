@@ -218,8 +218,8 @@ async fn apply_release(
         }
         kube.classes.ensure(kube, sub, &c.namespace, &releases).await;
     }
-    let client = match kube.workload(c).await {
-        Ok(client) => client,
+    let super::Workload { client, discovery } = match kube.workload(c).await {
+        Ok(workload) => workload,
         Err((reason, message)) => {
             warn!("{message}");
             return Err(Fail::new(reason, message, true));
@@ -255,7 +255,7 @@ async fn apply_release(
         // Stages left half-way (the class moved back) are abandoned: a later move starts afresh.
         prev.upgrade.clone().filter(|u| u.phase == super::upgrade::DONE)
     };
-    let applier = Applier::new(client, options);
+    let applier = Applier::new(client, options).with_discovery(discovery);
     let result = applier.sync(&stages, &Inventory::from_lines(&prev.inventory)).await;
     let mut st = ClusterStatus::applied(sub, c, &rel, &result.changes).with_assets(&rel.tag, &rel.commit, &prepared.assets);
     if let Some(paused) = &result.prune_paused {

@@ -158,7 +158,8 @@ pub type Counts = BTreeMap<String, BTreeMap<String, u64>>;
 /// A snapshot of the counters, as `GET /_testkit/stats` answers it.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct Stats {
-    /// Every API request that reached a resource, including reads and refused ones.
+    /// Every API request that reached a resource, including reads and refused ones, and every
+    /// discovery request (verb `discovery`, by the group-version or list asked for).
     pub requests: Counts,
     /// Successful, non-dry-run mutating requests (create, update, patch, delete, deletecollection).
     pub writes: Counts,

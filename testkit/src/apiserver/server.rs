@@ -368,6 +368,19 @@ fn watch_response(shared: Arc<Shared>, target: Target, q: &Query, table: Option<
 }
 
 fn non_resource(shared: &Shared, route: Route, accept: &str) -> ApiResult<Response<Body>> {
+    // Discovery requests count too (verb `discovery`, by what was asked), so a client's cost
+    // per sync is all in the stats.
+    let asked = match &route {
+        Route::CoreDiscovery => Some("api".to_string()),
+        Route::GroupsDiscovery => Some("apis".to_string()),
+        Route::Group(g) => Some(g.clone()),
+        Route::GroupVersion(g, v) if g.is_empty() => Some(v.clone()),
+        Route::GroupVersion(g, v) => Some(format!("{g}/{v}")),
+        _ => None,
+    };
+    if let Some(asked) = asked {
+        shared.counters.request("discovery", &asked);
+    }
     let state = shared.lock();
     let reg = &state.registry;
     let aggregated = discovery::wants_aggregated(accept);
