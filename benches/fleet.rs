@@ -17,6 +17,7 @@ mod common;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -187,7 +188,14 @@ struct Sync {
     not_synced: usize,
 }
 
-async fn fleet_sync(client: &kube::Client, discovery: &[Discovery], n: usize, previous: &[Inventory]) -> Sync {
+/// Syncs `n` Clusters, 16 at once, in one spawned task: as the controller runs its reconciles
+/// (kube-runtime's controller polls them in the task that runs it, on a runtime worker).
+async fn fleet_sync(client: &kube::Client, discovery: &Arc<Vec<Discovery>>, n: usize, previous: &Arc<Vec<Inventory>>) -> Sync {
+    let (client, discovery, previous) = (client.clone(), discovery.clone(), previous.clone());
+    tokio::spawn(async move { fleet_sync_task(&client, &discovery, n, &previous).await }).await.expect("the fleet sync task")
+}
+
+async fn fleet_sync_task(client: &kube::Client, discovery: &[Discovery], n: usize, previous: &[Inventory]) -> Sync {
     let start = Instant::now();
     let results: Vec<(Inventory, usize)> = futures_util::stream::iter(0..n)
         .map(|i| {
@@ -317,10 +325,10 @@ async fn main() {
         let client = kube::Client::try_from(config).expect("client");
         // One per Cluster, kept from the cold sync to the resync, as the controller keeps one
         // beside each workload client (so the cold sync asks discovery once per Cluster).
-        let discovery: Vec<Discovery> = (0..n).map(|_| Discovery::default()).collect();
+        let discovery: Arc<Vec<Discovery>> = Arc::new((0..n).map(|_| Discovery::default()).collect());
         reset_peak();
         let cpu = cpu_now(&server);
-        let cold = fleet_sync(&client, &discovery, n, &[]).await;
+        let cold = fleet_sync(&client, &discovery, n, &Arc::new(Vec::new())).await;
         let cpu_cold = cpu_now(&server);
         let cold_rss = peak_mib();
         let s = stats(&http, &server.url).await;
@@ -343,7 +351,7 @@ async fn main() {
         http.delete(format!("{}/_testkit/stats", server.url)).send().await.expect("reset stats");
         reset_peak();
         let cpu = cpu_now(&server);
-        let noop = fleet_sync(&client, &discovery, n, &cold.inventories).await;
+        let noop = fleet_sync(&client, &discovery, n, &Arc::new(cold.inventories)).await;
         let cpu_noop = cpu_now(&server);
         let noop_rss = peak_mib();
         let s = stats(&http, &server.url).await;
