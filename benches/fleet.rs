@@ -27,7 +27,10 @@ use stacksync::render::Object;
 
 const OBJECTS: usize = 40;
 const CLUSTERS_AT_ONCE: usize = 16;
-const WRK_CONNECTIONS: usize = 16;
+/// Objects of one rank applied at once per Cluster (the default `ApplyOptions::concurrency`).
+const OBJECTS_AT_ONCE: usize = 8;
+/// The ceiling is measured at our concurrency: as many connections as requests we keep in flight.
+const WRK_CONNECTIONS: usize = CLUSTERS_AT_ONCE * OBJECTS_AT_ONCE;
 
 struct Args {
     testkit: PathBuf,
@@ -204,7 +207,12 @@ async fn fleet_sync_task(client: &kube::Client, discovery: &[Discovery], n: usiz
             async move {
                 let applier = Applier::new(
                     client,
-                    ApplyOptions { owner: owner(i), request_timeout: Duration::from_secs(120), ..ApplyOptions::default() },
+                    ApplyOptions {
+                        owner: owner(i),
+                        concurrency: OBJECTS_AT_ONCE,
+                        request_timeout: Duration::from_secs(120),
+                        ..ApplyOptions::default()
+                    },
                 )
                 .with_discovery(discovery);
                 let stage = [Stage { name: String::new(), action: StageAction::Apply, objects: cluster_objects(i) }];
@@ -343,7 +351,7 @@ async fn main() {
         case(common::case(
             "fleet cold sync vs raw SSA PATCH ceiling",
             rate,
-            ceiling.map(|c| (c, "wrk -t2 -c16, 5 s")),
+            ceiling.map(|c| (c, "wrk -t2 -c128, 5 s")),
             "objects/s",
             &env,
             with(cold_extra.clone()),

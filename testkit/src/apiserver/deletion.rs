@@ -163,7 +163,7 @@ pub fn delete_key(state: &mut State, key: &Key, policy: Policy) -> Option<Value>
     if let Some(f) = policy_finalizer {
         add_finalizer(&mut marked, f);
     }
-    Some(state.store.put(key.clone(), marked))
+    Some(Value::clone(&state.store.put(key.clone(), marked)))
 }
 
 /// Removes an object for good, with the cascades the real control plane runs: a CRD takes its

@@ -24,17 +24,22 @@ fn random_u64() -> u64 {
 /// A random version-4 UUID.
 pub fn new_uid() -> String {
     let (a, b) = (random_u64(), random_u64());
-    let bytes: Vec<u8> = a.to_be_bytes().into_iter().chain(b.to_be_bytes()).collect();
-    let hex: String = bytes
-        .iter()
-        .enumerate()
-        .map(|(i, b)| match i {
-            6 => format!("{:02x}", (b & 0x0f) | 0x40),
-            8 => format!("{:02x}", (b & 0x3f) | 0x80),
-            _ => format!("{b:02x}"),
-        })
-        .collect();
-    format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&a.to_be_bytes());
+    bytes[8..].copy_from_slice(&b.to_be_bytes());
+    // Version 4, RFC 4122 variant.
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut uid = String::with_capacity(36);
+    for (i, b) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            uid.push('-');
+        }
+        uid.push(char::from(HEX[usize::from(b >> 4)]));
+        uid.push(char::from(HEX[usize::from(b & 0x0f)]));
+    }
+    uid
 }
 
 /// Five lowercase alphanumerics, the suffix `generateName` gets.

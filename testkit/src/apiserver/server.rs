@@ -102,7 +102,7 @@ fn full(code: u16, content_type: &str, body: Vec<u8>) -> Response<Body> {
 }
 
 fn json_response(code: u16, body: &Value) -> Response<Body> {
-    full(code, "application/json", body.to_string().into_bytes())
+    full(code, "application/json", serde_json::to_vec(body).unwrap_or_default())
 }
 
 fn error_response(err: &ApiError) -> Response<Body> {

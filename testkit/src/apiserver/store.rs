@@ -66,7 +66,8 @@ type LabelIndex = HashMap<(String, String), BTreeSet<Key>>;
 #[derive(Debug)]
 pub struct Store {
     rv: u64,
-    objects: BTreeMap<Key, Value>,
+    /// Shared with the event log: a write stores the object once.
+    objects: BTreeMap<Key, Arc<Value>>,
     /// By `(group, plural)`.
     labels: HashMap<(String, String), LabelIndex>,
     events: VecDeque<Arc<Event>>,
@@ -86,7 +87,7 @@ impl Store {
     }
 
     pub fn get(&self, key: &Key) -> Option<&Value> {
-        self.objects.get(key)
+        self.objects.get(key).map(|o| &**o)
     }
 
     /// Objects of one resource, ordered by namespace then name; `namespace` None means all.
@@ -95,9 +96,12 @@ impl Store {
         let start =
             Key { group: group.into(), plural: plural.into(), namespace: namespace.unwrap_or_default().into(), name: String::new() };
         let whole_namespace = namespace.is_some();
-        self.objects.range(start.clone()..).take_while(move |(k, _)| {
-            k.group == start.group && k.plural == start.plural && (!whole_namespace || k.namespace == start.namespace)
-        })
+        self.objects
+            .range(start.clone()..)
+            .take_while(move |(k, _)| {
+                k.group == start.group && k.plural == start.plural && (!whole_namespace || k.namespace == start.namespace)
+            })
+            .map(|(k, o)| (k, &**o))
     }
 
     /// Objects of one resource carrying the label `key` with one of `values`, ordered by
@@ -116,7 +120,7 @@ impl Store {
             keys.sort();
             keys.dedup();
         }
-        keys.into_iter().filter_map(|k| self.objects.get_key_value(k)).collect()
+        keys.into_iter().filter_map(|k| self.objects.get_key_value(k)).map(|(k, o)| (k, &**o)).collect()
     }
 
     /// How many objects of one resource carry the label `key` with one of `values`: what
@@ -128,7 +132,7 @@ impl Store {
 
     /// Every object, whatever the resource.
     pub fn all(&self) -> impl Iterator<Item = (&Key, &Value)> {
-        self.objects.iter()
+        self.objects.iter().map(|(k, o)| (k, &**o))
     }
 
     /// Keys of every object in a namespace, whatever the resource.
@@ -136,12 +140,14 @@ impl Store {
         self.objects.keys().filter(|k| k.namespace == namespace).cloned().collect()
     }
 
-    /// Stores `obj` under a new resourceVersion, logs the event and returns the stored object.
-    pub fn put(&mut self, key: Key, mut obj: Value) -> Value {
+    /// Stores `obj` under a new resourceVersion, logs the event and returns the stored object
+    /// (the one the store and the log share).
+    pub fn put(&mut self, key: Key, mut obj: Value) -> Arc<Value> {
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
+        let obj = Arc::new(obj);
         let prev = self.objects.insert(key.clone(), obj.clone());
-        reindex(&mut self.labels, &key, prev.as_ref(), Some(&obj));
+        reindex(&mut self.labels, &key, prev.as_deref(), Some(&obj));
         let kind = if prev.is_some() { EventType::Modified } else { EventType::Added };
         self.log(kind, key, obj.clone(), prev);
         obj
@@ -151,8 +157,8 @@ impl Store {
     /// deletion reports right after (the update that removed the last finalizer).
     pub fn overwrite(&mut self, key: &Key, obj: Value) {
         if let Some(slot) = self.objects.get_mut(key) {
-            let prev = std::mem::replace(slot, obj);
-            reindex(&mut self.labels, key, Some(&prev), self.objects.get(key));
+            let prev = std::mem::replace(slot, Arc::new(obj));
+            reindex(&mut self.labels, key, Some(&prev), self.objects.get(key).map(|o| &**o));
         }
     }
 
@@ -160,10 +166,10 @@ impl Store {
     pub fn remove(&mut self, key: &Key) -> Option<Value> {
         let prev = self.objects.remove(key)?;
         reindex(&mut self.labels, key, Some(&prev), None);
-        let mut obj = prev.clone();
+        let mut obj = (*prev).clone();
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
-        self.log(EventType::Deleted, key.clone(), obj.clone(), Some(prev));
+        self.log(EventType::Deleted, key.clone(), Arc::new(obj.clone()), Some(prev));
         Some(obj)
     }
 
@@ -190,8 +196,8 @@ impl Store {
         Ok(objects.into_iter().collect())
     }
 
-    fn log(&mut self, kind: EventType, key: Key, object: Value, prev: Option<Value>) {
-        let event = Event { rv: self.rv, kind, key, object: Arc::new(object), prev: prev.map(Arc::new) };
+    fn log(&mut self, kind: EventType, key: Key, object: Arc<Value>, prev: Option<Arc<Value>>) {
+        let event = Event { rv: self.rv, kind, key, object, prev };
         self.events.push_back(Arc::new(event));
         while self.events.len() > self.retain {
             if let Some(dropped) = self.events.pop_front() {
