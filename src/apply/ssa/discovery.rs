@@ -21,7 +21,8 @@ use super::object::Backoff;
 /// A resolved kind.
 #[derive(Debug, Clone)]
 pub struct Resolved {
-    pub resource: ApiResource,
+    /// Shared: every object of the kind holds it.
+    pub resource: Arc<ApiResource>,
     pub namespaced: bool,
 }
 
@@ -215,7 +216,7 @@ fn resources(group: &ApiGroup, version: &str) -> Vec<Resolved> {
     group
         .versioned_resources(version)
         .into_iter()
-        .map(|(resource, caps)| Resolved { resource, namespaced: caps.scope == Scope::Namespaced })
+        .map(|(resource, caps)| Resolved { resource: Arc::new(resource), namespaced: caps.scope == Scope::Namespaced })
         .collect()
 }
 

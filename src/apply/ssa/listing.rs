@@ -24,12 +24,14 @@ const PAGE: u32 = 500;
 /// Pages per list; an owner with more objects of one kind than this takes the full path.
 const MAX_PAGES: usize = 100;
 
-/// The owner's objects of one kind by `(namespace, name)`; `None` when the list failed.
-pub(super) type Listing = Option<HashMap<(Option<String>, String), Seen>>;
+/// The owner's objects of one kind by namespace (empty for cluster-scoped ones), then name;
+/// `None` when the list failed. Looked up by `&str`, without building a key per object.
+pub(super) type Listing = Option<HashMap<String, HashMap<String, Seen>>>;
 
-/// Listings of one sync, by `(group, plural)`: each kind is listed at most once.
+/// Listings of one sync, by `(group, plural)`: each kind is listed at most once. A sync has a
+/// handful of kinds, so a list searched in place beats a map keyed by owned strings.
 #[derive(Default)]
-pub(super) struct Listings(HashMap<(String, String), Listing>);
+pub(super) struct Listings(Vec<((String, String), Listing)>);
 
 /// Where a kind's list looks: in one namespace when every object of the kind the previous sync
 /// recorded lives there (the narrowest permission), otherwise in all namespaces.
@@ -37,7 +39,7 @@ pub(super) type Scopes<'a> = HashMap<(&'a str, &'a str), Option<&'a str>>;
 
 impl Listings {
     fn get(&self, resource: &ApiResource) -> Option<&Listing> {
-        self.0.get(&(resource.group.clone(), resource.plural.clone()))
+        self.0.iter().find(|((g, p), _)| *g == resource.group && *p == resource.plural).map(|(_, l)| l)
     }
 }
 
@@ -82,7 +84,7 @@ impl Applier {
                 }
             };
             let listing = self.list_owned(&t.resource, t.inventory.namespace.as_deref().and(scope)).await;
-            listings.0.insert((t.resource.group.clone(), t.resource.plural.clone()), listing);
+            listings.0.push(((t.resource.group.clone(), t.resource.plural.clone()), listing));
         }
     }
 
@@ -94,7 +96,7 @@ impl Applier {
             && listings
                 .get(&t.resource)
                 .and_then(Option::as_ref)
-                .is_some_and(|l| !l.contains_key(&(t.inventory.namespace.clone(), t.object.name.clone())))
+                .is_some_and(|l| find(l, t.inventory.namespace.as_deref(), &t.object.name).is_none())
     }
 
     /// Every object of one kind carrying our owner label, in `namespace` or everywhere. Only the
@@ -135,7 +137,8 @@ impl Applier {
                 }
             };
             for seen in items {
-                found.insert((seen.namespace.clone(), seen.name.clone()), seen);
+                let names: &mut HashMap<String, Seen> = found.entry(seen.namespace.clone().unwrap_or_default()).or_default();
+                names.insert(seen.name.clone(), seen);
             }
             match next {
                 Some(token) => params = params.continue_token(&token),
@@ -151,7 +154,7 @@ impl Applier {
         if !t.may_skip() {
             return None;
         }
-        let listed = listings.get(&t.resource)?.as_ref()?.get(&(t.inventory.namespace.clone(), t.object.name.clone()))?;
+        let listed = find(listings.get(&t.resource)?.as_ref()?, t.inventory.namespace.as_deref(), &t.object.name)?;
         if listed.deleting {
             return None;
         }
@@ -166,4 +169,8 @@ impl Applier {
         };
         Some(Outcome { health: Some(listed.health.clone()), fields: t.previous_fields.clone(), ..outcome })
     }
+}
+
+fn find<'a>(listing: &'a HashMap<String, HashMap<String, Seen>>, namespace: Option<&str>, name: &str) -> Option<&'a Seen> {
+    listing.get(namespace.unwrap_or_default())?.get(name)
 }

@@ -3,6 +3,7 @@
 //! dropped. Semantics for users: docs/apply.md.
 
 mod answer;
+mod desired;
 mod diff;
 mod discovery;
 mod error;
@@ -341,7 +342,7 @@ impl Applier {
                     .map(|slot| {
                         async move {
                             match slot {
-                                Ok(t) => match self.delete_owned(&t.api, &t.object.name, &t.entry.object).await {
+                                Ok(t) => match self.delete_owned(&t.api(&self.client), &t.object.name, &t.entry.object).await {
                                     Ok(Deletion::Absent) => Outcome::new(&t.entry, Action::Unchanged, "absent"),
                                     Ok(Deletion::NotOurs(label)) => {
                                         Outcome::new(&t.entry, Action::Skipped(SkipReason::NotOurs), not_ours(label.as_deref()))
@@ -439,19 +440,15 @@ impl Applier {
             Ok(policy) => policy,
             Err(message) => return (inventory, Err(NotPrepared::new(Entry { message, ..entry }))),
         };
-        let body = serde_json::to_vec(&self.desired_body(&o.body, namespace.as_deref())).unwrap_or_default();
+        let desired = desired::Desired { body: &o.body, namespace: namespace.as_deref(), owner: &self.owner_value };
+        let body = serde_json::to_vec(&desired).unwrap_or_default();
         inventory.digest = digest(&body);
-        let api: Api<DynamicObject> = match &namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resolved.resource),
-            None => Api::all_with(self.client.clone(), &resolved.resource),
-        };
         let previous_digest = previous.get(&inventory.key()).map(|(d, _)| (*d).to_string());
         let previous_fields = previous.get(&inventory.key()).map(|(_, f)| (*f).to_string());
         let target = Target {
             object: o,
             entry,
-            api,
-            resource: resolved.resource.clone(),
+            resource: resolved.resource,
             body,
             force: self.options.force || annotation(FORCE_ANNOTATION) == Some("true"),
             recreate: annotation(RECREATE_ANNOTATION) == Some("true"),
@@ -556,8 +553,8 @@ impl Applier {
             Err(Unresolved::Failed(m)) => return (Some(entry(Action::Failed, m.clone())), true),
         };
         let api: Api<DynamicObject> = match &e.namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
-            None => Api::all_with(self.client.clone(), resource),
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &**resource),
+            None => Api::all_with(self.client.clone(), &**resource),
         };
         match self.delete_owned(&api, &e.name, &e.object_ref()).await {
             Ok(Deletion::Absent) => (None, false),
@@ -635,6 +632,37 @@ pub fn owner_label_value(owner: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_manifest_as_sent_is_written_without_a_copy_byte_for_byte() {
+        use serde_json::json;
+        let applier = Applier::new(
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().expect("url"))).expect("client"),
+            ApplyOptions { owner: "stack.team-a.alpha".into(), ..ApplyOptions::default() },
+        );
+        let bodies = [
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "elsewhere",
+                "labels": {"app": "x", "stacksync.io/owner": "someone", "zz": "1"}, "annotations": {"a": "b"}, "uid": "u"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"labels": {"a": "1", "t": "2"}, "name": "a", "ownerReferences": []}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"labels": "odd", "name": "a"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"labels": null, "name": "a"}}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n", "namespace": "dropped"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap"}),
+            json!({"apiVersion": "v1", "aaa": 1, "zzz": {"nested": [1, "two"]}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": "odd"}),
+            json!(["not", "an", "object"]),
+            json!(null),
+        ];
+        for body in &bodies {
+            for namespace in [Some("team"), None] {
+                let copied = serde_json::to_vec(&applier.desired_body(body, namespace)).expect("json");
+                let desired = desired::Desired { body, namespace, owner: &applier.owner_value };
+                assert_eq!(serde_json::to_vec(&desired).expect("json"), copied, "{body} in {namespace:?}");
+            }
+        }
+    }
 
     #[test]
     fn owner_label_values_are_label_safe() {

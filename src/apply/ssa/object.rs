@@ -2,6 +2,7 @@
 //! on drift; and the one path that deletes an object only when it is ours. The batch in
 //! `mod.rs` loops over these.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -29,9 +30,8 @@ pub struct Target<'a> {
     pub object: &'a Object,
     /// Its entry, with the namespace it really lives in; the action and message are filled in.
     pub entry: Entry,
-    pub api: Api<DynamicObject>,
     /// The resource serving its kind (what a listing of the kind asks for).
-    pub resource: ApiResource,
+    pub resource: Arc<ApiResource>,
     /// The manifest as sent, serialized once: defaulted namespace, our owner label. Its sha256
     /// is the inventory's digest.
     pub body: Vec<u8>,
@@ -46,12 +46,20 @@ pub struct Target<'a> {
 }
 
 impl Target<'_> {
+    /// A kube API handle for the object's kind and namespace (for the rarer requests: delete,
+    /// re-create, wait; applies and reads build their requests from `resource` directly).
+    pub fn api(&self, client: &kube::Client) -> Api<DynamicObject> {
+        match &self.inventory.namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &*self.resource),
+            None => Api::all_with(client.clone(), &*self.resource),
+        }
+    }
+
     /// The same target, for a second request (the API handle and body are cheap to clone).
     fn clone_for_retry(&self) -> Target<'_> {
         Target {
             object: self.object,
             entry: self.entry.clone(),
-            api: self.api.clone(),
             resource: self.resource.clone(),
             body: self.body.clone(),
             inventory: self.inventory.clone(),
@@ -273,7 +281,7 @@ impl Applier {
     /// The apply PATCH as `Api::patch` sends it (the body serialized once, in `prepare`): the
     /// answer's bytes and status code.
     pub(super) async fn apply_request(&self, t: &Target<'_>, params: &PatchParams) -> kube::Result<(Bytes, u16)> {
-        let url = <DynamicObject as kube::Resource>::url_path(&t.resource, t.inventory.namespace.as_deref());
+        let url = <DynamicObject as kube::Resource>::url_path(&*t.resource, t.inventory.namespace.as_deref());
         // kube builds the URL, query and headers; the body is swapped for the bytes we have.
         let request = kube::core::Request::new(url).patch(&t.object.name, params, &Patch::Apply(())).map_err(kube::Error::BuildRequest)?;
         self.send(request.map(|_| t.body.clone())).await
@@ -281,7 +289,7 @@ impl Applier {
 
     /// The live object, as `Api::get_opt` reads it (absent: `None`).
     async fn get_value(&self, t: &Target<'_>) -> kube::Result<Option<Value>> {
-        let url = <DynamicObject as kube::Resource>::url_path(&t.resource, t.inventory.namespace.as_deref());
+        let url = <DynamicObject as kube::Resource>::url_path(&*t.resource, t.inventory.namespace.as_deref());
         let request = kube::core::Request::new(url).get(&t.object.name, &GetParams::default()).map_err(kube::Error::BuildRequest)?;
         match self.send(request).await {
             Ok((bytes, _)) => Ok(Some(serde_json::from_slice(&bytes).map_err(kube::Error::SerdeError)?)),
@@ -312,16 +320,17 @@ impl Applier {
     async fn recreate(&self, t: &Target<'_>, cause: &Error) -> Outcome {
         let result = async {
             let name = &t.object.name;
-            let live = self.within("reading", &t.entry.object, t.api.get_opt(name)).await?;
+            let api = t.api(&self.client);
+            let live = self.within("reading", &t.entry.object, api.get_opt(name)).await?;
             let live = live.map_err(|source| Error::Get { object: t.entry.object.clone(), source })?;
             if let Some(live) = live {
                 let dp = DeleteParams {
                     preconditions: Some(Preconditions { uid: live.metadata.uid.clone(), resource_version: None }),
                     ..DeleteParams::background()
                 };
-                let deleted = self.within("deleting", &t.entry.object, t.api.delete(name, &dp)).await?;
+                let deleted = self.within("deleting", &t.entry.object, api.delete(name, &dp)).await?;
                 deleted.map_err(|source| Error::Delete { object: t.entry.object.clone(), source })?;
-                self.await_gone(&t.api, name, live.metadata.uid.as_deref(), &t.entry.object).await?;
+                self.await_gone(&api, name, live.metadata.uid.as_deref(), &t.entry.object).await?;
             }
             self.patch(t).await
         };
@@ -351,7 +360,7 @@ impl Applier {
         let wait = self.options.crd_wait;
         let mut backoff = Backoff::until(wait);
         let last = loop {
-            let live = self.within("reading", &t.entry.object, t.api.get_opt(&t.object.name)).await?;
+            let live = self.within("reading", &t.entry.object, t.api(&self.client).get_opt(&t.object.name)).await?;
             let live = live.map_err(|source| Error::Get { object: t.entry.object.clone(), source })?;
             let condition = live.as_ref().and_then(|l| {
                 crate::apply::health::at(&l.data, "/status/conditions")?.as_array()?.iter().find(|c| c["type"] == "Established").cloned()

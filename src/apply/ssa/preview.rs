@@ -96,7 +96,7 @@ impl Applier {
                     }
                 };
                 let object = t.entry.object.clone();
-                let live = match self.get(&t.api, &t.object.name, &object).await {
+                let live = match self.get(&t.api(&self.client), &t.object.name, &object).await {
                     Ok(live) => live,
                     Err(message) => {
                         out.failures.push((object, message));
@@ -151,8 +151,8 @@ impl Applier {
                 }
             };
             let api: Api<DynamicObject> = match &e.namespace {
-                Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
-                None => Api::all_with(self.client.clone(), &resource),
+                Some(ns) => Api::namespaced_with(self.client.clone(), ns, &*resource),
+                None => Api::all_with(self.client.clone(), &*resource),
             };
             match self.get(&api, &e.name, &e.object_ref()).await {
                 Ok(Some(live)) if ours(&live, &self.owner_value) => {
