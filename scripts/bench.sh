@@ -10,7 +10,8 @@
 # Every case lands in target/bench/results.json (BENCH_OUT) with ours, peer, ratio, unit and the
 # environment (nproc, load average, tool versions).
 # BENCH_SIZES (default 100,1000,5000) chooses the fleet sizes; kubectl runs up to
-# BENCH_KUBECTL_MAX Clusters (default 1000: kubectl applies one object at a time).
+# BENCH_KUBECTL_MAX Clusters (default 1000: kubectl applies one object at a time); BENCH_REPEAT
+# (default 3) pairs of ceiling and cold sync per size, the median pair reported.
 # Results and what bounds them: docs/performance.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +38,7 @@ cargo bench --locked --bench fleet -- \
   --wrk "$(command -v wrk)" \
   --sizes "${BENCH_SIZES:-100,1000,5000}" \
   --kubectl-max "${BENCH_KUBECTL_MAX:-1000}" \
+  --repeat "${BENCH_REPEAT:-3}" \
   --out "$out"
 if [ -z "${BENCH_FLEET_ONLY:-}" ]; then
   PATH="$tools/bin:$PATH" cargo bench --locked --bench peers
