@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::json;
+use testkit::apiserver::Stats;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_is_synced_seconds_after_its_control_plane_and_kubeconfig_are_ready() {
@@ -81,6 +82,23 @@ async fn a_paused_cluster_gets_no_writes_and_reconcile_requests_are_handled_in_s
             cs["status"]["lastHandledReconcileAt"].as_str().is_some_and(|at| printed.contains(at))
         })
         .await;
+
+    // Nothing changed: a reconcile costs the workload cluster one LIST per kind of what it holds
+    // (and the `/version` probe), no discovery (remembered since the first sync), no write.
+    env.workloads[0].reset_stats();
+    let o = cli(&["reconcile", "--config", &config.to_string_lossy(), &format!("{NS}/alpha")], &[]).await;
+    assert!(o.status.success());
+    let printed = String::from_utf8_lossy(&o.stdout).into_owned();
+    daemon
+        .eventually("the unchanged reconcile handled", Duration::from_secs(5), async || {
+            let cs = env.cluster_sync("alpha").await.unwrap_or_default();
+            cs["status"]["lastHandledReconcileAt"].as_str().is_some_and(|at| printed.contains(at))
+        })
+        .await;
+    let stats = env.workloads[0].stats();
+    assert_eq!(stats.total_writes(), 0, "{stats:?}");
+    assert!(stats.requests.keys().all(|verb| verb == "list"), "only LISTs: {stats:?}");
+    assert_eq!(Stats::count(&stats.requests, "list", "configmaps"), 1, "{stats:?}");
 
     // Paused (as during `clusterctl move`): a reconcile writes nothing to the workload cluster.
     env.patch_cluster("alpha", json!({"spec": {"paused": true}})).await;
