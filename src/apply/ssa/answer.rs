@@ -51,7 +51,7 @@ impl Seen {
         Seen {
             namespace: meta["namespace"].as_str().filter(|n| !n.is_empty()).map(str::to_owned),
             name: meta["name"].as_str().unwrap_or_default().to_owned(),
-            deleting: meta.get("deletionTimestamp").is_some_and(|t| !t.is_null()),
+            deleting: being_deleted(object),
             fields: diff::our_fields(object).map(diff::fields_hash),
             health: health::assess(object),
             established: established(health::at(object, "/status/conditions")),
@@ -74,6 +74,11 @@ pub(super) fn page(bytes: &[u8]) -> serde_json::Result<Option<(Vec<Seen>, Option
     let Some(items) = page.get("items").and_then(Value::as_array) else { return Ok(None) };
     let token = health::at(&page, "/metadata/continue").and_then(Value::as_str).map(str::to_owned);
     Ok(Some((items.iter().map(Seen::from_value).collect(), next(token))))
+}
+
+/// Whether the object has a `deletionTimestamp` (finalizers pending).
+pub(super) fn being_deleted(object: &Value) -> bool {
+    object["metadata"].get("deletionTimestamp").is_some_and(|t| !t.is_null())
 }
 
 fn established(conditions: Option<&Value>) -> bool {

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GetParams, Patch, PatchParams, Preconditions};
 use serde_json::Value;
 
-use super::answer::Seen;
+use super::answer::{self, Seen};
 use super::error::{Error, Result};
 use super::inventory::InventoryEntry;
 use super::{Applier, DriftMode, FIELD_MANAGER, OWNER_LABEL, diff};
@@ -174,7 +174,7 @@ impl Applier {
             let created = self.patch(t).await?;
             return Ok(Outcome::new(&t.entry, Action::Created, "").with_seen(&created));
         };
-        if being_deleted(&live) {
+        if answer::being_deleted(&live) {
             // A dry-run or a write would "succeed" on it, yet it is about to vanish (finalizers
             // pending): not synced. Once it is gone the next sync creates it.
             return Ok(Outcome::new(&t.entry, Action::Failed, BEING_DELETED));
@@ -188,7 +188,7 @@ impl Applier {
         // manager holds a field; whether we may take it is decided by the real write.
         let dry_params = PatchParams { dry_run: true, ..PatchParams::apply(FIELD_MANAGER).force() };
         let dry = self.within("dry-run apply", &t.entry.object, self.apply_request(t, &dry_params)).await?;
-        let dry = dry.and_then(|(bytes, _)| serde_json::from_slice::<Value>(&bytes).map_err(kube::Error::SerdeError));
+        let dry = dry.and_then(|(bytes, _)| whole(&bytes));
         let dry = dry.map_err(|source| Error::DryRun { object: t.entry.object.clone(), source })?;
         let changed = diff::changed_paths(&live, &dry);
         if changed.is_empty() && diff::our_fields(&live) == diff::our_fields(&dry) {
@@ -292,7 +292,7 @@ impl Applier {
         let url = <DynamicObject as kube::Resource>::url_path(&*t.resource, t.inventory.namespace.as_deref());
         let request = kube::core::Request::new(url).get(&t.object.name, &GetParams::default()).map_err(kube::Error::BuildRequest)?;
         match self.send(request).await {
-            Ok((bytes, _)) => Ok(Some(serde_json::from_slice(&bytes).map_err(kube::Error::SerdeError)?)),
+            Ok((bytes, _)) => whole(&bytes).map(Some),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
             Err(e) => Err(e),
         }
@@ -446,9 +446,9 @@ fn release_changed(t: &Target<'_>) -> bool {
     t.previous_digest.as_deref() != Some(t.inventory.digest.as_str())
 }
 
-/// Whether the object has a `deletionTimestamp` (finalizers pending).
-fn being_deleted(o: &Value) -> bool {
-    o["metadata"].get("deletionTimestamp").is_some_and(|t| !t.is_null())
+/// An answer read whole (the full path compares live and dry-run objects field by field).
+pub(super) fn whole(bytes: &[u8]) -> kube::Result<Value> {
+    serde_json::from_slice(bytes).map_err(kube::Error::SerdeError)
 }
 
 pub(super) fn to_value(o: &DynamicObject) -> Value {

@@ -114,10 +114,9 @@ impl Applier {
                 }
                 let params = PatchParams { dry_run: true, ..PatchParams::apply(FIELD_MANAGER).force() };
                 let dry = match self.within("dry-run apply", &object, self.apply_request(&t, &params)).await {
-                    Ok(Ok((bytes, _))) => match serde_json::from_slice::<Value>(&bytes) {
+                    Ok(Ok((bytes, _))) => match super::object::whole(&bytes) {
                         Ok(dry) => diff::normalize(&dry),
-                        Err(e) => {
-                            let source = kube::Error::SerdeError(e);
+                        Err(source) => {
                             out.failures.push((object, super::Error::DryRun { object: t.entry.object.clone(), source }.message()));
                             continue;
                         }
