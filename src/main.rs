@@ -212,7 +212,10 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
                 let report = match &cfg.target {
                     Target::Kubernetes(_) => {
                         let ctx = Ctx::new(cfg).context("opening the cache")?;
-                        runtime.block_on(kubernetes::pass(ctx, usize::from(concurrency)))
+                        // On a runtime worker, as the daemon runs its controller: polled from
+                        // `block_on`'s thread, every answer would wake another thread.
+                        let pass = runtime.spawn(kubernetes::pass(ctx, usize::from(concurrency)));
+                        runtime.block_on(pass).context("the pass")?
                     }
                     Target::Directory(_) => runtime.block_on(controller::pass(&cfg, None, true))?,
                 };

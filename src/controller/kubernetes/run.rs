@@ -340,10 +340,12 @@ pub async fn pass(ctx: Arc<Context>, concurrency: usize) -> PassReport {
     let mut round: Vec<DynamicObject> = clusters.clone();
     loop {
         type Outcome = (Option<ClusterKey>, Result<Option<reconcile::Reconciled>, Error>);
-        let results: Vec<Outcome> = stream::iter(round.iter())
+        // Owned Clusters (not borrowed): the pass's future stays provably `Send`, so `run --once`
+        // runs it on a runtime worker.
+        let results: Vec<Outcome> = stream::iter(round.iter().cloned())
             .map(|obj| {
                 let kube = kube.clone();
-                async move { (key_of(obj), reconcile::reconcile(&kube, obj).await) }
+                async move { (key_of(&obj), reconcile::reconcile(&kube, &obj).await) }
             })
             .buffer_unordered(concurrency.max(1))
             .collect()
