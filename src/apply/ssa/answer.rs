@@ -279,6 +279,29 @@ mod tests {
     }
 
     #[test]
+    fn arbitrary_answers_are_read_narrowly_as_they_are_whole() {
+        let mut g = super::super::arbitrary::Gen::new(11);
+        let mut items = Vec::new();
+        let (mut narrow, mut ours, mut deleting, mut unhealthy) = (0, 0, 0, 0);
+        for _ in 0..3000 {
+            let object = g.object();
+            let bytes = serde_json::to_vec(&object).expect("json");
+            let seen = Seen::from_slice(&bytes).expect("reads");
+            assert_eq!(seen, Seen::from_value(&object), "{object}");
+            narrow += usize::from(serde_json::from_slice::<Narrow<'_>>(&bytes).is_ok());
+            ours += usize::from(seen.fields.is_some());
+            deleting += usize::from(seen.deleting);
+            unhealthy += usize::from(!seen.health.is_healthy());
+            items.push(object);
+        }
+        // Both readings were exercised, and on every outcome.
+        assert!(narrow > 1000 && narrow < 2990 && ours > 30 && deleting > 100 && unhealthy > 100, "{narrow} {ours} {deleting} {unhealthy}");
+        let list = json!({"metadata": {"continue": "t"}, "items": items});
+        let (seen, _) = page(&serde_json::to_vec(&list).expect("json")).expect("reads").expect("items");
+        assert_eq!(seen, items.iter().map(Seen::from_value).collect::<Vec<_>>());
+    }
+
+    #[test]
     fn what_the_narrow_shape_does_not_take_is_read_whole() {
         for text in [
             r#"{"kind": "ConfigMap", "metadata": {"name": "a", "name": "b"}}"#,

@@ -3,6 +3,8 @@
 //! dropped. Semantics for users: docs/apply.md.
 
 mod answer;
+#[cfg(test)]
+mod arbitrary;
 mod desired;
 mod diff;
 mod discovery;
@@ -632,6 +634,22 @@ pub fn owner_label_value(owner: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn arbitrary_manifests_are_written_as_their_edited_copies_are() {
+        let applier = Applier::new(
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().expect("url"))).expect("client"),
+            ApplyOptions { owner: "stack.team-a.alpha".into(), ..ApplyOptions::default() },
+        );
+        let mut g = arbitrary::Gen::new(7);
+        for i in 0..3000 {
+            let body = g.object();
+            let namespace = [Some("team"), None, Some("")][i % 3];
+            let copied = serde_json::to_vec(&applier.desired_body(&body, namespace)).expect("json");
+            let desired = desired::Desired { body: &body, namespace, owner: &applier.owner_value };
+            assert_eq!(serde_json::to_vec(&desired).expect("json"), copied, "{body} in {namespace:?}");
+        }
+    }
 
     #[tokio::test]
     async fn the_manifest_as_sent_is_written_without_a_copy_byte_for_byte() {
