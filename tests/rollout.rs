@@ -374,7 +374,13 @@ async fn a_rollout_waits_for_a_failed_cluster_class_and_stops_when_rollout_is_re
     let block = "    rollout:\n      waves: [{clusters: 1}, {percent: 100}]\n      waveTimeout: 1h\n      checkInterval: 250ms\n";
     let config = config(&env, block);
     let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
-    daemon.eventually("the v4 rollout waits", Duration::from_secs(60), async || rollout(&env).await["phase"] == "Waiting").await;
+    // Waiting first while v4's StackRelease has no status yet, then saying why it failed.
+    daemon
+        .eventually("the v4 rollout waits for the broken class", Duration::from_secs(60), async || {
+            let r = rollout(&env).await;
+            r["phase"] == "Waiting" && r["message"].as_str().is_some_and(|m| m.contains("broken on purpose"))
+        })
+        .await;
     let r = rollout(&env).await;
     let message = r["message"].as_str().unwrap_or_default();
     assert!(message.starts_with(&format!("ClusterClass {V4} is not applied: ")) && message.contains("broken on purpose"), "{r}");
@@ -383,11 +389,15 @@ async fn a_rollout_waits_for_a_failed_cluster_class_and_stops_when_rollout_is_re
     assert!(table.lines().any(|l| l.starts_with(&format!("ferrol.{V4}")) && l.contains("0/2")), "{table}");
     // Said once, not at every check (every 250 ms).
     daemon
-        .eventually("a RolloutWaiting event", Duration::from_secs(10), async || !events_with(&env, "RolloutWaiting").await.is_empty())
+        .eventually("a RolloutWaiting event", Duration::from_secs(10), async || {
+            events_with(&env, "RolloutWaiting").await.iter().any(|n| n.contains("broken on purpose"))
+        })
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(daemon.log().matches("rollout waiting").count(), 1, "{}", daemon.log());
-    assert_eq!(events_with(&env, "RolloutWaiting").await.len(), 1);
+    // (An earlier "no status yet" may have been said before v4's StackRelease recorded the failure.)
+    let log = daemon.log();
+    assert_eq!(log.lines().filter(|l| l.contains("rollout waiting") && l.contains("broken on purpose")).count(), 1, "{log}");
+    assert_eq!(events_with(&env, "RolloutWaiting").await.iter().filter(|n| n.contains("broken on purpose")).count(), 1);
     assert!(on_v4(&env).await.is_empty(), "a Cluster was moved to a class that is not applied");
 
     // v5 is fine: its rollout supersedes the waiting one; wave 1 (c00) stays unfinished.
