@@ -75,26 +75,12 @@ async fn a_paused_cluster_gets_no_writes_and_reconcile_requests_are_handled_in_s
     let took =
         daemon.eventually("reconcile on request", Duration::from_secs(2), async || env.configmap(0, "addon-alpha").await.is_some()).await;
     eprintln!("reconcile request handled in {took:?}");
-    let printed = String::from_utf8_lossy(&o.stdout).into_owned();
-    daemon
-        .eventually("lastHandledReconcileAt", Duration::from_secs(5), async || {
-            let cs = env.cluster_sync("alpha").await.unwrap_or_default();
-            cs["status"]["lastHandledReconcileAt"].as_str().is_some_and(|at| printed.contains(at))
-        })
-        .await;
+    handled(&env, &daemon, &o.stdout).await;
 
     // Nothing changed: a reconcile costs the workload cluster one LIST per kind of what it holds
     // (and the `/version` probe), no discovery (remembered since the first sync), no write.
     env.workloads[0].reset_stats();
-    let o = cli(&["reconcile", "--config", &config.to_string_lossy(), &format!("{NS}/alpha")], &[]).await;
-    assert!(o.status.success());
-    let printed = String::from_utf8_lossy(&o.stdout).into_owned();
-    daemon
-        .eventually("the unchanged reconcile handled", Duration::from_secs(5), async || {
-            let cs = env.cluster_sync("alpha").await.unwrap_or_default();
-            cs["status"]["lastHandledReconcileAt"].as_str().is_some_and(|at| printed.contains(at))
-        })
-        .await;
+    reconciled(&env, &daemon, &config).await;
     let stats = env.workloads[0].stats();
     assert_eq!(stats.total_writes(), 0, "{stats:?}");
     assert!(stats.requests.keys().all(|verb| verb == "list"), "only LISTs: {stats:?}");
@@ -109,15 +95,7 @@ async fn a_paused_cluster_gets_no_writes_and_reconcile_requests_are_handled_in_s
         .await;
     cms.delete("addon-alpha", &DeleteParams::default()).await.expect("delete");
     env.workloads[0].reset_stats();
-    let o = cli(&["reconcile", "--config", &config.to_string_lossy(), &format!("{NS}/alpha")], &[]).await;
-    assert!(o.status.success());
-    let printed = String::from_utf8_lossy(&o.stdout).into_owned();
-    daemon
-        .eventually("the request handled", Duration::from_secs(5), async || {
-            let cs = env.cluster_sync("alpha").await.unwrap_or_default();
-            cs["status"]["lastHandledReconcileAt"].as_str().is_some_and(|at| printed.contains(at))
-        })
-        .await;
+    reconciled(&env, &daemon, &config).await;
     assert_eq!(env.workloads[0].stats().total_writes(), 0, "a paused Cluster was written to: {:?}", env.workloads[0].stats().writes);
     assert!(env.configmap(0, "addon-alpha").await.is_none());
 
@@ -128,6 +106,24 @@ async fn a_paused_cluster_gets_no_writes_and_reconcile_requests_are_handled_in_s
 }
 
 /// A GitHub API that accepts connections and never answers.
+/// `stacksync reconcile` of alpha, then waits until alpha's ClusterSync says it handled it.
+async fn reconciled(env: &Env, daemon: &Daemon, config: &Path) {
+    let o = cli(&["reconcile", "--config", &config.to_string_lossy(), &format!("{NS}/alpha")], &[]).await;
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    handled(env, daemon, &o.stdout).await;
+}
+
+/// Waits until alpha's ClusterSync records the reconcile request `stacksync reconcile` printed.
+async fn handled(env: &Env, daemon: &Daemon, printed: &[u8]) {
+    let printed = String::from_utf8_lossy(printed).into_owned();
+    daemon
+        .eventually("the reconcile request handled", Duration::from_secs(5), async || {
+            let cs = env.cluster_sync("alpha").await.unwrap_or_default();
+            cs["status"]["lastHandledReconcileAt"].as_str().is_some_and(|at| printed.contains(at))
+        })
+        .await;
+}
+
 async fn black_hole() -> (String, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
