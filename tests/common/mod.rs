@@ -2,6 +2,7 @@
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
 pub mod fleet;
+pub mod real;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -1,6 +1,6 @@
-//! `testkit apiserver --kubeconfig-out FILE` and `testkit github --releases DIR --addr-out FILE`:
-//! run one loopback server until interrupted, so a person or a script can poke it with kubectl
-//! or curl.
+//! `testkit apiserver --kubeconfig-out FILE`, `testkit kube --kubeconfig-out FILE` and
+//! `testkit github --releases DIR --addr-out FILE`: run one loopback server (or a real control
+//! plane) until interrupted, so a person or a script can poke it with kubectl or curl.
 
 use std::path::PathBuf;
 
@@ -27,6 +27,23 @@ enum Command {
         #[arg(long)]
         preload: Vec<PathBuf>,
     },
+    /// Run a real Kubernetes control plane on 127.0.0.1 (etcd, kube-apiserver,
+    /// kube-controller-manager, kube-scheduler, kwok with fake Nodes) until SIGINT or SIGTERM.
+    /// The kubeconfig (admin client certificate) is written once /readyz answers ok, the Nodes
+    /// are Ready and the preloaded files are applied. Build the binaries first with
+    /// scripts/build-realkube.sh.
+    Kube {
+        /// Where to write the admin kubeconfig.
+        #[arg(long)]
+        kubeconfig_out: PathBuf,
+        /// Apply every YAML file of this directory (or this file) at start, CRDs first
+        /// (repeatable), e.g. testdata/crds and deploy/crds.
+        #[arg(long)]
+        preload: Vec<PathBuf>,
+        /// How many kwok Nodes to create.
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
+    },
     /// Serve a GitHub-compatible releases API on 127.0.0.1 and a free port until interrupted,
     /// from `DIR/<owner>/<repo>/<tag>/<asset files>` (a `release.yaml` beside the assets may set
     /// `prerelease`, `draft`, `digests: false`).
@@ -49,6 +66,20 @@ async fn main() -> anyhow::Result<()> {
             tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
             server.stop().await;
         }
+        Command::Kube { kubeconfig_out, preload, nodes } => {
+            let kube = testkit::kube::Kube::start(testkit::kube::Options { preload, nodes, bin_dir: None }).await.context("starting the control plane")?;
+            kube.write_kubeconfig(&kubeconfig_out).with_context(|| format!("writing {}", kubeconfig_out.display()))?;
+            let rss: u64 = kube.rss().iter().map(|(_, bytes)| bytes).sum();
+            println!(
+                "serving {} (kubeconfig: {}; logs in {}); ready in {:.1}s, {} MiB resident",
+                kube.url(),
+                kubeconfig_out.display(),
+                kube.dir().display(),
+                kube.started_in().as_secs_f64(),
+                rss / (1024 * 1024)
+            );
+            wait_for_stop_or_exit(kube).await?;
+        }
         Command::Github { releases, addr_out } => {
             let server = GithubServer::serve_dir(&releases).await.with_context(|| format!("serving {}", releases.display()))?;
             std::fs::write(&addr_out, server.api_url()).with_context(|| format!("writing {}", addr_out.display()))?;
@@ -62,5 +93,28 @@ async fn main() -> anyhow::Result<()> {
             server.stop().await;
         }
     }
+    Ok(())
+}
+
+/// Waits for SIGINT or SIGTERM (then stops every component) or for a component to exit (then
+/// stops the others and fails, naming it).
+async fn wait_for_stop_or_exit(mut kube: testkit::kube::Kube) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            _ = tick.tick() => {
+                if let Some((component, status)) = kube.exited_component() {
+                    let log = kube.dir().join(format!("{component}.log"));
+                    kube.stop();
+                    anyhow::bail!("{component} exited ({status}); see {}", log.display());
+                }
+            }
+        }
+    }
+    kube.stop();
     Ok(())
 }

@@ -1,0 +1,201 @@
+//! The Kubernetes target on real Kubernetes: one real control plane per test binary
+//! (`testkit::kube::shared`: etcd, kube-apiserver, controller-manager, scheduler, kwok), each
+//! test a tenant with a namespace of its own. What is claimed here is refereed by the real
+//! server and the real controllers: server-side apply and its managedFields, defaulting,
+//! Deployments becoming Available (a ClusterSync is Ready because the Deployment really is),
+//! garbage collection of a deleted Cluster's ClusterSync, Events as `kubectl get events` shows
+//! them, printer columns as `kubectl get` prints them. Faults and request counting stay on
+//! testkit's API server (tests/controller.rs, tests/kubernetes_target.rs, tests/apply_kube/).
+//! Cluster API is played by the test.
+//!
+//! Run against your own cluster: `STACKSYNC_TEST_KUBECONFIG=~/.kube/config cargo test --test real_kube`
+//! (Cluster API's CRDs and deploy/crds installed there; the tests write only in namespaces
+//! named `e2e-…` and their cluster-scoped StackReleases named after them).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::fleet::{Daemon, condition};
+use common::real::Tenant;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+/// A ConfigMap and a Deployment in the Cluster's own namespace (its workload cluster is the
+/// same real server); kwok runs the Deployment's pod.
+fn addons(deployment_extra: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: addon-${{cluster.name}}\n  namespace: ${{cluster.namespace}}\ndata:\n  cluster: ${{cluster.name}}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: ccm-${{cluster.name}}\n  namespace: ${{cluster.namespace}}\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {{app: ccm-${{cluster.name}}}}\n  template:\n    metadata:\n      labels: {{app: ccm-${{cluster.name}}}}\n    spec:\n{deployment_extra}      containers:\n        - name: ccm\n          image: registry.example/ccm:1.0\n"
+    )
+}
+
+async fn eventually(what: &str, within: Duration, mut cond: impl AsyncFnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !cond().await {
+        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    start.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_sync_is_ready_because_its_deployment_really_became_available() {
+    let Some(t) = Tenant::new("available").await else { return };
+    t.repo.release("v1.0.0", &[("manifests/addons.yaml", &addons(""))]);
+    t.add_cluster("alpha").await;
+    let config = t.config("    healthTimeout: 2m\n", "");
+    let o = common::run_once(&config).await;
+    common::assert_exit(&o, 0);
+
+    // Ready, and it is true: the real Deployment controller says Available, kwok runs the pod.
+    let (status, reason) = t.ready("alpha").await.expect("ClusterSync");
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "Synced"), "{}", common::stderr(&o));
+    let deployments: Api<Deployment> = Api::namespaced(t.client(), &t.ns);
+    let d = deployments.get("ccm-alpha").await.expect("Deployment");
+    let st = d.status.expect("status");
+    assert_eq!(st.available_replicas, Some(1));
+    assert!(st.conditions.unwrap_or_default().iter().any(|c| c.type_ == "Available" && c.status == "True"));
+    let pods: Api<Pod> = Api::namespaced(t.client(), &t.ns);
+    let running = pods.list(&Default::default()).await.expect("pods").items;
+    assert!(
+        running.iter().any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            && p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| n.starts_with("kwok-node-"))),
+        "no Running pod on a kwok node"
+    );
+
+    // The real server defaulted the Deployment (strategy, revisionHistoryLimit, the pod's
+    // restartPolicy …), which stacksync neither owns nor fights: a second pass writes nothing.
+    let cs = t.cluster_sync("alpha").await.expect("cs");
+    let o = common::run_once(&config).await;
+    common::assert_exit(&o, 0);
+    let cs2 = t.cluster_sync("alpha").await.expect("cs");
+    assert_eq!(cs["status"]["objects"], cs2["status"]["objects"]);
+    let d2 = deployments.get("ccm-alpha").await.expect("Deployment");
+    assert_eq!(d2.metadata.generation, d.metadata.generation, "an unchanged pass changed the Deployment's spec");
+
+    // `kubectl get clustersyncs` prints the columns of deploy/crds on the real server.
+    let out = t.kubectl(&["get", "clustersyncs", "-n", &t.ns]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let header = text.lines().next().unwrap_or_default();
+    assert!(header.contains("READY") && header.contains("RELEASE"), "{text}");
+    assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("alpha") && l.contains("True")), "{text}");
+    t.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_that_cannot_become_available_is_not_reported_ready() {
+    let Some(t) = Tenant::new("unavailable").await else { return };
+    // No Node has this label: the scheduler leaves the pod Pending, the Deployment stays
+    // unavailable, and stacksync must say so.
+    t.repo.release("v1.0.0", &[("manifests/addons.yaml", &addons("      nodeSelector: {pool: nowhere}\n"))]);
+    t.add_cluster("alpha").await;
+    let config = t.config("    healthTimeout: 3s\n", "");
+    let o = common::run_once(&config).await;
+    let (status, reason) = t.ready("alpha").await.expect("ClusterSync");
+    assert_eq!(status, "False", "{}", common::stderr(&o));
+    assert_eq!(reason, "Unhealthy", "{}", common::stderr(&o));
+    let cs = t.cluster_sync("alpha").await.expect("cs");
+    let message = condition(&cs, "Ready")["message"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains("ccm-alpha"), "the message names the Deployment: {message}");
+
+    // Make it schedulable (a Node gets the label): the next pass sees it Available, for real.
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(t.client());
+    let node = format!("kwok-node-{}", std::process::id() % 3);
+    let pp = PatchParams::apply(&format!("e2e-{}", t.ns)).force();
+    let label = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"pool": "nowhere"}}});
+    nodes.patch(&node, &pp, &Patch::Apply(label)).await.expect("label a node");
+    let o = common::run_once(&t.config("    healthTimeout: 2m\n", "")).await;
+    common::assert_exit(&o, 0);
+    assert_eq!(t.ready("alpha").await.expect("cs").0, "True", "{}", common::stderr(&o));
+    let unlabel = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}});
+    nodes.patch(&node, &pp, &Patch::Apply(unlabel)).await.expect("unlabel the node");
+    t.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_is_taken_back_and_what_a_release_dropped_is_pruned_on_the_real_server() {
+    let Some(t) = Tenant::new("drift").await else { return };
+    t.repo.release("v1.0.0", &[("manifests/addons.yaml", &addons(""))]);
+    t.add_cluster("alpha").await;
+    let config = t.config("    healthTimeout: 0s\n", "");
+    common::assert_exit(&common::run_once(&config).await, 0);
+
+    // `kubectl patch` of a field stacksync owns, by the real kubectl: taken back.
+    let out = t.kubectl(&["patch", "configmap", "addon-alpha", "-n", &t.ns, "--type=merge", "-p", r#"{"data":{"cluster":"patched"}}"#]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let o = common::run_once(&config).await;
+    common::assert_exit(&o, 0);
+    let cms: Api<ConfigMap> = Api::namespaced(t.client(), &t.ns);
+    assert_eq!(cms.get("addon-alpha").await.expect("cm").data.unwrap_or_default()["cluster"], "alpha");
+    assert!(common::stderr(&o).contains("taken back"), "{}", common::stderr(&o));
+
+    // The managedFields the real server keeps name stacksync as the owner of data.cluster again.
+    let cm = cms.get("addon-alpha").await.expect("cm");
+    let owners: Vec<String> = cm
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| m.fields_v1.as_ref().is_some_and(|f| f.0.to_string().contains("f:cluster")))
+        .filter_map(|m| m.manager)
+        .collect();
+    assert!(owners.iter().all(|m| m != "kubectl-patch"), "{owners:?}");
+
+    // v1.1.0 drops the Deployment: pruned; the real garbage collector removes its ReplicaSet.
+    let only_cm = addons("");
+    let cm_doc = only_cm.split("---\n").next().expect("first document");
+    t.repo.release("v1.1.0", &[("manifests/addons.yaml", cm_doc)]);
+    let o = common::run_once(&config).await;
+    common::assert_exit(&o, 0);
+    let deployments: Api<Deployment> = Api::namespaced(t.client(), &t.ns);
+    assert!(deployments.get_opt("ccm-alpha").await.expect("get").is_none(), "{}", common::stderr(&o));
+    let replica_sets: Api<k8s_openapi::api::apps::v1::ReplicaSet> = Api::namespaced(t.client(), &t.ns);
+    eventually("the garbage collector removes the ReplicaSet", Duration::from_secs(60), async || {
+        replica_sets.list(&Default::default()).await.expect("list").items.is_empty()
+    })
+    .await;
+    assert!(cms.get_opt("addon-alpha").await.expect("get").is_some());
+    t.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_syncs_a_new_cluster_its_events_show_in_kubectl_and_gc_removes_its_cluster_sync() {
+    let Some(t) = Tenant::new("daemon").await else { return };
+    t.repo.release("v1.0.0", &[("manifests/addons.yaml", &addons(""))]);
+    let config = t.config("    healthTimeout: 2m\n", "");
+    let daemon = Daemon::start(&config, t.dir.path().join("daemon.log"));
+    t.add_cluster("alpha").await;
+    let took = daemon
+        .eventually("ClusterSync alpha Ready", Duration::from_secs(90), async || {
+            t.ready("alpha").await.is_some_and(|(s, _)| s == "True")
+        })
+        .await;
+    eprintln!("a new Cluster was Ready (Deployment Available) {:.1}s after it appeared", took.as_secs_f64());
+
+    // The Events stacksync records (events.k8s.io/v1) are what `kubectl get events` shows: the
+    // real server keeps one store behind both APIs.
+    let shown = daemon
+        .eventually("kubectl get events shows stacksync's Events", Duration::from_secs(30), async || {
+            let out = t.kubectl(&["get", "events", "-n", &t.ns, "-o", "json"]);
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            v["items"].as_array().is_some_and(|items| {
+                items.iter().any(|e| {
+                    e["involvedObject"]["kind"] == "ClusterSync" && e["reportingComponent"].as_str().is_some_and(|c| c.contains("stacksync"))
+                })
+            })
+        })
+        .await;
+    let _ = shown;
+
+    // Cluster API deletes the Cluster: the real garbage collector deletes its ClusterSync (owned
+    // by it), the reconciler leaves the rest alone.
+    t.clusters().delete("alpha", &Default::default()).await.expect("delete the Cluster");
+    daemon
+        .eventually("the ClusterSync is garbage-collected", Duration::from_secs(60), async || t.cluster_sync("alpha").await.is_none())
+        .await;
+    daemon.stop().await;
+    t.delete().await;
+}
