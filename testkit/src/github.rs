@@ -2,7 +2,7 @@
 //! paginated release lists (`per_page`, `Link`), ETag / `If-None-Match` 304s, release by tag,
 //! asset metadata with `digest`, asset downloads that answer 302 to a *different host name*
 //! (`localhost` instead of `127.0.0.1`, like GitHub's storage host), rate-limit headers, and
-//! fault injection. Every request is recorded with its host and `Authorization` header, so tests
+//! fault injection (one-shot faults, and a storage host that trickles every download). Every request is recorded with its host and `Authorization` header, so tests
 //! can prove the token never reaches the storage host.
 
 use std::collections::BTreeMap;
@@ -12,7 +12,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
 use hyper::{Request, Response, StatusCode};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -82,7 +84,12 @@ struct State {
     faults: Vec<(Route, Fault)>,
     seen: Vec<Seen>,
     remaining: u64,
+    /// Every storage download sends one byte per this interval (the whole length declared).
+    trickle: Option<std::time::Duration>,
 }
+
+/// A response body: whole, or trickled.
+type Body = BoxBody<Bytes, Infallible>;
 
 /// The running server. Dropping it does not stop it: call [`GithubServer::stop`].
 pub struct GithubServer {
@@ -107,6 +114,8 @@ impl GithubServer {
                         let state = state.clone();
                         async move { Ok::<_, Infallible>(handle(&state, addr, req)) }
                     });
+                    // A trickled body outlives its request's handler: the connection task
+                    // ends when the client hangs up (or the server stops).
                     let io = hyper_util::rt::TokioIo::new(stream);
                     let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
                 });
@@ -201,6 +210,12 @@ impl GithubServer {
         lock(&self.state).faults.push((route, fault));
     }
 
+    /// From now on, every storage download declares the asset's whole length and then sends
+    /// one byte per `every` (a storage host that is slow but never silent); `None` stops it.
+    pub fn trickle_storage(&self, every: Option<std::time::Duration>) {
+        lock(&self.state).trickle = every;
+    }
+
     /// Every request seen, in order.
     pub fn seen(&self) -> Vec<Seen> {
         lock(&self.state).seen.clone()
@@ -244,7 +259,7 @@ fn now_epoch() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-fn handle(state: &Mutex<State>, addr: SocketAddr, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+fn handle(state: &Mutex<State>, addr: SocketAddr, req: Request<hyper::body::Incoming>) -> Response<Body> {
     let host = req.headers().get("host").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     let auth = req.headers().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let path = req.uri().path().to_owned();
@@ -253,13 +268,37 @@ fn handle(state: &Mutex<State>, addr: SocketAddr, req: Request<hyper::body::Inco
     let if_none_match = req.headers().get("if-none-match").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let accept = req.headers().get("accept").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     let mut s = lock(state);
+    let trickled = trickled(&s, &path);
     let resp = route(&mut s, addr, &path, &query, if_none_match.as_deref(), &accept);
     let full_path = match req.uri().query() {
         Some(q) => format!("{path}?{q}"),
         None => path,
     };
     s.seen.push(Seen { host, path: full_path, authorization: auth, status: resp.status().as_u16() });
-    resp
+    match trickled {
+        Some((data, every)) if resp.status().is_success() => {
+            let (parts, _) = resp.into_parts();
+            let bytes = futures_util::stream::unfold((data, 0usize), move |(data, at)| async move {
+                if at >= data.len() {
+                    return None;
+                }
+                if at > 0 {
+                    tokio::time::sleep(every).await;
+                }
+                let frame = Frame::data(data.slice(at..at + 1));
+                Some((Ok::<_, Infallible>(frame), (data, at + 1)))
+            });
+            Response::from_parts(parts, StreamBody::new(bytes).boxed())
+        }
+        _ => resp.map(BodyExt::boxed),
+    }
+}
+
+/// The asset a storage request asks for and the trickle interval, when downloads trickle.
+fn trickled(s: &State, path: &str) -> Option<(Bytes, std::time::Duration)> {
+    let every = s.trickle?;
+    let id = path.strip_prefix("/storage/")?;
+    find_asset(s, id).map(|(_, a)| (a.data.clone(), every))
 }
 
 fn take_fault(s: &mut State, route: Route) -> Option<Fault> {

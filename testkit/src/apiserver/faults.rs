@@ -18,6 +18,7 @@ pub struct FaultRule {
     retry_after: Option<u64>,
     latency: Option<Duration>,
     remaining: Option<u32>,
+    skip: u32,
 }
 
 impl FaultRule {
@@ -62,8 +63,16 @@ impl FaultRule {
         self
     }
 
+    /// Let the first `n` matching requests through untouched, then fire (a write that lands,
+    /// then the ones after it that fail).
+    pub fn skip(mut self, n: u32) -> FaultRule {
+        self.skip = n;
+        self
+    }
+
     /// A rule from JSON, as `POST /_testkit/faults` takes it:
-    /// `{"verb", "path", "status", "retryAfter", "latencyMs", "times"}`, every field optional.
+    /// `{"verb", "path", "status", "retryAfter", "latencyMs", "times", "skip"}`, every field
+    /// optional.
     ///
     /// # Errors
     /// A field of the wrong type, named in the message.
@@ -83,6 +92,7 @@ impl FaultRule {
             retry_after: number("retryAfter")?,
             latency: number("latencyMs")?.map(Duration::from_millis),
             remaining: number("times")?.map(|n| u32::try_from(n).map_err(|_| "times out of range".to_string())).transpose()?,
+            skip: number("skip")?.map(|n| u32::try_from(n).map_err(|_| "skip out of range".to_string())).transpose()?.unwrap_or(0),
         })
     }
 
@@ -140,6 +150,10 @@ impl Faults {
     pub(crate) fn decide(&self, verb: &str, path: &str) -> Decision {
         let mut decision = Decision::default();
         for rule in self.rules().iter_mut().filter(|r| r.matches(verb, path)) {
+            if rule.skip > 0 {
+                rule.skip -= 1;
+                continue;
+            }
             if let Some(n) = rule.remaining.as_mut() {
                 *n -= 1;
             }
