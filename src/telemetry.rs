@@ -60,6 +60,38 @@ pub struct ClusterReadyLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReleaseReadyLabels {
+    pub subscription: String,
+    /// The tag of the release the Cluster's sync is for (the wanted one, else the applied one):
+    /// bounded by the releases the subscription offers.
+    pub release: String,
+    /// `true` or `false`.
+    pub ready: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NotReadyLabels {
+    pub subscription: String,
+    /// The Ready condition's reason (`NotSynced`, `UpgradeFailed`, ...), a closed set.
+    pub reason: &'static str,
+    /// `true` when the ClusterSync is Stalled (it will not pass by itself), else `false`.
+    pub stalled: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PauseLabels {
+    pub subscription: String,
+    /// `PauseRequested`, `WaveTimeout`, `ClusterFailed`, `ClassChanged` or `Other`.
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseLabels {
+    /// The Lease's name: `stacksync` or `stacksync-<shard>`.
+    pub lease: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabels {
     /// `github` or `generic`.
     pub hook: &'static str,
@@ -104,15 +136,38 @@ pub struct Metrics {
     pub runtime_hooks: Family<RuntimeHookLabels, Counter>,
     pub leader: Gauge,
     pub github_quota: Family<RepoLabels, Gauge>,
+    pub github_limit: Family<RepoLabels, Gauge>,
+    pub lease_held: Family<LeaseLabels, Gauge>,
     pub helm_runs: Family<ResultLabels, Counter>,
     pub helm_duration: Histogram,
     /// Rollouts by subscription: the running wave, Clusters done, and 1 while paused.
     pub rollout_wave: Family<SubscriptionLabels, Gauge>,
     pub rollout_done: Family<SubscriptionLabels, Gauge>,
     pub rollout_paused: Family<SubscriptionLabels, Gauge>,
-    /// Ready state by Cluster (`namespace/name` -> (subscription, ready)), from which `clusters`
-    /// is computed: a Cluster that moves between subscriptions or goes away is counted once.
-    cluster_state: Mutex<BTreeMap<String, (String, bool)>>,
+    /// 1 for the reason a paused rollout waits for (absent while it is not paused).
+    pub rollout_pause_reason: Family<PauseLabels, Gauge>,
+    pub clusters_by_release: Family<ReleaseReadyLabels, Gauge>,
+    pub clusters_not_ready: Family<NotReadyLabels, Gauge>,
+    /// State by Cluster (`namespace/name`), from which the `clusters*` gauges are computed: a
+    /// Cluster that moves between subscriptions or releases, or goes away, is counted once.
+    cluster_state: Mutex<BTreeMap<String, ClusterState>>,
+}
+
+/// What the `clusters*` gauges count of one Cluster: its last reconcile's result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ClusterState {
+    subscription: String,
+    release: String,
+    ready: bool,
+    reason: &'static str,
+    stalled: bool,
+}
+
+/// The reasons a rollout pauses for; anything else is counted as `Other`.
+const PAUSE_REASONS: [&str; 4] = ["PauseRequested", "WaveTimeout", "ClusterFailed", "ClassChanged"];
+
+fn bool_label(b: bool) -> &'static str {
+    if b { "true" } else { "false" }
 }
 
 fn seconds_buckets() -> Histogram {
@@ -135,11 +190,16 @@ impl Metrics {
             runtime_hooks: Family::default(),
             leader: Gauge::default(),
             github_quota: Family::default(),
+            github_limit: Family::default(),
+            lease_held: Family::default(),
             helm_runs: Family::default(),
             helm_duration: seconds_buckets(),
             rollout_wave: Family::default(),
             rollout_done: Family::default(),
             rollout_paused: Family::default(),
+            rollout_pause_reason: Family::default(),
+            clusters_by_release: Family::default(),
+            clusters_not_ready: Family::default(),
             cluster_state: Mutex::new(BTreeMap::new()),
             registry: Registry::default(),
         };
@@ -162,11 +222,40 @@ impl Metrics {
             "GitHub API requests left in the current window (X-RateLimit-Remaining), by repository",
             m.github_quota.clone(),
         );
+        registry.register(
+            "github_rate_limit",
+            "GitHub API requests allowed per window (X-RateLimit-Limit), by repository",
+            m.github_limit.clone(),
+        );
+        registry.register("lease_held", "1 while this process holds the Lease, 0 while it is a standby for it", m.lease_held.clone());
         registry.register("helm_runs", "helm template runs by result", m.helm_runs.clone());
         registry.register("helm_duration_seconds", "How long one helm template run took", m.helm_duration.clone());
         registry.register("rollout_wave", "The wave a subscription's rollout runs (1-based)", m.rollout_wave.clone());
         registry.register("rollout_clusters_done", "Clusters a subscription's rollout has moved and seen healthy", m.rollout_done.clone());
         registry.register("rollout_paused", "1 while a subscription's rollout is paused", m.rollout_paused.clone());
+        registry.register(
+            "rollout_pause_reason",
+            "1 for the reason a subscription's paused rollout waits for",
+            m.rollout_pause_reason.clone(),
+        );
+        registry.register(
+            "clusters_by_release",
+            "Subscribed Clusters by subscription, release and Ready state",
+            m.clusters_by_release.clone(),
+        );
+        registry.register(
+            "clusters_not_ready",
+            "Subscribed Clusters not Ready, by subscription, reason and whether they are Stalled",
+            m.clusters_not_ready.clone(),
+        );
+        // Failures exported at 0 from the start: an alert on `increase()` sees the first one (a
+        // series born at 1 has no increase).
+        for result in ["success", "error", "timeout"] {
+            m.helm_runs.get_or_create(&ResultLabels { result }).inc_by(0);
+        }
+        for (hook, event) in [("github", "other"), ("generic", "push")] {
+            m.webhooks.get_or_create(&WebhookLabels { hook, event, result: "unauthorized" }).inc_by(0);
+        }
         Metrics { registry, ..m }
     }
 
@@ -178,20 +267,29 @@ impl Metrics {
         out
     }
 
-    /// Records a finished reconcile of `cluster` (`namespace/name`).
-    pub fn reconciled(&self, cluster: &str, subscription: &str, outcome: Outcome, elapsed: Duration) {
+    /// Records a finished reconcile of `cluster` (`namespace/name`) for `release` (a tag, empty
+    /// when none is known).
+    pub fn reconciled(&self, cluster: &str, subscription: &str, release: &str, outcome: Outcome, elapsed: Duration) {
         let (result, reason) = match outcome {
             Outcome::Ready => ("ready", "Synced"),
-            Outcome::NotReady(reason) => ("not_ready", reason),
+            Outcome::NotReady(reason) | Outcome::Stalled(reason) => ("not_ready", reason),
             Outcome::Error(reason) => ("error", reason),
         };
         self.reconciles.get_or_create(&ReconcileLabels { subscription: subscription.to_owned(), result, reason }).inc();
         self.reconcile_duration.get_or_create(&SubscriptionLabels { subscription: subscription.to_owned() }).observe(elapsed.as_secs_f64());
         if !matches!(outcome, Outcome::Error(_)) {
-            let ready = matches!(outcome, Outcome::Ready);
+            let cs = ClusterState {
+                subscription: subscription.to_owned(),
+                release: release.to_owned(),
+                ready: matches!(outcome, Outcome::Ready),
+                reason,
+                stalled: matches!(outcome, Outcome::Stalled(_)),
+            };
             let mut state = self.cluster_state.lock().unwrap_or_else(PoisonError::into_inner);
-            state.insert(cluster.to_owned(), (subscription.to_owned(), ready));
-            self.recount(&state);
+            if state.get(cluster) != Some(&cs) {
+                state.insert(cluster.to_owned(), cs);
+                self.recount(&state);
+            }
         }
     }
 
@@ -203,22 +301,76 @@ impl Metrics {
         }
     }
 
-    fn recount(&self, state: &BTreeMap<String, (String, bool)>) {
+    /// This process no longer acts on the fleet (a standby): it stops exporting the fleet's
+    /// state, so that summing a gauge over the replicas counts each Cluster and rollout once,
+    /// not once more for every former leader.
+    pub fn forget_fleet(&self) {
+        let mut state = self.cluster_state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.clear();
+        self.recount(&state);
+        self.rollout_wave.clear();
+        self.rollout_done.clear();
+        self.rollout_paused.clear();
+        self.rollout_pause_reason.clear();
+    }
+
+    fn recount(&self, state: &BTreeMap<String, ClusterState>) {
         let mut counts: BTreeMap<(&str, bool), i64> = BTreeMap::new();
-        for (sub, ready) in state.values() {
-            *counts.entry((sub.as_str(), *ready)).or_default() += 1;
-        }
-        // Both Ready states of a subscription are exported, so `clusters{ready="false"}` reads 0
-        // (rather than vanishing) when its last failing Cluster recovers.
-        self.clusters.clear();
-        let subs: BTreeSet<&str> = state.values().map(|(s, _)| s.as_str()).collect();
-        for sub in subs {
-            for ready in [true, false] {
-                let n = counts.get(&(sub, ready)).copied().unwrap_or(0);
-                let labels = ClusterReadyLabels { subscription: sub.to_owned(), ready: if ready { "true" } else { "false" } };
-                self.clusters.get_or_create(&labels).set(n);
+        let mut by_release: BTreeMap<(&str, &str, bool), i64> = BTreeMap::new();
+        let mut not_ready: BTreeMap<(&str, &'static str, bool), i64> = BTreeMap::new();
+        for c in state.values() {
+            *counts.entry((c.subscription.as_str(), c.ready)).or_default() += 1;
+            *by_release.entry((c.subscription.as_str(), c.release.as_str(), c.ready)).or_default() += 1;
+            if !c.ready {
+                *not_ready.entry((c.subscription.as_str(), c.reason, c.stalled)).or_default() += 1;
             }
         }
+        // Both Ready states of a subscription (and of a release) are exported, so
+        // `clusters{ready="false"}` reads 0 (rather than vanishing) when its last failing Cluster
+        // recovers. Reasons nobody has are not exported: there are many.
+        self.clusters.clear();
+        self.clusters_by_release.clear();
+        self.clusters_not_ready.clear();
+        let subs: BTreeSet<&str> = state.values().map(|c| c.subscription.as_str()).collect();
+        let releases: BTreeSet<(&str, &str)> = state.values().map(|c| (c.subscription.as_str(), c.release.as_str())).collect();
+        for ready in [true, false] {
+            for &sub in &subs {
+                let n = counts.get(&(sub, ready)).copied().unwrap_or(0);
+                let labels = ClusterReadyLabels { subscription: sub.to_owned(), ready: bool_label(ready) };
+                self.clusters.get_or_create(&labels).set(n);
+            }
+            for &(sub, release) in &releases {
+                let n = by_release.get(&(sub, release, ready)).copied().unwrap_or(0);
+                let labels = ReleaseReadyLabels { subscription: sub.to_owned(), release: release.to_owned(), ready: bool_label(ready) };
+                self.clusters_by_release.get_or_create(&labels).set(n);
+            }
+        }
+        for ((sub, reason, stalled), n) in not_ready {
+            let labels = NotReadyLabels { subscription: sub.to_owned(), reason, stalled: bool_label(stalled) };
+            self.clusters_not_ready.get_or_create(&labels).set(n);
+        }
+    }
+
+    /// Records a rollout's state: its wave, Clusters done, and whether (and why) it is paused.
+    pub fn rollout(&self, subscription: &str, wave: u32, done: u32, paused: Option<&str>) {
+        let labels = SubscriptionLabels { subscription: subscription.to_owned() };
+        self.rollout_wave.get_or_create(&labels).set(i64::from(wave));
+        self.rollout_done.get_or_create(&labels).set(i64::from(done));
+        self.rollout_paused.get_or_create(&labels).set(i64::from(paused.is_some()));
+        let current = paused.map(|r| PAUSE_REASONS.into_iter().find(|k| *k == r).unwrap_or("Other"));
+        for reason in PAUSE_REASONS.into_iter().chain(["Other"]) {
+            let labels = PauseLabels { subscription: subscription.to_owned(), reason };
+            if current == Some(reason) {
+                self.rollout_pause_reason.get_or_create(&labels).set(1);
+            } else {
+                self.rollout_pause_reason.remove(&labels);
+            }
+        }
+    }
+
+    /// Records whether this process holds `lease` (leader election only).
+    pub fn lease_held(&self, lease: &str, held: bool) {
+        self.lease_held.get_or_create(&LeaseLabels { lease: lease.to_owned() }).set(i64::from(held));
     }
 
     /// Records the applier's per-object results.
@@ -237,9 +389,14 @@ impl Metrics {
         readiness().source_polled(source);
     }
 
-    /// Records the GitHub API quota left, as the last response of `repo`'s source said.
-    pub fn github_quota(&self, repo: &str, remaining: u64) {
-        self.github_quota.get_or_create(&RepoLabels { repo: repo.to_owned() }).set(i64::try_from(remaining).unwrap_or(i64::MAX));
+    /// Records the GitHub API quota left (and the window's limit, when the response said it),
+    /// as the last response of `repo`'s source said.
+    pub fn github_quota(&self, repo: &str, remaining: u64, limit: Option<u64>) {
+        let labels = RepoLabels { repo: repo.to_owned() };
+        self.github_quota.get_or_create(&labels).set(i64::try_from(remaining).unwrap_or(i64::MAX));
+        if let Some(limit) = limit {
+            self.github_limit.get_or_create(&labels).set(i64::try_from(limit).unwrap_or(i64::MAX));
+        }
     }
 
     /// Records one helm run.
@@ -263,8 +420,10 @@ impl Metrics {
 #[derive(Debug, Clone, Copy)]
 pub enum Outcome {
     Ready,
-    /// Written, not ready, with the status reason.
+    /// Written, not ready, with the status reason; it may pass by itself (Reconciling).
     NotReady(&'static str),
+    /// Written, not ready, and Stalled: it will not pass without a change.
+    Stalled(&'static str),
     /// The reconcile failed (retried), with the status reason or error kind.
     Error(&'static str),
 }
@@ -295,6 +454,9 @@ impl Readiness {
     pub fn set_standby(&self, standby: bool) {
         self.standby.store(standby, Ordering::SeqCst);
         metrics().leader.set(i64::from(!standby));
+        if standby {
+            metrics().forget_fleet();
+        }
     }
 
     pub fn is_standby(&self) -> bool {
@@ -338,13 +500,15 @@ mod tests {
     #[test]
     fn exposition_names_every_documented_series() {
         let m = Metrics::new();
-        m.reconciled("ns/a", "sub", Outcome::Ready, Duration::from_millis(20));
-        m.reconciled("ns/b", "sub", Outcome::NotReady("ApplyFailed"), Duration::from_millis(20));
+        m.reconciled("ns/a", "sub", "v1", Outcome::Ready, Duration::from_millis(20));
+        m.reconciled("ns/b", "sub", "v2", Outcome::NotReady("ApplyFailed"), Duration::from_millis(20));
         m.objects("sub", "created", 3);
         m.polls.get_or_create(&PollLabels { source: "src".into(), result: "success" }).inc();
         m.webhook("github", "push", "triggered");
         m.runtime_hook("BeforeClusterUpgrade", "retry");
-        m.github_quota("o/r", 4999);
+        m.github_quota("o/r", 4999, Some(5000));
+        m.rollout("sub", 2, 3, Some("WaveTimeout"));
+        m.lease_held("stacksync", true);
         m.helm_ran("success", Duration::from_millis(300));
         let text = m.encode();
         for series in [
@@ -358,6 +522,17 @@ mod tests {
             "stacksync_runtime_hook_calls_total{hook=\"BeforeClusterUpgrade\",answer=\"retry\"} 1",
             "# TYPE stacksync_leader gauge",
             "stacksync_github_rate_limit_remaining{repo=\"o/r\"} 4999",
+            "stacksync_github_rate_limit{repo=\"o/r\"} 5000",
+            "stacksync_lease_held{lease=\"stacksync\"} 1",
+            "stacksync_clusters_by_release{subscription=\"sub\",release=\"v2\",ready=\"false\"} 1",
+            "stacksync_clusters_by_release{subscription=\"sub\",release=\"v1\",ready=\"false\"} 0",
+            "stacksync_clusters_not_ready{subscription=\"sub\",reason=\"ApplyFailed\",stalled=\"false\"} 1",
+            "stacksync_rollout_wave{subscription=\"sub\"} 2",
+            "stacksync_rollout_clusters_done{subscription=\"sub\"} 3",
+            "stacksync_rollout_paused{subscription=\"sub\"} 1",
+            "stacksync_rollout_pause_reason{subscription=\"sub\",reason=\"WaveTimeout\"} 1",
+            "stacksync_helm_runs_total{result=\"error\"} 0",
+            "stacksync_webhook_deliveries_total{hook=\"generic\",event=\"push\",result=\"unauthorized\"} 0",
             "stacksync_helm_runs_total{result=\"success\"} 1",
             "stacksync_helm_duration_seconds_count 1",
             "# EOF",
@@ -369,14 +544,63 @@ mod tests {
     #[test]
     fn clusters_gauge_counts_each_cluster_once_and_goes_to_zero() {
         let m = Metrics::new();
-        m.reconciled("ns/a", "sub", Outcome::NotReady("ApplyFailed"), Duration::ZERO);
-        m.reconciled("ns/a", "sub", Outcome::Ready, Duration::ZERO);
-        m.reconciled("ns/a", "sub", Outcome::Error("Transient"), Duration::ZERO);
+        m.reconciled("ns/a", "sub", "v1", Outcome::NotReady("ApplyFailed"), Duration::ZERO);
+        m.reconciled("ns/a", "sub", "v1", Outcome::Ready, Duration::ZERO);
+        m.reconciled("ns/a", "sub", "v1", Outcome::Error("Transient"), Duration::ZERO);
         let text = m.encode();
         assert!(text.contains("stacksync_clusters{subscription=\"sub\",ready=\"true\"} 1"), "{text}");
         assert!(text.contains("stacksync_clusters{subscription=\"sub\",ready=\"false\"} 0"), "{text}");
+        assert!(!text.contains("stacksync_clusters_not_ready{"), "a Ready Cluster is not counted by reason: {text}");
         m.forget_cluster("ns/a");
         assert!(!m.encode().contains("stacksync_clusters{"), "a forgotten Cluster leaves no series");
+    }
+
+    #[test]
+    fn a_cluster_moving_between_releases_and_reasons_is_counted_once() {
+        let m = Metrics::new();
+        m.reconciled("ns/a", "sub", "v1", Outcome::Ready, Duration::ZERO);
+        m.reconciled("ns/b", "sub", "v1", Outcome::Ready, Duration::ZERO);
+        m.reconciled("ns/a", "sub", "v2", Outcome::NotReady("Progressing"), Duration::ZERO);
+        m.reconciled("ns/a", "sub", "v2", Outcome::Stalled("UpgradeFailed"), Duration::ZERO);
+        let text = m.encode();
+        for series in [
+            "stacksync_clusters_by_release{subscription=\"sub\",release=\"v1\",ready=\"true\"} 1",
+            "stacksync_clusters_by_release{subscription=\"sub\",release=\"v2\",ready=\"false\"} 1",
+            "stacksync_clusters_by_release{subscription=\"sub\",release=\"v2\",ready=\"true\"} 0",
+            "stacksync_clusters_not_ready{subscription=\"sub\",reason=\"UpgradeFailed\",stalled=\"true\"} 1",
+        ] {
+            assert!(text.contains(series), "missing {series} in\n{text}");
+        }
+        assert!(!text.contains("stacksync_clusters_not_ready{subscription=\"sub\",reason=\"Progressing\""), "it left Progressing: {text}");
+    }
+
+    #[test]
+    fn a_rollout_exports_only_the_reason_it_is_paused_for() {
+        let m = Metrics::new();
+        m.rollout("sub", 2, 1, Some("WaveTimeout"));
+        m.rollout("sub", 2, 1, Some("SomethingNew"));
+        let text = m.encode();
+        assert!(text.contains("stacksync_rollout_pause_reason{subscription=\"sub\",reason=\"Other\"} 1"), "{text}");
+        assert!(!text.contains("reason=\"WaveTimeout\""), "{text}");
+        m.rollout("sub", 3, 4, None);
+        let text = m.encode();
+        assert!(!text.contains("stacksync_rollout_pause_reason{"), "{text}");
+        assert!(text.contains("stacksync_rollout_paused{subscription=\"sub\"} 0"), "{text}");
+    }
+
+    #[test]
+    fn a_standby_exports_no_fleet_state() {
+        let m = Metrics::new();
+        m.reconciled("ns/a", "sub", "v1", Outcome::NotReady("NotSynced"), Duration::ZERO);
+        m.rollout("sub", 1, 0, Some("PauseRequested"));
+        m.lease_held("stacksync", false);
+        m.forget_fleet();
+        let text = m.encode();
+        for gone in ["stacksync_clusters{", "stacksync_clusters_by_release{", "stacksync_clusters_not_ready{", "stacksync_rollout_"] {
+            assert!(!text.lines().any(|l| l.starts_with(gone)), "{gone} still exported:\n{text}");
+        }
+        assert!(text.contains("stacksync_lease_held{lease=\"stacksync\"} 0"), "{text}");
+        assert!(text.contains("stacksync_reconciles_total{"), "counters stay: {text}");
     }
 
     #[test]

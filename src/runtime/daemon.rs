@@ -18,7 +18,7 @@ use crate::config::{self, Config, Target};
 use crate::controller::poller::Pollers;
 use crate::controller::{self, Context, kubernetes};
 use crate::runtime::admin::Admin;
-use crate::runtime::election::Leadership;
+use crate::runtime::election::{Leadership, Params};
 use crate::schedule::Queue;
 
 /// How long in-flight reconciles get to finish after SIGTERM.
@@ -144,8 +144,17 @@ pub async fn run_kubernetes(
         (Some(e), Target::Kubernetes(k)) => Leadership::start(k.clone(), options.shard.clone(), e.namespace.clone(), e.duration),
         _ => Leadership::Off,
     };
+    // The Lease this process competes for (leader election only), for `stacksync_lease_held`:
+    // one leader per Lease is what an alert can check across replicas and shards.
+    let lease = (!matches!(leadership, Leadership::Off)).then(|| Params::lease_name(options.shard.as_deref()));
     let readiness = crate::telemetry::readiness();
-    readiness.set_standby(!leadership.is_leader());
+    let set_standby = |standby: bool| {
+        readiness.set_standby(standby);
+        if let Some(lease) = &lease {
+            crate::telemetry::metrics().lease_held(lease, !standby);
+        }
+    };
+    set_standby(!leadership.is_leader());
     loop {
         let ctx = match Context::new(config.clone()) {
             Ok(c) => Some(c),
@@ -169,7 +178,7 @@ pub async fn run_kubernetes(
                 () = &mut shutdown => {
                     info!("shutting down: letting in-flight reconciles finish");
                     controller.stop().await;
-                    readiness.set_standby(true);
+                    set_standby(true);
                     leadership.release(Duration::from_secs(5)).await;
                     return Ok(());
                 }
@@ -186,7 +195,7 @@ pub async fn run_kubernetes(
                     if leader == controller.stop.is_some() {
                         continue;
                     }
-                    readiness.set_standby(!leader);
+                    set_standby(!leader);
                     if leader {
                         info!("leader election: this process holds the lease; reconciling Clusters");
                         controller = start(&ctx, true);

@@ -532,11 +532,8 @@ fn summarise(st: &mut RolloutStatus) {
 }
 
 fn record_metrics(subscription: &str, st: &RolloutStatus) {
-    let m = crate::telemetry::metrics();
-    let labels = crate::telemetry::SubscriptionLabels { subscription: subscription.to_owned() };
-    m.rollout_wave.get_or_create(&labels).set(i64::from(st.wave));
-    m.rollout_done.get_or_create(&labels).set(i64::from(st.done));
-    m.rollout_paused.get_or_create(&labels).set(i64::from(st.phase == PAUSED));
+    let paused = (st.phase == PAUSED).then_some(st.reason.as_str());
+    crate::telemetry::metrics().rollout(subscription, st.wave, st.done, paused);
 }
 
 /// Why a StackRelease's ClusterClass is not applied: the first error of its apply (as this

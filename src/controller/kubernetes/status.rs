@@ -51,9 +51,10 @@ pub(super) fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-/// Conditions for a status, keeping transition times of conditions whose status is unchanged.
-pub(super) fn conditions(previous: &[Condition], ready: bool, reason: Reason, message: &str) -> Vec<Condition> {
-    let stalled = matches!(
+/// A Cluster not Ready for `reason` is Stalled: it will not pass without a change (the
+/// `Stalled` condition, and the metrics' `stalled` label).
+pub(super) fn stalls(reason: Reason) -> bool {
+    matches!(
         reason,
         Reason::RenderFailed
             | Reason::NotSynced
@@ -61,7 +62,12 @@ pub(super) fn conditions(previous: &[Condition], ready: bool, reason: Reason, me
             | Reason::ReleaseNotAvailable
             | Reason::Unhealthy
             | Reason::TagRefused
-    );
+    )
+}
+
+/// Conditions for a status, keeping transition times of conditions whose status is unchanged.
+pub(super) fn conditions(previous: &[Condition], ready: bool, reason: Reason, message: &str) -> Vec<Condition> {
+    let stalled = stalls(reason);
     let reconciling = !ready && !stalled && !matches!(reason, Reason::Paused | Reason::Suspended);
     // TransientError, ClusterUnreachable, ControlPlaneNotReady, …: Reconciling (retried), never Stalled.
     let make = |type_: &str, on: bool, why: &str| {

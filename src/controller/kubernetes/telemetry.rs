@@ -21,7 +21,7 @@ pub(super) fn reconciled(key: &ClusterKey, result: Result<&Option<Reconciled>, &
         }
         // The ClusterSync could not be read or written: no subscription at hand for a label.
         Err(e) => {
-            m.reconciled(&key.to_string(), "", Outcome::Error(e.reason()), elapsed);
+            m.reconciled(&key.to_string(), "", "", Outcome::Error(e.reason()), elapsed);
             return;
         }
     };
@@ -29,8 +29,15 @@ pub(super) fn reconciled(key: &ClusterKey, result: Result<&Option<Reconciled>, &
     let status = &r.report.status;
     // A failed sync is written to the ClusterSync like any other state: not ready, with its
     // reason; `error` is kept for reconciles that could not write at all.
-    let outcome = if status.ready { Outcome::Ready } else { Outcome::NotReady(status.reason.as_str()) };
-    m.reconciled(&key.to_string(), sub, outcome, elapsed);
+    let outcome = if status.ready {
+        Outcome::Ready
+    } else if super::status::stalls(status.reason) {
+        Outcome::Stalled(status.reason.as_str())
+    } else {
+        Outcome::NotReady(status.reason.as_str())
+    };
+    let release = status.wanted_release.as_ref().or(status.applied_release.as_ref()).map_or("", |r| r.tag.as_str());
+    m.reconciled(&key.to_string(), sub, release, outcome, elapsed);
     for (action, name) in [
         (Action::Created, "created"),
         (Action::Configured, "configured"),

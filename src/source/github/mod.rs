@@ -295,7 +295,7 @@ impl Client {
         let reset = header_u64(headers, "x-ratelimit-reset");
         if let (Some(remaining), Some(reset)) = (remaining, reset) {
             debug!(repo = %self.repo, remaining, reset, "GitHub API quota");
-            crate::telemetry::metrics().github_quota(&self.repo, remaining);
+            crate::telemetry::metrics().github_quota(&self.repo, remaining, header_u64(headers, "x-ratelimit-limit"));
             if let Ok(mut q) = self.quota.lock() {
                 *q = Some((remaining, reset));
             }
