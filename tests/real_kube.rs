@@ -56,7 +56,7 @@ async fn a_cluster_sync_is_ready_because_its_deployment_really_became_available(
     let d = deployments.get("ccm-alpha").await.expect("Deployment");
     let st = d.status.expect("status");
     assert_eq!(st.available_replicas, Some(1));
-    assert!(st.conditions.unwrap_or_default().iter().any(|c| c.type_ == "Available" && c.status == "True"));
+    assert!(st.conditions.unwrap_or_default().iter().any(|c| c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True")));
     let pods: Api<Pod> = Api::namespaced(t.client(), &t.ns);
     let running = pods.list(&Default::default()).await.expect("pods").items;
     assert!(
@@ -80,7 +80,7 @@ async fn a_cluster_sync_is_ready_because_its_deployment_really_became_available(
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let header = text.lines().next().unwrap_or_default();
-    assert!(header.contains("READY") && header.contains("RELEASE"), "{text}");
+    assert!(header.contains("READY") && header.contains("APPLIED") && header.contains("SYNCED"), "{text}");
     assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("alpha") && l.contains("True")), "{text}");
     t.delete().await;
 }

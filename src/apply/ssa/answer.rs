@@ -59,21 +59,38 @@ impl Seen {
     }
 }
 
-/// A LIST answer: its items, and the token of the next page (`None`: the last one). `Ok(None)`
-/// when the answer has no `items` list.
+/// A LIST answer of objects of `api_version`/`kind`: its items, and the token of the next page
+/// (`None`: the last one). `Ok(None)` when the answer has no `items` list.
+///
+/// A real API server's list items carry no `apiVersion` and `kind` (only the list does; kubectl
+/// fills them in): health is decided by kind, so items are read as of the kind listed. Without
+/// that, every listed Deployment would be judged as an unknown kind — healthy.
 ///
 /// # Errors
 /// The bytes are not a JSON document.
-pub(super) fn page(bytes: &[u8]) -> serde_json::Result<Option<(Vec<Seen>, Option<String>)>> {
+pub(super) fn page(bytes: &[u8], api_version: &str, kind: &str) -> serde_json::Result<Option<(Vec<Seen>, Option<String>)>> {
     let next = |token: Option<String>| token.filter(|t| !t.is_empty());
     if let Ok(page) = serde_json::from_slice::<NarrowPage<'_>>(bytes) {
         let token = page.metadata.and_then(|m| m.continue_token);
-        return Ok(page.items.map(|items| (items.into_iter().map(Narrow::seen).collect(), next(token))));
+        let of_kind = |mut item: Narrow<'_>| {
+            item.api_version.get_or_insert_with(|| Value::from(api_version));
+            item.kind.get_or_insert_with(|| Value::from(kind));
+            item.seen()
+        };
+        return Ok(page.items.map(|items| (items.into_iter().map(of_kind).collect(), next(token))));
     }
     let page: Value = serde_json::from_slice(bytes)?;
     let Some(items) = page.get("items").and_then(Value::as_array) else { return Ok(None) };
     let token = health::at(&page, "/metadata/continue").and_then(Value::as_str).map(str::to_owned);
-    Ok(Some((items.iter().map(Seen::from_value).collect(), next(token))))
+    let of_kind = |item: &Value| {
+        let mut item = item.clone();
+        if let Some(map) = item.as_object_mut() {
+            map.entry("apiVersion").or_insert_with(|| Value::from(api_version));
+            map.entry("kind").or_insert_with(|| Value::from(kind));
+        }
+        Seen::from_value(&item)
+    };
+    Ok(Some((items.iter().map(of_kind).collect(), next(token))))
 }
 
 /// Whether the object has a `deletionTimestamp` (finalizers pending).
@@ -273,9 +290,26 @@ mod tests {
             assert_eq!(Seen::from_slice(&bytes).expect("reads"), Seen::from_value(&object), "{object}");
         }
         let list = json!({"kind": "List", "metadata": {"continue": "next"}, "items": objects()});
-        let (items, token) = page(&serde_json::to_vec(&list).expect("json")).expect("reads").expect("items");
+        let (items, token) = page(&serde_json::to_vec(&list).expect("json"), "v1", "ConfigMap").expect("reads").expect("items");
         assert_eq!(items, objects().iter().map(Seen::from_value).collect::<Vec<_>>());
         assert_eq!(token.as_deref(), Some("next"));
+    }
+
+    /// Found on the real kube-apiserver: list items carry no `apiVersion`/`kind`, and an
+    /// unavailable Deployment listed by the no-op path was judged healthy (an unknown kind).
+    #[test]
+    fn a_listed_deployment_without_kind_is_judged_as_a_deployment() {
+        let unavailable = json!({"metadata": {"name": "ccm", "namespace": "ns", "generation": 1}, "spec": {"replicas": 1},
+            "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "unavailableReplicas": 1}});
+        let list = json!({"apiVersion": "apps/v1", "kind": "DeploymentList", "metadata": {}, "items": [unavailable.clone()]});
+        let (narrow, _) = page(&serde_json::to_vec(&list).expect("json"), "apps/v1", "Deployment").expect("reads").expect("items");
+        assert!(!narrow[0].health.is_healthy(), "{:?}", narrow[0].health);
+        // The whole reading (an item the narrow shape does not take) decides the same.
+        let mut odd = unavailable;
+        odd["metadata"]["generation"] = json!("1");
+        let list = json!({"items": [odd]});
+        let (whole, _) = page(&serde_json::to_vec(&list).expect("json"), "apps/v1", "Deployment").expect("reads").expect("items");
+        assert!(!whole[0].health.is_healthy(), "{:?}", whole[0].health);
     }
 
     #[test]
@@ -297,7 +331,7 @@ mod tests {
         // Both readings were exercised, and on every outcome.
         assert!(narrow > 1000 && narrow < 2990 && ours > 30 && deleting > 100 && unhealthy > 100, "{narrow} {ours} {deleting} {unhealthy}");
         let list = json!({"metadata": {"continue": "t"}, "items": items});
-        let (seen, _) = page(&serde_json::to_vec(&list).expect("json")).expect("reads").expect("items");
+        let (seen, _) = page(&serde_json::to_vec(&list).expect("json"), "v1", "ConfigMap").expect("reads").expect("items");
         assert_eq!(seen, items.iter().map(Seen::from_value).collect::<Vec<_>>());
     }
 
@@ -313,9 +347,9 @@ mod tests {
             assert_eq!(Seen::from_slice(text.as_bytes()).expect("reads"), Seen::from_value(&whole), "{text}");
         }
         assert!(Seen::from_slice(b"not json").is_err());
-        assert_eq!(page(br#"{"kind": "Status", "items": null}"#).expect("json"), None);
-        assert_eq!(page(br#"{"kind": "Status"}"#).expect("json"), None);
-        let (items, token) = page(br#"{"items": [], "metadata": {"continue": ""}}"#).expect("json").expect("items");
+        assert_eq!(page(br#"{"kind": "Status", "items": null}"#, "v1", "ConfigMap").expect("json"), None);
+        assert_eq!(page(br#"{"kind": "Status"}"#, "v1", "ConfigMap").expect("json"), None);
+        let (items, token) = page(br#"{"items": [], "metadata": {"continue": ""}}"#, "v1", "ConfigMap").expect("json").expect("items");
         assert!(items.is_empty() && token.is_none());
     }
 }

@@ -115,7 +115,7 @@ impl Applier {
                 }
             };
             let page = match tokio::time::timeout(self.options.request_timeout, self.send(request)).await {
-                Ok(Ok((bytes, _))) => answer::page(&bytes),
+                Ok(Ok((bytes, _))) => answer::page(&bytes, &resource.api_version, &resource.kind),
                 Ok(Err(e)) => {
                     tracing::debug!(kind = %resource.kind, error = %e, "listing our objects failed; checking each object instead");
                     return None;
