@@ -476,15 +476,11 @@ fn load(path: &Path) -> Result<Config, ExitCode> {
 }
 
 fn summarise(report: &PassReport) -> ExitCode {
-    let total = report.clusters.len();
-    let ready = report.clusters.iter().filter(|c| c.status.ready).count();
-    let objects: usize = report.clusters.iter().map(|c| c.status.total).sum();
-    let synced: usize = report.clusters.iter().map(|c| c.status.synced).sum();
     if report.all_synced() {
-        println!("synced: {ready}/{total} clusters ready, {synced}/{objects} objects synced");
+        println!("synced: {}", report.summary());
         ExitCode::SUCCESS
     } else {
-        println!("NOT SYNCED: {ready}/{total} clusters ready, {synced}/{objects} objects synced");
+        println!("NOT SYNCED: {}", report.summary());
         for line in report.not_synced() {
             println!("  {line}");
         }

@@ -39,6 +39,44 @@ pub(super) async fn sync(
         Ok(c) => c,
         Err(e) => return fail_all(target, staged, &format!("cannot open the cache: {e}"), write_status),
     };
+    sync_with(&ctx, target, staged, write_status).await
+}
+
+/// [`sync`] with the process's long-lived context (the daemon's): its helm, memoised layouts
+/// and work directory.
+pub(super) async fn sync_with(
+    ctx: &std::sync::Arc<Context>,
+    target: &DirectoryTarget,
+    staged: &[(&Subscription, Prepared)],
+    write_status: bool,
+) -> Vec<ClusterReport> {
+    // A release in use that no longer verifies is not rendered: its clusters' statuses say why,
+    // and the `cluster-class/` directories of its namespaces stay as they are.
+    let mut held = Vec::new();
+    let staged: Vec<(&Subscription, Prepared)> = staged
+        .iter()
+        .map(|(sub, prepared)| match &prepared.outcome {
+            Ok(p) => match &p.unverified {
+                Some(m) => {
+                    held.extend(super::hold_unverified(target, sub, &p.release, m, write_status));
+                    (*sub, Prepared { outcome: Err(m.message.clone()), ..prepared.clone() })
+                }
+                None => (*sub, prepared.clone()),
+            },
+            Err(_) => (*sub, prepared.clone()),
+        })
+        .collect();
+    let mut reports = render_and_write(ctx, target, &staged, write_status).await;
+    reports.extend(held);
+    reports
+}
+
+async fn render_and_write(
+    ctx: &std::sync::Arc<Context>,
+    target: &DirectoryTarget,
+    staged: &[(&Subscription, Prepared)],
+    write_status: bool,
+) -> Vec<ClusterReport> {
     if let Err(e) = ctx.work_dir() {
         return fail_all(target, staged, &e, write_status);
     }
@@ -115,6 +153,11 @@ pub(super) async fn sync(
                 _ => {}
             }
             if let (true, Some(Ok(stages))) = (errors.is_empty(), addons.get(&(i, j))) {
+                let objects = stages.iter().map(|s| s.objects.len()).sum();
+                if write_status && let Err(report) = super::record_progress(target, sub, c, rel, objects) {
+                    reports.push(*report);
+                    continue;
+                }
                 let mut changes = ChangeSet::default();
                 changes.entries.extend(class_entries.get(&(i, c.namespace.clone())).cloned().unwrap_or_default());
                 changes.entries.extend(write_addons(target, c, stages).entries);

@@ -35,6 +35,9 @@ pub struct Context {
     published: watch::Sender<u64>,
     /// Sources polled at least once by this process (successfully or not).
     polled: Mutex<std::collections::BTreeSet<String>>,
+    /// The error of each source's last poll, while it fails (said beside a release that is
+    /// unavailable).
+    poll_errors: Mutex<BTreeMap<String, String>>,
 }
 
 impl Context {
@@ -63,6 +66,7 @@ impl Context {
             layouts: Mutex::new(HashMap::new()),
             published: watch::channel(0).0,
             polled: Mutex::new(std::collections::BTreeSet::new()),
+            poll_errors: Mutex::new(BTreeMap::new()),
         }))
     }
 
@@ -100,6 +104,13 @@ impl Context {
         };
         let polled = fetch::poll(&config, &self.cache, source, &previous, github).await;
         let first = self.polled.lock().unwrap_or_else(PoisonError::into_inner).insert(source.to_owned());
+        {
+            let mut errors = self.poll_errors.lock().unwrap_or_else(PoisonError::into_inner);
+            match &polled {
+                Ok(_) => errors.remove(source),
+                Err(e) => errors.insert(source.to_owned(), e.to_string()),
+            };
+        }
         let (next, github) = match polled {
             Ok(p) => p,
             Err(e) => {
@@ -122,6 +133,11 @@ impl Context {
             self.publish();
         }
         Ok(changed)
+    }
+
+    /// Why the last poll of `source` failed, while it fails.
+    pub fn poll_error(&self, source: &str) -> Option<String> {
+        self.poll_errors.lock().unwrap_or_else(PoisonError::into_inner).get(source).cloned()
     }
 
     /// Whether `source` was polled by this process yet (its tags may be older until then).
@@ -203,14 +219,16 @@ impl Context {
     }
 
     /// Records the release a subscription has in use (kept by garbage collection; the one
-    /// `autoUpgrade: false` stays on).
-    pub async fn adopt(&self, sub: &Subscription, rel: &Release) {
+    /// `autoUpgrade: false` stays on). Returns whether it changed.
+    pub async fn adopt(&self, sub: &Subscription, rel: &Release) -> bool {
         let mut index = self.index.lock().await;
         let adopted = crate::cache::index::Adopted { source: sub.source.clone(), tag: rel.tag.clone(), commit: rel.commit.clone() };
-        if index.adopted.get(&sub.name) != Some(&adopted) {
-            index.adopted.insert(sub.name.clone(), adopted);
-            self.save(&index);
+        if index.adopted.get(&sub.name) == Some(&adopted) {
+            return false;
         }
+        index.adopted.insert(sub.name.clone(), adopted);
+        self.save(&index);
+        true
     }
 
     /// The cached tree of `rel`, materialised (downloaded, verified) when it is not there yet.
@@ -223,15 +241,19 @@ impl Context {
         let key = source_key(&src.name, &src.kind);
         // The materialisation reads only this source's listing; it gets a scratch index and its
         // new release entries are merged back.
-        let scratch = {
+        let (scratch, claimed) = {
             let index = self.index.lock().await;
             let mut scratch = Index::default();
             if let Some(g) = index.github.get(&key) {
                 scratch.github.insert(key.clone(), GithubState { pages: BTreeMap::new(), releases: g.releases.clone() });
             }
-            scratch
+            (scratch, index.sources.get(&key).and_then(|s| s.refused.get(&rel.tag)).cloned())
         };
         let (scratch, outcome) = fetch::materialise(&config, &self.cache, scratch, rel).await;
+        let outcome = outcome.map(|p| {
+            let unverified = fetch::mismatch(&src.name, &src.kind, &p.release, claimed.as_deref(), &p.assets);
+            PreparedRelease { unverified, ..p }
+        });
         if !scratch.releases.is_empty() {
             let mut index = self.index.lock().await;
             let before = index.releases.len();

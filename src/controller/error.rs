@@ -33,6 +33,15 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// The apply-started status could not be written: nothing was applied (the status must
+    /// never claim the old release while the new one goes in).
+    #[error("cannot record on ClusterSync {cluster} that the apply of {tag} started: {}; nothing was applied", kube_error(.source))]
+    WriteProgress {
+        cluster: ClusterKey,
+        tag: String,
+        #[source]
+        source: kube::Error,
+    },
     /// The Cluster could not be brought to its release; the reason and message are in its
     /// ClusterSync.
     #[error("{cluster}: {reason:?}: {message}")]
@@ -44,7 +53,11 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::ManagementClient(_) | Error::ClusterApiMissing => false,
-            Error::Discovery(_) | Error::ListClusters(_) | Error::ReadStatus { .. } | Error::WriteStatus { .. } => true,
+            Error::Discovery(_)
+            | Error::ListClusters(_)
+            | Error::ReadStatus { .. }
+            | Error::WriteStatus { .. }
+            | Error::WriteProgress { .. } => true,
             Error::Sync { transient, .. } => *transient,
         }
     }
@@ -58,6 +71,7 @@ impl Error {
             Error::ListClusters(_) => "ListClusters",
             Error::ReadStatus { .. } => "ReadStatus",
             Error::WriteStatus { .. } => "WriteStatus",
+            Error::WriteProgress { .. } => "WriteProgress",
             Error::Sync { reason, .. } => reason.as_str(),
         }
     }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use tracing::{error, info, info_span, warn};
 
-use super::{POLL_TIMEOUT, Prepared, PreparedRelease};
+use super::{Mismatch, POLL_TIMEOUT, Prepared, PreparedRelease};
 use crate::cache::blobs::Blobs;
 use crate::cache::index::GithubState;
 use crate::cache::{Cache, Index, SourceState};
@@ -16,6 +16,7 @@ use crate::release::{self, Release, short};
 use crate::source::github::materialise::{self, AssetRecord};
 use crate::source::github::{self, GhRelease};
 use crate::source::{self, RemoteRefs, TagEvent, git, oci};
+use crate::status::Reason;
 
 /// The cache key of a source: its name plus a hash of where it points.
 pub fn source_key(name: &str, kind: &SourceKind) -> String {
@@ -243,9 +244,61 @@ pub async fn prepare(config: &Config, cache: &Cache, index: Index, sub: &Subscri
         let rel = &selection.release;
         info_span!("release", source = %rel.source, tag = %rel.tag, commit = %short(&rel.commit)).in_scope(|| info!("{note}"));
     }
+    let claimed = index.sources.get(&key).and_then(|s| s.refused.get(&selection.release.tag)).cloned();
     let (index, outcome) = materialise(config, cache, index, &selection.release).await;
-    prepared.outcome = outcome.map(|p| PreparedRelease { note: selection.note, ..p });
+    prepared.outcome = outcome.map(|p| {
+        let unverified = mismatch(&src.name, &src.kind, &p.release, claimed.as_deref(), &p.assets);
+        PreparedRelease { note: selection.note, unverified, ..p }
+    });
     (prepared, index)
+}
+
+/// Whether a release accepted earlier still verifies, now: against the config's pins (a Git
+/// tag's commit, a GitHub asset's digest) and against what the source claims for its tag
+/// (`claimed`: the commit or revision a moved tag now points at, which was refused). Pure.
+/// `None` when it verifies; otherwise the reason (`PinMismatch`, `TagRefused`) and a message
+/// naming the tag, the pin and both digests.
+pub fn mismatch(source: &str, kind: &SourceKind, rel: &Release, claimed: Option<&str>, assets: &[AssetRecord]) -> Option<Mismatch> {
+    let stays = "it is not applied again and what is in place stays until a release that verifies is available";
+    match kind {
+        SourceKind::Git(g) => {
+            if let Some(pin) = g.pins.get(&rel.tag).filter(|pin| **pin != rel.commit) {
+                return Some(Mismatch {
+                    reason: Reason::PinMismatch,
+                    message: format!(
+                        "tag {} is pinned to commit {pin} (git.pins of source {source}) but the release in use is commit {}; {stays} (fix the pin, or publish a tag at the pinned commit)",
+                        rel.tag, rel.commit
+                    ),
+                });
+            }
+        }
+        SourceKind::Github(g) => {
+            for a in assets {
+                let key = format!("{}/{}", rel.tag, a.name);
+                let Some(pin) = g.digests.get(&key) else { continue };
+                if crate::cache::blobs::Sha256Digest::parse(&a.digest).as_ref() != Some(pin) {
+                    return Some(Mismatch {
+                        reason: Reason::PinMismatch,
+                        message: format!(
+                            "asset {} of release {} is pinned to {pin} (github.digests `{key}` of source {source}) but the release in use has {}; {stays} (fix the pin, or publish a release whose asset matches it)",
+                            a.name, rel.tag, a.digest
+                        ),
+                    });
+                }
+            }
+        }
+        SourceKind::Oci(_) => {}
+    }
+    let claimed = claimed.filter(|c| *c != rel.commit)?;
+    Some(Mismatch {
+        reason: Reason::TagRefused,
+        message: format!(
+            "tag {} now points at {} in source {source}; refused, {} stays applied (set allowMovedTags, or fix the pin, to accept it)",
+            rel.tag,
+            short(claimed),
+            short(&rel.commit)
+        ),
+    })
 }
 
 /// Puts `rel` in the cache (or finds it there, verified) and says where its tree is. One
@@ -267,7 +320,8 @@ pub async fn materialise(config: &Config, cache: &Cache, index: Index, rel: &Rel
     let outcome = match result {
         Ok((tree, fetched, assets)) => {
             span.in_scope(|| info!(fetched, path = %tree.display(), "release ready"));
-            Ok(PreparedRelease { release: rel.clone(), tree, fetched, note: None, assets })
+            let unverified = mismatch(&src.name, &src.kind, rel, None, &assets);
+            Ok(PreparedRelease { release: rel.clone(), tree, fetched, note: None, assets, unverified })
         }
         Err(e) => {
             span.in_scope(|| error!(error = %e, "cannot cache release; the release in use stays"));

@@ -8,6 +8,7 @@ use std::time::Duration;
 pub mod clusterstack;
 mod context;
 pub mod dirdiff;
+pub mod directory;
 pub mod error;
 mod fetch;
 pub mod kubernetes;
@@ -48,6 +49,18 @@ pub struct PreparedRelease {
     /// GitHub sources: each asset's digest and how it was verified. Empty for Git, whose
     /// objects are content-addressed and checked by gix.
     pub assets: Vec<crate::source::github::materialise::AssetRecord>,
+    /// Set when the release, accepted earlier, no longer verifies against the source or the
+    /// config (its tag moved, a pin no longer matches): it is not applied again, what is in
+    /// place stays, and the status says why ([`fetch::mismatch`]).
+    pub unverified: Option<Mismatch>,
+}
+
+/// Why a release in use no longer verifies: the status reason and a message naming the tag,
+/// the pin and both digests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch {
+    pub reason: Reason,
+    pub message: String,
 }
 
 /// What happened to one cluster in a pass.
@@ -65,14 +78,34 @@ pub struct PassReport {
     pub clusters: Vec<ClusterReport>,
     /// Sources that could not be polled this pass (their cached tags were used).
     pub source_errors: BTreeMap<String, String>,
-    /// Failures not tied to one cluster (e.g. the management cluster is unreachable).
+    /// Failures not tied to one cluster (e.g. the management cluster is unreachable), and
+    /// those of clusters in `unreported`.
     pub failures: Vec<String>,
+    /// Clusters whose sync failed before it had anything to report (their status could not
+    /// be read or written): counted among the clusters, never ready.
+    pub unreported: Vec<String>,
 }
 
 impl PassReport {
     /// True when every cluster of every subscription is ready.
     pub fn all_synced(&self) -> bool {
         self.failures.is_empty() && self.clusters.iter().all(|c| c.status.ready)
+    }
+
+    /// What `run --once` says at the end: the clusters ready of all the pass handled, the
+    /// objects synced, and what was written — counted from what was done, so a pass that
+    /// applied objects never reads `0/0`.
+    pub fn summary(&self) -> String {
+        let total = self.clusters.len() + self.unreported.len();
+        let ready = self.clusters.iter().filter(|c| c.status.ready).count();
+        let objects: usize = self.clusters.iter().map(|c| c.status.total).sum();
+        let synced: usize = self.clusters.iter().map(|c| c.status.synced).sum();
+        let count = |a: crate::apply::Action| self.clusters.iter().map(|c| c.changes.count(a)).sum::<usize>();
+        let (created, configured, pruned) =
+            (count(crate::apply::Action::Created), count(crate::apply::Action::Configured), count(crate::apply::Action::Pruned));
+        format!(
+            "{ready}/{total} clusters ready, {synced}/{objects} objects synced; written this run: {created} created, {configured} configured, {pruned} pruned"
+        )
     }
 
     /// One line per cluster that is not ready, naming what is wrong.
@@ -154,18 +187,29 @@ pub async fn pass_scoped(config: &Config, subs: Option<&[String]>, apply: bool) 
     Ok(report)
 }
 
-/// Records the release of every subscription in `staged` whose clusters all rendered: it is the
-/// one in use (kept by garbage collection, and the one `autoUpgrade: false` stays on).
+/// Records the release of every subscription in `staged` that was put in place on each of its
+/// clusters ([`put_in_place`]): it is the one in use (kept by garbage collection, and the one
+/// `autoUpgrade: false` stays on).
 fn adopt(index: &mut crate::cache::Index, staged: &[(&Subscription, Prepared)], reports: &[ClusterReport]) {
     for (sub, prepared) in staged {
-        let all_rendered = reports.iter().filter(|r| r.subscription == sub.name).all(|r| r.status.reason != Reason::RenderFailed);
-        if let (Ok(p), true) = (&prepared.outcome, all_rendered) {
+        if let Ok(p) = &prepared.outcome
+            && put_in_place(&sub.name, &p.release, reports)
+        {
             index.adopted.insert(
                 sub.name.clone(),
                 Adopted { source: sub.source.clone(), tag: p.release.tag.clone(), commit: p.release.commit.clone() },
             );
         }
     }
+}
+
+/// Whether `rel` is the release in place on every cluster of subscription `sub` that `reports`
+/// cover (not one that could not be rendered, could not be recorded, or no longer verifies).
+fn put_in_place(sub: &str, rel: &Release, reports: &[ClusterReport]) -> bool {
+    reports
+        .iter()
+        .filter(|r| r.subscription == sub)
+        .all(|r| r.status.applied_release.as_ref().is_some_and(|a| a.tag == rel.tag && a.commit == rel.commit))
 }
 
 /// Renders and applies a prepared release to each cluster of `sub`, writing status.
@@ -196,6 +240,9 @@ fn sync_subscription(
     let rel = &release.release;
     let span = info_span!("release", source = %rel.source, tag = %rel.tag, commit = %short(&rel.commit));
     let _guard = span.enter();
+    if let Some(m) = &release.unverified {
+        return hold_unverified(target, sub, rel, m, write_status);
+    }
     let manifests = Manifests::load(&release.tree, &sub.path);
     sub.clusters
         .iter()
@@ -203,6 +250,9 @@ fn sync_subscription(
             let rendered = manifests.as_ref().map_err(Clone::clone).and_then(|m| m.render(rel, c));
             match rendered {
                 Ok(objects) => {
+                    if write_status && let Err(report) = record_progress(target, sub, c, rel, objects.len()) {
+                        return *report;
+                    }
                     let changes = target.sync(c, objects);
                     let status = ClusterStatus::applied(sub, c, rel, &changes).with_assets(&rel.tag, &rel.commit, &release.assets);
                     info!(cluster = %format!("{}/{}", c.namespace, c.name), ready = status.ready, "synced: {}", changes.summary());
@@ -219,6 +269,45 @@ fn sync_subscription(
             }
         })
         .collect()
+}
+
+/// The release in use no longer verifies ([`Mismatch`]): nothing is written but each cluster's
+/// status, which says why; what is in place stays.
+fn hold_unverified(target: &DirectoryTarget, sub: &Subscription, rel: &Release, m: &Mismatch, write_status: bool) -> Vec<ClusterReport> {
+    error!(reason = m.reason.as_str(), "{}", m.message);
+    sub.clusters
+        .iter()
+        .map(|c| {
+            let status = ClusterStatus::failed(sub, c, Some(rel), target.read_status(c), m.reason, m.message.clone());
+            finish(target, sub, c, status, ChangeSet::default(), write_status)
+        })
+        .collect()
+}
+
+/// Before the first file of a release the cluster does not have yet is written, its status
+/// says so (`Progressing`, applying the release): a status that cannot be written stops the
+/// cluster's apply this round, so it never claims the old release while the new one goes in.
+/// `Err` holds the cluster's report (nothing applied).
+fn record_progress(
+    target: &DirectoryTarget,
+    sub: &Subscription,
+    c: &ClusterConfig,
+    rel: &Release,
+    objects: usize,
+) -> Result<(), Box<ClusterReport>> {
+    let previous = target.read_status(c);
+    let applied = previous.as_ref().and_then(|p| p.applied_release.as_ref());
+    if applied.is_some_and(|a| a.tag == rel.tag && a.commit == rel.commit) {
+        return Ok(());
+    }
+    let message = format!("applying {} ({objects} objects)", rel.tag);
+    let progress = ClusterStatus::failed(sub, c, Some(rel), previous.clone(), Reason::Progressing, message);
+    let Err(e) = target.write_status(c, &progress) else { return Ok(()) };
+    let who = format!("{}/{}", c.namespace, c.name);
+    error!(cluster = %who, error = %e, "cannot record that the apply of {} started; nothing is written to the cluster this round", rel.tag);
+    let message = format!("cannot write the status file {} ({e}); nothing of {} was applied", target.status_path(c).display(), rel.tag);
+    let status = ClusterStatus::failed(sub, c, Some(rel), previous, Reason::NotSynced, message);
+    Err(Box::new(ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes: ChangeSet::default() }))
 }
 
 fn finish(

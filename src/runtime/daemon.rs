@@ -1,5 +1,5 @@
 //! The long-running process: for the Kubernetes target, source pollers and the Cluster
-//! controller; for the directory target, passes on each subscription's schedule. Both reload the
+//! controller; for the directory target, source pollers and one syncer per subscription. Both reload the
 //! config when the file changes (keeping the last good config on a bad edit) and stop cleanly on
 //! SIGTERM/SIGINT.
 
@@ -8,18 +8,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 use tracing::{error, info, warn};
 
 use crate::config::watch::ConfigWatcher;
 use crate::config::{self, Config, Target};
+use crate::controller::directory::Syncers;
 use crate::controller::poller::Pollers;
 use crate::controller::{self, Context, kubernetes};
 use crate::runtime::admin::Admin;
 use crate::runtime::election::{Leadership, Params};
-use crate::schedule::Queue;
 
 /// How long in-flight reconciles get to finish after SIGTERM.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -237,7 +235,13 @@ pub async fn run_kubernetes(
     }
 }
 
-/// The directory target: a pass over the subscriptions that are due, on their schedules.
+/// The directory target, in the Kubernetes target's shape: a [`Context`] for the process, one
+/// poller task per source and one syncer task per subscription
+/// ([`controller::directory::Syncers`]). A download runs in the syncer of the subscription that
+/// needs it, so a slow or hanging source delays only its own subscriptions, and this loop —
+/// reloads, webhook triggers, shutdown — waits for none of them. A reload puts the new config in
+/// force at once: pollers of changed sources poll, syncers of changed subscriptions start afresh;
+/// one that changes the cache, the target or helm rebuilds the context.
 ///
 /// # Errors
 /// Only when the config file's directory cannot be watched at start-up.
@@ -245,80 +249,68 @@ pub async fn run_directory(path: PathBuf, initial: Config, mut options: Options,
     let mut watcher = ConfigWatcher::new(&path)?;
     let mut config = initial;
     let mut last_text = crate::config::read_bounded(&path).unwrap_or_default();
-    let mut queue = Queue::default();
-    let now = Instant::now();
-    for sub in &config.subscriptions {
-        queue.trigger(&sub.name, now);
-    }
     info!(file = %path.display(), subscriptions = config.subscriptions.len(), "stacksync started");
     // One writer per output directory is the operator's to arrange: no lease here.
     crate::telemetry::readiness().set_standby(false);
     tokio::pin!(shutdown);
     loop {
-        tokio::select! {
-            () = &mut shutdown => {
-                info!("shutting down");
-                return Ok(());
+        let ctx = match Context::new(config.clone()) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                error!(error = %e, "cache unavailable; waiting for a config change");
+                None
             }
-            Some(source) = options.triggers.recv() => {
-                let now = Instant::now();
-                for sub in config.subscriptions.iter().filter(|s| s.source == source) {
-                    queue.trigger(&sub.name, now);
+        };
+        let mut pollers = Pollers::default();
+        let mut syncers = Syncers::default();
+        if let Some(ctx) = &ctx {
+            pollers.sync(ctx);
+            syncers.sync(ctx);
+        }
+        loop {
+            tokio::select! {
+                () = &mut shutdown => {
+                    // A sync in progress (a download, a rate-limit wait) is abandoned: everything
+                    // it writes is atomic, so the cache and the directory stay consistent.
+                    info!("shutting down");
+                    pollers.stop();
+                    syncers.stop().await;
+                    return Ok(());
                 }
-            }
-            Some(()) = watcher.changed() => {
-                if let Some(new) = reload(&path, &config, &mut last_text) {
-                    let now = Instant::now();
-                    queue.retain(|name| new.subscription(name).is_some());
-                    for sub in &new.subscriptions {
-                        if config.subscription(&sub.name) != Some(sub)
-                            || config.cache != new.cache
-                            || config.target != new.target
-                            || config.source(&sub.source) != new.source(&sub.source)
-                        {
-                            queue.trigger(&sub.name, now);
-                        }
-                    }
+                Some(source) = options.triggers.recv() => pollers.trigger(&source),
+                Some(()) = watcher.changed() => {
+                    let Some(new) = reload(&path, &config, &mut last_text) else { continue };
+                    let rebuild = ctx.is_none() || new.cache != config.cache || new.target != config.target || new.helm != config.helm;
+                    let changed_sources: Vec<String> =
+                        new.sources.iter().filter(|s| config.source(&s.name) != Some(s)).map(|s| s.name.clone()).collect();
+                    let changed_subs: Vec<String> = new
+                        .subscriptions
+                        .iter()
+                        .filter(|sub| config.subscription(&sub.name) != Some(sub) || changed_sources.contains(&sub.source))
+                        .map(|sub| sub.name.clone())
+                        .collect();
                     config = new;
                     options.reloaded(&config);
-                }
-            }
-            () = sleep_until(queue.next_due()) => {
-                let due = queue.take_due(Instant::now());
-                if !due.is_empty() {
-                    // Shutdown does not wait for a long pass (a rate-limit wait can take minutes):
-                    // everything a pass writes is atomic, so abandoning it leaves a consistent cache.
-                    let result = tokio::select! {
-                        result = controller::pass_scoped(&config, Some(&due), true) => result,
-                        () = &mut shutdown => {
-                            info!("shutting down; the pass in progress was abandoned");
-                            return Ok(());
-                        }
-                    };
-                    match result {
-                        Ok(report) => {
-                            crate::telemetry::readiness().set_synced(true);
-                            let ready = report.clusters.iter().filter(|c| c.status.ready).count();
-                            info!(subscriptions = due.len(), clusters = report.clusters.len(), ready, "pass complete");
-                        }
-                        Err(e) => error!(error = %e, "pass failed: cache unavailable"),
+                    if rebuild {
+                        break;
                     }
-                }
-                let (now, wall) = (Instant::now(), Utc::now());
-                for name in &due {
-                    if let Some(sub) = config.subscription(name) {
-                        queue.schedule(name, &sub.schedule, now, wall);
+                    if let Some(ctx) = &ctx {
+                        ctx.set_config(config.clone());
+                        pollers.sync(ctx);
+                        for name in &changed_sources {
+                            pollers.trigger(name);
+                        }
+                        syncers.sync(ctx);
+                        for name in &changed_subs {
+                            syncers.restart(ctx, name);
+                        }
                     }
                 }
             }
         }
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
+        info!("cache, target or helm changed: starting again with the new config");
+        pollers.stop();
+        syncers.stop().await;
     }
 }
 

@@ -114,6 +114,10 @@ pub enum Reason {
     /// The tag of the release in use moved to another commit (or no longer matches its pin) and
     /// the source refused it: the verified commit stays applied until someone decides.
     TagRefused,
+    /// The release in use no longer satisfies a pin of the config (`git.pins`,
+    /// `github.digests`): it is not applied again and what is in place stays until a release
+    /// that verifies is available.
+    PinMismatch,
 }
 
 impl Reason {
@@ -138,6 +142,7 @@ impl Reason {
             Reason::UpgradeFailed => "UpgradeFailed",
             Reason::TransientError => "TransientError",
             Reason::TagRefused => "TagRefused",
+            Reason::PinMismatch => "PinMismatch",
         }
     }
 }

@@ -198,3 +198,116 @@ async fn cut_watches_and_a_failing_management_api_stopped_the_controller() {
         .await;
     daemon.stop().await;
 }
+
+/// The apply-started status write of alpha's ClusterSync.
+fn status_writes() -> FaultRule {
+    FaultRule::new().verb("patch").path("/clustersyncs/alpha/status")
+}
+
+/// v1 applied and Ready, v2 published; then `fault` on the ClusterSync's status writes, and a
+/// `run --once`: nothing of v2 may be applied, and the ClusterSync keeps saying the truth.
+async fn refused_status_write(fault: FaultRule, target_extra: &str) {
+    let env = Env::new(1).await;
+    env.repo.release("v1.0.0", &[("manifests/cms.yaml", &many_configmaps(3, "one"))]);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = env.config("", target_extra, "");
+    assert_exit(&run_once(&config).await, 0);
+    let writes = env.workloads[0].stats().total_writes();
+
+    env.repo.release("v2.0.0", &[("manifests/cms.yaml", &many_configmaps(3, "two"))]);
+    env.mgmt.faults().add(fault);
+    let o = run_once(&config).await;
+    assert_exit(&o, 1);
+    let text = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(text.contains("that the apply of v2.0.0 started") && text.contains("nothing was applied"), "{text}");
+    assert_eq!(env.workloads[0].stats().total_writes(), writes, "v2 was applied although its status could not be written");
+    let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
+    assert_eq!(cs["status"]["appliedRelease"]["tag"], "v1.0.0", "{cs}");
+    assert_eq!(env.configmap(0, "cm-0").await.unwrap().data.unwrap()["v"], "one");
+    assert!(stdout(&o).contains("0/1 clusters ready"), "the summary counts the cluster: {}", stdout(&o));
+    // Said where a user looks: a Warning Event on the ClusterSync.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.mgmt(), NS);
+    let list = events.list(&Default::default()).await.unwrap();
+    assert!(
+        list.items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("StatusWriteFailed") && e.note.as_deref().is_some_and(|n| n.contains("v2.0.0"))),
+        "no StatusWriteFailed event: {:?}",
+        list.items.iter().map(|e| (&e.reason, &e.note)).collect::<Vec<_>>()
+    );
+
+    // Once the status can be written, v2 goes in and only then is reported.
+    env.mgmt.faults().clear();
+    assert_exit(&run_once(&config).await, 0);
+    let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
+    assert_eq!(cs["status"]["appliedRelease"]["tag"], "v2.0.0", "{cs}");
+    assert_eq!(env.configmap(0, "cm-0").await.unwrap().data.unwrap()["v"], "two");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_write_500_reported_the_old_release_ready_while_the_new_one_ran() {
+    refused_status_write(status_writes().status(500), "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_write_timeout_reported_the_old_release_ready_while_the_new_one_ran() {
+    // Every status write is held past the request timeout.
+    refused_status_write(status_writes().latency(Duration::from_secs(3600)), "    requestTimeout: 1s\n").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn final_status_write_refused_left_the_apply_unrecorded() {
+    let env = Env::new(1).await;
+    env.repo.release("v1.0.0", &[("manifests/cms.yaml", &many_configmaps(3, "one"))]);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = env.config("", "", "");
+    assert_exit(&run_once(&config).await, 0);
+
+    // The apply-started write lands; the next four status writes are refused: the final write
+    // of this reconcile (three tries) and the first try of the next.
+    env.repo.release("v2.0.0", &[("manifests/cms.yaml", &many_configmaps(3, "two"))]);
+    env.mgmt.faults().add(status_writes().status(500).skip(1).times(4));
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    // Whenever v2's objects are in place, the ClusterSync does not claim v1 is Ready.
+    daemon
+        .eventually("v2 applied and recorded Ready", Duration::from_secs(60), async || {
+            let applied = env.configmap(0, "cm-0").await.and_then(|c| c.data).is_some_and(|d| d["v"] == "two");
+            let cs = env.cluster_sync("alpha").await.unwrap_or_default();
+            let (ready, tag) = (condition(&cs, "Ready")["status"] == "True", cs["status"]["appliedRelease"]["tag"].clone());
+            assert!(!(applied && ready && tag == "v1.0.0"), "v2 runs while the ClusterSync says v1 is Ready: {cs}");
+            applied && ready && tag == "v2.0.0"
+        })
+        .await;
+    let log = daemon.log();
+    assert!(log.contains("cannot write ClusterSync team-a/alpha"), "the refused final write was not said:\n{log}");
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pin_that_no_longer_matches_left_the_release_ready() {
+    let env = Env::new(1).await;
+    let commit = env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = env.config("", "", "");
+    assert_exit(&run_once(&config).await, 0);
+
+    // A pin added later that the accepted tag does not satisfy.
+    let pin = "1".repeat(40);
+    let text = std::fs::read_to_string(&config).unwrap();
+    let url = format!("      url: {}\n", env.repo.file_url());
+    std::fs::write(&config, text.replace(&url, &format!("{url}      pins:\n        v1.0.0: \"{pin}\"\n"))).unwrap();
+    let o = run_once(&config).await;
+    assert_exit(&o, 1);
+    let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
+    let ready = condition(&cs, "Ready");
+    assert_eq!(ready["status"], "False", "{cs}");
+    assert_eq!(ready["reason"], "PinMismatch", "{cs}");
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(message.contains("v1.0.0") && message.contains(&pin) && message.contains(commit.as_str()), "{message}");
+    // No silent rollback: what was applied stays.
+    assert_eq!(cs["status"]["appliedRelease"]["commit"], commit.as_str(), "{cs}");
+    assert_eq!(env.configmap(0, "addon-alpha").await.unwrap().data.unwrap()["cluster"], "alpha");
+}

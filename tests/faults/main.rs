@@ -10,6 +10,8 @@ mod apply;
 mod cache;
 mod config;
 mod controller;
+mod directory;
 mod kill;
 mod network;
+mod pins;
 mod reload;

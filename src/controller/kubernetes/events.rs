@@ -158,6 +158,17 @@ pub(super) fn for_cluster_sync(prev: &ClusterSyncStatus, next: &ClusterSyncStatu
     out
 }
 
+/// The Warning of a reconcile that could not record that the apply of `tag` started (and so
+/// applied nothing): `StatusWriteFailed`, with the management cluster's answer.
+pub(super) fn progress_unrecorded(tag: &str, error: &str) -> Event {
+    event(
+        EventType::Warning,
+        "StatusWriteFailed",
+        "Apply",
+        format!("cannot record that the apply of {tag} started ({error}); nothing was applied, retried with backoff"),
+    )
+}
+
 /// The events of a StackRelease write: `created` when this release was first recorded,
 /// `failed` when its ClusterClass could not be applied (with the first error).
 pub(super) fn for_stack_release(tag: &str, created: bool, unverified: usize, failed: Option<&str>) -> Vec<Event> {

@@ -41,11 +41,18 @@ pub(super) struct Fail {
     pub reason: Reason,
     pub message: String,
     transient: bool,
+    /// The apply-started status could not be written (for this release tag): nothing was
+    /// applied, and no other status is written this round.
+    unrecorded: Option<(String, kube::Error)>,
 }
 
 impl Fail {
     fn new(reason: Reason, message: impl Into<String>, transient: bool) -> Fail {
-        Fail { reason, message: message.into(), transient }
+        Fail { reason, message: message.into(), transient, unrecorded: None }
+    }
+
+    fn unrecorded(tag: String, source: kube::Error) -> Fail {
+        Fail { reason: Reason::TransientError, message: String::new(), transient: true, unrecorded: Some((tag, source)) }
     }
 }
 
@@ -53,8 +60,10 @@ impl Fail {
 /// polled yet: the first poll's publication brings it back).
 ///
 /// # Errors
-/// The ClusterSync could not be read or written (nothing else is done then). Every other
-/// failure is written to the ClusterSync and returned in [`Reconciled::outcome`].
+/// The ClusterSync could not be read, or the apply-started status could not be written (nothing
+/// else is done then). Every other failure is written to the ClusterSync and returned in
+/// [`Reconciled::outcome`]; a final status write that fails is returned there too (with the
+/// report of what was done), and the controller retries until it lands.
 pub(super) async fn reconcile(kube: &Kube, obj: &DynamicObject) -> Result<Option<Reconciled>, Error> {
     let config = kube.ctx.config();
     let key = ClusterKey::new(obj.metadata.namespace.clone().unwrap_or_default(), obj.metadata.name.clone().unwrap_or_default());
@@ -99,7 +108,15 @@ async fn reconcile_in(
         s.last_handled_reconcile_at.clone_from(&requested);
         s
     };
-    let outcome = sync(kube, &k, sub, &c, obj, class.as_deref(), &prev_status).await;
+    let outcome = sync(kube, sub, &c, obj, class.as_deref(), &prev_status, &owner).await;
+    if let Err(Fail { unrecorded: Some((tag, source)), .. }) = outcome {
+        // The management cluster refused the apply-started status: the ClusterSync still says
+        // what is true (nothing was applied). An Event says why, the metrics count the error,
+        // and the controller retries with backoff.
+        let uid = previous.as_ref().and_then(|p| p.metadata.uid.clone());
+        kube.events.cluster_sync(&key.namespace, &key.name, uid, vec![super::events::progress_unrecorded(&tag, &kube_error(&source))]);
+        return Err(Error::WriteProgress { cluster: key, tag, source });
+    }
     let (status, changes, crd, action, failure) = match outcome {
         Ok(done) => {
             let action = match done.status.reason {
@@ -111,7 +128,7 @@ async fn reconcile_in(
             };
             let quiet = matches!(
                 done.status.reason,
-                Reason::Paused | Reason::Suspended | Reason::Progressing | Reason::Unhealthy | Reason::TagRefused
+                Reason::Paused | Reason::Suspended | Reason::Progressing | Reason::Unhealthy | Reason::TagRefused | Reason::PinMismatch
             );
             let failure = (!done.status.ready && !quiet).then(|| Fail::new(done.status.reason, done.status.message.clone(), true));
             (done.status, done.changes, done.crd, action, failure)
@@ -140,9 +157,23 @@ async fn reconcile_in(
     };
     let next = stamp(crd);
     let events = super::events::for_cluster_sync(&prev_status, &next, changes.writes(), &changes.summary());
-    let uid = write_cluster_sync(&syncs, sub, &c, &owner, previous.as_ref(), next, k.resync / 2)
-        .await
-        .map_err(|source| Error::WriteStatus { cluster: key.clone(), source })?;
+    // Retried a few times here; past that the reconcile fails and the controller retries it
+    // with backoff until the status lands (the apply-started status says the truth meanwhile).
+    let written =
+        super::status::retried(|| write_cluster_sync(&syncs, sub, &c, &owner, previous.as_ref(), next.clone(), k.resync / 2)).await;
+    let uid = match written {
+        Ok(uid) => uid,
+        Err(source) => {
+            // What was done is reported (`run --once` counts it), but not as ready: the record
+            // is not written. The apply-started status written before says the truth meanwhile.
+            let mut status = status;
+            status.ready = false;
+            status.reason = Reason::TransientError;
+            status.message = format!("the ClusterSync could not be written ({}); retried with backoff", kube_error(&source));
+            let report = ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes };
+            return Ok(Some(Reconciled { report, outcome: Err(Error::WriteStatus { cluster: key, source }) }));
+        }
+    };
     kube.events.cluster_sync(&key.namespace, &key.name, uid, events);
     let report = ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes };
     let outcome = match failure {
@@ -163,12 +194,12 @@ struct Done {
 /// Everything between reading the previous status and writing the new one.
 async fn sync(
     kube: &Kube,
-    k: &KubernetesTarget,
     sub: &Subscription,
     c: &ClusterConfig,
     obj: &DynamicObject,
     class: Option<&str>,
     prev: &ClusterSyncStatus,
+    owner: &Owner<'_>,
 ) -> Result<Done, Fail> {
     let hold = |reason: Reason, message: String| {
         let st = ClusterStatus::failed(sub, c, None, None, reason, message);
@@ -194,19 +225,26 @@ async fn sync(
     let rel = choose(kube, sub, class).await?;
     let prepared = kube.ctx.prepare(&rel).await.map_err(|e| Fail::new(Reason::ReleaseUnavailable, e, true))?;
     let rspan = info_span!("release", tag = %rel.tag, commit = %short(&rel.commit));
-    apply_release(kube, k, sub, c, rel, prepared, prev).instrument(rspan).await
+    apply_release(kube, sub, c, rel, prepared, prev, owner).instrument(rspan).await
 }
 
 async fn apply_release(
     kube: &Kube,
-    k: &KubernetesTarget,
     sub: &Subscription,
     c: &ClusterConfig,
     rel: Release,
     prepared: PreparedRelease,
     prev: &ClusterSyncStatus,
+    owner: &Owner<'_>,
 ) -> Result<Done, Fail> {
+    let k = &kube.target();
     let label = format!("{}/{}", c.namespace, c.name);
+    if let Some(m) = &prepared.unverified {
+        // Accepted earlier, refused now (a moved tag, a pin that no longer matches): a person
+        // must decide. Nothing is applied, nothing rolled back; the status says why.
+        warn!(cluster = %label, reason = m.reason.as_str(), "{}", m.message);
+        return Ok(unverified_held(sub, c, &rel, prev, m));
+    }
     let Rendered { stages, warnings } = render(kube, sub, &prepared, c).await?;
     for w in &warnings {
         warn!(cluster = %label, "values template: {w}");
@@ -235,11 +273,11 @@ async fn apply_release(
         let objects: usize = stages.iter().map(|s| s.objects.len()).sum();
         st.conditions = super::status::progressing(&prev.conditions, &format!("applying {} ({objects} objects)", rel.tag));
         let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &c.namespace);
-        match super::status::write_progress(&syncs, &c.name, st).await {
-            Ok(()) => {}
-            // A first sync: the ClusterSync is created with the result, moments later.
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => warn!(error = %kube_error(&e), "cannot record that the apply started"),
+        // Retried a few times; when it cannot be written, nothing is applied this round: the
+        // status must never claim the old release while the new one goes in.
+        if let Err(e) = super::status::retried(|| super::status::write_progress(&syncs, sub, c, owner, st.clone())).await {
+            warn!(error = %kube_error(&e), "cannot record that the apply of {} started; nothing is applied this round", rel.tag);
+            return Err(Fail::unrecorded(rel.tag.clone(), e));
         }
     }
     let options = apply_options(k, sub, c);
@@ -262,21 +300,6 @@ async fn apply_release(
         st.ready = false;
         st.reason = Reason::PrunePaused;
         st.message.clone_from(paused);
-    }
-    if st.ready
-        && let Some(claimed) = kube.ctx.refused(sub).await.get(&rel.tag)
-    {
-        // What is applied is the verified commit, but the source no longer agrees: a person
-        // must decide (accept the move, fix the pin, or publish a new tag).
-        st.ready = false;
-        st.reason = Reason::TagRefused;
-        st.message = format!(
-            "tag {} now points at {} in source {}; refused, {} stays applied (set allowMovedTags, or fix the pin, to accept it)",
-            rel.tag,
-            short(claimed),
-            sub.source,
-            short(&rel.commit)
-        );
     }
     if prev.inventory.is_empty()
         && result.changes.entries.iter().any(|e| e.action == crate::apply::Action::Unchanged && e.is_release_object())
@@ -354,6 +377,28 @@ fn upgrade_held(sub: &Subscription, c: &ClusterConfig, rel: &Release, prev: &Clu
     };
     crd.upgrade = Some(upgrade);
     Done { status: st, changes: ChangeSet::default(), crd, requeue }
+}
+
+/// The release in use no longer verifies ([`crate::controller::Mismatch`]): nothing is applied,
+/// the applied release and its objects stay as they are, Ready is False with the reason.
+fn unverified_held(
+    sub: &Subscription,
+    c: &ClusterConfig,
+    rel: &Release,
+    prev: &ClusterSyncStatus,
+    m: &crate::controller::Mismatch,
+) -> Done {
+    let mut st = ClusterStatus::failed(sub, c, Some(rel), None, m.reason, m.message.clone());
+    st.applied_release = prev.applied_release.as_ref().map(|r| crate::status::ReleaseRef {
+        tag: r.tag.clone(),
+        version: r.version.clone(),
+        commit: r.commit.clone(),
+        assets: Vec::new(),
+    });
+    st.synced = prev.synced as usize;
+    st.total = prev.total as usize;
+    let crd = failed_crd(prev, Some(rel), &st);
+    Done { status: st, changes: ChangeSet::default(), crd, requeue: None }
 }
 
 /// How a Cluster's objects are applied (the sync and `stacksync diff` alike).

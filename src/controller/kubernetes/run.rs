@@ -366,8 +366,12 @@ pub async fn pass(ctx: Arc<Context>, concurrency: usize) -> PassReport {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    error!(cluster = %key.map(|k| k.to_string()).unwrap_or_default(), reason = e.reason(), "{e}");
+                    let key = key.map(|k| k.to_string()).unwrap_or_default();
+                    error!(cluster = %key, reason = e.reason(), "{e}");
                     report.failures.push(e.to_string());
+                    if !report.unreported.contains(&key) {
+                        report.unreported.push(key);
+                    }
                 }
             }
         }

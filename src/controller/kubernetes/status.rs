@@ -62,6 +62,7 @@ pub(super) fn stalls(reason: Reason) -> bool {
             | Reason::ReleaseNotAvailable
             | Reason::Unhealthy
             | Reason::TagRefused
+            | Reason::PinMismatch
     )
 }
 
@@ -115,11 +116,65 @@ pub(super) fn progressing(previous: &[Condition], message: &str) -> Vec<Conditio
     out
 }
 
-/// Writes a status as it is (the apply-started note); the full write follows the apply.
-pub(super) async fn write_progress(api: &Api<ClusterSync>, name: &str, mut status: ClusterSyncStatus) -> Result<(), kube::Error> {
+/// Writes a status as it is (the apply-started note); the full write follows the apply. A
+/// Cluster's first sync creates its ClusterSync here (owned by the Cluster), so even a first
+/// install is recorded before its first object is written.
+///
+/// # Errors
+/// The management cluster refused the write or did not answer; the caller applies nothing.
+pub(super) async fn write_progress(
+    api: &Api<ClusterSync>,
+    sub: &Subscription,
+    c: &ClusterConfig,
+    owner: &Owner<'_>,
+    mut status: ClusterSyncStatus,
+) -> Result<(), kube::Error> {
     summarise(&mut status);
-    let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "ClusterSync", "metadata": {"name": name}, "status": status});
-    api.patch_status(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(body)).await.map(|_| ())
+    let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "ClusterSync", "metadata": {"name": c.name}, "status": status});
+    let params = PatchParams::apply(MANAGER).force();
+    match api.patch_status(&c.name, &params, &Patch::Apply(body.clone())).await {
+        Err(kube::Error::Api(e)) if e.code == 404 => {
+            create(api, sub, c, owner).await?;
+            api.patch_status(&c.name, &params, &Patch::Apply(body)).await.map(|_| ())
+        }
+        other => other.map(|_| ()),
+    }
+}
+
+/// How often one reconcile tries a status write before it fails (and the controller retries
+/// it with backoff).
+pub(super) const WRITE_ATTEMPTS: u32 = 3;
+
+/// Runs `write` until it succeeds, at most [`WRITE_ATTEMPTS`] times, waiting the crate's backoff
+/// between tries; only what may pass by itself (5xx, 429, a timeout, a connection error) is
+/// tried again. Each try is bounded by the management client's request timeout, so this is too.
+///
+/// # Errors
+/// The last try's error.
+pub(super) async fn retried<T, F, Fut>(mut write: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let mut attempt = 1;
+    loop {
+        match write().await {
+            Err(e) if attempt < WRITE_ATTEMPTS && may_pass(&e) => {
+                warn!(attempt, error = %super::kube_error(&e), "status write failed; trying again");
+                tokio::time::sleep(crate::schedule::backoff(attempt)).await;
+                attempt += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
+/// Whether a failed request may succeed when simply sent again.
+fn may_pass(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        _ => true,
+    }
 }
 
 pub(super) fn applied_crd(
@@ -183,23 +238,13 @@ pub(super) async fn write_cluster_sync(
 ) -> Result<Option<String>, kube::Error> {
     let spec = ClusterSyncSpec { cluster: c.name.clone(), subscription: sub.name.clone() };
     let params = PatchParams::apply(MANAGER).force();
-    let owner_refs = match owner.uid {
-        Some(uid) => json!([{"apiVersion": owner.api_version, "kind": "Cluster", "name": c.name, "uid": uid}]),
-        None => json!([]),
-    };
     let owned = previous.is_some_and(|p| {
         owner.uid.is_none() || p.metadata.owner_references.as_ref().is_some_and(|r| r.iter().any(|r| Some(r.uid.as_str()) == owner.uid))
     });
     let (generation, uid) = match previous {
         Some(p) if p.spec == spec && owned => (p.metadata.generation, p.metadata.uid.clone()),
         _ => {
-            let body = json!({
-                "apiVersion": "stacksync.io/v1alpha1",
-                "kind": "ClusterSync",
-                "metadata": {"name": c.name, "labels": {"stacksync.io/subscription": sub.name}, "ownerReferences": owner_refs},
-                "spec": spec,
-            });
-            let written = api.patch(&c.name, &params, &Patch::Apply(body)).await?;
+            let written = create(api, sub, c, owner).await?;
             (written.metadata.generation, written.metadata.uid)
         }
     };
@@ -225,6 +270,23 @@ pub(super) async fn write_cluster_sync(
     let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "ClusterSync", "metadata": {"name": c.name}, "status": status});
     api.patch_status(&c.name, &params, &Patch::Apply(body)).await?;
     Ok(uid)
+}
+
+/// Creates (or takes back) the ClusterSync of `c`: its spec, subscription label and owner (the
+/// Cluster, so it is deleted with it).
+async fn create(api: &Api<ClusterSync>, sub: &Subscription, c: &ClusterConfig, owner: &Owner<'_>) -> Result<ClusterSync, kube::Error> {
+    let spec = ClusterSyncSpec { cluster: c.name.clone(), subscription: sub.name.clone() };
+    let owner_refs = match owner.uid {
+        Some(uid) => json!([{"apiVersion": owner.api_version, "kind": "Cluster", "name": c.name, "uid": uid}]),
+        None => json!([]),
+    };
+    let body = json!({
+        "apiVersion": "stacksync.io/v1alpha1",
+        "kind": "ClusterSync",
+        "metadata": {"name": c.name, "labels": {"stacksync.io/subscription": sub.name}, "ownerReferences": owner_refs},
+        "spec": spec,
+    });
+    api.patch(&c.name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(body)).await
 }
 
 /// The at-a-glance fields: `objects` (`synced/total`) and `message` (the `Ready` condition's

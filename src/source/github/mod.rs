@@ -7,7 +7,7 @@ pub mod materialise;
 pub mod verify;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use reqwest::header::{ACCEPT, AUTHORIZATION, ETAG, HeaderMap, IF_NONE_MATCH, LOCATION, RETRY_AFTER, USER_AGENT};
 use reqwest::{StatusCode, Url};
@@ -27,6 +27,13 @@ pub const REQUEST_DEADLINE: Duration = Duration::from_secs(60);
 pub const DOWNLOAD_DEADLINE: Duration = Duration::from_secs(10 * 60);
 /// Largest release-list page read; GitHub's pages of 100 releases are far below it.
 pub const MAX_PAGE_BYTES: u64 = 32 * 1024 * 1024;
+/// A connection that sends nothing for this long is cut (each request, each download attempt).
+pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// A connection not established within this long is given up.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most release-list pages read in one listing (100 releases each): a listing stopped here is
+/// said at WARN, with the cap and the repository.
+pub const MAX_PAGES: u32 = 1000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -162,6 +169,36 @@ pub fn describe(e: &reqwest::Error, deadline: Duration) -> String {
     if e.is_timeout() {
         return format!("timed out after {}s", deadline.as_secs());
     }
+    chain(e)
+}
+
+/// [`describe`] for a request sent at `started` under a client with [`READ_TIMEOUT`] and
+/// [`CONNECT_TIMEOUT`]: a timeout names the deadline that fired — connecting, a silent
+/// connection (read timeout), or the request's own `deadline` — never a longer one that did not.
+pub fn describe_since(e: &reqwest::Error, deadline: Duration, started: Instant) -> String {
+    if !e.is_timeout() {
+        return chain(e);
+    }
+    timeout_message(e.is_connect(), deadline, started.elapsed())
+}
+
+/// Which deadline cut a request that timed out `elapsed` after it was sent (pure).
+fn timeout_message(connecting: bool, deadline: Duration, elapsed: Duration) -> String {
+    if connecting {
+        return format!("no connection within {}s (connect timeout)", CONNECT_TIMEOUT.as_secs().min(deadline.as_secs()));
+    }
+    // The request's deadline fires at `deadline`; anything earlier is the read timeout.
+    if elapsed + Duration::from_secs(1) < deadline && READ_TIMEOUT < deadline {
+        return format!(
+            "nothing received for {}s (read timeout), {}s after the request was sent",
+            READ_TIMEOUT.as_secs(),
+            elapsed.as_secs()
+        );
+    }
+    format!("timed out after {}s (the request's deadline)", deadline.as_secs())
+}
+
+fn chain(e: &reqwest::Error) -> String {
     let mut out = e.to_string();
     let mut cause = std::error::Error::source(e);
     while let Some(c) = cause {
@@ -187,6 +224,7 @@ pub async fn read_bounded(mut resp: reqwest::Response, limit: u64, deadline: Dur
         return Err(BodyError::TooLarge);
     }
     let mut body = Vec::new();
+    let started = Instant::now();
     let read = async {
         while let Some(chunk) = resp.chunk().await? {
             if body.len() as u64 + chunk.len() as u64 > limit {
@@ -197,8 +235,8 @@ pub async fn read_bounded(mut resp: reqwest::Response, limit: u64, deadline: Dur
         Ok::<bool, reqwest::Error>(true)
     };
     match tokio::time::timeout(deadline, read).await {
-        Err(_) => Err(BodyError::Request(format!("timed out after {}s", deadline.as_secs()))),
-        Ok(Err(e)) => Err(BodyError::Request(describe(&e.without_url(), deadline))),
+        Err(_) => Err(BodyError::Request(format!("timed out after {}s (the request's deadline, body included)", deadline.as_secs()))),
+        Ok(Err(e)) => Err(BodyError::Request(describe_since(&e.without_url(), deadline, started))),
         Ok(Ok(false)) => Err(BodyError::TooLarge),
         Ok(Ok(true)) => Ok(body),
     }
@@ -217,9 +255,9 @@ impl Client {
         let http = reqwest::Client::builder()
             // Redirects are followed by hand so the token never follows them to another host.
             .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(10))
+            .connect_timeout(CONNECT_TIMEOUT)
             // A silent connection fails here; a trickling one at the per-operation deadlines.
-            .read_timeout(Duration::from_secs(60))
+            .read_timeout(READ_TIMEOUT)
             .build()
             .map_err(|e| err(e.to_string()))?;
         Ok(Client { http, api, repo: repo.to_owned(), token, quota: std::sync::Mutex::new(None), limits: Limits::default() })
@@ -260,12 +298,13 @@ impl Client {
 
     /// [`Client::send`] with its own deadline (a download's is longer than an API call's).
     async fn send_within(&self, url: &Url, accept: &str, etag: Option<&str>, deadline: Duration) -> Result<reqwest::Response> {
-        let request_err = |e: reqwest::Error| Error::Request {
-            repo: self.repo.clone(),
-            url: url.to_string(),
-            message: describe(&e.without_url(), deadline),
-        };
         loop {
+            let started = Instant::now();
+            let request_err = |e: reqwest::Error| Error::Request {
+                repo: self.repo.clone(),
+                url: url.to_string(),
+                message: describe_since(&e.without_url(), deadline, started),
+            };
             if let Some(wait) = self.quota_wait() {
                 self.wait(wait).await?;
             }
@@ -330,7 +369,12 @@ impl Client {
         let mut seen = std::collections::BTreeSet::new();
         loop {
             // A server looping its Link headers must not loop us.
-            if !seen.insert(url.to_string()) || stats.pages >= 1000 {
+            if !seen.insert(url.to_string()) {
+                warn!(repo = %self.repo, url = %url, pages = stats.pages, "the release list links back to a page already read; listing stopped there (releases on later pages are not seen)");
+                break;
+            }
+            if stats.pages >= MAX_PAGES {
+                warn!(repo = %self.repo, pages = stats.pages, cap = MAX_PAGES, "release listing stopped at the cap of {MAX_PAGES} pages; older releases are not seen");
                 break;
             }
             stats.pages += 1;
@@ -428,7 +472,10 @@ impl Client {
             }),
             // Dropping the future drops the response: the connection is closed, the temp blob
             // removed.
-            Err(_) => Err(dl_err(io(format!("timed out after {}s", deadline.as_secs())))),
+            Err(_) => Err(dl_err(io(format!(
+                "timed out after {}s (the download's overall deadline, every attempt included)",
+                deadline.as_secs()
+            )))),
         }
     }
 
@@ -449,6 +496,9 @@ impl Client {
                     let backoff = crate::schedule::backoff(attempt);
                     warn!(repo = %self.repo, tag, asset = %asset.name, attempt, error = %message, "download interrupted; retrying");
                     tokio::time::sleep(backoff).await;
+                }
+                Err(Attempt::Retry(message)) if attempt > 1 => {
+                    return Err(Attempt::Retry(format!("{attempt} attempts failed, the last: {message}")));
                 }
                 other => return other,
             }
@@ -473,11 +523,13 @@ impl Client {
                 .map_err(|e| Attempt::Fatal(BlobError::Io { path: location.clone().into(), source: std::io::Error::other(e) }))?;
             debug!(repo = %self.repo, host = target.host_str().unwrap_or_default(), "following asset redirect");
             // `request` adds the token only for the API origin: storage hosts never see it.
+            let started = Instant::now();
             resp = self
                 .request(&target, "application/octet-stream")
+                .timeout(self.limits.download_deadline)
                 .send()
                 .await
-                .map_err(|e| Attempt::Retry(describe(&e.without_url(), self.limits.download_deadline)))?;
+                .map_err(|e| Attempt::Retry(describe_since(&e.without_url(), self.limits.download_deadline, started)))?;
         }
         let status = resp.status();
         if !status.is_success() {
@@ -494,12 +546,13 @@ impl Client {
             return Err(Attempt::Fatal(BlobError::TooLarge { limit }));
         }
         let mut writer = blobs.writer(limit).map_err(Attempt::Fatal)?;
+        let started = Instant::now();
         loop {
             match resp.chunk().await {
                 Ok(Some(chunk)) => writer.write(&chunk).map_err(Attempt::Fatal)?,
                 Ok(None) => break,
                 Err(e) => {
-                    let cause = describe(&e.without_url(), self.limits.download_deadline);
+                    let cause = describe_since(&e.without_url(), self.limits.download_deadline, started);
                     return Err(Attempt::Retry(format!("connection cut after {} bytes: {cause}", writer.written())));
                 }
             }
@@ -563,6 +616,22 @@ mod tests {
             h.insert(*k, HeaderValue::from_str(v).unwrap());
         }
         h
+    }
+
+    #[test]
+    fn a_timeout_names_the_deadline_that_fired_not_a_longer_one() {
+        let s = Duration::from_secs;
+        // (connecting, the request's deadline, elapsed, the message says)
+        let table = [
+            (false, s(600), s(60), "nothing received for 60s (read timeout), 60s after the request was sent"),
+            (false, s(600), s(600), "timed out after 600s (the request's deadline)"),
+            (false, s(60), s(60), "timed out after 60s (the request's deadline)"),
+            (false, s(2), s(2), "timed out after 2s (the request's deadline)"),
+            (true, s(600), s(10), "no connection within 10s (connect timeout)"),
+        ];
+        for (connecting, deadline, elapsed, want) in table {
+            assert_eq!(timeout_message(connecting, deadline, elapsed), want, "{deadline:?} {elapsed:?}");
+        }
     }
 
     #[test]

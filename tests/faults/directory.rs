@@ -1,0 +1,101 @@
+//! The directory target under faults: a source that never finishes (a GitHub storage host
+//! trickling one byte every two seconds) must hold up only the subscription that downloads from
+//! it — the other keeps syncing on its interval, a config edit is applied at once, SIGTERM does
+//! not wait for it; a status file that cannot be written stops the apply it would describe.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use testkit::git::ReleaseRepo;
+use testkit::github::GithubServer;
+
+use crate::common::fleet::Daemon;
+use crate::common::{Sub, assert_exit, configmap, run_once, stdout, targz, write_config};
+
+const REPO: &str = "acme/stacks";
+
+/// Two sources and a subscription on each, both polled every 2 s: `fast` (Git) for team-a/alpha
+/// with `region`, `slow` (GitHub) for team-b/beta.
+fn config(dir: &Path, git_url: &str, api_url: &str, region: &str) -> String {
+    format!(
+        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nsources:\n  - name: stacks\n    git:\n      url: {git_url}\n  - name: gh\n    github:\n      repo: {REPO}\n      apiUrl: {api_url}\nsubscriptions:\n  - name: fast\n    source: stacks\n    version: \"*\"\n    interval: 2s\n    clusters:\n      - name: alpha\n        namespace: team-a\n        values: {{region: {region}}}\n  - name: slow\n    source: gh\n    version: \"*\"\n    interval: 2s\n    clusters:\n      - name: beta\n        namespace: team-b\n        values: {{region: eu-1}}\ntarget:\n  directory: {out}\n",
+        cache = dir.join("cache").display(),
+        out = dir.join("out").display(),
+    )
+}
+
+/// How many syncs of `subscription` the daemon logged.
+fn syncs(log: &str, subscription: &str) -> usize {
+    log.lines().filter(|l| l.contains("subscription synced") && l.contains(&format!("subscription={subscription} "))).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_download_starved_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = ReleaseRepo::create(dir.path(), "stacks").unwrap();
+    repo.release("v1.0.0", &[("manifests/cm.yaml", &configmap("fast", "one"))]);
+    let server = GithubServer::start().await.unwrap();
+    server.add_release(REPO, "v1.0.0", &[("manifests.tar.gz".into(), targz(&[("cm.yaml", &configmap("slow", "one"))]))], false, false);
+    server.trickle_storage(Some(Duration::from_secs(2)));
+    let conf = dir.path().join("conf");
+    std::fs::create_dir(&conf).unwrap();
+    let path = conf.join("stacksync.yaml");
+    std::fs::write(&path, config(dir.path(), &repo.file_url(), &server.api_url(), "eu-1")).unwrap();
+    let fast = dir.path().join("out/team-a/alpha/01-configmap-fast.yaml");
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+
+    let daemon = Daemon::start(&path, dir.path().join("daemon.log"));
+    daemon.eventually("the Git subscription's first sync", Duration::from_secs(30), async || read(&fast).contains("extra: one")).await;
+    daemon.eventually("the trickled download began", Duration::from_secs(30), async || server.count("/storage/") > 0).await;
+
+    // The download runs on (a few bytes in 10 minutes); the Git subscription syncs on its
+    // interval meanwhile: three more syncs take about 6 s.
+    let before = syncs(&daemon.log(), "fast");
+    let took = daemon
+        .eventually("three more syncs of the Git subscription", Duration::from_secs(20), async || {
+            syncs(&daemon.log(), "fast") >= before + 3
+        })
+        .await;
+    eprintln!("three syncs of `fast` beside the trickling download took {took:?}");
+    repo.release("v1.1.0", &[("manifests/cm.yaml", &configmap("fast", "two"))]);
+    daemon.eventually("a new Git release applied", Duration::from_secs(10), async || read(&fast).contains("extra: two")).await;
+
+    // A config edit is applied within a second (the watcher's debounce included).
+    let tmp = conf.join("stacksync.yaml.tmp");
+    std::fs::write(&tmp, config(dir.path(), &repo.file_url(), &server.api_url(), "eu-2")).unwrap();
+    let edited = Instant::now();
+    std::fs::rename(&tmp, &path).unwrap();
+    daemon.eventually("the config edit applied", Duration::from_secs(10), async || read(&fast).contains("region: eu-2")).await;
+    let applied = edited.elapsed();
+    eprintln!("config edit applied after {applied:?} beside the trickling download");
+    assert!(applied < Duration::from_secs(1), "the config edit took {applied:?}; log:\n{}", daemon.log());
+
+    // Still downloading: nothing of `slow` was written, and SIGTERM does not wait for it.
+    assert!(!dir.path().join("out/team-b/beta/01-configmap-slow.yaml").exists());
+    daemon.stop().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unwritable_status_file_reported_the_old_release_while_the_new_one_was_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = ReleaseRepo::create(dir.path(), "stacks").unwrap();
+    repo.release("v1.0.0", &[("manifests/cm.yaml", &configmap("cm", "one"))]);
+    let config = write_config(dir.path(), &repo.file_url(), false, &[Sub::simple(None)]);
+    assert_exit(&run_once(&config).await, 0);
+
+    // The status directory becomes a file (tests run as root, which ignores permission bits).
+    let statuses = dir.path().join("out/status/team-a");
+    std::fs::remove_dir_all(&statuses).unwrap();
+    std::fs::write(&statuses, "not a directory").unwrap();
+    repo.release("v2.0.0", &[("manifests/cm.yaml", &configmap("cm", "two"))]);
+    let o = run_once(&config).await;
+    assert_exit(&o, 1);
+    assert!(stdout(&o).contains("nothing of v2.0.0 was applied") && stdout(&o).contains("0/1 clusters ready"), "{}", stdout(&o));
+    let applied = dir.path().join("out/team-a/alpha/01-configmap-cm.yaml");
+    assert!(std::fs::read_to_string(&applied).unwrap().contains("extra: one"), "v2 was written without a status saying so");
+
+    std::fs::remove_file(&statuses).unwrap();
+    assert_exit(&run_once(&config).await, 0);
+    assert!(std::fs::read_to_string(&applied).unwrap().contains("extra: two"));
+}
