@@ -23,9 +23,33 @@ fn or_insert(obj: &mut Value, key: &str, value: Value) {
 
 /// Defaults applied to every stored version of an object (create, update, patch, apply).
 ///
+/// A built-in object comes back without any `null` field, as from the real server (Go decodes
+/// a `null` into the zero value, which it does not encode): neither one sent nor one that
+/// defaulting's indexing made (serde_json's `obj["absent"]` inserts a `null`).
+///
 /// # Errors
 /// 400 for a Secret whose `data` is not base64, as decoding the real request fails.
 pub fn apply(obj: &mut Value, rt: &ResourceType, version: &str) -> ApiResult<()> {
+    let defaulted = set_defaults(obj, rt, version);
+    if !rt.custom {
+        drop_nulls(obj);
+    }
+    defaulted
+}
+
+/// Removes every `null` member of every object, recursively (list items stay where they are).
+fn drop_nulls(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            map.retain(|_, child| !child.is_null());
+            map.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
+}
+
+fn set_defaults(obj: &mut Value, rt: &ResourceType, version: &str) -> ApiResult<()> {
     if rt.custom {
         if let Some(root) = rt.version(version).and_then(|v| v.root()) {
             schema_defaults(obj, root);

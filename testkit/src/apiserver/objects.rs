@@ -70,16 +70,34 @@ pub fn present(obj: &Value, t: &Target) -> Value {
     obj
 }
 
-pub fn get(state: &State, t: &Target) -> ApiResult<Value> {
-    let name = t.name();
-    state.store.get(&t.key(name)).map(|o| present(o, t)).ok_or_else(|| t.not_found(name))
+/// Fields the real server always answers for some kinds although nobody set them (Go struct
+/// fields without an `omitempty` effect), which are not in any manager's field set.
+pub fn answer_shape(obj: &mut Value, t: &Target) {
+    if (t.rt.group.as_str(), t.rt.kind.as_str()) == ("events.k8s.io", "Event")
+        && let Some(map) = obj.as_object_mut()
+    {
+        map.entry("deprecatedSource").or_insert_with(|| json!({}));
+        map.entry("deprecatedFirstTimestamp").or_insert(Value::Null);
+        map.entry("deprecatedLastTimestamp").or_insert(Value::Null);
+    }
 }
 
-/// Who writes: `?fieldManager=`, else the User-Agent's product, as the real server defaults it.
+pub fn get(state: &State, t: &Target) -> ApiResult<Value> {
+    let name = t.name();
+    let mut obj = state.store.get(&t.key(name)).map(|o| present(o, t)).ok_or_else(|| t.not_found(name))?;
+    answer_shape(&mut obj, t);
+    Ok(obj)
+}
+
+/// Who writes: `?fieldManager=`, else the User-Agent's product (its printable characters), as
+/// the real server defaults it, else `unknown` (a request without a User-Agent).
 pub fn manager(q: &Query, user_agent: &str) -> String {
     match q.get("fieldManager").filter(|m| !m.is_empty()) {
         Some(m) => m.to_string(),
-        None => user_agent.split('/').next().unwrap_or_default().chars().take(128).collect(),
+        None => {
+            let product: String = user_agent.split('/').next().unwrap_or_default().chars().filter(|c| !c.is_control()).take(128).collect();
+            if product.is_empty() { "unknown".to_owned() } else { product }
+        }
     }
 }
 
@@ -554,6 +572,8 @@ fn validate(old: Option<&Value>, new: &Value, t: &Target, name: &str) -> ApiResu
     let mut errors = validation::metadata_errors(new, &t.rt);
     if t.rt.custom {
         errors.extend(validation::schema_errors(new, &t.rt, &t.version));
+    } else if t.scope() == Scope::Main {
+        errors.extend(validation::workload_errors(new, &t.rt));
     }
     if let Some(old) = old {
         errors.extend(validation::immutable_errors(old, new, &t.rt));

@@ -287,7 +287,18 @@ async fn handle_inner(shared: Arc<Shared>, req: Request<Incoming>) -> ApiResult<
                     if let Some(n) = page.remaining {
                         metadata["remainingItemCount"] = json!(n);
                     }
-                    json!({"kind": target.rt.list_kind, "apiVersion": target.rt.api_version(&target.version), "metadata": metadata, "items": page.items})
+                    // A built-in kind's items carry no apiVersion/kind on the real server (Go's
+                    // typed lists); a custom resource's (unstructured) do.
+                    let mut items = page.items;
+                    if !target.rt.custom {
+                        for item in &mut items {
+                            if let Some(map) = item.as_object_mut() {
+                                map.remove("apiVersion");
+                                map.remove("kind");
+                            }
+                        }
+                    }
+                    json!({"kind": target.rt.list_kind, "apiVersion": target.rt.api_version(&target.version), "metadata": metadata, "items": items})
                 }
             };
             let mut body = body;
@@ -320,7 +331,9 @@ async fn handle_inner(shared: Arc<Shared>, req: Request<Incoming>) -> ApiResult<
             if !query.dry_run() {
                 shared.counters.write(verb, &resource, written.changed);
             }
-            let mut resp = json_response(written.code, &written.body);
+            let mut body = written.body;
+            objects::answer_shape(&mut body, &target);
+            let mut resp = json_response(written.code, &body);
             for w in warnings {
                 // RFC 7234 warn-code 299, agent "-", the text quoted as the real server sends it.
                 let text = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));

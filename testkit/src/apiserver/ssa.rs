@@ -167,9 +167,12 @@ pub fn apply(live: &Value, applied: &Value, w: &Writer<'_>, force: bool) -> ApiR
     }
     let mut obj = result;
     fieldset::drop_nulls(&mut obj);
+    // The real server stamps the applier's entry whenever the apply changes the object (a
+    // value-only change included), not only when its field set changes.
+    let object_changed = without_managed_fields(&obj) != without_managed_fields(live);
     match entries.iter().position(|e| e.same_identity(&me)) {
         Some(i) => {
-            if entries[i].fields != new_set || entries[i].api_version != me.api_version {
+            if entries[i].fields != new_set || entries[i].api_version != me.api_version || object_changed {
                 entries[i].fields = new_set;
                 entries[i].api_version = me.api_version;
                 entries[i].time = Some(meta::now());
@@ -179,6 +182,17 @@ pub fn apply(live: &Value, applied: &Value, w: &Writer<'_>, force: bool) -> ApiR
     }
     write_entries(&mut obj, &entries);
     Ok(obj)
+}
+
+/// The object without `metadata.managedFields` (and the system metadata a write changes).
+fn without_managed_fields(obj: &Value) -> Value {
+    let mut obj = obj.clone();
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        for key in ["managedFields", "resourceVersion", "generation"] {
+            meta.remove(key);
+        }
+    }
+    obj
 }
 
 /// structured-merge-diff's prune: what `me` applied last time and no longer applies goes,

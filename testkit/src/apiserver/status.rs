@@ -21,7 +21,9 @@ impl ApiError {
         ApiError { code, reason, message: message.into(), details: None, retry_after: None }
     }
 
-    fn with_details(mut self, details: Value) -> ApiError {
+    /// The real server omits an empty `group` (the core group) from a Status's details.
+    fn with_details(mut self, mut details: Value) -> ApiError {
+        omit_empty_group(&mut details);
         self.details = Some(details);
         self
     }
@@ -178,13 +180,23 @@ pub fn reason_for(code: u16) -> &'static str {
 
 /// A successful `Status`, as DELETE answers for kinds that do not return the deleted object.
 pub fn success(group: &str, plural: &str, name: &str, uid: &str) -> Value {
+    let mut details = json!({"name": name, "group": group, "kind": plural, "uid": uid});
+    omit_empty_group(&mut details);
     json!({
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
         "status": "Success",
-        "details": {"name": name, "group": group, "kind": plural, "uid": uid},
+        "details": details,
     })
+}
+
+fn omit_empty_group(details: &mut Value) {
+    if let Some(map) = details.as_object_mut()
+        && map.get("group").is_some_and(|g| g == "")
+    {
+        map.remove("group");
+    }
 }
 
 fn qualified(group: &str, plural: &str) -> String {

@@ -336,6 +336,68 @@ fn qualified_name_error(key: &str) -> Option<String> {
     (!is_name_part(name)).then(|| NAME_PART_MSG.to_string())
 }
 
+/// A workload's selector (apps Deployment, ReplicaSet, DaemonSet, StatefulSet): required, and
+/// it must select the pod template's labels — the two errors the real server reports, in its
+/// order and words.
+pub fn workload_errors(obj: &Value, rt: &ResourceType) -> Vec<(String, String)> {
+    if (rt.group.as_str(), rt.kind.as_str()) == ("", "Pod") {
+        return container_errors(obj.get("spec"), "spec");
+    }
+    if rt.group != "apps" || !matches!(rt.kind.as_str(), "Deployment" | "ReplicaSet" | "DaemonSet" | "StatefulSet") {
+        return Vec::new();
+    }
+    let mut errors = Vec::new();
+    let selector = obj.get("spec").and_then(|s| s.get("selector")).filter(|s| s.is_object());
+    if selector.is_none() {
+        errors.push(("spec.selector".to_owned(), "Required value".to_owned()));
+    }
+    let empty = serde_json::Map::new();
+    let labels = obj.pointer("/spec/template/metadata/labels").and_then(Value::as_object).unwrap_or(&empty);
+    if !selector.is_some_and(|s| selects(s, labels)) {
+        let shown = serde_json::to_string(labels).unwrap_or_default();
+        errors.push(("spec.template.metadata.labels".to_owned(), format!("Invalid value: {shown}: `selector` does not match template `labels`")));
+    }
+    errors.extend(container_errors(obj.pointer("/spec/template/spec"), "spec.template.spec"));
+    errors
+}
+
+/// Every container (init, regular) must name an image.
+fn container_errors(pod_spec: Option<&Value>, at: &str) -> Vec<(String, String)> {
+    let mut errors = Vec::new();
+    for list in ["initContainers", "containers"] {
+        for (i, c) in pod_spec.and_then(|s| s.get(list)).and_then(Value::as_array).into_iter().flatten().enumerate() {
+            if c.get("image").and_then(Value::as_str).is_none_or(str::is_empty) {
+                errors.push((format!("{at}.{list}[{i}].image"), "Required value".to_owned()));
+            }
+        }
+    }
+    errors
+}
+
+/// Whether a LabelSelector (`matchLabels`, `matchExpressions`) selects `labels`. An empty
+/// selector selects nothing here, as for workloads.
+fn selects(selector: &Value, labels: &serde_json::Map<String, Value>) -> bool {
+    let match_labels = selector.get("matchLabels").and_then(Value::as_object);
+    let expressions = selector.get("matchExpressions").and_then(Value::as_array);
+    if match_labels.is_none_or(|m| m.is_empty()) && expressions.is_none_or(|e| e.is_empty()) {
+        return false;
+    }
+    let labels_ok = match_labels.into_iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
+    let expressions_ok = expressions.into_iter().flatten().all(|e| {
+        let key = e["key"].as_str().unwrap_or_default();
+        let values: Vec<&str> = e["values"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        let value = labels.get(key).and_then(Value::as_str);
+        match e["operator"].as_str().unwrap_or_default() {
+            "In" => value.is_some_and(|v| values.contains(&v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(&v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        }
+    });
+    labels_ok && expressions_ok
+}
+
 /// Names, label keys and values, annotation keys: every violation as `(field, message)`.
 pub fn metadata_errors(obj: &Value, rt: &ResourceType) -> Vec<(String, String)> {
     let mut errors = Vec::new();
