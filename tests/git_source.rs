@@ -87,10 +87,14 @@ async fn moved_tag_is_refused_unless_allowed() {
     env.repo.commit("rewrite the release");
     env.repo.move_tag(&tag);
     let o = run_once(&config).await;
-    assert_exit(&o, 0);
+    // Refused, and said: the verified commit stays applied, the cluster is not Ready.
+    assert_exit(&o, 1);
     assert!(stderr(&o).contains("tag moved to another commit; refused"), "{}", stderr(&o));
     assert!(env.configmap_text().contains("original"), "the refused commit was applied");
-    assert_eq!(status(&env.out(), "team-a", "alpha")["appliedRelease"]["commit"], original);
+    let st = status(&env.out(), "team-a", "alpha");
+    assert_eq!(st["appliedRelease"]["commit"], original);
+    assert_eq!(st["reason"], "TagRefused", "{st:?}");
+    assert!(st["message"].as_str().is_some_and(|m| m.contains("allowMovedTags")), "{st:?}");
 
     let config = env.config(true);
     let o = run_once(&config).await;

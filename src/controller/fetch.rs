@@ -490,3 +490,78 @@ pub fn releases_to_keep(config: &Config, index: &Index) -> std::collections::BTr
     }
     keep
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::GitSourceConfig;
+    use crate::source::github::verify::{VerifiedBy, Verify};
+
+    fn rel(tag: &str, commit: &str) -> Release {
+        Release {
+            source: "s".into(),
+            tag: tag.into(),
+            commit: commit.into(),
+            version: crate::release::version::Version::from_tag(tag).unwrap(),
+        }
+    }
+
+    fn git(pins: &[(&str, &str)]) -> SourceKind {
+        SourceKind::Git(GitSourceConfig {
+            url: "file:///r".into(),
+            allow_moved_tags: false,
+            pins: pins.iter().map(|(t, c)| ((*t).to_owned(), (*c).to_owned())).collect(),
+            auth: None,
+        })
+    }
+
+    fn github(pins: &[(&str, &str)]) -> SourceKind {
+        SourceKind::Github(GithubSourceConfig {
+            repo: "acme/stacks".into(),
+            api_url: "http://127.0.0.1/".into(),
+            token: None,
+            tag_pattern: None,
+            verify: Verify::Required,
+            digests: pins.iter().map(|(k, d)| ((*k).to_owned(), crate::cache::blobs::Sha256Digest::parse(d).unwrap())).collect(),
+            max_asset_bytes: 0,
+            max_release_bytes: 0,
+            max_unpacked_bytes: 0,
+            allow_moved_tags: false,
+        })
+    }
+
+    fn asset(name: &str, digest: &str) -> AssetRecord {
+        AssetRecord { name: name.into(), digest: format!("sha256:{digest}"), verified_by: VerifiedBy::Published, size: 1 }
+    }
+
+    #[test]
+    fn a_release_in_use_that_no_longer_verifies_says_which_pin_and_both_digests() {
+        let (a, b) = ("a".repeat(40), "b".repeat(40));
+        let (x, y) = ("1".repeat(64), "2".repeat(64));
+        let assets = [asset("m.tar.gz", &x)];
+        let (pin_names, digest_names) =
+            ([b.as_str(), a.as_str(), "git.pins", "v1.0.0"], [x.as_str(), y.as_str(), "github.digests", "m.tar.gz"]);
+        // (source, release commit, what the source now claims, assets, reason, the message names)
+        type Case<'a> = (SourceKind, &'a str, Option<&'a str>, &'a [AssetRecord], Option<Reason>, &'a [&'a str]);
+        let table: Vec<Case> = vec![
+            (git(&[]), &a, None, &[], None, &[]),
+            (git(&[("v1.0.0", &a)]), &a, None, &[], None, &[]),
+            (git(&[("v2.0.0", &b)]), &a, None, &[], None, &[]),
+            (git(&[("v1.0.0", &b)]), &a, Some(&a), &[], Some(Reason::PinMismatch), &pin_names),
+            (git(&[]), &a, Some(&b), &[], Some(Reason::TagRefused), &["bbbbbbbbbbbb", "aaaaaaaaaaaa", "allowMovedTags"]),
+            (git(&[]), &a, Some(&a), &[], None, &[]),
+            (github(&[("v1.0.0/m.tar.gz", &x)]), &a, None, &assets, None, &[]),
+            (github(&[("v1.0.0/other", &y)]), &a, None, &assets, None, &[]),
+            (github(&[("v1.0.0/m.tar.gz", &y)]), &a, None, &assets, Some(Reason::PinMismatch), &digest_names),
+            (github(&[]), &a, Some(&b), &assets, Some(Reason::TagRefused), &["bbbbbbbbbbbb"]),
+        ];
+        for (kind, commit, claimed, assets, reason, names) in table {
+            let got = mismatch("s", &kind, &rel("v1.0.0", commit), claimed, assets);
+            assert_eq!(got.as_ref().map(|m| m.reason), reason, "{got:?}");
+            let message = got.map(|m| m.message).unwrap_or_default();
+            for name in names {
+                assert!(message.contains(name), "{message} should name {name}");
+            }
+        }
+    }
+}

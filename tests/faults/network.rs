@@ -268,3 +268,59 @@ async fn git_server_down_then_back_was_not_followed() {
     task.abort();
     daemon.stop().await;
 }
+
+#[tokio::test]
+async fn hanging_storage_host_said_timed_out_after_600s() {
+    // Answers the headers, then nothing: each attempt is cut by the read timeout, long before
+    // the download's overall deadline, and the error says which deadline fired.
+    let (addr, task) = serve(|mut s| async move {
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n").await;
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    })
+    .await;
+    let cache = tempfile::tempdir().unwrap();
+    let blobs = Blobs::open(cache.path()).unwrap();
+    let client = Client::new(&format!("http://{addr}/"), REPO, None)
+        .unwrap()
+        .with_limits(Limits { read_timeout: Duration::from_secs(1), ..limits(60, 30) });
+    let opts = Options { verify: Verify::Optional, ..Options::default() };
+    let started = Instant::now();
+    let err = materialise::download_all(&client, &blobs, &asset_release(addr, 100), &opts).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+    assert!(err.contains("3 attempts failed") && err.contains("nothing received for 1s (read timeout)"), "{err}");
+    assert!(!err.contains("30s"), "the overall deadline did not fire, yet the error names it: {err}");
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_listing_stopped_at_1000_pages_said_at_info() {
+    use std::sync::atomic::AtomicUsize;
+    // Every page is empty and links to the next one, without end.
+    let page = Arc::new(AtomicUsize::new(1));
+    let own: Arc<std::sync::OnceLock<std::net::SocketAddr>> = Arc::default();
+    let (addr, task) = {
+        let (page, own) = (page.clone(), own.clone());
+        serve(move |mut s| {
+            let next = page.fetch_add(1, Ordering::SeqCst) + 1;
+            let own = own.get().copied();
+            async move {
+                let Some(addr) = own else { return };
+                let link = format!("<http://{addr}/repos/{REPO}/releases?per_page=100&page={next}>; rel=\"next\"");
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nlink: {link}\r\ncontent-length: 2\r\nconnection: close\r\n\r\n[]"
+                );
+                let _ = s.write_all(head.as_bytes()).await;
+            }
+        })
+        .await
+    };
+    own.set(addr).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::common::github_config(dir.path(), &format!("      repo: {REPO}\n      apiUrl: http://{addr}/\n"), "");
+    let o = crate::common::stacksync(&["fetch", "--config", &config.to_string_lossy()]).await;
+    let log = stderr(&o);
+    let line = log.lines().find(|l| l.contains("release listing stopped")).unwrap_or_else(|| panic!("no line about the cap:\n{log}"));
+    assert!(line.contains("WARN") && line.contains("1000 pages") && line.contains(REPO), "{line}");
+    assert!(page.load(Ordering::SeqCst) > 1000);
+    task.abort();
+}

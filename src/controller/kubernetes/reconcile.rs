@@ -351,6 +351,17 @@ async fn apply_release(
         }
     }
     let mut crd = applied_crd(prev, &rel, &st, &result.changes, &unhealthy, result.inventory.to_lines(), digest);
+    if crd.entries_truncated > 0 {
+        // A cap that changes what a user sees: said where the operator looks.
+        warn!(
+            cluster = %label,
+            cap = crate::status::crd::MAX_ENTRIES,
+            more = crd.entries_truncated,
+            "the ClusterSync lists the first {} objects that are not synced; {} more are only counted (status.entriesTruncated)",
+            crate::status::crd::MAX_ENTRIES,
+            crd.entries_truncated
+        );
+    }
     crd.upgrade = upgraded;
     Ok(Done { status: st, changes: result.changes, crd, requeue: None })
 }

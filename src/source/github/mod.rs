@@ -155,11 +155,18 @@ pub struct Limits {
     pub request_deadline: Duration,
     pub download_deadline: Duration,
     pub max_page_bytes: u64,
+    /// A connection silent this long is cut ([`READ_TIMEOUT`]).
+    pub read_timeout: Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { request_deadline: REQUEST_DEADLINE, download_deadline: DOWNLOAD_DEADLINE, max_page_bytes: MAX_PAGE_BYTES }
+        Limits {
+            request_deadline: REQUEST_DEADLINE,
+            download_deadline: DOWNLOAD_DEADLINE,
+            max_page_bytes: MAX_PAGE_BYTES,
+            read_timeout: READ_TIMEOUT,
+        }
     }
 }
 
@@ -172,26 +179,26 @@ pub fn describe(e: &reqwest::Error, deadline: Duration) -> String {
     chain(e)
 }
 
-/// [`describe`] for a request sent at `started` under a client with [`READ_TIMEOUT`] and
+/// [`describe`] for a request sent at `started` under a client with `read_timeout` and
 /// [`CONNECT_TIMEOUT`]: a timeout names the deadline that fired — connecting, a silent
 /// connection (read timeout), or the request's own `deadline` — never a longer one that did not.
-pub fn describe_since(e: &reqwest::Error, deadline: Duration, started: Instant) -> String {
+pub fn describe_since(e: &reqwest::Error, deadline: Duration, read_timeout: Duration, started: Instant) -> String {
     if !e.is_timeout() {
         return chain(e);
     }
-    timeout_message(e.is_connect(), deadline, started.elapsed())
+    timeout_message(e.is_connect(), deadline, read_timeout, started.elapsed())
 }
 
 /// Which deadline cut a request that timed out `elapsed` after it was sent (pure).
-fn timeout_message(connecting: bool, deadline: Duration, elapsed: Duration) -> String {
+fn timeout_message(connecting: bool, deadline: Duration, read_timeout: Duration, elapsed: Duration) -> String {
     if connecting {
         return format!("no connection within {}s (connect timeout)", CONNECT_TIMEOUT.as_secs().min(deadline.as_secs()));
     }
     // The request's deadline fires at `deadline`; anything earlier is the read timeout.
-    if elapsed + Duration::from_secs(1) < deadline && READ_TIMEOUT < deadline {
+    if elapsed + Duration::from_secs(1) < deadline && read_timeout < deadline {
         return format!(
             "nothing received for {}s (read timeout), {}s after the request was sent",
-            READ_TIMEOUT.as_secs(),
+            read_timeout.as_secs(),
             elapsed.as_secs()
         );
     }
@@ -236,10 +243,21 @@ pub async fn read_bounded(mut resp: reqwest::Response, limit: u64, deadline: Dur
     };
     match tokio::time::timeout(deadline, read).await {
         Err(_) => Err(BodyError::Request(format!("timed out after {}s (the request's deadline, body included)", deadline.as_secs()))),
-        Ok(Err(e)) => Err(BodyError::Request(describe_since(&e.without_url(), deadline, started))),
+        Ok(Err(e)) => Err(BodyError::Request(describe_since(&e.without_url(), deadline, deadline, started))),
         Ok(Ok(false)) => Err(BodyError::TooLarge),
         Ok(Ok(true)) => Ok(body),
     }
+}
+
+/// The HTTP client of a [`Client`].
+fn http(read_timeout: Duration) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        // Redirects are followed by hand so the token never follows them to another host.
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(CONNECT_TIMEOUT)
+        // A silent connection fails here; a trickling one at the per-operation deadlines.
+        .read_timeout(read_timeout)
+        .build()
 }
 
 impl Client {
@@ -252,20 +270,18 @@ impl Client {
             let path = format!("{}/", api.path());
             api.set_path(&path);
         }
-        let http = reqwest::Client::builder()
-            // Redirects are followed by hand so the token never follows them to another host.
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(CONNECT_TIMEOUT)
-            // A silent connection fails here; a trickling one at the per-operation deadlines.
-            .read_timeout(READ_TIMEOUT)
-            .build()
-            .map_err(|e| err(e.to_string()))?;
+        let http = http(READ_TIMEOUT).map_err(|e| err(e.to_string()))?;
         Ok(Client { http, api, repo: repo.to_owned(), token, quota: std::sync::Mutex::new(None), limits: Limits::default() })
     }
 
     /// Replaces the default deadlines and caps.
     #[must_use]
     pub fn with_limits(mut self, limits: Limits) -> Client {
+        if limits.read_timeout != self.limits.read_timeout
+            && let Ok(http) = http(limits.read_timeout)
+        {
+            self.http = http;
+        }
         self.limits = limits;
         self
     }
@@ -303,7 +319,7 @@ impl Client {
             let request_err = |e: reqwest::Error| Error::Request {
                 repo: self.repo.clone(),
                 url: url.to_string(),
-                message: describe_since(&e.without_url(), deadline, started),
+                message: describe_since(&e.without_url(), deadline, self.limits.read_timeout, started),
             };
             if let Some(wait) = self.quota_wait() {
                 self.wait(wait).await?;
@@ -524,12 +540,9 @@ impl Client {
             debug!(repo = %self.repo, host = target.host_str().unwrap_or_default(), "following asset redirect");
             // `request` adds the token only for the API origin: storage hosts never see it.
             let started = Instant::now();
-            resp = self
-                .request(&target, "application/octet-stream")
-                .timeout(self.limits.download_deadline)
-                .send()
-                .await
-                .map_err(|e| Attempt::Retry(describe_since(&e.without_url(), self.limits.download_deadline, started)))?;
+            resp = self.request(&target, "application/octet-stream").timeout(self.limits.download_deadline).send().await.map_err(|e| {
+                Attempt::Retry(describe_since(&e.without_url(), self.limits.download_deadline, self.limits.read_timeout, started))
+            })?;
         }
         let status = resp.status();
         if !status.is_success() {
@@ -552,7 +565,7 @@ impl Client {
                 Ok(Some(chunk)) => writer.write(&chunk).map_err(Attempt::Fatal)?,
                 Ok(None) => break,
                 Err(e) => {
-                    let cause = describe_since(&e.without_url(), self.limits.download_deadline, started);
+                    let cause = describe_since(&e.without_url(), self.limits.download_deadline, self.limits.read_timeout, started);
                     return Err(Attempt::Retry(format!("connection cut after {} bytes: {cause}", writer.written())));
                 }
             }
@@ -621,7 +634,7 @@ mod tests {
     #[test]
     fn a_timeout_names_the_deadline_that_fired_not_a_longer_one() {
         let s = Duration::from_secs;
-        // (connecting, the request's deadline, elapsed, the message says)
+        // (connecting, the request's deadline, elapsed, the message says); read timeout 60 s
         let table = [
             (false, s(600), s(60), "nothing received for 60s (read timeout), 60s after the request was sent"),
             (false, s(600), s(600), "timed out after 600s (the request's deadline)"),
@@ -630,7 +643,7 @@ mod tests {
             (true, s(600), s(10), "no connection within 10s (connect timeout)"),
         ];
         for (connecting, deadline, elapsed, want) in table {
-            assert_eq!(timeout_message(connecting, deadline, elapsed), want, "{deadline:?} {elapsed:?}");
+            assert_eq!(timeout_message(connecting, deadline, s(60), elapsed), want, "{deadline:?} {elapsed:?}");
         }
     }
 
