@@ -7,6 +7,7 @@ pub mod cluster;
 mod defaults;
 mod deletion;
 mod discovery;
+mod events;
 mod faults;
 mod fieldset;
 mod kinds;

@@ -73,12 +73,15 @@ pub fn present(obj: &Value, t: &Target) -> Value {
 /// Fields the real server always answers for some kinds although nobody set them (Go struct
 /// fields without an `omitempty` effect), which are not in any manager's field set.
 pub fn answer_shape(obj: &mut Value, t: &Target) {
-    if (t.rt.group.as_str(), t.rt.kind.as_str()) == ("events.k8s.io", "Event")
-        && let Some(map) = obj.as_object_mut()
-    {
-        map.entry("deprecatedSource").or_insert_with(|| json!({}));
-        map.entry("deprecatedFirstTimestamp").or_insert(Value::Null);
-        map.entry("deprecatedLastTimestamp").or_insert(Value::Null);
+    let (source, first, last) = match (t.rt.group.as_str(), t.rt.kind.as_str()) {
+        ("events.k8s.io", "Event") => ("deprecatedSource", "deprecatedFirstTimestamp", "deprecatedLastTimestamp"),
+        ("", "Event") => ("source", "firstTimestamp", "lastTimestamp"),
+        _ => return,
+    };
+    if let Some(map) = obj.as_object_mut() {
+        map.entry(source).or_insert_with(|| json!({}));
+        map.entry(first).or_insert(Value::Null);
+        map.entry(last).or_insert(Value::Null);
     }
 }
 

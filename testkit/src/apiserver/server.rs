@@ -292,6 +292,7 @@ async fn handle_inner(shared: Arc<Shared>, req: Request<Incoming>) -> ApiResult<
                     let mut items = page.items;
                     if !target.rt.custom {
                         for item in &mut items {
+                            objects::answer_shape(item, &target);
                             if let Some(map) = item.as_object_mut() {
                                 map.remove("apiVersion");
                                 map.remove("kind");

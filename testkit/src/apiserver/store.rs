@@ -142,7 +142,16 @@ impl Store {
 
     /// Stores `obj` under a new resourceVersion, logs the event and returns the stored object
     /// (the one the store and the log share).
-    pub fn put(&mut self, key: Key, mut obj: Value) -> Arc<Value> {
+    pub fn put(&mut self, key: Key, obj: Value) -> Arc<Value> {
+        let mirror = super::events::other_view(&key, &obj);
+        let stored = self.put_one(key, obj);
+        if let Some((other, converted)) = mirror {
+            self.put_one(other, converted);
+        }
+        stored
+    }
+
+    fn put_one(&mut self, key: Key, mut obj: Value) -> Arc<Value> {
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
         let obj = Arc::new(obj);
@@ -164,6 +173,14 @@ impl Store {
 
     /// Removes an object under a new resourceVersion and logs DELETED.
     pub fn remove(&mut self, key: &Key) -> Option<Value> {
+        let removed = self.remove_one(key)?;
+        if let Some((other, _)) = super::events::other_view(key, &removed) {
+            self.remove_one(&other);
+        }
+        Some(removed)
+    }
+
+    fn remove_one(&mut self, key: &Key) -> Option<Value> {
         let prev = self.objects.remove(key)?;
         reindex(&mut self.labels, key, Some(&prev), None);
         let mut obj = (*prev).clone();
