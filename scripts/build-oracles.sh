@@ -1,35 +1,39 @@
 #!/usr/bin/env bash
-# Builds the Go oracle of the values-template conformance suite (tests/conformance.rs): Go's
-# text/template with sprig 3.2.3's text functions restricted to slim-sprig's set, compiled offline
-# from Debian's golang-go and golang-github-masterminds-sprig-dev (GOPATH mode against
-# /usr/share/gocode, so no module download). Installs those packages when missing.
-# Idempotent: the binary is cached per source hash. Prints the binary's path on its last line.
+# Builds the Go oracle of the values-template conformance suite and fuzzer (tests/conformance.rs,
+# tests/template_fuzz.rs): Go 1.26's text/template with github.com/go-task/slim-sprig/v3's
+# TxtFuncMap, the function map the SCS cluster-stack-operator gives its values templates. It is a
+# Go module (tests/conformance/oracle: go.mod and go.sum pin slim-sprig v3.0.0 and its checksums),
+# built with -mod=readonly, so the module proxy serves exactly the pinned, checksummed sources.
+# Needs Go >= 1.26 on PATH or in /usr/local/go (GOTOOLCHAIN=local: never a downloaded toolchain).
+# Idempotent: the binary is cached in the tools dir ($STACKSYNC_TOOLS_DIR, default
+# $HOME/.cache/stacksync-tools) per hash of the sources and the Go version; a cached one is reused.
+# Prints the binary's path on its last line (what STACKSYNC_TEMPLATE_ORACLE is set to).
 # Usage: scripts/build-oracles.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+src=tests/conformance/oracle
+tools_dir="${STACKSYNC_TOOLS_DIR:-$HOME/.cache/stacksync-tools}"
 
-src=tests/conformance/oracle/main.go
-gocode=/usr/share/gocode
-if ! command -v go >/dev/null 2>&1 || [ ! -d "$gocode/src/github.com/Masterminds/sprig" ]; then
-  echo "build-oracles.sh: installing Debian's golang-go and golang-github-masterminds-sprig-dev" >&2
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go golang-github-masterminds-sprig-dev >/dev/null
+go_ok() { "$1" version 2>/dev/null | grep -Eq 'go1\.(2[6-9]|[3-9][0-9])'; }
+go=""
+for candidate in "$(command -v go || true)" /usr/local/go/bin/go; do
+  if [ -n "$candidate" ] && go_ok "$candidate"; then
+    go=$candidate
+    break
+  fi
+done
+if [ -z "$go" ]; then
+  echo "build-oracles.sh: needs Go 1.26 or newer (on PATH or /usr/local/go/bin/go); found: $(go version 2>/dev/null || echo none)" >&2
+  exit 1
 fi
 
-hash=$( (cat "$src"; go version) | sha256sum | cut -c1-16)
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/stacksync-tools/oracle/$hash"
-bin="$cache/template-oracle"
+hash=$( (cat "$src/main.go" "$src/go.mod" "$src/go.sum"; GOTOOLCHAIN=local "$go" version) | sha256sum | cut -c1-16)
+dir="$tools_dir/template-oracle/$hash"
+bin="$dir/template-oracle"
 if [ ! -x "$bin" ]; then
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
-  mkdir -p "$work/gopath/src/stacksync-oracle" "$cache"
-  cp "$src" "$work/gopath/src/stacksync-oracle/main.go"
-  # GOPATH mode resolves sprig's `/v3` imports through Go's minimal module compatibility.
-  (cd "$work/gopath/src/stacksync-oracle" &&
-    GO111MODULE=off GOFLAGS= GOPROXY=off GOPATH="$work/gopath:$gocode" GOCACHE="$work/cache" \
-      go build -o "$bin.tmp" .)
+  mkdir -p "$dir"
+  (cd "$src" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly "$go" build -trimpath -o "$bin.tmp" .)
   mv "$bin.tmp" "$bin"
 fi
 echo "$bin"

@@ -1,11 +1,12 @@
 //! Differential conformance of the values-template engine against Go: every case of the corpus
 //! (`tests/conformance/cases/*.txt`, plus cases generated here from every slim-sprig function
 //! and a pool of typed arguments) is executed by stacksync and by the oracle — Go's real
-//! `text/template` with sprig 3.2.3's text functions restricted to slim-sprig's set, built by
+//! `text/template` (Go 1.26) with slim-sprig v3's `TxtFuncMap`, built by
 //! `scripts/build-oracles.sh` — on the same data (`tests/conformance/data.json`, decoded as
 //! Kubernetes decodes unstructured objects). The outputs must be byte-identical, or both
 //! executions must fail. Differences documented in `tests/conformance/known-differences.txt`
-//! are reported but do not fail. The cases of `scs.txt` run against every document of
+//! (stacksync refuses them with the phrase listed there) are counted but do not fail, and each
+//! of them must still be a difference. The cases of `scs.txt` run against every document of
 //! `tests/conformance/scs-data/` (Cluster / InfraCluster / ControlPlane shapes of SCS stacks), and
 //! so do the files of the directory `STACKSYNC_CONFORMANCE_EXTRA` names, each file one template
 //! (to check a release's own values templates).
@@ -287,24 +288,19 @@ fn syntax_cases(n: usize) -> Vec<Case> {
     out
 }
 
-/// Differences due to the oracle's Go (Debian's 1.19) being older than the operator's (1.25):
-/// Go 1.22 ranges over an integer.
-fn go_version_difference(want: &Outcome, got: &Outcome) -> bool {
-    match (want, got) {
-        (Outcome::Failed(e), Outcome::Ok(_)) => {
-            e.split_once("range can't iterate over ").is_some_and(|(_, n)| n.trim().parse::<i64>().is_ok())
-        }
-        _ => false,
-    }
-}
-
-/// `(template, reason)` pairs Go and stacksync are known to disagree on, with why.
-fn known_differences() -> BTreeMap<String, String> {
+/// The deliberate differences: `(template, refusal, reason)` per line of known-differences.txt.
+fn known_differences() -> Vec<(String, String, String)> {
     let text = include_str!("conformance/known-differences.txt");
     text.lines()
         .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-        .filter_map(|l| l.split_once('\t'))
-        .map(|(t, why)| (t.replace('⏎', "\n"), why.to_owned()))
+        .map(|l| {
+            let mut cols = l.split('\t');
+            let (t, refusal, why) = (cols.next(), cols.next(), cols.next());
+            let (Some(t), Some(refusal), Some(why)) = (t, refusal, why) else {
+                panic!("known-differences.txt: not template TAB refusal TAB reason: {l:?}")
+            };
+            (t.replace('⏎', "\n"), refusal.to_owned(), why.to_owned())
+        })
         .collect()
 }
 
@@ -367,13 +363,22 @@ fn values_templates_render_byte_for_byte_as_go_text_template_with_slim_sprig() {
         Some(dir) => extra_cases(Path::new(&dir), docs.len()),
         None => Vec::new(),
     };
+    let known = known_differences();
+    // Every deliberate difference is a case too; below, each must still be one.
+    let table: Vec<Case> = table
+        .into_iter()
+        .chain(known.iter().enumerate().map(|(i, (t, ..))| Case {
+            origin: format!("known-differences.txt entry {}", i + 1),
+            template: t.clone(),
+            data: 0,
+        }))
+        .collect();
     let (n_table, n_generated, n_extra) = (table.len(), generated.len(), extra.len());
     let cases: Vec<Case> = table.into_iter().chain(generated).chain(extra).collect();
     let started = std::time::Instant::now();
     let want = oracle(&path, &cases, &docs);
     let oracle_time = started.elapsed();
     let started = std::time::Instant::now();
-    let known = known_differences();
     let (mut same_out, mut both_failed, mut known_seen) = ([0usize; 3], [0usize; 3], 0);
     let mut mismatches = Vec::new();
     let functions = all_functions();
@@ -416,7 +421,7 @@ fn values_templates_render_byte_for_byte_as_go_text_template_with_slim_sprig() {
                     eprintln!("both failed: {}: {:?}\n    go: {:?}\n    stacksync: {:?}", case.origin, case.template, want, got);
                 }
             }
-        } else if known.contains_key(&case.template) || go_version_difference(want, &got) {
+        } else if matches!(&got, Outcome::Failed(e) if known.iter().any(|(_, refusal, _)| e.contains(refusal.as_str()))) {
             known_seen += 1;
         } else {
             mismatches.push(format!(
@@ -464,6 +469,16 @@ fn values_templates_render_byte_for_byte_as_go_text_template_with_slim_sprig() {
         );
     }
     assert!(unproven.is_empty(), "functions without an identical successful case: {unproven:?}");
+    // Each deliberate difference is still one: Go renders it, stacksync refuses it as documented.
+    for (template, refusal, why) in &known {
+        let i = cases.iter().position(|c| &c.template == template).expect("known difference case");
+        let got = ours(template, &docs[0].1);
+        assert!(
+            matches!(&want[i], Outcome::Ok(_)) && matches!(&got, Outcome::Failed(e) if e.contains(refusal.as_str())),
+            "known-differences.txt is stale for {template:?} ({why}):\n    go:        {:?}\n    stacksync: {got:?}",
+            want[i]
+        );
+    }
     // Every generated function is one stacksync defines (or refuses with a reason).
     for f in all_functions() {
         assert!(

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use super::funcs;
 use super::gofmt;
 use super::parse::{Arg, List, Node, Pipe, Tree};
-use super::value::Val;
+use super::value::{self, Val};
 use super::{Error, Limits, Warning};
 
 enum Flow {
@@ -27,6 +27,8 @@ pub(super) struct Exec<'a> {
     depth: usize,
     limits: Limits,
     pub warnings: Vec<Warning>,
+    /// The first line that printed bytes that may not be UTF-8.
+    out_of_utf8: Option<usize>,
 }
 
 impl<'a> Exec<'a> {
@@ -47,9 +49,19 @@ impl<'a> Exec<'a> {
             depth: 0,
             limits,
             warnings: Vec::new(),
+            out_of_utf8: None,
         };
+        // Go executes nil data as no value at all (`.x` of it prints `<no value>`).
+        let data = if matches!(data, Val::Nil) { Val::missing() } else { data };
+        ex.vars[0].1 = data.clone();
         ex.walk(&tree.root, &data, 0)?;
-        Ok((ex.out, ex.warnings))
+        // Go strings may hold any bytes; the output is YAML, which must be UTF-8.
+        if !value::is_utf8(&ex.out) {
+            let line = ex.out_of_utf8.unwrap_or(0);
+            return Err(ex.err(line, "the output is not valid UTF-8 (a value printed here holds bytes that are not)"));
+        }
+        let out = String::from_utf8_lossy(&value::go_bytes(&ex.out)).into_owned();
+        Ok((out, ex.warnings))
     }
 
     pub(super) fn output_limit(&self) -> usize {
@@ -76,6 +88,9 @@ impl<'a> Exec<'a> {
     fn emit(&mut self, line: usize, text: &str) -> Result<(), Error> {
         if self.out.len() + text.len() > self.limits.output {
             return Err(self.err(line, format!("template output exceeds the limit of {} bytes", self.limits.output)));
+        }
+        if self.out_of_utf8.is_none() && !value::is_utf8(text) {
+            self.out_of_utf8 = Some(line);
         }
         self.out.push_str(text);
         Ok(())
@@ -194,6 +209,11 @@ impl<'a> Exec<'a> {
             }
             other => return Err(self.err(pipe.line, format!("range can't iterate over {}", gofmt::sprint_one(other)))),
         };
+        // Go pushes the declared variables with the whole value first: that is what they
+        // hold in the `else` part.
+        for name in &pipe.decl {
+            self.vars.push((name.clone(), value.clone()));
+        }
         if items.is_empty() {
             return match otherwise {
                 Some(list) => self.walk(list, dot, pipe.line),
@@ -270,10 +290,12 @@ impl<'a> Exec<'a> {
             }
             Arg::Func(name) => funcs::call(self, line, name, &[], dot, None),
             Arg::Str(s) => Ok(Val::str(s.as_str())),
-            Arg::Num(n) => match (n.float_syntax, n.int, n.float) {
-                (false, Some(i), _) => Ok(Val::Int(i)),
-                (_, _, Some(f)) => Ok(Val::F64(f)),
-                _ => Err(self.err(line, "invalid number")),
+            // Go's `idealConstant`.
+            Arg::Num(n) => match (n.complex, n.float_syntax, n.int, n.float) {
+                (Some((re, im)), ..) => Ok(Val::Complex(re, im)),
+                (None, true, _, Some(f)) => Ok(Val::F64(f)),
+                (None, _, Some(i), _) => Ok(Val::Int(i)),
+                _ => Err(self.err(line, "number constant overflows int")),
             },
             Arg::Bool(b) => Ok(Val::Bool(*b)),
             Arg::Nil => Ok(Val::Nil),

@@ -121,6 +121,18 @@ pub fn quote(s: &str) -> String {
 fn quote_with(s: &str, ascii: bool) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
+    let bytes = super::value::go_bytes(s);
+    for chunk in bytes.utf8_chunks() {
+        quote_chars(&mut out, chunk.valid(), ascii);
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn quote_chars(out: &mut String, s: &str, ascii: bool) {
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -138,8 +150,6 @@ fn quote_with(s: &str, ascii: bool) -> String {
             c => out.push_str(&format!("\\U{:08x}", c as u32)),
         }
     }
-    out.push('"');
-    out
 }
 
 /// An approximation of Go's `strconv.IsPrint` (letters, marks, numbers, punctuation, symbols
@@ -377,6 +387,8 @@ fn go_syntax(v: &Val, top: bool) -> String {
         Val::Missing(_) | Val::Nil if top => "<nil>".to_owned(),
         Val::Missing(_) | Val::Nil => "interface {}(nil)".to_owned(),
         Val::Str(s) => quote(s),
+        Val::List(l, _) if super::value::is_nil_list(l) => format!("{}(nil)", v.type_name()),
+        Val::Map(m, _) if super::value::is_nil_map(m) => format!("{}(nil)", v.type_name()),
         Val::List(l, _) => format!("{}{{{}}}", v.type_name(), l.iter().map(|x| go_syntax(x, false)).collect::<Vec<_>>().join(", ")),
         Val::Map(m, _) => format!(
             "{}{{{}}}",
@@ -422,6 +434,16 @@ fn print_verb(out: &mut String, v: &Val, verb: char, spec: &Spec, depth: usize) 
         },
         Val::Int(i) | Val::I64(i) => print_int(out, v, *i, verb, spec),
         Val::F64(f) => print_float(out, v, *f, verb, spec),
+        // Go's `fmtComplex`: each part as a float, the imaginary one always signed.
+        Val::Complex(re, im) => match verb {
+            'v' | 'b' | 'g' | 'G' | 'x' | 'X' | 'f' | 'F' | 'e' | 'E' => {
+                out.push('(');
+                print_float(out, v, *re, verb, spec);
+                print_float(out, v, *im, verb, &Spec { plus: true, ..spec.clone() });
+                out.push_str("i)");
+            }
+            _ => bad_verb(out, v, verb, spec),
+        },
         Val::Str(s) => print_str(out, v, s, verb, spec),
         Val::List(items, _) => {
             out.push('[');
@@ -717,7 +739,8 @@ fn print_str(out: &mut String, v: &Val, s: &str, verb: char, spec: &Spec) {
             pad(out, &text, spec);
         }
         'x' | 'X' => {
-            let bytes = s.as_bytes();
+            let held = super::value::go_bytes(s);
+            let bytes: &[u8] = &held;
             let length = spec.prec.map_or(bytes.len(), |p| p.min(bytes.len()));
             let mut width = 2 * length;
             if width > 0 {

@@ -16,6 +16,7 @@
 mod exec;
 pub mod funcs;
 mod gofmt;
+mod gonum;
 mod parse;
 mod value;
 

@@ -81,15 +81,18 @@ pub(super) enum Arg {
     Sub(Box<Pipe>, Vec<String>),
 }
 
-/// A number constant as Go's parser keeps it: the ways it can be read.
+/// A number constant as Go's parser keeps it (`parse.NumberNode`): the ways it can be read.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Num {
     pub int: Option<i64>,
     pub float: Option<f64>,
-    /// Written as a float (`1.0`, `1e3`): an `interface{}` argument gets a `float64`.
+    /// Written as a float (`1.0`, `1e3`, `0x1p4`): an `interface{}` argument gets a `float64`.
     pub float_syntax: bool,
     /// A character constant (`'a'`), an `int` rune.
     pub rune: bool,
+    /// An imaginary or complex constant (`1i`, `1+2i`): an `interface{}` argument gets a
+    /// `complex128` (real, imaginary).
+    pub complex: Option<(f64, f64)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -101,7 +104,11 @@ enum Tok {
     Ident(String),
     Str(String),
     Num(String),
+    Complex(String),
     Char(char),
+    /// Two operands written without a space between them (`len(x)`, `"a""b"`): Go's parser
+    /// refuses them.
+    Glued,
     LParen,
     RParen,
     Pipe,
@@ -214,12 +221,15 @@ fn lex_action(cx: &Cx<'_>, s: &str, trimmed_left: bool, line: usize) -> Result<(
         };
         return Ok((None, s.len() - close.len(), trim));
     }
-    let mut toks = Vec::new();
+    let mut toks: Vec<Tok> = Vec::new();
     let b = s.as_bytes();
     let mut i = 0;
     let mut cur_line = line;
+    let mut spaced = true;
     loop {
         let Some(&c) = b.get(i) else { return Err(cx.err(line, "unclosed action: expected `}}`")) };
+        let before = toks.len();
+        let was_spaced = std::mem::replace(&mut spaced, matches!(c, b' ' | b'\t' | b'\r' | b'\n'));
         if s[i..].starts_with("}}") {
             return Ok((Some(toks), i + 2, false));
         }
@@ -280,6 +290,22 @@ fn lex_action(cx: &Cx<'_>, s: &str, trimmed_left: bool, line: usize) -> Result<(
                 i += n;
             }
             b'/' => return Err(cx.err(cur_line, "unexpected `/` in action (a comment must start right after `{{` or `{{- `)")),
+            // Go: a sign or a digit starts a number, and so does a `.` before a digit (`.5`).
+            c if c.is_ascii_digit() || c == b'-' || c == b'+' || (c == b'.' && b.get(i + 1).is_some_and(u8::is_ascii_digit)) => {
+                let bad = |n: usize| cx.err(cur_line, format!("bad number syntax: `{}`", &s[i..(i + n).min(s.len())]));
+                let mut len = scan_number(&s[i..]).map_err(bad)?;
+                // `1+2i`: a complex constant, written without spaces, ending in `i`.
+                let complex = matches!(b.get(i + len), Some(b'+' | b'-'));
+                if complex {
+                    let more = scan_number(&s[i + len..]).map_err(|n| bad(len + n))?;
+                    len += more;
+                    if !s[..i + len].ends_with('i') {
+                        return Err(bad(len));
+                    }
+                }
+                toks.push(if complex { Tok::Complex(s[i..i + len].to_owned()) } else { Tok::Num(s[i..i + len].to_owned()) });
+                i += len;
+            }
             b'.' => {
                 let (chain, n) = field_chain(&s[i..]);
                 toks.push(Tok::Field(chain));
@@ -293,12 +319,6 @@ fn lex_action(cx: &Cx<'_>, s: &str, trimmed_left: bool, line: usize) -> Result<(
                 toks.push(Tok::Var(name, chain));
                 i += n;
             }
-            c if c.is_ascii_digit() || ((c == b'-' || c == b'+') && b.get(i + 1).is_some_and(u8::is_ascii_digit)) => {
-                let len =
-                    1 + s[i + 1..].bytes().take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'+' | b'-')).count();
-                toks.push(Tok::Num(s[i..i + len].to_owned()));
-                i += len;
-            }
             c if c.is_ascii_alphabetic() || c == b'_' => {
                 let len = s[i..].bytes().take_while(|c| c.is_ascii_alphanumeric() || *c == b'_').count();
                 toks.push(Tok::Ident(s[i..i + len].to_owned()));
@@ -309,7 +329,28 @@ fn lex_action(cx: &Cx<'_>, s: &str, trimmed_left: bool, line: usize) -> Result<(
                 return Err(cx.err(cur_line, format!("unexpected character `{ch}` in action")));
             }
         }
+        if !was_spaced && before > 0 && toks.len() > before && glued(&toks[before - 1], &toks[before]) {
+            toks.insert(before, Tok::Glued);
+        }
     }
+}
+
+/// Whether Go's parser refuses `next` right after `prev` with no space between: an operand
+/// must be followed by a space, `|`, `)` or the end of the action.
+fn glued(prev: &Tok, next: &Tok) -> bool {
+    const KEYWORDS: &[&str] = &["if", "else", "with", "range", "end", "template", "block", "define", "break", "continue"];
+    let ends_operand = match prev {
+        Tok::Ident(w) => !KEYWORDS.contains(&w.as_str()),
+        Tok::Field(_) | Tok::Var(..) | Tok::Chain(_) | Tok::Str(_) | Tok::Num(_) | Tok::Complex(_) | Tok::Char(_) | Tok::RParen => true,
+        _ => false,
+    };
+    let starts_operand = match next {
+        // `fn.x` chains a field onto a function's result: Go reads it as one operand.
+        Tok::Field(_) => !matches!(prev, Tok::Ident(_)),
+        Tok::Var(..) | Tok::Ident(_) | Tok::Str(_) | Tok::Num(_) | Tok::Complex(_) | Tok::Char(_) | Tok::LParen => true,
+        _ => false,
+    };
+    ends_operand && starts_operand
 }
 
 /// Reads `.a.b.c` (also `.` alone); returns the names and bytes consumed.
@@ -345,11 +386,12 @@ fn lex_char(s: &str) -> Option<(char, usize)> {
 /// A Go interpreted string literal (`strconv.Unquote`); returns the value and bytes consumed.
 /// `None` for an unterminated literal or an escape Go rejects (such as `\'`).
 fn lex_quoted(s: &str) -> Option<(String, usize)> {
-    let mut out = String::new();
+    let mut bytes: Vec<u8> = Vec::new();
+    let mut out = Bytes(&mut bytes);
     let mut chars = s.char_indices().skip(1);
     while let Some((i, c)) = chars.next() {
         match c {
-            '"' => return Some((out, i + 1)),
+            '"' => return Some((super::value::from_go_bytes(&bytes), i + 1)),
             '\n' => return None,
             '\\' => {
                 let (_, e) = chars.next()?;
@@ -370,8 +412,8 @@ fn lex_quoted(s: &str) -> Option<(String, usize)> {
                     'v' => out.push('\x0b'),
                     '\\' => out.push('\\'),
                     '"' => out.push('"'),
-                    // `\xNN` is a byte; only ASCII bytes make a valid UTF-8 string on their own.
-                    'x' => out.push(char::from_u32(hex(2)?).filter(char::is_ascii)?),
+                    // `\xNN` and octal escapes are bytes, which need not make UTF-8.
+                    'x' => out.byte(u8::try_from(hex(2)?).ok()?),
                     'u' => out.push(char::from_u32(hex(4)?)?),
                     'U' => out.push(char::from_u32(hex(8)?)?),
                     '0'..='7' => {
@@ -379,7 +421,7 @@ fn lex_quoted(s: &str) -> Option<(String, usize)> {
                         for _ in 0..2 {
                             v = v * 8 + chars.next()?.1.to_digit(8)?;
                         }
-                        out.push(char::from_u32(v).filter(char::is_ascii)?);
+                        out.byte(u8::try_from(v).ok()?);
                     }
                     _ => return None,
                 }
@@ -388,6 +430,20 @@ fn lex_quoted(s: &str) -> Option<(String, usize)> {
         }
     }
     None
+}
+
+/// The bytes of a string literal being read.
+struct Bytes<'a>(&'a mut Vec<u8>);
+
+impl Bytes<'_> {
+    fn push(&mut self, c: char) {
+        let mut buf = [0; 4];
+        self.0.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+    }
+
+    fn byte(&mut self, b: u8) {
+        self.0.push(b);
+    }
 }
 
 struct Parser<'a, I: Iterator<Item = Item>> {
@@ -677,8 +733,11 @@ impl<I: Iterator<Item = Item>> Parser<'_, I> {
                 Arg::Var(n.clone(), c.clone())
             }
             Tok::Str(s) => Arg::Str(s.clone()),
-            Tok::Num(n) => Arg::Num(parse_number(n).ok_or_else(|| self.cx.err(line, format!("invalid number `{n}`")))?),
-            Tok::Char(c) => Arg::Num(Num { int: Some(*c as i64), float: Some(f64::from(*c as u32)), float_syntax: false, rune: true }),
+            Tok::Num(n) => Arg::Num(parse_number(n, false).ok_or_else(|| self.cx.err(line, format!("illegal number syntax: `{n}`")))?),
+            Tok::Complex(n) => Arg::Num(parse_number(n, true).ok_or_else(|| self.cx.err(line, format!("illegal number syntax: `{n}`")))?),
+            Tok::Char(c) => {
+                Arg::Num(Num { int: Some(*c as i64), float: Some(f64::from(*c as u32)), float_syntax: false, rune: true, complex: None })
+            }
             Tok::Ident(w) => match w.as_str() {
                 "true" => Arg::Bool(true),
                 "false" => Arg::Bool(false),
@@ -707,6 +766,7 @@ impl<I: Iterator<Item = Item>> Parser<'_, I> {
                 return Ok((Arg::Sub(Box::new(Pipe { line, decl: Vec::new(), assign: false, cmds }), chain), after));
             }
             Tok::RParen => return Err(self.cx.err(line, "unexpected `)`")),
+            Tok::Glued => return Err(self.cx.err(line, "unexpected operand right after another: Go needs a space between operands")),
             Tok::Chain(_) | Tok::Pipe | Tok::Declare | Tok::Assign | Tok::Comma => {
                 return Err(self.cx.err(line, "unexpected token in pipeline"));
             }
@@ -715,48 +775,102 @@ impl<I: Iterator<Item = Item>> Parser<'_, I> {
     }
 }
 
-/// A Go number literal as `text/template` reads it: integers in decimal, hex (`0x`), octal
-/// (`0o` or a leading `0`, so `017` is 15) or binary (`0b`), with `_` separators; else a float
-/// (which is also an integer when it is integral, as Go's parser records).
-fn parse_number(text: &str) -> Option<Num> {
-    let (neg, body) = match text.as_bytes().first() {
-        Some(b'-') => (true, &text[1..]),
-        Some(b'+') => (false, &text[1..]),
-        _ => (false, text),
+/// Go's `scanNumber`: the length of the number at the start of `s` (sign, base prefix, digits
+/// with `_`, fraction, exponent, `i`), or the length read when it runs into a letter or digit.
+fn scan_number(s: &str) -> Result<usize, usize> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    let accept = |i: &mut usize, set: &[u8]| {
+        if b.get(*i).is_some_and(|c| set.contains(c)) {
+            *i += 1;
+            true
+        } else {
+            false
+        }
     };
-    let lower = body.to_ascii_lowercase();
-    let (radix, digits) = if let Some(d) = lower.strip_prefix("0x") {
-        (16, d)
-    } else if let Some(d) = lower.strip_prefix("0o") {
-        (8, d)
-    } else if let Some(d) = lower.strip_prefix("0b") {
-        (2, d)
-    } else if lower.len() > 1 && lower.starts_with('0') && lower.bytes().all(|b| b.is_ascii_digit() || b == b'_') {
-        (8, &lower[1..])
+    let run = |i: &mut usize, set: &[u8]| {
+        while b.get(*i).is_some_and(|c| set.contains(c)) {
+            *i += 1;
+        }
+    };
+    accept(&mut i, b"+-");
+    let mut digits: &[u8] = b"0123456789_";
+    if accept(&mut i, b"0") {
+        if accept(&mut i, b"xX") {
+            digits = b"0123456789abcdefABCDEF_";
+        } else if accept(&mut i, b"oO") {
+            digits = b"01234567_";
+        } else if accept(&mut i, b"bB") {
+            digits = b"01_";
+        }
+    }
+    run(&mut i, digits);
+    if accept(&mut i, b".") {
+        run(&mut i, digits);
+    }
+    if digits.len() == 11 && accept(&mut i, b"eE") {
+        accept(&mut i, b"+-");
+        run(&mut i, b"0123456789_");
+    }
+    if digits.len() == 23 && accept(&mut i, b"pP") {
+        accept(&mut i, b"+-");
+        run(&mut i, b"0123456789_");
+    }
+    accept(&mut i, b"i");
+    match s[i..].chars().next() {
+        Some(c) if c == '_' || c.is_alphanumeric() => Err(i + c.len_utf8()),
+        _ => Ok(i),
+    }
+}
+
+/// A Go number constant as `text/template`'s parser reads it (`newNumber`): an integer in any
+/// base, a float (also an integer when it is integral), an imaginary or complex constant.
+/// `None` is Go's "illegal number syntax" or "integer overflow".
+fn parse_number(text: &str, complex: bool) -> Option<Num> {
+    use super::gonum::{f64_to_i64, parse_float, parse_int, parse_uint};
+    let mut n = Num { int: None, float: None, float_syntax: false, rune: false, complex: None };
+    let imaginary = if complex {
+        // `fmt.Sscan` of `re+imi` / `re-imi`.
+        let split = text[1..].rfind(['+', '-']).map(|p| p + 1)?;
+        let re = parse_float(&text[..split]).ok()?;
+        let im = parse_float(text[split..].strip_suffix('i')?).ok()?;
+        Some((re, im))
+    } else if let Some(body) = text.strip_suffix('i') {
+        parse_float(body).ok().map(|im| (0.0, im))
     } else {
-        (10, lower.as_str())
+        None
     };
-    // Go allows `_` only between digits (or after a base prefix).
-    let underscores_ok = !digits.ends_with('_') && !digits.contains("__") && (radix != 10 || !digits.starts_with('_'));
-    if !underscores_ok {
-        return None;
+    if let Some((re, im)) = imaginary {
+        n.complex = Some((re, im));
+        // Go's `simplifyComplex`: a zero imaginary part reads as the real number too.
+        if im == 0.0 {
+            n.float = Some(re);
+            n.int = (f64_to_i64(re) as f64 == re).then_some(f64_to_i64(re));
+        }
+        return Some(n);
     }
-    let clean = digits.replace('_', "");
-    if !clean.is_empty() && clean.bytes().all(|b| b.is_ascii_hexdigit()) && (radix != 10 || clean.bytes().all(|b| b.is_ascii_digit())) {
-        // An integer: Go's template constants are `int`, so one past int64 is an error.
-        let u = u64::from_str_radix(&clean, radix).ok()?;
-        let i = i64::try_from(u).ok()?;
-        let i = if neg { -i } else { i };
-        return Some(Num { int: Some(i), float: Some(i as f64), float_syntax: false, rune: false });
+    let uint = parse_uint(text, 0).ok();
+    n.int = parse_int(text, 0).ok();
+    if let Some(i) = n.int {
+        n.float = Some(i as f64);
+    } else if let Some(u) = uint {
+        n.float = Some(u as f64);
+    } else {
+        let f = parse_float(text).ok()?;
+        // It looks like an integer but is too large for one.
+        if !text.contains(['.', 'e', 'E', 'p', 'P']) {
+            return None;
+        }
+        n.float = Some(f);
+        if f64_to_i64(f) as f64 == f {
+            n.int = Some(f64_to_i64(f));
+        }
     }
-    if radix != 10 || !clean.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'+' | b'-')) {
-        return None;
+    let hex_int = text.len() > 2 && text.starts_with('0') && matches!(text.as_bytes()[1], b'x' | b'X') && !text.contains(['p', 'P']);
+    n.float_syntax = n.float.is_some() && !hex_int && text.contains(['.', 'e', 'E', 'p', 'P']);
+    // A uint beyond int64 is neither: Go's "overflows int" when used.
+    if n.int.is_none() && !n.float_syntax && uint.is_some() {
+        n.float = uint.map(|u| u as f64);
     }
-    let f: f64 = clean.parse().ok()?;
-    let f = if neg { -f } else { f };
-    if !f.is_finite() {
-        return None;
-    }
-    let int = (f.fract() == 0.0 && f.abs() < 9.2e18).then_some(f as i64);
-    Some(Num { int, float: Some(f), float_syntax: true, rune: false })
+    Some(n)
 }

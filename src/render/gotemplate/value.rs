@@ -29,6 +29,11 @@ pub enum Val {
     /// Go `int64` (integers in Kubernetes objects, sprig arithmetic).
     I64(i64),
     F64(f64),
+    /// Go `complex128` (an imaginary constant such as `1i`): real, imaginary.
+    Complex(f64, f64),
+    /// A Go string: bytes, held as text with every byte that is not part of valid UTF-8 (and
+    /// every character of the escape range itself) written as an escape character
+    /// ([`go_bytes`], [`from_go_bytes`]), so one `str` holds any Go string exactly.
     Str(Rc<str>),
     /// A slice; `elem` is the Go element type (`interface {}`, `string`, `int`, ...).
     List(Rc<Vec<Val>>, &'static str),
@@ -83,9 +88,9 @@ impl Val {
                 Some(i) => Val::I64(i),
                 None => Val::F64(n.as_f64().unwrap_or(0.0)),
             },
-            Value::String(s) => Val::str(s.as_str()),
+            Value::String(s) => Val::str(escape_text(s)),
             Value::Array(a) => Val::list(a.iter().map(Val::from_json).collect()),
-            Value::Object(m) => Val::map(m.iter().map(|(k, v)| (k.clone(), Val::from_json(v))).collect()),
+            Value::Object(m) => Val::map(m.iter().map(|(k, v)| (escape_text(k).into_owned(), Val::from_json(v))).collect()),
         }
     }
 
@@ -97,6 +102,7 @@ impl Val {
             Val::Int(_) => "int".into(),
             Val::I64(_) => "int64".into(),
             Val::F64(_) => "float64".into(),
+            Val::Complex(..) => "complex128".into(),
             Val::Str(_) => "string".into(),
             Val::List(_, e) => format!("[]{e}"),
             Val::Map(_, e) => format!("map[string]{e}"),
@@ -112,6 +118,7 @@ impl Val {
             Val::Int(_) => "int",
             Val::I64(_) => "int64",
             Val::F64(_) => "float64",
+            Val::Complex(..) => "complex128",
             Val::Str(_) => "string",
             Val::List(..) => "slice",
             Val::Map(..) => "map",
@@ -130,6 +137,7 @@ impl Val {
             Val::Bool(b) => *b,
             Val::Int(i) | Val::I64(i) => *i != 0,
             Val::F64(f) => *f != 0.0,
+            Val::Complex(re, im) => *re != 0.0 || *im != 0.0,
             Val::Str(s) => !s.is_empty(),
             Val::List(l, _) => !l.is_empty(),
             Val::Map(m, _) => !m.borrow().is_empty(),
@@ -140,11 +148,13 @@ impl Val {
     /// The JSON value `encoding/json` would marshal.
     pub fn to_json(&self) -> Value {
         match self {
-            Val::Missing(_) | Val::Nil => Value::Null,
+            Val::Missing(_) | Val::Nil | Val::Complex(..) => Value::Null,
             Val::Bool(b) => Value::Bool(*b),
             Val::Int(i) | Val::I64(i) => Value::from(*i),
             Val::F64(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
-            Val::Str(s) => Value::String(s.to_string()),
+            Val::Str(s) => Value::String(String::from_utf8_lossy(&go_bytes(s)).into_owned()),
+            Val::List(l, _) if is_nil_list(l) => Value::Null,
+            Val::Map(m, _) if is_nil_map(m) => Value::Null,
             Val::List(l, _) => Value::Array(l.iter().map(Val::to_json).collect()),
             Val::Map(m, _) => Value::Object(m.borrow().iter().map(|(k, v)| (k.clone(), v.to_json())).collect()),
             Val::Time(t) => Value::String(t.rfc3339()),
@@ -158,12 +168,18 @@ impl Val {
             (Val::Bool(a), Val::Bool(b)) => a == b,
             (Val::Int(a), Val::Int(b)) | (Val::I64(a), Val::I64(b)) => a == b,
             (Val::F64(a), Val::F64(b)) => a == b,
+            (Val::Complex(a, b), Val::Complex(c, d)) => a == c && b == d,
             (Val::Str(a), Val::Str(b)) => a == b,
             (Val::Time(a), Val::Time(b)) => a == b,
-            (Val::List(a, ea), Val::List(b, eb)) => ea == eb && a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| x.deep_equal(y)),
-            (Val::Map(a, ea), Val::Map(b, eb)) => {
-                let (a, b) = (a.borrow(), b.borrow());
-                ea == eb && a.len() == b.len() && a.iter().zip(b.iter()).all(|((ka, va), (kb, vb))| ka == kb && va.deep_equal(vb))
+            (Val::List(a, ea), Val::List(b, eb)) => {
+                ea == eb && is_nil_list(a) == is_nil_list(b) && a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| x.deep_equal(y))
+            }
+            (Val::Map(a_ref, ea), Val::Map(b_ref, eb)) => {
+                let (a, b) = (a_ref.borrow(), b_ref.borrow());
+                ea == eb
+                    && is_nil_map(&a_ref) == is_nil_map(&b_ref)
+                    && a.len() == b.len()
+                    && a.iter().zip(b.iter()).all(|((ka, va), (kb, vb))| ka == kb && va.deep_equal(vb))
             }
             _ => false,
         }
@@ -214,4 +230,107 @@ pub fn reaches(inner: &Val, outer: &MapRef) -> bool {
         }
     }
     false
+}
+
+thread_local! {
+    /// The nil slice and the nil map: Go tells them from empty ones (`toJson` prints `null`,
+    /// `set` on a nil map fails, `%#v` and `deepEqual` differ). One shared, never-mutated
+    /// value each per thread, recognised by identity.
+    static NIL_LIST: Rc<Vec<Val>> = Rc::new(Vec::new());
+    static NIL_MAP: MapRef = Rc::default();
+}
+
+/// A nil slice (`[]elem(nil)`).
+pub fn nil_list(elem: &'static str) -> Val {
+    Val::List(NIL_LIST.with(Rc::clone), elem)
+}
+
+pub fn is_nil_list(l: &Rc<Vec<Val>>) -> bool {
+    NIL_LIST.with(|n| Rc::ptr_eq(n, l))
+}
+
+/// A nil `map[string]interface {}`.
+pub fn nil_map() -> MapRef {
+    NIL_MAP.with(Rc::clone)
+}
+
+pub fn is_nil_map(m: &MapRef) -> bool {
+    NIL_MAP.with(|n| Rc::ptr_eq(n, m))
+}
+
+/// The first escape character: byte `b` of a Go string that is not valid UTF-8 is held as
+/// `ESCAPE + b` (the last 256 code points of plane 16, private use). A character of that range
+/// read from the data or the template is held as the escapes of its own four bytes, so every
+/// Go string has exactly one representation.
+const ESCAPE: u32 = 0x10_FF00;
+
+pub fn is_escape(c: char) -> bool {
+    c as u32 >= ESCAPE
+}
+
+/// The bytes of a Go string held in `s`.
+pub fn go_bytes(s: &str) -> std::borrow::Cow<'_, [u8]> {
+    if !s.chars().any(is_escape) {
+        return std::borrow::Cow::Borrowed(s.as_bytes());
+    }
+    let mut out = Vec::with_capacity(s.len());
+    for c in s.chars() {
+        if is_escape(c) {
+            out.push((c as u32 - ESCAPE) as u8);
+        } else {
+            let mut buf = [0; 4];
+            out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Whether the Go string held in `s` is valid UTF-8.
+pub fn is_utf8(s: &str) -> bool {
+    !s.chars().any(is_escape) || std::str::from_utf8(&go_bytes(s)).is_ok()
+}
+
+/// The representation of the Go string of bytes `b`.
+pub fn from_go_bytes(b: &[u8]) -> String {
+    let mut out = String::with_capacity(b.len());
+    for chunk in b.utf8_chunks() {
+        out.push_str(&escape_text(chunk.valid()));
+        for x in chunk.invalid() {
+            out.push(escape_byte(*x));
+        }
+    }
+    out
+}
+
+fn escape_byte(b: u8) -> char {
+    char::from_u32(ESCAPE + u32::from(b)).unwrap_or('\u{fffd}')
+}
+
+/// The representation of valid UTF-8 text: itself, unless it has characters of the escape range.
+pub fn escape_text(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(is_escape) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() * 2);
+    for c in s.chars() {
+        if is_escape(c) {
+            let mut buf = [0; 4];
+            out.extend(c.encode_utf8(&mut buf).bytes().map(escape_byte));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// The Go string held in `s` as text, with U+FFFD for each byte that is not valid UTF-8 (what
+/// Go's `range` over a string, `strings.Map` or `encoding/json` make of them).
+pub fn lossy(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(is_escape) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    match String::from_utf8_lossy(&go_bytes(s)) {
+        std::borrow::Cow::Borrowed(t) => std::borrow::Cow::Owned(t.to_owned()),
+        std::borrow::Cow::Owned(t) => std::borrow::Cow::Owned(t),
+    }
 }

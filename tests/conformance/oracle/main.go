@@ -1,9 +1,13 @@
-// Command oracle executes Go text/template with sprig's text functions, restricted to the function
-// set of slim-sprig (what the SCS cluster-stack-operator uses), for stacksync's conformance suite.
+// Command oracle executes Go text/template with slim-sprig's TxtFuncMap (what the SCS
+// cluster-stack-operator gives its values templates), for stacksync's conformance suite and
+// template fuzzer. Built as a Go module (go.mod pins slim-sprig v3.0.0 and Go 1.26).
 //
-// Input on stdin: one JSON object per line, {"name": "...", "template": "...", "data": {...}}.
-// Output on stdout: one JSON object per line, {"name": "...", "ok": true, "out": "..."} or
-// {"name": "...", "ok": false, "err": "..."}.
+// Batch mode, the only mode: many cases per process. Input on stdin: one JSON object per line,
+// {"name": "...", "template": "...", "data": {...}}. Output on stdout: one JSON object per line,
+// in order, written as soon as the case has run (so a caller may also ask one case at a time):
+// {"name": "...", "ok": true, "out": "..."} or {"name": "...", "ok": false, "err": "..."}. When
+// the output is not valid UTF-8 (which JSON cannot carry), "out" has U+FFFD for the bad bytes
+// and "out_b64" holds the exact bytes.
 //
 // Data is decoded as Kubernetes decodes unstructured objects: a JSON number is an int64 when it is
 // integral and fits, a float64 otherwise.
@@ -15,13 +19,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"text/template"
+	"unicode/utf8"
 
-	"github.com/Masterminds/sprig"
+	sprig "github.com/go-task/slim-sprig/v3"
 )
 
-// slimSprig lists the names in slim-sprig's GenericFuncMap (go-task/slim-sprig functions.go).
+// slimSprig lists the names in slim-sprig's GenericFuncMap; tests/conformance.rs reads this list,
+// and main refuses to start when it is not exactly the map's names.
 var slimSprig = []string{
 	"hello", "ago", "date", "date_in_zone", "date_modify", "dateInZone", "dateModify", "duration",
 	"durationRound", "htmlDate", "htmlDateInZone", "must_date_modify", "mustDateModify", "mustToDate",
@@ -55,6 +62,8 @@ type result struct {
 	Name string `json:"name"`
 	Ok   bool   `json:"ok"`
 	Out  string `json:"out,omitempty"`
+	// The output's exact bytes, when they are not valid UTF-8.
+	OutB64 []byte `json:"out_b64,omitempty"`
 	Err  string `json:"err,omitempty"`
 }
 
@@ -108,12 +117,17 @@ func run(funcs template.FuncMap, c testCase) (out string, err error) {
 }
 
 func main() {
-	all := sprig.TxtFuncMap()
-	funcs := template.FuncMap{}
-	for _, name := range slimSprig {
-		if f, ok := all[name]; ok {
-			funcs[name] = f
-		}
+	funcs := sprig.TxtFuncMap()
+	var names []string
+	for name := range funcs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	listed := append([]string(nil), slimSprig...)
+	sort.Strings(listed)
+	if fmt.Sprint(names) != fmt.Sprint(listed) {
+		fmt.Fprintf(os.Stderr, "oracle: the slimSprig list is not slim-sprig's function map:\n  map:  %v\n  list: %v\n", names, listed)
+		os.Exit(2)
 	}
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 1<<20), 64<<20)
@@ -127,6 +141,9 @@ func main() {
 		}
 		out, err := run(funcs, c)
 		r := result{Name: c.Name, Ok: err == nil, Out: out}
+		if !utf8.ValidString(out) {
+			r.OutB64 = []byte(out)
+		}
 		if err != nil {
 			r.Err = err.Error()
 		}

@@ -4,7 +4,7 @@
 use std::cmp::Ordering;
 
 use super::super::gofmt;
-use super::super::value::Val;
+use super::super::value::{Val, go_bytes, is_escape, is_nil_list, is_nil_map};
 use super::{A, R};
 
 pub(super) fn call(name: &str, a: &[A]) -> Option<R> {
@@ -46,7 +46,7 @@ fn eval_args(a: &[A]) -> String {
 
 fn len(v: &Val) -> R {
     match v {
-        Val::Str(s) => Ok(Val::Int(s.len() as i64)),
+        Val::Str(s) => Ok(Val::Int(go_bytes(s).len() as i64)),
         Val::List(l, _) => Ok(Val::Int(l.len() as i64)),
         Val::Map(m, _) => Ok(Val::Int(m.borrow().len() as i64)),
         Val::Missing(_) | Val::Nil => Err("reflect: call of reflect.Value.Type on zero Value".to_owned()),
@@ -63,7 +63,10 @@ fn index(item: &Val, idx: &[A]) -> R {
         cur = match cur {
             Val::Missing(_) | Val::Nil => return Err("index of untyped nil".to_owned()),
             Val::List(l, _) => l.get(position(&i.v, l.len())?).cloned().unwrap_or(Val::Nil),
-            Val::Str(s) => Val::Int(i64::from(s.as_bytes()[position(&i.v, s.len())?])),
+            Val::Str(s) => {
+                let b = go_bytes(&s);
+                Val::Int(i64::from(b[position(&i.v, b.len())?]))
+            }
             // A missing key gives the zero value of the element type, as Go's `index` does.
             Val::Map(m, elem) => match &i.v {
                 Val::Str(k) => m.borrow().get(k.as_ref()).cloned().unwrap_or(match elem {
@@ -97,6 +100,7 @@ enum Kind {
     Bool,
     Int,
     Float,
+    Complex,
     Str,
     Other,
 }
@@ -107,8 +111,19 @@ fn kind(v: &Val) -> Kind {
         Val::Bool(_) => Kind::Bool,
         Val::Int(_) | Val::I64(_) => Kind::Int,
         Val::F64(_) => Kind::Float,
+        Val::Complex(..) => Kind::Complex,
         Val::Str(_) => Kind::Str,
         _ => Kind::Other,
+    }
+}
+
+/// Go's `isNil` in `eq`: no value, a nil interface, a nil slice or map.
+fn go_is_nil(v: &Val) -> bool {
+    match v {
+        Val::Missing(_) | Val::Nil => true,
+        Val::List(l, _) => is_nil_list(l),
+        Val::Map(m, _) => is_nil_map(m),
+        _ => false,
     }
 }
 
@@ -117,11 +132,13 @@ fn eq(first: &Val, others: &[A]) -> R {
     if others.is_empty() {
         return Err("missing argument for comparison".to_owned());
     }
+    // Kinds other than bool, numbers and strings are all Go's "invalidKind" here.
+    let basic = |k: &Kind| !matches!(k, Kind::Invalid | Kind::Other);
     let k1 = kind(first);
     for o in others {
         let o = &o.v;
         let k2 = kind(o);
-        let truth = if k1 != k2 {
+        let truth = if k1 != k2 && (basic(&k1) || basic(&k2)) {
             if !first.is_nil() && !o.is_nil() {
                 return Err("incompatible types for comparison".to_owned());
             }
@@ -131,10 +148,21 @@ fn eq(first: &Val, others: &[A]) -> R {
                 (Val::Bool(a), Val::Bool(b)) => a == b,
                 (Val::Int(a) | Val::I64(a), Val::Int(b) | Val::I64(b)) => a == b,
                 (Val::F64(a), Val::F64(b)) => a == b,
+                (Val::Complex(a, b), Val::Complex(c, d)) => a == c && b == d,
                 (Val::Str(a), Val::Str(b)) => a == b,
-                (a, b) if a.is_nil() && b.is_nil() => true,
-                (a, _) if a.is_nil() => false,
-                (a, _) => return Err(format!("non-comparable type {}: {}", gofmt::sprintf("%s", std::slice::from_ref(a)), a.type_name())),
+                (a, b) => {
+                    let same_kind = std::mem::discriminant(a) == std::mem::discriminant(b) || a.is_nil() || b.is_nil();
+                    if !same_kind {
+                        return Err(format!("non-comparable types: {} and {}", a.type_name(), b.type_name()));
+                    }
+                    if go_is_nil(a) || go_is_nil(b) {
+                        go_is_nil(a) == go_is_nil(b)
+                    } else if let (Val::Time(x), Val::Time(y)) = (a, b) {
+                        x == y
+                    } else {
+                        return Err(format!("non-comparable type {}: {}", gofmt::sprintf("%s", std::slice::from_ref(b)), b.type_name()));
+                    }
+                }
             }
         };
         if truth {
@@ -146,7 +174,9 @@ fn eq(first: &Val, others: &[A]) -> R {
 
 fn cmp(a: &Val, b: &Val) -> Result<Ordering, String> {
     let (ka, kb) = (kind(a), kind(b));
-    if matches!(ka, Kind::Invalid | Kind::Other | Kind::Bool) || matches!(kb, Kind::Invalid | Kind::Other | Kind::Bool) {
+    if matches!(ka, Kind::Invalid | Kind::Other | Kind::Bool | Kind::Complex)
+        || matches!(kb, Kind::Invalid | Kind::Other | Kind::Bool | Kind::Complex)
+    {
         return Err("invalid type for comparison".to_owned());
     }
     if ka != kb {
@@ -155,7 +185,7 @@ fn cmp(a: &Val, b: &Val) -> Result<Ordering, String> {
     Ok(match (a, b) {
         (Val::Int(x) | Val::I64(x), Val::Int(y) | Val::I64(y)) => x.cmp(y),
         (Val::F64(x), Val::F64(y)) => x.partial_cmp(y).unwrap_or(Ordering::Greater),
-        (Val::Str(x), Val::Str(y)) => x.as_bytes().cmp(y.as_bytes()),
+        (Val::Str(x), Val::Str(y)) => go_bytes(x).cmp(&go_bytes(y)),
         _ => Ordering::Equal,
     })
 }
@@ -191,6 +221,8 @@ fn js(s: &str) -> String {
             '=' => out.push_str("\\u003D"),
             c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04X}", c as u32)),
             c if (c as u32) < 0x80 => out.push(c),
+            // A byte that is not UTF-8 decodes as U+FFFD, which is printable: Go copies the byte.
+            c if is_escape(c) => out.push(c),
             c if gofmt::quote(&c.to_string()).chars().count() == 3 => out.push(c),
             c => out.push_str(&format!("\\u{:04X}", c as u32)),
         }
@@ -201,7 +233,7 @@ fn js(s: &str) -> String {
 /// Go's `url.QueryEscape`.
 pub(super) fn query_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
+    for b in go_bytes(s).iter().copied() {
         match b {
             b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => out.push(char::from(b)),
             b' ' => out.push('+'),

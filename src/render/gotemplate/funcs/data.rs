@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use super::super::exec::Exec;
-use super::super::value::{IFACE, Val, reaches};
+use super::super::value::{IFACE, Val, from_go_bytes, go_bytes, is_nil_list, is_nil_map, reaches};
 use super::sprig::{limit, strval, to_int64};
 use super::{A, R};
 
@@ -50,10 +50,15 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
         "compact" | "mustCompact" => list_of(&a[0], "compact").map(|l| Val::list(l.iter().filter(|v| v.truthy()).cloned().collect())),
         "fromJson" | "mustFromJson" => (|| {
             let text = s(0)?;
-            match serde_json::from_str::<serde_json::Value>(&text) {
-                Ok(v) => Ok(from_json_float(&v)),
-                Err(e) if name == "mustFromJson" => Err(e.to_string()),
-                Err(_) => Ok(Val::Nil),
+            match super::json::decode(&go_bytes(&text)) {
+                Ok((v, None)) => Ok(v),
+                // What Go decoded before a number out of range, with nil for that number.
+                Ok((v, Some(e))) | Err((v, e)) if name == "mustFromJson" => {
+                    let _ = v;
+                    Err(e)
+                }
+                Ok((v, Some(_))) => Ok(v),
+                Err((v, _)) => Ok(v),
             }
         })(),
         "toJson" | "mustToJson" | "toRawJson" | "mustToRawJson" | "toPrettyJson" | "mustToPrettyJson" => {
@@ -63,7 +68,8 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
             let escape = !name.contains("Raw");
             match json(&v, escape, pretty.then_some(0), &mut out) {
                 Ok(()) => Ok(Val::str(out)),
-                Err(e) if name.starts_with("must") => Err(e),
+                // slim-sprig's `toRawJson` panics where `toJson` and `toPrettyJson` print "".
+                Err(e) if name.starts_with("must") || name == "toRawJson" => Err(e),
                 Err(_) => Ok(Val::str("")),
             }
         }
@@ -81,10 +87,10 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
             Ok(d.borrow().get(&k).cloned().unwrap_or(Val::str("")))
         })(),
         "set" => (|| {
-            if matches!(a[0].v, Val::Missing(_)) {
+            let (d, k, v) = (a[0].dict()?, s(1)?, a[2].any());
+            if is_nil_map(&d) {
                 return Err("assignment to entry in nil map".to_owned());
             }
-            let (d, k, v) = (a[0].dict()?, s(1)?, a[2].any());
             if reaches(&v, &d) {
                 return Err("the value contains the map it is set into (a cycle)".to_owned());
             }
@@ -97,7 +103,9 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
             if a.len() != 2 {
                 return Err(format!("wrong number of args for unset: want 2 got {}", a.len()));
             }
-            d.borrow_mut().remove(&k);
+            if !is_nil_map(&d) {
+                d.borrow_mut().remove(&k);
+            }
             Ok(Val::Map(d, IFACE))
         })(),
         "hasKey" => (|| Ok(Val::Bool(a[0].dict()?.borrow().contains_key(&s(1)?))))(),
@@ -191,11 +199,7 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
         "chunk" | "mustChunk" => (|| {
             let size = a[0].int()?;
             let l = list_of(&a[1], "chunk")?;
-            if size <= 0 {
-                return Err("runtime error: makeslice: len out of range".to_owned());
-            }
-            let chunks: Vec<Val> = l.chunks(size as usize).map(|c| Val::list(c.to_vec())).collect();
-            Ok(Val::List(Rc::new(chunks), "[]interface {}"))
+            Ok(Val::List(Rc::new(chunk(&l, size)?), "[]interface {}"))
         })(),
         "urlParse" => s(0).and_then(|u| url_parse(&u)),
         "urlJoin" => (|| url_join(&a[0].dict()?.borrow()))(),
@@ -254,16 +258,6 @@ pub(super) fn strslice(v: &Val) -> Vec<String> {
     }
 }
 
-/// `encoding/json`'s decoding into `interface{}`: every number is a float64.
-fn from_json_float(v: &serde_json::Value) -> Val {
-    match v {
-        serde_json::Value::Number(n) => Val::F64(n.as_f64().unwrap_or(0.0)),
-        serde_json::Value::Array(a) => Val::list(a.iter().map(from_json_float).collect()),
-        serde_json::Value::Object(m) => Val::map(m.iter().map(|(k, v)| (k.clone(), from_json_float(v))).collect()),
-        other => Val::from_json(other),
-    }
-}
-
 /// Go's `encoding/json` output: keys sorted, HTML characters escaped unless `raw`, floats as Go
 /// writes them; `indent` gives `MarshalIndent(v, "", "  ")`.
 fn json(v: &Val, escape_html: bool, indent: Option<usize>, out: &mut String) -> Result<(), String> {
@@ -276,6 +270,9 @@ fn json(v: &Val, escape_html: bool, indent: Option<usize>, out: &mut String) -> 
     let level = indent.unwrap_or(0);
     match v {
         Val::Missing(_) | Val::Nil => out.push_str("null"),
+        Val::List(l, _) if is_nil_list(l) => out.push_str("null"),
+        Val::Map(m, _) if is_nil_map(m) => out.push_str("null"),
+        Val::Complex(..) => return Err("json: unsupported type: complex128".to_owned()),
         Val::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
         Val::Int(i) | Val::I64(i) => out.push_str(&i.to_string()),
         Val::F64(f) => out.push_str(&json_float(*f)?),
@@ -325,6 +322,18 @@ fn json(v: &Val, escape_html: bool, indent: Option<usize>, out: &mut String) -> 
 
 fn json_string(s: &str, escape_html: bool, out: &mut String) {
     out.push('"');
+    let bytes = go_bytes(s);
+    for chunk in bytes.utf8_chunks() {
+        json_chars(chunk.valid(), escape_html, out);
+        // encoding/json writes each byte that is not UTF-8 as the escape of U+FFFD.
+        for _ in chunk.invalid() {
+            out.push_str("\\ufffd");
+        }
+    }
+    out.push('"');
+}
+
+fn json_chars(s: &str, escape_html: bool, out: &mut String) {
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -338,7 +347,6 @@ fn json_string(s: &str, escape_html: bool, out: &mut String) {
             c => out.push(c),
         }
     }
-    out.push('"');
 }
 
 /// `encoding/json`'s float format: plain from 1e-6 to below 1e21, else the exponent form with
@@ -385,33 +393,72 @@ fn dig(a: &[A]) -> R {
     Ok(default)
 }
 
-/// sprig's `urlParse` for the URLs values templates build: `scheme://[userinfo@]host/path?query#fragment`.
+/// sprig's `urlParse`: Go's `url.Parse` (its errors too), with the path and fragment unescaped.
 fn url_parse(s: &str) -> R {
+    let fail = |why: &str| Err(format!("unable to parse url: parse {}: {why}", super::super::gofmt::quote(s)));
+    if go_bytes(s).iter().any(|b| *b < 0x20 || *b == 0x7f) {
+        return fail("net/url: invalid control character in URL");
+    }
     let (rest, fragment) = s.split_once('#').unwrap_or((s, ""));
-    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let fragment = match url_unescape_mode(fragment, None) {
+        Ok(f) => f,
+        Err(e) => return fail(&e),
+    };
+    if rest.starts_with(':') {
+        return fail("missing protocol scheme");
+    }
     let (scheme, rest) = match rest.split_once(':') {
         Some((sc, r))
-            if !sc.is_empty()
-                && sc.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
-                && sc.starts_with(|c: char| c.is_ascii_alphabetic()) =>
+            if sc.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) && sc.starts_with(|c: char| c.is_ascii_alphabetic()) =>
         {
             (sc.to_ascii_lowercase(), r)
         }
         _ => (String::new(), rest),
     };
-    let (authority, path, opaque) = if let Some(r) = rest.strip_prefix("//") {
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (mut host, mut userinfo, raw_path, opaque) = (String::new(), String::new(), String::new(), String::new());
+    let (raw_path, opaque) = if !scheme.is_empty() && !rest.starts_with('/') {
+        (raw_path, rest.to_owned())
+    } else if let Some(r) = rest.strip_prefix("//") {
         let (auth, path) = r.find('/').map_or((r, ""), |i| (&r[..i], &r[i..]));
-        (auth, path.to_owned(), String::new())
-    } else if !scheme.is_empty() && !rest.starts_with('/') {
-        ("", String::new(), rest.to_owned())
+        let (ui, h) = match auth.rfind('@') {
+            Some(i) => (Some(&auth[..i]), &auth[i + 1..]),
+            None => (None, auth),
+        };
+        if let Some(ui) = ui {
+            match parse_userinfo(ui) {
+                Ok((name, password)) => {
+                    userinfo = url_escape(&name, USERINFO_KEEP);
+                    if let Some(p) = password {
+                        userinfo.push(':');
+                        userinfo.push_str(&url_escape(&p, USERINFO_KEEP));
+                    }
+                }
+                Err(_) => return fail("net/url: invalid userinfo"),
+            }
+        }
+        if let Err(e) = check_host(h) {
+            return fail(&e);
+        }
+        host = match url_unescape_mode(h, Some(HOST_KEEP)) {
+            Ok(h) => h,
+            Err(e) => return fail(&e),
+        };
+        (path.to_owned(), opaque)
     } else {
-        ("", rest.to_owned(), String::new())
+        if scheme.is_empty() && rest.split('/').next().is_some_and(|seg| seg.contains(':')) {
+            return fail("first path segment in URL cannot contain colon");
+        }
+        (rest.to_owned(), opaque)
     };
-    let (userinfo, host) = authority.rsplit_once('@').unwrap_or(("", authority));
+    let path = match url_unescape_mode(&raw_path, None) {
+        Ok(p) => p,
+        Err(e) => return fail(&e),
+    };
     let hostname = if host.starts_with('[') {
-        host.split_once(']').map_or(host, |(h, _)| &h[1..]).to_owned()
+        host.split_once(']').map_or(host.as_str(), |(h, _)| &h[1..]).to_owned()
     } else {
-        host.rsplit_once(':').map_or(host, |(h, _)| h).to_owned()
+        host.rsplit_once(':').map_or(host.as_str(), |(h, _)| h).to_owned()
     };
     let mut m = BTreeMap::new();
     m.insert("scheme".to_owned(), Val::str(scheme));
@@ -423,6 +470,57 @@ fn url_parse(s: &str) -> R {
     m.insert("fragment".to_owned(), Val::str(fragment));
     m.insert("userinfo".to_owned(), Val::str(userinfo));
     Ok(Val::map(m))
+}
+
+/// Go's `parseHost` checks: a port after the last colon (or after `]`) must be digits.
+fn check_host(h: &str) -> Result<(), String> {
+    let port = if h.starts_with('[') {
+        match h.find(']') {
+            Some(i) => &h[i + 1..],
+            None => return Err("missing ']' in host".to_owned()),
+        }
+    } else {
+        h.rfind(':').map_or("", |i| &h[i..])
+    };
+    if !port.is_empty() && !(port.starts_with(':') && port[1..].bytes().all(|b| b.is_ascii_digit())) {
+        return Err(format!("invalid port {} after host", super::super::gofmt::quote(port)));
+    }
+    Ok(())
+}
+
+/// Go's `url.unescape`: `%XX` decoded (a bad one is an error); in a host (`host_keep`), other
+/// ASCII bytes that would need escaping are errors, and so are escapes of bytes below 0x80
+/// other than `%25`.
+fn url_unescape_mode(s: &str, host_keep: Option<&str>) -> Result<String, String> {
+    let b = go_bytes(s);
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let ok = b.len() > i + 2 && b[i + 1].is_ascii_hexdigit() && b[i + 2].is_ascii_hexdigit();
+            if !ok {
+                let bad = String::from_utf8_lossy(&b[i..(i + 3).min(b.len())]).into_owned();
+                return Err(format!("invalid URL escape {}", super::super::gofmt::quote(&bad)));
+            }
+            let v = u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("00"), 16).unwrap_or(0);
+            if host_keep.is_some() && v < 0x80 && &b[i..i + 3] != b"%25" {
+                let bad = String::from_utf8_lossy(&b[i..i + 3]).into_owned();
+                return Err(format!("invalid URL escape {}", super::super::gofmt::quote(&bad)));
+            }
+            out.push(v);
+            i += 3;
+        } else {
+            if let Some(keep) = host_keep
+                && b[i] < 0x80
+                && !(b[i].is_ascii_alphanumeric() || keep.as_bytes().contains(&b[i]))
+            {
+                return Err(format!("invalid character {} in host name", super::super::gofmt::quote(&char::from(b[i]).to_string())));
+            }
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Ok(from_go_bytes(&out))
 }
 
 /// sprig's `urlJoin`: the inverse of [`url_parse`] for the same fields.
@@ -438,6 +536,8 @@ fn url_join(d: &BTreeMap<String, Val>) -> R {
     };
     let (scheme, host, path, query, opaque, fragment, userinfo) =
         (get("scheme")?, get("host")?, get("path")?, get("query")?, get("opaque")?, get("fragment")?, get("userinfo")?);
+    // sprig reads the userinfo as `url.Parse("proto://<userinfo>@host")` would.
+    let user = if userinfo.is_empty() { None } else { Some(parse_userinfo(&userinfo)?) };
     let mut out = String::new();
     if !scheme.is_empty() {
         out.push_str(&scheme);
@@ -446,16 +546,26 @@ fn url_join(d: &BTreeMap<String, Val>) -> R {
     if !opaque.is_empty() {
         out.push_str(&opaque);
     } else {
-        if !scheme.is_empty() || !host.is_empty() || !userinfo.is_empty() {
-            out.push_str("//");
-            if !userinfo.is_empty() {
-                out.push_str(&userinfo);
+        if !scheme.is_empty() || !host.is_empty() || user.is_some() {
+            if !host.is_empty() || !path.is_empty() || user.is_some() {
+                out.push_str("//");
+            }
+            if let Some((name, password)) = &user {
+                out.push_str(&url_escape(name, USERINFO_KEEP));
+                if let Some(p) = password {
+                    out.push(':');
+                    out.push_str(&url_escape(p, USERINFO_KEEP));
+                }
                 out.push('@');
             }
-            out.push_str(&host);
+            out.push_str(&url_escape(&host, HOST_KEEP));
         }
+        let path = if path == "*" { path } else { url_escape(&path, PATH_KEEP) };
         if !path.is_empty() && !path.starts_with('/') && !host.is_empty() {
             out.push('/');
+        }
+        if out.is_empty() && path.split('/').next().is_some_and(|segment| segment.contains(':')) {
+            out.push_str("./");
         }
         out.push_str(&path);
     }
@@ -465,7 +575,93 @@ fn url_join(d: &BTreeMap<String, Val>) -> R {
     }
     if !fragment.is_empty() {
         out.push('#');
-        out.push_str(&fragment);
+        out.push_str(&url_escape(&fragment, FRAGMENT_KEEP));
     }
     Ok(Val::str(out))
+}
+
+/// Besides letters and digits, the bytes Go's `url.URL.String()` writes as they are, per part.
+const HOST_KEEP: &str = "!\"$&'()*+,-.:;<=>[]_~";
+const PATH_KEEP: &str = "$&+,-./:;=@_~";
+const FRAGMENT_KEEP: &str = "!$&()*+,-./:;=?@_~";
+const USERINFO_KEEP: &str = "$&+,-.;=_~";
+
+/// Go's `url.escape`: every other byte as `%XX`.
+fn url_escape(s: &str, keep: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in go_bytes(s).iter() {
+        if b.is_ascii_alphanumeric() || keep.as_bytes().contains(b) {
+            out.push(char::from(*b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Go's `url.unescape` of a userinfo part.
+fn url_unescape(s: &str) -> Result<String, String> {
+    let b = go_bytes(s);
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok());
+            let Some(v) = hex.filter(|_| b[i + 1].is_ascii_hexdigit() && b[i + 2].is_ascii_hexdigit()) else {
+                return Err("unable to parse userinfo in dict: invalid URL escape".to_owned());
+            };
+            out.push(v);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Ok(from_go_bytes(&out))
+}
+
+/// The user name and password of `url.Parse("proto://<userinfo>@host")`.
+fn parse_userinfo(userinfo: &str) -> Result<(String, Option<String>), String> {
+    let valid = go_bytes(userinfo).iter().all(|b| b.is_ascii_alphanumeric() || b"-._:~!$&'()*+,;=%@".contains(b));
+    if !valid {
+        return Err("unable to parse userinfo in dict: net/url: invalid userinfo".to_owned());
+    }
+    Ok(match userinfo.split_once(':') {
+        None => (url_unescape(userinfo)?, None),
+        Some((name, password)) => (url_unescape(name)?, Some(url_unescape(password)?)),
+    })
+}
+
+/// slim-sprig's `chunk`, with its float arithmetic: a size that is not positive usually fails
+/// (a negative length for `make`), but may give an empty list (`chunk -2` of two elements).
+fn chunk(l: &[Val], size: i64) -> Result<Vec<Val>, String> {
+    use super::super::gonum::f64_to_i64;
+    let makeslice = || "runtime error: makeslice: len out of range".to_owned();
+    let len = l.len() as i64;
+    let count = f64_to_i64(((len - 1) as f64 / size as f64).floor()).wrapping_add(1);
+    let count = usize::try_from(count).map_err(|_| makeslice())?;
+    if count > l.len() + 1 {
+        return Err(makeslice());
+    }
+    let mut out = Vec::with_capacity(count);
+    for i in 0..count {
+        let mut clen = size;
+        if i == count - 1 {
+            clen = f64_to_i64((len as f64 % size as f64).floor());
+            if clen == 0 {
+                clen = size;
+            }
+        }
+        let clen = usize::try_from(clen).map_err(|_| makeslice())?;
+        let mut c = Vec::with_capacity(clen);
+        for j in 0..clen {
+            let ix = (i as i64).wrapping_mul(size).wrapping_add(j as i64);
+            match usize::try_from(ix).ok().and_then(|ix| l.get(ix)) {
+                Some(v) => c.push(v.clone()),
+                None => return Err(format!("reflect: slice index out of range: {ix}")),
+            }
+        }
+        out.push(Val::list(c));
+    }
+    Ok(out)
 }

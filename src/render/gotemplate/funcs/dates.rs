@@ -34,7 +34,7 @@ pub(super) fn call(name: &str, a: &[A]) -> Option<R> {
         })(),
         "duration" => {
             let n = match a[0].any() {
-                Val::Str(s) => super::sprig::parse_int(&s, 10).unwrap_or(0),
+                Val::Str(s) => super::super::gonum::parse_int(&s, 10).unwrap_or(0),
                 Val::I64(n) => n,
                 _ => 0,
             };

@@ -7,6 +7,7 @@
 mod builtins;
 mod data;
 mod dates;
+mod json;
 mod sprig;
 
 use super::Error;
@@ -174,7 +175,7 @@ impl A {
         match &self.v {
             Val::Map(m, e) if *e == IFACE => Ok(m.clone()),
             // Go: a missing value or the `nil` literal is a nil map; a nil interface is a type error.
-            Val::Missing(_) => Ok(std::rc::Rc::default()),
+            Val::Missing(_) => Ok(super::value::nil_map()),
             Val::Nil => Err("wrong type for value; expected map[string]interface {}; got interface {}".to_owned()),
             _ => Err(wrong("map[string]interface {}", self)),
         }
@@ -193,10 +194,11 @@ pub(super) fn call(ex: &mut Exec<'_>, line: usize, name: &str, args: &[Arg], dot
                 return Ok(last);
             }
         }
+        let piped_given = piped.is_some();
         if let Some(p) = piped {
             last = p;
         }
-        if args.is_empty() && last.is_nil() {
+        if args.is_empty() && !piped_given {
             return Err(ex.err(line, format!("wrong number of args for {name}: want at least 1 got 0")));
         }
         return Ok(last);
@@ -218,6 +220,7 @@ pub(super) fn call(ex: &mut Exec<'_>, line: usize, name: &str, args: &[Arg], dot
         let want = if max.is_none() { format!("at least {min}") } else { min.to_string() };
         return Err(ex.err(line, format!("wrong number of args for {name}: want {want} got {}", vals.len())));
     }
+    check_params(name, &vals).map_err(|m| ex.err(line, format!("error calling {name}: {m}")))?;
     let r = builtins::call(name, &vals)
         .or_else(|| sprig::call(ex, name, &vals))
         .or_else(|| data::call(ex, name, &vals))
@@ -226,4 +229,65 @@ pub(super) fn call(ex: &mut Exec<'_>, line: usize, name: &str, args: &[Arg], dot
     let v = r.map_err(|m| ex.err(line, format!("error calling {name}: {m}")))?;
     super::value::check_depth(&v).map_err(|m| ex.err(line, format!("error calling {name}: {m}")))?;
     Ok(v)
+}
+
+/// The Go parameter types of the functions that have typed ones, one letter each: `s` string,
+/// `i` int, `f` float64, `b` bool, `m` map[string]interface {}, `t` time.Time, `a`
+/// interface {}; a trailing `*` repeats the last (variadic).
+fn params(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "trim" | "upper" | "lower" | "title" | "sha1sum" | "sha256sum" | "adler32sum" | "atoi" | "fromJson" | "mustFromJson" | "base"
+        | "dir" | "clean" | "ext" | "isAbs" | "osBase" | "osClean" | "osDir" | "osExt" | "osIsAbs" | "b64enc" | "b64dec" | "b32enc"
+        | "b32dec" | "fail" | "regexQuoteMeta" | "urlParse" => "s",
+        "trunc" | "repeat" | "indent" | "nindent" => "is",
+        "substr" => "iis",
+        "trimall" | "trimAll" | "trimSuffix" | "trimPrefix" | "contains" | "hasPrefix" | "hasSuffix" | "split" | "splitList"
+        | "regexMatch" | "mustRegexMatch" | "regexFind" | "mustRegexFind" | "toDate" | "mustToDate" => "ss",
+        "replace" | "regexReplaceAll" | "mustRegexReplaceAll" | "regexReplaceAllLiteral" | "mustRegexReplaceAllLiteral" => "sss",
+        "plural" => "ssi",
+        "seq" => "i*",
+        "splitn" => "sis",
+        "until" => "i",
+        "untilStep" => "iii",
+        "round" => "aif*",
+        "join" | "typeIs" | "typeIsLike" | "kindIs" | "date" => "sa",
+        "ternary" => "aab",
+        "get" | "unset" | "hasKey" => "ms",
+        "set" => "msa",
+        "pluck" => "sm*",
+        "keys" => "m*",
+        "pick" | "omit" => "ms*",
+        "values" | "urlJoin" => "m",
+        "chunk" | "mustChunk" => "ia",
+        "regexFindAll" | "mustRegexFindAll" | "regexSplit" | "mustRegexSplit" => "ssi",
+        "dateInZone" | "date_in_zone" => "sas",
+        "htmlDateInZone" => "as",
+        "dateModify" | "date_modify" | "mustDateModify" | "must_date_modify" => "st",
+        "unixEpoch" => "t",
+        "printf" => "sa*",
+        _ => return None,
+    })
+}
+
+/// Go's `call` converts every argument to its parameter's type before the function runs: the
+/// first one that does not convert fails the call, whatever the function would have done.
+fn check_params(name: &str, vals: &[A]) -> Result<(), String> {
+    let Some(sig) = params(name) else { return Ok(()) };
+    let (fixed, repeat) = match sig.strip_suffix('*') {
+        Some(f) => (f.as_bytes(), f.as_bytes().last().copied()),
+        None => (sig.as_bytes(), None),
+    };
+    for (i, a) in vals.iter().enumerate() {
+        let Some(t) = fixed.get(i).copied().or(repeat) else { break };
+        match t {
+            b's' => a.string().map(drop)?,
+            b'i' => a.int().map(drop)?,
+            b'f' => a.float().map(drop)?,
+            b'b' => a.bool().map(drop)?,
+            b'm' => a.dict().map(drop)?,
+            b't' => a.time().map(drop)?,
+            _ => {}
+        }
+    }
+    Ok(())
 }

@@ -7,7 +7,8 @@ use sha2::Digest as _;
 
 use super::super::exec::Exec;
 use super::super::gofmt;
-use super::super::value::Val;
+use super::super::gonum;
+use super::super::value::{Val, escape_text, from_go_bytes, go_bytes, lossy, nil_list};
 use super::{A, R};
 
 pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
@@ -16,23 +17,24 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
         "hello" => Ok(Val::str("Hello!")),
         "trunc" => (|| {
             let (c, s) = (a[0].int()?, s(1)?);
-            let b = s.as_bytes();
+            let b = go_bytes(&s);
             let len = b.len() as i64;
             Ok(Val::str(if c < 0 && len + c > 0 {
-                lossy(&b[(len + c) as usize..])
+                from_go_bytes(&b[(len + c) as usize..])
             } else if c >= 0 && len > c {
-                lossy(&b[..c as usize])
+                from_go_bytes(&b[..c as usize])
             } else {
-                s
+                s.clone()
             }))
         })(),
         "trim" => s(0).map(|s| Val::str(s.trim_matches(is_go_space))),
-        "upper" => s(0).map(|s| Val::str(s.to_uppercase())),
-        "lower" => s(0).map(|s| Val::str(s.to_lowercase())),
+        // Go maps rune by rune (simple case mapping), not with Unicode's special casing.
+        "upper" => s(0).map(|s| Val::str(map_runes(&s, go_upper))),
+        "lower" => s(0).map(|s| Val::str(map_runes(&s, go_lower))),
         "title" => s(0).map(|s| Val::str(title(&s))),
         "substr" => (|| {
             let (start, end, s) = (a[0].int()?, a[1].int()?, s(2)?);
-            let b = s.as_bytes();
+            let b = go_bytes(&s);
             let len = b.len() as i64;
             let (from, to) = if start < 0 {
                 (0, end)
@@ -44,7 +46,7 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
             if from < 0 || to < from || to > len {
                 return Err(format!("runtime error: slice bounds out of range [{from}:{to}]"));
             }
-            Ok(Val::str(lossy(&b[from as usize..to as usize])))
+            Ok(Val::str(from_go_bytes(&b[from as usize..to as usize])))
         })(),
         "repeat" => (|| {
             let (n, s) = (a[0].int()?, s(1)?);
@@ -87,15 +89,15 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
             Ok(Val::str(src.replace(&old, &new)))
         })(),
         "plural" => (|| Ok(Val::str(if a[2].int()? == 1 { s(0)? } else { s(1)? })))(),
-        "sha1sum" => s(0).map(|s| Val::str(hex::encode(sha1(s.as_bytes())))),
-        "sha256sum" => s(0).map(|s| Val::str(hex::encode(sha2::Sha256::digest(s.as_bytes())))),
-        "adler32sum" => s(0).map(|s| Val::str(adler32(s.as_bytes()).to_string())),
+        "sha1sum" => s(0).map(|s| Val::str(hex::encode(sha1(&go_bytes(&s))))),
+        "sha256sum" => s(0).map(|s| Val::str(hex::encode(sha2::Sha256::digest(&go_bytes(&s))))),
+        "adler32sum" => s(0).map(|s| Val::str(adler32(&go_bytes(&s)).to_string())),
         "toString" => Ok(Val::str(strval(&a[0].any()))),
-        "atoi" => s(0).map(|s| Val::Int(parse_int(&s, 10).unwrap_or(0))),
+        "atoi" => s(0).map(|s| Val::Int(gonum::parse_int(&s, 10).unwrap_or(0))),
         "int64" => Ok(Val::I64(to_int64(&a[0].any()))),
         "int" => Ok(Val::Int(to_int64(&a[0].any()))),
         "float64" => Ok(Val::F64(to_float64(&a[0].any()))),
-        "toDecimal" => Ok(Val::I64(i64::from_str_radix(&strval(&a[0].any()), 8).unwrap_or(0))),
+        "toDecimal" => Ok(Val::I64(gonum::parse_int(&strval(&a[0].any()), 8).unwrap_or(0))),
         "add1" => Ok(Val::I64(to_int64(&a[0].any()).wrapping_add(1))),
         "add" => Ok(Val::I64(a.iter().fold(0i64, |acc, x| acc.wrapping_add(to_int64(&x.any()))))),
         "sub" => Ok(Val::I64(to_int64(&a[0].any()).wrapping_sub(to_int64(&a[1].any())))),
@@ -172,17 +174,17 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
             Val::str(e)
         }),
         "isAbs" | "osIsAbs" => s(0).map(|p| Val::Bool(p.starts_with('/'))),
-        "b64enc" => s(0).map(|s| Val::str(base64::engine::general_purpose::STANDARD.encode(s))),
+        "b64enc" => s(0).map(|s| Val::str(base64::engine::general_purpose::STANDARD.encode(go_bytes(&s)))),
         "b64dec" => s(0).map(|s| {
-            Val::str(match base64::engine::general_purpose::STANDARD.decode(&s) {
-                Ok(b) => lossy(&b),
-                Err(_) => format!("illegal base64 data at input byte {}", bad_base64_at(&s)),
+            Val::str(match base64_decode(&go_bytes(&s)) {
+                Ok(b) => from_go_bytes(&b),
+                Err(at) => format!("illegal base64 data at input byte {at}"),
             })
         }),
-        "b32enc" => s(0).map(|s| Val::str(base32_encode(s.as_bytes()))),
-        "b32dec" => {
-            s(0).map(|s| Val::str(base32_decode(&s).map_or_else(|at| format!("illegal base32 data at input byte {at}"), |b| lossy(&b))))
-        }
+        "b32enc" => s(0).map(|s| Val::str(base32_encode(&go_bytes(&s)))),
+        "b32dec" => s(0).map(|s| {
+            Val::str(base32_decode(&lossy(&s)).map_or_else(|at| format!("illegal base32 data at input byte {at}"), |b| from_go_bytes(&b)))
+        }),
         "fail" => s(0).and_then(Err),
         "regexQuoteMeta" => s(0).map(|s| {
             let mut out = String::new();
@@ -210,7 +212,8 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
             let re = regex::Regex::new(&s(0)?).map_err(|e| regex_error(&e))?;
             let (text, n) = (s(1)?, a[2].int()?);
             let found: Vec<String> = go_find_all(&re, &text, n).into_iter().map(|(b, e)| text[b..e].to_owned()).collect();
-            Ok(Val::strings(found))
+            // Go's `FindAllString` returns a nil slice when nothing matched (`toJson`: null).
+            Ok(if found.is_empty() { nil_list("string") } else { Val::strings(found) })
         })(),
         "regexReplaceAll" | "mustRegexReplaceAll" | "regexReplaceAllLiteral" | "mustRegexReplaceAllLiteral" => (|| {
             let re = regex::Regex::new(&s(0)?).map_err(|e| regex_error(&e))?;
@@ -225,7 +228,7 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
         "regexSplit" | "mustRegexSplit" => (|| {
             let re = regex::Regex::new(&s(0)?).map_err(|e| regex_error(&e))?;
             let (text, n) = (s(1)?, a[2].int()?);
-            Ok(Val::strings(go_regex_split(&re, &text, n)))
+            Ok(if n == 0 { nil_list("string") } else { Val::strings(go_regex_split(&re, &text, n)) })
         })(),
         _ => return None,
     })
@@ -243,9 +246,52 @@ pub(super) fn limit(ex: &Exec<'_>, bytes: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// Bytes as a string (Go strings may hold invalid UTF-8; they are replaced here).
-fn lossy(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+/// Go's `strings.Map(f, s)`: bytes that are not UTF-8 become U+FFFD.
+fn map_runes(s: &str, f: fn(char) -> char) -> String {
+    let text = lossy(s);
+    escape_text(&text.chars().map(f).collect::<String>()).into_owned()
+}
+
+/// `unicode.ToUpper`: the simple mapping (`ß` stays, `ᾳ` is `ᾼ`).
+fn go_upper(c: char) -> char {
+    let mut it = c.to_uppercase();
+    match (it.next(), it.next()) {
+        (Some(u), None) => u,
+        // Characters whose full mapping has several: Greek with a subscript iota map to the
+        // titlecase letter; the others (`ß`, `ŉ`, ligatures, ...) to themselves.
+        _ => match c as u32 {
+            0x1F80..=0x1F87 | 0x1F90..=0x1F97 | 0x1FA0..=0x1FA7 => char::from_u32(c as u32 + 8).unwrap_or(c),
+            0x1FB3 => '\u{1FBC}',
+            0x1FC3 => '\u{1FCC}',
+            0x1FF3 => '\u{1FFC}',
+            _ => c,
+        },
+    }
+}
+
+/// `unicode.ToLower`: the simple mapping (`İ` is `i`).
+fn go_lower(c: char) -> char {
+    let mut it = c.to_lowercase();
+    match (it.next(), it.next()) {
+        (Some(l), None) => l,
+        _ => match c {
+            '\u{130}' => 'i',
+            _ => c,
+        },
+    }
+}
+
+/// `unicode.ToTitle`: the simple titlecase mapping, the uppercase one except for the digraphs
+/// (`ǆ` is `ǅ`) and Georgian Mkhedruli (which has none).
+fn go_title(c: char) -> char {
+    match c as u32 {
+        0x1C4..=0x1C6 => '\u{1C5}',
+        0x1C7..=0x1C9 => '\u{1C8}',
+        0x1CA..=0x1CC => '\u{1CB}',
+        0x1F1..=0x1F3 => '\u{1F2}',
+        0x10D0..=0x10FA | 0x10FD..=0x10FF => c,
+        _ => go_upper(c),
+    }
 }
 
 fn is_go_space(c: char) -> bool {
@@ -273,122 +319,65 @@ fn title(s: &str) -> String {
     };
     let mut prev = ' ';
     let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if sep(prev) {
-            out.extend(c.to_uppercase());
-        } else {
-            out.push(c);
-        }
+    for c in lossy(s).chars() {
+        out.push(if sep(prev) { go_title(c) } else { c });
         prev = c;
     }
-    out
+    escape_text(&out).into_owned()
 }
 
-/// `strconv.ParseInt(s, base, 64)` with Go's base-0 prefixes and underscores.
-pub(super) fn parse_int(s: &str, base: u32) -> Option<i64> {
-    let (neg, body) = match s.as_bytes().first() {
-        Some(b'-') => (true, &s[1..]),
-        Some(b'+') => (false, &s[1..]),
-        _ => (false, s),
-    };
-    if body.is_empty() {
-        return None;
-    }
-    let (radix, digits, prefixed) = if base != 0 {
-        (base, body, false)
-    } else {
-        let l = body.to_ascii_lowercase();
-        if l.starts_with("0x") {
-            (16, &body[2..], true)
-        } else if l.starts_with("0o") {
-            (8, &body[2..], true)
-        } else if l.starts_with("0b") {
-            (2, &body[2..], true)
-        } else if body.len() > 1 && body.starts_with('0') {
-            (8, &body[1..], true)
-        } else {
-            (10, body, false)
-        }
-    };
-    if base == 0 && (digits.contains("__") || digits.ends_with('_') || (!prefixed && digits.starts_with('_'))) {
-        return None;
-    }
-    if base != 0 && digits.contains('_') {
-        return None;
-    }
-    let clean = if base == 0 { digits.replace('_', "") } else { digits.to_owned() };
-    if clean.is_empty() || clean.starts_with(['+', '-']) {
-        return None;
-    }
-    let u = u64::from_str_radix(&clean, radix).ok()?;
-    if neg { if u > 1 << 63 { None } else { Some((u as i64).wrapping_neg()) } } else { i64::try_from(u).ok() }
-}
-
-/// spf13/cast's `ToInt64`: numbers truncated, strings parsed as Go literals (`"3.0"` too),
-/// booleans 1/0, anything else 0.
+/// slim-sprig's `toInt64`: numbers truncated, strings as `strconv.ParseInt(s, 10, 64)` (0 when
+/// they do not parse), booleans 1/0, anything else 0.
 pub(super) fn to_int64(v: &Val) -> i64 {
     match v {
         Val::Int(i) | Val::I64(i) => *i,
-        Val::F64(f) => go_f64_to_i64(*f),
-        Val::Str(s) => parse_int(trim_zero_decimal(s), 0).unwrap_or(0),
+        Val::F64(f) => gonum::f64_to_i64(*f),
+        Val::Str(s) => gonum::parse_int(s, 10).unwrap_or(0),
         Val::Bool(b) => i64::from(*b),
         _ => 0,
     }
 }
 
-/// Go's float-to-int conversion on amd64: out-of-range and NaN give the minimum int64.
-fn go_f64_to_i64(f: f64) -> i64 {
-    // 2^63 is exactly representable; every float below it and at least -2^63 converts.
-    const LIMIT: f64 = 9_223_372_036_854_775_808.0;
-    if (-LIMIT..LIMIT).contains(&f) { f as i64 } else { i64::MIN }
-}
-
-fn trim_zero_decimal(s: &str) -> &str {
-    let b = s.as_bytes();
-    let mut found_zero = false;
-    for i in (1..=b.len()).rev() {
-        match b[i - 1] {
-            b'.' if found_zero => return &s[..i - 1],
-            b'.' => {}
-            b'0' => found_zero = true,
-            _ => return s,
-        }
-    }
-    s
-}
-
-/// spf13/cast's `ToFloat64`.
+/// slim-sprig's `toFloat64`: strings as `strconv.ParseFloat` reads them (hex floats, `_`
+/// separators, `Inf`; 0 when they do not parse or are out of range).
 pub(super) fn to_float64(v: &Val) -> f64 {
     match v {
         Val::Int(i) | Val::I64(i) => *i as f64,
         Val::F64(f) => *f,
-        Val::Str(s) => parse_float(s).unwrap_or(0.0),
+        Val::Str(s) => gonum::parse_float(s).unwrap_or(0.0),
         Val::Bool(b) => f64::from(u8::from(*b)),
         _ => 0.0,
     }
 }
 
-/// `strconv.ParseFloat(s, 64)` for decimal input (and Go's spellings of infinity and NaN).
-pub(super) fn parse_float(s: &str) -> Option<f64> {
-    let body = s.strip_prefix(['+', '-']).unwrap_or(s);
-    let lower = body.to_ascii_lowercase();
-    if !matches!(lower.as_str(), "inf" | "infinity" | "nan")
-        && !body.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'))
-    {
-        return None;
-    }
-    if lower == "nan" && body.len() != s.len() {
-        return None;
-    }
-    s.parse().ok()
-}
-
+/// `math.Max`: +Inf wins over NaN, and +0 over -0.
 fn go_max(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) }
+    if a == f64::INFINITY || b == f64::INFINITY {
+        f64::INFINITY
+    } else if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a == 0.0 && a == b {
+        if a.is_sign_negative() { b } else { a }
+    } else if a > b {
+        a
+    } else {
+        b
+    }
 }
 
+/// `math.Min`: -Inf wins over NaN, and -0 over +0.
 fn go_min(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() { f64::NAN } else { a.min(b) }
+    if a == f64::NEG_INFINITY || b == f64::NEG_INFINITY {
+        f64::NEG_INFINITY
+    } else if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a == 0.0 && a == b {
+        if a.is_sign_negative() { a } else { b }
+    } else if a < b {
+        a
+    } else {
+        b
+    }
 }
 
 fn ints(v: Vec<i64>) -> Val {
@@ -621,17 +610,70 @@ fn base32_decode(s: &str) -> Result<Vec<u8>, usize> {
     Ok(out)
 }
 
-/// Where Go's base64 decoder reports bad input: the first byte outside the alphabet, else the
-/// start of the incomplete final quantum.
-fn bad_base64_at(s: &str) -> usize {
-    let ok = |b: u8| b.is_ascii_alphanumeric() || b == b'+' || b == b'/';
-    let b = s.as_bytes();
-    let data_end = b.iter().position(|c| *c == b'=').unwrap_or(b.len());
-    if let Some(i) = b[..data_end].iter().position(|c| !ok(*c) && *c != b'\n' && *c != b'\r') {
-        return i;
+/// `base64.StdEncoding.DecodeString`: the bytes, or the offset Go's error reports (newlines are
+/// skipped; after the padding only newlines may follow).
+fn base64_decode(src: &[u8]) -> Result<Vec<u8>, usize> {
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    };
+    let newline = |c: u8| c == b'\n' || c == b'\r';
+    let mut out = Vec::with_capacity(src.len() / 4 * 3);
+    let mut si = 0;
+    while si < src.len() {
+        let mut quantum = [0u8; 4];
+        let (mut j, mut len, mut trailing) = (0, 4, None);
+        while j < 4 {
+            if si == src.len() {
+                if j == 0 {
+                    return Ok(out);
+                }
+                return Err(si - j);
+            }
+            let c = src[si];
+            si += 1;
+            if let Some(v) = val(c) {
+                quantum[j] = v;
+                j += 1;
+                continue;
+            }
+            if newline(c) {
+                continue;
+            }
+            if c != b'=' || j < 2 {
+                return Err(si - 1);
+            }
+            if j == 2 {
+                // "==": the second one must follow (after newlines).
+                while si < src.len() && newline(src[si]) {
+                    si += 1;
+                }
+                if si == src.len() {
+                    return Err(src.len());
+                }
+                if src[si] != b'=' {
+                    return Err(si - 1);
+                }
+                si += 1;
+            }
+            while si < src.len() && newline(src[si]) {
+                si += 1;
+            }
+            if si < src.len() {
+                trailing = Some(si);
+            }
+            len = j;
+            break;
+        }
+        let v = u32::from(quantum[0]) << 18 | u32::from(quantum[1]) << 12 | u32::from(quantum[2]) << 6 | u32::from(quantum[3]);
+        out.extend_from_slice(&[(v >> 16) as u8, (v >> 8) as u8, v as u8][..len - 1]);
+        if let Some(at) = trailing {
+            return Err(at);
+        }
     }
-    if data_end < b.len() {
-        return data_end.min(b.len().saturating_sub(1));
-    }
-    b.len() / 4 * 4
+    Ok(out)
 }
