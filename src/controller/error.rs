@@ -35,7 +35,7 @@ pub enum Error {
     },
     /// The apply-started status could not be written: nothing was applied (the status must
     /// never claim the old release while the new one goes in).
-    #[error("cannot record on ClusterSync {cluster} that the apply of {tag} started: {}; nothing was applied", kube_error(.source))]
+    #[error("cannot record on ClusterSync {cluster} that the apply of {tag} started: {}{}; nothing was applied", kube_error(.source), crd_hint(.source))]
     WriteProgress {
         cluster: ClusterKey,
         tag: String,
@@ -46,6 +46,14 @@ pub enum Error {
     /// ClusterSync.
     #[error("{cluster}: {reason:?}: {message}")]
     Sync { cluster: ClusterKey, reason: Reason, message: String, transient: bool },
+}
+
+/// A 404 on a ClusterSync write means its CRD is missing: say how to install it.
+fn crd_hint(e: &kube::Error) -> &'static str {
+    match e {
+        kube::Error::Api(s) if s.code == 404 => " (are the CRDs installed? kubectl apply -f deploy/crds/)",
+        _ => "",
+    }
 }
 
 impl Error {

@@ -199,6 +199,18 @@ async fn cut_watches_and_a_failing_management_api_stopped_the_controller() {
     daemon.stop().await;
 }
 
+/// The value of `series` in the daemon's `/metrics` (0 when absent or not listening yet).
+async fn metric(daemon: &Daemon, series: &str) -> f64 {
+    let log = daemon.log();
+    let Some(addr) = log.lines().find(|l| l.contains("admin listener")).and_then(|l| l.split("addr=").nth(1)?.split_whitespace().next())
+    else {
+        return 0.0;
+    };
+    let Ok(resp) = reqwest::get(format!("http://{addr}/metrics")).await else { return 0.0 };
+    let text = resp.text().await.unwrap_or_default();
+    text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
+}
+
 /// The apply-started status write of alpha's ClusterSync.
 fn status_writes() -> FaultRule {
     FaultRule::new().verb("patch").path("/clustersyncs/alpha/status")
@@ -236,6 +248,13 @@ async fn refused_status_write(fault: FaultRule, target_extra: &str) {
         "no StatusWriteFailed event: {:?}",
         list.items.iter().map(|e| (&e.reason, &e.note)).collect::<Vec<_>>()
     );
+
+    // The daemon retries with backoff and counts each refusal in the metrics.
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    let series = "stacksync_reconciles_total{subscription=\"\",result=\"error\",reason=\"WriteProgress\"}";
+    daemon.eventually("a WriteProgress error counted", Duration::from_secs(60), async || metric(&daemon, series).await >= 2.0).await;
+    assert_eq!(env.workloads[0].stats().total_writes(), writes, "the daemon applied v2 although its status could not be written");
+    daemon.stop().await;
 
     // Once the status can be written, v2 goes in and only then is reported.
     env.mgmt.faults().clear();

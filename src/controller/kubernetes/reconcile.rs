@@ -166,12 +166,13 @@ async fn reconcile_in(
         Err(source) => {
             // What was done is reported (`run --once` counts it), but not as ready: the record
             // is not written. The apply-started status written before says the truth meanwhile.
+            let error = Error::WriteStatus { cluster: key, source };
             let mut status = status;
             status.ready = false;
             status.reason = Reason::TransientError;
-            status.message = format!("the ClusterSync could not be written ({}); retried with backoff", kube_error(&source));
+            status.message = format!("{error}; retried with backoff");
             let report = ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes };
-            return Ok(Some(Reconciled { report, outcome: Err(Error::WriteStatus { cluster: key, source }) }));
+            return Ok(Some(Reconciled { report, outcome: Err(error) }));
         }
     };
     kube.events.cluster_sync(&key.namespace, &key.name, uid, events);
