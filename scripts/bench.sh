@@ -7,6 +7,8 @@
 #   - benches/peers.rs: asset verify/download, git clone/poll/incremental fetch, 300-object apply,
 #     cluster-stack render for 500 Clusters vs 500 `helm template` runs.
 #   - tests/admin.rs push_to_applied_latency (an ignored test): webhook push-to-applied p50/p99.
+#   - with BENCH_FUZZ_TEMPLATES=COUNT: a long run of the values-template fuzzer against Go
+#     (scripts/fuzz-templates.sh, seed BENCH_FUZZ_SEED, default 1): agreement per seed.
 # Every case lands in target/bench/results.json (BENCH_OUT) with ours, peer, ratio, unit and the
 # environment (nproc, load average, tool versions).
 # BENCH_SIZES (default 100,1000,5000) chooses the fleet sizes; kubectl runs up to
@@ -43,5 +45,8 @@ cargo bench --locked --bench fleet -- \
 if [ -z "${BENCH_FLEET_ONLY:-}" ]; then
   PATH="$tools/bin:$PATH" cargo bench --locked --bench peers
   PATH="$tools/bin:$PATH" cargo test --release --locked --test admin push_to_applied_latency -- --ignored --nocapture
+fi
+if [ -n "${BENCH_FUZZ_TEMPLATES:-}" ]; then
+  scripts/fuzz-templates.sh "${BENCH_FUZZ_SEED:-1}" "$BENCH_FUZZ_TEMPLATES"
 fi
 echo "results: $out"

