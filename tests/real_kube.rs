@@ -199,3 +199,39 @@ async fn the_daemon_syncs_a_new_cluster_its_events_show_in_kubectl_and_gc_remove
     daemon.stop().await;
     t.delete().await;
 }
+
+/// deploy/ installed for real with `kubectl apply -k`: the Deployment's pods are scheduled and
+/// Running (kwok), and a pass made with the ServiceAccount's own permissions (the admin
+/// certificate impersonating `system:serviceaccount:stacksync-system:stacksync`, judged by the
+/// real RBAC authorizer) syncs a Cluster — deploy/rbac.yaml is enough, and nothing needs more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_installs_with_kubectl_its_pods_run_and_its_rbac_is_enough_for_a_pass() {
+    let Some(t) = Tenant::new("deploy").await else { return };
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let out = t.kubectl(&["apply", "-k", &deploy.display().to_string()]);
+    assert!(out.status.success(), "kubectl apply -k deploy/: {}", String::from_utf8_lossy(&out.stderr));
+    let out = t.kubectl(&["rollout", "status", "deployment/stacksync", "-n", "stacksync-system", "--timeout=120s"]);
+    assert!(out.status.success(), "rollout: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let pods: Api<Pod> = Api::namespaced(t.client(), "stacksync-system");
+    let running = pods.list(&Default::default()).await.expect("pods").items;
+    let running = running.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).count();
+    assert!(running >= 2, "{running} stacksync pods Running");
+
+    // The ServiceAccount's permissions, as the real authorizer grants them.
+    let mut kubeconfig: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(t.kubeconfig()).expect("kubeconfig")).expect("json");
+    kubeconfig["users"][0]["user"]["as"] = json!("system:serviceaccount:stacksync-system:stacksync");
+    let as_sa = t.dir.path().join("serviceaccount.kubeconfig");
+    std::fs::write(&as_sa, kubeconfig.to_string()).expect("write");
+    let denied = t.kubectl(&["--kubeconfig", &as_sa.display().to_string(), "get", "configmaps", "-n", "kube-system"]);
+    assert!(!denied.status.success(), "the ServiceAccount may not read ConfigMaps of the management cluster");
+    t.repo.release("v1.0.0", &[("manifests/addons.yaml", &addons(""))]);
+    t.add_cluster("alpha").await;
+    let config = t.config("    healthTimeout: 2m\n", "");
+    let text = std::fs::read_to_string(&config).expect("config").replace(&t.kubeconfig().display().to_string(), &as_sa.display().to_string());
+    std::fs::write(&config, text).expect("config");
+    let o = common::run_once(&config).await;
+    common::assert_exit(&o, 0);
+    assert_eq!(t.ready("alpha").await.expect("ClusterSync").0, "True", "{}", common::stderr(&o));
+    assert!(!common::stderr(&o).contains("forbidden"), "{}", common::stderr(&o));
+    t.delete().await;
+}
