@@ -78,6 +78,8 @@ fn subscription_changes(o: &Subscription, n: &Subscription) -> Vec<String> {
         match n.clusters.iter().find(|x| x.name == c.name && x.namespace == c.namespace) {
             None => out.push(format!("cluster {}/{} removed", c.namespace, c.name)),
             Some(x) if x.values != c.values => out.push(format!("cluster {}/{}: values changed", c.namespace, c.name)),
+            // `cluster`, `controlPlane`, `infraCluster`: what values templates read.
+            Some(x) if x.objects != c.objects => out.push(format!("cluster {}/{}: cluster objects changed", c.namespace, c.name)),
             Some(_) => {}
         }
     }

@@ -99,3 +99,68 @@ async fn unwritable_status_file_reported_the_old_release_while_the_new_one_was_w
     assert_exit(&run_once(&config).await, 0);
     assert!(std::fs::read_to_string(&applied).unwrap().contains("extra: two"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_stacks_sharing_a_namespace_are_synced_by_the_daemon_one_subscription_at_a_time() {
+    // Two cluster-stack subscriptions with clusters in team-a, one on v2, one on v3: each syncs
+    // on its own, and the namespace's cluster-class/ keeps the ClusterClass objects of both (a
+    // sync of one never prunes the other's).
+    let dir = tempfile::tempdir().unwrap();
+    let repo = ReleaseRepo::create(dir.path(), "stacks").unwrap();
+    crate::common::fleet::publish(&repo, "docker-ferrol-1-27-v2");
+    crate::common::fleet::publish(&repo, "docker-ferrol-1-27-v3");
+    let cluster = |name: &str, host: &str| {
+        format!(
+            "      - name: {name}\n        namespace: team-a\n        cluster:\n          spec:\n            controlPlaneEndpoint: {{host: {host}, port: 6443}}\n            clusterNetwork: {{pods: {{cidrBlocks: [10.1.0.0/16]}}}}\n"
+        )
+    };
+    let sub = |name: &str, version: &str, clusters: &str| {
+        format!(
+            "  - name: {name}\n    source: stacks\n    stack: docker-ferrol-1-27\n    format: clusterstack\n    version: \"{version}\"\n    interval: 1h\n    clusters:\n{clusters}"
+        )
+    };
+    let text = |alpha_host: &str| {
+        format!(
+            "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nhelm:\n  path: {helm}\nsources:\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n{one}{two}target:\n  directory: {out}\n",
+            cache = dir.path().join("cache").display(),
+            helm = crate::common::helm_path().display(),
+            url = repo.file_url(),
+            one = sub("one", "v2", &cluster("alpha", alpha_host)),
+            two = sub("two", "v3", &cluster("beta", "beta.example.test")),
+            out = dir.path().join("out").display(),
+        )
+    };
+    let conf = dir.path().join("conf");
+    std::fs::create_dir(&conf).unwrap();
+    let path = conf.join("stacksync.yaml");
+    std::fs::write(&path, text("alpha.example.test")).unwrap();
+    let out = dir.path().join("out");
+    let files = |d: &str| std::fs::read_dir(out.join(d)).map(|r| r.count()).unwrap_or(0);
+    let classes = || {
+        let names: Vec<String> = std::fs::read_dir(out.join("team-a/cluster-class"))
+            .map(|r| r.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        let has = |v: &str| names.iter().any(|n| n.ends_with(&format!("-clusterclass-docker-ferrol-1-27-{v}.yaml")));
+        has("v2") && has("v3")
+    };
+    let ms = out.join("team-a/alpha/03-deployment-metrics-server.yaml");
+
+    let daemon = Daemon::start(&path, dir.path().join("daemon.log"));
+    daemon
+        .eventually("both subscriptions synced", Duration::from_secs(60), async || {
+            classes() && files("team-a/alpha") > 0 && files("team-a/beta") > 0
+        })
+        .await;
+    // An edit of `one` re-syncs it alone; `two`'s objects in cluster-class/ stay.
+    let tmp = conf.join("stacksync.yaml.tmp");
+    std::fs::write(&tmp, text("alpha-2.example.test")).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    daemon
+        .eventually("the edit of `one` applied", Duration::from_secs(30), async || {
+            std::fs::read_to_string(&ms).is_ok_and(|t| t.contains("alpha-2.example.test"))
+        })
+        .await;
+    assert!(classes(), "a sync of `one` pruned the ClusterClass of `two`");
+    assert!(files("team-a/beta") > 0);
+    daemon.stop().await;
+}

@@ -327,6 +327,11 @@ pub(super) async fn record_release(
 ) {
     let api: Api<StackRelease> = Api::all(mgmt.clone());
     let name = release_name(&sub.name, &rel.tag);
+    let failing = class.map_or(0, |c| c.changes.entries.iter().filter(|e| !e.is_synced()).count());
+    if failing > MAX_ENTRIES {
+        // A cap that changes what a user sees: said where the operator looks.
+        warn!(release = %name, cap = MAX_ENTRIES, more = failing - MAX_ENTRIES, "the StackRelease lists the first {MAX_ENTRIES} ClusterClass objects that are not synced; the others are not listed");
+    }
     let status = StackReleaseStatus {
         version: rel.version.to_string(),
         commit: rel.commit.clone(),
