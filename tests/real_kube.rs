@@ -4,7 +4,8 @@
 //! server and the real controllers: server-side apply and its managedFields, defaulting,
 //! Deployments becoming Available (a ClusterSync is Ready because the Deployment really is),
 //! garbage collection of a deleted Cluster's ClusterSync, Events as `kubectl get events` shows
-//! them, printer columns as `kubectl get` prints them. Faults and request counting stay on
+//! them, printer columns as `kubectl get` prints them, deploy/ and its RBAC installed for real,
+//! and examples/kubernetes run as a user runs it. Faults and request counting stay on
 //! testkit's API server (tests/controller.rs, tests/kubernetes_target.rs, tests/apply_kube/).
 //! Cluster API is played by the test.
 //!
@@ -56,7 +57,9 @@ async fn a_cluster_sync_is_ready_because_its_deployment_really_became_available(
     let d = deployments.get("ccm-alpha").await.expect("Deployment");
     let st = d.status.expect("status");
     assert_eq!(st.available_replicas, Some(1));
-    assert!(st.conditions.unwrap_or_default().iter().any(|c| c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True")));
+    assert!(
+        st.conditions.unwrap_or_default().iter().any(|c| c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True"))
+    );
     let pods: Api<Pod> = Api::namespaced(t.client(), &t.ns);
     let running = pods.list(&Default::default()).await.expect("pods").items;
     assert!(
@@ -169,9 +172,7 @@ async fn the_daemon_syncs_a_new_cluster_its_events_show_in_kubectl_and_gc_remove
     let daemon = Daemon::start(&config, t.dir.path().join("daemon.log"));
     t.add_cluster("alpha").await;
     let took = daemon
-        .eventually("ClusterSync alpha Ready", Duration::from_secs(90), async || {
-            t.ready("alpha").await.is_some_and(|(s, _)| s == "True")
-        })
+        .eventually("ClusterSync alpha Ready", Duration::from_secs(90), async || t.ready("alpha").await.is_some_and(|(s, _)| s == "True"))
         .await;
     eprintln!("a new Cluster was Ready (Deployment Available) {:.1}s after it appeared", took.as_secs_f64());
 
@@ -183,7 +184,8 @@ async fn the_daemon_syncs_a_new_cluster_its_events_show_in_kubectl_and_gc_remove
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
             v["items"].as_array().is_some_and(|items| {
                 items.iter().any(|e| {
-                    e["involvedObject"]["kind"] == "ClusterSync" && e["reportingComponent"].as_str().is_some_and(|c| c.contains("stacksync"))
+                    e["involvedObject"]["kind"] == "ClusterSync"
+                        && e["reportingComponent"].as_str().is_some_and(|c| c.contains("stacksync"))
                 })
             })
         })
@@ -218,7 +220,8 @@ async fn deploy_installs_with_kubectl_its_pods_run_and_its_rbac_is_enough_for_a_
     assert!(running >= 2, "{running} stacksync pods Running");
 
     // The ServiceAccount's permissions, as the real authorizer grants them.
-    let mut kubeconfig: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(t.kubeconfig()).expect("kubeconfig")).expect("json");
+    let mut kubeconfig: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(t.kubeconfig()).expect("kubeconfig")).expect("json");
     kubeconfig["users"][0]["user"]["as"] = json!("system:serviceaccount:stacksync-system:stacksync");
     let as_sa = t.dir.path().join("serviceaccount.kubeconfig");
     std::fs::write(&as_sa, kubeconfig.to_string()).expect("write");
@@ -227,11 +230,58 @@ async fn deploy_installs_with_kubectl_its_pods_run_and_its_rbac_is_enough_for_a_
     t.repo.release("v1.0.0", &[("manifests/addons.yaml", &addons(""))]);
     t.add_cluster("alpha").await;
     let config = t.config("    healthTimeout: 2m\n", "");
-    let text = std::fs::read_to_string(&config).expect("config").replace(&t.kubeconfig().display().to_string(), &as_sa.display().to_string());
+    let text =
+        std::fs::read_to_string(&config).expect("config").replace(&t.kubeconfig().display().to_string(), &as_sa.display().to_string());
     std::fs::write(&config, text).expect("config");
     let o = common::run_once(&config).await;
     common::assert_exit(&o, 0);
     assert_eq!(t.ready("alpha").await.expect("ClusterSync").0, "True", "{}", common::stderr(&o));
     assert!(!common::stderr(&o).contains("forbidden"), "{}", common::stderr(&o));
     t.delete().await;
+}
+
+/// `examples/kubernetes/run.sh` as a user runs it: two real control planes, a Cluster, one
+/// pass that waits until the addons' Deployment is really Available, and everything stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubernetes_example_syncs_a_cluster_on_two_real_control_planes() {
+    if !testkit::kube::available() {
+        assert!(std::env::var_os("CI").is_none(), "the real control plane is not built (scripts/build-realkube.sh)");
+        eprintln!("SKIPPED: the real control plane is not built (scripts/build-realkube.sh)");
+        return;
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let stacksync = std::path::Path::new(env!("CARGO_BIN_EXE_stacksync"));
+    let testkit_bin = stacksync.with_file_name("testkit");
+    if !testkit_bin.exists() {
+        assert!(std::env::var_os("CI").is_none(), "{} is not built (cargo test --workspace builds it)", testkit_bin.display());
+        eprintln!("SKIPPED: {} is not built (cargo build -p testkit)", testkit_bin.display());
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let copy = tmp.path().join("kubernetes");
+    let cp = std::process::Command::new("cp").arg("-R").arg(root.join("examples/kubernetes")).arg(&copy).status().expect("cp");
+    assert!(cp.success());
+    let _ = std::fs::remove_dir_all(copy.join(".work"));
+    // run.sh finds the repository two levels up: link the parts it reads.
+    let fake_root = tmp.path();
+    for part in ["scripts", "testdata", "deploy"] {
+        std::os::unix::fs::symlink(root.join(part), fake_root.join(part)).expect("symlink");
+    }
+    std::fs::create_dir_all(fake_root.join("examples")).expect("examples");
+    std::os::unix::fs::symlink(root.join("examples/manifests"), fake_root.join("examples/manifests")).expect("symlink");
+    let examples_copy = fake_root.join("examples/kubernetes");
+    std::fs::rename(&copy, &examples_copy).expect("move the copy under examples/");
+    let run = tokio::process::Command::new("bash")
+        .arg(examples_copy.join("run.sh"))
+        .env("STACKSYNC_BIN", stacksync)
+        .env("TESTKIT_BIN", &testkit_bin)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(400), run).await.expect("the example in time").expect("bash runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the example failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("clusters ready"), "{stdout}");
+    let deployments = stdout.lines().find(|l| l.starts_with("deployment.apps/")).unwrap_or_default();
+    assert!(deployments.contains("1/1"), "the addon Deployment is Available: {stdout}");
+    assert!(stdout.contains("Running"), "{stdout}");
 }
