@@ -249,16 +249,9 @@ async fn every_dashboard_query_evaluates_on_prometheus_scraping_stacksync() {
     if !have(PROMETHEUS) {
         return;
     }
-    // Three Clusters on v3 with their workload clusters, and one whose kubeconfig never comes.
-    let env = Env::new(3).await;
+    let env = Env::new(4).await;
     let client = reqwest::Client::new();
     publish(&env, "v3", "v1.27.3");
-    for i in 0..3 {
-        let name = format!("c{i:02}");
-        env.add_cluster(&name, &format!("{STACK}-v3"), true).await;
-        env.add_kubeconfig(&name, i).await;
-    }
-    env.add_cluster("lost", &format!("{STACK}-v3"), true).await;
     let secret = env.dir.path().join("github-secret");
     std::fs::write(&secret, opsenv::SECRET).expect("secret");
     let config = env.config(
@@ -280,6 +273,24 @@ async fn every_dashboard_query_evaluates_on_prometheus_scraping_stacksync() {
         })
         .await;
     let base = format!("http://{addr}");
+    // Prometheus scrapes from the start, before there are Clusters: the fleet's first sync is in
+    // its data (and the picture).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules = write_rules(dir.path());
+    let prometheus = Prometheus::start(dir.path(), &addr, &rules).await;
+    prometheus
+        .eventually("a scrape of stacksync", Duration::from_secs(30), async || {
+            prometheus.query("up{job=\"stacksync\"} == 1").await.is_ok_and(|r| !r.is_empty())
+        })
+        .await;
+    // Three Clusters on v3 with their workload clusters, and one whose kubeconfig does not come
+    // (its workload cluster is the fourth: only the picture's run gives it, half-way).
+    for i in 0..3 {
+        let name = format!("c{i:02}");
+        env.add_cluster(&name, &format!("{STACK}-v3"), true).await;
+        env.add_kubeconfig(&name, i).await;
+    }
+    env.add_cluster("lost", &format!("{STACK}-v3"), true).await;
     daemon
         .eventually("the fleet on v3", Duration::from_secs(60), async || {
             let mut ready = 0;
@@ -298,9 +309,6 @@ async fn every_dashboard_query_evaluates_on_prometheus_scraping_stacksync() {
             scrape(&base).await.contains("stacksync_rollout_pause_reason{subscription=\"ferrol\",reason=\"WaveTimeout\"} 1")
         })
         .await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rules = write_rules(dir.path());
-    let prometheus = Prometheus::start(dir.path(), &addr, &rules).await;
     // Enough scrapes for a rate over a minute: five, after the target is up.
     prometheus
         .eventually("five scrapes of stacksync", Duration::from_secs(60), async || {
@@ -397,10 +405,15 @@ async fn every_dashboard_query_evaluates_on_prometheus_scraping_stacksync() {
 
     if let Some(png) = std::env::var_os("STACKSYNC_DASHBOARD_PNG") {
         let seconds: u64 = std::env::var("STACKSYNC_DASHBOARD_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-        let until = Instant::now() + Duration::from_secs(seconds);
-        // Some traffic while the picture's time range fills: a signed ping now and then.
-        let mut n = 0;
+        let (begin, until) = (Instant::now(), Instant::now() + Duration::from_secs(seconds));
+        // Some traffic while the picture's time range fills: a signed ping now and then, and the
+        // lost Cluster's kubeconfig half-way.
+        let (mut n, mut found) = (0, false);
         while Instant::now() < until {
+            if !found && begin.elapsed() > Duration::from_secs(seconds / 2) {
+                env.add_kubeconfig("lost", 3).await;
+                found = true;
+            }
             n += 1;
             let body = br#"{"zen":"Half measures are as bad as nothing at all."}"#;
             let _ = client
