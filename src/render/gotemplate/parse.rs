@@ -376,6 +376,15 @@ fn lex_char(s: &str) -> Option<(char, usize)> {
     let end = s[1..].find('\'').map(|e| e + 1)?;
     let end = if s[1..].starts_with("\\'") { s[3..].find('\'').map(|e| e + 3)? } else { end };
     let body = &s[1..end];
+    // In a character constant `\xNN` and `\NNN` are the code point, not a byte.
+    let numeric = match body.as_bytes() {
+        [b'\\', b'x', h @ ..] if h.len() == 2 => u32::from_str_radix(&body[2..], 16).ok(),
+        [b'\\', o @ ..] if o.len() == 3 && o.iter().all(|c| (b'0'..=b'7').contains(c)) => u32::from_str_radix(&body[1..], 8).ok(),
+        _ => None,
+    };
+    if let Some(v) = numeric {
+        return char::from_u32(v).filter(|_| v < 256).map(|c| (c, end + 1));
+    }
     let quoted = format!("\"{}\"", if body == "\"" { "\\\"" } else { body });
     let (v, _) = lex_quoted(&quoted)?;
     let mut chars = v.chars();

@@ -89,7 +89,8 @@ impl Val {
                 None => Val::F64(n.as_f64().unwrap_or(0.0)),
             },
             Value::String(s) => Val::str(escape_text(s)),
-            Value::Array(a) => Val::list(a.iter().map(Val::from_json).collect()),
+            // encoding/json appends the elements one by one to an empty slice.
+            Value::Array(a) => appended(a.iter().map(Val::from_json).collect(), IFACE, 0),
             Value::Object(m) => Val::map(m.iter().map(|(k, v)| (escape_text(k).into_owned(), Val::from_json(v))).collect()),
         }
     }
@@ -332,5 +333,86 @@ pub fn lossy(s: &str) -> std::borrow::Cow<'_, str> {
     match String::from_utf8_lossy(&go_bytes(s)) {
         std::borrow::Cow::Borrowed(t) => std::borrow::Cow::Owned(t.to_owned()),
         std::borrow::Cow::Owned(t) => std::borrow::Cow::Owned(t),
+    }
+}
+
+thread_local! {
+    /// The elements between length and capacity of the slices that have some, by the address of
+    /// their items (the registry holds them, so an address is never reused while registered).
+    /// Only sprig's `slice` reads them: Go slices up to the capacity. Executions run on their
+    /// own thread, so the registry ends with the execution.
+    static SPARE: RefCell<std::collections::HashMap<usize, (Rc<Vec<Val>>, Vec<Val>)>> = RefCell::default();
+}
+
+/// A slice of `items` whose capacity holds `spare` more.
+pub fn with_spare(items: Vec<Val>, elem: &'static str, spare: Vec<Val>) -> Val {
+    let items = Rc::new(items);
+    if !spare.is_empty() {
+        SPARE.with(|s| s.borrow_mut().insert(Rc::as_ptr(&items) as usize, (items.clone(), spare)));
+    }
+    Val::List(items, elem)
+}
+
+/// A slice of `items` built by appending them one by one to an empty slice, or to `start`
+/// (the capacity of the slice the appends began with), as Go grows it.
+pub fn appended(items: Vec<Val>, elem: &'static str, start: usize) -> Val {
+    let mut cap = start;
+    for len in 0..items.len() {
+        if len + 1 > cap {
+            cap = grow(len + 1, cap, elem);
+        }
+    }
+    let spare = vec![zero(elem); cap.saturating_sub(items.len())];
+    with_spare(items, elem, spare)
+}
+
+/// The elements past the length of `l` up to its capacity.
+pub fn spare_of(l: &Rc<Vec<Val>>) -> Vec<Val> {
+    SPARE.with(|s| s.borrow().get(&(Rc::as_ptr(l) as usize)).map(|(_, v)| v.clone()).unwrap_or_default())
+}
+
+/// The zero value of a slice element type.
+pub fn zero(elem: &str) -> Val {
+    match elem {
+        "string" => Val::str(""),
+        "int" => Val::Int(0),
+        _ => Val::Nil,
+    }
+}
+
+/// Go's `growslice`: the capacity after appending up to `new_len` to a slice of capacity `old`,
+/// rounded up to the allocator's size class.
+pub fn grow(new_len: usize, old: usize, elem: &str) -> usize {
+    let (size, pointers) = if elem == "int" { (8, false) } else { (16, true) };
+    let double = old + old;
+    let mut cap = if new_len > double {
+        new_len
+    } else if old < 256 {
+        double
+    } else {
+        let mut c = old;
+        while c < new_len {
+            c += (c + 3 * 256) >> 2;
+        }
+        c
+    };
+    cap = cap.max(new_len);
+    round_up_size(cap * size, !pointers) / size
+}
+
+/// Go's `roundupsize`: the bytes the allocator gives for `size`.
+fn round_up_size(size: usize, noscan: bool) -> usize {
+    const CLASSES: [usize; 68] = [
+        0, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256, 288, 320, 352, 384, 416, 448, 480, 512, 576,
+        640, 704, 768, 896, 1024, 1152, 1280, 1408, 1536, 1792, 2048, 2304, 2688, 3072, 3200, 3456, 4096, 4864, 5376, 6144, 6528, 6784,
+        6912, 8192, 9472, 9728, 10240, 10880, 12288, 13568, 14336, 16384, 18432, 19072, 20480, 21760, 24576, 27264, 28672, 32768,
+    ];
+    if size <= 32768 - 8 {
+        // Objects with pointers above 512 bytes carry an 8-byte header.
+        let req = if !noscan && size > 512 { size + 8 } else { size };
+        let class = CLASSES.iter().copied().find(|c| *c >= req).unwrap_or(32768);
+        class - (req - size)
+    } else {
+        size.div_ceil(8192) * 8192
     }
 }

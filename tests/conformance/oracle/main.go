@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strconv"
 	"text/template"
+	"time"
 	"unicode/utf8"
 
 	sprig "github.com/go-task/slim-sprig/v3"
@@ -51,6 +52,9 @@ var slimSprig = []string{
 	"regexReplaceAll", "mustRegexReplaceAll", "regexReplaceAllLiteral", "mustRegexReplaceAllLiteral",
 	"regexSplit", "mustRegexSplit", "regexQuoteMeta", "urlParse", "urlJoin",
 }
+
+// caseTimeout bounds one case (see main).
+const caseTimeout = 5 * time.Second
 
 type testCase struct {
 	Name     string          `json:"name"`
@@ -139,7 +143,27 @@ func main() {
 			fmt.Fprintln(os.Stderr, "oracle: bad input line:", err)
 			os.Exit(2)
 		}
-		out, err := run(funcs, c)
+		// A case runs at most caseTimeout: Go's text/template has no bounds, and a generated
+		// template may ask for unbounded work. The answer then is an error, and the process
+		// exits (the goroutine cannot be stopped); the caller starts another for the rest.
+		type answer struct {
+			out string
+			err error
+		}
+		done := make(chan answer, 1)
+		go func() {
+			out, err := run(funcs, c)
+			done <- answer{out, err}
+		}()
+		var a answer
+		timedOut := false
+		select {
+		case a = <-done:
+		case <-time.After(caseTimeout):
+			a.err = fmt.Errorf("oracle: the case ran longer than %v", caseTimeout)
+			timedOut = true
+		}
+		out, err := a.out, a.err
 		r := result{Name: c.Name, Ok: err == nil, Out: out}
 		if !utf8.ValidString(out) {
 			r.OutB64 = []byte(out)
@@ -149,6 +173,10 @@ func main() {
 		}
 		if e := enc.Encode(r); e != nil {
 			os.Exit(3)
+		}
+		if timedOut {
+			fmt.Fprintf(os.Stderr, "oracle: timed out on %q\n", c.Template)
+			os.Exit(4)
 		}
 	}
 	if err := in.Err(); err != nil {

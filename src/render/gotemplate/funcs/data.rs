@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use super::super::exec::Exec;
-use super::super::value::{IFACE, Val, from_go_bytes, go_bytes, is_nil_list, is_nil_map, reaches};
+use super::super::value::{
+    IFACE, Val, appended, from_go_bytes, go_bytes, grow, is_nil_list, is_nil_map, nil_list, reaches, spare_of, with_spare,
+};
 use super::sprig::{limit, strval, to_int64};
 use super::{A, R};
 
@@ -47,7 +49,9 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
         "all" => Ok(Val::Bool(a.iter().all(|x| x.any().truthy()))),
         "any" => Ok(Val::Bool(a.iter().any(|x| x.any().truthy()))),
         "ternary" => (|| Ok(if a[2].bool()? { a[0].any() } else { a[1].any() }))(),
-        "compact" | "mustCompact" => list_of(&a[0], "compact").map(|l| Val::list(l.iter().filter(|v| v.truthy()).cloned().collect())),
+        "compact" | "mustCompact" => {
+            list_of(&a[0], "compact").map(|l| appended(l.iter().filter(|v| v.truthy()).cloned().collect(), IFACE, 0))
+        }
         "fromJson" | "mustFromJson" => (|| {
             let text = s(0)?;
             match super::json::decode(&go_bytes(&text)) {
@@ -133,15 +137,20 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
             Ok(Val::map(m))
         })(),
         "values" => (|| Ok(Val::list(a[0].dict()?.borrow().values().cloned().collect())))(),
+        // sprig copies the list into one of its length and appends: Go grows the capacity.
         "append" | "push" | "mustAppend" | "mustPush" => list_of(&a[0], "push").map(|l| {
+            let start = l.len();
             let mut l = l.to_vec();
             l.push(a[1].any());
-            Val::list(l)
+            appended(l, IFACE, start)
         }),
         "prepend" | "mustPrepend" => list_of(&a[0], "prepend").map(|l| {
             let mut out = vec![a[1].any()];
             out.extend(l.iter().cloned());
-            Val::list(out)
+            // `append([]interface{}{v}, nl...)`: one growth from capacity 1.
+            let cap = if out.len() > 1 { grow(out.len(), 1, IFACE) } else { 1 };
+            let spare = vec![Val::Nil; cap - out.len()];
+            with_spare(out, IFACE, spare)
         }),
         "first" | "mustFirst" => list_of(&a[0], "first").map(|l| l.first().cloned().unwrap_or(Val::Nil)),
         "last" | "mustLast" => list_of(&a[0], "last").map(|l| l.last().cloned().unwrap_or(Val::Nil)),
@@ -155,11 +164,11 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
                     out.push(v);
                 }
             }
-            Val::list(out)
+            appended(out, IFACE, 0)
         }),
         "without" | "mustWithout" => list_of(&a[0], "without").map(|l| {
             let omit: Vec<Val> = a[1..].iter().map(A::any).collect();
-            Val::list(l.into_iter().filter(|v| !omit.iter().any(|o| o.deep_equal(v))).collect())
+            appended(l.into_iter().filter(|v| !omit.iter().any(|o| o.deep_equal(v))).collect(), IFACE, 0)
         }),
         "has" | "mustHas" => {
             let needle = a[0].any();
@@ -176,10 +185,14 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
                 } else {
                     let start = a.get(1).map_or(0, |x| to_int64(&x.any()));
                     let end = if a.len() < 3 { l.len() as i64 } else { to_int64(&a[2].any()) };
-                    if start < 0 || end < start || end > l.len() as i64 {
+                    // Go slices up to the capacity: the elements past the length come along.
+                    let mut all = l.to_vec();
+                    all.extend(spare_of(&l));
+                    if start < 0 || end < start || end > all.len() as i64 {
                         Err(format!("reflect: slice index out of range [{start}:{end}]"))
                     } else {
-                        Ok(Val::List(Rc::new(l[start as usize..end as usize].to_vec()), elem))
+                        let spare = all.split_off(end as usize);
+                        Ok(with_spare(all.split_off(start as usize), elem, spare))
                     }
                 }
             }
@@ -193,7 +206,8 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
                     other => return Err(format!("Cannot concat type {} as list", other.type_name())),
                 }
             }
-            Ok(Val::list(out))
+            // sprig appends to a nil slice: nothing appended leaves it nil.
+            Ok(if out.is_empty() { nil_list(IFACE) } else { appended(out, IFACE, 0) })
         })(),
         "dig" => dig(a),
         "chunk" | "mustChunk" => (|| {

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::super::gonum::{NumError, parse_float};
-use super::super::value::{Val, escape_text};
+use super::super::value::{IFACE, Val, appended, escape_text};
 
 /// Go nests at most this deep (`maxNestingDepth`).
 const MAX_NESTING: usize = 10_000;
@@ -131,7 +131,7 @@ impl Parser<'_> {
                 Some(b',') => self.i += 1,
                 Some(b']') => {
                     self.i += 1;
-                    return Ok(Val::list(out));
+                    return Ok(appended(out, IFACE, 0));
                 }
                 _ => return Err(self.syntax()),
             }

@@ -8,7 +8,7 @@ use sha2::Digest as _;
 use super::super::exec::Exec;
 use super::super::gofmt;
 use super::super::gonum;
-use super::super::value::{Val, escape_text, from_go_bytes, go_bytes, lossy, nil_list};
+use super::super::value::{Val, appended, escape_text, from_go_bytes, go_bytes, lossy, nil_list};
 use super::{A, R};
 
 pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
@@ -213,7 +213,8 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
             let (text, n) = (s(1)?, a[2].int()?);
             let found: Vec<String> = go_find_all(&re, &text, n).into_iter().map(|(b, e)| text[b..e].to_owned()).collect();
             // Go's `FindAllString` returns a nil slice when nothing matched (`toJson`: null).
-            Ok(if found.is_empty() { nil_list("string") } else { Val::strings(found) })
+            // ... and one of capacity 10 (`startSize`) grown by appending otherwise.
+            Ok(if found.is_empty() { nil_list("string") } else { appended(found.into_iter().map(Val::str).collect(), "string", 10) })
         })(),
         "regexReplaceAll" | "mustRegexReplaceAll" | "regexReplaceAllLiteral" | "mustRegexReplaceAllLiteral" => (|| {
             let re = regex::Regex::new(&s(0)?).map_err(|e| regex_error(&e))?;
@@ -228,7 +229,13 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
         "regexSplit" | "mustRegexSplit" => (|| {
             let re = regex::Regex::new(&s(0)?).map_err(|e| regex_error(&e))?;
             let (text, n) = (s(1)?, a[2].int()?);
-            Ok(if n == 0 { nil_list("string") } else { Val::strings(go_regex_split(&re, &text, n)) })
+            // Go appends the parts to a slice with room for the matches.
+            let room = if !re.as_str().is_empty() && text.is_empty() { 1 } else { go_find_all(&re, &text, n).len() };
+            Ok(if n == 0 {
+                nil_list("string")
+            } else {
+                appended(go_regex_split(&re, &text, n).into_iter().map(Val::str).collect(), "string", room)
+            })
         })(),
         _ => return None,
     })
@@ -380,8 +387,9 @@ fn go_min(a: f64, b: f64) -> f64 {
     }
 }
 
+/// sprig's `untilStep` appends to `[]int{}`.
 fn ints(v: Vec<i64>) -> Val {
-    Val::List(std::rc::Rc::new(v.into_iter().map(Val::Int).collect()), "int")
+    appended(v.into_iter().map(Val::Int).collect(), "int", 0)
 }
 
 /// sprig's `untilStep`, bounded by the step limit.
