@@ -5,8 +5,13 @@
 //! the real `kubectl apply --server-side` of the same objects in one process, and the raw
 //! server-side apply PATCH ceiling measured by `wrk` at 16 connections.
 //!
+//! With `--server real` every server is a real control plane instead (`testkit kube`: etcd,
+//! kube-apiserver, controller-manager, scheduler, kwok): the same cases, the ceiling measured by
+//! wrk against that same real server (a bearer token, over TLS), requests counted from its
+//! `apiserver_request_total`, the server's CPU and memory summed over its components.
+//!
 //! Run through `scripts/bench.sh` (it builds testkit and finds kubectl and wrk); by hand:
-//! `cargo bench --bench fleet -- --testkit T --kubectl K --wrk W --sizes 100,1000 --out F`.
+//! `cargo bench --bench fleet -- --testkit T --kubectl K --wrk W --sizes 100,1000 --out F [--server real]`.
 //! Each size also reports where the CPU went: the bench process (stacksync's client side) and
 //! the server process, in CPU seconds during the sync.
 //! Results: docs/performance.md.
@@ -34,6 +39,9 @@ const WRK_CONNECTIONS: usize = CLUSTERS_AT_ONCE * OBJECTS_AT_ONCE;
 
 struct Args {
     testkit: PathBuf,
+    /// `real`: every server is a real control plane (`testkit kube`: etcd, kube-apiserver,
+    /// controllers, kwok) instead of `testkit apiserver`.
+    real: bool,
     kubectl: Option<PathBuf>,
     wrk: Option<PathBuf>,
     sizes: Vec<usize>,
@@ -46,6 +54,7 @@ struct Args {
 fn args() -> Args {
     let mut a = Args {
         testkit: PathBuf::from("testkit"),
+        real: false,
         kubectl: None,
         wrk: None,
         sizes: vec![100, 1000],
@@ -58,6 +67,13 @@ fn args() -> Args {
         let mut v = || it.next().unwrap_or_else(|| panic!("{k} needs a value"));
         match k.as_str() {
             "--testkit" => a.testkit = v().into(),
+            "--server" => {
+                a.real = match v().as_str() {
+                    "real" => true,
+                    "testkit" => false,
+                    other => panic!("--server: real or testkit, not {other}"),
+                }
+            }
             "--kubectl" => a.kubectl = Some(v().into()),
             "--wrk" => a.wrk = Some(v().into()),
             "--sizes" => a.sizes = v().split(',').map(|s| s.trim().parse().expect("--sizes: numbers")).collect(),
@@ -71,42 +87,142 @@ fn args() -> Args {
     a
 }
 
-/// One `testkit apiserver` process; killed on drop.
+/// One `testkit apiserver` process, or one `testkit kube` (a real control plane: its
+/// components are the process's children); killed on drop.
 struct Server {
     child: Child,
     url: String,
     kubeconfig: PathBuf,
+    /// The real control plane's static bearer token (wrk cannot present a client certificate).
+    token: Option<String>,
+    /// The real server's request counts when the stats were last reset.
+    baseline: std::sync::Mutex<Value>,
 }
 
 impl Server {
-    fn start(testkit: &Path, dir: &Path, name: &str) -> Server {
+    fn start(testkit: &Path, dir: &Path, name: &str, real: bool) -> Server {
         let kubeconfig = dir.join(format!("{name}.kubeconfig"));
         let _ = std::fs::remove_file(&kubeconfig);
         let child = Command::new(testkit)
-            .args(["apiserver", "--kubeconfig-out"])
+            .args([if real { "kube" } else { "apiserver" }, "--kubeconfig-out"])
             .arg(&kubeconfig)
             .stdout(Stdio::null())
             .spawn()
-            .expect("testkit apiserver starts");
-        let deadline = Instant::now() + Duration::from_secs(30);
+            .expect("testkit starts");
+        let deadline = Instant::now() + Duration::from_secs(if real { 240 } else { 30 });
         while !kubeconfig.exists() {
-            assert!(Instant::now() < deadline, "testkit apiserver wrote no kubeconfig");
+            assert!(Instant::now() < deadline, "testkit wrote no kubeconfig");
             std::thread::sleep(Duration::from_millis(20));
         }
         std::thread::sleep(Duration::from_millis(50));
         let text = std::fs::read_to_string(&kubeconfig).expect("kubeconfig");
         let v: Value = serde_json::from_str(&text).expect("kubeconfig is JSON");
         let url = v["clusters"][0]["cluster"]["server"].as_str().expect("server url").to_string();
-        Server { child, url, kubeconfig }
+        let token = v["users"][1]["user"]["token"].as_str().map(str::to_owned);
+        Server { child, url, kubeconfig, token, baseline: std::sync::Mutex::new(Value::Null) }
+    }
+
+    fn real(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// The server's processes: `testkit apiserver` itself, or the control plane's components.
+    fn pids(&self) -> Vec<String> {
+        let me = self.child.id().to_string();
+        if !self.real() {
+            return vec![me];
+        }
+        let children: Vec<String> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let pid = e.file_name().to_string_lossy().into_owned();
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.to_owned();
+                (ppid == me).then_some(pid)
+            })
+            .collect();
+        children
     }
 
     fn rss_mib(&self) -> f64 {
-        status_kib(&format!("/proc/{}/status", self.child.id()), "VmHWM:") / 1024.0
+        self.pids().iter().map(|p| status_kib(&format!("/proc/{p}/status"), "VmHWM:")).sum::<f64>() / 1024.0
+    }
+
+    async fn client(&self) -> kube::Client {
+        let config = if self.real() {
+            let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("kubeconfig");
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("client config")
+        } else {
+            let mut config = kube::Config::new(self.url.parse().expect("url"));
+            config.default_namespace = "default".into();
+            config
+        };
+        kube::Client::try_from(config).expect("client")
+    }
+
+    /// Requests (by verb) and writes since the last [`Server::reset_stats`]: testkit's counters,
+    /// or the real server's `apiserver_request_total` (requests only: it counts no writes).
+    async fn stats(&self, http: &reqwest::Client) -> Value {
+        if !self.real() {
+            return http.get(format!("{}/_testkit/stats", self.url)).send().await.expect("stats").json().await.expect("stats json");
+        }
+        let now = self.request_totals().await;
+        let base = self.baseline.lock().expect("baseline").clone();
+        let mut requests = serde_json::Map::new();
+        for (verb, n) in now.as_object().into_iter().flatten() {
+            let delta = n.as_u64().unwrap_or(0).saturating_sub(base[verb].as_u64().unwrap_or(0));
+            requests.insert(verb.clone(), json!({"all": delta}));
+        }
+        json!({"requests": requests, "writes": {}})
+    }
+
+    async fn reset_stats(&self, http: &reqwest::Client) {
+        if self.real() {
+            let now = self.request_totals().await;
+            *self.baseline.lock().expect("baseline") = now;
+        } else {
+            http.delete(format!("{}/_testkit/stats", self.url)).send().await.expect("reset stats");
+        }
+    }
+
+    /// `apiserver_request_total` summed by verb, named as testkit's counters name them.
+    async fn request_totals(&self) -> Value {
+        let client = self.client().await;
+        let text = client.request_text(http::Request::get("/metrics").body(Vec::new()).expect("request")).await.expect("/metrics");
+        let mut totals = serde_json::Map::new();
+        for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+            let Some((labels, value)) = line.rsplit_once(' ') else { continue };
+            let verb = labels.split("verb=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or_default();
+            let name = match verb {
+                "LIST" => "list",
+                "GET" => "get",
+                "APPLY" | "PATCH" => "patch",
+                "POST" => "create",
+                "PUT" => "update",
+                "DELETE" => "delete",
+                "WATCH" => "watch",
+                _ => "other",
+            };
+            let n = value.parse::<f64>().unwrap_or(0.0) as u64;
+            let slot = totals.entry(name.to_owned()).or_insert(json!(0));
+            *slot = json!(slot.as_u64().unwrap_or(0) + n);
+        }
+        Value::Object(totals)
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if self.real() {
+            // SIGTERM: testkit kube stops its components and removes its directory.
+            let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -137,9 +253,9 @@ fn cpu_seconds(pid: &str) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-/// CPU seconds of this process and of the server, now.
+/// CPU seconds of this process and of the server's processes, now.
 fn cpu_now(server: &Server) -> (f64, f64) {
-    (cpu_seconds("self"), cpu_seconds(&server.child.id().to_string()))
+    (cpu_seconds("self"), server.pids().iter().map(|p| cpu_seconds(p)).sum())
 }
 
 fn owner(i: usize) -> String {
@@ -174,10 +290,6 @@ fn cluster_yaml(i: usize, out: &mut impl Write) {
         body["metadata"]["labels"] = json!({ OWNER_LABEL: owner_label_value(&owner(i)) });
         writeln!(out, "---\n{}", serde_json::to_string(&body).expect("json")).expect("write");
     }
-}
-
-async fn stats(http: &reqwest::Client, url: &str) -> Value {
-    http.get(format!("{url}/_testkit/stats")).send().await.expect("stats").json().await.expect("stats json")
 }
 
 fn sum(counts: &Value, verb: Option<&str>) -> u64 {
@@ -263,12 +375,12 @@ end
 fn wrk(wrk: &Path, server: &Server, dir: &Path, secs: u64) -> (f64, String) {
     let script = dir.join("ssa.lua");
     std::fs::write(&script, WRK_SCRIPT).expect("lua");
-    let out = Command::new(wrk)
-        .args(["-t", "2", "-c", &WRK_CONNECTIONS.to_string(), "-d", &format!("{secs}s"), "-s"])
-        .arg(&script)
-        .arg(&server.url)
-        .output()
-        .expect("wrk runs");
+    let mut cmd = Command::new(wrk);
+    cmd.args(["-t", "2", "-c", &WRK_CONNECTIONS.to_string(), "-d", &format!("{secs}s"), "-s"]).arg(&script);
+    if let Some(token) = &server.token {
+        cmd.arg("-H").arg(format!("Authorization: Bearer {token}"));
+    }
+    let out = cmd.arg(&server.url).output().expect("wrk runs");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(!text.contains("Non-2xx"), "wrk got errors:\n{text}");
     let rps = text.lines().find_map(|l| l.strip_prefix("Requests/sec:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0.0);
@@ -294,8 +406,8 @@ fn print(v: &Value) {
 type Ceiling = Option<(f64, f64)>;
 
 /// The raw SSA PATCH rate of a fresh server under `wrk`, and the server's CPU per PATCH.
-fn ceiling(w: &Path, testkit: &Path, dir: &Path) -> (f64, f64) {
-    let server = Server::start(testkit, dir, "wrk");
+fn ceiling(w: &Path, testkit: &Path, dir: &Path, real: bool) -> (f64, f64) {
+    let server = Server::start(testkit, dir, "wrk", real);
     let _ = wrk(w, &server, dir, 2); // creates the 1,000 objects
     let before = cpu_now(&server).1;
     let (rps, _) = wrk(w, &server, dir, 5);
@@ -320,12 +432,11 @@ impl Cold {
     }
 }
 
-async fn cold_sync(testkit: &Path, dir: &Path, http: &reqwest::Client, n: usize, ceiling: Ceiling) -> Cold {
+async fn cold_sync(testkit: &Path, dir: &Path, http: &reqwest::Client, n: usize, ceiling: Ceiling, real: bool) -> Cold {
     let objects = n * OBJECTS;
-    let server = Server::start(testkit, dir, "ours");
-    let mut config = kube::Config::new(server.url.parse().expect("url"));
-    config.default_namespace = "default".into();
-    let client = kube::Client::try_from(config).expect("client");
+    let server = Server::start(testkit, dir, "ours", real);
+    let client = server.client().await;
+    server.reset_stats(http).await;
     // One per Cluster, kept from the cold sync to the resync, as the controller keeps one
     // beside each workload client (so the cold sync asks discovery once per Cluster).
     let discovery: Arc<Vec<Discovery>> = Arc::new((0..n).map(|_| Discovery::default()).collect());
@@ -334,7 +445,7 @@ async fn cold_sync(testkit: &Path, dir: &Path, http: &reqwest::Client, n: usize,
     let sync = fleet_sync(&client, &discovery, n, &Arc::new(Vec::new())).await;
     let cpu_cold = cpu_now(&server);
     let rss = peak_mib();
-    let s = stats(http, &server.url).await;
+    let s = server.stats(http).await;
     let (requests, writes) = (sum(&s["requests"], None), sum(&s["writes"], None));
     let rate = objects as f64 / sync.seconds;
     let (client_cpu, server_cpu) = (cpu_cold.0 - cpu.0, cpu_cold.1 - cpu.1);
@@ -366,6 +477,8 @@ async fn main() {
         cases.push(v);
     };
     println!("machine: {env}");
+    // Cases on the real control plane are named apart from those on testkit's server.
+    let on = if a.real { " (real kube-apiserver)" } else { "" };
     for &n in &a.sizes {
         let objects = n * OBJECTS;
         let base = json!({"bench": "fleet", "clusters": n, "objects": objects});
@@ -384,8 +497,8 @@ async fn main() {
         let mut runs: Vec<(f64, Value, Ceiling)> = Vec::new();
         let mut last = None;
         for r in 0..a.repeat {
-            let ceiling = a.wrk.as_ref().map(|w| ceiling(w, &a.testkit, dir.path()));
-            let c = cold_sync(&a.testkit, dir.path(), &http, n, ceiling).await;
+            let ceiling = a.wrk.as_ref().map(|w| ceiling(w, &a.testkit, dir.path(), a.real));
+            let c = cold_sync(&a.testkit, dir.path(), &http, n, ceiling, a.real).await;
             runs.push((c.ratio(), c.summary.clone(), c.ceiling));
             if r + 1 == a.repeat {
                 last = Some(c);
@@ -399,20 +512,20 @@ async fn main() {
         let cold_extra = summary;
         let rate = cold_extra["objects_per_s"].as_f64().unwrap_or_default();
         case(common::case(
-            "fleet cold sync vs raw SSA PATCH ceiling",
+            &format!("fleet cold sync vs raw SSA PATCH ceiling{on}"),
             rate,
             ceiling.map(|(c, _)| (c, "wrk -t2 -c128, 5 s")),
             "objects/s",
             &env,
             with(cold_extra.clone()),
         ));
-        http.delete(format!("{}/_testkit/stats", server.url)).send().await.expect("reset stats");
+        server.reset_stats(&http).await;
         reset_peak();
         let cpu = cpu_now(&server);
         let noop = fleet_sync(&client, &discovery, n, &Arc::new(cold.inventories)).await;
         let cpu_noop = cpu_now(&server);
         let noop_rss = peak_mib();
-        let s = stats(&http, &server.url).await;
+        let s = server.stats(&http).await;
         let requests = sum(&s["requests"], None);
         let (client_cpu, server_cpu) = (cpu_noop.0 - cpu.0, cpu_noop.1 - cpu.1);
         let noop_extra = json!({"seconds": noop.seconds, "requests": requests, "lists": sum(&s["requests"], Some("list")),
@@ -425,7 +538,7 @@ async fn main() {
 
         let (mut cold_k, mut noop_k) = (None, None);
         if let Some(k) = a.kubectl.as_ref().filter(|_| n <= a.kubectl_max) {
-            let server = Server::start(&a.testkit, dir.path(), "kubectl");
+            let server = Server::start(&a.testkit, dir.path(), "kubectl", a.real);
             let file = dir.path().join(format!("fleet-{n}.yaml"));
             let mut w = std::io::BufWriter::new(std::fs::File::create(&file).expect("yaml"));
             (0..n).for_each(|i| cluster_yaml(i, &mut w));
@@ -435,9 +548,16 @@ async fn main() {
         }
         let kubectl = "kubectl apply --server-side (one process)";
         let cold_seconds = cold_extra["seconds"].as_f64().unwrap_or_default();
-        case(common::case("fleet cold sync vs kubectl", cold_seconds, cold_k.map(|k| (k, kubectl)), "s", &env, with(cold_extra)));
         case(common::case(
-            "fleet no-op resync vs kubectl re-apply",
+            &format!("fleet cold sync vs kubectl{on}"),
+            cold_seconds,
+            cold_k.map(|k| (k, kubectl)),
+            "s",
+            &env,
+            with(cold_extra),
+        ));
+        case(common::case(
+            &format!("fleet no-op resync vs kubectl re-apply{on}"),
             noop.seconds,
             noop_k.map(|k| (k, kubectl)),
             "s",
@@ -445,6 +565,7 @@ async fn main() {
             with(noop_extra),
         ));
     }
-    common::write(&a.out, &cases, true);
+    // The real-server run comes second (scripts/bench.sh): it adds to the results.
+    common::write(&a.out, &cases, !a.real);
     println!("results: {}", a.out.display());
 }

@@ -3,7 +3,10 @@
 # and runs every benchmark against its peer on this machine.
 #   - benches/fleet.rs: N Clusters x 40 objects cold and no-op against one testkit API server
 #     process, vs the real kubectl and vs the raw server-side apply ceiling measured with wrk;
-#     prints a table and writes target/bench/results.json (BENCH_OUT overrides).
+#     prints a table and writes target/bench/results.json (BENCH_OUT overrides). Then the same
+#     cases on a real control plane (`testkit kube`: etcd, kube-apiserver, controllers, kwok;
+#     built by scripts/build-realkube.sh), the ceiling measured by wrk on that same real server,
+#     for BENCH_REAL_SIZES (default 100,1000; empty skips them).
 #   - benches/peers.rs: asset verify/download, git clone/poll/incremental fetch, 300-object apply,
 #     cluster-stack render for 500 Clusters vs 500 `helm template` runs.
 #   - tests/admin.rs push_to_applied_latency (an ignored test): webhook push-to-applied p50/p99.
@@ -42,6 +45,19 @@ cargo bench --locked --bench fleet -- \
   --kubectl-max "${BENCH_KUBECTL_MAX:-1000}" \
   --repeat "${BENCH_REPEAT:-3}" \
   --out "$out"
+real_sizes="${BENCH_REAL_SIZES-100,1000}"
+if [ -n "$real_sizes" ]; then
+  scripts/build-realkube.sh >/dev/null
+  cargo bench --locked --bench fleet -- \
+    --server real \
+    --testkit "$target/release/testkit" \
+    --kubectl "$tools/bin/kubectl" \
+    --wrk "$(command -v wrk)" \
+    --sizes "$real_sizes" \
+    --kubectl-max "${BENCH_KUBECTL_MAX:-1000}" \
+    --repeat "${BENCH_REAL_REPEAT:-1}" \
+    --out "$out"
+fi
 if [ -z "${BENCH_FLEET_ONLY:-}" ]; then
   PATH="$tools/bin:$PATH" cargo bench --locked --bench peers
   PATH="$tools/bin:$PATH" cargo test --release --locked --test admin push_to_applied_latency -- --ignored --nocapture

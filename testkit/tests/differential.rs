@@ -80,7 +80,8 @@ async fn send(client: &kube::Client, method: &str, path: &str, content_type: &st
         .header("accept", "application/json")
         .body(payload)
         .unwrap();
-    let response = tokio::time::timeout(Duration::from_secs(30), client.send(request.map(kube::client::Body::from))).await.unwrap().unwrap();
+    let response =
+        tokio::time::timeout(Duration::from_secs(30), client.send(request.map(kube::client::Body::from))).await.unwrap().unwrap();
     let code = response.status().as_u16();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     Answer { code, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null) }
@@ -100,7 +101,8 @@ fn normalise(v: &Value) -> Value {
 fn strip(v: &mut Value) {
     match v {
         Value::Object(map) => {
-            for key in ["uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "time", "lastTransitionTime", "lastUpdateTime"] {
+            for key in ["uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "time", "lastTransitionTime", "lastUpdateTime"]
+            {
                 if map.get(key).is_some_and(|x| x.is_string()) {
                     map.insert(key.into(), json!("<varies>"));
                 }
@@ -186,7 +188,8 @@ async fn server_side_apply_of_a_deployment_answers_the_same_defaulted_object() {
     let [ours, _] = p.both("GET", "/apis/apps/v1/namespaces/{ns}/deployments/web", JSON, &Value::Null).await;
     assert_ne!(time(&before[0].body), time(&ours.body), "testkit refreshes managedFields' time on a value-only change");
     // A second manager takes a field: a conflict, the same on both.
-    let theirs = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "{ns}"}, "spec": {"replicas": 2}});
+    let theirs =
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "{ns}"}, "spec": {"replicas": 2}});
     p.same("conflict", "PATCH", "/apis/apps/v1/namespaces/{ns}/deployments/web?fieldManager=hpa", APPLY, &theirs).await;
     p.cleanup().await;
 }
@@ -194,14 +197,22 @@ async fn server_side_apply_of_a_deployment_answers_the_same_defaulted_object() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_subresource_apply_of_deployment_conditions_is_accepted() {
     let Some(p) = Peers::new("status").await else { return };
-    p.same("create", "PATCH", "/apis/apps/v1/namespaces/{ns}/deployments/web?fieldManager=stacksync", APPLY, &deployment("web", "registry.example/web:1.0")).await;
+    p.same(
+        "create",
+        "PATCH",
+        "/apis/apps/v1/namespaces/{ns}/deployments/web?fieldManager=stacksync",
+        APPLY,
+        &deployment("web", "registry.example/web:1.0"),
+    )
+    .await;
     let status = json!({
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "{ns}"},
         "status": {"observedGeneration": 1, "replicas": 1, "availableReplicas": 1, "readyReplicas": 1, "updatedReplicas": 1,
             "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable", "message": "ok",
                 "lastUpdateTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
     });
-    let [ours, real] = p.both("PATCH", "/apis/apps/v1/namespaces/{ns}/deployments/web/status?fieldManager=e2e&force=true", APPLY, &status).await;
+    let [ours, real] =
+        p.both("PATCH", "/apis/apps/v1/namespaces/{ns}/deployments/web/status?fieldManager=e2e&force=true", APPLY, &status).await;
     assert_eq!(real.code, 200, "{real:?}");
     assert_eq!(ours.code, real.code, "testkit: {:#}", ours.body);
     p.cleanup().await;
@@ -252,7 +263,12 @@ async fn events_written_through_events_k8s_io_are_listed_as_core_events() {
     // `kubectl get events` reads core v1: the same Event, in the core shape.
     p.same("core v1 view", "GET", "/api/v1/namespaces/{ns}/events/alpha.1", JSON, &Value::Null).await;
     let [ours, real] = p.both("GET", "/api/v1/namespaces/{ns}/events", JSON, &Value::Null).await;
-    let names = |v: &Value| -> Vec<String> { v["items"].as_array().map(|i| i.iter().filter_map(|e| e["metadata"]["name"].as_str().map(str::to_owned)).collect()).unwrap_or_default() };
+    let names = |v: &Value| -> Vec<String> {
+        v["items"]
+            .as_array()
+            .map(|i| i.iter().filter_map(|e| e["metadata"]["name"].as_str().map(str::to_owned)).collect())
+            .unwrap_or_default()
+    };
     assert_eq!(names(&ours.body), names(&real.body));
     p.cleanup().await;
 }
