@@ -315,7 +315,8 @@ fn lex_action(cx: &Cx<'_>, s: &str, trimmed_left: bool, line: usize) -> Result<(
                 let name_len = s[i + 1..].bytes().take_while(|c| c.is_ascii_alphanumeric() || *c == b'_').count();
                 let name = format!("${}", &s[i + 1..i + 1 + name_len]);
                 i += 1 + name_len;
-                let (chain, n) = if b.get(i) == Some(&b'.') { field_chain(&s[i..]) } else { (Vec::new(), 0) };
+                let field_follows = b.get(i) == Some(&b'.') && b.get(i + 1).is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_');
+                let (chain, n) = if field_follows { field_chain(&s[i..]) } else { (Vec::new(), 0) };
                 toks.push(Tok::Var(name, chain));
                 i += n;
             }
@@ -339,6 +340,10 @@ fn lex_action(cx: &Cx<'_>, s: &str, trimmed_left: bool, line: usize) -> Result<(
 /// must be followed by a space, `|`, `)` or the end of the action.
 fn glued(prev: &Tok, next: &Tok) -> bool {
     const KEYWORDS: &[&str] = &["if", "else", "with", "range", "end", "template", "block", "define", "break", "continue"];
+    // Go's lexer: a word must end at a space, `.`, `,`, `|`, `:`, a parenthesis or `}}`.
+    if matches!(prev, Tok::Ident(_)) && matches!(next, Tok::Str(_) | Tok::Char(_) | Tok::Var(..) | Tok::Num(_) | Tok::Complex(_)) {
+        return true;
+    }
     let ends_operand = match prev {
         Tok::Ident(w) => !KEYWORDS.contains(&w.as_str()),
         Tok::Field(_) | Tok::Var(..) | Tok::Chain(_) | Tok::Str(_) | Tok::Num(_) | Tok::Complex(_) | Tok::Char(_) | Tok::RParen => true,
@@ -346,7 +351,7 @@ fn glued(prev: &Tok, next: &Tok) -> bool {
     };
     let starts_operand = match next {
         // `fn.x` chains a field onto a function's result: Go reads it as one operand.
-        Tok::Field(_) => !matches!(prev, Tok::Ident(_)),
+        Tok::Field(chain) => !matches!(prev, Tok::Ident(_)) || chain.is_empty(),
         Tok::Var(..) | Tok::Ident(_) | Tok::Str(_) | Tok::Num(_) | Tok::Complex(_) | Tok::Char(_) | Tok::LParen => true,
         _ => false,
     };
@@ -361,8 +366,10 @@ fn field_chain(s: &str) -> (Vec<String>, usize) {
     while b.get(i) == Some(&b'.') {
         let len = s[i + 1..].bytes().take_while(|c| c.is_ascii_alphanumeric() || *c == b'_').count();
         if len == 0 {
-            // A lone `.` (dot itself) ends the chain.
-            i += 1;
+            // A lone `.` is dot itself, its own token after a chain (`.a.` is two operands).
+            if names.is_empty() {
+                i += 1;
+            }
             break;
         }
         names.push(s[i + 1..i + 1 + len].to_owned());

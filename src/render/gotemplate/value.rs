@@ -178,7 +178,7 @@ impl Val {
             (Val::Map(a_ref, ea), Val::Map(b_ref, eb)) => {
                 let (a, b) = (a_ref.borrow(), b_ref.borrow());
                 ea == eb
-                    && is_nil_map(&a_ref) == is_nil_map(&b_ref)
+                    && is_nil_map(a_ref) == is_nil_map(b_ref)
                     && a.len() == b.len()
                     && a.iter().zip(b.iter()).all(|((ka, va), (kb, vb))| ka == kb && va.deep_equal(vb))
             }
@@ -336,12 +336,15 @@ pub fn lossy(s: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// Items of a registered slice (kept alive) and the elements past its length.
+type SpareRegistry = std::collections::HashMap<usize, (Rc<Vec<Val>>, Vec<Val>)>;
+
 thread_local! {
     /// The elements between length and capacity of the slices that have some, by the address of
     /// their items (the registry holds them, so an address is never reused while registered).
     /// Only sprig's `slice` reads them: Go slices up to the capacity. Executions run on their
     /// own thread, so the registry ends with the execution.
-    static SPARE: RefCell<std::collections::HashMap<usize, (Rc<Vec<Val>>, Vec<Val>)>> = RefCell::default();
+    static SPARE: RefCell<SpareRegistry> = RefCell::default();
 }
 
 /// A slice of `items` whose capacity holds `spare` more.

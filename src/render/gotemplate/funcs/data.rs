@@ -388,12 +388,16 @@ fn dig(a: &[A]) -> R {
         Val::Map(m, e) if e == IFACE => m,
         other => return Err(format!("interface conversion: interface {{}} is {}, not map[string]interface {{}}", other.type_name())),
     };
-    let keys = &a[..a.len() - 2];
-    for (i, k) in keys.iter().enumerate() {
-        let key = match k.any() {
-            Val::Str(s) => s.to_string(),
+    // sprig asserts every key is a string before it looks anything up.
+    let mut keys = Vec::with_capacity(a.len() - 2);
+    for k in &a[..a.len() - 2] {
+        match k.any() {
+            Val::Str(s) => keys.push(s.to_string()),
             other => return Err(format!("interface conversion: interface {{}} is {}, not string", other.type_name())),
-        };
+        }
+    }
+    for (i, key) in keys.iter().enumerate() {
+        let key = key.clone();
         let step = dict.borrow().get(&key).cloned();
         let Some(step) = step else { return Ok(default) };
         if i == keys.len() - 1 {
@@ -496,7 +500,7 @@ fn check_host(h: &str) -> Result<(), String> {
     } else {
         h.rfind(':').map_or("", |i| &h[i..])
     };
-    if !port.is_empty() && !(port.starts_with(':') && port[1..].bytes().all(|b| b.is_ascii_digit())) {
+    if !(port.is_empty() || port.starts_with(':') && port[1..].bytes().all(|b| b.is_ascii_digit())) {
         return Err(format!("invalid port {} after host", super::super::gofmt::quote(port)));
     }
     Ok(())

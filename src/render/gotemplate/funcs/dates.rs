@@ -274,7 +274,7 @@ pub fn format(t: &GoTime, layout: &str) -> String {
 /// Go's `time.ParseInLocation(layout, value, Local)` with Local being UTC.
 fn parse(layout: &str, value: &str) -> Result<GoTime, String> {
     let bad = |what: &str| format!("parsing time {value:?} as {layout:?}: cannot parse {what}");
-    let (mut year, mut month, mut day, mut hour, mut min, mut sec, mut nanos) = (1i32, 1u32, 1u32, 0u32, 0u32, 0u32, 0u32);
+    let (mut year, mut month, mut day, mut hour, mut min, mut sec, mut nanos) = (0i32, 1u32, 1u32, 0u32, 0u32, 0u32, 0u32);
     let (mut pm, mut pm_set, mut offset, mut zone): (bool, bool, Option<i32>, Option<String>) = (false, false, None, None);
     let mut yday: Option<u32> = None;
     let (mut l, mut v) = (layout, value);

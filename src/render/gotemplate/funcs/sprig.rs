@@ -90,7 +90,7 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
         })(),
         "plural" => (|| Ok(Val::str(if a[2].int()? == 1 { s(0)? } else { s(1)? })))(),
         "sha1sum" => s(0).map(|s| Val::str(hex::encode(sha1(&go_bytes(&s))))),
-        "sha256sum" => s(0).map(|s| Val::str(hex::encode(sha2::Sha256::digest(&go_bytes(&s))))),
+        "sha256sum" => s(0).map(|s| Val::str(hex::encode(sha2::Sha256::digest(go_bytes(&s))))),
         "adler32sum" => s(0).map(|s| Val::str(adler32(&go_bytes(&s)).to_string())),
         "toString" => Ok(Val::str(strval(&a[0].any()))),
         "atoi" => s(0).map(|s| Val::Int(gonum::parse_int(&s, 10).unwrap_or(0))),
@@ -196,20 +196,17 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
             }
             Val::str(out)
         }),
-        "regexMatch" | "mustRegexMatch" => (|| match regex::Regex::new(&s(0)?) {
+        "regexMatch" | "mustRegexMatch" => (|| match compile(&s(0)?) {
             Ok(re) => Ok(Val::Bool(re.is_match(&s(1)?))),
-            Err(e) if name == "regexMatch" => {
-                let _ = e;
-                Ok(Val::Bool(false))
-            }
-            Err(e) => Err(regex_error(&e)),
+            Err(_) if name == "regexMatch" => Ok(Val::Bool(false)),
+            Err(e) => Err(e),
         })(),
         "regexFind" | "mustRegexFind" => (|| {
-            let re = regex::Regex::new(&s(0)?).map_err(|e| regex_error(&e))?;
+            let re = compile(&s(0)?)?;
             Ok(Val::str(re.find(&s(1)?).map_or("", |m| m.as_str())))
         })(),
         "regexFindAll" | "mustRegexFindAll" => (|| {
-            let re = regex::Regex::new(&s(0)?).map_err(|e| regex_error(&e))?;
+            let re = compile(&s(0)?)?;
             let (text, n) = (s(1)?, a[2].int()?);
             let found: Vec<String> = go_find_all(&re, &text, n).into_iter().map(|(b, e)| text[b..e].to_owned()).collect();
             // Go's `FindAllString` returns a nil slice when nothing matched (`toJson`: null).
@@ -217,7 +214,7 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
             Ok(if found.is_empty() { nil_list("string") } else { appended(found.into_iter().map(Val::str).collect(), "string", 10) })
         })(),
         "regexReplaceAll" | "mustRegexReplaceAll" | "regexReplaceAllLiteral" | "mustRegexReplaceAllLiteral" => (|| {
-            let re = regex::Regex::new(&s(0)?).map_err(|e| regex_error(&e))?;
+            let re = compile(&s(0)?)?;
             let (text, repl) = (s(1)?, s(2)?);
             limit(ex, text.len().saturating_add(1).saturating_mul(repl.len() + 1))?;
             Ok(Val::str(if name.contains("Literal") {
@@ -227,7 +224,7 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
             }))
         })(),
         "regexSplit" | "mustRegexSplit" => (|| {
-            let re = regex::Regex::new(&s(0)?).map_err(|e| regex_error(&e))?;
+            let re = compile(&s(0)?)?;
             let (text, n) = (s(1)?, a[2].int()?);
             // Go appends the parts to a slice with room for the matches.
             let room = if !re.as_str().is_empty() && text.is_empty() { 1 } else { go_find_all(&re, &text, n).len() };
@@ -406,6 +403,14 @@ fn until_step(ex: &mut Exec<'_>, start: i64, stop: i64, step: i64) -> Result<Vec
         };
     }
     Ok(v)
+}
+
+/// A Go regular expression: its text must be UTF-8, as Go's parser requires.
+fn compile(pattern: &str) -> Result<regex::Regex, String> {
+    if !super::super::value::is_utf8(pattern) {
+        return Err("error parsing regexp: invalid UTF-8".to_owned());
+    }
+    regex::Regex::new(pattern).map_err(|e| regex_error(&e))
 }
 
 fn regex_error(e: &regex::Error) -> String {
