@@ -285,3 +285,38 @@ async fn the_kubernetes_example_syncs_a_cluster_on_two_real_control_planes() {
     assert!(deployments.contains("1/1"), "the addon Deployment is Available: {stdout}");
     assert!(stdout.contains("Running"), "{stdout}");
 }
+
+/// Leader election on the real Lease API (resourceVersion preconditions, the real server's
+/// clock for renewals): of two replicas one holds the Lease and syncs, a killed leader is
+/// replaced once the Lease expires, and SIGTERM releases it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_election_on_a_real_lease_hands_over_and_releases() {
+    let Some(t) = Tenant::new("lease").await else { return };
+    t.repo.release("v1.0.0", &[("manifests/addons.yaml", &addons(""))]);
+    t.add_cluster("alpha").await;
+    let config = t.config("    healthTimeout: 0s\n", "");
+    let args = ["--leader-elect", "--lease-namespace", t.ns.as_str(), "--lease-duration", "3s"];
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(t.client(), &t.ns);
+    let holder = async || -> Option<String> {
+        leases.get_opt("stacksync").await.expect("get lease")?.spec?.holder_identity.filter(|h| !h.is_empty())
+    };
+    let mut a = Daemon::start_with(&config, t.dir.path().join("a.log"), &args);
+    a.eventually("a leads and syncs", Duration::from_secs(60), async || t.ready("alpha").await.is_some_and(|(s, _)| s == "True")).await;
+    let a_id = format!("_{}", a.child.id().expect("pid"));
+    assert!(holder().await.is_some_and(|h| h.ends_with(&a_id)), "{:?}", holder().await);
+
+    let b = Daemon::start_with(&config, t.dir.path().join("b.log"), &args);
+    let b_id = format!("_{}", b.child.id().expect("pid"));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(holder().await.is_some_and(|h| h.ends_with(&a_id)), "the standby took a held Lease: {:?}", holder().await);
+
+    // The leader dies without releasing: the standby takes over once the Lease expires.
+    a.child.start_kill().expect("kill");
+    let _ = a.child.wait().await;
+    let took =
+        b.eventually("b takes over the Lease", Duration::from_secs(20), async || holder().await.is_some_and(|h| h.ends_with(&b_id))).await;
+    eprintln!("handover on the real Lease API after {took:?} (lease 3s)");
+    b.stop().await;
+    assert_eq!(holder().await, None, "SIGTERM did not release the Lease");
+    t.delete().await;
+}
