@@ -134,8 +134,7 @@ async fn sync(ctx: &Arc<Context>, config: &Config, sub: &Subscription, shared: &
     let poll_error = ctx.poll_error(&sub.source);
     if sub.format == Format::ClusterStack && prepared.outcome.is_ok() {
         shared.prepared.lock().unwrap_or_else(PoisonError::into_inner).insert(sub.name.clone(), prepared.clone());
-        let peers = peers(config, sub, &shared.prepared.lock().unwrap_or_else(PoisonError::into_inner));
-        let staged: Vec<(&Subscription, Prepared)> = peers.iter().map(|(s, p)| (*s, p.clone())).collect();
+        let staged = peers(config, sub, &shared.prepared.lock().unwrap_or_else(PoisonError::into_inner));
         let _writing = shared.write.lock().await;
         let reports = clusterstack::sync_with(ctx, &target, &staged, true).await;
         for (s, p) in &staged {
