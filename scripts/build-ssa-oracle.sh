@@ -1,36 +1,24 @@
 #!/usr/bin/env bash
-# Builds scripts/ssa-oracle (server-side apply through structured-merge-diff 4.1.2, the library
-# kube-apiserver implements it with) into "$STACKSYNC_TOOLS_DIR/bin/ssa-oracle" (default
-# "$HOME/.cache/stacksync-tools"), offline, from Debian's golang-go and
-# golang-k8s-sigs-structured-merge-diff-dev (installed when missing). Debian installs the library
-# without the /v4 its imports use: a private GOPATH with a symlink bridges that.
-# Idempotent: rebuilds only when the source is newer than the binary. Prints the binary's path.
+# Builds scripts/ssa-oracle (server-side apply through structured-merge-diff v6.3.0, the library
+# and version kube-apiserver 1.35 implements it with) into "$STACKSYNC_TOOLS_DIR/bin/ssa-oracle"
+# (default "$HOME/.cache/stacksync-tools"), as a Go module pinned by scripts/ssa-oracle/go.mod
+# and go.sum, from the Go module proxy (Go 1.24 or newer).
+# Idempotent: rebuilds only when the source, go.mod or go.sum is newer than the binary. Prints
+# the binary's path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-
 tools_dir="${STACKSYNC_TOOLS_DIR:-$HOME/.cache/stacksync-tools}"
 bin="$tools_dir/bin/ssa-oracle"
-src="$PWD/scripts/ssa-oracle/main.go"
-smd=/usr/share/gocode/src/sigs.k8s.io/structured-merge-diff
+src=scripts/ssa-oracle
 
-if [[ -x "$bin" && "$bin" -nt "$src" ]]; then
+if [[ -x "$bin" && "$bin" -nt "$src/main.go" && "$bin" -nt "$src/go.mod" && "$bin" -nt "$src/go.sum" ]]; then
     echo "$bin"
     exit 0
 fi
 
-if ! command -v go >/dev/null || [[ ! -d "$smd/merge" ]]; then
-    echo "build-ssa-oracle.sh: installing Debian's golang-go and golang-k8s-sigs-structured-merge-diff-dev" >&2
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go golang-k8s-sigs-structured-merge-diff-dev >/dev/null
-fi
-
-gopath="$tools_dir/ssa-oracle-gopath"
-mkdir -p "$gopath/src/sigs.k8s.io/structured-merge-diff" "$gopath/src/ssa-oracle" "$tools_dir/bin"
-ln -sfn "$smd" "$gopath/src/sigs.k8s.io/structured-merge-diff/v4"
-cp "$src" "$gopath/src/ssa-oracle/main.go"
-GOPATH="$gopath:/usr/share/gocode" GO111MODULE=off GOCACHE="$tools_dir/ssa-oracle-gocache" \
-    go build -o "$bin.tmp" ssa-oracle
+command -v go >/dev/null || { echo "build-ssa-oracle.sh: Go is required (1.24 or newer)" >&2; exit 1; }
+mkdir -p "$tools_dir/bin"
+(cd "$src" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -o "$bin.tmp" .)
 mv -f "$bin.tmp" "$bin"
 echo "$bin"

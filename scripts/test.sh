@@ -17,8 +17,8 @@
 #   - the Go template oracle of the conformance suite and the template fuzzer
 #     (scripts/build-oracles.sh: Go 1.26 and slim-sprig v3, a pinned Go module), whose path
 #     tests/conformance.rs and tests/template_fuzz read from STACKSYNC_TEMPLATE_ORACLE,
-#   - the server-side apply oracle (scripts/build-ssa-oracle.sh: Debian's golang-go and
-#     golang-k8s-sigs-structured-merge-diff-dev).
+#   - the server-side apply oracle (scripts/build-ssa-oracle.sh: structured-merge-diff v6.3.0,
+#     the version kube-apiserver 1.35 uses, a pinned Go module).
 # Usage: scripts/test.sh [extra nextest/cargo-test arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,6 +1,7 @@
-//! Differential test of testkit's server-side apply against structured-merge-diff 4.1.2 (the
-//! library kube-apiserver implements server-side apply with), run as the oracle program
-//! scripts/ssa-oracle (built by scripts/build-ssa-oracle.sh, which scripts/test.sh runs).
+//! Differential test of testkit's server-side apply against structured-merge-diff v6.3.0 (the
+//! library and version kube-apiserver 1.35 implements server-side apply with), run as the oracle
+//! program scripts/ssa-oracle (a pinned Go module built by scripts/build-ssa-oracle.sh, which
+//! scripts/test.sh runs). Objects are compared with their lists in order.
 //!
 //! Generated sequences of applies (some forced) and updates by three managers, over typed kinds
 //! with their real list and map types (ConfigMap, ServiceAccount, Role; Deployment with applies
@@ -176,15 +177,15 @@ fn body(rng: &mut Rng, kind: Kind) -> Map<String, Value> {
             if rng.chance(40) {
                 spec.insert("replicas".into(), json!(rng.below(3)));
             }
-            if rng.chance(80) {
+            // Every applier sends the template's labels and each container's image too: the
+            // server refuses a Deployment whose selector does not select its template or with a
+            // container without image, as the real one does.
+            {
                 let containers: Vec<Value> = rng
                     .subset(&["app", "sidecar"])
                     .into_iter()
                     .map(|n| {
-                        let mut c = json!({"name": n});
-                        if rng.chance(60) {
-                            c["image"] = json!(rng.pick(&["img:1", "img:2"]));
-                        }
+                        let mut c = json!({"name": n, "image": rng.pick(&["img:1", "img:2"])});
                         if rng.chance(50) {
                             // A port with and without the protocol the server defaults its key to.
                             let ports: Vec<Value> = rng
@@ -322,25 +323,10 @@ fn without_nulls(v: &mut Value) {
     }
 }
 
-/// Sorts every list: structured-merge-diff 4.2 and later (Kubernetes 1.35, and testkit) order a
-/// merged keyed list by the applied order, 4.1.2 (the oracle) by the live one — the one known
-/// difference, so the comparison leaves list order out.
-fn sorted_lists(v: &mut Value) {
-    match v {
-        Value::Object(m) => m.values_mut().for_each(sorted_lists),
-        Value::Array(a) => {
-            a.iter_mut().for_each(sorted_lists);
-            a.sort_by_key(|x| x.to_string());
-        }
-        _ => {}
-    }
-}
-
 /// What the comparison looks at: the object without the metadata the server owns.
 fn comparable(obj: &Value) -> Value {
     let mut o = obj.clone();
     without_nulls(&mut o);
-    sorted_lists(&mut o);
     if let Some(m) = o.as_object_mut() {
         m.remove("apiVersion");
         m.remove("kind");
@@ -403,10 +389,9 @@ fn testkit_conflicts(status: &Value) -> Vec<(String, String)> {
     out
 }
 
-/// The same conflicts. structured-merge-diff 4.1.2 prints several conflicts of one manager with
-/// the same (last) path — it reuses the path while iterating, which later versions copy — so
-/// where the oracle repeats a path, only how many conflicts each manager has and that its paths
-/// are among testkit's are compared.
+/// The same conflicts. (structured-merge-diff 4.1.2, the oracle's earlier version, printed several
+/// conflicts of one manager with the same last path; where an oracle repeats a path, only how
+/// many conflicts each manager has and that its paths are among testkit's are compared.)
 fn same_conflicts(have: &[(String, String)], want: &[(String, String)]) -> bool {
     let repeated = want.windows(2).any(|w| w[0] == w[1]);
     if !repeated {
@@ -516,7 +501,7 @@ async fn server_side_apply_matches_structured_merge_diff_on_generated_sequences(
     let results: Vec<Vec<Value>> = serde_json::from_slice(&out.stdout).unwrap();
 
     let mut mismatches = Vec::new();
-    let mut compared = 0;
+    let (mut compared, mut invalid) = (0, 0);
     for (i, (expected, got)) in results.iter().zip(&answers).enumerate() {
         for (s, (want, answer)) in expected.iter().zip(got).enumerate() {
             compared += 1;
@@ -534,6 +519,12 @@ async fn server_side_apply_matches_structured_merge_diff_on_generated_sequences(
                 let have = if answer.code == 409 { testkit_conflicts(&answer.body) } else { Vec::new() };
                 (!same_conflicts(&have, &want_conflicts))
                     .then(|| format!("conflicts: oracle {want_conflicts:?}, testkit {} {have:?}", answer.code))
+            } else if answer.code == 422 && answer.body["reason"] == "Invalid" && cases[i]["defaulted"] == true {
+                // The merge left a container without image (one applier dropped the image
+                // another never sent): the real server refuses such a Deployment too, which
+                // the merge library alone does not check. The rest of this case is moot.
+                invalid += 1;
+                break;
             } else if answer.code >= 300 {
                 Some(format!("testkit refused with {}: {}", answer.code, answer.body["message"]))
             } else {
@@ -564,7 +555,8 @@ async fn server_side_apply_matches_structured_merge_diff_on_generated_sequences(
             }
         }
     }
-    eprintln!("ssa oracle: {} sequences, {compared} steps compared, {} mismatched", cases.len(), mismatches.len());
+    eprintln!("ssa oracle: {} sequences, {compared} steps compared, {} mismatched, {invalid} ended as invalid", cases.len(), mismatches.len());
+    assert!(invalid * 10 < cases.len(), "{invalid} sequences ended with an invalid Deployment: the generator should make valid ones");
     assert!(
         mismatches.is_empty(),
         "{} of {} sequences differ from structured-merge-diff:\n{}",
