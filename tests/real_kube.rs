@@ -320,3 +320,55 @@ async fn leader_election_on_a_real_lease_hands_over_and_releases() {
     assert_eq!(holder().await, None, "SIGTERM did not release the Lease");
     t.delete().await;
 }
+
+/// A cluster-stack release on the real server: its ClusterClass and templates accepted in the
+/// Cluster's namespace, its addons rendered by the real helm and Ready for real; then the class
+/// moves (Cluster API's part, played here) to a release with `BeforeClusterUpgrade` stages, which
+/// run in order and wait for their CEL post-condition on the real server before the new
+/// release's addons are applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_stack_upgrade_runs_its_stages_on_the_real_server() {
+    let Some(t) = Tenant::new("stack").await else { return };
+    common::fleet::publish(&t.repo, "docker-ferrol-1-27-v3");
+    common::fleet::publish_v4_with_upgrade_stages(&t.repo);
+    t.add_cluster("alpha").await;
+    let topology = json!({"spec": {"topology": {"class": "docker-ferrol-1-27-v3", "version": "v1.27.3"}, "clusterNetwork": {"pods": {"cidrBlocks": ["10.1.0.0/16"]}}}});
+    t.clusters().patch("alpha", &PatchParams::default(), &Patch::Merge(topology)).await.expect("class");
+    let config = t.stack_config("    availableReleases: 2\n    stageTimeout: 1h\n    healthTimeout: 2m\n");
+    let daemon = Daemon::start(&config, t.dir.path().join("daemon.log"));
+    let applied = async || {
+        t.cluster_sync("alpha").await.unwrap_or_default()["status"]["appliedRelease"]["tag"].as_str().unwrap_or_default().to_owned()
+    };
+    daemon
+        .eventually("alpha Ready on v3", Duration::from_secs(120), async || {
+            applied().await == "docker-ferrol-1-27-v3" && t.ready("alpha").await.is_some_and(|(s, _)| s == "True")
+        })
+        .await;
+    let classes = t.kubectl(&["get", "clusterclasses", "-n", &t.ns, "-o", "name"]);
+    let classes = String::from_utf8_lossy(&classes.stdout).into_owned();
+    assert!(classes.contains("docker-ferrol-1-27-v3") && classes.contains("docker-ferrol-1-27-v4"), "{classes}");
+
+    // The class moves to v4: its stages run; stage 2 waits for the gate on the real server.
+    let to_v4 = json!({"spec": {"topology": {"class": "docker-ferrol-1-27-v4"}}});
+    t.clusters().patch("alpha", &PatchParams::default(), &Patch::Merge(to_v4)).await.expect("class");
+    let upgrade = async || t.cluster_sync("alpha").await.unwrap_or_default()["status"]["upgrade"].clone();
+    daemon
+        .eventually("waiting at stage 2's post-condition", Duration::from_secs(60), async || {
+            let u = upgrade().await;
+            u["stage"] == "cni" && u["phase"] == "PostCondition"
+        })
+        .await;
+    assert_eq!(applied().await, "docker-ferrol-1-27-v3");
+    let cms: Api<ConfigMap> = Api::namespaced(t.client(), "kube-system");
+    let gate = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "upgrade-gate", "namespace": "kube-system"}, "data": {"go": "yes"}});
+    cms.patch("upgrade-gate", &PatchParams::apply("e2e"), &Patch::Apply(gate)).await.expect("gate");
+    daemon
+        .eventually("alpha Ready on v4", Duration::from_secs(120), async || {
+            applied().await == "docker-ferrol-1-27-v4" && t.ready("alpha").await.is_some_and(|(s, _)| s == "True")
+        })
+        .await;
+    assert_eq!(upgrade().await["phase"], "Done");
+    daemon.stop().await;
+    let _ = cms.delete("upgrade-gate", &Default::default()).await;
+    t.delete().await;
+}

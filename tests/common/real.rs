@@ -101,6 +101,16 @@ impl Tenant {
         path
     }
 
+    /// A cluster-stack subscription (`docker-ferrol-1-27`, rendered with the real helm) with
+    /// `sub_extra` lines.
+    pub fn stack_config(&self, sub_extra: &str) -> PathBuf {
+        let path = self.config(&format!("    stack: docker-ferrol-1-27\n    format: clusterstack\n{sub_extra}"), "");
+        let text = std::fs::read_to_string(&path).expect("config");
+        let helm = format!("helm:\n  path: {}\nsources:\n", super::fleet::helm_path());
+        std::fs::write(&path, text.replacen("sources:\n", &helm, 1)).expect("config");
+        path
+    }
+
     pub async fn cluster_sync(&self, name: &str) -> Option<Value> {
         self.cluster_syncs().get_opt(name).await.expect("get ClusterSync").map(|o| serde_json::to_value(o).expect("json"))
     }
