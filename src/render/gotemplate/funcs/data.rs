@@ -31,6 +31,12 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
         })(),
         "sortAlpha" => {
             let v = a[0].any();
+            // A nil `[]string` comes back as it is (sprig sorts it in place).
+            if let Val::List(l, "string") = &v
+                && is_nil_list(l)
+            {
+                return Some(Ok(v));
+            }
             Ok(Val::strings(match v {
                 Val::List(..) => {
                     let mut l = strslice(&v);
@@ -154,8 +160,12 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
         }),
         "first" | "mustFirst" => list_of(&a[0], "first").map(|l| l.first().cloned().unwrap_or(Val::Nil)),
         "last" | "mustLast" => list_of(&a[0], "last").map(|l| l.last().cloned().unwrap_or(Val::Nil)),
-        "rest" | "mustRest" => list_of(&a[0], "rest").map(|l| Val::list(l.get(1..).unwrap_or_default().to_vec())),
-        "initial" | "mustInitial" => list_of(&a[0], "initial").map(|l| Val::list(l[..l.len().saturating_sub(1)].to_vec())),
+        // Of an empty list, sprig returns a nil `[]interface {}`.
+        "rest" | "mustRest" => {
+            list_of(&a[0], "rest").map(|l| if l.is_empty() { nil_list(IFACE) } else { Val::list(l.get(1..).unwrap_or_default().to_vec()) })
+        }
+        "initial" | "mustInitial" => list_of(&a[0], "initial")
+            .map(|l| if l.is_empty() { nil_list(IFACE) } else { Val::list(l[..l.len().saturating_sub(1)].to_vec()) }),
         "reverse" | "mustReverse" => list_of(&a[0], "reverse").map(|l| Val::list(l.iter().rev().cloned().collect())),
         "uniq" | "mustUniq" => list_of(&a[0], "uniq").map(|l| {
             let mut out: Vec<Val> = Vec::new();

@@ -410,7 +410,86 @@ fn compile(pattern: &str) -> Result<regex::Regex, String> {
     if !super::super::value::is_utf8(pattern) {
         return Err("error parsing regexp: invalid UTF-8".to_owned());
     }
-    regex::Regex::new(pattern).map_err(|e| regex_error(&e))
+    regex::Regex::new(&go_regex_syntax(pattern)).map_err(|e| regex_error(&e))
+}
+
+/// Go's RE2 syntax in the `regex` crate's: Go's `\d`, `\s`, `\w` and `\b` are ASCII (the
+/// crate's are Unicode), and a `{` that starts no repetition is a literal.
+fn go_regex_syntax(p: &str) -> String {
+    let chars: Vec<char> = p.chars().collect();
+    let mut out = String::with_capacity(p.len() + 8);
+    let mut in_class = false;
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            '\\' if i + 1 < chars.len() => {
+                let n = chars[i + 1];
+                let ascii = match (in_class, n) {
+                    (false, 'd') => Some("[0-9]"),
+                    (false, 'D') => Some("[^0-9]"),
+                    (false, 's') => Some("[\\t\\n\\f\\r ]"),
+                    (false, 'S') => Some("[^\\t\\n\\f\\r ]"),
+                    (false, 'w') => Some("[0-9A-Za-z_]"),
+                    (false, 'W') => Some("[^0-9A-Za-z_]"),
+                    (false, 'b') => Some("(?-u:\\b)"),
+                    (false, 'B') => Some("(?-u:\\B)"),
+                    (true, 'd') => Some("0-9"),
+                    (true, 's') => Some("\\t\\n\\f\\r "),
+                    (true, 'w') => Some("0-9A-Za-z_"),
+                    _ => None,
+                };
+                match ascii {
+                    Some(a) => out.push_str(a),
+                    None => {
+                        out.push(c);
+                        out.push(n);
+                    }
+                }
+                i += 2;
+                continue;
+            }
+            '[' if !in_class => {
+                in_class = true;
+                out.push(c);
+                i += 1;
+                // A `]` right after `[` or `[^` is a literal.
+                if chars.get(i) == Some(&'^') {
+                    out.push('^');
+                    i += 1;
+                }
+                if chars.get(i) == Some(&']') {
+                    out.push_str("\\]");
+                    i += 1;
+                }
+                continue;
+            }
+            '[' if chars.get(i + 1) == Some(&':') => {
+                // A POSIX class inside a class: copied to its `:]`.
+                let end = (i + 2..chars.len().saturating_sub(1)).find(|j| chars[*j] == ':' && chars[j + 1] == ']');
+                let end = end.map_or(i + 1, |j| j + 2);
+                out.extend(&chars[i..end]);
+                i = end;
+                continue;
+            }
+            ']' if in_class => in_class = false,
+            '{' if !in_class => {
+                let rest: String = chars[i + 1..].iter().take_while(|c| **c != '}').collect();
+                let closed = i + 1 + rest.chars().count() < chars.len();
+                let (lo, hi) = rest.split_once(',').unwrap_or((&rest, "0"));
+                let repeat = closed && !lo.is_empty() && lo.chars().all(|c| c.is_ascii_digit()) && hi.chars().all(|c| c.is_ascii_digit());
+                if !repeat {
+                    out.push_str("\\{");
+                    i += 1;
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        out.push(c);
+        i += 1;
+    }
+    out
 }
 
 fn regex_error(e: &regex::Error) -> String {
