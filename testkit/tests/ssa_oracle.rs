@@ -555,7 +555,11 @@ async fn server_side_apply_matches_structured_merge_diff_on_generated_sequences(
             }
         }
     }
-    eprintln!("ssa oracle: {} sequences, {compared} steps compared, {} mismatched, {invalid} ended as invalid", cases.len(), mismatches.len());
+    eprintln!(
+        "ssa oracle: {} sequences, {compared} steps compared, {} mismatched, {invalid} ended as invalid",
+        cases.len(),
+        mismatches.len()
+    );
     assert!(invalid * 10 < cases.len(), "{invalid} sequences ended with an invalid Deployment: the generator should make valid ones");
     assert!(
         mismatches.is_empty(),

@@ -355,7 +355,10 @@ pub fn workload_errors(obj: &Value, rt: &ResourceType) -> Vec<(String, String)> 
     let labels = obj.pointer("/spec/template/metadata/labels").and_then(Value::as_object).unwrap_or(&empty);
     if !selector.is_some_and(|s| selects(s, labels)) {
         let shown = serde_json::to_string(labels).unwrap_or_default();
-        errors.push(("spec.template.metadata.labels".to_owned(), format!("Invalid value: {shown}: `selector` does not match template `labels`")));
+        errors.push((
+            "spec.template.metadata.labels".to_owned(),
+            format!("Invalid value: {shown}: `selector` does not match template `labels`"),
+        ));
     }
     errors.extend(container_errors(obj.pointer("/spec/template/spec"), "spec.template.spec"));
     errors

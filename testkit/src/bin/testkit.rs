@@ -67,7 +67,9 @@ async fn main() -> anyhow::Result<()> {
             server.stop().await;
         }
         Command::Kube { kubeconfig_out, preload, nodes } => {
-            let kube = testkit::kube::Kube::start(testkit::kube::Options { preload, nodes, bin_dir: None }).await.context("starting the control plane")?;
+            let kube = testkit::kube::Kube::start(testkit::kube::Options { preload, nodes, bin_dir: None })
+                .await
+                .context("starting the control plane")?;
             kube.write_kubeconfig(&kubeconfig_out).with_context(|| format!("writing {}", kubeconfig_out.display()))?;
             let rss: u64 = kube.rss().iter().map(|(_, bytes)| bytes).sum();
             println!(
