@@ -32,21 +32,9 @@ fn or_insert(obj: &mut Value, key: &str, value: Value) {
 pub fn apply(obj: &mut Value, rt: &ResourceType, version: &str) -> ApiResult<()> {
     let defaulted = set_defaults(obj, rt, version);
     if !rt.custom {
-        drop_nulls(obj);
+        super::fieldset::drop_nulls(obj);
     }
     defaulted
-}
-
-/// Removes every `null` member of every object, recursively (list items stay where they are).
-fn drop_nulls(v: &mut Value) {
-    match v {
-        Value::Object(map) => {
-            map.retain(|_, child| !child.is_null());
-            map.values_mut().for_each(drop_nulls);
-        }
-        Value::Array(items) => items.iter_mut().for_each(drop_nulls),
-        _ => {}
-    }
 }
 
 fn set_defaults(obj: &mut Value, rt: &ResourceType, version: &str) -> ApiResult<()> {
