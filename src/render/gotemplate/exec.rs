@@ -216,7 +216,12 @@ impl<'a> Exec<'a> {
         }
         if items.is_empty() {
             return match otherwise {
-                Some(list) => self.walk(list, dot, pipe.line),
+                // Go recovers a `break` anywhere in the range statement, its `else` included:
+                // it ends this range, not the enclosing one; a `continue` goes on up.
+                Some(list) => match self.walk(list, dot, pipe.line)? {
+                    Flow::Break => Ok(Flow::Normal),
+                    flow => Ok(flow),
+                },
                 None => Ok(Flow::Normal),
             };
         }
