@@ -12,15 +12,16 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc};
 use tracing::{debug, error, info, warn};
 
+use super::body::BodyError;
 use super::webhook::{self, GithubEvent, MAX_BODY_BYTES, ReplayWindow};
 use crate::config::Config;
 use crate::telemetry::{metrics, readiness};
@@ -200,26 +201,10 @@ async fn route(admin: &Admin, req: Request<Incoming>) -> Reply {
     }
 }
 
-/// Why a body could not be read.
-enum BodyError {
-    TooLarge,
-    Failed(String),
-}
-
-/// Reads the body, refusing one over [`MAX_BODY_BYTES`] (by its Content-Length before reading,
-/// else while reading) and one that does not arrive within [`READ_TIMEOUT`].
+/// Reads the body, refusing one over [`MAX_BODY_BYTES`] and one that does not arrive within
+/// [`READ_TIMEOUT`] (the one bounded reader of both listeners: [`super::body::read`]).
 async fn read_body(req: Request<Incoming>) -> Result<Bytes, BodyError> {
-    let declared = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
-        return Err(BodyError::TooLarge);
-    }
-    let limited = Limited::new(req.into_body(), MAX_BODY_BYTES);
-    match tokio::time::timeout(READ_TIMEOUT, limited.collect()).await {
-        Err(_) => Err(BodyError::Failed("the body did not arrive in time".into())),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(BodyError::TooLarge),
-        Ok(Err(e)) => Err(BodyError::Failed(e.to_string())),
-    }
+    super::body::read(req, MAX_BODY_BYTES, READ_TIMEOUT).await
 }
 
 /// Reads a secret file (whole, trimmed of surrounding white space, at most
@@ -267,9 +252,9 @@ async fn github(admin: &Admin, req: Request<Incoming>) -> Reply {
             m.webhook("github", "other", "too_large");
             return reply(StatusCode::PAYLOAD_TOO_LARGE, "body over 1 MiB");
         }
-        Err(BodyError::Failed(e)) => {
+        Err(e) => {
             m.webhook("github", "other", "bad_request");
-            return reply(StatusCode::BAD_REQUEST, e);
+            return reply(StatusCode::BAD_REQUEST, e.message(MAX_BODY_BYTES));
         }
     };
     let secret = match read_secret(&secret_file) {

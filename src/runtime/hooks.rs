@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -31,6 +31,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tracing::{debug, info, warn};
 
+use super::body::BodyError;
 use crate::controller::kubernetes::hook::{ANSWER_WITHIN, Answer, Hooks, RETRY_AFTER_SECONDS};
 use crate::model::ClusterKey;
 use crate::telemetry::metrics;
@@ -451,17 +452,14 @@ fn parse_request(hook: Hook, body: &[u8]) -> Result<HookRequest, String> {
 
 /// Reads the body within [`READ_TIMEOUT`], refusing one over [`MAX_BODY_BYTES`].
 async fn read_body(req: Request<Incoming>) -> Result<Bytes, (StatusCode, String)> {
-    let too_large = || (StatusCode::PAYLOAD_TOO_LARGE, format!("body over {} KiB", MAX_BODY_BYTES / 1024));
-    let declared = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
-        return Err(too_large());
-    }
-    match tokio::time::timeout(READ_TIMEOUT, Limited::new(req.into_body(), MAX_BODY_BYTES).collect()).await {
-        Err(_) => Err((StatusCode::REQUEST_TIMEOUT, "the body did not arrive in time".into())),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(too_large()),
-        Ok(Err(e)) => Err((StatusCode::BAD_REQUEST, e.to_string())),
-    }
+    super::body::read(req, MAX_BODY_BYTES, READ_TIMEOUT).await.map_err(|e| {
+        let status = match e {
+            BodyError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            BodyError::TimedOut => StatusCode::REQUEST_TIMEOUT,
+            BodyError::Failed(_) => StatusCode::BAD_REQUEST,
+        };
+        (status, e.message(MAX_BODY_BYTES))
+    })
 }
 
 #[cfg(test)]

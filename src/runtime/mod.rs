@@ -2,6 +2,7 @@
 //! together until SIGTERM.
 
 pub mod admin;
+mod body;
 pub mod daemon;
 pub mod election;
 pub mod hooks;
