@@ -93,7 +93,15 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
         "sha256sum" => s(0).map(|s| Val::str(hex::encode(sha2::Sha256::digest(go_bytes(&s))))),
         "adler32sum" => s(0).map(|s| Val::str(adler32(&go_bytes(&s)).to_string())),
         "toString" => Ok(Val::str(strval(&a[0].any()))),
-        "atoi" => s(0).map(|s| Val::Int(gonum::parse_int(&s, 10).unwrap_or(0))),
+        // `strconv.Atoi` gives the clamped value with its range error, which sprig ignores.
+        "atoi" => s(0).map(|s| {
+            Val::Int(match gonum::parse_int(&s, 10) {
+                Ok(i) => i,
+                Err(gonum::NumError::Range) if s.starts_with('-') => i64::MIN,
+                Err(gonum::NumError::Range) => i64::MAX,
+                Err(gonum::NumError::Syntax) => 0,
+            })
+        }),
         "int64" => Ok(Val::I64(to_int64(&a[0].any()))),
         "int" => Ok(Val::Int(to_int64(&a[0].any()))),
         "float64" => Ok(Val::F64(to_float64(&a[0].any()))),
@@ -470,6 +478,12 @@ fn go_regex_syntax(p: &str) -> String {
                 let end = end.map_or(i + 1, |j| j + 2);
                 out.extend(&chars[i..end]);
                 i = end;
+                continue;
+            }
+            // Inside a class, a `[` that starts no POSIX class is a literal for Go.
+            '[' => {
+                out.push_str("\\[");
+                i += 1;
                 continue;
             }
             ']' if in_class => in_class = false,
