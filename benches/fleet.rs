@@ -366,8 +366,11 @@ request = function()
   counter = counter + 1
   local name = "wrk-" .. (counter % 1000)
   local body = '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"' .. name .. '","namespace":"default","labels":{"stacksync.io/owner":"wrk"}},"data":{"payload":"' .. string.rep("x", 200) .. '"}}'
-  return wrk.format("PATCH", "/api/v1/namespaces/default/configmaps/" .. name .. "?fieldManager=wrk&force=true",
-    {["Content-Type"] = "application/apply-patch+yaml"}, body)
+  -- wrk.format takes these headers instead of -H's: keep those (the real server's token).
+  local headers = {}
+  for k, v in pairs(wrk.headers) do headers[k] = v end
+  headers["Content-Type"] = "application/apply-patch+yaml"
+  return wrk.format("PATCH", "/api/v1/namespaces/default/configmaps/" .. name .. "?fieldManager=wrk&force=true", headers, body)
 end
 "#;
 
