@@ -56,6 +56,10 @@ pub(super) fn call(name: &str, a: &[A]) -> Option<R> {
 fn format_in(layout: &str, date: &Val, zone: &str) -> R {
     let t = match date {
         Val::Time(t) => (**t).clone(),
+        // chrono's calendar ends at year ±262,143, Go's goes on: refused rather than printed wrong.
+        Val::Int(n) | Val::I64(n) if chrono::DateTime::from_timestamp(*n, 0).is_none() => {
+            return Err(format!("the Unix time {n} is outside the years stacksync can format (up to ±262,143)"));
+        }
         Val::Int(n) | Val::I64(n) => GoTime::unix(*n, 0),
         _ => return Err("a date of something that is not a time or a Unix time would read the clock".to_owned()),
     };
