@@ -135,16 +135,7 @@ async fn reconcile_in(
         }
         Err(fail) => {
             let mut st = ClusterStatus::failed(sub, &c, None, None, fail.reason, fail.message.clone());
-            if let Some(r) = &prev_status.applied_release {
-                st.applied_release = Some(crate::status::ReleaseRef {
-                    tag: r.tag.clone(),
-                    version: r.version.clone(),
-                    commit: r.commit.clone(),
-                    assets: Vec::new(),
-                });
-            }
-            st.synced = prev_status.synced as usize;
-            st.total = prev_status.total as usize;
+            keep_applied(&mut st, &prev_status);
             let crd = failed_crd(&prev_status, None, &st);
             let action = match fail.reason {
                 // The watches bring these back: a Cluster edit, its Secret, a new release.
@@ -401,14 +392,7 @@ fn unverified_held(
     m: &crate::controller::Mismatch,
 ) -> Done {
     let mut st = ClusterStatus::failed(sub, c, Some(rel), None, m.reason, m.message.clone());
-    st.applied_release = prev.applied_release.as_ref().map(|r| crate::status::ReleaseRef {
-        tag: r.tag.clone(),
-        version: r.version.clone(),
-        commit: r.commit.clone(),
-        assets: Vec::new(),
-    });
-    st.synced = prev.synced as usize;
-    st.total = prev.total as usize;
+    keep_applied(&mut st, prev);
     let crd = failed_crd(prev, Some(rel), &st);
     Done { status: st, changes: ChangeSet::default(), crd, requeue: None }
 }
@@ -539,4 +523,17 @@ pub(super) async fn forget(kube: &Kube, key: &ClusterKey) {
 /// Whether an object is a Cluster API Cluster this process may care about (has a name).
 pub(super) fn key_of(obj: &DynamicObject) -> Option<ClusterKey> {
     Some(ClusterKey::new(obj.metadata.namespace.clone()?, obj.metadata.name.clone()?))
+}
+
+/// A failed status that still says what the previous one said is applied: the release and
+/// synced n/m (nothing was applied this round, so that is still what the cluster runs).
+fn keep_applied(st: &mut ClusterStatus, prev: &ClusterSyncStatus) {
+    st.applied_release = prev.applied_release.as_ref().map(|r| crate::status::ReleaseRef {
+        tag: r.tag.clone(),
+        version: r.version.clone(),
+        commit: r.commit.clone(),
+        assets: Vec::new(),
+    });
+    st.synced = prev.synced as usize;
+    st.total = prev.total as usize;
 }
