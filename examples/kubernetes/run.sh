@@ -27,8 +27,8 @@ else
   cargo build --quiet --locked --bin stacksync -p stacksync
   cargo build --quiet --locked --bin testkit -p testkit
   out="${CARGO_TARGET_DIR:-$root/target}/debug"
-  stacksync="$stacksync"
-  testkit="$testkit"
+  stacksync="$out/stacksync"
+  testkit="$out/testkit"
 fi
 
 server="${STACKSYNC_EXAMPLE_SERVER:-real}"
