@@ -18,3 +18,4 @@ pub mod schedule;
 pub mod source;
 pub mod status;
 pub mod telemetry;
+pub mod verify;
