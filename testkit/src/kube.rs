@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 pub const BINARIES: [&str; 5] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"];
 
 /// How long one component may take to become ready before the start fails.
-const READY_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -359,29 +359,35 @@ impl Kube {
     /// Starts `cmd` in a process group of its own, its output in `<component>.log`, with the
     /// parent-death signal set by util-linux's `setpriv --pdeathsig KILL`, which then execs the
     /// component (the crate forbids `unsafe`: no `pre_exec` + `prctl` of our own).
-    fn spawn(&mut self, component: &'static str, cmd: Command) -> Result<()> {
+    pub(crate) fn spawn(&mut self, component: &'static str, cmd: Command) -> Result<()> {
         let log_path = self.log(component);
         let log = File::create(&log_path).map_err(|source| Error::Write { path: log_path.clone(), source })?;
         let log2 = log.try_clone().map_err(|source| Error::Write { path: log_path, source })?;
         let mut wrapped = Command::new("setpriv");
         wrapped.args(["--pdeathsig", "KILL", "--"]).arg(cmd.get_program()).args(cmd.get_args());
+        for (key, value) in cmd.get_envs() {
+            match value {
+                Some(v) => wrapped.env(key, v),
+                None => wrapped.env_remove(key),
+            };
+        }
         wrapped.stdin(Stdio::null()).stdout(log).stderr(log2).process_group(0);
         let child = spawn_supervised(wrapped).map_err(|source| Error::Spawn { component, source })?;
         self.children.push((component, child));
         Ok(())
     }
 
-    fn exited(&mut self, component: &str) -> bool {
+    pub(crate) fn exited(&mut self, component: &str) -> bool {
         self.children.iter_mut().any(|(name, child)| *name == component && matches!(child.try_wait(), Ok(Some(_))))
     }
 
-    fn not_ready(&self, component: &'static str, reason: String) -> Error {
+    pub(crate) fn not_ready(&self, component: &'static str, reason: String) -> Error {
         let log = self.log(component);
         Error::NotReady { component, reason, tail: tail(&log, 25), log }
     }
 
     /// Waits until `component` is alive and `url` answers 200 with `expect` in the body.
-    async fn wait_http(&mut self, component: &'static str, url: &str, expect: &str) -> Result<()> {
+    pub(crate) async fn wait_http(&mut self, component: &'static str, url: &str, expect: &str) -> Result<()> {
         let http =
             reqwest::Client::builder().timeout(Duration::from_secs(2)).build().map_err(|e| self.not_ready(component, e.to_string()))?;
         let deadline = Instant::now() + READY_TIMEOUT;
@@ -580,7 +586,7 @@ impl Shared {
     }
 }
 
-async fn config_from(path: &Path) -> Result<kube::Config> {
+pub(crate) async fn config_from(path: &Path) -> Result<kube::Config> {
     let kubeconfig = Kubeconfig::read_from(path).map_err(|e| Error::Kubeconfig { path: path.to_path_buf(), message: e.to_string() })?;
     kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
@@ -646,7 +652,7 @@ pub async fn apply_value(client: &kube::Client, obj: Value) -> Result<Value, kub
     serde_json::to_value(applied).map_err(kube::Error::SerdeError)
 }
 
-async fn wait_established(client: &kube::Client, name: &str) -> Result<(), String> {
+pub(crate) async fn wait_established(client: &kube::Client, name: &str) -> Result<(), String> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -690,7 +696,7 @@ fn make_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|source| Error::Spawn { component: "a free port", source })?;
     listener.local_addr().map(|a| a.port()).map_err(|source| Error::Spawn { component: "a free port", source })
 }
@@ -809,11 +815,11 @@ impl Pki {
     }
 }
 
-fn path_str(p: &Path) -> String {
+pub(crate) fn path_str(p: &Path) -> String {
     p.display().to_string()
 }
 
-fn openssl(step: &'static str, args: &[&str]) -> Result<()> {
+pub(crate) fn openssl(step: &'static str, args: &[&str]) -> Result<()> {
     let out = Command::new("openssl")
         .args(args)
         .stdin(Stdio::null())

@@ -4,6 +4,7 @@
 //! the real kubectl and by a differential test against the real server), and fixture builders.
 
 pub mod apiserver;
+pub mod capi;
 pub mod git;
 pub mod github;
 pub mod kube;

@@ -43,6 +43,15 @@ enum Command {
         /// How many kwok Nodes to create.
         #[arg(long, default_value_t = 1)]
         nodes: usize,
+        /// Also run the real Cluster API (its core manager with the ClusterTopology and
+        /// RuntimeSDK feature gates, CRDs and webhooks, and testkit's infrastructure and
+        /// control-plane providers) and a second control plane its Clusters' kubeconfig Secrets
+        /// point at. Build it first with scripts/build-cluster-api.sh.
+        #[arg(long)]
+        cluster_api: bool,
+        /// With --cluster-api: where to write the workload control plane's kubeconfig.
+        #[arg(long, requires = "cluster_api")]
+        workload_kubeconfig_out: Option<PathBuf>,
     },
     /// Serve a GitHub-compatible releases API on 127.0.0.1 and a free port until interrupted,
     /// from `DIR/<owner>/<repo>/<tag>/<asset files>` (a `release.yaml` beside the assets may set
@@ -66,7 +75,27 @@ async fn main() -> anyhow::Result<()> {
             tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
             server.stop().await;
         }
-        Command::Kube { kubeconfig_out, preload, nodes } => {
+        Command::Kube { kubeconfig_out, preload, nodes, cluster_api: true, workload_kubeconfig_out } => {
+            let api = testkit::capi::ClusterApi::start(testkit::capi::Options { preload, workload_nodes: nodes })
+                .await
+                .context("starting Cluster API on a real control plane")?;
+            api.mgmt().write_kubeconfig(&kubeconfig_out).with_context(|| format!("writing {}", kubeconfig_out.display()))?;
+            if let Some(out) = &workload_kubeconfig_out {
+                api.workload().write_kubeconfig(out).with_context(|| format!("writing {}", out.display()))?;
+            }
+            println!(
+                "serving Cluster API {} at {} (kubeconfig: {}; logs in {}), workload clusters at {} (logs in {}); ready in {:.1}s",
+                testkit::capi::VERSION,
+                api.mgmt().url(),
+                kubeconfig_out.display(),
+                api.mgmt().dir().display(),
+                api.workload().url(),
+                api.workload().dir().display(),
+                api.started_in().as_secs_f64(),
+            );
+            wait_for_stop_or_exit(Running::ClusterApi(api)).await?;
+        }
+        Command::Kube { kubeconfig_out, preload, nodes, .. } => {
             let kube = testkit::kube::Kube::start(testkit::kube::Options { preload, nodes, bin_dir: None })
                 .await
                 .context("starting the control plane")?;
@@ -80,7 +109,7 @@ async fn main() -> anyhow::Result<()> {
                 kube.started_in().as_secs_f64(),
                 rss / (1024 * 1024)
             );
-            wait_for_stop_or_exit(kube).await?;
+            wait_for_stop_or_exit(Running::Kube(kube)).await?;
         }
         Command::Github { releases, addr_out } => {
             let server = GithubServer::serve_dir(&releases).await.with_context(|| format!("serving {}", releases.display()))?;
@@ -98,9 +127,34 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What `testkit kube` runs.
+enum Running {
+    Kube(testkit::kube::Kube),
+    ClusterApi(testkit::capi::ClusterApi),
+}
+
+impl Running {
+    fn exited_component(&mut self) -> Option<(&'static str, String, PathBuf)> {
+        match self {
+            Running::Kube(k) => k.exited_component().map(|(c, s)| (c, s, k.dir().join(format!("{c}.log")))),
+            Running::ClusterApi(a) => {
+                let dir = a.mgmt().dir().to_path_buf();
+                a.exited_component().map(|(c, s)| (c, s, dir.join(format!("{c}.log"))))
+            }
+        }
+    }
+
+    fn stop(self) {
+        match self {
+            Running::Kube(k) => k.stop(),
+            Running::ClusterApi(a) => a.stop(),
+        }
+    }
+}
+
 /// Waits for SIGINT or SIGTERM (then stops every component) or for a component to exit (then
 /// stops the others and fails, naming it).
-async fn wait_for_stop_or_exit(mut kube: testkit::kube::Kube) -> anyhow::Result<()> {
+async fn wait_for_stop_or_exit(mut running: Running) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
@@ -109,14 +163,13 @@ async fn wait_for_stop_or_exit(mut kube: testkit::kube::Kube) -> anyhow::Result<
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
             _ = tick.tick() => {
-                if let Some((component, status)) = kube.exited_component() {
-                    let log = kube.dir().join(format!("{component}.log"));
-                    kube.stop();
+                if let Some((component, status, log)) = running.exited_component() {
+                    running.stop();
                     anyhow::bail!("{component} exited ({status}); see {}", log.display());
                 }
             }
         }
     }
-    kube.stop();
+    running.stop();
     Ok(())
 }
