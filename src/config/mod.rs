@@ -99,6 +99,9 @@ pub struct OciSourceConfig {
     /// Cap on what one archive layer may unpack to (decompression bombs).
     pub max_unpacked_bytes: u64,
     pub allow_moved_tags: bool,
+    /// `verify.cosign.publicKey`: only artifacts with a cosign signature by one of these keys
+    /// are releases.
+    pub signatures: crate::verify::TrustFiles,
 }
 
 /// GitHub release assets.
@@ -119,6 +122,9 @@ pub struct GithubSourceConfig {
     /// Cap on what one archive asset may unpack to (decompression bombs).
     pub max_unpacked_bytes: u64,
     pub allow_moved_tags: bool,
+    /// `verify.cosign.publicKey` / `verify.ssh.allowedSigners`: every asset needs a `<asset>.sig`
+    /// by one of these keys.
+    pub signatures: crate::verify::TrustFiles,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -131,6 +137,9 @@ pub struct GitSourceConfig {
     pub pins: BTreeMap<String, String>,
     /// Credentials of a private repository (`ssh://` and `user@host:path` need `ssh`).
     pub auth: Option<crate::source::git_cli::GitAuth>,
+    /// `verify.ssh.allowedSigners` / `verify.openpgp.keyring`: only annotated tags signed by one
+    /// of these keys are releases.
+    pub signatures: crate::verify::TrustFiles,
 }
 
 #[derive(Debug, Clone, PartialEq)]

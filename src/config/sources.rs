@@ -11,6 +11,7 @@ use crate::source::git_cli::{self, GitAuth};
 use crate::source::github::TokenSource;
 use crate::source::github::verify::Verify;
 use crate::source::oci::{self, OciAuth, Repository};
+use crate::verify::TrustFiles;
 
 /// GitHub's public API; GitHub Enterprise Server uses `https://<host>/api/v3`.
 pub const GITHUB_API: &str = "https://api.github.com";
@@ -39,7 +40,7 @@ impl Cx {
     }
 
     fn git(&mut self, node: &Node, path: &str, base: &Path) -> Option<GitSourceConfig> {
-        let g = self.fields(node, path, &["url", "allowMovedTags", "pins", "auth"])?;
+        let g = self.fields(node, path, &["url", "allowMovedTags", "pins", "auth", "verify"])?;
         let url = self.required_string(&g, "url");
         let allow_moved_tags = self.bool(&g, "allowMovedTags", false);
         let pins = match g.get("pins") {
@@ -54,6 +55,10 @@ impl Cx {
             Some(a) => Some(self.git_auth(a, &g.path("auth"), base)?),
             None => None,
         };
+        let signatures = match g.get("verify") {
+            Some(v) => self.trust(v, &g.path("verify"), base, &[("ssh", "allowedSigners"), ("openpgp", "keyring")]),
+            None => TrustFiles::default(),
+        };
         let mut url = url?;
         if auth.is_some() || git_cli::is_scp_like(&url) || url.starts_with("ssh://") {
             if let Err(msg) = check_private_url(&url, auth.as_ref()) {
@@ -61,7 +66,7 @@ impl Cx {
                 self.error(mark, &g.path("url"), msg);
                 return None;
             }
-            return Some(GitSourceConfig { url, allow_moved_tags, pins, auth });
+            return Some(GitSourceConfig { url, allow_moved_tags, pins, auth, signatures });
         }
         if url.starts_with("./") || url.starts_with("../") || url.starts_with('/') {
             // A local path (relative to the config file): served over file://.
@@ -73,7 +78,7 @@ impl Cx {
             self.error(mark, &g.path("url"), msg);
             return None;
         }
-        Some(GitSourceConfig { url, allow_moved_tags, pins, auth: None })
+        Some(GitSourceConfig { url, allow_moved_tags, pins, auth: None, signatures })
     }
 
     /// `auth`: exactly one of `ssh`, `https` or `bearerToken`.
@@ -145,12 +150,23 @@ impl Cx {
         }
         let token = g.get("token").and_then(|t| self.token(t, &g.path("token"), base));
         let tag_pattern = self.string(&g, "tagPattern");
-        let verify = match self.string(&g, "verify").as_deref() {
-            None | Some("required") => Verify::Required,
-            Some("optional") => Verify::Optional,
-            Some(other) => {
-                let mark = g.get("verify").map_or(node.mark, |n| n.mark);
-                self.error(mark, &g.path("verify"), format!("expected `required` or `optional`, found `{other}`"));
+        // `verify`: `required`/`optional` (the digest policy), or a mapping with `digests` and
+        // the signature keys.
+        let (verify_digests, signatures) = match g.get("verify") {
+            Some(v) if matches!(v.value, Value::Map(_)) => {
+                let f = self.fields(v, &g.path("verify"), &["digests", "cosign", "ssh"]);
+                let digests = f.as_ref().and_then(|f| f.get("digests").map(|d| (d, f.path("digests"))));
+                let signatures = self.trust(v, &g.path("verify"), base, &[("cosign", "publicKey"), ("ssh", "allowedSigners")]);
+                (digests, signatures)
+            }
+            Some(v) => (Some((v, g.path("verify"))), TrustFiles::default()),
+            None => (None, TrustFiles::default()),
+        };
+        let verify = match verify_digests.as_ref().map(|(n, p)| (n.scalar_text(), n.mark, p)) {
+            None | Some((Some("required"), _, _)) => Verify::Required,
+            Some((Some("optional"), _, _)) => Verify::Optional,
+            Some((other, mark, path)) => {
+                self.error(mark, path, format!("expected `required` or `optional`, found `{}`", other.unwrap_or("a mapping")));
                 Verify::Required
             }
         };
@@ -184,6 +200,7 @@ impl Cx {
             max_release_bytes,
             max_unpacked_bytes,
             allow_moved_tags,
+            signatures,
         })
     }
 
@@ -203,8 +220,13 @@ impl Cx {
                 "maxReleaseSize",
                 "maxUnpackedSize",
                 "allowMovedTags",
+                "verify",
             ],
         )?;
+        let signatures = match o.get("verify") {
+            Some(v) => self.trust(v, &o.path("verify"), base, &[("cosign", "publicKey")]),
+            None => TrustFiles::default(),
+        };
         let repository = self.required_string(&o, "repository").and_then(|r| match Repository::parse(&r) {
             Ok(repo) => Some(repo),
             Err(e) => {
@@ -268,7 +290,70 @@ impl Cx {
             max_release_bytes,
             max_unpacked_bytes,
             allow_moved_tags,
+            signatures,
         })
+    }
+
+    /// `verify:` of a source: the key files of the `kinds` allowed here (`(kind, field)`, e.g.
+    /// `("ssh", "allowedSigners")`), each `{file: …}`. Each file is read and parsed now, so
+    /// check-config names the file, its line and the field of a key that cannot be used; the
+    /// daemon reads them again at every poll.
+    fn trust(&mut self, node: &Node, path: &str, base: &Path, kinds: &[(&'static str, &'static str)]) -> TrustFiles {
+        let mut out = TrustFiles::default();
+        let Value::Map(entries) = &node.value else {
+            self.error(node.mark, path, format!("expected a mapping, found {}", node.type_name()));
+            return out;
+        };
+        let mut any = false;
+        for (k, v) in entries {
+            let Some(kind) = k.scalar_text() else { continue };
+            if kind == "digests" {
+                continue;
+            }
+            let Some((_, field)) = kinds.iter().find(|(name, _)| *name == kind) else {
+                let known: Vec<&str> = kinds.iter().map(|(n, _)| *n).collect();
+                self.error(k.mark, &format!("{path}.{kind}"), format!("unknown field; expected {}", known.join(" or ")));
+                continue;
+            };
+            let kind_path = format!("{path}.{kind}");
+            let known: &'static [&'static str] = match *field {
+                "allowedSigners" => &["allowedSigners"],
+                "keyring" => &["keyring"],
+                _ => &["publicKey"],
+            };
+            let Some(f) = self.fields(v, &kind_path, known) else { continue };
+            let Some(file_node) = f.get(field) else {
+                self.error(v.mark, &f.path(field), "required: `{file: …}`");
+                continue;
+            };
+            let field_path = f.path(field);
+            let Some(inner) = self.fields(file_node, &field_path, &["file"]) else { continue };
+            let Some(file) = self.required_string(&inner, "file") else { continue };
+            let mark = inner.get("file").map_or(file_node.mark, |n| n.mark);
+            let one = (field_path.clone(), base.join(file));
+            let mut single = TrustFiles::default();
+            match *field {
+                "allowedSigners" => single.ssh_allowed_signers = Some(one),
+                "keyring" => single.openpgp_keyring = Some(one),
+                _ => single.cosign_public_keys = Some(one),
+            }
+            if let Err(e) = single.load() {
+                self.error(
+                    mark,
+                    &field_path,
+                    format!("{}{}: {}", e.path.display(), if e.line > 0 { format!(":{}", e.line) } else { String::new() }, e.message),
+                );
+            }
+            any = true;
+            out.ssh_allowed_signers = out.ssh_allowed_signers.or(single.ssh_allowed_signers);
+            out.openpgp_keyring = out.openpgp_keyring.or(single.openpgp_keyring);
+            out.cosign_public_keys = out.cosign_public_keys.or(single.cosign_public_keys);
+        }
+        if !any && !entries.iter().any(|(k, _)| k.scalar_text() == Some("digests")) {
+            let want: Vec<String> = kinds.iter().map(|(k, f)| format!("`{k}.{f}`")).collect();
+            self.error(node.mark, path, format!("set at least one of {}", want.join(", ")));
+        }
+        out
     }
 
     /// `auth`: `username` with `password`, `bearerToken`, or `dockerConfig: {file: …}`.
@@ -439,6 +524,74 @@ pub fn tag_matches(pattern: &str, tag: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse_sources(dir: &Path, source: &str) -> Result<crate::config::Config, String> {
+        let text = format!(
+            "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache: {{dir: c}}\nsources:\n  - name: s\n{source}subscriptions:\n  - name: a\n    source: s\n    interval: 1h\n    clusters: [{{name: x, namespace: y}}]\ntarget: {{directory: out}}\n"
+        );
+        crate::config::Config::parse(&dir.join("c.yaml"), &text)
+            .map_err(|e| e.0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))
+    }
+
+    #[test]
+    fn verify_key_files_are_read_by_check_config_naming_file_line_and_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let signers = include_str!("../verify/testdata/allowed_signers");
+        std::fs::write(dir.path().join("signers"), format!("# keys\n{signers}")).unwrap();
+        std::fs::write(dir.path().join("bad"), format!("# keys\n{signers}oops ssh-ed25519 AAAA\n")).unwrap();
+        std::fs::write(dir.path().join("cosign.pub"), include_str!("../verify/testdata/cosign.pub")).unwrap();
+        let git = "    git:\n      url: https://example.test/s.git\n      verify:\n        ssh: {allowedSigners: {file: signers}}\n";
+        let c = parse_sources(dir.path(), git).unwrap();
+        let SourceKind::Git(g) = &c.sources[0].kind else { panic!() };
+        assert_eq!(g.signatures.ssh_allowed_signers.as_ref().map(|(_, p)| p.clone()), Some(dir.path().join("signers")));
+        let gh = "    github:\n      repo: a/b\n      verify: {digests: optional, cosign: {publicKey: {file: cosign.pub}}}\n";
+        let c = parse_sources(dir.path(), gh).unwrap();
+        let SourceKind::Github(g) = &c.sources[0].kind else { panic!() };
+        assert_eq!(g.verify, Verify::Optional);
+        assert!(g.signatures.cosign_public_keys.is_some());
+        let table = [
+            (
+                "    git:\n      url: https://example.test/s.git\n      verify:\n        ssh: {allowedSigners: {file: bad}}\n",
+                "c.yaml:9:",
+                "sources[0].git.verify.ssh.allowedSigners: ",
+                "bad:3: not an OpenSSH public key",
+            ),
+            (
+                "    git:\n      url: https://example.test/s.git\n      verify:\n        openpgp: {keyring: {file: missing.asc}}\n",
+                "c.yaml:9:",
+                "sources[0].git.verify.openpgp.keyring: ",
+                "missing.asc: cannot read",
+            ),
+            (
+                "    oci:\n      repository: 127.0.0.1:5000/a\n      verify: {ssh: {allowedSigners: {file: signers}}}\n",
+                "c.yaml:8:",
+                "sources[0].oci.verify.ssh: ",
+                "expected cosign",
+            ),
+            (
+                "    oci:\n      repository: 127.0.0.1:5000/a\n      verify: {cosign: {publicKey: {file: signers}}}\n",
+                "c.yaml:8:",
+                "oci.verify.cosign.publicKey: ",
+                "holds no `-----BEGIN PUBLIC KEY-----`",
+            ),
+            (
+                "    git:\n      url: https://example.test/s.git\n      verify: {}\n",
+                "c.yaml:8:",
+                "sources[0].git.verify: ",
+                "set at least one of",
+            ),
+            (
+                "    github:\n      repo: a/b\n      verify: {digests: sometimes}\n",
+                "c.yaml:8:",
+                "github.verify.digests: ",
+                "expected `required` or `optional`",
+            ),
+        ];
+        for (source, at, field, says) in table {
+            let e = parse_sources(dir.path(), source).unwrap_err();
+            assert!(e.contains(at) && e.contains(field) && e.contains(says), "{source}\n=> {e}");
+        }
+    }
 
     #[test]
     fn sizes_and_patterns() {

@@ -512,6 +512,7 @@ mod tests {
             allow_moved_tags: false,
             pins: pins.iter().map(|(t, c)| ((*t).to_owned(), (*c).to_owned())).collect(),
             auth: None,
+            signatures: Default::default(),
         })
     }
 
@@ -527,6 +528,7 @@ mod tests {
             max_release_bytes: 0,
             max_unpacked_bytes: 0,
             allow_moved_tags: false,
+            signatures: Default::default(),
         })
     }
 
