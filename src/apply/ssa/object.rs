@@ -274,7 +274,7 @@ impl Applier {
         let applied = self.within("applying", &t.entry.object, self.apply_request(t, &params)).await?;
         let applied = applied.and_then(|(bytes, code)| Ok((Seen::from_slice(&bytes).map_err(kube::Error::SerdeError)?, code)));
         let (applied, code) = applied.map_err(|source| Error::Patch { object: t.entry.object.clone(), source })?;
-        tracing::info!(object = %t.entry.object, "applied");
+        tracing::debug!(object = %t.entry.object, "applied");
         Ok((applied, code == 201))
     }
 
@@ -395,7 +395,7 @@ impl Applier {
         };
         match self.within("deleting", object, api.delete(name, &dp)).await? {
             Ok(_) => {
-                tracing::info!(object = %object, "deleted");
+                tracing::debug!(object = %object, "deleted");
                 Ok(Deletion::Deleted)
             }
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(Deletion::Absent),

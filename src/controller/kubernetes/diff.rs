@@ -100,7 +100,7 @@ async fn one(
         d.release = Some(rel.tag.clone());
         let prepared = kube.ctx.prepare(&rel).await?;
         let rendered = render(kube, sub, &prepared, &c).await.map_err(|f| f.message)?;
-        let super::Workload { client, discovery } = kube.workload(&c).await.map_err(|(_, m)| m)?;
+        let super::Workload { client, discovery, .. } = kube.workload(&c).await.map_err(|(_, m)| m)?;
         reachable(&client).await?;
         let applier = Applier::new(client, apply_options(&kube.target(), sub, &c)).with_discovery(discovery);
         let mut preview = applier.preview(&rendered.stages, &Inventory::from_lines(&previous.inventory)).await;

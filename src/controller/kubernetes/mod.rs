@@ -29,6 +29,7 @@ mod run;
 mod status;
 mod telemetry;
 mod upgrade;
+pub mod workload;
 
 pub use diff::{ClusterDiff, diff};
 pub use render::render;
@@ -41,6 +42,8 @@ use crate::config::{ClusterConfig, Config, KubernetesTarget, Subscription, Targe
 use crate::model::ClusterKey;
 use crate::status::Reason;
 
+/// How often a failure that repeats unchanged is said at WARN again (DEBUG in between).
+pub const REPEAT_WARNING: std::time::Duration = std::time::Duration::from_secs(3600);
 /// The field manager of every write, objects and status alike.
 pub const MANAGER: &str = ssa::FIELD_MANAGER;
 /// Cluster API's pause annotation (set by `clusterctl move`, among others).
@@ -48,11 +51,13 @@ pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 /// The label Cluster API puts on a Cluster's Secrets.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
-/// A workload cluster's client and the kinds its syncs found served (one per Cluster).
+/// A workload cluster's client, the kinds its syncs found served, and whether its last sync
+/// reached it.
 #[derive(Clone)]
 pub struct Workload {
     pub client: kube::Client,
     pub discovery: ssa::Discovery,
+    pub reached: bool,
 }
 
 /// The Kubernetes half of the long-lived context: the management client, Cluster API's
@@ -67,8 +72,17 @@ pub struct Kube {
     pub clusters: ApiResource,
     /// Kinds the management cluster serves, as found by the ClusterClass applies.
     pub mgmt_discovery: ssa::Discovery,
-    /// Workload clients by Cluster, with the kubeconfig Secret's resourceVersion they came from.
-    clients: Mutex<HashMap<ClusterKey, (String, Workload)>>,
+    /// Workload clients by Cluster, with the kubeconfig Secret's resourceVersion they came from:
+    /// bounded in number and age (`workload.rs`).
+    clients: workload::Clients,
+    /// The TLS configurations of workload clients, one per distinct trust and identity.
+    tls: workload::TlsConfigs,
+    /// What each Cluster keeps between reconciles (served kinds, whether it answered).
+    states: Mutex<HashMap<ClusterKey, workload::ClusterState>>,
+    /// The last warning of each kind said about a Cluster (a digest of its text) and when: a
+    /// failure that repeats every resync is said at WARN when it changes and once an hour, at
+    /// DEBUG otherwise.
+    warned: Mutex<HashMap<(ClusterKey, &'static str), (u64, std::time::Instant)>>,
     /// Failed reconciles in a row, by Cluster: the backoff's attempt number.
     attempts: Mutex<HashMap<ClusterKey, u32>>,
     classes: classes::Classes,
@@ -102,7 +116,10 @@ impl Kube {
             watch,
             clusters,
             mgmt_discovery: ssa::Discovery::default(),
-            clients: Mutex::new(HashMap::new()),
+            clients: workload::Clients::default(),
+            tls: workload::TlsConfigs::default(),
+            states: Mutex::new(HashMap::new()),
+            warned: Mutex::new(HashMap::new()),
             attempts: Mutex::new(HashMap::new()),
             classes: classes::Classes::default(),
             recorded: Mutex::new(std::collections::HashSet::new()),
@@ -142,21 +159,54 @@ impl Kube {
             Err(e) => return Err((Reason::ClusterUnreachable, format!("reading Secret {}/{name}: {}", c.namespace, kube_error(&e)))),
         };
         let version = secret.metadata.resource_version.clone().unwrap_or_default();
-        if let Some((v, workload)) = self.clients.lock().unwrap_or_else(PoisonError::into_inner).get(&key)
-            && *v == version
-            && !version.is_empty()
-        {
-            return Ok(workload.clone());
+        let state = self.states.lock().unwrap_or_else(PoisonError::into_inner).entry(key.clone()).or_default().clone();
+        let client = match self.clients.get(&key, &version) {
+            Some(client) => client,
+            None => {
+                let client = workload_client(&c.namespace, &name, &secret, self.target().request_timeout, &self.tls).await?;
+                self.clients.put(key, version, client.clone());
+                client
+            }
+        };
+        Ok(Workload { client, discovery: state.discovery, reached: state.reached })
+    }
+
+    /// Records whether a Cluster's sync got an answer from its API server.
+    fn reached(&self, key: &ClusterKey, reached: bool) {
+        if let Some(s) = self.states.lock().unwrap_or_else(PoisonError::into_inner).get_mut(key) {
+            s.reached = reached;
         }
-        let client = workload_client(&c.namespace, &name, &secret, self.target().request_timeout).await?;
-        let workload = Workload { client, discovery: ssa::Discovery::default() };
-        self.clients.lock().unwrap_or_else(PoisonError::into_inner).insert(key, (version, workload.clone()));
-        Ok(workload)
+    }
+
+    /// Whether a warning of kind `what` about `key` is worth WARN: its text differs from the
+    /// last one of that kind, or that one was said [`REPEAT_WARNING`] ago or more. Recorded
+    /// either way.
+    pub(super) fn worth_warning(&self, key: &ClusterKey, what: &'static str, text: &str) -> bool {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut h);
+        let digest = h.finish();
+        let now = std::time::Instant::now();
+        let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
+        match warned.get(&(key.clone(), what)) {
+            Some((d, at)) if *d == digest && now.duration_since(*at) < REPEAT_WARNING => false,
+            _ => {
+                warned.insert((key.clone(), what), (digest, now));
+                true
+            }
+        }
+    }
+
+    /// A Cluster's failure of kind `what` is over: the next one is said at WARN.
+    pub(super) fn cleared(&self, key: &ClusterKey, what: &'static str) {
+        self.warned.lock().unwrap_or_else(PoisonError::into_inner).remove(&(key.clone(), what));
     }
 
     /// Forgets what is kept for a Cluster that is gone.
     fn forget(&self, key: &ClusterKey) {
-        self.clients.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
+        self.warned.lock().unwrap_or_else(PoisonError::into_inner).retain(|(k, _), _| k != key);
+        self.clients.remove(key);
+        self.states.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
         self.succeeded(key);
     }
 }
@@ -299,6 +349,7 @@ async fn workload_client(
     name: &str,
     secret: &k8s_openapi::api::core::v1::Secret,
     timeout: std::time::Duration,
+    tls: &workload::TlsConfigs,
 ) -> Result<kube::Client, (Reason, String)> {
     let unusable = |why: &str| (Reason::ClusterUnreachable, format!("Secret {namespace}/{name}: key `value` {why}"));
     let bytes = secret.data.as_ref().and_then(|d| d.get("value")).map(|b| b.0.clone()).unwrap_or_default();
@@ -314,7 +365,7 @@ async fn workload_client(
     config.read_timeout = Some(timeout);
     config.write_timeout = Some(timeout);
     config.connect_timeout = Some(timeout.min(std::time::Duration::from_secs(10)));
-    kube::Client::try_from(config).map_err(|_| unusable("is a kubeconfig whose TLS settings or server URL cannot be used"))
+    workload::client(&config, tls).map_err(|_| unusable("is a kubeconfig whose TLS settings or server URL cannot be used"))
 }
 
 /// Refuses an object rendered by two stages: each stage would apply its own version on every

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::Action;
-use tracing::{Instrument, error, info, info_span, warn};
+use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use super::status::{Owner, applied_crd, failed_crd, write_cluster_sync};
 use super::{
@@ -229,6 +229,7 @@ async fn apply_release(
     prev: &ClusterSyncStatus,
     owner: &Owner<'_>,
 ) -> Result<Done, Fail> {
+    let started = std::time::Instant::now();
     let k = &kube.target();
     let label = format!("{}/{}", c.namespace, c.name);
     if let Some(m) = &prepared.unverified {
@@ -248,14 +249,26 @@ async fn apply_release(
         }
         kube.classes.ensure(kube, sub, &c.namespace, &releases).await;
     }
-    let super::Workload { client, discovery } = match kube.workload(c).await {
+    let super::Workload { client, discovery, reached } = match kube.workload(c).await {
         Ok(workload) => workload,
         Err((reason, message)) => {
-            warn!("{message}");
+            let key = crate::model::ClusterKey::new(&c.namespace, &c.name);
+            if kube.worth_warning(&key, "client", &message) {
+                warn!("{message}");
+            } else {
+                debug!("{message} (unchanged since the last warning)");
+            }
             return Err(Fail::new(reason, message, true));
         }
     };
-    reachable(&client).await.map_err(|m| Fail::new(Reason::ClusterUnreachable, m, true))?;
+    let key = crate::model::ClusterKey::new(&c.namespace, &c.name);
+    if !reached {
+        // A Cluster whose last sync did not reach it (or its first): one cheap request, so a
+        // cluster that is down is skipped in seconds. One that answered last time gets none: the
+        // sync's first request (the LIST of the first kind) is the check, and a failure there
+        // brings the probe back next time.
+        reachable(&client).await.map_err(|m| Fail::new(Reason::ClusterUnreachable, m, true))?;
+    }
 
     let digest = rendered_digest(stages.iter().flat_map(|s| &s.objects));
     if prev.rendered_digest != digest {
@@ -287,6 +300,7 @@ async fn apply_release(
     };
     let applier = Applier::new(client, options).with_discovery(discovery);
     let result = applier.sync(&stages, &Inventory::from_lines(&prev.inventory)).await;
+    kube.reached(&key, answered(&result.changes, &result.transient));
     let mut st = ClusterStatus::applied(sub, c, &rel, &result.changes).with_assets(&rel.tag, &rel.commit, &prepared.assets);
     if let Some(paused) = &result.prune_paused {
         st.ready = false;
@@ -311,11 +325,32 @@ async fn apply_release(
         // Every failure may pass by itself: retried with backoff (Reconciling), not Stalled.
         st.reason = Reason::TransientError;
     }
+    // Said at WARN when what failed (or drifted) changed, and once an hour while it stays the
+    // same (at DEBUG on the resyncs in between): a failure every resync is not a new line at
+    // the same level every ten minutes, forever.
+    let mut said = String::new();
     for (object, fields) in &result.drifted {
-        warn!(cluster = %label, object = %object, fields = %fields.join(", "), "drifted (driftMode: warn; not corrected)");
+        said.push_str(&format!("{object} drifted {fields:?}\n"));
     }
     for e in result.changes.entries.iter().filter(|e| !e.is_synced()) {
-        warn!(cluster = %label, object = %e.object, "{}: {}", e.action, e.message);
+        said.push_str(&format!("{} {}: {}\n", e.object, e.action, e.message));
+    }
+    if said.is_empty() {
+        kube.cleared(&key, "objects");
+    } else if kube.worth_warning(&key, "objects", &said) {
+        for (object, fields) in &result.drifted {
+            warn!(cluster = %label, object = %object, fields = %fields.join(", "), "drifted (driftMode: warn; not corrected)");
+        }
+        for e in result.changes.entries.iter().filter(|e| !e.is_synced()) {
+            warn!(cluster = %label, object = %e.object, "{}: {}", e.action, e.message);
+        }
+    } else {
+        for (object, fields) in &result.drifted {
+            debug!(cluster = %label, object = %object, fields = %fields.join(", "), "drifted (driftMode: warn; not corrected; unchanged since the last warning)");
+        }
+        for e in result.changes.entries.iter().filter(|e| !e.is_synced()) {
+            debug!(cluster = %label, object = %e.object, "{}: {} (unchanged since the last warning)", e.action, e.message);
+        }
     }
     let unhealthy = match sub.health_timeout {
         Some(timeout) if st.ready && !result.unhealthy.is_empty() => {
@@ -333,7 +368,9 @@ async fn apply_release(
         let sep = if st.message.is_empty() { "" } else { "; " };
         st.message.push_str(&format!("{sep}values template warning: {first}{more}"));
     }
-    info!(ready = st.ready, "synced: {}", result.changes.summary());
+    // The one line per Cluster and pass at INFO (per-object lines are DEBUG): the release is
+    // in the span, the counts by action and the time here.
+    info!(ready = st.ready, duration_ms = started.elapsed().as_millis() as u64, "synced: {}", result.changes.summary());
     if sub.format == Format::Manifests {
         kube.ctx.adopt(sub, &rel).await;
         let id = (sub.name.clone(), rel.tag.clone(), rel.commit.clone());
@@ -356,6 +393,12 @@ async fn apply_release(
     }
     crd.upgrade = upgraded;
     Ok(Done { status: st, changes: result.changes, crd, requeue: None })
+}
+
+/// Whether a sync got an answer from the workload cluster's API server: anything but every
+/// object failing with a transient error (a refused connection, a timeout, a 5xx).
+fn answered(changes: &ChangeSet, transient: &[crate::apply::ObjectRef]) -> bool {
+    changes.entries.iter().any(|e| e.action != crate::apply::Action::Failed || !transient.contains(&e.object))
 }
 
 /// An upgrade stage waits or failed: the applied release and its objects stay as they are, the

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use futures_util::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DynamicObject, ListParams, PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -38,6 +39,7 @@ async fn reconcile_fn(obj: Arc<DynamicObject>, kube: Arc<Kube>) -> Result<Action
         Some(r) => {
             if r.outcome.is_ok() {
                 kube.succeeded(&key);
+                kube.cleared(&key, "reconcile");
             }
             r.outcome
         }
@@ -47,10 +49,15 @@ async fn reconcile_fn(obj: Arc<DynamicObject>, kube: Arc<Kube>) -> Result<Action
 fn error_policy(obj: Arc<DynamicObject>, error: &Error, kube: Arc<Kube>) -> Action {
     let Some(key) = key_of(&obj) else { return Action::await_change() };
     let after = retry_after(&kube, &key, error);
-    if error.is_transient() {
-        warn!(cluster = %key, reason = error.reason(), retry_in = ?after, "{error}");
-    } else {
-        error!(cluster = %key, reason = error.reason(), "{error}; retried when something changes (or at the next resync)");
+    // The same failure again (every retry, every resync): said once an hour at its level, at
+    // DEBUG in between; a new one at once.
+    let loud = kube.worth_warning(&key, "reconcile", &error.to_string());
+    match (error.is_transient(), loud) {
+        (true, true) => warn!(cluster = %key, reason = error.reason(), retry_in = ?after, "{error}"),
+        (false, true) => {
+            error!(cluster = %key, reason = error.reason(), "{error}; retried when something changes (or at the next resync)");
+        }
+        (_, false) => debug!(cluster = %key, reason = error.reason(), retry_in = ?after, "{error} (unchanged since the last warning)"),
     }
     Action::requeue(after)
 }
@@ -100,6 +107,9 @@ pub async fn run(
     };
     let stream = watcher(clusters, watch_config)
         .default_backoff()
+        // The store keeps every Cluster for the process's life: not the managedFields nobody
+        // here reads (about half of an object a server keeps field managers for).
+        .modify(|c| c.metadata.managed_fields = None)
         .reflect(writer)
         .inspect(move |event| {
             let seen = match event {
@@ -116,7 +126,7 @@ pub async fn run(
         })
         .touched_objects();
 
-    let secrets: Api<Secret> = Api::all(kube.watch.clone());
+    let secrets: Api<PartialObjectMeta<Secret>> = Api::all(kube.watch.clone());
     let syncs: Api<ClusterSync> = Api::all(kube.watch.clone());
     let (ar_s, ar_c) = (ar.clone(), ar.clone());
     let published = stream::unfold(ctx.published(), |mut rx| async move {
@@ -149,7 +159,11 @@ pub async fn run(
     info!(concurrency, "reconciling Clusters");
     Controller::for_stream_with(stream, reader, ar.clone())
         .with_config(ControllerConfig::default().concurrency(concurrency).debounce(DEBOUNCE))
-        .watches(secrets, watcher::Config::default(), move |s: Secret| secret_owner(&s).map(|key| cluster_ref(&key, &ar_s)))
+        // Kubeconfig Secrets only trigger: their metadata is all that is read of the watch (the
+        // reconcile reads its one Secret), so every Secret's data is not sent nor decoded.
+        .watches_stream(watcher(secrets, watcher::Config::default()).default_backoff().touched_objects(), move |s| {
+            secret_owner(&s.metadata).map(|key| cluster_ref(&key, &ar_s))
+        })
         .watches(syncs, watcher::Config::default(), move |cs: ClusterSync| {
             let requested = cs.metadata.annotations.as_ref().and_then(|a| a.get(RECONCILE_REQUESTED_AT)).cloned();
             let handled = cs.status.as_ref().and_then(|s| s.last_handled_reconcile_at.clone());
@@ -180,11 +194,11 @@ fn cluster_ref(key: &ClusterKey, ar: &kube::api::ApiResource) -> ObjectRef<Dynam
 
 /// The Cluster a kubeconfig Secret belongs to: Cluster API's `cluster.x-k8s.io/cluster-name`
 /// label, else the `<cluster>-kubeconfig` name.
-fn secret_owner(s: &Secret) -> Option<ClusterKey> {
-    let name = s.metadata.name.as_deref()?;
+fn secret_owner(s: &ObjectMeta) -> Option<ClusterKey> {
+    let name = s.name.as_deref()?;
     let cluster = name.strip_suffix("-kubeconfig")?;
-    let cluster = s.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL)).map_or(cluster, String::as_str);
-    Some(ClusterKey::new(s.metadata.namespace.clone()?, cluster))
+    let cluster = s.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL)).map_or(cluster, String::as_str);
+    Some(ClusterKey::new(s.namespace.clone()?, cluster))
 }
 
 /// What the Cluster watch told housekeeping.

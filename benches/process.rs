@@ -1,0 +1,565 @@
+//! Whole-process benchmark: the released binary as a user runs it. One `testkit apiserver` is
+//! the management cluster (Cluster API's CRDs and ours), N Clusters there, each with its own
+//! `<name>-kubeconfig` Secret pointing at one of W `testkit apiserver` workload clusters (W
+//! processes), a Git release of 40 objects per Cluster (a Namespace and 39 ConfigMaps), the
+//! Kubernetes target. Cases, for each size:
+//!
+//! - `run --once` cold, then `run --once` again unchanged (the no-op pass), each under
+//!   `/usr/bin/time -v`: wall time, peak RSS, CPU, workload requests (testkit's counters), log
+//!   lines at the default level;
+//! - the daemon (`run`) on a fresh fleet: time from start until every ClusterSync is Ready, one
+//!   resync after that (its workload requests), peak RSS (`VmHWM`), CPU, open file descriptors,
+//!   log lines; with `--soak-secs S` the daemon keeps running for S more seconds with a short
+//!   resync and a new release every minute, its RSS and descriptors sampled (flat memory).
+//!
+//! The peer is the raw server-side apply ceiling of one workload server process, measured by
+//! `wrk` at 128 connections (as `benches/fleet.rs` measures it) just before the cold pass.
+//!
+//! Run through `scripts/bench.sh` (`BENCH_PROCESS_SIZES`, default 1000,5000); by hand:
+//! `cargo bench --bench process -- --testkit T --wrk W --sizes 1000 --workloads 4 --out F`.
+//! Results: docs/performance.md.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+const OBJECTS: usize = 40;
+const NS: &str = "fleet";
+const WRK_CONNECTIONS: usize = 128;
+
+struct Args {
+    testkit: PathBuf,
+    stacksync: PathBuf,
+    wrk: Option<PathBuf>,
+    sizes: Vec<usize>,
+    workloads: usize,
+    daemon: bool,
+    soak_secs: u64,
+    out: PathBuf,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        testkit: PathBuf::from("testkit"),
+        stacksync: PathBuf::from(env!("CARGO_BIN_EXE_stacksync")),
+        wrk: None,
+        sizes: vec![1000],
+        workloads: 4,
+        daemon: true,
+        soak_secs: 0,
+        out: common::out_path(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        let mut v = || it.next().unwrap_or_else(|| panic!("{k} needs a value"));
+        match k.as_str() {
+            "--testkit" => a.testkit = v().into(),
+            "--stacksync" => a.stacksync = v().into(),
+            "--wrk" => a.wrk = Some(v().into()),
+            "--sizes" => a.sizes = v().split(',').map(|s| s.trim().parse().expect("--sizes: numbers")).collect(),
+            "--workloads" => a.workloads = v().parse::<usize>().expect("--workloads: a number").max(1),
+            "--no-daemon" => a.daemon = false,
+            "--soak-secs" => a.soak_secs = v().parse().expect("--soak-secs: seconds"),
+            "--out" => a.out = v().into(),
+            "--bench" => {}
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    a
+}
+
+/// One `testkit apiserver` process, killed on drop.
+struct Server {
+    child: Child,
+    url: String,
+    kubeconfig: PathBuf,
+}
+
+impl Server {
+    fn start(testkit: &Path, dir: &Path, name: &str, preload: &[PathBuf]) -> Server {
+        let kubeconfig = dir.join(format!("{name}.kubeconfig"));
+        let _ = std::fs::remove_file(&kubeconfig);
+        let mut cmd = Command::new(testkit);
+        cmd.args(["apiserver", "--kubeconfig-out"]).arg(&kubeconfig);
+        for p in preload {
+            cmd.arg("--preload").arg(p);
+        }
+        let child = cmd.stdout(Stdio::null()).spawn().expect("testkit starts");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !kubeconfig.exists() {
+            assert!(Instant::now() < deadline, "testkit wrote no kubeconfig");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let text = std::fs::read_to_string(&kubeconfig).expect("kubeconfig");
+        let v: Value = serde_json::from_str(&text).expect("kubeconfig is JSON");
+        let url = v["clusters"][0]["cluster"]["server"].as_str().expect("server url").to_string();
+        Server { child, url, kubeconfig }
+    }
+
+    fn client(&self) -> kube::Client {
+        let mut config = kube::Config::new(self.url.parse().expect("url"));
+        config.default_namespace = "default".into();
+        config.read_timeout = Some(Duration::from_secs(120));
+        kube::Client::try_from(config).expect("client")
+    }
+
+    async fn stats(&self, http: &reqwest::Client) -> Value {
+        http.get(format!("{}/_testkit/stats", self.url)).send().await.expect("stats").json().await.expect("stats json")
+    }
+
+    async fn reset_stats(&self, http: &reqwest::Client) {
+        http.delete(format!("{}/_testkit/stats", self.url)).send().await.expect("reset stats");
+    }
+
+    fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A management cluster, W workload clusters and N Clusters with their Secrets.
+struct Fleet {
+    mgmt: Server,
+    workloads: Vec<Server>,
+}
+
+fn sum(counts: &Value, verb: Option<&str>) -> u64 {
+    let Some(map) = counts.as_object() else { return 0 };
+    map.iter()
+        .filter(|(v, _)| verb.is_none_or(|w| w == v.as_str()))
+        .flat_map(|(_, r)| r.as_object().into_iter().flatten())
+        .map(|(_, n)| n.as_u64().unwrap_or(0))
+        .sum()
+}
+
+impl Fleet {
+    async fn start(a: &Args, dir: &Path, n: usize) -> Fleet {
+        let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds");
+        let mgmt = Server::start(&a.testkit, dir, "mgmt", &[testkit::apiserver::capi_crds_dir(), crds]);
+        let workloads: Vec<Server> = (0..a.workloads).map(|i| Server::start(&a.testkit, dir, &format!("workload-{i}"), &[])).collect();
+        let client = mgmt.client();
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        let ns = serde_json::from_value(json!({"metadata": {"name": NS}})).expect("namespace");
+        namespaces.create(&PostParams::default(), &ns).await.expect("namespace");
+        let kubeconfigs: Vec<Vec<u8>> = workloads.iter().map(|w| std::fs::read(&w.kubeconfig).expect("kubeconfig")).collect();
+        let res = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster"));
+        let clusters: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &res);
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+        let started = Instant::now();
+        futures_util::stream::iter(0..n)
+            .map(|i| {
+                let (clusters, secrets) = (clusters.clone(), secrets.clone());
+                let kubeconfig = kubeconfigs[i % kubeconfigs.len()].clone();
+                async move {
+                    let name = cluster_name(i);
+                    let body = json!({
+                        "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+                        "metadata": {"name": name, "namespace": NS, "labels": {"fleet": "bench"}},
+                        "spec": {"controlPlaneEndpoint": {"host": format!("{name}.example.test"), "port": 6443}},
+                    });
+                    clusters.patch(&name, &PatchParams::apply("capi"), &Patch::Apply(body)).await.expect("cluster");
+                    let status = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": name}, "status": {"controlPlaneReady": true}});
+                    clusters.patch_status(&name, &PatchParams::apply("capi").force(), &Patch::Apply(status)).await.expect("status");
+                    let mut secret = Secret::default();
+                    secret.metadata.name = Some(format!("{name}-kubeconfig"));
+                    secret.metadata.namespace = Some(NS.into());
+                    secret.metadata.labels = Some([("cluster.x-k8s.io/cluster-name".to_owned(), name.clone())].into());
+                    secret.data = Some([("value".to_owned(), k8s_openapi::ByteString(kubeconfig))].into());
+                    secrets.create(&PostParams::default(), &secret).await.expect("secret");
+                }
+            })
+            .buffer_unordered(32)
+            .collect::<Vec<()>>()
+            .await;
+        println!("  fleet of {n} Clusters created in {:.1} s", started.elapsed().as_secs_f64());
+        Fleet { mgmt, workloads }
+    }
+
+    async fn reset(&self, http: &reqwest::Client) {
+        for w in &self.workloads {
+            w.reset_stats(http).await;
+        }
+    }
+
+    /// Workload requests (all, LISTs, writes) since the last reset, summed over the servers.
+    async fn requests(&self, http: &reqwest::Client) -> (u64, u64, u64) {
+        let (mut all, mut lists, mut writes) = (0, 0, 0);
+        for w in &self.workloads {
+            let s = w.stats(http).await;
+            all += sum(&s["requests"], None);
+            lists += sum(&s["requests"], Some("list"));
+            writes += sum(&s["writes"], None);
+        }
+        (all, lists, writes)
+    }
+
+    fn server_cpu(&self) -> f64 {
+        self.workloads.iter().map(|w| cpu_seconds(&w.pid())).sum::<f64>() + cpu_seconds(&self.mgmt.pid())
+    }
+
+    /// ClusterSyncs whose Ready condition is True.
+    async fn ready(&self) -> usize {
+        let res = ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "ClusterSync"));
+        let api: Api<DynamicObject> = Api::namespaced_with(self.mgmt.client(), NS, &res);
+        let Ok(list) = api.list(&ListParams::default()).await else { return 0 };
+        list.items
+            .iter()
+            .filter(|o| {
+                o.data["status"]["conditions"].as_array().is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+            })
+            .count()
+    }
+}
+
+fn cluster_name(i: usize) -> String {
+    format!("c{i:05}")
+}
+
+/// The release: a Namespace and 39 ConfigMaps per Cluster, named by `${cluster.name}`; `mark`
+/// changes one ConfigMap (a new release that changes one object per Cluster).
+fn manifests(mark: &str) -> String {
+    let mut text = String::from("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ns-${cluster.name}\n");
+    let payload = "x".repeat(200);
+    for j in 1..OBJECTS {
+        let extra = if j == 1 { format!("\n  mark: \"{mark}\"") } else { String::new() };
+        text.push_str(&format!(
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{j:02}\n  namespace: ns-${{cluster.name}}\ndata:\n  cluster: ${{cluster.name}}\n  index: \"{j}\"\n  payload: {payload}{extra}\n"
+        ));
+    }
+    text
+}
+
+fn config(dir: &Path, repo: &testkit::git::ReleaseRepo, mgmt: &Server, resync: &str, interval: &str) -> PathBuf {
+    let text = format!(
+        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nsources:\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n  - name: fleet\n    source: stacks\n    interval: {interval}\n    healthTimeout: 0s\n    clusterSelector:\n      matchLabels: {{fleet: bench}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n    resync: {resync}\n    requestTimeout: 60s\n",
+        cache = dir.join("cache").display(),
+        url = repo.file_url(),
+        kubeconfig = mgmt.kubeconfig.display(),
+        interval = interval,
+    );
+    let path = dir.join("stacksync.yaml");
+    std::fs::write(&path, text).expect("config");
+    path
+}
+
+/// What `/usr/bin/time -v` says of a finished process.
+struct Timed {
+    wall: f64,
+    cpu: f64,
+    peak_mib: f64,
+    log_lines: usize,
+    warn_lines: usize,
+    ok: bool,
+}
+
+fn time_field(text: &str, name: &str) -> Option<String> {
+    text.lines().find_map(|l| l.trim().strip_prefix(name).map(|v| v.trim().to_owned()))
+}
+
+fn count_lines(log: &Path) -> (usize, usize) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    (text.lines().count(), text.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).count())
+}
+
+/// `stacksync run --once` under `/usr/bin/time -v`.
+fn run_once(a: &Args, config: &Path, dir: &Path, name: &str) -> Timed {
+    let (log, time) = (dir.join(format!("{name}.log")), dir.join(format!("{name}.time")));
+    let started = Instant::now();
+    let status = Command::new("/usr/bin/time")
+        .arg("-v")
+        .arg("-o")
+        .arg(&time)
+        .arg(&a.stacksync)
+        .args(["run", "--once", "--config"])
+        .arg(config)
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .status()
+        .expect("stacksync runs");
+    let wall = started.elapsed().as_secs_f64();
+    let t = std::fs::read_to_string(&time).unwrap_or_default();
+    let secs = |n: &str| time_field(&t, n).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let peak_kib = time_field(&t, "Maximum resident set size (kbytes):").and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let (log_lines, warn_lines) = count_lines(&log);
+    if !status.success() {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(20).collect();
+        println!("  {name}: exit {status}; last lines:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+    }
+    Timed {
+        wall,
+        cpu: secs("User time (seconds):") + secs("System time (seconds):"),
+        peak_mib: peak_kib / 1024.0,
+        log_lines,
+        warn_lines,
+        ok: status.success(),
+    }
+}
+
+fn status_kib(pid: &str, field: &str) -> f64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    text.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0.0)
+}
+
+fn cpu_seconds(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn fds(pid: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+const WRK_SCRIPT: &str = r#"-- Server-side apply PATCHes of 1,000 ConfigMaps in turn (created by the first round).
+counter = 0
+request = function()
+  counter = counter + 1
+  local name = "wrk-" .. (counter % 1000)
+  local body = '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"' .. name .. '","namespace":"default","labels":{"stacksync.io/owner":"wrk"}},"data":{"payload":"' .. string.rep("x", 200) .. '"}}'
+  local headers = {}
+  for k, v in pairs(wrk.headers) do headers[k] = v end
+  headers["Content-Type"] = "application/apply-patch+yaml"
+  return wrk.format("PATCH", "/api/v1/namespaces/default/configmaps/" .. name .. "?fieldManager=wrk&force=true", headers, body)
+end
+"#;
+
+/// The raw SSA PATCH rate of a fresh workload server under `wrk` (as `benches/fleet.rs`).
+fn ceiling(w: &Path, testkit: &Path, dir: &Path) -> f64 {
+    let server = Server::start(testkit, dir, "wrk", &[]);
+    let script = dir.join("ssa.lua");
+    std::fs::write(&script, WRK_SCRIPT).expect("lua");
+    let run = |secs: u64| {
+        let out = Command::new(w)
+            .args(["-t", "2", "-c", &WRK_CONNECTIONS.to_string(), "-d", &format!("{secs}s"), "-s"])
+            .arg(&script)
+            .arg(&server.url)
+            .output()
+            .expect("wrk runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines().find_map(|l| l.strip_prefix("Requests/sec:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0.0)
+    };
+    let _ = run(2);
+    run(5)
+}
+
+fn print(v: &Value) {
+    let num = |k: &str| v[k].as_f64().map_or_else(|| "-".to_owned(), |x| format!("{x:.2}"));
+    println!(
+        "{:<52} {:>6} Clusters  ours {:>9} {:<9} peer {:>9}  ratio {:>5}  {}",
+        v["case"].as_str().unwrap_or_default(),
+        v["clusters"],
+        num("ours"),
+        v["unit"].as_str().unwrap_or_default(),
+        num("peer"),
+        num("ratio"),
+        v["note"].as_str().unwrap_or_default()
+    );
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let a = args();
+    let http = reqwest::Client::new();
+    let mut tools: Vec<(&str, &Path)> = vec![("stacksync", &a.stacksync)];
+    if let Some(w) = &a.wrk {
+        tools.push(("wrk", w));
+    }
+    let env = common::machine(&tools);
+    println!("machine: {env}");
+    let mut cases = Vec::new();
+    let mut case = |v: Value| {
+        print(&v);
+        cases.push(v);
+    };
+    for &n in &a.sizes {
+        let objects = n * OBJECTS;
+        let base = json!({"bench": "process", "clusters": n, "objects": objects, "workload_servers": a.workloads});
+        let with = |extra: Value| {
+            let mut b = base.clone();
+            if let (Some(b), Value::Object(e)) = (b.as_object_mut(), extra) {
+                b.extend(e);
+            }
+            b
+        };
+
+        // run --once: cold, then unchanged.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = testkit::git::ReleaseRepo::create(dir.path(), "stacks").expect("repo");
+        repo.release("v1.0.0", &[("fleet.yaml", &manifests("1"))]);
+        let ceiling = a.wrk.as_ref().map(|w| ceiling(w, &a.testkit, dir.path()));
+        let fleet = Fleet::start(&a, dir.path(), n).await;
+        let cfg = config(dir.path(), &repo, &fleet.mgmt, "10m", "1h");
+        fleet.reset(&http).await;
+        let cpu0 = fleet.server_cpu();
+        let cold = run_once(&a, &cfg, dir.path(), "once-cold");
+        let server_cpu = fleet.server_cpu() - cpu0;
+        let (requests, _, writes) = fleet.requests(&http).await;
+        let rate = objects as f64 / cold.wall;
+        let ready = fleet.ready().await;
+        case(common::case(
+            "process run --once cold vs raw SSA PATCH ceiling",
+            rate,
+            ceiling.map(|c| (c, "wrk -t2 -c128 on one workload server, 5 s")),
+            "objects/s",
+            &env,
+            with(json!({"seconds": cold.wall, "peak_rss_mib": cold.peak_mib, "cpu_s": cold.cpu, "servers_cpu_s": server_cpu,
+                "workload_requests": requests, "writes": writes, "log_lines": cold.log_lines, "warn_lines": cold.warn_lines,
+                "ready": ready, "exit_ok": cold.ok,
+                "note": format!("{:.1} s, {rate:.0} obj/s, {:.0} MiB peak, CPU {:.1} s, {requests} requests, {} log lines, {ready}/{n} Ready",
+                    cold.wall, cold.peak_mib, cold.cpu, cold.log_lines)})),
+        ));
+        fleet.reset(&http).await;
+        let noop = run_once(&a, &cfg, dir.path(), "once-noop");
+        let (requests, lists, writes) = fleet.requests(&http).await;
+        let per = requests as f64 / (n as f64 * 2.0);
+        case(common::case(
+            "process run --once no-op: requests per (Cluster, kind)",
+            per,
+            Some((1.0, "one LIST per Cluster and kind")),
+            "requests",
+            &env,
+            with(json!({"seconds": noop.wall, "peak_rss_mib": noop.peak_mib, "cpu_s": noop.cpu, "workload_requests": requests,
+                "lists": lists, "writes": writes, "log_lines": noop.log_lines, "warn_lines": noop.warn_lines, "exit_ok": noop.ok,
+                "note": format!("{:.1} s, {:.0} MiB peak, CPU {:.1} s, {requests} requests ({lists} LISTs, {writes} writes), {} log lines",
+                    noop.wall, noop.peak_mib, noop.cpu, noop.log_lines)})),
+        ));
+        drop(fleet);
+
+        if a.daemon {
+            // The daemon on a fresh fleet: start to every ClusterSync Ready, then one resync.
+            let resync = if a.soak_secs > 0 { 30 } else { 20 };
+            let fleet = Fleet::start(&a, dir.path(), n).await;
+            let _ = std::fs::remove_dir_all(dir.path().join("cache"));
+            let interval = if a.soak_secs > 0 { "20s" } else { "1h" };
+            let cfg = config(dir.path(), &repo, &fleet.mgmt, &format!("{resync}s"), interval);
+            fleet.reset(&http).await;
+            let log = dir.path().join("daemon.log");
+            let started = Instant::now();
+            let mut child = Command::new(&a.stacksync)
+                .args(["run", "--admin-addr", "127.0.0.1:0", "--config"])
+                .arg(&cfg)
+                .env("NO_COLOR", "1")
+                .env_remove("RUST_LOG")
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).expect("log"))
+                .spawn()
+                .expect("daemon");
+            let pid = child.id().to_string();
+            let deadline = Duration::from_secs(60 + n as u64 / 10);
+            let mut synced = None;
+            while started.elapsed() < deadline {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                if fleet.ready().await >= n {
+                    synced = Some(started.elapsed().as_secs_f64());
+                    break;
+                }
+            }
+            let cold_peak = status_kib(&pid, "VmHWM:") / 1024.0;
+            let cold_cpu = cpu_seconds(&pid);
+            let (cold_requests, _, _) = fleet.requests(&http).await;
+            let (cold_lines, _) = count_lines(&log);
+            // One resync: every Cluster is looked at again `resync` after its reconcile.
+            fleet.reset(&http).await;
+            let lines_before = cold_lines;
+            tokio::time::sleep(Duration::from_secs(resync + 5)).await;
+            let mut last = (0, 0, 0);
+            for _ in 0..60 {
+                let now = fleet.requests(&http).await;
+                if now.1 >= (n * 2) as u64 && now == last {
+                    break;
+                }
+                last = now;
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            let (requests, lists, writes) = fleet.requests(&http).await;
+            let (lines_after, warn_lines) = count_lines(&log);
+            let rss_now = status_kib(&pid, "VmRSS:") / 1024.0;
+            let peak = status_kib(&pid, "VmHWM:") / 1024.0;
+            let open = fds(&pid);
+            let seconds = synced.unwrap_or(f64::NAN);
+            case(common::case(
+                "process daemon start to every Cluster synced",
+                seconds,
+                None,
+                "s",
+                &env,
+                with(json!({"seconds": seconds, "objects_per_s": objects as f64 / seconds, "peak_rss_mib": cold_peak, "cpu_s": cold_cpu,
+                    "workload_requests": cold_requests, "log_lines": cold_lines,
+                    "note": format!("{seconds:.1} s, {:.0} obj/s, {cold_peak:.0} MiB peak, CPU {cold_cpu:.1} s, {cold_requests} requests, {cold_lines} log lines",
+                        objects as f64 / seconds)})),
+            ));
+            let per = requests as f64 / (n as f64 * 2.0);
+            case(common::case(
+                "process daemon one resync: requests per (Cluster, kind)",
+                per,
+                Some((1.0, "one LIST per Cluster and kind")),
+                "requests",
+                &env,
+                with(json!({"workload_requests": requests, "lists": lists, "writes": writes, "peak_rss_mib": peak, "rss_mib": rss_now,
+                    "open_fds": open, "log_lines": lines_after - lines_before, "warn_lines": warn_lines,
+                    "note": format!("{requests} requests ({lists} LISTs, {writes} writes), RSS {rss_now:.0} MiB (peak {peak:.0}), {open} fds, {} log lines",
+                        lines_after - lines_before)})),
+            ));
+            if a.soak_secs > 0 {
+                // Resyncs every 30 s and a new release every minute; RSS and descriptors sampled.
+                let mut samples = Vec::new();
+                let soak = Instant::now();
+                let mut release = 1;
+                let mut next_release = Instant::now() + Duration::from_secs(60);
+                while soak.elapsed() < Duration::from_secs(a.soak_secs) {
+                    tokio::time::sleep(Duration::from_secs(10)).await;
+                    if Instant::now() >= next_release {
+                        release += 1;
+                        repo.release(&format!("v1.0.{release}"), &[("fleet.yaml", &manifests(&release.to_string()))]);
+                        // The soak's subscription polls every 20 s: the release lands at the next poll.
+                        next_release += Duration::from_secs(60);
+                    }
+                    samples.push(json!({"t": soak.elapsed().as_secs(), "rss_mib": status_kib(&pid, "VmRSS:") / 1024.0, "fds": fds(&pid)}));
+                }
+                let rss: Vec<f64> = samples.iter().filter_map(|s| s["rss_mib"].as_f64()).collect();
+                let first = rss.first().copied().unwrap_or_default();
+                let last = rss.last().copied().unwrap_or_default();
+                let max = rss.iter().copied().fold(0.0, f64::max);
+                case(common::case(
+                    "process daemon soak: RSS last vs first sample",
+                    last,
+                    Some((first, "RSS at the soak's start")),
+                    "MiB",
+                    &env,
+                    with(json!({"soak_s": a.soak_secs, "releases": release, "max_rss_mib": max, "samples": samples,
+                        "note": format!("{first:.0} -> {last:.0} MiB (max {max:.0}) over {} s, {release} releases", a.soak_secs)})),
+                ));
+            }
+            let _ = Command::new("kill").args(["-TERM", &pid]).status();
+            let stop = Instant::now();
+            while matches!(child.try_wait(), Ok(None)) && stop.elapsed() < Duration::from_secs(30) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            drop(fleet);
+        }
+    }
+    common::write(&a.out, &cases, false);
+    println!("results: {}", a.out.display());
+}

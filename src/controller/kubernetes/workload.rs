@@ -1,0 +1,270 @@
+//! Workload clients at fleet scale: what one Cluster costs between its reconciles is bounded.
+//!
+//! `kube::Client::try_from(Config)` builds a complete TLS configuration for every client — with
+//! no CA in the kubeconfig, a copy of the platform's whole root store (about 70 KiB) — and keeps
+//! up to 90 s of idle HTTP/1 connections per client, one per object that was in flight. At
+//! 1,000 Clusters that was most of the process's memory (`docs/performance.md`). Here:
+//!
+//! - **One TLS configuration per distinct trust and identity** ([`TlsConfigs`]): keyed by a
+//!   digest of the kubeconfig's CA certificates, client certificate and key, and
+//!   `insecure-skip-tls-verify`; the one without a CA (the platform's roots) is built once per
+//!   process. Configurations nobody uses any more are dropped (weak references).
+//! - **Few idle connections** ([`IDLE_CONNECTIONS`] per client, closed after
+//!   [`CONNECTION_IDLE`]): a sync opens up to `concurrency` connections, and what stays open
+//!   after it is bounded.
+//! - **Few clients** ([`Clients`]): a client is kept for its Cluster's next reconcile only while
+//!   it was used in the last [`CLIENT_IDLE`], and at most [`MAX_CLIENTS`] are kept (the least
+//!   recently used go first). A Cluster seen again after that gets a new client: its kubeconfig
+//!   Secret is read on every reconcile anyway, and building a client from it is cheap now.
+//!
+//! What a Cluster keeps between reconciles otherwise ([`ClusterState`]): the kinds its syncs
+//! found served and whether its last sync reached its API server — a few hundred bytes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use kube::client::ConfigExt;
+use sha2::{Digest, Sha256};
+
+use crate::apply::ssa;
+use crate::model::ClusterKey;
+
+/// Idle connections kept per workload client (the pool closes the rest when a sync ends).
+pub const IDLE_CONNECTIONS: usize = 1;
+/// How long an idle connection stays open.
+pub const CONNECTION_IDLE: Duration = Duration::from_secs(30);
+/// How long an unused workload client is kept.
+pub const CLIENT_IDLE: Duration = Duration::from_secs(60);
+/// At most this many workload clients are kept at once.
+pub const MAX_CLIENTS: usize = 256;
+
+/// Shared rustls client configurations, by what determines them.
+#[derive(Default)]
+pub struct TlsConfigs {
+    by_key: Mutex<HashMap<[u8; 32], Weak<rustls::ClientConfig>>>,
+    /// Configurations built (for tests and the bench's view of sharing).
+    built: std::sync::atomic::AtomicU64,
+}
+
+impl TlsConfigs {
+    /// The TLS configuration for `config`: shared with every other client of the same trust and
+    /// identity. `None` when it cannot be shared (an exec plugin's identity, files read from
+    /// disk): the caller builds its own.
+    fn get(&self, config: &kube::Config) -> Result<Arc<rustls::ClientConfig>, kube::Error> {
+        let Some(key) = tls_key(config) else { return self.build(config) };
+        if let Some(shared) = self.by_key.lock().unwrap_or_else(PoisonError::into_inner).get(&key).and_then(Weak::upgrade) {
+            return Ok(shared);
+        }
+        let built = self.build(config)?;
+        let mut map = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(raced) = map.get(&key).and_then(Weak::upgrade) {
+            return Ok(raced);
+        }
+        if map.len() >= 64 && map.len().is_power_of_two() {
+            map.retain(|_, w| w.strong_count() > 0);
+        }
+        map.insert(key, Arc::downgrade(&built));
+        Ok(built)
+    }
+
+    fn build(&self, config: &kube::Config) -> Result<Arc<rustls::ClientConfig>, kube::Error> {
+        self.built.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut tls = config.rustls_client_config()?;
+        // HTTP/1.1, as kube's own connector offers.
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Arc::new(tls))
+    }
+
+    /// How many configurations were built so far.
+    pub fn built(&self) -> u64 {
+        self.built.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// What determines a kubeconfig's TLS configuration, as a digest; `None` when something is
+/// read at connection time (an exec plugin's client certificate, certificate files on disk, a
+/// CA file reloaded on rotation), which is not shared.
+fn tls_key(config: &kube::Config) -> Option<[u8; 32]> {
+    let a = &config.auth_info;
+    if a.exec.is_some() || a.client_certificate.is_some() || a.client_key.is_some() || config.root_cert_file.is_some() {
+        return None;
+    }
+    let mut h = Sha256::new();
+    let mut part = |tag: &[u8], bytes: &[u8]| {
+        h.update(tag);
+        h.update((bytes.len() as u64).to_be_bytes());
+        h.update(bytes);
+    };
+    for der in config.root_cert.iter().flatten() {
+        part(b"ca", der);
+    }
+    part(b"insecure", &[u8::from(config.accept_invalid_certs)]);
+    // The client certificate and key as kube reads them (serialised: kube's own serialiser is
+    // the one public way to the key's bytes). Hashed here, never kept or logged.
+    let identity = kube::config::AuthInfo {
+        client_certificate_data: a.client_certificate_data.clone(),
+        client_key_data: a.client_key_data.clone(),
+        ..Default::default()
+    };
+    part(b"identity", &serde_json::to_vec(&identity).unwrap_or_default());
+    Some(h.finalize().into())
+}
+
+/// Builds a client for `config` over a TLS configuration from `tls`, with a bounded pool of
+/// idle connections. Per-request I/O deadlines are `config`'s timeouts, as kube sets them.
+///
+/// # Errors
+/// The TLS configuration cannot be built (an unreadable CA or key), the server name is invalid,
+/// or the authentication settings cannot be used.
+pub fn client(config: &kube::Config, tls: &TlsConfigs) -> Result<kube::Client, kube::Error> {
+    use tower::Layer;
+
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Set once per process, as kube does; losing a race to another thread is fine.
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    }
+    let tls_config = tls.get(config)?;
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    let resolver: Arc<dyn hyper_rustls::ResolveServerName + Send + Sync> = match &config.tls_server_name {
+        Some(name) => {
+            let name = rustls::pki_types::ServerName::try_from(name.clone())
+                .map_err(|e| kube::Error::RustlsTls(kube::client::RustlsTlsError::InvalidServerName(e)))?;
+            Arc::new(hyper_rustls::FixedServerNameResolver::new(name))
+        }
+        None => Arc::new(hyper_rustls::DefaultServerNameResolver::default()),
+    };
+    let https = hyper_rustls::HttpsConnector::new(http, tls_config, false, resolver);
+    let mut connector = hyper_timeout::TimeoutConnector::new(https);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    let pool = hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .pool_max_idle_per_host(IDLE_CONNECTIONS)
+        .pool_idle_timeout(CONNECTION_IDLE)
+        .pool_timer(hyper_util::rt::TokioTimer::new())
+        .build::<_, kube::client::Body>(connector);
+    let pool = tower::ServiceExt::map_err(pool, tower::BoxError::from);
+    let service = config.extra_headers_layer()?.layer(pool);
+    let service = tower::util::option_layer(config.auth_layer()?).layer(service);
+    let service = config.base_uri_layer().layer(service);
+    Ok(kube::Client::new(service, config.default_namespace.clone()))
+}
+
+/// A workload client kept for its Cluster's next reconcile.
+struct Kept {
+    /// The kubeconfig Secret's resourceVersion it was built from.
+    version: String,
+    client: kube::Client,
+    used: Instant,
+}
+
+/// Workload clients by Cluster: bounded in number and age (module docs).
+#[derive(Default)]
+pub struct Clients {
+    kept: Mutex<HashMap<ClusterKey, Kept>>,
+}
+
+impl Clients {
+    /// The client kept for `key` if it was built from the Secret at `version`.
+    pub fn get(&self, key: &ClusterKey, version: &str) -> Option<kube::Client> {
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        let k = kept.get_mut(key).filter(|k| k.version == version && !version.is_empty())?;
+        k.used = Instant::now();
+        Some(k.client.clone())
+    }
+
+    /// Keeps `client` for `key`, dropping clients unused for [`CLIENT_IDLE`] and, past
+    /// [`MAX_CLIENTS`], the least recently used.
+    pub fn put(&self, key: ClusterKey, version: String, client: kube::Client) {
+        let now = Instant::now();
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.insert(key, Kept { version, client, used: now });
+        if kept.len() > MAX_CLIENTS / 2 {
+            kept.retain(|_, k| now.duration_since(k.used) < CLIENT_IDLE);
+        }
+        while kept.len() > MAX_CLIENTS {
+            let Some(oldest) = kept.iter().min_by_key(|(_, k)| k.used).map(|(key, _)| key.clone()) else { break };
+            kept.remove(&oldest);
+        }
+    }
+
+    /// Forgets the client of a Cluster that is gone.
+    pub fn remove(&self, key: &ClusterKey) {
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
+    }
+
+    /// How many clients are kept.
+    pub fn len(&self) -> usize {
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// Whether no client is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What a Cluster keeps between reconciles, whether or not its client is kept.
+#[derive(Clone, Default)]
+pub struct ClusterState {
+    /// The kinds its syncs found served.
+    pub discovery: ssa::Discovery,
+    /// Its last sync got an answer from its API server: the next sync's first request is the
+    /// reachability check (no separate `GET /version`).
+    pub reached: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(server: &str, ca: Option<Vec<u8>>) -> kube::Config {
+        let mut c = kube::Config::new(server.parse().expect("url"));
+        c.root_cert = ca.map(|d| vec![d]);
+        c
+    }
+
+    #[test]
+    fn one_tls_configuration_per_trust_and_identity() {
+        let tls = TlsConfigs::default();
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let a = tls.get(&config("https://a.example:6443", None)).expect("platform roots");
+        let b = tls.get(&config("https://b.example:6443", None)).expect("platform roots");
+        assert!(Arc::ptr_eq(&a, &b), "the platform's roots are loaded once");
+        assert_eq!(tls.built(), 1);
+        // Another identity is another configuration.
+        let mut with_token = config("https://c.example:6443", None);
+        with_token.auth_info.client_certificate_data = Some("not a certificate".into());
+        assert!(tls.get(&with_token).is_err(), "an unusable client certificate is an error");
+        assert_eq!(tls.built(), 2);
+        drop((a, b));
+        // Dropped by everyone: built again when needed.
+        let _c = tls.get(&config("https://d.example:6443", None)).expect("platform roots");
+        assert_eq!(tls.built(), 3);
+    }
+
+    #[test]
+    fn a_file_read_at_connection_time_is_not_shared() {
+        let mut c = config("https://a.example:6443", None);
+        assert!(tls_key(&c).is_some());
+        c.auth_info.client_certificate = Some("/etc/cert.pem".into());
+        assert!(tls_key(&c).is_none());
+    }
+
+    #[tokio::test]
+    async fn kept_clients_are_bounded() {
+        let clients = Clients::default();
+        let c = client(&config("http://127.0.0.1:1", None), &TlsConfigs::default()).expect("client");
+        for i in 0..MAX_CLIENTS + 10 {
+            clients.put(ClusterKey::new("ns", format!("c{i}")), "1".into(), c.clone());
+        }
+        assert_eq!(clients.len(), MAX_CLIENTS);
+        // The least recently used went first.
+        assert!(clients.get(&ClusterKey::new("ns", "c0"), "1").is_none());
+        assert!(clients.get(&ClusterKey::new("ns", format!("c{}", MAX_CLIENTS + 9)), "1").is_some());
+        // Another resourceVersion of the Secret: not the kept client.
+        assert!(clients.get(&ClusterKey::new("ns", format!("c{}", MAX_CLIENTS + 9)), "2").is_none());
+    }
+}
