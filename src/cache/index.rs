@@ -49,6 +49,26 @@ pub struct SourceState {
     /// Tags that moved and were refused: tag -> the commit the remote now claims.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub refused: BTreeMap<String, String>,
+    /// Sources with `verify`: who signed each accepted tag (`ssh:SHA256:…`, `openpgp:…`,
+    /// `cosign:…`), as verified at the last poll against the keys of that poll.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub signers: BTreeMap<String, String>,
+    /// Sources with `verify`: tags whose signature did not verify (not in `tags`: never a
+    /// candidate), with why.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unsigned: BTreeMap<String, SignatureRefusal>,
+}
+
+/// Why a tag's signature was refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SignatureRefusal {
+    /// The commit (Git), manifest digest (OCI) or asset revision (GitHub) the tag names.
+    pub commit: String,
+    /// The signer found, or `unsigned`.
+    pub signer: String,
+    /// The whole reason, naming the tag, the signer and the trusted keys.
+    pub message: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

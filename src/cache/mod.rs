@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-pub use index::{Index, ReleaseEntry, SourceState};
+pub use index::{Index, ReleaseEntry, SignatureRefusal, SourceState};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

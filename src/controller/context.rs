@@ -247,12 +247,14 @@ impl Context {
             if let Some(g) = index.github.get(&key) {
                 scratch.github.insert(key.clone(), GithubState { pages: BTreeMap::new(), releases: g.releases.clone() });
             }
-            (scratch, index.sources.get(&key).and_then(|s| s.refused.get(&rel.tag)).cloned())
+            let (signer, refused) = fetch::signature(index.sources.get(&key), rel);
+            (scratch, (index.sources.get(&key).and_then(|s| s.refused.get(&rel.tag)).cloned(), signer, refused))
         };
+        let (claimed, signer, refused) = claimed;
         let (scratch, outcome) = fetch::materialise(&config, &self.cache, scratch, rel).await;
         let outcome = outcome.map(|p| {
-            let unverified = fetch::mismatch(&src.name, &src.kind, &p.release, claimed.as_deref(), &p.assets);
-            PreparedRelease { unverified, ..p }
+            let unverified = refused.or_else(|| fetch::mismatch(&src.name, &src.kind, &p.release, claimed.as_deref(), &p.assets));
+            PreparedRelease { unverified, signed_by: p.signed_by.or(signer), ..p }
         });
         if !scratch.releases.is_empty() {
             let mut index = self.index.lock().await;

@@ -18,6 +18,8 @@ use crate::source::github::{self, GhRelease};
 use crate::source::{self, RemoteRefs, TagEvent, git, oci};
 use crate::status::Reason;
 
+type Verdicts = BTreeMap<String, Result<crate::verify::Verified, crate::verify::Refusal>>;
+
 /// The cache key of a source: its name plus a hash of where it points.
 pub fn source_key(name: &str, kind: &SourceKind) -> String {
     match kind {
@@ -61,19 +63,32 @@ pub async fn poll(
 ) -> source::Result<(SourceState, GithubState)> {
     let Some(src) = config.source(name) else { return Ok((previous.clone(), github)) };
     let key = source_key(name, &src.kind);
-    let (location, refs, allow_moved) = match &src.kind {
-        SourceKind::Git(g) => (g.url.clone(), poll_git(name, g, cache, &key, previous).await?, g.allow_moved_tags),
+    // Sources with `verify`: the keys as the files say now, and one verdict per tag.
+    let trust = match &src.kind {
+        SourceKind::Git(g) if g.signatures.is_set() => Some(super::signed::load(name, &g.signatures)?),
+        SourceKind::Github(g) if g.signatures.is_set() => Some(super::signed::load(name, &g.signatures)?),
+        SourceKind::Oci(o) if o.signatures.is_set() => Some(super::signed::load(name, &o.signatures)?),
+        _ => None,
+    };
+    let (location, refs, allow_moved, verdicts) = match &src.kind {
+        SourceKind::Git(g) => {
+            let (refs, objects) = poll_git(name, g, cache, &key, previous).await?;
+            let verdicts = trust.as_ref().map(|t| super::signed::git_verdicts(&refs.tags, &objects, t, crate::verify::unix_now()));
+            (g.url.clone(), refs, g.allow_moved_tags, verdicts)
+        }
         SourceKind::Github(g) => {
             let refs = poll_github(name, g, &mut github)
                 .await
                 .map_err(|source| source::Error::Github { source_name: name.to_owned(), source: Box::new(source) })?;
-            (format!("{}#{}", g.api_url, g.repo), refs, g.allow_moved_tags)
+            let location = format!("{}#{}", g.api_url, g.repo);
+            let verdicts = trust.as_ref().map(|t| super::signed::github_verdicts(&location, &github.releases, t));
+            (location, refs, g.allow_moved_tags, verdicts)
         }
         SourceKind::Oci(o) => {
-            let refs = poll_oci(name, o, previous)
+            let (refs, verdicts) = poll_oci(name, o, cache, previous, trust.as_ref())
                 .await
                 .map_err(|source| source::Error::Oci { source_name: name.to_owned(), source: Box::new(source) })?;
-            (oci_location(o), refs, o.allow_moved_tags)
+            (oci_location(o), refs, o.allow_moved_tags, verdicts)
         }
     };
     let (mut next, events) = source::reconcile(previous, &location, &refs, allow_moved);
@@ -81,11 +96,34 @@ pub async fn poll(
     if let SourceKind::Git(g) = &src.kind {
         apply_pins(name, g, &mut next);
     }
+    if let (Some(trust), Some(verdicts)) = (&trust, verdicts) {
+        // A tag the moved-tag policy kept at its old commit was verified at the new one: it
+        // does not count for the old commit.
+        let verdicts = verdicts
+            .into_iter()
+            .map(|(tag, v)| {
+                let moved = next.tags.get(&tag).is_some_and(|c| refs.tags.get(&tag).is_some_and(|r| r != c));
+                let v = if moved {
+                    Err(crate::verify::Refusal::Unsigned { what: format!("{tag} moved; the signature found is for its new target") })
+                } else {
+                    v
+                };
+                (tag, v)
+            })
+            .collect();
+        super::signed::apply(name, previous, &mut next, trust, verdicts);
+    }
     info!(source = name, tags = next.tags.len(), branches = next.heads.len(), "polled source");
     Ok((next, github))
 }
 
-async fn poll_git(name: &str, g: &GitSourceConfig, cache: &Cache, key: &str, previous: &SourceState) -> source::Result<RemoteRefs> {
+async fn poll_git(
+    name: &str,
+    g: &GitSourceConfig,
+    cache: &Cache,
+    key: &str,
+    previous: &SourceState,
+) -> source::Result<(RemoteRefs, BTreeMap<String, Vec<u8>>)> {
     let (url, dir, heads, src_name, auth) = (g.url.clone(), cache.git_dir(key), previous.heads.clone(), name.to_owned(), g.auth.clone());
     let task = tokio::task::spawn_blocking(move || git::fetch_with_auth(&src_name, &url, auth.as_ref(), &dir, &heads));
     let fetched = match tokio::time::timeout(POLL_TIMEOUT, task).await {
@@ -105,7 +143,7 @@ async fn poll_git(name: &str, g: &GitSourceConfig, cache: &Cache, key: &str, pre
     for tag in &fetched.not_commits {
         warn!(source = name, tag, "tag does not point at a commit; ignored");
     }
-    Ok(fetched.refs)
+    Ok((fetched.refs, fetched.tag_objects))
 }
 
 async fn poll_github(name: &str, g: &GithubSourceConfig, state: &mut GithubState) -> github::Result<RemoteRefs> {
@@ -138,25 +176,44 @@ fn oci_client(o: &OciSourceConfig) -> oci::Result<oci::client::Client> {
 /// Lists an OCI repository's tags and resolves each release tag to its manifest digest (the
 /// "commit" of the release: the tree is pulled by that digest, never by the tag). Tags that are
 /// not release tags (no version in them, or outside `tagPattern`) are not resolved.
-async fn poll_oci(name: &str, o: &OciSourceConfig, previous: &SourceState) -> oci::Result<RemoteRefs> {
+async fn poll_oci(
+    name: &str,
+    o: &OciSourceConfig,
+    cache: &Cache,
+    previous: &SourceState,
+    trust: Option<&crate::verify::Trust>,
+) -> oci::Result<(RemoteRefs, Option<Verdicts>)> {
     use futures_util::stream::{self, StreamExt, TryStreamExt};
     let client = oci_client(o)?;
     let bounded = async {
         let (all, pages) = client.tags().await?;
         let wanted: Vec<String> = all
-            .into_iter()
+            .iter()
             .filter(|t| crate::release::version::Version::from_tag(t).is_some())
             .filter(|t| o.tag_pattern.as_deref().is_none_or(|p| tag_matches(p, t)))
+            .cloned()
             .collect();
+        let all: std::collections::BTreeSet<String> = all.into_iter().collect();
         let client = &client;
         let resolved: Vec<(String, String)> = stream::iter(wanted)
             .map(|tag| async move { client.resolve(&tag).await.map(|d| (tag, d.hex().to_owned())) })
             .buffer_unordered(oci::client::RESOLVE_CONCURRENCY)
             .try_collect()
             .await?;
-        Ok::<_, oci::Error>((resolved, pages))
+        let resolved: BTreeMap<String, String> = resolved.into_iter().collect();
+        let verdicts = match trust {
+            Some(trust) => {
+                let blobs = Blobs::open(cache.root()).map_err(|e| oci::Error::Tags {
+                    repo: oci_location(o),
+                    message: format!("cannot open the blob store for signatures: {e}"),
+                })?;
+                Some(super::signed::oci_verdicts(client, &oci_location(o), &blobs, &resolved, &all, trust).await)
+            }
+            None => None,
+        };
+        Ok::<_, oci::Error>((resolved, pages, verdicts))
     };
-    let (resolved, pages) = match tokio::time::timeout(POLL_TIMEOUT, bounded).await {
+    let (resolved, pages, verdicts) = match tokio::time::timeout(POLL_TIMEOUT, bounded).await {
         Ok(r) => r?,
         Err(_) => {
             return Err(oci::Error::Tags {
@@ -166,7 +223,7 @@ async fn poll_oci(name: &str, o: &OciSourceConfig, previous: &SourceState) -> oc
         }
     };
     tracing::debug!(source = name, tags = resolved.len(), pages, known = previous.tags.len(), "listed OCI tags");
-    Ok(RemoteRefs { tags: resolved.into_iter().collect(), heads: BTreeMap::new() })
+    Ok((RemoteRefs { tags: resolved, heads: BTreeMap::new() }, verdicts))
 }
 
 fn client(g: &GithubSourceConfig) -> github::Result<github::Client> {
@@ -245,10 +302,11 @@ pub async fn prepare(config: &Config, cache: &Cache, index: Index, sub: &Subscri
         info_span!("release", source = %rel.source, tag = %rel.tag, commit = %short(&rel.commit)).in_scope(|| info!("{note}"));
     }
     let claimed = index.sources.get(&key).and_then(|s| s.refused.get(&selection.release.tag)).cloned();
+    let (signer, refused) = signature(index.sources.get(&key), &selection.release);
     let (index, outcome) = materialise(config, cache, index, &selection.release).await;
     prepared.outcome = outcome.map(|p| {
-        let unverified = mismatch(&src.name, &src.kind, &p.release, claimed.as_deref(), &p.assets);
-        PreparedRelease { note: selection.note, unverified, ..p }
+        let unverified = refused.or_else(|| mismatch(&src.name, &src.kind, &p.release, claimed.as_deref(), &p.assets));
+        PreparedRelease { note: selection.note, unverified, signed_by: p.signed_by.or(signer), ..p }
     });
     (prepared, index)
 }
@@ -301,6 +359,23 @@ pub fn mismatch(source: &str, kind: &SourceKind, rel: &Release, claimed: Option<
     })
 }
 
+/// What the last poll said about the signature of `rel` (sources with `verify`): who signed it,
+/// and — when it is refused now (a key rotated out, a tag re-signed badly) while it is still the
+/// release selected (in use: never downgraded silently) — a `SignatureInvalid` mismatch: it is
+/// not applied again and what is in place stays. Pure.
+pub fn signature(state: Option<&SourceState>, rel: &Release) -> (Option<String>, Option<Mismatch>) {
+    let Some(state) = state else { return (None, None) };
+    let signer = state.signers.get(&rel.tag).filter(|s| *s != "pending").cloned();
+    let refused = state.unsigned.get(&rel.tag).filter(|r| r.commit == rel.commit).map(|r| Mismatch {
+        reason: Reason::SignatureInvalid,
+        message: format!(
+            "{}; the release in use is not applied again and what is in place stays until a signed release is available",
+            r.message
+        ),
+    });
+    (signer, refused)
+}
+
 /// Puts `rel` in the cache (or finds it there, verified) and says where its tree is. One
 /// download per release at a time: concurrent callers for the same release wait for the first.
 /// Takes and returns the index: it reads the source's last listing from it and records the tree.
@@ -318,10 +393,10 @@ pub async fn materialise(config: &Config, cache: &Cache, index: Index, rel: &Rel
         SourceKind::Oci(o) => materialise_oci(cache, index, &key, rel, o).await,
     };
     let outcome = match result {
-        Ok((tree, fetched, assets)) => {
+        Ok((tree, fetched, assets, signed_by)) => {
             span.in_scope(|| info!(fetched, path = %tree.display(), "release ready"));
             let unverified = mismatch(&src.name, &src.kind, rel, None, &assets);
-            Ok(PreparedRelease { release: rel.clone(), tree, fetched, note: None, assets, unverified })
+            Ok(PreparedRelease { release: rel.clone(), tree, fetched, note: None, assets, unverified, signed_by })
         }
         Err(e) => {
             span.in_scope(|| error!(error = %e, "cannot cache release; the release in use stays"));
@@ -331,14 +406,16 @@ pub async fn materialise(config: &Config, cache: &Cache, index: Index, rel: &Rel
     (index, outcome)
 }
 
-type Materialised = Result<(std::path::PathBuf, bool, Vec<AssetRecord>), String>;
+/// The tree, whether this call wrote it, the assets, and who signed them (GitHub sources with
+/// `verify` keys; Git and OCI releases were verified when polled).
+type Materialised = Result<(std::path::PathBuf, bool, Vec<AssetRecord>, Option<String>), String>;
 
 async fn materialise_git(cache: &Cache, mut index: Index, key: &str, rel: &Release) -> (Index, Materialised) {
     let (cache, git_dir, key, commit, source_name, tag) =
         (cache.clone(), cache.git_dir(key), key.to_owned(), rel.commit.clone(), rel.source.clone(), rel.tag.clone());
     let task = tokio::task::spawn_blocking(move || {
         let result = cache.release(&mut index, &source_name, &key, &tag, &commit, |tmp| git::materialise(&git_dir, &commit, tmp));
-        (index, result.map(|(p, f)| (p, f, Vec::new())).map_err(|e| e.to_string()))
+        (index, result.map(|(p, f)| (p, f, Vec::new(), None)).map_err(|e| e.to_string()))
     });
     match task.await {
         Ok(pair) => pair,
@@ -347,23 +424,49 @@ async fn materialise_git(cache: &Cache, mut index: Index, key: &str, rel: &Relea
 }
 
 async fn materialise_github(cache: &Cache, index: Index, key: &str, rel: &Release, g: &GithubSourceConfig) -> (Index, Materialised) {
-    materialise_blobs(cache, index, key, rel, options(g).unpack, async |index: &Index, blobs: &Blobs| {
-        let Some(release) = index.github.get(key).and_then(|s| s.releases.get(&rel.tag)).cloned() else {
-            return Err(format!("release {} is not in the last listing of {} and not in the cache", rel.tag, g.repo));
-        };
-        if release.revision() != rel.commit {
-            return Err(format!("release {}: assets changed since they were accepted (moved tag); refusing", rel.tag));
+    let location = format!("{}#{}", g.api_url, g.repo);
+    // Signatures are checked on every use, a cached tree included: a key rotated out since the
+    // tree was cached no longer vouches for it.
+    let check = |records: &[AssetRecord], blobs: &Blobs| -> Result<Option<String>, String> {
+        if !g.signatures.is_set() {
+            return Ok(None);
         }
-        download(g, blobs, &release).await
-    })
+        let trust = g.signatures.load().map_err(|e| e.to_string())?;
+        super::signed::github_assets(&location, &rel.tag, &rel.commit, records, blobs, &trust)
+            .map(|v| Some(v.signer))
+            .map_err(|r| super::signed::refusal_message(&rel.source, &rel.tag, &r, &trust))
+    };
+    materialise_blobs(
+        cache,
+        index,
+        key,
+        rel,
+        options(g).unpack,
+        async |index: &Index, blobs: &Blobs| {
+            let Some(release) = index.github.get(key).and_then(|s| s.releases.get(&rel.tag)).cloned() else {
+                return Err(format!("release {} is not in the last listing of {} and not in the cache", rel.tag, g.repo));
+            };
+            if release.revision() != rel.commit {
+                return Err(format!("release {}: assets changed since they were accepted (moved tag); refusing", rel.tag));
+            }
+            download(g, blobs, &release).await
+        },
+        check,
+    )
     .await
 }
 
 async fn materialise_oci(cache: &Cache, index: Index, key: &str, rel: &Release, o: &OciSourceConfig) -> (Index, Materialised) {
     let unpack = crate::cache::unpack::Limits { max_bytes: o.max_unpacked_bytes, ..Default::default() };
-    materialise_blobs(cache, index, key, rel, unpack, async |_: &Index, blobs: &Blobs| {
-        pull_oci(o, blobs, rel).await.map_err(|e| e.to_string())
-    })
+    materialise_blobs(
+        cache,
+        index,
+        key,
+        rel,
+        unpack,
+        async |_: &Index, blobs: &Blobs| pull_oci(o, blobs, rel).await.map_err(|e| e.to_string()),
+        |_: &[AssetRecord], _: &Blobs| Ok(None),
+    )
     .await
 }
 
@@ -378,6 +481,7 @@ async fn materialise_blobs(
     rel: &Release,
     unpack: crate::cache::unpack::Limits,
     bring: impl AsyncFnOnce(&Index, &Blobs) -> Result<Vec<AssetRecord>, String>,
+    check: impl FnOnce(&[AssetRecord], &Blobs) -> Result<Option<String>, String>,
 ) -> (Index, Materialised) {
     let blobs = match Blobs::open(cache.root()) {
         Ok(b) => b,
@@ -397,12 +501,16 @@ async fn materialise_blobs(
             }
         }
     };
+    let signer = match check(&records, &blobs) {
+        Ok(s) => s,
+        Err(e) => return (index, Err(e)),
+    };
     let (cache, key, rel) = (cache.clone(), key.to_owned(), rel.clone());
     let task = tokio::task::spawn_blocking(move || {
         let mut index = index;
         let fill = |tmp: &std::path::Path| materialise::fill(&blobs, &records, tmp, unpack);
         let result = cache.release(&mut index, &rel.source, &key, &rel.tag, &rel.commit, fill);
-        (index, result.map(|(p, f)| (p, f, records.clone())).map_err(|e| e.to_string()))
+        (index, result.map(|(p, f)| (p, f, records.clone(), signer)).map_err(|e| e.to_string()))
     });
     match task.await {
         Ok(pair) => pair,

@@ -14,6 +14,7 @@ mod fetch;
 pub mod kubernetes;
 pub mod pipeline;
 pub mod poller;
+pub mod signed;
 
 pub use context::Context;
 pub use error::Error;
@@ -53,6 +54,8 @@ pub struct PreparedRelease {
     /// config (its tag moved, a pin no longer matches): it is not applied again, what is in
     /// place stays, and the status says why ([`fetch::mismatch`]).
     pub unverified: Option<Mismatch>,
+    /// Sources with `verify`: who signed the release (`ssh:SHA256:…`, `openpgp:…`, `cosign:…`).
+    pub signed_by: Option<String>,
 }
 
 /// Why a release in use no longer verifies: the status reason and a message naming the tag,

@@ -26,7 +26,14 @@ pub struct Fetched {
     pub force_pushed: Vec<(String, String, String)>,
     /// Tags pointing at something that is not a commit (skipped).
     pub not_commits: Vec<String>,
+    /// Annotated tags: the raw tag object (what a signature covers, and the signature), by tag.
+    /// Lightweight tags are absent. Objects larger than [`MAX_TAG_OBJECT_BYTES`] are absent too.
+    pub tag_objects: BTreeMap<String, Vec<u8>>,
 }
+
+/// Largest tag object kept for signature verification (a message plus an RSA-4096 signature is
+/// a few KiB).
+pub const MAX_TAG_OBJECT_BYTES: usize = 64 << 10;
 
 /// How long one fetch may take in all, connecting included. Below the controller's poll timeout,
 /// so a fetch is cancelled by its own deadline (and its thread really ends) before the poll
@@ -301,6 +308,9 @@ fn fetch_into(
                     message: format!("tag {tag}: object {target} is missing from the mirror: {e}"),
                 })
             })?;
+            if object.kind == gix::object::Kind::Tag && object.data.len() <= MAX_TAG_OBJECT_BYTES {
+                out.tag_objects.insert(tag.to_owned(), object.data.clone());
+            }
             match object.peel_to_commit().ok() {
                 Some(commit) => {
                     out.refs.tags.insert(tag.to_owned(), commit.id.to_string());

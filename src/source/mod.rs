@@ -80,7 +80,7 @@ pub enum TagEvent {
 ///
 /// A moved tag keeps its old commit unless `allow_moved_tags`; a deleted tag is dropped. Pure.
 pub fn reconcile(previous: &SourceState, url: &str, remote: &RemoteRefs, allow_moved_tags: bool) -> (SourceState, Vec<TagEvent>) {
-    let mut next = SourceState { url: url.to_owned(), tags: BTreeMap::new(), heads: remote.heads.clone(), refused: BTreeMap::new() };
+    let mut next = SourceState { url: url.to_owned(), heads: remote.heads.clone(), ..SourceState::default() };
     let mut events = Vec::new();
     for (tag, new) in &remote.tags {
         match previous.tags.get(tag) {

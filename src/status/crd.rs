@@ -226,9 +226,14 @@ pub struct StackReleaseStatus {
     /// Every asset's digest was checked (Git: objects are content-addressed).
     pub verified: bool,
     /// How: `git`, or the asset verifications present (`published`, `checksums` — an unsigned
-    /// checksums file of the same release —, `pinned`, `unverified`), joined with `+`.
+    /// checksums file of the same release —, `pinned`, `unverified`), joined with `+`; then the
+    /// signer when the source verifies signatures (`git+ssh:SHA256:…`).
     #[serde(default)]
     pub verified_by: String,
+    /// Sources with `verify`: who signed the release — `ssh:SHA256:<base64>`,
+    /// `openpgp:<FINGERPRINT>` or `cosign:SHA256:<base64>` (also at the end of `verifiedBy`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub signed_by: String,
     pub cached: bool,
     /// `Available` (seen, not selected), `Selected`, `Applied`, `Failed`.
     pub phase: String,

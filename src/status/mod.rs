@@ -118,6 +118,9 @@ pub enum Reason {
     /// `github.digests`): it is not applied again and what is in place stays until a release
     /// that verifies is available.
     PinMismatch,
+    /// A release's signature does not verify against the source's `verify` keys (unsigned, an
+    /// untrusted key, tampered, a key rotated out): it is never applied; a release in use stays.
+    SignatureInvalid,
 }
 
 impl Reason {
@@ -143,6 +146,7 @@ impl Reason {
             Reason::TransientError => "TransientError",
             Reason::TagRefused => "TagRefused",
             Reason::PinMismatch => "PinMismatch",
+            Reason::SignatureInvalid => "SignatureInvalid",
         }
     }
 }

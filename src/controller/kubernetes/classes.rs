@@ -77,10 +77,10 @@ impl Classes {
             if self.fresh(&key, resync) {
                 continue;
             }
-            let (result, assets) = apply(kube, sub, namespace, rel).await;
+            let (result, (assets, signed_by)) = apply(kube, sub, namespace, rel).await;
             self.applied.lock().unwrap_or_else(PoisonError::into_inner).insert(key, (Instant::now(), result));
             let merged = self.merged(&sub.name, &rel.tag);
-            record_release(&kube.mgmt, &kube.events, sub, rel, &assets, !merged.failed(), Some(&merged)).await;
+            record_release(&kube.mgmt, &kube.events, sub, rel, (&assets, signed_by.as_deref()), !merged.failed(), Some(&merged)).await;
         }
     }
 
@@ -136,18 +136,13 @@ impl Classes {
 
 /// Renders a release's ClusterClass chart for `namespace` and applies it to the management
 /// cluster (never pruning: other releases' classes stay).
-async fn apply(
-    kube: &Kube,
-    sub: &Subscription,
-    namespace: &str,
-    rel: &Release,
-) -> (ClassResult, Vec<crate::source::github::materialise::AssetRecord>) {
+async fn apply(kube: &Kube, sub: &Subscription, namespace: &str, rel: &Release) -> (ClassResult, Signed) {
     let mut out = ClassResult::default();
     let prepared = match kube.ctx.prepare(rel).await {
         Ok(p) => p,
         Err(e) => {
             out.errors.push(format!("{namespace}: {e}"));
-            return (out, Vec::new());
+            return (out, (Vec::new(), None));
         }
     };
     let objects = match crate::controller::pipeline::cluster_class(&kube.ctx, sub, &prepared, namespace).await {
@@ -155,7 +150,7 @@ async fn apply(
         Err(e) => {
             error!(namespace, tag = %rel.tag, "ClusterClass render failed: {e}");
             out.errors.push(format!("{namespace}: {e}"));
-            return (out, prepared.assets);
+            return (out, (prepared.assets, prepared.signed_by));
         }
     };
     let applier = Applier::new(kube.mgmt.clone(), class_options(sub, namespace)).with_discovery(kube.mgmt_discovery.clone());
@@ -167,8 +162,11 @@ async fn apply(
     }
     out.changes = result.changes;
     out.inventory = result.inventory.to_lines();
-    (out, prepared.assets)
+    (out, (prepared.assets, prepared.signed_by))
 }
+
+/// A release's assets with their digests, and who signed it (sources with `verify`).
+type Signed = (Vec<crate::source::github::materialise::AssetRecord>, Option<String>);
 
 /// What applying a release's ClusterClass in `namespace` would change (`stacksync diff`).
 ///

@@ -128,7 +128,13 @@ async fn reconcile_in(
             };
             let quiet = matches!(
                 done.status.reason,
-                Reason::Paused | Reason::Suspended | Reason::Progressing | Reason::Unhealthy | Reason::TagRefused | Reason::PinMismatch
+                Reason::Paused
+                    | Reason::Suspended
+                    | Reason::Progressing
+                    | Reason::Unhealthy
+                    | Reason::TagRefused
+                    | Reason::PinMismatch
+                    | Reason::SignatureInvalid
             );
             let failure = (!done.status.ready && !quiet).then(|| Fail::new(done.status.reason, done.status.message.clone(), true));
             (done.status, done.changes, done.crd, action, failure)
@@ -376,7 +382,16 @@ async fn apply_release(
         let id = (sub.name.clone(), rel.tag.clone(), rel.commit.clone());
         let first = kube.recorded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id);
         if first {
-            super::status::record_release(&kube.mgmt, &kube.events, sub, &rel, &prepared.assets, true, None).await;
+            super::status::record_release(
+                &kube.mgmt,
+                &kube.events,
+                sub,
+                &rel,
+                (&prepared.assets, prepared.signed_by.as_deref()),
+                true,
+                None,
+            )
+            .await;
         }
     }
     let mut crd = applied_crd(prev, &rel, &st, &result.changes, &unhealthy, result.inventory.to_lines(), digest);

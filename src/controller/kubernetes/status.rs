@@ -63,6 +63,7 @@ pub(super) fn stalls(reason: Reason) -> bool {
             | Reason::Unhealthy
             | Reason::TagRefused
             | Reason::PinMismatch
+            | Reason::SignatureInvalid
     )
 }
 
@@ -321,7 +322,7 @@ pub(super) async fn record_release(
     events: &super::events::Events,
     sub: &Subscription,
     rel: &Release,
-    assets: &[crate::source::github::materialise::AssetRecord],
+    (assets, signed_by): (&[crate::source::github::materialise::AssetRecord], Option<&str>),
     applied: bool,
     class: Option<&ClassResult>,
 ) {
@@ -344,7 +345,8 @@ pub(super) async fn record_release(
             })
             .collect(),
         verified: assets.iter().all(|a| a.verified_by != crate::source::github::verify::VerifiedBy::Unverified),
-        verified_by: crate::source::github::verify::summary(assets.iter().map(|a| a.verified_by)),
+        verified_by: verified_by(assets, signed_by),
+        signed_by: signed_by.unwrap_or_default().to_owned(),
         cached: true,
         phase: if class.is_some_and(ClassResult::failed) {
             "Failed".into()
@@ -393,6 +395,16 @@ pub(super) async fn record_release(
     let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": {"name": name}, "status": status});
     if let Err(e) = api.patch_status(&name, &params, &Patch::Apply(body)).await {
         warn!(release = %name, error = %e, "cannot write StackRelease status");
+    }
+}
+
+/// The `VERIFIEDBY` column: how the content was checked (`git`, `published`, `oci`, …) and,
+/// for a signed release, who signed it: `git+ssh:SHA256:…`, `oci+cosign:SHA256:…`.
+fn verified_by(assets: &[crate::source::github::materialise::AssetRecord], signed_by: Option<&str>) -> String {
+    let content = crate::source::github::verify::summary(assets.iter().map(|a| a.verified_by));
+    match signed_by {
+        Some(s) if !s.is_empty() => format!("{content}+{s}"),
+        _ => content,
     }
 }
 
