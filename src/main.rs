@@ -500,7 +500,10 @@ fn print_fetch_table(report: &PassReport) {
                 r.release.version.to_string(),
                 short(&r.release.commit).to_owned(),
                 if r.fetched { "fetched".into() } else { "cached".into() },
-                verified_summary(&r.assets),
+                match &r.signed_by {
+                    Some(signer) => format!("{}, signed by {signer}", verified_summary(&r.assets)),
+                    None => verified_summary(&r.assets),
+                },
             ],
             Err(e) => [p.subscription.clone(), p.source.clone(), "-".into(), "-".into(), "-".into(), "-".into(), format!("ERROR: {e}")],
         };

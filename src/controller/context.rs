@@ -256,6 +256,19 @@ impl Context {
             let unverified = refused.or_else(|| fetch::mismatch(&src.name, &src.kind, &p.release, claimed.as_deref(), &p.assets));
             PreparedRelease { unverified, signed_by: p.signed_by.or(signer), ..p }
         });
+        // A GitHub release whose asset signatures were refused leaves the accepted tags now (its
+        // poll only saw that every asset had a `.sig`): the next selection is the newest verified.
+        if let (Err(_), SourceKind::Github(g)) = (&outcome, &src.kind)
+            && let Some((refusal, trust)) = super::signed::github_refusal(g, &rel.tag, &rel.commit)
+        {
+            let mut index = self.index.lock().await;
+            if let Some(state) = index.sources.get_mut(&key) {
+                super::signed::refuse(&src.name, state, &rel.tag, &refusal, &trust);
+            }
+            self.save(&index);
+            drop(index);
+            self.publish();
+        }
         if !scratch.releases.is_empty() {
             let mut index = self.index.lock().await;
             let before = index.releases.len();

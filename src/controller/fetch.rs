@@ -283,33 +283,53 @@ pub async fn prepare(config: &Config, cache: &Cache, index: Index, sub: &Subscri
         return (prepared, index);
     };
     let key = source_key(&src.name, &src.kind);
-    let mut tags = index.sources.get(&key).map(|s| s.tags.clone()).unwrap_or_default();
-    if matches!(src.kind, SourceKind::Github(_)) && !sub.prereleases {
-        let releases = index.github.get(&key).map(|g| &g.releases);
-        tags.retain(|t, _| releases.and_then(|r| r.get(t)).is_none_or(|r| !r.prerelease));
-    }
-    let adopted = index.adopted.get(&sub.name).map(|a| release::Adopted { source: &a.source, tag: &a.tag, commit: &a.commit });
-    let selection = match release::select(&sub.wanted(), &tags, adopted) {
-        Ok(s) => s,
-        Err(msg) => {
-            warn!("{msg}");
-            prepared.outcome = Err(msg);
-            return (prepared, index);
+    let mut index = index;
+    // A GitHub release refused for its asset signatures leaves the tag set and the next newest is
+    // tried; a bounded number of times (each try downloads a release).
+    for _ in 0..MAX_SIGNATURE_RETRIES {
+        let mut tags = index.sources.get(&key).map(|s| s.tags.clone()).unwrap_or_default();
+        if matches!(src.kind, SourceKind::Github(_)) && !sub.prereleases {
+            let releases = index.github.get(&key).map(|g| &g.releases);
+            tags.retain(|t, _| releases.and_then(|r| r.get(t)).is_none_or(|r| !r.prerelease));
         }
-    };
-    if let Some(note) = &selection.note {
-        let rel = &selection.release;
-        info_span!("release", source = %rel.source, tag = %rel.tag, commit = %short(&rel.commit)).in_scope(|| info!("{note}"));
+        let adopted = index.adopted.get(&sub.name).map(|a| release::Adopted { source: &a.source, tag: &a.tag, commit: &a.commit });
+        let selection = match release::select(&sub.wanted(), &tags, adopted) {
+            Ok(s) => s,
+            Err(msg) => {
+                warn!("{msg}");
+                prepared.outcome = Err(msg);
+                return (prepared, index);
+            }
+        };
+        if let Some(note) = &selection.note {
+            let rel = &selection.release;
+            info_span!("release", source = %rel.source, tag = %rel.tag, commit = %short(&rel.commit)).in_scope(|| info!("{note}"));
+        }
+        let claimed = index.sources.get(&key).and_then(|s| s.refused.get(&selection.release.tag)).cloned();
+        let (signer, refused) = signature(index.sources.get(&key), &selection.release);
+        let (next, outcome) = materialise(config, cache, index, &selection.release).await;
+        index = next;
+        if let (Err(_), SourceKind::Github(g)) = (&outcome, &src.kind)
+            && let Some((refusal, trust)) = super::signed::github_refusal(g, &selection.release.tag, &selection.release.commit)
+            && index.sources.get(&key).is_some_and(|s| s.tags.contains_key(&selection.release.tag))
+        {
+            if let Some(state) = index.sources.get_mut(&key) {
+                super::signed::refuse(&src.name, state, &selection.release.tag, &refusal, &trust);
+            }
+            continue;
+        }
+        prepared.outcome = outcome.map(|p| {
+            let unverified = refused.or_else(|| mismatch(&src.name, &src.kind, &p.release, claimed.as_deref(), &p.assets));
+            PreparedRelease { note: selection.note, unverified, signed_by: p.signed_by.or(signer), ..p }
+        });
+        return (prepared, index);
     }
-    let claimed = index.sources.get(&key).and_then(|s| s.refused.get(&selection.release.tag)).cloned();
-    let (signer, refused) = signature(index.sources.get(&key), &selection.release);
-    let (index, outcome) = materialise(config, cache, index, &selection.release).await;
-    prepared.outcome = outcome.map(|p| {
-        let unverified = refused.or_else(|| mismatch(&src.name, &src.kind, &p.release, claimed.as_deref(), &p.assets));
-        PreparedRelease { note: selection.note, unverified, signed_by: p.signed_by.or(signer), ..p }
-    });
+    prepared.outcome = Err(format!("{MAX_SIGNATURE_RETRIES} releases in a row were refused for their signatures; see the log"));
     (prepared, index)
 }
+
+/// How many releases one selection tries when their asset signatures are refused.
+const MAX_SIGNATURE_RETRIES: usize = 8;
 
 /// Whether a release accepted earlier still verifies, now: against the config's pins (a Git
 /// tag's commit, a GitHub asset's digest) and against what the source claims for its tag

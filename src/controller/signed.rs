@@ -247,6 +247,29 @@ pub(super) fn github_verdicts(
         .collect()
 }
 
+/// GitHub: after a failed materialisation of `rel`, its signature refusal under the keys as the
+/// files say now — `None` when it failed for another reason (a download, a digest).
+pub fn github_refusal(g: &crate::config::GithubSourceConfig, tag: &str, revision: &str) -> Option<(Refusal, Trust)> {
+    if !g.signatures.is_set() {
+        return None;
+    }
+    let trust = g.signatures.load().ok()?;
+    let location = format!("{}#{}", g.api_url, g.repo);
+    match remembered(&github_key(&location, tag, revision, &trust.id()))? {
+        Err(r) => Some((r, trust)),
+        Ok(_) => None,
+    }
+}
+
+/// Takes a tag out of the accepted set of `state` for `refusal` (logged once, like a poll's).
+pub fn refuse(source: &str, state: &mut SourceState, tag: &str, refusal: &Refusal, trust: &Trust) {
+    let Some(commit) = state.tags.remove(tag) else { return };
+    state.signers.remove(tag);
+    let message = refusal_message(source, tag, refusal, trust);
+    error!(source, tag, commit = %crate::release::short(&commit), reason = refusal.kind(), "{message}");
+    state.unsigned.insert(tag.to_owned(), SignatureRefusal { commit, signer: refusal.signer().to_owned(), message });
+}
+
 fn github_key(location: &str, tag: &str, revision: &str, trust_id: &str) -> String {
     format!("{location}\0{tag}\0{revision}\0{trust_id}")
 }
