@@ -18,7 +18,10 @@
 #     (scripts/build-oracles.sh: Go 1.26 and slim-sprig v3, a pinned Go module), whose path
 #     tests/conformance.rs and tests/template_fuzz read from STACKSYNC_TEMPLATE_ORACLE,
 #   - the server-side apply oracle (scripts/build-ssa-oracle.sh: structured-merge-diff v6.3.0,
-#     the version kube-apiserver 1.35 uses, a pinned Go module).
+#     the version kube-apiserver 1.35 uses, a pinned Go module),
+#   - Debian's gnupg and the real cosign v2.4.0 (scripts/build-cosign.sh, from the Go module
+#     proxy): tests/signed_releases.rs signs Git tags with gpg and ssh-keygen, OCI artifacts and
+#     release assets with cosign.
 # Usage: scripts/test.sh [extra nextest/cargo-test arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,6 +65,17 @@ if [ ! -x /usr/bin/promtool ] || [ ! -x /usr/bin/prometheus ]; then
     as_root rm -f /usr/sbin/policy-rc.d
     [ "${status:-0}" = 0 ] || exit "$status"
   fi
+fi
+
+if [ ! -x /usr/bin/gpg ] || [ ! -x /usr/bin/gpgconf ]; then
+  echo "test.sh: installing Debian's gnupg (signed-release tests)" >&2
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnupg >/dev/null
+fi
+
+if [ -x scripts/build-cosign.sh ]; then
+  # tests/signed_releases.rs finds it in $STACKSYNC_TOOLS_DIR/bin (it fails under CI without it).
+  scripts/build-cosign.sh >/dev/null || echo "test.sh: WARNING: could not build cosign (scripts/build-cosign.sh)" >&2
 fi
 
 if [ -x scripts/install-tools.sh ]; then
