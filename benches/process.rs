@@ -405,7 +405,7 @@ async fn main() {
         // run --once: cold, then unchanged.
         let dir = tempfile::tempdir().expect("tempdir");
         let repo = testkit::git::ReleaseRepo::create(dir.path(), "stacks").expect("repo");
-        repo.release("v1.0.0", &[("fleet.yaml", &manifests("1"))]);
+        repo.release("v1.0.0", &[("manifests/fleet.yaml", &manifests("1"))]);
         let ceiling = a.wrk.as_ref().map(|w| ceiling(w, &a.testkit, dir.path()));
         let fleet = Fleet::start(&a, dir.path(), n).await;
         let cfg = config(dir.path(), &repo, &fleet.mgmt, "10m", "1h");
@@ -530,7 +530,7 @@ async fn main() {
                     tokio::time::sleep(Duration::from_secs(10)).await;
                     if Instant::now() >= next_release {
                         release += 1;
-                        repo.release(&format!("v1.0.{release}"), &[("fleet.yaml", &manifests(&release.to_string()))]);
+                        repo.release(&format!("v1.0.{release}"), &[("manifests/fleet.yaml", &manifests(&release.to_string()))]);
                         // The soak's subscription polls every 20 s: the release lands at the next poll.
                         next_release += Duration::from_secs(60);
                     }

@@ -102,11 +102,27 @@ pub struct DiscoveryCache {
     /// serve them: the API server updates discovery asynchronously after Established.
     expected: HashMap<String, Vec<String>>,
     settle: Duration,
+    /// Whether the cluster answers at all (the applier's first-request check).
+    reach: Option<Arc<super::Reach>>,
 }
 
 impl DiscoveryCache {
     pub fn new(client: Client, shared: Discovery, timeout: Duration, settle: Duration) -> DiscoveryCache {
-        DiscoveryCache { client, shared, timeout, versions: HashMap::new(), groups: HashMap::new(), expected: HashMap::new(), settle }
+        DiscoveryCache {
+            client,
+            shared,
+            timeout,
+            versions: HashMap::new(),
+            groups: HashMap::new(),
+            expected: HashMap::new(),
+            settle,
+            reach: None,
+        }
+    }
+
+    /// Discovery requests go through the applier's check that the cluster answers.
+    pub(super) fn with_reach(self, reach: Arc<super::Reach>) -> DiscoveryCache {
+        DiscoveryCache { reach: Some(reach), ..self }
     }
 
     /// Says that `kind` in `api_version` is served by a CRD that is Established: the next
@@ -201,6 +217,12 @@ impl DiscoveryCache {
     }
 
     async fn bounded(&self, what: &str, request: impl Future<Output = kube::Result<ApiGroup>>) -> Result<ApiGroup, Unresolved> {
+        let request = async {
+            match &self.reach {
+                Some(reach) => reach.send(request).await,
+                None => request.await,
+            }
+        };
         match tokio::time::timeout(self.timeout, request).await {
             Err(_) => Err(Unresolved::Failed(timeout_message(what, self.timeout))),
             Ok(Ok(group)) => Ok(group),

@@ -17,6 +17,7 @@ mod preview;
 pub mod unified;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -89,6 +90,11 @@ pub struct ApplyOptions {
     /// Field managers whose changes to our fields are taken back (people with kubectl); a
     /// conflict with any other manager is reported.
     pub take_back_from: Vec<String>,
+    /// The sync's first request doubles as the check that the cluster answers at all: it gets
+    /// this deadline, and when it gets no answer (refused, timed out, broken off) nothing more is
+    /// sent — every object not done yet fails as unreachable, nothing is pruned, and
+    /// [`SyncResult::unreachable`] says why. `None`: no such check.
+    pub reach_within: Option<Duration>,
 }
 
 pub use crate::model::HAND_MANAGERS;
@@ -108,6 +114,7 @@ impl Default for ApplyOptions {
             delete_wait: Duration::from_secs(60),
             request_timeout: Duration::from_secs(30),
             take_back_from: HAND_MANAGERS.iter().map(|m| (*m).to_owned()).collect(),
+            reach_within: None,
         }
     }
 }
@@ -133,6 +140,9 @@ pub struct SyncResult {
     /// Objects that failed for a reason that may pass by itself (timeout, 5xx, 429,
     /// connection): a sync failing only on these is retried, not stalled.
     pub transient: Vec<ObjectRef>,
+    /// With [`ApplyOptions::reach_within`]: the cluster did not answer the first request, and
+    /// why. Nothing else was sent.
+    pub unreachable: Option<String>,
 }
 
 /// Applies stages of objects to one cluster. Cheap to clone the client into; one per
@@ -143,6 +153,69 @@ pub struct Applier {
     owner_value: String,
     /// Kinds resolved by earlier syncs of the same cluster ([`Applier::with_discovery`]).
     discovery: Discovery,
+    /// Whether the cluster answers ([`ApplyOptions::reach_within`]), shared with discovery.
+    reach: Arc<Reach>,
+}
+
+/// The first request of a sync as the check that the cluster answers at all
+/// ([`ApplyOptions::reach_within`]): discovery, a listing or an object's request, whichever
+/// goes first.
+pub(super) struct Reach {
+    within: Option<Duration>,
+    /// A request got an answer from the server (any status).
+    answered: std::sync::atomic::AtomicBool,
+    /// The first request got none: why.
+    down: std::sync::OnceLock<String>,
+}
+
+impl Reach {
+    fn new(within: Option<Duration>) -> Reach {
+        Reach { within, answered: std::sync::atomic::AtomicBool::new(false), down: std::sync::OnceLock::new() }
+    }
+
+    pub(super) fn down(&self) -> Option<&String> {
+        self.down.get()
+    }
+
+    /// Sends `request` — not at all once the cluster was found not to answer; with the check's
+    /// deadline while no request was answered yet.
+    pub(super) async fn send<T>(&self, request: impl Future<Output = kube::Result<T>>) -> kube::Result<T> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if let Some(why) = self.down.get() {
+            return Err(kube::Error::Service(why.clone().into()));
+        }
+        let Some(within) = self.within.filter(|_| !self.answered.load(Relaxed)) else { return request.await };
+        match tokio::time::timeout(within, request).await {
+            Ok(Err(e @ (kube::Error::HyperError(_) | kube::Error::Service(_)))) => {
+                let _ = self.down.set(format!("the workload cluster's API server does not answer: {}", with_causes(&e)));
+                Err(e)
+            }
+            Ok(answer) => {
+                self.answered.store(true, Relaxed);
+                answer
+            }
+            Err(_) => {
+                let why = format!("the workload cluster's API server did not answer within {}s", within.as_secs());
+                let _ = self.down.set(why.clone());
+                Err(kube::Error::Service(why.into()))
+            }
+        }
+    }
+}
+
+/// An error with its causes ("error sending request" alone says nothing).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// Accumulates one sync.
@@ -189,7 +262,7 @@ impl Run {
 impl Applier {
     pub fn new(client: Client, options: ApplyOptions) -> Applier {
         let owner_value = owner_label_value(&options.owner);
-        Applier { client, options, owner_value, discovery: Discovery::default() }
+        Applier { client, owner_value, discovery: Discovery::default(), reach: Arc::new(Reach::new(options.reach_within)), options }
     }
 
     /// Shares what discovery found with every other applier given the same handle: pass the
@@ -202,6 +275,7 @@ impl Applier {
 
     fn discovery_cache(&self) -> DiscoveryCache {
         DiscoveryCache::new(self.client.clone(), self.discovery.clone(), self.options.request_timeout, self.options.crd_wait)
+            .with_reach(self.reach.clone())
     }
 
     pub fn options(&self) -> &ApplyOptions {
@@ -243,7 +317,15 @@ impl Applier {
             }
         }
         let rendered_any = stages.iter().any(|s| s.action == StageAction::Apply && !s.objects.is_empty());
-        self.prune(previous, rendered_any, &mut run).await;
+        match self.reach.down() {
+            // Nobody answers: what the previous sync had stays recorded, nothing is pruned.
+            Some(why) => {
+                let all: Vec<&InventoryEntry> = previous.entries.iter().collect();
+                run.keep(previous, &all);
+                run.result.unreachable = Some(why.clone());
+            }
+            None => self.prune(previous, rendered_any, &mut run).await,
+        }
         tracing::debug!(summary = %run.result.changes.summary(), "sync done");
         run.result
     }
@@ -261,6 +343,7 @@ impl Applier {
             let targets: Vec<&Target<'_>> = slots.iter().filter_map(|s| s.as_ref().ok()).collect();
             self.list_kinds(&targets, scopes, &mut run.listings).await;
             let listings = &run.listings;
+            let down = self.reach.down();
             let outcomes: Vec<Outcome> = futures_util::stream::iter(
                 slots
                     .iter()
@@ -269,6 +352,10 @@ impl Applier {
                         // provably `Send`, so callers may spawn it (kube-runtime's Controller does).
                         async move {
                             match slot {
+                                // The cluster did not answer the first request: nothing is sent.
+                                Ok(t) if let Some(why) = down => {
+                                    Outcome { transient: true, ..Outcome::new(&t.entry, Action::Failed, why.clone()) }
+                                }
                                 Ok(t) => match self.decided_by_listing(t, listings) {
                                     Some(outcome) => outcome,
                                     None => {

@@ -301,6 +301,10 @@ impl Applier {
     /// Sends one request: the answer's bytes (read as the caller needs them, no typed object in
     /// between) and status code; an error answer as kube reads one.
     pub(super) async fn send(&self, request: hyper::http::Request<Vec<u8>>) -> kube::Result<(Bytes, u16)> {
+        self.reach.send(self.send_now(request)).await
+    }
+
+    async fn send_now(&self, request: hyper::http::Request<Vec<u8>>) -> kube::Result<(Bytes, u16)> {
         use http_body_util::BodyExt;
         let response = self.client.send(request.map(kube::client::Body::from)).await?;
         let code = response.status().as_u16();

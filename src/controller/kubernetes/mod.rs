@@ -51,13 +51,11 @@ pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 /// The label Cluster API puts on a Cluster's Secrets.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
-/// A workload cluster's client, the kinds its syncs found served, and whether its last sync
-/// reached it.
+/// A workload cluster's client and the kinds its syncs found served.
 #[derive(Clone)]
 pub struct Workload {
     pub client: kube::Client,
     pub discovery: ssa::Discovery,
-    pub reached: bool,
 }
 
 /// The Kubernetes half of the long-lived context: the management client, Cluster API's
@@ -168,14 +166,7 @@ impl Kube {
                 client
             }
         };
-        Ok(Workload { client, discovery: state.discovery, reached: state.reached })
-    }
-
-    /// Records whether a Cluster's sync got an answer from its API server.
-    fn reached(&self, key: &ClusterKey, reached: bool) {
-        if let Some(s) = self.states.lock().unwrap_or_else(PoisonError::into_inner).get_mut(key) {
-            s.reached = reached;
-        }
+        Ok(Workload { client, discovery: state.discovery })
     }
 
     /// Whether a warning of kind `what` about `key` is worth WARN: its text differs from the
@@ -476,8 +467,8 @@ fn control_plane_ready(cluster: &Value) -> bool {
 /// How long a workload cluster gets to answer `GET /version` before its sync is skipped.
 pub const REACHABLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// One cheap request before the sync: a cluster that is down is skipped in seconds instead of
-/// failing every object after the client's retries.
+/// One cheap request before a preview (`stacksync diff`): a cluster that is down is skipped in
+/// seconds. A sync makes none: its first request is the check (`ApplyOptions::reach_within`).
 async fn reachable(client: &kube::Client) -> Result<(), String> {
     match tokio::time::timeout(REACHABLE_TIMEOUT, client.apiserver_version()).await {
         Ok(Ok(_)) => Ok(()),

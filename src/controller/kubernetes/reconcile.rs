@@ -11,9 +11,7 @@ use kube::runtime::controller::Action;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use super::status::{Owner, applied_crd, failed_crd, write_cluster_sync};
-use super::{
-    Kube, control_plane_ready, is_paused, owner_id, reachable, rendered_digest, subscription_for, topology_class, with_live_objects,
-};
+use super::{Kube, control_plane_ready, is_paused, owner_id, rendered_digest, subscription_for, topology_class, with_live_objects};
 use super::{kube_error, unique_across_stages};
 use crate::apply::ChangeSet;
 use crate::apply::health::Health;
@@ -216,6 +214,17 @@ async fn sync(
         return Ok(hold(Reason::Suspended, format!("subscription {} is suspended (suspend: true); nothing is written", sub.name)));
     }
     if !control_plane_ready(&obj.data) {
+        if sub.format == Format::ClusterStack {
+            // Cluster API makes a topology Cluster's control plane from its ClusterClass: the
+            // namespace's ClusterClasses go in before that control plane can ever be ready.
+            let mut releases = kube.ctx.offered(sub).await;
+            if let Ok(rel) = choose(kube, sub, class).await
+                && !releases.iter().any(|r| r.tag == rel.tag)
+            {
+                releases.push(rel);
+            }
+            kube.classes.ensure(kube, sub, &c.namespace, &releases).await;
+        }
         info!("control plane is not ready yet");
         return Err(Fail::new(Reason::ControlPlaneNotReady, "control plane is not ready yet", true));
     }
@@ -255,7 +264,7 @@ async fn apply_release(
         }
         kube.classes.ensure(kube, sub, &c.namespace, &releases).await;
     }
-    let super::Workload { client, discovery, reached } = match kube.workload(c).await {
+    let super::Workload { client, discovery } = match kube.workload(c).await {
         Ok(workload) => workload,
         Err((reason, message)) => {
             let key = crate::model::ClusterKey::new(&c.namespace, &c.name);
@@ -268,13 +277,6 @@ async fn apply_release(
         }
     };
     let key = crate::model::ClusterKey::new(&c.namespace, &c.name);
-    if !reached {
-        // A Cluster whose last sync did not reach it (or its first): one cheap request, so a
-        // cluster that is down is skipped in seconds. One that answered last time gets none: the
-        // sync's first request (the LIST of the first kind) is the check, and a failure there
-        // brings the probe back next time.
-        reachable(&client).await.map_err(|m| Fail::new(Reason::ClusterUnreachable, m, true))?;
-    }
 
     let digest = rendered_digest(stages.iter().flat_map(|s| &s.objects));
     if prev.rendered_digest != digest {
@@ -306,7 +308,10 @@ async fn apply_release(
     };
     let applier = Applier::new(client, options).with_discovery(discovery);
     let result = applier.sync(&stages, &Inventory::from_lines(&prev.inventory)).await;
-    kube.reached(&key, answered(&result.changes, &result.transient));
+    if let Some(why) = result.unreachable {
+        // The first request got no answer: nothing else was sent, what is applied stays.
+        return Err(Fail::new(Reason::ClusterUnreachable, why, true));
+    }
     let mut st = ClusterStatus::applied(sub, c, &rel, &result.changes).with_assets(&rel.tag, &rel.commit, &prepared.assets);
     if let Some(paused) = &result.prune_paused {
         st.ready = false;
@@ -410,12 +415,6 @@ async fn apply_release(
     Ok(Done { status: st, changes: result.changes, crd, requeue: None })
 }
 
-/// Whether a sync got an answer from the workload cluster's API server: anything but every
-/// object failing with a transient error (a refused connection, a timeout, a 5xx).
-fn answered(changes: &ChangeSet, transient: &[crate::apply::ObjectRef]) -> bool {
-    changes.entries.iter().any(|e| e.action != crate::apply::Action::Failed || !transient.contains(&e.object))
-}
-
 /// An upgrade stage waits or failed: the applied release and its objects stay as they are, the
 /// status says which stage and why.
 fn upgrade_held(sub: &Subscription, c: &ClusterConfig, rel: &Release, prev: &ClusterSyncStatus, step: super::upgrade::Step) -> Done {
@@ -466,6 +465,8 @@ pub(super) fn apply_options(k: &KubernetesTarget, sub: &Subscription, c: &Cluste
         default_namespace: if sub.format == Format::ClusterStack { "kube-system".into() } else { "default".into() },
         take_back_from: k.take_back_from.clone(),
         request_timeout: k.request_timeout,
+        // No `GET /version` first: the sync's first request is the reachability check.
+        reach_within: Some(super::REACHABLE_TIMEOUT),
         ..ApplyOptions::default()
     }
 }

@@ -18,7 +18,7 @@
 //!   Secret is read on every reconcile anyway, and building a client from it is cheap now.
 //!
 //! What a Cluster keeps between reconciles otherwise ([`ClusterState`]): the kinds its syncs
-//! found served and whether its last sync reached its API server — a few hundred bytes.
+//! found served — a few hundred bytes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -211,9 +211,6 @@ impl Clients {
 pub struct ClusterState {
     /// The kinds its syncs found served.
     pub discovery: ssa::Discovery,
-    /// Its last sync got an answer from its API server: the next sync's first request is the
-    /// reachability check (no separate `GET /version`).
-    pub reached: bool,
 }
 
 #[cfg(test)]

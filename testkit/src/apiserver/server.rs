@@ -385,6 +385,8 @@ fn non_resource(shared: &Shared, route: Route, accept: &str) -> ApiResult<Respon
     // Discovery requests count too (verb `discovery`, by what was asked), so a client's cost
     // per sync is all in the stats.
     let asked = match &route {
+        // `GET /version` (a client's reachability probe) is a request a sync pays for too.
+        Route::Version => Some("version".to_string()),
         Route::CoreDiscovery => Some("api".to_string()),
         Route::GroupsDiscovery => Some("apis".to_string()),
         Route::Group(g) => Some(g.clone()),
