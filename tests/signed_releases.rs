@@ -48,7 +48,12 @@ fn write_atomically(path: &Path, text: &str) {
 
 /// A release commit with an annotated tag, signed per `sign` (`-c` options), pushed.
 fn tag_release(repo: &ReleaseRepo, tag: &str, extra: &str, sign: Option<&[String]>) {
-    repo.write("manifests/cfg.yaml", &configmap("cfg", extra));
+    tag_manifest(repo, tag, &configmap("cfg", extra), sign);
+}
+
+/// As [`tag_release`], with the manifest given.
+fn tag_manifest(repo: &ReleaseRepo, tag: &str, manifest: &str, sign: Option<&[String]>) {
+    repo.write("manifests/cfg.yaml", manifest);
     repo.commit(&format!("release {tag}"));
     let mut args: Vec<&str> = Vec::new();
     match sign {
@@ -538,4 +543,80 @@ async fn github_assets_signed_with_cosign_sign_blob_or_ssh_keygen_and_a_tampered
     assert_exit(&o, 0);
     assert!(common::stdout(&o).contains(&ssh_fingerprint(&ssh)), "{}", common::stdout(&o));
     server.stop().await;
+}
+
+// ---- The Kubernetes target: what a refusal looks like ------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stack_releases_record_the_signer_and_a_refused_release_is_ready_false_signature_invalid() {
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+    use serde_json::json;
+    use testkit::apiserver::{ApiServer, Options, capi_crds_dir};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds");
+    let mgmt = ApiServer::start_with(Options { preload: vec![capi_crds_dir(), crds], ..Options::default() }).await.expect("mgmt");
+    let workload = ApiServer::start().await.expect("workload");
+    mgmt.load_yaml("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-a\n").expect("namespace");
+    let client = mgmt.client().expect("client");
+    let clusters: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "team-a",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster")),
+    );
+    let body = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": "alpha", "namespace": "team-a", "labels": {"stack": "ferrol"}}, "spec": {}});
+    clusters.patch("alpha", &PatchParams::apply("capi"), &Patch::Apply(body)).await.expect("cluster");
+    let ready = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": "alpha"}, "status": {"controlPlaneReady": true}});
+    clusters.patch_status("alpha", &PatchParams::apply("capi").force(), &Patch::Apply(ready)).await.expect("status");
+    let mut secret = k8s_openapi::api::core::v1::Secret::default();
+    secret.metadata.name = Some("alpha-kubeconfig".into());
+    secret.metadata.namespace = Some("team-a".into());
+    secret.data = Some([("value".to_owned(), k8s_openapi::ByteString(std::fs::read(workload.kubeconfig()).expect("kubeconfig")))].into());
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), "team-a");
+    secrets.patch("alpha-kubeconfig", &PatchParams::apply("capi"), &Patch::Apply(&secret)).await.expect("secret");
+
+    let key = ssh_key(dir.path(), "release");
+    let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
+    let cm = |extra: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: addon-config\n  namespace: kube-system\ndata:\n  extra: {extra}\n")
+    };
+    tag_manifest(&repo, "v1.0.0", &cm("one"), Some(&ssh_signing(&key)));
+    tag_manifest(&repo, "v1.1.0", &cm("unsigned"), None);
+    let signers = dir.path().join("allowed_signers");
+    std::fs::write(&signers, format!("release@acme {}\n", ssh_pub(&key))).expect("signers");
+    let text = format!(
+        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nsources:\n  - name: stacks\n    git:\n      url: {url}\n      verify:\n        ssh: {{allowedSigners: {{file: {signers}}}}}\nsubscriptions:\n  - name: ferrol\n    source: stacks\n    interval: 1h\n    healthTimeout: 0s\n    clusterSelector:\n      matchLabels: {{stack: ferrol}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n",
+        cache = dir.path().join("cache").display(),
+        url = repo.file_url(),
+        signers = signers.display(),
+        kubeconfig = mgmt.kubeconfig().display(),
+    );
+    let config = dir.path().join("stacksync.yaml");
+    std::fs::write(&config, text).expect("config");
+    let o = run_once(&config).await;
+    assert_exit(&o, 0);
+
+    let releases: Api<DynamicObject> =
+        Api::all_with(client.clone(), &ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "StackRelease")));
+    let fp = ssh_fingerprint(&key);
+    let applied = releases.get("ferrol.v1.0.0").await.expect("StackRelease v1.0.0").data;
+    assert_eq!(applied["status"]["phase"], "Applied", "{applied}");
+    assert_eq!(applied["status"]["verifiedBy"], format!("git+{fp}"), "{applied}");
+    assert_eq!(applied["status"]["signedBy"], fp.as_str(), "{applied}");
+    let refused = releases.get("ferrol.v1.1.0").await.expect("StackRelease v1.1.0").data;
+    assert_eq!(refused["status"]["phase"], "Refused", "{refused}");
+    assert_eq!(refused["status"]["verifiedBy"], "refused", "{refused}");
+    let ready =
+        refused["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Ready")).cloned().unwrap_or_default();
+    assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("False"), Some("SignatureInvalid")), "{refused}");
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("tag v1.1.0 of source stacks is refused: unsigned")
+            && message.contains("signer: unsigned")
+            && message.contains(&format!("trusted keys: {fp}")),
+        "{message}"
+    );
+    let syncs: Api<DynamicObject> =
+        Api::namespaced_with(client, "team-a", &ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "ClusterSync")));
+    let cs = syncs.get("alpha").await.expect("ClusterSync").data;
+    assert_eq!(cs["status"]["appliedRelease"]["tag"], "v1.0.0", "{cs}");
 }

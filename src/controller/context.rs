@@ -190,6 +190,30 @@ impl Context {
         (tags, known)
     }
 
+    /// Releases of a subscription's source refused for their signature (sources with `verify`)
+    /// that the subscription would otherwise consider (its stack and constraint): tag -> why.
+    pub async fn signature_refusals(&self, sub: &Subscription) -> BTreeMap<String, crate::cache::SignatureRefusal> {
+        let config = self.config();
+        let Some(src) = config.source(&sub.source) else { return BTreeMap::new() };
+        let key = source_key(&src.name, &src.kind);
+        let index = self.index.lock().await;
+        let Some(state) = index.sources.get(&key) else { return BTreeMap::new() };
+        let wanted = sub.wanted();
+        state
+            .unsigned
+            .iter()
+            .filter(|(tag, _)| {
+                let Some(v) = release::version::Version::from_tag(tag) else { return false };
+                match (wanted.stack, &v) {
+                    (Some(stack), release::version::Version::Scs { stack: s, .. }) => s == stack && wanted.constraint.matches(&v),
+                    (None, release::version::Version::Semver(_)) => wanted.constraint.matches(&v),
+                    _ => false,
+                }
+            })
+            .map(|(t, r)| (t.clone(), r.clone()))
+            .collect()
+    }
+
     /// Tags of a subscription's source that moved (or miss their pin) and were refused: tag ->
     /// the commit the remote now claims.
     pub async fn refused(&self, sub: &Subscription) -> BTreeMap<String, String> {

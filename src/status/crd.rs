@@ -234,8 +234,13 @@ pub struct StackReleaseStatus {
     /// `openpgp:<FINGERPRINT>` or `cosign:SHA256:<base64>` (also at the end of `verifiedBy`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub signed_by: String,
+    /// Phase `Refused`: why the release's signature was refused — the tag, the signer found (or
+    /// `unsigned`) and the trusted keys' fingerprints.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub refusal: String,
     pub cached: bool,
-    /// `Available` (seen, not selected), `Selected`, `Applied`, `Failed`.
+    /// `Available` (seen, not selected), `Selected`, `Applied`, `Failed`, `Refused` (its
+    /// signature does not verify: never applied).
     pub phase: String,
     /// `Ready` (the release's objects are applied and every Cluster running it is synced and
     /// healthy) and `Reconciling`, written from the ClusterSyncs (see `clusters`).

@@ -73,7 +73,11 @@ pub(super) async fn once(kube: &Kube) {
         let Some(name) = rel.metadata.name.clone() else { continue };
         let status = rel.status.clone().unwrap_or_default();
         let tally = tallies.get(&name).cloned().unwrap_or_default();
-        let conditions = conditions(&status.conditions, &status.phase, &status.entries, &tally);
+        let conditions = if status.phase == "Refused" {
+            refused(&status.conditions, &status.refusal)
+        } else {
+            conditions(&status.conditions, &status.phase, &status.entries, &tally)
+        };
         if status.clusters.as_ref() == Some(&tally.counts) && status.conditions == conditions {
             continue;
         }
@@ -143,6 +147,11 @@ fn conditions(previous: &[Condition], phase: &str, entries: &[crate::status::crd
         make(previous, "Ready", ready, reason, &message),
         make(previous, "Reconciling", reconciling, if reconciling { "Progressing" } else { "Idle" }, &busy),
     ]
+}
+
+/// A release refused for its signature: never Ready, nothing being applied.
+fn refused(previous: &[Condition], why: &str) -> Vec<Condition> {
+    vec![make(previous, "Ready", false, "SignatureInvalid", why), make(previous, "Reconciling", false, "Idle", "")]
 }
 
 /// A condition, keeping its transition time while its status is unchanged.

@@ -347,6 +347,7 @@ pub(super) async fn record_release(
         verified: assets.iter().all(|a| a.verified_by != crate::source::github::verify::VerifiedBy::Unverified),
         verified_by: verified_by(assets, signed_by),
         signed_by: signed_by.unwrap_or_default().to_owned(),
+        refusal: String::new(),
         cached: true,
         phase: if class.is_some_and(ClassResult::failed) {
             "Failed".into()
@@ -392,6 +393,44 @@ pub(super) async fn record_release(
     if unchanged {
         return;
     }
+    let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": {"name": name}, "status": status});
+    if let Err(e) = api.patch_status(&name, &params, &Patch::Apply(body)).await {
+        warn!(release = %name, error = %e, "cannot write StackRelease status");
+    }
+}
+
+/// Records a release refused for its signature as a `StackRelease` in phase `Refused`: the
+/// roll-up makes it `Ready=False` with reason `SignatureInvalid` and this message (the tag, the
+/// signer found or `unsigned`, the trusted keys). Written only when it changed.
+pub(super) async fn record_refused(mgmt: &kube::Client, sub: &Subscription, tag: &str, refusal: &crate::cache::SignatureRefusal) {
+    let api: Api<StackRelease> = Api::all(mgmt.clone());
+    let name = release_name(&sub.name, tag);
+    let current = api.get_opt(&name).await.ok().flatten();
+    let old = current.as_ref().and_then(|c| c.status.clone());
+    if old.as_ref().is_some_and(|o| o.phase == "Refused" && o.refusal == refusal.message && o.commit == refusal.commit) {
+        return;
+    }
+    let params = PatchParams::apply(MANAGER).force();
+    let spec = StackReleaseSpec { subscription: sub.name.clone(), source: sub.source.clone(), tag: tag.to_owned() };
+    if current.as_ref().map(|c| &c.spec) != Some(&spec) {
+        let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": {"name": name}, "spec": spec});
+        if let Err(e) = api.patch(&name, &params, &Patch::Apply(body)).await {
+            warn!(release = %name, error = %e, "cannot write StackRelease");
+            return;
+        }
+    }
+    let version = crate::release::version::Version::from_tag(tag).map(|v| v.to_string()).unwrap_or_default();
+    let status = StackReleaseStatus {
+        version,
+        commit: refusal.commit.clone(),
+        verified: false,
+        verified_by: "refused".into(),
+        signed_by: if refusal.signer == "unsigned" { String::new() } else { refusal.signer.clone() },
+        refusal: refusal.message.clone(),
+        cached: false,
+        phase: "Refused".into(),
+        ..StackReleaseStatus::default()
+    };
     let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": {"name": name}, "status": status});
     if let Err(e) = api.patch_status(&name, &params, &Patch::Apply(body)).await {
         warn!(release = %name, error = %e, "cannot write StackRelease status");
