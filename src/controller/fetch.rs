@@ -414,7 +414,13 @@ pub async fn materialise(config: &Config, cache: &Cache, index: Index, rel: &Rel
     };
     let outcome = match result {
         Ok((tree, fetched, assets, signed_by)) => {
-            span.in_scope(|| info!(fetched, path = %tree.display(), "release ready"));
+            // Once per download at INFO; a release found in the cache (every Cluster's
+            // reconcile asks) at DEBUG.
+            if fetched {
+                span.in_scope(|| info!(fetched, path = %tree.display(), "release ready"));
+            } else {
+                span.in_scope(|| tracing::debug!(fetched, path = %tree.display(), "release ready"));
+            }
             let unverified = mismatch(&src.name, &src.kind, rel, None, &assets);
             Ok(PreparedRelease { release: rel.clone(), tree, fetched, note: None, assets, unverified, signed_by })
         }

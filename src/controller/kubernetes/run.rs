@@ -388,7 +388,7 @@ pub async fn pass(ctx: Arc<Context>, concurrency: usize) -> PassReport {
                     report
                         .clusters
                         .retain(|c| c.cluster.namespace != r.report.cluster.namespace || c.cluster.name != r.report.cluster.name);
-                    report.clusters.push(r.report);
+                    report.clusters.push(trimmed(r.report, &mut report.trimmed_writes));
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -424,6 +424,27 @@ pub async fn pass(ctx: Arc<Context>, concurrency: usize) -> PassReport {
     // The process exits after the pass: what was queued is published first.
     kube.events.flush(Duration::from_secs(10)).await;
     report
+}
+
+/// What the pass keeps of a Cluster's report until it ends: what its summary counts and what
+/// is wrong. The writes of synced objects are counted into `writes` (created, configured,
+/// pruned) and their entries dropped, with the live objects the render read.
+fn trimmed(mut r: ClusterReport, writes: &mut [usize; 3]) -> ClusterReport {
+    use crate::apply::Action;
+    for e in r.changes.entries.iter().filter(|e| e.is_synced()) {
+        match e.action {
+            Action::Created => writes[0] += 1,
+            Action::Configured => writes[1] += 1,
+            Action::Pruned => writes[2] += 1,
+            _ => {}
+        }
+    }
+    r.changes.entries.retain(|e| !e.is_synced());
+    r.changes.entries.shrink_to_fit();
+    r.status.objects.retain(|o| !o.synced);
+    r.status.objects.shrink_to_fit();
+    r.cluster.objects = Default::default();
+    r
 }
 
 /// `stacksync reconcile <namespace>/<cluster>`: asks the running controller to reconcile a
