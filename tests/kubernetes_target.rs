@@ -683,3 +683,37 @@ async fn an_unchanged_resync_runs_helm_zero_times_and_a_values_change_only_its_c
     };
     assert_eq!((replicas(0).await, replicas(1).await), (Some(3), Some(5)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_process_runs_helm_zero_times_for_what_it_rendered_before() {
+    let (env, config) = cluster_stack_env(&["alpha", "beta"]).await;
+    let pass = async |ctx: &std::sync::Arc<stacksync::controller::Context>| {
+        let report = stacksync::controller::kubernetes::pass(ctx.clone(), 4).await;
+        assert!(report.clusters.iter().all(|c| c.status.ready) && report.clusters.len() == 2, "{:?}", report.failures);
+        ctx.helm().await.expect("helm").runs()
+    };
+    let load = || stacksync::controller::Context::new(stacksync::config::Config::load(&config).expect("config")).expect("context");
+    assert_eq!(pass(&load()).await, 3, "one ClusterClass render for the namespace, one addon render per Cluster");
+    // A new process: its own work directory and an empty memory memo, the same cache volume.
+    assert_eq!(pass(&load()).await, 0, "the renders on the cache volume answer");
+
+    // A values change renders that Cluster again, and only it.
+    let kcp = json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "KubeadmControlPlane",
+        "metadata": {"name": "beta-cp", "namespace": NS}, "spec": {"replicas": 5}});
+    env.mgmt.load_yaml(&kcp.to_string()).expect("kcp");
+    assert_eq!(pass(&load()).await, 1, "only beta's addons are rendered again");
+
+    // A damaged render on disk is a miss, rendered again (and healed).
+    let cache = env.dir.path().join("cache").join(stacksync::controller::RENDERS_DIR);
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(&cache)
+        .expect("renders kept")
+        .flatten()
+        .flat_map(|g| std::fs::read_dir(g.path()).expect("group").flatten().map(|f| f.path()))
+        .collect();
+    assert_eq!(files.len(), 4, "{files:?}");
+    for f in &files {
+        std::fs::write(f, "# sha256:00\nkind: Broken\n").expect("damage");
+    }
+    assert_eq!(pass(&load()).await, 3, "damaged renders are rendered again");
+    assert_eq!(pass(&load()).await, 0);
+}

@@ -22,6 +22,10 @@ use crate::release::{self, Release, Selection};
 use crate::render::clusterstack::Layout;
 use crate::render::helm::Helm;
 
+/// The cache volume's directory of helm renders kept across restarts
+/// ([`crate::render::helm::Disk`]).
+pub const RENDERS_DIR: &str = "renders";
+
 /// Shared by every task of the process. Cheap to reach through an `Arc`.
 pub struct Context {
     config: RwLock<Arc<Config>>,
@@ -311,13 +315,14 @@ impl Context {
     /// helm is missing or unusable; the message says how to fix it.
     pub async fn helm(&self) -> Result<Helm, String> {
         let work = self.work_dir()?.to_path_buf();
+        let renders = self.cache.root().join(RENDERS_DIR);
         let config = self.config();
         self.helm
             .get_or_init(|| async move {
                 match Helm::locate(&config.helm).await {
                     Ok(h) => {
                         info!(path = %h.path().display(), version = h.version(), "helm found");
-                        Ok(h.with_home(&work.join("helm")))
+                        Ok(h.with_home(&work.join("helm")).with_disk(&renders))
                     }
                     Err(e) => {
                         error!("{e}");
@@ -369,6 +374,13 @@ impl Context {
         keep.extend(in_use.iter().cloned());
         crate::cache::gc::collect(&self.cache, &mut index, &keep, crate::source::github::materialise::referenced_blobs);
         self.save(&index);
+        // helm's renders on disk go with their release.
+        if let Some(Ok(helm)) = self.helm.get()
+            && let Some(disk) = helm.disk()
+        {
+            let groups = index.releases.values().map(|r| crate::render::helm::render_group(&r.tag, &r.commit)).collect();
+            disk.collect(&groups);
+        }
     }
 
     /// The cache id of a release (`<source key>/<tag>@<commit>`).

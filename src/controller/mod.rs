@@ -16,7 +16,7 @@ pub mod pipeline;
 pub mod poller;
 pub mod signed;
 
-pub use context::Context;
+pub use context::{Context, RENDERS_DIR};
 pub use error::Error;
 
 use tracing::{Instrument, error, info, info_span, warn};

@@ -88,6 +88,13 @@ pub struct Layout {
     /// What the release is (source, tag, commit, directory): with the arguments and values of a
     /// render, the key of helm's memo — a release's content never changes under its identity.
     pub identity: String,
+    /// Where the release's files and its unpacked archives are (`tree/dir`, `work`): written as
+    /// `<release>` and `<unpacked>` in memo keys, so a key does not depend on this process's
+    /// work directory and the on-disk memo answers after a restart.
+    pub roots: [String; 2],
+    /// The on-disk memo's group of this release's renders (collected with the release):
+    /// [`crate::render::helm::render_group`] of its tag and commit.
+    pub render_group: String,
 }
 
 /// One rendered stage of a cluster's addons, in apply order. `name` is `None` for a
@@ -205,6 +212,8 @@ impl Layout {
             unpacked,
             template_options: TemplateOptions::default(),
             identity,
+            roots: [root.display().to_string(), work.display().to_string()],
+            render_group: crate::render::helm::render_group(&release.tag, &release.commit),
         })
     }
 
@@ -230,7 +239,7 @@ impl Layout {
         let args: Vec<OsString> =
             vec![self.stack.clone().into(), self.cluster_class.path.clone().into(), "--namespace".into(), namespace.into()];
         let out = helm
-            .template_memoised(self.memo_key(&args, None), &self.cluster_class.name, &args)
+            .template_memoised(&self.render_group, self.memo_key(&args, None), &self.cluster_class.name, &args)
             .await
             .map_err(|source| Errors(vec![Error::Helm { chart: self.cluster_class.name.clone(), source }]))?;
         objects_of(&out, &self.cluster_class.name, CLUSTER_CLASS_STAGE, namespace)
@@ -249,7 +258,17 @@ impl Layout {
     /// The memo key of a render of this release with `args` (paths inside the release and its
     /// unpacked charts, names, versions) and the content of its values file (`None`: none passed).
     fn memo_key(&self, args: &[OsString], values: Option<&str>) -> MemoKey {
-        let args = args.iter().map(|a| a.as_encoded_bytes());
+        let [release, unpacked] = [&self.roots[0], &self.roots[1]].map(|r| r.as_bytes());
+        let args = args.iter().map(|a| {
+            let a = a.as_encoded_bytes();
+            // Paths inside the release or its unpacked archives, relative to them.
+            match (a.strip_prefix(release), a.strip_prefix(unpacked)) {
+                (Some(rest), _) if !release.is_empty() => [b"<release>".as_slice(), rest],
+                (_, Some(rest)) if !unpacked.is_empty() => [b"<unpacked>".as_slice(), rest],
+                _ => [b"".as_slice(), a],
+            }
+        });
+        let args = args.flatten();
         let values: &[&[u8]] = match values {
             Some(v) => &[b"values", v.as_bytes()],
             None => &[b"no values"],
@@ -356,7 +375,7 @@ impl Layout {
                     args.push("-f".into());
                     args.push(path.into());
                 }
-                helm.template_memoised(key, &chart.name, &args)
+                helm.template_memoised(&self.render_group, key, &chart.name, &args)
                     .await
                     .map_err(|source| vec![Error::Helm { chart: chart.name.clone(), source }])?
             }

@@ -7,7 +7,9 @@
 //!
 //! Renders are memoised in memory ([`Memo`]): callers key each render by what decides its output
 //! (release identity, chart, values content, helm and Kubernetes versions, namespace), so an
-//! unchanged resync runs helm zero times.
+//! unchanged resync runs helm zero times. With [`Helm::with_disk`] they are also kept on disk
+//! ([`Disk`], the cache volume's `renders/`), grouped by release and collected with it, so a
+//! restarted process does not run helm again for what it rendered before.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
@@ -71,8 +73,113 @@ pub struct Helm {
     timeout: Duration,
     home: Option<PathBuf>,
     memo: Arc<Mutex<Memo>>,
+    /// The on-disk tier of the memo, if any.
+    disk: Option<Arc<Disk>>,
     /// helm processes started (renders the memo answered are not counted).
     runs: Arc<AtomicU64>,
+}
+
+/// Bytes of rendered output kept on disk; past it, new renders are not written (until garbage
+/// collection removes the renders of releases no longer kept).
+pub const DISK_BYTES: u64 = 512 * 1024 * 1024;
+
+/// The on-disk memo: `<dir>/<group>/<key>.yaml`, one group per release ([`render_group`]),
+/// each file the render after a `# sha256:<hex>` line (checked on every read: a damaged file is
+/// a miss), written to a temporary file and renamed into place.
+#[derive(Debug)]
+pub struct Disk {
+    dir: PathBuf,
+    /// Bytes written under `dir`, counted once at start and kept up to date.
+    bytes: AtomicU64,
+    limit: u64,
+}
+
+/// The group of a release's renders on disk: a digest of its tag and commit.
+pub fn render_group(tag: &str, commit: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(tag.as_bytes());
+    h.update(b"@");
+    h.update(commit.as_bytes());
+    hex::encode(&h.finalize()[..12])
+}
+
+impl Disk {
+    pub fn open(dir: &Path, limit: u64) -> Disk {
+        let bytes = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .flat_map(|group| std::fs::read_dir(group.path()).into_iter().flatten().flatten())
+            .filter_map(|f| f.metadata().ok())
+            .map(|m| m.len())
+            .sum();
+        Disk { dir: dir.to_path_buf(), bytes: AtomicU64::new(bytes), limit }
+    }
+
+    fn file(&self, group: &str, key: &MemoKey) -> PathBuf {
+        self.dir.join(group).join(format!("{}.yaml", hex::encode(key.0)))
+    }
+
+    /// The render kept for `key`, if its file is there, not larger than the memory memo allows,
+    /// and intact.
+    fn get(&self, group: &str, key: &MemoKey) -> Option<Arc<str>> {
+        let path = self.file(group, key);
+        let len = std::fs::metadata(&path).ok()?.len();
+        if len > MEMO_BYTES as u64 + 128 {
+            return None;
+        }
+        let text = std::fs::read_to_string(&path).ok()?;
+        let (head, body) = text.split_once('\n')?;
+        let want = head.strip_prefix("# sha256:")?;
+        (hex::encode(Sha256::digest(body.as_bytes())) == want).then(|| body.into())
+    }
+
+    /// Keeps `output` for `key` unless the limit is reached. Best effort: a render that cannot be
+    /// written is rendered again next time.
+    fn put(&self, group: &str, key: &MemoKey, output: &str) {
+        let len = output.len() as u64 + 80;
+        if self.bytes.load(Ordering::Relaxed) + len > self.limit {
+            return;
+        }
+        let path = self.file(group, key);
+        let text = format!("# sha256:{}\n{output}", hex::encode(Sha256::digest(output.as_bytes())));
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let written = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&tmp, &text))
+            .and_then(|()| std::fs::rename(&tmp, &path));
+        match written {
+            Ok(()) => {
+                self.bytes.fetch_add(text.len() as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                tracing::debug!(path = %path.display(), error = %e, "cannot keep a helm render on disk");
+            }
+        }
+    }
+
+    /// Removes the renders of every release whose group is not in `keep`.
+    pub fn collect(&self, keep: &std::collections::HashSet<String>) {
+        for group in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            let name = group.file_name().to_string_lossy().into_owned();
+            if keep.contains(&name) {
+                continue;
+            }
+            let size: u64 =
+                std::fs::read_dir(group.path()).into_iter().flatten().flatten().filter_map(|f| f.metadata().ok()).map(|m| m.len()).sum();
+            if std::fs::remove_dir_all(group.path()).is_ok() {
+                self.bytes.fetch_sub(size.min(self.bytes.load(Ordering::Relaxed)), Ordering::Relaxed);
+                tracing::debug!(group = %name, "helm renders of a collected release removed");
+            }
+        }
+    }
+
+    /// Bytes kept on disk.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
 }
 
 /// What decides a render's output, hashed: see [`Helm::template_memoised`].
@@ -188,8 +295,22 @@ impl Helm {
             timeout: config.timeout,
             home: None,
             memo: Arc::new(Mutex::new(Memo::new(MEMO_BYTES))),
+            disk: None,
             runs: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// Keeps renders on disk under `dir` too (the cache volume's `renders/`), at most
+    /// [`DISK_BYTES`] of them: a restarted process answers from there instead of running helm.
+    #[must_use]
+    pub fn with_disk(mut self, dir: &Path) -> Helm {
+        self.disk = Some(Arc::new(Disk::open(dir, DISK_BYTES)));
+        self
+    }
+
+    /// The on-disk memo, if any (garbage collection removes the renders of collected releases).
+    pub fn disk(&self) -> Option<&Disk> {
+        self.disk.as_deref()
     }
 
     /// Keeps helm's cache, config and data directories under `dir` (see the module docs).
@@ -225,12 +346,19 @@ impl Helm {
     ///
     /// # Errors
     /// As [`Helm::template`].
-    pub async fn template_memoised(&self, key: MemoKey, chart: &str, args: &[OsString]) -> Result<Arc<str>, Error> {
+    pub async fn template_memoised(&self, group: &str, key: MemoKey, chart: &str, args: &[OsString]) -> Result<Arc<str>, Error> {
         let key = MemoKey::of([key.0.as_slice(), self.version.as_bytes()]);
         if let Some(out) = self.memoised(&key) {
             return Ok(out);
         }
+        if let Some(out) = self.disk.as_ref().and_then(|d| d.get(group, &key)) {
+            self.memo.lock().unwrap_or_else(PoisonError::into_inner).insert(key, out.clone());
+            return Ok(out);
+        }
         let out: Arc<str> = self.template(chart, args).await?.into();
+        if let Some(disk) = &self.disk {
+            disk.put(group, &key, &out);
+        }
         self.memo.lock().unwrap_or_else(PoisonError::into_inner).insert(key, out.clone());
         Ok(out)
     }
