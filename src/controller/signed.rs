@@ -56,7 +56,8 @@ pub(super) fn apply(
             verdicts.remove(&tag).unwrap_or_else(|| Err(Refusal::Unsigned { what: format!("no signature was found for tag {tag}") }));
         match verdict {
             Ok(v) => {
-                if previous.unsigned.contains_key(&tag) || !previous.signers.contains_key(&tag) {
+                // GitHub's `pending` (every asset has a `.sig`; checked when cached) is not news.
+                if v.signer != "pending" && (previous.unsigned.contains_key(&tag) || previous.signers.get(&tag) != Some(&v.signer)) {
                     info!(source, tag, signer = %v.signer, "release signature verified");
                 }
                 next.signers.insert(tag, v.signer);
