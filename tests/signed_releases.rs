@@ -547,12 +547,14 @@ async fn github_assets_signed_with_cosign_sign_blob_or_ssh_keygen_and_a_tampered
 
 // ---- The Kubernetes target: what a refusal looks like ------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stack_releases_record_the_signer_and_a_refused_release_is_ready_false_signature_invalid() {
+/// A management cluster (testkit's API server with the Cluster API and stacksync CRDs) with one
+/// ready Cluster `team-a/alpha` labelled `stack: ferrol` (`topology` as given) whose kubeconfig
+/// Secret points at a workload server.
+async fn k8s_env(dir: &Path, topology: serde_json::Value) -> (testkit::apiserver::ApiServer, testkit::apiserver::ApiServer, kube::Client) {
     use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
     use serde_json::json;
     use testkit::apiserver::{ApiServer, Options, capi_crds_dir};
-    let dir = tempfile::tempdir().expect("tempdir");
+    let _ = dir;
     let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds");
     let mgmt = ApiServer::start_with(Options { preload: vec![capi_crds_dir(), crds], ..Options::default() }).await.expect("mgmt");
     let workload = ApiServer::start().await.expect("workload");
@@ -563,7 +565,7 @@ async fn stack_releases_record_the_signer_and_a_refused_release_is_ready_false_s
         "team-a",
         &ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster")),
     );
-    let body = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": "alpha", "namespace": "team-a", "labels": {"stack": "ferrol"}}, "spec": {}});
+    let body = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": "alpha", "namespace": "team-a", "labels": {"stack": "ferrol"}}, "spec": topology});
     clusters.patch("alpha", &PatchParams::apply("capi"), &Patch::Apply(body)).await.expect("cluster");
     let ready = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": "alpha"}, "status": {"controlPlaneReady": true}});
     clusters.patch_status("alpha", &PatchParams::apply("capi").force(), &Patch::Apply(ready)).await.expect("status");
@@ -574,6 +576,15 @@ async fn stack_releases_record_the_signer_and_a_refused_release_is_ready_false_s
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), "team-a");
     secrets.patch("alpha-kubeconfig", &PatchParams::apply("capi"), &Patch::Apply(&secret)).await.expect("secret");
 
+    (mgmt, workload, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stack_releases_record_the_signer_and_a_refused_release_is_ready_false_signature_invalid() {
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+    use serde_json::json;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mgmt, _workload, client) = k8s_env(dir.path(), json!({})).await;
     let key = ssh_key(dir.path(), "release");
     let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
     let cm = |extra: &str| {
@@ -619,4 +630,39 @@ async fn stack_releases_record_the_signer_and_a_refused_release_is_ready_false_s
         Api::namespaced_with(client, "team-a", &ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "ClusterSync")));
     let cs = syncs.get("alpha").await.expect("ClusterSync").data;
     assert_eq!(cs["status"]["appliedRelease"]["tag"], "v1.0.0", "{cs}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_whose_class_names_a_refused_release_is_signature_invalid() {
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+    use serde_json::json;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mgmt, _workload, client) =
+        k8s_env(dir.path(), json!({"topology": {"class": "docker-ferrol-1-27-v2", "version": "v1.27.3"}})).await;
+    let key = ssh_key(dir.path(), "release");
+    let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
+    tag_manifest(&repo, "docker-ferrol-1-27-v2", "# nothing\n", None);
+    let signers = dir.path().join("allowed_signers");
+    std::fs::write(&signers, format!("release@acme {}\n", ssh_pub(&key))).expect("signers");
+    let text = format!(
+        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nhelm:\n  path: {helm}\nsources:\n  - name: stacks\n    git:\n      url: {url}\n      verify:\n        ssh: {{allowedSigners: {{file: {signers}}}}}\nsubscriptions:\n  - name: ferrol\n    source: stacks\n    stack: docker-ferrol-1-27\n    format: clusterstack\n    interval: 1h\n    clusterSelector:\n      matchLabels: {{stack: ferrol}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n",
+        cache = dir.path().join("cache").display(),
+        helm = common::helm_path().display(),
+        url = repo.file_url(),
+        signers = signers.display(),
+        kubeconfig = mgmt.kubeconfig().display(),
+    );
+    let config = dir.path().join("stacksync.yaml");
+    std::fs::write(&config, text).expect("config");
+    let o = run_once(&config).await;
+    let syncs: Api<DynamicObject> =
+        Api::namespaced_with(client, "team-a", &ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "ClusterSync")));
+    let cs = syncs.get("alpha").await.unwrap_or_else(|e| panic!("ClusterSync: {e}\n{}", stderr(&o))).data;
+    let ready = cs["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Ready")).cloned().unwrap_or_default();
+    assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("False"), Some("SignatureInvalid")), "{cs}");
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("tag docker-ferrol-1-27-v2 of source stacks is refused: unsigned") && message.contains("signer: unsigned"),
+        "{message}"
+    );
 }

@@ -143,7 +143,7 @@ async fn reconcile_in(
             let crd = failed_crd(&prev_status, None, &st);
             let action = match fail.reason {
                 // The watches bring these back: a Cluster edit, its Secret, a new release.
-                Reason::ReleaseNotAvailable | Reason::RenderFailed => Action::requeue(k.resync),
+                Reason::ReleaseNotAvailable | Reason::RenderFailed | Reason::SignatureInvalid => Action::requeue(k.resync),
                 Reason::ControlPlaneNotReady | Reason::KubeconfigMissing => Action::requeue(k.not_ready_retry),
                 _ => Action::requeue(k.not_ready_retry),
             };
@@ -505,10 +505,18 @@ pub(super) async fn choose(kube: &Kube, sub: &Subscription, class: Option<&str>)
     match (sub.format, &sub.stack, class) {
         (Format::ClusterStack, Some(stack), Some(class)) => {
             let (_, known) = kube.ctx.tags(sub).await;
-            release::for_class(&sub.source, class, stack, &known).map_err(|e| {
-                warn!("{e}; what the Cluster has stays");
-                Fail::new(Reason::ReleaseNotAvailable, format!("{e}; what the Cluster has stays"), false)
-            })
+            match release::for_class(&sub.source, class, stack, &known) {
+                Ok(rel) => Ok(rel),
+                // The class names a release whose signature was refused: say so, not "unknown".
+                Err(_) if let Some(r) = kube.ctx.signature_refusals(sub).await.remove(class) => {
+                    warn!("the Cluster's class names {class}: {}; what the Cluster has stays", r.message);
+                    Err(Fail::new(Reason::SignatureInvalid, format!("{}; what the Cluster has stays", r.message), false))
+                }
+                Err(e) => {
+                    warn!("{e}; what the Cluster has stays");
+                    Err(Fail::new(Reason::ReleaseNotAvailable, format!("{e}; what the Cluster has stays"), false))
+                }
+            }
         }
         _ => match kube.ctx.select(sub).await {
             Ok(s) => Ok(s.release),
