@@ -135,34 +135,38 @@ pub(super) async fn oci_verdicts(
     all_tags: &std::collections::BTreeSet<String>,
     trust: &Trust,
 ) -> BTreeMap<String, Result<Verified, Refusal>> {
-    let mut out = BTreeMap::new();
+    use futures_util::stream::{self, StreamExt};
     let trust_id = trust.id();
-    for (tag, hex) in resolved {
-        let sig_tag = verify::cosign::signature_tag(hex);
-        if !all_tags.contains(&sig_tag) {
-            out.insert(tag.clone(), Err(Refusal::Unsigned { what: format!("no cosign signature (tag {sig_tag} does not exist)") }));
-            continue;
-        }
-        let verdict = match client.resolve(&sig_tag).await {
-            Err(e) => Err(Refusal::Malformed { signer: "unknown".into(), message: format!("cannot resolve {sig_tag}: {e}") }),
-            Ok(sig_digest) => {
-                let key = format!("{location}\0{tag}\0{hex}\0{sig_digest}\0{trust_id}");
-                match remembered(&key) {
-                    Some(v) => v,
-                    None => {
-                        let v = oci_one(client, blobs, &sig_tag, &sig_digest, hex, trust).await;
-                        // A registry that failed to answer decides nothing: asked again next poll.
-                        if !matches!(&v, Err(Refusal::Malformed { message, .. }) if message.starts_with("cannot fetch")) {
-                            remember(key, &v);
+    let trust_id = &trust_id;
+    let one = |(tag, hex): (String, String)| {
+        async move {
+            let sig_tag = verify::cosign::signature_tag(&hex);
+            if !all_tags.contains(&sig_tag) {
+                return (tag, Err(Refusal::Unsigned { what: format!("no cosign signature (tag {sig_tag} does not exist)") }));
+            }
+            let verdict = match client.resolve(&sig_tag).await {
+                Err(e) => Err(Refusal::Malformed { signer: "unknown".into(), message: format!("cannot resolve {sig_tag}: {e}") }),
+                Ok(sig_digest) => {
+                    let key = format!("{location}\0{tag}\0{hex}\0{sig_digest}\0{trust_id}");
+                    match remembered(&key) {
+                        Some(v) => v,
+                        None => {
+                            let v = oci_one(client, blobs, &sig_tag, &sig_digest, &hex, trust).await;
+                            // A registry that failed to answer decides nothing: asked again next poll.
+                            if !matches!(&v, Err(Refusal::Malformed { message, .. }) if message.starts_with("cannot fetch")) {
+                                remember(key, &v);
+                            }
+                            v
                         }
-                        v
                     }
                 }
-            }
-        };
-        out.insert(tag.clone(), verdict);
-    }
-    out
+            };
+            (tag, verdict)
+        }
+    };
+    // As many at once as tags are resolved: one HEAD per signed tag, the rest only when new.
+    let owned: Vec<(String, String)> = resolved.iter().map(|(t, h)| (t.clone(), h.clone())).collect();
+    stream::iter(owned).map(one).buffer_unordered(oci::client::RESOLVE_CONCURRENCY).collect().await
 }
 
 async fn oci_one(
