@@ -290,12 +290,15 @@ impl Context {
             && let Some((refusal, trust)) = super::signed::github_refusal(g, &rel.tag, &rel.commit)
         {
             let mut index = self.index.lock().await;
-            if let Some(state) = index.sources.get_mut(&key) {
-                super::signed::refuse(&src.name, state, &rel.tag, &refusal, &trust);
+            let taken =
+                index.sources.get_mut(&key).is_some_and(|state| super::signed::refuse(&src.name, state, &rel.tag, &refusal, &trust));
+            // Only a change is news: a release in use refused again (kept, never downgraded
+            // silently) must not wake the syncers into another pass and another refusal.
+            if taken {
+                self.save(&index);
+                drop(index);
+                self.publish();
             }
-            self.save(&index);
-            drop(index);
-            self.publish();
         }
         if !scratch.releases.is_empty() {
             let mut index = self.index.lock().await;

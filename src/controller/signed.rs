@@ -267,12 +267,14 @@ pub fn github_refusal(g: &crate::config::GithubSourceConfig, tag: &str, revision
 }
 
 /// Takes a tag out of the accepted set of `state` for `refusal` (logged once, like a poll's).
-pub fn refuse(source: &str, state: &mut SourceState, tag: &str, refusal: &Refusal, trust: &Trust) {
-    let Some(commit) = state.tags.remove(tag) else { return };
+/// Returns whether it was there (whether anything changed).
+pub fn refuse(source: &str, state: &mut SourceState, tag: &str, refusal: &Refusal, trust: &Trust) -> bool {
+    let Some(commit) = state.tags.remove(tag) else { return false };
     state.signers.remove(tag);
     let message = refusal_message(source, tag, refusal, trust);
     error!(source, tag, commit = %crate::release::short(&commit), reason = refusal.kind(), "{message}");
     state.unsigned.insert(tag.to_owned(), SignatureRefusal { commit, signer: refusal.signer().to_owned(), message });
+    true
 }
 
 fn github_key(location: &str, tag: &str, revision: &str, trust_id: &str) -> String {
