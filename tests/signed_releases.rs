@@ -542,6 +542,21 @@ async fn github_assets_signed_with_cosign_sign_blob_or_ssh_keygen_and_a_tampered
     let o = common::stacksync(&["fetch", "--config", &config.to_string_lossy()]).await;
     assert_exit(&o, 0);
     assert!(common::stdout(&o).contains(&ssh_fingerprint(&ssh)), "{}", common::stdout(&o));
+
+    // The SSH key rotated out: the cached v1.1.0 is checked again at the poll, from the blob
+    // store. It stays in place (never a silent downgrade to v1.0.0) and is held, saying why.
+    let other = ssh_key(dir.path(), "other");
+    std::fs::write(&signers, format!("other@acme namespaces=\"file\" {}\n", ssh_pub(&other))).expect("signers");
+    let o = run_once(&config).await;
+    let st = status(&dir.path().join("out"), "team-a", "alpha");
+    assert_eq!(st["appliedRelease"]["tag"], "v1.1.0", "{}", stderr(&o));
+    assert_eq!(st["reason"], "SignatureInvalid", "{st:?}");
+    assert!(
+        st["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&format!("tag v1.1.0 of source gh is refused: signed by {}", ssh_fingerprint(&ssh)))),
+        "{st:?}"
+    );
     server.stop().await;
 }
 

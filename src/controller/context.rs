@@ -279,9 +279,12 @@ impl Context {
             (scratch, (index.sources.get(&key).and_then(|s| s.refused.get(&rel.tag)).cloned(), signer, refused))
         };
         let (claimed, signer, refused) = claimed;
+        if let Some(m) = refused {
+            return Ok(fetch::held(&self.cache, &key, rel, m));
+        }
         let (scratch, outcome) = fetch::materialise(&config, &self.cache, scratch, rel).await;
         let outcome = outcome.map(|p| {
-            let unverified = refused.or_else(|| fetch::mismatch(&src.name, &src.kind, &p.release, claimed.as_deref(), &p.assets));
+            let unverified = fetch::mismatch(&src.name, &src.kind, &p.release, claimed.as_deref(), &p.assets);
             PreparedRelease { unverified, signed_by: p.signed_by.or(signer), ..p }
         });
         // A GitHub release whose asset signatures were refused leaves the accepted tags now (its

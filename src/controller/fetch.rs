@@ -81,7 +81,8 @@ pub async fn poll(
                 .await
                 .map_err(|source| source::Error::Github { source_name: name.to_owned(), source: Box::new(source) })?;
             let location = format!("{}#{}", g.api_url, g.repo);
-            let verdicts = trust.as_ref().map(|t| super::signed::github_verdicts(&location, &github.releases, t));
+            let blobs = Blobs::open(cache.root()).ok();
+            let verdicts = trust.as_ref().map(|t| super::signed::github_verdicts(&location, &github.releases, blobs.as_ref(), t));
             (location, refs, g.allow_moved_tags, verdicts)
         }
         SourceKind::Oci(o) => {
@@ -307,6 +308,10 @@ pub async fn prepare(config: &Config, cache: &Cache, index: Index, sub: &Subscri
         }
         let claimed = index.sources.get(&key).and_then(|s| s.refused.get(&selection.release.tag)).cloned();
         let (signer, refused) = signature(index.sources.get(&key), &selection.release);
+        if let Some(m) = refused {
+            prepared.outcome = Ok(held(cache, &key, &selection.release, m));
+            return (prepared, index);
+        }
         let (next, outcome) = materialise(config, cache, index, &selection.release).await;
         index = next;
         if let (Err(_), SourceKind::Github(g)) = (&outcome, &src.kind)
@@ -319,7 +324,7 @@ pub async fn prepare(config: &Config, cache: &Cache, index: Index, sub: &Subscri
             continue;
         }
         prepared.outcome = outcome.map(|p| {
-            let unverified = refused.or_else(|| mismatch(&src.name, &src.kind, &p.release, claimed.as_deref(), &p.assets));
+            let unverified = mismatch(&src.name, &src.kind, &p.release, claimed.as_deref(), &p.assets);
             PreparedRelease { note: selection.note, unverified, signed_by: p.signed_by.or(signer), ..p }
         });
         return (prepared, index);
@@ -394,6 +399,21 @@ pub fn signature(state: Option<&SourceState>, rel: &Release) -> (Option<String>,
         ),
     });
     (signer, refused)
+}
+
+/// The release in use whose signature is refused now: held — never materialised (whatever its
+/// kind: a GitHub release's assets would be refused again), never applied; what is in place
+/// stays and the status says why (`m`). The tree path is where it would be; nothing reads it.
+pub fn held(cache: &Cache, key: &str, rel: &Release, m: Mismatch) -> PreparedRelease {
+    PreparedRelease {
+        release: rel.clone(),
+        tree: cache.release_path(key, &rel.tag, &rel.commit),
+        fetched: false,
+        note: None,
+        assets: Vec::new(),
+        unverified: Some(m),
+        signed_by: None,
+    }
 }
 
 /// Puts `rel` in the cache (or finds it there, verified) and says where its tree is. One

@@ -221,12 +221,15 @@ fn signature_layers(manifest: &[u8]) -> Result<Vec<(Sha256Digest, String)>, Stri
     Ok(out)
 }
 
-/// GitHub, at poll time (no download): every asset of each release needs a `<asset>.sig`
-/// beside it; a release whose signatures were already checked under these keys keeps its
-/// verdict.
+/// GitHub, at poll time: every asset of each release needs a `<asset>.sig` beside it. A release
+/// whose signatures were already checked under these keys keeps its verdict; one whose assets
+/// (with published digests) are all in the blob store already is checked now, locally — so a key
+/// rotated out counts at this poll for a release already cached; any other is checked when it is
+/// downloaded (`pending`).
 pub(super) fn github_verdicts(
     location: &str,
     releases: &BTreeMap<String, crate::source::github::GhRelease>,
+    blobs: Option<&Blobs>,
     trust: &Trust,
 ) -> BTreeMap<String, Result<Verified, Refusal>> {
     let trust_id = trust.id();
@@ -240,12 +243,35 @@ pub(super) fn github_verdicts(
                 .map(|a| a.name.as_str())
                 .filter(|n| !n.ends_with(".sig") && !names.contains(format!("{n}.sig").as_str()))
                 .collect();
-            let verdict = if let Some(first) = missing.first() {
-                Err(Refusal::Unsigned { what: format!("asset {first} has no {first}.sig beside it") })
-            } else {
-                // Not checked yet: the content is needed (checked when the release is cached).
-                remembered(&github_key(location, tag, &r.revision(), &trust_id))
-                    .unwrap_or_else(|| Ok(Verified { signer: "pending".into() }))
+            if let Some(first) = missing.first() {
+                return (tag.clone(), Err(Refusal::Unsigned { what: format!("asset {first} has no {first}.sig beside it") }));
+            }
+            let key = github_key(location, tag, &r.revision(), &trust_id);
+            if let Some(v) = remembered(&key) {
+                return (tag.clone(), v);
+            }
+            let local = blobs.and_then(|b| {
+                let records: Option<Vec<AssetRecord>> = r
+                    .assets
+                    .iter()
+                    .map(|a| {
+                        let digest = a.digest.as_deref().and_then(|d| d.strip_prefix("sha256:")).and_then(Sha256Digest::parse)?;
+                        b.path(&digest).is_file().then(|| AssetRecord {
+                            name: a.name.clone(),
+                            digest: digest.to_string(),
+                            verified_by: crate::source::github::verify::VerifiedBy::Published,
+                            size: a.size,
+                        })
+                    })
+                    .collect();
+                records.map(|records| github_check(&records, b, trust))
+            });
+            let verdict = match local {
+                Some(v) => {
+                    remember(key, &v);
+                    v
+                }
+                None => Ok(Verified { signer: "pending".into() }),
             };
             (tag.clone(), verdict)
         })
