@@ -1,6 +1,8 @@
 //! Shared fixtures for the end-to-end tests: a config writer and a bounded CLI runner.
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
+pub mod capi;
+pub mod certs;
 pub mod fleet;
 pub mod real;
 

@@ -133,10 +133,37 @@ pub fn judge(cluster: &Value, control_plane: Option<&Value>, sync: Option<&Clust
             (Some(_), v) => return Health::Waiting(format!("control plane reports {}, not {want} yet", v.unwrap_or("no version"))),
         }
     }
+    // The control plane's own word first: the Cluster's `Available` is Cluster API's summary of
+    // it, written a moment later, so right after the control plane moved it may still say what
+    // the old version was (seen on the real Cluster API: a control plane at the new version and
+    // not available, its Cluster still `Available` from before).
+    if let Some(why) = control_plane.and_then(control_plane_unavailable) {
+        return Health::Waiting(why);
+    }
     if !available(cluster, target.v1beta2) {
         return Health::Waiting("Cluster API does not report it available yet".into());
     }
     Health::Done
+}
+
+/// Why the control plane object says it is not available: its `Available` condition (v1beta2
+/// contract; optional for providers) is not `True`, or was written for an older generation.
+fn control_plane_unavailable(cp: &Value) -> Option<String> {
+    let c = cp.pointer("/status/conditions")?.as_array()?.iter().find(|c| c["type"] == "Available")?;
+    let stale = matches!((c["observedGeneration"].as_i64(), cp.pointer("/metadata/generation").and_then(Value::as_i64)), (Some(o), Some(g)) if o < g);
+    if c["status"] == "True" && !stale {
+        return None;
+    }
+    let detail = [c["reason"].as_str().unwrap_or_default(), c["message"].as_str().unwrap_or_default()]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(": ");
+    Some(if stale {
+        "its control plane has not reported on its new spec yet".to_owned()
+    } else {
+        format!("its control plane is not available ({})", shorten(&detail, 200))
+    })
 }
 
 /// v1beta2: `Available` true; v1beta1: `Ready` and `ControlPlaneReady` true (or, from Cluster
@@ -796,6 +823,18 @@ mod tests {
         let v1beta2 = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "spec": {"topology": {"classRef": {"name": "s-v4"}}}, "status": {"conditions": [{"type": "Available", "status": "True"}]}});
         let t2 = Target { v1beta2: true, ..t };
         assert_eq!(judge(&v1beta2, Some(&cp("v1.28.1")), Some(&sync), &t2), Health::Done);
+        // The control plane's own Available condition wins over the Cluster's (a moment older).
+        let down = json!({"metadata": {"generation": 3}, "status": {"version": "v1.28.1", "conditions": [
+            {"type": "Available", "status": "False", "reason": "Unhealthy", "message": "etcd down", "observedGeneration": 3}]}});
+        assert!(
+            matches!(judge(&v1beta2, Some(&down), Some(&sync), &t2), Health::Waiting(w) if w == "its control plane is not available (Unhealthy: etcd down)")
+        );
+        let stale = json!({"metadata": {"generation": 4}, "status": {"version": "v1.28.1", "conditions": [
+            {"type": "Available", "status": "True", "observedGeneration": 3}]}});
+        assert!(matches!(judge(&v1beta2, Some(&stale), Some(&sync), &t2), Health::Waiting(w) if w.contains("not reported")));
+        let up = json!({"metadata": {"generation": 4}, "status": {"version": "v1.28.1", "conditions": [
+            {"type": "Available", "status": "True", "observedGeneration": 4}]}});
+        assert_eq!(judge(&v1beta2, Some(&up), Some(&sync), &t2), Health::Done);
         assert!(matches!(judge(&cluster("s-v4", true), Some(&cp("v1.28.1")), Some(&sync), &t2), Health::Waiting(_)));
         let t = Target { v1beta2: false, ..t2 };
         sync.upgrade =

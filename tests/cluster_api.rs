@@ -1,0 +1,347 @@
+//! stacksync with the real Cluster API (v1.14 core manager, `ClusterTopology` and `RuntimeSDK`
+//! on, its webhooks on loopback) on a real control plane, built by `scripts/build-cluster-api.sh`
+//! and started by `testkit::capi` (docs/testing.md). Nothing of Cluster API is played by the
+//! tests: its webhooks validate and default the ClusterClass stacksync renders from a release,
+//! its topology controller creates each Cluster's control plane and infrastructure from it, it
+//! discovers our extension through an `ExtensionConfig` and calls our hooks, and it holds an
+//! upgrade until `BeforeClusterUpgrade` says go. The infrastructure and control-plane providers
+//! are testkit's minimal ones (machines that boot at once); the workload clusters are a second
+//! real control plane, where the addons become healthy through the real controllers and kwok.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::capi::{CapiTenant, K1, K2, V1, V2, condition};
+use common::fleet::Daemon;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+
+/// How long Cluster API and stacksync get for one step (a Cluster coming up, an upgrade): they
+/// take seconds; the bound only keeps a broken run from hanging.
+const STEP: Duration = Duration::from_secs(120);
+
+fn applied(cs: &Value) -> &str {
+    cs["status"]["appliedRelease"]["tag"].as_str().unwrap_or_default()
+}
+
+fn ready(cs: &Value) -> bool {
+    condition(cs, "Ready").0 == "True"
+}
+
+/// V2 with its upgrade gate renamed to `gate` (tests share one workload control plane: each
+/// test's gate is its own).
+fn v2_gated_by(gate: &str) -> impl Fn(&str, String) -> String + '_ {
+    move |path: &str, text: String| {
+        if path == "clusteraddon.yaml" { text.replace("name: upgrade-gate,", &format!("name: {gate},")) } else { text }
+    }
+}
+
+/// V2 without a wait in its upgrade stages.
+fn v2_ungated(path: &str, text: String) -> String {
+    if path != "clusteraddon.yaml" {
+        return text;
+    }
+    let start = text.find("      waitForPostCondition:").expect("the gate");
+    let end = text[start..].find("    - name: metrics-server").expect("next stage") + start;
+    format!("{}{}", &text[..start], &text[end..])
+}
+
+/// How many times Cluster API called `hook` for the Cluster, from the daemon's log (one INFO
+/// line per call).
+fn hook_calls(daemon: &Daemon, hook: &str, cluster: &str) -> usize {
+    daemon
+        .log()
+        .lines()
+        .filter(|l| l.contains("runtime hook") && l.contains(&format!("hook={hook}")) && l.contains(&format!("cluster={cluster}")))
+        .count()
+}
+
+async fn open_gate(t: &CapiTenant, gate: &str) {
+    let api: Api<ConfigMap> = Api::namespaced(t.workload(), "kube-system");
+    let body =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": gate, "namespace": "kube-system"}, "data": {"go": "yes"}});
+    api.patch(gate, &PatchParams::apply("platform-team"), &Patch::Apply(body)).await.expect("open the gate");
+}
+
+/// Waits until the Cluster is up on `class`: its control plane at `version` and available, its
+/// ClusterSync Ready with `class` applied.
+async fn wait_up(t: &CapiTenant, daemon: &Daemon, name: &str, class: &str, version: &str) {
+    t.eventually(daemon, &format!("{name} up on {class} at {version}"), STEP, async || {
+        let cp = t.control_plane(name).await.unwrap_or_default();
+        let cs = t.cluster_sync(name).await;
+        cp["status"]["version"] == version && condition(&cp, "Available").0 == "True" && applied(&cs) == class && ready(&cs)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_api_accepts_our_class_syncs_its_clusters_and_holds_an_upgrade_until_the_stages_are_done() {
+    let Some(t) = CapiTenant::new("upgrade").await else { return };
+    let gate = format!("gate-{}", t.ns);
+    t.publish(V1, |_, text| text);
+    let daemon = t.start(&t.config("    availableReleases: 2\n    stageTimeout: 10m\n"), &[]).await;
+
+    // A Cluster naming the class: Cluster API accepts it before the class exists (with a
+    // warning), and stacksync puts the ClusterClasses of the subscription's releases into every
+    // namespace with a subscribed Cluster.
+    let started = Instant::now();
+    t.add_cluster("c1", V1, K1, json!({})).await;
+    // The ClusterClass stacksync rendered from the release, through Cluster API's webhooks and
+    // reconciled by its ClusterClass controller (templates resolved, variables in status).
+    t.eventually(&daemon, "the ClusterClass accepted and reconciled by Cluster API", STEP, async || {
+        t.cluster_classes().await.iter().any(|cc| cc["metadata"]["name"] == V1 && condition(cc, "VariablesReady").0 == "True")
+    })
+    .await;
+    // Our extension, discovered by Cluster API through the ExtensionConfig.
+    t.eventually(&daemon, "the extension discovered", STEP, async || {
+        let handlers = t.extension().await["status"]["handlers"].clone();
+        handlers.as_array().is_some_and(|h| h.iter().any(|h| h["requestHook"]["hook"] == "BeforeClusterUpgrade"))
+    })
+    .await;
+
+    // The Cluster's control plane and infrastructure are the topology controller's, with the
+    // class's variable patched in; its addons are synced for real.
+    wait_up(&t, &daemon, "c1", V1, K1).await;
+    let up = started.elapsed();
+    let cp = t.control_plane("c1").await.expect("control plane");
+    assert_eq!(cp["spec"]["imageRepository"], "registry.k8s.io", "the ClusterClass's patch: {cp}");
+    assert_eq!(cp["spec"]["version"], K1);
+    let cluster = t.cluster("c1").await;
+    assert_eq!(condition(&cluster, "TopologyReconciled").0, "True", "{cluster}");
+    let ns = t.addon_namespace("c1");
+    let deployments: Api<Deployment> = Api::namespaced(t.workload(), &ns);
+    let ms = deployments.get("metrics-server").await.expect("metrics-server in the workload cluster");
+    assert!(ms.status.and_then(|s| s.available_replicas).unwrap_or(0) >= 1, "metrics-server Available");
+    let cms: Api<ConfigMap> = Api::namespaced(t.workload(), &ns);
+    let cni = cms.get("cni-config").await.expect("cni-config");
+    assert_eq!(cni.data.unwrap_or_default().get("cluster-name").map(String::as_str), Some("c1"));
+    // AfterControlPlaneInitialized: called by Cluster API once the control plane came up.
+    let key = format!("{}/c1", t.ns);
+    t.eventually(&daemon, "AfterControlPlaneInitialized called", STEP, async || {
+        hook_calls(&daemon, "AfterControlPlaneInitialized", &key) >= 1
+    })
+    .await;
+
+    // The next release, and the upgrade the SCS way: class and version together.
+    t.publish(V2, v2_gated_by(&gate));
+    t.eventually(&daemon, "V2's ClusterClass", STEP, async || {
+        t.cluster_classes().await.iter().any(|cc| cc["metadata"]["name"] == V2 && condition(cc, "VariablesReady").0 == "True")
+    })
+    .await;
+    let requested = Instant::now();
+    t.patch_cluster("c1", json!({"spec": {"topology": {"classRef": {"name": V2}, "version": K2}}})).await;
+
+    // Cluster API asks; stacksync answers retry while the first stage's post-condition waits;
+    // the control plane stays where it is.
+    t.eventually(&daemon, "the upgrade held by BeforeClusterUpgrade", STEP, async || {
+        hook_calls(&daemon, "BeforeClusterUpgrade", &key) >= 2
+            && t.cluster_sync("c1").await["status"]["upgrade"]["waitingFor"].as_str().is_some_and(|w| w.contains(&gate))
+    })
+    .await;
+    // Cluster API says so on the Cluster, quoting our answer: `ClusterUpgrading`, "Following
+    // hooks are blocking upgrade: BeforeClusterUpgrade: Cluster …: BeforeClusterUpgrade stage 1/2
+    // `cni` PostCondition (… → …): ConfigMap/kube-system/<gate> does not exist".
+    t.eventually(&daemon, "the Cluster's TopologyReconciled names the blocking hook", STEP, async || {
+        let (status, reason, message) = condition(&t.cluster("c1").await, "TopologyReconciled");
+        status == "False"
+            && reason == "ClusterUpgrading"
+            && message.contains("hooks are blocking upgrade: BeforeClusterUpgrade")
+            && message.contains(&gate)
+    })
+    .await;
+    let cp = t.control_plane("c1").await.expect("control plane");
+    assert_eq!(cp["spec"]["version"], K1, "Cluster API must not move the control plane while the hook says retry: {cp}");
+
+    // The platform team's go: the stages finish, the hook says success, Cluster API upgrades.
+    open_gate(&t, &gate).await;
+    let mut released = Duration::ZERO;
+    t.eventually(&daemon, "the control plane upgraded", STEP, async || {
+        let moved = t.control_plane("c1").await.is_some_and(|cp| cp["spec"]["version"] == K2);
+        if moved && released.is_zero() {
+            released = requested.elapsed();
+        }
+        moved
+    })
+    .await;
+    wait_up(&t, &daemon, "c1", V2, K2).await;
+    let ms = deployments.get("metrics-server").await.expect("metrics-server");
+    let image = ms.spec.template.spec.map(|s| s.containers[0].image.clone().unwrap_or_default()).unwrap_or_default();
+    assert!(image.ends_with(":v0.8.0"), "V2's addons: {image}");
+    let calls = hook_calls(&daemon, "BeforeClusterUpgrade", &key);
+    eprintln!(
+        "RESULT: Cluster c1 up on {V1} in {:.1}s; upgrade to {V2} held {:.1}s by BeforeClusterUpgrade ({calls} calls) until 2 stages were done; control plane now {K2}",
+        up.as_secs_f64(),
+        released.as_secs_f64()
+    );
+    daemon.stop().await;
+    t.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_past_its_timeout_fails_the_hook_keeps_the_upgrade_held_and_shows_on_the_cluster_and_the_cluster_sync() {
+    let Some(t) = CapiTenant::new("failure").await else { return };
+    let gate = format!("gate-{}", t.ns);
+    t.publish(V1, |_, text| text);
+    let daemon = t.start(&t.config("    availableReleases: 2\n    stageTimeout: 3s\n"), &[]).await;
+    t.add_cluster("c1", V1, K1, json!({})).await;
+    wait_up(&t, &daemon, "c1", V1, K1).await;
+    t.publish(V2, v2_gated_by(&gate));
+    t.eventually(&daemon, "V2's ClusterClass", STEP, async || t.cluster_classes().await.iter().any(|cc| cc["metadata"]["name"] == V2))
+        .await;
+    t.patch_cluster("c1", json!({"spec": {"topology": {"classRef": {"name": V2}, "version": K2}}})).await;
+
+    // The stage waits past stageTimeout: UpgradeFailed on the ClusterSync, a Failure answer to
+    // Cluster API, which keeps the control plane where it is and says so on the Cluster.
+    let key = format!("{}/c1", t.ns);
+    t.eventually(&daemon, "the failure on the ClusterSync and the Cluster", STEP, async || {
+        let cs = t.cluster_sync("c1").await;
+        let (_, reason, message) = condition(&t.cluster("c1").await, "TopologyReconciled");
+        condition(&cs, "Ready").1 == "UpgradeFailed" && (message.contains("stageTimeout") || message.contains(&gate)) && !reason.is_empty()
+    })
+    .await;
+    assert!(
+        daemon.log().lines().any(|l| l.contains("runtime hook") && l.contains(&key) && l.contains("answer=failure")),
+        "{}",
+        daemon.log()
+    );
+    let cp = t.control_plane("c1").await.expect("control plane");
+    assert_eq!(cp["spec"]["version"], K1, "held: {cp}");
+    let cs = t.cluster_sync("c1").await;
+    assert!(condition(&cs, "Ready").2.contains(&gate), "the ClusterSync names what the stage waits for: {cs}");
+
+    // Once the condition holds, the same upgrade goes on.
+    open_gate(&t, &gate).await;
+    wait_up(&t, &daemon, "c1", V2, K2).await;
+    daemon.stop().await;
+    t.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_rollout_moves_six_clusters_through_the_real_topology_controller() {
+    let Some(t) = CapiTenant::new("rollout").await else { return };
+    t.publish(V1, |_, text| text);
+    let rollout = "    availableReleases: 2\n    rollout:\n      waves: [{clusters: 1}, {percent: 50}, {percent: 100}]\n      canarySelector: {matchLabels: {canary: \"true\"}}\n      waveTimeout: 2m\n      checkInterval: 500ms\n";
+    let daemon = t.start(&t.config(rollout), &[]).await;
+    let names = ["c1", "c2", "c3", "c4", "c5", "c6"];
+    for name in names {
+        t.add_cluster(name, V1, K1, json!({})).await;
+    }
+    t.clusters()
+        .patch("c4", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"canary": "true"}}})))
+        .await
+        .expect("label the canary");
+    for name in names {
+        wait_up(&t, &daemon, name, V1, K1).await;
+    }
+
+    let started = Instant::now();
+    t.publish(V2, v2_ungated);
+    for name in names {
+        wait_up(&t, &daemon, name, V2, K2).await;
+    }
+    let took = started.elapsed();
+    t.eventually(&daemon, "the rollout Complete", STEP, async || rollout_phase(&t, V2).await == "Complete").await;
+    // The canary went first, alone.
+    let moved = |name: &str| {
+        let log = daemon.log();
+        log.lines().position(|l| l.contains("rollout: Cluster moved") && l.contains(&format!("/{name}"))).expect("moved")
+    };
+    assert!(names.iter().filter(|n| **n != "c4").all(|n| moved("c4") < moved(n)), "the canary first:\n{}", daemon.log());
+    eprintln!(
+        "RESULT: rollout of {V2} over 6 Clusters in 3 waves, carried out by Cluster API's topology controller: {:.1}s",
+        took.as_secs_f64()
+    );
+    daemon.stop().await;
+    t.delete().await;
+}
+
+/// `status.rollout.phase` of the release's StackRelease.
+async fn rollout_phase(t: &CapiTenant, release: &str) -> String {
+    rollout_status(t, release).await["phase"].as_str().unwrap_or_default().to_owned()
+}
+
+/// `status.rollout` of the release's StackRelease.
+async fn rollout_status(t: &CapiTenant, release: &str) -> Value {
+    let api: Api<kube::api::DynamicObject> = Api::all_with(t.client(), &common::capi::res("stacksync.io", "v1alpha1", "StackRelease"));
+    let list = api.list(&Default::default()).await.expect("StackReleases");
+    list.items
+        .into_iter()
+        .map(|o| serde_json::to_value(o).expect("json"))
+        .find(|r| r["spec"]["subscription"] == t.ns.as_str() && r["spec"]["tag"] == release)
+        .map(|r| r["status"]["rollout"].clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_stops_at_a_cluster_whose_control_plane_does_not_become_available() {
+    let Some(t) = CapiTenant::new("stops").await else { return };
+    t.publish(V1, |_, text| text);
+    let rollout = "    availableReleases: 2\n    rollout:\n      waves: [{clusters: 1}, {percent: 100}]\n      waveTimeout: 20s\n      checkInterval: 500ms\n";
+    let daemon = t.start(&t.config(rollout), &[]).await;
+    // c1 goes first (name order); its control plane never comes up at K2.
+    t.add_cluster("c1", V1, K1, json!({testkit::capi::UNAVAILABLE_AT: K2})).await;
+    t.add_cluster("c2", V1, K1, json!({})).await;
+    wait_up(&t, &daemon, "c1", V1, K1).await;
+    wait_up(&t, &daemon, "c2", V1, K1).await;
+    t.publish(V2, v2_ungated);
+    let mut last = String::new();
+    t.eventually(&daemon, "the rollout paused at c1", STEP, async || {
+        let now = rollout_status(&t, V2).await.to_string();
+        if now != last {
+            eprintln!("rollout: {now}");
+            last = now;
+        }
+        rollout_phase(&t, V2).await == "Paused"
+    })
+    .await;
+    let cluster = t.cluster("c1").await;
+    assert_eq!(cluster["spec"]["topology"]["version"], K2, "c1 was moved");
+    assert_ne!(condition(&cluster, "Available").0, "True", "Cluster API says c1 is not available: {cluster}");
+    let c2 = t.cluster("c2").await;
+    assert_eq!(c2["spec"]["topology"]["classRef"]["name"], V1, "the second wave never started: {c2}");
+    daemon.stop().await;
+    t.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_cluster_is_left_alone_by_cluster_api_and_by_stacksync() {
+    let Some(t) = CapiTenant::new("paused").await else { return };
+    t.publish(V1, |_, text| text);
+    let daemon = t.start(&t.config("    availableReleases: 2\n"), &[]).await;
+    t.add_cluster("c1", V1, K1, json!({})).await;
+    wait_up(&t, &daemon, "c1", V1, K1).await;
+    t.publish(V2, v2_ungated);
+    t.eventually(&daemon, "V2's ClusterClass", STEP, async || t.cluster_classes().await.iter().any(|cc| cc["metadata"]["name"] == V2))
+        .await;
+
+    t.patch_cluster("c1", json!({"spec": {"paused": true}})).await;
+    t.eventually(&daemon, "the ClusterSync says Paused", STEP, async || condition(&t.cluster_sync("c1").await, "Paused").0 == "True").await;
+    let paused_reconciles = || daemon.log().matches("Cluster is paused").count();
+    let before = paused_reconciles();
+    t.patch_cluster("c1", json!({"spec": {"topology": {"classRef": {"name": V2}, "version": K2}}})).await;
+    // Cluster API has seen the change and says the Cluster is paused (its Paused condition at
+    // the new generation); stacksync has seen it too (one more reconcile that wrote nothing).
+    let generation = t.cluster("c1").await["metadata"]["generation"].as_i64().expect("generation");
+    t.eventually(&daemon, "both saw the paused Cluster's new class", STEP, async || {
+        let cluster = t.cluster("c1").await;
+        let paused = cluster["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Paused"))
+            .is_some_and(|c| c["status"] == "True" && c["observedGeneration"].as_i64() >= Some(generation));
+        paused && paused_reconciles() > before
+    })
+    .await;
+    let cp = t.control_plane("c1").await.expect("control plane");
+    assert_eq!(cp["spec"]["version"], K1, "Cluster API left the paused Cluster's control plane alone: {cp}");
+    let cs = t.cluster_sync("c1").await;
+    assert_eq!((applied(&cs), condition(&cs, "Paused").0.as_str()), (V1, "True"), "stacksync left the paused Cluster alone: {cs}");
+    assert_eq!(hook_calls(&daemon, "BeforeClusterUpgrade", &format!("{}/c1", t.ns)), 0, "no upgrade asked for a paused Cluster");
+
+    t.patch_cluster("c1", json!({"spec": {"paused": false}})).await;
+    wait_up(&t, &daemon, "c1", V2, K2).await;
+    daemon.stop().await;
+    t.delete().await;
+}

@@ -1,0 +1,244 @@
+//! A tenant of the real Cluster API (`testkit::capi::shared`, one per test binary): a namespace of
+//! its own on the management control plane, an `ExtensionConfig` that sends the Runtime SDK
+//! hooks of that namespace's Clusters to this tenant's daemon, a Git release repository of the
+//! `testkit-ferrol-1-35` stack, and the real binary as a daemon with its hooks listener. The
+//! Clusters are created with `spec.topology` and everything else is Cluster API's: the topology
+//! controller creates their control plane and infrastructure from the ClusterClass stacksync
+//! applied, testkit's providers bring them up and write the kubeconfig Secret (pointing at the
+//! shared workload control plane, where each Cluster's addons live in a namespace of its own).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use testkit::git::ReleaseRepo;
+
+use super::certs::make_certs;
+use super::fleet::{Daemon, fixture_files, helm_path};
+
+pub const STACK: &str = "testkit-ferrol-1-35";
+pub const V1: &str = "testkit-ferrol-1-35-v1";
+pub const V2: &str = "testkit-ferrol-1-35-v2";
+/// The Kubernetes versions of the two releases (their `metadata.yaml`).
+pub const K1: &str = "v1.35.0";
+pub const K2: &str = "v1.35.4";
+
+pub struct CapiTenant {
+    pub dir: tempfile::TempDir,
+    pub repo: ReleaseRepo,
+    pub ns: String,
+    env: &'static testkit::capi::Shared,
+    client: kube::Client,
+    workload: kube::Client,
+    /// The hooks listener's CA, certificate and key.
+    pub ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl CapiTenant {
+    /// A new tenant named after `test`; `None` when Cluster API is not built and this is not CI.
+    pub async fn new(test: &str) -> Option<CapiTenant> {
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let env = testkit::capi::shared().await?;
+        let client = env.client().await.expect("client of the management control plane");
+        let workload = env.workload_client().await.expect("client of the workload control plane");
+        let mut short: String = test.chars().filter(|c| c.is_ascii_alphanumeric()).take(16).collect::<String>().to_ascii_lowercase();
+        short.push_str(&format!("-{}-{}", std::process::id() % 100_000, SEQ.fetch_add(1, Ordering::Relaxed)));
+        let ns = format!("capi-{short}");
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let body: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");
+        namespaces.create(&PostParams::default(), &body).await.expect("create the tenant's namespace");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
+        let certs = dir.path().join("certs");
+        std::fs::create_dir_all(&certs).expect("certs");
+        let (ca, cert, key) = make_certs(&certs, "hooks", false);
+        Some(CapiTenant { dir, repo, ns, env, client, workload, ca, cert, key })
+    }
+
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    pub fn workload(&self) -> kube::Client {
+        self.workload.clone()
+    }
+
+    /// The Cluster API manager's log, for failure messages.
+    pub fn manager_log(&self) -> String {
+        std::fs::read_to_string(self.env.manager_log()).unwrap_or_default()
+    }
+
+    /// The config: one Git source, one cluster-stack subscription of [`STACK`] selecting this
+    /// tenant's Clusters (label `e2e: <ns>`), with `sub_extra` lines; the real helm.
+    pub fn config(&self, sub_extra: &str) -> PathBuf {
+        let text = format!(
+            "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nhelm:\n  path: {helm}\nsources:\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n  - name: {sub}\n    source: stacks\n    stack: {STACK}\n    format: clusterstack\n    interval: 2s\n{sub_extra}    clusterSelector:\n      matchLabels: {{e2e: {label}}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n    notReadyRetry: 1s\n",
+            cache = self.dir.path().join("cache").display(),
+            helm = helm_path(),
+            url = self.repo.file_url(),
+            sub = self.ns,
+            label = self.ns,
+            kubeconfig = self.env.kubeconfig().display(),
+        );
+        let path = self.dir.path().join("stacksync.yaml");
+        std::fs::write(&path, text).expect("config");
+        path
+    }
+
+    /// Tags fixture release `release` (testdata/clusterstack), each file passed through
+    /// `edit(path, text)` first.
+    pub fn publish(&self, release: &str, edit: impl Fn(&str, String) -> String) {
+        let _ = self.repo.git(&["rm", "-rq", "--ignore-unmatch", "."]);
+        let files: Vec<(String, String)> = fixture_files(release).into_iter().map(|(p, t)| (p.clone(), edit(&p, t))).collect();
+        let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+        self.repo.release(release, &refs);
+    }
+
+    /// `stacksync run` with the hooks listener on a free port, and the `ExtensionConfig` that
+    /// makes Cluster API call it for this tenant's namespace (written once the listener is up).
+    pub async fn start(&self, config: &Path, extra: &[&str]) -> Daemon {
+        let (cert, key) = (self.cert.to_string_lossy(), self.key.to_string_lossy());
+        let mut args = vec!["--hooks-addr", "127.0.0.1:0", "--hooks-cert-file", &cert, "--hooks-key-file", &key];
+        args.extend_from_slice(extra);
+        let daemon = Daemon::start_with(config, self.dir.path().join("daemon.log"), &args);
+        let url = hooks_url(&daemon).await;
+        self.extension_config(&url).await;
+        daemon
+    }
+
+    /// An `ExtensionConfig` named after the tenant, for Clusters of its namespace only.
+    pub async fn extension_config(&self, url: &str) {
+        use base64::Engine as _;
+        let ca = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&self.ca).expect("ca"));
+        let body = json!({
+            "apiVersion": "runtime.cluster.x-k8s.io/v1beta2", "kind": "ExtensionConfig",
+            "metadata": {"name": self.ns},
+            "spec": {
+                "clientConfig": {"url": url, "caBundle": ca},
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": self.ns}},
+            },
+        });
+        let api: Api<DynamicObject> = Api::all_with(self.client(), &res("runtime.cluster.x-k8s.io", "v1beta2", "ExtensionConfig"));
+        api.patch(&self.ns, &PatchParams::apply("e2e").force(), &Patch::Apply(body)).await.expect("ExtensionConfig");
+    }
+
+    /// The ExtensionConfig as Cluster API reconciled it (its discovered handlers).
+    pub async fn extension(&self) -> Value {
+        let api: Api<DynamicObject> = Api::all_with(self.client(), &res("runtime.cluster.x-k8s.io", "v1beta2", "ExtensionConfig"));
+        serde_json::to_value(api.get(&self.ns).await.expect("ExtensionConfig")).expect("json")
+    }
+
+    pub fn clusters(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client(), &self.ns, &res("cluster.x-k8s.io", "v1beta2", "Cluster"))
+    }
+
+    /// A Cluster with `spec.topology` (class and version), labelled for this tenant, with
+    /// `extra` merged into its metadata (annotations).
+    pub async fn add_cluster(&self, name: &str, class: &str, version: &str, annotations: Value) {
+        let body = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": name, "namespace": self.ns, "labels": {"e2e": self.ns}, "annotations": annotations},
+            "spec": {
+                "clusterNetwork": {"pods": {"cidrBlocks": ["10.1.0.0/16"]}},
+                "topology": {"classRef": {"name": class}, "version": version, "controlPlane": {"replicas": 1}},
+            },
+        });
+        self.clusters().create(&PostParams::default(), &serde_json::from_value(body).expect("Cluster")).await.expect("create the Cluster");
+    }
+
+    /// Edits a Cluster's topology (a merge patch, as `kubectl patch --type merge` does).
+    pub async fn patch_cluster(&self, name: &str, patch: Value) {
+        self.clusters().patch(name, &PatchParams::default(), &Patch::Merge(patch)).await.expect("patch the Cluster");
+    }
+
+    pub async fn cluster(&self, name: &str) -> Value {
+        serde_json::to_value(self.clusters().get(name).await.expect("Cluster")).expect("json")
+    }
+
+    /// The Cluster's control plane (created by the topology controller), if there is one yet.
+    pub async fn control_plane(&self, cluster: &str) -> Option<Value> {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client(), &self.ns, &res("controlplane.cluster.x-k8s.io", "v1alpha1", "TestkitControlPlane"));
+        let lp = ListParams::default().labels(&format!("cluster.x-k8s.io/cluster-name={cluster}"));
+        let list = api.list(&lp).await.expect("list control planes");
+        list.items.into_iter().next().map(|o| serde_json::to_value(o).expect("json"))
+    }
+
+    /// The ClusterClasses in the tenant's namespace.
+    pub async fn cluster_classes(&self) -> Vec<Value> {
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client(), &self.ns, &res("cluster.x-k8s.io", "v1beta2", "ClusterClass"));
+        api.list(&ListParams::default()).await.expect("list").items.into_iter().map(|o| serde_json::to_value(o).expect("json")).collect()
+    }
+
+    pub async fn cluster_sync(&self, name: &str) -> Value {
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client(), &self.ns, &res("stacksync.io", "v1alpha1", "ClusterSync"));
+        api.get_opt(name).await.expect("get ClusterSync").map(|o| serde_json::to_value(o).expect("json")).unwrap_or(Value::Null)
+    }
+
+    /// The namespace of a Cluster's addons on the workload control plane.
+    pub fn addon_namespace(&self, cluster: &str) -> String {
+        format!("{}-{cluster}", self.ns)
+    }
+
+    /// Polls `cond` every 100 ms for at most `within`; the failure message carries the daemon's
+    /// and the manager's logs' ends.
+    pub async fn eventually(&self, daemon: &Daemon, what: &str, within: Duration, mut cond: impl AsyncFnMut() -> bool) -> Duration {
+        let start = Instant::now();
+        while !cond().await {
+            if start.elapsed() > within {
+                panic!(
+                    "{what}: not within {within:?}\ndaemon log:\n{}\nCluster API manager log (end):\n{}",
+                    tail(&daemon.log(), 60),
+                    tail(&self.manager_log(), 40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        start.elapsed()
+    }
+
+    /// Deletes the Clusters (Cluster API removes what it made), the ExtensionConfig and the
+    /// namespace.
+    pub async fn delete(self) {
+        let _ = self.clusters().delete_collection(&Default::default(), &Default::default()).await;
+        let api: Api<DynamicObject> = Api::all_with(self.client(), &res("runtime.cluster.x-k8s.io", "v1beta2", "ExtensionConfig"));
+        let _ = api.delete(&self.ns, &Default::default()).await;
+        let namespaces: Api<Namespace> = Api::all(self.client());
+        let _ = namespaces.delete(&self.ns, &Default::default()).await;
+    }
+}
+
+pub fn res(group: &str, version: &str, kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
+}
+
+/// `(status, reason, message)` of a condition.
+pub fn condition(obj: &Value, type_: &str) -> (String, String, String) {
+    let c = obj["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == type_)).cloned().unwrap_or(Value::Null);
+    let s = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+    (s("status"), s("reason"), s("message"))
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The hooks listener's `https://127.0.0.1:<port>`, from its log line.
+pub async fn hooks_url(daemon: &Daemon) -> String {
+    let mut addr = String::new();
+    daemon
+        .eventually("the hooks listener", Duration::from_secs(20), async || {
+            let log = daemon.log();
+            let found = log.lines().find(|l| l.contains("hooks listener")).and_then(|l| l.split("addr=").nth(1));
+            addr = found.and_then(|a| a.split_whitespace().next()).unwrap_or_default().to_owned();
+            !addr.is_empty()
+        })
+        .await;
+    format!("https://{addr}")
+}
