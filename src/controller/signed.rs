@@ -374,6 +374,34 @@ mod tests {
     }
 
     #[test]
+    fn the_release_in_use_is_held_only_while_its_own_commit_is_refused() {
+        use crate::release::Release;
+        let rel = |tag: &str, commit: &str| Release {
+            source: "s".into(),
+            tag: tag.into(),
+            commit: commit.into(),
+            version: crate::release::version::Version::from_tag(tag).expect("version"),
+        };
+        let mut state = SourceState::default();
+        state.signers.insert("v1.0.0".into(), "ssh:SHA256:a".into());
+        state.signers.insert("v1.1.0".into(), "pending".into());
+        state.unsigned.insert("v2.0.0".into(), SignatureRefusal { commit: "c2".into(), signer: "unsigned".into(), message: "why".into() });
+        let table = [
+            (rel("v1.0.0", "c1"), Some("ssh:SHA256:a"), None),
+            (rel("v1.1.0", "c3"), None, None),
+            (rel("v2.0.0", "c2"), None, Some(crate::status::Reason::SignatureInvalid)),
+            (rel("v2.0.0", "c9"), None, None),
+        ];
+        for (r, signer, reason) in table {
+            let (s, m) = super::super::fetch::signature(Some(&state), &r);
+            assert_eq!(s.as_deref(), signer, "{r:?}");
+            assert_eq!(m.as_ref().map(|m| m.reason), reason, "{r:?}");
+            assert!(m.is_none_or(|m| m.message.starts_with("why; the release in use is not applied again")));
+        }
+        assert_eq!(super::super::fetch::signature(None, &rel("v1.0.0", "c1")), (None, None));
+    }
+
+    #[test]
     fn signature_layers_of_a_cosign_manifest() {
         let hex = "a".repeat(64);
         let m = format!(
