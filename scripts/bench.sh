@@ -7,6 +7,14 @@
 #     cases on a real control plane (`testkit kube`: etcd, kube-apiserver, controllers, kwok;
 #     built by scripts/build-realkube.sh), the ceiling measured by wrk on that same real server,
 #     for BENCH_REAL_SIZES (default 100,1000; empty skips them).
+#   - benches/process.rs: the whole binary as a user runs it, for BENCH_PROCESS_SIZES (default
+#     1000,5000; empty skips them) Clusters x 40 objects, each Cluster with its own kubeconfig
+#     Secret on a testkit management server, BENCH_PROCESS_WORKLOADS (default 4) testkit workload
+#     servers: `run --once` cold and no-op under /usr/bin/time -v, and the daemon until every
+#     ClusterSync is Ready then one resync (wall time, peak RSS, CPU, workload requests, log
+#     lines), next to the wrk SSA ceiling of one workload server; BENCH_SOAK_SECS (default 0)
+#     keeps the daemon running that long with resyncs and a release a minute, RSS and open
+#     descriptors sampled.
 #   - benches/peers.rs: asset verify/download, git clone/poll/incremental fetch, 300-object apply,
 #     cluster-stack render for 500 Clusters vs 500 `helm template` runs.
 #   - tests/admin.rs push_to_applied_latency (an ignored test): webhook push-to-applied p50/p99.
@@ -23,9 +31,9 @@ cd "$(dirname "$0")/.."
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-if ! command -v wrk >/dev/null; then
+if ! command -v wrk >/dev/null || [ ! -x /usr/bin/time ]; then
   as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk time >/dev/null
 fi
 tools="${STACKSYNC_TOOLS_DIR:-$HOME/.cache/stacksync-tools}"
 if [ ! -x "$tools/bin/kubectl" ]; then
@@ -45,6 +53,16 @@ cargo bench --locked --bench fleet -- \
   --kubectl-max "${BENCH_KUBECTL_MAX:-1000}" \
   --repeat "${BENCH_REPEAT:-3}" \
   --out "$out"
+process_sizes="${BENCH_PROCESS_SIZES-1000,5000}"
+if [ -n "$process_sizes" ]; then
+  cargo bench --locked --bench process -- \
+    --testkit "$target/release/testkit" \
+    --wrk "$(command -v wrk)" \
+    --sizes "$process_sizes" \
+    --workloads "${BENCH_PROCESS_WORKLOADS:-4}" \
+    --soak-secs "${BENCH_SOAK_SECS:-0}" \
+    --out "$out"
+fi
 real_sizes="${BENCH_REAL_SIZES-100,1000}"
 if [ -n "$real_sizes" ]; then
   scripts/build-realkube.sh >/dev/null

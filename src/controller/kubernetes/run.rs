@@ -363,21 +363,26 @@ pub async fn pass(ctx: Arc<Context>, concurrency: usize) -> PassReport {
     // Clusters whose objects are still rolling out are looked at again until they are healthy or
     // their healthTimeout has passed (then `Unhealthy`): `run --once` waits, as `kubectl rollout
     // status` and Flux's `wait` do.
-    let mut round: Vec<DynamicObject> = clusters.clone();
+    let referenced: BTreeSet<String> = clusters.iter().filter_map(|c| topology_class(&c.data)).collect();
+    drop(present);
+    // One copy of the fleet's Clusters, without the managedFields nothing here reads.
+    let mut round: Vec<DynamicObject> = clusters;
+    for c in &mut round {
+        c.metadata.managed_fields = None;
+    }
+    let mut first = true;
     loop {
-        type Outcome = (Option<ClusterKey>, Result<Option<reconcile::Reconciled>, Error>);
         // Owned Clusters (not borrowed): the pass's future stays provably `Send`, so `run --once`
-        // runs it on a runtime worker.
-        let results: Vec<Outcome> = stream::iter(round.iter().cloned())
+        // runs it on a runtime worker. Each result is taken in (and trimmed) as it comes: at
+        // 5,000 Clusters, every full report held until the last would be most of the memory.
+        let mut results = stream::iter(std::mem::take(&mut round))
             .map(|obj| {
                 let kube = kube.clone();
                 async move { (key_of(&obj), reconcile::reconcile(&kube, &obj).await) }
             })
-            .buffer_unordered(concurrency.max(1))
-            .collect()
-            .await;
+            .buffer_unordered(concurrency.max(1));
         let mut progressing = Vec::new();
-        for (key, result) in results {
+        while let Some((key, result)) = results.next().await {
             match result {
                 Ok(Some(r)) => {
                     if r.report.status.reason == Reason::Progressing
@@ -385,9 +390,12 @@ pub async fn pass(ctx: Arc<Context>, concurrency: usize) -> PassReport {
                     {
                         progressing.push(key.clone());
                     }
-                    report
-                        .clusters
-                        .retain(|c| c.cluster.namespace != r.report.cluster.namespace || c.cluster.name != r.report.cluster.name);
+                    if !first {
+                        // A Cluster looked at again (it was rolling out): its last report counts.
+                        report
+                            .clusters
+                            .retain(|c| c.cluster.namespace != r.report.cluster.namespace || c.cluster.name != r.report.cluster.name);
+                    }
                     report.clusters.push(trimmed(r.report, &mut report.trimmed_writes));
                 }
                 Ok(None) => {}
@@ -401,6 +409,8 @@ pub async fn pass(ctx: Arc<Context>, concurrency: usize) -> PassReport {
                 }
             }
         }
+        drop(results);
+        first = false;
         if progressing.is_empty() {
             break;
         }
@@ -416,7 +426,6 @@ pub async fn pass(ctx: Arc<Context>, concurrency: usize) -> PassReport {
             }
         }
     }
-    let referenced: BTreeSet<String> = clusters.iter().filter_map(|c| topology_class(&c.data)).collect();
     kube.classes.prune(&kube, &referenced).await;
     collect_garbage(&kube, &referenced).await;
     record_refusals(&kube).await;
