@@ -401,6 +401,17 @@ fn provider_crds() -> Vec<Value> {
             open.clone()
         };
         let mut labels = json!({"cluster.x-k8s.io/v1beta2": "v1alpha1", "cluster.x-k8s.io/provider": "testkit"});
+        let column = |name: &str, path: &str| json!({"name": name, "type": "string", "jsonPath": path});
+        let mut columns =
+            vec![json!({"name": "Cluster", "type": "string", "jsonPath": ".metadata.labels.cluster\\.x-k8s\\.io/cluster-name"})];
+        if kind == "TestkitControlPlane" {
+            columns.push(column("Desired", ".spec.version"));
+            columns.push(column("Version", ".status.version"));
+            columns.push(column("Available", ".status.conditions[?(@.type==\"Available\")].status"));
+        } else if kind == "TestkitCluster" {
+            columns.push(column("Provisioned", ".status.initialization.provisioned"));
+        }
+        columns.push(json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}));
         if template {
             labels["clusterctl.cluster.x-k8s.io/move"] = json!("");
         }
@@ -415,6 +426,7 @@ fn provider_crds() -> Vec<Value> {
                 "versions": [{
                     "name": "v1alpha1", "served": true, "storage": true,
                     "subresources": if template { json!({}) } else { json!({"status": {}}) },
+                    "additionalPrinterColumns": columns,
                     "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": spec, "status": open}}},
                 }],
             },
