@@ -345,3 +345,52 @@ async fn a_paused_cluster_is_left_alone_by_cluster_api_and_by_stacksync() {
     daemon.stop().await;
     t.delete().await;
 }
+
+/// `examples/cluster-api/run.sh` as a user runs it (from a copy, so the checkout stays clean):
+/// Cluster API on two real control planes, a Cluster up and synced, the upgrade held by the hook
+/// until the gate opens, everything stopped; its last line reports the hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_api_example_holds_an_upgrade_and_reports_it() {
+    if !testkit::capi::available() {
+        assert!(std::env::var_os("CI").is_none(), "Cluster API is not built (scripts/build-cluster-api.sh)");
+        eprintln!("SKIPPED: Cluster API is not built (scripts/build-cluster-api.sh)");
+        return;
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let stacksync = std::path::Path::new(env!("CARGO_BIN_EXE_stacksync"));
+    let testkit_bin = stacksync.with_file_name("testkit");
+    if !testkit_bin.exists() {
+        assert!(std::env::var_os("CI").is_none(), "{} is not built (cargo test --workspace builds it)", testkit_bin.display());
+        eprintln!("SKIPPED: {} is not built (cargo build -p testkit)", testkit_bin.display());
+        return;
+    }
+    // run.sh finds the repository two levels up: a root of links to the parts it reads.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for part in ["scripts", "testdata", "deploy"] {
+        std::os::unix::fs::symlink(root.join(part), tmp.path().join(part)).expect("symlink");
+    }
+    std::fs::create_dir_all(tmp.path().join("examples")).expect("examples");
+    let example = tmp.path().join("examples/cluster-api");
+    let cp = std::process::Command::new("cp").arg("-R").arg(root.join("examples/cluster-api")).arg(&example).status().expect("cp");
+    assert!(cp.success());
+    let _ = std::fs::remove_dir_all(example.join(".work"));
+    let run = tokio::process::Command::new("bash")
+        .arg(example.join("run.sh"))
+        .env("STACKSYNC_BIN", stacksync)
+        .env("TESTKIT_BIN", &testkit_bin)
+        .env("GATE_AFTER", "3")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(600), run).await.expect("the example in time").expect("bash runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the example failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("upgrade to testkit-ferrol-1-35-v2 held ")
+            && last.contains(" by BeforeClusterUpgrade (")
+            && last.ends_with("until 2 stages were done; control plane now v1.35.4"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("Following hooks are blocking upgrade: BeforeClusterUpgrade"), "{stdout}");
+    eprintln!("RESULT (example): {last}");
+}

@@ -190,11 +190,16 @@ pub(super) async fn run(kube: &Kube, mut stop: tokio::sync::watch::Receiver<bool
     let releases: Api<StackRelease> = Api::all(kube.watch.clone());
     let mut wakes = std::pin::pin!(watcher::watcher(releases, watcher::Config::default()).default_backoff());
     let mut driven_before: Option<BTreeSet<String>> = None;
+    // Every subscription this process drove a rollout for: one removed from the config since is
+    // still ours to stop; one this process never knew may be another stacksync's (several may
+    // share a management cluster), and is left alone.
+    let mut driven_ever: BTreeSet<String> = BTreeSet::new();
     loop {
         let config = kube.ctx.config();
         let driven: BTreeSet<String> = config.subscriptions.iter().filter(|s| s.rollout.is_some()).map(|s| s.name.clone()).collect();
+        driven_ever.extend(driven.iter().cloned());
         if driven_before.as_ref() != Some(&driven) {
-            match stop_undriven(kube, &config, &driven).await {
+            match stop_undriven(kube, &config, &driven, &driven_ever).await {
                 Ok(()) => driven_before = Some(driven),
                 Err(e) => warn!(error = %e, "rollout: cannot look for rollouts to stop now; retried at the next check"),
             }
@@ -253,16 +258,26 @@ fn wants_a_look(rel: &StackRelease) -> bool {
         || (st.phase == WAITING && status.phase == "Applied")
 }
 
-/// Ends with `Stopped` every running, paused or waiting rollout of a subscription not in
-/// `driven` (its `rollout:` removed, or the subscription itself). The Clusters already moved
-/// stay on the target (their upgrade goes on); nobody else is moved.
-async fn stop_undriven(kube: &Kube, config: &crate::config::Config, driven: &BTreeSet<String>) -> Result<(), String> {
+/// Ends with `Stopped` every running, paused or waiting rollout of a subscription of ours not
+/// in `driven` (its `rollout:` removed, or the subscription itself). Ours: in the config, or
+/// driven by this process before (`driven_ever`). The Clusters already moved stay on the target
+/// (their upgrade goes on); nobody else is moved.
+async fn stop_undriven(
+    kube: &Kube,
+    config: &crate::config::Config,
+    driven: &BTreeSet<String>,
+    driven_ever: &BTreeSet<String>,
+) -> Result<(), String> {
     let api: Api<StackRelease> = Api::all(kube.mgmt.clone());
     let all = api.list(&ListParams::default()).await.map_err(|e| format!("listing StackReleases: {}", kube_error(&e)))?;
     for rel in &all.items {
         let Some(st) = rel.status.as_ref().and_then(|s| s.rollout.as_ref()) else { continue };
         let sub = &rel.spec.subscription;
         if driven.contains(sub) || ![PROGRESSING, PAUSED, WAITING].contains(&st.phase.as_str()) {
+            continue;
+        }
+        if !config.subscriptions.iter().any(|s| &s.name == sub) && !driven_ever.contains(sub) {
+            debug!(subscription = %sub, "rollout: not a subscription of this process; left alone");
             continue;
         }
         let why = if config.subscriptions.iter().any(|s| &s.name == sub) {
