@@ -42,6 +42,9 @@ use crate::config::{ClusterConfig, Config, KubernetesTarget, Subscription, Targe
 use crate::model::ClusterKey;
 use crate::status::Reason;
 
+/// The last warning of one kind about a Cluster: a digest of its text, and when it was said.
+type Warned = (u64, std::time::Instant);
+
 /// How often a failure that repeats unchanged is said at WARN again (DEBUG in between).
 pub const REPEAT_WARNING: std::time::Duration = std::time::Duration::from_secs(3600);
 /// The field manager of every write, objects and status alike.
@@ -80,7 +83,7 @@ pub struct Kube {
     /// The last warning of each kind said about a Cluster (a digest of its text) and when: a
     /// failure that repeats every resync is said at WARN when it changes and once an hour, at
     /// DEBUG otherwise.
-    warned: Mutex<HashMap<(ClusterKey, &'static str), (u64, std::time::Instant)>>,
+    warned: Mutex<HashMap<(ClusterKey, &'static str), Warned>>,
     /// Failed reconciles in a row, by Cluster: the backoff's attempt number.
     attempts: Mutex<HashMap<ClusterKey, u32>>,
     classes: classes::Classes,
