@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{assert_exit, run_once, stdout};
+use common::{assert_exit, run_once, stderr, stdout};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -130,6 +130,14 @@ async fn first_pass_syncs_everything_and_a_second_pass_writes_nothing() {
     let config = env.config("", "");
     let o = run_once(&config).await;
     assert_exit(&o, 0);
+    // At INFO, one line per Cluster and pass says what was done (per-object lines are DEBUG).
+    let log = stderr(&o);
+    for name in ["alpha", "beta"] {
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains(&format!("cluster={NS}/{name} ")) && l.contains("synced: ")).collect();
+        assert_eq!(lines.len(), 1, "{log}");
+        assert!(lines[0].contains("synced: 3 created") && lines[0].contains("tag=v1.0.0") && lines[0].contains("duration_ms="), "{log}");
+    }
+    assert!(!log.lines().any(|l| l.contains(": applied object=")), "an object line at INFO:\n{log}");
     for (i, name) in ["alpha", "beta"].iter().enumerate() {
         let cm = env.configmap(i).await.expect("configmap applied");
         assert_eq!(cm.data.unwrap_or_default()["cluster"], *name);

@@ -45,6 +45,29 @@ use crate::status::Reason;
 /// The last warning of one kind about a Cluster: a digest of its text, and when it was said.
 type Warned = (u64, std::time::Instant);
 
+/// The last warning of each kind said about each Cluster (see [`Kube::worth_warning`]).
+#[derive(Default)]
+struct Repeats(Mutex<HashMap<(ClusterKey, &'static str), Warned>>);
+
+impl Repeats {
+    /// Whether `text` is worth WARN at `now`: it differs from the last one of its kind, or that
+    /// one was said [`REPEAT_WARNING`] before or longer. Recorded when it is.
+    fn worth(&self, key: &ClusterKey, what: &'static str, text: &str, now: std::time::Instant) -> bool {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut h);
+        let digest = h.finish();
+        let mut warned = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match warned.get(&(key.clone(), what)) {
+            Some((d, at)) if *d == digest && now.duration_since(*at) < REPEAT_WARNING => false,
+            _ => {
+                warned.insert((key.clone(), what), (digest, now));
+                true
+            }
+        }
+    }
+}
+
 /// How often a failure that repeats unchanged is said at WARN again (DEBUG in between).
 pub const REPEAT_WARNING: std::time::Duration = std::time::Duration::from_secs(3600);
 /// The field manager of every write, objects and status alike.
@@ -83,7 +106,7 @@ pub struct Kube {
     /// The last warning of each kind said about a Cluster (a digest of its text) and when: a
     /// failure that repeats every resync is said at WARN when it changes and once an hour, at
     /// DEBUG otherwise.
-    warned: Mutex<HashMap<(ClusterKey, &'static str), Warned>>,
+    warned: Repeats,
     /// Failed reconciles in a row, by Cluster: the backoff's attempt number.
     attempts: Mutex<HashMap<ClusterKey, u32>>,
     classes: classes::Classes,
@@ -120,7 +143,7 @@ impl Kube {
             clients: workload::Clients::default(),
             tls: workload::TlsConfigs::default(),
             states: Mutex::new(HashMap::new()),
-            warned: Mutex::new(HashMap::new()),
+            warned: Repeats::default(),
             attempts: Mutex::new(HashMap::new()),
             classes: classes::Classes::default(),
             recorded: Mutex::new(std::collections::HashSet::new()),
@@ -173,32 +196,20 @@ impl Kube {
     }
 
     /// Whether a warning of kind `what` about `key` is worth WARN: its text differs from the
-    /// last one of that kind, or that one was said [`REPEAT_WARNING`] ago or more. Recorded
-    /// either way.
+    /// last one of that kind, or that one was said [`REPEAT_WARNING`] ago or more (then it is
+    /// the one recorded).
     pub(super) fn worth_warning(&self, key: &ClusterKey, what: &'static str, text: &str) -> bool {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        text.hash(&mut h);
-        let digest = h.finish();
-        let now = std::time::Instant::now();
-        let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
-        match warned.get(&(key.clone(), what)) {
-            Some((d, at)) if *d == digest && now.duration_since(*at) < REPEAT_WARNING => false,
-            _ => {
-                warned.insert((key.clone(), what), (digest, now));
-                true
-            }
-        }
+        self.warned.worth(key, what, text, std::time::Instant::now())
     }
 
     /// A Cluster's failure of kind `what` is over: the next one is said at WARN.
     pub(super) fn cleared(&self, key: &ClusterKey, what: &'static str) {
-        self.warned.lock().unwrap_or_else(PoisonError::into_inner).remove(&(key.clone(), what));
+        self.warned.0.lock().unwrap_or_else(PoisonError::into_inner).remove(&(key.clone(), what));
     }
 
     /// Forgets what is kept for a Cluster that is gone.
     fn forget(&self, key: &ClusterKey) {
-        self.warned.lock().unwrap_or_else(PoisonError::into_inner).retain(|(k, _), _| k != key);
+        self.warned.0.lock().unwrap_or_else(PoisonError::into_inner).retain(|(k, _), _| k != key);
         self.clients.remove(key);
         self.states.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
         self.succeeded(key);
@@ -529,6 +540,20 @@ mod tests {
         // Unknown kinds and invalid names are not looked up at all.
         assert!(refs.get(&client, "default", &json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "../x"})).await.is_none());
         assert_eq!(refs.discoveries.load(Relaxed), 3);
+    }
+
+    #[test]
+    fn a_repeated_failure_is_warned_on_change_and_once_an_hour() {
+        let (r, a, b) = (Repeats::default(), ClusterKey::new("ns", "a"), ClusterKey::new("ns", "b"));
+        let t0 = std::time::Instant::now();
+        let at = |secs: u64| t0 + std::time::Duration::from_secs(secs);
+        assert!(r.worth(&a, "objects", "cm failed: 403", at(0)), "the first time");
+        assert!(!r.worth(&a, "objects", "cm failed: 403", at(600)), "the same, ten minutes later");
+        assert!(r.worth(&b, "objects", "cm failed: 403", at(600)), "another Cluster");
+        assert!(r.worth(&a, "reconcile", "cm failed: 403", at(600)), "another kind of failure");
+        assert!(r.worth(&a, "objects", "cm failed: 500", at(1200)), "a change");
+        assert!(!r.worth(&a, "objects", "cm failed: 500", at(1800)));
+        assert!(r.worth(&a, "objects", "cm failed: 500", at(1200 + 3600)), "an hour after it was last said");
     }
 
     #[test]
