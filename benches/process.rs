@@ -541,6 +541,7 @@ async fn main() {
             if a.soak_secs > 0 {
                 // Resyncs every 30 s and a new release every minute; RSS and descriptors sampled.
                 let mut samples = Vec::new();
+                fleet.reset(&http).await;
                 let soak = Instant::now();
                 let mut release = 1;
                 let mut next_release = Instant::now() + Duration::from_secs(60);
@@ -554,6 +555,8 @@ async fn main() {
                     }
                     samples.push(json!({"t": soak.elapsed().as_secs(), "rss_mib": status_kib(&pid, "VmRSS:") / 1024.0, "fds": fds(&pid)}));
                 }
+                // The releases landed: one ConfigMap per Cluster and release written.
+                let (soak_requests, _, soak_writes) = fleet.requests(&http).await;
                 let rss: Vec<f64> = samples.iter().filter_map(|s| s["rss_mib"].as_f64()).collect();
                 let first = rss.first().copied().unwrap_or_default();
                 let last = rss.last().copied().unwrap_or_default();
@@ -565,7 +568,8 @@ async fn main() {
                     "MiB",
                     &env,
                     with(json!({"soak_s": a.soak_secs, "releases": release, "max_rss_mib": max, "samples": samples,
-                        "note": format!("{first:.0} -> {last:.0} MiB (max {max:.0}) over {} s, {release} releases", a.soak_secs)})),
+                        "workload_requests": soak_requests, "writes": soak_writes,
+                        "note": format!("{first:.0} -> {last:.0} MiB (max {max:.0}) over {} s, {release} releases, {soak_requests} requests, {soak_writes} writes", a.soak_secs)})),
                 ));
             }
             let _ = Command::new("kill").args(["-TERM", &pid]).status();
