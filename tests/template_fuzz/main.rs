@@ -8,8 +8,8 @@
 //! and the data shrunk while the difference stays) and reported with template, data and both
 //! results, then the test fails.
 //!
-//! By default two seeds run `DEFAULT_COUNT` cases each: a fixed one and one derived from the
-//! date (so CI covers new ground every day); both are printed. `STACKSYNC_FUZZ_SEEDS`
+//! By default two fixed seeds run `DEFAULT_COUNT` cases each (the suite is deterministic; a
+//! seed that once found a difference stays as a regression); both are printed. `STACKSYNC_FUZZ_SEEDS`
 //! (comma-separated) and `STACKSYNC_FUZZ_COUNT` (per seed) choose others:
 //! `scripts/fuzz-templates.sh SEED COUNT` runs long ones. The oracle's path comes from
 //! `STACKSYNC_TEMPLATE_ORACLE`; without it the test is skipped loudly, except under CI (`CI`
@@ -27,6 +27,8 @@ use stacksync::render::gotemplate::Template;
 
 const NAME: &str = "values.yaml";
 const FIXED_SEED: u64 = 0x2800_5eed;
+/// The seed (a date, 2026-11-26) that found `printf "%d"` of a time.
+const REGRESSION_SEED: u64 = 20_261_126;
 const DEFAULT_COUNT: usize = 2_500;
 /// Mismatches minimised and printed in full; the rest are counted.
 const REPORTED: usize = 12;
@@ -298,8 +300,9 @@ fn plan() -> (Vec<(u64, String)>, usize) {
             .collect();
         return (seeds, count);
     }
-    let today: u64 = chrono::Utc::now().format("%Y%m%d").to_string().parse().unwrap_or(0);
-    (vec![(FIXED_SEED, "fixed".to_owned()), (today, "rotating: today's date".to_owned())], count)
+    // Fixed seeds only: the suite is deterministic. New ground comes from long runs with other
+    // seeds (`scripts/fuzz-templates.sh`); a seed that found a difference is added here.
+    (vec![(FIXED_SEED, "fixed".to_owned()), (REGRESSION_SEED, "fixed: found %d of a time".to_owned())], count)
 }
 
 #[test]

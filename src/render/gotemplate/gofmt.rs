@@ -11,6 +11,19 @@ thread_local! {
     static PRINTED_NIL: Cell<bool> = const { Cell::new(false) };
 }
 
+thread_local! {
+    /// Set when a time was formatted with a verb that makes Go print its internal fields.
+    static PRINTED_TIME_FIELDS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether a time was formatted with a verb other than `%v %s %q %x %X %T %p` since the last
+/// call (and resets it). Go prints a `time.Time`'s struct fields then — its wall clock and
+/// monotonic words and the address of its `*Location`, which differs between processes —
+/// so `printf` refuses such output rather than print something Go would not.
+pub fn take_printed_time_fields() -> bool {
+    PRINTED_TIME_FIELDS.with(|p| p.replace(false))
+}
+
 /// Whether a nil was formatted since the last call (and resets it).
 pub fn take_printed_nil() -> bool {
     PRINTED_NIL.with(|p| p.replace(false))
@@ -415,7 +428,13 @@ fn print_verb(out: &mut String, v: &Val, verb: char, spec: &Spec, depth: usize) 
         Val::Time(t) => match verb {
             'v' | 's' => pad(out, &t.string(), spec),
             'q' => pad(out, &quote(&t.string()), spec),
-            _ => bad_verb(out, v, verb, spec),
+            // Go formats a Stringer's String() for the string verbs.
+            'x' | 'X' => print_str(out, v, &t.string(), verb, spec),
+            'p' => bad_verb(out, v, verb, spec),
+            _ => {
+                PRINTED_TIME_FIELDS.with(|p| p.set(true));
+                bad_verb(out, v, verb, spec);
+            }
         },
         Val::Missing(_) | Val::Nil if depth > 0 => {
             note_nil();

@@ -14,7 +14,16 @@ pub(super) fn call(name: &str, a: &[A]) -> Option<R> {
         "index" => index(&a[0].v, &a[1..]),
         "print" => Ok(Val::str(gofmt::sprint(&any_all(a)))),
         "println" => Ok(Val::str(gofmt::sprintln(&any_all(a)))),
-        "printf" => a[0].string().map(|f| Val::str(gofmt::sprintf(&f, &any_all(&a[1..])))),
+        "printf" => a[0].string().and_then(|f| {
+            let out = gofmt::sprintf(&f, &any_all(&a[1..]));
+            if gofmt::take_printed_time_fields() {
+                return Err(format!(
+                    "printf {}: a time formatted with this verb prints Go's internal time fields (and a pointer that differs between processes); format it with date, or use %v",
+                    gofmt::sprintf("%q", &[Val::str(f.clone())])
+                ));
+            }
+            Ok(Val::str(out))
+        }),
         "eq" => eq(&a[0].v, &a[1..]),
         "ne" => eq(&a[0].v, &a[1..]).map(|v| Val::Bool(!v.truthy())),
         "lt" => cmp(&a[0].v, &a[1].v).map(|o| Val::Bool(o == Ordering::Less)),
