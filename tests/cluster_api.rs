@@ -356,34 +356,8 @@ async fn the_cluster_api_example_holds_an_upgrade_and_reports_it() {
         eprintln!("SKIPPED: Cluster API is not built (scripts/build-cluster-api.sh)");
         return;
     }
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let stacksync = std::path::Path::new(env!("CARGO_BIN_EXE_stacksync"));
-    let testkit_bin = stacksync.with_file_name("testkit");
-    if !testkit_bin.exists() {
-        assert!(std::env::var_os("CI").is_none(), "{} is not built (cargo test --workspace builds it)", testkit_bin.display());
-        eprintln!("SKIPPED: {} is not built (cargo build -p testkit)", testkit_bin.display());
-        return;
-    }
-    // run.sh finds the repository two levels up: a root of links to the parts it reads.
-    let tmp = tempfile::tempdir().expect("tempdir");
-    for part in ["scripts", "testdata", "deploy"] {
-        std::os::unix::fs::symlink(root.join(part), tmp.path().join(part)).expect("symlink");
-    }
-    std::fs::create_dir_all(tmp.path().join("examples")).expect("examples");
-    let example = tmp.path().join("examples/cluster-api");
-    let cp = std::process::Command::new("cp").arg("-R").arg(root.join("examples/cluster-api")).arg(&example).status().expect("cp");
-    assert!(cp.success());
-    let _ = std::fs::remove_dir_all(example.join(".work"));
-    let run = tokio::process::Command::new("bash")
-        .arg(example.join("run.sh"))
-        .env("STACKSYNC_BIN", stacksync)
-        .env("TESTKIT_BIN", &testkit_bin)
-        .env("GATE_AFTER", "3")
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(600), run).await.expect("the example in time").expect("bash runs");
+    let Some(out) = common::run_example("cluster-api", &[], &[("GATE_AFTER", "3")], Duration::from_secs(600)).await else { return };
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "the example failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     let last = stdout.lines().last().unwrap_or_default();
     assert!(
         last.starts_with("upgrade to testkit-ferrol-1-35-v2 held ")

@@ -27,20 +27,6 @@ fn client(ca: &Path) -> reqwest::Client {
     reqwest::Client::builder().tls_certs_only([ca]).timeout(Duration::from_secs(15)).build().expect("client")
 }
 
-/// The hooks listener's `https://127.0.0.1:<port>`, from its log line.
-async fn hooks_url(daemon: &Daemon) -> String {
-    let mut addr = String::new();
-    daemon
-        .eventually("the hooks listener", Duration::from_secs(10), async || {
-            let log = daemon.log();
-            let found = log.lines().find(|l| l.contains("hooks listener")).and_then(|l| l.split("addr=").nth(1));
-            addr = found.and_then(|a| a.split_whitespace().next()).unwrap_or_default().to_owned();
-            !addr.is_empty()
-        })
-        .await;
-    format!("https://{addr}")
-}
-
 async fn post(client: &reqwest::Client, url: &str, body: Vec<u8>) -> (u16, Value) {
     let r = client.post(url).header("content-type", "application/json").body(body).send().await.expect("call the hook");
     let status = r.status().as_u16();
@@ -102,7 +88,7 @@ async fn before_cluster_upgrade_holds_the_upgrade_until_the_stages_are_done_and_
     replace(&key, &mounted_key);
     let config = stack_config(&env, "1h");
     let daemon = start(&env, &config, &mounted_crt, &mounted_key);
-    let base = hooks_url(&daemon).await;
+    let base = daemon.hooks_url().await;
     let http = client(&ca);
 
     // Discovery, as Cluster API asks when it reconciles the ExtensionConfig.
@@ -250,7 +236,7 @@ async fn before_cluster_upgrade_fails_with_the_stage_when_it_timed_out() {
     env.add_kubeconfig("alpha", 0).await;
     let (ca, crt, key) = make_certs(env.dir.path(), "hooks", false);
     let daemon = start(&env, &stack_config(&env, "1s"), &crt, &key);
-    let base = hooks_url(&daemon).await;
+    let base = daemon.hooks_url().await;
     let http = client(&ca);
     daemon.eventually("alpha on v3", Duration::from_secs(30), async || applied(&env, "alpha").await == V3).await;
     env.patch_cluster("alpha", json!({"spec": {"topology": {"class": V4, "version": "v1.27.4"}}})).await;

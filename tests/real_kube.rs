@@ -249,37 +249,8 @@ async fn the_kubernetes_example_syncs_a_cluster_on_two_real_control_planes() {
         eprintln!("SKIPPED: the real control plane is not built (scripts/build-realkube.sh)");
         return;
     }
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let stacksync = std::path::Path::new(env!("CARGO_BIN_EXE_stacksync"));
-    let testkit_bin = stacksync.with_file_name("testkit");
-    if !testkit_bin.exists() {
-        assert!(std::env::var_os("CI").is_none(), "{} is not built (cargo test --workspace builds it)", testkit_bin.display());
-        eprintln!("SKIPPED: {} is not built (cargo build -p testkit)", testkit_bin.display());
-        return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let copy = tmp.path().join("kubernetes");
-    let cp = std::process::Command::new("cp").arg("-R").arg(root.join("examples/kubernetes")).arg(&copy).status().expect("cp");
-    assert!(cp.success());
-    let _ = std::fs::remove_dir_all(copy.join(".work"));
-    // run.sh finds the repository two levels up: link the parts it reads.
-    let fake_root = tmp.path();
-    for part in ["scripts", "testdata", "deploy"] {
-        std::os::unix::fs::symlink(root.join(part), fake_root.join(part)).expect("symlink");
-    }
-    std::fs::create_dir_all(fake_root.join("examples")).expect("examples");
-    std::os::unix::fs::symlink(root.join("examples/manifests"), fake_root.join("examples/manifests")).expect("symlink");
-    let examples_copy = fake_root.join("examples/kubernetes");
-    std::fs::rename(&copy, &examples_copy).expect("move the copy under examples/");
-    let run = tokio::process::Command::new("bash")
-        .arg(examples_copy.join("run.sh"))
-        .env("STACKSYNC_BIN", stacksync)
-        .env("TESTKIT_BIN", &testkit_bin)
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(400), run).await.expect("the example in time").expect("bash runs");
+    let Some(out) = common::run_example("kubernetes", &["manifests"], &[], Duration::from_secs(400)).await else { return };
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "the example failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("clusters ready"), "{stdout}");
     let deployments = stdout.lines().find(|l| l.starts_with("deployment.apps/")).unwrap_or_default();
     assert!(deployments.contains("1/1"), "the addon Deployment is Available: {stdout}");

@@ -106,7 +106,7 @@ impl CapiTenant {
         let mut args = vec!["--hooks-addr", "127.0.0.1:0", "--hooks-cert-file", &cert, "--hooks-key-file", &key];
         args.extend_from_slice(extra);
         let daemon = Daemon::start_with(config, self.dir.path().join("daemon.log"), &args);
-        let url = hooks_url(&daemon).await;
+        let url = daemon.hooks_url().await;
         self.extension_config(&url).await;
         daemon
     }
@@ -227,18 +227,4 @@ pub fn condition(obj: &Value, type_: &str) -> (String, String, String) {
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// The hooks listener's `https://127.0.0.1:<port>`, from its log line.
-pub async fn hooks_url(daemon: &Daemon) -> String {
-    let mut addr = String::new();
-    daemon
-        .eventually("the hooks listener", Duration::from_secs(20), async || {
-            let log = daemon.log();
-            let found = log.lines().find(|l| l.contains("hooks listener")).and_then(|l| l.split("addr=").nth(1));
-            addr = found.and_then(|a| a.split_whitespace().next()).unwrap_or_default().to_owned();
-            !addr.is_empty()
-        })
-        .await;
-    format!("https://{addr}")
 }

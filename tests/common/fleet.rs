@@ -165,6 +165,19 @@ impl Daemon {
         start.elapsed()
     }
 
+    /// The hooks listener's `https://127.0.0.1:<port>` (`--hooks-addr`), from its log line.
+    pub async fn hooks_url(&self) -> String {
+        let mut addr = String::new();
+        self.eventually("the hooks listener", Duration::from_secs(20), async || {
+            let log = self.log();
+            let found = log.lines().find(|l| l.contains("hooks listener")).and_then(|l| l.split("addr=").nth(1));
+            addr = found.and_then(|a| a.split_whitespace().next()).unwrap_or_default().to_owned();
+            !addr.is_empty()
+        })
+        .await;
+        format!("https://{addr}")
+    }
+
     pub async fn stop(mut self) {
         let pid = self.child.id().expect("pid").to_string();
         assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());

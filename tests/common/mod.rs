@@ -190,3 +190,43 @@ pub fn helm_path() -> PathBuf {
     }
     panic!("helm is not installed: run scripts/install-tools.sh (it puts helm in ~/.cache/stacksync-tools/bin), or set STACKSYNC_HELM");
 }
+
+/// Runs `examples/<name>/run.sh` as a user runs it, from a copy (so the checkout stays clean)
+/// under a root of links to what it reads (`scripts`, `testdata`, `deploy`, and the examples in
+/// `also`), with the binaries under test (`STACKSYNC_BIN`, `TESTKIT_BIN`) and `env`. `None`
+/// (after saying why) when `testkit` is not built, outside CI.
+pub async fn run_example(name: &str, also: &[&str], env: &[(&str, &str)], within: Duration) -> Option<Output> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let stacksync = Path::new(env!("CARGO_BIN_EXE_stacksync"));
+    let testkit_bin = stacksync.with_file_name("testkit");
+    if !testkit_bin.exists() {
+        assert!(std::env::var_os("CI").is_none(), "{} is not built (cargo test --workspace builds it)", testkit_bin.display());
+        eprintln!("SKIPPED: {} is not built (cargo build -p testkit)", testkit_bin.display());
+        return None;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for part in ["scripts", "testdata", "deploy"] {
+        std::os::unix::fs::symlink(root.join(part), tmp.path().join(part)).expect("symlink");
+    }
+    std::fs::create_dir_all(tmp.path().join("examples")).expect("examples");
+    for other in also {
+        std::os::unix::fs::symlink(root.join("examples").join(other), tmp.path().join("examples").join(other)).expect("symlink");
+    }
+    let example = tmp.path().join("examples").join(name);
+    let cp = std::process::Command::new("cp").arg("-R").arg(root.join("examples").join(name)).arg(&example).status().expect("cp");
+    assert!(cp.success());
+    let _ = std::fs::remove_dir_all(example.join(".work"));
+    let mut cmd = tokio::process::Command::new("bash");
+    cmd.arg(example.join("run.sh")).env("STACKSYNC_BIN", stacksync).env("TESTKIT_BIN", &testkit_bin).kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(within, cmd.output()).await.expect("the example in time").expect("bash runs");
+    assert!(
+        out.status.success(),
+        "examples/{name}/run.sh failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(out)
+}
