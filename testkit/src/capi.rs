@@ -257,39 +257,18 @@ pub async fn shared() -> Option<&'static Shared> {
                 return None;
             }
             let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("deploy").join("crds");
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            std::thread::Builder::new()
-                .name("testkit-capi".into())
-                .spawn(move || {
-                    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                        Ok(rt) => rt,
-                        Err(e) => panic!("testkit capi: a runtime: {e}"),
-                    };
-                    match runtime.block_on(ClusterApi::start(Options { preload: vec![crds], workload_nodes: 2 })) {
-                        Ok(api) => {
-                            let shared = Shared {
-                                kubeconfig: api.mgmt.kubeconfig().to_path_buf(),
-                                workload_kubeconfig: api.workload.kubeconfig().to_path_buf(),
-                                manager_log: api.mgmt.dir().join("capi-manager.log"),
-                            };
-                            let _ = tx.send(Ok(shared));
-                            // Kept for the life of the process; the parent-death signal stops
-                            // the children when it exits.
-                            let _api = api;
-                            loop {
-                                std::thread::park();
-                            }
-                        }
-                        Err(e) => {
-                            let _ = tx.send(Err(e.to_string()));
-                        }
-                    }
-                })
-                .ok()?;
-            match rx.await {
-                Ok(Ok(shared)) => Some(shared),
-                Ok(Err(e)) => panic!("starting the real Cluster API: {e}"),
-                Err(_) => panic!("starting the real Cluster API: its thread ended"),
+            let started = crate::kube::keep_for_process(
+                "testkit-capi",
+                || ClusterApi::start(Options { preload: vec![crds], workload_nodes: 2 }),
+                |api| Shared {
+                    kubeconfig: api.mgmt.kubeconfig().to_path_buf(),
+                    workload_kubeconfig: api.workload.kubeconfig().to_path_buf(),
+                    manager_log: api.mgmt.dir().join("capi-manager.log"),
+                },
+            );
+            match started.await {
+                Ok(shared) => Some(shared),
+                Err(e) => panic!("starting the real Cluster API: {e}"),
             }
         })
         .await

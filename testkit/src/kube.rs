@@ -520,40 +520,57 @@ pub async fn shared() -> Option<&'static Shared> {
             }
             // The control plane must outlive this test's runtime: start it on a runtime of its
             // own, on a thread that lives as long as the process.
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            std::thread::Builder::new()
-                .name("testkit-kube".into())
-                .spawn(move || {
-                    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                        Ok(rt) => rt,
-                        Err(e) => panic!("testkit kube: a runtime: {e}"),
-                    };
-                    let started = runtime.block_on(Kube::start(Options { preload: shared_preload(), nodes: 3, bin_dir: None }));
-                    match started {
-                        Ok(kube) => {
-                            let _ = tx.send(Ok(kube.kubeconfig.clone()));
-                            // Parked for the life of the process (the children's parent-death
-                            // signal is bound to the spawner thread, not this one).
-                            let kube = Box::leak(Box::new(kube));
-                            let _ = &kube.url;
-                            loop {
-                                std::thread::park();
-                            }
-                        }
-                        Err(e) => {
-                            let _ = tx.send(Err(e.to_string()));
-                        }
-                    }
-                })
-                .ok()?;
-            match rx.await {
-                Ok(Ok(kubeconfig)) => Some(Shared { kubeconfig, _kube: None }),
-                Ok(Err(e)) => panic!("starting the shared real control plane: {e}"),
-                Err(_) => panic!("starting the shared real control plane: its thread ended"),
+            let started = keep_for_process(
+                "testkit-kube",
+                || Kube::start(Options { preload: shared_preload(), nodes: 3, bin_dir: None }),
+                |kube| kube.kubeconfig.clone(),
+            );
+            match started.await {
+                Ok(kubeconfig) => Some(Shared { kubeconfig, _kube: None }),
+                Err(e) => panic!("starting the shared real control plane: {e}"),
             }
         })
         .await
         .as_ref()
+}
+
+/// Runs `start` on a thread of its own with a runtime of its own (what it starts must outlive
+/// the caller's runtime: a test's), answers what `info` reads of the result, and keeps the result
+/// (and that thread) for the life of the process; its children's parent-death signal stops them
+/// when the process exits.
+pub(crate) async fn keep_for_process<T, I, F, Fut>(name: &str, start: F, info: impl FnOnce(&T) -> I + Send + 'static) -> Result<I, String>
+where
+    T: 'static,
+    I: Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = tx.send(Err(format!("a runtime: {e}")));
+                    return;
+                }
+            };
+            match runtime.block_on(start()) {
+                Ok(value) => {
+                    let _ = tx.send(Ok(info(&value)));
+                    let _kept = value;
+                    loop {
+                        std::thread::park();
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e.to_string()));
+                }
+            }
+        })
+        .map_err(|e| format!("a thread: {e}"))?;
+    rx.await.unwrap_or_else(|_| Err("its thread ended".into()))
 }
 
 fn shared_preload() -> Vec<PathBuf> {
