@@ -17,6 +17,8 @@
 #     descriptors sampled.
 #   - benches/peers.rs: asset verify/download, git clone/poll/incremental fetch, 300-object apply,
 #     cluster-stack render for 500 Clusters vs 500 `helm template` runs.
+#   - benches/signatures.rs: verifying 100 SSH- and 100 OpenPGP-signed tags vs `git verify-tag`
+#     (Debian's ssh-keygen and gpg).
 #   - tests/admin.rs push_to_applied_latency (an ignored test): webhook push-to-applied p50/p99.
 #   - with BENCH_FUZZ_TEMPLATES=COUNT: a long run of the values-template fuzzer against Go
 #     (scripts/fuzz-templates.sh, seed BENCH_FUZZ_SEED, default 1): agreement per seed.
@@ -78,6 +80,7 @@ if [ -n "$real_sizes" ]; then
 fi
 if [ -z "${BENCH_FLEET_ONLY:-}" ]; then
   PATH="$tools/bin:$PATH" cargo bench --locked --bench peers
+  PATH="$tools/bin:$PATH" cargo bench --locked --bench signatures
   PATH="$tools/bin:$PATH" cargo test --release --locked --test admin push_to_applied_latency -- --ignored --nocapture
 fi
 if [ -n "${BENCH_FUZZ_TEMPLATES:-}" ]; then
