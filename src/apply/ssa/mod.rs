@@ -204,7 +204,7 @@ impl Reach {
 }
 
 /// An error with its causes ("error sending request" alone says nothing).
-fn with_causes(e: &dyn std::error::Error) -> String {
+pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {

@@ -229,19 +229,7 @@ fn target(config: &Config) -> KubernetesTarget {
 pub(crate) fn kube_error(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
-        other => {
-            let mut text = other.to_string();
-            let mut cause = std::error::Error::source(other);
-            while let Some(c) = cause {
-                let t = c.to_string();
-                if !text.contains(&t) {
-                    text.push_str(": ");
-                    text.push_str(&t);
-                }
-                cause = c.source();
-            }
-            text
-        }
+        other => crate::apply::ssa::with_causes(other),
     }
 }
 
