@@ -322,7 +322,10 @@ async fn without_rollout_nothing_moves_and_a_pause_stops_at_the_wave_boundary() 
 async fn a_newer_release_supersedes_a_running_rollout() {
     let env = Arc::new(Env::new(2).await);
     publish(&env.repo, "v3", "v1.27.3");
-    publish(&env.repo, "v4", "v1.27.3");
+    // v4 moves the Kubernetes version too, so the broken c00 (its control plane never reports
+    // v1.27.4) really holds v4's first wave until v5 arrives: with v3's version it would be done
+    // at once and v4's rollout could complete before v5 is seen (a race, seen in a full run).
+    publish(&env.repo, "v4", "v1.27.4");
     fleet(&env, 2).await;
     let broken = Arc::new(Mutex::new(BTreeSet::from(["c00".to_owned()])));
     let (stop, capi) = play_cluster_api(&env, broken.clone());
