@@ -8,31 +8,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-/// A `sha256:<hex>` digest.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Sha256Digest(String);
-
-impl Sha256Digest {
-    /// Parses `sha256:<64 hex>` (or bare hex); lowercases it.
-    pub fn parse(text: &str) -> Option<Sha256Digest> {
-        let hex = text.trim().strip_prefix("sha256:").unwrap_or(text.trim()).to_ascii_lowercase();
-        (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then_some(Sha256Digest(hex))
-    }
-
-    pub fn of(bytes: &[u8]) -> Sha256Digest {
-        Sha256Digest(hex::encode(Sha256::digest(bytes)))
-    }
-
-    pub fn hex(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Display for Sha256Digest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "sha256:{}", self.0)
-    }
-}
+pub use crate::model::Sha256Digest;
 
 /// Hashes a file in 64 KiB reads (never the whole file in memory).
 ///
@@ -49,7 +25,7 @@ pub fn hash_file(path: &Path) -> std::io::Result<Sha256Digest> {
         }
         hasher.update(&buf[..n]);
     }
-    Ok(Sha256Digest(hex::encode(hasher.finalize())))
+    Ok(Sha256Digest::finished(hasher))
 }
 
 /// An incremental writer of one blob.
@@ -70,6 +46,23 @@ pub enum BlobError {
     TooLarge { limit: u64 },
     #[error("digest mismatch: expected {expected}, got {actual}")]
     Mismatch { expected: Sha256Digest, actual: Sha256Digest },
+}
+
+impl BlobError {
+    /// Only the disk may come back by itself; a size or a digest that does not match is the
+    /// content's, and downloading it again gives the same bytes.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, BlobError::Io { .. })
+    }
+
+    /// A short stable name, for condition reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            BlobError::Io { .. } => "BlobWrite",
+            BlobError::TooLarge { .. } => "TooLarge",
+            BlobError::Mismatch { .. } => "DigestMismatch",
+        }
+    }
 }
 
 impl BlobWriter {
@@ -101,7 +94,7 @@ impl BlobWriter {
     pub fn finish(mut self, blobs: &Blobs, expected: Option<&Sha256Digest>) -> Result<Sha256Digest, BlobError> {
         let tmp = self.tmp.clone();
         let file = self.file.take();
-        let actual = Sha256Digest(hex::encode(std::mem::take(&mut self.hasher).finalize()));
+        let actual = Sha256Digest::finished(std::mem::take(&mut self.hasher));
         let result = (|| {
             if let Some(expected) = expected
                 && *expected != actual

@@ -33,11 +33,66 @@ pub enum Error {
     ParseIndex { path: PathBuf, source: serde_json::Error },
     #[error("cannot write {path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
+    /// The tree could not be filled (its filler's error: the mirror, the blobs, an archive).
+    #[error("cannot materialise release {tag}@{commit} of source {source_name}: {source}")]
+    Materialise {
+        source_name: String,
+        tag: String,
+        commit: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+        /// The filler's [`Fill::is_transient`] and [`Fill::reason`].
+        transient: bool,
+        reason: &'static str,
+    },
+    /// The tree written does not fit in the cache: a path longer than the system allows there,
+    /// or a tree that could not be hashed.
     #[error("cannot materialise release {tag}@{commit} of source {source_name}: {message}")]
-    Materialise { source_name: String, tag: String, commit: String, message: String },
+    Tree { source_name: String, tag: String, commit: String, message: String },
+}
+
+/// The error of a release tree's filler ([`Cache::release`]): says whether filling again soon
+/// may succeed.
+pub trait Fill: std::error::Error + Send + Sync + 'static {
+    fn is_transient(&self) -> bool;
+    /// A short stable name, for condition reasons and metric labels.
+    fn reason(&self) -> &'static str;
+}
+
+/// A filler that failed reading or writing files: the disk may come back.
+impl Fill for std::io::Error {
+    fn is_transient(&self) -> bool {
+        true
+    }
+
+    fn reason(&self) -> &'static str {
+        "Io"
+    }
 }
 
 impl Error {
+    /// Whether trying again soon may succeed with nothing changed: the volume (a write, a read,
+    /// a directory) may come back; a corrupt index, a tree that does not fit, or a filler's
+    /// permanent refusal (an unsafe archive) need a change.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::CreateDir { .. } | Error::ReadIndex { .. } | Error::Write { .. } => true,
+            Error::ParseIndex { .. } | Error::Tree { .. } => false,
+            Error::Materialise { transient, .. } => *transient,
+        }
+    }
+
+    /// A short stable name, for condition reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::CreateDir { .. } | Error::Write { .. } => "CacheWrite",
+            Error::ReadIndex { .. } => "CacheRead",
+            Error::ParseIndex { .. } => "CacheIndexCorrupt",
+            Error::Tree { .. } => "TreeTooDeep",
+            Error::Materialise { reason, .. } => reason,
+        }
+    }
+
     /// A short, bounded string for metrics and summaries.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -45,7 +100,7 @@ impl Error {
             Error::ReadIndex { .. } => "read_index",
             Error::ParseIndex { .. } => "parse_index",
             Error::Write { .. } => "write",
-            Error::Materialise { .. } => "materialise",
+            Error::Materialise { .. } | Error::Tree { .. } => "materialise",
         }
     }
 }
@@ -169,9 +224,10 @@ impl Cache {
     ///
     /// # Errors
     /// `fill`'s error, or an I/O error creating or renaming the directories.
-    pub fn release<F>(&self, index: &mut Index, source: &str, key: &str, tag: &str, commit: &str, fill: F) -> Result<(PathBuf, bool)>
+    pub fn release<F, E>(&self, index: &mut Index, source: &str, key: &str, tag: &str, commit: &str, fill: F) -> Result<(PathBuf, bool)>
     where
-        F: FnOnce(&Path) -> Result<u64, String>,
+        F: FnOnce(&Path) -> std::result::Result<u64, E>,
+        E: Fill,
     {
         let rel = Self::release_rel(key, tag, commit);
         let dir = self.root.join(&rel);
@@ -197,19 +253,26 @@ impl Cache {
                 }
             }
         }
-        let materialise = |message: String| Error::Materialise {
-            source_name: source.to_owned(),
-            tag: tag.to_owned(),
-            commit: commit.to_owned(),
-            message,
-        };
+        let materialise =
+            |message: String| Error::Tree { source_name: source.to_owned(), tag: tag.to_owned(), commit: commit.to_owned(), message };
         let tmp = self.root.join("tmp").join(format!("{key}-{}-{}", std::process::id(), unique()));
         std::fs::create_dir_all(&tmp).map_err(|source| Error::Write { path: tmp.clone(), source })?;
-        let manifest = match fill(&tmp).and_then(|_| tree::Manifest::of(&tmp).map_err(|d| format!("hashing the new tree: {d}"))) {
+        if let Err(e) = fill(&tmp) {
+            let _ = remove_any(&tmp);
+            return Err(Error::Materialise {
+                source_name: source.to_owned(),
+                tag: tag.to_owned(),
+                commit: commit.to_owned(),
+                transient: e.is_transient(),
+                reason: e.reason(),
+                source: Box::new(e),
+            });
+        }
+        let manifest = match tree::Manifest::of(&tmp) {
             Ok(m) => m,
-            Err(message) => {
+            Err(d) => {
                 let _ = remove_any(&tmp);
-                return Err(materialise(message));
+                return Err(materialise(format!("hashing the new tree: {d}")));
             }
         };
         // The tree was written in tmp/, whose path is shorter than its final one: a path that
@@ -315,7 +378,7 @@ mod tests {
         let err = cache
             .release(&mut index, "s", "s-1", "v1.0.0", "abc", |tmp| {
                 std::fs::write(tmp.join("half"), "x").unwrap();
-                Err("boom".into())
+                Err(std::io::Error::other("boom"))
             })
             .unwrap_err();
         assert!(err.to_string().contains("boom"));
@@ -329,13 +392,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::open(dir.path()).unwrap();
         let mut index = Index::default();
-        let fill = |tmp: &Path| {
-            std::fs::write(tmp.join("a.yaml"), "a: 1").map_err(|e| e.to_string())?;
+        let fill = |tmp: &Path| -> std::io::Result<u64> {
+            std::fs::write(tmp.join("a.yaml"), "a: 1")?;
             Ok(1)
         };
         let (_, fresh) = cache.release(&mut index, "s", "s-1", "v1.0.0", "abc", fill).unwrap();
         assert!(fresh);
-        let (path, fresh) = cache.release(&mut index, "s", "s-1", "v1.0.0", "abc", |_| panic!("filled twice")).unwrap();
+        let (path, fresh) =
+            cache.release(&mut index, "s", "s-1", "v1.0.0", "abc", |_| -> std::io::Result<u64> { panic!("filled twice") }).unwrap();
         assert!(!fresh);
         assert_eq!(std::fs::read_to_string(path.join("a.yaml")).unwrap(), "a: 1");
     }
@@ -345,8 +409,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::open(dir.path()).unwrap();
         let mut index = Index::default();
-        let fill = |tmp: &Path| {
-            std::fs::write(tmp.join("a.yaml"), "a: 1").map_err(|e| e.to_string())?;
+        let fill = |tmp: &Path| -> std::io::Result<u64> {
+            std::fs::write(tmp.join("a.yaml"), "a: 1")?;
             Ok(1)
         };
         let (path, _) = cache.release(&mut index, "s", "s-1", "v1.0.0", "abc", fill).unwrap();
@@ -367,7 +431,8 @@ mod tests {
             assert!(fresh, "damage {i} was not noticed");
             assert_eq!(std::fs::read_to_string(again.join("a.yaml")).unwrap(), "a: 1", "damage {i}");
             assert_eq!(std::fs::read_dir(&again).unwrap().count(), 1, "damage {i}");
-            let (_, fresh) = cache.release(&mut index, "s", "s-1", "v1.0.0", "abc", |_| panic!("filled twice")).unwrap();
+            let (_, fresh) =
+                cache.release(&mut index, "s", "s-1", "v1.0.0", "abc", |_| -> std::io::Result<u64> { panic!("filled twice") }).unwrap();
             assert!(!fresh);
         }
     }
@@ -389,8 +454,8 @@ mod tests {
                     "cd \"$0\" && for i in $(seq {dirs}); do mkdir {0} && cd {0} || exit 1; done && echo x > {file}",
                     "d".repeat(200)
                 );
-                let ok = std::process::Command::new("sh").arg("-c").arg(script).arg(tmp).status().map_err(|e| e.to_string())?;
-                if ok.success() { Ok(1) } else { Err("mkdir failed".into()) }
+                let ok = std::process::Command::new("sh").arg("-c").arg(script).arg(tmp).status()?;
+                if ok.success() { Ok(1) } else { Err(std::io::Error::other("mkdir failed")) }
             })
             .unwrap_err()
             .to_string();

@@ -9,7 +9,7 @@ use serde_json::Value;
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
-use super::pipeline::{self, RenderError};
+use super::pipeline;
 use super::{ClusterReport, Context, PassReport, Prepared, finish};
 use crate::apply::{Action, ChangeSet, DirectoryTarget, Entry, ObjectRef};
 use crate::cache::{self, Cache};
@@ -59,7 +59,8 @@ pub(super) async fn sync_with(
             Ok(p) => match &p.unverified {
                 Some(m) => {
                     held.extend(super::hold_unverified(target, sub, &p.release, m, write_status));
-                    (*sub, Prepared { outcome: Err(m.message.clone()), ..prepared.clone() })
+                    let held = super::PrepareError::Unverified { reason: m.reason, message: m.message.clone() };
+                    (*sub, Prepared { outcome: Err(std::sync::Arc::new(held)), ..prepared.clone() })
                 }
                 None => (*sub, prepared.clone()),
             },
@@ -78,11 +79,11 @@ async fn render_and_write(
     write_status: bool,
 ) -> Vec<ClusterReport> {
     if let Err(e) = ctx.work_dir() {
-        return fail_all(target, staged, &e, write_status);
+        return fail_all(target, staged, &e.to_string(), write_status);
     }
     if let Err(e) = ctx.helm().await {
         error!("{e}");
-        return fail_all(target, staged, &e, write_status);
+        return fail_all(target, staged, &e.to_string(), write_status);
     }
 
     let mut layouts: Vec<Rendered<()>> = Vec::new();
@@ -95,7 +96,7 @@ async fn render_and_write(
         if let Err(e) = &loaded {
             error!(subscription = %sub.name, tag = %p.release.tag, "cluster-stack release is invalid: {e}");
         }
-        layouts.push(loaded.map(|_| ()).map_err(|e| RenderError::Release(e).into_errors(&sub.path)));
+        layouts.push(loaded.map(|_| ()).map_err(|e| e.into_errors(&sub.path)));
     }
 
     let mut jobs = JoinSet::new();

@@ -13,8 +13,10 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use super::PreparedRelease;
+use super::error::WorkDirError;
 use super::fetch::{self, source_key};
+use super::pipeline::RenderError;
+use super::{PrepareError, PreparedRelease};
 use crate::cache::index::GithubState;
 use crate::cache::{self, Cache, Index};
 use crate::config::{Config, Format, SourceKind, Subscription};
@@ -31,8 +33,8 @@ pub struct Context {
     config: RwLock<Arc<Config>>,
     pub cache: Cache,
     index: tokio::sync::Mutex<Index>,
-    helm: tokio::sync::OnceCell<Result<Helm, String>>,
-    work: Result<tempfile::TempDir, String>,
+    helm: tokio::sync::OnceCell<Result<Helm, crate::render::helm::Error>>,
+    work: Result<tempfile::TempDir, WorkDirError>,
     layouts: Mutex<HashMap<(String, String, bool), Arc<Layout>>>,
     /// Bumped whenever a poll changed what some source offers (and after each source's first
     /// poll): the Cluster reconciler re-runs every Cluster then.
@@ -42,7 +44,17 @@ pub struct Context {
     /// The error of each source's last poll, while it fails (said beside a release that is
     /// unavailable).
     poll_errors: Mutex<BTreeMap<String, String>>,
+    /// Releases that could not be prepared for a reason that needs a change (a digest that
+    /// does not match, a refused signature, an unsafe archive), by cache id, and since when:
+    /// every Cluster of the release gets this answer instead of another download, until the
+    /// input changes (a poll that changed what a source offers, a new config) or
+    /// [`RETRY_REFUSED`] has passed.
+    refused: Mutex<HashMap<String, (std::time::Instant, Arc<PrepareError>)>>,
 }
+
+/// How long a release refused for a reason that needs a change is not fetched again when
+/// nothing changed: the longest a fixed upstream waits without a poll noticing it.
+pub const RETRY_REFUSED: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl Context {
     /// Opens the cache and its index and makes the process's work directory. A work directory
@@ -57,7 +69,7 @@ impl Context {
         let work = tempfile::Builder::new()
             .prefix("stacksync-work-")
             .tempdir()
-            .map_err(|e| format!("cannot create a work directory under {}: {e}", std::env::temp_dir().display()));
+            .map_err(|e| WorkDirError { dir: std::env::temp_dir(), source: Arc::new(e) });
         if let Err(e) = &work {
             error!("{e}; cluster stacks cannot be rendered until it can be created (set TMPDIR to a writable directory)");
         }
@@ -71,6 +83,7 @@ impl Context {
             published: watch::channel(0).0,
             polled: Mutex::new(std::collections::BTreeSet::new()),
             poll_errors: Mutex::new(BTreeMap::new()),
+            refused: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -91,6 +104,8 @@ impl Context {
     }
 
     fn publish(&self) {
+        // What the sources offer (or the config) changed: what was refused is tried again.
+        self.refused.lock().unwrap_or_else(PoisonError::into_inner).clear();
         self.published.send_modify(|n| *n = n.wrapping_add(1));
     }
 
@@ -232,7 +247,7 @@ impl Context {
     ///
     /// # Errors
     /// Nothing matches.
-    pub async fn select(&self, sub: &Subscription) -> Result<Selection, String> {
+    pub async fn select(&self, sub: &Subscription) -> Result<Selection, release::Error> {
         let (tags, _) = self.tags(sub).await;
         let adopted = self.index.lock().await.adopted.get(&sub.name).cloned();
         let adopted = adopted.as_ref().map(|a| release::Adopted { source: &a.source, tag: &a.tag, commit: &a.commit });
@@ -262,11 +277,18 @@ impl Context {
     /// The cached tree of `rel`, materialised (downloaded, verified) when it is not there yet.
     ///
     /// # Errors
-    /// A message naming the source, tag and what went wrong.
-    pub async fn prepare(&self, rel: &Release) -> Result<PreparedRelease, String> {
+    /// Naming the source, tag and what went wrong; the same error, without another download,
+    /// while a refusal that needs a change stands (see [`RETRY_REFUSED`]).
+    pub async fn prepare(&self, rel: &Release) -> Result<PreparedRelease, Arc<PrepareError>> {
         let config = self.config();
-        let Some(src) = config.source(&rel.source) else { return Err(format!("unknown source `{}`", rel.source)) };
+        let Some(src) = config.source(&rel.source) else { return Err(Arc::new(PrepareError::UnknownSource(rel.source.clone()))) };
         let key = source_key(&src.name, &src.kind);
+        let id = crate::cache::ReleaseEntry::id(&key, &rel.tag, &rel.commit);
+        if let Some((since, e)) = self.refused.lock().unwrap_or_else(PoisonError::into_inner).get(&id)
+            && since.elapsed() < RETRY_REFUSED
+        {
+            return Err(e.clone());
+        }
         // The materialisation reads only this source's listing; it gets a scratch index and its
         // new release entries are merged back.
         let (scratch, claimed) = {
@@ -283,10 +305,17 @@ impl Context {
             return Ok(fetch::held(&self.cache, &key, rel, m));
         }
         let (scratch, outcome) = fetch::materialise(&config, &self.cache, scratch, rel).await;
-        let outcome = outcome.map(|p| {
-            let unverified = fetch::mismatch(&src.name, &src.kind, &p.release, claimed.as_deref(), &p.assets);
-            PreparedRelease { unverified, signed_by: p.signed_by.or(signer), ..p }
-        });
+        let outcome = outcome
+            .map(|p| {
+                let unverified = fetch::mismatch(&src.name, &src.kind, &p.release, claimed.as_deref(), &p.assets);
+                PreparedRelease { unverified, signed_by: p.signed_by.or(signer), ..p }
+            })
+            .map_err(Arc::new);
+        if let Err(e) = &outcome
+            && !e.is_transient()
+        {
+            self.refused.lock().unwrap_or_else(PoisonError::into_inner).insert(id, (std::time::Instant::now(), e.clone()));
+        }
         // A GitHub release whose asset signatures were refused leaves the accepted tags now (its
         // poll only saw that every asset had a `.sig`): the next selection is the newest verified.
         if let (Err(_), SourceKind::Github(g)) = (&outcome, &src.kind)
@@ -319,7 +348,7 @@ impl Context {
     ///
     /// # Errors
     /// helm is missing or unusable; the message says how to fix it.
-    pub async fn helm(&self) -> Result<Helm, String> {
+    pub async fn helm(&self) -> Result<Helm, RenderError> {
         let work = self.work_dir()?.to_path_buf();
         let renders = self.cache.root().join(RENDERS_DIR);
         let config = self.config();
@@ -332,27 +361,28 @@ impl Context {
                     }
                     Err(e) => {
                         error!("{e}");
-                        Err(e.to_string())
+                        Err(e)
                     }
                 }
             })
             .await
             .clone()
+            .map_err(RenderError::Helm)
     }
 
     /// The process's work directory (helm homes, unpacked charts, per-cluster renders).
     ///
     /// # Errors
     /// It could not be created at start-up.
-    pub fn work_dir(&self) -> Result<&Path, String> {
+    pub fn work_dir(&self) -> Result<&Path, WorkDirError> {
         self.work.as_ref().map(tempfile::TempDir::path).map_err(Clone::clone)
     }
 
     /// The layout of a cluster-stack release, read and unpacked once per process.
     ///
     /// # Errors
-    /// Every problem of the release, as one message.
-    pub async fn layout(&self, sub: &Subscription, prepared: &PreparedRelease) -> Result<Arc<Layout>, String> {
+    /// The work directory is missing, or every problem of the release.
+    pub async fn layout(&self, sub: &Subscription, prepared: &PreparedRelease) -> Result<Arc<Layout>, RenderError> {
         debug_assert_eq!(sub.format, Format::ClusterStack);
         let options = self.config().templates;
         let memo = (prepared.tree.display().to_string(), sub.path.clone(), options.strict);
@@ -363,8 +393,8 @@ impl Context {
             self.work_dir()?.join("releases").join(format!("{}-{}", prepared.release.tag, release::short(&prepared.release.commit)));
         let (tree, path, rel) = (prepared.tree.clone(), sub.path.clone(), prepared.release.clone());
         let layout = match tokio::task::spawn_blocking(move || Layout::load(&tree, &path, &rel, &unpack)).await {
-            Ok(r) => r.map(|l| Arc::new(Layout { template_options: options, ..l })).map_err(|e| e.to_string())?,
-            Err(join) => return Err(format!("load task failed: {join}")),
+            Ok(r) => r.map(|l| Arc::new(Layout { template_options: options, ..l })).map_err(RenderError::Release)?,
+            Err(join) => return Err(RenderError::Task(Arc::new(join))),
         };
         info!(tag = %prepared.release.tag, unpacked = ?layout.unpacked, "cluster-stack release loaded");
         self.layouts.lock().unwrap_or_else(PoisonError::into_inner).insert(memo, layout.clone());

@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, info, info_span, warn};
 
-use super::{ClusterReport, Context, Prepared, PreparedRelease, clusterstack, sync_subscription};
+use super::{ClusterReport, Context, PrepareError, Prepared, PreparedRelease, clusterstack, sync_subscription};
 use crate::apply::DirectoryTarget;
 use crate::config::{Config, Format, Subscription, Target};
 use crate::release::short;
@@ -150,12 +150,16 @@ async fn sync(ctx: &Arc<Context>, config: &Config, sub: &Subscription, shared: &
 
 /// The subscription's release, selected and materialised through the context.
 async fn prepare(ctx: &Context, sub: &Subscription) -> Prepared {
-    let mut prepared = Prepared { subscription: sub.name.clone(), source: sub.source.clone(), outcome: Err(String::new()) };
+    let mut prepared = Prepared {
+        subscription: sub.name.clone(),
+        source: sub.source.clone(),
+        outcome: Err(Arc::new(PrepareError::NotPrepared(sub.name.clone()))),
+    };
     let selection = match ctx.select(sub).await {
         Ok(s) => s,
-        Err(msg) => {
-            warn!("{msg}");
-            prepared.outcome = Err(msg);
+        Err(e) => {
+            warn!("{e}");
+            prepared.outcome = Err(Arc::new(PrepareError::Select(e)));
             return prepared;
         }
     };
@@ -183,7 +187,7 @@ fn peers<'a>(config: &'a Config, sub: &'a Subscription, prepared: &BTreeMap<Stri
             let p = prepared.get(&s.name).cloned().unwrap_or_else(|| Prepared {
                 subscription: s.name.clone(),
                 source: s.source.clone(),
-                outcome: Err(format!("subscription {} has no release prepared yet", s.name)),
+                outcome: Err(Arc::new(PrepareError::NotPrepared(s.name.clone()))),
             });
             (s, p)
         })

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use tracing::{error, info, info_span, warn};
 
-use super::{Mismatch, POLL_TIMEOUT, Prepared, PreparedRelease};
+use super::{Mismatch, POLL_TIMEOUT, PrepareError, Prepared, PreparedRelease};
 use crate::cache::blobs::Blobs;
 use crate::cache::index::GithubState;
 use crate::cache::{Cache, Index, SourceState};
@@ -129,13 +129,7 @@ async fn poll_git(
     let task = tokio::task::spawn_blocking(move || git::fetch_with_auth(&src_name, &url, auth.as_ref(), &dir, &heads));
     let fetched = match tokio::time::timeout(POLL_TIMEOUT, task).await {
         Ok(Ok(result)) => result?,
-        Ok(Err(join)) => {
-            return Err(source::Error::Fetch {
-                source_name: name.into(),
-                url: g.url.clone(),
-                message: format!("poll task failed: {join}"),
-            });
-        }
+        Ok(Err(join)) => return Err(source::Error::Task { source_name: name.into(), url: g.url.clone(), source: join }),
         Err(_) => return Err(source::Error::Timeout { source_name: name.into(), seconds: POLL_TIMEOUT.as_secs() }),
     };
     for (branch, old, new) in &fetched.force_pushed {
@@ -229,7 +223,7 @@ async fn poll_oci(
 
 fn client(g: &GithubSourceConfig) -> github::Result<github::Client> {
     let token = match &g.token {
-        Some(t) => Some(t.read().map_err(|message| github::Error::Token { repo: g.repo.clone(), message })?),
+        Some(t) => Some(t.read().map_err(|source| github::Error::Token { repo: g.repo.clone(), source })?),
         None => None,
     };
     github::Client::new(&g.api_url, &g.repo, token)
@@ -278,9 +272,12 @@ fn release_lock(id: &str) -> Arc<tokio::sync::Mutex<()>> {
 /// Selects and caches a subscription's release. Takes and returns the index so the blocking
 /// materialisation can own it.
 pub async fn prepare(config: &Config, cache: &Cache, index: Index, sub: &Subscription) -> (Prepared, Index) {
-    let mut prepared = Prepared { subscription: sub.name.clone(), source: sub.source.clone(), outcome: Err(String::new()) };
+    let mut prepared = Prepared {
+        subscription: sub.name.clone(),
+        source: sub.source.clone(),
+        outcome: Err(Arc::new(PrepareError::UnknownSource(sub.source.clone()))),
+    };
     let Some(src) = config.source(&sub.source) else {
-        prepared.outcome = Err(format!("unknown source `{}`", sub.source));
         return (prepared, index);
     };
     let key = source_key(&src.name, &src.kind);
@@ -296,9 +293,9 @@ pub async fn prepare(config: &Config, cache: &Cache, index: Index, sub: &Subscri
         let adopted = index.adopted.get(&sub.name).map(|a| release::Adopted { source: &a.source, tag: &a.tag, commit: &a.commit });
         let selection = match release::select(&sub.wanted(), &tags, adopted) {
             Ok(s) => s,
-            Err(msg) => {
-                warn!("{msg}");
-                prepared.outcome = Err(msg);
+            Err(e) => {
+                warn!("{e}");
+                prepared.outcome = Err(Arc::new(PrepareError::Select(e)));
                 return (prepared, index);
             }
         };
@@ -323,13 +320,15 @@ pub async fn prepare(config: &Config, cache: &Cache, index: Index, sub: &Subscri
             }
             continue;
         }
-        prepared.outcome = outcome.map(|p| {
-            let unverified = mismatch(&src.name, &src.kind, &p.release, claimed.as_deref(), &p.assets);
-            PreparedRelease { note: selection.note, unverified, signed_by: p.signed_by.or(signer), ..p }
-        });
+        prepared.outcome = outcome
+            .map(|p| {
+                let unverified = mismatch(&src.name, &src.kind, &p.release, claimed.as_deref(), &p.assets);
+                PreparedRelease { note: selection.note, unverified, signed_by: p.signed_by.or(signer), ..p }
+            })
+            .map_err(Arc::new);
         return (prepared, index);
     }
-    prepared.outcome = Err(format!("{MAX_SIGNATURE_RETRIES} releases in a row were refused for their signatures; see the log"));
+    prepared.outcome = Err(Arc::new(PrepareError::SignatureRetries(MAX_SIGNATURE_RETRIES)));
     (prepared, index)
 }
 
@@ -419,9 +418,9 @@ pub fn held(cache: &Cache, key: &str, rel: &Release, m: Mismatch) -> PreparedRel
 /// Puts `rel` in the cache (or finds it there, verified) and says where its tree is. One
 /// download per release at a time: concurrent callers for the same release wait for the first.
 /// Takes and returns the index: it reads the source's last listing from it and records the tree.
-pub async fn materialise(config: &Config, cache: &Cache, index: Index, rel: &Release) -> (Index, Result<PreparedRelease, String>) {
+pub async fn materialise(config: &Config, cache: &Cache, index: Index, rel: &Release) -> (Index, Result<PreparedRelease, PrepareError>) {
     let Some(src) = config.source(&rel.source) else {
-        return (index, Err(format!("unknown source `{}`", rel.source)));
+        return (index, Err(PrepareError::UnknownSource(rel.source.clone())));
     };
     let key = source_key(&src.name, &src.kind);
     let span = info_span!("release", source = %rel.source, tag = %rel.tag, commit = %short(&rel.commit));
@@ -454,18 +453,18 @@ pub async fn materialise(config: &Config, cache: &Cache, index: Index, rel: &Rel
 
 /// The tree, whether this call wrote it, the assets, and who signed them (GitHub sources with
 /// `verify` keys; Git and OCI releases were verified when polled).
-type Materialised = Result<(std::path::PathBuf, bool, Vec<AssetRecord>, Option<String>), String>;
+type Materialised = Result<(std::path::PathBuf, bool, Vec<AssetRecord>, Option<String>), PrepareError>;
 
 async fn materialise_git(cache: &Cache, mut index: Index, key: &str, rel: &Release) -> (Index, Materialised) {
     let (cache, git_dir, key, commit, source_name, tag) =
         (cache.clone(), cache.git_dir(key), key.to_owned(), rel.commit.clone(), rel.source.clone(), rel.tag.clone());
     let task = tokio::task::spawn_blocking(move || {
         let result = cache.release(&mut index, &source_name, &key, &tag, &commit, |tmp| git::materialise(&git_dir, &commit, tmp));
-        (index, result.map(|(p, f)| (p, f, Vec::new(), None)).map_err(|e| e.to_string()))
+        (index, result.map(|(p, f)| (p, f, Vec::new(), None)).map_err(PrepareError::Cache))
     });
     match task.await {
         Ok(pair) => pair,
-        Err(join) => (Index::default(), Err(format!("materialise task failed: {join}"))),
+        Err(join) => (Index::default(), Err(PrepareError::Task(join))),
     }
 }
 
@@ -473,14 +472,14 @@ async fn materialise_github(cache: &Cache, index: Index, key: &str, rel: &Releas
     let location = format!("{}#{}", g.api_url, g.repo);
     // Signatures are checked on every use, a cached tree included: a key rotated out since the
     // tree was cached no longer vouches for it.
-    let check = |records: &[AssetRecord], blobs: &Blobs| -> Result<Option<String>, String> {
+    let check = |records: &[AssetRecord], blobs: &Blobs| -> Result<Option<String>, PrepareError> {
         if !g.signatures.is_set() {
             return Ok(None);
         }
-        let trust = g.signatures.load().map_err(|e| e.to_string())?;
+        let trust = g.signatures.load().map_err(PrepareError::TrustFiles)?;
         super::signed::github_assets(&location, &rel.tag, &rel.commit, records, blobs, &trust)
             .map(|v| Some(v.signer))
-            .map_err(|r| super::signed::refusal_message(&rel.source, &rel.tag, &r, &trust))
+            .map_err(|r| PrepareError::Signature(super::signed::refusal_message(&rel.source, &rel.tag, &r, &trust)))
     };
     materialise_blobs(
         cache,
@@ -490,10 +489,10 @@ async fn materialise_github(cache: &Cache, index: Index, key: &str, rel: &Releas
         options(g).unpack,
         async |index: &Index, blobs: &Blobs| {
             let Some(release) = index.github.get(key).and_then(|s| s.releases.get(&rel.tag)).cloned() else {
-                return Err(format!("release {} is not in the last listing of {} and not in the cache", rel.tag, g.repo));
+                return Err(PrepareError::NotListed { tag: rel.tag.clone(), repo: g.repo.clone() });
             };
             if release.revision() != rel.commit {
-                return Err(format!("release {}: assets changed since they were accepted (moved tag); refusing", rel.tag));
+                return Err(PrepareError::AssetsMoved { tag: rel.tag.clone() });
             }
             download(g, blobs, &release).await
         },
@@ -510,7 +509,7 @@ async fn materialise_oci(cache: &Cache, index: Index, key: &str, rel: &Release, 
         key,
         rel,
         unpack,
-        async |_: &Index, blobs: &Blobs| pull_oci(o, blobs, rel).await.map_err(|e| e.to_string()),
+        async |_: &Index, blobs: &Blobs| pull_oci(o, blobs, rel).await.map_err(PrepareError::Oci),
         |_: &[AssetRecord], _: &Blobs| Ok(None),
     )
     .await
@@ -526,12 +525,12 @@ async fn materialise_blobs(
     key: &str,
     rel: &Release,
     unpack: crate::cache::unpack::Limits,
-    bring: impl AsyncFnOnce(&Index, &Blobs) -> Result<Vec<AssetRecord>, String>,
-    check: impl FnOnce(&[AssetRecord], &Blobs) -> Result<Option<String>, String>,
+    bring: impl AsyncFnOnce(&Index, &Blobs) -> Result<Vec<AssetRecord>, PrepareError>,
+    check: impl FnOnce(&[AssetRecord], &Blobs) -> Result<Option<String>, PrepareError>,
 ) -> (Index, Materialised) {
     let blobs = match Blobs::open(cache.root()) {
         Ok(b) => b,
-        Err(e) => return (index, Err(format!("cannot open blob store: {e}"))),
+        Err(e) => return (index, Err(PrepareError::Blobs(e))),
     };
     let tree = cache.release_path(key, &rel.tag, &rel.commit);
     let cached = if tree.is_dir() { materialise::verify_cached(&tree, &blobs) } else { None };
@@ -556,11 +555,11 @@ async fn materialise_blobs(
         let mut index = index;
         let fill = |tmp: &std::path::Path| materialise::fill(&blobs, &records, tmp, unpack);
         let result = cache.release(&mut index, &rel.source, &key, &rel.tag, &rel.commit, fill);
-        (index, result.map(|(p, f)| (p, f, records.clone(), signer)).map_err(|e| e.to_string()))
+        (index, result.map(|(p, f)| (p, f, records.clone(), signer)).map_err(PrepareError::Cache))
     });
     match task.await {
         Ok(pair) => pair,
-        Err(join) => (Index::default(), Err(format!("materialise task failed: {join}"))),
+        Err(join) => (Index::default(), Err(PrepareError::Task(join))),
     }
 }
 
@@ -573,7 +572,7 @@ async fn pull_oci(o: &OciSourceConfig, blobs: &Blobs, rel: &Release) -> oci::Res
         .ok_or_else(|| manifest_err(format!("`{}` is not a manifest digest", rel.commit)))?;
     let client = oci_client(o)?;
     let bytes = client.manifest(&rel.tag, &digest).await?;
-    let artifact = oci::parse_manifest(&bytes).map_err(manifest_err)?;
+    let artifact = oci::parse_manifest(&bytes).map_err(|e| manifest_err(e.to_string()))?;
     let declared: u64 = artifact.layers.iter().map(|l| l.size).fold(0, u64::saturating_add);
     if declared > o.max_release_bytes {
         return Err(manifest_err(format!("the layers declare {declared} bytes, more than maxReleaseSize {}", o.max_release_bytes)));
@@ -602,9 +601,9 @@ async fn pull_oci(o: &OciSourceConfig, blobs: &Blobs, rel: &Release) -> oci::Res
     Ok(records)
 }
 
-async fn download(g: &GithubSourceConfig, blobs: &Blobs, release: &GhRelease) -> Result<Vec<AssetRecord>, String> {
-    let client = client(g).map_err(|e| e.to_string())?;
-    materialise::download_all(&client, blobs, release, &options(g)).await
+async fn download(g: &GithubSourceConfig, blobs: &Blobs, release: &GhRelease) -> Result<Vec<AssetRecord>, PrepareError> {
+    let client = client(g).map_err(PrepareError::Github)?;
+    materialise::download_all(&client, blobs, release, &options(g)).await.map_err(PrepareError::Download)
 }
 
 fn options(g: &GithubSourceConfig) -> materialise::Options {

@@ -17,7 +17,7 @@ pub mod poller;
 pub mod signed;
 
 pub use context::{Context, RENDERS_DIR};
-pub use error::Error;
+pub use error::{Error, PrepareError};
 
 use tracing::{Instrument, error, info, info_span, warn};
 
@@ -37,7 +37,7 @@ pub const POLL_TIMEOUT: Duration = Duration::from_secs(120);
 pub struct Prepared {
     pub subscription: String,
     pub source: String,
-    pub outcome: Result<PreparedRelease, String>,
+    pub outcome: Result<PreparedRelease, std::sync::Arc<PrepareError>>,
 }
 
 #[derive(Debug, Clone)]
@@ -236,7 +236,7 @@ fn sync_subscription(
         Err(msg) => {
             let msg = match source_error {
                 Some(e) => format!("{msg} (source poll failed: {e})"),
-                None => msg.clone(),
+                None => msg.to_string(),
             };
             return sub
                 .clusters

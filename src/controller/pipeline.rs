@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 
+use super::error::WorkDirError;
 use super::{Context, PreparedRelease};
 use crate::config::{ClusterConfig, Subscription};
 use crate::render::Object;
@@ -16,16 +17,24 @@ use crate::status::Reason;
 pub enum RenderError {
     /// The process's work directory could not be created: nothing can be rendered.
     #[error("{0}")]
-    WorkDir(String),
+    WorkDir(#[from] WorkDirError),
     /// helm is missing or unusable.
     #[error("{0}")]
-    Helm(String),
+    Helm(#[source] crate::render::helm::Error),
     /// The release's layout (metadata, charts, archives) is invalid.
     #[error("{0}")]
-    Release(String),
+    Release(#[source] crate::render::Errors),
+    /// Reading the release's layout did not finish (the blocking task panicked or was
+    /// cancelled at shutdown).
+    #[error("load task failed: {0}")]
+    Task(#[source] std::sync::Arc<tokio::task::JoinError>),
     /// A values template, helm or an object failed; every problem of every stage.
     #[error("{0}")]
-    Render(crate::render::Errors),
+    Render(#[source] crate::render::Errors),
+    /// One object rendered by two stages: each would apply its own version on every pass and
+    /// the cluster would never settle.
+    #[error("{object} is rendered by stages `{first}` and `{second}`; an object belongs to one stage")]
+    TwoStages { object: String, first: String, second: String },
 }
 
 impl RenderError {
@@ -37,10 +46,27 @@ impl RenderError {
         }
     }
 
-    /// Whether it may pass by itself (a work directory may become writable); a broken release
-    /// or a missing helm needs a change.
+    /// Whether it may pass by itself (a work directory may become writable, a task cut at
+    /// shutdown, helm out of time on a busy machine); a broken release or a missing helm needs
+    /// a change.
     pub fn is_transient(&self) -> bool {
-        matches!(self, RenderError::WorkDir(_))
+        match self {
+            RenderError::WorkDir(_) | RenderError::Task(_) => true,
+            RenderError::Helm(e) => matches!(e, crate::render::helm::Error::Timeout { .. } | crate::render::helm::Error::Spawn { .. }),
+            RenderError::Release(_) | RenderError::Render(_) | RenderError::TwoStages { .. } => false,
+        }
+    }
+
+    /// A short stable name of what failed (metric labels, logs).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RenderError::WorkDir(_) => "WorkDir",
+            RenderError::Helm(_) => "Helm",
+            RenderError::Release(_) => "Release",
+            RenderError::Task(_) => "Task",
+            RenderError::Render(_) => "Render",
+            RenderError::TwoStages { .. } => "TwoStages",
+        }
     }
 
     /// As the directory target reports render problems: one [`crate::render::Errors`].
@@ -64,9 +90,9 @@ pub async fn addons(
     prepared: &PreparedRelease,
     c: &ClusterConfig,
 ) -> Result<RenderedAddons, RenderError> {
-    let work = ctx.work_dir().map_err(RenderError::WorkDir)?.to_path_buf();
-    let helm = ctx.helm().await.map_err(RenderError::Helm)?;
-    let layout = ctx.layout(sub, prepared).await.map_err(RenderError::Release)?;
+    let work = ctx.work_dir()?.to_path_buf();
+    let helm = ctx.helm().await?;
+    let layout = ctx.layout(sub, prepared).await?;
     let dir = scratch(&work, c);
     let rendered = layout.render_addons_reporting(&helm, c, &dir).await;
     let _ = tokio::fs::remove_dir_all(&dir).await;
@@ -83,8 +109,8 @@ pub async fn cluster_class(
     prepared: &PreparedRelease,
     namespace: &str,
 ) -> Result<Vec<Object>, RenderError> {
-    let helm = ctx.helm().await.map_err(RenderError::Helm)?;
-    let layout = ctx.layout(sub, prepared).await.map_err(RenderError::Release)?;
+    let helm = ctx.helm().await?;
+    let layout = ctx.layout(sub, prepared).await?;
     layout.render_cluster_class(&helm, namespace).await.map_err(RenderError::Render)
 }
 

@@ -3,6 +3,8 @@
 //! from the change set; the target writes it only when it changed.
 
 pub mod crd;
+pub mod desired;
+mod file;
 
 use serde::{Deserialize, Serialize};
 
@@ -61,7 +63,7 @@ pub struct ReleaseRef {
 pub struct AssetStatus {
     pub name: String,
     pub digest: String,
-    pub verified_by: crate::source::github::verify::VerifiedBy,
+    pub verified_by: crate::model::verification::VerifiedBy,
 }
 
 impl From<&Release> for ReleaseRef {
@@ -78,7 +80,8 @@ pub enum Reason {
     NotSynced,
     /// The wanted release could not be rendered for this cluster; the applied release stays.
     RenderFailed,
-    /// No release could be selected or fetched; whatever was applied stays.
+    /// The release could not be fetched for a reason that may pass by itself (the source did
+    /// not answer, the cache volume failed); retried with backoff, whatever was applied stays.
     ReleaseUnavailable,
     /// Kubernetes target: the Cluster object does not exist (yet).
     ClusterNotFound,
@@ -91,7 +94,8 @@ pub enum Reason {
     /// More objects would be pruned than `pruneLimit` allows: pruning paused, nothing deleted.
     PrunePaused,
     /// Kubernetes target: the Cluster's ClusterClass names a release the subscription does not
-    /// offer (unknown tag, another stack); what the Cluster has stays.
+    /// offer (unknown tag, another stack), or no release matches the subscription's
+    /// constraint; what the Cluster has stays (Stalled until a source or the config changes).
     ReleaseNotAvailable,
     /// The Cluster is paused (`spec.paused`, or the `cluster.x-k8s.io/paused` annotation):
     /// nothing is written to it.
@@ -121,6 +125,11 @@ pub enum Reason {
     /// A release's signature does not verify against the source's `verify` keys (unsigned, an
     /// untrusted key, tampered, a key rotated out): it is never applied; a release in use stays.
     SignatureInvalid,
+    /// The release cannot be used as it is published: a digest or size that does not match,
+    /// an unsafe archive, assets changed since they were accepted, a release its source no
+    /// longer lists. It is not retried until its input changes (a new poll, a new release, the
+    /// config, the resync): Stalled, with the error's own reason on the `Stalled` condition.
+    ReleaseRefused,
 }
 
 impl Reason {
@@ -147,6 +156,7 @@ impl Reason {
             Reason::TagRefused => "TagRefused",
             Reason::PinMismatch => "PinMismatch",
             Reason::SignatureInvalid => "SignatureInvalid",
+            Reason::ReleaseRefused => "ReleaseRefused",
         }
     }
 }
@@ -276,9 +286,16 @@ impl ClusterStatus {
         }
     }
 
+    /// Takes `Ready`, its reason and message as [`desired::verdict`] decided them.
+    pub fn decided(&mut self, v: desired::Verdict) {
+        self.ready = v.ready;
+        self.reason = v.reason;
+        self.message = v.message;
+    }
+
     /// Records the digests of a GitHub release's assets on the wanted and applied release when
     /// they are that release.
-    pub fn with_assets(mut self, tag: &str, commit: &str, assets: &[crate::source::github::materialise::AssetRecord]) -> ClusterStatus {
+    pub fn with_assets(mut self, tag: &str, commit: &str, assets: &[crate::model::verification::AssetRecord]) -> ClusterStatus {
         let list: Vec<AssetStatus> =
             assets.iter().map(|a| AssetStatus { name: a.name.clone(), digest: a.digest.clone(), verified_by: a.verified_by }).collect();
         for r in [self.wanted_release.as_mut(), self.applied_release.as_mut()].into_iter().flatten() {

@@ -98,10 +98,10 @@ async fn one(
     let result = async {
         let rel = choose(kube, sub, class.as_deref()).await.map_err(|f| f.message)?;
         d.release = Some(rel.tag.clone());
-        let prepared = kube.ctx.prepare(&rel).await?;
+        let prepared = kube.ctx.prepare(&rel).await.map_err(|e| e.to_string())?;
         let rendered = render(kube, sub, &prepared, &c).await.map_err(|f| f.message)?;
         let super::Workload { client, discovery, .. } = kube.workload(&c).await.map_err(|(_, m)| m)?;
-        reachable(&client).await?;
+        reachable(&client).await.map_err(|e| e.to_string())?;
         let applier = Applier::new(client, apply_options(&kube.target(), sub, &c)).with_discovery(discovery);
         let mut preview = applier.preview(&rendered.stages, &Inventory::from_lines(&previous.inventory)).await;
         if sub.format == crate::config::Format::ClusterStack && classes.insert((c.namespace.clone(), rel.tag.clone())) {

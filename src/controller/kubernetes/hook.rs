@@ -150,7 +150,7 @@ impl Hooks {
         self.config.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    async fn mgmt(&self, config: &Config) -> Result<kube::Client, String> {
+    async fn mgmt(&self, config: &Config) -> Result<kube::Client, super::ClientError> {
         let k = target(config);
         let mut slot = self.client.lock().await;
         if let Some((t, client)) = slot.as_ref()

@@ -170,9 +170,9 @@ impl Kube {
         self.attempts.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
     }
 
-    /// The workload cluster's client, built from its `<cluster>-kubeconfig` Secret (key
-    /// `value`) and reused, with what discovery found, while the Secret's resourceVersion stays
-    /// the same.
+    /// A client of the workload cluster for this reconcile (its connections close with it),
+    /// built from its `<cluster>-kubeconfig` Secret (key `value`), whose parsed form is reused,
+    /// with what discovery found, while the Secret's resourceVersion stays the same.
     async fn workload(&self, c: &ClusterConfig) -> Result<Workload, (Reason, String)> {
         let key = ClusterKey::new(&c.namespace, &c.name);
         let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(self.mgmt.clone(), &c.namespace);
@@ -187,8 +187,13 @@ impl Kube {
         let client = match self.clients.get(&key, &version) {
             Some(client) => client,
             None => {
-                let client = workload_client(&c.namespace, &name, &secret, self.target().request_timeout, &self.tls).await?;
-                self.clients.put(key, version, client.clone());
+                let recipe = workload_client(&c.namespace, &name, &secret, self.target().request_timeout, &self.tls).await?;
+                // Built once already by `Recipe::new`: a failure here is as unlikely as it is
+                // described (never with the error's text, which may quote the kubeconfig).
+                let client = recipe
+                    .client()
+                    .map_err(|_| (Reason::ClusterUnreachable, format!("Secret {}/{name}: its kubeconfig gave no client", c.namespace)))?;
+                self.clients.put(key, version, recipe);
                 client
             }
         };
@@ -237,7 +242,7 @@ pub(crate) fn kube_error(e: &kube::Error) -> String {
 ///
 /// # Errors
 /// The kubeconfig cannot be read or the client cannot be built.
-pub async fn management_client(k: &KubernetesTarget) -> Result<kube::Client, String> {
+pub async fn management_client(k: &KubernetesTarget) -> Result<kube::Client, ClientError> {
     let mut config = management_config(k).await?;
     // Every request has a deadline: a frozen API server fails a reconcile, it never hangs it.
     config.read_timeout = Some(k.request_timeout);
@@ -247,7 +252,7 @@ pub async fn management_client(k: &KubernetesTarget) -> Result<kube::Client, Str
     // a failed request fails the reconcile at once, and the controller retries it with its own
     // jittered backoff, per Cluster, without holding a worker.
     config.default_retry = false;
-    kube::Client::try_from(config).map_err(|e| format!("building the client: {e}"))
+    kube::Client::try_from(config).map_err(ClientError::Build)
 }
 
 /// A client for the management cluster's watches: a watch is a long request (the server ends
@@ -255,19 +260,44 @@ pub async fn management_client(k: &KubernetesTarget) -> Result<kube::Client, Str
 ///
 /// # Errors
 /// As [`management_client`].
-pub async fn management_watch_client(k: &KubernetesTarget) -> Result<kube::Client, String> {
+pub async fn management_watch_client(k: &KubernetesTarget) -> Result<kube::Client, ClientError> {
     let config = management_config(k).await?;
-    kube::Client::try_from(config).map_err(|e| format!("building the client: {e}"))
+    kube::Client::try_from(config).map_err(ClientError::Build)
 }
 
-async fn management_config(k: &KubernetesTarget) -> Result<kube::Config, String> {
+/// Why the management cluster's client could not be made. Never transient by itself: the
+/// kubeconfig (or the in-cluster environment) must change.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("reading kubeconfig {}: {source}", path.display())]
+    ReadKubeconfig {
+        path: std::path::PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("kubeconfig {}: {source}", path.display())]
+    Kubeconfig {
+        path: std::path::PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("no in-cluster config and no usable $KUBECONFIG: {0}")]
+    Infer(#[source] kube::config::InferConfigError),
+    #[error("building the client: {0}")]
+    Build(#[source] kube::Error),
+}
+
+async fn management_config(k: &KubernetesTarget) -> Result<kube::Config, ClientError> {
     Ok(match &k.kubeconfig {
         Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| format!("reading kubeconfig {}: {e}", path.display()))?;
+            let kc =
+                kube::config::Kubeconfig::read_from(path).map_err(|source| ClientError::ReadKubeconfig { path: path.clone(), source })?;
             let opts = kube::config::KubeConfigOptions { context: k.context.clone(), ..Default::default() };
-            kube::Config::from_custom_kubeconfig(kc, &opts).await.map_err(|e| format!("kubeconfig {}: {e}", path.display()))?
+            kube::Config::from_custom_kubeconfig(kc, &opts)
+                .await
+                .map_err(|source| ClientError::Kubeconfig { path: path.clone(), source })?
         }
-        None => kube::Config::infer().await.map_err(|e| format!("no in-cluster config and no usable $KUBECONFIG: {e}"))?,
+        None => kube::Config::infer().await.map_err(ClientError::Infer)?,
     })
 }
 
@@ -335,7 +365,7 @@ pub fn topology_class(cluster: &Value) -> Option<String> {
     t.get("class").and_then(Value::as_str).or_else(|| t.pointer("/classRef/name").and_then(Value::as_str)).map(str::to_owned)
 }
 
-/// Builds a workload client from a kubeconfig Secret. Messages name the Secret and what is
+/// What a workload client is built from, read from a kubeconfig Secret. Messages name the Secret and what is
 /// wrong, never its content: a YAML error would quote the line (a token, a key).
 async fn workload_client(
     namespace: &str,
@@ -343,7 +373,7 @@ async fn workload_client(
     secret: &k8s_openapi::api::core::v1::Secret,
     timeout: std::time::Duration,
     tls: &workload::TlsConfigs,
-) -> Result<kube::Client, (Reason, String)> {
+) -> Result<workload::Recipe, (Reason, String)> {
     let unusable = |why: &str| (Reason::ClusterUnreachable, format!("Secret {namespace}/{name}: key `value` {why}"));
     let bytes = secret.data.as_ref().and_then(|d| d.get("value")).map(|b| b.0.clone()).unwrap_or_default();
     if bytes.is_empty() {
@@ -358,12 +388,12 @@ async fn workload_client(
     config.read_timeout = Some(timeout);
     config.write_timeout = Some(timeout);
     config.connect_timeout = Some(timeout.min(std::time::Duration::from_secs(10)));
-    workload::client(&config, tls).map_err(|_| unusable("is a kubeconfig whose TLS settings or server URL cannot be used"))
+    workload::Recipe::new(config, tls).map_err(|_| unusable("is a kubeconfig whose TLS settings or server URL cannot be used"))
 }
 
 /// Refuses an object rendered by two stages: each stage would apply its own version on every
 /// pass and the cluster would never settle.
-fn unique_across_stages(stages: &[Stage]) -> Result<(), String> {
+fn unique_across_stages(stages: &[Stage]) -> Result<(), crate::controller::pipeline::RenderError> {
     let mut seen: BTreeMap<(String, String, Option<String>, String), &str> = BTreeMap::new();
     for stage in stages {
         for o in &stage.objects {
@@ -371,7 +401,11 @@ fn unique_across_stages(stages: &[Stage]) -> Result<(), String> {
             if let Some(first) = seen.insert(key, &stage.name)
                 && first != stage.name
             {
-                return Err(format!("{o} is rendered by stages `{first}` and `{}`; an object belongs to one stage", stage.name));
+                return Err(crate::controller::pipeline::RenderError::TwoStages {
+                    object: o.to_string(),
+                    first: first.to_owned(),
+                    second: stage.name.clone(),
+                });
             }
         }
     }
@@ -471,12 +505,21 @@ pub const REACHABLE_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 
 /// One cheap request before a preview (`stacksync diff`): a cluster that is down is skipped in
 /// seconds. A sync makes none: its first request is the check (`ApplyOptions::reach_within`).
-async fn reachable(client: &kube::Client) -> Result<(), String> {
+async fn reachable(client: &kube::Client) -> Result<(), Unreachable> {
     match tokio::time::timeout(REACHABLE_TIMEOUT, client.apiserver_version()).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(format!("the workload cluster's API server does not answer: {e}")),
-        Err(_) => Err(format!("the workload cluster's API server did not answer within {}s", REACHABLE_TIMEOUT.as_secs())),
+        Ok(Err(e)) => Err(Unreachable::Failed(e)),
+        Err(_) => Err(Unreachable::Timeout(REACHABLE_TIMEOUT.as_secs())),
     }
+}
+
+/// A workload cluster that did not answer the reachability check.
+#[derive(Debug, thiserror::Error)]
+enum Unreachable {
+    #[error("the workload cluster's API server does not answer: {0}")]
+    Failed(#[source] kube::Error),
+    #[error("the workload cluster's API server did not answer within {0}s")]
+    Timeout(u64),
 }
 
 /// The owner of the objects applied for one cluster and subscription (the applier makes it
@@ -559,7 +602,7 @@ mod tests {
         };
         let stage = |name: &str, objects: Vec<crate::render::Object>| Stage { name: name.into(), action: StageAction::Apply, objects };
         assert!(unique_across_stages(&[stage("cni", vec![object("a")]), stage("csi", vec![object("b")])]).is_ok());
-        let err = unique_across_stages(&[stage("cni", vec![object("a")]), stage("csi", vec![object("a")])]).unwrap_err();
+        let err = unique_across_stages(&[stage("cni", vec![object("a")]), stage("csi", vec![object("a")])]).unwrap_err().to_string();
         assert!(err.contains("ConfigMap/kube-system/a is rendered by stages `cni` and `csi`"), "{err}");
     }
 

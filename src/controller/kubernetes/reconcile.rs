@@ -10,11 +10,10 @@ use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::Action;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
-use super::status::{Owner, applied_crd, failed_crd, write_cluster_sync};
+use super::status::{Owner, write_cluster_sync};
 use super::{Kube, control_plane_ready, is_paused, owner_id, rendered_digest, subscription_for, topology_class, with_live_objects};
 use super::{kube_error, unique_across_stages};
 use crate::apply::ChangeSet;
-use crate::apply::health::Health;
 use crate::apply::ssa::{Applier, ApplyOptions, Inventory, Stage};
 use crate::config::{ClusterConfig, Format, KubernetesTarget, Subscription};
 use crate::controller::{ClusterReport, Error, PreparedRelease};
@@ -22,6 +21,7 @@ use crate::model::{ClusterKey, StageAction};
 use crate::release::{self, Release, short};
 use crate::render::Manifests;
 use crate::status::crd::{ClusterSync, ClusterSyncStatus, RECONCILE_REQUESTED_AT};
+use crate::status::desired::{Applied, Outcome, desired, verdict};
 use crate::status::{ClusterStatus, Reason};
 
 /// How soon a Cluster whose objects are still rolling out is looked at again.
@@ -39,6 +39,8 @@ pub(super) struct Fail {
     pub reason: Reason,
     pub message: String,
     transient: bool,
+    /// The error's own stable reason (for the `Stalled` condition of a permanent failure).
+    cause: Option<&'static str>,
     /// The apply-started status could not be written (for this release tag): nothing was
     /// applied, and no other status is written this round.
     unrecorded: Option<(String, kube::Error)>,
@@ -46,11 +48,26 @@ pub(super) struct Fail {
 
 impl Fail {
     fn new(reason: Reason, message: impl Into<String>, transient: bool) -> Fail {
-        Fail { reason, message: message.into(), transient, unrecorded: None }
+        Fail { reason, message: message.into(), transient, cause: None, unrecorded: None }
     }
 
     fn unrecorded(tag: String, source: kube::Error) -> Fail {
-        Fail { reason: Reason::TransientError, message: String::new(), transient: true, unrecorded: Some((tag, source)) }
+        Fail { reason: Reason::TransientError, message: String::new(), transient: true, cause: None, unrecorded: Some((tag, source)) }
+    }
+
+    /// A release that could not be prepared: transient (the source or the cache volume may
+    /// come back) is `ReleaseUnavailable`, retried with backoff; anything else needs a change
+    /// (`ReleaseRefused`, or `SignatureInvalid`) and is Stalled until its input changes.
+    fn prepare(e: &crate::controller::PrepareError) -> Fail {
+        let transient = e.is_transient();
+        let reason = if transient {
+            Reason::ReleaseUnavailable
+        } else if e.is_signature() {
+            Reason::SignatureInvalid
+        } else {
+            Reason::ReleaseRefused
+        };
+        Fail { reason, message: e.to_string(), transient, cause: Some(e.reason()), unrecorded: None }
     }
 }
 
@@ -138,15 +155,19 @@ async fn reconcile_in(
             (done.status, done.changes, done.crd, action, failure)
         }
         Err(fail) => {
+            let outcome = Outcome::Failed {
+                wanted: None,
+                reason: fail.reason,
+                message: fail.message.clone(),
+                transient: fail.transient,
+                cause: fail.cause,
+            };
+            let crd = desired(&prev_status, &outcome, chrono::Utc::now());
             let mut st = ClusterStatus::failed(sub, &c, None, None, fail.reason, fail.message.clone());
             keep_applied(&mut st, &prev_status);
-            let crd = failed_crd(&prev_status, None, &st);
-            let action = match fail.reason {
-                // The watches bring these back: a Cluster edit, its Secret, a new release.
-                Reason::ReleaseNotAvailable | Reason::RenderFailed | Reason::SignatureInvalid => Action::requeue(k.resync),
-                Reason::ControlPlaneNotReady | Reason::KubeconfigMissing => Action::requeue(k.not_ready_retry),
-                _ => Action::requeue(k.not_ready_retry),
-            };
+            // What needs a change is looked at again at the resync (the watches bring it back
+            // sooner: a Cluster edit, its Secret, a new release, a new config); the rest soon.
+            let action = if fail.transient { Action::requeue(k.not_ready_retry) } else { Action::requeue(k.resync) };
             (st, ChangeSet::default(), crd, action, Some(fail))
         }
     };
@@ -198,12 +219,8 @@ async fn sync(
     owner: &Owner<'_>,
 ) -> Result<Done, Fail> {
     let hold = |reason: Reason, message: String| {
+        let crd = desired(prev, &Outcome::Held { reason, message: message.clone() }, chrono::Utc::now());
         let st = ClusterStatus::failed(sub, c, None, None, reason, message);
-        // Ready stays what it was (nothing changed in the cluster); a `Paused` / `Suspended`
-        // condition says why nothing happens.
-        let mut crd = prev.clone();
-        crd.conditions.retain(|c| c.type_ == "Ready");
-        crd.conditions.push(super::status::condition(&prev.conditions, reason.as_str(), reason.as_str(), &st.message));
         Done { status: st, changes: ChangeSet::default(), crd, requeue: None }
     };
     if is_paused(obj) {
@@ -230,7 +247,7 @@ async fn sync(
     }
 
     let rel = choose(kube, sub, class).await?;
-    let prepared = kube.ctx.prepare(&rel).await.map_err(|e| Fail::new(Reason::ReleaseUnavailable, e, true))?;
+    let prepared = kube.ctx.prepare(&rel).await.map_err(|e| Fail::prepare(&e))?;
     let rspan = info_span!("release", tag = %rel.tag, commit = %short(&rel.commit));
     apply_release(kube, sub, c, rel, prepared, prev, owner).instrument(rspan).await
 }
@@ -281,10 +298,8 @@ async fn apply_release(
     let digest = rendered_digest(stages.iter().flat_map(|s| &s.objects));
     if prev.rendered_digest != digest {
         // From the first write on, the status must not claim the old release is in place.
-        let mut st = prev.clone();
-        st.wanted_release = Some(super::status::release_ref(&rel));
         let objects: usize = stages.iter().map(|s| s.objects.len()).sum();
-        st.conditions = super::status::progressing(&prev.conditions, &format!("applying {} ({objects} objects)", rel.tag));
+        let st = desired(prev, &Outcome::Started { release: &rel, objects }, chrono::Utc::now());
         let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &c.namespace);
         // Retried a few times; when it cannot be written, nothing is applied this round: the
         // status must never claim the old release while the new one goes in.
@@ -312,12 +327,6 @@ async fn apply_release(
         // The first request got no answer: nothing else was sent, what is applied stays.
         return Err(Fail::new(Reason::ClusterUnreachable, why, true));
     }
-    let mut st = ClusterStatus::applied(sub, c, &rel, &result.changes).with_assets(&rel.tag, &rel.commit, &prepared.assets);
-    if let Some(paused) = &result.prune_paused {
-        st.ready = false;
-        st.reason = Reason::PrunePaused;
-        st.message.clone_from(paused);
-    }
     if prev.inventory.is_empty()
         && result.changes.entries.iter().any(|e| e.action == crate::apply::Action::Unchanged && e.is_release_object())
     {
@@ -329,12 +338,6 @@ async fn apply_release(
             owner = %crate::apply::ssa::owner_label_value(&owner_id(sub, c)),
             "the ClusterSync had no inventory but this release's objects were already in place: the inventory was lost; objects an earlier release dropped are not pruned (find them by the label stacksync.io/owner)"
         );
-    }
-    let failed: Vec<&crate::apply::ObjectRef> =
-        result.changes.entries.iter().filter(|e| e.action == crate::apply::Action::Failed).map(|e| &e.object).collect();
-    if st.reason == Reason::NotSynced && !failed.is_empty() && failed.iter().all(|o| result.transient.contains(o)) {
-        // Every failure may pass by itself: retried with backoff (Reconciling), not Stalled.
-        st.reason = Reason::TransientError;
     }
     // Said at WARN when what failed (or drifted) changed, and once an hour while it stays the
     // same (at DEBUG on the resyncs in between): a failure every resync is not a new line at
@@ -363,22 +366,22 @@ async fn apply_release(
             debug!(cluster = %label, object = %e.object, "{}: {} (unchanged since the last warning)", e.action, e.message);
         }
     }
-    let unhealthy = match sub.health_timeout {
-        Some(timeout) if st.ready && !result.unhealthy.is_empty() => {
-            judge_health(&mut st, &result.unhealthy, timeout, prev);
-            result.unhealthy.clone()
-        }
-        Some(_) => result.unhealthy.clone(),
-        None => Vec::new(),
+    let applied = Applied {
+        release: &rel,
+        changes: &result.changes,
+        prune_paused: result.prune_paused.as_deref(),
+        transient: &result.transient,
+        unhealthy: &result.unhealthy,
+        health_timeout: sub.health_timeout,
+        warnings: &warnings,
+        inventory: result.inventory.to_lines(),
+        digest,
+        upgrade: upgraded,
     };
-    if st.ready
-        && let Some(first) = warnings.first()
-    {
-        // Applied as the SCS operator would, but said where a user looks.
-        let more = if warnings.len() > 1 { format!(" (and {} more)", warnings.len() - 1) } else { String::new() };
-        let sep = if st.message.is_empty() { "" } else { "; " };
-        st.message.push_str(&format!("{sep}values template warning: {first}{more}"));
-    }
+    let (outcome, now) = (Outcome::Applied(applied), chrono::Utc::now());
+    let crd = desired(prev, &outcome, now);
+    let mut st = ClusterStatus::applied(sub, c, &rel, &result.changes).with_assets(&rel.tag, &rel.commit, &prepared.assets);
+    st.decided(verdict(&outcome, prev, now));
     // The one line per Cluster and pass at INFO (per-object lines are DEBUG): the release is
     // in the span, the counts by action and the time here.
     info!(ready = st.ready, duration_ms = started.elapsed().as_millis() as u64, "synced: {}", result.changes.summary());
@@ -399,7 +402,6 @@ async fn apply_release(
             .await;
         }
     }
-    let mut crd = applied_crd(prev, &rel, &st, &result.changes, &unhealthy, result.inventory.to_lines(), digest);
     if crd.entries_truncated > 0 {
         // A cap that changes what a user sees: said where the operator looks.
         warn!(
@@ -411,7 +413,6 @@ async fn apply_release(
             crd.entries_truncated
         );
     }
-    crd.upgrade = upgraded;
     Ok(Done { status: st, changes: result.changes, crd, requeue: None })
 }
 
@@ -419,23 +420,18 @@ async fn apply_release(
 /// status says which stage and why.
 fn upgrade_held(sub: &Subscription, c: &ClusterConfig, rel: &Release, prev: &ClusterSyncStatus, step: super::upgrade::Step) -> Done {
     use super::upgrade::Step;
-    let (upgrade, message, requeue, reason) = match step {
-        Step::Wait { upgrade, message, after } => (upgrade, message, Some(after), Reason::Progressing),
-        Step::Failed { upgrade, message } => (upgrade, message, None, Reason::UpgradeFailed),
-        Step::Done(upgrade) => (upgrade, String::new(), None, Reason::Progressing),
-        Step::NotNeeded => (prev.upgrade.clone().unwrap_or_default(), String::new(), None, Reason::Progressing),
+    let (upgrade, message, requeue, failed) = match step {
+        Step::Wait { upgrade, message, after } => (upgrade, message, Some(after), false),
+        Step::Failed { upgrade, message } => (upgrade, message, None, true),
+        Step::Done(upgrade) => (upgrade, String::new(), None, false),
+        Step::NotNeeded => (prev.upgrade.clone().unwrap_or_default(), String::new(), None, false),
     };
     info!("{message}");
-    let mut st = ClusterStatus::failed(sub, c, Some(rel), None, reason, message.clone());
+    let crd = desired(prev, &Outcome::Upgrade { release: rel, upgrade, message: message.clone(), failed }, chrono::Utc::now());
+    let reason = if failed { Reason::UpgradeFailed } else { Reason::Progressing };
+    let mut st = ClusterStatus::failed(sub, c, Some(rel), None, reason, message);
     st.synced = prev.synced as usize;
     st.total = prev.total as usize;
-    let mut crd = prev.clone();
-    crd.wanted_release = Some(super::status::release_ref(rel));
-    crd.conditions = match reason {
-        Reason::Progressing => super::status::progressing(&prev.conditions, &message),
-        _ => super::status::conditions(&prev.conditions, false, reason, &message),
-    };
-    crd.upgrade = Some(upgrade);
     Done { status: st, changes: ChangeSet::default(), crd, requeue }
 }
 
@@ -448,9 +444,10 @@ fn unverified_held(
     prev: &ClusterSyncStatus,
     m: &crate::controller::Mismatch,
 ) -> Done {
+    let outcome = Outcome::Failed { wanted: Some(rel), reason: m.reason, message: m.message.clone(), transient: false, cause: None };
+    let crd = desired(prev, &outcome, chrono::Utc::now());
     let mut st = ClusterStatus::failed(sub, c, Some(rel), None, m.reason, m.message.clone());
     keep_applied(&mut st, prev);
-    let crd = failed_crd(prev, Some(rel), &st);
     Done { status: st, changes: ChangeSet::default(), crd, requeue: None }
 }
 
@@ -468,34 +465,6 @@ pub(super) fn apply_options(k: &KubernetesTarget, sub: &Subscription, c: &Cluste
         // No `GET /version` first: the sync's first request is the reachability check.
         reach_within: Some(super::REACHABLE_TIMEOUT),
         ..ApplyOptions::default()
-    }
-}
-
-/// Every object is synced but some are not healthy: `Progressing` while `timeout` has not passed
-/// since the apply started (the `Reconciling` condition's transition), `Unhealthy` after it — or
-/// at once when one has failed (it will not heal by itself).
-fn judge_health(st: &mut ClusterStatus, unhealthy: &[(crate::apply::ObjectRef, Health)], timeout: Duration, prev: &ClusterSyncStatus) {
-    let since = prev
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Reconciling" && c.status == "True")
-        .and_then(|c| chrono::DateTime::parse_from_rfc3339(&c.last_transition_time).ok())
-        .map(|t| t.with_timezone(&chrono::Utc));
-    let waited = since.and_then(|t| chrono::Utc::now().signed_duration_since(t).to_std().ok()).unwrap_or_default();
-    let failed = unhealthy.iter().any(|(_, h)| matches!(h, Health::Failed(_)));
-    let (first, health) = &unhealthy[0];
-    let more = if unhealthy.len() > 1 { format!(" (and {} more not healthy)", unhealthy.len() - 1) } else { String::new() };
-    st.ready = false;
-    if failed || waited >= timeout {
-        st.reason = Reason::Unhealthy;
-        let (o, h) = unhealthy.iter().find(|(_, h)| matches!(h, Health::Failed(_))).unwrap_or(&unhealthy[0]);
-        st.message = format!("{o}: {h}{more}");
-        if !failed {
-            st.message.push_str(&format!("; not healthy within healthTimeout {}", crate::schedule::format_duration(timeout)));
-        }
-    } else {
-        st.reason = Reason::Progressing;
-        st.message = format!("{first}: {health}{more}");
     }
 }
 
@@ -520,7 +489,7 @@ pub(super) async fn choose(kube: &Kube, sub: &Subscription, class: Option<&str>)
         }
         _ => match kube.ctx.select(sub).await {
             Ok(s) => Ok(s.release),
-            Err(e) => Err(Fail::new(Reason::ReleaseUnavailable, e, true)),
+            Err(e) => Err(Fail::new(Reason::ReleaseUnavailable, e.to_string(), true)),
         },
     }
 }
@@ -555,7 +524,7 @@ pub(super) async fn render(kube: &Kube, sub: &Subscription, prepared: &PreparedR
                 .into_iter()
                 .map(|s| Stage { name: s.name.unwrap_or_else(|| "addons".into()), action: StageAction::Apply, objects: s.objects })
                 .collect();
-            unique_across_stages(&stages).map_err(render_failed)?;
+            unique_across_stages(&stages).map_err(|e| render_failed(e.to_string()))?;
             Ok(Rendered { stages, warnings: rendered.warnings.iter().map(ToString::to_string).collect() })
         }
     }

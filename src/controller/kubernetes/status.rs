@@ -8,113 +8,18 @@ use tracing::warn;
 
 use super::MANAGER;
 use super::classes::ClassResult;
-use crate::apply::ChangeSet;
 use crate::config::{ClusterConfig, Subscription};
 use crate::release::Release;
 use crate::status::crd::{
-    ClusterSync, ClusterSyncSpec, ClusterSyncStatus, Condition, MAX_ENTRIES, ObjectEntry, ReleaseRefStatus, StackRelease, StackReleaseSpec,
-    StackReleaseStatus,
+    ClusterSync, ClusterSyncSpec, ClusterSyncStatus, MAX_ENTRIES, StackRelease, StackReleaseSpec, StackReleaseStatus,
 };
-use crate::status::{ClusterStatus, Reason};
 
-pub(super) fn release_ref(r: &Release) -> ReleaseRefStatus {
-    ReleaseRefStatus { tag: r.tag.clone(), version: r.version.to_string(), commit: r.commit.clone() }
-}
+pub(super) use crate::status::desired::{entry, shorten, stalls, summarise};
 
-pub(super) fn entry(e: &crate::apply::Entry, previous: &[ObjectEntry], now: &str) -> ObjectEntry {
-    let (group, version) = match e.object.api_version.rsplit_once('/') {
-        Some((g, v)) => (g.to_owned(), v.to_owned()),
-        None => (String::new(), e.object.api_version.clone()),
-    };
-    let namespace = e.object.namespace.clone().unwrap_or_default();
-    let synced = e.is_synced();
-    // The transition time stays while the object stays in the same state.
-    let since = previous
-        .iter()
-        .find(|p| p.kind == e.object.kind && p.name == e.object.name && p.namespace == namespace && p.group == group && p.synced == synced)
-        .map_or_else(|| now.to_owned(), |p| p.last_transition_time.clone());
-    ObjectEntry {
-        group,
-        version,
-        kind: e.object.kind.clone(),
-        namespace,
-        name: e.object.name.clone(),
-        synced,
-        action: e.action.to_string(),
-        message: e.message.clone(),
-        last_transition_time: since,
-        health: String::new(),
-    }
-}
-
+/// Now, as the status resources carry times. The one clock read of the status code: what is
+/// decided from it ([`crate::status::desired`]) gets the time passed in.
 pub(super) fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
-/// A Cluster not Ready for `reason` is Stalled: it will not pass without a change (the
-/// `Stalled` condition, and the metrics' `stalled` label).
-pub(super) fn stalls(reason: Reason) -> bool {
-    matches!(
-        reason,
-        Reason::RenderFailed
-            | Reason::NotSynced
-            | Reason::PrunePaused
-            | Reason::ReleaseNotAvailable
-            | Reason::Unhealthy
-            | Reason::TagRefused
-            | Reason::PinMismatch
-            | Reason::SignatureInvalid
-    )
-}
-
-/// Conditions for a status, keeping transition times of conditions whose status is unchanged.
-pub(super) fn conditions(previous: &[Condition], ready: bool, reason: Reason, message: &str) -> Vec<Condition> {
-    let stalled = stalls(reason);
-    let reconciling = !ready && !stalled && !matches!(reason, Reason::Paused | Reason::Suspended);
-    // TransientError, ClusterUnreachable, ControlPlaneNotReady, …: Reconciling (retried), never Stalled.
-    let make = |type_: &str, on: bool, why: &str| {
-        let status = if on { "True" } else { "False" };
-        let since = previous.iter().find(|c| c.type_ == type_ && c.status == status).map_or_else(now, |c| c.last_transition_time.clone());
-        Condition {
-            type_: type_.into(),
-            status: status.into(),
-            reason: why.into(),
-            // A Ready cluster's message is empty unless there is something to know (a values
-            // template warning); every other condition carries the reason's message.
-            message: message.to_owned(),
-            last_transition_time: since,
-            observed_generation: None,
-        }
-    };
-    let why = reason.as_str();
-    vec![make("Ready", ready, why), make("Reconciling", reconciling, why), make("Stalled", stalled && !ready, why)]
-}
-
-/// A condition of `type_` that is True, keeping its transition time when it was True before.
-pub(super) fn condition(previous: &[Condition], type_: &str, reason: &str, message: &str) -> Condition {
-    let since = previous.iter().find(|c| c.type_ == type_ && c.status == "True").map_or_else(now, |c| c.last_transition_time.clone());
-    Condition {
-        type_: type_.into(),
-        status: "True".into(),
-        reason: reason.into(),
-        message: message.into(),
-        last_transition_time: since,
-        observed_generation: None,
-    }
-}
-
-/// The conditions while an apply is under way: not Ready, Reconciling (`Progressing`).
-pub(super) fn progressing(previous: &[Condition], message: &str) -> Vec<Condition> {
-    let mut out = conditions(previous, false, Reason::NotSynced, message);
-    for c in &mut out {
-        "Progressing".clone_into(&mut c.reason);
-        if c.type_ == "Reconciling" {
-            "True".clone_into(&mut c.status);
-        } else if c.type_ == "Stalled" {
-            "False".clone_into(&mut c.status);
-        }
-    }
-    out
+    crate::status::desired::timestamp(chrono::Utc::now())
 }
 
 /// Writes a status as it is (the apply-started note); the full write follows the apply. A
@@ -175,46 +80,6 @@ fn may_pass(e: &kube::Error) -> bool {
     match e {
         kube::Error::Api(s) => s.code == 429 || s.code >= 500,
         _ => true,
-    }
-}
-
-pub(super) fn applied_crd(
-    prev: &ClusterSyncStatus,
-    rel: &Release,
-    st: &ClusterStatus,
-    changes: &ChangeSet,
-    unhealthy: &[(crate::apply::ObjectRef, crate::apply::health::Health)],
-    inventory: Vec<String>,
-    digest: String,
-) -> ClusterSyncStatus {
-    let now = now();
-    let health_of = |e: &crate::apply::Entry| unhealthy.iter().find(|(o, _)| *o == e.object).map(|(_, h)| h.to_string());
-    let failing: Vec<ObjectEntry> = changes
-        .entries
-        .iter()
-        .filter(|e| e.is_release_object() && (!e.is_synced() || health_of(e).is_some()))
-        .map(|e| ObjectEntry { health: health_of(e).unwrap_or_default(), ..entry(e, &prev.entries, &now) })
-        .collect();
-    let truncated = failing.len().saturating_sub(MAX_ENTRIES) as u32;
-    ClusterSyncStatus {
-        wanted_release: Some(release_ref(rel)),
-        applied_release: Some(release_ref(rel)),
-        synced: st.synced as u32,
-        total: st.total as u32,
-        conditions: conditions(&prev.conditions, st.ready, st.reason, &st.message),
-        rendered_digest: digest,
-        entries: failing.into_iter().take(MAX_ENTRIES).collect(),
-        entries_truncated: truncated,
-        inventory,
-        ..ClusterSyncStatus::default()
-    }
-}
-
-pub(super) fn failed_crd(prev: &ClusterSyncStatus, wanted: Option<&Release>, st: &ClusterStatus) -> ClusterSyncStatus {
-    ClusterSyncStatus {
-        wanted_release: wanted.map(release_ref).or_else(|| prev.wanted_release.clone()),
-        conditions: conditions(&prev.conditions, false, st.reason, &st.message),
-        ..prev.clone()
     }
 }
 
@@ -288,32 +153,6 @@ async fn create(api: &Api<ClusterSync>, sub: &Subscription, c: &ClusterConfig, o
         "spec": spec,
     });
     api.patch(&c.name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(body)).await
-}
-
-/// The at-a-glance fields: `objects` (`synced/total`) and `message` (the `Ready` condition's
-/// message while it is not `True`, shortened to [`MESSAGE_COLUMN`] characters).
-pub(super) fn summarise(status: &mut ClusterSyncStatus) {
-    status.objects = format!("{}/{}", status.synced, status.total);
-    status.message = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready" && c.status != "True")
-        .map(|c| shorten(&c.message, MESSAGE_COLUMN))
-        .unwrap_or_default();
-}
-
-/// Width of the `MESSAGE` column's text.
-pub(super) const MESSAGE_COLUMN: usize = 80;
-
-/// The first line of `text`, cut at a character boundary to `max` characters with `…`.
-pub(super) fn shorten(text: &str, max: usize) -> String {
-    let line = text.lines().next().unwrap_or_default().trim();
-    if line.chars().count() <= max {
-        return line.to_string();
-    }
-    let mut out: String = line.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
 }
 
 /// Records the release a subscription selected as a `StackRelease`.
@@ -460,6 +299,7 @@ pub(super) fn release_name(sub: &str, tag: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::status::Reason;
 
     #[test]
     fn the_message_column_is_the_first_line_shortened() {
@@ -467,11 +307,13 @@ mod tests {
         assert_eq!(shorten("first line\nsecond", 80), "first line");
         assert_eq!(shorten("ääääääääää", 5), "ääää…");
         let mut st = ClusterSyncStatus { synced: 2, total: 3, ..Default::default() };
-        st.conditions = conditions(&[], false, Reason::NotSynced, "StorageClass/standard: no matches for kind");
+        let v = |ready, reason, message: &str| crate::status::desired::Verdict { ready, reason, message: message.into() };
+        let conditions = |v| crate::status::desired::conditions(&[], &v, "2026-11-26T00:00:00Z");
+        st.conditions = conditions(v(false, Reason::NotSynced, "StorageClass/standard: no matches for kind"));
         summarise(&mut st);
         assert_eq!(st.objects, "2/3");
         assert_eq!(st.message, "StorageClass/standard: no matches for kind");
-        st.conditions = conditions(&[], true, Reason::Synced, "all synced");
+        st.conditions = conditions(v(true, Reason::Synced, "all synced"));
         summarise(&mut st);
         assert_eq!(st.message, "");
     }

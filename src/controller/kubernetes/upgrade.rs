@@ -28,6 +28,7 @@ use super::Kube;
 use crate::apply::ssa::{Applier, ApplyOptions, Inventory, Stage};
 use crate::config::{ClusterConfig, Format, Subscription};
 use crate::controller::PreparedRelease;
+use crate::controller::pipeline::RenderError;
 use crate::model::StageAction;
 use crate::render::cel::{self, Verdict, WaitFor};
 use crate::render::clusterstack::{INSTALL_HOOK, StageRef};
@@ -133,7 +134,7 @@ pub(super) async fn advance(
             }
             _ => {
                 if let Err(why) = run_stage(kube, c, &layout, stage, client, options.clone()).await {
-                    return waiting(up, sub.stage_timeout, why);
+                    return waiting(up, sub.stage_timeout, why.to_string());
                 }
                 info!(stage = %stage.name, action = ?stage.action, "upgrade stage done");
                 next_phase(&mut up, POST);
@@ -188,12 +189,12 @@ async fn run_stage(
     stage: &StageRef,
     client: &kube::Client,
     options: ApplyOptions,
-) -> Result<(), String> {
-    let work = kube.ctx.work_dir()?.join("upgrades").join(format!("{}-{}", c.namespace, c.name));
+) -> Result<(), StageError> {
+    let work = kube.ctx.work_dir().map_err(RenderError::from)?.join("upgrades").join(format!("{}-{}", c.namespace, c.name));
     let helm = kube.ctx.helm().await?;
     let rendered = layout.render_stage(&helm, c, &work, &stage.name).await;
     let _ = tokio::fs::remove_dir_all(&work).await;
-    let objects = rendered.map_err(|e| format!("rendering stage `{}`: {e}", stage.name))?;
+    let objects = rendered.map_err(|source| StageError::Render { stage: stage.name.clone(), source })?;
     let applier = Applier::new(client.clone(), ApplyOptions { prune: false, ..options });
     let s = Stage { name: stage.name.clone(), action: stage.action, objects };
     let result = applier.sync(&[s], &Inventory::default()).await;
@@ -210,9 +211,26 @@ async fn run_stage(
         Some(first) => {
             let verb = if stage.action == StageAction::Delete { "deleting" } else { "applying" };
             let more = if failed.len() > 1 { format!(" (and {} more)", failed.len() - 1) } else { String::new() };
-            Err(format!("{verb} stage `{}`: {first}{more}", stage.name))
+            Err(StageError::Objects { verb, stage: stage.name.clone(), first: first.clone(), more })
         }
     }
+}
+
+/// Why an upgrade stage must be tried again (it waits, up to `stageTimeout`).
+#[derive(Debug, thiserror::Error)]
+enum StageError {
+    /// The work directory or helm is not usable.
+    #[error(transparent)]
+    Setup(#[from] RenderError),
+    #[error("rendering stage `{stage}`: {source}")]
+    Render {
+        stage: String,
+        #[source]
+        source: crate::render::Errors,
+    },
+    /// Some of the stage's objects failed: the first, and how many more.
+    #[error("{verb} stage `{stage}`: {first}{more}")]
+    Objects { verb: &'static str, stage: String, first: String, more: String },
 }
 
 /// Reads a wait's objects from the workload cluster and evaluates its expression: `None` when

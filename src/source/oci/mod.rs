@@ -22,7 +22,6 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use crate::cache::blobs::Sha256Digest;
-use crate::source::github::TokenSource;
 
 /// What `csctl` sets as the `artifactType` of a cluster-stack release.
 pub const CLUSTER_STACK_ARTIFACT: &str = "application/vnd.scs.cluster-stacks.v1";
@@ -30,32 +29,13 @@ pub const CLUSTER_STACK_ARTIFACT: &str = "application/vnd.scs.cluster-stacks.v1"
 pub const IMAGE_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 /// The annotation naming a layer's file.
 pub const TITLE: &str = "org.opencontainers.image.title";
-/// Tags asked for per `tags/list` page unless `pageSize` says otherwise.
-pub const DEFAULT_PAGE_SIZE: u32 = 100;
-/// Largest `pageSize`.
-pub const MAX_PAGE_SIZE: u32 = 1000;
+pub use crate::model::source::{
+    OCI_DEFAULT_PAGE_SIZE as DEFAULT_PAGE_SIZE, OCI_DEFAULT_TIMEOUT as DEFAULT_TIMEOUT, OCI_MAX_PAGE_SIZE as MAX_PAGE_SIZE,
+    OCI_MAX_TIMEOUT as MAX_TIMEOUT, OCI_MIN_TIMEOUT as MIN_TIMEOUT, OciAuth, ReferenceError, Repository,
+};
 /// Most layers a release artifact may have.
 pub const MAX_LAYERS: usize = 256;
 
-/// How an OCI source authenticates (`sources[].oci.auth`); anonymous without it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OciAuth {
-    /// A user name and password (or access token used as one): sent to the token service of a
-    /// `Bearer` challenge, or as HTTP basic authentication to a registry that asks for it.
-    Basic { username: String, password: TokenSource },
-    /// An already issued registry token, sent as `Authorization: Bearer`.
-    Bearer(TokenSource),
-    /// A Docker config file (`.dockerconfigjson`, as Kubernetes mounts an image pull Secret):
-    /// the entry of the registry's host in `auths` gives the credentials.
-    DockerConfig(std::path::PathBuf),
-}
-
-/// Default of `timeout`: the deadline of one registry API call.
-pub const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-/// Shortest `timeout`.
-pub const MIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
-/// Longest `timeout`: a whole poll is bounded by two minutes anyway.
-pub const MAX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 /// Largest Docker config or CA bundle file read.
 pub const MAX_AUX_FILE_BYTES: u64 = 1024 * 1024;
 
@@ -78,6 +58,20 @@ impl std::fmt::Debug for DockerCredentials {
     }
 }
 
+/// Why a Docker config file gives no credentials for a registry. Never quotes the file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DockerConfigError {
+    /// serde's own message can quote a value (a password): only the place is kept.
+    #[error("not a Docker config (JSON with `auths`): error at line {line} column {column}")]
+    NotJson { line: usize, column: usize },
+    #[error("`auths` has no entry for `{0}`")]
+    NoEntry(String),
+    #[error("`auths.{0}.auth` is not base64 of `user:password`")]
+    BadAuth(String),
+    #[error("`auths.{0}` has no `auth`, `username`/`password` or `identitytoken`")]
+    NoCredentials(String),
+}
+
 /// Picks the credentials for `registry` (`host[:port]`) from a Docker config file's text. The
 /// `auths` key may be the bare host or a URL of it (`https://host/v1/`, as `docker login` writes
 /// for Docker Hub). Errors never quote the file's content.
@@ -85,7 +79,7 @@ impl std::fmt::Debug for DockerCredentials {
 /// # Errors
 /// Not JSON (line and column only), no `auths` entry for the registry, or an entry without
 /// usable credentials.
-pub fn docker_credentials(text: &str, registry: &str) -> Result<DockerCredentials, String> {
+pub fn docker_credentials(text: &str, registry: &str) -> Result<DockerCredentials, DockerConfigError> {
     #[derive(Deserialize)]
     struct File {
         #[serde(default)]
@@ -99,8 +93,7 @@ pub fn docker_credentials(text: &str, registry: &str) -> Result<DockerCredential
         identitytoken: Option<String>,
     }
     // serde's messages can quote a value: report only where the file is broken.
-    let file: File = serde_json::from_str(text)
-        .map_err(|e| format!("not a Docker config (JSON with `auths`): error at line {} column {}", e.line(), e.column()))?;
+    let file: File = serde_json::from_str(text).map_err(|e| DockerConfigError::NotJson { line: e.line(), column: e.column() })?;
     let host_of = |key: &str| -> String {
         let k = key.split_once("://").map_or(key, |(_, rest)| rest);
         k.split('/').next().unwrap_or_default().to_ascii_lowercase()
@@ -112,7 +105,7 @@ pub fn docker_credentials(text: &str, registry: &str) -> Result<DockerCredential
         .find(|(k, _)| **k == wanted)
         .or_else(|| file.auths.iter().find(|(k, _)| host_of(k) == wanted))
         .map(|(_, e)| e)
-        .ok_or_else(|| format!("`auths` has no entry for `{registry}`"))?;
+        .ok_or_else(|| DockerConfigError::NoEntry(registry.to_owned()))?;
     let nonempty = |s: &Option<String>| s.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned);
     if let Some(token) = nonempty(&entry.identitytoken) {
         return Ok(DockerCredentials::IdentityToken(token));
@@ -122,13 +115,13 @@ pub fn docker_credentials(text: &str, registry: &str) -> Result<DockerCredential
     }
     if let Some(auth) = nonempty(&entry.auth) {
         use base64::Engine;
-        let bad = || format!("`auths.{registry}.auth` is not base64 of `user:password`");
+        let bad = || DockerConfigError::BadAuth(registry.to_owned());
         let raw = base64::engine::general_purpose::STANDARD.decode(auth.as_bytes()).map_err(|_| bad())?;
         let raw = String::from_utf8(raw).map_err(|_| bad())?;
         let (username, password) = raw.split_once(':').filter(|(u, p)| !u.is_empty() && !p.is_empty()).ok_or_else(bad)?;
         return Ok(DockerCredentials::Basic { username: username.to_owned(), password: password.to_owned() });
     }
-    Err(format!("`auths.{registry}` has no `auth`, `username`/`password` or `identitytoken`"))
+    Err(DockerConfigError::NoCredentials(registry.to_owned()))
 }
 
 /// One layer of a release artifact: a file of the release.
@@ -172,6 +165,32 @@ struct RawDescriptor {
     annotations: std::collections::BTreeMap<String, String>,
 }
 
+/// Why a release artifact's manifest is refused. Permanent: the artifact must be pushed again.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("the manifest is not an OCI image manifest: {0}")]
+    NotJson(#[source] serde_json::Error),
+    #[error("the tag names an image index (several manifests), not a release artifact")]
+    Index,
+    #[error("manifest media type `{0}` is not `{IMAGE_MANIFEST}`")]
+    MediaType(String),
+    #[error("the manifest's schemaVersion is not 2")]
+    SchemaVersion,
+    #[error("the artifact has {0} layers, more than {MAX_LAYERS}")]
+    TooManyLayers(usize),
+    #[error("the artifact has no layers (no files)")]
+    NoLayers,
+    /// `digest` is cut to 80 characters.
+    #[error("layer {index}: digest `{digest}` is not `sha256:<64 hex>`")]
+    LayerDigest { index: usize, digest: String },
+    #[error("layer {index} ({digest}) has no `{TITLE}` annotation: it cannot be named as a file")]
+    NoTitle { index: usize, digest: Sha256Digest },
+    #[error("layer {index} ({digest}): title {title:?} {problem}")]
+    BadTitle { index: usize, digest: Sha256Digest, title: String, problem: &'static str },
+    #[error("two layers are titled {0:?}")]
+    RepeatedTitle(String),
+}
+
 /// Parses a release artifact's manifest (bytes already verified against their digest): an OCI
 /// image manifest whose layers all have a sha256 digest and a title that is a plain file name,
 /// each title once.
@@ -179,23 +198,23 @@ struct RawDescriptor {
 /// # Errors
 /// A message naming the layer: not JSON, an image index or a Docker image manifest, too many
 /// layers, a digest that is not sha256, a missing, unsafe or repeated title.
-pub fn parse_manifest(bytes: &[u8]) -> Result<Artifact, String> {
-    let raw: RawManifest = serde_json::from_slice(bytes).map_err(|e| format!("the manifest is not an OCI image manifest: {e}"))?;
+pub fn parse_manifest(bytes: &[u8]) -> Result<Artifact, ManifestError> {
+    let raw: RawManifest = serde_json::from_slice(bytes).map_err(ManifestError::NotJson)?;
     if raw.manifests.is_some() || raw.media_type.as_deref() == Some("application/vnd.oci.image.index.v1+json") {
-        return Err("the tag names an image index (several manifests), not a release artifact".into());
+        return Err(ManifestError::Index);
     }
     match raw.media_type.as_deref() {
         None | Some(IMAGE_MANIFEST) => {}
-        Some(other) => return Err(format!("manifest media type `{other}` is not `{IMAGE_MANIFEST}`")),
+        Some(other) => return Err(ManifestError::MediaType(other.to_owned())),
     }
     if raw.schema_version != Some(2) {
-        return Err("the manifest's schemaVersion is not 2".into());
+        return Err(ManifestError::SchemaVersion);
     }
     if raw.layers.len() > MAX_LAYERS {
-        return Err(format!("the artifact has {} layers, more than {MAX_LAYERS}", raw.layers.len()));
+        return Err(ManifestError::TooManyLayers(raw.layers.len()));
     }
     if raw.layers.is_empty() {
-        return Err("the artifact has no layers (no files)".into());
+        return Err(ManifestError::NoLayers);
     }
     let artifact_type = raw.artifact_type.or_else(|| raw.config.map(|c| c.media_type)).filter(|t| !t.is_empty());
     let mut seen = BTreeSet::new();
@@ -205,13 +224,15 @@ pub fn parse_manifest(bytes: &[u8]) -> Result<Artifact, String> {
             .digest
             .strip_prefix("sha256:")
             .and_then(Sha256Digest::parse)
-            .ok_or_else(|| format!("layer {i}: digest `{}` is not `sha256:<64 hex>`", l.digest.chars().take(80).collect::<String>()))?;
+            .ok_or_else(|| ManifestError::LayerDigest { index: i, digest: l.digest.chars().take(80).collect() })?;
         let Some(title) = l.annotations.get(TITLE) else {
-            return Err(format!("layer {i} ({digest}) has no `{TITLE}` annotation: it cannot be named as a file"));
+            return Err(ManifestError::NoTitle { index: i, digest });
         };
-        check_title(title).map_err(|m| format!("layer {i} ({digest}): title {title:?} {m}"))?;
+        if let Err(problem) = check_title(title) {
+            return Err(ManifestError::BadTitle { index: i, digest, title: title.clone(), problem });
+        }
         if !seen.insert(title.clone()) {
-            return Err(format!("two layers are titled {title:?}"));
+            return Err(ManifestError::RepeatedTitle(title.clone()));
         }
         layers.push(Layer { title: title.clone(), digest, size: l.size, media_type: l.media_type });
     }
@@ -238,13 +259,10 @@ fn check_title(title: &str) -> Result<(), &'static str> {
 /// The OCI media types a manifest request accepts (image manifest and image index).
 pub const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json";
 
-/// Longest repository reference accepted; registries cap names well below this.
-const MAX_REFERENCE_LEN: usize = 512;
-
 #[derive(Debug, Error)]
 pub enum Error {
-    #[error("repository `{reference}`: {message}")]
-    Reference { reference: String, message: &'static str },
+    #[error(transparent)]
+    Reference(#[from] ReferenceError),
     #[error("repository `{reference}`: plain HTTP is allowed only for a loopback registry or with `insecure: true`")]
     Insecure { reference: String },
     #[error("{repo}: request {url} failed: {message}")]
@@ -273,64 +291,47 @@ pub enum Error {
     },
 }
 
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+impl Error {
+    /// Whether asking again soon may succeed with nothing changed: a request that failed, a
+    /// server error or a rate limit; not a refused credential, a bad reference, an artifact too
+    /// large or malformed, a layer whose digest does not match.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Request { .. } => true,
+            Error::Status { status, .. } => *status == 429 || *status >= 500,
+            Error::Layer { source, .. } => source.is_transient(),
+            Error::Reference { .. }
+            | Error::Insecure { .. }
+            | Error::Unauthorized { .. }
+            | Error::CaFile { .. }
+            | Error::Credentials { .. }
+            | Error::TooLarge { .. }
+            | Error::Tags { .. }
+            | Error::Manifest { .. } => false,
+        }
+    }
 
-/// `host[:port]/path` split into its registry and its repository name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Repository {
-    /// `host` or `host:port`.
-    pub registry: String,
-    /// The repository name inside the registry, e.g. `scs/openstack-scs`.
-    pub name: String,
+    /// A short stable name, for condition reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Reference { .. } => "BadReference",
+            Error::Insecure { .. } => "Insecure",
+            Error::Request { .. } => "RequestFailed",
+            Error::Status { .. } => "HttpStatus",
+            Error::Unauthorized { .. } => "Unauthorized",
+            Error::CaFile { .. } => "CaFile",
+            Error::Credentials { .. } => "Credentials",
+            Error::TooLarge { .. } => "TooLarge",
+            Error::Tags { .. } => "BadTagList",
+            Error::Manifest { .. } => "BadManifest",
+            Error::Layer { source, .. } => source.reason(),
+        }
+    }
 }
 
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
 impl Repository {
-    /// Parses `host[:port]/path` (no scheme, no tag, no digest).
-    ///
-    /// # Errors
-    /// The reference is empty, too long, has a scheme, tag or digest, or a name component
-    /// outside the distribution grammar (`[a-z0-9]+([._-][a-z0-9]+)*`).
-    pub fn parse(reference: &str) -> Result<Self, Error> {
-        let err = |message| Error::Reference { reference: reference.to_owned(), message };
-        if reference.is_empty() || reference.len() > MAX_REFERENCE_LEN {
-            return Err(err("expected `host[:port]/path` of at most 512 characters"));
-        }
-        if reference.contains("://") {
-            return Err(err("no scheme: write `host[:port]/path` (set `insecure: true` for plain HTTP)"));
-        }
-        if reference.contains('@') {
-            return Err(err("no digest: releases are the repository's tags"));
-        }
-        let Some((registry, name)) = reference.split_once('/') else {
-            return Err(err("expected `host[:port]/path`"));
-        };
-        let (host, port) = match registry.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (registry, None),
-        };
-        if host.is_empty() || !host.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-') {
-            return Err(err("the registry host is not a host name or IPv4 address"));
-        }
-        if let Some(p) = port
-            && p.parse::<u16>().map_or(true, |p| p == 0)
-        {
-            return Err(err("the registry port is not a number from 1 to 65535"));
-        }
-        if name.contains(':') {
-            return Err(err("no tag: releases are the repository's tags"));
-        }
-        if !name.split('/').all(is_name_component) {
-            return Err(err("each path component must match `[a-z0-9]+([._-][a-z0-9]+)*`"));
-        }
-        Ok(Self { registry: registry.to_owned(), name: name.to_owned() })
-    }
-
-    /// Whether the registry host is loopback (`localhost`, `127.x.y.z`).
-    pub fn is_loopback(&self) -> bool {
-        let host = self.registry.rsplit_once(':').map_or(self.registry.as_str(), |(h, _)| h);
-        host == "localhost" || host.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
-    }
-
     /// The base URL of the registry: `https://` unless plain HTTP is allowed.
     ///
     /// # Errors
@@ -342,11 +343,6 @@ impl Repository {
         let scheme = if plain_http { "http" } else { "https" };
         Ok(format!("{scheme}://{}", self.registry))
     }
-}
-
-fn is_name_component(c: &str) -> bool {
-    !c.is_empty()
-        && c.split(['.', '_', '-']).all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()))
 }
 
 /// The target of `rel="next"` in a `Link` header, resolved against `base` (`scheme://host`) when
@@ -444,13 +440,13 @@ mod tests {
             (String::new(), "no layers"),
         ];
         for (layers, want) in table {
-            let err = parse_manifest(&manifest(layers)).unwrap_err();
+            let err = parse_manifest(&manifest(layers)).unwrap_err().to_string();
             assert!(err.contains(want), "{layers}: {err}");
         }
         let index = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#;
-        assert!(parse_manifest(index).unwrap_err().contains("image index"));
+        assert!(parse_manifest(index).unwrap_err().to_string().contains("image index"));
         let docker = br#"{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json","layers":[]}"#;
-        assert!(parse_manifest(docker).unwrap_err().contains("is not `application/vnd.oci.image.manifest.v1+json`"));
+        assert!(parse_manifest(docker).unwrap_err().to_string().contains("is not `application/vnd.oci.image.manifest.v1+json`"));
     }
 
     #[test]
@@ -497,11 +493,11 @@ mod tests {
         assert_eq!(format!("{:?}", basic("deployer", "s3cret")), "Basic(deployer, ***)");
         assert_eq!(docker_credentials(config, "plain.example").unwrap(), basic("u", "p"));
         assert_eq!(docker_credentials(config, "oauth.example").unwrap(), DockerCredentials::IdentityToken("refresh-me".into()));
-        assert!(docker_credentials(config, "r.example").unwrap_err().contains("no entry for `r.example`"));
-        assert!(docker_credentials(config, "empty.example").unwrap_err().contains("has no `auth`"));
-        assert!(docker_credentials(config, "bad.example").unwrap_err().contains("not base64 of `user:password`"));
+        assert!(docker_credentials(config, "r.example").unwrap_err().to_string().contains("no entry for `r.example`"));
+        assert!(docker_credentials(config, "empty.example").unwrap_err().to_string().contains("has no `auth`"));
+        assert!(docker_credentials(config, "bad.example").unwrap_err().to_string().contains("not base64 of `user:password`"));
         // A broken file is located, never quoted.
-        let err = docker_credentials(r#"{"auths":{"x":{"auth":42, "password":"hunter2"}}}"#, "x").unwrap_err();
+        let err = docker_credentials(r#"{"auths":{"x":{"auth":42, "password":"hunter2"}}}"#, "x").unwrap_err().to_string();
         assert!(err.contains("line 1 column") && !err.contains("hunter2"), "{err}");
     }
 
