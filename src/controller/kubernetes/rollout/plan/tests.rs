@@ -1,0 +1,578 @@
+//! Table tests of the rollout's decisions over fleets of Clusters.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use kube::api::DynamicObject;
+use serde_json::json;
+
+use super::*;
+use crate::config::Wave;
+use crate::status::crd::{
+    Condition, ReleaseRefStatus, RolloutStatus, StackRelease, StackReleaseSpec, StackReleaseStatus, UpgradeStatus, WaveStatus,
+};
+
+const V3: &str = "docker-ferrol-1-27-v3";
+const V4: &str = "docker-ferrol-1-27-v4";
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn at(secs: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000 + secs, 0).expect("time")
+}
+
+fn keys(n: usize) -> Vec<(String, bool)> {
+    (0..n).map(|i| (format!("ns/c{i:02}"), false)).collect()
+}
+
+fn cond(t: &str, s: &str, reason: &str) -> Condition {
+    Condition { type_: t.into(), status: s.into(), reason: reason.into(), message: "m".into(), ..Default::default() }
+}
+
+/// A v1beta1 Cluster `ns/name` on `class`, available or not.
+fn cluster(key: &str, class: &str, available: bool) -> DynamicObject {
+    let (ns, name) = key.split_once('/').expect("ns/name");
+    let ready = if available { "True" } else { "False" };
+    serde_json::from_value(json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+        "metadata": {"namespace": ns, "name": name},
+        "spec": {"topology": {"class": class, "version": "v1.27.3"}},
+        "status": {"conditions": [{"type": "Ready", "status": ready}, {"type": "ControlPlaneReady", "status": "True"}]}}))
+    .expect("cluster")
+}
+
+/// A ClusterSync that applied `tag` and is Ready (or not Ready for `reason`).
+fn sync(tag: &str, not_ready: Option<&str>) -> ClusterSyncStatus {
+    let ready = match not_ready {
+        None => cond("Ready", "True", "Synced"),
+        Some(reason) => cond("Ready", "False", reason),
+    };
+    ClusterSyncStatus {
+        applied_release: Some(ReleaseRefStatus { tag: tag.into(), ..Default::default() }),
+        conditions: vec![ready],
+        ..Default::default()
+    }
+}
+
+/// A fleet where each Cluster is in one of these states:
+/// `old` on v3, not moved yet; `done` moved to v4, synced, available; `late` moved, synced,
+/// not available yet; `failed` moved, its ClusterSync `UpgradeFailed`; `changed` moved and put
+/// back on v3 by someone; `gone` deleted (not in the fleet at all).
+fn fleet(states: &[(&str, &str)]) -> Fleet {
+    let mut f = Fleet::default();
+    for (key, state) in states {
+        let (class, available, sync_) = match *state {
+            "old" => (V3, true, Some(sync(V3, None))),
+            "done" => (V4, true, Some(sync(V4, None))),
+            "late" => (V4, false, Some(sync(V4, None))),
+            "failed" => (V4, true, Some(sync(V4, Some("UpgradeFailed")))),
+            "changed" => (V3, true, Some(sync(V4, None))),
+            "gone" => continue,
+            other => panic!("unknown state {other}"),
+        };
+        let key = (*key).to_owned();
+        f.members.insert(key.clone(), Member { obj: cluster(&key, class, available), canary: false });
+        if let Some(s) = sync_ {
+            f.syncs.insert(key, s);
+        }
+    }
+    f
+}
+
+/// A rollout over `waves` at wave `wave` (1-based): the waves before it done, the later ones
+/// pending; `current` the running wave's phase; the wave started at `at(0)`.
+fn rollout(waves: &[&[&str]], wave: u32, current: &str, phase: &str) -> RolloutStatus {
+    let plan = waves
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let p = match (i + 1).cmp(&(wave as usize)) {
+                std::cmp::Ordering::Less => DONE,
+                std::cmp::Ordering::Equal => current,
+                std::cmp::Ordering::Greater => PENDING,
+            };
+            WaveStatus { clusters: w.iter().map(|c| (*c).to_owned()).collect(), phase: p.into(), done: 0 }
+        })
+        .collect::<Vec<_>>();
+    let mut st = RolloutStatus {
+        phase: phase.into(),
+        wave,
+        waves: waves.len() as u32,
+        total: waves.iter().map(|w| w.len() as u32).sum(),
+        started: timestamp(at(-100)),
+        wave_started: timestamp(at(0)),
+        plan,
+        handled_resume: "t1".into(),
+        handled_pause: "t1".into(),
+        ..RolloutStatus::default()
+    };
+    summarise(&mut st);
+    st
+}
+
+fn show(steps: &[Step]) -> Vec<String> {
+    steps
+        .iter()
+        .map(|s| match s {
+            Step::Resumed { wave, waves } => format!("resumed {wave}/{waves}"),
+            Step::WaveStarted { wave, waves, clusters } => format!("started {wave}/{waves} {}", clusters.join(",")),
+            Step::WaveDone { wave, waves, clusters } => format!("done {wave}/{waves} ({clusters})"),
+            Step::Complete => "complete".into(),
+            Step::Paused { wave, waves, reason, message } => format!("paused {wave}/{waves} {reason}: {message}"),
+        })
+        .collect()
+}
+
+const THREE: [&[&str]; 3] = [&["ns/c00"], &["ns/c01", "ns/c02"], &["ns/c03", "ns/c04", "ns/c05"]];
+
+#[test]
+fn waves_are_cut_in_name_order_with_canaries_first() {
+    let w = [Wave::Clusters(1), Wave::Percent(25), Wave::Percent(100)];
+    let p = plan(&w, &keys(10));
+    assert_eq!(p.iter().map(Vec::len).collect::<Vec<_>>(), [1, 2, 7]);
+    assert_eq!(p[0], ["ns/c00"]);
+    assert_eq!(p[1], ["ns/c01", "ns/c02"]);
+    let mut k = keys(10);
+    k[7].1 = true;
+    k[8].1 = true;
+    let p = plan(&w, &k);
+    assert_eq!(p[0], ["ns/c07", "ns/c08"], "every canary is in the first wave");
+    assert_eq!(p[1], ["ns/c00"]);
+    assert_eq!(p.iter().map(Vec::len).sum::<usize>(), 10);
+    // Waves that add nobody are left out; the last takes the rest.
+    assert_eq!(plan(&[Wave::Percent(10), Wave::Percent(10), Wave::Percent(100)], &keys(3)).len(), 2);
+    assert_eq!(plan(&w, &keys(1)), [["ns/c00"]]);
+    assert!(plan(&w, &[]).is_empty());
+}
+
+#[test]
+fn a_timeout_names_the_first_late_cluster_and_the_others() {
+    let w: Vec<(String, String)> = (0..8).map(|i| (format!("ns/c{i}"), format!("why {i}"))).collect();
+    assert_eq!(late_message(&w[..1], Duration::from_secs(30)), "ns/c0 not done within waveTimeout 30s: why 0");
+    assert_eq!(
+        late_message(&w, Duration::from_secs(60)),
+        "ns/c0 not done within waveTimeout 1m: why 0 (also late: ns/c1, ns/c2, ns/c3, ns/c4, ns/c5 and 2 more)"
+    );
+}
+
+#[test]
+fn a_wave_times_out_only_past_its_timeout() {
+    let started = timestamp(at(0));
+    assert!(!timed_out(&started, TIMEOUT, at(30)), "at the timeout, not past it");
+    assert!(timed_out(&started, TIMEOUT, at(31)));
+    assert!(!timed_out(&started, TIMEOUT, at(-5)), "a clock behind the start is no time elapsed");
+    assert!(!timed_out("", TIMEOUT, at(3600)), "no start recorded: never");
+}
+
+fn release(phase: &str, rollout: &str, annotations: &[(&str, &str)], handled: &str) -> StackRelease {
+    let mut r = StackRelease::new("ferrol.v4", StackReleaseSpec { subscription: "ferrol".into(), source: "s".into(), tag: "v4".into() });
+    r.metadata.annotations = Some(annotations.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect());
+    r.status = Some(StackReleaseStatus {
+        phase: phase.into(),
+        rollout: (!rollout.is_empty()).then(|| RolloutStatus {
+            phase: rollout.into(),
+            handled_resume: handled.into(),
+            handled_pause: handled.into(),
+            ..RolloutStatus::default()
+        }),
+        ..Default::default()
+    });
+    r
+}
+
+#[test]
+fn only_an_unhandled_request_or_an_applied_class_wakes_the_driver() {
+    let rel = release;
+    assert!(wants_a_look(&rel("Applied", PAUSED, &[(ROLLOUT_RESUME, "t2")], "t1")));
+    assert!(!wants_a_look(&rel("Applied", PAUSED, &[(ROLLOUT_RESUME, "t1")], "t1")), "handled already");
+    assert!(!wants_a_look(&rel("Applied", PAUSED, &[], "")), "nothing asked");
+    assert!(wants_a_look(&rel("Applied", PROGRESSING, &[(ROLLOUT_PAUSE, "t2")], "t1")));
+    assert!(!wants_a_look(&rel("Applied", PROGRESSING, &[(ROLLOUT_RESUME, "t2")], "t1")), "resuming a running rollout");
+    assert!(!wants_a_look(&rel("Applied", COMPLETE, &[(ROLLOUT_RESUME, "t2"), (ROLLOUT_PAUSE, "t2")], "t1")));
+    assert!(wants_a_look(&rel("Applied", WAITING, &[], "")), "its ClusterClass is applied now");
+    assert!(!wants_a_look(&rel("Failed", WAITING, &[], "")));
+    assert!(!wants_a_look(&rel("Applied", "", &[(ROLLOUT_RESUME, "t2")], "")), "no rollout");
+}
+
+#[test]
+fn a_cluster_is_done_when_upgraded_healthy_and_available() {
+    let t = Target { class: "s-v4", version: Some("v1.28.1"), v1beta2: false };
+    let cluster = |class: &str, avail: bool| {
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "spec": {"topology": {"class": class}}, "status": {"conditions": [
+            {"type": "Ready", "status": if avail { "True" } else { "False" }}, {"type": "ControlPlaneReady", "status": "True"}]}})
+    };
+    let cp = |v: &str| json!({"status": {"version": v}});
+    let mut sync = ClusterSyncStatus {
+        applied_release: Some(ReleaseRefStatus { tag: "s-v4".into(), ..Default::default() }),
+        conditions: vec![cond("Ready", "True", "Synced")],
+        ..Default::default()
+    };
+    assert_eq!(judge(&cluster("s-v4", true), Some(&cp("v1.28.1")), Some(&sync), &t), Health::Done);
+    assert!(matches!(judge(&cluster("s-v4", false), Some(&cp("v1.28.1")), Some(&sync), &t), Health::Waiting(w) if w.contains("available")));
+    assert!(matches!(judge(&cluster("s-v4", true), Some(&cp("v1.27.3")), Some(&sync), &t), Health::Waiting(w) if w.contains("v1.27.3")));
+    assert!(matches!(judge(&cluster("s-v3", true), Some(&cp("v1.28.1")), Some(&sync), &t), Health::Failed("ClassChanged", _)));
+    let v1beta2 = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "spec": {"topology": {"classRef": {"name": "s-v4"}}}, "status": {"conditions": [{"type": "Available", "status": "True"}]}});
+    let t2 = Target { v1beta2: true, ..t };
+    assert_eq!(judge(&v1beta2, Some(&cp("v1.28.1")), Some(&sync), &t2), Health::Done);
+    // The control plane's own Available condition wins over the Cluster's (a moment older).
+    let down = json!({"metadata": {"generation": 3}, "status": {"version": "v1.28.1", "conditions": [
+        {"type": "Available", "status": "False", "reason": "Unhealthy", "message": "etcd down", "observedGeneration": 3}]}});
+    assert!(
+        matches!(judge(&v1beta2, Some(&down), Some(&sync), &t2), Health::Waiting(w) if w == "its control plane is not available (Unhealthy: etcd down)")
+    );
+    let stale = json!({"metadata": {"generation": 4}, "status": {"version": "v1.28.1", "conditions": [
+        {"type": "Available", "status": "True", "observedGeneration": 3}]}});
+    assert!(matches!(judge(&v1beta2, Some(&stale), Some(&sync), &t2), Health::Waiting(w) if w.contains("not reported")));
+    let up = json!({"metadata": {"generation": 4}, "status": {"version": "v1.28.1", "conditions": [
+        {"type": "Available", "status": "True", "observedGeneration": 4}]}});
+    assert_eq!(judge(&v1beta2, Some(&up), Some(&sync), &t2), Health::Done);
+    assert!(matches!(judge(&cluster("s-v4", true), Some(&cp("v1.28.1")), Some(&sync), &t2), Health::Waiting(_)));
+    let t = Target { v1beta2: false, ..t2 };
+    sync.upgrade =
+        Some(UpgradeStatus { to: "s-v4".into(), phase: "PostCondition".into(), stage: "cni".into(), stages: 2, ..Default::default() });
+    assert!(matches!(judge(&cluster("s-v4", true), Some(&cp("v1.28.1")), Some(&sync), &t), Health::Waiting(w) if w.contains("`cni`")));
+    sync.conditions = vec![cond("Ready", "False", "UpgradeFailed")];
+    assert!(
+        matches!(judge(&cluster("s-v4", true), None, Some(&sync), &t), Health::Failed("ClusterFailed", w) if w.starts_with("UpgradeFailed"))
+    );
+    assert!(matches!(judge(&cluster("s-v4", true), None, None, &t), Health::Waiting(_)));
+}
+
+#[test]
+fn a_wave_is_judged_over_the_fleet_in_wave_order() {
+    let t = Target { class: V4, version: None, v1beta2: false };
+    let wave: Vec<String> = ["ns/a", "ns/b", "ns/c"].map(str::to_owned).into();
+    let cases: &[(&str, &[(&str, &str)], WaveHealth)] = &[
+        ("all done", &[("ns/a", "done"), ("ns/b", "done"), ("ns/c", "done")], WaveHealth::Done),
+        ("a deleted Cluster has nothing left to move", &[("ns/a", "done"), ("ns/b", "gone"), ("ns/c", "gone")], WaveHealth::Done),
+        (
+            "late ones are named, in order",
+            &[("ns/a", "late"), ("ns/b", "done"), ("ns/c", "late")],
+            WaveHealth::Waiting {
+                done: 1,
+                late: vec![
+                    ("ns/a".into(), "Cluster API does not report it available yet".into()),
+                    ("ns/c".into(), "Cluster API does not report it available yet".into()),
+                ],
+            },
+        ),
+        (
+            "the first failed one, counting the done before it",
+            &[("ns/a", "done"), ("ns/b", "failed"), ("ns/c", "changed")],
+            WaveHealth::Failed { done: 1, cluster: "ns/b".into(), reason: "ClusterFailed", why: "UpgradeFailed: m".into() },
+        ),
+        (
+            "a failure wins over a late one before it",
+            &[("ns/a", "late"), ("ns/b", "changed"), ("ns/c", "done")],
+            WaveHealth::Failed {
+                done: 0,
+                cluster: "ns/b".into(),
+                reason: "ClassChanged",
+                why: format!("its class was changed to `{V3}` by someone else during its wave"),
+            },
+        ),
+    ];
+    for (name, states, want) in cases {
+        assert_eq!(&judge_wave(&wave, &fleet(states), &t), want, "{name}");
+    }
+    // With a Kubernetes version to reach, the control plane the driver read has the word.
+    let t = Target { version: Some("v1.28.1"), ..t };
+    let mut f = fleet(&[("ns/a", "done"), ("ns/b", "done"), ("ns/c", "done")]);
+    f.control_planes.insert("ns/a".into(), json!({"status": {"version": "v1.28.1"}}));
+    f.control_planes.insert("ns/b".into(), json!({"status": {"version": "v1.27.3"}}));
+    let WaveHealth::Waiting { done: 1, late } = judge_wave(&wave, &f, &t) else { panic!("waiting") };
+    assert_eq!(
+        late,
+        [
+            ("ns/b".to_owned(), "control plane reports v1.27.3, not v1.28.1 yet".to_owned()),
+            ("ns/c".to_owned(), "its control plane object (spec.controlPlaneRef) cannot be read".to_owned())
+        ]
+    );
+}
+
+/// One round of [`advance`]: the rollout before, the fleet, the requests, when; what it did
+/// and the rollout after.
+struct Case {
+    name: &'static str,
+    before: RolloutStatus,
+    fleet: &'static [(&'static str, &'static str)],
+    requests: (&'static str, &'static str),
+    now: i64,
+    steps: &'static [&'static str],
+    /// phase, wave, reason, done
+    after: (&'static str, u32, &'static str, u32),
+}
+
+#[test]
+fn a_round_moves_the_rollout_on_as_far_as_it_goes() {
+    let all_old: &[(&str, &str)] =
+        &[("ns/c00", "old"), ("ns/c01", "old"), ("ns/c02", "old"), ("ns/c03", "old"), ("ns/c04", "old"), ("ns/c05", "old")];
+    let started = rollout(&THREE, 1, PENDING, PROGRESSING);
+    let mut paused_late = rollout(&THREE, 2, PROGRESSING, PAUSED);
+    paused_late.reason = "WaveTimeout".into();
+    paused_late.message = "ns/c02 not done".into();
+    let mut paused_before_3 = rollout(&THREE, 3, PENDING, PAUSED);
+    paused_before_3.reason = "PauseRequested".into();
+    let cases = [
+        Case {
+            name: "a pending wave is started, its Clusters to be moved, not judged",
+            before: started.clone(),
+            fleet: all_old,
+            requests: ("t1", "t1"),
+            now: 5,
+            steps: &["started 1/3 ns/c00"],
+            after: (PROGRESSING, 1, "", 0),
+        },
+        Case {
+            name: "a wave done starts the next in the same round",
+            before: rollout(&THREE, 1, PROGRESSING, PROGRESSING),
+            fleet: &[("ns/c00", "done"), ("ns/c01", "old"), ("ns/c02", "old")],
+            requests: ("t1", "t1"),
+            now: 5,
+            steps: &["done 1/3 (1)", "started 2/3 ns/c01,ns/c02"],
+            after: (PROGRESSING, 2, "", 1),
+        },
+        Case {
+            name: "a deleted Cluster does not hold its wave",
+            before: rollout(&THREE, 2, PROGRESSING, PROGRESSING),
+            fleet: &[("ns/c00", "done"), ("ns/c01", "done"), ("ns/c02", "gone")],
+            requests: ("t1", "t1"),
+            now: 5,
+            steps: &["done 2/3 (2)", "started 3/3 ns/c03,ns/c04,ns/c05"],
+            after: (PROGRESSING, 3, "", 3),
+        },
+        Case {
+            name: "the last wave done completes the rollout",
+            before: rollout(&THREE, 3, PROGRESSING, PROGRESSING),
+            fleet: &[("ns/c03", "done"), ("ns/c04", "done"), ("ns/c05", "done")],
+            requests: ("t1", "t1"),
+            now: 5,
+            steps: &["done 3/3 (3)", "complete"],
+            after: (COMPLETE, 3, "", 6),
+        },
+        Case {
+            name: "a late Cluster within waveTimeout waits, the done ones counted",
+            before: rollout(&THREE, 2, PROGRESSING, PROGRESSING),
+            fleet: &[("ns/c01", "done"), ("ns/c02", "late")],
+            requests: ("t1", "t1"),
+            now: 30,
+            steps: &[],
+            after: (PROGRESSING, 2, "", 2),
+        },
+        Case {
+            name: "a late Cluster past waveTimeout pauses the rollout, naming it",
+            before: rollout(&THREE, 2, PROGRESSING, PROGRESSING),
+            fleet: &[("ns/c01", "late"), ("ns/c02", "late")],
+            requests: ("t1", "t1"),
+            now: 31,
+            steps: &[
+                "paused 2/3 WaveTimeout: ns/c01 not done within waveTimeout 30s: Cluster API does not report it available yet (also late: ns/c02)",
+            ],
+            after: (PAUSED, 2, "WaveTimeout", 1),
+        },
+        Case {
+            name: "a failed Cluster pauses the rollout at once",
+            before: rollout(&THREE, 2, PROGRESSING, PROGRESSING),
+            fleet: &[("ns/c01", "done"), ("ns/c02", "failed")],
+            requests: ("t1", "t1"),
+            now: 1,
+            steps: &["paused 2/3 ClusterFailed: ns/c02: UpgradeFailed: m"],
+            after: (PAUSED, 2, "ClusterFailed", 2),
+        },
+        Case {
+            name: "a Cluster put back on its old class pauses the rollout",
+            before: rollout(&THREE, 1, PROGRESSING, PROGRESSING),
+            fleet: &[("ns/c00", "changed")],
+            requests: ("t1", "t1"),
+            now: 1,
+            steps: &["paused 1/3 ClassChanged: ns/c00: its class was changed to `docker-ferrol-1-27-v3` by someone else during its wave"],
+            after: (PAUSED, 1, "ClassChanged", 0),
+        },
+        Case {
+            name: "a pause request stops the rollout at the wave boundary",
+            before: rollout(&THREE, 1, PROGRESSING, PROGRESSING),
+            fleet: &[("ns/c00", "done")],
+            requests: ("t1", "t2"),
+            now: 5,
+            steps: &["done 1/3 (1)", "paused 2/3 PauseRequested: paused by request before wave 2/3"],
+            after: (PAUSED, 2, "PauseRequested", 1),
+        },
+        Case {
+            name: "a pause request waits for the running wave",
+            before: rollout(&THREE, 1, PROGRESSING, PROGRESSING),
+            fleet: &[("ns/c00", "late")],
+            requests: ("t1", "t2"),
+            now: 5,
+            steps: &[],
+            after: (PROGRESSING, 1, "", 0),
+        },
+        Case {
+            name: "a paused rollout not asked to resume stays paused",
+            before: paused_late.clone(),
+            fleet: &[("ns/c01", "done"), ("ns/c02", "done")],
+            requests: ("t1", "t1"),
+            now: 500,
+            steps: &[],
+            after: (PAUSED, 2, "WaveTimeout", 1),
+        },
+        Case {
+            name: "a resume starts the paused wave again, with a whole waveTimeout",
+            before: paused_late,
+            fleet: &[("ns/c01", "done"), ("ns/c02", "late")],
+            requests: ("t3", "t1"),
+            now: 500,
+            steps: &["resumed 2/3", "started 2/3 ns/c01,ns/c02"],
+            after: (PROGRESSING, 2, "", 1),
+        },
+        Case {
+            name: "a resume after a pause request starts the next wave",
+            before: paused_before_3,
+            fleet: &[("ns/c03", "old"), ("ns/c04", "old"), ("ns/c05", "old")],
+            requests: ("t3", "t2"),
+            now: 500,
+            steps: &["resumed 3/3", "started 3/3 ns/c03,ns/c04,ns/c05"],
+            after: (PROGRESSING, 3, "", 3),
+        },
+    ];
+    let t = Target { class: V4, version: None, v1beta2: false };
+    for c in cases {
+        let mut st = c.before.clone();
+        let requests = Requests { resume: c.requests.0.into(), pause: c.requests.1.into() };
+        let steps = advance(&mut st, &fleet(c.fleet), &t, &requests, TIMEOUT, at(c.now));
+        assert_eq!(show(&steps), c.steps, "{}", c.name);
+        assert_eq!((st.phase.as_str(), st.wave, st.reason.as_str(), st.done), c.after, "{}", c.name);
+        assert_eq!(st.summary, format!("{}/6", st.done), "{}", c.name);
+        if steps.iter().any(|s| matches!(s, Step::WaveStarted { .. })) {
+            assert_eq!(st.wave_started, timestamp(at(c.now)), "{}: the wave's clock starts now", c.name);
+            assert_eq!(st.plan[st.wave as usize - 1].phase, PROGRESSING, "{}", c.name);
+        }
+        if st.phase == PAUSED || c.before.phase == PAUSED {
+            assert_eq!(st.message.is_empty(), st.phase != PAUSED, "{}: a message while paused, none after", c.name);
+        }
+        if steps.first().is_some_and(|s| matches!(s, Step::Resumed { .. })) {
+            assert_eq!((st.handled_resume.as_str(), st.handled_pause.as_str()), c.requests, "{}: both requests handled", c.name);
+        }
+        if steps.is_empty() && st.phase != PROGRESSING {
+            assert_eq!(st, c.before, "{}: nothing changed", c.name);
+        }
+    }
+}
+
+#[test]
+fn the_rounds_judge_only_a_started_wave() {
+    assert!(to_judge(&rollout(&THREE, 1, PENDING, PROGRESSING)).is_empty(), "a pending wave is moved, not judged");
+    assert_eq!(to_judge(&rollout(&THREE, 2, PROGRESSING, PROGRESSING)), ["ns/c01", "ns/c02"]);
+    assert!(to_judge(&rollout(&THREE, 2, PROGRESSING, PAUSED)).is_empty(), "a resumed wave starts again");
+    let mut done = rollout(&THREE, 3, DONE, COMPLETE);
+    assert!(to_judge(&done).is_empty());
+    done.phase = PROGRESSING.into();
+    done.wave = 4;
+    assert!(to_judge(&done).is_empty(), "past the last wave");
+    assert_eq!(round(None), Round::Start);
+    assert_eq!(round(Some(&rollout(&THREE, 1, PENDING, WAITING))), Round::Start);
+    assert_eq!(round(Some(&rollout(&THREE, 1, PENDING, STOPPED))), Round::Start, "configured again");
+    assert_eq!(round(Some(&rollout(&THREE, 1, PENDING, PAUSED))), Round::GoOn);
+    assert_eq!(round(Some(&rollout(&THREE, 1, PENDING, COMPLETE))), Round::Skip);
+    assert_eq!(round(Some(&rollout(&THREE, 1, PENDING, SUPERSEDED))), Round::Skip);
+}
+
+#[test]
+fn a_rollout_starts_over_the_clusters_on_older_releases_canaries_first() {
+    let mut f = fleet(&[("ns/a", "old"), ("ns/b", "done"), ("ns/c", "old"), ("ns/d", "old")]);
+    f.members.insert("ns/e".into(), Member { obj: cluster("ns/e", "docker-ferrol-1-27-v5", true), canary: false });
+    f.members.insert("ns/f".into(), Member { obj: cluster("ns/f", "docker-other-1-27-v1", true), canary: false });
+    f.members.insert("ns/g".into(), Member { obj: cluster("ns/g", "hand-made", true), canary: false });
+    f.members.get_mut("ns/d").expect("d").canary = true;
+    let older = older(&f.members, V4).expect("a version");
+    assert_eq!(older, [("ns/a".to_owned(), false), ("ns/c".to_owned(), false), ("ns/d".to_owned(), true)], "v3 only");
+    assert_eq!(super::older(&f.members, "latest"), None, "not a version: no rollout");
+    let requests = Requests { resume: "r".into(), pause: "p".into() };
+    let st = start(&[Wave::Clusters(1), Wave::Percent(100)], &older, &requests, at(7));
+    assert_eq!((st.phase.as_str(), st.wave, st.waves, st.total), (PROGRESSING, 1, 2, 3));
+    assert_eq!(
+        st.plan.iter().map(|w| (w.clusters.join(","), w.phase.as_str())).collect::<Vec<_>>(),
+        [("ns/d".to_owned(), PENDING), ("ns/a,ns/c".to_owned(), PENDING)]
+    );
+    assert_eq!((st.started.as_str(), st.handled_resume.as_str(), st.handled_pause.as_str()), (timestamp(at(7)).as_str(), "r", "p"));
+    assert!(st.wave_started.is_empty(), "no wave runs until the first round moves it");
+}
+
+#[test]
+fn a_rollout_waits_for_its_class_telling_once_per_reason() {
+    let none = Requests::default();
+    let st = waiting(None, 4, "ClusterClass v4 is not applied: x".into(), &none).expect("new");
+    assert_eq!(
+        (st.phase.as_str(), st.reason.as_str(), st.summary.as_str(), st.wave_summary.as_str()),
+        (WAITING, "ClassNotApplied", "0/4", "0/0")
+    );
+    assert_eq!(waiting(Some(&st), 4, "ClusterClass v4 is not applied: x".into(), &none), None, "said already");
+    assert!(waiting(Some(&st), 4, "ClusterClass v4 is not applied: y".into(), &none).is_some(), "a new reason");
+    let mut stopped_ = st.clone();
+    stopped_.phase = STOPPED.into();
+    assert!(waiting(Some(&stopped_), 4, st.message.clone(), &none).is_some());
+
+    let mut rel = release("Failed", "", &[], "");
+    assert_eq!(not_applied(&rel, Some("helm: bad chart\nline 2")), "helm: bad chart");
+    rel.status.as_mut().expect("status").entries.push(crate::status::crd::ObjectEntry {
+        kind: "ClusterClass".into(),
+        namespace: "ns".into(),
+        name: "v4".into(),
+        synced: false,
+        message: "refused".into(),
+        ..Default::default()
+    });
+    assert_eq!(not_applied(&rel, None), "ClusterClass ns/v4: refused");
+    assert_eq!(not_applied(&release("", "", &[], ""), None), "not applied yet (StackRelease phase `none`)");
+    rel.status = None;
+    assert_eq!(not_applied(&rel, None), "its StackRelease has no status yet");
+}
+
+#[test]
+fn a_paused_rollout_holds_a_new_one_and_a_running_one_is_superseded() {
+    let of = |name: &str, sub: &str, phase: &str, resume: &str| {
+        let mut r = release("Applied", phase, &[(ROLLOUT_RESUME, resume)], "t1");
+        r.metadata.name = Some(name.into());
+        r.spec.subscription = sub.into();
+        r
+    };
+    let superseded = |o: &Others| o.superseded.iter().map(|(n, st)| format!("{n} {} {}", st.phase, st.message)).collect::<Vec<_>>();
+    let all = [of("ferrol.v2", "ferrol", COMPLETE, ""), of("ferrol.v3", "ferrol", PROGRESSING, ""), of("other.v3", "other", PAUSED, "")];
+    let o = others(&all, "ferrol", "ferrol.v4", "v4");
+    assert_eq!(superseded(&o), ["ferrol.v3 Superseded superseded by the rollout to v4"]);
+    assert_eq!(o.held_by, None, "another subscription's pause holds nothing here");
+    let all = [of("ferrol.v2", "ferrol", PAUSED, "t1"), of("ferrol.v4", "ferrol", PAUSED, "")];
+    let o = others(&all, "ferrol", "ferrol.v4", "v4");
+    assert_eq!((o.superseded.len(), o.held_by.as_deref()), (0, Some("ferrol.v2")), "paused, not asked to resume: holds");
+    let all = [of("ferrol.v2", "ferrol", PAUSED, "t2"), of("ferrol.v3", "ferrol", WAITING, "")];
+    let o = others(&all, "ferrol", "ferrol.v4", "v4");
+    assert_eq!(o.superseded.len(), 2, "a resumed one goes on as the newer rollout, a waiting one too");
+}
+
+#[test]
+fn removing_rollout_stops_only_our_rollouts() {
+    let set = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<BTreeSet<String>>();
+    let running = rollout(&THREE, 2, PROGRESSING, PROGRESSING);
+    let cases: &[(&str, &str, &[&str], &[&str], &[&str], Stop)] = &[
+        ("still driven", PROGRESSING, &["a"], &["a"], &["a"], Stop::Keep),
+        ("not running", COMPLETE, &[], &["a"], &["a"], Stop::Keep),
+        ("`rollout:` removed", PAUSED, &[], &["a"], &["a"], Stop::Stop("`rollout:` was removed from subscription `a`".into())),
+        ("subscription removed", WAITING, &[], &[], &["a"], Stop::Stop("subscription `a` was removed from the config".into())),
+        ("another process's", PROGRESSING, &[], &[], &[], Stop::NotOurs),
+    ];
+    for (name, phase, driven, configured, ever, want) in cases {
+        let st = RolloutStatus { phase: (*phase).into(), ..running.clone() };
+        assert_eq!(&stop("a", &st, &set(driven), &set(configured), &set(ever)), want, "{name}");
+    }
+    let st = stopped(&running, "`rollout:` was removed from subscription `a`");
+    assert_eq!((st.phase.as_str(), st.reason.as_str(), st.wave_started.as_str()), (STOPPED, "RolloutRemoved", ""));
+    assert_eq!(
+        st.message,
+        "`rollout:` was removed from subscription `a`; nothing further is moved (1/6 Clusters done, stopped in wave 2/3)"
+    );
+}
+
+#[test]
+fn requests_are_read_from_the_annotations() {
+    let rel = release("Applied", PAUSED, &[(ROLLOUT_RESUME, "r"), (ROLLOUT_PAUSE, "p")], "");
+    assert_eq!(Requests::of(&rel), Requests { resume: "r".into(), pause: "p".into() });
+    assert_eq!(Requests::of(&release("Applied", PAUSED, &[], "")), Requests::default());
+}
