@@ -19,7 +19,7 @@ pub use clusterstack::CLUSTER_CLASS_DIR;
 pub use diff::diff;
 pub use sources::{parse_size, tag_matches};
 
-use crate::release::version::Constraint;
+use crate::model::version::Constraint;
 use crate::schedule::Schedule;
 pub use webhooks::WebhooksConfig;
 
@@ -81,13 +81,13 @@ pub enum SourceKind {
 #[derive(Debug, Clone, PartialEq)]
 pub struct OciSourceConfig {
     /// `host[:port]/path`.
-    pub repository: crate::source::oci::Repository,
+    pub repository: crate::model::source::Repository,
     /// Plain HTTP to a registry that is not on loopback.
     pub insecure: bool,
     /// A PEM bundle added to the trust roots of this source (a private CA); read at each poll.
     /// With it, a loopback registry is reached over https too.
     pub ca_file: Option<std::path::PathBuf>,
-    pub auth: Option<crate::source::oci::OciAuth>,
+    pub auth: Option<crate::model::source::OciAuth>,
     /// Deadline of one registry API call; a layer download gets ten times it.
     pub timeout: std::time::Duration,
     /// Only tags matching this (`*` wildcards) are releases.
@@ -111,12 +111,12 @@ pub struct GithubSourceConfig {
     pub repo: String,
     /// `https://api.github.com`, or a GitHub Enterprise Server API URL.
     pub api_url: String,
-    pub token: Option<crate::source::github::TokenSource>,
+    pub token: Option<crate::model::source::TokenSource>,
     /// Only tags matching this (`*` wildcards) are releases.
     pub tag_pattern: Option<String>,
-    pub verify: crate::source::github::verify::Verify,
+    pub verify: crate::model::source::Verify,
     /// Pinned digests by `<tag>/<asset name>`.
-    pub digests: BTreeMap<String, crate::cache::blobs::Sha256Digest>,
+    pub digests: BTreeMap<String, crate::model::Sha256Digest>,
     pub max_asset_bytes: u64,
     pub max_release_bytes: u64,
     /// Cap on what one archive asset may unpack to (decompression bombs).
@@ -136,7 +136,7 @@ pub struct GitSourceConfig {
     /// Tags pinned to a commit: the tag is refused when it points anywhere else.
     pub pins: BTreeMap<String, String>,
     /// Credentials of a private repository (`ssh://` and `user@host:path` need `ssh`).
-    pub auth: Option<crate::source::git_cli::GitAuth>,
+    pub auth: Option<crate::model::source::GitAuth>,
     /// `verify.ssh.allowedSigners` / `verify.openpgp.keyring`: only annotated tags signed by one
     /// of these keys are releases.
     pub signatures: crate::verify::TrustFiles,
@@ -350,6 +350,18 @@ impl fmt::Display for ConfigError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct ConfigErrors(pub Vec<ConfigError>);
 
+impl ConfigErrors {
+    /// Never: an invalid config stays invalid until the file changes (which is watched).
+    pub fn is_transient(&self) -> bool {
+        false
+    }
+
+    /// A short stable name, for condition reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
+        "InvalidConfig"
+    }
+}
+
 impl fmt::Display for ConfigErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, e) in self.0.iter().enumerate() {
@@ -364,8 +376,8 @@ impl fmt::Display for ConfigErrors {
 
 impl Subscription {
     /// What release selection needs of this subscription.
-    pub fn wanted(&self) -> crate::release::Wanted<'_> {
-        crate::release::Wanted {
+    pub fn wanted(&self) -> crate::model::Wanted<'_> {
+        crate::model::Wanted {
             source: &self.source,
             stack: self.stack.as_deref(),
             version: &self.version,
@@ -382,20 +394,49 @@ pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 /// [`MAX_CONFIG_BYTES`], counted as read, in UTF-8.
 ///
 /// # Errors
-/// A message saying what is wrong with the file.
-pub fn read_bounded(path: &Path) -> Result<String, String> {
+/// What is wrong with the file.
+pub fn read_bounded(path: &Path) -> Result<String, ReadError> {
     use std::io::Read;
-    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read config file: {e}"))?;
+    let meta = std::fs::metadata(path).map_err(ReadError::Io)?;
     if !meta.is_file() {
-        return Err("cannot read config file: not a regular file".to_owned());
+        return Err(ReadError::NotAFile);
     }
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read config file: {e}"))?;
+    let file = std::fs::File::open(path).map_err(ReadError::Io)?;
     let mut bytes = Vec::new();
-    file.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read config file: {e}"))?;
+    file.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes).map_err(ReadError::Io)?;
     if bytes.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(format!("config file is larger than {MAX_CONFIG_BYTES} bytes"));
+        return Err(ReadError::TooLarge);
     }
-    String::from_utf8(bytes).map_err(|e| format!("config file is not UTF-8 (byte {})", e.utf8_error().valid_up_to()))
+    String::from_utf8(bytes).map_err(ReadError::NotUtf8)
+}
+
+/// Why a config file cannot be read, before its YAML is looked at.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("cannot read config file: {0}")]
+    Io(#[source] std::io::Error),
+    #[error("cannot read config file: not a regular file")]
+    NotAFile,
+    #[error("config file is larger than {MAX_CONFIG_BYTES} bytes")]
+    TooLarge,
+    #[error("config file is not UTF-8 (byte {})", .0.utf8_error().valid_up_to())]
+    NotUtf8(#[source] std::string::FromUtf8Error),
+}
+
+impl ReadError {
+    /// An I/O error may pass (a ConfigMap being updated); the others need the file changed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, ReadError::Io(_))
+    }
+
+    /// A short stable name, for condition reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ReadError::Io(_) | ReadError::NotAFile => "ConfigUnreadable",
+            ReadError::TooLarge => "ConfigTooLarge",
+            ReadError::NotUtf8(_) => "ConfigNotUtf8",
+        }
+    }
 }
 
 impl Config {
@@ -405,8 +446,9 @@ impl Config {
     /// Every problem found, each naming the file, line, column and field; an unreadable file is
     /// one error at line 1.
     pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
-        let text = read_bounded(path)
-            .map_err(|message| ConfigErrors(vec![ConfigError { file: path.to_owned(), line: 1, col: 1, field: String::new(), message }]))?;
+        let text = read_bounded(path).map_err(|e| {
+            ConfigErrors(vec![ConfigError { file: path.to_owned(), line: 1, col: 1, field: String::new(), message: e.to_string() }])
+        })?;
         Self::parse(path, &text)
     }
 

@@ -3,14 +3,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::validate::{Cx, check_git_url};
+use super::validate::{Cx, Invalid, check_git_url};
 use super::yaml::{Node, Value};
 use super::{GitSourceConfig, GithubSourceConfig, OciSourceConfig, SourceConfig, SourceKind};
-use crate::cache::blobs::Sha256Digest;
-use crate::source::git_cli::{self, GitAuth};
-use crate::source::github::TokenSource;
-use crate::source::github::verify::Verify;
-use crate::source::oci::{self, OciAuth, Repository};
+use crate::model::Sha256Digest;
+use crate::model::source::{self, GitAuth, OciAuth, Repository, TokenSource, Verify};
 use crate::verify::TrustFiles;
 
 /// GitHub's public API; GitHub Enterprise Server uses `https://<host>/api/v3`.
@@ -47,7 +44,7 @@ impl Cx {
             Some(p) => self.string_map(p, &g.path("pins"), |commit| {
                 (commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit()))
                     .then(|| commit.to_ascii_lowercase())
-                    .ok_or_else(|| format!("expected a full 40-hex commit id, found `{commit}`"))
+                    .ok_or_else(|| Invalid(format!("expected a full 40-hex commit id, found `{commit}`")))
             }),
             None => BTreeMap::new(),
         };
@@ -60,7 +57,7 @@ impl Cx {
             None => TrustFiles::default(),
         };
         let mut url = url?;
-        if auth.is_some() || git_cli::is_scp_like(&url) || url.starts_with("ssh://") {
+        if auth.is_some() || source::is_scp_like(&url) || url.starts_with("ssh://") {
             if let Err(msg) = check_private_url(&url, auth.as_ref()) {
                 let mark = g.get("url").map_or(node.mark, |n| n.mark);
                 self.error(mark, &g.path("url"), msg);
@@ -173,7 +170,7 @@ impl Cx {
         let digests = match g.get("digests") {
             Some(d) => {
                 let map = self.string_map(d, &g.path("digests"), |v| {
-                    Sha256Digest::parse(v).ok_or_else(|| format!("expected `sha256:<64 hex digits>`, found `{v}`"))
+                    Sha256Digest::parse(v).ok_or_else(|| Invalid(format!("expected `sha256:<64 hex digits>`, found `{v}`")))
                 });
                 for key in map.keys() {
                     if !key.contains('/') {
@@ -184,10 +181,9 @@ impl Cx {
             }
             None => BTreeMap::new(),
         };
-        let defaults = crate::source::github::materialise::Options::default();
-        let max_asset_bytes = self.size(&g, "maxAssetSize").unwrap_or(defaults.max_asset_bytes);
-        let max_release_bytes = self.size(&g, "maxReleaseSize").unwrap_or(defaults.max_release_bytes);
-        let max_unpacked_bytes = self.size(&g, "maxUnpackedSize").unwrap_or(defaults.unpack.max_bytes);
+        let max_asset_bytes = self.size(&g, "maxAssetSize").unwrap_or(source::DEFAULT_MAX_ASSET_BYTES);
+        let max_release_bytes = self.size(&g, "maxReleaseSize").unwrap_or(source::DEFAULT_MAX_RELEASE_BYTES);
+        let max_unpacked_bytes = self.size(&g, "maxUnpackedSize").unwrap_or(source::DEFAULT_MAX_UNPACKED_BYTES);
         let allow_moved_tags = self.bool(&g, "allowMovedTags", false);
         Some(GithubSourceConfig {
             repo: repo?,
@@ -257,26 +253,25 @@ impl Cx {
             let mark = o.get("caFile").map_or(node.mark, |n| n.mark);
             self.error(mark, &o.path("caFile"), "`caFile` is for https; `insecure: true` means plain HTTP: set one of them");
         }
-        let timeout = self.positive_duration(&o, "timeout", oci::DEFAULT_TIMEOUT, oci::MIN_TIMEOUT);
-        if timeout > oci::MAX_TIMEOUT {
+        let timeout = self.positive_duration(&o, "timeout", source::OCI_DEFAULT_TIMEOUT, source::OCI_MIN_TIMEOUT);
+        if timeout > source::OCI_MAX_TIMEOUT {
             let mark = o.get("timeout").map_or(node.mark, |n| n.mark);
-            self.error(mark, &o.path("timeout"), format!("at most {}s", oci::MAX_TIMEOUT.as_secs()));
+            self.error(mark, &o.path("timeout"), format!("at most {}s", source::OCI_MAX_TIMEOUT.as_secs()));
         }
         let tag_pattern = self.string(&o, "tagPattern");
         let page_size = match o.get("pageSize") {
-            Some(n) => match n.scalar_text().and_then(|t| t.parse::<u32>().ok()).filter(|n| (1..=oci::MAX_PAGE_SIZE).contains(n)) {
+            Some(n) => match n.scalar_text().and_then(|t| t.parse::<u32>().ok()).filter(|n| (1..=source::OCI_MAX_PAGE_SIZE).contains(n)) {
                 Some(n) => n,
                 None => {
-                    self.error(n.mark, &o.path("pageSize"), format!("expected a number from 1 to {}", oci::MAX_PAGE_SIZE));
-                    oci::DEFAULT_PAGE_SIZE
+                    self.error(n.mark, &o.path("pageSize"), format!("expected a number from 1 to {}", source::OCI_MAX_PAGE_SIZE));
+                    source::OCI_DEFAULT_PAGE_SIZE
                 }
             },
-            None => oci::DEFAULT_PAGE_SIZE,
+            None => source::OCI_DEFAULT_PAGE_SIZE,
         };
-        let defaults = crate::source::github::materialise::Options::default();
-        let max_asset_bytes = self.size(&o, "maxAssetSize").unwrap_or(defaults.max_asset_bytes);
-        let max_release_bytes = self.size(&o, "maxReleaseSize").unwrap_or(defaults.max_release_bytes);
-        let max_unpacked_bytes = self.size(&o, "maxUnpackedSize").unwrap_or(defaults.unpack.max_bytes);
+        let max_asset_bytes = self.size(&o, "maxAssetSize").unwrap_or(source::DEFAULT_MAX_ASSET_BYTES);
+        let max_release_bytes = self.size(&o, "maxReleaseSize").unwrap_or(source::DEFAULT_MAX_RELEASE_BYTES);
+        let max_unpacked_bytes = self.size(&o, "maxUnpackedSize").unwrap_or(source::DEFAULT_MAX_UNPACKED_BYTES);
         let allow_moved_tags = self.bool(&o, "allowMovedTags", false);
         Some(OciSourceConfig {
             repository: repository?,
@@ -341,7 +336,7 @@ impl Cx {
                 self.error(
                     mark,
                     &field_path,
-                    format!("{}{}: {}", e.path.display(), if e.line > 0 { format!(":{}", e.line) } else { String::new() }, e.message),
+                    format!("{}{}: {}", e.path.display(), if e.line > 0 { format!(":{}", e.line) } else { String::new() }, e.problem),
                 );
             }
             any = true;
@@ -416,7 +411,7 @@ impl Cx {
     }
 
     /// A mapping of string keys to values checked by `parse`.
-    fn string_map<T>(&mut self, node: &Node, path: &str, parse: impl Fn(&str) -> Result<T, String>) -> BTreeMap<String, T> {
+    fn string_map<T>(&mut self, node: &Node, path: &str, parse: impl Fn(&str) -> Result<T, Invalid>) -> BTreeMap<String, T> {
         let mut out = BTreeMap::new();
         let Value::Map(entries) = &node.value else {
             self.error(node.mark, path, format!("expected a mapping, found {}", node.type_name()));
@@ -446,19 +441,21 @@ fn is_repo(r: &str) -> bool {
 
 /// The URL of a Git source that has `auth` or is an SSH URL: the scheme must match the kind of
 /// credentials, and SSH always needs them (a known host key, a private key).
-fn check_private_url(url: &str, auth: Option<&GitAuth>) -> Result<(), String> {
-    let ssh = url.starts_with("ssh://") || git_cli::is_scp_like(url);
+fn check_private_url(url: &str, auth: Option<&GitAuth>) -> Result<(), Invalid> {
+    let ssh = url.starts_with("ssh://") || source::is_scp_like(url);
     match auth {
-        Some(GitAuth::Ssh { .. }) if ssh => git_cli::check_ssh_url(url),
+        Some(GitAuth::Ssh { .. }) if ssh => source::check_ssh_url(url).map_err(|e| Invalid(e.to_string())),
         Some(GitAuth::Ssh { .. }) => {
-            Err(format!("`auth.ssh` needs an SSH URL (ssh://[user@]host[:port]/path or user@host:path), found `{url}`"))
+            Err(Invalid(format!("`auth.ssh` needs an SSH URL (ssh://[user@]host[:port]/path or user@host:path), found `{url}`")))
         }
-        None => Err(format!("`{url}` is an SSH URL: set `auth.ssh` with `privateKey` and `knownHosts` (host keys are always checked)")),
+        None => {
+            Err(Invalid(format!("`{url}` is an SSH URL: set `auth.ssh` with `privateKey` and `knownHosts` (host keys are always checked)")))
+        }
         Some(_) if ssh || !(url.starts_with("https://") || url.starts_with("http://")) => {
-            Err(format!("`auth.https` and `auth.bearerToken` need an https:// URL, found `{url}`"))
+            Err(Invalid(format!("`auth.https` and `auth.bearerToken` need an https:// URL, found `{url}`")))
         }
         Some(_) if url.starts_with("http://") && !is_loopback_url(url) => {
-            Err("credentials are sent only over https:// (http:// only to a loopback address, for testing)".to_owned())
+            Err(Invalid("credentials are sent only over https:// (http:// only to a loopback address, for testing)".to_owned()))
         }
         Some(_) => check_git_url(url),
     }
@@ -470,15 +467,15 @@ fn is_loopback_url(url: &str) -> bool {
     matches!(host, "127.0.0.1" | "localhost" | "[::1]")
 }
 
-fn check_api_url(url: &str) -> Result<(), String> {
+fn check_api_url(url: &str) -> Result<(), Invalid> {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(format!("`{url}` is not a URL; expected https://… (http:// only for loopback testing)"));
+        return Err(Invalid(format!("`{url}` is not a URL; expected https://… (http:// only for loopback testing)")));
     };
     if !matches!(scheme, "http" | "https") {
-        return Err(format!("unsupported scheme `{scheme}`; expected https"));
+        return Err(Invalid(format!("unsupported scheme `{scheme}`; expected https")));
     }
     if rest.split('/').next().unwrap_or_default().contains('@') {
-        return Err("credentials must not be written into the URL: use `token`".to_owned());
+        return Err(Invalid("credentials must not be written into the URL: use `token`".to_owned()));
     }
     Ok(())
 }
@@ -525,12 +522,11 @@ pub fn tag_matches(pattern: &str, tag: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn parse_sources(dir: &Path, source: &str) -> Result<crate::config::Config, String> {
+    fn parse_sources(dir: &Path, source: &str) -> Result<crate::config::Config, crate::config::ConfigErrors> {
         let text = format!(
             "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache: {{dir: c}}\nsources:\n  - name: s\n{source}subscriptions:\n  - name: a\n    source: s\n    interval: 1h\n    clusters: [{{name: x, namespace: y}}]\ntarget: {{directory: out}}\n"
         );
         crate::config::Config::parse(&dir.join("c.yaml"), &text)
-            .map_err(|e| e.0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))
     }
 
     #[test]
@@ -588,7 +584,7 @@ mod tests {
             ),
         ];
         for (source, at, field, says) in table {
-            let e = parse_sources(dir.path(), source).unwrap_err();
+            let e = parse_sources(dir.path(), source).unwrap_err().to_string();
             assert!(e.contains(at) && e.contains(field) && e.contains(says), "{source}\n=> {e}");
         }
     }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::yaml::{self, Mark, Node, Value};
 use super::{API_VERSION, CacheConfig, ClusterConfig, Config, ConfigError, ConfigErrors, KIND, Subscription};
-use crate::release::version::{Constraint, Version};
+use crate::model::version::{Constraint, Version};
 use crate::schedule::{DEFAULT_INTERVAL, Schedule};
 
 pub(super) fn validate(file: &Path, text: &str) -> Result<Config, ConfigErrors> {
@@ -59,13 +59,15 @@ impl<'n> Fields<'n> {
 }
 
 impl Cx {
-    pub(super) fn error(&mut self, mark: Mark, field: &str, message: impl Into<String>) {
+    /// Records a problem at `mark`. `message` is any error or text: its Display is the message
+    /// (a typed error of another module, a schedule or URL check, reads the same).
+    pub(super) fn error(&mut self, mark: Mark, field: &str, message: impl std::fmt::Display) {
         self.errors.push(ConfigError {
             file: self.file.clone(),
             line: mark.line,
             col: mark.col,
             field: field.to_owned(),
-            message: message.into(),
+            message: message.to_string(),
         });
     }
 
@@ -564,21 +566,27 @@ pub(crate) fn is_dns_label(s: &str) -> bool {
         && b[b.len() - 1] != b'-'
 }
 
-pub(super) fn check_git_url(url: &str) -> Result<(), String> {
+/// A leaf check's refusal, in words: the caller always turns it into a [`ConfigError`](super::ConfigError)
+/// at the node's line and field (a config error is permanent: the file must change).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(super) struct Invalid(pub(super) String);
+
+pub(super) fn check_git_url(url: &str) -> Result<(), Invalid> {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(format!(
+        return Err(Invalid(format!(
             "`{url}` is not a URL; expected file://, git://, http://, https:// or a local path starting with `./`, `../` or `/`"
-        ));
+        )));
     };
     if !matches!(scheme, "file" | "git" | "http" | "https") {
-        return Err(format!("unsupported scheme `{scheme}`; expected file, git, http or https"));
+        return Err(Invalid(format!("unsupported scheme `{scheme}`; expected file, git, http or https")));
     }
     let authority = rest.split('/').next().unwrap_or_default();
     if authority.contains('@') {
-        return Err("credentials must not be written into the URL: they would end up in logs and status".to_owned());
+        return Err(Invalid("credentials must not be written into the URL: they would end up in logs and status".to_owned()));
     }
     if rest.is_empty() || (scheme != "file" && authority.is_empty()) {
-        return Err(format!("`{url}` has no host or path"));
+        return Err(Invalid(format!("`{url}` has no host or path")));
     }
     Ok(())
 }
@@ -587,18 +595,18 @@ pub(super) fn check_git_url(url: &str) -> Result<(), String> {
 mod stage_timeout_tests {
     use crate::config::Config;
 
-    fn parse(sub_extra: &str) -> Result<Config, String> {
+    fn parse(sub_extra: &str) -> Result<Config, crate::config::ConfigErrors> {
         let text = format!(
             "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache: {{dir: c}}\nsources:\n  - name: s\n    git: {{url: https://example.test/s.git}}\nsubscriptions:\n  - name: a\n    source: s\n    interval: 1h\n    clusters: [{{name: x, namespace: y}}]\n{sub_extra}target: {{directory: out}}\n"
         );
-        Config::parse(std::path::Path::new("c.yaml"), &text).map_err(|e| e.0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))
+        Config::parse(std::path::Path::new("c.yaml"), &text)
     }
 
     #[test]
     fn stage_timeout_defaults_to_ten_minutes_and_zero_is_refused_with_its_line() {
         assert_eq!(parse("").expect("valid").subscriptions[0].stage_timeout, super::super::DEFAULT_STAGE_TIMEOUT);
         assert_eq!(parse("    stageTimeout: 90s\n").expect("valid").subscriptions[0].stage_timeout.as_secs(), 90);
-        let e = parse("    stageTimeout: 0s\n").unwrap_err();
+        let e = parse("    stageTimeout: 0s\n").unwrap_err().to_string();
         assert!(e.contains("c.yaml:12:") && e.contains("subscriptions[0].stageTimeout: must be longer than 0s"), "{e}");
     }
 }
@@ -607,11 +615,11 @@ mod stage_timeout_tests {
 mod rollout_tests {
     use crate::config::{Config, Wave};
 
-    fn parse(sub_extra: &str) -> Result<Config, String> {
+    fn parse(sub_extra: &str) -> Result<Config, crate::config::ConfigErrors> {
         let text = format!(
             "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache: {{dir: c}}\nsources:\n  - name: s\n    git: {{url: https://example.test/s.git}}\nsubscriptions:\n  - name: a\n    source: s\n    stack: docker-ferrol-1-27\n    format: clusterstack\n    interval: 1h\n    clusters: [{{name: x, namespace: y}}]\n{sub_extra}target: {{directory: out}}\n"
         );
-        Config::parse(std::path::Path::new("c.yaml"), &text).map_err(|e| e.0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))
+        Config::parse(std::path::Path::new("c.yaml"), &text)
     }
 
     #[test]
@@ -665,7 +673,7 @@ mod rollout_tests {
             ("    rollout:\n      waves: [{percent: 100}]\n      wave: 1\n", "c.yaml:16:", "rollout.wave: unknown field `wave`"),
         ];
         for (extra, at, want) in table {
-            let e = parse(extra).unwrap_err();
+            let e = parse(extra).unwrap_err().to_string();
             assert!(e.contains(at) && e.contains(want), "{extra}\n=> {e}");
         }
     }

@@ -21,11 +21,7 @@ use crate::verify::{self, Refusal, Trust, TrustFiles, Verified};
 /// # Errors
 /// A key file cannot be read or parsed: the poll fails and the previous tag set stays.
 pub(super) fn load(name: &str, files: &TrustFiles) -> source::Result<Trust> {
-    files.load().map_err(|e| source::Error::Fetch {
-        source_name: name.to_owned(),
-        url: e.path.display().to_string(),
-        message: e.to_string(),
-    })
+    files.load().map_err(|source| source::Error::Keys { source_name: name.to_owned(), source })
 }
 
 /// The whole refusal message: the tag, why, the signer found and the trusted keys.

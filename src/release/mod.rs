@@ -1,26 +1,15 @@
 //! Releases: tag names read as versions, and the choice of which release a subscription runs.
 
 pub mod metadata;
-pub mod version;
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use version::{Constraint, Version};
+pub use crate::model::version;
+use crate::model::version::{Constraint, Version};
 
-/// What a subscription wants of a source's tags: the part of its config release selection reads
-/// (so `release` needs nothing from `config`).
-#[derive(Debug, Clone, Copy)]
-pub struct Wanted<'a> {
-    pub source: &'a str,
-    /// Cluster-stack tags of this stack; `None`: plain semver tags.
-    pub stack: Option<&'a str>,
-    /// The constraint as written, for messages.
-    pub version: &'a str,
-    pub constraint: &'a Constraint,
-    pub auto_upgrade: bool,
-}
+pub use crate::model::Wanted;
 
 /// The release a subscription adopted earlier (in use): tag and commit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +46,51 @@ pub struct Selection {
     pub note: Option<String>,
 }
 
+/// Why no release can be chosen. Permanent: it changes only when the source advertises another
+/// tag or the config another constraint (both retry the selection by themselves).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// Nothing the source advertises fits the stack and constraint.
+    #[error("no release matches: looking for {family} satisfying `{version}`; tags seen: {seen}", family = family(stack.as_deref()), seen = seen(tags, *more))]
+    NoMatch {
+        source_name: String,
+        stack: Option<String>,
+        /// The constraint as written.
+        version: String,
+        /// The first tags seen (at most 10), and how many more there were.
+        tags: Vec<String>,
+        more: usize,
+    },
+}
+
+impl Error {
+    /// Never: see the type.
+    pub fn is_transient(&self) -> bool {
+        false
+    }
+
+    /// A short stable name, for condition reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::NoMatch { .. } => "NoReleaseMatches",
+        }
+    }
+}
+
+fn family(stack: Option<&str>) -> String {
+    match stack {
+        Some(s) => format!("cluster-stack tags of `{s}`"),
+        None => "semver tags".to_owned(),
+    }
+}
+
+fn seen(tags: &[String], more: usize) -> String {
+    if tags.is_empty() {
+        return "none".to_owned();
+    }
+    tags.join(", ") + &if more > 0 { format!(" and {more} more") } else { String::new() }
+}
+
 /// Picks the release `sub` should run from a source's accepted `tags` (tag -> commit).
 ///
 /// The newest version matching the stack and constraint wins, except:
@@ -65,8 +99,8 @@ pub struct Selection {
 ///   silently downgrading.
 ///
 /// # Errors
-/// A message when nothing matches.
-pub fn select(sub: &Wanted<'_>, tags: &BTreeMap<String, String>, adopted: Option<Adopted<'_>>) -> Result<Selection, String> {
+/// [`Error::NoMatch`] when nothing matches.
+pub fn select(sub: &Wanted<'_>, tags: &BTreeMap<String, String>, adopted: Option<Adopted<'_>>) -> Result<Selection, Error> {
     let fits = |v: &Version| match (sub.stack, v) {
         (Some(stack), Version::Scs { stack: s, .. }) => s == stack && sub.constraint.matches(v),
         (None, Version::Semver(_)) => sub.constraint.matches(v),
@@ -108,20 +142,14 @@ pub fn select(sub: &Wanted<'_>, tags: &BTreeMap<String, String>, adopted: Option
     }
 }
 
-fn no_match(sub: &Wanted<'_>, tags: &BTreeMap<String, String>) -> String {
-    let family = match sub.stack {
-        Some(s) => format!("cluster-stack tags of `{s}`"),
-        None => "semver tags".to_owned(),
-    };
-    let mut seen: Vec<&str> = tags.keys().map(String::as_str).collect();
-    let more = seen.len().saturating_sub(10);
-    seen.truncate(10);
-    let seen = if seen.is_empty() {
-        "none".to_owned()
-    } else {
-        seen.join(", ") + &if more > 0 { format!(" and {more} more") } else { String::new() }
-    };
-    format!("no release matches: looking for {family} satisfying `{}`; tags seen: {seen}", sub.version)
+fn no_match(sub: &Wanted<'_>, tags: &BTreeMap<String, String>) -> Error {
+    Error::NoMatch {
+        source_name: sub.source.to_owned(),
+        stack: sub.stack.map(str::to_owned),
+        version: sub.version.to_owned(),
+        tags: tags.keys().take(10).cloned().collect(),
+        more: tags.len().saturating_sub(10),
+    }
 }
 
 /// The releases a cluster-stack subscription offers, newest first: the newest `count` tags of
@@ -140,13 +168,31 @@ pub fn offered(source: &str, tags: &BTreeMap<String, String>, stack: &str, const
     all
 }
 
-/// Why a Cluster's class names no release this subscription can give it.
+/// Why a Cluster's class names no release this subscription can give it. Permanent: the
+/// Cluster's class, the source's tags or the config must change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClassError {
     /// The class is not `<stack>-<version>` of this stack.
     OtherStack { class: String, stack: String },
     /// The class names a release the source does not advertise (or the constraint excludes).
     NotAvailable { class: String },
+}
+
+impl std::error::Error for ClassError {}
+
+impl ClassError {
+    /// Never: see the type.
+    pub fn is_transient(&self) -> bool {
+        false
+    }
+
+    /// A short stable name, for condition reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ClassError::OtherStack { .. } => "ClassOfOtherStack",
+            ClassError::NotAvailable { .. } => "ClassNotAvailable",
+        }
+    }
 }
 
 impl fmt::Display for ClassError {
@@ -227,7 +273,8 @@ mod tests {
             assert_eq!(&got.release.tag, want, "{stack:?} {version}");
         }
         let err = select(&sub(Some("docker-ferrol-1-29"), "*", true), &all, None).unwrap_err();
-        assert!(err.contains("docker-ferrol-1-29"), "{err}");
+        assert!(err.to_string().contains("docker-ferrol-1-29"), "{err}");
+        assert_eq!(err.reason(), "NoReleaseMatches");
     }
 
     #[test]

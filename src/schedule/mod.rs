@@ -46,6 +46,42 @@ impl fmt::Display for Schedule {
     }
 }
 
+/// Why a schedule or duration in the config cannot be read. Always permanent: the text must
+/// change.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("expected a cron expression with 5 fields (minute hour day month weekday), found {fields} fields")]
+    CronFields { fields: usize },
+    #[error("invalid cron expression: {source}")]
+    Cron {
+        #[source]
+        source: cron::error::Error,
+    },
+    #[error("interval must be at least {}", format_duration(MIN_INTERVAL))]
+    IntervalTooShort,
+    #[error("expected a duration such as `30s`, `5m` or `1h30m`, found `{text}`")]
+    Duration { text: String },
+    #[error("duration `{text}` is longer than the maximum of {}", format_duration(MAX_DURATION))]
+    TooLong { text: String },
+}
+
+impl Error {
+    /// Never: a schedule is wrong until the config changes.
+    pub fn is_transient(&self) -> bool {
+        false
+    }
+
+    /// A short stable name, for condition reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::CronFields { .. } | Error::Cron { .. } => "InvalidCron",
+            Error::IntervalTooShort => "IntervalTooShort",
+            Error::Duration { .. } => "InvalidDuration",
+            Error::TooLong { .. } => "DurationTooLong",
+        }
+    }
+}
+
 /// The shortest interval accepted: polling faster than this only burns the source's quota.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
 /// Used when a subscription names neither `schedule` nor `interval`.
@@ -55,27 +91,27 @@ impl Schedule {
     /// Parses a cron expression; five fields get a `0` seconds field in front.
     ///
     /// # Errors
-    /// A message saying what is wrong with the expression.
-    pub fn cron(expr: &str) -> Result<Schedule, String> {
+    /// The wrong number of fields, or what the cron parser refuses.
+    pub fn cron(expr: &str) -> Result<Schedule, Error> {
         let fields = expr.split_whitespace().count();
         let full = match fields {
             5 => format!("0 {expr}"),
             6 | 7 => expr.to_owned(),
-            n => return Err(format!("expected a cron expression with 5 fields (minute hour day month weekday), found {n} fields")),
+            fields => return Err(Error::CronFields { fields }),
         };
         cron::Schedule::from_str(&full)
             .map(|s| Schedule::Cron { expr: expr.to_owned(), schedule: Box::new(s) })
-            .map_err(|e| format!("invalid cron expression: {e}"))
+            .map_err(|source| Error::Cron { source })
     }
 
     /// Parses an interval such as `30s`, `5m`, `1h30m`.
     ///
     /// # Errors
-    /// A message saying what was expected.
-    pub fn interval(text: &str) -> Result<Schedule, String> {
+    /// Not a duration, or shorter than [`MIN_INTERVAL`].
+    pub fn interval(text: &str) -> Result<Schedule, Error> {
         let d = parse_duration(text)?;
         if d < MIN_INTERVAL {
-            return Err(format!("interval must be at least {}", format_duration(MIN_INTERVAL)));
+            return Err(Error::IntervalTooShort);
         }
         Ok(Schedule::Interval(d))
     }
@@ -101,10 +137,10 @@ pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Parses `90s`, `5m`, `2h`, `1h30m`, `500ms`, with checked arithmetic, up to [`MAX_DURATION`].
 ///
 /// # Errors
-/// A message naming the expected form, or the cap.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let expected = || format!("expected a duration such as `30s`, `5m` or `1h30m`, found `{text}`");
-    let too_long = || format!("duration `{text}` is longer than the maximum of {}", format_duration(MAX_DURATION));
+/// Not of the expected form, or longer than the cap.
+pub fn parse_duration(text: &str) -> Result<Duration, Error> {
+    let expected = || Error::Duration { text: text.to_owned() };
+    let too_long = || Error::TooLong { text: text.to_owned() };
     let mut total = Duration::ZERO;
     let mut rest = text.trim();
     if rest.is_empty() {
@@ -233,10 +269,10 @@ mod tests {
             "8761h",
             "366d",
         ] {
-            let err = parse_duration(text).unwrap_err();
+            let err = parse_duration(text).unwrap_err().to_string();
             assert!(err.contains(text), "{text}: {err}");
         }
-        assert!(parse_duration("8761h").unwrap_err().contains("longer than the maximum of 8760h"));
+        assert!(parse_duration("8761h").unwrap_err().to_string().contains("longer than the maximum of 8760h"));
         assert_eq!(parse_duration("8760h").unwrap(), MAX_DURATION);
         assert_eq!(format_duration(Duration::from_secs(300)), "5m");
         assert!(Schedule::interval("0s").is_err());

@@ -16,7 +16,7 @@ use gix::{ObjectId, Repository};
 use tracing::{info, warn};
 
 use super::git_cli::{self, GitAuth};
-use super::{Error, RemoteRefs, Result};
+use super::{RemoteRefs, Result};
 
 /// What one fetch saw.
 #[derive(Debug, Clone, Default)]
@@ -45,6 +45,157 @@ const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// objects missing or unreadable).
 const DAMAGED_MARKER: &str = "stacksync-damaged";
 
+/// What a Git fetch or a materialisation from the mirror could not do. gix's own errors are
+/// kept as the source; the message shows their whole chain (gix's plain Display shows only the
+/// outermost step).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The mirror's directory cannot be prepared (its parent created, a leftover removed).
+    #[error("opening the mirror: {}: {source}", path.display())]
+    PrepareMirror {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("opening the mirror: {source:#}")]
+    OpenMirror {
+        #[source]
+        source: Box<gix::Error>,
+    },
+    #[error("reading the mirror's refs: {source:#}")]
+    ReadRefs {
+        #[source]
+        source: Box<gix::Error>,
+    },
+    /// The fetch claims an object the mirror cannot read: damage, not a tag to skip.
+    #[error("tag {tag}: object {object} is missing from the mirror: {source}")]
+    MissingObject {
+        tag: String,
+        object: ObjectId,
+        #[source]
+        source: Box<gix::Error>,
+    },
+    #[error("replacing the damaged mirror {}: {source}", dir.display())]
+    ReplaceMirror {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The URL (or the refspecs) gix refuses: the config must change.
+    #[error("{step}: {source:#}")]
+    InvalidRemote {
+        step: &'static str,
+        #[source]
+        source: Box<gix::Error>,
+    },
+    /// Talking to the remote failed at `step` (connecting, listing refs, fetching).
+    #[error("{step}: {source:#}")]
+    Remote {
+        step: &'static str,
+        #[source]
+        source: Box<gix::Error>,
+    },
+    #[error("connecting: {source}")]
+    Connect {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("timed out after {}s", deadline.as_secs())]
+    TimedOut { deadline: Duration },
+    /// A fetch through the `git` binary (SSH, HTTP(S)).
+    #[error(transparent)]
+    Cli(git_cli::Error),
+    #[error("bad commit id: {source}")]
+    BadCommit {
+        #[source]
+        source: Box<gix::Error>,
+    },
+    #[error("commit not in the mirror: {source:#}")]
+    CommitMissing {
+        #[source]
+        source: Box<gix::Error>,
+    },
+    /// A tree or blob of the release cannot be read (`path` relative to the release; empty for
+    /// its root).
+    #[error("reading {}: {source:#}", if path.as_os_str().is_empty() { "the tree".to_owned() } else { path.display().to_string() })]
+    ReadObject {
+        path: PathBuf,
+        #[source]
+        source: Box<gix::Error>,
+    },
+    /// A tree entry whose name would escape the release directory (or is `.git`).
+    #[error("unsafe entry name {name:?} in {}", dir.display())]
+    UnsafeEntry { name: String, dir: PathBuf },
+    #[error("creating {}: {source}", path.display())]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("writing {}: {source}", path.display())]
+    WriteFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// Whether trying again soon may succeed with nothing changed: the remote's trouble and the
+    /// cache volume's I/O pass (a damaged mirror is cloned again); a URL gix refuses, a release
+    /// tree with an unsafe name, or credentials the remote refuses do not.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::InvalidRemote { .. } | Error::UnsafeEntry { .. } | Error::BadCommit { .. } => false,
+            Error::Cli(e) => e.is_transient(),
+            Error::PrepareMirror { .. }
+            | Error::OpenMirror { .. }
+            | Error::ReadRefs { .. }
+            | Error::MissingObject { .. }
+            | Error::ReplaceMirror { .. }
+            | Error::Remote { .. }
+            | Error::Connect { .. }
+            | Error::TimedOut { .. }
+            | Error::CommitMissing { .. }
+            | Error::ReadObject { .. }
+            | Error::CreateDir { .. }
+            | Error::WriteFile { .. } => true,
+        }
+    }
+
+    /// A short stable name, for condition reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::PrepareMirror { .. } | Error::OpenMirror { .. } | Error::ReadRefs { .. } | Error::ReplaceMirror { .. } => "GitMirror",
+            Error::MissingObject { .. } | Error::CommitMissing { .. } | Error::ReadObject { .. } => "GitMirrorDamaged",
+            Error::InvalidRemote { .. } => "GitInvalidRemote",
+            Error::Remote { .. } | Error::Connect { .. } => "GitRemote",
+            Error::TimedOut { .. } => "Timeout",
+            Error::Cli(e) => e.reason(),
+            Error::BadCommit { .. } => "BadCommit",
+            Error::UnsafeEntry { .. } => "UnsafeEntry",
+            Error::CreateDir { .. } | Error::WriteFile { .. } => "CacheWrite",
+        }
+    }
+
+    /// Whether the failure is the mirror's (a missing or unreadable object, an unopenable
+    /// mirror): the next fetch clones it again. Errors writing the tree are the destination's.
+    fn damages_mirror(&self) -> bool {
+        matches!(self, Error::OpenMirror { .. } | Error::BadCommit { .. } | Error::CommitMissing { .. } | Error::ReadObject { .. })
+    }
+}
+
+/// A Git release tree is filled from the mirror ([`materialise`]).
+impl crate::cache::Fill for Error {
+    fn is_transient(&self) -> bool {
+        Error::is_transient(self)
+    }
+
+    fn reason(&self) -> &'static str {
+        Error::reason(self)
+    }
+}
+
 /// Why a fetch failed: remotes come back by themselves; a damaged mirror must be cloned again.
 enum Failure {
     Remote(Error),
@@ -55,20 +206,28 @@ enum Failure {
     Receiving(Error),
 }
 
-fn git_err(source: &str, url: &str, what: &str) -> impl Fn(gix::Error) -> Error {
-    let (source, url, what) = (source.to_owned(), url.to_owned(), what.to_owned());
-    // gix's Display shows only the outermost message; the alternate form shows the chain.
-    move |e| Error::Fetch { source_name: source.clone(), url: url.clone(), message: format!("{what}: {e:#}") }
+impl Failure {
+    fn into_error(self) -> Error {
+        match self {
+            Failure::Remote(e) | Failure::Local(e) | Failure::Receiving(e) => e,
+        }
+    }
 }
 
-fn open_or_init(dir: &Path) -> std::result::Result<Repository, String> {
+/// The source-level error of a fetch of `url` for source `source`.
+fn in_source(source: &str, url: &str) -> impl Fn(Error) -> super::Error {
+    let (source, url) = (source.to_owned(), url.to_owned());
+    move |e| super::Error::Git { source_name: source.clone(), url: url.clone(), source: Box::new(e) }
+}
+
+fn open_or_init(dir: &Path) -> std::result::Result<Repository, Error> {
     if dir.join("HEAD").is_file() {
-        return gix::open(dir).map_err(|e| format!("{e:#}"));
+        return gix::open(dir).map_err(|e| Error::OpenMirror { source: Box::new(e) });
     }
     init(dir)
 }
 
-fn init(dir: &Path) -> std::result::Result<Repository, String> {
+fn init(dir: &Path) -> std::result::Result<Repository, Error> {
     let prepare = || -> std::io::Result<()> {
         if let Some(parent) = dir.parent() {
             std::fs::create_dir_all(parent)?;
@@ -79,8 +238,8 @@ fn init(dir: &Path) -> std::result::Result<Repository, String> {
         }
         Ok(())
     };
-    prepare().map_err(|e| format!("{}: {e}", dir.display()))?;
-    gix::init_bare(dir).map_err(|e| format!("{e:#}"))
+    prepare().map_err(|source| Error::PrepareMirror { path: dir.to_owned(), source })?;
+    gix::init_bare(dir).map_err(|e| Error::OpenMirror { source: Box::new(e) })
 }
 
 fn remove_any(path: &Path) -> std::io::Result<()> {
@@ -145,9 +304,9 @@ fn fetch_inner(
     let started = Instant::now();
     let marked = dir.join(DAMAGED_MARKER).exists();
     if !marked {
-        match fetch_into(source, url, auth, dir, known_heads, deadline) {
+        match fetch_into(url, auth, dir, known_heads, deadline) {
             Ok(fetched) => return Ok(fetched),
-            Err(Failure::Remote(e)) => return Err(e),
+            Err(Failure::Remote(e)) => return Err(in_source(source, url)(e)),
             Err(Failure::Local(e) | Failure::Receiving(e)) => {
                 warn!(source, error = %e, "fetch into the Git mirror failed; cloning the mirror again");
             }
@@ -157,7 +316,7 @@ fn fetch_inner(
     }
     let left = deadline.saturating_sub(started.elapsed());
     if left.is_zero() {
-        return Err(timed_out(source, url, deadline));
+        return Err(in_source(source, url)(Error::TimedOut { deadline }));
     }
     reclone(source, url, auth, dir, known_heads, left)
 }
@@ -179,11 +338,11 @@ fn reclone(
     };
     let fresh = sibling("reclone");
     let _ = remove_any(&fresh);
-    let fetched = match fetch_into(source, url, auth, &fresh, known_heads, deadline) {
+    let fetched = match fetch_into(url, auth, &fresh, known_heads, deadline) {
         Ok(f) => f,
-        Err(Failure::Remote(e) | Failure::Local(e) | Failure::Receiving(e)) => {
+        Err(failure) => {
             let _ = remove_any(&fresh);
-            return Err(e);
+            return Err(in_source(source, url)(failure.into_error()));
         }
     };
     let old = sibling("damaged");
@@ -197,18 +356,10 @@ fn reclone(
     let _ = remove_any(&old);
     if let Err(e) = swapped {
         let _ = remove_any(&fresh);
-        return Err(Error::Fetch {
-            source_name: source.to_owned(),
-            url: url.to_owned(),
-            message: format!("replacing the damaged mirror {}: {e}", dir.display()),
-        });
+        return Err(in_source(source, url)(Error::ReplaceMirror { dir: dir.to_owned(), source: e }));
     }
     info!(source, "cloned the Git mirror again");
     Ok(fetched)
-}
-
-fn timed_out(source: &str, url: &str, deadline: Duration) -> Error {
-    Error::Fetch { source_name: source.to_owned(), url: url.to_owned(), message: format!("timed out after {}s", deadline.as_secs()) }
 }
 
 /// Cancels a fetch at its deadline from another thread: sets gix's interrupt flag and shuts a
@@ -265,7 +416,6 @@ fn git_daemon_address(url: &str) -> Option<(String, u16, String)> {
 }
 
 fn fetch_into(
-    source: &str,
     url: &str,
     auth: Option<&GitAuth>,
     dir: &Path,
@@ -273,27 +423,19 @@ fn fetch_into(
     deadline: Duration,
 ) -> std::result::Result<Fetched, Failure> {
     let started = Instant::now();
-    let repo = open_or_init(dir).map_err(|message| {
-        Failure::Local(Error::Fetch {
-            source_name: source.to_owned(),
-            url: url.to_owned(),
-            message: format!("opening the mirror: {message}"),
-        })
-    })?;
+    let repo = open_or_init(dir).map_err(Failure::Local)?;
     let (repo, refs) = if git_cli::uses_cli(url) {
-        git_cli::fetch(url, auth, dir, started + deadline).map_err(|message| {
-            let Some(message) = message else { return Failure::Remote(timed_out(source, url, deadline)) };
-            let local = git_cli::is_local_damage(&message);
-            let e = Error::Fetch { source_name: source.to_owned(), url: url.to_owned(), message };
-            if local { Failure::Local(e) } else { Failure::Remote(e) }
+        git_cli::fetch(url, auth, dir, started + deadline).map_err(|e| match e {
+            git_cli::Error::TimedOut => Failure::Remote(Error::TimedOut { deadline }),
+            e if e.is_local_damage() => Failure::Local(Error::Cli(e)),
+            e => Failure::Remote(Error::Cli(e)),
         })?;
         // Opened again: the objects and refs git just wrote are read fresh.
-        let local = |message: String| Failure::Local(Error::Fetch { source_name: source.to_owned(), url: url.to_owned(), message });
-        let repo = gix::open(dir).map_err(|e| local(format!("opening the mirror: {e:#}")))?;
-        let refs = mirror_refs(&repo).map_err(|e| local(format!("reading the mirror's refs: {e}")))?;
+        let repo = gix::open(dir).map_err(|e| Failure::Local(Error::OpenMirror { source: Box::new(e) }))?;
+        let refs = mirror_refs(&repo).map_err(Failure::Local)?;
         (repo, refs)
     } else {
-        let refs = fetch_gix(source, url, &repo, deadline, started)?;
+        let refs = fetch_gix(url, &repo, deadline, started)?;
         (repo, refs)
     };
     let mut out = Fetched::default();
@@ -301,13 +443,9 @@ fn fetch_into(
         if let Some(tag) = name.strip_prefix("refs/tags/") {
             // Peel locally: v1 servers do not always send the peeled id. An object the fetch
             // claims to have but the mirror cannot read is damage, not a tag to skip.
-            let object = repo.find_object(*target).map_err(|e| {
-                Failure::Local(Error::Fetch {
-                    source_name: source.to_owned(),
-                    url: url.to_owned(),
-                    message: format!("tag {tag}: object {target} is missing from the mirror: {e}"),
-                })
-            })?;
+            let object = repo
+                .find_object(*target)
+                .map_err(|e| Failure::Local(Error::MissingObject { tag: tag.to_owned(), object: *target, source: Box::new(e) }))?;
             if object.kind == gix::object::Kind::Tag && object.data.len() <= MAX_TAG_OBJECT_BYTES {
                 out.tag_objects.insert(tag.to_owned(), object.data.clone());
             }
@@ -337,40 +475,26 @@ fn fetch_into(
 }
 
 /// Fetches `file://` and `git://` in-process; returns the refs the remote advertised.
-fn fetch_gix(
-    source: &str,
-    url: &str,
-    repo: &Repository,
-    deadline: Duration,
-    started: Instant,
-) -> std::result::Result<Vec<(String, ObjectId)>, Failure> {
+fn fetch_gix(url: &str, repo: &Repository, deadline: Duration, started: Instant) -> std::result::Result<Vec<(String, ObjectId)>, Failure> {
     let interrupt = Arc::new(AtomicBool::new(false));
-    let remote = repo
-        .remote_at(url)
-        .map_err(git_err(source, url, "invalid URL"))
-        .and_then(|r| {
-            r.with_fetch_tags(Tags::None)
-                .with_refspecs(["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"], Direction::Fetch)
-                .map_err(git_err(source, url, "refspecs"))
-        })
-        .map_err(Failure::Remote)?;
-    let remote_err = |what: &'static str, watchdog: &Watchdog| {
-        let (source, url) = (source.to_owned(), url.to_owned());
+    let invalid = |step| move |e: gix::Error| Failure::Remote(Error::InvalidRemote { step, source: Box::new(e) });
+    let remote = repo.remote_at(url).map_err(invalid("invalid URL"))?;
+    let remote = remote
+        .with_fetch_tags(Tags::None)
+        .with_refspecs(["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"], Direction::Fetch)
+        .map_err(invalid("refspecs"))?;
+    let remote_err = |step: &'static str, watchdog: &Watchdog| {
         let fired = watchdog.fired();
         move |e: gix::Error| {
-            if fired || started.elapsed() >= deadline { timed_out(&source, &url, deadline) } else { git_err(&source, &url, what)(e) }
+            if fired || started.elapsed() >= deadline { Error::TimedOut { deadline } } else { Error::Remote { step, source: Box::new(e) } }
         }
     };
     // git:// runs over a socket we open, so the deadline can shut it under a blocked read;
     // other schemes (file://: a local git-upload-pack) stop at gix's interrupt checks.
     let outcome = if let Some((host, port, path)) = git_daemon_address(url) {
-        let stream = connect(&host, port, deadline).map_err(|e| {
-            Failure::Remote(Error::Fetch { source_name: source.to_owned(), url: url.to_owned(), message: format!("connecting: {e}") })
-        })?;
+        let stream = connect(&host, port, deadline).map_err(|source| Failure::Remote(Error::Connect { source }))?;
         let watchdog = Watchdog::start(deadline.saturating_sub(started.elapsed()), interrupt.clone(), stream.try_clone().ok());
-        let write = stream.try_clone().map_err(|e| {
-            Failure::Remote(Error::Fetch { source_name: source.to_owned(), url: url.to_owned(), message: format!("connecting: {e}") })
-        })?;
+        let write = stream.try_clone().map_err(|source| Failure::Remote(Error::Connect { source }))?;
         let transport = gix::protocol::transport::client::git::blocking_io::Connection::new(
             stream,
             write,
@@ -416,11 +540,12 @@ fn fetch_gix(
 }
 
 /// The branches and tags of a mirror `git fetch --prune` just updated: exactly the remote's.
-fn mirror_refs(repo: &Repository) -> std::result::Result<Vec<(String, ObjectId)>, String> {
-    let platform = repo.references().map_err(|e| format!("{e:#}"))?;
+fn mirror_refs(repo: &Repository) -> std::result::Result<Vec<(String, ObjectId)>, Error> {
+    let read = |e| Error::ReadRefs { source: Box::new(e) };
+    let platform = repo.references().map_err(read)?;
     let mut refs = Vec::new();
-    for r in platform.all().map_err(|e| format!("{e:#}"))? {
-        let r = r.map_err(|e| format!("{e:#}"))?;
+    for r in platform.all().map_err(read)? {
+        let r = r.map_err(read)?;
         if let Some(id) = r.target().try_id() {
             refs.push((r.name().as_bstr().to_str_lossy().into_owned(), id.to_owned()));
         }
@@ -460,10 +585,9 @@ fn is_ancestor(repo: &Repository, a: ObjectId, b: ObjectId) -> bool {
 /// # Errors
 /// The commit is not in the mirror, an object cannot be read, an entry has an unsafe name, or a
 /// file cannot be written.
-pub fn materialise(dir: &Path, commit: &str, dest: &Path) -> std::result::Result<u64, String> {
+pub fn materialise(dir: &Path, commit: &str, dest: &Path) -> std::result::Result<u64, Error> {
     let result = materialise_from(dir, commit, dest);
-    // Errors writing the tree (`creating …`, `writing …`) are the destination's, not the mirror's.
-    if result.as_ref().is_err_and(|e| !e.starts_with("creating ") && !e.starts_with("writing ") && !e.starts_with("unsafe entry")) {
+    if result.as_ref().is_err_and(Error::damages_mirror) {
         // Whatever broke (a missing or unreadable object, an unopenable mirror), the next fetch
         // clones the mirror again rather than failing the same way forever.
         let _ = std::fs::write(dir.join(DAMAGED_MARKER), b"");
@@ -471,34 +595,38 @@ pub fn materialise(dir: &Path, commit: &str, dest: &Path) -> std::result::Result
     result
 }
 
-fn materialise_from(dir: &Path, commit: &str, dest: &Path) -> std::result::Result<u64, String> {
-    let repo = gix::open(dir).map_err(|e| format!("opening the mirror: {e:#}"))?;
-    let id = ObjectId::from_hex(commit.as_bytes()).map_err(|e| format!("bad commit id: {e}"))?;
-    let commit = repo.find_object(id).and_then(|o| o.peel_to_commit()).map_err(|e| format!("commit not in the mirror: {e:#}"))?;
-    let tree = commit.tree().map_err(|e| format!("reading the tree: {e:#}"))?;
+fn materialise_from(dir: &Path, commit: &str, dest: &Path) -> std::result::Result<u64, Error> {
+    let repo = gix::open(dir).map_err(|e| Error::OpenMirror { source: Box::new(e) })?;
+    let id = ObjectId::from_hex(commit.as_bytes()).map_err(|e| Error::BadCommit { source: Box::new(e) })?;
+    let commit = repo.find_object(id).and_then(|o| o.peel_to_commit()).map_err(|e| Error::CommitMissing { source: Box::new(e) })?;
+    let tree = commit.tree().map_err(|e| Error::ReadObject { path: PathBuf::new(), source: Box::new(e) })?;
     let mut files = 0;
     write_tree(&repo, tree, dest, &PathBuf::new(), &mut files)?;
     Ok(files)
 }
 
-fn write_tree(repo: &Repository, tree: gix::Tree<'_>, dest: &Path, rel: &Path, files: &mut u64) -> std::result::Result<(), String> {
+fn write_tree(repo: &Repository, tree: gix::Tree<'_>, dest: &Path, rel: &Path, files: &mut u64) -> std::result::Result<(), Error> {
+    let read = |path: &Path| {
+        let path = path.to_owned();
+        move |e| Error::ReadObject { path, source: Box::new(e) }
+    };
     for entry in tree.iter() {
-        let entry = entry.map_err(|e| format!("reading tree {}: {e:#}", rel.display()))?;
+        let entry = entry.map_err(|e| read(rel)(e))?;
         let name = entry.filename().to_str_lossy().into_owned();
         if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\\', '\0']) || name.eq_ignore_ascii_case(".git") {
-            return Err(format!("unsafe entry name {name:?} in {}", rel.display()));
+            return Err(Error::UnsafeEntry { name, dir: rel.to_owned() });
         }
         let rel_path = rel.join(&name);
         let path = dest.join(&rel_path);
         match entry.mode().kind() {
             EntryKind::Tree => {
-                std::fs::create_dir(&path).map_err(|e| format!("creating {}: {e}", rel_path.display()))?;
-                let sub = repo.find_tree(entry.object_id()).map_err(|e| format!("reading {}: {e:#}", rel_path.display()))?;
+                std::fs::create_dir(&path).map_err(|source| Error::CreateDir { path: rel_path.clone(), source })?;
+                let sub = repo.find_tree(entry.object_id()).map_err(|e| read(&rel_path)(e))?;
                 write_tree(repo, sub, dest, &rel_path, files)?;
             }
             EntryKind::Blob | EntryKind::BlobExecutable => {
-                let mut blob = repo.find_blob(entry.object_id()).map_err(|e| format!("reading {}: {e:#}", rel_path.display()))?;
-                std::fs::write(&path, blob.take_data()).map_err(|e| format!("writing {}: {e}", rel_path.display()))?;
+                let mut blob = repo.find_blob(entry.object_id()).map_err(|e| read(&rel_path)(e))?;
+                std::fs::write(&path, blob.take_data()).map_err(|source| Error::WriteFile { path: rel_path.clone(), source })?;
                 *files += 1;
             }
             EntryKind::Link => tracing::warn!(path = %rel_path.display(), "skipping symlink in release tree"),

@@ -18,18 +18,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::github::{Secret, TokenSource};
+use super::github::{Secret, TokenError, TokenSource};
 
-/// How a private Git repository is reached (`sources[].git.auth`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GitAuth {
-    /// `ssh://` or `user@host:path`: this key, and only hosts listed in `known_hosts`.
-    Ssh { private_key: PathBuf, known_hosts: PathBuf },
-    /// HTTP basic authentication.
-    Https { username: String, password: TokenSource },
-    /// `Authorization: Bearer …` on every request.
-    Bearer(TokenSource),
-}
+pub use crate::model::source::GitAuth;
+use crate::model::source::is_scp_like;
 
 /// Largest private key read (an OpenSSH RSA-16384 key is well below).
 const MAX_KEY_BYTES: u64 = 64 << 10;
@@ -40,51 +32,134 @@ const STALE_KEY_AGE: Duration = Duration::from_secs(600);
 /// How much of git's stderr is kept for the error message.
 const MAX_STDERR_BYTES: usize = 16 << 10;
 
+/// Why a fetch through the `git` binary failed. Never holds a secret.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The deadline passed and git was killed (the caller names the deadline).
+    #[error("git did not finish before the deadline")]
+    TimedOut,
+    #[error("privateKey file {}: {source}", path.display())]
+    ReadKey {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("privateKey file {} is larger than {MAX_KEY_BYTES} bytes", path.display())]
+    KeyTooLarge { path: PathBuf },
+    #[error("writing a private copy of the key in {}: {source}", dir.display())]
+    CopyKey {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("knownHosts file {} is missing", path.display())]
+    KnownHostsMissing { path: PathBuf },
+    #[error("reading the {what}: {source}")]
+    ReadSecret {
+        what: &'static str,
+        #[source]
+        source: TokenError,
+    },
+    /// A secret or the username would break the credential helper's lines.
+    #[error("the {what} contains a line break")]
+    LineBreak { what: &'static str },
+    #[error("running git (is Git installed?): {0}")]
+    Spawn(#[source] std::io::Error),
+    #[error("starting the git stderr reader: {0}")]
+    Reader(#[source] std::io::Error),
+    #[error("waiting for git: {0}")]
+    Wait(#[source] std::io::Error),
+    /// git ran and failed: its last lines, after what they mean when that is known.
+    #[error("{}", failure_message(*hint, said, status))]
+    Failed { hint: Hint, said: String, status: std::process::ExitStatus },
+}
+
+/// What a failed `git fetch` means, read from its stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hint {
+    HostKeyUnknown,
+    KeyRefused,
+    CredentialsRefused,
+    NotFound,
+    Other,
+}
+
+impl Hint {
+    fn text(self) -> &'static str {
+        match self {
+            Hint::HostKeyUnknown => "the server's host key is not in `auth.ssh.knownHosts` (host key checking is always on)",
+            Hint::KeyRefused => "the server refused `auth.ssh.privateKey`",
+            Hint::CredentialsRefused => "the server refused the credentials (`auth.https` or `auth.bearerToken`)",
+            Hint::NotFound => "the repository was not found (or the credentials may not read it)",
+            Hint::Other => "git fetch failed",
+        }
+    }
+}
+
+fn failure_message(hint: Hint, said: &str, status: &std::process::ExitStatus) -> String {
+    if said.is_empty() { format!("{} (git exited with {status})", hint.text()) } else { format!("{}: {said}", hint.text()) }
+}
+
+impl Error {
+    /// Whether trying again soon may succeed with nothing changed: a refused key or
+    /// credentials, an unknown host key, a missing repository or unusable credential files wait
+    /// for someone to change them; a remote that did not answer, or git's own trouble, may pass.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::TimedOut | Error::Spawn(_) | Error::Reader(_) | Error::Wait(_) | Error::CopyKey { .. } => true,
+            Error::ReadKey { .. } | Error::ReadSecret { .. } => true,
+            Error::KeyTooLarge { .. } | Error::KnownHostsMissing { .. } | Error::LineBreak { .. } => false,
+            Error::Failed { hint, .. } => *hint == Hint::Other,
+        }
+    }
+
+    /// A short stable name, for condition reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::TimedOut => "Timeout",
+            Error::ReadKey { .. } | Error::KeyTooLarge { .. } | Error::CopyKey { .. } => "PrivateKey",
+            Error::KnownHostsMissing { .. } => "KnownHostsMissing",
+            Error::ReadSecret { .. } | Error::LineBreak { .. } => "Credentials",
+            Error::Spawn(_) | Error::Reader(_) | Error::Wait(_) => "GitBinary",
+            Error::Failed { hint, .. } => match hint {
+                Hint::HostKeyUnknown => "HostKeyUnknown",
+                Hint::KeyRefused | Hint::CredentialsRefused => "Unauthorized",
+                Hint::NotFound => "RepositoryNotFound",
+                Hint::Other => "GitFetchFailed",
+            },
+        }
+    }
+
+    /// Whether the failure points at the mirror rather than the remote (then the mirror is
+    /// cloned again).
+    pub fn is_local_damage(&self) -> bool {
+        matches!(self, Error::Failed { said, .. } if is_local_damage(said))
+    }
+}
+
+/// Why an SSH URL is refused (`sources[].git.url` with `auth.ssh`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SshUrlError {
+    #[error("`{0}` is not an SSH URL; expected ssh://[user@]host[:port]/path or user@host:path")]
+    NotSsh(String),
+    #[error("a password must not be written into the URL; SSH authenticates with `auth.ssh.privateKey`")]
+    Password,
+    #[error("`{0}` has no host or path")]
+    NoHostOrPath(String),
+}
+
 /// Whether `url` goes through the `git` binary rather than gix.
 pub fn uses_cli(url: &str) -> bool {
     is_scp_like(url) || ["http://", "https://", "ssh://"].iter().any(|s| url.starts_with(s))
-}
-
-/// `user@host:path` (Git's scp-like SSH syntax): no scheme, a colon before any slash.
-pub fn is_scp_like(url: &str) -> bool {
-    if url.contains("://") {
-        return false;
-    }
-    match url.split_once(':') {
-        Some((host, path)) => !host.is_empty() && !host.contains('/') && !path.is_empty(),
-        None => false,
-    }
-}
-
-/// Checks an SSH URL (`ssh://[user@]host[:port]/path` or `[user@]host:path`).
-///
-/// # Errors
-/// Not an SSH URL, no host or path, or a password in it.
-pub fn check_ssh_url(url: &str) -> Result<(), String> {
-    let (authority, path) = if let Some(rest) = url.strip_prefix("ssh://") {
-        rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p))
-    } else if is_scp_like(url) {
-        url.split_once(':').unwrap_or((url, ""))
-    } else {
-        return Err(format!("`{url}` is not an SSH URL; expected ssh://[user@]host[:port]/path or user@host:path"));
-    };
-    let (user, host) = authority.rsplit_once('@').map_or((None, authority), |(u, h)| (Some(u), h));
-    if user.is_some_and(|u| u.contains(':')) {
-        return Err("a password must not be written into the URL; SSH authenticates with `auth.ssh.privateKey`".to_owned());
-    }
-    if host.is_empty() || host.starts_with('-') || path.is_empty() {
-        return Err(format!("`{url}` has no host or path"));
-    }
-    Ok(())
 }
 
 /// Fetches every branch and tag of `url` into the bare mirror `dir` with `git fetch --prune`, so
 /// the mirror's refs are then exactly the remote's. Blocking; killed at `deadline`.
 ///
 /// # Errors
-/// `None` when the deadline passed; else a message naming what failed (credentials unreadable,
-/// host key unknown, authentication refused, the remote unreachable), never containing a secret.
-pub fn fetch(url: &str, auth: Option<&GitAuth>, dir: &Path, deadline: Instant) -> Result<(), Option<String>> {
+/// [`Error::TimedOut`] when the deadline passed; else what failed (credentials unreadable, host
+/// key unknown, authentication refused, the remote unreachable), never containing a secret.
+pub fn fetch(url: &str, auth: Option<&GitAuth>, dir: &Path, deadline: Instant) -> Result<(), Error> {
     let mut cmd = Command::new("git");
     cmd.arg("--git-dir")
         .arg(dir)
@@ -113,7 +188,7 @@ pub fn fetch(url: &str, auth: Option<&GitAuth>, dir: &Path, deadline: Instant) -
         Some(GitAuth::Ssh { private_key, known_hosts }) => {
             let key = copy_private_key(private_key, dir)?;
             if !known_hosts.is_file() {
-                return Err(Some(format!("knownHosts file {} is missing", known_hosts.display())));
+                return Err(Error::KnownHostsMissing { path: known_hosts.clone() });
             }
             cmd.env("GIT_SSH_COMMAND", ssh_command(key.path(), known_hosts)).env("GIT_SSH_VARIANT", "ssh");
             _key_file = Some(key);
@@ -121,7 +196,7 @@ pub fn fetch(url: &str, auth: Option<&GitAuth>, dir: &Path, deadline: Instant) -
         Some(GitAuth::Https { username, password }) => {
             let password = read_secret(password, "password")?;
             if username.contains(['\n', '\0']) {
-                return Err(Some("the username contains a line break".into()));
+                return Err(Error::LineBreak { what: "username" });
             }
             config.push((
                 "credential.helper",
@@ -142,23 +217,23 @@ pub fn fetch(url: &str, auth: Option<&GitAuth>, dir: &Path, deadline: Instant) -
     run(cmd, deadline)
 }
 
-fn read_secret(source: &TokenSource, what: &str) -> Result<Secret, String> {
-    let secret = source.read().map_err(|e| format!("reading the {what}: {e}"))?;
+fn read_secret(source: &TokenSource, what: &'static str) -> Result<Secret, Error> {
+    let secret = source.read().map_err(|source| Error::ReadSecret { what, source })?;
     if secret.expose().contains(['\n', '\0']) {
-        return Err(format!("the {what} contains a line break"));
+        return Err(Error::LineBreak { what });
     }
     Ok(secret)
 }
 
 /// ssh refuses a key readable by others, and Kubernetes mounts Secrets 0644 by default: the key
 /// is copied into a 0600 file next to the mirror for the length of one fetch.
-fn copy_private_key(path: &Path, dir: &Path) -> Result<tempfile::NamedTempFile, String> {
+fn copy_private_key(path: &Path, dir: &Path) -> Result<tempfile::NamedTempFile, Error> {
     let mut key = Vec::new();
     std::fs::File::open(path)
         .and_then(|f| f.take(MAX_KEY_BYTES + 1).read_to_end(&mut key))
-        .map_err(|e| format!("privateKey file {}: {e}", path.display()))?;
+        .map_err(|source| Error::ReadKey { path: path.to_owned(), source })?;
     if key.len() as u64 > MAX_KEY_BYTES {
-        return Err(format!("privateKey file {} is larger than {MAX_KEY_BYTES} bytes", path.display()));
+        return Err(Error::KeyTooLarge { path: path.to_owned() });
     }
     if !key.ends_with(b"\n") {
         // OpenSSH rejects a key whose last line is not terminated ("invalid format").
@@ -166,11 +241,9 @@ fn copy_private_key(path: &Path, dir: &Path) -> Result<tempfile::NamedTempFile, 
     }
     let parent = dir.parent().unwrap_or(dir);
     remove_stale_keys(parent);
-    let mut file = tempfile::Builder::new()
-        .prefix(KEY_PREFIX)
-        .tempfile_in(parent)
-        .map_err(|e| format!("writing a private copy of the key in {}: {e}", parent.display()))?;
-    std::io::Write::write_all(&mut file, &key).map_err(|e| format!("writing a private copy of the key: {e}"))?;
+    let copy_err = |source| Error::CopyKey { dir: parent.to_owned(), source };
+    let mut file = tempfile::Builder::new().prefix(KEY_PREFIX).tempfile_in(parent).map_err(copy_err)?;
+    std::io::Write::write_all(&mut file, &key).map_err(copy_err)?;
     Ok(file)
 }
 
@@ -198,8 +271,8 @@ fn ssh_command(key: &Path, known_hosts: &Path) -> String {
 }
 
 /// Runs git, keeping the end of its stderr, and kills it when the deadline passes.
-fn run(mut cmd: Command, deadline: Instant) -> Result<(), Option<String>> {
-    let mut child = cmd.spawn().map_err(|e| format!("running git (is Git installed?): {e}"))?;
+fn run(mut cmd: Command, deadline: Instant) -> Result<(), Error> {
+    let mut child = cmd.spawn().map_err(Error::Spawn)?;
     let stderr = child.stderr.take();
     let reader = std::thread::Builder::new()
         .name("git-stderr".into())
@@ -216,7 +289,7 @@ fn run(mut cmd: Command, deadline: Instant) -> Result<(), Option<String>> {
             }
             kept
         })
-        .map_err(|e| format!("starting the git stderr reader: {e}"))?;
+        .map_err(Error::Reader)?;
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break Some(status),
@@ -229,7 +302,7 @@ fn run(mut cmd: Command, deadline: Instant) -> Result<(), Option<String>> {
             Err(e) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(Some(format!("waiting for git: {e}")));
+                return Err(Error::Wait(e));
             }
         }
     };
@@ -237,36 +310,36 @@ fn run(mut cmd: Command, deadline: Instant) -> Result<(), Option<String>> {
         // Not joined: an `ssh` git started may still hold the stderr pipe until its own
         // timeouts end it; the reader thread ends with it.
         drop(reader);
-        return Err(None);
+        return Err(Error::TimedOut);
     };
     let stderr = reader.join().unwrap_or_default();
-    if status.success() { Ok(()) } else { Err(Some(explain(&String::from_utf8_lossy(&stderr), status))) }
+    if status.success() { Ok(()) } else { Err(explain(&String::from_utf8_lossy(&stderr), status)) }
 }
 
-/// Whether a failed fetch's message points at the mirror rather than the remote (then the
-/// mirror is cloned again).
-pub fn is_local_damage(message: &str) -> bool {
+/// Whether git's words point at the mirror rather than the remote (then the mirror is cloned
+/// again).
+fn is_local_damage(stderr: &str) -> bool {
     ["not a git repository", "bad object", "unable to read", "fatal: loose object", "is corrupt", "did not send all necessary objects"]
         .iter()
-        .any(|m| message.contains(m))
+        .any(|m| stderr.contains(m))
 }
 
-/// git's own words, prefixed with what they mean for the operator when that is known.
-fn explain(stderr: &str, status: std::process::ExitStatus) -> String {
+/// git's own words (its last lines), with what they mean for the operator when that is known.
+fn explain(stderr: &str, status: std::process::ExitStatus) -> Error {
     let lines: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
     let said = lines[lines.len().saturating_sub(4)..].join("; ");
     let hint = if stderr.contains("Host key verification failed") {
-        "the server's host key is not in `auth.ssh.knownHosts` (host key checking is always on)"
+        Hint::HostKeyUnknown
     } else if stderr.contains("Permission denied (publickey") {
-        "the server refused `auth.ssh.privateKey`"
+        Hint::KeyRefused
     } else if stderr.contains("Authentication failed") || stderr.contains("could not read Username") || stderr.contains(" 401") {
-        "the server refused the credentials (`auth.https` or `auth.bearerToken`)"
+        Hint::CredentialsRefused
     } else if stderr.contains("not found") || stderr.contains("does not appear to be a git repository") {
-        "the repository was not found (or the credentials may not read it)"
+        Hint::NotFound
     } else {
-        "git fetch failed"
+        Hint::Other
     };
-    if said.is_empty() { format!("{hint} (git exited with {status})") } else { format!("{hint}: {said}") }
+    Error::Failed { hint, said, status }
 }
 
 #[cfg(test)]
@@ -275,16 +348,6 @@ mod tests {
 
     #[test]
     fn ssh_urls() {
-        assert!(check_ssh_url("ssh://git@example.org/org/stacks.git").is_ok());
-        assert!(check_ssh_url("ssh://git@example.org:2222/org/stacks.git").is_ok());
-        assert!(check_ssh_url("git@example.org:org/stacks.git").is_ok());
-        assert!(check_ssh_url("ssh://git:secret@example.org/org/stacks.git").is_err());
-        assert!(check_ssh_url("ssh://example.org").is_err());
-        assert!(check_ssh_url("ssh://-oProxyCommand=x/path").is_err());
-        assert!(check_ssh_url("https://example.org/x.git").is_err());
-        assert!(is_scp_like("git@example.org:org/stacks.git"));
-        assert!(!is_scp_like("./local/path"));
-        assert!(!is_scp_like("file:///x"));
         assert!(uses_cli("git@example.org:org/stacks.git"));
         assert!(!uses_cli("git://127.0.0.1/x"));
     }

@@ -10,10 +10,31 @@ use std::collections::BTreeMap;
 
 use crate::cache::SourceState;
 
+/// Why polling a source failed; the previous tag set stays.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("source {source_name} ({url}): {message}")]
-    Fetch { source_name: String, url: String, message: String },
+    #[error("source {source_name} ({url}): {source}")]
+    Git {
+        source_name: String,
+        url: String,
+        #[source]
+        source: Box<git::Error>,
+    },
+    /// The blocking fetch task panicked or was cancelled.
+    #[error("source {source_name} ({url}): poll task failed: {source}")]
+    Task {
+        source_name: String,
+        url: String,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    /// The source's trusted keys (`verify:`) cannot be read or parsed.
+    #[error("source {source_name} ({}): {source}", source.path.display())]
+    Keys {
+        source_name: String,
+        #[source]
+        source: crate::verify::KeyFileError,
+    },
     #[error("source {source_name}: poll did not finish within {seconds}s")]
     Timeout { source_name: String, seconds: u64 },
     #[error("source {source_name}: {source}")]
@@ -32,17 +53,28 @@ pub enum Error {
 }
 
 impl Error {
-    /// Every source error is worth retrying at the next poll: remotes come back.
+    /// Whether polling again soon may succeed with nothing changed: the remote's and the cache
+    /// volume's trouble passes; a URL, credentials or keys the remote or stacksync refuse wait
+    /// for someone to change them. (Polls run on their schedule either way.)
     pub fn is_transient(&self) -> bool {
-        true
+        match self {
+            Error::Git { source, .. } => source.is_transient(),
+            Error::Task { .. } | Error::Timeout { .. } => true,
+            Error::Keys { source, .. } => source.is_transient(),
+            Error::Github { source, .. } => source.is_transient(),
+            Error::Oci { source, .. } => source.is_transient(),
+        }
     }
 
-    pub fn kind(&self) -> &'static str {
+    /// A short stable name, for condition reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
         match self {
-            Error::Fetch { .. } => "fetch",
-            Error::Timeout { .. } => "timeout",
-            Error::Github { .. } => "github",
-            Error::Oci { .. } => "oci",
+            Error::Git { source, .. } => source.reason(),
+            Error::Task { .. } => "PollTask",
+            Error::Keys { source, .. } => source.reason(),
+            Error::Timeout { .. } => "Timeout",
+            Error::Github { source, .. } => source.reason(),
+            Error::Oci { source, .. } => source.reason(),
         }
     }
 }

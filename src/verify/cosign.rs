@@ -104,7 +104,7 @@ impl CosignKeys {
     /// digest.
     pub fn verify_payload(&self, payload: &[u8], sig_b64: &str, manifest_digest: &str) -> Result<Verified, Refusal> {
         let verified = self.verify_blob(payload, sig_b64)?;
-        let signed = payload_digest(payload).map_err(|message| Refusal::Malformed { signer: verified.signer.clone(), message })?;
+        let signed = payload_digest(payload).map_err(|e| Refusal::Malformed { signer: verified.signer.clone(), message: e.to_string() })?;
         if signed != manifest_digest {
             return Err(Refusal::WrongSubject {
                 signer: verified.signer,
@@ -122,21 +122,30 @@ pub fn fingerprint(spki_der: &[u8]) -> String {
     format!("cosign:SHA256:{}", base64::engine::general_purpose::STANDARD_NO_PAD.encode(digest))
 }
 
+/// Why a simple-signing payload names no manifest ([`payload_digest`]); it becomes a
+/// [`Refusal::Malformed`].
+#[derive(Debug, thiserror::Error)]
+pub enum PayloadError {
+    #[error("the signed payload is not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    #[error("the signed payload's critical.type is `{0}`, not `cosign container image signature`")]
+    Type(String),
+    #[error("the signed payload has no critical.image.docker-manifest-digest")]
+    NoDigest,
+}
+
 /// The `docker-manifest-digest` a simple-signing payload signs.
 ///
 /// # Errors
 /// Not JSON, not a cosign container image signature, or no digest.
-pub fn payload_digest(payload: &[u8]) -> Result<String, String> {
-    let v: serde_json::Value = serde_json::from_slice(payload).map_err(|e| format!("the signed payload is not JSON: {e}"))?;
+pub fn payload_digest(payload: &[u8]) -> Result<String, PayloadError> {
+    let v: serde_json::Value = serde_json::from_slice(payload).map_err(PayloadError::NotJson)?;
     let critical = &v["critical"];
     let kind = critical["type"].as_str().unwrap_or_default();
     if kind != "cosign container image signature" && kind != "atomic container signature" {
-        return Err(format!("the signed payload's critical.type is `{kind}`, not `cosign container image signature`"));
+        return Err(PayloadError::Type(kind.to_owned()));
     }
-    critical["image"]["docker-manifest-digest"]
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| "the signed payload has no critical.image.docker-manifest-digest".into())
+    critical["image"]["docker-manifest-digest"].as_str().map(str::to_owned).ok_or(PayloadError::NoDigest)
 }
 
 /// The tag cosign stores an artifact's signature under: `sha256-<hex>.sig`.
@@ -152,7 +161,7 @@ mod tests {
     fn payload_digest_and_tag() {
         let p = br#"{"critical":{"identity":{"docker-reference":"r/a"},"image":{"docker-manifest-digest":"sha256:ab"},"type":"cosign container image signature"},"optional":null}"#;
         assert_eq!(payload_digest(p).unwrap(), "sha256:ab");
-        assert!(payload_digest(br#"{"critical":{"type":"x"}}"#).unwrap_err().contains("critical.type"));
+        assert!(payload_digest(br#"{"critical":{"type":"x"}}"#).unwrap_err().to_string().contains("critical.type"));
         assert_eq!(signature_tag("ab"), "sha256-ab.sig");
     }
 

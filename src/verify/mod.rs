@@ -83,6 +83,24 @@ impl Refusal {
         }
     }
 
+    /// Never: a refused signature stays refused until the release or the trusted keys change.
+    pub fn is_transient(&self) -> bool {
+        false
+    }
+
+    /// A short stable CamelCase name, for condition reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::Unsigned { .. } => "Unsigned",
+            Refusal::UntrustedKey { .. } => "UntrustedKey",
+            Refusal::BadSignature { .. } => "BadSignature",
+            Refusal::KeyNotValid { .. } => "KeyNotValid",
+            Refusal::Malformed { .. } => "MalformedSignature",
+            Refusal::WrongSubject { .. } => "WrongSubject",
+            Refusal::NoKeysForKind { .. } => "NoKeysForKind",
+        }
+    }
+
     /// A short, bounded word for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -98,14 +116,52 @@ impl Refusal {
 }
 
 /// A key file that cannot be used: the file, the line (1-based; 0 for the whole file) and why.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field} {}{}: {message}", path.display(), if *line > 0 { format!(":{line}") } else { String::new() })]
+#[derive(Debug, thiserror::Error)]
+#[error("{field} {}{}: {problem}", path.display(), if *line > 0 { format!(":{line}") } else { String::new() })]
 pub struct KeyFileError {
     /// The config field naming the file (`git.verify.ssh.allowedSigners`).
     pub field: String,
     pub path: PathBuf,
     pub line: usize,
-    pub message: String,
+    #[source]
+    pub problem: KeyFileProblem,
+}
+
+impl KeyFileError {
+    /// Whether reading the file again soon may succeed: an I/O error (a mounted Secret being
+    /// rotated); a file too large or holding no usable key waits for someone to change it.
+    pub fn is_transient(&self) -> bool {
+        matches!(self.problem, KeyFileProblem::Read(ReadError::Io(_)))
+    }
+
+    /// A short stable name, for condition reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self.problem {
+            KeyFileProblem::Read(_) => "KeyFileUnreadable",
+            KeyFileProblem::Parse(_) => "KeyFileInvalid",
+        }
+    }
+}
+
+/// What is wrong with a key file: it cannot be read, or a line of it is not a usable key.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyFileProblem {
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// The parser's words for the line (`KeyFileError::line`) or the file.
+    #[error("{0}")]
+    Parse(String),
+}
+
+/// Why a small text file could not be read ([`read_bounded`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("cannot read: {0}")]
+    Io(#[source] std::io::Error),
+    #[error("larger than {max} bytes")]
+    TooLarge { max: u64 },
+    #[error("not UTF-8 text")]
+    NotUtf8(#[source] std::string::FromUtf8Error),
 }
 
 /// Where a source's trusted keys are (`verify:` of a source). Any combination; a source with
@@ -132,18 +188,18 @@ impl TrustFiles {
     /// A file is missing, too large, or holds something that is not a key, with its line.
     pub fn load(&self) -> Result<Trust, KeyFileError> {
         let read = |(field, path): &(String, PathBuf)| -> Result<String, KeyFileError> {
-            read_bounded(path, MAX_KEY_FILE_BYTES).map_err(|message| KeyFileError {
+            read_bounded(path, MAX_KEY_FILE_BYTES).map_err(|e| KeyFileError {
                 field: field.clone(),
                 path: path.clone(),
                 line: 0,
-                message,
+                problem: e.into(),
             })
         };
         let at = |(field, path): &(String, PathBuf), (line, message): (usize, String)| KeyFileError {
             field: field.clone(),
             path: path.clone(),
             line,
-            message,
+            problem: KeyFileProblem::Parse(message),
         };
         let ssh = match &self.ssh_allowed_signers {
             Some(f) => Some(sshsig::AllowedSigners::parse(&read(f)?).map_err(|e| at(f, e))?),
@@ -165,15 +221,15 @@ impl TrustFiles {
 ///
 /// # Errors
 /// The file cannot be read, is larger than `max`, or is not UTF-8.
-pub fn read_bounded(path: &Path, max: u64) -> Result<String, String> {
+pub fn read_bounded(path: &Path, max: u64) -> Result<String, ReadError> {
     use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+    let file = std::fs::File::open(path).map_err(ReadError::Io)?;
     let mut bytes = Vec::new();
-    file.take(max + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read: {e}"))?;
+    file.take(max + 1).read_to_end(&mut bytes).map_err(ReadError::Io)?;
     if bytes.len() as u64 > max {
-        return Err(format!("larger than {max} bytes"));
+        return Err(ReadError::TooLarge { max });
     }
-    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_owned())
+    String::from_utf8(bytes).map_err(ReadError::NotUtf8)
 }
 
 /// The keys a source trusts, as loaded at this poll.
@@ -379,6 +435,8 @@ mod tests {
         assert!(text.starts_with("sources[0].git.verify.ssh.allowedSigners "), "{text}");
         assert!(text.contains("allowed_signers:2:"), "{text}");
         std::fs::remove_file(&path).unwrap();
-        assert!(files.load().unwrap_err().message.contains("cannot read"));
+        let err = files.load().unwrap_err();
+        assert!(err.problem.to_string().contains("cannot read"), "{err}");
+        assert!(err.is_transient() && matches!(err.problem, KeyFileProblem::Read(ReadError::Io(_))), "{err:?}");
     }
 }

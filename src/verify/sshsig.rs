@@ -46,7 +46,7 @@ impl AllowedSigners {
             if trimmed.is_empty() || trimmed.starts_with('#') {
                 continue;
             }
-            signers.push(parse_line(trimmed, line).map_err(|m| (line, m))?);
+            signers.push(parse_line(trimmed, line).map_err(|e| (line, e.to_string()))?);
         }
         if signers.is_empty() {
             return Err((0, "holds no key (expected lines `principals [options] keytype base64-key`)".into()));
@@ -121,7 +121,23 @@ impl AllowedSigners {
     }
 }
 
-fn parse_line(line: &str, n: usize) -> Result<Signer, String> {
+/// What is wrong with one `allowed_signers` line (reported with its number by
+/// [`AllowedSigners::parse`]).
+#[derive(Debug, thiserror::Error)]
+enum LineError {
+    #[error("not an OpenSSH public key (`keytype base64-key`): {0}")]
+    Key(#[source] ssh_key::Error),
+    #[error("unterminated quote")]
+    Quote,
+    #[error("time `{0}` is not YYYYMMDD[HHMM[SS]][Z]")]
+    Time(String),
+    #[error("`cert-authority` entries are not supported: list the signing keys themselves")]
+    CertAuthority,
+    #[error("unknown or malformed option `{0}`")]
+    Option(String),
+}
+
+fn parse_line(line: &str, n: usize) -> Result<Signer, LineError> {
     let (principals, rest) = take_field(line)?;
     let rest = rest.trim_start();
     // Options come before the key type: a field that is not a key type is the options.
@@ -129,7 +145,7 @@ fn parse_line(line: &str, n: usize) -> Result<Signer, String> {
         let (first, after) = take_field(rest)?;
         if is_key_type(&first) { (String::new(), rest) } else { (first, after.trim_start()) }
     };
-    let key = PublicKey::from_openssh(rest.trim()).map_err(|e| format!("not an OpenSSH public key (`keytype base64-key`): {e}"))?;
+    let key = PublicKey::from_openssh(rest.trim()).map_err(LineError::Key)?;
     let mut signer = Signer {
         principals,
         fingerprint: format!("ssh:{}", key.fingerprint(HashAlg::Sha256)),
@@ -145,10 +161,8 @@ fn parse_line(line: &str, n: usize) -> Result<Signer, String> {
             ("namespaces", Some(v)) => signer.namespaces = Some(v.split(',').map(str::to_owned).collect()),
             ("valid-after", Some(v)) => signer.valid_after = Some(parse_time(v)?),
             ("valid-before", Some(v)) => signer.valid_before = Some(parse_time(v)?),
-            ("cert-authority", None) => {
-                return Err("`cert-authority` entries are not supported: list the signing keys themselves".into());
-            }
-            (other, _) => return Err(format!("unknown or malformed option `{other}`")),
+            ("cert-authority", None) => return Err(LineError::CertAuthority),
+            (other, _) => return Err(LineError::Option(other.to_owned())),
         }
     }
     Ok(signer)
@@ -159,7 +173,7 @@ fn is_key_type(field: &str) -> bool {
 }
 
 /// The next whitespace-separated field; double quotes group (and are kept).
-fn take_field(s: &str) -> Result<(String, &str), String> {
+fn take_field(s: &str) -> Result<(String, &str), LineError> {
     let mut quoted = false;
     for (i, c) in s.char_indices() {
         match c {
@@ -169,7 +183,7 @@ fn take_field(s: &str) -> Result<(String, &str), String> {
         }
     }
     if quoted {
-        return Err("unterminated quote".into());
+        return Err(LineError::Quote);
     }
     Ok((s.to_owned(), ""))
 }
@@ -195,9 +209,9 @@ fn split_options(s: &str) -> Vec<String> {
 }
 
 /// `YYYYMMDD[HHMM[SS]][Z]` as Unix seconds (UTC).
-fn parse_time(v: &str) -> Result<i64, String> {
+fn parse_time(v: &str) -> Result<i64, LineError> {
     let digits = v.strip_suffix(['Z', 'z']).unwrap_or(v);
-    let bad = || format!("time `{v}` is not YYYYMMDD[HHMM[SS]][Z]");
+    let bad = || LineError::Time(v.to_owned());
     if !matches!(digits.len(), 8 | 12 | 14) || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad());
     }

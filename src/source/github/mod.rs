@@ -43,8 +43,13 @@ pub enum Error {
     Status { repo: String, url: String, status: u16, message: String },
     #[error("{repo}: rate limited for {seconds}s more (longer than the {max}s stacksync waits in one poll)")]
     RateLimited { repo: String, seconds: u64, max: u64 },
-    #[error("{repo}: cannot read the release list: {message}")]
-    Decode { repo: String, message: String },
+    #[error("{repo}: cannot read the release list: {url}: {source}")]
+    Decode {
+        repo: String,
+        url: String,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error("{repo}: {url}: the page is larger than the limit of {limit} bytes")]
     PageTooLarge { repo: String, url: String, limit: u64 },
     #[error("{repo}: release {tag}: asset {asset}: {source}")]
@@ -55,8 +60,49 @@ pub enum Error {
         #[source]
         source: BlobError,
     },
-    #[error("{repo}: cannot read token: {message}")]
-    Token { repo: String, message: String },
+    /// The asset's URL (or the storage host it redirects to) answered a status that downloading
+    /// again will not change (4xx but 429; 5xx and 429 are retried).
+    #[error("{repo}: release {tag}: asset {asset}: {url}: answered {status}")]
+    DownloadStatus { repo: String, tag: String, asset: String, url: String, status: StatusCode },
+    #[error("{repo}: cannot read token: {source}")]
+    Token {
+        repo: String,
+        #[source]
+        source: TokenError,
+    },
+}
+
+impl Error {
+    /// Whether trying again soon may succeed with nothing changed: the network, a 5xx or 429, a
+    /// rate limit, the blob store's disk; not a 4xx, a page that is not a release list or too
+    /// large, an asset that does not verify, or a token that is not there.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Request { .. } | Error::RateLimited { .. } => true,
+            // 304 without a cached page: the cache was dropped meanwhile; the next poll asks anew.
+            Error::Status { status, .. } => *status >= 500 || *status == 429 || *status == 304,
+            Error::DownloadStatus { status, .. } => status.is_server_error() || *status == StatusCode::TOO_MANY_REQUESTS,
+            Error::Decode { .. } | Error::PageTooLarge { .. } => false,
+            Error::Download { source, .. } => source.is_transient(),
+            Error::Token { source, .. } => source.is_transient(),
+        }
+    }
+
+    /// A short stable name, for condition reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Request { .. } => "GithubRequest",
+            Error::Status { status: 401 | 403, .. }
+            | Error::DownloadStatus { status: StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN, .. } => "Unauthorized",
+            Error::Status { status: 404, .. } | Error::DownloadStatus { status: StatusCode::NOT_FOUND, .. } => "NotFound",
+            Error::Status { .. } | Error::DownloadStatus { .. } => "GithubStatus",
+            Error::RateLimited { .. } => "RateLimited",
+            Error::Decode { .. } => "GithubDecode",
+            Error::PageTooLarge { .. } => "PageTooLarge",
+            Error::Download { source, .. } => source.reason(),
+            Error::Token { .. } => "Token",
+        }
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -82,24 +128,46 @@ impl Secret {
     }
 }
 
-/// Where the API token comes from; read at every poll so rotations are picked up.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TokenSource {
-    File(std::path::PathBuf),
-    Env(String),
+pub use crate::model::source::TokenSource;
+
+/// Why a token (or password) could not be read from its [`TokenSource`]. Never holds the secret.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("token file {}: {source}", path.display())]
+    File {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("environment variable {var} is not set")]
+    Env {
+        var: String,
+        #[source]
+        source: std::env::VarError,
+    },
+    #[error("the token is empty")]
+    Empty,
+}
+
+impl TokenError {
+    /// A file that cannot be read may be a mounted Secret being rotated; an unset variable or an
+    /// empty token waits for someone to change it.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, TokenError::File { .. })
+    }
 }
 
 impl TokenSource {
     /// # Errors
     /// The file cannot be read, the variable is unset, or the token is empty.
-    pub fn read(&self) -> std::result::Result<Secret, String> {
+    pub fn read(&self) -> std::result::Result<Secret, TokenError> {
         let raw = match self {
-            TokenSource::File(p) => std::fs::read_to_string(p).map_err(|e| format!("token file {}: {e}", p.display()))?,
-            TokenSource::Env(v) => std::env::var(v).map_err(|_| format!("environment variable {v} is not set"))?,
+            TokenSource::File(p) => std::fs::read_to_string(p).map_err(|source| TokenError::File { path: p.clone(), source })?,
+            TokenSource::Env(v) => std::env::var(v).map_err(|source| TokenError::Env { var: v.clone(), source })?,
         };
         let token = raw.trim();
         if token.is_empty() {
-            return Err("the token is empty".into());
+            return Err(TokenError::Empty);
         }
         Ok(Secret(token.to_owned()))
     }
@@ -409,8 +477,11 @@ impl Client {
                     let etag = resp.headers().get(ETAG).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
                     let next = next_link(resp.headers()).map(str::to_owned);
                     let body = self.read_page(resp, &key).await?;
-                    let api: Vec<ApiRelease> = serde_json::from_slice(&body)
-                        .map_err(|e| Error::Decode { repo: self.repo.clone(), message: format!("{key}: {e}") })?;
+                    let api: Vec<ApiRelease> = serde_json::from_slice(&body).map_err(|source| Error::Decode {
+                        repo: self.repo.clone(),
+                        url: key.clone(),
+                        source,
+                    })?;
                     let releases = api
                         .into_iter()
                         .filter(|r| !r.draft)
@@ -485,6 +556,9 @@ impl Client {
             Ok(result) => result.map_err(|e| match e {
                 Attempt::Retry(message) => dl_err(io(message)),
                 Attempt::Fatal(e) => dl_err(e),
+                Attempt::Status { url, status } => {
+                    Error::DownloadStatus { repo: self.repo.clone(), tag: tag.to_owned(), asset: asset.name.clone(), url, status }
+                }
             }),
             // Dropping the future drops the response: the connection is closed, the temp blob
             // removed.
@@ -546,11 +620,10 @@ impl Client {
         }
         let status = resp.status();
         if !status.is_success() {
-            let msg = format!("answered {status}");
             return Err(if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
-                Attempt::Retry(msg)
+                Attempt::Retry(format!("answered {status}"))
             } else {
-                Attempt::Fatal(BlobError::Io { path: url.as_str().into(), source: std::io::Error::other(msg) })
+                Attempt::Status { url: url.to_string(), status }
             });
         }
         if let Some(len) = resp.content_length()
@@ -574,9 +647,15 @@ impl Client {
     }
 }
 
+/// How one download attempt failed: worth another attempt (the message says why), or not.
 enum Attempt {
     Retry(String),
     Fatal(BlobError),
+    /// A status another attempt will not change.
+    Status {
+        url: String,
+        status: StatusCode,
+    },
 }
 
 /// How long to wait before retrying a response, if it says the rate limit was hit: 403 or 429

@@ -5,8 +5,6 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
 use super::GhAsset;
 use crate::cache::blobs::Sha256Digest;
 
@@ -16,52 +14,8 @@ pub fn is_checksums_asset(name: &str) -> bool {
     matches!(lower.as_str(), "sha256sums" | "sha256sums.txt" | "checksums.txt" | "checksums.sha256") || lower.ends_with(".sha256")
 }
 
-/// How an asset's digest is known.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum VerifiedBy {
-    /// The `digest` field of the GitHub API asset.
-    Published,
-    /// A `SHA256SUMS` / `checksums.txt` / `<asset>.sha256` asset of the same release.
-    Checksums,
-    /// `digests` in the config.
-    Pinned,
-    /// The checksums asset itself when GitHub published no digest for it: it is the reference
-    /// the other assets are checked against.
-    Reference,
-    /// Nothing: accepted only with `verify: optional`.
-    Unverified,
-    /// An OCI layer: its digest is its address in the registry, named by the manifest, which is
-    /// itself verified against the digest its tag resolved to.
-    Registry,
-}
-
-impl std::fmt::Display for VerifiedBy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            VerifiedBy::Published => "published digest",
-            VerifiedBy::Checksums => "checksums file",
-            VerifiedBy::Pinned => "pinned digest",
-            VerifiedBy::Reference => "checksums reference",
-            VerifiedBy::Unverified => "unverified",
-            VerifiedBy::Registry => "registry digest",
-        })
-    }
-}
-
-impl VerifiedBy {
-    /// The short word used in status summaries.
-    pub fn word(self) -> &'static str {
-        match self {
-            VerifiedBy::Published => "published",
-            VerifiedBy::Checksums => "checksums",
-            VerifiedBy::Pinned => "pinned",
-            VerifiedBy::Reference => "reference",
-            VerifiedBy::Unverified => "unverified",
-            VerifiedBy::Registry => "oci",
-        }
-    }
-}
+pub use crate::model::source::Verify;
+pub use crate::model::verification::VerifiedBy;
 
 /// How a release's content was verified, in one short string for a printer column: `git` for a
 /// Git release (no assets: content-addressed objects), else the distinct asset verifications
@@ -72,16 +26,6 @@ pub fn summary(by: impl IntoIterator<Item = VerifiedBy>) -> String {
     words.sort_unstable();
     words.dedup();
     if words.is_empty() { "git".to_owned() } else { words.join("+") }
-}
-
-/// Verification policy of a source.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Verify {
-    /// Every asset must have a digest from one of the three places (the default).
-    #[default]
-    Required,
-    /// Verify when a digest is known; accept (and report `unverified`) otherwise.
-    Optional,
 }
 
 /// Parses GNU coreutils checksum lines (`<hex>  <name>` or `<hex> *<name>`), or a `.sha256` file
@@ -113,24 +57,55 @@ pub struct Expected {
     pub by: VerifiedBy,
 }
 
+/// Why an asset has no digest it can be verified against: the release is refused (permanent
+/// until the release or the config's pins change).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DigestError {
+    #[error("asset {asset} has a malformed digest {digest:?}")]
+    Malformed { asset: String, digest: String },
+    /// Two places name different digests: a red flag, whichever would have been used.
+    #[error("asset {asset}: {by} {digest} disagrees with {other_by} {other}")]
+    Disagree { asset: String, by: VerifiedBy, digest: Sha256Digest, other_by: VerifiedBy, other: Sha256Digest },
+    #[error(
+        "asset {asset} of release {tag} has no digest: GitHub published none, no checksums asset lists it and the config pins none (verify: required)"
+    )]
+    Missing { asset: String, tag: String },
+}
+
+impl DigestError {
+    /// Never: see the type.
+    pub fn is_transient(&self) -> bool {
+        false
+    }
+
+    /// A short stable name, for condition reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            DigestError::Malformed { .. } => "MalformedDigest",
+            DigestError::Disagree { .. } => "DigestsDisagree",
+            DigestError::Missing { .. } => "NoDigest",
+        }
+    }
+}
+
 /// Decides the expected digest of `asset`.
 ///
 /// `checksums` maps asset names to digests read from the release's checksum assets; `pins` maps
 /// `<tag>/<asset>` to digests from the config.
 ///
 /// # Errors
-/// A message for a published or pinned digest that is malformed or disagrees with a pin, and
-/// for an asset with no digest under `Verify::Required`.
+/// A published digest that is malformed, digests that disagree, or an asset with no digest under
+/// `Verify::Required`.
 pub fn expected(
     tag: &str,
     asset: &GhAsset,
     checksums: &BTreeMap<String, Sha256Digest>,
     pins: &BTreeMap<String, Sha256Digest>,
     verify: Verify,
-) -> Result<Expected, String> {
+) -> Result<Expected, DigestError> {
     let pin = pins.get(&format!("{tag}/{}", asset.name));
     let published = match asset.digest.as_deref().filter(|d| !d.is_empty()) {
-        Some(d) => Some(Sha256Digest::parse(d).ok_or_else(|| format!("asset {} has a malformed digest {d:?}", asset.name))?),
+        Some(d) => Some(Sha256Digest::parse(d).ok_or_else(|| DigestError::Malformed { asset: asset.name.clone(), digest: d.to_owned() })?),
         None => None,
     };
     let from_sums = checksums.get(&asset.name);
@@ -140,7 +115,13 @@ pub fn expected(
     if let Some((first, by)) = known.first() {
         for (other, other_by) in &known[1..] {
             if other != first {
-                return Err(format!("asset {}: {by} {first} disagrees with {other_by} {other}", asset.name));
+                return Err(DigestError::Disagree {
+                    asset: asset.name.clone(),
+                    by: *by,
+                    digest: (*first).clone(),
+                    other_by: *other_by,
+                    other: (*other).clone(),
+                });
             }
         }
         return Ok(Expected { digest: Some((*first).clone()), by: *by });
@@ -149,10 +130,7 @@ pub fn expected(
         return Ok(Expected { digest: None, by: VerifiedBy::Reference });
     }
     match verify {
-        Verify::Required => Err(format!(
-            "asset {} of release {tag} has no digest: GitHub published none, no checksums asset lists it and the config pins none (verify: required)",
-            asset.name
-        )),
+        Verify::Required => Err(DigestError::Missing { asset: asset.name.clone(), tag: tag.to_owned() }),
         Verify::Optional => Ok(Expected { digest: None, by: VerifiedBy::Unverified }),
     }
 }
@@ -195,10 +173,10 @@ mod tests {
         assert_eq!(expected("v1", &asset("x.tgz", Some(&a)), &none, &none, Verify::Required).unwrap().by, VerifiedBy::Published);
         assert_eq!(expected("v1", &asset("x.tgz", None), &sums, &none, Verify::Required).unwrap().by, VerifiedBy::Checksums);
         assert_eq!(expected("v1", &asset("x.tgz", None), &none, &pins, Verify::Required).unwrap().by, VerifiedBy::Pinned);
-        let err = expected("v1", &asset("x.tgz", None), &none, &none, Verify::Required).unwrap_err();
+        let err = expected("v1", &asset("x.tgz", None), &none, &none, Verify::Required).unwrap_err().to_string();
         assert!(err.contains("has no digest") && err.contains("verify: required"), "{err}");
         assert_eq!(expected("v1", &asset("x.tgz", None), &none, &none, Verify::Optional).unwrap().by, VerifiedBy::Unverified);
         let err = expected("v1", &asset("x.tgz", Some(&a)), &none, &pins, Verify::Required).unwrap_err();
-        assert!(err.contains("disagrees"), "{err}");
+        assert!(err.to_string().contains("disagrees"), "{err}");
     }
 }

@@ -161,7 +161,9 @@ impl Client {
             .connect_timeout(CONNECT_DEADLINE.min(limits.request_deadline))
             .read_timeout(limits.request_deadline);
         if let Some(path) = ca_file {
-            builder = builder.tls_certs_merge(read_ca_bundle(path).map_err(|message| Error::CaFile { repo: display.clone(), message })?);
+            builder = builder.tls_certs_merge(
+                read_ca_bundle(path).map_err(|e| Error::CaFile { repo: display.clone(), message: format!("caFile {e}") })?,
+            );
         }
         let http = builder.build().map_err(|e| Error::Request { repo: display.clone(), url: base.to_string(), message: e.to_string() })?;
         Ok(Client {
@@ -548,25 +550,46 @@ fn explain(e: &reqwest::Error, deadline: Duration) -> String {
     text
 }
 
+/// Why a small file (a Docker config, a CA bundle) cannot be used; the caller names which.
+#[derive(Debug, thiserror::Error)]
+enum AuxFileError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: larger than {MAX_AUX_FILE_BYTES} bytes", path.display())]
+    TooLarge { path: std::path::PathBuf },
+    #[error("{}: not a PEM certificate bundle: {}", path.display(), describe(source, Duration::ZERO))]
+    NotPem {
+        path: std::path::PathBuf,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{}: holds no PEM certificate (`-----BEGIN CERTIFICATE-----`)", path.display())]
+    NoCertificate { path: std::path::PathBuf },
+}
+
 /// Reads a small file (a Docker config, a CA bundle) with a size cap.
-fn read_small(path: &Path) -> std::result::Result<Vec<u8>, String> {
+fn read_small(path: &Path) -> std::result::Result<Vec<u8>, AuxFileError> {
     use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let io = |source| AuxFileError::Io { path: path.to_owned(), source };
+    let file = std::fs::File::open(path).map_err(io)?;
     let mut bytes = Vec::new();
-    file.take(MAX_AUX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    file.take(MAX_AUX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(io)?;
     if bytes.len() as u64 > MAX_AUX_FILE_BYTES {
-        return Err(format!("{}: larger than {MAX_AUX_FILE_BYTES} bytes", path.display()));
+        return Err(AuxFileError::TooLarge { path: path.to_owned() });
     }
     Ok(bytes)
 }
 
 /// The certificates of a PEM bundle (`caFile`): at least one, each a parseable X.509 certificate.
-fn read_ca_bundle(path: &Path) -> std::result::Result<Vec<reqwest::Certificate>, String> {
-    let bytes = read_small(path).map_err(|m| format!("caFile {m}"))?;
-    let certs = reqwest::Certificate::from_pem_bundle(&bytes)
-        .map_err(|e| format!("caFile {}: not a PEM certificate bundle: {}", path.display(), describe(&e, Duration::ZERO)))?;
+fn read_ca_bundle(path: &Path) -> std::result::Result<Vec<reqwest::Certificate>, AuxFileError> {
+    let bytes = read_small(path)?;
+    let certs = reqwest::Certificate::from_pem_bundle(&bytes).map_err(|source| AuxFileError::NotPem { path: path.to_owned(), source })?;
     if certs.is_empty() {
-        return Err(format!("caFile {}: holds no PEM certificate (`-----BEGIN CERTIFICATE-----`)", path.display()));
+        return Err(AuxFileError::NoCertificate { path: path.to_owned() });
     }
     Ok(certs)
 }
