@@ -9,8 +9,7 @@ use super::changeset::{Action, ChangeSet, Entry, ObjectRef};
 use super::order;
 use crate::cache::write_atomic;
 use crate::config::ClusterConfig;
-use crate::render::Object;
-use crate::status::ClusterStatus;
+use crate::model::Object;
 
 pub use crate::config::STATUS_DIR;
 
@@ -28,25 +27,10 @@ impl DirectoryTarget {
         self.root.join(&cluster.namespace).join(&cluster.name)
     }
 
+    /// Where the cluster's status file is; `status` reads and writes it (`status/file.rs`:
+    /// `read_status`, `write_status`), so that `apply` never imports `status`.
     pub fn status_path(&self, cluster: &ClusterConfig) -> PathBuf {
         self.root.join(STATUS_DIR).join(&cluster.namespace).join(format!("{}.yaml", cluster.name))
-    }
-
-    /// The status written by the last sync, if any and readable.
-    pub fn read_status(&self, cluster: &ClusterConfig) -> Option<ClusterStatus> {
-        let text = std::fs::read_to_string(self.status_path(cluster)).ok()?;
-        serde_saphyr::from_str(&text).ok()
-    }
-
-    /// Writes the status file if its content changed. Returns whether it was written.
-    ///
-    /// # Errors
-    /// The file cannot be serialised or written.
-    pub fn write_status(&self, cluster: &ClusterConfig, status: &ClusterStatus) -> Result<bool, String> {
-        let path = self.status_path(cluster);
-        let text = serde_saphyr::to_string(status).map_err(|e| format!("serialising status: {e}"))?;
-        ensure_dir(path.parent().unwrap_or(&self.root))?;
-        write_atomic(&path, text.as_bytes()).map_err(|e| e.to_string())
     }
 
     /// `<root>/<namespace>/cluster-class`: the ClusterClass objects of a namespace.

@@ -14,7 +14,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_bytes: 512 * 1024 * 1024, max_entries: 20_000 }
+        Limits { max_bytes: crate::model::source::DEFAULT_MAX_UNPACKED_BYTES, max_entries: 20_000 }
     }
 }
 

@@ -1,10 +1,36 @@
 //! The vocabulary every stage shares: plain data with no I/O, importing nothing from the other
-//! stages (they import it). Cluster and object identities, and the small enums two stages used
-//! to define each on their own.
+//! stages (they import it). Cluster and object identities, the rendered [`Object`], digests
+//! ([`digest`]), versions and constraints ([`version`]) and what a subscription wants of them
+//! ([`Wanted`]), how a source is reached ([`source`]), verification records ([`verification`]),
+//! Kubernetes name validation ([`names`]), what a release host published ([`published`]), and
+//! the small enums two stages used to define each on their own. A type moves here when a second
+//! stage needs it; `tests/layering.rs` keeps this module a leaf.
 
 use std::fmt;
 
+pub mod digest;
+pub mod names;
+pub mod object;
 pub mod published;
+pub mod source;
+pub mod verification;
+pub mod version;
+
+pub use digest::Sha256Digest;
+pub use object::Object;
+
+/// What a subscription wants of a source's tags: the part of its config release selection reads
+/// (so `release` needs nothing from `config`, and `config` builds it without knowing `release`).
+#[derive(Debug, Clone, Copy)]
+pub struct Wanted<'a> {
+    pub source: &'a str,
+    /// Cluster-stack tags of this stack; `None`: plain semver tags.
+    pub stack: Option<&'a str>,
+    /// The constraint as written, for messages.
+    pub version: &'a str,
+    pub constraint: &'a version::Constraint,
+    pub auto_upgrade: bool,
+}
 
 /// A Cluster API `Cluster` (or a configured cluster of the directory target): namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

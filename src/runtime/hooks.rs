@@ -445,8 +445,8 @@ fn parse_request(hook: Hook, body: &[u8]) -> Result<HookRequest, String> {
     let field = |name: &str| cluster["metadata"][name].as_str().unwrap_or_default().to_owned();
     let (namespace, name) = (field("namespace"), field("name"));
     // Both end up in a URL path (the ClusterSync's).
-    crate::apply::ssa::names::check_namespace(&namespace).map_err(|e| format!("{want}: cluster.metadata.namespace: {e}"))?;
-    crate::apply::ssa::names::check_name(&name).map_err(|e| format!("{want}: cluster.metadata.name: {e}"))?;
+    crate::model::names::check_namespace(&namespace).map_err(|e| format!("{want}: cluster.metadata.namespace: {e}"))?;
+    crate::model::names::check_name(&name).map_err(|e| format!("{want}: cluster.metadata.name: {e}"))?;
     Ok(HookRequest { key: ClusterKey::new(namespace, name), cluster, from: wire.from_kubernetes_version, to: wire.to_kubernetes_version })
 }
 

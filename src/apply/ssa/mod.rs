@@ -11,7 +11,6 @@ mod discovery;
 mod error;
 mod inventory;
 mod listing;
-pub mod names;
 mod object;
 mod preview;
 pub mod unified;
@@ -39,7 +38,8 @@ use object::{Deletion, Outcome, Policy, Target};
 
 use crate::apply::health::Health;
 use crate::apply::{Action, ChangeSet, Entry, ObjectRef, SkipReason, order};
-use crate::render::Object;
+use crate::model::Object;
+pub use crate::model::names;
 
 /// The field manager of every apply.
 pub const FIELD_MANAGER: &str = "stacksync";

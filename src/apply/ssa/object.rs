@@ -15,7 +15,7 @@ use super::inventory::InventoryEntry;
 use super::{Applier, DriftMode, FIELD_MANAGER, OWNER_LABEL, diff};
 use crate::apply::health::{self, Health};
 use crate::apply::{Action, Entry, ObjectRef, SkipReason};
-use crate::render::Object;
+use crate::model::Object;
 
 /// The policy annotation's values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

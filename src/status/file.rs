@@ -1,0 +1,33 @@
+//! The directory target's status files, `<root>/status/<namespace>/<cluster>.yaml`: read back
+//! before a sync and written after it, only when their bytes change. Here rather than in
+//! `apply/directory.rs` so that `status` imports `apply` (for the change set) and never the
+//! other way round; the target only says where the file is
+//! ([`DirectoryTarget::status_path`]).
+
+use std::path::Path;
+
+use super::ClusterStatus;
+use crate::apply::directory::DirectoryTarget;
+use crate::cache::write_atomic;
+use crate::config::ClusterConfig;
+
+impl DirectoryTarget {
+    /// The status written by the last sync, if any and readable.
+    pub fn read_status(&self, cluster: &ClusterConfig) -> Option<ClusterStatus> {
+        let text = std::fs::read_to_string(self.status_path(cluster)).ok()?;
+        serde_saphyr::from_str(&text).ok()
+    }
+
+    /// Writes the status file if its content changed. Returns whether it was written.
+    ///
+    /// # Errors
+    /// The file cannot be serialised or written.
+    pub fn write_status(&self, cluster: &ClusterConfig, status: &ClusterStatus) -> Result<bool, String> {
+        let path = self.status_path(cluster);
+        let text = serde_saphyr::to_string(status).map_err(|e| format!("serialising status: {e}"))?;
+        if let Some(dir) = path.parent().filter(|d| *d != Path::new("")) {
+            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+        write_atomic(&path, text.as_bytes()).map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,502 @@
+//! The crate's layering, checked: every `crate::` path in `src/` (a `use`, a path in code, a
+//! `super::` that climbs to the crate root) is an import of one top-level module by another, and
+//! each must be one the rules in docs/architecture.md ("Layers") allow. There must be no cycle
+//! between top-level modules, in the rules or in the code. A failure names the file and line, the
+//! path, and the rule it breaks.
+//!
+//! Pure Rust over the source text: comments, string and character literals are blanked (line
+//! numbers kept) before paths are read, so a doc link or a message mentioning `crate::x` is no
+//! import.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// One import of a top-level module by another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Import {
+    /// The importing top-level module.
+    from: String,
+    /// The imported top-level module.
+    to: String,
+    file: PathBuf,
+    line: usize,
+    /// The path as written, up to the imported module (`crate::config`, `super::super::config`).
+    path: String,
+}
+
+/// The rules: for each top-level module, the modules it may import.
+type Rules = BTreeMap<String, BTreeSet<String>>;
+
+const RULES_START: &str = "<!-- layering rules: read by tests/layering.rs -->";
+const RULES_END: &str = "<!-- end of layering rules -->";
+
+#[test]
+fn imports_follow_the_documented_layering() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = root.join("docs/architecture.md");
+    let text = std::fs::read_to_string(&doc).expect("docs/architecture.md");
+    let rules = parse_rules(&text).unwrap_or_else(|e| panic!("{}: {e}", doc.display()));
+    let modules = top_level_modules(&root.join("src"));
+    let imports = scan_crate(root, &modules);
+
+    let mut report = String::new();
+    for m in &modules {
+        if !rules.contains_key(m) {
+            let _ =
+                writeln!(report, "src/{m}: a top-level module the layering does not place: add it to the rules in docs/architecture.md");
+        }
+    }
+    for m in rules.keys().filter(|m| !modules.contains(*m)) {
+        let _ = writeln!(report, "docs/architecture.md: the rules name `{m}`, which is no top-level module of src/");
+    }
+    if let Some(cycle) = find_cycle(&rules) {
+        let _ = writeln!(report, "docs/architecture.md: the rules allow a cycle: {}", cycle.join(" -> "));
+    }
+    for i in &imports {
+        let Some(allowed) = rules.get(&i.from) else { continue };
+        if !allowed.contains(&i.to) {
+            let may = if allowed.is_empty() {
+                "nothing of the crate".to_owned()
+            } else {
+                allowed.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
+            };
+            let _ = writeln!(
+                report,
+                "{}:{}: `{}` imports `{}` (`{}`): the layering lets `{}` import only {may}",
+                i.file.display(),
+                i.line,
+                i.from,
+                i.to,
+                i.path,
+                i.from
+            );
+        }
+    }
+    let graph = graph_of(&imports);
+    if let Some(cycle) = find_cycle(&graph) {
+        let _ = writeln!(report, "a cycle between top-level modules: {}", cycle.join(" -> "));
+        for pair in cycle.windows(2) {
+            if let Some(i) = imports.iter().find(|i| i.from == pair[0] && i.to == pair[1]) {
+                let _ = writeln!(report, "  {}:{}: `{}` imports `{}` (`{}`)", i.file.display(), i.line, i.from, i.to, i.path);
+            }
+        }
+    }
+    assert!(report.is_empty(), "the layering of docs/architecture.md is broken:\n{report}");
+    assert!(imports.len() > 100, "only {} imports between top-level modules found: is the scanner reading src/?", imports.len());
+}
+
+/// Prints the import graph between top-level modules (`cargo test --test layering -- --nocapture
+/// import_graph`): each module, what it imports and how many paths say so.
+#[test]
+fn import_graph() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let modules = top_level_modules(&root.join("src"));
+    let imports = scan_crate(root, &modules);
+    let mut counts: BTreeMap<&str, BTreeMap<&str, usize>> = BTreeMap::new();
+    for i in &imports {
+        *counts.entry(&i.from).or_default().entry(&i.to).or_default() += 1;
+    }
+    for m in &modules {
+        let to = counts.get(m.as_str()).map(|c| c.iter().map(|(t, n)| format!("{t}({n})")).collect::<Vec<_>>().join(", "));
+        println!("{m} -> {}", to.unwrap_or_default());
+    }
+}
+
+/// The modules `src/lib.rs` is made of: `src/<m>.rs` and `src/<m>/mod.rs`.
+fn top_level_modules(src: &Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for entry in std::fs::read_dir(src).expect("src/") {
+        let path = entry.expect("src/ entry").path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
+        if path.is_dir() && path.join("mod.rs").is_file() {
+            out.insert(name);
+        } else if let Some(stem) = name.strip_suffix(".rs")
+            && stem != "lib"
+            && stem != "main"
+        {
+            out.insert(stem.to_owned());
+        }
+    }
+    out
+}
+
+/// Every import between top-level modules in the library's files (`src/main.rs` is the binary,
+/// above every layer; `src/lib.rs` only declares the modules).
+fn scan_crate(root: &Path, modules: &BTreeSet<String>) -> Vec<Import> {
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    files.sort();
+    let mut out = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(root).expect("under the root").to_path_buf();
+        let Some(module_path) = module_path(&rel) else { continue };
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", rel.display()));
+        for (to, line, path) in crate_paths(&text, module_path.len()) {
+            if to != module_path[0] && modules.contains(&to) {
+                out.push(Import { from: module_path[0].clone(), to, file: rel.clone(), line, path });
+            }
+        }
+    }
+    out
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.expect("directory entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The module path of a file under `src/` (`src/a/b.rs` and `src/a/b/mod.rs`: `[a, b]`); `None`
+/// for `src/lib.rs` and `src/main.rs`.
+fn module_path(rel: &Path) -> Option<Vec<String>> {
+    let mut parts: Vec<String> = rel.iter().skip(1).map(|p| p.to_string_lossy().into_owned()).collect();
+    let last = parts.pop()?;
+    let stem = last.strip_suffix(".rs")?;
+    if parts.is_empty() && (stem == "lib" || stem == "main") {
+        return None;
+    }
+    if stem != "mod" {
+        parts.push(stem.to_owned());
+    }
+    Some(parts)
+}
+
+/// The code of a Rust file with comments and the contents of string and character literals
+/// replaced by spaces (newlines kept, so lines still count).
+fn code_only(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                out.push(' ');
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0usize;
+            while i < chars.len() {
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    out.push_str("  ");
+                    i += 2;
+                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    out.push_str("  ");
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    out.push(blank(chars[i]));
+                    i += 1;
+                }
+            }
+        } else if c == 'r' && (next == Some('"') || next == Some('#')) && raw_prefix(&chars, i) {
+            // A raw string: r"…", r#"…"#, …
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while chars.get(j) == Some(&'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if chars.get(j) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            out.push_str(&" ".repeat(j + 1 - i));
+            i = j + 1;
+            while i < chars.len() {
+                if chars[i] == '"' && (1..=hashes).all(|k| chars.get(i + k) == Some(&'#')) {
+                    out.push_str(&" ".repeat(hashes + 1));
+                    i += hashes + 1;
+                    break;
+                }
+                out.push(blank(chars[i]));
+                i += 1;
+            }
+        } else if c == '"' {
+            out.push(' ');
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                if chars[i] == '\\' {
+                    out.push(' ');
+                    i += 1;
+                }
+                if i < chars.len() {
+                    out.push(blank(chars[i]));
+                    i += 1;
+                }
+            }
+            out.push(' ');
+            i += 1;
+        } else if c == '\'' {
+            // A character literal ('x', '\n', '\u{1F600}'), else a lifetime or label.
+            let end = if next == Some('\\') {
+                (i + 2..chars.len().min(i + 12)).find(|&k| chars[k] == '\'')
+            } else if chars.get(i + 2) == Some(&'\'') {
+                Some(i + 2)
+            } else {
+                None
+            };
+            match end {
+                Some(end) => {
+                    out.push_str(&" ".repeat(end + 1 - i));
+                    i = end + 1;
+                }
+                None => {
+                    out.push(c);
+                    i += 1;
+                }
+            }
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn ident_char(c: Option<char>) -> bool {
+    c.is_some_and(|c| c.is_alphanumeric() || c == '_')
+}
+
+/// Whether the `r` at `i` starts a raw string (`r"`, `br"`) rather than ending an identifier.
+fn raw_prefix(chars: &[char], i: usize) -> bool {
+    let before = |k: usize| i.checked_sub(k).map(|p| chars[p]);
+    !ident_char(before(1)) || (before(1) == Some('b') && !ident_char(before(2)))
+}
+
+/// A token of the code: an identifier, `::`, or one other character.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Tok {
+    Ident(String),
+    PathSep,
+    Punct(char),
+}
+
+fn tokens(code: &str) -> Vec<(Tok, usize)> {
+    let mut out = Vec::new();
+    let mut line = 1;
+    let mut chars = code.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\n' {
+            line += 1;
+        } else if c.is_whitespace() {
+        } else if c.is_alphabetic() || c == '_' {
+            let mut ident = String::from(c);
+            while let Some(&n) = chars.peek() {
+                if n.is_alphanumeric() || n == '_' {
+                    ident.push(n);
+                    chars.next();
+                } else {
+                    break;
+                }
+            }
+            out.push((Tok::Ident(ident), line));
+        } else if c == ':' && chars.peek() == Some(&':') {
+            chars.next();
+            out.push((Tok::PathSep, line));
+        } else {
+            out.push((Tok::Punct(c), line));
+        }
+    }
+    out
+}
+
+/// The crate's top-level modules a file names: `(module, line, path as written)` for every
+/// `crate::m`, every `crate::{m::…, n}` (nested groups too) and every `super::…::m` that climbs
+/// to the crate root. `depth` is the file's module depth (`src/a/b.rs`: 2); inline `mod x { … }`
+/// blocks add to it.
+fn crate_paths(text: &str, depth: usize) -> Vec<(String, usize, String)> {
+    let toks = tokens(&code_only(text));
+    let mut out = Vec::new();
+    // Open braces: whether each opened an inline module.
+    let mut braces: Vec<bool> = Vec::new();
+    let mut i = 0;
+    while i < toks.len() {
+        match &toks[i].0 {
+            Tok::Punct('{') => {
+                let inline_mod = i >= 2 && toks[i - 2].0 == Tok::Ident("mod".into()) && matches!(toks[i - 1].0, Tok::Ident(_));
+                braces.push(inline_mod);
+            }
+            Tok::Punct('}') => {
+                braces.pop();
+            }
+            Tok::Ident(word) if word == "crate" && toks.get(i + 1).map(|t| &t.0) == Some(&Tok::PathSep) => {
+                // `pub(crate)`, `$crate` and `crate` alone are no paths; `crate::` always is one.
+                after_root(&toks, i + 2, "crate::", &mut out);
+            }
+            Tok::Ident(word) if word == "super" && (i == 0 || toks[i - 1].0 != Tok::PathSep) => {
+                let mut j = i;
+                let mut ups = 0;
+                let mut written = String::new();
+                while toks.get(j).map(|t| &t.0) == Some(&Tok::Ident("super".into())) && toks.get(j + 1).map(|t| &t.0) == Some(&Tok::PathSep)
+                {
+                    ups += 1;
+                    written.push_str("super::");
+                    j += 2;
+                }
+                let here = depth + braces.iter().filter(|m| **m).count();
+                if ups > 0 && ups >= here {
+                    after_root(&toks, j, &written, &mut out);
+                }
+                i = j.max(i + 1);
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// After a path reaching the crate root (`crate::`, `super::super::`): the module named at `at`,
+/// or each first segment of a `{…}` group.
+fn after_root(toks: &[(Tok, usize)], at: usize, written: &str, out: &mut Vec<(String, usize, String)>) {
+    match toks.get(at) {
+        Some((Tok::Ident(m), line)) if m != "self" && m != "super" => out.push((m.clone(), *line, format!("{written}{m}"))),
+        Some((Tok::Punct('{'), _)) => {
+            // Each item of the group starts after `{` or a `,` at the group's own level.
+            let mut level = 0;
+            let mut expect_item = true;
+            for (tok, line) in &toks[at..] {
+                match tok {
+                    Tok::Punct('{') => {
+                        level += 1;
+                        expect_item = level == 1;
+                    }
+                    Tok::Punct('}') => {
+                        level -= 1;
+                        if level == 0 {
+                            break;
+                        }
+                    }
+                    Tok::Punct(',') if level == 1 => expect_item = true,
+                    Tok::Ident(m) if expect_item && level == 1 => {
+                        if m != "self" {
+                            out.push((m.clone(), *line, format!("{written}{{{m}")));
+                        }
+                        expect_item = false;
+                    }
+                    _ => expect_item = false,
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The rules table of docs/architecture.md, between [`RULES_START`] and [`RULES_END`]: rows
+/// `| `module` | … | `a`, `b` |` whose last column lists what the module may import (`nothing`:
+/// no module of the crate).
+fn parse_rules(doc: &str) -> Result<Rules, String> {
+    let start = doc.find(RULES_START).ok_or_else(|| format!("no `{RULES_START}` line"))?;
+    let end = doc[start..].find(RULES_END).ok_or_else(|| format!("no `{RULES_END}` line after the rules"))? + start;
+    let mut rules = Rules::new();
+    for row in doc[start..end].lines().filter(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = row.trim().trim_matches('|').split('|').map(str::trim).collect();
+        let (Some(first), Some(last)) = (cells.first(), cells.last()) else { continue };
+        let Some(module) = first.strip_prefix('`').and_then(|m| m.strip_suffix('`')) else { continue };
+        let allowed: BTreeSet<String> = last.split('`').skip(1).step_by(2).map(str::to_owned).collect();
+        if allowed.is_empty() && *last != "nothing" {
+            return Err(format!("the rule of `{module}` lists no module in backticks, nor `nothing`: `{last}`"));
+        }
+        if rules.insert(module.to_owned(), allowed).is_some() {
+            return Err(format!("`{module}` has two rules"));
+        }
+    }
+    if rules.is_empty() {
+        return Err("the layering rules table has no rows".into());
+    }
+    Ok(rules)
+}
+
+fn graph_of(imports: &[Import]) -> Rules {
+    let mut g = Rules::new();
+    for i in imports {
+        g.entry(i.from.clone()).or_default().insert(i.to.clone());
+    }
+    g
+}
+
+/// A cycle of the graph (`[a, b, a]`), if it has one.
+fn find_cycle(g: &Rules) -> Option<Vec<String>> {
+    fn visit(n: &str, g: &Rules, stack: &mut Vec<String>, done: &mut BTreeSet<String>) -> Option<Vec<String>> {
+        if let Some(pos) = stack.iter().position(|s| s == n) {
+            let mut cycle = stack[pos..].to_vec();
+            cycle.push(n.to_owned());
+            return Some(cycle);
+        }
+        if done.contains(n) {
+            return None;
+        }
+        stack.push(n.to_owned());
+        for m in g.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, g, stack, done) {
+                return Some(c);
+            }
+        }
+        stack.pop();
+        done.insert(n.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    g.keys().find_map(|n| visit(n, g, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_scanner_reads_paths_as_rustc_does() {
+    let text = r##"
+//! A doc line naming crate::doc does not count.
+use crate::apply::ssa;
+use crate::{
+    config::{self, Config},
+    model::ObjKey,
+    self,
+};
+pub(crate) fn f() -> crate::status::ClusterStatus {
+    let _ = "crate::in_a_string";
+    let _ = r#"crate::in_a_raw_string"#;
+    let _c = '"';
+    let _l: &'static str = "x"; /* crate::in_a_block_comment */
+    super::super::release::select()
+}
+mod tests {
+    use super::super::super::cache;
+    use super::super::not_the_root;
+    let _ = br#"crate::in_a_byte_string"#;
+}
+"##;
+    let found: Vec<(String, usize)> = crate_paths(text, 2).into_iter().map(|(m, l, _)| (m, l)).collect();
+    let want = [("apply", 3), ("config", 5), ("model", 6), ("status", 9), ("release", 14), ("cache", 17)];
+    assert_eq!(found, want.map(|(m, l)| (m.to_owned(), l)));
+    // From src/a/mod.rs (depth 1), one `super` is the crate root.
+    let top: Vec<String> = crate_paths("use super::config::Config;\nuse super::*;\n", 1).into_iter().map(|(m, ..)| m).collect();
+    assert_eq!(top, ["config"]);
+    assert_eq!(module_path(Path::new("src/a/b/mod.rs")), Some(vec!["a".to_owned(), "b".to_owned()]));
+    assert_eq!(module_path(Path::new("src/telemetry.rs")), Some(vec!["telemetry".to_owned()]));
+    assert_eq!(module_path(Path::new("src/main.rs")), None);
+}
+
+#[test]
+fn cycles_are_found() {
+    let g: Rules = [("a", vec!["b"]), ("b", vec!["c"]), ("c", vec!["a"]), ("d", vec![])]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.into_iter().map(str::to_owned).collect()))
+        .collect();
+    assert_eq!(find_cycle(&g), Some(vec!["a".to_owned(), "b".to_owned(), "c".to_owned(), "a".to_owned()]));
+    let acyclic: Rules =
+        [("a", vec!["b"]), ("b", vec![])].into_iter().map(|(k, v)| (k.to_owned(), v.into_iter().map(str::to_owned).collect())).collect();
+    assert_eq!(find_cycle(&acyclic), None);
+}
