@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Sub, assert_exit, configmap, run_once, snapshot, status, stdout, write_config};
+use common::{Sub, assert_exit, configmap, git_config, run_once, snapshot, status, stdout};
 use testkit::git::ReleaseRepo;
 
 struct Env {
@@ -19,7 +19,7 @@ impl Env {
     }
 
     fn config(&self) -> std::path::PathBuf {
-        write_config(self.dir.path(), &self.repo.file_url(), false, &[Sub::simple(None)])
+        git_config(self.dir.path(), &self.repo.file_url()).write()
     }
 
     fn out(&self) -> std::path::PathBuf {
@@ -106,11 +106,12 @@ async fn run_once_exit_codes() {
     assert_exit(&run_once(&env.config()).await, 0);
 
     // 1: nothing matches the constraint; the summary says why.
-    let subs = [Sub { name: "stack", stack: None, version: ">=2", clusters: &[("team-a", "alpha", &[])] }];
-    let config = write_config(env.dir.path(), &env.repo.file_url(), false, &subs);
+    let config = git_config(env.dir.path(), &env.repo.file_url())
+        .edit_sub("stack", |_| Sub::new("stack", "stacks").version(">=2").cluster("team-a", "alpha", &[]))
+        .write();
     let o = run_once(&config).await;
     assert_exit(&o, 1);
-    assert!(stdout(&o).contains("ReleaseUnavailable: no release matches"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("ReleaseNotAvailable: no release matches"), "{}", stdout(&o));
     assert!(stdout(&o).contains("tags seen: v1.0.0"), "{}", stdout(&o));
 
     // 2: the config is invalid.

@@ -5,7 +5,8 @@ mod common;
 
 use std::path::Path;
 
-use common::{assert_exit, configmap, github_config, run_once, stacksync, status, stderr, stdout, targz};
+use common::{Config, assert_exit, cli, configmap, github_config, run_once, stacksync, status, stderr, stdout, targz};
+use serde_json::json;
 use testkit::github::{Fault, GithubServer, Route};
 
 const REPO: &str = "acme/stacks";
@@ -14,8 +15,9 @@ fn manifests(extra: &str) -> Vec<(String, Vec<u8>)> {
     vec![("manifests.tar.gz".to_owned(), targz(&[("cfg.yaml", &configmap("cfg", extra))]))]
 }
 
-fn source_lines(server: &GithubServer, extra: &str) -> String {
-    format!("      repo: {REPO}\n      apiUrl: {}\n{extra}", server.api_url())
+/// The config of these tests: GitHub source `gh` of [`REPO`] on `server`, Cluster team-a/alpha.
+fn gh_config(dir: &Path, server: &GithubServer) -> Config {
+    github_config(dir, REPO, &server.api_url())
 }
 
 fn blob_tmp_files(dir: &Path) -> usize {
@@ -29,7 +31,7 @@ async fn release_is_verified_cached_and_never_fetched_twice() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = GithubServer::start().await.expect("server");
     server.add_release(REPO, "v1.0.0", &manifests("one"), false, false);
-    let config = github_config(dir.path(), &source_lines(&server, ""), "");
+    let config = gh_config(dir.path(), &server).write();
 
     let o = stacksync(&["fetch", "--config", &config.to_string_lossy()]).await;
     assert_exit(&o, 0);
@@ -57,7 +59,7 @@ async fn tampered_asset_is_rejected_and_the_previous_release_stays() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = GithubServer::start().await.expect("server");
     server.add_release(REPO, "v1.0.0", &manifests("one"), false, false);
-    let config = github_config(dir.path(), &source_lines(&server, ""), "");
+    let config = gh_config(dir.path(), &server).write();
     assert_exit(&run_once(&config).await, 0);
 
     server.add_release(REPO, "v1.1.0", &manifests("two"), false, false);
@@ -69,7 +71,7 @@ async fn tampered_asset_is_rejected_and_the_previous_release_stays() {
     assert!(out.contains("v1.1.0") && out.contains("manifests.tar.gz"), "{out}");
     let st = status(&dir.path().join("out"), "team-a", "alpha");
     assert_eq!(st["appliedRelease"]["tag"], "v1.0.0");
-    assert_eq!(st["reason"], "ReleaseUnavailable");
+    assert_eq!(st["reason"], "ReleaseRefused", "a digest mismatch needs a change: {st}");
     let cm = std::fs::read_to_string(dir.path().join("out/team-a/alpha/01-configmap-cfg.yaml")).expect("manifest");
     assert!(cm.contains("extra: one"), "the tampered release was applied: {cm}");
     assert_eq!(blob_tmp_files(dir.path()), 0, "a temp file of the rejected download is left");
@@ -87,7 +89,7 @@ async fn release_without_any_digest_is_refused_unless_checksums_or_a_pin_vouch_f
     let server = GithubServer::start().await.expect("server");
     let id = server.add_release(REPO, "v1.0.0", &manifests("one"), false, false);
     server.hide_digests(id);
-    let config = github_config(dir.path(), &source_lines(&server, ""), "");
+    let config = gh_config(dir.path(), &server).write();
     let o = run_once(&config).await;
     assert_exit(&o, 1);
     assert!(stdout(&o).contains("asset manifests.tar.gz of release v1.0.0 has no digest"), "{}", stdout(&o));
@@ -95,8 +97,7 @@ async fn release_without_any_digest_is_refused_unless_checksums_or_a_pin_vouch_f
 
     // A pin in the config vouches for it.
     let digest = format!("sha256:{}", hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&manifests("one")[0].1)));
-    let pinned = source_lines(&server, &format!("      digests:\n        v1.0.0/manifests.tar.gz: \"{digest}\"\n"));
-    let config = github_config(dir.path(), &pinned, "");
+    let config = gh_config(dir.path(), &server).source_set("gh", "digests", json!({"v1.0.0/manifests.tar.gz": digest})).write();
     assert_exit(&run_once(&config).await, 0);
 
     // A checksums asset vouches for a later release.
@@ -118,7 +119,7 @@ async fn listing_paginates_past_100_releases_with_etags() {
     for minor in 0..150 {
         server.add_release(REPO, &format!("v1.{minor}.0"), &manifests(&minor.to_string()), false, false);
     }
-    let config = github_config(dir.path(), &source_lines(&server, ""), "");
+    let config = gh_config(dir.path(), &server).write();
     let o = stacksync(&["fetch", "--config", &config.to_string_lossy()]).await;
     assert_exit(&o, 0);
     assert!(stdout(&o).contains("v1.149.0"), "{}", stdout(&o));
@@ -140,7 +141,7 @@ async fn rate_limit_is_waited_out_not_hammered() {
     server.add_release(REPO, "v1.0.0", &manifests("one"), false, false);
     server.fail_next(Route::List, Fault::RateLimited { reset_in_secs: 1 });
     server.fail_next(Route::AssetApi, Fault::RetryAfter { secs: 1 });
-    let config = github_config(dir.path(), &source_lines(&server, ""), "");
+    let config = gh_config(dir.path(), &server).write();
     let o = run_once(&config).await;
     assert_exit(&o, 0);
     assert!(stderr(&o).contains("GitHub rate limit reached; waiting for the reset"), "{}", stderr(&o));
@@ -156,13 +157,8 @@ async fn token_never_reaches_the_storage_host_or_the_logs() {
     server.add_release(REPO, "v1.0.0", &manifests("one"), false, false);
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, "ghp_TESTKITsecret0123456789\n").expect("token");
-    let config = github_config(dir.path(), &source_lines(&server, &format!("      token: {{file: {}}}\n", token_file.display())), "");
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stacksync"))
-        .args(["run", "--once", "--config", &config.to_string_lossy()])
-        .env("RUST_LOG", "trace")
-        .kill_on_drop(true)
-        .output();
-    let o = tokio::time::timeout(common::CLI_TIMEOUT, child).await.expect("in time").expect("run");
+    let config = gh_config(dir.path(), &server).source_set("gh", "token", json!({"file": token_file})).write();
+    let o = cli(&["run", "--once", "--config", &config.to_string_lossy()], &[("RUST_LOG", "trace")]).await;
     assert_exit(&o, 0);
     assert!(!stderr(&o).contains("ghp_TESTKIT") && !stdout(&o).contains("ghp_TESTKIT"), "the token was logged");
     let seen = server.seen();
@@ -180,7 +176,7 @@ async fn path_traversal_and_decompression_bombs_are_refused() {
     let server = GithubServer::start().await.expect("server");
     let evil = common::raw_targz(&[("cfg.yaml", &configmap("cfg", "x")), ("../../escaped.yaml", "owned: true\n")]);
     server.add_release(REPO, "v1.0.0", &[("manifests.tar.gz".to_owned(), evil)], false, false);
-    let config = github_config(dir.path(), &source_lines(&server, ""), "");
+    let config = gh_config(dir.path(), &server).write();
     let o = run_once(&config).await;
     assert_exit(&o, 1);
     assert!(stdout(&o).contains("asset manifests.tar.gz: entry \"../../escaped.yaml\": absolute path or `..` escapes"), "{}", stdout(&o));
@@ -188,7 +184,7 @@ async fn path_traversal_and_decompression_bombs_are_refused() {
 
     let zeros = "\0".repeat(2 * 1024 * 1024);
     server.add_release(REPO, "v1.1.0", &[("manifests.tar.gz".to_owned(), targz(&[("zeros.yaml", &zeros)]))], false, false);
-    let config = github_config(dir.path(), &source_lines(&server, "      maxUnpackedSize: 1Mi\n"), "");
+    let config = gh_config(dir.path(), &server).source_set("gh", "maxUnpackedSize", "1Mi").write();
     let o = run_once(&config).await;
     assert_exit(&o, 1);
     assert!(stdout(&o).contains("entry \"zeros.yaml\": archive unpacks to more than 1048576 bytes"), "{}", stdout(&o));
@@ -200,7 +196,7 @@ async fn corrupted_cached_blob_is_detected_and_refetched() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = GithubServer::start().await.expect("server");
     server.add_release(REPO, "v1.0.0", &manifests("one"), false, false);
-    let config = github_config(dir.path(), &source_lines(&server, ""), "");
+    let config = gh_config(dir.path(), &server).write();
     assert_exit(&run_once(&config).await, 0);
     let blob = std::fs::read_dir(dir.path().join("cache/blobs/sha256")).expect("blobs").flatten().next().expect("a blob").path();
     std::fs::write(&blob, b"bit rot").expect("corrupt");
@@ -220,11 +216,11 @@ async fn prereleases_only_when_allowed_and_drafts_never() {
     server.add_release(REPO, "v1.0.0", &manifests("stable"), false, false);
     server.add_release(REPO, "v1.1.0", &manifests("pre"), true, false);
     server.add_release(REPO, "v1.2.0", &manifests("draft"), false, true);
-    let config = github_config(dir.path(), &source_lines(&server, ""), "");
+    let config = gh_config(dir.path(), &server).write();
     let o = stacksync(&["fetch", "--config", &config.to_string_lossy()]).await;
     assert_exit(&o, 0);
     assert!(stdout(&o).contains("v1.0.0"), "{}", stdout(&o));
-    let config = github_config(dir.path(), &source_lines(&server, ""), "    prereleases: true\n");
+    let config = gh_config(dir.path(), &server).edit_sub("stack", |s| s.set("prereleases", true)).write();
     let o = stacksync(&["fetch", "--config", &config.to_string_lossy()]).await;
     assert_exit(&o, 0);
     assert!(stdout(&o).contains("v1.1.0") && !stdout(&o).contains("v1.2.0"), "{}", stdout(&o));
@@ -236,7 +232,7 @@ async fn concurrent_passes_share_one_download() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = GithubServer::start().await.expect("server");
     server.add_release(REPO, "v1.0.0", &manifests("one"), false, false);
-    let path = github_config(dir.path(), &source_lines(&server, ""), "");
+    let path = gh_config(dir.path(), &server).write();
     let config = stacksync::config::Config::load(&path).expect("config");
     let (a, b) = tokio::join!(stacksync::controller::pass(&config, None, false), stacksync::controller::pass(&config, None, false));
     for report in [a.expect("pass a"), b.expect("pass b")] {
@@ -253,7 +249,7 @@ async fn cut_downloads_and_server_errors_are_retried() {
     server.add_release(REPO, "v1.0.0", &manifests("one"), false, false);
     server.fail_next(Route::Storage, Fault::Truncate);
     server.fail_next(Route::AssetApi, Fault::Status(502));
-    let config = github_config(dir.path(), &source_lines(&server, ""), "");
+    let config = gh_config(dir.path(), &server).write();
     let o = run_once(&config).await;
     assert_exit(&o, 0);
     assert!(stderr(&o).contains("download interrupted; retrying"), "{}", stderr(&o));
@@ -277,8 +273,7 @@ async fn gc_keeps_the_release_in_use_and_the_newest() {
         v.sort();
         v
     };
-    let lines = source_lines(&server, "");
-    let config = github_config(dir.path(), &lines, "");
+    let config = gh_config(dir.path(), &server).write();
     std::fs::write(&config, std::fs::read_to_string(&config).expect("read").replace("  dir: ", "  keepReleases: 1\n  dir: "))
         .expect("write");
     for minor in 0..4 {
@@ -290,7 +285,7 @@ async fn gc_keeps_the_release_in_use_and_the_newest() {
     assert_eq!(blobs, 1, "blobs of collected releases remain");
 
     // Pinned below the newest with autoUpgrade off: the release in use is never collected.
-    let pinned = github_config(dir.path(), &lines, "    version: \"<1.3.0\"\n    autoUpgrade: false\n");
+    let pinned = gh_config(dir.path(), &server).edit_sub("stack", |s| s.version("<1.3.0").set("autoUpgrade", false)).write();
     std::fs::write(&pinned, std::fs::read_to_string(&pinned).expect("read").replace("  dir: ", "  keepReleases: 0\n  dir: "))
         .expect("write");
     assert_exit(&run_once(&pinned).await, 0);
@@ -303,7 +298,7 @@ async fn unwritable_cache_is_a_clear_error_and_the_applied_release_stays() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = GithubServer::start().await.expect("server");
     server.add_release(REPO, "v1.0.0", &manifests("one"), false, false);
-    let config = github_config(dir.path(), &source_lines(&server, ""), "");
+    let config = gh_config(dir.path(), &server).write();
     assert_exit(&run_once(&config).await, 0);
 
     // The blob store becomes unusable (a file where its directory should be).
@@ -332,7 +327,7 @@ async fn a_release_deleted_upstream_stays_applied_from_the_cache() {
     let server = GithubServer::start().await.expect("server");
     server.add_release(REPO, "v1.0.0", &manifests("one"), false, false);
     server.add_release(REPO, "v1.1.0", &manifests("two"), false, false);
-    let config = github_config(dir.path(), &source_lines(&server, ""), "");
+    let config = gh_config(dir.path(), &server).write();
     assert_exit(&run_once(&config).await, 0);
 
     server.remove_release("v1.1.0");

@@ -6,11 +6,12 @@
 //! webhook triggers a poll, a config edit pointing the source elsewhere is picked up live.
 
 mod common;
-mod opsenv;
 
 use std::path::{Path, PathBuf};
 
-use common::{assert_exit, configmap, helm_path, run_once, status, stderr, stdout, targz};
+use common::fleet::{Env, TOKEN, cm};
+use common::{Config, Daemon, Sub, assert_exit, configmap, helm_path, run_once, status, stderr, stdout, targz};
+use serde_json::{Value, json};
 use testkit::registry::{Auth, DOCKER_REGISTRY, IDENTITY_TOKEN, PASSWORD, PagingFront, Registry, TokenServer, USER};
 
 const STACK: &str = "docker-ferrol-1-27";
@@ -26,28 +27,19 @@ fn have_registry() -> bool {
     found
 }
 
-/// A config with one OCI source (`oci:` body as YAML lines at 6-space indent) and one
-/// subscription (`sub_lines` at 4-space indent) for cluster team-a/alpha.
-fn oci_config(dir: &Path, oci_lines: &str, sub_lines: &str, clusters: &str) -> PathBuf {
+/// A config with one OCI source `registry` (`oci` its settings) and `sub`, the real helm.
+fn oci_config(dir: &Path, mut oci: Value, sub: Sub) -> PathBuf {
     // The test registries speak plain HTTP unless a test says otherwise (TLS, `caFile`).
-    let oci_lines = if oci_lines.contains("caFile") || oci_lines.contains("insecure") {
-        oci_lines.to_owned()
-    } else {
-        format!("      insecure: true\n{oci_lines}")
-    };
-    let text = format!(
-        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nhelm:\n  path: {helm}\n  parallelism: 2\nsources:\n  - name: registry\n    oci:\n{oci_lines}subscriptions:\n  - name: stack\n    source: registry\n    interval: 1h\n{sub_lines}    clusters:\n{clusters}target:\n  directory: {out}\n",
-        cache = dir.join("cache").display(),
-        helm = helm_path().display(),
-        out = dir.join("out").display(),
-    );
-    let path = dir.join("stacksync.yaml");
-    std::fs::write(&path, text).expect("write config");
-    path
+    if oci.get("caFile").is_none() && oci.get("insecure").is_none() {
+        oci["insecure"] = true.into();
+    }
+    Config::new(dir).helm(&helm_path()).helm_set("parallelism", 2).source("registry", "oci", oci).sub(sub).directory().write()
 }
 
-const ALPHA: &str = "      - name: alpha\n        namespace: team-a\n        values: {region: eu-1}\n";
-const STACK_CLUSTERS: &str = "      - name: alpha\n        namespace: team-a\n        cluster:\n          spec:\n            controlPlaneEndpoint: {host: alpha.example.test, port: 6443}\n            clusterNetwork: {pods: {cidrBlocks: [10.1.0.0/16]}}\n      - name: delta\n        namespace: team-b\n        cluster:\n          spec:\n            controlPlaneEndpoint: {host: delta.example.test, port: 6443}\n            clusterNetwork: {pods: {cidrBlocks: [10.4.0.0/16]}}\n";
+/// The subscription of the plain-manifest tests: Cluster team-a/alpha.
+fn alpha() -> Sub {
+    common::alpha("registry")
+}
 
 fn applied_tag(dir: &Path) -> String {
     status(&dir.join("out"), "team-a", "alpha")["appliedRelease"]["tag"].as_str().unwrap_or_default().to_owned()
@@ -123,9 +115,12 @@ async fn csctl_cluster_stack_is_applied_and_a_restart_fetches_nothing_again() {
     let work = dir.path().join("work");
     std::fs::create_dir(&work).expect("mkdir");
     registry.push_artifact("scs/docker-ferrol", &format!("{STACK}-v2"), SCS_ARTIFACT, &csctl_files(&format!("{STACK}-v2"), &work)).await;
-    let lines = format!("      repository: {}\n", registry.repository("scs/docker-ferrol"));
-    let config =
-        oci_config(dir.path(), &lines, &format!("    stack: {STACK}\n    format: clusterstack\n    version: \">=v2\"\n"), STACK_CLUSTERS);
+    let oci = json!({"repository": registry.repository("scs/docker-ferrol")});
+    let config = oci_config(dir.path(), oci, Sub::new("stack", "registry")
+        .clusterstack(STACK)
+        .version(">=v2")
+        .stack_cluster("team-a", "alpha", "alpha.example.test", "10.1.0.0/16")
+        .stack_cluster("team-b", "delta", "delta.example.test", "10.4.0.0/16"));
     let out = dir.path().join("out");
 
     let o = run_once(&config).await;
@@ -183,8 +178,8 @@ async fn tags_are_paged_with_links_and_the_constraint_picks_among_them() {
     registry.push_artifact("acme/stacks", "sha-0123abc", "application/vnd.acme.manifests.v1", &manifests("sha")).await;
     // Debian's registry 2.8 ignores `n` on tags/list: testkit's front pages it as the spec says.
     let front = PagingFront::start(&registry).await.expect("paging front");
-    let lines = format!("      repository: {}\n      pageSize: 2\n", front.repository("acme/stacks"));
-    let config = oci_config(dir.path(), &lines, "    version: \"<1.5.0\"\n", ALPHA);
+    let oci = json!({"repository": front.repository("acme/stacks"), "pageSize": 2});
+    let config = oci_config(dir.path(), oci, alpha().version("<1.5.0"));
 
     let o = run_once(&config).await;
     assert_exit(&o, 0);
@@ -215,12 +210,11 @@ async fn a_corrupted_layer_is_refused_and_the_last_good_release_stays() {
     registry.push_artifact("acme/stacks", "v1.0.0", "application/vnd.acme.manifests.v1", &manifests("one")).await;
     // HTTPS by default, loopback included: a plain-HTTP registry without `insecure` is an error
     // that says so, never a silent downgrade.
-    let https =
-        oci_config(dir.path(), &format!("      repository: {}\n      insecure: false\n", registry.repository("acme/stacks")), "", ALPHA);
+    let https = oci_config(dir.path(), json!({"repository": registry.repository("acme/stacks"), "insecure": false}), alpha());
     let o = run_once(&https).await;
     eprintln!("plain registry over https: {}", stderr(&o).lines().find(|l| l.contains("source registry")).unwrap_or_default());
     assert!(stderr(&o).contains("set `insecure: true`"), "{}", stderr(&o));
-    let config = oci_config(dir.path(), &format!("      repository: {}\n", registry.repository("acme/stacks")), "", ALPHA);
+    let config = oci_config(dir.path(), json!({"repository": registry.repository("acme/stacks")}), alpha());
     assert_exit(&run_once(&config).await, 0);
 
     let layer = manifests("two");
@@ -235,7 +229,7 @@ async fn a_corrupted_layer_is_refused_and_the_last_good_release_stays() {
     let out = stdout(&o);
     assert!(out.contains("release v1.1.0: layer manifests.tar.gz: digest mismatch: expected sha256:"), "{out}");
     let st = status(&dir.path().join("out"), "team-a", "alpha");
-    assert_eq!((st["appliedRelease"]["tag"].as_str(), st["reason"].as_str()), (Some("v1.0.0"), Some("ReleaseUnavailable")), "{st}");
+    assert_eq!((st["appliedRelease"]["tag"].as_str(), st["reason"].as_str()), (Some("v1.0.0"), Some("ReleaseRefused")), "{st}");
     let cm = std::fs::read_to_string(dir.path().join("out/team-a/alpha/01-configmap-cfg.yaml")).expect("manifest");
     assert!(cm.contains("extra: one"), "the corrupted release was applied: {cm}");
     assert_eq!(blob_tmp_files(dir.path()), 0, "a temp file of the refused layer is left");
@@ -258,15 +252,14 @@ async fn basic_auth_reads_the_password_each_poll_and_never_shows_it() {
     let repo = registry.repository("acme/stacks");
 
     // Anonymous: the registry's challenge is answered with a clear error.
-    let config = oci_config(dir.path(), &format!("      repository: {repo}\n"), "", ALPHA);
+    let config = oci_config(dir.path(), json!({"repository": repo}), alpha());
     let o = run_once(&config).await;
     assert!(stderr(&o).contains("source registry: 127.0.0.1:") && stderr(&o).contains("the registry needs credentials"), "{}", stderr(&o));
 
     let password = dir.path().join("password");
     std::fs::write(&password, "wrong-pony-battery\n").expect("password");
-    let lines =
-        format!("      repository: {repo}\n      auth:\n        username: {USER}\n        password: {{file: {}}}\n", password.display());
-    let config = oci_config(dir.path(), &lines, "", ALPHA);
+    let oci = json!({"repository": repo, "auth": {"username": USER, "password": {"file": password}}});
+    let config = oci_config(dir.path(), oci, alpha());
     let o = run_once(&config).await;
     let err = stderr(&o);
     assert!(err.contains("the registry refused the credentials"), "{err}");
@@ -296,7 +289,7 @@ async fn token_auth_fetches_a_bearer_token_once_anonymous_or_with_credentials() 
     // Anonymous pull: the challenge's realm issues a pull token; one token serves the poll
     // and the pull (cached until it expires).
     let before = tokens.issued();
-    let config = oci_config(dir.path(), &format!("      repository: {repo}\n"), "", ALPHA);
+    let config = oci_config(dir.path(), json!({"repository": repo}), alpha());
     let o = run_once(&config).await;
     assert_exit(&o, 0);
     assert_eq!(applied_tag(dir.path()), "v1.0.0");
@@ -305,10 +298,9 @@ async fn token_auth_fetches_a_bearer_token_once_anonymous_or_with_credentials() 
     // With credentials: a wrong password is refused by the token service, clearly.
     let password = dir.path().join("password");
     std::fs::write(&password, "wrong-pony-battery").expect("password");
-    let lines =
-        format!("      repository: {repo}\n      auth:\n        username: {USER}\n        password: {{file: {}}}\n", password.display());
+    let oci = json!({"repository": repo, "auth": {"username": USER, "password": {"file": password}}});
     registry.push_artifact("acme/stacks", "v1.1.0", "application/vnd.acme.manifests.v1", &manifests("two")).await;
-    let config = oci_config(dir.path(), &lines, "", ALPHA);
+    let config = oci_config(dir.path(), oci, alpha());
     // The poll fails; the release in use stays.
     let o = run_once(&config).await;
     assert!(stderr(&o).contains("the registry refused the credentials"), "{}", stderr(&o));
@@ -331,31 +323,23 @@ async fn daemon_polls_on_the_generic_webhook_and_follows_a_reloaded_repository()
     if !have_registry() {
         return;
     }
-    let env = opsenv::Env::new().await;
+    let env = Env::served().await;
     let registry = Registry::start(&env.dir.path().join("registry"), Auth::None).await.expect("registry");
-    let release =
-        |v: &str| vec![("manifests.tar.gz", "application/vnd.oci.image.layer.v1.tar+gzip", targz(&[("cm.yaml", &opsenv::cm(v))]))];
+    let release = |v: &str| vec![("manifests.tar.gz", "application/vnd.oci.image.layer.v1.tar+gzip", targz(&[("cm.yaml", &cm(v))]))];
     registry.push_artifact("acme/stacks", "v1.0.0", "application/vnd.acme.manifests.v1", &release("1.0.0")).await;
     registry.push_artifact("acme/other", "v2.0.0", "application/vnd.acme.manifests.v1", &release("2.0.0")).await;
-    env.add_cluster("alpha").await;
-    let config = env.config("unused");
-    let git_block = "    git:\n      url: unused\n";
+    env.add_synced_cluster("alpha", 0).await;
+    // Source `stacks` becomes the registry's repository `name` (the file rewritten in place).
     let with_repo = |name: &str| {
-        let text = std::fs::read_to_string(&config).expect("config");
-        let text = if text.contains(git_block) {
-            text.replace(git_block, &format!("    oci:\n      insecure: true\n      repository: {}\n", registry.repository(name)))
-        } else {
-            let old = text.lines().find(|l| l.trim_start().starts_with("repository: ")).expect("repository line").to_owned();
-            text.replace(&old, &format!("      repository: {}", registry.repository(name)))
-        };
-        std::fs::write(&config, text).expect("config");
+        let oci = serde_json::json!({"insecure": true, "repository": registry.repository(name)});
+        env.webhooks_config().source("stacks", "oci", oci).write()
     };
-    with_repo("acme/stacks");
-    let daemon = opsenv::Daemon::start(&config, env.dir.path().join("daemon.log")).await;
+    let config = with_repo("acme/stacks");
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
     daemon.eventually("v1.0.0 applied", Duration::from_secs(30), async || env.applied("alpha").await == "v1.0.0").await;
 
     registry.push_artifact("acme/stacks", "v1.1.0", "application/vnd.acme.manifests.v1", &release("1.1.0")).await;
-    let (status, text) = daemon.post("/hooks/generic/stacks", &[("authorization", format!("Bearer {}", opsenv::TOKEN))], Vec::new()).await;
+    let (status, text) = daemon.post("/hooks/generic/stacks", &[("authorization", format!("Bearer {TOKEN}"))], Vec::new()).await;
     assert_eq!(status, 202, "{text}");
     daemon.eventually("v1.1.0 applied after the hook", Duration::from_secs(10), async || env.applied("alpha").await == "v1.1.0").await;
 
@@ -369,33 +353,33 @@ async fn daemon_polls_on_the_generic_webhook_and_follows_a_reloaded_repository()
 #[test]
 fn oci_source_config_errors_name_the_field() {
     let dir = tempfile::tempdir().expect("tempdir");
-    // (oci lines, expected words)
-    let table: &[(&str, &str)] = &[
-        ("      repository: https://r.example/a\n", "sources[0].oci.repository: repository `https://r.example/a`: no scheme"),
-        ("      repository: r.example/a:v1\n", "no tag: releases are the repository's tags"),
-        ("      repository: r.example/a\n      auth:\n        username: u\n", "sources[0].oci.auth.password: required with `username`"),
-        ("      repository: r.example/a\n      pageSize: 0\n", "sources[0].oci.pageSize: expected a number from 1 to 1000"),
+    // (the oci settings, expected words)
+    let table: Vec<(Value, &str)> = vec![
+        (json!({"repository": "https://r.example/a"}), "sources[0].oci.repository: repository `https://r.example/a`: no scheme"),
+        (json!({"repository": "r.example/a:v1"}), "no tag: releases are the repository's tags"),
+        (json!({"repository": "r.example/a", "auth": {"username": "u"}}), "sources[0].oci.auth.password: required with `username`"),
+        (json!({"repository": "r.example/a", "pageSize": 0}), "sources[0].oci.pageSize: expected a number from 1 to 1000"),
         (
-            "      repository: r.example/a\n      insecure: true\n      auth:\n        bearerToken: {env: T}\n",
+            json!({"repository": "r.example/a", "insecure": true, "auth": {"bearerToken": {"env": "T"}}}),
             "sources[0].oci.insecure: credentials are sent only over https://",
         ),
-        ("      repository: r.example/a\n      insecure: true\n      caFile: ca.pem\n", "sources[0].oci.caFile: `caFile` is for https"),
-        ("      repository: r.example/a\n      timeout: 0s\n", "sources[0].oci.timeout: 0s is too short; use at least 1s"),
-        ("      repository: r.example/a\n      timeout: 1h\n", "sources[0].oci.timeout: at most 120s"),
+        (json!({"repository": "r.example/a", "insecure": true, "caFile": "ca.pem"}), "sources[0].oci.caFile: `caFile` is for https"),
+        (json!({"repository": "r.example/a", "timeout": "0s"}), "sources[0].oci.timeout: 0s is too short; use at least 1s"),
+        (json!({"repository": "r.example/a", "timeout": "1h"}), "sources[0].oci.timeout: at most 120s"),
         (
-            "      repository: r.example/a\n      auth:\n        bearerToken: {env: T}\n        dockerConfig: {file: x}\n",
+            json!({"repository": "r.example/a", "auth": {"bearerToken": {"env": "T"}, "dockerConfig": {"file": "x"}}}),
             "set `username` and `password`, `bearerToken` or `dockerConfig` (only one)",
         ),
-        ("      repo: r.example/a\n", "sources[0].oci"),
+        (json!({"repo": "r.example/a"}), "sources[0].oci"),
     ];
-    for (lines, want) in table {
-        let config = oci_config(dir.path(), lines, "", ALPHA);
+    for (oci, want) in table {
+        let config = oci_config(dir.path(), oci.clone(), alpha());
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_stacksync"))
             .args(["check-config", &config.to_string_lossy()])
             .output()
             .expect("run");
         let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-        assert!(!o.status.success() && text.contains(want), "{lines}: {text}");
+        assert!(!o.status.success() && text.contains(want), "{oci}: {text}");
         assert!(text.contains("stacksync.yaml:"), "the error names the file and line: {text}");
     }
 }
@@ -412,7 +396,7 @@ async fn https_registry_with_a_private_ca_needs_ca_file() {
     registry.push_artifact("acme/stacks", "v1.0.0", "application/vnd.acme.manifests.v1", &manifests("one")).await;
     let repo = registry.repository("acme/stacks");
 
-    let config = oci_config(dir.path(), &format!("      repository: {repo}\n      insecure: false\n"), "", ALPHA);
+    let config = oci_config(dir.path(), json!({"repository": repo, "insecure": false}), alpha());
     let o = run_once(&config).await;
     let err = stderr(&o);
     assert!(!o.status.success(), "{err}");
@@ -420,7 +404,7 @@ async fn https_registry_with_a_private_ca_needs_ca_file() {
     assert!(err.contains(&format!("source registry: {repo}")) && err.contains("certificate is not trusted: set `caFile`"), "{err}");
     assert!(!dir.path().join("out/team-a/alpha/01-configmap-cfg.yaml").exists(), "applied from an untrusted registry");
 
-    let with_ca = |ca: &Path| oci_config(dir.path(), &format!("      repository: {repo}\n      caFile: {}\n", ca.display()), "", ALPHA);
+    let with_ca = |ca: &Path| oci_config(dir.path(), json!({"repository": repo, "caFile": ca}), alpha());
     let missing = dir.path().join("missing-ca.pem");
     let o = run_once(&with_ca(&missing)).await;
     assert!(stderr(&o).contains(&format!("caFile {}", missing.display())), "{}", stderr(&o));
@@ -448,8 +432,8 @@ async fn docker_config_credentials_are_picked_by_host_and_reread_each_poll() {
     registry.push_artifact("acme/stacks", "v1.0.0", "application/vnd.acme.manifests.v1", &manifests("one")).await;
     let repo = registry.repository("acme/stacks");
     let file = dir.path().join(".dockerconfigjson");
-    let lines = format!("      repository: {repo}\n      auth:\n        dockerConfig: {{file: {}}}\n", file.display());
-    let config = oci_config(dir.path(), &lines, "", ALPHA);
+    let oci = json!({"repository": repo, "auth": {"dockerConfig": {"file": file}}});
+    let config = oci_config(dir.path(), oci, alpha());
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
 
     // No entry for this registry.
@@ -488,12 +472,8 @@ async fn docker_config_identity_token_is_exchanged_at_the_token_service() {
     let registry = Registry::start(&dir.path().join("registry"), Auth::Token(&tokens)).await.expect("registry");
     registry.push_artifact("acme/stacks", "v1.0.0", "application/vnd.acme.manifests.v1", &manifests("one")).await;
     let file = dir.path().join("config.json");
-    let lines = format!(
-        "      repository: {}\n      auth:\n        dockerConfig: {{file: {}}}\n",
-        registry.repository("acme/stacks"),
-        file.display()
-    );
-    let config = oci_config(dir.path(), &lines, "", ALPHA);
+    let oci = json!({"repository": registry.repository("acme/stacks"), "auth": {"dockerConfig": {"file": file}}});
+    let config = oci_config(dir.path(), oci, alpha());
 
     std::fs::write(&file, format!(r#"{{"auths":{{"{}":{{"identitytoken":"revoked-refresh-token"}}}}}}"#, registry.host())).expect("write");
     let o = run_once(&config).await;
@@ -585,8 +565,8 @@ async fn a_silent_or_trickling_registry_times_out_within_the_source_timeout_and_
     let registry = Registry::start(&dir.path().join("registry"), Auth::None).await.expect("registry");
     registry.push_artifact("acme/stacks", "v1.0.0", "application/vnd.acme.manifests.v1", &manifests("one")).await;
     let front = SilentFront::start(registry.host()).await;
-    let lines = format!("      repository: {}/acme/stacks\n      timeout: 2s\n", front.addr);
-    let config = oci_config(dir.path(), &lines, "", ALPHA);
+    let oci = json!({"repository": format!("{}/acme/stacks", front.addr), "timeout": "2s"});
+    let config = oci_config(dir.path(), oci, alpha());
     assert_exit(&run_once(&config).await, 0);
     assert_eq!(applied_tag(dir.path()), "v1.0.0");
 

@@ -50,6 +50,9 @@ pub struct Context {
     /// input changes (a poll that changed what a source offers, a new config) or
     /// [`RETRY_REFUSED`] has passed.
     refused: Mutex<HashMap<String, (std::time::Instant, Arc<PrepareError>)>>,
+    /// One prepare per release at a time: the Clusters waiting behind a refusal get it from
+    /// `refused` instead of downloading again.
+    preparing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// How long a release refused for a reason that needs a change is not fetched again when
@@ -84,6 +87,7 @@ impl Context {
             polled: Mutex::new(std::collections::BTreeSet::new()),
             poll_errors: Mutex::new(BTreeMap::new()),
             refused: Mutex::new(HashMap::new()),
+            preparing: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -284,6 +288,8 @@ impl Context {
         let Some(src) = config.source(&rel.source) else { return Err(Arc::new(PrepareError::UnknownSource(rel.source.clone()))) };
         let key = source_key(&src.name, &src.kind);
         let id = crate::cache::ReleaseEntry::id(&key, &rel.tag, &rel.commit);
+        let lock = self.preparing.lock().unwrap_or_else(PoisonError::into_inner).entry(id.clone()).or_default().clone();
+        let _one = lock.lock().await;
         if let Some((since, e)) = self.refused.lock().unwrap_or_else(PoisonError::into_inner).get(&id)
             && since.elapsed() < RETRY_REFUSED
         {

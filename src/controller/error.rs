@@ -162,6 +162,23 @@ impl PrepareError {
         }
     }
 
+    /// The reason a cluster's status gets: `ReleaseUnavailable` for what may pass by itself
+    /// (Reconciling), `SignatureInvalid` or `ReleaseRefused` for what needs a change (Stalled).
+    pub fn status_reason(&self) -> crate::status::Reason {
+        use crate::status::Reason;
+        if self.is_transient() {
+            Reason::ReleaseUnavailable
+        } else if self.is_signature() {
+            Reason::SignatureInvalid
+        } else if let PrepareError::Unverified { reason, .. } = self {
+            *reason
+        } else if matches!(self, PrepareError::Select(_)) {
+            Reason::ReleaseNotAvailable
+        } else {
+            Reason::ReleaseRefused
+        }
+    }
+
     /// Whether it is a signature refused (the Cluster's reason is then `SignatureInvalid`).
     pub fn is_signature(&self) -> bool {
         matches!(self, PrepareError::Signature(_) | PrepareError::SignatureRetries(_))

@@ -233,16 +233,17 @@ fn sync_subscription(
 ) -> Vec<ClusterReport> {
     let release = match &prepared.outcome {
         Ok(p) => p,
-        Err(msg) => {
+        Err(error) => {
             let msg = match source_error {
-                Some(e) => format!("{msg} (source poll failed: {e})"),
-                None => msg.to_string(),
+                Some(e) => format!("{error} (source poll failed: {e})"),
+                None => error.to_string(),
             };
+            let reason = error.status_reason();
             return sub
                 .clusters
                 .iter()
                 .map(|c| {
-                    let status = ClusterStatus::failed(sub, c, None, target.read_status(c), Reason::ReleaseUnavailable, msg.clone());
+                    let status = ClusterStatus::failed(sub, c, None, target.read_status(c), reason, msg.clone());
                     finish(target, sub, c, status, ChangeSet::default(), write_status)
                 })
                 .collect();

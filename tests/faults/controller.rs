@@ -4,12 +4,11 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use testkit::apiserver::FaultRule;
 
-use crate::common::fleet::{CM, Daemon, Env, NS, condition};
-use crate::common::{assert_exit, run_once, stderr, stdout};
+use crate::common::fleet::{CM, Env, NS};
+use crate::common::{Daemon, assert_exit, condition, run_once, stderr, stdout};
 
 const TOKEN: &str = "s3cr3t-t0ken-do-not-echo";
 
@@ -29,14 +28,9 @@ async fn malformed_kubeconfig_secret_was_echoed_into_status() {
     env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
     // A kubeconfig with a token and broken indentation: a YAML error would quote the line.
     let broken = format!("apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    token: {TOKEN}\n   oops: [unclosed\n");
-    let mut secret = Secret::default();
-    secret.metadata.name = Some("alpha-kubeconfig".into());
-    secret.metadata.namespace = Some(NS.into());
-    secret.data = Some([("value".to_owned(), k8s_openapi::ByteString(broken.into_bytes()))].into());
-    let secrets: Api<Secret> = Api::namespaced(env.mgmt(), NS);
-    secrets.patch("alpha-kubeconfig", &PatchParams::apply("capi"), &Patch::Apply(&secret)).await.unwrap();
+    env.put_kubeconfig("alpha", broken.into_bytes()).await;
 
-    let o = run_once(&env.config("", "", "")).await;
+    let o = run_once(&env.config().write()).await;
     assert_exit(&o, 1);
     let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
     let text = format!("{cs}{}{}", stdout(&o), stderr(&o));
@@ -52,21 +46,20 @@ async fn sigkill_during_apply_left_the_old_release_reported_ready() {
     env.repo.release("v1.0.0", &[("manifests/cms.yaml", &many_configmaps(40, "one"))]);
     env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
     env.add_kubeconfig("alpha", 0).await;
-    let config = env.config("", "", "");
+    let config = env.config().write();
     assert_exit(&run_once(&config).await, 0);
 
     // v2 changes every object; each write is slow, so the apply is under way for seconds.
     env.repo.release("v2.0.0", &[("manifests/cms.yaml", &many_configmaps(40, "two"))]);
     env.workloads[0].faults().add(FaultRule::new().verb("patch").path("/configmaps/").latency(Duration::from_millis(400)));
-    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
     daemon
         .eventually("the apply of v2 started", Duration::from_secs(60), async || {
             env.cluster_sync("alpha").await.is_some_and(|cs| cs["status"]["wantedRelease"]["tag"] == "v2.0.0")
         })
         .await;
     let mut daemon = daemon;
-    daemon.child.start_kill().unwrap(); // SIGKILL, mid-apply
-    let _ = tokio::time::timeout(Duration::from_secs(10), daemon.child.wait()).await.unwrap();
+    daemon.kill().await; // SIGKILL, mid-apply
 
     // The record says the truth: not Ready, an apply under way, v2 wanted.
     let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
@@ -90,7 +83,7 @@ async fn transient_500s_were_reported_stalled() {
     env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
     env.add_kubeconfig("alpha", 0).await;
     env.workloads[0].faults().add(FaultRule::new().path("/configmaps").status(500));
-    let o = run_once(&env.config("", "    requestTimeout: 3s\n", "")).await;
+    let o = run_once(&env.config().kubernetes_set("requestTimeout", "3s").write()).await;
     assert_exit(&o, 1);
     let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
     assert_eq!(condition(&cs, "Ready")["reason"], "TransientError", "{cs}");
@@ -98,7 +91,7 @@ async fn transient_500s_were_reported_stalled() {
     assert_eq!(condition(&cs, "Stalled")["status"], "False", "{cs}");
 
     env.workloads[0].faults().clear();
-    assert_exit(&run_once(&env.config("", "", "")).await, 0);
+    assert_exit(&run_once(&env.config().write()).await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -110,7 +103,7 @@ async fn frozen_management_api_hung_the_pass() {
     // Every request is held for an hour: the API server accepts and never answers.
     env.mgmt.faults().add(FaultRule::new().latency(Duration::from_secs(3600)));
     let started = std::time::Instant::now();
-    let o = run_once(&env.config("", "    requestTimeout: 2s\n", "")).await;
+    let o = run_once(&env.config().kubernetes_set("requestTimeout", "2s").write()).await;
     assert_exit(&o, 1);
     assert!(started.elapsed() < Duration::from_secs(60), "took {:?}", started.elapsed());
     assert!(stderr(&o).contains("timed out") || stdout(&o).contains("timed out"), "{}\n{}", stdout(&o), stderr(&o));
@@ -124,14 +117,14 @@ async fn management_api_503_reported_nothing_synced() {
     env.add_kubeconfig("alpha", 0).await;
     env.mgmt.faults().add(FaultRule::new().status(503));
     let started = std::time::Instant::now();
-    let o = run_once(&env.config("", "    requestTimeout: 2s\n", "")).await;
+    let o = run_once(&env.config().kubernetes_set("requestTimeout", "2s").write()).await;
     assert_exit(&o, 1);
     assert!(started.elapsed() < Duration::from_secs(60), "took {:?}", started.elapsed());
     assert!(stdout(&o).contains("503"), "{}", stdout(&o));
     assert!(!stdout(&o).contains("1/1 clusters ready"), "{}", stdout(&o));
     assert!(env.workloads[0].stats().total_writes() == 0, "nothing is applied without the management cluster");
     env.mgmt.faults().clear();
-    assert_exit(&run_once(&env.config("", "", "")).await, 0);
+    assert_exit(&run_once(&env.config().write()).await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,7 +133,7 @@ async fn a_moved_tag_left_ready_and_exit_0() {
     let original = env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
     env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
     env.add_kubeconfig("alpha", 0).await;
-    let config = env.config("", "", "");
+    let config = env.config().write();
     assert_exit(&run_once(&config).await, 0);
 
     env.repo.write("manifests/cm.yaml", &CM.replace("cluster: ${cluster.name}", "cluster: sneaky"));
@@ -163,7 +156,7 @@ async fn a_deleted_cluster_sync_orphaned_objects_silently() {
     env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
     env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
     env.add_kubeconfig("alpha", 0).await;
-    let config = env.config("", "", "");
+    let config = env.config().write();
     assert_exit(&run_once(&config).await, 0);
     let syncs: Api<stacksync::status::crd::ClusterSync> = Api::namespaced(env.mgmt(), NS);
     syncs.delete("alpha", &Default::default()).await.unwrap();
@@ -179,7 +172,7 @@ async fn cut_watches_and_a_failing_management_api_stopped_the_controller() {
     env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
     env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
     env.add_kubeconfig("alpha", 0).await;
-    let daemon = Daemon::start(&env.config("", "    requestTimeout: 2s\n", ""), env.dir.path().join("daemon.log"));
+    let daemon = Daemon::start(&env.config().kubernetes_set("requestTimeout", "2s").write(), env.dir.path().join("daemon.log")).await;
     daemon
         .eventually("alpha Ready", Duration::from_secs(30), async || env.ready_reason("alpha").await.is_some_and(|(s, _)| s == "True"))
         .await;
@@ -199,18 +192,6 @@ async fn cut_watches_and_a_failing_management_api_stopped_the_controller() {
     daemon.stop().await;
 }
 
-/// The value of `series` in the daemon's `/metrics` (0 when absent or not listening yet).
-async fn metric(daemon: &Daemon, series: &str) -> f64 {
-    let log = daemon.log();
-    let Some(addr) = log.lines().find(|l| l.contains("admin listener")).and_then(|l| l.split("addr=").nth(1)?.split_whitespace().next())
-    else {
-        return 0.0;
-    };
-    let Ok(resp) = reqwest::get(format!("http://{addr}/metrics")).await else { return 0.0 };
-    let text = resp.text().await.unwrap_or_default();
-    text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
-}
-
 /// The apply-started status write of alpha's ClusterSync.
 fn status_writes() -> FaultRule {
     FaultRule::new().verb("patch").path("/clustersyncs/alpha/status")
@@ -218,12 +199,15 @@ fn status_writes() -> FaultRule {
 
 /// v1 applied and Ready, v2 published; then `fault` on the ClusterSync's status writes, and a
 /// `run --once`: nothing of v2 may be applied, and the ClusterSync keeps saying the truth.
-async fn refused_status_write(fault: FaultRule, target_extra: &str) {
+async fn refused_status_write(fault: FaultRule, request_timeout: Option<&str>) {
     let env = Env::new(1).await;
     env.repo.release("v1.0.0", &[("manifests/cms.yaml", &many_configmaps(3, "one"))]);
     env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
     env.add_kubeconfig("alpha", 0).await;
-    let config = env.config("", target_extra, "");
+    let config = match request_timeout {
+        Some(t) => env.config().kubernetes_set("requestTimeout", t).write(),
+        None => env.config().write(),
+    };
     assert_exit(&run_once(&config).await, 0);
     let writes = env.workloads[0].stats().total_writes();
 
@@ -250,9 +234,9 @@ async fn refused_status_write(fault: FaultRule, target_extra: &str) {
     );
 
     // The daemon retries with backoff and counts each refusal in the metrics.
-    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
     let series = "stacksync_reconciles_total{subscription=\"\",result=\"error\",reason=\"WriteProgress\"}";
-    daemon.eventually("a WriteProgress error counted", Duration::from_secs(60), async || metric(&daemon, series).await >= 2.0).await;
+    daemon.eventually("a WriteProgress error counted", Duration::from_secs(60), async || daemon.metric(series).await >= 2.0).await;
     assert_eq!(env.workloads[0].stats().total_writes(), writes, "the daemon applied v2 although its status could not be written");
     daemon.stop().await;
 
@@ -266,13 +250,13 @@ async fn refused_status_write(fault: FaultRule, target_extra: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_write_500_reported_the_old_release_ready_while_the_new_one_ran() {
-    refused_status_write(status_writes().status(500), "").await;
+    refused_status_write(status_writes().status(500), None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_write_timeout_reported_the_old_release_ready_while_the_new_one_ran() {
     // Every status write is held past the request timeout.
-    refused_status_write(status_writes().latency(Duration::from_secs(3600)), "    requestTimeout: 1s\n").await;
+    refused_status_write(status_writes().latency(Duration::from_secs(3600)), Some("1s")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -281,14 +265,14 @@ async fn final_status_write_refused_left_the_apply_unrecorded() {
     env.repo.release("v1.0.0", &[("manifests/cms.yaml", &many_configmaps(3, "one"))]);
     env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
     env.add_kubeconfig("alpha", 0).await;
-    let config = env.config("", "", "");
+    let config = env.config().write();
     assert_exit(&run_once(&config).await, 0);
 
     // The apply-started write lands; the next four status writes are refused: the final write
     // of this reconcile (three tries) and the first try of the next.
     env.repo.release("v2.0.0", &[("manifests/cms.yaml", &many_configmaps(3, "two"))]);
     env.mgmt.faults().add(status_writes().status(500).skip(1).times(4));
-    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
     // Whenever v2's objects are in place, the ClusterSync does not claim v1 is Ready.
     daemon
         .eventually("v2 applied and recorded Ready", Duration::from_secs(60), async || {
@@ -310,14 +294,12 @@ async fn a_pin_that_no_longer_matches_left_the_release_ready() {
     let commit = env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
     env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
     env.add_kubeconfig("alpha", 0).await;
-    let config = env.config("", "", "");
+    let config = env.config().write();
     assert_exit(&run_once(&config).await, 0);
 
     // A pin added later that the accepted tag does not satisfy.
     let pin = "1".repeat(40);
-    let text = std::fs::read_to_string(&config).unwrap();
-    let url = format!("      url: {}\n", env.repo.file_url());
-    std::fs::write(&config, text.replace(&url, &format!("{url}      pins:\n        v1.0.0: \"{pin}\"\n"))).unwrap();
+    let config = env.config().source_set("stacks", "pins", serde_json::json!({"v1.0.0": pin})).write();
     let o = run_once(&config).await;
     assert_exit(&o, 1);
     let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
@@ -329,4 +311,56 @@ async fn a_pin_that_no_longer_matches_left_the_release_ready() {
     // No silent rollback: what was applied stays.
     assert_eq!(cs["status"]["appliedRelease"]["commit"], commit.as_str(), "{cs}");
     assert_eq!(env.configmap(0, "addon-alpha").await.unwrap().data.unwrap()["cluster"], "alpha");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_refused_for_its_digest_was_retried_forever_and_never_stalled() {
+    use testkit::github::{Fault, GithubServer, Route};
+    let env = Env::new(1).await;
+    let server = GithubServer::start().await.expect("GitHub server");
+    let cm2 = CM.replace("addon-", "second-");
+    let v1 = vec![("manifests.tar.gz".to_owned(), crate::common::targz(&[("cm.yaml", CM)]))];
+    let v2 = vec![("manifests.tar.gz".to_owned(), crate::common::targz(&[("cm.yaml", CM), ("cm2.yaml", &cm2)]))];
+    server.add_release("acme/stacks", "v1.0.0", &v1, false, false);
+    let clusters = ["alpha", "beta", "gamma"];
+    for name in clusters {
+        env.add_cluster(name, "docker-ferrol-1-27-v1", true).await;
+        env.add_kubeconfig(name, 0).await;
+    }
+    let config = env.config().github("stacks", "acme/stacks", &server.api_url()).write();
+    assert_exit(&run_once(&config).await, 0);
+
+    // v2's asset does not match the digest GitHub publishes for it: a refusal no retry soon can
+    // change. Every Cluster says so as Stalled, with the error's own reason, and the release is
+    // downloaded once, not once per Cluster.
+    server.add_release("acme/stacks", "v2.0.0", &v2, false, false);
+    server.fail_next(Route::Storage, Fault::WrongBytes);
+    let downloads = || server.count("/storage/");
+    let before = downloads();
+    let o = run_once(&config).await;
+    assert_exit(&o, 1);
+    for name in clusters {
+        let cs = env.cluster_sync(name).await.expect("ClusterSync");
+        let (ready, stalled, reconciling) = (condition(&cs, "Ready"), condition(&cs, "Stalled"), condition(&cs, "Reconciling"));
+        assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("False"), Some("ReleaseRefused")), "{cs}");
+        assert_eq!((stalled["status"].as_str(), stalled["reason"].as_str()), (Some("True"), Some("DigestMismatch")), "{cs}");
+        assert_eq!(reconciling["status"], "False", "{cs}");
+        assert!(ready["message"].as_str().unwrap_or_default().contains("digest mismatch"), "{cs}");
+        // What is in place stays, and is said to be.
+        assert_eq!(cs["status"]["appliedRelease"]["tag"], "v1.0.0", "{cs}");
+    }
+    assert_eq!(downloads() - before, 1, "the refused release was downloaded again for another Cluster:\n{}", stdout(&o));
+    assert!(env.configmap(0, "second-alpha").await.is_none(), "the refused release was applied");
+
+    // Its input changes (here: a new process; in the daemon a poll, a new config or the
+    // resync): tried again, and put in place.
+    assert_exit(&run_once(&config).await, 0);
+    for name in clusters {
+        let cs = env.cluster_sync(name).await.expect("ClusterSync");
+        assert_eq!(
+            (condition(&cs, "Ready")["status"].as_str(), cs["status"]["appliedRelease"]["tag"].as_str()),
+            (Some("True"), Some("v2.0.0"))
+        );
+    }
+    server.stop().await;
 }

@@ -17,7 +17,7 @@ use testkit::github::{Fault, GithubServer, Route};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::common::{Sub, assert_exit, configmap, run_once, stderr, write_config};
+use crate::common::{assert_exit, configmap, git_config, run_once, stderr};
 
 const REPO: &str = "acme/stacks";
 
@@ -79,7 +79,7 @@ async fn trickling_storage_host_kept_the_download_going() {
     let release = asset_release(addr, 1_000_000);
     let started = Instant::now();
     let opts = Options { verify: Verify::Optional, ..Options::default() };
-    let err = materialise::download_all(&client, &blobs, &release, &opts).await.unwrap_err();
+    let err = materialise::download_all(&client, &blobs, &release, &opts).await.unwrap_err().to_string();
     assert!(started.elapsed() < Duration::from_secs(10), "the download ran on for {:?}", started.elapsed());
     assert!(err.contains("timed out after 2s") && err.contains("a.yaml"), "{err}");
     assert!(blobs.list().is_empty());
@@ -137,7 +137,7 @@ async fn declared_asset_sizes_passed_max_release_size() {
     let cache = tempfile::tempdir().unwrap();
     let blobs = Blobs::open(cache.path()).unwrap();
     let opts = Options { max_release_bytes: 6 * 1024 * 1024, ..Options::default() };
-    let err = materialise::download_all(&client, &blobs, &release, &opts).await.unwrap_err();
+    let err = materialise::download_all(&client, &blobs, &release, &opts).await.unwrap_err().to_string();
     assert!(err.contains("maxReleaseSize") && err.contains("b.bin"), "{err}");
     assert_eq!(blobs.list().len(), 1, "the second asset was stored");
     server.stop().await;
@@ -170,7 +170,7 @@ async fn truncated_download_was_stored() {
     let blobs = Blobs::open(cache.path()).unwrap();
     // Every attempt is cut half-way: the download fails, and nothing is stored.
     cut.store(usize::MAX, Ordering::SeqCst);
-    let err = materialise::download_all(&client, &blobs, &release, &opts).await.unwrap_err();
+    let err = materialise::download_all(&client, &blobs, &release, &opts).await.unwrap_err().to_string();
     assert!(err.contains("connection cut after"), "{err}");
     assert!(blobs.list().is_empty());
     // Cut once: the retry stores the whole verified asset.
@@ -247,7 +247,7 @@ async fn git_server_down_then_back_was_not_followed() {
     let target: std::net::SocketAddr = daemon.url("").trim_start_matches("git://").trim_end_matches('/').parse().unwrap();
     let up = Arc::new(AtomicBool::new(true));
     let (proxy, task) = switchable_proxy(target, up.clone()).await;
-    let config = write_config(dir.path(), &format!("git://{proxy}/stacks.git"), false, &[Sub::simple(Some(STACK))]);
+    let config = git_config(dir.path(), &format!("git://{proxy}/stacks.git")).edit_sub("stack", |s| s.stack(STACK)).write();
     assert_exit(&run_once(&config).await, 0);
 
     up.store(false, Ordering::SeqCst);
@@ -285,7 +285,7 @@ async fn hanging_storage_host_said_timed_out_after_600s() {
         .with_limits(Limits { read_timeout: Duration::from_secs(1), ..limits(60, 30) });
     let opts = Options { verify: Verify::Optional, ..Options::default() };
     let started = Instant::now();
-    let err = materialise::download_all(&client, &blobs, &asset_release(addr, 100), &opts).await.unwrap_err();
+    let err = materialise::download_all(&client, &blobs, &asset_release(addr, 100), &opts).await.unwrap_err().to_string();
     assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
     assert!(err.contains("3 attempts failed") && err.contains("nothing received for 1s (read timeout)"), "{err}");
     assert!(!err.contains("30s"), "the overall deadline did not fire, yet the error names it: {err}");
@@ -316,7 +316,7 @@ async fn release_listing_stopped_at_1000_pages_said_at_info() {
     };
     own.set(addr).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let config = crate::common::github_config(dir.path(), &format!("      repo: {REPO}\n      apiUrl: http://{addr}/\n"), "");
+    let config = crate::common::github_config(dir.path(), REPO, &format!("http://{addr}/")).write();
     let o = crate::common::stacksync(&["fetch", "--config", &config.to_string_lossy()]).await;
     let log = stderr(&o);
     let line = log.lines().find(|l| l.contains("release listing stopped")).unwrap_or_else(|| panic!("no line about the cap:\n{log}"));

@@ -59,15 +59,7 @@ impl Fail {
     /// come back) is `ReleaseUnavailable`, retried with backoff; anything else needs a change
     /// (`ReleaseRefused`, or `SignatureInvalid`) and is Stalled until its input changes.
     fn prepare(e: &crate::controller::PrepareError) -> Fail {
-        let transient = e.is_transient();
-        let reason = if transient {
-            Reason::ReleaseUnavailable
-        } else if e.is_signature() {
-            Reason::SignatureInvalid
-        } else {
-            Reason::ReleaseRefused
-        };
-        Fail { reason, message: e.to_string(), transient, cause: Some(e.reason()), unrecorded: None }
+        Fail { reason: e.status_reason(), message: e.to_string(), transient: e.is_transient(), cause: Some(e.reason()), unrecorded: None }
     }
 }
 
