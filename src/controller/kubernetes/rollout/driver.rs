@@ -15,7 +15,7 @@ use tracing::{debug, info, warn};
 use super::super::status::release_name;
 use super::super::{Kube, subscription_for, topology_class};
 use super::error::Result;
-use super::plan::{self, Fleet, Member, PAUSED, PROGRESSING, Requests, Round, Step, Stop, Target};
+use super::plan::{self, Fleet, Member, PAUSED, PROGRESSING, Requests, Round, Step, Target, Undriven};
 use super::{Error, ROLLOUT_MANAGER};
 use crate::config::{RolloutConfig, Subscription};
 use crate::model::ClusterKey;
@@ -90,7 +90,7 @@ where
 }
 
 /// Ends with `Stopped` every running, paused or waiting rollout of a subscription of ours not
-/// in `driven` (see [`plan::stop`]).
+/// in `driven` (see [`plan::undriven`]).
 async fn stop_undriven(
     kube: &Kube,
     driven: &BTreeSet<String>,
@@ -102,13 +102,13 @@ async fn stop_undriven(
     for rel in &all.items {
         let Some(st) = rel.status.as_ref().and_then(|s| s.rollout.as_ref()) else { continue };
         let sub = &rel.spec.subscription;
-        let why = match plan::stop(sub, st, driven, configured, driven_ever) {
-            Stop::Keep => continue,
-            Stop::NotOurs => {
+        let why = match plan::undriven(sub, st, driven, configured, driven_ever) {
+            Undriven::Keep => continue,
+            Undriven::NotOurs => {
                 debug!(subscription = %sub, "rollout: not a subscription of this process; left alone");
                 continue;
             }
-            Stop::Stop(why) => why,
+            Undriven::Stop(why) => why,
         };
         let st = plan::stopped(st, &why);
         let name = rel.metadata.name.clone().unwrap_or_default();

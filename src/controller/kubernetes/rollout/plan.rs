@@ -542,7 +542,7 @@ pub fn summarise(st: &mut RolloutStatus) {
 /// What becomes of a rollout of `subscription` when the set of subscriptions with `rollout:`
 /// (`driven`) changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stop {
+pub enum Undriven {
     /// Driven, or not running, paused or waiting: nothing to do.
     Keep,
     /// Not a subscription of this process (not in its config, never driven by it): another
@@ -555,22 +555,22 @@ pub enum Stop {
 /// Whether a running, paused or waiting rollout `st` of `subscription` ends `Stopped`: ours
 /// (in the config, `configured`, or driven by this process before, `driven_ever`) and no longer
 /// in `driven` (its `rollout:` removed, or the subscription itself).
-pub fn stop(
+pub fn undriven(
     subscription: &str,
     st: &RolloutStatus,
     driven: &BTreeSet<String>,
     configured: &BTreeSet<String>,
     driven_ever: &BTreeSet<String>,
-) -> Stop {
+) -> Undriven {
     if driven.contains(subscription) || ![PROGRESSING, PAUSED, WAITING].contains(&st.phase.as_str()) {
-        return Stop::Keep;
+        return Undriven::Keep;
     }
     if configured.contains(subscription) {
-        Stop::Stop(format!("`rollout:` was removed from subscription `{subscription}`"))
+        Undriven::Stop(format!("`rollout:` was removed from subscription `{subscription}`"))
     } else if driven_ever.contains(subscription) {
-        Stop::Stop(format!("subscription `{subscription}` was removed from the config"))
+        Undriven::Stop(format!("subscription `{subscription}` was removed from the config"))
     } else {
-        Stop::NotOurs
+        Undriven::NotOurs
     }
 }
 

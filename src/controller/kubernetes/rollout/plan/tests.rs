@@ -241,7 +241,9 @@ fn a_cluster_is_done_when_upgraded_healthy_and_available() {
 fn a_wave_is_judged_over_the_fleet_in_wave_order() {
     let t = Target { class: V4, version: None, v1beta2: false };
     let wave: Vec<String> = ["ns/a", "ns/b", "ns/c"].map(str::to_owned).into();
-    let cases: &[(&str, &[(&str, &str)], WaveHealth)] = &[
+    // (what, the fleet, how the wave is)
+    type Judged<'a> = (&'a str, &'a [(&'a str, &'a str)], WaveHealth);
+    let cases: &[Judged<'_>] = &[
         ("all done", &[("ns/a", "done"), ("ns/b", "done"), ("ns/c", "done")], WaveHealth::Done),
         ("a deleted Cluster has nothing left to move", &[("ns/a", "done"), ("ns/b", "gone"), ("ns/c", "gone")], WaveHealth::Done),
         (
@@ -551,16 +553,18 @@ fn a_paused_rollout_holds_a_new_one_and_a_running_one_is_superseded() {
 fn removing_rollout_stops_only_our_rollouts() {
     let set = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<BTreeSet<String>>();
     let running = rollout(&THREE, 2, PROGRESSING, PROGRESSING);
-    let cases: &[(&str, &str, &[&str], &[&str], &[&str], Stop)] = &[
-        ("still driven", PROGRESSING, &["a"], &["a"], &["a"], Stop::Keep),
-        ("not running", COMPLETE, &[], &["a"], &["a"], Stop::Keep),
-        ("`rollout:` removed", PAUSED, &[], &["a"], &["a"], Stop::Stop("`rollout:` was removed from subscription `a`".into())),
-        ("subscription removed", WAITING, &[], &[], &["a"], Stop::Stop("subscription `a` was removed from the config".into())),
-        ("another process's", PROGRESSING, &[], &[], &[], Stop::NotOurs),
+    // (what, its phase, driven, configured, driven ever, what becomes of it)
+    type Row<'a> = (&'a str, &'a str, &'a [&'a str], &'a [&'a str], &'a [&'a str], Undriven);
+    let cases: &[Row<'_>] = &[
+        ("still driven", PROGRESSING, &["a"], &["a"], &["a"], Undriven::Keep),
+        ("not running", COMPLETE, &[], &["a"], &["a"], Undriven::Keep),
+        ("`rollout:` removed", PAUSED, &[], &["a"], &["a"], Undriven::Stop("`rollout:` was removed from subscription `a`".into())),
+        ("subscription removed", WAITING, &[], &[], &["a"], Undriven::Stop("subscription `a` was removed from the config".into())),
+        ("another process's", PROGRESSING, &[], &[], &[], Undriven::NotOurs),
     ];
     for (name, phase, driven, configured, ever, want) in cases {
         let st = RolloutStatus { phase: (*phase).into(), ..running.clone() };
-        assert_eq!(&stop("a", &st, &set(driven), &set(configured), &set(ever)), want, "{name}");
+        assert_eq!(&undriven("a", &st, &set(driven), &set(configured), &set(ever)), want, "{name}");
     }
     let st = stopped(&running, "`rollout:` was removed from subscription `a`");
     assert_eq!((st.phase.as_str(), st.reason.as_str(), st.wave_started.as_str()), (STOPPED, "RolloutRemoved", ""));
