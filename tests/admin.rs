@@ -3,12 +3,13 @@
 //! delivery trigger nothing (the Git daemon's connection counter shows no fetch); `/metrics` is
 //! Prometheus text with the documented series; `/readyz` is 503 until every source was polled.
 
-mod opsenv;
+mod common;
 
 use std::time::{Duration, Instant};
 
+use common::Daemon;
+use common::fleet::{Env, NS, SECRET, TOKEN, cm};
 use kube::api::Api;
-use opsenv::{Daemon, Env, NS, SECRET, TOKEN, cm};
 use serde_json::json;
 
 /// A push of `tag`, shaped like GitHub's (trimmed to what is read), for the repository whose
@@ -28,18 +29,18 @@ const NO_FETCH_WITHIN: Duration = Duration::from_millis(700);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signed_push_is_applied_within_seconds_and_forged_oversized_or_replayed_deliveries_trigger_nothing() {
-    let env = Env::new().await;
+    let env = Env::served().await;
     env.repo.release("v1.0.0", &[("manifests/cm.yaml", &cm("1.0.0"))]);
-    env.add_cluster("alpha").await;
-    let url = env.git.url("stacks.git");
-    let daemon = Daemon::start(&env.config(&url), env.dir.path().join("daemon.log")).await;
+    env.add_synced_cluster("alpha", 0).await;
+    let url = env.repo_url();
+    let daemon = Daemon::start(&env.webhooks_config().write(), env.dir.path().join("daemon.log")).await;
     assert_eq!(daemon.get("/healthz").await.0, 200);
     daemon.eventually("v1.0.0 applied", Duration::from_secs(20), async || env.applied("alpha").await == "v1.0.0").await;
     daemon.eventually("ready", Duration::from_secs(5), async || daemon.get("/readyz").await.0 == 200).await;
 
     // A new tag; the poll interval is an hour, so only a delivery can bring it.
     env.repo.release("v1.1.0", &[("manifests/cm.yaml", &cm("1.1.0"))]);
-    let fetches = env.git.connections();
+    let fetches = env.git_daemon().connections();
     let body = push_payload(&url, "v1.1.0");
     let (status, text) = daemon.github("push", "d-forged", &body, "not the secret").await;
     assert_eq!(status, 401, "{text}");
@@ -53,7 +54,7 @@ async fn a_signed_push_is_applied_within_seconds_and_forged_oversized_or_replaye
     unsigned = daemon.post("/hooks/generic/stacks", &[("authorization", "Bearer wrong".into())], Vec::new()).await;
     assert_eq!(unsigned.0, 401, "{}", unsigned.1);
     tokio::time::sleep(NO_FETCH_WITHIN).await;
-    assert_eq!(env.git.connections(), fetches, "a refused delivery made a fetch");
+    assert_eq!(env.git_daemon().connections(), fetches, "a refused delivery made a fetch");
 
     let sent = Instant::now();
     let (status, text) = daemon.github("push", "d-1", &body, SECRET).await;
@@ -63,7 +64,7 @@ async fn a_signed_push_is_applied_within_seconds_and_forged_oversized_or_replaye
     eprintln!("push to applied: {:?}", sent.elapsed());
 
     // The same delivery again: nothing.
-    let fetches = env.git.connections();
+    let fetches = env.git_daemon().connections();
     let (status, text) = daemon.github("push", "d-1", &body, SECRET).await;
     assert_eq!((status, text.trim()), (200, "delivery already handled"));
     // Events that announce nothing, and repositories nobody follows.
@@ -75,7 +76,7 @@ async fn a_signed_push_is_applied_within_seconds_and_forged_oversized_or_replaye
     let (status, text) = daemon.github("push", "d-other", &other, SECRET).await;
     assert_eq!((status, text.contains("no source follows")), (202, true), "{text}");
     tokio::time::sleep(NO_FETCH_WITHIN).await;
-    assert_eq!(env.git.connections(), fetches, "a replayed or unmatched delivery made a fetch");
+    assert_eq!(env.git_daemon().connections(), fetches, "a replayed or unmatched delivery made a fetch");
 
     // The generic hook, for any Git server.
     env.repo.release("v1.2.0", &[("manifests/cm.yaml", &cm("1.2.0"))]);
@@ -146,7 +147,7 @@ fn check_exposition(text: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_is_503_until_every_source_was_polled() {
-    let env = Env::new().await;
+    let env = Env::served().await;
     // A Git server that accepts and never answers: the first poll does not finish.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let url = format!("git://{}/stacks.git", listener.local_addr().expect("addr"));
@@ -156,7 +157,8 @@ async fn readyz_is_503_until_every_source_was_polled() {
             held.push(socket);
         }
     });
-    let daemon = Daemon::start(&env.config(&url), env.dir.path().join("daemon.log")).await;
+    let config = env.webhooks_config().source_set("stacks", "url", url).write();
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
     daemon.eventually("alive", Duration::from_secs(5), async || daemon.get("/healthz").await.0 == 200).await;
     let (status, text) = daemon.get("/readyz").await;
     assert_eq!((status, text.trim()), (503, "sources not polled yet: stacks"));
@@ -171,11 +173,11 @@ async fn readyz_is_503_until_every_source_was_polled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: prints p50/p99 of push-to-applied latency"]
 async fn push_to_applied_latency() {
-    let env = Env::new().await;
+    let env = Env::served().await;
     env.repo.release("v1.0.0", &[("manifests/cm.yaml", &cm("1.0.0"))]);
-    env.add_cluster("alpha").await;
-    let url = env.git.url("stacks.git");
-    let daemon = Daemon::start(&env.config(&url), env.dir.path().join("daemon.log")).await;
+    env.add_synced_cluster("alpha", 0).await;
+    let url = env.repo_url();
+    let daemon = Daemon::start(&env.webhooks_config().write(), env.dir.path().join("daemon.log")).await;
     daemon.eventually("v1.0.0 applied", Duration::from_secs(20), async || env.applied("alpha").await == "v1.0.0").await;
     let mut took = Vec::new();
     for i in 1..=50 {

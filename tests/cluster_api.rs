@@ -12,8 +12,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::Daemon;
 use common::capi::{CapiTenant, K1, K2, V1, V2, condition};
-use common::fleet::Daemon;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
@@ -82,7 +82,7 @@ async fn cluster_api_accepts_our_class_syncs_its_clusters_and_holds_an_upgrade_u
     let Some(t) = CapiTenant::new("upgrade").await else { return };
     let gate = format!("gate-{}", t.ns);
     t.publish(V1, |_, text| text);
-    let daemon = t.start(&t.config("    availableReleases: 2\n    stageTimeout: 10m\n"), &[]).await;
+    let daemon = t.start(&t.config(|s| s.set("availableReleases", 2).set("stageTimeout", "10m")).write(), &[]).await;
 
     // A Cluster naming the class: Cluster API accepts it before the class exists (with a
     // warning), and stacksync puts the ClusterClasses of the subscription's releases into every
@@ -185,7 +185,7 @@ async fn a_stage_past_its_timeout_fails_the_hook_keeps_the_upgrade_held_and_show
     let Some(t) = CapiTenant::new("failure").await else { return };
     let gate = format!("gate-{}", t.ns);
     t.publish(V1, |_, text| text);
-    let daemon = t.start(&t.config("    availableReleases: 2\n    stageTimeout: 3s\n"), &[]).await;
+    let daemon = t.start(&t.config(|s| s.set("availableReleases", 2).set("stageTimeout", "3s")).write(), &[]).await;
     t.add_cluster("c1", V1, K1, json!({})).await;
     wait_up(&t, &daemon, "c1", V1, K1).await;
     t.publish(V2, v2_gated_by(&gate));
@@ -223,8 +223,11 @@ async fn a_stage_past_its_timeout_fails_the_hook_keeps_the_upgrade_held_and_show
 async fn a_wave_rollout_moves_six_clusters_through_the_real_topology_controller() {
     let Some(t) = CapiTenant::new("rollout").await else { return };
     t.publish(V1, |_, text| text);
-    let rollout = "    availableReleases: 2\n    rollout:\n      waves: [{clusters: 1}, {percent: 50}, {percent: 100}]\n      canarySelector: {matchLabels: {canary: \"true\"}}\n      waveTimeout: 2m\n      checkInterval: 500ms\n";
-    let daemon = t.start(&t.config(rollout), &[]).await;
+    let rollout = json!({
+        "waves": [{"clusters": 1}, {"percent": 50}, {"percent": 100}],
+        "canarySelector": {"matchLabels": {"canary": "true"}}, "waveTimeout": "2m", "checkInterval": "500ms",
+    });
+    let daemon = t.start(&t.config(|s| s.set("availableReleases", 2).set("rollout", rollout)).write(), &[]).await;
     let names = ["c1", "c2", "c3", "c4", "c5", "c6"];
     for name in names {
         t.add_cluster(name, V1, K1, json!({})).await;
@@ -279,8 +282,8 @@ async fn rollout_status(t: &CapiTenant, release: &str) -> Value {
 async fn a_rollout_stops_at_a_cluster_whose_control_plane_does_not_become_available() {
     let Some(t) = CapiTenant::new("stops").await else { return };
     t.publish(V1, |_, text| text);
-    let rollout = "    availableReleases: 2\n    rollout:\n      waves: [{clusters: 1}, {percent: 100}]\n      waveTimeout: 20s\n      checkInterval: 500ms\n";
-    let daemon = t.start(&t.config(rollout), &[]).await;
+    let rollout = json!({"waves": [{"clusters": 1}, {"percent": 100}], "waveTimeout": "20s", "checkInterval": "500ms"});
+    let daemon = t.start(&t.config(|s| s.set("availableReleases", 2).set("rollout", rollout)).write(), &[]).await;
     // c1 goes first (name order); its control plane never comes up at K2.
     t.add_cluster("c1", V1, K1, json!({testkit::capi::UNAVAILABLE_AT: K2})).await;
     t.add_cluster("c2", V1, K1, json!({})).await;
@@ -310,7 +313,7 @@ async fn a_rollout_stops_at_a_cluster_whose_control_plane_does_not_become_availa
 async fn a_paused_cluster_is_left_alone_by_cluster_api_and_by_stacksync() {
     let Some(t) = CapiTenant::new("paused").await else { return };
     t.publish(V1, |_, text| text);
-    let daemon = t.start(&t.config("    availableReleases: 2\n"), &[]).await;
+    let daemon = t.start(&t.config(|s| s.set("availableReleases", 2)).write(), &[]).await;
     t.add_cluster("c1", V1, K1, json!({})).await;
     wait_up(&t, &daemon, "c1", V1, K1).await;
     t.publish(V2, v2_ungated);

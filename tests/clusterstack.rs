@@ -16,7 +16,9 @@ use stacksync::render::clusterstack::{Addon, Layout};
 use stacksync::render::helm::Helm;
 use testkit::git::ReleaseRepo;
 
-use common::{assert_exit, helm_path, run_once, snapshot, status, stdout};
+use common::config::stack_cluster;
+use common::fleet::{fixture_files, publish};
+use common::{Config, Sub, assert_exit, helm_path, run_once, snapshot, status, stdout};
 
 const STACK: &str = "docker-ferrol-1-27";
 
@@ -52,31 +54,12 @@ fn cluster(ns: &str, name: &str, host: &str, cidr: &str, cp_replicas: Option<u64
 /// Copies a fixture release into `dir` (to edit it), returning the copy's root.
 fn copy_fixture(release: &str, dir: &Path) -> PathBuf {
     let dest = dir.join(release);
-    for (rel, text) in fixture_files(&fixture(release)) {
+    for (rel, text) in fixture_files(release) {
         let p = dest.join(rel);
         std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
         std::fs::write(p, text).expect("write");
     }
     dest
-}
-
-/// Every file of a fixture as (relative path, text), sorted.
-fn fixture_files(root: &Path) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).expect("read fixture").flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                let rel = p.strip_prefix(root).expect("prefix").to_string_lossy().into_owned();
-                out.push((rel, std::fs::read_to_string(&p).expect("fixture text")));
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 fn field<'a>(objects: &'a [stacksync::render::Object], kind: &str, name: &str) -> &'a serde_json::Value {
@@ -368,26 +351,18 @@ async fn a_hanging_helm_is_killed_at_the_timeout() {
     }
 }
 
-/// A config with one cluster-stack subscription over a Git repository.
-fn stack_config(dir: &Path, url: &str, clusters: &str) -> PathBuf {
-    let text = format!(
-        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nhelm:\n  path: {helm}\n  parallelism: 2\nsources:\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n  - name: ferrol\n    source: stacks\n    stack: {STACK}\n    format: clusterstack\n    version: \">=v2\"\n    interval: 1h\n    clusters:\n{clusters}target:\n  directory: {out}\n",
-        cache = dir.join("cache").display(),
-        helm = helm_path().display(),
-        out = dir.join("out").display(),
-    );
-    let path = dir.join("stacksync.yaml");
-    std::fs::write(&path, text).expect("config");
-    path
-}
-
-const CLUSTERS: &str = "      - name: alpha\n        namespace: team-a\n        cluster:\n          spec:\n            controlPlaneEndpoint: {host: alpha.example.test, port: 6443}\n            clusterNetwork: {pods: {cidrBlocks: [10.1.0.0/16]}}\n      - name: beta\n        namespace: team-a\n        cluster:\n          spec:\n            controlPlaneEndpoint: {host: beta.example.test, port: 6443}\n            clusterNetwork: {pods: {cidrBlocks: [10.2.0.0/16]}}\n        controlPlane:\n          spec: {replicas: 5}\n      - name: delta\n        namespace: team-b\n        cluster:\n          spec:\n            controlPlaneEndpoint: {host: delta.example.test, port: 6443}\n            clusterNetwork: {pods: {cidrBlocks: [10.4.0.0/16]}}\n";
-
-fn publish(repo: &ReleaseRepo, release: &str) {
-    let _ = repo.git(&["rm", "-rq", "--ignore-unmatch", "."]);
-    let files = fixture_files(&fixture(release));
-    let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
-    repo.release(release, &refs);
+/// A config with one cluster-stack subscription over a Git repository, for three Clusters (beta
+/// with its control plane object).
+fn stack_config(dir: &Path, url: &str) -> Config {
+    let mut beta = stack_cluster("team-a", "beta", "beta.example.test", "10.2.0.0/16");
+    beta["controlPlane"] = json!({"spec": {"replicas": 5}});
+    let sub = Sub::new("ferrol", "stacks")
+        .clusterstack(STACK)
+        .version(">=v2")
+        .stack_cluster("team-a", "alpha", "alpha.example.test", "10.1.0.0/16")
+        .cluster_entry(beta)
+        .stack_cluster("team-b", "delta", "delta.example.test", "10.4.0.0/16");
+    Config::new(dir).helm(&helm_path()).helm_set("parallelism", 2).git("stacks", url).sub(sub).directory()
 }
 
 fn files_under(dir: &Path) -> Vec<String> {
@@ -405,7 +380,7 @@ async fn run_once_applies_cluster_classes_per_namespace_and_addons_per_cluster()
     let dir = tempfile::tempdir().expect("tempdir");
     let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
     publish(&repo, "docker-ferrol-1-27-v2");
-    let config = stack_config(dir.path(), &repo.file_url(), CLUSTERS);
+    let config = stack_config(dir.path(), &repo.file_url()).write();
     let out = dir.path().join("out");
 
     let o = run_once(&config).await;
@@ -457,7 +432,7 @@ async fn a_bad_values_template_fails_its_clusters_and_keeps_the_last_good_releas
     let dir = tempfile::tempdir().expect("tempdir");
     let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
     publish(&repo, "docker-ferrol-1-27-v2");
-    let config = stack_config(dir.path(), &repo.file_url(), CLUSTERS);
+    let config = stack_config(dir.path(), &repo.file_url()).write();
     let out = dir.path().join("out");
     assert_exit(&run_once(&config).await, 0);
     let before = snapshot(&out.join("team-a"));
@@ -483,7 +458,7 @@ async fn render_command_writes_cluster_classes_and_one_cluster_offline() {
     let dir = tempfile::tempdir().expect("tempdir");
     let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
     publish(&repo, "docker-ferrol-1-27-v3");
-    let config = stack_config(dir.path(), &repo.file_url(), CLUSTERS);
+    let config = stack_config(dir.path(), &repo.file_url()).write();
     let cfg = config.to_string_lossy().into_owned();
 
     let preview = dir.path().join("preview");
@@ -523,10 +498,7 @@ fn fixture_tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_helm_is_a_start_up_error() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = stack_config(dir.path(), "file:///nonexistent.git", CLUSTERS);
-    let text = std::fs::read_to_string(&config).expect("read");
-    let text = text.replace(&format!("path: {}", helm_path().display()), "path: ./no-such-helm");
-    std::fs::write(&config, text).expect("write");
+    let config = stack_config(dir.path(), "file:///nonexistent.git").helm(Path::new("./no-such-helm")).write();
     let o = run_once(&config).await;
     assert_exit(&o, 1);
     let err = common::stderr(&o);
@@ -587,8 +559,7 @@ async fn a_helm_error_fails_only_the_clusters_it_concerns() {
     // End to end: one cluster lacks a field its values template needs; the others sync.
     let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
     publish(&repo, "docker-ferrol-1-27-v2");
-    let clusters = format!("{CLUSTERS}      - name: epsilon\n        namespace: team-b\n");
-    let config = stack_config(dir.path(), &repo.file_url(), &clusters);
+    let config = stack_config(dir.path(), &repo.file_url()).edit_sub("ferrol", |s| s.cluster("team-b", "epsilon", &[])).write();
     let o = run_once(&config).await;
     assert_exit(&o, 1);
     let text = stdout(&o);

@@ -5,13 +5,14 @@
 
 mod common;
 
-use common::fleet::{CM, Daemon, Env, NS, STACK, cli, condition, helm_path, publish, publish_v3_as, publish_v4_with_upgrade_stages};
+use common::fleet::{CM, Env, NS, publish, publish_v3_as, publish_v4_with_upgrade_stages};
+use common::{Config, Daemon, Sub, cli, condition};
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::json;
 use testkit::apiserver::Stats;
 
@@ -19,8 +20,8 @@ use testkit::apiserver::Stats;
 async fn a_cluster_is_synced_seconds_after_its_control_plane_and_kubeconfig_are_ready() {
     let env = Env::new(2).await;
     env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
-    let config = env.config("", "", "");
-    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    let config = env.config().write();
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
 
     // Created while the daemon runs, not ready: recorded as such, nothing applied.
     env.add_cluster("alpha", "docker-ferrol-1-27-v1", false).await;
@@ -63,8 +64,8 @@ async fn a_paused_cluster_gets_no_writes_and_reconcile_requests_are_handled_in_s
     env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
     env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
     env.add_kubeconfig("alpha", 0).await;
-    let config = env.config("", "", "");
-    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    let config = env.config().write();
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
     daemon.eventually("alpha synced", Duration::from_secs(20), async || env.configmap(0, "addon-alpha").await.is_some()).await;
 
     // Drift, then `stacksync reconcile`: taken back within 2 s, not at the next resync.
@@ -144,15 +145,14 @@ async fn a_hanging_github_source_does_not_delay_a_git_subscription() {
     env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
     env.add_kubeconfig("alpha", 0).await;
     // The slow subscription comes first in the file, and covers no Cluster.
-    let text = format!(
-        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nsources:\n  - name: slow\n    github:\n      repo: example/slow\n      apiUrl: {api}\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n  - name: slow\n    source: slow\n    interval: 1h\n    clusterSelector:\n      matchLabels: {{stack: nobody}}\n  - name: ferrol\n    source: stacks\n    interval: 1h\n    clusterSelector:\n      matchLabels: {{stack: ferrol}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n",
-        cache = env.dir.path().join("cache").display(),
-        url = env.repo.file_url(),
-        kubeconfig = env.mgmt.kubeconfig().display(),
-    );
-    let config = env.dir.path().join("stacksync.yaml");
-    std::fs::write(&config, text).expect("config");
-    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    let config = Config::new(env.dir.path())
+        .github("slow", "example/slow", &api)
+        .git("stacks", &env.repo.file_url())
+        .sub(Sub::new("slow", "slow").select("stack", "nobody"))
+        .sub(Sub::new("ferrol", "stacks").select("stack", "ferrol"))
+        .kubernetes(env.mgmt.kubeconfig())
+        .write();
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
     daemon
         .eventually("alpha synced despite the hanging source", Duration::from_secs(10), async || {
             env.configmap(0, "addon-alpha").await.is_some()
@@ -163,16 +163,7 @@ async fn a_hanging_github_source_does_not_delay_a_git_subscription() {
 }
 
 fn stack_config(env: &Env) -> PathBuf {
-    env.config(
-        &format!("    stack: {STACK}\n    format: clusterstack\n    availableReleases: 1\n"),
-        "",
-        &format!("helm:\n  path: {}\n", helm_path()),
-    )
-}
-
-async fn applied(env: &Env, name: &str) -> String {
-    let cs = env.cluster_sync(name).await.unwrap_or_default();
-    cs["status"]["appliedRelease"]["tag"].as_str().unwrap_or_default().to_owned()
+    env.stack_config(|s| s.set("availableReleases", 1)).write()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,8 +180,8 @@ async fn each_cluster_gets_the_release_its_class_names_and_old_classes_stay_whil
     let config = stack_config(&env);
     let o = common::run_once(&config).await;
     common::assert_exit(&o, 0);
-    assert_eq!(applied(&env, "alpha").await, "docker-ferrol-1-27-v2");
-    assert_eq!(applied(&env, "beta").await, "docker-ferrol-1-27-v3");
+    assert_eq!(env.applied_tag("alpha").await, "docker-ferrol-1-27-v2");
+    assert_eq!(env.applied_tag("beta").await, "docker-ferrol-1-27-v3");
     // v3 is offered (availableReleases: 1); v2 because Clusters use it.
     assert_eq!(env.cluster_classes().await, ["docker-ferrol-1-27-v2", "docker-ferrol-1-27-v3"]);
     let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
@@ -212,7 +203,7 @@ async fn each_cluster_gets_the_release_its_class_names_and_old_classes_stay_whil
     // alpha moves to v3: v3's addons; v2's ClusterClass stays, gamma still uses it.
     env.patch_cluster("alpha", json!({"spec": {"topology": {"class": "docker-ferrol-1-27-v3"}}})).await;
     common::assert_exit(&common::run_once(&config).await, 0);
-    assert_eq!(applied(&env, "alpha").await, "docker-ferrol-1-27-v3");
+    assert_eq!(env.applied_tag("alpha").await, "docker-ferrol-1-27-v3");
     assert_eq!(crds(0).await, 0, "v2's CRD was not pruned on the move to v3");
     assert_eq!(env.cluster_classes().await, ["docker-ferrol-1-27-v2", "docker-ferrol-1-27-v3"]);
 
@@ -226,7 +217,7 @@ async fn each_cluster_gets_the_release_its_class_names_and_old_classes_stay_whil
     let o = common::run_once(&config).await;
     common::assert_exit(&o, 1);
     assert_eq!(env.ready_reason("beta").await.map(|r| r.1).as_deref(), Some("ReleaseNotAvailable"));
-    assert_eq!(applied(&env, "beta").await, "docker-ferrol-1-27-v3");
+    assert_eq!(env.applied_tag("beta").await, "docker-ferrol-1-27-v3");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,7 +248,7 @@ async fn fifty_clusters_are_reconciled_concurrently() {
     // them take 50 s at least; 25 at a time, a few seconds. The bound below is half the serial
     // time, so a loaded machine does not make this test flaky.
     env.mgmt.faults().add(testkit::apiserver::FaultRule::new().verb("get").path("clustersyncs").latency(Duration::from_secs(1)));
-    let config = env.config("", "", "");
+    let config = env.config().write();
     let start = Instant::now();
     let o = cli(&["run", "--once", "--concurrency", "25", "--config", &config.to_string_lossy()], &[]).await;
     let took = start.elapsed();
@@ -336,8 +327,8 @@ async fn ready_waits_for_health_and_an_unavailable_deployment_becomes_unhealthy(
     env.repo.release("v1.0.0", &[("manifests/deploy.yaml", DEPLOY), ("manifests/cm.yaml", CM)]);
     env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
     env.add_kubeconfig("alpha", 0).await;
-    let config = env.config("    healthTimeout: 4s\n", "", "");
-    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    let config = env.config_with(Env::ferrol().health_timeout("4s")).write();
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
     // Applied, not available (testkit runs no Deployment controller): Progressing, naming it.
     daemon
         .eventually("Progressing", Duration::from_secs(15), async || {
@@ -377,7 +368,7 @@ async fn a_kubectl_patch_is_taken_back_and_another_controller_is_a_conflict() {
     env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
     env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
     env.add_kubeconfig("alpha", 0).await;
-    let config = env.config("", "", "");
+    let config = env.config().write();
     common::assert_exit(&common::run_once(&config).await, 0);
     let cms: Api<ConfigMap> = Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
     // `kubectl patch` of a field stacksync owns: taken back on the next resync.
@@ -424,8 +415,7 @@ async fn a_values_template_warning_reaches_the_cluster_sync_and_strict_mode_refu
     assert!(common::stderr(&o).contains("<no value>"), "{}", common::stderr(&o));
 
     // templates: {strict: true}: the same template is an error, the applied release stays.
-    let text = std::fs::read_to_string(&config).expect("config").replacen("sources:", "templates:\n  strict: true\nsources:", 1);
-    std::fs::write(&config, text).expect("config");
+    let config = env.stack_config(|s| s.set("availableReleases", 1)).set("templates", json!({"strict": true})).write();
     let o = common::run_once(&config).await;
     common::assert_exit(&o, 1);
     let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
@@ -444,13 +434,9 @@ async fn upgrade_stages_run_in_order_wait_for_their_condition_and_resume_after_a
     publish_v4_with_upgrade_stages(&env.repo);
     env.add_cluster("alpha", "docker-ferrol-1-27-v3", true).await;
     env.add_kubeconfig("alpha", 0).await;
-    let config = env.config(
-        &format!("    stack: {STACK}\n    format: clusterstack\n    availableReleases: 2\n    stageTimeout: 1h\n"),
-        "",
-        &format!("helm:\n  path: {}\n", helm_path()),
-    );
-    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
-    daemon.eventually("alpha on v3", Duration::from_secs(30), async || applied(&env, "alpha").await == "docker-ferrol-1-27-v3").await;
+    let config = env.stack_config(|s| s.set("availableReleases", 2).set("stageTimeout", "1h")).write();
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
+    daemon.eventually("alpha on v3", Duration::from_secs(30), async || env.applied_tag("alpha").await == "docker-ferrol-1-27-v3").await;
     let cms: Api<ConfigMap> = Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
     // As a v3 that had applied it would have left it: labelled with stacksync's owner.
     let legacy = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "legacy-dns", "namespace": "kube-system", "labels": {"stacksync.io/owner": "ferrol.team-a.alpha"}}});
@@ -467,7 +453,7 @@ async fn upgrade_stages_run_in_order_wait_for_their_condition_and_resume_after_a
         .await;
     assert!(env.configmap(0, "legacy-dns").await.is_none(), "the delete stage did not run");
     let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
-    assert_eq!(applied(&env, "alpha").await, "docker-ferrol-1-27-v3", "{cs}");
+    assert_eq!(env.applied_tag("alpha").await, "docker-ferrol-1-27-v3", "{cs}");
     assert!(cs["status"]["message"].as_str().is_some_and(|m| m.contains("`cni`")), "the MESSAGE column shows the stage: {cs}");
     let message = condition(&cs, "Ready")["message"].as_str().unwrap_or_default();
     assert!(
@@ -478,12 +464,12 @@ async fn upgrade_stages_run_in_order_wait_for_their_condition_and_resume_after_a
     daemon.stop().await;
 
     // A restart resumes at the same stage, with the same start time.
-    let daemon = Daemon::start(&config, env.dir.path().join("daemon2.log"));
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon2.log")).await;
     daemon
         .eventually("resumed at stage 2", Duration::from_secs(30), async || daemon.log().contains("upgrade stage 2/3 `cni` PostCondition"))
         .await;
     assert_eq!(upgrade_status(&env, "alpha").await["since"], since);
-    assert_eq!(applied(&env, "alpha").await, "docker-ferrol-1-27-v3");
+    assert_eq!(env.applied_tag("alpha").await, "docker-ferrol-1-27-v3");
 
     // The gate opens (first not yet: `no`, then `yes`): stage 3, then v4's addons.
     let gate = |v: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "upgrade-gate", "namespace": "kube-system"}, "data": {"go": v}});
@@ -494,7 +480,7 @@ async fn upgrade_stages_run_in_order_wait_for_their_condition_and_resume_after_a
         })
         .await;
     cms.patch("upgrade-gate", &PatchParams::apply("test"), &Patch::Apply(gate("yes"))).await.expect("gate");
-    daemon.eventually("alpha on v4", Duration::from_secs(30), async || applied(&env, "alpha").await == "docker-ferrol-1-27-v4").await;
+    daemon.eventually("alpha on v4", Duration::from_secs(30), async || env.applied_tag("alpha").await == "docker-ferrol-1-27-v4").await;
     let u = upgrade_status(&env, "alpha").await;
     assert_eq!(
         (u["phase"].as_str(), u["from"].as_str(), u["to"].as_str()),
@@ -512,11 +498,7 @@ async fn an_upgrade_stage_waiting_past_its_stage_timeout_is_reported_with_the_st
     publish_v4_with_upgrade_stages(&env.repo);
     env.add_cluster("alpha", "docker-ferrol-1-27-v3", true).await;
     env.add_kubeconfig("alpha", 0).await;
-    let config = env.config(
-        &format!("    stack: {STACK}\n    format: clusterstack\n    availableReleases: 2\n    stageTimeout: 1s\n"),
-        "",
-        &format!("helm:\n  path: {}\n", helm_path()),
-    );
+    let config = env.stack_config(|s| s.set("availableReleases", 2).set("stageTimeout", "1s")).write();
     common::assert_exit(&common::run_once(&config).await, 0);
     env.patch_cluster("alpha", json!({"spec": {"topology": {"class": "docker-ferrol-1-27-v4"}}})).await;
     common::run_once(&config).await;
@@ -528,7 +510,7 @@ async fn an_upgrade_stage_waiting_past_its_stage_timeout_is_reported_with_the_st
     assert_eq!(condition(&cs, "Ready")["reason"], "UpgradeFailed", "{cs}");
     let message = condition(&cs, "Ready")["message"].as_str().unwrap_or_default();
     assert!(message.contains("upgrade stage 2/3 `cni` PostCondition not done within stageTimeout 1s"), "{message}");
-    assert_eq!(applied(&env, "alpha").await, "docker-ferrol-1-27-v3");
+    assert_eq!(env.applied_tag("alpha").await, "docker-ferrol-1-27-v3");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -541,22 +523,21 @@ async fn a_new_cluster_gets_its_install_stages_one_by_one_when_one_waits() {
     let config = stack_config(&env);
     // `run --once` waits for the stage (up to stageTimeout) as it waits for health.
     let once = tokio::spawn(async move { common::run_once(&config).await });
-    let start = Instant::now();
-    loop {
-        let u = upgrade_status(&env, "alpha").await;
-        if u["stage"] == "cni" {
-            assert_eq!((u["hook"].as_str(), u["phase"].as_str()), (Some("AfterControlPlaneInitialized"), Some("PreCondition")), "{u}");
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "no install stage waiting: {u}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    common::eventually(
+        "an install stage waiting",
+        Duration::from_secs(30),
+        async || upgrade_status(&env, "alpha").await["stage"] == "cni",
+        String::new,
+    )
+    .await;
+    let u = upgrade_status(&env, "alpha").await;
+    assert_eq!((u["hook"].as_str(), u["phase"].as_str()), (Some("AfterControlPlaneInitialized"), Some("PreCondition")), "{u}");
     assert!(env.configmap(0, "cni-config").await.is_none(), "cni applied before its pre-condition held");
     let cms: Api<ConfigMap> = Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
     let gate = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "install-gate", "namespace": "kube-system"}, "data": {"go": ""}});
     cms.patch("install-gate", &PatchParams::apply("test"), &Patch::Apply(gate)).await.expect("gate");
     common::assert_exit(&once.await.expect("run --once"), 0);
-    assert_eq!(applied(&env, "alpha").await, "docker-ferrol-1-27-v5");
+    assert_eq!(env.applied_tag("alpha").await, "docker-ferrol-1-27-v5");
     assert!(env.configmap(0, "cni-config").await.is_some());
     assert_eq!(upgrade_status(&env, "alpha").await["phase"], "Done");
 }
@@ -575,8 +556,7 @@ async fn diff_previews_the_cluster_class_in_the_management_cluster_too() {
     assert!(common::stdout(&o).contains("no changes"), "{}", common::stdout(&o));
 
     // Someone deletes the ClusterClass: the diff shows it coming back, and writes nothing.
-    let res = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "ClusterClass"));
-    let classes: Api<DynamicObject> = Api::namespaced_with(env.mgmt(), NS, &res);
+    let classes: Api<DynamicObject> = Api::namespaced_with(env.mgmt(), NS, &common::res("cluster.x-k8s.io", "v1beta1", "ClusterClass"));
     classes.delete("docker-ferrol-1-27-v2", &DeleteParams::default()).await.expect("delete");
     let o = diff(config).await;
     common::assert_exit(&o, 1);

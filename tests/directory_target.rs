@@ -160,3 +160,21 @@ async fn diff_compares_the_next_pass_with_the_directory() {
     assert!(text.contains("create team-a/alpha/01-namespace-addons.yaml"), "{text}");
     assert_eq!(snapshot(&env.out()), before, "diff wrote to the directory");
 }
+
+/// The harness's config builder (tests/common/config.rs) writes YAML that reads back as the tree
+/// it was given, and that `check-config` accepts: the other tests' configs mean what they say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_harness_writes_configs_that_read_back_and_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = common::git_config(dir.path(), "file:///srv/stacks.git")
+        .source_set("stacks", "allowMovedTags", true)
+        .github("gh", "acme/stacks", "http://127.0.0.1:1/")
+        .sub(Sub::new("odd", "gh").version("<1.3.0").set("values", serde_json::json!({"n": "2", "flag": "true", "empty": ""})))
+        .edit_sub("stack", |s| s.stack("docker-ferrol-1-27").cluster("team-b", "beta", &[("note", "a: b # c")]));
+    let text = config.text();
+    let back: serde_json::Value = serde_saphyr::from_str(&text).expect("YAML");
+    assert_eq!(back, common::config::tree(&config), "{text}");
+    assert!(text.starts_with("apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n"), "{text}");
+    let o = common::check_config(&config.write()).await;
+    assert_exit(&o, 0);
+}

@@ -2,13 +2,14 @@
 //! the standby's `/readyz` is 503, killing the leader hands over within the lease duration, and
 //! SIGTERM releases the Lease; two shards split twenty Clusters with none reconciled by both.
 
-mod opsenv;
+mod common;
 
 use std::time::Duration;
 
+use common::Daemon;
+use common::fleet::{Env, cm};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
-use opsenv::{Daemon, Env, cm};
 
 async fn holder(env: &Env, name: &str) -> Option<String> {
     let api: Api<Lease> = Api::namespaced(env.mgmt.client().expect("client"), "default");
@@ -19,14 +20,14 @@ const RECONCILED: &str = "stacksync_reconciles_total{subscription=\"ferrol\",res
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_leader_writes_a_killed_leader_is_replaced_and_sigterm_releases_the_lease() {
-    let env = Env::new().await;
+    let env = Env::served().await;
     env.repo.release("v1.0.0", &[("manifests/cm.yaml", &cm("1.0.0"))]);
-    env.add_cluster("alpha").await;
-    let config = env.config(&env.git.url("stacks.git"));
+    env.add_synced_cluster("alpha", 0).await;
+    let config = env.webhooks_config().write();
     let args = ["--leader-elect", "--lease-duration", "3s"];
     let mut a = Daemon::start_with(&config, env.dir.path().join("a.log"), &args).await;
     a.eventually("a leads and syncs", Duration::from_secs(20), async || env.applied("alpha").await == "v1.0.0").await;
-    let a_identity = format!("_{}", a.child.id().expect("pid"));
+    let a_identity = format!("_{}", a.pid());
     assert!(holder(&env, "stacksync").await.is_some_and(|h| h.ends_with(&a_identity)));
     a.eventually("a ready", Duration::from_secs(5), async || a.get("/readyz").await.0 == 200).await;
 
@@ -41,12 +42,11 @@ async fn only_the_leader_writes_a_killed_leader_is_replaced_and_sigterm_releases
     assert_eq!(b.metric(RECONCILED).await, 0.0, "the standby reconciled");
 
     // The leader dies without releasing: the standby takes over once the lease expires.
-    a.child.start_kill().expect("kill");
-    let _ = a.child.wait().await;
+    a.kill().await;
     let took = b.eventually("b took over", Duration::from_secs(8), async || b.get("/readyz").await.0 == 200).await;
     eprintln!("handover after {took:?} (lease 3s)");
     b.eventually("b reconciles", Duration::from_secs(5), async || b.metric(RECONCILED).await >= 1.0).await;
-    assert!(holder(&env, "stacksync").await.is_some_and(|h| h.ends_with(&format!("_{}", b.child.id().expect("pid")))));
+    assert!(holder(&env, "stacksync").await.is_some_and(|h| h.ends_with(&format!("_{}", b.pid()))));
 
     b.stop().await;
     assert_eq!(holder(&env, "stacksync").await, None, "the lease was not released on SIGTERM");
@@ -54,13 +54,15 @@ async fn only_the_leader_writes_a_killed_leader_is_replaced_and_sigterm_releases
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_shards_split_twenty_clusters_with_none_reconciled_by_both() {
-    let env = Env::new().await;
+    let env = Env::served().await;
     env.repo.release("v1.0.0", &[("manifests/cm.yaml", &cm("1.0.0"))]);
     for i in 0..20 {
         let shard = if i % 2 == 0 { "even" } else { "odd" };
-        env.add_labelled_cluster(&format!("c{i}"), &[("stacksync.io/shard", shard)]).await;
+        let name = format!("c{i}");
+        env.add_labelled_cluster(&name, "docker-ferrol-1-27-v1", true, &[("stacksync.io/shard", shard)]).await;
+        env.add_kubeconfig(&name, 0).await;
     }
-    let config = env.config(&env.git.url("stacks.git"));
+    let config = env.webhooks_config().write();
     let even = Daemon::start_with(&config, env.dir.path().join("even.log"), &["--leader-elect", "--shard", "even"]).await;
     let odd = Daemon::start_with(&config, env.dir.path().join("odd.log"), &["--leader-elect", "--shard", "odd"]).await;
     even.eventually("every Cluster synced", Duration::from_secs(30), async || {

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Sub, assert_exit, configmap, run_once, stacksync, status, stderr, stdout, write_config};
+use common::{Config, Sub, assert_exit, configmap, git_config, run_once, stacksync, status, stderr, stdout};
 use testkit::git::{GitDaemon, ReleaseRepo};
 
 const STACK: &str = "docker-ferrol-1-27";
@@ -25,7 +25,10 @@ impl Env {
     }
 
     fn config(&self, allow_moved_tags: bool) -> std::path::PathBuf {
-        write_config(self.dir.path(), &self.daemon.url("stacks.git"), allow_moved_tags, &[Sub::simple(Some(STACK))])
+        git_config(self.dir.path(), &self.daemon.url("stacks.git"))
+            .source_set("stacks", "allowMovedTags", allow_moved_tags)
+            .edit_sub("stack", |s| s.stack(STACK))
+            .write()
     }
 
     fn out(&self) -> std::path::PathBuf {
@@ -170,14 +173,17 @@ async fn constraints_select_over_scs_and_semver_tags() {
     {
         env.repo.release(tag, &[("manifests/addons.yaml", &configmap("addons", tag))]);
     }
-    let subs = [
-        Sub { name: "newest", stack: Some(STACK), version: "*", clusters: &[("a", "c1", &[("region", "r")])] },
-        Sub { name: "below-ten", stack: Some(STACK), version: ">=v2, <v10", clusters: &[("a", "c2", &[("region", "r")])] },
-        Sub { name: "other-k8s", stack: Some("docker-ferrol-1-28"), version: "*", clusters: &[("a", "c3", &[("region", "r")])] },
-        Sub { name: "semver-one", stack: None, version: "^1", clusters: &[("a", "c4", &[("region", "r")])] },
-        Sub { name: "semver-any", stack: None, version: "*", clusters: &[("a", "c5", &[("region", "r")])] },
-    ];
-    let config = write_config(env.dir.path(), &env.daemon.url("stacks.git"), false, &subs);
+    let sub =
+        |name: &str, version: &str, cluster: &str| Sub::new(name, "stacks").version(version).cluster("a", cluster, &[("region", "r")]);
+    let config = Config::new(env.dir.path())
+        .git("stacks", &env.daemon.url("stacks.git"))
+        .sub(sub("newest", "*", "c1").stack(STACK))
+        .sub(sub("below-ten", ">=v2, <v10", "c2").stack(STACK))
+        .sub(sub("other-k8s", "*", "c3").stack("docker-ferrol-1-28"))
+        .sub(sub("semver-one", "^1", "c4"))
+        .sub(sub("semver-any", "*", "c5"))
+        .directory()
+        .write();
     let o = stacksync(&["fetch", "--config", &config.to_string_lossy()]).await;
     assert_exit(&o, 0);
     let table = stdout(&o);

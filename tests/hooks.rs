@@ -8,8 +8,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use common::Daemon;
 use common::certs::make_certs;
-use common::fleet::{Daemon, Env, NS, STACK, helm_path, publish, publish_v4_with_upgrade_stages};
+use common::fleet::{Env, NS, publish, publish_v4_with_upgrade_stages};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -47,23 +48,12 @@ async fn cluster(env: &Env, name: &str) -> Value {
     serde_json::to_value(env.clusters().get(name).await.expect("Cluster")).expect("json")
 }
 
-async fn applied(env: &Env, name: &str) -> String {
-    let cs = env.cluster_sync(name).await.unwrap_or_default();
-    cs["status"]["appliedRelease"]["tag"].as_str().unwrap_or_default().to_owned()
-}
-
-fn start(env: &Env, config: &Path, cert: &Path, key: &Path) -> Daemon {
-    let (cert, key) = (cert.to_string_lossy(), key.to_string_lossy());
-    let args = ["--hooks-addr", "127.0.0.1:0", "--hooks-cert-file", &cert, "--hooks-key-file", &key];
-    Daemon::start_with(config, env.dir.path().join("daemon.log"), &args)
+async fn start(env: &Env, config: &Path, cert: &Path, key: &Path) -> Daemon {
+    Daemon::launch(config, env.dir.path().join("daemon.log")).hooks(cert, key).start().await
 }
 
 fn stack_config(env: &Env, stage_timeout: &str) -> PathBuf {
-    env.config(
-        &format!("    stack: {STACK}\n    format: clusterstack\n    availableReleases: 2\n    stageTimeout: {stage_timeout}\n"),
-        "",
-        &format!("helm:\n  path: {}\n", helm_path()),
-    )
+    env.stack_config(|s| s.set("availableReleases", 2).set("stageTimeout", stage_timeout)).write()
 }
 
 /// Writes `from` over `to` the way a Secret volume changes: a whole new file, renamed in.
@@ -87,7 +77,7 @@ async fn before_cluster_upgrade_holds_the_upgrade_until_the_stages_are_done_and_
     replace(&crt, &mounted_crt);
     replace(&key, &mounted_key);
     let config = stack_config(&env, "1h");
-    let daemon = start(&env, &config, &mounted_crt, &mounted_key);
+    let daemon = start(&env, &config, &mounted_crt, &mounted_key).await;
     let base = daemon.hooks_url().await;
     let http = client(&ca);
 
@@ -112,7 +102,7 @@ async fn before_cluster_upgrade_holds_the_upgrade_until_the_stages_are_done_and_
     );
     assert!(d["handlers"].as_array().expect("handlers").iter().all(|h| h["requestHook"]["apiVersion"] == API && h["timeoutSeconds"] == 10));
 
-    daemon.eventually("alpha on v3", Duration::from_secs(30), async || applied(&env, "alpha").await == V3).await;
+    daemon.eventually("alpha on v3", Duration::from_secs(30), async || env.applied_tag("alpha").await == V3).await;
 
     // A Cluster no subscription covers (no `stack` label): not ours, go on.
     let stranger = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": "stranger", "namespace": NS}, "spec": {"topology": {"class": V4, "version": "v1.27.4"}}});
@@ -160,7 +150,7 @@ async fn before_cluster_upgrade_holds_the_upgrade_until_the_stages_are_done_and_
         })
         .await;
     assert!(last["message"].as_str().is_some_and(|m| m.contains("ConfigMap/kube-system/upgrade-gate does not exist")), "{last}");
-    assert_eq!(applied(&env, "alpha").await, V3, "v4's addons wait for the stages");
+    assert_eq!(env.applied_tag("alpha").await, V3, "v4's addons wait for the stages");
     // A "retry" asked the controller to look at the Cluster now.
     let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
     assert!(cs["metadata"]["annotations"]["stacksync.io/reconcile-requested-at"].is_string(), "{cs}");
@@ -182,7 +172,7 @@ async fn before_cluster_upgrade_holds_the_upgrade_until_the_stages_are_done_and_
     v1beta2["spec"]["topology"] = json!({"classRef": {"name": V4}, "version": "v1.27.4"});
     let (_, r) = post(&http, &format!("{base}{UPGRADE}"), upgrade_request(&v1beta2)).await;
     assert_eq!((r["status"].as_str(), r["retryAfterSeconds"].as_u64()), (Some("Success"), Some(0)), "{r}");
-    daemon.eventually("alpha on v4", Duration::from_secs(30), async || applied(&env, "alpha").await == V4).await;
+    daemon.eventually("alpha on v4", Duration::from_secs(30), async || env.applied_tag("alpha").await == V4).await;
 
     // What one call costs Cluster API (a fresh TLS handshake each, as the listener keeps no
     // connection, and one ClusterSync read).
@@ -235,10 +225,10 @@ async fn before_cluster_upgrade_fails_with_the_stage_when_it_timed_out() {
     env.add_cluster("alpha", V3, true).await;
     env.add_kubeconfig("alpha", 0).await;
     let (ca, crt, key) = make_certs(env.dir.path(), "hooks", false);
-    let daemon = start(&env, &stack_config(&env, "1s"), &crt, &key);
+    let daemon = start(&env, &stack_config(&env, "1s"), &crt, &key).await;
     let base = daemon.hooks_url().await;
     let http = client(&ca);
-    daemon.eventually("alpha on v3", Duration::from_secs(30), async || applied(&env, "alpha").await == V3).await;
+    daemon.eventually("alpha on v3", Duration::from_secs(30), async || env.applied_tag("alpha").await == V3).await;
     env.patch_cluster("alpha", json!({"spec": {"topology": {"class": V4, "version": "v1.27.4"}}})).await;
     let alpha = cluster(&env, "alpha").await;
     let mut last = Value::Null;
@@ -256,6 +246,6 @@ async fn before_cluster_upgrade_fails_with_the_stage_when_it_timed_out() {
             && message.contains("upgrade stage 2/3 `cni` PostCondition not done within stageTimeout 1s"),
         "{last}"
     );
-    assert_eq!(applied(&env, "alpha").await, V3);
+    assert_eq!(env.applied_tag("alpha").await, V3);
     daemon.stop().await;
 }

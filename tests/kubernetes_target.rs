@@ -4,27 +4,24 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{assert_exit, run_once, stderr, stdout};
+use common::fleet::{Env, NS, Servers, fixture_files};
+use common::{Sub, assert_exit, condition, res, run_once, stderr, stdout};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
-use testkit::apiserver::{ApiServer, Options, Stats, capi_crds_dir};
-use testkit::git::ReleaseRepo;
+use testkit::apiserver::Stats;
 
-const NS: &str = "team-a";
-
-fn crds_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds")
+/// What the ClusterSync of `name` says (it must exist).
+async fn cluster_sync(env: &Env, name: &str) -> Value {
+    env.cluster_sync(name).await.unwrap_or_else(|| panic!("no ClusterSync {name}"))
 }
 
-struct Env {
-    dir: tempfile::TempDir,
-    repo: ReleaseRepo,
-    mgmt: ApiServer,
-    workloads: Vec<ApiServer>,
+/// The `addon-config` ConfigMap of workload cluster `i`.
+async fn configmap(env: &Env, i: usize) -> Option<ConfigMap> {
+    env.configmap(i, "addon-config").await
 }
 
 const CM: &str =
@@ -32,88 +29,6 @@ const CM: &str =
 const DEPLOY: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: ccm\n  namespace: kube-system\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {app: ccm}\n  template:\n    metadata:\n      labels: {app: ccm}\n    spec:\n      containers:\n        - name: ccm\n          image: registry.example/ccm:1.0\n";
 const WIDGET_CRD: &str = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.example.com\nspec:\n  group: example.com\n  scope: Namespaced\n  names: {plural: widgets, singular: widget, kind: Widget, listKind: WidgetList}\n  versions:\n    - name: v1\n      served: true\n      storage: true\n      schema:\n        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}\n";
 const NAMESPACE: &str = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: addons\n";
-
-impl Env {
-    async fn new(n_workloads: usize) -> Env {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
-        let mgmt = ApiServer::start_with(Options { preload: vec![capi_crds_dir(), crds_dir()], ..Options::default() }).await.expect("mgmt");
-        let mut workloads = Vec::new();
-        for _ in 0..n_workloads {
-            workloads.push(ApiServer::start().await.expect("workload"));
-        }
-        let env = Env { dir, repo, mgmt, workloads };
-        env.mgmt.load_yaml(&format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n")).expect("namespace");
-        env
-    }
-
-    fn mgmt(&self) -> kube::Client {
-        self.mgmt.client().expect("client")
-    }
-
-    fn clusters(&self) -> Api<DynamicObject> {
-        let res = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster"));
-        Api::namespaced_with(self.mgmt(), NS, &res)
-    }
-
-    /// A Cluster labelled for the stack; `ready` sets `status.controlPlaneReady`.
-    async fn add_cluster(&self, name: &str, ready: bool) {
-        let body = json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
-            "metadata": {"name": name, "namespace": NS, "labels": {"stack": "ferrol"}},
-            "spec": {"topology": {"class": "docker-ferrol-1-27-v1", "version": "v1.27.3"}},
-        });
-        self.clusters().patch(name, &PatchParams::apply("capi"), &Patch::Apply(body)).await.expect("cluster");
-        self.set_ready(name, ready).await;
-    }
-
-    async fn set_ready(&self, name: &str, ready: bool) {
-        let status = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": name}, "status": {"controlPlaneReady": ready}});
-        self.clusters().patch_status(name, &PatchParams::apply("capi").force(), &Patch::Apply(status)).await.expect("status");
-    }
-
-    /// The `<name>-kubeconfig` Secret pointing at workload server `i`.
-    async fn add_kubeconfig(&self, name: &str, i: usize) {
-        let kubeconfig = std::fs::read(self.workloads[i].kubeconfig()).expect("kubeconfig");
-        let mut secret = k8s_openapi::api::core::v1::Secret::default();
-        secret.metadata.name = Some(format!("{name}-kubeconfig"));
-        secret.metadata.namespace = Some(NS.into());
-        secret.data = Some([("value".to_owned(), k8s_openapi::ByteString(kubeconfig))].into());
-        let api: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(self.mgmt(), NS);
-        api.patch(&format!("{name}-kubeconfig"), &PatchParams::apply("capi"), &Patch::Apply(&secret)).await.expect("secret");
-    }
-
-    fn config(&self, target_extra: &str, sub_extra: &str) -> PathBuf {
-        // testkit runs no controllers: a Deployment never becomes available there, so health
-        // checks are off unless a test turns them on.
-        let health = if sub_extra.contains("healthTimeout") { "" } else { "    healthTimeout: 0s\n" };
-        let text = format!(
-            "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nsources:\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n  - name: ferrol\n    source: stacks\n    interval: 1h\n{health}{sub_extra}    clusterSelector:\n      matchLabels: {{stack: ferrol}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n{target_extra}",
-            cache = self.dir.path().join("cache").display(),
-            url = self.repo.file_url(),
-            kubeconfig = self.mgmt.kubeconfig().display(),
-        );
-        let path = self.dir.path().join("stacksync.yaml");
-        std::fs::write(&path, text).expect("config");
-        path
-    }
-
-    async fn cluster_sync(&self, name: &str) -> Value {
-        let res = ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "ClusterSync"));
-        let api: Api<DynamicObject> = Api::namespaced_with(self.mgmt(), NS, &res);
-        let obj = api.get(name).await.expect("ClusterSync");
-        obj.data
-    }
-
-    async fn configmap(&self, i: usize) -> Option<ConfigMap> {
-        let api: Api<ConfigMap> = Api::namespaced(self.workloads[i].client().expect("client"), "kube-system");
-        api.get_opt("addon-config").await.expect("get")
-    }
-}
-
-fn condition<'a>(cs: &'a Value, type_: &str) -> &'a Value {
-    cs["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == type_)).unwrap_or(&Value::Null)
-}
 
 fn writes(s: &Stats) -> u64 {
     s.total_writes()
@@ -124,10 +39,10 @@ async fn first_pass_syncs_everything_and_a_second_pass_writes_nothing() {
     let env = Env::new(2).await;
     env.repo.release("v1.0.0", &[("manifests/ns.yaml", NAMESPACE), ("manifests/cm.yaml", CM), ("manifests/deploy.yaml", DEPLOY)]);
     for (i, name) in ["alpha", "beta"].iter().enumerate() {
-        env.add_cluster(name, true).await;
+        env.add_cluster(name, "docker-ferrol-1-27-v1", true).await;
         env.add_kubeconfig(name, i).await;
     }
-    let config = env.config("", "");
+    let config = env.config().write();
     let o = run_once(&config).await;
     assert_exit(&o, 0);
     // At INFO, one line per Cluster and pass says what was done (per-object lines are DEBUG).
@@ -139,13 +54,13 @@ async fn first_pass_syncs_everything_and_a_second_pass_writes_nothing() {
     }
     assert!(!log.lines().any(|l| l.contains(": applied object=")), "an object line at INFO:\n{log}");
     for (i, name) in ["alpha", "beta"].iter().enumerate() {
-        let cm = env.configmap(i).await.expect("configmap applied");
+        let cm = configmap(&env, i).await.expect("configmap applied");
         assert_eq!(cm.data.unwrap_or_default()["cluster"], *name);
         assert_eq!(
             cm.metadata.labels.unwrap_or_default().get("stacksync.io/owner").map(String::as_str),
             Some(format!("ferrol.{NS}.{name}").as_str())
         );
-        let cs = env.cluster_sync(name).await;
+        let cs = cluster_sync(&env, name).await;
         assert_eq!(condition(&cs, "Ready")["status"], "True", "{cs}");
         assert_eq!((cs["status"]["synced"].as_u64(), cs["status"]["total"].as_u64()), (Some(3), Some(3)), "{cs}");
         assert_eq!(cs["status"]["appliedRelease"]["tag"], "v1.0.0");
@@ -175,20 +90,20 @@ async fn first_pass_syncs_everything_and_a_second_pass_writes_nothing() {
 async fn not_ready_cluster_and_missing_kubeconfig_are_skipped_then_synced() {
     let env = Env::new(2).await;
     env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
-    env.add_cluster("alpha", false).await;
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", false).await;
     env.add_kubeconfig("alpha", 0).await;
-    env.add_cluster("beta", true).await;
-    let config = env.config("", "");
+    env.add_cluster("beta", "docker-ferrol-1-27-v1", true).await;
+    let config = env.config().write();
     let o = run_once(&config).await;
     assert_exit(&o, 1);
-    let alpha = env.cluster_sync("alpha").await;
+    let alpha = cluster_sync(&env, "alpha").await;
     assert_eq!(
         (condition(&alpha, "Ready")["status"].as_str(), condition(&alpha, "Ready")["reason"].as_str()),
         (Some("False"), Some("ControlPlaneNotReady")),
         "{alpha}"
     );
     assert_eq!(condition(&alpha, "Reconciling")["status"], "True");
-    let beta = env.cluster_sync("beta").await;
+    let beta = cluster_sync(&env, "beta").await;
     assert_eq!(condition(&beta, "Ready")["reason"], "KubeconfigMissing", "{beta}");
     assert!(stdout(&o).contains("Secret team-a/beta-kubeconfig does not exist yet"), "{}", stdout(&o));
 
@@ -196,16 +111,16 @@ async fn not_ready_cluster_and_missing_kubeconfig_are_skipped_then_synced() {
     env.add_kubeconfig("beta", 1).await;
     let o = run_once(&config).await;
     assert_exit(&o, 0);
-    assert!(env.configmap(0).await.is_some() && env.configmap(1).await.is_some());
+    assert!(configmap(&env, 0).await.is_some() && configmap(&env, 1).await.is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_object_is_pruned_and_a_broken_object_is_reported_alone() {
     let env = Env::new(1).await;
     env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM), ("manifests/deploy.yaml", DEPLOY)]);
-    env.add_cluster("alpha", true).await;
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
     env.add_kubeconfig("alpha", 0).await;
-    let config = env.config("", "");
+    let config = env.config().write();
     assert_exit(&run_once(&config).await, 0);
 
     env.repo.remove("manifests/deploy.yaml");
@@ -216,8 +131,8 @@ async fn dropped_object_is_pruned_and_a_broken_object_is_reported_alone() {
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
         Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
     assert!(deployments.get_opt("ccm").await.expect("get").is_none(), "the dropped Deployment was not pruned");
-    assert!(env.configmap(0).await.is_some(), "the good object is applied");
-    let cs = env.cluster_sync("alpha").await;
+    assert!(configmap(&env, 0).await.is_some(), "the good object is applied");
+    let cs = cluster_sync(&env, "alpha").await;
     let entries = cs["status"]["entries"].as_array().cloned().unwrap_or_default();
     let widget = entries.iter().find(|e| e["kind"] == "Widget").expect("a Widget entry");
     assert_eq!(widget["synced"], false);
@@ -227,7 +142,7 @@ async fn dropped_object_is_pruned_and_a_broken_object_is_reported_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_shows_the_printer_columns_and_waits_for_ready() {
-    let Some(kubectl) = kubectl() else {
+    let Some(kubectl) = common::tool("kubectl") else {
         panic!("kubectl not found: run scripts/install-tools.sh (scripts/test.sh does)");
     };
     let env = Env::new(2).await;
@@ -235,11 +150,11 @@ async fn kubectl_shows_the_printer_columns_and_waits_for_ready() {
     env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM), ("manifests/widget.yaml", widget)]);
     // Only alpha's API server knows Widgets: beta's sync fails on that object.
     env.workloads[0].load_yaml(WIDGET_CRD).expect("Widget CRD");
-    env.add_cluster("alpha", true).await;
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
     env.add_kubeconfig("alpha", 0).await;
-    env.add_cluster("beta", true).await;
+    env.add_cluster("beta", "docker-ferrol-1-27-v1", true).await;
     env.add_kubeconfig("beta", 1).await;
-    run_once(&env.config("", "")).await;
+    run_once(&env.config().write()).await;
     let run = |args: Vec<String>| {
         let kubectl = kubectl.clone();
         let home = env.dir.path().to_path_buf();
@@ -293,24 +208,16 @@ async fn kubectl_shows_the_printer_columns_and_waits_for_ready() {
     // Without beta, every Cluster of the release is Ready, and so is the release.
     let (ok, _, err) = run(args(&format!("delete cluster beta -n {NS} --wait=false"))).await;
     assert!(ok, "{err}");
-    run_once(&env.config("", "")).await;
+    run_once(&env.config().write()).await;
     let (ok, _, err) = run(args("wait --for=condition=Ready stackrelease/ferrol.v1.0.0 --timeout=20s")).await;
     assert!(ok, "kubectl wait on a Ready StackRelease: {err}");
-}
-
-fn kubectl() -> Option<PathBuf> {
-    let dir = std::env::var_os("STACKSYNC_TOOLS_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/stacksync-tools")))?;
-    let path = dir.join("bin/kubectl");
-    path.exists().then_some(path)
 }
 
 /// One ready cluster `alpha` on workload 0 and the release `v1.0.0` with `files`.
 async fn one_cluster(files: &[(&str, &str)]) -> Env {
     let env = Env::new(1).await;
     env.repo.release("v1.0.0", files);
-    env.add_cluster("alpha", true).await;
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
     env.add_kubeconfig("alpha", 0).await;
     env
 }
@@ -318,7 +225,7 @@ async fn one_cluster(files: &[(&str, &str)]) -> Env {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conflicting_manager_is_reported_until_the_subscription_forces() {
     let env = one_cluster(&[("manifests/cm.yaml", CM)]).await;
-    let config = env.config("", "");
+    let config = env.config().write();
     assert_exit(&run_once(&config).await, 0);
     // Another controller takes the field with a different value.
     let api: Api<ConfigMap> = Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
@@ -328,15 +235,15 @@ async fn a_conflicting_manager_is_reported_until_the_subscription_forces() {
 
     let o = run_once(&config).await;
     assert_exit(&o, 1);
-    let cs = env.cluster_sync("alpha").await;
+    let cs = cluster_sync(&env, "alpha").await;
     let entry = &cs["status"]["entries"][0];
     assert_eq!((entry["kind"].as_str(), entry["synced"].as_bool()), (Some("ConfigMap"), Some(false)), "{cs}");
     assert!(entry["message"].as_str().is_some_and(|m| m.contains("other-controller") && m.contains(".data.cluster")), "{entry}");
     assert_eq!(condition(&cs, "Stalled")["status"], "True");
 
-    let forced = env.config("", "    force: true\n");
+    let forced = env.config_with(Env::ferrol().set("force", true)).write();
     assert_exit(&run_once(&forced).await, 0);
-    assert_eq!(env.configmap(0).await.expect("cm").data.unwrap_or_default()["cluster"], "alpha-v2");
+    assert_eq!(configmap(&env, 0).await.expect("cm").data.unwrap_or_default()["cluster"], "alpha-v2");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -345,7 +252,7 @@ async fn the_prune_limit_pauses_pruning_instead_of_wiping_a_cluster() {
         (0..5).map(|i| (format!("manifests/cm{i}.yaml"), CM.replace("name: addon-config", &format!("name: cm-{i}")))).collect();
     let refs: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
     let env = one_cluster(&refs).await;
-    let config = env.config("    pruneLimit: 2\n", "");
+    let config = env.config_with(Env::ferrol().set("pruneLimit", 2)).write();
     assert_exit(&run_once(&config).await, 0);
 
     for i in 0..4 {
@@ -358,7 +265,7 @@ async fn the_prune_limit_pauses_pruning_instead_of_wiping_a_cluster() {
     for i in 0..5 {
         assert!(api.get_opt(&format!("cm-{i}")).await.expect("get").is_some(), "cm-{i} was pruned past the limit");
     }
-    let cs = env.cluster_sync("alpha").await;
+    let cs = cluster_sync(&env, "alpha").await;
     assert_eq!(condition(&cs, "Ready")["reason"], "PrunePaused", "{cs}");
     assert!(stdout(&o).contains("PrunePaused"), "{}", stdout(&o));
 }
@@ -366,7 +273,7 @@ async fn the_prune_limit_pauses_pruning_instead_of_wiping_a_cluster() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_is_corrected_and_only_reported_in_warn_mode() {
     let env = one_cluster(&[("manifests/cm.yaml", &CM.replace("\ndata:\n", "\ndata:\n  mode: fast\n"))]).await;
-    let config = env.config("", "");
+    let config = env.config().write();
     assert_exit(&run_once(&config).await, 0);
     let api: Api<ConfigMap> = Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
     // Someone removes a field stacksync owns: drift.
@@ -375,14 +282,14 @@ async fn drift_is_corrected_and_only_reported_in_warn_mode() {
     cm.metadata.managed_fields = None;
     api.replace("addon-config", &Default::default(), &cm).await.expect("replace");
 
-    let warn = env.config("    driftMode: warn\n", "");
+    let warn = env.config_with(Env::ferrol().set("driftMode", "warn")).write();
     let o = run_once(&warn).await;
     assert_exit(&o, 1);
     assert!(common::stderr(&o).contains("drifted"), "{}", common::stderr(&o));
     assert!(!api.get("addon-config").await.expect("get").data.unwrap_or_default().contains_key("mode"), "warn mode corrected drift");
 
     // The same file again, back in the default mode: the drift is corrected.
-    let config = env.config("", "");
+    let config = env.config().write();
     let o = run_once(&config).await;
     assert_exit(&o, 0);
     assert_eq!(api.get("addon-config").await.expect("get").data.unwrap_or_default()["mode"], "fast");
@@ -398,42 +305,20 @@ async fn five_thousand_objects_sync_and_fit_in_the_status() {
     }
     let env = one_cluster(&[("manifests/many.yaml", &text)]).await;
     let started = std::time::Instant::now();
-    let o = run_once(&env.config("", "")).await;
+    let o = run_once(&env.config().write()).await;
     assert_exit(&o, 0);
-    let cs = env.cluster_sync("alpha").await;
+    let cs = cluster_sync(&env, "alpha").await;
     assert_eq!((cs["status"]["synced"].as_u64(), cs["status"]["total"].as_u64()), (Some(5000), Some(5000)));
     let size = serde_json::to_vec(&cs).expect("json").len();
     assert!(size < 1024 * 1024, "ClusterSync is {size} bytes");
     eprintln!("5,000 objects: first pass {:?}, ClusterSync {size} bytes", started.elapsed());
 }
 
-/// Every file of a testdata cluster-stack release, as `(path, text)`.
-fn stack_fixture(release: &str) -> Vec<(String, String)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/clusterstack").join(release);
-    let mut out = Vec::new();
-    let mut stack = vec![root.clone()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).expect("fixture").flatten() {
-            if e.path().is_dir() {
-                stack.push(e.path());
-            } else {
-                let rel = e.path().strip_prefix(&root).expect("prefix").to_string_lossy().into_owned();
-                out.push((rel, std::fs::read_to_string(e.path()).expect("text")));
-            }
-        }
-    }
-    out
-}
-
 /// The testdata cluster stack released, one topology Cluster per name (with its control plane
 /// object, 3 replicas) each on its own workload server, and a config using the real helm.
 async fn cluster_stack_env(names: &[&str]) -> (Env, PathBuf) {
-    let tools = kubectl().and_then(|k| k.parent().map(Path::to_path_buf));
-    let Some(helm) = tools.map(|d| d.join("helm")).filter(|h| h.exists()) else {
-        panic!("helm not found: run scripts/install-tools.sh (scripts/test.sh does)");
-    };
     let env = Env::new(names.len()).await;
-    let files = stack_fixture("docker-ferrol-1-27-v2");
+    let files = fixture_files("docker-ferrol-1-27-v2");
     let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
     env.repo.release("docker-ferrol-1-27-v2", &refs);
     for (i, name) in names.iter().enumerate() {
@@ -457,11 +342,7 @@ async fn cluster_stack_env(names: &[&str]) -> (Env, PathBuf) {
         env.set_ready(name, true).await;
         env.add_kubeconfig(name, i).await;
     }
-    let config = env.config("", "    stack: docker-ferrol-1-27\n    format: clusterstack\n");
-    let text =
-        std::fs::read_to_string(&config).expect("config").replace("sources:", &format!("helm:\n  path: {}\nsources:", helm.display()));
-    let text = text.replace("      matchLabels: {stack: ferrol}\n", "      matchLabels: {stack: ferrol}\n      matchStackClass: true\n");
-    std::fs::write(&config, text).expect("config");
+    let config = env.stack_config(Sub::match_stack_class).write();
     (env, config)
 }
 
@@ -470,16 +351,14 @@ async fn cluster_stack_classes_go_to_the_management_cluster_and_addons_to_worklo
     let (env, config) = cluster_stack_env(&["alpha"]).await;
     let o = run_once(&config).await;
     assert_exit(&o, 0);
-    let classes: Api<DynamicObject> =
-        Api::namespaced_with(env.mgmt(), NS, &ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "ClusterClass")));
+    let classes: Api<DynamicObject> = Api::namespaced_with(env.mgmt(), NS, &res("cluster.x-k8s.io", "v1beta1", "ClusterClass"));
     assert!(classes.get_opt("docker-ferrol-1-27-v2").await.expect("get").is_some(), "the ClusterClass is in the management cluster");
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
         Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
     let ms = deployments.get("metrics-server").await.expect("addon applied to the workload cluster");
     assert_eq!(ms.metadata.labels.unwrap_or_default()["domain"], "alpha.example.test");
     assert_eq!(ms.spec.replicas, Some(3), "replicas come from the live KubeadmControlPlane");
-    let srel: Api<DynamicObject> =
-        Api::all_with(env.mgmt(), &ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "StackRelease")));
+    let srel: Api<DynamicObject> = Api::all_with(env.mgmt(), &res("stacksync.io", "v1alpha1", "StackRelease"));
     let release = srel.get("ferrol.docker-ferrol-1-27-v2").await.expect("StackRelease");
     assert_eq!(release.data["status"]["phase"], "Applied", "{:?}", release.data);
     assert!(release.data["status"]["total"].as_u64().is_some_and(|n| n >= 5), "{:?}", release.data);
@@ -492,8 +371,7 @@ async fn a_cluster_class_whose_objects_are_refused_is_failed_not_applied() {
     // templates are written. The release is not in place, so it must not read `Applied`.
     env.mgmt.faults().add(testkit::apiserver::FaultRule::new().verb("patch").path("/clusterclasses/").status(403));
     let _ = run_once(&config).await;
-    let srel: Api<DynamicObject> =
-        Api::all_with(env.mgmt(), &ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "StackRelease")));
+    let srel: Api<DynamicObject> = Api::all_with(env.mgmt(), &res("stacksync.io", "v1alpha1", "StackRelease"));
     let release = srel.get("ferrol.docker-ferrol-1-27-v2").await.expect("StackRelease");
     let status = &release.data["status"];
     assert_eq!(status["phase"], "Failed", "{status}");
@@ -504,18 +382,9 @@ async fn a_cluster_class_whose_objects_are_refused_is_failed_not_applied() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_management_cluster_without_cluster_api_is_never_reported_synced() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
-    repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
-    let mgmt = ApiServer::start_with(Options { preload: vec![crds_dir()], ..Options::default() }).await.expect("mgmt");
-    let text = format!(
-        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {}\nsources:\n  - name: stacks\n    git:\n      url: {}\nsubscriptions:\n  - name: ferrol\n    source: stacks\n    clusterSelector:\n      matchLabels: {{stack: ferrol}}\ntarget:\n  kubernetes:\n    kubeconfig: {}\n",
-        dir.path().join("cache").display(),
-        repo.file_url(),
-        mgmt.kubeconfig().display()
-    );
-    let config = dir.path().join("stacksync.yaml");
-    std::fs::write(&config, text).expect("config");
+    let env = Env::start(Servers { workloads: 0, cluster_api: false, ..Servers::default() }).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    let config = env.config().write();
     let o = run_once(&config).await;
     assert_exit(&o, 1);
     assert!(stdout(&o).contains("serves no cluster.x-k8s.io Cluster"), "{}", stdout(&o));
@@ -526,12 +395,12 @@ async fn apply_once_and_ignore_policies_count_as_synced() {
     let once = CM.replace("name: addon-config", "name: seed\n  annotations: {stacksync.io/policy: apply-once}");
     let ignored = CM.replace("name: addon-config", "name: hands-off\n  annotations: {stacksync.io/policy: ignore}");
     let env = one_cluster(&[("manifests/cm.yaml", CM), ("manifests/once.yaml", &once), ("manifests/ignored.yaml", &ignored)]).await;
-    let config = env.config("", "");
+    let config = env.config().write();
     assert_exit(&run_once(&config).await, 0);
     // The second pass skips the apply-once object (it exists): still every object synced.
     let o = run_once(&config).await;
     assert_exit(&o, 0);
-    let cs = env.cluster_sync("alpha").await;
+    let cs = cluster_sync(&env, "alpha").await;
     assert_eq!(condition(&cs, "Ready")["status"], "True", "{cs}");
     let api: Api<ConfigMap> = Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
     assert!(api.get_opt("hands-off").await.expect("get").is_none(), "an ignored object was applied");
@@ -539,20 +408,12 @@ async fn apply_once_and_ignore_policies_count_as_synced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_status_crds_fail_the_pass_with_a_hint() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
-    repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
-    let env = Env::new(1).await;
     // A management cluster with Cluster API but without stacksync's CRDs.
-    let bare = ApiServer::start_with(Options { preload: vec![capi_crds_dir()], ..Options::default() }).await.expect("mgmt");
-    bare.load_yaml(&format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n")).expect("ns");
+    let env = Env::start(Servers { status_crds: false, ..Servers::default() }).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
     let cluster = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": "alpha", "namespace": NS, "labels": {"stack": "ferrol"}}, "spec": {}});
-    bare.load_yaml(&cluster.to_string()).expect("cluster");
-    let text = std::fs::read_to_string(env.config("", ""))
-        .expect("config")
-        .replace(&env.mgmt.kubeconfig().display().to_string(), &bare.kubeconfig().display().to_string());
-    let config = dir.path().join("stacksync.yaml");
-    std::fs::write(&config, text).expect("config");
+    env.mgmt.load_yaml(&cluster.to_string()).expect("cluster");
+    let config = env.config().write();
     let o = run_once(&config).await;
     assert_exit(&o, 1);
     assert!(stdout(&o).contains("are the CRDs installed? kubectl apply -f deploy/crds/"), "{}", stdout(&o));
@@ -561,15 +422,15 @@ async fn missing_status_crds_fail_the_pass_with_a_hint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn selected_clusters_get_the_subscription_values() {
     let env = one_cluster(&[("manifests/cm.yaml", &CM.replace("\ndata:\n", "\ndata:\n  region: ${region}\n"))]).await;
-    let config = env.config("", "    values: {region: eu-north}\n");
+    let config = env.config_with(Env::ferrol().set("values", json!({"region": "eu-north"}))).write();
     assert_exit(&run_once(&config).await, 0);
-    assert_eq!(env.configmap(0).await.expect("cm").data.unwrap_or_default()["region"], "eu-north");
+    assert_eq!(configmap(&env, 0).await.expect("cm").data.unwrap_or_default()["region"], "eu-north");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreadable_inventory_skips_the_cluster_instead_of_forgetting_what_to_prune() {
     let env = one_cluster(&[("manifests/cm.yaml", CM), ("manifests/deploy.yaml", DEPLOY)]).await;
-    let config = env.config("", "");
+    let config = env.config().write();
     assert_exit(&run_once(&config).await, 0);
     env.repo.remove("manifests/deploy.yaml");
     env.repo.release("v1.1.0", &[]);
@@ -591,31 +452,27 @@ async fn an_unreadable_inventory_skips_the_cluster_instead_of_forgetting_what_to
 async fn a_workload_cluster_that_is_down_is_skipped_quickly() {
     let env = Env::new(1).await;
     env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
-    env.add_cluster("alpha", true).await;
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
     // A kubeconfig pointing at a port nobody listens on.
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
     let dead = std::fs::read_to_string(env.workloads[0].kubeconfig())
         .expect("kubeconfig")
         .replace(env.workloads[0].url(), &format!("http://127.0.0.1:{port}"));
-    let mut secret = k8s_openapi::api::core::v1::Secret::default();
-    secret.metadata.name = Some("alpha-kubeconfig".into());
-    secret.data = Some([("value".to_owned(), k8s_openapi::ByteString(dead.into_bytes()))].into());
-    let api: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(env.mgmt(), NS);
-    api.patch("alpha-kubeconfig", &PatchParams::apply("capi"), &Patch::Apply(&secret)).await.expect("secret");
+    env.put_kubeconfig("alpha", dead.into_bytes()).await;
 
     let started = std::time::Instant::now();
-    let o = run_once(&env.config("", "")).await;
+    let o = run_once(&env.config().write()).await;
     assert_exit(&o, 1);
     assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
-    let cs = env.cluster_sync("alpha").await;
+    let cs = cluster_sync(&env, "alpha").await;
     assert_eq!(condition(&cs, "Ready")["reason"], "ClusterUnreachable", "{cs}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn diff_shows_drift_and_an_upgrade_and_changes_nothing() {
     let env = one_cluster(&[("manifests/cm.yaml", CM), ("manifests/ns.yaml", NAMESPACE)]).await;
-    env.add_cluster("nokube", true).await;
-    let config = env.config("", "");
+    env.add_cluster("nokube", "docker-ferrol-1-27-v1", true).await;
+    let config = env.config().write();
     let cfg = config.to_string_lossy().into_owned();
     assert_exit(&run_once(&config).await, 1); // nokube has no kubeconfig
 
@@ -635,7 +492,7 @@ async fn diff_shows_drift_and_an_upgrade_and_changes_nothing() {
     assert!(text.contains("-  cluster: patched\n+  cluster: alpha\n"), "{text}");
     assert!(text.contains("--- live/ConfigMap/kube-system/addon-config"), "{text}");
     assert_eq!(
-        env.configmap(0).await.and_then(|c| c.data).and_then(|d| d.get("cluster").cloned()).as_deref(),
+        configmap(&env, 0).await.and_then(|c| c.data).and_then(|d| d.get("cluster").cloned()).as_deref(),
         Some("patched"),
         "diff wrote"
     );

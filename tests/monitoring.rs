@@ -11,14 +11,14 @@
 //! 0) more seconds of activity: that is how docs/operations.md's picture is made.
 
 mod common;
-mod opsenv;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::fleet::{Daemon, Env, STACK, helm_path, v3_files_as};
-use serde_json::Value;
+use common::Daemon;
+use common::fleet::{Env, SECRET, STACK, publish_v3_on};
+use serde_json::{Value, json};
 
 const PROMTOOL: &str = "/usr/bin/promtool";
 const PROMETHEUS: &str = "/usr/bin/prometheus";
@@ -167,13 +167,9 @@ impl Prometheus {
         p
     }
 
-    async fn eventually(&self, what: &str, within: Duration, mut cond: impl AsyncFnMut() -> bool) {
-        let start = Instant::now();
-        while !cond().await {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            assert!(start.elapsed() < within, "{what}: not within {within:?}; Prometheus log:\n{log}");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+    async fn eventually(&self, what: &str, within: Duration, cond: impl AsyncFnMut() -> bool) {
+        common::eventually(what, within, cond, || format!("Prometheus log:\n{}", std::fs::read_to_string(&self.log).unwrap_or_default()))
+            .await;
     }
 
     /// `GET /api/v1/<path>`; the `data` of a successful answer, or the error it reported.
@@ -230,16 +226,6 @@ fn dashboard_queries() -> Vec<(String, String, String)> {
     out
 }
 
-/// The v3 fixture as release `version`, saying Kubernetes `kubernetes`.
-fn publish(env: &Env, version: &str, kubernetes: &str) {
-    let files = v3_files_as(version, |rel, text| match rel {
-        "metadata.yaml" => text.replace("kubernetes: v1.27.3", &format!("kubernetes: {kubernetes}")),
-        _ => text,
-    });
-    let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
-    env.repo.release(&format!("{STACK}-{version}"), &refs);
-}
-
 async fn scrape(base: &str) -> String {
     reqwest::get(format!("{base}/metrics")).await.expect("GET /metrics").text().await.expect("body")
 }
@@ -251,28 +237,17 @@ async fn every_dashboard_query_evaluates_on_prometheus_scraping_stacksync() {
     }
     let env = Env::new(4).await;
     let client = reqwest::Client::new();
-    publish(&env, "v3", "v1.27.3");
+    publish_v3_on(&env.repo, "v3", "v1.27.3", &[]);
     let secret = env.dir.path().join("github-secret");
-    std::fs::write(&secret, opsenv::SECRET).expect("secret");
-    let config = env.config(
-        &format!(
-            "    stack: {STACK}\n    format: clusterstack\n    availableReleases: 2\n    rollout:\n      waves: [{{clusters: 1}}, {{percent: 100}}]\n      waveTimeout: 2s\n      checkInterval: 250ms\n"
-        ),
-        "",
-        &format!("helm:\n  path: {}\nwebhooks:\n  github:\n    secretFile: {}\n", helm_path(), secret.display()),
-    );
-    let text = std::fs::read_to_string(&config).expect("config").replace("interval: 1h", "interval: 1s");
-    std::fs::write(&config, text).expect("config");
-    let daemon = Daemon::start_with(&config, env.dir.path().join("daemon.log"), &["--leader-elect", "--lease-duration", "3s"]);
-    let mut addr = String::new();
-    daemon
-        .eventually("the admin listener", Duration::from_secs(10), async || {
-            let log = daemon.log();
-            let found = log.lines().find(|l| l.contains("admin listener")).and_then(|l| l.split("addr=").nth(1)?.split_whitespace().next());
-            found.map(|a| addr = a.to_owned()).is_some()
-        })
-        .await;
-    let base = format!("http://{addr}");
+    std::fs::write(&secret, SECRET).expect("secret");
+    let rollout = json!({"waves": [{"clusters": 1}, {"percent": 100}], "waveTimeout": "2s", "checkInterval": "250ms"});
+    let config = env
+        .stack_config(|s| s.interval("1s").set("availableReleases", 2).set("rollout", rollout))
+        .set("webhooks", json!({"github": {"secretFile": secret}}))
+        .write();
+    let daemon = Daemon::start_with(&config, env.dir.path().join("daemon.log"), &["--leader-elect", "--lease-duration", "3s"]).await;
+    let base = daemon.admin_url().to_owned();
+    let addr = base.trim_start_matches("http://").to_owned();
     // Prometheus scrapes from the start, before there are Clusters: the fleet's first sync is in
     // its data (and the picture).
     let dir = tempfile::tempdir().expect("tempdir");
@@ -303,7 +278,7 @@ async fn every_dashboard_query_evaluates_on_prometheus_scraping_stacksync() {
 
     // v4: the rollout moves one Cluster, which Cluster API (not played here) never upgrades, so
     // the wave times out and the rollout pauses.
-    publish(&env, "v4", "v1.27.5");
+    publish_v3_on(&env.repo, "v4", "v1.27.5", &[]);
     daemon
         .eventually("the rollout paused", Duration::from_secs(60), async || {
             scrape(&base).await.contains("stacksync_rollout_pause_reason{subscription=\"ferrol\",reason=\"WaveTimeout\"} 1")
@@ -321,13 +296,13 @@ async fn every_dashboard_query_evaluates_on_prometheus_scraping_stacksync() {
     let up = prometheus.query("up{job=\"stacksync\"}").await.expect("up");
     assert_eq!(up.first().map(|s| s["value"][1].clone()), Some(Value::from("1")), "{up:?}");
     // A forged delivery and a signed ping, once Prometheus has seen the counters at 0.
-    for (secret, delivery) in [("not the secret", "d-forged"), (opsenv::SECRET, "d-ping")] {
+    for (secret, delivery) in [("not the secret", "d-forged"), (SECRET, "d-ping")] {
         let body = br#"{"zen":"Keep it logically awesome."}"#;
         let r = client
             .post(format!("{base}/hooks/github"))
             .header("x-github-event", "ping")
             .header("x-github-delivery", delivery)
-            .header("x-hub-signature-256", opsenv::sign(secret, body))
+            .header("x-hub-signature-256", common::daemon::sign(secret, body))
             .body(body.to_vec())
             .send()
             .await
@@ -420,7 +395,7 @@ async fn every_dashboard_query_evaluates_on_prometheus_scraping_stacksync() {
                 .post(format!("{base}/hooks/github"))
                 .header("x-github-event", "ping")
                 .header("x-github-delivery", format!("d-{n}"))
-                .header("x-hub-signature-256", opsenv::sign(opsenv::SECRET, body))
+                .header("x-hub-signature-256", common::daemon::sign(SECRET, body))
                 .body(body.to_vec())
                 .send()
                 .await;

@@ -116,11 +116,15 @@ async fn csctl_cluster_stack_is_applied_and_a_restart_fetches_nothing_again() {
     std::fs::create_dir(&work).expect("mkdir");
     registry.push_artifact("scs/docker-ferrol", &format!("{STACK}-v2"), SCS_ARTIFACT, &csctl_files(&format!("{STACK}-v2"), &work)).await;
     let oci = json!({"repository": registry.repository("scs/docker-ferrol")});
-    let config = oci_config(dir.path(), oci, Sub::new("stack", "registry")
-        .clusterstack(STACK)
-        .version(">=v2")
-        .stack_cluster("team-a", "alpha", "alpha.example.test", "10.1.0.0/16")
-        .stack_cluster("team-b", "delta", "delta.example.test", "10.4.0.0/16"));
+    let config = oci_config(
+        dir.path(),
+        oci,
+        Sub::new("stack", "registry")
+            .clusterstack(STACK)
+            .version(">=v2")
+            .stack_cluster("team-a", "alpha", "alpha.example.test", "10.1.0.0/16")
+            .stack_cluster("team-b", "delta", "delta.example.test", "10.4.0.0/16"),
+    );
     let out = dir.path().join("out");
 
     let o = run_once(&config).await;

@@ -7,7 +7,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{Sub, assert_exit, config_text, configmap, run_once, status, stderr};
+use common::{assert_exit, configmap, git_config, run_once, status, stderr};
+use serde_json::{Value, json};
 use testkit::git::ReleaseRepo;
 use testkit::private_git::{HttpGitServer, LIGHTTPD, SSHD, SshServer};
 
@@ -23,12 +24,8 @@ fn have(program: &str) -> bool {
     found
 }
 
-fn write_config(dir: &Path, url: &str, auth: &str) -> PathBuf {
-    let text = config_text(dir, url, false, &[Sub::simple(Some(STACK))]);
-    let text = text.replace("      allowMovedTags: false\n", &format!("      allowMovedTags: false\n      auth:\n{auth}"));
-    let path = dir.join("stacksync.yaml");
-    std::fs::write(&path, text).expect("write config");
-    path
+fn write_config(dir: &Path, url: &str, auth: Value) -> PathBuf {
+    git_config(dir, url).source_set("stacks", "auth", auth).edit_sub("stack", |s| s.stack(STACK)).write()
 }
 
 fn applied_tag(dir: &Path) -> String {
@@ -58,25 +55,23 @@ async fn ssh_source_needs_a_known_host_key_and_keeps_the_last_release() {
     std::fs::copy(server.client_key(), &key).expect("copy key");
     let readable = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o644);
     std::fs::set_permissions(&key, readable).expect("chmod");
-    let auth = |hosts: &Path| {
-        format!("        ssh:\n          privateKey: {{file: {}}}\n          knownHosts: {{file: {}}}\n", key.display(), hosts.display())
-    };
+    let auth = |hosts: &Path| json!({"ssh": {"privateKey": {"file": key}, "knownHosts": {"file": hosts}}});
     let url = server.url(&repo.bare);
 
-    let config = write_config(dir.path(), &url, &auth(&known_hosts));
+    let config = write_config(dir.path(), &url, auth(&known_hosts));
     let o = run_once(&config).await;
     assert_exit(&o, 0);
     assert_eq!(applied_tag(dir.path()), format!("{STACK}-v1"));
 
     // The server's host key is not the one configured: refused, the release in use stays.
     repo.release(&format!("{STACK}-v2"), &[("manifests/addons.yaml", &configmap("addons", "two"))]);
-    let config = write_config(dir.path(), &url, &auth(&wrong_hosts));
+    let config = write_config(dir.path(), &url, auth(&wrong_hosts));
     let o = run_once(&config).await;
     let err = stderr(&o);
     assert!(err.contains("source stacks") && err.contains("host key is not in `auth.ssh.knownHosts`"), "{err}");
     assert_eq!(applied_tag(dir.path()), format!("{STACK}-v1"));
 
-    let config = write_config(dir.path(), &url, &auth(&known_hosts));
+    let config = write_config(dir.path(), &url, auth(&known_hosts));
     assert_exit(&run_once(&config).await, 0);
     assert_eq!(applied_tag(dir.path()), format!("{STACK}-v2"));
     assert!(!mirror_config(dir.path()).contains("ssh"), "the mirror's config names the remote: {}", mirror_config(dir.path()));
@@ -96,8 +91,8 @@ async fn https_basic_auth_reads_the_password_each_poll_and_never_shows_it() {
     let server = HttpGitServer::start(&dir.path().join("http"), &served, "deployer", "right-horse-battery").await.expect("lighttpd");
     let password = dir.path().join("password");
     std::fs::write(&password, "right-horse-battery\n").expect("password");
-    let auth = format!("        https:\n          username: deployer\n          password: {{file: {}}}\n", password.display());
-    let config = write_config(dir.path(), &server.url("stacks.git"), &auth);
+    let auth = json!({"https": {"username": "deployer", "password": {"file": password}}});
+    let config = write_config(dir.path(), &server.url("stacks.git"), auth);
 
     let o = run_once(&config).await;
     assert_exit(&o, 0);

@@ -15,10 +15,10 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::fleet::{Daemon, condition};
 use common::real::Tenant;
+use common::{Daemon, condition};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, Patch, PatchParams};
@@ -32,13 +32,9 @@ fn addons(deployment_extra: &str) -> String {
     )
 }
 
-async fn eventually(what: &str, within: Duration, mut cond: impl AsyncFnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !cond().await {
-        assert!(start.elapsed() < within, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    start.elapsed()
+/// [`common::eventually`] for what no daemon's log explains.
+async fn eventually(what: &str, within: Duration, cond: impl AsyncFnMut() -> bool) -> Duration {
+    common::eventually(what, within, cond, String::new).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -46,7 +42,7 @@ async fn a_cluster_sync_is_ready_because_its_deployment_really_became_available(
     let Some(t) = Tenant::new("available").await else { return };
     t.repo.release("v1.0.0", &[("manifests/addons.yaml", &addons(""))]);
     t.add_cluster("alpha").await;
-    let config = t.config("    healthTimeout: 2m\n", "");
+    let config = t.config(|s| s.health_timeout("2m")).write();
     let o = common::run_once(&config).await;
     common::assert_exit(&o, 0);
 
@@ -95,7 +91,7 @@ async fn a_deployment_that_cannot_become_available_is_not_reported_ready() {
     // unavailable, and stacksync must say so.
     t.repo.release("v1.0.0", &[("manifests/addons.yaml", &addons("      nodeSelector: {pool: nowhere}\n"))]);
     t.add_cluster("alpha").await;
-    let config = t.config("    healthTimeout: 3s\n", "");
+    let config = t.config(|s| s.health_timeout("3s")).write();
     let o = common::run_once(&config).await;
     let (status, reason) = t.ready("alpha").await.expect("ClusterSync");
     assert_eq!(status, "False", "{}", common::stderr(&o));
@@ -110,7 +106,7 @@ async fn a_deployment_that_cannot_become_available_is_not_reported_ready() {
     let pp = PatchParams::apply(&format!("e2e-{}", t.ns)).force();
     let label = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"pool": "nowhere"}}});
     nodes.patch(&node, &pp, &Patch::Apply(label)).await.expect("label a node");
-    let o = common::run_once(&t.config("    healthTimeout: 2m\n", "")).await;
+    let o = common::run_once(&t.config(|s| s.health_timeout("2m")).write()).await;
     common::assert_exit(&o, 0);
     assert_eq!(t.ready("alpha").await.expect("cs").0, "True", "{}", common::stderr(&o));
     let unlabel = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}});
@@ -123,7 +119,7 @@ async fn drift_is_taken_back_and_what_a_release_dropped_is_pruned_on_the_real_se
     let Some(t) = Tenant::new("drift").await else { return };
     t.repo.release("v1.0.0", &[("manifests/addons.yaml", &addons(""))]);
     t.add_cluster("alpha").await;
-    let config = t.config("    healthTimeout: 0s\n", "");
+    let config = t.config(|s| s.health_timeout("0s")).write();
     common::assert_exit(&common::run_once(&config).await, 0);
 
     // `kubectl patch` of a field stacksync owns, by the real kubectl: taken back.
@@ -168,8 +164,8 @@ async fn drift_is_taken_back_and_what_a_release_dropped_is_pruned_on_the_real_se
 async fn the_daemon_syncs_a_new_cluster_its_events_show_in_kubectl_and_gc_removes_its_cluster_sync() {
     let Some(t) = Tenant::new("daemon").await else { return };
     t.repo.release("v1.0.0", &[("manifests/addons.yaml", &addons(""))]);
-    let config = t.config("    healthTimeout: 2m\n", "");
-    let daemon = Daemon::start(&config, t.dir.path().join("daemon.log"));
+    let config = t.config(|s| s.health_timeout("2m")).write();
+    let daemon = Daemon::start(&config, t.dir.path().join("daemon.log")).await;
     t.add_cluster("alpha").await;
     let took = daemon
         .eventually("ClusterSync alpha Ready", Duration::from_secs(90), async || t.ready("alpha").await.is_some_and(|(s, _)| s == "True"))
@@ -229,7 +225,7 @@ async fn deploy_installs_with_kubectl_its_pods_run_and_its_rbac_is_enough_for_a_
     assert!(!denied.status.success(), "the ServiceAccount may not read ConfigMaps of the management cluster");
     t.repo.release("v1.0.0", &[("manifests/addons.yaml", &addons(""))]);
     t.add_cluster("alpha").await;
-    let config = t.config("    healthTimeout: 2m\n", "");
+    let config = t.config(|s| s.health_timeout("2m")).write();
     let text =
         std::fs::read_to_string(&config).expect("config").replace(&t.kubeconfig().display().to_string(), &as_sa.display().to_string());
     std::fs::write(&config, text).expect("config");
@@ -265,25 +261,24 @@ async fn leader_election_on_a_real_lease_hands_over_and_releases() {
     let Some(t) = Tenant::new("lease").await else { return };
     t.repo.release("v1.0.0", &[("manifests/addons.yaml", &addons(""))]);
     t.add_cluster("alpha").await;
-    let config = t.config("    healthTimeout: 0s\n", "");
+    let config = t.config(|s| s.health_timeout("0s")).write();
     let args = ["--leader-elect", "--lease-namespace", t.ns.as_str(), "--lease-duration", "3s"];
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(t.client(), &t.ns);
     let holder = async || -> Option<String> {
         leases.get_opt("stacksync").await.expect("get lease")?.spec?.holder_identity.filter(|h| !h.is_empty())
     };
-    let mut a = Daemon::start_with(&config, t.dir.path().join("a.log"), &args);
+    let mut a = Daemon::start_with(&config, t.dir.path().join("a.log"), &args).await;
     a.eventually("a leads and syncs", Duration::from_secs(60), async || t.ready("alpha").await.is_some_and(|(s, _)| s == "True")).await;
-    let a_id = format!("_{}", a.child.id().expect("pid"));
+    let a_id = format!("_{}", a.pid());
     assert!(holder().await.is_some_and(|h| h.ends_with(&a_id)), "{:?}", holder().await);
 
-    let b = Daemon::start_with(&config, t.dir.path().join("b.log"), &args);
-    let b_id = format!("_{}", b.child.id().expect("pid"));
+    let b = Daemon::start_with(&config, t.dir.path().join("b.log"), &args).await;
+    let b_id = format!("_{}", b.pid());
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(holder().await.is_some_and(|h| h.ends_with(&a_id)), "the standby took a held Lease: {:?}", holder().await);
 
     // The leader dies without releasing: the standby takes over once the Lease expires.
-    a.child.start_kill().expect("kill");
-    let _ = a.child.wait().await;
+    a.kill().await;
     let took =
         b.eventually("b takes over the Lease", Duration::from_secs(20), async || holder().await.is_some_and(|h| h.ends_with(&b_id))).await;
     eprintln!("handover on the real Lease API after {took:?} (lease 3s)");
@@ -305,8 +300,8 @@ async fn a_cluster_stack_upgrade_runs_its_stages_on_the_real_server() {
     t.add_cluster("alpha").await;
     let topology = json!({"spec": {"topology": {"class": "docker-ferrol-1-27-v3", "version": "v1.27.3"}, "clusterNetwork": {"pods": {"cidrBlocks": ["10.1.0.0/16"]}}}});
     t.clusters().patch("alpha", &PatchParams::default(), &Patch::Merge(topology)).await.expect("class");
-    let config = t.stack_config("    availableReleases: 2\n    stageTimeout: 1h\n    healthTimeout: 2m\n");
-    let daemon = Daemon::start(&config, t.dir.path().join("daemon.log"));
+    let config = t.stack_config(|s| s.set("availableReleases", 2).set("stageTimeout", "1h").health_timeout("2m")).write();
+    let daemon = Daemon::start(&config, t.dir.path().join("daemon.log")).await;
     let applied = async || {
         t.cluster_sync("alpha").await.unwrap_or_default()["status"]["appliedRelease"]["tag"].as_str().unwrap_or_default().to_owned()
     };

@@ -5,51 +5,41 @@
 
 mod common;
 
-use common::fleet::{Daemon, Env, NS, STACK, cli, helm_path, v3_files_as};
+use common::fleet::{Env, NS, publish_v3_on};
+use common::{Daemon, Sub, cli, save_by_rename};
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
-use testkit::git::ReleaseRepo;
 
 const V3: &str = "docker-ferrol-1-27-v3";
 const V4: &str = "docker-ferrol-1-27-v4";
 
-/// The v3 fixture as release `version` whose metadata says Kubernetes `kubernetes`.
-fn publish(repo: &ReleaseRepo, version: &str, kubernetes: &str) {
-    publish_with(repo, version, kubernetes, &[]);
+/// A cluster-stack config polling every second, with `rollout` (or none).
+fn config(env: &Env, rollout: Option<Value>) -> PathBuf {
+    std::fs::write(env.dir.path().join("stacksync.yaml"), config_text(env, rollout)).expect("config");
+    env.dir.path().join("stacksync.yaml")
 }
 
-/// [`publish`] with `extra` files (path under the release root, text).
-fn publish_with(repo: &ReleaseRepo, version: &str, kubernetes: &str, extra: &[(&str, &str)]) {
-    let mut files = v3_files_as(version, |rel, text| match rel {
-        "metadata.yaml" => text.replace("kubernetes: v1.27.3", &format!("kubernetes: {kubernetes}")),
-        _ => text,
-    });
-    files.extend(extra.iter().map(|(p, t)| ((*p).to_owned(), (*t).to_owned())));
-    let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
-    repo.release(&format!("{STACK}-{version}"), &refs);
+fn config_text(env: &Env, rollout: Option<Value>) -> String {
+    let sub = |s: Sub| match rollout {
+        Some(r) => s.set("rollout", r),
+        None => s,
+    };
+    env.stack_config(|s| sub(s.interval("1s").set("availableReleases", 2))).text()
 }
 
-/// A cluster-stack config polling every second; `rollout` is the subscription's indented
-/// `rollout:` block (or nothing).
-fn config(env: &Env, rollout: &str) -> PathBuf {
-    let path = env.config(
-        &format!("    stack: {STACK}\n    format: clusterstack\n    availableReleases: 2\n{rollout}"),
-        "",
-        &format!("helm:\n  path: {}\n", helm_path()),
-    );
-    let text = std::fs::read_to_string(&path).expect("config").replace("interval: 1h", "interval: 1s");
-    std::fs::write(&path, text).expect("config");
-    path
+/// Two waves, one Cluster and then the rest, checked every `check`.
+fn two_waves(check: &str) -> Option<Value> {
+    Some(json!({"waves": [{"clusters": 1}, {"percent": 100}], "waveTimeout": "1h", "checkInterval": check}))
 }
 
 fn kcps(env: &Env) -> Api<DynamicObject> {
-    let res = ApiResource::from_gvk(&GroupVersionKind::gvk("controlplane.cluster.x-k8s.io", "v1beta1", "KubeadmControlPlane"));
+    let res = common::res("controlplane.cluster.x-k8s.io", "v1beta1", "KubeadmControlPlane");
     Api::namespaced_with(env.mgmt(), NS, &res)
 }
 
@@ -135,7 +125,7 @@ async fn rollout(env: &Env) -> Value {
 }
 
 async fn rollout_of(env: &Env, tag: &str) -> Value {
-    let res = ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "StackRelease"));
+    let res = common::res("stacksync.io", "v1alpha1", "StackRelease");
     let api: Api<DynamicObject> = Api::all_with(env.mgmt(), &res);
     match api.get_opt(&format!("ferrol.{tag}")).await.expect("get StackRelease") {
         Some(o) => serde_json::to_value(o).expect("json")["status"]["rollout"].clone(),
@@ -164,17 +154,18 @@ async fn rollout_cli(config: &Path, action: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_three_wave_rollout_pauses_at_a_failing_cluster_survives_a_restart_and_resumes() {
     let env = Arc::new(Env::new(10).await);
-    publish(&env.repo, "v3", "v1.27.3");
+    publish_v3_on(&env.repo, "v3", "v1.27.3", &[]);
     fleet(&env, 10).await;
     // c07 is the canary: it goes first, whatever its name.
     env.patch_cluster("c07", json!({"metadata": {"labels": {"canary": "yes"}}})).await;
-    let config = config(
-        &env,
-        "    rollout:\n      waves: [{clusters: 1}, {percent: 50}, {percent: 100}]\n      canarySelector: {matchLabels: {canary: \"yes\"}}\n      waveTimeout: 10s\n      checkInterval: 250ms\n",
-    );
+    let waves = json!({
+        "waves": [{"clusters": 1}, {"percent": 50}, {"percent": 100}],
+        "canarySelector": {"matchLabels": {"canary": "yes"}}, "waveTimeout": "10s", "checkInterval": "250ms",
+    });
+    let config = config(&env, Some(waves));
     let broken = Arc::new(Mutex::new(BTreeSet::from(["c02".to_owned()])));
     let (stop, capi) = play_cluster_api(&env, broken.clone());
-    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
     daemon
         .eventually("the fleet on v3", Duration::from_secs(60), async || {
             let mut ready = 0;
@@ -187,7 +178,7 @@ async fn a_three_wave_rollout_pauses_at_a_failing_cluster_survives_a_restart_and
     assert!(rollout(&env).await.is_null());
 
     // v4 is published (Kubernetes v1.27.5): wave 1 is the canary.
-    publish(&env.repo, "v4", "v1.27.5");
+    publish_v3_on(&env.repo, "v4", "v1.27.5", &[]);
     daemon.eventually("wave 1 started", Duration::from_secs(30), async || !on_v4(&env).await.is_empty()).await;
     assert_eq!(on_v4(&env).await, BTreeSet::from(["c07".to_owned()]));
     let r = rollout(&env).await;
@@ -221,7 +212,7 @@ async fn a_three_wave_rollout_pauses_at_a_failing_cluster_survives_a_restart_and
     daemon.stop().await;
 
     // A restart keeps the pause: nothing further is touched.
-    let daemon = Daemon::start(&config, env.dir.path().join("daemon2.log"));
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon2.log")).await;
     daemon.eventually("the restarted daemon looks", Duration::from_secs(30), async || daemon.log().contains("Cluster API found")).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(rollout(&env).await["phase"], "Paused");
@@ -248,15 +239,15 @@ async fn a_three_wave_rollout_pauses_at_a_failing_cluster_survives_a_restart_and
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_rollout_nothing_moves_and_a_pause_stops_at_the_wave_boundary() {
     let env = Arc::new(Env::new(3).await);
-    publish(&env.repo, "v3", "v1.27.3");
-    publish(&env.repo, "v4", "v1.27.5");
+    publish_v3_on(&env.repo, "v3", "v1.27.3", &[]);
+    publish_v3_on(&env.repo, "v4", "v1.27.5", &[]);
     fleet(&env, 3).await;
     let broken = Arc::new(Mutex::new(BTreeSet::from(["c00".to_owned()])));
     let (stop, capi) = play_cluster_api(&env, broken.clone());
 
     // No `rollout:`: v4 is offered (its ClusterClass is there), the Clusters stay on v3.
-    let plain = config(&env, "");
-    let daemon = Daemon::start(&plain, env.dir.path().join("daemon.log"));
+    let plain = config(&env, None);
+    let daemon = Daemon::start(&plain, env.dir.path().join("daemon.log")).await;
     daemon
         .eventually("the fleet synced on v3", Duration::from_secs(60), async || {
             let mut ready = 0;
@@ -272,9 +263,8 @@ async fn without_rollout_nothing_moves_and_a_pause_stops_at_the_wave_boundary() 
     daemon.stop().await;
 
     // With `rollout:`: wave 1 (c00) starts; a pause asked for during it stops before wave 2.
-    let config =
-        config(&env, "    rollout:\n      waves: [{clusters: 1}, {percent: 100}]\n      waveTimeout: 1h\n      checkInterval: 250ms\n");
-    let daemon = Daemon::start(&config, env.dir.path().join("daemon2.log"));
+    let config = config(&env, two_waves("250ms"));
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon2.log")).await;
     daemon.eventually("wave 1 started", Duration::from_secs(30), async || rollout(&env).await["phase"] == "Progressing").await;
     let printed = rollout_cli(&config, "pause").await;
     assert!(printed.contains("next wave boundary"), "{printed}");
@@ -288,9 +278,8 @@ async fn without_rollout_nothing_moves_and_a_pause_stops_at_the_wave_boundary() 
 
     // A resume is acted on at once, not at the next check: with `checkInterval: 1h` the daemon
     // sees the request on its StackRelease watch and starts wave 2.
-    let slow = "    rollout:\n      waves: [{clusters: 1}, {percent: 100}]\n      waveTimeout: 1h\n      checkInterval: 1h\n";
-    let config = self::config(&env, slow);
-    let daemon = Daemon::start(&config, env.dir.path().join("daemon3.log"));
+    let config = self::config(&env, two_waves("1h"));
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon3.log")).await;
     daemon.eventually("the restarted daemon looks", Duration::from_secs(30), async || daemon.log().contains("Cluster API found")).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(rollout(&env).await["phase"], "Paused");
@@ -304,11 +293,8 @@ async fn without_rollout_nothing_moves_and_a_pause_stops_at_the_wave_boundary() 
     daemon.stop().await;
 
     // Resuming a rollout that is not paused is an error; this one finishes at its checks.
-    let config = self::config(
-        &env,
-        "    rollout:\n      waves: [{clusters: 1}, {percent: 100}]\n      waveTimeout: 1h\n      checkInterval: 250ms\n",
-    );
-    let daemon = Daemon::start(&config, env.dir.path().join("daemon4.log"));
+    let config = self::config(&env, two_waves("250ms"));
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon4.log")).await;
     daemon.eventually("rollout complete", Duration::from_secs(60), async || rollout(&env).await["phase"] == "Complete").await;
     assert_eq!(on_v4(&env).await.len(), 3);
     let o = cli(&["rollout", "resume", "--config", &config.to_string_lossy(), "ferrol"], &[]).await;
@@ -321,21 +307,20 @@ async fn without_rollout_nothing_moves_and_a_pause_stops_at_the_wave_boundary() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newer_release_supersedes_a_running_rollout() {
     let env = Arc::new(Env::new(2).await);
-    publish(&env.repo, "v3", "v1.27.3");
+    publish_v3_on(&env.repo, "v3", "v1.27.3", &[]);
     // v4 moves the Kubernetes version too, so the broken c00 (its control plane never reports
     // v1.27.4) really holds v4's first wave until v5 arrives: with v3's version it would be done
     // at once and v4's rollout could complete before v5 is seen (a race, seen in a full run).
-    publish(&env.repo, "v4", "v1.27.4");
+    publish_v3_on(&env.repo, "v4", "v1.27.4", &[]);
     fleet(&env, 2).await;
     let broken = Arc::new(Mutex::new(BTreeSet::from(["c00".to_owned()])));
     let (stop, capi) = play_cluster_api(&env, broken.clone());
-    let config =
-        config(&env, "    rollout:\n      waves: [{clusters: 1}, {percent: 100}]\n      waveTimeout: 1h\n      checkInterval: 250ms\n");
-    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    let config = config(&env, two_waves("250ms"));
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
     daemon.eventually("the v4 rollout runs", Duration::from_secs(30), async || rollout(&env).await["phase"] == "Progressing").await;
 
     // v5 while c00 is still in v4's first wave: v5's rollout takes over both Clusters.
-    publish(&env.repo, "v5", "v1.27.5");
+    publish_v3_on(&env.repo, "v5", "v1.27.5", &[]);
     let v5 = "docker-ferrol-1-27-v5";
     daemon.eventually("the v5 rollout runs", Duration::from_secs(30), async || !rollout_of(&env, v5).await.is_null()).await;
     let r = rollout(&env).await;
@@ -352,12 +337,6 @@ async fn a_newer_release_supersedes_a_running_rollout() {
 }
 
 /// Replaces the config the way editors do (temp file, rename), for the daemon's hot reload.
-fn save_by_rename(path: &Path, text: &str) {
-    let tmp = path.with_extension("yaml.swp");
-    std::fs::write(&tmp, text).expect("write temp");
-    std::fs::rename(&tmp, path).expect("rename");
-}
-
 async fn events_with(env: &Env, reason: &str) -> Vec<String> {
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(env.mgmt());
     let list = events.list(&Default::default()).await.expect("events").items;
@@ -367,16 +346,15 @@ async fn events_with(env: &Env, reason: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_waits_for_a_failed_cluster_class_and_stops_when_rollout_is_removed() {
     let env = Arc::new(Env::new(2).await);
-    publish(&env.repo, "v3", "v1.27.3");
+    publish_v3_on(&env.repo, "v3", "v1.27.3", &[]);
     // v4's ClusterClass chart does not render: its rollout waits, saying why.
     let broken_class = ("docker-ferrol-1-27-cluster-class-v4/templates/broken.yaml", "{{ fail \"the v4 class is broken on purpose\" }}\n");
-    publish_with(&env.repo, "v4", "v1.27.3", &[broken_class]);
+    publish_v3_on(&env.repo, "v4", "v1.27.3", &[broken_class]);
     fleet(&env, 2).await;
     let broken = Arc::new(Mutex::new(BTreeSet::from(["c00".to_owned()])));
     let (stop, capi) = play_cluster_api(&env, broken.clone());
-    let block = "    rollout:\n      waves: [{clusters: 1}, {percent: 100}]\n      waveTimeout: 1h\n      checkInterval: 250ms\n";
-    let config = config(&env, block);
-    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log"));
+    let config = config(&env, two_waves("250ms"));
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
     // Waiting first while v4's StackRelease has no status yet, then saying why it failed.
     daemon
         .eventually("the v4 rollout waits for the broken class", Duration::from_secs(60), async || {
@@ -404,16 +382,15 @@ async fn a_rollout_waits_for_a_failed_cluster_class_and_stops_when_rollout_is_re
     assert!(on_v4(&env).await.is_empty(), "a Cluster was moved to a class that is not applied");
 
     // v5 is fine: its rollout supersedes the waiting one; wave 1 (c00) stays unfinished.
-    publish(&env.repo, "v5", "v1.27.3");
+    publish_v3_on(&env.repo, "v5", "v1.27.3", &[]);
     let v5 = "docker-ferrol-1-27-v5";
     daemon.eventually("the v5 rollout runs", Duration::from_secs(60), async || rollout_of(&env, v5).await["phase"] == "Progressing").await;
     assert_eq!(rollout(&env).await["phase"], "Superseded");
     daemon.eventually("c00 moved", Duration::from_secs(30), async || classes(&env).await.iter().any(|(n, c)| n == "c00" && c == v5)).await;
 
     // `rollout:` removed (hot reload): the rollout ends, saying so; c01 is not moved.
-    let text = std::fs::read_to_string(&config).expect("config");
-    assert!(text.contains(block));
-    save_by_rename(&config, &text.replace(block, ""));
+    let with_rollout = std::fs::read_to_string(&config).expect("config");
+    save_by_rename(&config, &self::config_text(&env, None));
     daemon.eventually("the v5 rollout stopped", Duration::from_secs(30), async || rollout_of(&env, v5).await["phase"] == "Stopped").await;
     let r = rollout_of(&env, v5).await;
     assert_eq!(r["reason"], "RolloutRemoved", "{r}");
@@ -430,7 +407,7 @@ async fn a_rollout_waits_for_a_failed_cluster_class_and_stops_when_rollout_is_re
     assert_eq!(rollout_of(&env, v5).await["phase"], "Stopped");
 
     // `rollout:` back: a new rollout moves the Clusters still on older releases (c01).
-    save_by_rename(&config, &text);
+    save_by_rename(&config, &with_rollout);
     daemon
         .eventually("the new v5 rollout complete", Duration::from_secs(60), async || rollout_of(&env, v5).await["phase"] == "Complete")
         .await;

@@ -12,8 +12,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{assert_exit, configmap, run_once, status, stderr, targz};
+use common::fleet::Env;
+use common::{Config, Daemon, assert_exit, configmap, run_once, status, stderr, targz};
+use kube::api::{Api, DynamicObject};
+use serde_json::{Value, json};
 use testkit::git::{GitDaemon, ReleaseRepo};
+
+/// How long the daemon may take to follow a rotated key.
+const WITHIN: Duration = Duration::from_secs(60);
 
 /// Runs a command to success, returning stdout.
 fn run(cmd: &mut Command) -> String {
@@ -71,15 +77,10 @@ fn ssh_signing(key: &Path) -> Vec<String> {
     vec!["-c".into(), "gpg.format=ssh".into(), "-c".into(), format!("user.signingkey={}", key.display())]
 }
 
-fn git_config(dir: &Path, url: &str, verify: &str, interval: &str) -> PathBuf {
-    let text = format!(
-        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nsources:\n  - name: stacks\n    git:\n      url: {url}\n      verify:\n{verify}subscriptions:\n  - name: stack\n    source: stacks\n    version: \"*\"\n    interval: {interval}\n    clusters:\n      - name: alpha\n        namespace: team-a\n        values: {{region: eu-1}}\ntarget:\n  directory: {out}\n",
-        cache = dir.join("cache").display(),
-        out = dir.join("out").display(),
-    );
-    let path = dir.join("stacksync.yaml");
-    std::fs::write(&path, text).expect("config");
-    path
+/// Git source `stacks` at `url` verified by `verify`, polled every `interval`, to the
+/// directory target.
+fn git_config(dir: &Path, url: &str, verify: Value, interval: &str) -> PathBuf {
+    common::git_config(dir, url).source_set("stacks", "verify", verify).edit_sub("stack", |s| s.interval(interval)).write()
 }
 
 fn applied(dir: &Path) -> String {
@@ -118,8 +119,8 @@ async fn only_tags_signed_by_a_trusted_ssh_key_are_releases() {
         ),
     )
     .expect("signers");
-    let verify = format!("        ssh:\n          allowedSigners: {{file: {}}}\n", signers.display());
-    let config = git_config(dir.path(), &daemon.url("stacks.git"), &verify, "1h");
+    let verify = json!({"ssh": {"allowedSigners": {"file": signers}}});
+    let config = git_config(dir.path(), &daemon.url("stacks.git"), verify, "1h");
 
     let o = run_once(&config).await;
     assert_exit(&o, 0);
@@ -233,8 +234,8 @@ async fn tags_signed_by_gpg_with_ed25519_and_rsa_keys_verify_and_a_tampered_one_
     tag_release(&repo, "v1.1.0", "rsa", Some(&gpg.signing(&rsa)));
     let keyring = dir.path().join("release-keys.asc");
     std::fs::write(&keyring, format!("{}{}", gpg.export(&ed), gpg.export(&rsa))).expect("keyring");
-    let verify = format!("        openpgp:\n          keyring: {{file: {}}}\n", keyring.display());
-    let config = git_config(dir.path(), &repo.file_url(), &verify, "1h");
+    let verify = json!({"openpgp": {"keyring": {"file": keyring}}});
+    let config = git_config(dir.path(), &repo.file_url(), verify, "1h");
 
     let o = run_once(&config).await;
     assert_exit(&o, 0);
@@ -262,19 +263,6 @@ async fn tags_signed_by_gpg_with_ed25519_and_rsa_keys_verify_and_a_tampered_one_
     assert!(log.contains(&format!("trusted keys: openpgp:{ed}, openpgp:{rsa}")), "{log}");
 }
 
-/// Polls `cond` every 50 ms for at most 60 s.
-async fn wait_for(what: &str, log: &Path, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}; log:\n{}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_rotated_in_and_out_while_the_daemon_runs_counts_from_the_next_poll() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -286,17 +274,10 @@ async fn a_key_rotated_in_and_out_while_the_daemon_runs_counts_from_the_next_pol
     tag_release(&repo, "v2.0.0", "new", Some(&ssh_signing(&new)));
     let signers = keys.join("allowed_signers");
     write_atomically(&signers, &format!("release@acme {}\n", ssh_pub(&old)));
-    let verify = format!("        ssh:\n          allowedSigners: {{file: {}}}\n", signers.display());
-    let config = git_config(dir.path(), &repo.file_url(), &verify, "1s");
+    let verify = json!({"ssh": {"allowedSigners": {"file": signers}}});
+    let config = git_config(dir.path(), &repo.file_url(), verify, "1s");
 
-    let log = dir.path().join("stacksync.log");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stacksync"))
-        .args(["run", "--admin-addr", "127.0.0.1:0", "--config", &config.to_string_lossy()])
-        .env("NO_COLOR", "1")
-        .stderr(std::fs::File::create(&log).expect("log file"))
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn daemon");
+    let daemon = Daemon::start(&config, dir.path().join("stacksync.log")).await;
     let out = dir.path().join("out");
     let applied_now = || {
         std::fs::read_to_string(out.join("status/team-a/alpha.yaml"))
@@ -307,32 +288,28 @@ async fn a_key_rotated_in_and_out_while_the_daemon_runs_counts_from_the_next_pol
             })
             .unwrap_or_default()
     };
-    wait_for("v1.0.0 applied", &log, || applied_now().0 == "v1.0.0").await;
+    daemon.eventually("v1.0.0 applied", WITHIN, async || applied_now().0 == "v1.0.0").await;
 
     // Rotated in: the new key signs v2.0.0, applied at the next poll.
     write_atomically(&signers, &format!("release@acme {}\nrelease@acme {}\n", ssh_pub(&old), ssh_pub(&new)));
-    wait_for("v2.0.0 applied", &log, || applied_now().0 == "v2.0.0").await;
+    daemon.eventually("v2.0.0 applied", WITHIN, async || applied_now().0 == "v2.0.0").await;
 
     // Rotated out: v2.0.0 no longer verifies. It is never applied again, and it stays in place
     // (never a silent downgrade); the status says why.
     write_atomically(&signers, &format!("release@acme {}\n", ssh_pub(&old)));
-    wait_for("the refusal in the status", &log, || applied_now().1 == "SignatureInvalid").await;
+    daemon.eventually("the refusal in the status", WITHIN, async || applied_now().1 == "SignatureInvalid").await;
     let st = status(&out, "team-a", "alpha");
     assert_eq!(st["appliedRelease"]["tag"], "v2.0.0", "{st:?}");
     let text = serde_json::to_string(&st).expect("json");
     assert!(text.contains(&format!("tag v2.0.0 of source stacks is refused: signed by {}", ssh_fingerprint(&new))), "{text}");
     // Logged when the verdict changes (refused at start, refused again after the rotation out),
     // not at every poll: three more polls add nothing.
-    let read = || std::fs::read_to_string(&log).unwrap_or_default();
-    let polls = read().matches("polled source").count();
-    wait_for("three more polls", &log, || read().matches("polled source").count() >= polls + 3).await;
-    let logged = read();
+    let polls = daemon.log().matches("polled source").count();
+    daemon.eventually("three more polls", WITHIN, async || daemon.log().matches("polled source").count() >= polls + 3).await;
+    let logged = daemon.log();
     assert_eq!(logged.matches("reason=\"untrusted_key\"").count(), 2, "a refusal is logged once per change\n{logged}");
 
-    let pid = child.id().expect("pid").to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
-    let code = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.expect("stopped in time").expect("wait");
-    assert_eq!(code.code(), Some(0));
+    daemon.stop().await;
 }
 
 // ---- OCI artifacts signed by cosign ---------------------------------------------------------
@@ -340,10 +317,7 @@ async fn a_key_rotated_in_and_out_while_the_daemon_runs_counts_from_the_next_pol
 /// The real cosign, as scripts/build-cosign.sh installs it; a bare `cargo test` without it skips
 /// (under CI it must be there).
 fn cosign() -> Option<PathBuf> {
-    let tools = std::env::var_os("STACKSYNC_TOOLS_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/stacksync-tools")));
-    let found = tools.map(|t| t.join("bin/cosign")).filter(|p| p.is_file());
+    let found = common::tool("cosign");
     assert!(found.is_some() || std::env::var_os("CI").is_none(), "cosign is not installed; scripts/test.sh runs scripts/build-cosign.sh");
     if found.is_none() {
         eprintln!("SKIP: cosign is not installed (scripts/build-cosign.sh)");
@@ -425,18 +399,9 @@ async fn oci_artifacts_need_a_cosign_signature_by_a_trusted_key_for_the_digest_p
         .expect("body");
     registry.put_manifest("acme/stacks", &format!("sha256-{}.sig", hex(&v4)), &sig_manifest).await;
 
-    let oci = format!(
-        "      repository: {}\n      insecure: true\n      verify:\n        cosign:\n          publicKey: {{file: {}}}\n",
-        registry.repository("acme/stacks"),
-        public.display()
-    );
-    let text = format!(
-        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nsources:\n  - name: registry\n    oci:\n{oci}subscriptions:\n  - name: stack\n    source: registry\n    interval: 1h\n    clusters:\n      - name: alpha\n        namespace: team-a\n        values: {{region: eu-1}}\ntarget:\n  directory: {out}\n",
-        cache = dir.path().join("cache").display(),
-        out = dir.path().join("out").display()
-    );
-    let config = dir.path().join("stacksync.yaml");
-    std::fs::write(&config, text).expect("config");
+    let oci =
+        json!({"repository": registry.repository("acme/stacks"), "insecure": true, "verify": {"cosign": {"publicKey": {"file": public}}}});
+    let config = Config::new(dir.path()).source("registry", "oci", oci).sub(common::alpha("registry")).directory().write();
 
     let o = run_once(&config).await;
     assert_exit(&o, 0);
@@ -519,13 +484,8 @@ async fn github_assets_signed_with_cosign_sign_blob_or_ssh_keygen_and_a_tampered
 
     let signers = dir.path().join("allowed_signers");
     std::fs::write(&signers, format!("release@acme namespaces=\"file\" {}\n", ssh_pub(&ssh))).expect("signers");
-    let lines = format!(
-        "      repo: acme/stacks\n      apiUrl: {}\n      verify:\n        cosign: {{publicKey: {{file: {}}}}}\n        ssh: {{allowedSigners: {{file: {}}}}}\n",
-        server.api_url(),
-        public.display(),
-        signers.display()
-    );
-    let config = common::github_config(dir.path(), &lines, "");
+    let verify = json!({"cosign": {"publicKey": {"file": public}}, "ssh": {"allowedSigners": {"file": signers}}});
+    let config = common::github_config(dir.path(), "acme/stacks", &server.api_url()).source_set("gh", "verify", verify).write();
     let o = run_once(&config).await;
     assert_exit(&o, 0);
     let log = stderr(&o);
@@ -565,43 +525,17 @@ async fn github_assets_signed_with_cosign_sign_blob_or_ssh_keygen_and_a_tampered
 /// A management cluster (testkit's API server with the Cluster API and stacksync CRDs) with one
 /// ready Cluster `team-a/alpha` labelled `stack: ferrol` (`topology` as given) whose kubeconfig
 /// Secret points at a workload server.
-async fn k8s_env(dir: &Path, topology: serde_json::Value) -> (testkit::apiserver::ApiServer, testkit::apiserver::ApiServer, kube::Client) {
-    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
-    use serde_json::json;
-    use testkit::apiserver::{ApiServer, Options, capi_crds_dir};
-    let _ = dir;
-    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds");
-    let mgmt = ApiServer::start_with(Options { preload: vec![capi_crds_dir(), crds], ..Options::default() }).await.expect("mgmt");
-    let workload = ApiServer::start().await.expect("workload");
-    mgmt.load_yaml("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-a\n").expect("namespace");
-    let client = mgmt.client().expect("client");
-    let clusters: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        "team-a",
-        &ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster")),
-    );
-    let body = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": "alpha", "namespace": "team-a", "labels": {"stack": "ferrol"}}, "spec": topology});
-    clusters.patch("alpha", &PatchParams::apply("capi"), &Patch::Apply(body)).await.expect("cluster");
-    let ready = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": "alpha"}, "status": {"controlPlaneReady": true}});
-    clusters.patch_status("alpha", &PatchParams::apply("capi").force(), &Patch::Apply(ready)).await.expect("status");
-    let mut secret = k8s_openapi::api::core::v1::Secret::default();
-    secret.metadata.name = Some("alpha-kubeconfig".into());
-    secret.metadata.namespace = Some("team-a".into());
-    secret.data = Some([("value".to_owned(), k8s_openapi::ByteString(std::fs::read(workload.kubeconfig()).expect("kubeconfig")))].into());
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), "team-a");
-    secrets.patch("alpha-kubeconfig", &PatchParams::apply("capi"), &Patch::Apply(&secret)).await.expect("secret");
-
-    (mgmt, workload, client)
+/// `config` with its Git source `stacks` verified by the `allowed_signers` file.
+fn verified(config: Config, signers: &Path) -> PathBuf {
+    config.source_set("stacks", "verify", json!({"ssh": {"allowedSigners": {"file": signers}}})).write()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stack_releases_record_the_signer_and_a_refused_release_is_ready_false_signature_invalid() {
-    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-    use serde_json::json;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (mgmt, _workload, client) = k8s_env(dir.path(), json!({})).await;
+    let env = Env::new(1).await;
+    env.add_synced_cluster("alpha", 0).await;
+    let (dir, repo, client) = (&env.dir, &env.repo, env.mgmt());
     let key = ssh_key(dir.path(), "release");
-    let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
     let cm = |extra: &str| {
         format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: addon-config\n  namespace: kube-system\ndata:\n  extra: {extra}\n")
     };
@@ -609,20 +543,11 @@ async fn stack_releases_record_the_signer_and_a_refused_release_is_ready_false_s
     tag_manifest(&repo, "v1.1.0", &cm("unsigned"), None);
     let signers = dir.path().join("allowed_signers");
     std::fs::write(&signers, format!("release@acme {}\n", ssh_pub(&key))).expect("signers");
-    let text = format!(
-        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nsources:\n  - name: stacks\n    git:\n      url: {url}\n      verify:\n        ssh: {{allowedSigners: {{file: {signers}}}}}\nsubscriptions:\n  - name: ferrol\n    source: stacks\n    interval: 1h\n    healthTimeout: 0s\n    clusterSelector:\n      matchLabels: {{stack: ferrol}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n",
-        cache = dir.path().join("cache").display(),
-        url = repo.file_url(),
-        signers = signers.display(),
-        kubeconfig = mgmt.kubeconfig().display(),
-    );
-    let config = dir.path().join("stacksync.yaml");
-    std::fs::write(&config, text).expect("config");
+    let config = verified(env.config(), &signers);
     let o = run_once(&config).await;
     assert_exit(&o, 0);
 
-    let releases: Api<DynamicObject> =
-        Api::all_with(client.clone(), &ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "StackRelease")));
+    let releases: Api<DynamicObject> = Api::all_with(client.clone(), &common::res("stacksync.io", "v1alpha1", "StackRelease"));
     let fp = ssh_fingerprint(&key);
     let applied = releases.get("ferrol.v1.0.0").await.expect("StackRelease v1.0.0").data;
     assert_eq!(applied["status"]["phase"], "Applied", "{applied}");
@@ -641,37 +566,24 @@ async fn stack_releases_record_the_signer_and_a_refused_release_is_ready_false_s
             && message.contains(&format!("trusted keys: {fp}")),
         "{message}"
     );
-    let syncs: Api<DynamicObject> =
-        Api::namespaced_with(client, "team-a", &ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "ClusterSync")));
+    let syncs: Api<DynamicObject> = Api::namespaced_with(client, "team-a", &common::res("stacksync.io", "v1alpha1", "ClusterSync"));
     let cs = syncs.get("alpha").await.expect("ClusterSync").data;
     assert_eq!(cs["status"]["appliedRelease"]["tag"], "v1.0.0", "{cs}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_whose_class_names_a_refused_release_is_signature_invalid() {
-    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-    use serde_json::json;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (mgmt, _workload, client) =
-        k8s_env(dir.path(), json!({"topology": {"class": "docker-ferrol-1-27-v2", "version": "v1.27.3"}})).await;
+    let env = Env::new(1).await;
+    env.add_cluster("alpha", "docker-ferrol-1-27-v2", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let (dir, repo, client) = (&env.dir, &env.repo, env.mgmt());
     let key = ssh_key(dir.path(), "release");
-    let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
     tag_manifest(&repo, "docker-ferrol-1-27-v2", "# nothing\n", None);
     let signers = dir.path().join("allowed_signers");
     std::fs::write(&signers, format!("release@acme {}\n", ssh_pub(&key))).expect("signers");
-    let text = format!(
-        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nhelm:\n  path: {helm}\nsources:\n  - name: stacks\n    git:\n      url: {url}\n      verify:\n        ssh: {{allowedSigners: {{file: {signers}}}}}\nsubscriptions:\n  - name: ferrol\n    source: stacks\n    stack: docker-ferrol-1-27\n    format: clusterstack\n    interval: 1h\n    clusterSelector:\n      matchLabels: {{stack: ferrol}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n",
-        cache = dir.path().join("cache").display(),
-        helm = common::helm_path().display(),
-        url = repo.file_url(),
-        signers = signers.display(),
-        kubeconfig = mgmt.kubeconfig().display(),
-    );
-    let config = dir.path().join("stacksync.yaml");
-    std::fs::write(&config, text).expect("config");
+    let config = verified(env.stack_config(|s| s), &signers);
     let o = run_once(&config).await;
-    let syncs: Api<DynamicObject> =
-        Api::namespaced_with(client, "team-a", &ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "ClusterSync")));
+    let syncs: Api<DynamicObject> = Api::namespaced_with(client, "team-a", &common::res("stacksync.io", "v1alpha1", "ClusterSync"));
     let cs = syncs.get("alpha").await.unwrap_or_else(|e| panic!("ClusterSync: {e}\n{}", stderr(&o))).data;
     let ready = cs["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Ready")).cloned().unwrap_or_default();
     assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("False"), Some("SignatureInvalid")), "{cs}");

@@ -9,15 +9,19 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use testkit::git::ReleaseRepo;
 
 use super::certs::make_certs;
-use super::fleet::{Daemon, fixture_files, helm_path};
+use super::config::{Config, Sub};
+use super::daemon::{Daemon, eventually, tail};
+use super::fleet::fixture_files;
+use super::helm_path;
+pub use super::res;
 
 pub const STACK: &str = "testkit-ferrol-1-35";
 pub const V1: &str = "testkit-ferrol-1-35-v1";
@@ -74,20 +78,14 @@ impl CapiTenant {
     }
 
     /// The config: one Git source, one cluster-stack subscription of [`STACK`] selecting this
-    /// tenant's Clusters (label `e2e: <ns>`), with `sub_extra` lines; the real helm.
-    pub fn config(&self, sub_extra: &str) -> PathBuf {
-        let text = format!(
-            "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nhelm:\n  path: {helm}\nsources:\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n  - name: {sub}\n    source: stacks\n    stack: {STACK}\n    format: clusterstack\n    interval: 2s\n{sub_extra}    clusterSelector:\n      matchLabels: {{e2e: {label}}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n    notReadyRetry: 1s\n",
-            cache = self.dir.path().join("cache").display(),
-            helm = helm_path(),
-            url = self.repo.file_url(),
-            sub = self.ns,
-            label = self.ns,
-            kubeconfig = self.env.kubeconfig().display(),
-        );
-        let path = self.dir.path().join("stacksync.yaml");
-        std::fs::write(&path, text).expect("config");
-        path
+    /// tenant's Clusters (label `e2e: <ns>`), polled every 2 s, `edit`ed; the real helm.
+    pub fn config(&self, edit: impl FnOnce(Sub) -> Sub) -> Config {
+        Config::new(self.dir.path())
+            .helm(&helm_path())
+            .git("stacks", &self.repo.file_url())
+            .sub(edit(Sub::new(&self.ns, "stacks").clusterstack(STACK).interval("2s").select("e2e", &self.ns)))
+            .kubernetes(self.env.kubeconfig())
+            .kubernetes_set("notReadyRetry", "1s")
     }
 
     /// Tags fixture release `release` (testdata/clusterstack), each file passed through
@@ -102,10 +100,7 @@ impl CapiTenant {
     /// `stacksync run` with the hooks listener on a free port, and the `ExtensionConfig` that
     /// makes Cluster API call it for this tenant's namespace (written once the listener is up).
     pub async fn start(&self, config: &Path, extra: &[&str]) -> Daemon {
-        let (cert, key) = (self.cert.to_string_lossy(), self.key.to_string_lossy());
-        let mut args = vec!["--hooks-addr", "127.0.0.1:0", "--hooks-cert-file", &cert, "--hooks-key-file", &key];
-        args.extend_from_slice(extra);
-        let daemon = Daemon::start_with(config, self.dir.path().join("daemon.log"), &args);
+        let daemon = Daemon::launch(config, self.dir.path().join("daemon.log")).hooks(&self.cert, &self.key).args(extra).start().await;
         let url = daemon.hooks_url().await;
         self.extension_config(&url).await;
         daemon
@@ -185,21 +180,12 @@ impl CapiTenant {
         format!("{}-{cluster}", self.ns)
     }
 
-    /// Polls `cond` every 100 ms for at most `within`; the failure message carries the daemon's
-    /// and the manager's logs' ends.
-    pub async fn eventually(&self, daemon: &Daemon, what: &str, within: Duration, mut cond: impl AsyncFnMut() -> bool) -> Duration {
-        let start = Instant::now();
-        while !cond().await {
-            if start.elapsed() > within {
-                panic!(
-                    "{what}: not within {within:?}\ndaemon log:\n{}\nCluster API manager log (end):\n{}",
-                    tail(&daemon.log(), 60),
-                    tail(&self.manager_log(), 40)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        start.elapsed()
+    /// [`eventually`]; the failure message carries the ends of the daemon's and the manager's logs.
+    pub async fn eventually(&self, daemon: &Daemon, what: &str, within: Duration, cond: impl AsyncFnMut() -> bool) -> Duration {
+        eventually(what, within, cond, || {
+            format!("daemon log:\n{}\nCluster API manager log (end):\n{}", tail(&daemon.log(), 60), tail(&self.manager_log(), 40))
+        })
+        .await
     }
 
     /// Deletes the Clusters (Cluster API removes what it made), the ExtensionConfig and the
@@ -213,18 +199,9 @@ impl CapiTenant {
     }
 }
 
-pub fn res(group: &str, version: &str, kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
-}
-
 /// `(status, reason, message)` of a condition.
 pub fn condition(obj: &Value, type_: &str) -> (String, String, String) {
-    let c = obj["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == type_)).cloned().unwrap_or(Value::Null);
+    let c = super::condition(obj, type_);
     let s = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
     (s("status"), s("reason"), s("message"))
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }

@@ -1,18 +1,30 @@
-//! A fleet for controller tests: a testkit management cluster with Cluster API's CRDs and ours,
-//! workload clusters, a Git release repository, and the real binary as a daemon. Cluster API's
-//! part is played by the tests.
+//! A fleet on testkit's API servers: a management cluster with Cluster API's CRDs and ours,
+//! workload clusters, a Git release repository (optionally served by a Git daemon) and the
+//! config that points the daemon under test at them. Cluster API's part is played by the tests.
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 use testkit::apiserver::{ApiServer, Options, capi_crds_dir};
-use testkit::git::ReleaseRepo;
+use testkit::git::{GitDaemon, ReleaseRepo};
+
+use super::config::{Config, Sub};
+use super::{condition, helm_path, res};
 
 pub const NS: &str = "team-a";
 pub const STACK: &str = "docker-ferrol-1-27";
+/// The GitHub webhook's secret and the generic webhook's token of [`Env::served`].
+pub const SECRET: &str = "It's a Secret to Everybody";
+pub const TOKEN: &str = "generic-token";
+/// A ConfigMap whose data says `version`, named after the Cluster.
+pub fn cm(version: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: addon-${{cluster.name}}\n  namespace: kube-system\ndata:\n  version: {version}\n"
+    )
+}
+
 pub const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: addon-${cluster.name}\n  namespace: kube-system\ndata:\n  cluster: ${cluster.name}\n";
 
 pub struct Env {
@@ -20,20 +32,69 @@ pub struct Env {
     pub repo: ReleaseRepo,
     pub mgmt: ApiServer,
     pub workloads: Vec<ApiServer>,
+    /// A Git daemon serving [`Env::repo`] (with [`Servers::git_daemon`]).
+    pub git: Option<GitDaemon>,
+}
+
+/// What an [`Env`] starts.
+pub struct Servers {
+    /// Workload API servers.
+    pub workloads: usize,
+    /// Serve the release repository over `git://` (its connections counted), and write the
+    /// webhooks' secret files (`github-secret`, `token`) beside the config.
+    pub git_daemon: bool,
+    /// Preload Cluster API's CRDs into the management cluster.
+    pub cluster_api: bool,
+    /// Preload stacksync's CRDs (deploy/crds).
+    pub status_crds: bool,
+}
+
+impl Default for Servers {
+    fn default() -> Servers {
+        Servers { workloads: 1, git_daemon: false, cluster_api: true, status_crds: true }
+    }
 }
 
 impl Env {
+    /// A management cluster (Cluster API's CRDs and ours, namespace [`NS`]), `n_workloads`
+    /// workload clusters and a release repository.
     pub async fn new(n_workloads: usize) -> Env {
+        Env::start(Servers { workloads: n_workloads, ..Servers::default() }).await
+    }
+
+    /// One workload cluster and the release repository served by a Git daemon, with the
+    /// webhooks' secrets: for the admin listener's tests.
+    pub async fn served() -> Env {
+        Env::start(Servers { git_daemon: true, ..Servers::default() }).await
+    }
+
+    pub async fn start(servers: Servers) -> Env {
         let dir = tempfile::tempdir().expect("tempdir");
-        let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
-        let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds");
-        let mgmt = ApiServer::start_with(Options { preload: vec![capi_crds_dir(), crds], ..Options::default() }).await.expect("mgmt");
+        let repos = dir.path().join("repos");
+        std::fs::create_dir_all(&repos).expect("repos");
+        let repo = ReleaseRepo::create(&repos, "stacks").expect("repo");
+        let git = match servers.git_daemon {
+            true => {
+                std::fs::write(dir.path().join("github-secret"), format!("{SECRET}\n")).expect("secret");
+                std::fs::write(dir.path().join("token"), TOKEN).expect("token");
+                Some(GitDaemon::start(&repos).await.expect("git daemon"))
+            }
+            false => None,
+        };
+        let mut preload = Vec::new();
+        if servers.cluster_api {
+            preload.push(capi_crds_dir());
+        }
+        if servers.status_crds {
+            preload.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds"));
+        }
+        let mgmt = ApiServer::start_with(Options { preload, ..Options::default() }).await.expect("mgmt");
         let mut workloads = Vec::new();
-        for _ in 0..n_workloads {
+        for _ in 0..servers.workloads {
             workloads.push(ApiServer::start().await.expect("workload"));
         }
         mgmt.load_yaml(&format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n")).expect("namespace");
-        Env { dir, repo, mgmt, workloads }
+        Env { dir, repo, mgmt, workloads, git }
     }
 
     pub fn mgmt(&self) -> kube::Client {
@@ -41,14 +102,25 @@ impl Env {
     }
 
     pub fn clusters(&self) -> Api<DynamicObject> {
-        let res = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster"));
-        Api::namespaced_with(self.mgmt(), NS, &res)
+        Api::namespaced_with(self.mgmt(), NS, &res("cluster.x-k8s.io", "v1beta1", "Cluster"))
     }
 
+    /// A Cluster labelled `stack: ferrol` with `spec.topology.class: class`; `ready` sets
+    /// `status.controlPlaneReady`.
     pub async fn add_cluster(&self, name: &str, class: &str, ready: bool) {
+        self.add_labelled_cluster(name, class, ready, &[]).await;
+    }
+
+    /// [`Env::add_cluster`] with more labels.
+    pub async fn add_labelled_cluster(&self, name: &str, class: &str, ready: bool, labels: &[(&str, &str)]) {
+        let mut all = serde_json::Map::new();
+        all.insert("stack".into(), "ferrol".into());
+        for (k, v) in labels {
+            all.insert((*k).into(), (*v).into());
+        }
         let body = json!({
             "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
-            "metadata": {"name": name, "namespace": NS, "labels": {"stack": "ferrol"}},
+            "metadata": {"name": name, "namespace": NS, "labels": all},
             "spec": {
                 "topology": {"class": class, "version": "v1.27.3"},
                 "controlPlaneEndpoint": {"host": format!("{name}.example.test"), "port": 6443},
@@ -57,6 +129,13 @@ impl Env {
         });
         self.clusters().patch(name, &PatchParams::apply("capi"), &Patch::Apply(body)).await.expect("cluster");
         self.set_ready(name, ready).await;
+    }
+
+    /// A ready Cluster of class `docker-ferrol-1-27-v1` with its kubeconfig Secret for workload
+    /// cluster `i`: all a sync needs.
+    pub async fn add_synced_cluster(&self, name: &str, i: usize) {
+        self.add_cluster(name, "docker-ferrol-1-27-v1", true).await;
+        self.add_kubeconfig(name, i).await;
     }
 
     pub async fn set_ready(&self, name: &str, ready: bool) {
@@ -68,8 +147,14 @@ impl Env {
         self.clusters().patch(name, &PatchParams::default(), &Patch::Merge(patch)).await.expect("patch cluster");
     }
 
+    /// The `<name>-kubeconfig` Secret pointing at workload cluster `i`.
     pub async fn add_kubeconfig(&self, name: &str, i: usize) {
         let kubeconfig = std::fs::read(self.workloads[i].kubeconfig()).expect("kubeconfig");
+        self.put_kubeconfig(name, kubeconfig).await;
+    }
+
+    /// The `<name>-kubeconfig` Secret with `kubeconfig` as its value.
+    pub async fn put_kubeconfig(&self, name: &str, kubeconfig: Vec<u8>) {
         let mut secret = Secret::default();
         secret.metadata.name = Some(format!("{name}-kubeconfig"));
         secret.metadata.namespace = Some(NS.into());
@@ -78,26 +163,53 @@ impl Env {
         api.patch(&format!("{name}-kubeconfig"), &PatchParams::apply("capi"), &Patch::Apply(&secret)).await.expect("secret");
     }
 
-    /// A config with one Git source and one subscription selecting Clusters labelled
-    /// `stack: ferrol`; `sub_extra` and `target_extra` are indented lines added to them.
-    pub fn config(&self, sub_extra: &str, target_extra: &str, top_extra: &str) -> PathBuf {
-        // testkit runs no controllers: a Deployment never becomes available there, so health
-        // checks are off unless a test turns them on.
-        let health = if sub_extra.contains("healthTimeout") { "" } else { "    healthTimeout: 0s\n" };
-        let text = format!(
-            "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\n{top_extra}sources:\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n  - name: ferrol\n    source: stacks\n    interval: 1h\n{health}{sub_extra}    clusterSelector:\n      matchLabels: {{stack: ferrol}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n    notReadyRetry: 1h\n{target_extra}",
-            cache = self.dir.path().join("cache").display(),
-            url = self.repo.file_url(),
-            kubeconfig = self.mgmt.kubeconfig().display(),
-        );
-        let path = self.dir.path().join("stacksync.yaml");
-        std::fs::write(&path, text).expect("config");
-        path
+    /// The Git daemon serving the repository ([`Env::served`]).
+    pub fn git_daemon(&self) -> &GitDaemon {
+        self.git.as_ref().expect("Env::served starts the Git daemon")
+    }
+
+    /// The release repository's URL: `git://` when served by the Git daemon, else `file://`.
+    pub fn repo_url(&self) -> String {
+        match &self.git {
+            Some(git) => git.url("stacks.git"),
+            None => self.repo.file_url(),
+        }
+    }
+
+    /// The subscription every fleet test starts from: `ferrol` of source `stacks`, selecting
+    /// Clusters labelled `stack: ferrol`, health checks off (testkit runs no controllers: a
+    /// Deployment never becomes available there; a test that wants them sets `healthTimeout`).
+    pub fn ferrol() -> Sub {
+        Sub::new("ferrol", "stacks").health_timeout("0s").select("stack", "ferrol")
+    }
+
+    /// A config of one Git source `stacks` (the repository) and [`Env::ferrol`] to the
+    /// management cluster, `notReadyRetry: 1h` (only a watch event brings a Cluster back).
+    pub fn config(&self) -> Config {
+        self.config_with(Env::ferrol())
+    }
+
+    /// [`Env::config`] with `sub` as its subscription.
+    pub fn config_with(&self, sub: Sub) -> Config {
+        Config::new(self.dir.path())
+            .git("stacks", &self.repo_url())
+            .sub(sub)
+            .kubernetes(self.mgmt.kubeconfig())
+            .kubernetes_set("notReadyRetry", "1h")
+    }
+
+    /// [`Env::config`] with both webhooks on (their secrets are [`SECRET`] and [`TOKEN`]).
+    pub fn webhooks_config(&self) -> Config {
+        self.config().set("webhooks", json!({"github": {"secretFile": "github-secret"}, "generic": {"tokenFile": "token"}}))
+    }
+
+    /// [`Env::ferrol`] as the cluster stack [`STACK`] rendered by the real helm, `edit`ed.
+    pub fn stack_config(&self, edit: impl FnOnce(Sub) -> Sub) -> Config {
+        self.config_with(edit(Env::ferrol().clusterstack(STACK))).helm(&helm_path())
     }
 
     pub async fn cluster_sync(&self, name: &str) -> Option<Value> {
-        let res = ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "ClusterSync"));
-        let api: Api<DynamicObject> = Api::namespaced_with(self.mgmt(), NS, &res);
+        let api: Api<DynamicObject> = Api::namespaced_with(self.mgmt(), NS, &res("stacksync.io", "v1alpha1", "ClusterSync"));
         api.get_opt(name).await.expect("get ClusterSync").map(|o| serde_json::to_value(o).expect("json"))
     }
 
@@ -107,14 +219,28 @@ impl Env {
         Some((c["status"].as_str()?.to_owned(), c["reason"].as_str()?.to_owned()))
     }
 
+    /// The release tag applied to a Cluster whose ClusterSync is Ready; empty otherwise.
+    pub async fn applied(&self, name: &str) -> String {
+        let Some(cs) = self.cluster_sync(name).await else { return String::new() };
+        if condition(&cs, "Ready")["status"] != "True" {
+            return String::new();
+        }
+        cs["status"]["appliedRelease"]["tag"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// The release tag the ClusterSync says was applied, Ready or not; empty without one.
+    pub async fn applied_tag(&self, name: &str) -> String {
+        let cs = self.cluster_sync(name).await.unwrap_or_default();
+        cs["status"]["appliedRelease"]["tag"].as_str().unwrap_or_default().to_owned()
+    }
+
     pub async fn configmap(&self, i: usize, name: &str) -> Option<ConfigMap> {
         let api: Api<ConfigMap> = Api::namespaced(self.workloads[i].client().expect("client"), "kube-system");
         api.get_opt(name).await.expect("get")
     }
 
     pub async fn cluster_classes(&self) -> Vec<String> {
-        let res = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "ClusterClass"));
-        let api: Api<DynamicObject> = Api::namespaced_with(self.mgmt(), NS, &res);
+        let api: Api<DynamicObject> = Api::namespaced_with(self.mgmt(), NS, &res("cluster.x-k8s.io", "v1beta1", "ClusterClass"));
         let mut names: Vec<String> =
             api.list(&Default::default()).await.expect("list").items.into_iter().filter_map(|o| o.metadata.name).collect();
         names.sort();
@@ -122,81 +248,7 @@ impl Env {
     }
 }
 
-pub fn condition<'a>(cs: &'a Value, type_: &str) -> &'a Value {
-    cs["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == type_)).unwrap_or(&Value::Null)
-}
-
-/// The running daemon; killed when dropped, stopped with SIGTERM by [`Daemon::stop`].
-pub struct Daemon {
-    pub child: tokio::process::Child,
-    pub log: PathBuf,
-}
-
-impl Daemon {
-    pub fn start(config: &Path, log: PathBuf) -> Daemon {
-        Daemon::start_with(config, log, &[])
-    }
-
-    /// `stacksync run` with `extra` arguments.
-    pub fn start_with(config: &Path, log: PathBuf, extra: &[&str]) -> Daemon {
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stacksync"))
-            .args(["run", "--admin-addr", "127.0.0.1:0", "--config", &config.to_string_lossy()])
-            .args(extra)
-            .env("NO_COLOR", "1")
-            .env("RUST_LOG", "info,stacksync::controller::kubernetes::run=debug")
-            .stderr(std::fs::File::create(&log).expect("log"))
-            .kill_on_drop(true)
-            .spawn()
-            .expect("daemon");
-        Daemon { child, log }
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Polls `cond` every 50 ms for at most `within`.
-    pub async fn eventually(&self, what: &str, within: Duration, mut cond: impl AsyncFnMut() -> bool) -> Duration {
-        let start = Instant::now();
-        while !cond().await {
-            assert!(start.elapsed() < within, "{what}: not within {within:?}; log:\n{}", self.log());
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        start.elapsed()
-    }
-
-    /// The hooks listener's `https://127.0.0.1:<port>` (`--hooks-addr`), from its log line.
-    pub async fn hooks_url(&self) -> String {
-        let mut addr = String::new();
-        self.eventually("the hooks listener", Duration::from_secs(20), async || {
-            let log = self.log();
-            let found = log.lines().find(|l| l.contains("hooks listener")).and_then(|l| l.split("addr=").nth(1));
-            addr = found.and_then(|a| a.split_whitespace().next()).unwrap_or_default().to_owned();
-            !addr.is_empty()
-        })
-        .await;
-        format!("https://{addr}")
-    }
-
-    pub async fn stop(mut self) {
-        let pid = self.child.id().expect("pid").to_string();
-        assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
-        let status = tokio::time::timeout(Duration::from_secs(40), self.child.wait()).await.expect("stopped in time").expect("wait");
-        assert_eq!(status.code(), Some(0), "log:\n{}", self.log());
-    }
-}
-
-/// Runs the CLI to completion with extra environment.
-pub async fn cli(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_stacksync"));
-    cmd.args(args).env("NO_COLOR", "1").env("RUST_LOG", "info").kill_on_drop(true);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    tokio::time::timeout(super::CLI_TIMEOUT, cmd.output()).await.expect("finished in time").expect("run stacksync")
-}
-
-/// Every file of a cluster-stack fixture release: (path under the release root, text).
+/// Every file of a cluster-stack fixture release: (path under the release root, text), sorted.
 pub fn fixture_files(release: &str) -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/clusterstack").join(release);
     let mut files = Vec::new();
@@ -212,6 +264,7 @@ pub fn fixture_files(release: &str) -> Vec<(String, String)> {
             }
         }
     }
+    files.sort();
     files
 }
 
@@ -221,14 +274,6 @@ pub fn publish(repo: &ReleaseRepo, release: &str) {
     let files = fixture_files(release);
     let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
     repo.release(release, &refs);
-}
-
-pub fn helm_path() -> String {
-    let tools = std::env::var_os("STACKSYNC_TOOLS_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/stacksync-tools")))
-        .expect("HOME");
-    std::env::var("STACKSYNC_HELM").unwrap_or_else(|_| tools.join("bin/helm").to_string_lossy().into_owned())
 }
 
 /// v4: v3's addons with `BeforeClusterUpgrade` stages that delete `legacy-dns`, apply `cni` and
@@ -256,6 +301,18 @@ pub fn v3_files_as(version: &str, edit: impl Fn(&str, String) -> String) -> Vec<
             (rel, text)
         })
         .collect()
+}
+
+/// v3's fixture as release `version` whose metadata says Kubernetes `kubernetes`, with `extra`
+/// files (path under the release root, text).
+pub fn publish_v3_on(repo: &ReleaseRepo, version: &str, kubernetes: &str, extra: &[(&str, &str)]) {
+    let mut files = v3_files_as(version, |rel, text| match rel {
+        "metadata.yaml" => text.replace("kubernetes: v1.27.3", &format!("kubernetes: {kubernetes}")),
+        _ => text,
+    });
+    files.extend(extra.iter().map(|(p, t)| ((*p).to_owned(), (*t).to_owned())));
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    repo.release(&format!("{STACK}-{version}"), &refs);
 }
 
 /// v3's fixture as release `version`, with `install` replacing its install stages (when given)

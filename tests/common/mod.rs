@@ -1,76 +1,47 @@
-//! Shared fixtures for the end-to-end tests: a config writer and a bounded CLI runner.
-#![allow(dead_code, reason = "each test binary uses a different subset")]
+//! The harness of the end-to-end tests: one way to write the daemon's config
+//! ([`config::Config`]), to run it ([`daemon::Daemon`], [`stacksync`] for the CLI) and to wait
+//! for it ([`daemon::eventually`]), and the servers it runs against: testkit's API servers
+//! ([`fleet::Env`]), the real control plane ([`real::Tenant`]), the real Cluster API
+//! ([`capi::CapiTenant`]). docs/testing.md says which test uses which.
+#![allow(dead_code, unused_imports, reason = "each test binary uses a different subset")]
 
 pub mod capi;
 pub mod certs;
+pub mod config;
+pub mod daemon;
 pub mod fleet;
 pub mod real;
+
+pub use config::{Config, Sub};
+pub use daemon::{Daemon, eventually};
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
+use kube::api::{ApiResource, GroupVersionKind};
+
 /// Upper bound for one CLI invocation; a hang fails the test instead of CI.
 pub const CLI_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// `(namespace, name, [(value name, value)])`
-pub type Cluster<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
-
-/// One subscription in a generated config.
-pub struct Sub<'a> {
-    pub name: &'a str,
-    pub stack: Option<&'a str>,
-    pub version: &'a str,
-    pub clusters: &'a [Cluster<'a>],
-}
-
-impl Sub<'_> {
-    pub fn simple(stack: Option<&'static str>) -> Sub<'static> {
-        Sub { name: "stack", stack, version: "*", clusters: &[("team-a", "alpha", &[("region", "eu-1")])] }
-    }
-}
-
-/// Renders a config with one git source, cache and output under `dir`.
-pub fn config_text(dir: &Path, url: &str, allow_moved_tags: bool, subs: &[Sub<'_>]) -> String {
-    let mut text = format!(
-        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {}\nsources:\n  - name: stacks\n    git:\n      url: {url}\n      allowMovedTags: {allow_moved_tags}\nsubscriptions:\n",
-        dir.join("cache").display()
-    );
-    for s in subs {
-        text.push_str(&format!("  - name: {}\n    source: stacks\n    version: \"{}\"\n    interval: 1h\n", s.name, s.version));
-        if let Some(stack) = s.stack {
-            text.push_str(&format!("    stack: {stack}\n"));
-        }
-        text.push_str("    clusters:\n");
-        for (ns, name, values) in s.clusters {
-            text.push_str(&format!("      - name: {name}\n        namespace: {ns}\n"));
-            if !values.is_empty() {
-                text.push_str("        values:\n");
-                for (k, v) in *values {
-                    text.push_str(&format!("          {k}: \"{v}\"\n"));
-                }
-            }
-        }
-    }
-    text.push_str(&format!("target:\n  directory: {}\n", dir.join("out").display()));
-    text
-}
-
-pub fn write_config(dir: &Path, url: &str, allow_moved_tags: bool, subs: &[Sub<'_>]) -> PathBuf {
-    let path = dir.join("stacksync.yaml");
-    std::fs::write(&path, config_text(dir, url, allow_moved_tags, subs)).expect("write config");
-    path
-}
-
 /// Runs the stacksync binary to completion (bounded by [`CLI_TIMEOUT`]).
 pub async fn stacksync(args: &[&str]) -> Output {
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stacksync"))
-        .args(args)
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .kill_on_drop(true)
-        .output();
-    tokio::time::timeout(CLI_TIMEOUT, child).await.expect("stacksync finished in time").expect("run stacksync")
+    cli(args, &[]).await
+}
+
+/// [`stacksync`] with extra environment (`RUST_LOG` and `NO_COLOR` are set first: `env` wins).
+pub async fn cli(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_stacksync"));
+    cmd.args(args).env("RUST_LOG", "info").env("NO_COLOR", "1").kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    tokio::time::timeout(CLI_TIMEOUT, cmd.output()).await.expect("stacksync finished in time").expect("run stacksync")
+}
+
+/// `check-config FILE`.
+pub async fn check_config(config: &Path) -> Output {
+    stacksync(&["check-config", &config.to_string_lossy()]).await
 }
 
 /// `run --once --config FILE`.
@@ -157,17 +128,45 @@ pub fn raw_targz(files: &[(&str, &str)]) -> Vec<u8> {
     gz.finish().expect("gzip")
 }
 
-/// A config with one GitHub source (`github:` body given as YAML lines at 4-space indent) and one
-/// subscription of semver releases for cluster team-a/alpha.
-pub fn github_config(dir: &Path, github_lines: &str, sub_lines: &str) -> PathBuf {
-    let text = format!(
-        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nsources:\n  - name: gh\n    github:\n{github_lines}subscriptions:\n  - name: stack\n    source: gh\n    interval: 1h\n{sub_lines}    clusters:\n      - name: alpha\n        namespace: team-a\n        values: {{region: eu-1}}\ntarget:\n  directory: {out}\n",
-        cache = dir.join("cache").display(),
-        out = dir.join("out").display(),
-    );
-    let path = dir.join("stacksync.yaml");
-    std::fs::write(&path, text).expect("write config");
-    path
+/// Subscription `stack` of source `source` for the one Cluster team-a/alpha (values
+/// `region: eu-1`), as the directory target's tests list it.
+pub fn alpha(source: &str) -> Sub {
+    Sub::new("stack", source).cluster("team-a", "alpha", &[("region", "eu-1")])
+}
+
+/// The directory target's usual config: Git source `stacks` at `url`, [`alpha`] taking every
+/// version (`"*"`), written under `dir/out`.
+pub fn git_config(dir: &Path, url: &str) -> Config {
+    Config::new(dir).git("stacks", url).sub(alpha("stacks").version("*")).directory()
+}
+
+/// The same with GitHub source `gh` of `repo` (API at `api_url`) and its semver releases.
+pub fn github_config(dir: &Path, repo: &str, api_url: &str) -> Config {
+    Config::new(dir).github("gh", repo, api_url).sub(alpha("gh")).directory()
+}
+
+/// Replaces the file the way editors do (and Secret volumes change): a temporary file renamed
+/// over it.
+pub fn save_by_rename(path: &Path, text: &str) {
+    let tmp = path.with_extension("yaml.swp");
+    std::fs::write(&tmp, text).expect("write temp");
+    std::fs::rename(&tmp, path).expect("rename");
+}
+
+/// A Kubernetes API resource by group, version and kind.
+pub fn res(group: &str, version: &str, kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
+}
+
+/// The condition `type_` of an object's `status.conditions` (`Null` when absent).
+pub fn condition<'a>(obj: &'a serde_json::Value, type_: &str) -> &'a serde_json::Value {
+    obj["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == type_)).unwrap_or(&serde_json::Value::Null)
+}
+
+/// A tool scripts/install-tools.sh installs (`kubectl`, `helm`, `cosign`): in
+/// `$STACKSYNC_TOOLS_DIR/bin` or `~/.cache/stacksync-tools/bin`.
+pub fn tool(name: &str) -> Option<PathBuf> {
+    Some(testkit::apiserver::kubectl::tools_bin_dir().join(name)).filter(|p| p.is_file())
 }
 
 /// The helm binary: `$STACKSYNC_HELM`, `helm` on PATH, or where scripts/install-tools.sh puts it.
@@ -175,20 +174,14 @@ pub fn helm_path() -> PathBuf {
     if let Some(p) = std::env::var_os("STACKSYNC_HELM").map(PathBuf::from).filter(|p| p.is_file()) {
         return p;
     }
-    let tools = std::env::var_os("STACKSYNC_TOOLS_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/stacksync-tools")));
-    let candidates = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join("helm")).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .chain(tools.map(|t| t.join("bin/helm")));
-    for c in candidates {
-        if c.is_file() {
-            return c;
-        }
+    let on_path =
+        std::env::var_os("PATH").map(|p| std::env::split_paths(&p).map(|d| d.join("helm")).collect::<Vec<_>>()).unwrap_or_default();
+    if let Some(p) = on_path.into_iter().find(|p| p.is_file()) {
+        return p;
     }
-    panic!("helm is not installed: run scripts/install-tools.sh (it puts helm in ~/.cache/stacksync-tools/bin), or set STACKSYNC_HELM");
+    tool("helm").unwrap_or_else(|| {
+        panic!("helm is not installed: run scripts/install-tools.sh (it puts helm in ~/.cache/stacksync-tools/bin), or set STACKSYNC_HELM")
+    })
 }
 
 /// Runs `examples/<name>/run.sh` as a user runs it, from a copy (so the checkout stays clean)

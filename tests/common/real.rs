@@ -1,6 +1,6 @@
 //! A tenant of the real control plane (`testkit::kube::shared`, one per test binary): a
 //! namespace of its own, Clusters labelled for it alone, a Git release repository, and the
-//! real binary as a daemon. The management cluster is the real API server; each Cluster's
+//! daemon under test's config. The management cluster is the real API server; each Cluster's
 //! kubeconfig Secret points back at the same server (its addons go to the Cluster's namespace),
 //! so Deployments become Available through the real controllers, the scheduler and kwok.
 //! Cluster API's part is played by the test (the next step puts the real Cluster API here).
@@ -9,10 +9,13 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use testkit::git::ReleaseRepo;
 use testkit::kube::Shared;
+
+use super::config::{Config, Sub};
+use super::{condition, helm_path, res, tool};
 
 pub struct Tenant {
     pub dir: tempfile::TempDir,
@@ -55,13 +58,11 @@ impl Tenant {
     }
 
     pub fn clusters(&self) -> Api<DynamicObject> {
-        let res = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster"));
-        Api::namespaced_with(self.client(), &self.ns, &res)
+        Api::namespaced_with(self.client(), &self.ns, &res("cluster.x-k8s.io", "v1beta1", "Cluster"))
     }
 
     pub fn cluster_syncs(&self) -> Api<DynamicObject> {
-        let res = ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "ClusterSync"));
-        Api::namespaced_with(self.client(), &self.ns, &res)
+        Api::namespaced_with(self.client(), &self.ns, &res("stacksync.io", "v1alpha1", "ClusterSync"))
     }
 
     /// A Cluster labelled for this tenant, its control plane ready (as Cluster API would say),
@@ -85,30 +86,18 @@ impl Tenant {
     }
 
     /// A config with one Git source of plain manifests and one subscription (named after the
-    /// tenant) selecting this tenant's Clusters; `sub_extra` and `target_extra` are indented
-    /// lines added to the subscription and the Kubernetes target.
-    pub fn config(&self, sub_extra: &str, target_extra: &str) -> PathBuf {
-        let text = format!(
-            "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nsources:\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n  - name: {sub}\n    source: stacks\n    interval: 1h\n{sub_extra}    clusterSelector:\n      matchLabels: {{e2e: {label}}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n    notReadyRetry: 1s\n{target_extra}",
-            cache = self.dir.path().join("cache").display(),
-            url = self.repo.file_url(),
-            sub = self.ns,
-            label = self.label(),
-            kubeconfig = self.kube.kubeconfig().display(),
-        );
-        let path = self.dir.path().join("stacksync.yaml");
-        std::fs::write(&path, text).expect("config");
-        path
+    /// tenant) selecting this tenant's Clusters, `edit`ed; `notReadyRetry: 1s`.
+    pub fn config(&self, edit: impl FnOnce(Sub) -> Sub) -> Config {
+        Config::new(self.dir.path())
+            .git("stacks", &self.repo.file_url())
+            .sub(edit(Sub::new(&self.ns, "stacks").select("e2e", self.label())))
+            .kubernetes(self.kube.kubeconfig())
+            .kubernetes_set("notReadyRetry", "1s")
     }
 
-    /// A cluster-stack subscription (`docker-ferrol-1-27`, rendered with the real helm) with
-    /// `sub_extra` lines.
-    pub fn stack_config(&self, sub_extra: &str) -> PathBuf {
-        let path = self.config(&format!("    stack: docker-ferrol-1-27\n    format: clusterstack\n{sub_extra}"), "");
-        let text = std::fs::read_to_string(&path).expect("config");
-        let helm = format!("helm:\n  path: {}\nsources:\n", super::fleet::helm_path());
-        std::fs::write(&path, text.replacen("sources:\n", &helm, 1)).expect("config");
-        path
+    /// A cluster-stack subscription (`docker-ferrol-1-27`, rendered with the real helm), `edit`ed.
+    pub fn stack_config(&self, edit: impl FnOnce(Sub) -> Sub) -> Config {
+        self.config(|s| edit(s.clusterstack("docker-ferrol-1-27"))).helm(&helm_path())
     }
 
     pub async fn cluster_sync(&self, name: &str) -> Option<Value> {
@@ -118,13 +107,13 @@ impl Tenant {
     /// `(status, reason)` of the ClusterSync's Ready condition.
     pub async fn ready(&self, name: &str) -> Option<(String, String)> {
         let cs = self.cluster_sync(name).await?;
-        let c = super::fleet::condition(&cs, "Ready");
+        let c = condition(&cs, "Ready");
         Some((c["status"].as_str()?.to_owned(), c["reason"].as_str()?.to_owned()))
     }
 
     /// Runs the real kubectl against the real server.
     pub fn kubectl(&self, args: &[&str]) -> std::process::Output {
-        let kubectl = testkit::apiserver::kubectl::tools_bin_dir().join("kubectl");
+        let kubectl = tool("kubectl").expect("kubectl (scripts/install-tools.sh)");
         std::process::Command::new(kubectl)
             .arg("--kubeconfig")
             .arg(self.kube.kubeconfig())

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::common::{Sub, assert_exit, configmap, run_once, stderr, write_config};
+use crate::common::{assert_exit, configmap, git_config, run_once, stderr};
 use testkit::git::{GitDaemon, ReleaseRepo};
 
 const STACK: &str = "docker-ferrol-1-27";
@@ -27,7 +27,7 @@ impl Env {
             &[("manifests/addons.yaml", &configmap("addons", "one")), ("manifests/extra.yaml", &configmap("extra", "two"))],
         );
         let daemon = GitDaemon::start(&served).await.unwrap();
-        let config = write_config(dir.path(), &daemon.url("stacks.git"), false, &[Sub::simple(Some(STACK))]);
+        let config = git_config(dir.path(), &daemon.url("stacks.git")).edit_sub("stack", |s| s.stack(STACK)).write();
         let env = Env { dir, repo, daemon, config };
         assert_exit(&run_once(&env.config).await, 0);
         env

@@ -9,19 +9,20 @@ use std::time::{Duration, Instant};
 use testkit::git::ReleaseRepo;
 use testkit::github::GithubServer;
 
-use crate::common::fleet::Daemon;
-use crate::common::{Sub, assert_exit, configmap, run_once, stdout, targz, write_config};
+use crate::common::{Config, Daemon, Sub, assert_exit, configmap, git_config, helm_path, run_once, save_by_rename, stdout, targz};
 
 const REPO: &str = "acme/stacks";
 
 /// Two sources and a subscription on each, both polled every 2 s: `fast` (Git) for team-a/alpha
 /// with `region`, `slow` (GitHub) for team-b/beta.
-fn config(dir: &Path, git_url: &str, api_url: &str, region: &str) -> String {
-    format!(
-        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nsources:\n  - name: stacks\n    git:\n      url: {git_url}\n  - name: gh\n    github:\n      repo: {REPO}\n      apiUrl: {api_url}\nsubscriptions:\n  - name: fast\n    source: stacks\n    version: \"*\"\n    interval: 2s\n    clusters:\n      - name: alpha\n        namespace: team-a\n        values: {{region: {region}}}\n  - name: slow\n    source: gh\n    version: \"*\"\n    interval: 2s\n    clusters:\n      - name: beta\n        namespace: team-b\n        values: {{region: eu-1}}\ntarget:\n  directory: {out}\n",
-        cache = dir.join("cache").display(),
-        out = dir.join("out").display(),
-    )
+fn config(dir: &Path, git_url: &str, api_url: &str, region: &str) -> Config {
+    Config::new(dir)
+        .git("stacks", git_url)
+        .github("gh", REPO, api_url)
+        .sub(Sub::new("fast", "stacks").version("*").interval("2s").cluster("team-a", "alpha", &[("region", region)]))
+        .sub(Sub::new("slow", "gh").version("*").interval("2s").cluster("team-b", "beta", &[("region", "eu-1")]))
+        .directory()
+        .at(&dir.join("conf/stacksync.yaml"))
 }
 
 /// How many syncs of `subscription` the daemon logged.
@@ -39,12 +40,11 @@ async fn slow_download_starved_the_daemon() {
     server.trickle_storage(Some(Duration::from_secs(2)));
     let conf = dir.path().join("conf");
     std::fs::create_dir(&conf).unwrap();
-    let path = conf.join("stacksync.yaml");
-    std::fs::write(&path, config(dir.path(), &repo.file_url(), &server.api_url(), "eu-1")).unwrap();
+    let path = config(dir.path(), &repo.file_url(), &server.api_url(), "eu-1").write();
     let fast = dir.path().join("out/team-a/alpha/01-configmap-fast.yaml");
     let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
 
-    let daemon = Daemon::start(&path, dir.path().join("daemon.log"));
+    let daemon = Daemon::start(&path, dir.path().join("daemon.log")).await;
     daemon.eventually("the Git subscription's first sync", Duration::from_secs(30), async || read(&fast).contains("extra: one")).await;
     daemon.eventually("the trickled download began", Duration::from_secs(30), async || server.count("/storage/") > 0).await;
 
@@ -61,10 +61,9 @@ async fn slow_download_starved_the_daemon() {
     daemon.eventually("a new Git release applied", Duration::from_secs(10), async || read(&fast).contains("extra: two")).await;
 
     // A config edit is applied within a second (the watcher's debounce included).
-    let tmp = conf.join("stacksync.yaml.tmp");
-    std::fs::write(&tmp, config(dir.path(), &repo.file_url(), &server.api_url(), "eu-2")).unwrap();
+    let edit = config(dir.path(), &repo.file_url(), &server.api_url(), "eu-2").text();
     let edited = Instant::now();
-    std::fs::rename(&tmp, &path).unwrap();
+    save_by_rename(&path, &edit);
     daemon.eventually("the config edit applied", Duration::from_secs(10), async || read(&fast).contains("region: eu-2")).await;
     let applied = edited.elapsed();
     eprintln!("config edit applied after {applied:?} beside the trickling download");
@@ -81,7 +80,7 @@ async fn unwritable_status_file_reported_the_old_release_while_the_new_one_was_w
     let dir = tempfile::tempdir().unwrap();
     let repo = ReleaseRepo::create(dir.path(), "stacks").unwrap();
     repo.release("v1.0.0", &[("manifests/cm.yaml", &configmap("cm", "one"))]);
-    let config = write_config(dir.path(), &repo.file_url(), false, &[Sub::simple(None)]);
+    let config = git_config(dir.path(), &repo.file_url()).write();
     assert_exit(&run_once(&config).await, 0);
 
     // The status directory becomes a file (tests run as root, which ignores permission bits).
@@ -109,31 +108,21 @@ async fn cluster_stacks_sharing_a_namespace_are_synced_by_the_daemon_one_subscri
     let repo = ReleaseRepo::create(dir.path(), "stacks").unwrap();
     crate::common::fleet::publish(&repo, "docker-ferrol-1-27-v2");
     crate::common::fleet::publish(&repo, "docker-ferrol-1-27-v3");
-    let cluster = |name: &str, host: &str| {
-        format!(
-            "      - name: {name}\n        namespace: team-a\n        cluster:\n          spec:\n            controlPlaneEndpoint: {{host: {host}, port: 6443}}\n            clusterNetwork: {{pods: {{cidrBlocks: [10.1.0.0/16]}}}}\n"
-        )
+    let sub = |name: &str, version: &str, cluster: &str, host: &str| {
+        Sub::new(name, "stacks").clusterstack("docker-ferrol-1-27").version(version).stack_cluster("team-a", cluster, host, "10.1.0.0/16")
     };
-    let sub = |name: &str, version: &str, clusters: &str| {
-        format!(
-            "  - name: {name}\n    source: stacks\n    stack: docker-ferrol-1-27\n    format: clusterstack\n    version: \"{version}\"\n    interval: 1h\n    clusters:\n{clusters}"
-        )
-    };
-    let text = |alpha_host: &str| {
-        format!(
-            "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nhelm:\n  path: {helm}\nsources:\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n{one}{two}target:\n  directory: {out}\n",
-            cache = dir.path().join("cache").display(),
-            helm = crate::common::helm_path().display(),
-            url = repo.file_url(),
-            one = sub("one", "v2", &cluster("alpha", alpha_host)),
-            two = sub("two", "v3", &cluster("beta", "beta.example.test")),
-            out = dir.path().join("out").display(),
-        )
+    let config = |alpha_host: &str| {
+        Config::new(dir.path())
+            .helm(&helm_path())
+            .git("stacks", &repo.file_url())
+            .sub(sub("one", "v2", "alpha", alpha_host))
+            .sub(sub("two", "v3", "beta", "beta.example.test"))
+            .directory()
+            .at(&dir.path().join("conf/stacksync.yaml"))
     };
     let conf = dir.path().join("conf");
     std::fs::create_dir(&conf).unwrap();
-    let path = conf.join("stacksync.yaml");
-    std::fs::write(&path, text("alpha.example.test")).unwrap();
+    let path = config("alpha.example.test").write();
     let out = dir.path().join("out");
     let files = |d: &str| std::fs::read_dir(out.join(d)).map(|r| r.count()).unwrap_or(0);
     let classes = || {
@@ -145,16 +134,14 @@ async fn cluster_stacks_sharing_a_namespace_are_synced_by_the_daemon_one_subscri
     };
     let ms = out.join("team-a/alpha/03-deployment-metrics-server.yaml");
 
-    let daemon = Daemon::start(&path, dir.path().join("daemon.log"));
+    let daemon = Daemon::start(&path, dir.path().join("daemon.log")).await;
     daemon
         .eventually("both subscriptions synced", Duration::from_secs(60), async || {
             classes() && files("team-a/alpha") > 0 && files("team-a/beta") > 0
         })
         .await;
     // An edit of `one` re-syncs it alone; `two`'s objects in cluster-class/ stay.
-    let tmp = conf.join("stacksync.yaml.tmp");
-    std::fs::write(&tmp, text("alpha-2.example.test")).unwrap();
-    std::fs::rename(&tmp, &path).unwrap();
+    save_by_rename(&path, &config("alpha-2.example.test").text());
     daemon
         .eventually("the edit of `one` applied", Duration::from_secs(30), async || {
             std::fs::read_to_string(&ms).is_ok_and(|t| t.contains("alpha-2.example.test"))

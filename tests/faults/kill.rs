@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use crate::common::{assert_exit, configmap, github_config, run_once, stderr, targz};
+use crate::common::{Daemon, assert_exit, configmap, eventually, github_config, run_once, stderr, targz};
 
 /// A GitHub-like server for one release whose asset download trickles while `slow` is set.
 async fn server(asset: Vec<u8>, slow: Arc<AtomicBool>, downloading: Arc<AtomicBool>) -> (String, tokio::task::JoinHandle<()>) {
@@ -56,25 +56,14 @@ async fn sigkill_during_download_left_a_release_half_there() {
     let asset = targz(&[("cfg.yaml", &configmap("cfg", "one"))]);
     let (slow, downloading) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicBool::new(false)));
     let (api, task) = server(asset, slow.clone(), downloading.clone()).await;
-    let config = github_config(dir.path(), &format!("      repo: acme/stacks\n      apiUrl: {api}\n"), "");
+    let config = github_config(dir.path(), "acme/stacks", &api).write();
 
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stacksync"))
-        .args(["run", "--once", "--config", &config.to_string_lossy()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while !downloading.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .unwrap();
+    let mut pass = Daemon::launch(&config, dir.path().join("once.log")).once().start().await;
+    let log = || std::fs::read_to_string(dir.path().join("once.log")).unwrap_or_default();
+    eventually("the download began", Duration::from_secs(60), async || downloading.load(Ordering::SeqCst), log).await;
+    // A few bytes in (one every 50 ms), not all of them.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    child.start_kill().unwrap(); // SIGKILL
-    let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.unwrap().unwrap();
+    let status = pass.kill().await; // SIGKILL
     assert!(!status.success());
     // Nothing was reported or applied, and no blob exists under a digest name.
     assert!(!dir.path().join("out/status/team-a/alpha.yaml").exists(), "a killed pass reported status");

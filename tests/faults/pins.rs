@@ -6,22 +6,23 @@
 use testkit::git::ReleaseRepo;
 use testkit::github::GithubServer;
 
-use crate::common::{Sub, assert_exit, configmap, github_config, run_once, status, targz, write_config};
+use serde_json::json;
+
+use crate::common::{assert_exit, configmap, git_config, github_config, run_once, status, targz};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn git_pin_added_later_left_the_release_ready() {
     let dir = tempfile::tempdir().unwrap();
     let repo = ReleaseRepo::create(dir.path(), "stacks").unwrap();
     let commit = repo.release("v1.0.0", &[("manifests/cm.yaml", &configmap("cm", "one"))]);
-    let config = write_config(dir.path(), &repo.file_url(), false, &[Sub::simple(None)]);
+    let git = git_config(dir.path(), &repo.file_url());
+    let config = git.clone().write();
     assert_exit(&run_once(&config).await, 0);
     let applied = dir.path().join("out/team-a/alpha/01-configmap-cm.yaml");
     let before = std::fs::read_to_string(&applied).unwrap();
 
     let pin = "2".repeat(40);
-    let text = std::fs::read_to_string(&config).unwrap();
-    let url = format!("      url: {}\n", repo.file_url());
-    std::fs::write(&config, text.replace(&url, &format!("{url}      pins:\n        v1.0.0: \"{pin}\"\n"))).unwrap();
+    git.clone().source_set("stacks", "pins", json!({"v1.0.0": pin})).write();
     let o = run_once(&config).await;
     assert_exit(&o, 1);
     let st = status(&dir.path().join("out"), "team-a", "alpha");
@@ -33,7 +34,7 @@ async fn git_pin_added_later_left_the_release_ready() {
     assert_eq!(std::fs::read_to_string(&applied).unwrap(), before, "what was applied stays");
 
     // A release at the pinned commit is what verifies: here, the pin fixed to the tag's commit.
-    std::fs::write(&config, text.replace(&url, &format!("{url}      pins:\n        v1.0.0: \"{commit}\"\n"))).unwrap();
+    git.source_set("stacks", "pins", json!({"v1.0.0": commit})).write();
     assert_exit(&run_once(&config).await, 0);
 }
 
@@ -44,15 +45,16 @@ async fn digest_pin_added_later_left_the_cached_release_ready() {
     let asset = targz(&[("cm.yaml", &configmap("cm", "one"))]);
     let digest = format!("sha256:{}", hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&asset)));
     server.add_release("acme/stacks", "v1.0.0", &[("manifests.tar.gz".into(), asset)], false, false);
-    let lines = |extra: &str| format!("      repo: acme/stacks\n      apiUrl: {}\n{extra}", server.api_url());
-    let config = github_config(dir.path(), &lines(""), "");
+    let config = github_config(dir.path(), "acme/stacks", &server.api_url()).write();
     assert_exit(&run_once(&config).await, 0);
     let applied = dir.path().join("out/team-a/alpha/01-configmap-cm.yaml");
     let before = std::fs::read_to_string(&applied).unwrap();
 
     // The release is cached (verified by its published digest); a pin added later disagrees.
     let pin = format!("sha256:{}", "3".repeat(64));
-    let config = github_config(dir.path(), &lines(&format!("      digests:\n        v1.0.0/manifests.tar.gz: \"{pin}\"\n")), "");
+    let config = github_config(dir.path(), "acme/stacks", &server.api_url())
+        .source_set("gh", "digests", json!({"v1.0.0/manifests.tar.gz": pin}))
+        .write();
     let o = run_once(&config).await;
     assert_exit(&o, 1);
     let st = status(&dir.path().join("out"), "team-a", "alpha");
