@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use super::changeset::{Action, ChangeSet, Entry, ObjectRef};
 use super::order;
 use crate::cache::write_atomic;
-use crate::config::ClusterConfig;
 use crate::model::Object;
+use crate::model::cluster::{CLUSTER_CLASS_DIR, ClusterConfig};
 
-pub use crate::config::STATUS_DIR;
+pub use crate::model::cluster::STATUS_DIR;
 
 #[derive(Debug, Clone)]
 pub struct DirectoryTarget {
@@ -35,7 +35,7 @@ impl DirectoryTarget {
 
     /// `<root>/<namespace>/cluster-class`: the ClusterClass objects of a namespace.
     pub fn class_dir(&self, namespace: &str) -> PathBuf {
-        self.root.join(namespace).join(crate::config::CLUSTER_CLASS_DIR)
+        self.root.join(namespace).join(CLUSTER_CLASS_DIR)
     }
 
     /// Puts `objects` in the cluster's directory, in apply order, and removes every other

@@ -6,12 +6,8 @@ use std::time::Duration;
 
 use super::validate::{Cx, Fields, describe};
 use super::yaml::{Node, Value};
-use super::{ClusterObjects, Format, HelmConfig, RolloutConfig, TemplatesConfig, Wave};
+use super::{CLUSTER_CLASS_DIR, ClusterObjects, Format, HelmConfig, RolloutConfig, TemplatesConfig, Wave};
 use crate::schedule::{format_duration, parse_duration};
-
-/// The directory the directory target writes a namespace's ClusterClass objects to; a cluster of
-/// this name would share it.
-pub const CLUSTER_CLASS_DIR: &str = "cluster-class";
 
 impl Format {
     /// The release-relative directory read when `path` is not set.

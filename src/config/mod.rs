@@ -15,17 +15,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub use clusterstack::CLUSTER_CLASS_DIR;
 pub use diff::diff;
 pub use sources::{parse_size, tag_matches};
 
 use crate::model::version::Constraint;
 use crate::schedule::Schedule;
 pub use webhooks::WebhooksConfig;
-
-/// The directory target's status directory (`<target>/status/<namespace>/<cluster>.yaml`): a
-/// namespace of this name would share it, so the config refuses it.
-pub const STATUS_DIR: &str = "status";
 
 /// The only `apiVersion` this build reads.
 pub const API_VERSION: &str = "stacksync.io/v1alpha1";
@@ -221,25 +216,8 @@ pub const DEFAULT_STAGE_TIMEOUT: std::time::Duration = std::time::Duration::from
 /// Default for a subscription's `availableReleases`.
 pub const DEFAULT_AVAILABLE_RELEASES: usize = 3;
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClusterConfig {
-    pub name: String,
-    pub namespace: String,
-    /// Substitution variables: subscription values overlaid with the cluster's own; nested
-    /// mappings are flattened with dots (`network.podCidr`).
-    pub values: BTreeMap<String, String>,
-    /// Objects for cluster-stack values templates (`.Cluster`, `.ControlPlane`, `.InfraCluster`).
-    pub objects: ClusterObjects,
-}
-
-/// The Cluster API objects of a workload cluster, as free-form maps. Without a `cluster`, a minimal
-/// Cluster with the cluster's name and namespace is used.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ClusterObjects {
-    pub cluster: Option<serde_json::Value>,
-    pub control_plane: Option<serde_json::Value>,
-    pub infra_cluster: Option<serde_json::Value>,
-}
+/// A cluster and its variables are the shared vocabulary (`model::cluster`).
+pub use crate::model::cluster::{CLUSTER_CLASS_DIR, ClusterConfig, ClusterObjects, STATUS_DIR};
 
 /// The release format of a subscription.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -22,7 +22,7 @@ use super::helm::{Helm, MemoKey};
 use super::values::{TemplateOptions, ValuesTemplate};
 use super::{Error, Errors, Object, ObjectKey};
 use crate::cache::unpack;
-use crate::config::ClusterConfig;
+use crate::model::cluster::ClusterConfig;
 use crate::kubeyaml::{self, Node, Value};
 use crate::release::metadata::{self, Metadata};
 use crate::release::{Release, version::Version};

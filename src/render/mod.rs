@@ -16,7 +16,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::config::ClusterConfig;
+use crate::model::cluster::ClusterConfig;
 use crate::kubeyaml;
 use crate::release::Release;
 

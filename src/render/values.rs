@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::Error;
 use super::gotemplate::{self, Template, Warning};
-use crate::config::ClusterConfig;
+use crate::model::cluster::ClusterConfig;
 use crate::kubeyaml;
 
 /// The Cluster API version of the default `.Cluster` object.
@@ -136,7 +136,7 @@ fn excerpt(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ClusterObjects;
+    use crate::model::cluster::ClusterObjects;
 
     fn cluster(host: Option<&str>) -> ClusterConfig {
         ClusterConfig {

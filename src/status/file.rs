@@ -9,7 +9,7 @@ use std::path::Path;
 use super::ClusterStatus;
 use crate::apply::directory::DirectoryTarget;
 use crate::cache::write_atomic;
-use crate::config::ClusterConfig;
+use crate::model::cluster::ClusterConfig;
 
 impl DirectoryTarget {
     /// The status written by the last sync, if any and readable.
