@@ -47,8 +47,29 @@ pub enum Error {
     },
     /// The tree written does not fit in the cache: a path longer than the system allows there,
     /// or a tree that could not be hashed.
-    #[error("cannot materialise release {tag}@{commit} of source {source_name}: {message}")]
-    Tree { source_name: String, tag: String, commit: String, message: String },
+    #[error("cannot materialise release {tag}@{commit} of source {source_name}: {problem}")]
+    Tree {
+        source_name: String,
+        tag: String,
+        commit: String,
+        // Boxed: every cache result would carry its size.
+        #[source]
+        problem: Box<TreeProblem>,
+    },
+}
+
+/// Why a filled tree cannot be placed in the cache.
+#[derive(Debug, thiserror::Error)]
+pub enum TreeProblem {
+    /// The new tree cannot be read back to be hashed (the volume's trouble).
+    #[error("hashing the new tree: {0}")]
+    Hash(#[source] tree::Damage),
+    /// `shown` is the path's first 60 characters.
+    #[error(
+        "path {shown}… ({len} bytes) is longer than the system allows (PATH_MAX {PATH_MAX}) once in the cache at {}",
+        dir.display()
+    )]
+    PathTooLong { shown: String, len: usize, dir: PathBuf },
 }
 
 /// The error of a release tree's filler ([`Cache::release`]): says whether filling again soon
@@ -77,7 +98,8 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::CreateDir { .. } | Error::ReadIndex { .. } | Error::Write { .. } => true,
-            Error::ParseIndex { .. } | Error::Tree { .. } => false,
+            Error::Tree { problem, .. } => matches!(**problem, TreeProblem::Hash(_)),
+            Error::ParseIndex { .. } => false,
             Error::Materialise { transient, .. } => *transient,
         }
     }
@@ -88,19 +110,11 @@ impl Error {
             Error::CreateDir { .. } | Error::Write { .. } => "CacheWrite",
             Error::ReadIndex { .. } => "CacheRead",
             Error::ParseIndex { .. } => "CacheIndexCorrupt",
-            Error::Tree { .. } => "TreeTooDeep",
+            Error::Tree { problem, .. } => match **problem {
+                TreeProblem::Hash(_) => "CacheRead",
+                TreeProblem::PathTooLong { .. } => "PathTooLong",
+            },
             Error::Materialise { reason, .. } => reason,
-        }
-    }
-
-    /// A short, bounded string for metrics and summaries.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Error::CreateDir { .. } => "create_dir",
-            Error::ReadIndex { .. } => "read_index",
-            Error::ParseIndex { .. } => "parse_index",
-            Error::Write { .. } => "write",
-            Error::Materialise { .. } | Error::Tree { .. } => "materialise",
         }
     }
 }
@@ -253,8 +267,12 @@ impl Cache {
                 }
             }
         }
-        let materialise =
-            |message: String| Error::Tree { source_name: source.to_owned(), tag: tag.to_owned(), commit: commit.to_owned(), message };
+        let materialise = |problem| Error::Tree {
+            source_name: source.to_owned(),
+            tag: tag.to_owned(),
+            commit: commit.to_owned(),
+            problem: Box::new(problem),
+        };
         let tmp = self.root.join("tmp").join(format!("{key}-{}-{}", std::process::id(), unique()));
         std::fs::create_dir_all(&tmp).map_err(|source| Error::Write { path: tmp.clone(), source })?;
         if let Err(e) = fill(&tmp) {
@@ -272,7 +290,7 @@ impl Cache {
             Ok(m) => m,
             Err(d) => {
                 let _ = remove_any(&tmp);
-                return Err(materialise(format!("hashing the new tree: {d}")));
+                return Err(materialise(TreeProblem::Hash(d)));
             }
         };
         // The tree was written in tmp/, whose path is shorter than its final one: a path that
@@ -281,12 +299,11 @@ impl Cache {
             && dir.as_os_str().len() + 1 + longest.len() >= PATH_MAX
         {
             let _ = remove_any(&tmp);
-            return Err(materialise(format!(
-                "path {}… ({} bytes) is longer than the system allows (PATH_MAX {PATH_MAX}) once in the cache at {}",
-                longest.chars().take(60).collect::<String>(),
-                longest.len(),
-                dir.display()
-            )));
+            return Err(materialise(TreeProblem::PathTooLong {
+                shown: longest.chars().take(60).collect(),
+                len: longest.len(),
+                dir: dir.clone(),
+            }));
         }
         let files = manifest.files();
         let parent = dir.parent().unwrap_or(&self.root);

@@ -27,18 +27,35 @@ pub struct Manifest {
 }
 
 /// How a tree differs from its manifest; names the first path that differs.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum Damage {
     #[error("no readable digest manifest ({0})")]
-    NoManifest(String),
+    NoManifest(#[source] ManifestProblem),
     #[error("{0} is missing")]
     Missing(String),
     #[error("{0} was modified")]
     Modified(String),
     #[error("{0} was added")]
     Added(String),
-    #[error("{path} cannot be read: {message}")]
-    Unreadable { path: String, message: String },
+    #[error("{path} cannot be read: {source}")]
+    Unreadable {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why a tree's digest manifest cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestProblem {
+    #[error("{0}")]
+    Io(#[source] std::io::Error),
+    #[error("{len} bytes, more than {max}")]
+    TooLarge { len: u64, max: u64 },
+    #[error("{0}")]
+    Json(#[source] serde_json::Error),
+    #[error("format {found} is not {FORMAT}")]
+    Format { found: u32 },
 }
 
 const DIR: &str = "dir";
@@ -72,7 +89,7 @@ impl Manifest {
     /// The first difference found.
     pub fn verify(&self, root: &Path) -> Result<(), Damage> {
         if self.format != FORMAT {
-            return Err(Damage::NoManifest(format!("format {} is not {FORMAT}", self.format)));
+            return Err(Damage::NoManifest(ManifestProblem::Format { found: self.format }));
         }
         let now = Manifest::of(root)?;
         let mut want = self.entries.iter().peekable();
@@ -102,12 +119,13 @@ impl Manifest {
     pub fn read(path: &Path) -> Result<Manifest, Damage> {
         // A manifest is small (one line per file); a huge one is damage, not something to load.
         const MAX: u64 = 64 * 1024 * 1024;
-        let len = std::fs::metadata(path).map_err(|e| Damage::NoManifest(e.to_string()))?.len();
+        let io = |e| Damage::NoManifest(ManifestProblem::Io(e));
+        let len = std::fs::metadata(path).map_err(io)?.len();
         if len > MAX {
-            return Err(Damage::NoManifest(format!("{len} bytes, more than {MAX}")));
+            return Err(Damage::NoManifest(ManifestProblem::TooLarge { len, max: MAX }));
         }
-        let bytes = std::fs::read(path).map_err(|e| Damage::NoManifest(e.to_string()))?;
-        serde_json::from_slice(&bytes).map_err(|e| Damage::NoManifest(e.to_string()))
+        let bytes = std::fs::read(path).map_err(io)?;
+        serde_json::from_slice(&bytes).map_err(|e| Damage::NoManifest(ManifestProblem::Json(e)))
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {
@@ -118,7 +136,7 @@ impl Manifest {
 }
 
 fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) -> Result<(), Damage> {
-    let unreadable = |path: &Path, e: std::io::Error| Damage::Unreadable { path: rel_name(root, path), message: e.to_string() };
+    let unreadable = |path: &Path, source: std::io::Error| Damage::Unreadable { path: rel_name(root, path), source };
     let entries = std::fs::read_dir(dir).map_err(|e| unreadable(dir, e))?;
     for entry in entries {
         let entry = entry.map_err(|e| unreadable(dir, e))?;
@@ -178,7 +196,7 @@ mod tests {
             assert_eq!(manifest.files(), 2);
             manifest.verify(dir.path()).unwrap();
             edit(dir.path());
-            assert_eq!(manifest.verify(dir.path()).unwrap_err(), *want, "{what}");
+            assert_eq!(manifest.verify(dir.path()).unwrap_err().to_string(), want.to_string(), "{what}");
         }
     }
 

@@ -18,7 +18,7 @@ impl Default for Limits {
     }
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error)]
 pub enum UnpackError {
     #[error("entry {entry:?}: {reason}")]
     Entry { entry: String, reason: String },
@@ -27,9 +27,13 @@ pub enum UnpackError {
     #[error("has more than {limit} entries")]
     TooManyEntries { limit: u64 },
     #[error("is not a readable tar archive: {0}")]
-    Read(String),
-    #[error("cannot write {path}: {message}")]
-    Write { path: String, message: String },
+    Read(#[source] std::io::Error),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Whether a file name looks like an archive this module unpacks.
@@ -51,10 +55,10 @@ pub fn stem(name: &str) -> &str {
 /// # Errors
 /// See [`UnpackError`].
 pub fn unpack(archive: &Path, dest: &Path, limits: Limits) -> Result<u64, UnpackError> {
-    let mut file = std::fs::File::open(archive).map_err(|e| UnpackError::Read(e.to_string()))?;
+    let mut file = std::fs::File::open(archive).map_err(UnpackError::Read)?;
     let mut magic = [0u8; 2];
     let gz = file.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
-    let file = std::fs::File::open(archive).map_err(|e| UnpackError::Read(e.to_string()))?;
+    let file = std::fs::File::open(archive).map_err(UnpackError::Read)?;
     if gz { unpack_from(flate2::read::GzDecoder::new(file), dest, limits) } else { unpack_from(file, dest, limits) }
 }
 
@@ -67,8 +71,8 @@ pub fn unpack_from(reader: impl Read, dest: &Path, limits: Limits) -> Result<u64
     let mut total: u64 = 0;
     let mut entries_seen: u64 = 0;
     let mut files = 0;
-    for entry in archive.entries().map_err(|e| UnpackError::Read(e.to_string()))? {
-        let mut entry = entry.map_err(|e| UnpackError::Read(e.to_string()))?;
+    for entry in archive.entries().map_err(UnpackError::Read)? {
+        let mut entry = entry.map_err(UnpackError::Read)?;
         entries_seen += 1;
         if entries_seen > limits.max_entries {
             return Err(UnpackError::TooManyEntries { limit: limits.max_entries });
@@ -81,7 +85,7 @@ pub fn unpack_from(reader: impl Read, dest: &Path, limits: Limits) -> Result<u64
         match kind {
             tar::EntryType::Directory => {
                 let path = dest.join(&rel);
-                std::fs::create_dir_all(&path).map_err(|e| write_err(&path, &e))?;
+                std::fs::create_dir_all(&path).map_err(|e| write_err(&path, e))?;
             }
             tar::EntryType::Regular | tar::EntryType::Continuous => {
                 if rel.as_os_str().is_empty() {
@@ -89,12 +93,12 @@ pub fn unpack_from(reader: impl Read, dest: &Path, limits: Limits) -> Result<u64
                 }
                 let path = dest.join(&rel);
                 if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| write_err(parent, &e))?;
+                    std::fs::create_dir_all(parent).map_err(|e| write_err(parent, e))?;
                 }
                 // Count real bytes as they stream: header sizes can lie.
                 let remaining = limits.max_bytes.saturating_sub(total);
-                let mut out = std::fs::File::create(&path).map_err(|e| write_err(&path, &e))?;
-                let copied = std::io::copy(&mut (&mut entry).take(remaining + 1), &mut out).map_err(|e| write_err(&path, &e))?;
+                let mut out = std::fs::File::create(&path).map_err(|e| write_err(&path, e))?;
+                let copied = std::io::copy(&mut (&mut entry).take(remaining + 1), &mut out).map_err(|e| write_err(&path, e))?;
                 total += copied;
                 if total > limits.max_bytes {
                     return Err(UnpackError::TooLarge { entry: name.clone(), limit: limits.max_bytes });
@@ -116,8 +120,8 @@ pub fn unpack_from(reader: impl Read, dest: &Path, limits: Limits) -> Result<u64
     Ok(files)
 }
 
-fn write_err(path: &Path, e: &std::io::Error) -> UnpackError {
-    UnpackError::Write { path: path.display().to_string(), message: e.to_string() }
+fn write_err(path: &Path, source: std::io::Error) -> UnpackError {
+    UnpackError::Write { path: path.display().to_string(), source }
 }
 
 /// A path made only of normal components (`./` dropped); `None` for absolute paths or `..`.
@@ -177,12 +181,12 @@ mod tests {
             ("chart/Chart.yaml", tar::EntryType::Regular, b"name: x\n", None),
         ]);
         let (dir, r) = run(&tar, Limits::default());
-        assert_eq!(r, Ok(1));
+        assert_eq!(r.unwrap(), 1);
         assert_eq!(std::fs::read_to_string(dir.path().join("out/chart/Chart.yaml")).unwrap(), "name: x\n");
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         std::io::Write::write_all(&mut gz, &tar).unwrap();
         let (_dir, r) = run(&gz.finish().unwrap(), Limits::default());
-        assert_eq!(r, Ok(1));
+        assert_eq!(r.unwrap(), 1);
     }
 
     #[test]
@@ -210,11 +214,11 @@ mod tests {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
         std::io::Write::write_all(&mut gz, &tar_with(&[("zeros", tar::EntryType::Regular, &big, None)])).unwrap();
         let (_dir, r) = run(&gz.finish().unwrap(), Limits { max_bytes: 4096, max_entries: 10 });
-        assert_eq!(r, Err(UnpackError::TooLarge { entry: "zeros".into(), limit: 4096 }));
+        assert!(matches!(&r, Err(UnpackError::TooLarge { entry, limit: 4096 }) if entry == "zeros"), "{r:?}");
         let many: Vec<(String, tar::EntryType, &[u8], Option<&str>)> =
             (0..5).map(|i| (format!("f{i}"), tar::EntryType::Regular, &b"x"[..], None)).collect();
         let refs: Vec<(&str, tar::EntryType, &[u8], Option<&str>)> = many.iter().map(|(n, k, d, l)| (n.as_str(), *k, *d, *l)).collect();
         let (_dir, r) = run(&tar_with(&refs), Limits { max_bytes: 4096, max_entries: 3 });
-        assert_eq!(r, Err(UnpackError::TooManyEntries { limit: 3 }));
+        assert!(matches!(r, Err(UnpackError::TooManyEntries { limit: 3 })), "{r:?}");
     }
 }

@@ -14,7 +14,7 @@
 //! Every secret is read at each fetch, so a rotated file or variable is used from the next poll.
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 

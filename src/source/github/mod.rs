@@ -37,8 +37,17 @@ pub const MAX_PAGES: u32 = 1000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// `message` says what failed in an operator's words (which deadline fired, the cause
+    /// chain); `source` is reqwest's error when there is one (not for a bad URL or a deadline
+    /// of our own).
     #[error("{repo}: request {url} failed: {message}")]
-    Request { repo: String, url: String, message: String },
+    Request {
+        repo: String,
+        url: String,
+        message: String,
+        #[source]
+        source: Option<reqwest::Error>,
+    },
     #[error("{repo}: {url} answered {status}: {message}")]
     Status { repo: String, url: String, status: u16, message: String },
     #[error("{repo}: rate limited for {seconds}s more (longer than the {max}s stacksync waits in one poll)")]
@@ -288,8 +297,9 @@ fn chain(e: &reqwest::Error) -> String {
 pub enum BodyError {
     /// More than the limit arrived (or was declared).
     TooLarge,
-    /// The deadline passed or the connection failed: the message says which.
-    Request(String),
+    /// The deadline passed or the connection failed: the message says which; `source` is
+    /// reqwest's error when the connection failed.
+    Request { message: String, source: Option<reqwest::Error> },
 }
 
 /// Reads a response body chunk by chunk, refusing it past `limit` bytes (a declared length
@@ -310,8 +320,14 @@ pub async fn read_bounded(mut resp: reqwest::Response, limit: u64, deadline: Dur
         Ok::<bool, reqwest::Error>(true)
     };
     match tokio::time::timeout(deadline, read).await {
-        Err(_) => Err(BodyError::Request(format!("timed out after {}s (the request's deadline, body included)", deadline.as_secs()))),
-        Ok(Err(e)) => Err(BodyError::Request(describe_since(&e.without_url(), deadline, deadline, started))),
+        Err(_) => Err(BodyError::Request {
+            message: format!("timed out after {}s (the request's deadline, body included)", deadline.as_secs()),
+            source: None,
+        }),
+        Ok(Err(e)) => {
+            let e = e.without_url();
+            Err(BodyError::Request { message: describe_since(&e, deadline, deadline, started), source: Some(e) })
+        }
         Ok(Ok(false)) => Err(BodyError::TooLarge),
         Ok(Ok(true)) => Ok(body),
     }
@@ -332,13 +348,13 @@ impl Client {
     /// # Errors
     /// The API URL is invalid or the HTTP client cannot be built.
     pub fn new(api_url: &str, repo: &str, token: Option<Secret>) -> Result<Client> {
-        let err = |message: String| Error::Request { repo: repo.to_owned(), url: api_url.to_owned(), message };
-        let mut api = Url::parse(api_url).map_err(|e| err(e.to_string()))?;
+        let err = |message: String, source| Error::Request { repo: repo.to_owned(), url: api_url.to_owned(), message, source };
+        let mut api = Url::parse(api_url).map_err(|e| err(e.to_string(), None))?;
         if !api.path().ends_with('/') {
             let path = format!("{}/", api.path());
             api.set_path(&path);
         }
-        let http = http(READ_TIMEOUT).map_err(|e| err(e.to_string()))?;
+        let http = http(READ_TIMEOUT).map_err(|e| err(e.to_string(), Some(e)))?;
         Ok(Client { http, api, repo: repo.to_owned(), token, quota: std::sync::Mutex::new(None), limits: Limits::default() })
     }
 
@@ -384,10 +400,14 @@ impl Client {
     async fn send_within(&self, url: &Url, accept: &str, etag: Option<&str>, deadline: Duration) -> Result<reqwest::Response> {
         loop {
             let started = Instant::now();
-            let request_err = |e: reqwest::Error| Error::Request {
-                repo: self.repo.clone(),
-                url: url.to_string(),
-                message: describe_since(&e.without_url(), deadline, self.limits.read_timeout, started),
+            let request_err = |e: reqwest::Error| {
+                let e = e.without_url();
+                Error::Request {
+                    repo: self.repo.clone(),
+                    url: url.to_string(),
+                    message: describe_since(&e, deadline, self.limits.read_timeout, started),
+                    source: Some(e),
+                }
             };
             if let Some(wait) = self.quota_wait() {
                 self.wait(wait).await?;
@@ -447,6 +467,7 @@ impl Client {
             repo: self.repo.clone(),
             url: self.api.to_string(),
             message: e.to_string(),
+            source: None,
         })?;
         let mut releases = Vec::new();
         let mut stats = ListStats::default();
@@ -525,7 +546,7 @@ impl Client {
         let limit = self.limits.max_page_bytes;
         read_bounded(resp, limit, self.limits.request_deadline).await.map_err(|e| match e {
             BodyError::TooLarge => Error::PageTooLarge { repo: self.repo.clone(), url: url.to_owned(), limit },
-            BodyError::Request(message) => Error::Request { repo: self.repo.clone(), url: url.to_owned(), message },
+            BodyError::Request { message, source } => Error::Request { repo: self.repo.clone(), url: url.to_owned(), message, source },
         })
     }
 

@@ -23,11 +23,11 @@ use sha2::{Digest, Sha256};
 use tracing::{debug, info};
 
 use super::{
-    BearerChallenge, DockerCredentials, Error, MANIFEST_ACCEPT, MAX_AUX_FILE_BYTES, OciAuth, Repository, Result, docker_credentials,
-    next_link, parse_bearer_challenge,
+    BearerChallenge, DockerConfigError, DockerCredentials, Error, MANIFEST_ACCEPT, MAX_AUX_FILE_BYTES, OciAuth, Repository, Result,
+    docker_credentials, next_link, parse_bearer_challenge,
 };
 use crate::cache::blobs::{BlobError, Blobs, Sha256Digest};
-use crate::source::github::{BodyError, Secret, describe, read_bounded};
+use crate::source::github::{BodyError, Secret, TokenError, describe, read_bounded};
 
 /// Deadline of one API call (tag page, manifest, token), its body included: the source's
 /// `timeout` unless set.
@@ -122,26 +122,32 @@ impl Client {
         let display = format!("{}/{}", repo.registry, repo.name);
         let plain_http = insecure;
         let base = repo.base_url(plain_http, insecure)?;
-        let base = Url::parse(&base).map_err(|e| Error::Request { repo: display.clone(), url: base.clone(), message: e.to_string() })?;
-        let cred_err = |message: String| Error::Credentials { repo: display.clone(), message };
+        let base = Url::parse(&base).map_err(|e| Error::Request {
+            repo: display.clone(),
+            url: base.clone(),
+            message: e.to_string(),
+            source: None,
+        })?;
+        let cred_err = |source: CredentialsError| Error::Credentials { repo: display.clone(), source };
         let (credentials, origin) = match auth {
             None => (Credentials::Anonymous, String::new()),
             Some(OciAuth::Basic { username, password }) => (
                 Credentials::Basic {
                     username: username.clone(),
-                    password: password.read().map_err(|m| cred_err(format!("password: {m}")))?,
+                    password: password.read().map_err(|e| cred_err(CredentialsError::Password(e)))?,
                 },
                 "`auth.username` / `auth.password`".to_owned(),
             ),
-            Some(OciAuth::Bearer(token)) => {
-                (Credentials::Bearer(token.read().map_err(|m| cred_err(format!("bearerToken: {m}")))?), "`auth.bearerToken`".to_owned())
-            }
+            Some(OciAuth::Bearer(token)) => (
+                Credentials::Bearer(token.read().map_err(|e| cred_err(CredentialsError::BearerToken(e)))?),
+                "`auth.bearerToken`".to_owned(),
+            ),
             Some(OciAuth::DockerConfig(path)) => {
                 let origin = format!("`auth.dockerConfig` {}", path.display());
-                let text = read_small(path).map_err(|m| cred_err(format!("dockerConfig: {m}")))?;
-                let text = String::from_utf8(text).map_err(|_| cred_err(format!("dockerConfig: {} is not UTF-8", path.display())))?;
-                let found =
-                    docker_credentials(&text, &repo.registry).map_err(|m| cred_err(format!("dockerConfig {}: {m}", path.display())))?;
+                let text = read_small(path).map_err(|e| cred_err(CredentialsError::DockerConfigFile(e)))?;
+                let text = String::from_utf8(text).map_err(|_| cred_err(CredentialsError::DockerConfigNotUtf8(path.clone())))?;
+                let found = docker_credentials(&text, &repo.registry)
+                    .map_err(|source| cred_err(CredentialsError::DockerConfig { path: path.clone(), source }))?;
                 let credentials = match found {
                     DockerCredentials::Basic { username, password } => Credentials::Basic { username, password: Secret::new(password) },
                     DockerCredentials::IdentityToken(t) => Credentials::IdentityToken(Secret::new(t)),
@@ -161,11 +167,14 @@ impl Client {
             .connect_timeout(CONNECT_DEADLINE.min(limits.request_deadline))
             .read_timeout(limits.request_deadline);
         if let Some(path) = ca_file {
-            builder = builder.tls_certs_merge(
-                read_ca_bundle(path).map_err(|e| Error::CaFile { repo: display.clone(), message: format!("caFile {e}") })?,
-            );
+            builder = builder.tls_certs_merge(read_ca_bundle(path).map_err(|source| Error::CaFile { repo: display.clone(), source })?);
         }
-        let http = builder.build().map_err(|e| Error::Request { repo: display.clone(), url: base.to_string(), message: e.to_string() })?;
+        let http = builder.build().map_err(|e| Error::Request {
+            repo: display.clone(),
+            url: base.to_string(),
+            message: e.to_string(),
+            source: Some(e),
+        })?;
         Ok(Client {
             http,
             token_key: format!("{base}|{}|{fingerprint}", repo.name),
@@ -184,6 +193,7 @@ impl Client {
             repo: self.display.clone(),
             url: path.to_owned(),
             message: e.to_string(),
+            source: None,
         })
     }
 
@@ -225,7 +235,10 @@ impl Client {
 
     fn request_err(&self, url: &Url, deadline: Duration) -> impl Fn(reqwest::Error) -> Error + '_ {
         let url = url.to_string();
-        move |e| Error::Request { repo: self.display.clone(), url: url.clone(), message: explain(&e.without_url(), deadline) }
+        move |e| {
+            let e = e.without_url();
+            Error::Request { repo: self.display.clone(), url: url.clone(), message: explain(&e, deadline), source: Some(e) }
+        }
     }
 
     /// Sends a request to the registry, answering one `401` challenge and retrying once.
@@ -369,7 +382,7 @@ impl Client {
         let limit = self.limits.max_document_bytes;
         read_bounded(resp, limit, self.limits.request_deadline).await.map_err(|e| match e {
             BodyError::TooLarge => Error::TooLarge { repo: self.display.clone(), url: strip_query(url), limit },
-            BodyError::Request(message) => Error::Request { repo: self.display.clone(), url: strip_query(url), message },
+            BodyError::Request { message, source } => Error::Request { repo: self.display.clone(), url: strip_query(url), message, source },
         })
     }
 
@@ -550,9 +563,40 @@ fn explain(e: &reqwest::Error, deadline: Duration) -> String {
     text
 }
 
+/// Why the configured credentials cannot be read (`sources[].oci.auth`). Never holds a secret.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialsError {
+    #[error("password: {0}")]
+    Password(#[source] TokenError),
+    #[error("bearerToken: {0}")]
+    BearerToken(#[source] TokenError),
+    #[error("dockerConfig: {0}")]
+    DockerConfigFile(#[source] AuxFileError),
+    #[error("dockerConfig: {} is not UTF-8", .0.display())]
+    DockerConfigNotUtf8(std::path::PathBuf),
+    #[error("dockerConfig {}: {source}", path.display())]
+    DockerConfig {
+        path: std::path::PathBuf,
+        #[source]
+        source: DockerConfigError,
+    },
+}
+
+impl CredentialsError {
+    /// A file that cannot be read may be a mounted Secret being rotated; anything else waits for
+    /// someone to change it.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            CredentialsError::Password(e) | CredentialsError::BearerToken(e) => e.is_transient(),
+            CredentialsError::DockerConfigFile(e) => e.is_io(),
+            CredentialsError::DockerConfigNotUtf8(_) | CredentialsError::DockerConfig { .. } => false,
+        }
+    }
+}
+
 /// Why a small file (a Docker config, a CA bundle) cannot be used; the caller names which.
 #[derive(Debug, thiserror::Error)]
-enum AuxFileError {
+pub enum AuxFileError {
     #[error("{}: {source}", path.display())]
     Io {
         path: std::path::PathBuf,
@@ -569,6 +613,13 @@ enum AuxFileError {
     },
     #[error("{}: holds no PEM certificate (`-----BEGIN CERTIFICATE-----`)", path.display())]
     NoCertificate { path: std::path::PathBuf },
+}
+
+impl AuxFileError {
+    /// Whether the file could not be read at all (rather than read and refused).
+    pub fn is_io(&self) -> bool {
+        matches!(self, AuxFileError::Io { .. })
+    }
 }
 
 /// Reads a small file (a Docker config, a CA bundle) with a size cap.

@@ -265,16 +265,32 @@ pub enum Error {
     Reference(#[from] ReferenceError),
     #[error("repository `{reference}`: plain HTTP is allowed only for a loopback registry or with `insecure: true`")]
     Insecure { reference: String },
+    /// `message` says what failed in an operator's words; `source` is reqwest's error when
+    /// there is one (not for a bad URL or a deadline of our own).
     #[error("{repo}: request {url} failed: {message}")]
-    Request { repo: String, url: String, message: String },
+    Request {
+        repo: String,
+        url: String,
+        message: String,
+        #[source]
+        source: Option<reqwest::Error>,
+    },
     #[error("{repo}: {url} answered {status}: {message}")]
     Status { repo: String, url: String, status: u16, message: String },
     #[error("{repo}: {message}")]
     Unauthorized { repo: String, message: String },
-    #[error("{repo}: {message}")]
-    CaFile { repo: String, message: String },
-    #[error("{repo}: cannot read the credentials: {message}")]
-    Credentials { repo: String, message: String },
+    #[error("{repo}: caFile {source}")]
+    CaFile {
+        repo: String,
+        #[source]
+        source: client::AuxFileError,
+    },
+    #[error("{repo}: cannot read the credentials: {source}")]
+    Credentials {
+        repo: String,
+        #[source]
+        source: client::CredentialsError,
+    },
     #[error("{repo}: {url}: the response is larger than the limit of {limit} bytes")]
     TooLarge { repo: String, url: String, limit: u64 },
     #[error("{repo}: tag listing: {message}")]
@@ -300,11 +316,12 @@ impl Error {
             Error::Request { .. } => true,
             Error::Status { status, .. } => *status == 429 || *status >= 500,
             Error::Layer { source, .. } => source.is_transient(),
+            // A file that cannot be read may be a mounted Secret being rotated.
+            Error::CaFile { source, .. } => source.is_io(),
+            Error::Credentials { source, .. } => source.is_transient(),
             Error::Reference { .. }
             | Error::Insecure { .. }
             | Error::Unauthorized { .. }
-            | Error::CaFile { .. }
-            | Error::Credentials { .. }
             | Error::TooLarge { .. }
             | Error::Tags { .. }
             | Error::Manifest { .. } => false,
