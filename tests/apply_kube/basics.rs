@@ -105,18 +105,22 @@ async fn one_broken_object_fails_alone_with_the_servers_message() {
 #[tokio::test]
 async fn a_failed_discovery_fails_only_the_objects_of_that_api_version() {
     let server = ApiServer::start().await.unwrap();
-    server.faults().add(FaultRule::new().verb("get").path("/apis/rbac.authorization.k8s.io/v1").status(500).times(1));
-    let role = object(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "r"}, "rules": []}));
-    let stages = [apply(vec![cm("a", json!({})), role])];
+    // ControllerRevision: a kind discovered (not one of the built-in kinds known without asking,
+    // as Deployment of the same apps/v1 is).
+    server.faults().add(FaultRule::new().verb("get").path("/apis/apps/v1").status(500).times(1));
+    let revision = object(
+        json!({"apiVersion": "apps/v1", "kind": "ControllerRevision", "metadata": {"name": "r", "namespace": "default"}, "revision": 1}),
+    );
+    let stages = [apply(vec![cm("a", json!({})), revision])];
     let applier = applier(&server, options());
     let first = sync(&applier, &stages, &Inventory::default()).await;
     assert_eq!(action_of(&first, "ConfigMap/default/a").0, Action::Created);
     assert_eq!(
-        action_of(&first, "ClusterRole/r"),
-        (Action::Failed, "discovering rbac.authorization.k8s.io/v1: testkit: injected fault (500 InternalError)".into())
+        action_of(&first, "ControllerRevision/default/r"),
+        (Action::Failed, "discovering apps/v1: testkit: injected fault (500 InternalError)".into())
     );
     let second = sync(&applier, &stages, &first.inventory).await;
-    assert_eq!(action_of(&second, "ClusterRole/r"), (Action::Created, String::new()), "discovery is asked again next sync");
+    assert_eq!(action_of(&second, "ControllerRevision/default/r"), (Action::Created, String::new()), "discovery is asked again next sync");
     server.stop().await;
 }
 

@@ -170,7 +170,9 @@ fn web_deployment() -> Object {
 async fn a_transient_discovery_error_never_prunes_the_object_it_hides() {
     let server = ApiServer::start().await.unwrap();
     let applier = applier(&server, ApplyOptions { drift: DriftMode::Warn, ..options() });
-    let stages = [apply(vec![web_deployment()]), Stage { name: "late".into(), action: StageAction::Apply, objects: vec![widgets_crd()] }];
+    // A kind that is discovered (Deployment is known without asking).
+    let web = object(json!({"apiVersion": "apps/v1", "kind": "ControllerRevision", "metadata": {"name": "web"}, "revision": 1}));
+    let stages = [apply(vec![web]), Stage { name: "late".into(), action: StageAction::Apply, objects: vec![widgets_crd()] }];
     let first = sync(&applier, &stages, &Inventory::default()).await;
     assert_eq!(first.changes.count(Action::Created), 2);
 
@@ -182,7 +184,7 @@ async fn a_transient_discovery_error_never_prunes_the_object_it_hides() {
         actions(&second),
         [
             (
-                "Deployment/default/web".to_string(),
+                "ControllerRevision/default/web".to_string(),
                 Action::Failed,
                 "discovering apps/v1: testkit: injected fault (500 InternalError)".into()
             ),
@@ -190,11 +192,11 @@ async fn a_transient_discovery_error_never_prunes_the_object_it_hides() {
         ],
         "nothing pruned"
     );
-    let deployments: Api<DynamicObject> = Api::default_namespaced_with(
+    let revisions: Api<DynamicObject> = Api::default_namespaced_with(
         server.client().unwrap(),
-        &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("apps", "v1", "Deployment"), "deployments"),
+        &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("apps", "v1", "ControllerRevision"), "controllerrevisions"),
     );
-    assert!(deployments.get_opt("web").await.unwrap().is_some());
+    assert!(revisions.get_opt("web").await.unwrap().is_some());
     assert_eq!(second.inventory, first.inventory, "same identities, and the digest that was applied");
 
     let third = sync(&applier, &stages, &second.inventory).await;

@@ -2,9 +2,16 @@
 //! once per group-version per sync, and asked again after CRDs were applied. A kind found served
 //! is remembered for the cluster's later syncs ([`Discovery`]), so an unchanged resync asks
 //! nothing; a kind found missing is always asked again.
+//!
+//! Built-in kinds that every supported Kubernetes version serves at the same version (GA since
+//! 1.23 or earlier: `v1` ConfigMap, `apps/v1` Deployment, … — [`builtin`]) are not asked at all:
+//! their resource and scope are the API's own. Should the server answer an object's request
+//! with 404 (an API group switched off), that `apiVersion` is asked of the server from then on,
+//! so a kind that is not served still gets discovery's clear `no matches for kind` error.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::any::TypeId;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -50,18 +57,31 @@ const REMEMBERED_FOR: Duration = Duration::from_secs(30 * 60);
 #[derive(Clone, Default)]
 pub struct Discovery(Arc<Mutex<Remembered>>);
 
-/// By `apiVersion`, then kind: when it was found, and what serves it.
-type Remembered = HashMap<String, HashMap<String, (Instant, Resolved)>>;
+#[derive(Default)]
+struct Remembered {
+    /// By `apiVersion`, then kind: when it was found, and what serves it.
+    kinds: HashMap<String, HashMap<String, (Instant, Resolved)>>,
+    /// `apiVersion`s of built-in kinds whose requests were answered 404: asked of the server.
+    doubted: HashSet<String>,
+}
 
 impl Discovery {
     fn get(&self, api_version: &str, kind: &str) -> Option<Resolved> {
         let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let (at, resolved) = map.get(api_version)?.get(kind)?;
+        let (at, resolved) = map.kinds.get(api_version)?.get(kind)?;
         (at.elapsed() < REMEMBERED_FOR).then(|| resolved.clone())
+    }
+
+    /// A built-in kind ([`builtin`]), unless its `apiVersion` was answered 404 here.
+    fn builtin(&self, api_version: &str, kind: &str) -> Option<Resolved> {
+        let resolved = builtin(api_version, kind)?;
+        let doubted = self.0.lock().unwrap_or_else(PoisonError::into_inner).doubted.contains(api_version);
+        (!doubted).then_some(resolved)
     }
 
     fn put(&self, api_version: &str, resolved: &Resolved) {
         let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = &mut map.kinds;
         // Keys are allocated once per cluster, not once per object.
         if !map.contains_key(api_version) {
             map.insert(api_version.to_owned(), HashMap::new());
@@ -78,14 +98,18 @@ impl Discovery {
 
     /// Forgets every kind of `api_version` (its requests answered 404: the API may be gone).
     pub fn forget(&self, api_version: &str) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(api_version);
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        map.kinds.remove(api_version);
+        if builtin_version(api_version) && !map.doubted.contains(api_version) {
+            map.doubted.insert(api_version.to_owned());
+        }
     }
 
     /// Forgets every kind of an API group (a CRD of it was just written: the versions it serves
     /// may have changed).
     pub fn forget_group(&self, group: &str) {
         let of_group = |v: &str| v.rsplit_once('/').map_or("", |(g, _)| g) == group;
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).retain(|v, _| !of_group(v));
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).kinds.retain(|v, _| !of_group(v));
     }
 }
 
@@ -151,10 +175,11 @@ impl DiscoveryCache {
     async fn resolve_with(&mut self, api_version: &str, kind: &str, remembered: bool) -> Result<Resolved, Unresolved> {
         // A kind an earlier sync found served; not for an `apiVersion` this sync asked already
         // (after a CRD was applied, it is asked again) or expects a new CRD to serve.
+        // Likewise a built-in kind: no request at all.
         if remembered
             && !self.versions.contains_key(api_version)
             && !self.expected.contains_key(api_version)
-            && let Some(resolved) = self.shared.get(api_version, kind)
+            && let Some(resolved) = self.shared.get(api_version, kind).or_else(|| self.shared.builtin(api_version, kind))
         {
             return Ok(resolved);
         }
@@ -234,6 +259,83 @@ impl DiscoveryCache {
     }
 }
 
+/// Built-in kinds by `(apiVersion, kind)`: GA in Kubernetes 1.23 or earlier and served at that
+/// version by every release since, so their resource (plural) and scope are known without
+/// asking. Kinds added or moved since (and every CRD) are discovered.
+type Builtins = HashMap<(&'static str, &'static str), Resolved>;
+
+fn builtins() -> &'static Builtins {
+    static TABLE: OnceLock<Builtins> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        use k8s_openapi::api::{
+            admissionregistration, apps, autoscaling, batch, coordination, core, discovery, networking, node, policy, rbac, scheduling,
+            storage,
+        };
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
+        let mut t = Builtins::new();
+        macro_rules! kinds {
+            ($($k:ty),* $(,)?) => { $( add::<$k>(&mut t); )* };
+        }
+        kinds!(
+            core::v1::Namespace,
+            core::v1::ConfigMap,
+            core::v1::Secret,
+            core::v1::Service,
+            core::v1::ServiceAccount,
+            core::v1::PersistentVolume,
+            core::v1::PersistentVolumeClaim,
+            core::v1::Pod,
+            core::v1::LimitRange,
+            core::v1::ResourceQuota,
+            apps::v1::Deployment,
+            apps::v1::StatefulSet,
+            apps::v1::DaemonSet,
+            apps::v1::ReplicaSet,
+            batch::v1::Job,
+            batch::v1::CronJob,
+            rbac::v1::Role,
+            rbac::v1::RoleBinding,
+            rbac::v1::ClusterRole,
+            rbac::v1::ClusterRoleBinding,
+            networking::v1::Ingress,
+            networking::v1::IngressClass,
+            networking::v1::NetworkPolicy,
+            policy::v1::PodDisruptionBudget,
+            autoscaling::v2::HorizontalPodAutoscaler,
+            discovery::v1::EndpointSlice,
+            admissionregistration::v1::ValidatingWebhookConfiguration,
+            admissionregistration::v1::MutatingWebhookConfiguration,
+            apiextensions::v1::CustomResourceDefinition,
+            storage::v1::StorageClass,
+            storage::v1::CSIDriver,
+            scheduling::v1::PriorityClass,
+            coordination::v1::Lease,
+            node::v1::RuntimeClass,
+        );
+        t
+    })
+}
+
+fn add<K>(t: &mut Builtins)
+where
+    K: k8s_openapi::Resource + kube::Resource<DynamicType = ()>,
+    <K as k8s_openapi::Resource>::Scope: 'static,
+{
+    let namespaced = TypeId::of::<<K as k8s_openapi::Resource>::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>();
+    let resource = Arc::new(ApiResource::erase::<K>(&()));
+    t.insert((<K as k8s_openapi::Resource>::API_VERSION, <K as k8s_openapi::Resource>::KIND), Resolved { resource, namespaced });
+}
+
+/// The built-in kind `kind` of `api_version`, if it is one ([`builtins`]).
+fn builtin(api_version: &str, kind: &str) -> Option<Resolved> {
+    builtins().get(&(api_version, kind)).cloned()
+}
+
+/// Whether `api_version` has built-in kinds.
+fn builtin_version(api_version: &str) -> bool {
+    builtins().keys().any(|(v, _)| *v == api_version)
+}
+
 fn resources(group: &ApiGroup, version: &str) -> Vec<Resolved> {
     group
         .versioned_resources(version)
@@ -248,5 +350,36 @@ fn pick(found: Option<&Found>, kind: &str, api_version: &str) -> Result<Resolved
         Some(Ok(resources)) => resources.iter().find(|r| r.resource.kind == kind).cloned().ok_or_else(no_match),
         Some(Err(Unresolved::NoMatch(_))) | None => Err(no_match()),
         Some(Err(e)) => Err(e.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_kinds_are_the_apis_own() {
+        let cm = builtin("v1", "ConfigMap").expect("ConfigMap");
+        assert_eq!((cm.resource.plural.as_str(), cm.resource.group.as_str(), cm.namespaced), ("configmaps", "", true));
+        let ns = builtin("v1", "Namespace").expect("Namespace");
+        assert_eq!((ns.resource.plural.as_str(), ns.namespaced), ("namespaces", false));
+        let crd = builtin("apiextensions.k8s.io/v1", "CustomResourceDefinition").expect("CRD");
+        assert_eq!((crd.resource.plural.as_str(), crd.namespaced), ("customresourcedefinitions", false));
+        let deploy = builtin("apps/v1", "Deployment").expect("Deployment");
+        assert_eq!((deploy.resource.api_version.as_str(), deploy.namespaced), ("apps/v1", true));
+        // Not built in: an older version, a CRD's kind.
+        assert!(builtin("policy/v1beta1", "PodDisruptionBudget").is_none());
+        assert!(builtin("cluster.x-k8s.io/v1beta1", "Cluster").is_none());
+    }
+
+    #[test]
+    fn a_builtin_version_answered_404_is_asked_of_the_server() {
+        let d = Discovery::default();
+        assert!(d.builtin("v1", "ConfigMap").is_some());
+        d.forget("v1");
+        assert!(d.builtin("v1", "ConfigMap").is_none(), "after a 404, v1 is discovered");
+        assert!(d.builtin("apps/v1", "Deployment").is_some(), "other versions stay built in");
+        d.forget("example.com/v1");
+        assert!(d.0.lock().unwrap_or_else(PoisonError::into_inner).doubted.len() == 1, "only built-in versions are recorded");
     }
 }
