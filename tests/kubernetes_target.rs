@@ -75,12 +75,12 @@ async fn first_pass_syncs_everything_and_a_second_pass_writes_nothing() {
     assert_exit(&o, 0);
     for w in &env.workloads {
         assert_eq!(writes(&w.stats()), 0, "a no-op pass wrote to a workload cluster: {:?}", w.stats().writes);
-        // One LIST per kind (Namespace, ConfigMap, Deployment) and this process's discovery of
-        // their group versions, nothing else: no separate reachability probe (`GET /version`),
-        // the first request is the check. (The daemon remembers discovery between resyncs.)
+        // One LIST per kind (Namespace, ConfigMap, Deployment), nothing else: no discovery
+        // (built-in kinds are known without asking) and no separate reachability probe
+        // (`GET /version`), the first request is the check.
         let requests = w.stats().requests;
         assert_eq!(requests.get("list").map(|r| r.values().sum::<u64>()), Some(3), "{requests:?}");
-        assert!(requests.keys().all(|verb| verb == "list" || verb == "discovery"), "{requests:?}");
+        assert!(requests.keys().all(|verb| verb == "list"), "{requests:?}");
         assert!(!requests.get("discovery").is_some_and(|d| d.contains_key("version")), "a GET /version: {requests:?}");
     }
     assert_eq!(writes(&env.mgmt.stats()), 0, "a no-op pass rewrote status: {:?}", env.mgmt.stats().writes);
