@@ -17,7 +17,7 @@ use std::fmt;
 
 use libyaml_safer::{EventData, Parser, ScalarStyle};
 
-pub use scalar::Resolved;
+pub use scalar::{Resolved, ScalarError};
 
 /// The largest text read; a manifest is configuration, not a data set.
 pub const MAX_BYTES: usize = 64 * 1024 * 1024;
@@ -106,14 +106,17 @@ impl Node {
     /// explicit tag the text does not fit (`!!int abc`).
     pub fn to_json(&self) -> Result<serde_json::Value, SyntaxError> {
         match &self.value {
-            Value::Scalar(s) => scalar::to_json(s).map_err(|message| SyntaxError { mark: self.mark, message }),
+            Value::Scalar(s) => scalar::to_json(s).map_err(|cause| SyntaxError {
+                mark: self.mark,
+                message: cause.to_string(),
+                cause: Some(Box::new(cause)),
+            }),
             Value::Seq(items) => items.iter().map(Node::to_json).collect::<Result<Vec<_>, _>>().map(serde_json::Value::Array),
             Value::Map(entries) => {
                 let mut map = serde_json::Map::new();
                 for (k, v) in entries {
-                    let key = scalar::key_string(k).ok_or_else(|| SyntaxError {
-                        mark: k.mark,
-                        message: format!("a map key must be a string, number or boolean, found {}", k.type_name()),
+                    let key = scalar::key_string(k).ok_or_else(|| {
+                        SyntaxError::new(k.mark, format!("a map key must be a string, number or boolean, found {}", k.type_name()))
                     })?;
                     map.insert(key, v.to_json()?);
                 }
@@ -123,12 +126,26 @@ impl Node {
     }
 }
 
-/// A text kubectl refuses, with its position.
+/// A text kubectl refuses, with its position. Always permanent: the same text is refused again.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {}: {message}", mark.line)]
 pub struct SyntaxError {
     pub mark: Mark,
     pub message: String,
+    /// The scalar kubectl cannot turn into JSON, when that is the problem.
+    #[source]
+    pub cause: Option<Box<ScalarError>>,
+}
+
+impl SyntaxError {
+    pub fn new(mark: Mark, message: impl Into<String>) -> SyntaxError {
+        SyntaxError { mark, message: message.into(), cause: None }
+    }
+
+    /// A stable name, for condition reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
+        "InvalidYaml"
+    }
 }
 
 /// Something kubectl accepts silently that the user should hear about.
@@ -166,10 +183,10 @@ pub fn split(text: &str) -> Result<Vec<(usize, &str)>, SyntaxError> {
         if let Some(rest) = line.strip_prefix("---") {
             let rest = rest.trim();
             if !rest.is_empty() && !rest.starts_with('#') {
-                return Err(SyntaxError {
-                    mark: Mark { line: i + 1, col: 4 },
-                    message: format!("invalid document separator `--- {rest}`: only a comment may follow `---`"),
-                });
+                return Err(SyntaxError::new(
+                    Mark { line: i + 1, col: 4 },
+                    format!("invalid document separator `--- {rest}`: only a comment may follow `---`"),
+                ));
             }
             docs.push((start_line, &text[start..offset]));
             start = offset + line.len();
@@ -224,7 +241,7 @@ pub fn parse(text: &str) -> Result<Document, SyntaxError> {
 pub fn parse_document(text: &str, first_line: usize) -> Result<Document, SyntaxError> {
     let at = |line: u64, col: u64| Mark { line: first_line + line as usize, col: col as usize + 1 };
     if text.len() > MAX_BYTES {
-        return Err(SyntaxError { mark: at(0, 0), message: format!("the text is larger than {MAX_BYTES} bytes") });
+        return Err(SyntaxError::new(at(0, 0), format!("the text is larger than {MAX_BYTES} bytes")));
     }
     let mut input = text.as_bytes();
     let mut parser = Parser::new();
@@ -237,7 +254,7 @@ pub fn parse_document(text: &str, first_line: usize) -> Result<Document, SyntaxE
                 Some(c) => format!("{} ({c})", e.problem()),
                 None => e.problem().to_owned(),
             };
-            SyntaxError { mark: at(m.line, m.column), message }
+            SyntaxError::new(at(m.line, m.column), message)
         })?;
         let mark = at(event.start_mark.line, event.start_mark.column);
         if matches!(event.data, EventData::Scalar { .. } | EventData::SequenceStart { .. } | EventData::MappingStart { .. }) {
@@ -256,10 +273,10 @@ pub fn parse_document(text: &str, first_line: usize) -> Result<Document, SyntaxE
                     .anchors
                     .get(&anchor)
                     .cloned()
-                    .ok_or_else(|| SyntaxError { mark, message: format!("unknown anchor `{anchor}` referenced") })?;
+                    .ok_or_else(|| SyntaxError::new(mark, format!("unknown anchor `{anchor}` referenced")))?;
                 b.aliased += size;
                 if b.aliased > 3 * b.own + ALIAS_ALLOWANCE {
-                    return Err(SyntaxError { mark, message: "document contains excessive aliasing".into() });
+                    return Err(SyntaxError::new(mark, "document contains excessive aliasing"));
                 }
                 b.push(node, None, size)?;
             }
@@ -292,7 +309,7 @@ struct Builder {
 impl Builder {
     fn open(&mut self, mark: Mark, anchor: Option<String>, value: Value) -> Result<(), SyntaxError> {
         if self.stack.len() >= MAX_DEPTH {
-            return Err(SyntaxError { mark, message: format!("the document is nested deeper than {MAX_DEPTH} levels") });
+            return Err(SyntaxError::new(mark, format!("the document is nested deeper than {MAX_DEPTH} levels")));
         }
         self.stack.push(Frame { node: Node { mark, value }, anchor, size: 1, key: None });
         Ok(())
@@ -344,10 +361,7 @@ impl Builder {
                     Value::Map(_) => vec![&v],
                     Value::Seq(items) if items.iter().all(|i| matches!(i.value, Value::Map(_))) => items.iter().rev().collect(),
                     _ => {
-                        return Err(SyntaxError {
-                            mark: v.mark,
-                            message: "map merge requires map or sequence of maps as the value".into(),
-                        });
+                        return Err(SyntaxError::new(v.mark, "map merge requires map or sequence of maps as the value"));
                     }
                 };
                 for source in sources {

@@ -17,7 +17,20 @@ pub enum Resolved {
     Float(f64),
     Str(String),
     /// An explicit tag the text does not fit (`!!int abc`): kubectl refuses it.
-    Invalid(String),
+    Invalid(ScalarError),
+}
+
+/// A scalar kubectl cannot send as JSON.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScalarError {
+    /// An explicit standard tag the text does not fit (`!!int abc`).
+    #[error("cannot decode `{text}` as !!{tag}")]
+    Tag { text: String, tag: String },
+    #[error("!!binary value contains invalid base64 data: {0}")]
+    Base64(#[source] base64::DecodeError),
+    /// `.inf`, `-.inf`, `.nan`: JSON has no such number.
+    #[error("json: unsupported value: {0} (kubectl cannot send it)")]
+    NotFinite(&'static str),
 }
 
 /// go-yaml v2's `resolve` for a scalar: quoted, literal and folded scalars are strings; plain ones
@@ -36,7 +49,7 @@ pub fn resolve(s: &Scalar) -> Resolved {
                 | (Some("bool"), Resolved::Bool(_))
                 | (Some("int"), Resolved::Int(_) | Resolved::Uint(_))
                 | (Some("float"), Resolved::Float(_) | Resolved::Int(_) | Resolved::Uint(_)) => r,
-                (Some(t), _) => Resolved::Invalid(format!("cannot decode `{}` as !!{t}", s.text)),
+                (Some(t), _) => Resolved::Invalid(ScalarError::Tag { text: s.text.clone(), tag: t.to_owned() }),
             }
         }
         Some("binary") => {
@@ -44,7 +57,7 @@ pub fn resolve(s: &Scalar) -> Resolved {
             let clean: String = s.text.chars().filter(|c| !c.is_whitespace()).collect();
             match base64::engine::general_purpose::STANDARD.decode(clean) {
                 Ok(bytes) => Resolved::Str(String::from_utf8_lossy(&bytes).into_owned()),
-                Err(e) => Resolved::Invalid(format!("!!binary value contains invalid base64 data: {e}")),
+                Err(e) => Resolved::Invalid(ScalarError::Base64(e)),
             }
         }
         // `!!str` and tags go-yaml does not resolve (`!foo`) keep the text.
@@ -172,7 +185,7 @@ pub fn key_string(k: &Node) -> Option<String> {
 /// # Errors
 /// `.inf` and `.nan` (JSON has no such number; kubectl says "json: unsupported value"), and
 /// a tag the text does not fit.
-pub fn to_json(s: &Scalar) -> Result<serde_json::Value, String> {
+pub fn to_json(s: &Scalar) -> Result<serde_json::Value, ScalarError> {
     Ok(match resolve(s) {
         Resolved::Null => serde_json::Value::Null,
         Resolved::Bool(b) => serde_json::Value::Bool(b),
@@ -185,9 +198,9 @@ pub fn to_json(s: &Scalar) -> Result<serde_json::Value, String> {
     })
 }
 
-fn float_json(f: f64) -> Result<serde_json::Value, String> {
+fn float_json(f: f64) -> Result<serde_json::Value, ScalarError> {
     if !f.is_finite() {
-        return Err(format!("json: unsupported value: {} (kubectl cannot send it)", go_float_name(f)));
+        return Err(ScalarError::NotFinite(go_float_name(f)));
     }
     // Go writes floats below 1e21 in fixed notation; an integral one then reads back as an
     // integer when it fits i64. `-0.0` is written `-0` and read as 0.
@@ -195,7 +208,7 @@ fn float_json(f: f64) -> Result<serde_json::Value, String> {
     if f.fract() == 0.0 && (-two_63..two_63).contains(&f) {
         return Ok(serde_json::Value::from(f as i64));
     }
-    serde_json::Number::from_f64(f).map(serde_json::Value::Number).ok_or_else(|| format!("json: unsupported value: {f}"))
+    serde_json::Number::from_f64(f).map(serde_json::Value::Number).ok_or(ScalarError::NotFinite(go_float_name(f)))
 }
 
 fn go_float_name(f: f64) -> &'static str {

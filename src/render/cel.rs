@@ -12,6 +12,7 @@
 //! compiled when the release is read, so a syntax error is a release error naming the stage.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -53,10 +54,34 @@ pub enum Verdict {
     NotYet(String),
 }
 
-#[derive(Debug, thiserror::Error)]
+/// A wait condition that cannot be evaluated, ever: the release must change. Permanent.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
-    #[error("CEL expression `{expression}` does not compile: {message}")]
-    Compile { expression: String, message: String },
+    #[error("CEL expression `{expression}` does not compile: {}", one_line(&.source.to_string()))]
+    Compile {
+        expression: String,
+        #[source]
+        source: Arc<cel::ParseErrors>,
+    },
+    /// It reads a variable that is not one of the listed objects' keys.
+    #[error("CEL expression `{expression}` does not compile: undeclared reference to `{variable}` ({})", declared(.keys))]
+    Undeclared { expression: String, variable: String, keys: Vec<String> },
+}
+
+impl Error {
+    /// Never: the expression is the release's.
+    pub fn is_transient(&self) -> bool {
+        false
+    }
+
+    /// A short stable name, for condition reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
+        "InvalidCondition"
+    }
+}
+
+fn declared(keys: &[String]) -> String {
+    if keys.is_empty() { "no objects are listed".to_owned() } else { format!("the objects' keys are {}", keys.join(", ")) }
 }
 
 /// Checks that `expression` is CEL that compiles and that every variable it reads is one of
@@ -65,14 +90,15 @@ pub enum Error {
 /// # Errors
 /// The parser's message, or the first undeclared variable.
 pub fn check(expression: &str, keys: &[&str]) -> Result<(), Error> {
-    let program = cel::Program::compile(expression)
-        .map_err(|e| Error::Compile { expression: expression.to_owned(), message: one_line(&e.to_string()) })?;
+    let program = compile(expression)?;
     let references = program.references();
     let undeclared: Vec<&str> = references.variables().into_iter().filter(|v| !keys.contains(v)).collect();
     if let Some(v) = undeclared.first() {
-        let declared =
-            if keys.is_empty() { "no objects are listed".to_owned() } else { format!("the objects' keys are {}", keys.join(", ")) };
-        return Err(Error::Compile { expression: expression.to_owned(), message: format!("undeclared reference to `{v}` ({declared})") });
+        return Err(Error::Undeclared {
+            expression: expression.to_owned(),
+            variable: (*v).to_owned(),
+            keys: keys.iter().map(|k| (*k).to_owned()).collect(),
+        });
     }
     Ok(())
 }
@@ -82,8 +108,7 @@ pub fn check(expression: &str, keys: &[&str]) -> Result<(), Error> {
 /// # Errors
 /// The expression does not compile (checked when the release was read; kept for safety).
 pub fn evaluate(expression: &str, objects: &BTreeMap<String, Value>) -> Result<Verdict, Error> {
-    let program = cel::Program::compile(expression)
-        .map_err(|e| Error::Compile { expression: expression.to_owned(), message: one_line(&e.to_string()) })?;
+    let program = compile(expression)?;
     let mut context = cel::Context::default();
     for (key, object) in objects {
         if let Err(e) = context.add_variable(key.clone(), object) {
@@ -96,6 +121,10 @@ pub fn evaluate(expression: &str, objects: &BTreeMap<String, Value>) -> Result<V
         Ok(other) => Verdict::NotYet(format!("`{expression}` is {other:?}, not a boolean")),
         Err(e) => Verdict::NotYet(format!("`{expression}` cannot be evaluated yet: {e}")),
     })
+}
+
+fn compile(expression: &str) -> Result<cel::Program, Error> {
+    cel::Program::compile(expression).map_err(|e| Error::Compile { expression: expression.to_owned(), source: Arc::new(e) })
 }
 
 fn one_line(s: &str) -> String {

@@ -15,14 +15,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::cel::{WaitFor, WaitObject};
 use super::gotemplate::Warning;
 use super::helm::{Helm, MemoKey};
 use super::values::{TemplateOptions, ValuesTemplate};
-use super::{Error, Errors, Object, ObjectKey};
+use super::{Error, Errors, Object, ObjectKey, ObjectProblem, ReadError};
 use crate::cache::unpack;
-use crate::model::cluster::ClusterConfig;
+use crate::config::ClusterConfig;
 use crate::kubeyaml::{self, Node, Value};
 use crate::release::metadata::{self, Metadata};
 use crate::release::{Release, version::Version};
@@ -126,20 +127,17 @@ impl Layout {
             "" | "." => String::new(),
             d => format!("{d}/"),
         };
+        // Names of the release's files, relative to the release (chart names already are).
         let rel = |name: &str| format!("{prefix}{name}");
-        let release_err = |file: &str, message: String| Error::Release { file: rel(file), message };
         if !root.is_dir() {
             return Err(Errors(vec![Error::MissingDir { path: dir.to_owned() }]));
         }
         let Version::Scs { stack, .. } = &release.version else {
-            return Err(Errors(vec![release_err(metadata::FILE, format!("tag {} is not a cluster-stack tag", release.tag))]));
+            return Err(Errors(vec![Error::NotClusterStackTag { file: rel(metadata::FILE), tag: release.tag.clone() }]));
         };
-        let text = read(&root, metadata::FILE).map_err(|m| Errors(vec![release_err(metadata::FILE, m)]))?;
-        let metadata = metadata::parse(&rel(metadata::FILE), &text, &release.version).map_err(|errs| {
-            Errors(
-                errs.into_iter().map(|e| Error::Release { file: format!("{}:{}:{}", e.file, e.line, e.col), message: msg(&e) }).collect(),
-            )
-        })?;
+        let text = read(&root, metadata::FILE).map_err(|source| Errors(vec![Error::ReadFile { file: rel(metadata::FILE), source }]))?;
+        let metadata = metadata::parse(&rel(metadata::FILE), &text, &release.version)
+            .map_err(|errs| Errors(errs.into_iter().map(Error::Metadata).collect()))?;
         let mut errors = Vec::new();
         let mut unpacked = Vec::new();
         let staged = root.join(ADDON_CONFIG).is_file();
@@ -148,23 +146,18 @@ impl Layout {
         let addon_name = format!("{stack}-cluster-addon-{}", metadata.cluster_addon);
         let addon_chart = find_chart(&root, &addon_name, &prefix, !staged);
         if cluster_class.is_none() {
-            errors.push(release_err(
-                &class_name,
-                format!("no ClusterClass chart: expected `{class_name}.tgz` or a directory `{class_name}/`"),
-            ));
+            errors.push(Error::MissingChart { file: rel(&class_name), what: "ClusterClass", name: class_name.clone() });
         }
         if addon_chart.is_none() {
-            errors.push(release_err(
-                &addon_name,
-                format!("no cluster-addon chart: expected `{addon_name}.tgz` or a directory `{addon_name}/`"),
-            ));
+            errors.push(Error::MissingChart { file: rel(&addon_name), what: "cluster-addon", name: addon_name.clone() });
         }
         let (Some(cluster_class), Some(addon_chart)) = (cluster_class, addon_chart) else { return Err(Errors(errors)) };
 
         let addon = if staged {
+            let file = rel(ADDON_CONFIG);
             let hooks = read(&root, ADDON_CONFIG)
-                .map_err(|m| release_err(ADDON_CONFIG, m))
-                .and_then(|t| parse_addon_config(&rel(ADDON_CONFIG), &t).map_err(|m| release_err(ADDON_CONFIG, m)));
+                .map_err(|source| Error::ReadFile { file: file.clone(), source })
+                .and_then(|t| parse_addon_config(&file, &t).map_err(|e| Error::AddonConfig { file: file.clone(), source: Box::new(e) }));
             let hooks = match hooks {
                 Ok(h) => h,
                 Err(e) => return Err(Errors(vec![e])),
@@ -173,11 +166,12 @@ impl Layout {
                 addon_chart.path.clone()
             } else {
                 let dest = work.join(&addon_name);
+                let file = || addon_chart.name.clone();
                 std::fs::create_dir_all(&dest)
-                    .map_err(|e| Errors(vec![release_err(&addon_chart.name, format!("cannot create {}: {e}", dest.display()))]))?;
-                refuse_links(&addon_chart.path).map_err(|m| Errors(vec![release_err(&addon_chart.name, m)]))?;
+                    .map_err(|e| Errors(vec![Error::CreateDir { file: file(), path: dest.clone(), source: Arc::new(e) }]))?;
+                refuse_links(&addon_chart.path).map_err(|source| Errors(vec![Error::Archive { file: file(), source }]))?;
                 unpack::unpack(&addon_chart.path, &dest, unpack::Limits::default())
-                    .map_err(|e| Errors(vec![release_err(&addon_chart.name, format!("cannot unpack: {e}"))]))?;
+                    .map_err(|e| Errors(vec![Error::Unpack { file: file(), source: Arc::new(e) }]))?;
                 unpacked.push(addon_chart.name.clone());
                 dest
             };
@@ -187,17 +181,15 @@ impl Layout {
                 let dir = stage_root.join(name);
                 let chart_name = format!("{}/{name}", addon_chart.name);
                 if !dir.join("Chart.yaml").is_file() {
-                    errors
-                        .push(release_err(&chart_name, format!("stage `{name}` of {ADDON_CONFIG} has no chart (no `{name}/Chart.yaml`)")));
+                    errors.push(Error::StageChartMissing { file: chart_name, stage: name.to_owned() });
                     continue;
                 }
-                let label = format!("{chart_name}/{OVERWRITE}");
-                let overwrite = optional_template(&dir, OVERWRITE, &label, rel(&label), &mut errors);
+                let overwrite = optional_template(&dir, OVERWRITE, &format!("{chart_name}/{OVERWRITE}"), &mut errors);
                 stages.insert(name.to_owned(), StageChart { chart: Chart { name: chart_name, path: dir }, overwrite });
             }
             Addon::Staged { hooks, stages }
         } else {
-            let values = optional_template(&root, ADDON_VALUES, &rel(ADDON_VALUES), rel(ADDON_VALUES), &mut errors);
+            let values = optional_template(&root, ADDON_VALUES, &rel(ADDON_VALUES), &mut errors);
             Addon::Single { chart: addon_chart, values }
         };
         if !errors.is_empty() {
@@ -322,13 +314,10 @@ impl Layout {
     /// No such stage, or its values-template, helm and object errors.
     pub async fn render_stage(&self, helm: &Helm, cluster: &ClusterConfig, work: &Path, name: &str) -> Result<Vec<Object>, Errors> {
         let Addon::Staged { stages, .. } = &self.addon else {
-            return Err(Errors(vec![Error::Release {
-                file: ADDON_CONFIG.into(),
-                message: format!("stage `{name}`: the addon has no stages"),
-            }]));
+            return Err(Errors(vec![Error::NoStages { stage: name.to_owned() }]));
         };
         let Some(stage) = stages.get(name) else {
-            return Err(Errors(vec![Error::Release { file: ADDON_CONFIG.into(), message: format!("stage `{name}` has no chart") }]));
+            return Err(Errors(vec![Error::UnknownStage { stage: name.to_owned() }]));
         };
         let dir = work.join("values").join(&cluster.namespace).join(&cluster.name);
         self.render_chart(helm, cluster, &dir, &stage.chart, stage.overwrite.as_ref(), Some(name)).await.map(|(o, _)| o).map_err(Errors)
@@ -367,10 +356,7 @@ impl Layout {
                     let path = dir.join(format!("{}.yaml", stage.unwrap_or(ADDON_RELEASE)));
                     let written = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, values));
                     if let Err(e) = written {
-                        return Err(vec![Error::ReadFile {
-                            file: path.display().to_string(),
-                            message: format!("cannot write values: {e}"),
-                        }]);
+                        return Err(vec![Error::WriteValues { path, source: Arc::new(e) }]);
                     }
                     args.push("-f".into());
                     args.push(path.into());
@@ -398,8 +384,7 @@ fn objects_of(text: &str, chart: &str, stage: &str, namespace: &str) -> Result<V
     // starts with (or holds more) `---` gives documents without a header of their own: they
     // belong to the last `# Source:` seen.
     let mut source = chart.to_owned();
-    let docs = kubeyaml::split(text)
-        .map_err(|e| Errors(vec![super::Error::Parse { file: chart.to_owned(), line: e.mark.line, message: e.message }]))?;
+    let docs = kubeyaml::split(text).map_err(|source| Errors(vec![Error::Split { file: chart.to_owned(), source }]))?;
     for (line, doc) in docs {
         // Only the comment lines a document starts with: a `# Source:` inside a block scalar is data.
         let header = doc.lines().map(str::trim).take_while(|l| l.is_empty() || l.starts_with('#'));
@@ -422,14 +407,14 @@ fn objects_of(text: &str, chart: &str, stage: &str, namespace: &str) -> Result<V
         // cluster-scoped object with a namespaced one.
         let ns = Some(o.namespace.as_deref().unwrap_or(namespace));
         if let Some(first) = seen.insert((o.group(), o.kind.as_str(), ns, o.name.as_str()), &o.file) {
-            errors.push(Error::Object { file: o.file.clone(), line: o.line, message: format!("{o} is defined twice (also in {first})") });
+            errors.push(Error::Object {
+                file: o.file.clone(),
+                line: o.line,
+                problem: ObjectProblem::DefinedTwice { object: o.to_string(), also: format!("in {first}") },
+            });
         }
     }
     if errors.is_empty() { Ok(objects) } else { Err(Errors(errors)) }
-}
-
-fn msg(e: &metadata::MetadataError) -> String {
-    if e.field.is_empty() { e.message.clone() } else { format!("{}: {}", e.field, e.message) }
 }
 
 /// `<name>/` or `<name>.tgz` in `root`. With `must_be_chart`, a directory counts only when it is a
@@ -457,9 +442,9 @@ fn find_chart(root: &Path, name: &str, prefix: &str, must_be_chart: bool) -> Opt
 /// Fails on a link entry in a staged addon archive. The safe unpacker skips links (with a
 /// warning), which would leave a stage chart without a file and helm rendering it anyway; the
 /// operator refuses such an archive ("unsupported type"), and so does stacksync.
-fn refuse_links(archive: &Path) -> Result<(), String> {
+fn refuse_links(archive: &Path) -> Result<(), ArchiveError> {
     use std::io::Read;
-    let open = || std::fs::File::open(archive).map_err(|e| format!("cannot open: {e}"));
+    let open = || std::fs::File::open(archive).map_err(|e| ArchiveError::Open(Arc::new(e)));
     let mut magic = [0u8; 2];
     let gz = open()?.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
     let reader: Box<dyn Read> = if gz { Box::new(flate2::read::GzDecoder::new(open()?)) } else { Box::new(open()?) };
@@ -469,69 +454,126 @@ fn refuse_links(archive: &Path) -> Result<(), String> {
     for entry in entries {
         let Ok(entry) = entry else { return Ok(()) };
         if matches!(entry.header().entry_type(), tar::EntryType::Symlink | tar::EntryType::Link) {
-            let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
-            return Err(format!(
-                "entry {name:?} is a link; a cluster-addon archive must hold plain files (the operator refuses links too)"
-            ));
+            return Err(ArchiveError::Link { entry: String::from_utf8_lossy(&entry.path_bytes()).into_owned() });
         }
     }
     Ok(())
 }
 
-fn read(dir: &Path, name: &str) -> Result<String, String> {
-    read_optional(dir, name)?.ok_or_else(|| "file is missing".to_owned())
+fn read(dir: &Path, name: &str) -> Result<String, ReadError> {
+    read_optional(dir, name)?.ok_or(ReadError::Missing)
 }
 
 /// Reads and parses an optional values template (`overwrite.yaml`, `cluster-addon-values.yaml`);
-/// `label` names it in template errors, `file` in read errors; errors are collected.
-fn optional_template(dir: &Path, name: &str, label: &str, file: String, errors: &mut Vec<Error>) -> Option<ValuesTemplate> {
+/// `file` (release-relative) names it in errors, which are collected.
+fn optional_template(dir: &Path, name: &str, file: &str, errors: &mut Vec<Error>) -> Option<ValuesTemplate> {
     match read_optional(dir, name) {
-        Ok(Some(text)) => ValuesTemplate::parse(label, &text).map_err(|e| errors.push(e)).ok(),
+        Ok(Some(text)) => ValuesTemplate::parse(file, &text).map_err(|e| errors.push(e)).ok(),
         Ok(None) => None,
-        Err(message) => {
-            errors.push(Error::Release { file, message });
+        Err(source) => {
+            errors.push(Error::ReadFile { file: file.to_owned(), source });
             None
         }
     }
 }
 
-fn read_optional(dir: &Path, name: &str) -> Result<Option<String>, String> {
+fn read_optional(dir: &Path, name: &str) -> Result<Option<String>, ReadError> {
     let path = dir.join(name);
     match std::fs::metadata(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.to_string()),
-        Ok(m) if m.len() > super::MAX_FILE_BYTES => return Err(format!("file is larger than {} bytes", super::MAX_FILE_BYTES)),
+        Err(e) => return Err(ReadError::io(e)),
+        Ok(m) if m.len() > super::MAX_FILE_BYTES => return Err(ReadError::TooLarge { limit: super::MAX_FILE_BYTES }),
         Ok(_) => {}
     }
-    std::fs::read_to_string(&path).map(Some).map_err(|e| e.to_string())
+    std::fs::read_to_string(&path).map(Some).map_err(ReadError::io)
+}
+
+/// What is wrong with a `clusteraddon.yaml`; `at` is `file:line:col`.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AddonConfigError {
+    #[error("line {}: invalid YAML: {}", .0.mark.line, .0.message)]
+    Yaml(#[source] kubeyaml::SyntaxError),
+    #[error("the file is empty")]
+    Empty,
+    #[error("expected a mapping")]
+    NotAMapping,
+    #[error("missing `addonStages`")]
+    NoAddonStages,
+    #[error("{at}: `addonStages` must map hooks to stage lists")]
+    StagesNotAMapping { at: String },
+    #[error("{at}: `addonStages.{hook}` must be a list")]
+    HookNotAList { at: String, hook: String },
+    #[error("{at}: each stage needs a `name` (a chart directory)")]
+    StageName { at: String },
+    #[error("{at}: stage `{stage}`: action must be `apply` or `delete`, found {found:?}")]
+    Action { at: String, stage: String, found: Option<String> },
+    /// `what` names the stage and the condition (`stage \`cni\` of <hook>: waitForPreCondition`).
+    #[error("{at}: {what} must be a mapping with `objects` and `conditions`")]
+    WaitNotAMapping { at: String, what: String },
+    #[error("{at}: {what}.objects must be a list")]
+    WaitObjectsNotAList { at: String, what: String },
+    #[error("{at}: {what}.objects[{index}]: missing `{field}`")]
+    WaitObjectField { at: String, what: String, index: usize, field: &'static str },
+    #[error("{at}: {what}: `objects` are listed but `conditions` (a CEL expression) is missing")]
+    WaitConditionsMissing { at: String, what: String },
+    #[error("{at}: {what}: {source}")]
+    WaitConditions {
+        at: String,
+        what: String,
+        #[source]
+        source: super::cel::Error,
+    },
+    #[error("no `{INSTALL_HOOK}` stages: stacksync installs a cluster's addons from that hook")]
+    NoInstallHook,
+}
+
+/// What is wrong with a staged cluster-addon archive before it is unpacked.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ArchiveError {
+    #[error("cannot open: {0}")]
+    Open(#[source] Arc<std::io::Error>),
+    #[error("entry {entry:?} is a link; a cluster-addon archive must hold plain files (the operator refuses links too)")]
+    Link { entry: String },
+}
+
+impl ArchiveError {
+    /// Opening it is I/O on the cache volume; a link stays a link.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, ArchiveError::Open(_))
+    }
 }
 
 /// Reads `clusteraddon.yaml`: `addonStages: {<hook>: [{name, action}]}`, hooks in file order.
-pub fn parse_addon_config(file: &str, text: &str) -> Result<Vec<(String, Vec<StageRef>)>, String> {
+///
+/// # Errors
+/// Invalid YAML, a malformed hook, stage or wait condition, no install hook.
+pub fn parse_addon_config(file: &str, text: &str) -> Result<Vec<(String, Vec<StageRef>)>, AddonConfigError> {
     let at = |n: &Node| format!("{file}:{}:{}", n.mark.line, n.mark.col);
-    let doc = kubeyaml::parse(text).map_err(|e| format!("line {}: invalid YAML: {}", e.mark.line, e.message))?;
+    let doc = kubeyaml::parse(text).map_err(AddonConfigError::Yaml)?;
     for w in &doc.warnings {
         tracing::warn!(file, line = w.line, "{}", w.message);
     }
-    let root = doc.root.ok_or("the file is empty")?;
+    let root = doc.root.ok_or(AddonConfigError::Empty)?;
     if !matches!(root.value, Value::Map(_)) {
-        return Err("expected a mapping".into());
+        return Err(AddonConfigError::NotAMapping);
     }
-    let stages = root.get("addonStages").ok_or("missing `addonStages`")?;
-    let Value::Map(hooks) = &stages.value else { return Err(format!("{}: `addonStages` must map hooks to stage lists", at(stages))) };
+    let stages = root.get("addonStages").ok_or(AddonConfigError::NoAddonStages)?;
+    let Value::Map(hooks) = &stages.value else { return Err(AddonConfigError::StagesNotAMapping { at: at(stages) }) };
     let mut out = Vec::new();
     for (hook, list) in hooks {
         let hook_name = hook.scalar_text().unwrap_or_default().to_owned();
-        let Value::Seq(items) = &list.value else { return Err(format!("{}: `addonStages.{hook_name}` must be a list", at(list))) };
+        let Value::Seq(items) = &list.value else { return Err(AddonConfigError::HookNotAList { at: at(list), hook: hook_name }) };
         let mut refs = Vec::new();
         for item in items {
             let field = |k: &str| item.get(k).and_then(Node::scalar_text);
             let name = field("name").filter(|n| is_stage_name(n));
-            let Some(name) = name else { return Err(format!("{}: each stage needs a `name` (a chart directory)", at(item))) };
+            let Some(name) = name else { return Err(AddonConfigError::StageName { at: at(item) }) };
             let action = match field("action") {
                 Some("apply") => Action::Apply,
                 Some("delete") => Action::Delete,
-                other => return Err(format!("{}: stage `{name}`: action must be `apply` or `delete`, found {other:?}", at(item))),
+                other => {
+                    return Err(AddonConfigError::Action { at: at(item), stage: name.to_owned(), found: other.map(str::to_owned) });
+                }
             };
             let what = format!("stage `{name}` of {hook_name}");
             let pre =
@@ -543,7 +585,7 @@ pub fn parse_addon_config(file: &str, text: &str) -> Result<Vec<(String, Vec<Sta
         out.push((hook_name, refs));
     }
     if !out.iter().any(|(h, _)| h == INSTALL_HOOK) {
-        return Err(format!("no `{INSTALL_HOOK}` stages: stacksync installs a cluster's addons from that hook"));
+        return Err(AddonConfigError::NoInstallHook);
     }
     Ok(out)
 }
@@ -551,19 +593,19 @@ pub fn parse_addon_config(file: &str, text: &str) -> Result<Vec<(String, Vec<Sta
 /// A stage's wait: `{objects: [{key, apiVersion, kind, name, namespace}], conditions: <CEL>}`.
 /// Empty (no objects, no conditions) is no wait, as for the operator. The expression must
 /// compile and read only the listed keys.
-fn wait_for(node: &Node, what: &str, at: &dyn Fn(&Node) -> String) -> Result<Option<WaitFor>, String> {
+fn wait_for(node: &Node, what: &str, at: &dyn Fn(&Node) -> String) -> Result<Option<WaitFor>, AddonConfigError> {
     if node.is_null() {
         return Ok(None);
     }
     if !matches!(node.value, Value::Map(_)) {
-        return Err(format!("{}: {what} must be a mapping with `objects` and `conditions`", at(node)));
+        return Err(AddonConfigError::WaitNotAMapping { at: at(node), what: what.to_owned() });
     }
     let mut objects = Vec::new();
     if let Some(list) = node.get("objects") {
         let items = match &list.value {
             Value::Seq(items) => items.as_slice(),
             _ if list.is_null() => &[],
-            _ => return Err(format!("{}: {what}.objects must be a list", at(list))),
+            _ => return Err(AddonConfigError::WaitObjectsNotAList { at: at(list), what: what.to_owned() }),
         };
         for (i, item) in items.iter().enumerate() {
             let field = |k: &str| item.get(k).and_then(Node::scalar_text).unwrap_or_default().to_owned();
@@ -576,7 +618,7 @@ fn wait_for(node: &Node, what: &str, at: &dyn Fn(&Node) -> String) -> Result<Opt
             };
             for (f, v) in [("key", &o.key), ("apiVersion", &o.api_version), ("kind", &o.kind), ("name", &o.name)] {
                 if v.is_empty() {
-                    return Err(format!("{}: {what}.objects[{i}]: missing `{f}`", at(item)));
+                    return Err(AddonConfigError::WaitObjectField { at: at(item), what: what.to_owned(), index: i, field: f });
                 }
             }
             objects.push(o);
@@ -587,10 +629,14 @@ fn wait_for(node: &Node, what: &str, at: &dyn Fn(&Node) -> String) -> Result<Opt
         if objects.is_empty() {
             return Ok(None);
         }
-        return Err(format!("{}: {what}: `objects` are listed but `conditions` (a CEL expression) is missing", at(node)));
+        return Err(AddonConfigError::WaitConditionsMissing { at: at(node), what: what.to_owned() });
     }
     let keys: Vec<&str> = objects.iter().map(|o| o.key.as_str()).collect();
-    super::cel::check(&conditions, &keys).map_err(|e| format!("{}: {what}: {e}", at(node)))?;
+    super::cel::check(&conditions, &keys).map_err(|source| AddonConfigError::WaitConditions {
+        at: at(node),
+        what: what.to_owned(),
+        source,
+    })?;
     Ok(Some(WaitFor { objects, conditions }))
 }
 
@@ -610,9 +656,9 @@ mod tests {
         assert_eq!(hooks[0].0, INSTALL_HOOK);
         let names: Vec<(&str, Action)> = hooks[0].1.iter().map(|s| (s.name.as_str(), s.action)).collect();
         assert_eq!(names, [("cni", Action::Apply), ("old-csi", Action::Delete), ("metrics", Action::Apply)]);
-        let e = parse_addon_config("c.yaml", "addonStages:\n  X:\n    - {name: a, action: upsert}\n").unwrap_err();
+        let e = parse_addon_config("c.yaml", "addonStages:\n  X:\n    - {name: a, action: upsert}\n").unwrap_err().to_string();
         assert!(e.starts_with("c.yaml:3:7: stage `a`: action must be"), "{e}");
-        let e = parse_addon_config("c.yaml", "addonStages:\n  BeforeClusterUpgrade: []\n").unwrap_err();
+        let e = parse_addon_config("c.yaml", "addonStages:\n  BeforeClusterUpgrade: []\n").unwrap_err().to_string();
         assert!(e.contains("no `AfterControlPlaneInitialized` stages"), "{e}");
     }
 
@@ -625,10 +671,10 @@ mod tests {
         let post = cni.post.as_ref().expect("post condition");
         assert_eq!((post.objects[0].key.as_str(), post.objects[0].to_string()), ("ds", "DaemonSet/kube-system/cilium".to_owned()));
         let bad = text.replace("ds.status.numberReady ==", "ds.status.numberReady == ==");
-        let e = parse_addon_config("clusteraddon.yaml", &bad).unwrap_err();
+        let e = parse_addon_config("clusteraddon.yaml", &bad).unwrap_err().to_string();
         assert!(e.starts_with("clusteraddon.yaml:9:9: stage `cni` of BeforeClusterUpgrade: waitForPostCondition: CEL expression"), "{e}");
         let unknown = text.replace("ds.status.numberReady ==", "cm.status.numberReady ==");
-        let e = parse_addon_config("clusteraddon.yaml", &unknown).unwrap_err();
+        let e = parse_addon_config("clusteraddon.yaml", &unknown).unwrap_err().to_string();
         assert!(e.contains("undeclared reference to `cm`"), "{e}");
     }
 
@@ -674,6 +720,6 @@ mod tests {
         let out = "---\n# Source: a/templates/a.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n---\n# Source: a/templates/b.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n  namespace: kube-system\n";
         let e = objects_of(out, "a", "s", "kube-system").unwrap_err().to_string();
         assert!(e.contains("ConfigMap/kube-system/b is defined twice (also in a/templates/a.yaml)"), "{e}");
-        assert_eq!(objects_of(out, "a", "s", "other").map(|o| o.len()), Ok(2));
+        assert_eq!(objects_of(out, "a", "s", "other").map(|o| o.len()).ok(), Some(2));
     }
 }

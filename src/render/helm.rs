@@ -36,32 +36,83 @@ const VERSION_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bytes of rendered output the memo keeps; the oldest renders go first.
 pub const MEMO_BYTES: usize = 64 * 1024 * 1024;
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// What went wrong finding or running helm. Cheap to clone (I/O causes are shared), so the
+/// process's one located helm, or why there is none, can be handed to every render.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     #[error(
         "helm not found: {0}; set `helm.path` in the config or {ENV_HELM}, or install helm 3.6 or later (for the tests: scripts/install-tools.sh)"
     )]
-    NotFound(String),
-    #[error("{path}: `helm version` failed: {message}")]
-    Version { path: String, message: String },
-    #[error("cannot run {path}: {message}")]
-    Spawn { path: String, message: String },
+    NotFound(Missing),
+    /// `helm version` could not be started.
+    #[error("{path}: `helm version` failed: {source}")]
+    VersionRun {
+        path: String,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error("{path}: `helm version` failed: no answer within {seconds}s")]
+    VersionTimeout { path: String, seconds: u64 },
+    /// `helm version` ran and failed; `stderr` is an excerpt of its error output.
+    #[error("{path}: `helm version` failed: {stderr}")]
+    VersionFailed { path: String, stderr: String },
+    #[error(
+        "{path}: `helm version` failed: unsupported version `{version}`; helm 3.{MIN_HELM3_MINOR} or later is needed (`helm template --kube-version`)"
+    )]
+    Unsupported { path: String, version: String },
+    /// `helm template` could not be started.
+    #[error("cannot run {path}: {source}")]
+    Spawn {
+        path: String,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
     #[error("helm template {chart} did not finish within {seconds}s")]
     Timeout { chart: String, seconds: u64 },
-    #[error("helm template {chart} failed ({status}): {stderr}")]
-    Template { chart: String, status: String, stderr: String },
+    /// `helm template` ran and failed; `stderr` is an excerpt of its error output.
+    #[error("helm template {chart} failed ({}): {stderr}", describe(.status))]
+    Template { chart: String, status: std::process::ExitStatus, stderr: String },
+}
+
+/// Where helm was looked for and not found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Missing {
+    #[error("`helm.path` {} does not exist", .0.display())]
+    ConfigPath(PathBuf),
+    #[error("{ENV_HELM}={} does not exist", .0.display())]
+    EnvPath(PathBuf),
+    #[error("no `helm` on PATH")]
+    NotOnPath,
 }
 
 impl Error {
-    pub fn kind(&self) -> &'static str {
+    /// Whether trying again soon may succeed with nothing changed: helm could not be started,
+    /// did not answer in time or was killed by a signal (out of memory). A missing or too old
+    /// helm needs the installation or the config changed; a failing chart, the release.
+    pub fn is_transient(&self) -> bool {
         match self {
-            Error::NotFound(_) => "helm_not_found",
-            Error::Version { .. } => "helm_version",
-            Error::Spawn { .. } => "helm_spawn",
-            Error::Timeout { .. } => "helm_timeout",
-            Error::Template { .. } => "helm_template",
+            Error::VersionRun { .. } | Error::VersionTimeout { .. } | Error::Spawn { .. } | Error::Timeout { .. } => true,
+            Error::Template { status, .. } => status.code().is_none(),
+            Error::NotFound(_) | Error::VersionFailed { .. } | Error::Unsupported { .. } => false,
         }
     }
+
+    /// A short stable CamelCase name, for condition reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::NotFound(_) => "HelmNotFound",
+            Error::VersionRun { .. } | Error::VersionTimeout { .. } | Error::VersionFailed { .. } => "HelmVersion",
+            Error::Unsupported { .. } => "HelmUnsupported",
+            Error::Spawn { .. } => "HelmSpawn",
+            Error::Timeout { .. } => "HelmTimeout",
+            Error::Template { .. } => "HelmTemplateFailed",
+        }
+    }
+}
+
+/// How a helm process ended, as messages say it.
+fn describe(status: &std::process::ExitStatus) -> String {
+    status.code().map_or_else(|| "killed by a signal".to_owned(), |c| format!("exit code {c}"))
 }
 
 /// A located, version-checked helm. Cheap to clone; clones share the concurrency bound.
@@ -248,29 +299,29 @@ impl Helm {
         let path = match (&config.path, std::env::var_os(ENV_HELM).filter(|v| !v.is_empty())) {
             (Some(p), _) => {
                 if !p.is_file() {
-                    return Err(Error::NotFound(format!("`helm.path` {} does not exist", p.display())));
+                    return Err(Error::NotFound(Missing::ConfigPath(p.clone())));
                 }
                 p.clone()
             }
             (None, Some(p)) => {
                 let p = PathBuf::from(p);
                 if !p.is_file() {
-                    return Err(Error::NotFound(format!("{ENV_HELM}={} does not exist", p.display())));
+                    return Err(Error::NotFound(Missing::EnvPath(p)));
                 }
                 p
             }
-            (None, None) => search_path("helm").ok_or_else(|| Error::NotFound("no `helm` on PATH".to_owned()))?,
+            (None, None) => search_path("helm").ok_or(Error::NotFound(Missing::NotOnPath))?,
         };
         let shown = path.display().to_string();
         let run = tokio::process::Command::new(&path).args(["version", "--short"]).stdin(Stdio::null()).kill_on_drop(true).output();
         let out = match tokio::time::timeout(VERSION_TIMEOUT, run).await {
             Ok(Ok(out)) => out,
-            Ok(Err(e)) => return Err(Error::Version { path: shown, message: e.to_string() }),
-            Err(_) => return Err(Error::Version { path: shown, message: format!("no answer within {}s", VERSION_TIMEOUT.as_secs()) }),
+            Ok(Err(e)) => return Err(Error::VersionRun { path: shown, source: Arc::new(e) }),
+            Err(_) => return Err(Error::VersionTimeout { path: shown, seconds: VERSION_TIMEOUT.as_secs() }),
         };
         let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         if !out.status.success() {
-            return Err(Error::Version { path: shown, message: excerpt(&String::from_utf8_lossy(&out.stderr)) });
+            return Err(Error::VersionFailed { path: shown, stderr: excerpt(&String::from_utf8_lossy(&out.stderr)) });
         }
         let mut parts = version.strip_prefix('v').unwrap_or_default().split(['.', '+', '-']).map(|p| p.parse::<u64>().ok());
         let (major, minor) = (parts.next().flatten(), parts.next().flatten());
@@ -280,12 +331,7 @@ impl Helm {
             (Some(m), _) if m >= 4 => {}
             (Some(3), Some(n)) if n >= MIN_HELM3_MINOR => {}
             _ => {
-                return Err(Error::Version {
-                    path: shown,
-                    message: format!(
-                        "unsupported version `{version}`; helm 3.{MIN_HELM3_MINOR} or later is needed (`helm template --kube-version`)"
-                    ),
-                });
+                return Err(Error::Unsupported { path: shown, version });
             }
         }
         Ok(Helm {
@@ -383,8 +429,12 @@ impl Helm {
     }
 
     async fn run_template(&self, chart: &str, args: &[OsString]) -> Result<String, Error> {
-        let _permit =
-            self.permits.acquire().await.map_err(|e| Error::Spawn { path: self.path.display().to_string(), message: e.to_string() })?;
+        // The semaphore is never closed; were it, no helm could run.
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|e| Error::Spawn { path: self.path.display().to_string(), source: Arc::new(std::io::Error::other(e)) })?;
         let mut cmd = tokio::process::Command::new(&self.path);
         cmd.arg("template").args(args).stdin(Stdio::null()).kill_on_drop(true);
         if let Some(home) = &self.home {
@@ -395,12 +445,15 @@ impl Helm {
         self.runs.fetch_add(1, Ordering::Relaxed);
         let out = match tokio::time::timeout(self.timeout, cmd.output()).await {
             Ok(Ok(out)) => out,
-            Ok(Err(e)) => return Err(Error::Spawn { path: self.path.display().to_string(), message: e.to_string() }),
+            Ok(Err(e)) => return Err(Error::Spawn { path: self.path.display().to_string(), source: Arc::new(e) }),
             Err(_) => return Err(Error::Timeout { chart: chart.to_owned(), seconds: self.timeout.as_secs() }),
         };
         if !out.status.success() {
-            let status = out.status.code().map_or_else(|| "killed by a signal".to_owned(), |c| format!("exit code {c}"));
-            return Err(Error::Template { chart: chart.to_owned(), status, stderr: excerpt(&String::from_utf8_lossy(&out.stderr)) });
+            return Err(Error::Template {
+                chart: chart.to_owned(),
+                status: out.status,
+                stderr: excerpt(&String::from_utf8_lossy(&out.stderr)),
+            });
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
@@ -427,6 +480,23 @@ fn excerpt(stderr: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failing_chart_is_permanent_a_killed_or_slow_helm_may_pass() {
+        use std::os::unix::process::ExitStatusExt as _;
+        let failed = |raw| Error::Template { chart: "c".into(), status: std::process::ExitStatus::from_raw(raw), stderr: "e".into() };
+        assert_eq!(
+            (failed(1 << 8).is_transient(), failed(1 << 8).to_string().as_str()),
+            (false, "helm template c failed (exit code 1): e")
+        );
+        assert_eq!((failed(9).is_transient(), failed(9).to_string().as_str()), (true, "helm template c failed (killed by a signal): e"));
+        let spawn = Error::Spawn { path: "/bin/helm".into(), source: Arc::new(std::io::ErrorKind::OutOfMemory.into()) };
+        assert_eq!((spawn.is_transient(), spawn.reason()), (true, "HelmSpawn"));
+        assert!(std::error::Error::source(&spawn).is_some());
+        let old = Error::Unsupported { path: "/bin/helm".into(), version: "v3.5.0".into() };
+        assert_eq!((old.is_transient(), old.reason()), (false, "HelmUnsupported"));
+        assert!(old.to_string().starts_with("/bin/helm: `helm version` failed: unsupported version `v3.5.0`; helm 3.6 or later"), "{old}");
+    }
 
     #[test]
     fn the_memo_keeps_at_most_its_limit_and_evicts_the_oldest() {

@@ -13,56 +13,261 @@ pub mod values;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::model::cluster::ClusterConfig;
+use crate::config::ClusterConfig;
 use crate::kubeyaml;
 use crate::release::Release;
 
 /// The largest manifest file read; a release is configuration, not a data set.
 pub const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// What went wrong rendering a release for a cluster: each names the release-relative file (and
+/// line) or chart it concerns. Cheap to clone (I/O causes are shared), so a memoised failure can
+/// be handed to every cluster it concerns.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     #[error("release has no manifest directory `{path}`")]
     MissingDir { path: String },
-    #[error("{file}: {message}")]
-    ReadFile { file: String, message: String },
-    #[error("{file}:{line}:{col}: {message}")]
-    Substitute { file: String, line: usize, col: usize, message: String },
-    #[error("{file}:{line}: {message}")]
-    Parse { file: String, line: usize, message: String },
-    #[error("{file}:{line}: {message}")]
-    Object { file: String, line: usize, message: String },
-    /// The cluster-stack release itself is malformed (metadata, layout, charts).
+    /// A file of the release could not be read (missing, unreadable, too large, not UTF-8).
+    #[error("{file}: {source}")]
+    ReadFile {
+        file: String,
+        #[source]
+        source: ReadError,
+    },
+    #[error("{file}:{}:{}: {}", .source.line, .source.col, .source.message)]
+    Substitute {
+        file: String,
+        #[source]
+        source: subst::SubstError,
+    },
+    /// The text does not split into documents (a bad `---` line).
+    #[error("{file}:{}: {}", .source.mark.line, .source.message)]
+    Split {
+        file: String,
+        #[source]
+        source: kubeyaml::SyntaxError,
+    },
+    /// A document is not YAML kubectl reads.
+    #[error("{file}:{}: {}invalid YAML: {}", .source.mark.line, column(.source), .source.message)]
+    Yaml {
+        file: String,
+        #[source]
+        source: kubeyaml::SyntaxError,
+    },
+    /// A document is YAML but not a Kubernetes object, or an object is defined twice.
+    #[error("{file}:{line}: {problem}")]
+    Object { file: String, line: usize, problem: ObjectProblem },
+    /// The cluster-stack release itself is malformed (layout, charts), as a message; the
+    /// specific problems have their own variants.
     #[error("{file}: {message}")]
     Release { file: String, message: String },
+    /// `metadata.yaml` is invalid or does not match the tag.
+    #[error("{0}")]
+    Metadata(crate::release::metadata::MetadataError),
+    /// The tag does not name a cluster-stack release.
+    #[error("{file}: tag {tag} is not a cluster-stack tag")]
+    NotClusterStackTag { file: String, tag: String },
+    /// The ClusterClass or cluster-addon chart is not in the release.
+    #[error("{file}: no {what} chart: expected `{name}.tgz` or a directory `{name}/`")]
+    MissingChart { file: String, what: &'static str, name: String },
+    /// `clusteraddon.yaml` is invalid.
+    #[error("{file}: {source}")]
+    AddonConfig {
+        file: String,
+        #[source]
+        source: Box<clusterstack::AddonConfigError>,
+    },
+    /// A stage listed in `clusteraddon.yaml` has no chart in the addon package.
+    #[error("{file}: stage `{stage}` of {} has no chart (no `{stage}/Chart.yaml`)", clusterstack::ADDON_CONFIG)]
+    StageChartMissing { file: String, stage: String },
+    /// A stage was asked for that the release does not have.
+    #[error("{}: stage `{stage}` has no chart", clusterstack::ADDON_CONFIG)]
+    UnknownStage { stage: String },
+    /// A stage was asked for of a single-chart addon.
+    #[error("{}: stage `{stage}`: the addon has no stages", clusterstack::ADDON_CONFIG)]
+    NoStages { stage: String },
+    /// The addon archive holds something stacksync refuses, or cannot be opened.
+    #[error("{file}: {source}")]
+    Archive {
+        file: String,
+        #[source]
+        source: clusterstack::ArchiveError,
+    },
+    #[error("{file}: cannot unpack: {source}")]
+    Unpack {
+        file: String,
+        #[source]
+        source: Arc<crate::cache::unpack::UnpackError>,
+    },
+    /// A directory of the work directory could not be created.
+    #[error("{file}: cannot create {}: {source}", .path.display())]
+    CreateDir {
+        file: String,
+        path: std::path::PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// A cluster's values file could not be written for helm.
+    #[error("{}: cannot write values: {source}", .path.display())]
+    WriteValues {
+        path: std::path::PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
     /// A values template (`cluster-addon-values.yaml`, `overwrite.yaml`) failed.
     #[error("{0}")]
     Template(#[from] gotemplate::Error),
+    /// With `templates.strict`, a values template printed `<no value>` or `<nil>`.
+    #[error("{}: `{}` would print {} (missing or nil in cluster {cluster}); `templates.strict` is set", at(&.warning.file, .warning.line), .warning.path, .warning.printed)]
+    StrictTemplate { warning: gotemplate::Warning, cluster: String },
+    /// A values template's output is not YAML.
+    #[error("{file}: {what} is not valid YAML (its line {}: `{text}`): {}", .source.mark.line, .source.message)]
+    ValuesNotYaml {
+        file: String,
+        /// `the rendered template` or `the rendered \`values\``.
+        what: &'static str,
+        /// The output line the parser stopped at, trimmed.
+        text: String,
+        #[source]
+        source: kubeyaml::SyntaxError,
+    },
+    #[error("{file}: the rendered values are not a YAML mapping: {excerpt}")]
+    ValuesNotMapping { file: String, excerpt: String },
     #[error("{chart}: {source}")]
-    Helm { chart: String, source: helm::Error },
+    Helm {
+        chart: String,
+        #[source]
+        source: helm::Error,
+    },
 }
 
 impl Error {
-    pub fn kind(&self) -> &'static str {
+    /// Whether trying again soon, with nothing changed by anyone, may succeed: I/O on the cache
+    /// or work volume, a helm that timed out, could not be started or was killed. A malformed
+    /// release, a template error, a bad manifest are permanent.
+    pub fn is_transient(&self) -> bool {
         match self {
-            Error::MissingDir { .. } => "missing_dir",
-            Error::ReadFile { .. } => "read_file",
-            Error::Substitute { .. } => "substitute",
-            Error::Parse { .. } => "parse",
-            Error::Object { .. } => "object",
-            Error::Release { .. } => "release",
-            Error::Template(_) => "template",
-            Error::Helm { source, .. } => source.kind(),
+            Error::ReadFile { source, .. } => source.is_transient(),
+            Error::Archive { source, .. } => source.is_transient(),
+            Error::CreateDir { .. } | Error::WriteValues { .. } => true,
+            Error::Helm { source, .. } => source.is_transient(),
+            Error::MissingDir { .. }
+            | Error::Substitute { .. }
+            | Error::Split { .. }
+            | Error::Yaml { .. }
+            | Error::Object { .. }
+            | Error::Release { .. }
+            | Error::Metadata(_)
+            | Error::NotClusterStackTag { .. }
+            | Error::MissingChart { .. }
+            | Error::AddonConfig { .. }
+            | Error::StageChartMissing { .. }
+            | Error::UnknownStage { .. }
+            | Error::NoStages { .. }
+            | Error::Unpack { .. }
+            | Error::Template(_)
+            | Error::StrictTemplate { .. }
+            | Error::ValuesNotYaml { .. }
+            | Error::ValuesNotMapping { .. } => false,
+        }
+    }
+
+    /// A short stable CamelCase name, for condition reasons and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::MissingDir { .. } => "ManifestDirMissing",
+            Error::ReadFile { .. } => "ReadFailed",
+            Error::Substitute { .. } => "SubstitutionFailed",
+            Error::Split { .. } | Error::Yaml { .. } => "InvalidYaml",
+            Error::Object { .. } => "InvalidObject",
+            Error::Release { .. } | Error::NotClusterStackTag { .. } | Error::MissingChart { .. } | Error::StageChartMissing { .. } => {
+                "InvalidRelease"
+            }
+            Error::UnknownStage { .. } | Error::NoStages { .. } => "UnknownStage",
+            Error::Metadata(_) => "InvalidMetadata",
+            Error::AddonConfig { .. } => "InvalidAddonConfig",
+            Error::Archive { .. } => "InvalidArchive",
+            Error::Unpack { .. } => "UnpackFailed",
+            Error::CreateDir { .. } | Error::WriteValues { .. } => "WorkDirUnavailable",
+            Error::Template(_) => "TemplateFailed",
+            Error::StrictTemplate { .. } => "TemplateStrict",
+            Error::ValuesNotYaml { .. } | Error::ValuesNotMapping { .. } => "InvalidValues",
+            Error::Helm { source, .. } => source.reason(),
         }
     }
 }
 
-/// Every error of one render, in file order.
+/// Why a file of a release could not be read.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ReadError {
+    #[error("file is missing")]
+    Missing,
+    #[error("file is larger than {limit} bytes")]
+    TooLarge { limit: u64 },
+    #[error("{0}")]
+    Io(#[source] Arc<std::io::Error>),
+}
+
+impl ReadError {
+    fn io(e: std::io::Error) -> ReadError {
+        ReadError::Io(Arc::new(e))
+    }
+
+    /// I/O on the cache volume may pass; a file that is missing, too large or not UTF-8 is the
+    /// release's, and stays so.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ReadError::Missing | ReadError::TooLarge { .. } => false,
+            ReadError::Io(e) => !matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidData),
+        }
+    }
+}
+
+/// Why a document is not a Kubernetes object stacksync can apply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ObjectProblem {
+    #[error("expected a Kubernetes object (a mapping), found {found}")]
+    NotAMapping { found: &'static str },
+    #[error("object has no `apiVersion`")]
+    NoApiVersion,
+    #[error("object has no `kind`")]
+    NoKind,
+    #[error("{kind} has no `metadata.name`")]
+    NoName { kind: String },
+    /// `also` is where it was first defined: `at <file>:<line>` or `in <template>`.
+    #[error("{object} is defined twice (also {also})")]
+    DefinedTwice { object: String, also: String },
+}
+
+/// `column N: ` when the parser names a column past the first.
+fn column(e: &kubeyaml::SyntaxError) -> String {
+    if e.mark.col > 1 { format!("column {}: ", e.mark.col) } else { String::new() }
+}
+
+/// `file:line`, or `file` when no line applies (as [`gotemplate::Error`] shows it).
+fn at(file: &str, line: usize) -> String {
+    if line > 0 { format!("{file}:{line}") } else { file.to_owned() }
+}
+
+/// Every error of one render, in file order.
+#[derive(Debug, Clone, thiserror::Error)]
 pub struct Errors(pub Vec<Error>);
+
+impl Errors {
+    /// Transient when any of them is: trying again may then give a different answer.
+    pub fn is_transient(&self) -> bool {
+        self.0.iter().any(Error::is_transient)
+    }
+
+    /// The first error's reason (`RenderFailed` when there is none).
+    pub fn reason(&self) -> &'static str {
+        self.0.first().map_or("RenderFailed", Error::reason)
+    }
+}
 
 impl fmt::Display for Errors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -80,8 +285,39 @@ impl fmt::Display for Errors {
     }
 }
 
-/// The rendered object lives in the shared vocabulary; `render::Object` stays its name here.
-pub use crate::model::Object;
+/// A rendered Kubernetes object and where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Object {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    /// Release-relative file and the line its document starts on; for helm charts, the template
+    /// file as helm's `# Source:` names it.
+    pub file: String,
+    pub line: usize,
+    pub body: Value,
+    /// The release-relative chart it was rendered from (cluster-stack releases).
+    pub chart: Option<String>,
+    /// The cluster-addon stage (`cluster-class` for ClusterClass objects).
+    pub stage: Option<String>,
+}
+
+impl Object {
+    /// The API group (`""` for the core group).
+    pub fn group(&self) -> &str {
+        self.api_version.rsplit_once('/').map_or("", |(g, _)| g)
+    }
+}
+
+impl fmt::Display for Object {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{}/{}/{}", self.kind, ns, self.name),
+            None => write!(f, "{}/{}", self.kind, self.name),
+        }
+    }
+}
 
 /// (group, kind, namespace, name): what makes an object unique in a cluster.
 type ObjectKey<'a> = (&'a str, &'a str, Option<&'a str>, &'a str);
@@ -130,19 +366,14 @@ impl Manifests {
             let text = match subst::substitute(text, &vars) {
                 Ok(t) => t,
                 Err(errs) => {
-                    errors.extend(errs.into_iter().map(|e| Error::Substitute {
-                        file: file.clone(),
-                        line: e.line,
-                        col: e.col,
-                        message: e.message,
-                    }));
+                    errors.extend(errs.into_iter().map(|source| Error::Substitute { file: file.clone(), source }));
                     continue;
                 }
             };
             let docs = match kubeyaml::split(&text) {
                 Ok(d) => d,
                 Err(e) => {
-                    errors.push(Error::Parse { file: file.clone(), line: e.mark.line, message: e.message });
+                    errors.push(Error::Split { file: file.clone(), source: e });
                     continue;
                 }
             };
@@ -162,7 +393,7 @@ impl Manifests {
                 errors.push(Error::Object {
                     file: o.file.clone(),
                     line: o.line,
-                    message: format!("{o} is defined twice (also at {file}:{line})"),
+                    problem: ObjectProblem::DefinedTwice { object: o.to_string(), also: format!("at {file}:{line}") },
                 });
             }
         }
@@ -185,7 +416,7 @@ fn collect(dir: &Path, rel: &str, files: &mut BTreeMap<String, String>, errors: 
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) => {
-            errors.push(Error::ReadFile { file: rel.to_owned(), message: e.to_string() });
+            errors.push(Error::ReadFile { file: rel.to_owned(), source: ReadError::io(e) });
             return;
         }
     };
@@ -195,7 +426,7 @@ fn collect(dir: &Path, rel: &str, files: &mut BTreeMap<String, String>, errors: 
         let entry = match entry {
             Ok(e) => e,
             Err(e) => {
-                errors.push(Error::ReadFile { file: rel.to_owned(), message: e.to_string() });
+                errors.push(Error::ReadFile { file: rel.to_owned(), source: ReadError::io(e) });
                 continue;
             }
         };
@@ -204,7 +435,7 @@ fn collect(dir: &Path, rel: &str, files: &mut BTreeMap<String, String>, errors: 
         let meta = match std::fs::symlink_metadata(entry.path()) {
             Ok(m) => m,
             Err(e) => {
-                errors.push(Error::ReadFile { file: rel_path, message: e.to_string() });
+                errors.push(Error::ReadFile { file: rel_path, source: ReadError::io(e) });
                 continue;
             }
         };
@@ -212,14 +443,14 @@ fn collect(dir: &Path, rel: &str, files: &mut BTreeMap<String, String>, errors: 
             collect(&entry.path(), &rel_path, files, errors);
         } else if meta.is_file() && (name.ends_with(".yaml") || name.ends_with(".yml")) {
             if meta.len() > MAX_FILE_BYTES {
-                errors.push(Error::ReadFile { file: rel_path, message: format!("file is larger than {MAX_FILE_BYTES} bytes") });
+                errors.push(Error::ReadFile { file: rel_path, source: ReadError::TooLarge { limit: MAX_FILE_BYTES } });
                 continue;
             }
             match std::fs::read_to_string(entry.path()) {
                 Ok(text) => {
                     files.insert(rel_path, text);
                 }
-                Err(e) => errors.push(Error::ReadFile { file: rel_path, message: e.to_string() }),
+                Err(e) => errors.push(Error::ReadFile { file: rel_path, source: ReadError::io(e) }),
             }
         }
     }
@@ -229,15 +460,7 @@ fn collect(dir: &Path, rel: &str, files: &mut BTreeMap<String, String>, errors: 
 /// it ([`crate::kubeyaml`]). Empty, comment-only and `null` documents are `None`. A repeated
 /// mapping key is logged with the chart, template and line (kubectl keeps its last value).
 pub(crate) fn parse_object(file: &str, chart: Option<&str>, line: usize, doc: &str) -> Result<Option<Object>, Error> {
-    let parse_err = |e: kubeyaml::SyntaxError| Error::Parse {
-        file: file.to_owned(),
-        line: e.mark.line,
-        message: if e.mark.col > 1 {
-            format!("column {}: invalid YAML: {}", e.mark.col, e.message)
-        } else {
-            format!("invalid YAML: {}", e.message)
-        },
-    };
+    let parse_err = |source: kubeyaml::SyntaxError| Error::Yaml { file: file.to_owned(), source };
     let parsed = kubeyaml::parse_document(doc, line).map_err(parse_err)?;
     for w in &parsed.warnings {
         tracing::warn!(chart = chart.unwrap_or_default(), template = file, line = w.line, "{}", w.message);
@@ -246,21 +469,21 @@ pub(crate) fn parse_object(file: &str, chart: Option<&str>, line: usize, doc: &s
         None => Value::Null,
         Some(root) => root.to_json().map_err(parse_err)?,
     };
-    let obj_err = |message: String| Error::Object { file: file.to_owned(), line, message };
+    let obj_err = |problem: ObjectProblem| Error::Object { file: file.to_owned(), line, problem };
     let map = match value {
         Value::Null => return Ok(None),
         Value::Object(m) => m,
-        other => return Err(obj_err(format!("expected a Kubernetes object (a mapping), found {}", json_type(&other)))),
+        other => return Err(obj_err(ObjectProblem::NotAMapping { found: json_type(&other) })),
     };
     let text = |key: &str| map.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
-    let api_version = text("apiVersion").ok_or_else(|| obj_err("object has no `apiVersion`".into()))?;
-    let kind = text("kind").ok_or_else(|| obj_err("object has no `kind`".into()))?;
+    let api_version = text("apiVersion").ok_or_else(|| obj_err(ObjectProblem::NoApiVersion))?;
+    let kind = text("kind").ok_or_else(|| obj_err(ObjectProblem::NoKind))?;
     let meta = map.get("metadata").and_then(Value::as_object);
     let name = meta
         .and_then(|m| m.get("name"))
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
-        .ok_or_else(|| obj_err(format!("{kind} has no `metadata.name`")))?
+        .ok_or_else(|| obj_err(ObjectProblem::NoName { kind: kind.clone() }))?
         .to_owned();
     let namespace = meta.and_then(|m| m.get("namespace")).and_then(Value::as_str).map(str::to_owned);
     Ok(Some(Object { api_version, kind, namespace, name, file: file.to_owned(), line, body: Value::Object(map), chart: None, stage: None }))
@@ -321,6 +544,41 @@ mod tests {
         assert_eq!(text[1], "m/b.yaml:1: ConfigMap has no `metadata.name`");
         assert_eq!(text[2], "m/b.yaml:4: object has no `apiVersion`");
         assert!(text[3].starts_with("m/c.yaml:"), "{}", text[3]);
+    }
+
+    #[test]
+    fn manifest_and_template_errors_are_permanent_io_and_helm_runs_may_pass() {
+        let m = Manifests::from_files([
+            ("m/a.yaml".to_owned(), "a: [1\n".to_owned()),
+            ("m/b.yaml".to_owned(), "apiVersion: v1\nkind: X\n".to_owned()),
+        ]);
+        let errs = m.render(&release(), &cluster()).unwrap_err();
+        let reasons: Vec<&str> = errs.0.iter().map(Error::reason).collect();
+        assert_eq!((reasons.as_slice(), errs.is_transient()), (["InvalidYaml", "InvalidObject"].as_slice(), false));
+        // The parser's error is the source, not only a copy of its text.
+        let source = std::error::Error::source(&errs.0[0]).map(ToString::to_string);
+        assert!(source.as_deref().is_some_and(|s| s.contains("did not find expected")), "{source:?}");
+
+        let read = |e: std::io::Error| Error::ReadFile { file: "m/a.yaml".into(), source: ReadError::io(e) };
+        assert!(read(std::io::Error::other("input/output error")).is_transient(), "I/O on the cache volume may pass");
+        assert!(!read(std::io::ErrorKind::InvalidData.into()).is_transient(), "a file that is not UTF-8 stays so");
+        let too_large = Error::ReadFile { file: "m/a.yaml".into(), source: ReadError::TooLarge { limit: MAX_FILE_BYTES } };
+        assert_eq!(
+            (too_large.is_transient(), too_large.to_string()),
+            (false, format!("m/a.yaml: file is larger than {MAX_FILE_BYTES} bytes"))
+        );
+
+        let template = Error::Template(gotemplate::Error { file: "v.yaml".into(), line: 3, message: "boom".into() });
+        assert_eq!(
+            (template.is_transient(), template.reason(), template.to_string().as_str()),
+            (false, "TemplateFailed", "v.yaml:3: boom")
+        );
+        let helm = |source| Error::Helm { chart: "c-v1.tgz".into(), source };
+        let timeout = helm(helm::Error::Timeout { chart: "c-v1.tgz".into(), seconds: 5 });
+        assert_eq!((timeout.is_transient(), timeout.reason()), (true, "HelmTimeout"));
+        let missing = helm(helm::Error::NotFound(helm::Missing::NotOnPath));
+        assert_eq!((missing.is_transient(), missing.reason()), (false, "HelmNotFound"));
+        assert!(Errors(vec![template, timeout]).is_transient(), "one error that may pass makes the render worth retrying");
     }
 
     #[test]

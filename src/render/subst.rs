@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 
 /// A substitution problem at a 1-based line and column of the input.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}, column {col}: {message}")]
 pub struct SubstError {
     pub line: usize,
     pub col: usize,

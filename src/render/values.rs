@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::Error;
 use super::gotemplate::{self, Template, Warning};
-use crate::model::cluster::ClusterConfig;
+use crate::config::ClusterConfig;
 use crate::kubeyaml;
 
 /// The Cluster API version of the default `.Cluster` object.
@@ -55,39 +55,27 @@ impl ValuesTemplate {
         if options.strict
             && let Some(w) = out.warnings.first()
         {
-            return Err(Error::Template(gotemplate::Error {
-                file: w.file.clone(),
-                line: w.line,
-                message: format!(
-                    "`{}` would print {} (missing or nil in cluster {}/{}); `templates.strict` is set",
-                    w.path, w.printed, cluster.namespace, cluster.name
-                ),
-            }));
+            return Err(Error::StrictTemplate { warning: w.clone(), cluster: format!("{}/{}", cluster.namespace, cluster.name) });
         }
         for w in &out.warnings {
             tracing::warn!(cluster = %format!("{}/{}", cluster.namespace, cluster.name), "values template: {w}");
         }
         let text = out.text;
-        let parsed = first_document(&text, None).map_err(|e| self.not_yaml("the rendered template", &e, &text))?;
+        let parsed = first_document(&text, None).map_err(|e| self.not_yaml("the rendered template", e, &text))?;
         let values = match parsed.get("values") {
             Some(Value::String(inner)) => inner.clone(),
             _ => text,
         };
-        let as_yaml = first_document(&values, Some(&self.file)).map_err(|e| self.not_yaml("the rendered `values`", &e, &values))?;
+        let as_yaml = first_document(&values, Some(&self.file)).map_err(|e| self.not_yaml("the rendered `values`", e, &values))?;
         if !matches!(as_yaml, Value::Object(_) | Value::Null) {
-            return Err(self.err(format!("the rendered values are not a YAML mapping: {}", excerpt(&values))));
+            return Err(Error::ValuesNotMapping { file: self.file.clone(), excerpt: excerpt(&values) });
         }
         Ok(RenderedValues { values, warnings: out.warnings })
     }
 
-    fn err(&self, message: String) -> Error {
-        Error::Template(gotemplate::Error { file: self.file.clone(), line: 0, message })
-    }
-
-    fn not_yaml(&self, what: &str, e: &kubeyaml::SyntaxError, text: &str) -> Error {
-        let at = e.mark.line;
-        let line = text.lines().nth(at.saturating_sub(1)).unwrap_or_default();
-        self.err(format!("{what} is not valid YAML (its line {at}: `{}`): {}", line.trim(), e.message))
+    fn not_yaml(&self, what: &'static str, source: kubeyaml::SyntaxError, text: &str) -> Error {
+        let line = text.lines().nth(source.mark.line.saturating_sub(1)).unwrap_or_default();
+        Error::ValuesNotYaml { file: self.file.clone(), what, text: line.trim().to_owned(), source }
     }
 }
 
@@ -136,7 +124,7 @@ fn excerpt(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::cluster::ClusterObjects;
+    use crate::config::ClusterObjects;
 
     fn cluster(host: Option<&str>) -> ClusterConfig {
         ClusterConfig {

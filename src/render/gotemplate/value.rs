@@ -207,10 +207,15 @@ pub fn depth(v: &Val) -> usize {
     max
 }
 
+/// A value nesting lists and maps deeper than [`MAX_VALUE_DEPTH`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the value nests lists and maps deeper than {MAX_VALUE_DEPTH} levels")]
+pub struct TooDeep;
+
 /// An error when `v` nests deeper than [`MAX_VALUE_DEPTH`].
-pub fn check_depth(v: &Val) -> Result<(), String> {
+pub fn check_depth(v: &Val) -> Result<(), TooDeep> {
     if matches!(v, Val::List(..) | Val::Map(..)) && depth(v) > MAX_VALUE_DEPTH {
-        return Err(format!("the value nests lists and maps deeper than {MAX_VALUE_DEPTH} levels"));
+        return Err(TooDeep);
     }
     Ok(())
 }

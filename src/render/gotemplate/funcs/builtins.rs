@@ -5,7 +5,7 @@ use std::cmp::Ordering;
 
 use super::super::gofmt;
 use super::super::value::{Val, go_bytes, is_escape, is_nil_list, is_nil_map};
-use super::{A, R};
+use super::{A, FuncError, R};
 
 pub(super) fn call(name: &str, a: &[A]) -> Option<R> {
     Some(match name {
@@ -20,7 +20,7 @@ pub(super) fn call(name: &str, a: &[A]) -> Option<R> {
                 return Err(format!(
                     "printf {}: a time formatted with this verb prints Go's internal time fields (and a pointer that differs between processes); format it with date, or use %v",
                     gofmt::sprintf("%q", &[Val::str(f.clone())])
-                ));
+                ).into());
             }
             Ok(Val::str(out))
         }),
@@ -58,19 +58,19 @@ fn len(v: &Val) -> R {
         Val::Str(s) => Ok(Val::Int(go_bytes(s).len() as i64)),
         Val::List(l, _) => Ok(Val::Int(l.len() as i64)),
         Val::Map(m, _) => Ok(Val::Int(m.borrow().len() as i64)),
-        Val::Missing(_) | Val::Nil => Err("reflect: call of reflect.Value.Type on zero Value".to_owned()),
-        other => Err(format!("len of type {}", other.type_name())),
+        Val::Missing(_) | Val::Nil => Err("reflect: call of reflect.Value.Type on zero Value".into()),
+        other => Err(format!("len of type {}", other.type_name()).into()),
     }
 }
 
 fn index(item: &Val, idx: &[A]) -> R {
     if item.is_nil() {
-        return Err("index of untyped nil".to_owned());
+        return Err("index of untyped nil".into());
     }
     let mut cur = item.clone();
     for i in idx {
         cur = match cur {
-            Val::Missing(_) | Val::Nil => return Err("index of untyped nil".to_owned()),
+            Val::Missing(_) | Val::Nil => return Err("index of untyped nil".into()),
             Val::List(l, _) => l.get(position(&i.v, l.len())?).cloned().unwrap_or(Val::Nil),
             Val::Str(s) => {
                 let b = go_bytes(&s);
@@ -82,24 +82,24 @@ fn index(item: &Val, idx: &[A]) -> R {
                     "string" => Val::str(""),
                     _ => Val::Nil,
                 }),
-                Val::Missing(_) | Val::Nil => return Err("value is nil; should be of type string".to_owned()),
-                other => return Err(format!("value has type {}; should be string", other.type_name())),
+                Val::Missing(_) | Val::Nil => return Err("value is nil; should be of type string".into()),
+                other => return Err(format!("value has type {}; should be string", other.type_name()).into()),
             },
-            other => return Err(format!("can't index item of type {}", other.type_name())),
+            other => return Err(format!("can't index item of type {}", other.type_name()).into()),
         };
     }
     Ok(cur)
 }
 
-fn position(v: &Val, len: usize) -> Result<usize, String> {
+fn position(v: &Val, len: usize) -> Result<usize, FuncError> {
     let i = match v {
         Val::Int(i) | Val::I64(i) => *i,
-        Val::Missing(_) | Val::Nil => return Err("cannot index slice/array with nil".to_owned()),
-        other => return Err(format!("cannot index slice/array with type {}", other.type_name())),
+        Val::Missing(_) | Val::Nil => return Err("cannot index slice/array with nil".into()),
+        other => return Err(format!("cannot index slice/array with type {}", other.type_name()).into()),
     };
     match usize::try_from(i) {
         Ok(u) if u < len => Ok(u),
-        _ => Err(format!("index out of range: {i}")),
+        _ => Err(format!("index out of range: {i}").into()),
     }
 }
 
@@ -139,7 +139,7 @@ fn go_is_nil(v: &Val) -> bool {
 /// Go's `eq`: true when the first argument equals any of the others.
 fn eq(first: &Val, others: &[A]) -> R {
     if others.is_empty() {
-        return Err("missing argument for comparison".to_owned());
+        return Err("missing argument for comparison".into());
     }
     // Kinds other than bool, numbers and strings are all Go's "invalidKind" here.
     let basic = |k: &Kind| !matches!(k, Kind::Invalid | Kind::Other);
@@ -149,7 +149,7 @@ fn eq(first: &Val, others: &[A]) -> R {
         let k2 = kind(o);
         let truth = if k1 != k2 && (basic(&k1) || basic(&k2)) {
             if !first.is_nil() && !o.is_nil() {
-                return Err("incompatible types for comparison".to_owned());
+                return Err("incompatible types for comparison".into());
             }
             false
         } else {
@@ -162,14 +162,16 @@ fn eq(first: &Val, others: &[A]) -> R {
                 (a, b) => {
                     let same_kind = std::mem::discriminant(a) == std::mem::discriminant(b) || a.is_nil() || b.is_nil();
                     if !same_kind {
-                        return Err(format!("non-comparable types: {} and {}", a.type_name(), b.type_name()));
+                        return Err(format!("non-comparable types: {} and {}", a.type_name(), b.type_name()).into());
                     }
                     if go_is_nil(a) || go_is_nil(b) {
                         go_is_nil(a) == go_is_nil(b)
                     } else if let (Val::Time(x), Val::Time(y)) = (a, b) {
                         x == y
                     } else {
-                        return Err(format!("non-comparable type {}: {}", gofmt::sprintf("%s", std::slice::from_ref(b)), b.type_name()));
+                        return Err(
+                            format!("non-comparable type {}: {}", gofmt::sprintf("%s", std::slice::from_ref(b)), b.type_name()).into()
+                        );
                     }
                 }
             }
@@ -181,15 +183,15 @@ fn eq(first: &Val, others: &[A]) -> R {
     Ok(Val::Bool(false))
 }
 
-fn cmp(a: &Val, b: &Val) -> Result<Ordering, String> {
+fn cmp(a: &Val, b: &Val) -> Result<Ordering, FuncError> {
     let (ka, kb) = (kind(a), kind(b));
     if matches!(ka, Kind::Invalid | Kind::Other | Kind::Bool | Kind::Complex)
         || matches!(kb, Kind::Invalid | Kind::Other | Kind::Bool | Kind::Complex)
     {
-        return Err("invalid type for comparison".to_owned());
+        return Err("invalid type for comparison".into());
     }
     if ka != kb {
-        return Err("incompatible types for comparison".to_owned());
+        return Err("incompatible types for comparison".into());
     }
     Ok(match (a, b) {
         (Val::Int(x) | Val::I64(x), Val::Int(y) | Val::I64(y)) => x.cmp(y),

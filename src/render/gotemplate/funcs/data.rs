@@ -10,7 +10,7 @@ use super::super::value::{
     IFACE, Val, appended, from_go_bytes, go_bytes, grow, is_nil_list, is_nil_map, nil_list, reaches, spare_of, with_spare,
 };
 use super::sprig::{limit, strval, to_int64};
-use super::{A, R};
+use super::{A, FuncError, R};
 
 pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
     let s = |i: usize| a[i].string();
@@ -99,10 +99,10 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
         "set" => (|| {
             let (d, k, v) = (a[0].dict()?, s(1)?, a[2].any());
             if is_nil_map(&d) {
-                return Err("assignment to entry in nil map".to_owned());
+                return Err(FuncError("assignment to entry in nil map".to_owned()));
             }
             if reaches(&v, &d) {
-                return Err("the value contains the map it is set into (a cycle)".to_owned());
+                return Err(FuncError("the value contains the map it is set into (a cycle)".to_owned()));
             }
             d.borrow_mut().insert(k, v);
             Ok(Val::Map(d, IFACE))
@@ -111,7 +111,7 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
             let d = a[0].dict()?;
             let k = a.get(1).map(A::string).transpose()?.unwrap_or_default();
             if a.len() != 2 {
-                return Err(format!("wrong number of args for unset: want 2 got {}", a.len()));
+                return Err(FuncError(format!("wrong number of args for unset: want 2 got {}", a.len())));
             }
             if !is_nil_map(&d) {
                 d.borrow_mut().remove(&k);
@@ -185,7 +185,7 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
             match a[1].any() {
                 Val::Nil => Ok(Val::Bool(false)),
                 Val::List(l, _) => Ok(Val::Bool(l.iter().any(|v| v.deep_equal(&needle)))),
-                other => Err(format!("Cannot find has on type {}", other.type_name())),
+                other => Err(format!("Cannot find has on type {}", other.type_name()).into()),
             }
         }
         "slice" | "mustSlice" => match a[0].any() {
@@ -199,21 +199,21 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
                     let mut all = l.to_vec();
                     all.extend(spare_of(&l));
                     if start < 0 || end < start || end > all.len() as i64 {
-                        Err(format!("reflect: slice index out of range [{start}:{end}]"))
+                        Err(format!("reflect: slice index out of range [{start}:{end}]").into())
                     } else {
                         let spare = all.split_off(end as usize);
                         Ok(with_spare(all.split_off(start as usize), elem, spare))
                     }
                 }
             }
-            other => Err(format!("list should be type of slice or array but {} found", other.type_name())),
+            other => Err(format!("list should be type of slice or array but {} found", other.type_name()).into()),
         },
         "concat" => (|| {
             let mut out = Vec::new();
             for x in a {
                 match x.any() {
                     Val::List(l, _) => out.extend(l.iter().cloned()),
-                    other => return Err(format!("Cannot concat type {} as list", other.type_name())),
+                    other => return Err(FuncError(format!("Cannot concat type {} as list", other.type_name()))),
                 }
             }
             // sprig appends to a nil slice: nothing appended leaves it nil.
@@ -235,8 +235,8 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
             }
         }
         "required" => (|| match a[1].any() {
-            Val::Nil => Err(a[0].string()?),
-            Val::Str(s) if s.is_empty() => Err(a[0].string()?),
+            Val::Nil => Err(FuncError(a[0].string()?)),
+            Val::Str(s) if s.is_empty() => Err(FuncError(a[0].string()?)),
             v => Ok(v),
         })(),
         _ => return None,
@@ -244,10 +244,10 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
 }
 
 /// A list argument of a `must*`-style list function; sprig panics with "Cannot <op> on type".
-fn list_of(a: &A, op: &str) -> Result<Vec<Val>, String> {
+fn list_of(a: &A, op: &str) -> Result<Vec<Val>, FuncError> {
     match a.any() {
         Val::List(l, _) => Ok(l.to_vec()),
-        other => Err(format!("Cannot {op} on type {}", other.type_name())),
+        other => Err(format!("Cannot {op} on type {}", other.type_name()).into()),
     }
 }
 
@@ -284,7 +284,7 @@ pub(super) fn strslice(v: &Val) -> Vec<String> {
 
 /// Go's `encoding/json` output: keys sorted, HTML characters escaped unless `raw`, floats as Go
 /// writes them; `indent` gives `MarshalIndent(v, "", "  ")`.
-fn json(v: &Val, escape_html: bool, indent: Option<usize>, out: &mut String) -> Result<(), String> {
+fn json(v: &Val, escape_html: bool, indent: Option<usize>, out: &mut String) -> Result<(), FuncError> {
     let nl = |out: &mut String, level: usize| {
         if indent.is_some() {
             out.push('\n');
@@ -296,7 +296,7 @@ fn json(v: &Val, escape_html: bool, indent: Option<usize>, out: &mut String) -> 
         Val::Missing(_) | Val::Nil => out.push_str("null"),
         Val::List(l, _) if is_nil_list(l) => out.push_str("null"),
         Val::Map(m, _) if is_nil_map(m) => out.push_str("null"),
-        Val::Complex(..) => return Err("json: unsupported type: complex128".to_owned()),
+        Val::Complex(..) => return Err("json: unsupported type: complex128".into()),
         Val::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
         Val::Int(i) | Val::I64(i) => out.push_str(&i.to_string()),
         Val::F64(f) => out.push_str(&json_float(*f)?),
@@ -375,9 +375,9 @@ fn json_chars(s: &str, escape_html: bool, out: &mut String) {
 
 /// `encoding/json`'s float format: plain from 1e-6 to below 1e21, else the exponent form with
 /// a short exponent (`1e-7`, `1e+21`).
-fn json_float(f: f64) -> Result<String, String> {
+fn json_float(f: f64) -> Result<String, FuncError> {
     if !f.is_finite() {
-        return Err(format!("json: unsupported value: {}", super::super::gofmt::go_float(f)));
+        return Err(format!("json: unsupported value: {}", super::super::gofmt::go_float(f)).into());
     }
     let abs = f.abs();
     if abs == 0.0 || (1e-6..1e21).contains(&abs) {
@@ -391,19 +391,19 @@ fn json_float(f: f64) -> Result<String, String> {
 
 fn dig(a: &[A]) -> R {
     if a.len() < 3 {
-        return Err("dig needs at least three arguments".to_owned());
+        return Err("dig needs at least three arguments".into());
     }
     let default = a[a.len() - 2].any();
     let mut dict = match a[a.len() - 1].any() {
         Val::Map(m, e) if e == IFACE => m,
-        other => return Err(format!("interface conversion: interface {{}} is {}, not map[string]interface {{}}", other.type_name())),
+        other => return Err(format!("interface conversion: interface {{}} is {}, not map[string]interface {{}}", other.type_name()).into()),
     };
     // sprig asserts every key is a string before it looks anything up.
     let mut keys = Vec::with_capacity(a.len() - 2);
     for k in &a[..a.len() - 2] {
         match k.any() {
             Val::Str(s) => keys.push(s.to_string()),
-            other => return Err(format!("interface conversion: interface {{}} is {}, not string", other.type_name())),
+            other => return Err(format!("interface conversion: interface {{}} is {}, not string", other.type_name()).into()),
         }
     }
     for (i, key) in keys.iter().enumerate() {
@@ -415,7 +415,9 @@ fn dig(a: &[A]) -> R {
         }
         dict = match step {
             Val::Map(m, e) if e == IFACE => m,
-            other => return Err(format!("interface conversion: interface {{}} is {}, not map[string]interface {{}}", other.type_name())),
+            other => {
+                return Err(format!("interface conversion: interface {{}} is {}, not map[string]interface {{}}", other.type_name()).into());
+            }
         };
     }
     Ok(default)
@@ -423,14 +425,14 @@ fn dig(a: &[A]) -> R {
 
 /// sprig's `urlParse`: Go's `url.Parse` (its errors too), with the path and fragment unescaped.
 fn url_parse(s: &str) -> R {
-    let fail = |why: &str| Err(format!("unable to parse url: parse {}: {why}", super::super::gofmt::quote(s)));
+    let fail = |why: &str| Err(FuncError(format!("unable to parse url: parse {}: {why}", super::super::gofmt::quote(s))));
     if go_bytes(s).iter().any(|b| *b < 0x20 || *b == 0x7f) {
         return fail("net/url: invalid control character in URL");
     }
     let (rest, fragment) = s.split_once('#').unwrap_or((s, ""));
     let fragment = match url_unescape_mode(fragment, None) {
         Ok(f) => f,
-        Err(e) => return fail(&e),
+        Err(e) => return fail(&e.to_string()),
     };
     if rest.starts_with(':') {
         return fail("missing protocol scheme");
@@ -466,11 +468,11 @@ fn url_parse(s: &str) -> R {
             }
         }
         if let Err(e) = check_host(h) {
-            return fail(&e);
+            return fail(&e.to_string());
         }
         host = match url_unescape_mode(h, Some(HOST_KEEP)) {
             Ok(h) => h,
-            Err(e) => return fail(&e),
+            Err(e) => return fail(&e.to_string()),
         };
         (path.to_owned(), opaque)
     } else {
@@ -481,7 +483,7 @@ fn url_parse(s: &str) -> R {
     };
     let path = match url_unescape_mode(&raw_path, None) {
         Ok(p) => p,
-        Err(e) => return fail(&e),
+        Err(e) => return fail(&e.to_string()),
     };
     let hostname = if host.starts_with('[') {
         host.split_once(']').map_or(host.as_str(), |(h, _)| &h[1..]).to_owned()
@@ -501,17 +503,17 @@ fn url_parse(s: &str) -> R {
 }
 
 /// Go's `parseHost` checks: a port after the last colon (or after `]`) must be digits.
-fn check_host(h: &str) -> Result<(), String> {
+fn check_host(h: &str) -> Result<(), FuncError> {
     let port = if h.starts_with('[') {
         match h.find(']') {
             Some(i) => &h[i + 1..],
-            None => return Err("missing ']' in host".to_owned()),
+            None => return Err("missing ']' in host".into()),
         }
     } else {
         h.rfind(':').map_or("", |i| &h[i..])
     };
     if !(port.is_empty() || port.starts_with(':') && port[1..].bytes().all(|b| b.is_ascii_digit())) {
-        return Err(format!("invalid port {} after host", super::super::gofmt::quote(port)));
+        return Err(format!("invalid port {} after host", super::super::gofmt::quote(port)).into());
     }
     Ok(())
 }
@@ -519,7 +521,7 @@ fn check_host(h: &str) -> Result<(), String> {
 /// Go's `url.unescape`: `%XX` decoded (a bad one is an error); in a host (`host_keep`), other
 /// ASCII bytes that would need escaping are errors, and so are escapes of bytes below 0x80
 /// other than `%25`.
-fn url_unescape_mode(s: &str, host_keep: Option<&str>) -> Result<String, String> {
+fn url_unescape_mode(s: &str, host_keep: Option<&str>) -> Result<String, FuncError> {
     let b = go_bytes(s);
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -528,12 +530,12 @@ fn url_unescape_mode(s: &str, host_keep: Option<&str>) -> Result<String, String>
             let ok = b.len() > i + 2 && b[i + 1].is_ascii_hexdigit() && b[i + 2].is_ascii_hexdigit();
             if !ok {
                 let bad = String::from_utf8_lossy(&b[i..(i + 3).min(b.len())]).into_owned();
-                return Err(format!("invalid URL escape {}", super::super::gofmt::quote(&bad)));
+                return Err(format!("invalid URL escape {}", super::super::gofmt::quote(&bad)).into());
             }
             let v = u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("00"), 16).unwrap_or(0);
             if host_keep.is_some() && v < 0x80 && &b[i..i + 3] != b"%25" {
                 let bad = String::from_utf8_lossy(&b[i..i + 3]).into_owned();
-                return Err(format!("invalid URL escape {}", super::super::gofmt::quote(&bad)));
+                return Err(format!("invalid URL escape {}", super::super::gofmt::quote(&bad)).into());
             }
             out.push(v);
             i += 3;
@@ -542,7 +544,7 @@ fn url_unescape_mode(s: &str, host_keep: Option<&str>) -> Result<String, String>
                 && b[i] < 0x80
                 && !(b[i].is_ascii_alphanumeric() || keep.as_bytes().contains(&b[i]))
             {
-                return Err(format!("invalid character {} in host name", super::super::gofmt::quote(&char::from(b[i]).to_string())));
+                return Err(format!("invalid character {} in host name", super::super::gofmt::quote(&char::from(b[i]).to_string())).into());
             }
             out.push(b[i]);
             i += 1;
@@ -553,12 +555,12 @@ fn url_unescape_mode(s: &str, host_keep: Option<&str>) -> Result<String, String>
 
 /// sprig's `urlJoin`: the inverse of [`url_parse`] for the same fields.
 fn url_join(d: &BTreeMap<String, Val>) -> R {
-    let get = |k: &str| -> Result<String, String> {
+    let get = |k: &str| -> Result<String, FuncError> {
         match d.get(k) {
             None => Ok(String::new()),
             Some(Val::Str(s)) => Ok(s.to_string()),
             Some(other) => {
-                Err(format!("unable to parse {k} field: interface conversion: interface {{}} is {}, not string", other.type_name()))
+                Err(format!("unable to parse {k} field: interface conversion: interface {{}} is {}, not string", other.type_name()).into())
             }
         }
     };
@@ -628,7 +630,7 @@ fn url_escape(s: &str, keep: &str) -> String {
 }
 
 /// Go's `url.unescape` of a userinfo part.
-fn url_unescape(s: &str) -> Result<String, String> {
+fn url_unescape(s: &str) -> Result<String, FuncError> {
     let b = go_bytes(s);
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -636,7 +638,7 @@ fn url_unescape(s: &str) -> Result<String, String> {
         if b[i] == b'%' {
             let hex = b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok());
             let Some(v) = hex.filter(|_| b[i + 1].is_ascii_hexdigit() && b[i + 2].is_ascii_hexdigit()) else {
-                return Err("unable to parse userinfo in dict: invalid URL escape".to_owned());
+                return Err("unable to parse userinfo in dict: invalid URL escape".into());
             };
             out.push(v);
             i += 3;
@@ -649,10 +651,10 @@ fn url_unescape(s: &str) -> Result<String, String> {
 }
 
 /// The user name and password of `url.Parse("proto://<userinfo>@host")`.
-fn parse_userinfo(userinfo: &str) -> Result<(String, Option<String>), String> {
+fn parse_userinfo(userinfo: &str) -> Result<(String, Option<String>), FuncError> {
     let valid = go_bytes(userinfo).iter().all(|b| b.is_ascii_alphanumeric() || b"-._:~!$&'()*+,;=%@".contains(b));
     if !valid {
-        return Err("unable to parse userinfo in dict: net/url: invalid userinfo".to_owned());
+        return Err("unable to parse userinfo in dict: net/url: invalid userinfo".into());
     }
     Ok(match userinfo.split_once(':') {
         None => (url_unescape(userinfo)?, None),
@@ -662,14 +664,14 @@ fn parse_userinfo(userinfo: &str) -> Result<(String, Option<String>), String> {
 
 /// slim-sprig's `chunk`, with its float arithmetic: a size that is not positive usually fails
 /// (a negative length for `make`), but may give an empty list (`chunk -2` of two elements).
-fn chunk(l: &[Val], size: i64) -> Result<Vec<Val>, String> {
+fn chunk(l: &[Val], size: i64) -> Result<Vec<Val>, FuncError> {
     use super::super::gonum::f64_to_i64;
     let makeslice = || "runtime error: makeslice: len out of range".to_owned();
     let len = l.len() as i64;
     let count = f64_to_i64(((len - 1) as f64 / size as f64).floor()).wrapping_add(1);
     let count = usize::try_from(count).map_err(|_| makeslice())?;
     if count > l.len() + 1 {
-        return Err(makeslice());
+        return Err(makeslice().into());
     }
     let mut out = Vec::with_capacity(count);
     for i in 0..count {
@@ -686,7 +688,7 @@ fn chunk(l: &[Val], size: i64) -> Result<Vec<Val>, String> {
             let ix = (i as i64).wrapping_mul(size).wrapping_add(j as i64);
             match usize::try_from(ix).ok().and_then(|ix| l.get(ix)) {
                 Some(v) => c.push(v.clone()),
-                None => return Err(format!("reflect: slice index out of range: {ix}")),
+                None => return Err(format!("reflect: slice index out of range: {ix}").into()),
             }
         }
         out.push(Val::list(c));

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use chrono::{Datelike, Timelike};
 
 use super::super::value::{GoTime, Val};
-use super::{A, R};
+use super::{A, FuncError, R};
 
 pub(super) fn call(name: &str, a: &[A]) -> Option<R> {
     let s = |i: usize| a[i].string();
@@ -44,7 +44,7 @@ pub(super) fn call(name: &str, a: &[A]) -> Option<R> {
             let d = match a[0].any() {
                 Val::Str(s) => parse_duration(&s).unwrap_or(0),
                 Val::I64(n) => n,
-                Val::Time(_) => return Some(Err("durationRound of a time reads the clock".to_owned())),
+                Val::Time(_) => return Some(Err("durationRound of a time reads the clock".into())),
                 _ => 0,
             };
             Ok(Val::str(duration_round(d)))
@@ -58,14 +58,14 @@ fn format_in(layout: &str, date: &Val, zone: &str) -> R {
         Val::Time(t) => (**t).clone(),
         // chrono's calendar ends at year ±262,143, Go's goes on: refused rather than printed wrong.
         Val::Int(n) | Val::I64(n) if chrono::DateTime::from_timestamp(*n, 0).is_none() => {
-            return Err(format!("the Unix time {n} is outside the years stacksync can format (up to ±262,143)"));
+            return Err(format!("the Unix time {n} is outside the years stacksync can format (up to ±262,143)").into());
         }
         Val::Int(n) | Val::I64(n) => GoTime::unix(*n, 0),
-        _ => return Err("a date of something that is not a time or a Unix time would read the clock".to_owned()),
+        _ => return Err("a date of something that is not a time or a Unix time would read the clock".into()),
     };
     match zone {
         "UTC" | "Local" | "" => Ok(Val::str(format(&t.in_utc(), layout))),
-        other => Err(format!("time zone `{other}` is not known to stacksync (only UTC and Local, which is UTC)")),
+        other => Err(format!("time zone `{other}` is not known to stacksync (only UTC and Local, which is UTC)").into()),
     }
 }
 
@@ -276,7 +276,7 @@ pub fn format(t: &GoTime, layout: &str) -> String {
 }
 
 /// Go's `time.ParseInLocation(layout, value, Local)` with Local being UTC.
-fn parse(layout: &str, value: &str) -> Result<GoTime, String> {
+fn parse(layout: &str, value: &str) -> Result<GoTime, FuncError> {
     let bad = |what: &str| format!("parsing time {value:?} as {layout:?}: cannot parse {what}");
     let (mut year, mut month, mut day, mut hour, mut min, mut sec, mut nanos) = (0i32, 1u32, 1u32, 0u32, 0u32, 0u32, 0u32);
     let (mut pm, mut pm_set, mut offset, mut zone): (bool, bool, Option<i32>, Option<String>) = (false, false, None, None);
@@ -287,15 +287,15 @@ fn parse(layout: &str, value: &str) -> Result<GoTime, String> {
         v = v.strip_prefix(lit).ok_or_else(|| bad(&format!("{v:?} as {lit:?}")))?;
         if std == Std::Lit {
             if !v.is_empty() {
-                return Err(format!("parsing time {value:?}: extra text: {v:?}"));
+                return Err(format!("parsing time {value:?}: extra text: {v:?}").into());
             }
             break;
         }
         l = after;
-        let num = |v: &mut &str, min_len: usize, max_len: usize, what: &str| -> Result<u32, String> {
+        let num = |v: &mut &str, min_len: usize, max_len: usize, what: &str| -> Result<u32, FuncError> {
             let n = v.bytes().take(max_len).take_while(u8::is_ascii_digit).count();
             if n < min_len {
-                return Err(bad(&format!("{v:?} as {what:?}")));
+                return Err(bad(&format!("{v:?} as {what:?}")).into());
             }
             let x = v[..n].parse().map_err(|_| bad(what))?;
             *v = &v[n..];
@@ -364,7 +364,7 @@ fn parse(layout: &str, value: &str) -> Result<GoTime, String> {
                 pm = match t.to_ascii_uppercase().as_str() {
                     "PM" => true,
                     "AM" => false,
-                    _ => return Err(bad(&format!("{v:?} as \"PM\""))),
+                    _ => return Err(bad(&format!("{v:?} as \"PM\"")).into()),
                 };
                 pm_set = true;
                 v = &v[2..];
@@ -377,7 +377,7 @@ fn parse(layout: &str, value: &str) -> Result<GoTime, String> {
                 } else {
                     let n = v.bytes().take_while(u8::is_ascii_uppercase).count();
                     if n < 3 {
-                        return Err(bad(&format!("{v:?} as \"MST\"")));
+                        return Err(bad(&format!("{v:?} as \"MST\"")).into());
                     }
                     zone = Some(v[..n].to_owned());
                     offset = Some(0);
@@ -393,7 +393,7 @@ fn parse(layout: &str, value: &str) -> Result<GoTime, String> {
                     let sign = match v.as_bytes().first() {
                         Some(b'+') => 1,
                         Some(b'-') => -1,
-                        _ => return Err(bad(&format!("{v:?} as \"-07:00\""))),
+                        _ => return Err(bad(&format!("{v:?} as \"-07:00\"")).into()),
                     };
                     v = &v[1..];
                     let parts = match form {
@@ -417,7 +417,7 @@ fn parse(layout: &str, value: &str) -> Result<GoTime, String> {
                 let has_sep = matches!(v.as_bytes().first(), Some(b'.' | b','));
                 let digits = if has_sep { v[1..].bytes().take_while(u8::is_ascii_digit).count() } else { 0 };
                 if exact && (!has_sep || digits != n) {
-                    return Err(bad(&format!("{v:?} as \".000\"")));
+                    return Err(bad(&format!("{v:?} as \".000\"")).into());
                 }
                 if has_sep && digits > 0 {
                     nanos = frac_nanos(&v[1..1 + digits]);
@@ -427,7 +427,7 @@ fn parse(layout: &str, value: &str) -> Result<GoTime, String> {
         }
     }
     if pm_set && hour > 12 {
-        return Err(format!("parsing time {value:?}: hour out of range"));
+        return Err(format!("parsing time {value:?}: hour out of range").into());
     }
     if pm_set {
         if pm && hour < 12 {
@@ -442,7 +442,7 @@ fn parse(layout: &str, value: &str) -> Result<GoTime, String> {
         day = d.day();
     }
     if !(1..=12).contains(&month) {
-        return Err(format!("parsing time {value:?}: month out of range"));
+        return Err(format!("parsing time {value:?}: month out of range").into());
     }
     let date = chrono::NaiveDate::from_ymd_opt(year, month, day).ok_or_else(|| format!("parsing time {value:?}: day out of range"))?;
     let time = chrono::NaiveTime::from_hms_opt(hour, min, sec).ok_or_else(|| {
@@ -475,7 +475,7 @@ fn frac_nanos(digits: &str) -> u32 {
 }
 
 /// Go's `time.ParseDuration`, in nanoseconds.
-pub(super) fn parse_duration(s: &str) -> Result<i64, String> {
+pub(super) fn parse_duration(s: &str) -> Result<i64, FuncError> {
     let err = || format!("time: invalid duration {}", super::super::gofmt::quote(s));
     let (neg, mut rest) = match s.as_bytes().first() {
         Some(b'-') => (true, &s[1..]),
@@ -486,7 +486,7 @@ pub(super) fn parse_duration(s: &str) -> Result<i64, String> {
         return Ok(0);
     }
     if rest.is_empty() {
-        return Err(err());
+        return Err(err().into());
     }
     let mut total: u128 = 0;
     while !rest.is_empty() {
@@ -504,7 +504,7 @@ pub(super) fn parse_duration(s: &str) -> Result<i64, String> {
             rest = &r[frac_len..];
         }
         if int_len == 0 && frac_len == 0 {
-            return Err(err());
+            return Err(err().into());
         }
         let unit_len = rest.find(|c: char| c == '.' || c.is_ascii_digit()).unwrap_or(rest.len());
         let unit: u128 = match &rest[..unit_len] {
@@ -514,19 +514,23 @@ pub(super) fn parse_duration(s: &str) -> Result<i64, String> {
             "s" => 1_000_000_000,
             "m" => 60_000_000_000,
             "h" => 3_600_000_000_000,
-            "" => return Err(format!("time: missing unit in duration {}", super::super::gofmt::quote(s))),
-            u => return Err(format!("time: unknown unit {} in duration {}", super::super::gofmt::quote(u), super::super::gofmt::quote(s))),
+            "" => return Err(format!("time: missing unit in duration {}", super::super::gofmt::quote(s)).into()),
+            u => {
+                return Err(
+                    format!("time: unknown unit {} in duration {}", super::super::gofmt::quote(u), super::super::gofmt::quote(s)).into()
+                );
+            }
         };
         rest = &rest[unit_len..];
         total = total.saturating_add(int.saturating_mul(unit)).saturating_add(frac * unit / scale);
         if total > 1 << 63 {
-            return Err(err());
+            return Err(err().into());
         }
     }
     if neg {
         Ok((total as i128).wrapping_neg() as i64)
     } else if total > i64::MAX as u128 {
-        Err(err())
+        Err(err().into())
     } else {
         Ok(total as i64)
     }

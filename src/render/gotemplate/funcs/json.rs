@@ -7,18 +7,19 @@ use std::collections::BTreeMap;
 
 use super::super::gonum::{NumError, parse_float};
 use super::super::value::{IFACE, Val, appended, escape_text};
+use super::FuncError;
 
 /// Go nests at most this deep (`maxNestingDepth`).
 const MAX_NESTING: usize = 10_000;
 
 /// The decoded value and the first number error; or nil and the syntax error.
-pub(super) fn decode(text: &[u8]) -> Result<(Val, Option<String>), (Val, String)> {
+pub(super) fn decode(text: &[u8]) -> Result<(Val, Option<FuncError>), (Val, FuncError)> {
     let mut p = Parser { b: text, i: 0, err: None, depth: 0 };
     p.ws();
     let v = p.value().map_err(|e| (Val::Nil, e))?;
     p.ws();
     if p.i < p.b.len() {
-        return Err((Val::Nil, format!("invalid character {:?} after top-level value", char::from(p.b[p.i]))));
+        return Err((Val::Nil, format!("invalid character {:?} after top-level value", char::from(p.b[p.i])).into()));
     }
     Ok((v, p.err))
 }
@@ -26,7 +27,7 @@ pub(super) fn decode(text: &[u8]) -> Result<(Val, Option<String>), (Val, String)
 struct Parser<'a> {
     b: &'a [u8],
     i: usize,
-    err: Option<String>,
+    err: Option<FuncError>,
     depth: usize,
 }
 
@@ -37,14 +38,14 @@ impl Parser<'_> {
         }
     }
 
-    fn syntax(&self) -> String {
+    fn syntax(&self) -> FuncError {
         match self.b.get(self.i) {
-            Some(c) => format!("invalid character {:?} looking for beginning of value", char::from(*c)),
-            None => "unexpected end of JSON input".to_owned(),
+            Some(c) => format!("invalid character {:?} looking for beginning of value", char::from(*c)).into(),
+            None => "unexpected end of JSON input".into(),
         }
     }
 
-    fn eat(&mut self, c: u8) -> Result<(), String> {
+    fn eat(&mut self, c: u8) -> Result<(), FuncError> {
         self.ws();
         if self.b.get(self.i) == Some(&c) {
             self.i += 1;
@@ -54,7 +55,7 @@ impl Parser<'_> {
         }
     }
 
-    fn value(&mut self) -> Result<Val, String> {
+    fn value(&mut self) -> Result<Val, FuncError> {
         self.ws();
         match self.b.get(self.i) {
             Some(b'{') => self.nested(|p| p.object()),
@@ -68,17 +69,17 @@ impl Parser<'_> {
         }
     }
 
-    fn nested(&mut self, f: impl FnOnce(&mut Self) -> Result<Val, String>) -> Result<Val, String> {
+    fn nested(&mut self, f: impl FnOnce(&mut Self) -> Result<Val, FuncError>) -> Result<Val, FuncError> {
         self.depth += 1;
         if self.depth > MAX_NESTING {
-            return Err("exceeded max depth".to_owned());
+            return Err("exceeded max depth".into());
         }
         let v = f(self);
         self.depth -= 1;
         v
     }
 
-    fn word(&mut self, w: &str, v: Val) -> Result<Val, String> {
+    fn word(&mut self, w: &str, v: Val) -> Result<Val, FuncError> {
         if self.b[self.i..].starts_with(w.as_bytes()) {
             self.i += w.len();
             Ok(v)
@@ -87,7 +88,7 @@ impl Parser<'_> {
         }
     }
 
-    fn object(&mut self) -> Result<Val, String> {
+    fn object(&mut self) -> Result<Val, FuncError> {
         self.i += 1;
         let mut m = BTreeMap::new();
         self.ws();
@@ -116,7 +117,7 @@ impl Parser<'_> {
         }
     }
 
-    fn array(&mut self) -> Result<Val, String> {
+    fn array(&mut self) -> Result<Val, FuncError> {
         self.i += 1;
         let mut out = Vec::new();
         self.ws();
@@ -139,7 +140,7 @@ impl Parser<'_> {
     }
 
     /// RFC 8259 number syntax; the value as `strconv.ParseFloat` reads it.
-    fn number(&mut self) -> Result<Val, String> {
+    fn number(&mut self) -> Result<Val, FuncError> {
         let start = self.i;
         let digits = |p: &mut Self| {
             let s = p.i;
@@ -177,24 +178,24 @@ impl Parser<'_> {
         match parse_float(text) {
             Ok(f) => Ok(Val::F64(f)),
             Err(NumError::Range | NumError::Syntax) => {
-                self.err.get_or_insert_with(|| format!("json: cannot unmarshal number {text} into Go value of type float64"));
+                self.err.get_or_insert_with(|| format!("json: cannot unmarshal number {text} into Go value of type float64").into());
                 Ok(Val::Nil)
             }
         }
     }
 
     /// A string literal; bytes that are not UTF-8 and lone surrogates become U+FFFD.
-    fn string(&mut self) -> Result<String, String> {
+    fn string(&mut self) -> Result<String, FuncError> {
         self.i += 1;
         let mut out: Vec<u8> = Vec::new();
         loop {
-            let Some(&c) = self.b.get(self.i) else { return Err("unexpected end of JSON input".to_owned()) };
+            let Some(&c) = self.b.get(self.i) else { return Err("unexpected end of JSON input".into()) };
             match c {
                 b'"' => {
                     self.i += 1;
                     return Ok(escape_text(&String::from_utf8_lossy(&out)).into_owned());
                 }
-                0..0x20 => return Err(format!("invalid character {:?} in string literal", char::from(c))),
+                0..0x20 => return Err(format!("invalid character {:?} in string literal", char::from(c)).into()),
                 b'\\' => {
                     let e = *self.b.get(self.i + 1).ok_or("unexpected end of JSON input")?;
                     self.i += 2;
@@ -208,7 +209,7 @@ impl Parser<'_> {
                         b'r' => Some(b'\r'),
                         b't' => Some(b'\t'),
                         b'u' => None,
-                        _ => return Err("invalid character in string escape code".to_owned()),
+                        _ => return Err("invalid character in string escape code".into()),
                     };
                     if let Some(x) = simple {
                         out.push(x);
@@ -225,7 +226,7 @@ impl Parser<'_> {
                                 self.i = save;
                                 None
                             }
-                            None => return Err("invalid character in \\u hexadecimal character escape".to_owned()),
+                            None => return Err("invalid character in \\u hexadecimal character escape".into()),
                         }
                     } else {
                         char::from_u32(u)

@@ -110,15 +110,34 @@ pub(super) struct A {
     pub num: Option<Num>,
 }
 
-type R = Result<Val, String>;
+/// Why a function failed, in the words of Go's function or of its argument conversion; the
+/// caller makes it an [`Error`] at the template's line, after `error calling <name>: `. The text
+/// is Go's, byte for byte (the conformance suite compares it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct FuncError(pub(super) String);
 
-fn wrong(expected: &str, a: &A) -> String {
-    match (&a.num, &a.v) {
+impl From<String> for FuncError {
+    fn from(message: String) -> FuncError {
+        FuncError(message)
+    }
+}
+
+impl From<&str> for FuncError {
+    fn from(message: &str) -> FuncError {
+        FuncError(message.to_owned())
+    }
+}
+
+type R = Result<Val, FuncError>;
+
+fn wrong(expected: &str, a: &A) -> FuncError {
+    FuncError(match (&a.num, &a.v) {
         (Some(_), v) => format!("expected {expected}; found {}", super::gofmt::sprint_one(v)),
         (None, Val::Missing(_)) => format!("invalid value; expected {expected}"),
         (None, Val::Nil) => format!("invalid value; expected {expected}"),
         (None, v) => format!("wrong type for value; expected {expected}; got {}", v.type_name()),
-    }
+    })
 }
 
 impl A {
@@ -130,7 +149,7 @@ impl A {
         }
     }
 
-    pub fn string(&self) -> Result<String, String> {
+    pub fn string(&self) -> Result<String, FuncError> {
         match (&self.v, &self.num) {
             (Val::Str(s), None) => Ok(s.to_string()),
             _ => Err(wrong("string", self)),
@@ -138,7 +157,7 @@ impl A {
     }
 
     /// As a Go `int` parameter.
-    pub fn int(&self) -> Result<i64, String> {
+    pub fn int(&self) -> Result<i64, FuncError> {
         match (&self.v, &self.num) {
             (_, Some(Num { int: Some(i), .. })) => Ok(*i),
             (Val::Int(i), None) => Ok(*i),
@@ -146,7 +165,7 @@ impl A {
         }
     }
 
-    pub fn float(&self) -> Result<f64, String> {
+    pub fn float(&self) -> Result<f64, FuncError> {
         match (&self.v, &self.num) {
             (_, Some(Num { float: Some(f), .. })) => Ok(*f),
             (Val::F64(f), None) => Ok(*f),
@@ -154,7 +173,7 @@ impl A {
         }
     }
 
-    pub fn bool(&self) -> Result<bool, String> {
+    pub fn bool(&self) -> Result<bool, FuncError> {
         match &self.v {
             Val::Bool(b) => Ok(*b),
             _ => Err(wrong("bool", self)),
@@ -162,7 +181,7 @@ impl A {
     }
 
     /// As a `time.Time` parameter.
-    pub fn time(&self) -> Result<super::value::GoTime, String> {
+    pub fn time(&self) -> Result<super::value::GoTime, FuncError> {
         match &self.v {
             Val::Time(t) => Ok((**t).clone()),
             _ => Err(wrong("time.Time", self)),
@@ -171,12 +190,12 @@ impl A {
 
     /// As a `map[string]interface {}` parameter; nil is an empty map (reading a nil map works
     /// in Go; `set` refuses it itself).
-    pub fn dict(&self) -> Result<super::value::MapRef, String> {
+    pub fn dict(&self) -> Result<super::value::MapRef, FuncError> {
         match &self.v {
             Val::Map(m, e) if *e == IFACE => Ok(m.clone()),
             // Go: a missing value or the `nil` literal is a nil map; a nil interface is a type error.
             Val::Missing(_) => Ok(super::value::nil_map()),
-            Val::Nil => Err("wrong type for value; expected map[string]interface {}; got interface {}".to_owned()),
+            Val::Nil => Err("wrong type for value; expected map[string]interface {}; got interface {}".into()),
             _ => Err(wrong("map[string]interface {}", self)),
         }
     }
@@ -225,7 +244,7 @@ pub(super) fn call(ex: &mut Exec<'_>, line: usize, name: &str, args: &[Arg], dot
         .or_else(|| sprig::call(ex, name, &vals))
         .or_else(|| data::call(ex, name, &vals))
         .or_else(|| dates::call(name, &vals))
-        .unwrap_or_else(|| Err(format!("function `{name}` is not implemented")));
+        .unwrap_or_else(|| Err(format!("function `{name}` is not implemented").into()));
     let v = r.map_err(|m| ex.err(line, format!("error calling {name}: {m}")))?;
     super::value::check_depth(&v).map_err(|m| ex.err(line, format!("error calling {name}: {m}")))?;
     Ok(v)
@@ -271,7 +290,7 @@ fn params(name: &str) -> Option<&'static str> {
 
 /// Go's `call` converts every argument to its parameter's type before the function runs: the
 /// first one that does not convert fails the call, whatever the function would have done.
-fn check_params(name: &str, vals: &[A]) -> Result<(), String> {
+fn check_params(name: &str, vals: &[A]) -> Result<(), FuncError> {
     let Some(sig) = params(name) else { return Ok(()) };
     let (fixed, repeat) = match sig.strip_suffix('*') {
         Some(f) => (f.as_bytes(), f.as_bytes().last().copied()),

@@ -9,7 +9,7 @@ use super::super::exec::Exec;
 use super::super::gofmt;
 use super::super::gonum;
 use super::super::value::{Val, appended, escape_text, from_go_bytes, go_bytes, lossy, nil_list};
-use super::{A, R};
+use super::{A, FuncError, R};
 
 pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
     let s = |i: usize| a[i].string();
@@ -44,14 +44,14 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
                 (start, end)
             };
             if from < 0 || to < from || to > len {
-                return Err(format!("runtime error: slice bounds out of range [{from}:{to}]"));
+                return Err(FuncError(format!("runtime error: slice bounds out of range [{from}:{to}]")));
             }
             Ok(Val::str(from_go_bytes(&b[from as usize..to as usize])))
         })(),
         "repeat" => (|| {
             let (n, s) = (a[0].int()?, s(1)?);
             if n < 0 {
-                return Err("strings: negative Repeat count".to_owned());
+                return Err(FuncError("strings: negative Repeat count".to_owned()));
             }
             limit(ex, (n as usize).saturating_mul(s.len()))?;
             Ok(Val::str(s.repeat(n as usize)))
@@ -72,7 +72,7 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
         "indent" | "nindent" => (|| {
             let (n, s) = (a[0].int()?, s(1)?);
             if n < 0 {
-                return Err("strings: negative Repeat count".to_owned());
+                return Err(FuncError("strings: negative Repeat count".to_owned()));
             }
             limit(ex, (n as usize).saturating_mul(s.matches('\n').count() + 1).saturating_add(s.len()))?;
             let pad = " ".repeat(n as usize);
@@ -113,7 +113,7 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
         "div" | "mod" => (|| {
             let (x, y) = (to_int64(&a[0].any()), to_int64(&a[1].any()));
             if y == 0 {
-                return Err("runtime error: integer divide by zero".to_owned());
+                return Err(FuncError("runtime error: integer divide by zero".to_owned()));
             }
             Ok(Val::I64(if name == "div" { x.wrapping_div(y) } else { x.wrapping_rem(y) }))
         })(),
@@ -193,7 +193,7 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
         "b32dec" => s(0).map(|s| {
             Val::str(base32_decode(&lossy(&s)).map_or_else(|at| format!("illegal base32 data at input byte {at}"), |b| from_go_bytes(&b)))
         }),
-        "fail" => s(0).and_then(Err),
+        "fail" => s(0).and_then(|m| Err(FuncError(m))),
         "regexQuoteMeta" => s(0).map(|s| {
             let mut out = String::new();
             for c in s.chars() {
@@ -246,14 +246,14 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
     })
 }
 
-fn two(a: &[A]) -> Result<(String, String), String> {
+fn two(a: &[A]) -> Result<(String, String), FuncError> {
     Ok((a[0].string()?, a[1].string()?))
 }
 
 /// Refuses a result larger than the output limit before building it.
-pub(super) fn limit(ex: &Exec<'_>, bytes: usize) -> Result<(), String> {
+pub(super) fn limit(ex: &Exec<'_>, bytes: usize) -> Result<(), FuncError> {
     if bytes > ex.output_limit() {
-        return Err(format!("the result ({bytes} bytes) would exceed the output limit of {} bytes", ex.output_limit()));
+        return Err(format!("the result ({bytes} bytes) would exceed the output limit of {} bytes", ex.output_limit()).into());
     }
     Ok(())
 }
@@ -398,7 +398,7 @@ fn ints(v: Vec<i64>) -> Val {
 }
 
 /// sprig's `untilStep`, bounded by the step limit.
-fn until_step(ex: &mut Exec<'_>, start: i64, stop: i64, step: i64) -> Result<Vec<i64>, String> {
+fn until_step(ex: &mut Exec<'_>, start: i64, stop: i64, step: i64) -> Result<Vec<i64>, FuncError> {
     let mut v = Vec::new();
     let mut i = start;
     let ok = |i: i64| if stop < start { step < 0 && i > stop } else { step > 0 && i < stop };
@@ -414,9 +414,9 @@ fn until_step(ex: &mut Exec<'_>, start: i64, stop: i64, step: i64) -> Result<Vec
 }
 
 /// A Go regular expression: its text must be UTF-8, as Go's parser requires.
-fn compile(pattern: &str) -> Result<regex::Regex, String> {
+fn compile(pattern: &str) -> Result<regex::Regex, FuncError> {
     if !super::super::value::is_utf8(pattern) {
-        return Err("error parsing regexp: invalid UTF-8".to_owned());
+        return Err("error parsing regexp: invalid UTF-8".into());
     }
     regex::Regex::new(&go_regex_syntax(pattern)).map_err(|e| regex_error(&e))
 }
@@ -506,8 +506,8 @@ fn go_regex_syntax(p: &str) -> String {
     out
 }
 
-fn regex_error(e: &regex::Error) -> String {
-    format!("error parsing regexp: {}", e.to_string().lines().last().unwrap_or_default().trim())
+fn regex_error(e: &regex::Error) -> FuncError {
+    FuncError(format!("error parsing regexp: {}", e.to_string().lines().last().unwrap_or_default().trim()))
 }
 
 /// Go's `FindAllStringIndex(s, n)`: an empty match right after the previous match is skipped.
