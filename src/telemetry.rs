@@ -471,20 +471,31 @@ impl Readiness {
     ///
     /// # Errors
     /// The first unmet condition, in words.
-    pub fn check<'a>(&self, sources: impl IntoIterator<Item = &'a str>) -> Result<(), String> {
+    pub fn check<'a>(&self, sources: impl IntoIterator<Item = &'a str>) -> Result<(), NotReady> {
         if self.is_standby() {
-            return Err("standby: another replica holds the lease".into());
+            return Err(NotReady::Standby);
         }
         let polled = self.polled.lock().unwrap_or_else(PoisonError::into_inner);
-        let pending: Vec<&str> = sources.into_iter().filter(|s| !polled.contains(*s)).collect();
+        let pending: Vec<String> = sources.into_iter().filter(|s| !polled.contains(*s)).map(str::to_owned).collect();
         if !pending.is_empty() {
-            return Err(format!("sources not polled yet: {}", pending.join(", ")));
+            return Err(NotReady::NotPolled(pending));
         }
         if !self.synced.load(Ordering::SeqCst) {
-            return Err("the first reconcile pass has not finished".into());
+            return Err(NotReady::FirstPass);
         }
         Ok(())
     }
+}
+
+/// Why the process is not ready (the body of `/readyz`'s 503).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    #[error("standby: another replica holds the lease")]
+    Standby,
+    #[error("sources not polled yet: {}", .0.join(", "))]
+    NotPolled(Vec<String>),
+    #[error("the first reconcile pass has not finished")]
+    FirstPass,
 }
 
 /// The process's readiness facts.
@@ -606,12 +617,12 @@ mod tests {
     #[test]
     fn readiness_waits_for_sources_sync_and_lease() {
         let r = Readiness::default();
-        assert!(r.check(["git"]).unwrap_err().contains("git"));
+        assert!(r.check(["git"]).unwrap_err().to_string().contains("git"));
         r.source_polled("git");
-        assert!(r.check(["git"]).unwrap_err().contains("first reconcile"));
+        assert!(r.check(["git"]).unwrap_err().to_string().contains("first reconcile"));
         r.set_synced(true);
         assert_eq!(r.check(["git"]), Ok(()));
         r.standby.store(true, Ordering::SeqCst);
-        assert!(r.check(["git"]).unwrap_err().contains("standby"));
+        assert!(r.check(["git"]).unwrap_err().to_string().contains("standby"));
     }
 }

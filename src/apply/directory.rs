@@ -51,7 +51,8 @@ impl DirectoryTarget {
         order::sort(&mut objects);
         let dir = dir.to_path_buf();
         let mut changes = ChangeSet::default();
-        if let Err(message) = ensure_dir(&dir) {
+        if let Err(error) = ensure_dir(&dir) {
+            let message = error.to_string();
             changes.entries = objects.iter().map(|o| Entry::for_object(o, Action::Failed, message.clone())).collect();
             return changes;
         }
@@ -62,11 +63,12 @@ impl DirectoryTarget {
             let path = dir.join(&name);
             wanted.insert(name);
             let existed = path.exists();
-            let (action, message) = match manifest_text(o).and_then(|t| write_atomic(&path, t.as_bytes()).map_err(|e| e.to_string())) {
+            let written = manifest_text(o).and_then(|t| write_atomic(&path, t.as_bytes()).map_err(FileError::Write));
+            let (action, message) = match written {
                 Ok(false) => (Action::Unchanged, String::new()),
                 Ok(true) if existed => (Action::Configured, String::new()),
                 Ok(true) => (Action::Created, String::new()),
-                Err(e) => (Action::Failed, e),
+                Err(e) => (Action::Failed, e.to_string()),
             };
             changes.entries.push(Entry::for_object(o, action, message));
         }
@@ -142,12 +144,27 @@ impl DirectoryTarget {
     }
 }
 
-fn ensure_dir(dir: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))
+/// Why an object's file could not be written (its entry says it, Failed).
+#[derive(Debug, thiserror::Error)]
+enum FileError {
+    #[error("cannot create {}: {source}", dir.display())]
+    CreateDir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("serialising {object}: {why}")]
+    Serialise { object: String, why: String },
+    #[error("{0}")]
+    Write(#[source] crate::cache::Error),
 }
 
-fn manifest_text(o: &Object) -> Result<String, String> {
-    let body = serde_saphyr::to_string(&o.body).map_err(|e| format!("serialising {o}: {e}"))?;
+fn ensure_dir(dir: &Path) -> Result<(), FileError> {
+    std::fs::create_dir_all(dir).map_err(|source| FileError::CreateDir { dir: dir.to_owned(), source })
+}
+
+fn manifest_text(o: &Object) -> Result<String, FileError> {
+    let body = serde_saphyr::to_string(&o.body).map_err(|e| FileError::Serialise { object: o.to_string(), why: e.to_string() })?;
     Ok(format!("# Source: {}\n{body}", o.file))
 }
 

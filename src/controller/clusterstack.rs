@@ -12,7 +12,7 @@ use tracing::{error, info, warn};
 use super::pipeline;
 use super::{ClusterReport, Context, PassReport, Prepared, finish};
 use crate::apply::{Action, ChangeSet, DirectoryTarget, Entry, ObjectRef};
-use crate::cache::{self, Cache};
+use crate::cache::Cache;
 use crate::config::{ClusterConfig, ClusterObjects, Config, Format, Subscription};
 use crate::render::clusterstack::RenderedStage;
 use crate::render::{Error, Errors, Object};
@@ -282,24 +282,28 @@ fn fail_all(target: &DirectoryTarget, staged: &[(&Subscription, Prepared)], mess
 ///
 /// # Errors
 /// A message naming the file and what is wrong.
-pub fn read_cluster_file(path: &Path) -> Result<ClusterConfig, String> {
-    let file = path.display();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{file}: {e}"))?;
-    let docs: Vec<Value> = crate::kubeyaml::values(&text).map_err(|e| format!("{file}:{}: invalid YAML: {}", e.mark.line, e.message))?;
+pub fn read_cluster_file(path: &Path) -> Result<ClusterConfig, ClusterFileError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| ClusterFileError::Read { file: file.clone(), source })?;
+    let docs: Vec<Value> = crate::kubeyaml::values(&text).map_err(|e| ClusterFileError::Yaml {
+        file: file.clone(),
+        line: e.mark.line,
+        message: e.message.to_string(),
+    })?;
     let text_at = |v: &Value, p: &[&str]| p.iter().try_fold(v, |v, k| v.get(k)).and_then(Value::as_str).map(str::to_owned);
     let kind_of = |v: &Value| text_at(v, &["kind"]).unwrap_or_default();
     let mut clusters: Vec<Value> = docs.iter().filter(|d| kind_of(d) == "Cluster").cloned().collect();
     let cluster = match clusters.len() {
         1 => clusters.remove(0),
-        0 => return Err(format!("{file}: no `kind: Cluster` object; expected exactly one Cluster")),
-        n => {
+        0 => return Err(ClusterFileError::NoCluster { file }),
+        _ => {
             let names: Vec<String> = clusters.iter().filter_map(|c| text_at(c, &["metadata", "name"])).collect();
-            return Err(format!("{file}: {n} Cluster objects ({}); expected exactly one", names.join(", ")));
+            return Err(ClusterFileError::ManyClusters { file, n: clusters.len(), names: names.join(", ") });
         }
     };
-    let name = text_at(&cluster, &["metadata", "name"]).ok_or_else(|| format!("{file}: the Cluster has no metadata.name"))?;
+    let name = text_at(&cluster, &["metadata", "name"]).ok_or_else(|| ClusterFileError::NoName { file: file.clone() })?;
     let namespace = text_at(&cluster, &["metadata", "namespace"]).unwrap_or_else(|| "default".to_owned());
-    let pick = |slot: &str, suffix: &str| -> Result<Option<Value>, String> {
+    let pick = |slot: &str, suffix: &str| -> Result<Option<Value>, ClusterFileError> {
         let r_kind = text_at(&cluster, &["spec", slot, "kind"]);
         let r_name = text_at(&cluster, &["spec", slot, "name"]);
         let found: Vec<&Value> = docs
@@ -316,7 +320,7 @@ pub fn read_cluster_file(path: &Path) -> Result<ClusterConfig, String> {
         match found.as_slice() {
             [] => Ok(None),
             [one] => Ok(Some((*one).clone())),
-            _ => Err(format!("{file}: more than one object could be the Cluster's `{slot}`; name it in spec.{slot}")),
+            _ => Err(ClusterFileError::Ambiguous { file: file.clone(), slot: slot.to_owned() }),
         }
     };
     let objects = ClusterObjects {
@@ -327,6 +331,27 @@ pub fn read_cluster_file(path: &Path) -> Result<ClusterConfig, String> {
     Ok(ClusterConfig { name, namespace, values: BTreeMap::new(), objects })
 }
 
+/// A `--cluster` file that does not describe one Cluster. Names the file (and line).
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterFileError {
+    #[error("{file}: {source}")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file}:{line}: invalid YAML: {message}")]
+    Yaml { file: String, line: usize, message: String },
+    #[error("{file}: no `kind: Cluster` object; expected exactly one Cluster")]
+    NoCluster { file: String },
+    #[error("{file}: {n} Cluster objects ({names}); expected exactly one")]
+    ManyClusters { file: String, n: usize, names: String },
+    #[error("{file}: the Cluster has no metadata.name")]
+    NoName { file: String },
+    #[error("{file}: more than one object could be the Cluster's `{slot}`; name it in spec.{slot}")]
+    Ambiguous { file: String, slot: String },
+}
+
 /// `stacksync render --cluster FILE`: renders what one cluster would get, without polling any
 /// source (the release comes from the cache). The subscription is the one listing the cluster,
 /// else the only cluster-stack subscription whose stack the Cluster's `spec.topology.class`
@@ -334,7 +359,7 @@ pub fn read_cluster_file(path: &Path) -> Result<ClusterConfig, String> {
 ///
 /// # Errors
 /// The cluster matches no subscription, or the cache cannot be opened.
-pub async fn render_cluster(config: &Config, cluster: ClusterConfig, out: &Path) -> Result<PassReport, String> {
+pub async fn render_cluster(config: &Config, cluster: ClusterConfig, out: &Path) -> anyhow::Result<PassReport> {
     let stack_subs: Vec<&Subscription> = config.subscriptions.iter().filter(|s| s.format == Format::ClusterStack).collect();
     let class = cluster.objects.cluster.as_ref().and_then(|c| c.get("spec")?.get("topology")?.get("class")?.as_str().map(str::to_owned));
     let listed = stack_subs.iter().find(|s| s.clusters.iter().any(|c| c.name == cluster.name && c.namespace == cluster.namespace));
@@ -348,33 +373,33 @@ pub async fn render_cluster(config: &Config, cluster: ClusterConfig, out: &Path)
         (None, [], [s]) => s,
         _ => {
             let names: Vec<&str> = stack_subs.iter().map(|s| s.name.as_str()).collect();
-            return Err(format!(
+            anyhow::bail!(
                 "cluster {}/{} matches no single cluster-stack subscription (topology class: {}; subscriptions: {})",
                 cluster.namespace,
                 cluster.name,
                 class.as_deref().unwrap_or("none"),
                 if names.is_empty() { "none".to_owned() } else { names.join(", ") }
-            ));
+            );
         }
     };
     let mut one = sub.clone();
     let values = sub.clusters.iter().find(|c| c.name == cluster.name && c.namespace == cluster.namespace).map(|c| c.values.clone());
     one.clusters = vec![ClusterConfig { values: values.unwrap_or_default(), ..cluster }];
-    let cache = Cache::open(&config.cache.dir).map_err(|e| e.to_string())?;
-    let index = cache.load_index().map_err(|e| e.to_string())?;
+    let cache = Cache::open(&config.cache.dir)?;
+    let index = cache.load_index()?;
     // A Cluster with a topology class gets the release its class names, as in a cluster.
     let prepared = match (&class, &one.stack) {
         (Some(class), Some(stack)) => {
-            let ctx = super::Context::new(config.clone()).map_err(|e| e.to_string())?;
+            let ctx = super::Context::new(config.clone())?;
             let (_, known) = ctx.tags(&one).await;
-            let rel =
-                crate::release::for_class(&one.source, class, stack, &known).map_err(|e| format!("{e} (run `stacksync fetch` first)"))?;
+            let rel = crate::release::for_class(&one.source, class, stack, &known)
+                .map_err(|e| anyhow::anyhow!("{e} (run `stacksync fetch` first)"))?;
             let outcome = ctx.prepare(&rel).await;
             Prepared { subscription: one.name.clone(), source: one.source.clone(), outcome }
         }
         _ => {
             let (prepared, index) = super::fetch::prepare(config, &cache, index, &one).await;
-            cache.save_index(&index).map_err(|e: cache::Error| e.to_string())?;
+            cache.save_index(&index)?;
             prepared
         }
     };
@@ -382,7 +407,7 @@ pub async fn render_cluster(config: &Config, cluster: ClusterConfig, out: &Path)
     let mut report = PassReport::default();
     match &prepared.outcome {
         Ok(_) => report.clusters = sync(config, &target, &[(&one, prepared.clone())], false).await,
-        Err(e) => return Err(format!("no cached release for subscription `{}` (run `stacksync fetch` first): {e}", one.name)),
+        Err(e) => anyhow::bail!("no cached release for subscription `{}` (run `stacksync fetch` first): {e}", one.name),
     }
     report.prepared.push(prepared);
     Ok(report)

@@ -23,10 +23,10 @@ pub struct FileDiff {
 ///
 /// # Errors
 /// The scratch directory cannot be made, the cache cannot be opened, a directory cannot be read.
-pub async fn diff_directory(config: &Config, target: &Path) -> Result<(Vec<FileDiff>, Vec<String>), String> {
-    let scratch =
-        tempfile::Builder::new().prefix("stacksync-diff-").tempdir().map_err(|e| format!("cannot create a scratch directory: {e}"))?;
-    let report = super::render_to(config, scratch.path()).await.map_err(|e| e.to_string())?;
+pub async fn diff_directory(config: &Config, target: &Path) -> anyhow::Result<(Vec<FileDiff>, Vec<String>)> {
+    use anyhow::Context as _;
+    let scratch = tempfile::Builder::new().prefix("stacksync-diff-").tempdir().context("cannot create a scratch directory")?;
+    let report = super::render_to(config, scratch.path()).await?;
     let failures: Vec<String> = report
         .clusters
         .iter()
@@ -36,8 +36,8 @@ pub async fn diff_directory(config: &Config, target: &Path) -> Result<(Vec<FileD
     let (scratch_dir, target_dir) = (scratch.path().to_path_buf(), target.to_path_buf());
     let diffs = tokio::task::spawn_blocking(move || compare(&scratch_dir, &target_dir))
         .await
-        .map_err(|e| format!("compare task failed: {e}"))?
-        .map_err(|e| format!("cannot compare with {}: {e}", target.display()))?;
+        .context("compare task failed")?
+        .with_context(|| format!("cannot compare with {}", target.display()))?;
     Ok((diffs, failures))
 }
 

@@ -45,7 +45,16 @@ pub enum Error {
     /// The Cluster could not be brought to its release; the reason and message are in its
     /// ClusterSync.
     #[error("{cluster}: {reason:?}: {message}")]
-    Sync { cluster: ClusterKey, reason: Reason, message: String, transient: bool },
+    Sync {
+        cluster: ClusterKey,
+        reason: Reason,
+        message: String,
+        transient: bool,
+        /// The stage's own error, when one failed (a release that could not be prepared, a
+        /// render); `message` already says it, this keeps the chain.
+        #[source]
+        source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
+    },
 }
 
 /// A 404 on a ClusterSync write means its CRD is missing: say how to install it.

@@ -176,7 +176,7 @@ async fn oci_one(
     let Some(cosign) = &trust.cosign else { return Err(Refusal::NoKeysForKind { kind: "cosign" }) };
     let fetch_err = |e: oci::Error| Refusal::Malformed { signer: "unknown".into(), message: format!("cannot fetch {sig_tag}: {e}") };
     let bytes = client.manifest(sig_tag, sig_digest).await.map_err(fetch_err)?;
-    let layers = signature_layers(&bytes).map_err(|message| Refusal::Malformed { signer: "unknown".into(), message })?;
+    let layers = signature_layers(&bytes)?;
     if layers.is_empty() {
         return Err(Refusal::Unsigned { what: format!("{sig_tag} holds no cosign signature layer") });
     }
@@ -198,8 +198,10 @@ async fn oci_one(
 }
 
 /// The simple-signing layers of a cosign signature manifest: (payload digest, base64 signature).
-fn signature_layers(manifest: &[u8]) -> Result<Vec<(Sha256Digest, String)>, String> {
-    let v: serde_json::Value = serde_json::from_slice(manifest).map_err(|e| format!("the signature manifest is not JSON: {e}"))?;
+fn signature_layers(manifest: &[u8]) -> Result<Vec<(Sha256Digest, String)>, Refusal> {
+    let malformed = |message: String| Refusal::Malformed { signer: "unknown".into(), message };
+    let v: serde_json::Value =
+        serde_json::from_slice(manifest).map_err(|e| malformed(format!("the signature manifest is not JSON: {e}")))?;
     let mut out = Vec::new();
     for layer in v["layers"].as_array().map(Vec::as_slice).unwrap_or_default() {
         let Some(sig) = layer["annotations"][verify::cosign::SIGNATURE_ANNOTATION].as_str() else { continue };
@@ -207,10 +209,10 @@ fn signature_layers(manifest: &[u8]) -> Result<Vec<(Sha256Digest, String)>, Stri
             .as_str()
             .and_then(|d| d.strip_prefix("sha256:"))
             .and_then(Sha256Digest::parse)
-            .ok_or("a signature layer's digest is not sha256")?;
+            .ok_or_else(|| malformed("a signature layer's digest is not sha256".into()))?;
         let size = layer["size"].as_u64().unwrap_or(0);
         if size > verify::MAX_SIGNATURE_BYTES {
-            return Err(format!("a signature payload of {size} bytes is larger than {}", verify::MAX_SIGNATURE_BYTES));
+            return Err(malformed(format!("a signature payload of {size} bytes is larger than {}", verify::MAX_SIGNATURE_BYTES)));
         }
         out.push((digest, sig.to_owned()));
     }

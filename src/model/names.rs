@@ -7,6 +7,24 @@ const MAX_NAME: usize = 253;
 /// Longest namespace (a DNS label).
 const MAX_NAMESPACE: usize = 63;
 
+/// An identity the API server would refuse, or that would reach another resource's URL. The
+/// text quotes what was checked (it came from a manifest or a Cluster, never a Secret).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("the object has no name")]
+    Empty,
+    #[error("name is {0} characters long; the API server allows at most {MAX_NAME}")]
+    TooLong(usize),
+    #[error("name {0:?} is not a valid path segment")]
+    PathSegment(String),
+    #[error("name {name:?} contains {c:?}; the API server would refuse it (names are DNS subdomains)")]
+    Character { name: String, c: char },
+    #[error("namespace {0:?} is not a DNS label (lowercase letters, digits and `-`, at most {MAX_NAMESPACE})")]
+    Namespace(String),
+    #[error("kind {0:?} is not a valid kind name")]
+    Kind(String),
+}
+
 /// Checks an object name. The API server's floor for every kind is a valid path segment (not
 /// `.` or `..`, no `/` or `%`); most kinds also require a DNS subdomain. The check here is the
 /// floor plus characters that never need escaping in a URL path (letters, digits, `-`, `.`,
@@ -15,18 +33,18 @@ const MAX_NAMESPACE: usize = 63;
 ///
 /// # Errors
 /// A message saying what is wrong, quoting the name (it came from a manifest, not a Secret).
-pub fn check_name(name: &str) -> Result<(), String> {
+pub fn check_name(name: &str) -> Result<(), NameError> {
     if name.is_empty() {
-        return Err("the object has no name".to_owned());
+        return Err(NameError::Empty);
     }
     if name.len() > MAX_NAME {
-        return Err(format!("name is {} characters long; the API server allows at most {MAX_NAME}", name.len()));
+        return Err(NameError::TooLong(name.len()));
     }
     if name == "." || name == ".." {
-        return Err(format!("name {name:?} is not a valid path segment"));
+        return Err(NameError::PathSegment(name.to_owned()));
     }
     if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':' | '@' | '~'))) {
-        return Err(format!("name {name:?} contains {c:?}; the API server would refuse it (names are DNS subdomains)"));
+        return Err(NameError::Character { name: name.to_owned(), c });
     }
     Ok(())
 }
@@ -35,35 +53,31 @@ pub fn check_name(name: &str) -> Result<(), String> {
 ///
 /// # Errors
 /// A message saying what is wrong.
-pub fn check_namespace(namespace: &str) -> Result<(), String> {
+pub fn check_namespace(namespace: &str) -> Result<(), NameError> {
     let b = namespace.as_bytes();
     let ok = !b.is_empty()
         && b.len() <= MAX_NAMESPACE
         && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b[0] != b'-'
         && b[b.len() - 1] != b'-';
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("namespace {namespace:?} is not a DNS label (lowercase letters, digits and `-`, at most {MAX_NAMESPACE})"))
-    }
+    if ok { Ok(()) } else { Err(NameError::Namespace(namespace.to_owned())) }
 }
 
 /// Checks a kind: an identifier (`ConfigMap`), as every served kind is.
 ///
 /// # Errors
 /// A message saying what is wrong.
-pub fn check_kind(kind: &str) -> Result<(), String> {
+pub fn check_kind(kind: &str) -> Result<(), NameError> {
     let mut chars = kind.chars();
     let ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic()) && chars.all(|c| c.is_ascii_alphanumeric()) && kind.len() <= 63;
-    if ok { Ok(()) } else { Err(format!("kind {kind:?} is not a valid kind name")) }
+    if ok { Ok(()) } else { Err(NameError::Kind(kind.to_owned())) }
 }
 
 /// Checks a whole identity.
 ///
 /// # Errors
 /// The first problem found.
-pub fn check(kind: &str, namespace: Option<&str>, name: &str) -> Result<(), String> {
+pub fn check(kind: &str, namespace: Option<&str>, name: &str) -> Result<(), NameError> {
     check_kind(kind)?;
     if let Some(ns) = namespace {
         check_namespace(ns)?;

@@ -181,7 +181,7 @@ async fn route(admin: &Admin, req: Request<Incoming>) -> Reply {
             };
             match readiness().check(sources) {
                 Ok(()) => reply(StatusCode::OK, "ready"),
-                Err(why) => reply(StatusCode::SERVICE_UNAVAILABLE, why),
+                Err(why) => reply(StatusCode::SERVICE_UNAVAILABLE, why.to_string()),
             }
         }
         (&Method::GET, "/metrics") => {
@@ -209,23 +209,40 @@ async fn read_body(req: Request<Incoming>) -> Result<Bytes, BodyError> {
 
 /// Reads a secret file (whole, trimmed of surrounding white space, at most
 /// [`MAX_SECRET_BYTES`]). Read on every delivery, so a rotated Secret volume is used at once.
-fn read_secret(path: &Path) -> Result<Vec<u8>, String> {
+fn read_secret(path: &Path) -> Result<Vec<u8>, SecretFileError> {
     use std::io::Read;
-    let fail = |e: std::io::Error| format!("{}: {e}", path.display());
+    let fail = |source: std::io::Error| SecretFileError::Read { path: path.to_owned(), source };
     let meta = std::fs::metadata(path).map_err(fail)?;
     if !meta.is_file() {
-        return Err(format!("{}: not a regular file", path.display()));
+        return Err(SecretFileError::NotAFile { path: path.to_owned() });
     }
     let mut text = Vec::new();
     std::fs::File::open(path).map_err(fail)?.take(MAX_SECRET_BYTES + 1).read_to_end(&mut text).map_err(fail)?;
     if text.len() as u64 > MAX_SECRET_BYTES {
-        return Err(format!("{}: larger than {MAX_SECRET_BYTES} bytes; not a secret", path.display()));
+        return Err(SecretFileError::TooLarge { path: path.to_owned() });
     }
     let trimmed = text.trim_ascii();
     if trimmed.is_empty() {
-        return Err(format!("{}: the file is empty", path.display()));
+        return Err(SecretFileError::Empty { path: path.to_owned() });
     }
     Ok(trimmed.to_vec())
+}
+
+/// A webhook secret or token file that cannot be used. Names the file, never its content.
+#[derive(Debug, thiserror::Error)]
+enum SecretFileError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: not a regular file", path.display())]
+    NotAFile { path: std::path::PathBuf },
+    #[error("{}: larger than {MAX_SECRET_BYTES} bytes; not a secret", path.display())]
+    TooLarge { path: std::path::PathBuf },
+    #[error("{}: the file is empty", path.display())]
+    Empty { path: std::path::PathBuf },
 }
 
 fn header<'r>(req: &'r Request<Incoming>, name: &str) -> Option<&'r str> {
@@ -275,7 +292,7 @@ async fn github(admin: &Admin, req: Request<Incoming>) -> Reply {
         Err(e) => {
             warn!(delivery = %delivery, event = %event, "webhook: {e}");
             m.webhook("github", "other", "bad_request");
-            return reply(StatusCode::BAD_REQUEST, e);
+            return reply(StatusCode::BAD_REQUEST, e.to_string());
         }
     };
     let label = parsed.label(&event);

@@ -70,7 +70,7 @@ pub enum Error {
     #[error("--hooks-addr serves Cluster API: it needs the kubernetes target, not the directory target")]
     DirectoryTarget,
     #[error("hooks listener: {0}")]
-    Certificate(String),
+    Certificate(#[source] CertError),
     #[error("hooks listener: cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -154,32 +154,69 @@ impl ResolvesServerCert for Certificates {
     }
 }
 
-fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
+/// Why the serving certificate could not be loaded. Names the files, never their content.
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: larger than {} KiB; not a PEM certificate or key", path.display(), MAX_PEM_BYTES / 1024)]
+    TooLarge { path: PathBuf },
+    #[error("{}: not a PEM certificate chain ({source})", path.display())]
+    Chain {
+        path: PathBuf,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("{}: no CERTIFICATE block", path.display())]
+    NoCertificate { path: PathBuf },
+    #[error("{}: no usable PEM private key (PKCS#8, PKCS#1 or SEC1) ({source})", path.display())]
+    Key {
+        path: PathBuf,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("{} and {}: the key does not fit the certificate ({source})", key.display(), cert.display())]
+    Mismatch {
+        key: PathBuf,
+        cert: PathBuf,
+        #[source]
+        source: rustls::Error,
+    },
+    #[error("TLS configuration: {0}")]
+    Tls(#[source] rustls::Error),
+}
+
+fn read_pem(path: &Path) -> Result<Vec<u8>, CertError> {
     use std::io::Read;
-    let fail = |e: std::io::Error| format!("{}: {e}", path.display());
+    let fail = |source: std::io::Error| CertError::Read { path: path.to_owned(), source };
     let mut out = Vec::new();
     std::fs::File::open(path).map_err(fail)?.take(MAX_PEM_BYTES + 1).read_to_end(&mut out).map_err(fail)?;
     if out.len() as u64 > MAX_PEM_BYTES {
-        return Err(format!("{}: larger than {} KiB; not a PEM certificate or key", path.display(), MAX_PEM_BYTES / 1024));
+        return Err(CertError::TooLarge { path: path.to_owned() });
     }
     Ok(out)
 }
 
-/// Both files' bytes (to notice a change) and the parsed, matching pair. Messages name the file,
-/// never its content.
-fn read_pair(cert_file: &Path, key_file: &Path, provider: &CryptoProvider) -> Result<(Vec<u8>, CertifiedKey), String> {
+/// Both files' bytes (to notice a change) and the parsed, matching pair.
+fn read_pair(cert_file: &Path, key_file: &Path, provider: &CryptoProvider) -> Result<(Vec<u8>, CertifiedKey), CertError> {
     let cert_pem = read_pem(cert_file)?;
     let key_pem = read_pem(key_file)?;
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("{}: not a PEM certificate chain ({e})", cert_file.display()))?;
+        .map_err(|source| CertError::Chain { path: cert_file.to_owned(), source })?;
     if chain.is_empty() {
-        return Err(format!("{}: no CERTIFICATE block", cert_file.display()));
+        return Err(CertError::NoCertificate { path: cert_file.to_owned() });
     }
-    let key = PrivateKeyDer::from_pem_slice(&key_pem)
-        .map_err(|e| format!("{}: no usable PEM private key (PKCS#8, PKCS#1 or SEC1) ({e})", key_file.display()))?;
-    let pair = CertifiedKey::from_der(chain, key, provider)
-        .map_err(|e| format!("{} and {}: the key does not fit the certificate ({e})", key_file.display(), cert_file.display()))?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|source| CertError::Key { path: key_file.to_owned(), source })?;
+    let pair = CertifiedKey::from_der(chain, key, provider).map_err(|source| CertError::Mismatch {
+        key: key_file.to_owned(),
+        cert: cert_file.to_owned(),
+        source,
+    })?;
     Ok(([cert_pem, key_pem].concat(), pair))
 }
 
@@ -199,7 +236,7 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
 pub fn acceptor(certs: &Arc<Certificates>) -> Result<tokio_rustls::TlsAcceptor, Error> {
     let mut tls = rustls::ServerConfig::builder_with_provider(certs.provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Certificate(format!("TLS configuration: {e}")))?
+        .map_err(|e| Error::Certificate(CertError::Tls(e)))?
         .with_no_client_auth()
         .with_cert_resolver(certs.clone());
     // hyper serves HTTP/1.1 here; Cluster API's Go client falls back to it.

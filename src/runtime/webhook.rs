@@ -87,16 +87,27 @@ struct Payload {
     repository: Option<Repository>,
 }
 
+/// A delivery whose body is not what GitHub sends for its event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PayloadError {
+    /// serde's words for where the JSON breaks (kept as text: the error compares by value).
+    #[error("the {event} payload is not valid JSON: {why}")]
+    Json { event: String, why: String },
+    #[error("the {event} payload has no `repository`")]
+    NoRepository { event: String },
+}
+
 /// Reads a delivery of event `event` (the `X-GitHub-Event` header).
 ///
 /// # Errors
 /// The body of a `push` or `release` is not the JSON GitHub sends (no `repository`).
-pub fn parse_github(event: &str, body: &[u8]) -> Result<GithubEvent, String> {
+pub fn parse_github(event: &str, body: &[u8]) -> Result<GithubEvent, PayloadError> {
     match event {
         "ping" => Ok(GithubEvent::Ping),
         "push" | "release" => {
-            let p: Payload = serde_json::from_slice(body).map_err(|e| format!("the {event} payload is not valid JSON: {e}"))?;
-            let repo = p.repository.ok_or_else(|| format!("the {event} payload has no `repository`"))?;
+            let p: Payload =
+                serde_json::from_slice(body).map_err(|source| PayloadError::Json { event: event.to_owned(), why: source.to_string() })?;
+            let repo = p.repository.ok_or_else(|| PayloadError::NoRepository { event: event.to_owned() })?;
             if event == "release" {
                 let action = p.action.unwrap_or_default();
                 if !matches!(action.as_str(), "published" | "released" | "prereleased") {
@@ -226,8 +237,8 @@ mod tests {
             assert_eq!(matches!(ev, GithubEvent::Changed(_)), acts, "{action}");
         }
         assert_eq!(parse_github("issues", b"not json"), Ok(GithubEvent::Other));
-        assert!(parse_github("push", b"not json").unwrap_err().contains("not valid JSON"));
-        assert!(parse_github("push", b"{}").unwrap_err().contains("no `repository`"));
+        assert!(parse_github("push", b"not json").unwrap_err().to_string().contains("not valid JSON"));
+        assert!(parse_github("push", b"{}").unwrap_err().to_string().contains("no `repository`"));
     }
 
     #[test]

@@ -353,12 +353,12 @@ pub struct AssetDigest {
 ///
 /// # Errors
 /// Serialisation failure (not expected).
-pub fn crds_yaml() -> Result<String, String> {
+pub fn crds_yaml() -> Result<String, serde_saphyr::ser::Error> {
     use kube::CustomResourceExt;
     let mut out = String::new();
     for crd in [ClusterSync::crd(), StackRelease::crd()] {
         out.push_str("---\n");
-        out.push_str(&serde_saphyr::to_string(&crd).map_err(|e| e.to_string())?);
+        out.push_str(&serde_saphyr::to_string(&crd)?);
     }
     Ok(out)
 }

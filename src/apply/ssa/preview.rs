@@ -98,8 +98,8 @@ impl Applier {
                 let object = t.entry.object.clone();
                 let live = match self.get(&t.api(&self.client), &t.object.name, &object).await {
                     Ok(live) => live,
-                    Err(message) => {
-                        out.failures.push((object, message));
+                    Err(error) => {
+                        out.failures.push((object, error.message()));
                         continue;
                     }
                 };
@@ -158,17 +158,17 @@ impl Applier {
                     out.push(e.object_ref(), Planned::Prune, &yaml(&diff::normalize(&live)), "")
                 }
                 Ok(_) => {}
-                Err(message) => out.failures.push((e.object_ref(), message)),
+                Err(error) => out.failures.push((e.object_ref(), error.message())),
             }
         }
         out
     }
 
-    async fn get(&self, api: &Api<DynamicObject>, name: &str, object: &ObjectRef) -> Result<Option<Value>, String> {
+    async fn get(&self, api: &Api<DynamicObject>, name: &str, object: &ObjectRef) -> Result<Option<Value>, super::Error> {
         match self.within("reading", object, api.get_opt(name)).await {
             Ok(Ok(live)) => Ok(live.as_ref().map(to_value)),
-            Ok(Err(source)) => Err(super::Error::Get { object: object.clone(), source }.message()),
-            Err(e) => Err(e.message()),
+            Ok(Err(source)) => Err(super::Error::Get { object: object.clone(), source }),
+            Err(e) => Err(e),
         }
     }
 }

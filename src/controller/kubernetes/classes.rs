@@ -172,9 +172,9 @@ type Signed = (Vec<crate::source::github::materialise::AssetRecord>, Option<Stri
 ///
 /// # Errors
 /// The release cannot be prepared or its ClusterClass chart rendered.
-pub(super) async fn preview(kube: &Kube, sub: &Subscription, namespace: &str, rel: &Release) -> Result<crate::apply::ssa::Preview, String> {
-    let prepared = kube.ctx.prepare(rel).await.map_err(|e| e.to_string())?;
-    let objects = crate::controller::pipeline::cluster_class(&kube.ctx, sub, &prepared, namespace).await.map_err(|e| e.to_string())?;
+pub(super) async fn preview(kube: &Kube, sub: &Subscription, namespace: &str, rel: &Release) -> anyhow::Result<crate::apply::ssa::Preview> {
+    let prepared = kube.ctx.prepare(rel).await?;
+    let objects = crate::controller::pipeline::cluster_class(&kube.ctx, sub, &prepared, namespace).await?;
     let stage = Stage { name: crate::render::clusterstack::CLUSTER_CLASS_STAGE.into(), action: StageAction::Apply, objects };
     Ok(Applier::new(kube.mgmt.clone(), class_options(sub, namespace)).preview(&[stage], &Inventory::default()).await)
 }

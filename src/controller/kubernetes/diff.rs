@@ -106,7 +106,7 @@ async fn one(
         let mut preview = applier.preview(&rendered.stages, &Inventory::from_lines(&previous.inventory)).await;
         if sub.format == crate::config::Format::ClusterStack && classes.insert((c.namespace.clone(), rel.tag.clone())) {
             // The ClusterClass this release needs in the Cluster's namespace (management cluster).
-            let class = super::classes::preview(kube, sub, &c.namespace, &rel).await?;
+            let class = super::classes::preview(kube, sub, &c.namespace, &rel).await.map_err(|e| format!("{e:#}"))?;
             preview.changes.splice(0..0, class.changes);
             preview.failures.extend(class.failures);
         }

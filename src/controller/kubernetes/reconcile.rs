@@ -41,6 +41,8 @@ pub(super) struct Fail {
     transient: bool,
     /// The error's own stable reason (for the `Stalled` condition of a permanent failure).
     cause: Option<&'static str>,
+    /// The stage's error itself, kept as the controller error's source.
+    source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
     /// The apply-started status could not be written (for this release tag): nothing was
     /// applied, and no other status is written this round.
     unrecorded: Option<(String, kube::Error)>,
@@ -48,18 +50,36 @@ pub(super) struct Fail {
 
 impl Fail {
     fn new(reason: Reason, message: impl Into<String>, transient: bool) -> Fail {
-        Fail { reason, message: message.into(), transient, cause: None, unrecorded: None }
+        Fail { reason, message: message.into(), transient, cause: None, source: None, unrecorded: None }
+    }
+
+    fn with_source(self, e: impl std::error::Error + Send + Sync + 'static) -> Fail {
+        Fail { source: Some(std::sync::Arc::new(e)), ..self }
     }
 
     fn unrecorded(tag: String, source: kube::Error) -> Fail {
-        Fail { reason: Reason::TransientError, message: String::new(), transient: true, cause: None, unrecorded: Some((tag, source)) }
+        Fail {
+            reason: Reason::TransientError,
+            message: String::new(),
+            transient: true,
+            cause: None,
+            source: None,
+            unrecorded: Some((tag, source)),
+        }
     }
 
     /// A release that could not be prepared: transient (the source or the cache volume may
     /// come back) is `ReleaseUnavailable`, retried with backoff; anything else needs a change
     /// (`ReleaseRefused`, or `SignatureInvalid`) and is Stalled until its input changes.
-    fn prepare(e: &crate::controller::PrepareError) -> Fail {
-        Fail { reason: e.status_reason(), message: e.to_string(), transient: e.is_transient(), cause: Some(e.reason()), unrecorded: None }
+    fn prepare(e: std::sync::Arc<crate::controller::PrepareError>) -> Fail {
+        Fail {
+            reason: e.status_reason(),
+            message: e.to_string(),
+            transient: e.is_transient(),
+            cause: Some(e.reason()),
+            source: Some(e),
+            unrecorded: None,
+        }
     }
 }
 
@@ -186,7 +206,9 @@ async fn reconcile_in(
     kube.events.cluster_sync(&key.namespace, &key.name, uid, events);
     let report = ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes };
     let outcome = match failure {
-        Some(f) if f.transient => Err(Error::Sync { cluster: key, reason: f.reason, message: f.message, transient: true }),
+        Some(f) if f.transient => {
+            Err(Error::Sync { cluster: key, reason: f.reason, message: f.message, transient: true, source: f.source })
+        }
         _ => Ok(action),
     };
     Ok(Some(Reconciled { report, outcome }))
@@ -239,7 +261,7 @@ async fn sync(
     }
 
     let rel = choose(kube, sub, class).await?;
-    let prepared = kube.ctx.prepare(&rel).await.map_err(|e| Fail::prepare(&e))?;
+    let prepared = kube.ctx.prepare(&rel).await.map_err(Fail::prepare)?;
     let rspan = info_span!("release", tag = %rel.tag, commit = %short(&rel.commit));
     apply_release(kube, sub, c, rel, prepared, prev, owner).instrument(rspan).await
 }
@@ -509,7 +531,7 @@ pub(super) async fn render(kube: &Kube, sub: &Subscription, prepared: &PreparedR
                 if e.reason() == Reason::RenderFailed {
                     error!("render failed; the applied release stays: {e}");
                 }
-                Fail::new(e.reason(), e.to_string(), e.is_transient())
+                Fail { cause: Some(e.kind()), ..Fail::new(e.reason(), e.to_string(), e.is_transient()) }.with_source(e)
             })?;
             let stages: Vec<Stage> = rendered
                 .stages
