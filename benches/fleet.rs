@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use stacksync::apply::ssa::{Applier, ApplyOptions, Discovery, Inventory, OWNER_LABEL, Stage, StageAction, owner_label_value};
-use stacksync::render::Object;
+use stacksync::model::Object;
 
 const OBJECTS: usize = 40;
 const CLUSTERS_AT_ONCE: usize = 16;

@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use stacksync::apply::ssa::{Applier, ApplyOptions, Inventory, Stage, StageAction};
-use stacksync::cache::blobs::{Blobs, Sha256Digest};
+use stacksync::cache::blobs::Blobs;
+use stacksync::model::Sha256Digest;
 
 const RUNS: usize = 5;
 /// Clusters of the render case.
@@ -195,15 +196,15 @@ async fn apply(dir: &Path) {
         .collect();
     let file = dir.join("cms.yaml");
     std::fs::write(&file, docs.join("---\n")).expect("manifests");
-    let objects: Vec<stacksync::render::Object> = stacksync::render::Manifests::from_files([("m/cms.yaml".to_owned(), docs.join("---\n"))])
+    let objects: Vec<stacksync::model::Object> = stacksync::render::Manifests::from_files([("m/cms.yaml".to_owned(), docs.join("---\n"))])
         .render(
             &stacksync::release::Release {
                 source: "b".into(),
                 tag: "v1.0.0".into(),
                 commit: "c".into(),
-                version: stacksync::release::version::Version::from_tag("v1.0.0").expect("version"),
+                version: stacksync::model::version::Version::from_tag("v1.0.0").expect("version"),
             },
-            &stacksync::config::ClusterConfig {
+            &stacksync::model::cluster::ClusterConfig {
                 name: "a".into(),
                 namespace: "default".into(),
                 values: Default::default(),
@@ -258,7 +259,8 @@ async fn apply(dir: &Path) {
 /// 500 `helm template` commands (same chart, flags and values files) with the same parallelism.
 /// Then the same render again: nothing changed, so stacksync runs helm zero times.
 async fn render(dir: &Path) {
-    use stacksync::config::{ClusterConfig, ClusterObjects, HelmConfig};
+    use stacksync::config::HelmConfig;
+    use stacksync::model::cluster::{ClusterConfig, ClusterObjects};
     use stacksync::render::clusterstack::Layout;
     use stacksync::render::helm::Helm;
     let Some(helm_path) = tool("helm") else {
@@ -270,7 +272,7 @@ async fn render(dir: &Path) {
         source: "stacks".into(),
         tag: "docker-ferrol-1-27-v2".into(),
         commit: "0".repeat(40),
-        version: stacksync::release::version::Version::from_tag("docker-ferrol-1-27-v2").expect("version"),
+        version: stacksync::model::version::Version::from_tag("docker-ferrol-1-27-v2").expect("version"),
     };
     let work = dir.join("render");
     let layout = Layout::load(&fixture, ".", &release, &work).expect("layout");

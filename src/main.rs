@@ -533,8 +533,8 @@ fn print_fetch_table(report: &PassReport) {
 }
 
 /// `git` for Git releases (content-addressed objects); otherwise how the assets were verified.
-fn verified_summary(assets: &[stacksync::source::github::materialise::AssetRecord]) -> String {
-    use stacksync::source::github::verify::VerifiedBy;
+fn verified_summary(assets: &[stacksync::model::verification::AssetRecord]) -> String {
+    use stacksync::model::verification::VerifiedBy;
     if assets.is_empty() {
         return "git objects".into();
     }

@@ -9,9 +9,10 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
-use stacksync::config::{ClusterConfig, ClusterObjects, HelmConfig};
+use stacksync::config::HelmConfig;
+use stacksync::model::cluster::{ClusterConfig, ClusterObjects};
+use stacksync::model::version::Version;
 use stacksync::release::Release;
-use stacksync::release::version::Version;
 use stacksync::render::clusterstack::{Addon, Layout};
 use stacksync::render::helm::Helm;
 use testkit::git::ReleaseRepo;
@@ -62,7 +63,7 @@ fn copy_fixture(release: &str, dir: &Path) -> PathBuf {
     dest
 }
 
-fn field<'a>(objects: &'a [stacksync::render::Object], kind: &str, name: &str) -> &'a serde_json::Value {
+fn field<'a>(objects: &'a [stacksync::model::Object], kind: &str, name: &str) -> &'a serde_json::Value {
     &objects.iter().find(|o| o.kind == kind && o.name == name).unwrap_or_else(|| panic!("no {kind}/{name}")).body
 }
 

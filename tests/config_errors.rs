@@ -249,7 +249,7 @@ fn git_auth_is_checked_with_file_line_and_field() {
     match &config.sources[0].kind {
         stacksync::config::SourceKind::Git(g) => assert_eq!(
             g.auth,
-            Some(stacksync::source::git_cli::GitAuth::Ssh {
+            Some(stacksync::model::source::GitAuth::Ssh {
                 private_key: "/etc/stacksync/key".into(),
                 known_hosts: "/etc/stacksync/known_hosts".into()
             })

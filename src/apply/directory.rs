@@ -9,9 +9,7 @@ use super::changeset::{Action, ChangeSet, Entry, ObjectRef};
 use super::order;
 use crate::cache::write_atomic;
 use crate::model::Object;
-use crate::model::cluster::{CLUSTER_CLASS_DIR, ClusterConfig};
-
-pub use crate::model::cluster::STATUS_DIR;
+use crate::model::cluster::{CLUSTER_CLASS_DIR, ClusterConfig, STATUS_DIR};
 
 #[derive(Debug, Clone)]
 pub struct DirectoryTarget {

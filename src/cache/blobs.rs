@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-pub use crate::model::Sha256Digest;
+use crate::model::Sha256Digest;
 
 /// Hashes a file in 64 KiB reads (never the whole file in memory).
 ///

@@ -6,8 +6,9 @@ use std::path::Path;
 
 use tracing::{info, warn};
 
-use super::blobs::{Blobs, Sha256Digest};
+use super::blobs::Blobs;
 use super::{Cache, Index};
+use crate::model::Sha256Digest;
 
 /// What a collection removed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -216,8 +216,7 @@ pub const DEFAULT_STAGE_TIMEOUT: std::time::Duration = std::time::Duration::from
 /// Default for a subscription's `availableReleases`.
 pub const DEFAULT_AVAILABLE_RELEASES: usize = 3;
 
-/// A cluster and its variables are the shared vocabulary (`model::cluster`).
-pub use crate::model::cluster::{CLUSTER_CLASS_DIR, ClusterConfig, ClusterObjects, STATUS_DIR};
+use crate::model::cluster::{CLUSTER_CLASS_DIR, ClusterConfig, ClusterObjects, STATUS_DIR};
 
 /// The release format of a subscription.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -13,9 +13,11 @@ use super::pipeline;
 use super::{ClusterReport, Context, PassReport, Prepared, finish};
 use crate::apply::{Action, ChangeSet, DirectoryTarget, Entry, ObjectRef};
 use crate::cache::Cache;
-use crate::config::{ClusterConfig, ClusterObjects, Config, Format, Subscription};
+use crate::config::{Config, Format, Subscription};
+use crate::model::Object;
+use crate::model::cluster::{ClusterConfig, ClusterObjects};
 use crate::render::clusterstack::RenderedStage;
-use crate::render::{Error, Errors, Object};
+use crate::render::{Error, Errors};
 use crate::status::{ClusterStatus, Reason};
 
 type Rendered<T> = Result<T, Errors>;

@@ -226,10 +226,10 @@ impl Context {
             .unsigned
             .iter()
             .filter(|(tag, _)| {
-                let Some(v) = release::version::Version::from_tag(tag) else { return false };
+                let Some(v) = crate::model::version::Version::from_tag(tag) else { return false };
                 match (wanted.stack, &v) {
-                    (Some(stack), release::version::Version::Scs { stack: s, .. }) => s == stack && wanted.constraint.matches(&v),
-                    (None, release::version::Version::Semver(_)) => wanted.constraint.matches(&v),
+                    (Some(stack), crate::model::version::Version::Scs { stack: s, .. }) => s == stack && wanted.constraint.matches(&v),
+                    (None, crate::model::version::Version::Semver(_)) => wanted.constraint.matches(&v),
                     _ => false,
                 }
             })

@@ -12,8 +12,9 @@ use crate::cache::blobs::Blobs;
 use crate::cache::index::GithubState;
 use crate::cache::{Cache, Index, SourceState};
 use crate::config::{Config, GitSourceConfig, GithubSourceConfig, OciSourceConfig, SourceKind, Subscription, tag_matches};
+use crate::model::verification::AssetRecord;
 use crate::release::{self, Release, short};
-use crate::source::github::materialise::{self, AssetRecord};
+use crate::source::github::materialise;
 use crate::source::github::{self, GhRelease};
 use crate::source::{self, RemoteRefs, TagEvent, git, oci};
 use crate::status::Reason;
@@ -184,7 +185,7 @@ async fn poll_oci(
         let (all, pages) = client.tags().await?;
         let wanted: Vec<String> = all
             .iter()
-            .filter(|t| crate::release::version::Version::from_tag(t).is_some())
+            .filter(|t| crate::model::version::Version::from_tag(t).is_some())
             .filter(|t| o.tag_pattern.as_deref().is_none_or(|p| tag_matches(p, t)))
             .cloned()
             .collect();
@@ -358,7 +359,7 @@ pub fn mismatch(source: &str, kind: &SourceKind, rel: &Release, claimed: Option<
             for a in assets {
                 let key = format!("{}/{}", rel.tag, a.name);
                 let Some(pin) = g.digests.get(&key) else { continue };
-                if crate::cache::blobs::Sha256Digest::parse(&a.digest).as_ref() != Some(pin) {
+                if crate::model::Sha256Digest::parse(&a.digest).as_ref() != Some(pin) {
                     return Some(Mismatch {
                         reason: Reason::PinMismatch,
                         message: format!(
@@ -568,8 +569,8 @@ async fn materialise_blobs(
 async fn pull_oci(o: &OciSourceConfig, blobs: &Blobs, rel: &Release) -> oci::Result<Vec<AssetRecord>> {
     let repo = oci_location(o);
     let manifest_err = |message: String| oci::Error::Manifest { repo: repo.clone(), reference: format!("release {}", rel.tag), message };
-    let digest = crate::cache::blobs::Sha256Digest::parse(&rel.commit)
-        .ok_or_else(|| manifest_err(format!("`{}` is not a manifest digest", rel.commit)))?;
+    let digest =
+        crate::model::Sha256Digest::parse(&rel.commit).ok_or_else(|| manifest_err(format!("`{}` is not a manifest digest", rel.commit)))?;
     let client = oci_client(o)?;
     let bytes = client.manifest(&rel.tag, &digest).await?;
     let artifact = oci::parse_manifest(&bytes).map_err(|e| manifest_err(e.to_string()))?;
@@ -591,7 +592,7 @@ async fn pull_oci(o: &OciSourceConfig, blobs: &Blobs, rel: &Release) -> oci::Res
         records.push(AssetRecord {
             name: layer.title.clone(),
             digest: layer.digest.to_string(),
-            verified_by: crate::source::github::verify::VerifiedBy::Registry,
+            verified_by: crate::model::verification::VerifiedBy::Registry,
             size,
         });
     }
@@ -619,7 +620,7 @@ fn options(g: &GithubSourceConfig) -> materialise::Options {
 /// The cached releases garbage collection must keep: for every subscription, the release it
 /// adopted (in use) plus the `cache.keepReleases` newest cached releases it could select.
 pub fn releases_to_keep(config: &Config, index: &Index) -> std::collections::BTreeSet<String> {
-    use crate::release::version::Version;
+    use crate::model::version::Version;
     let mut keep = std::collections::BTreeSet::new();
     for sub in &config.subscriptions {
         let Some(src) = config.source(&sub.source) else { continue };
@@ -648,14 +649,15 @@ pub fn releases_to_keep(config: &Config, index: &Index) -> std::collections::BTr
 mod tests {
     use super::*;
     use crate::config::GitSourceConfig;
-    use crate::source::github::verify::{VerifiedBy, Verify};
+    use crate::model::source::Verify;
+    use crate::model::verification::VerifiedBy;
 
     fn rel(tag: &str, commit: &str) -> Release {
         Release {
             source: "s".into(),
             tag: tag.into(),
             commit: commit.into(),
-            version: crate::release::version::Version::from_tag(tag).unwrap(),
+            version: crate::model::version::Version::from_tag(tag).unwrap(),
         }
     }
 
@@ -676,7 +678,7 @@ mod tests {
             token: None,
             tag_pattern: None,
             verify: Verify::Required,
-            digests: pins.iter().map(|(k, d)| ((*k).to_owned(), crate::cache::blobs::Sha256Digest::parse(d).unwrap())).collect(),
+            digests: pins.iter().map(|(k, d)| ((*k).to_owned(), crate::model::Sha256Digest::parse(d).unwrap())).collect(),
             max_asset_bytes: 0,
             max_release_bytes: 0,
             max_unpacked_bytes: 0,

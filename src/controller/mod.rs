@@ -24,7 +24,8 @@ use tracing::{Instrument, error, info, info_span, warn};
 use crate::apply::{ChangeSet, DirectoryTarget};
 use crate::cache::index::Adopted;
 use crate::cache::{self, Cache};
-use crate::config::{ClusterConfig, Config, Format, Subscription, Target};
+use crate::config::{Config, Format, Subscription, Target};
+use crate::model::cluster::ClusterConfig;
 use crate::release::{Release, short};
 use crate::render::Manifests;
 use crate::status::{ClusterStatus, Reason};
@@ -49,7 +50,7 @@ pub struct PreparedRelease {
     pub note: Option<String>,
     /// GitHub sources: each asset's digest and how it was verified. Empty for Git, whose
     /// objects are content-addressed and checked by gix.
-    pub assets: Vec<crate::source::github::materialise::AssetRecord>,
+    pub assets: Vec<crate::model::verification::AssetRecord>,
     /// Set when the release, accepted earlier, no longer verifies against the source or the
     /// config (its tag moved, a pin no longer matches): it is not applied again, what is in
     /// place stays, and the status says why ([`fetch::mismatch`]).

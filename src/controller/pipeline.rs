@@ -7,8 +7,9 @@ use std::path::PathBuf;
 
 use super::error::WorkDirError;
 use super::{Context, PreparedRelease};
-use crate::config::{ClusterConfig, Subscription};
-use crate::render::Object;
+use crate::config::Subscription;
+use crate::model::Object;
+use crate::model::cluster::ClusterConfig;
 use crate::render::clusterstack::RenderedAddons;
 use crate::status::Reason;
 

@@ -10,9 +10,10 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 
 use tracing::{error, info};
 
-use crate::cache::blobs::{Blobs, Sha256Digest};
+use crate::cache::blobs::Blobs;
 use crate::cache::{SignatureRefusal, SourceState};
-use crate::source::github::materialise::AssetRecord;
+use crate::model::Sha256Digest;
+use crate::model::verification::AssetRecord;
 use crate::source::{self, oci};
 use crate::verify::{self, Refusal, Trust, TrustFiles, Verified};
 
@@ -257,7 +258,7 @@ pub(super) fn github_verdicts(
                         b.path(&digest).is_file().then(|| AssetRecord {
                             name: a.name.clone(),
                             digest: digest.to_string(),
-                            verified_by: crate::source::github::verify::VerifiedBy::Published,
+                            verified_by: crate::model::verification::VerifiedBy::Published,
                             size: a.size,
                         })
                     })
@@ -378,7 +379,7 @@ mod tests {
             source: "s".into(),
             tag: tag.into(),
             commit: commit.into(),
-            version: crate::release::version::Version::from_tag(tag).expect("version"),
+            version: crate::model::version::Version::from_tag(tag).expect("version"),
         };
         let mut state = SourceState::default();
         state.signers.insert("v1.0.0".into(), "ssh:SHA256:a".into());

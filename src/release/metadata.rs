@@ -5,7 +5,7 @@
 use std::fmt;
 
 use crate::kubeyaml::{self, Mark, Node, Value};
-use crate::release::version::{ScsVersion, Version};
+use crate::model::version::{ScsVersion, Version};
 
 /// The `apiVersion` csctl writes; optional (the reference operator does not read it).
 pub const API_VERSION: &str = "metadata.clusterstack.x-k8s.io/v1alpha1";

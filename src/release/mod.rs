@@ -6,10 +6,9 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt;
 
-pub use crate::model::version;
 use crate::model::version::{Constraint, Version};
 
-pub use crate::model::Wanted;
+use crate::model::Wanted;
 
 /// The release a subscription adopted earlier (in use): tag and commit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,10 +23,11 @@ use super::helm::{Helm, MemoKey};
 use super::values::{TemplateOptions, ValuesTemplate};
 use super::{Error, Errors, Object, ObjectKey, ObjectProblem, ReadError};
 use crate::cache::unpack;
-use crate::config::ClusterConfig;
 use crate::kubeyaml::{self, Node, Value};
+use crate::model::cluster::ClusterConfig;
+use crate::model::version::Version;
+use crate::release::Release;
 use crate::release::metadata::{self, Metadata};
-use crate::release::{Release, version::Version};
 
 pub const ADDON_CONFIG: &str = "clusteraddon.yaml";
 pub const ADDON_VALUES: &str = "cluster-addon-values.yaml";

@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::config::ClusterConfig;
 use crate::kubeyaml;
+use crate::model::cluster::ClusterConfig;
 use crate::release::Release;
 
 /// The largest manifest file read; a release is configuration, not a data set.
@@ -285,39 +285,7 @@ impl fmt::Display for Errors {
     }
 }
 
-/// A rendered Kubernetes object and where it came from.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Object {
-    pub api_version: String,
-    pub kind: String,
-    pub namespace: Option<String>,
-    pub name: String,
-    /// Release-relative file and the line its document starts on; for helm charts, the template
-    /// file as helm's `# Source:` names it.
-    pub file: String,
-    pub line: usize,
-    pub body: Value,
-    /// The release-relative chart it was rendered from (cluster-stack releases).
-    pub chart: Option<String>,
-    /// The cluster-addon stage (`cluster-class` for ClusterClass objects).
-    pub stage: Option<String>,
-}
-
-impl Object {
-    /// The API group (`""` for the core group).
-    pub fn group(&self) -> &str {
-        self.api_version.rsplit_once('/').map_or("", |(g, _)| g)
-    }
-}
-
-impl fmt::Display for Object {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.namespace {
-            Some(ns) => write!(f, "{}/{}/{}", self.kind, ns, self.name),
-            None => write!(f, "{}/{}", self.kind, self.name),
-        }
-    }
-}
+use crate::model::Object;
 
 /// (group, kind, namespace, name): what makes an object unique in a cluster.
 type ObjectKey<'a> = (&'a str, &'a str, Option<&'a str>, &'a str);
@@ -503,7 +471,7 @@ fn json_type(v: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::release::version::Version;
+    use crate::model::version::Version;
 
     fn release() -> Release {
         Release { source: "s".into(), tag: "v1.0.0".into(), commit: "abc".into(), version: Version::from_tag("v1.0.0").unwrap() }

@@ -6,8 +6,8 @@ use serde_json::{Map, Value, json};
 
 use super::Error;
 use super::gotemplate::{self, Template, Warning};
-use crate::config::ClusterConfig;
 use crate::kubeyaml;
+use crate::model::cluster::ClusterConfig;
 
 /// The Cluster API version of the default `.Cluster` object.
 pub const CLUSTER_API_VERSION: &str = "cluster.x-k8s.io/v1beta1";
@@ -124,7 +124,7 @@ fn excerpt(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ClusterObjects;
+    use crate::model::cluster::ClusterObjects;
 
     fn cluster(host: Option<&str>) -> ClusterConfig {
         ClusterConfig {

@@ -15,8 +15,9 @@ use gix::remote::{Direction, fetch::Tags};
 use gix::{ObjectId, Repository};
 use tracing::{info, warn};
 
-use super::git_cli::{self, GitAuth};
+use super::git_cli;
 use super::{RemoteRefs, Result};
+use crate::model::source::GitAuth;
 
 /// What one fetch saw.
 #[derive(Debug, Clone, Default)]

@@ -18,10 +18,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::github::{Secret, TokenError, TokenSource};
+use super::github::{Secret, TokenError};
+use crate::model::source::TokenSource;
 
-pub use crate::model::source::GitAuth;
-use crate::model::source::is_scp_like;
+use crate::model::source::{GitAuth, is_scp_like};
 
 /// Largest private key read (an OpenSSH RSA-16384 key is well below).
 const MAX_KEY_BYTES: u64 = 64 << 10;

@@ -501,7 +501,7 @@ mod tests {
             source: "s".into(),
             tag: "v1.0.0".into(),
             commit: "c".repeat(40),
-            version: crate::release::version::Version::from_tag("v1.0.0").unwrap(),
+            version: crate::model::version::Version::from_tag("v1.0.0").unwrap(),
         }
     }
 

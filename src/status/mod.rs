@@ -9,7 +9,8 @@ mod file;
 use serde::{Deserialize, Serialize};
 
 use crate::apply::changeset::{ChangeSet, ObjectRef};
-use crate::config::{ClusterConfig, Subscription};
+use crate::config::Subscription;
+use crate::model::cluster::ClusterConfig;
 use crate::release::Release;
 
 pub const API_VERSION: &str = "stacksync.io/v1alpha1";

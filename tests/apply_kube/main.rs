@@ -18,7 +18,7 @@ use stacksync::apply::ssa::{
     Stage, StageAction, SyncResult,
 };
 use stacksync::apply::{Action, Entry, SkipReason};
-use stacksync::render::Object;
+use stacksync::model::Object;
 use testkit::apiserver::{ApiServer, FaultRule, Stats};
 
 const TIMEOUT: Duration = Duration::from_secs(60);

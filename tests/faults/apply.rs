@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 use stacksync::apply::Action;
 use stacksync::apply::ssa::{Applier, ApplyOptions, Inventory, Stage, StageAction};
-use stacksync::render::Object;
+use stacksync::model::Object;
 use testkit::apiserver::{ApiServer, Stats};
 
 fn configmap(namespace: Option<&str>, name: &str) -> Object {

@@ -14,7 +14,7 @@ use crate::common::{Daemon, assert_exit, configmap, eventually, github_config, r
 async fn server(asset: Vec<u8>, slow: Arc<AtomicBool>, downloading: Arc<AtomicBool>) -> (String, tokio::task::JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let digest = stacksync::cache::blobs::Sha256Digest::of(&asset).to_string();
+    let digest = stacksync::model::Sha256Digest::of(&asset).to_string();
     let list = serde_json::json!([{"id": 1, "tag_name": "v1.0.0", "assets": [{
         "id": 2, "name": "manifests.tar.gz", "size": asset.len(), "digest": digest,
         "url": format!("http://{addr}/repos/acme/stacks/releases/assets/2")}]}])

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use stacksync::cache::blobs::Blobs;
+use stacksync::model::source::Verify;
 use stacksync::source::git;
 use stacksync::source::github::materialise::{self, Options};
-use stacksync::source::github::verify::Verify;
 use stacksync::source::github::{Client, GhRelease, Limits};
 use testkit::git::{GitDaemon, ReleaseRepo};
 use testkit::github::{Fault, GithubServer, Route};
@@ -164,7 +164,7 @@ async fn truncated_download_was_stored() {
     };
     let client = Client::new(&format!("http://{addr}/"), REPO, None).unwrap();
     let release = asset_release(addr, data.len() as u64);
-    let pin = stacksync::cache::blobs::Sha256Digest::of(&data);
+    let pin = stacksync::model::Sha256Digest::of(&data);
     let opts = Options { pins: [("v1.0.0/a.yaml".to_owned(), pin)].into(), ..Options::default() };
     let cache = tempfile::tempdir().unwrap();
     let blobs = Blobs::open(cache.path()).unwrap();

@@ -39,7 +39,7 @@ use object::{Deletion, Outcome, Policy, Target};
 use crate::apply::health::Health;
 use crate::apply::{Action, ChangeSet, Entry, ObjectRef, SkipReason, order};
 use crate::model::Object;
-pub use crate::model::names;
+use crate::model::names;
 
 /// The field manager of every apply.
 pub const FIELD_MANAGER: &str = "stacksync";

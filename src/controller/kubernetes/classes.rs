@@ -166,7 +166,7 @@ async fn apply(kube: &Kube, sub: &Subscription, namespace: &str, rel: &Release) 
 }
 
 /// A release's assets with their digests, and who signed it (sources with `verify`).
-type Signed = (Vec<crate::source::github::materialise::AssetRecord>, Option<String>);
+type Signed = (Vec<crate::model::verification::AssetRecord>, Option<String>);
 
 /// What applying a release's ClusterClass in `namespace` would change (`stacksync diff`).
 ///

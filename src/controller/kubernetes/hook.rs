@@ -20,7 +20,7 @@ use super::upgrade::DONE;
 use super::{kube_error, management_client, subscription_for, target, topology_class};
 use crate::config::{Config, Format, KubernetesTarget, Target};
 use crate::model::ClusterKey;
-use crate::release::version::Version;
+use crate::model::version::Version;
 use crate::status::crd::{ClusterSync, ClusterSyncStatus, RECONCILE_REQUESTED_AT};
 
 /// How long Cluster API is asked to wait before it asks again while stages run. It may ask

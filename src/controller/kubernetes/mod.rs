@@ -38,8 +38,9 @@ pub use run::{SHARD_LABEL, pass, request_reconcile, run};
 
 use super::{Context, Error};
 use crate::apply::ssa::{self, Stage};
-use crate::config::{ClusterConfig, Config, KubernetesTarget, Subscription, Target};
+use crate::config::{Config, KubernetesTarget, Subscription, Target};
 use crate::model::ClusterKey;
+use crate::model::cluster::ClusterConfig;
 use crate::status::Reason;
 
 /// The last warning of one kind about a Cluster: a digest of its text, and when it was said.
@@ -452,7 +453,7 @@ impl References {
         let name = r["name"].as_str()?;
         let namespace = r["namespace"].as_str().unwrap_or(ns);
         // A reference is user input that becomes a URL path: only valid names are looked up.
-        if let Err(e) = crate::apply::ssa::names::check_name(name).and_then(|()| crate::apply::ssa::names::check_namespace(namespace)) {
+        if let Err(e) = crate::model::names::check_name(name).and_then(|()| crate::model::names::check_namespace(namespace)) {
             tracing::warn!(kind, "ignoring a reference with an invalid name: {e}");
             return None;
         }
@@ -528,7 +529,7 @@ fn owner_id(sub: &Subscription, c: &ClusterConfig) -> String {
     format!("{}.{}.{}", sub.name, c.namespace, c.name)
 }
 
-fn rendered_digest<'a>(objects: impl Iterator<Item = &'a crate::render::Object>) -> String {
+fn rendered_digest<'a>(objects: impl Iterator<Item = &'a crate::model::Object>) -> String {
     let mut h = Sha256::new();
     for o in objects {
         h.update(serde_json::to_vec(&o.body).unwrap_or_default());
@@ -589,7 +590,7 @@ mod tests {
 
     #[test]
     fn an_object_in_two_stages_is_refused() {
-        let object = |name: &str| crate::render::Object {
+        let object = |name: &str| crate::model::Object {
             api_version: "v1".into(),
             kind: "ConfigMap".into(),
             namespace: Some("kube-system".into()),
@@ -600,7 +601,7 @@ mod tests {
             chart: None,
             stage: None,
         };
-        let stage = |name: &str, objects: Vec<crate::render::Object>| Stage { name: name.into(), action: StageAction::Apply, objects };
+        let stage = |name: &str, objects: Vec<crate::model::Object>| Stage { name: name.into(), action: StageAction::Apply, objects };
         assert!(unique_across_stages(&[stage("cni", vec![object("a")]), stage("csi", vec![object("b")])]).is_ok());
         let err = unique_across_stages(&[stage("cni", vec![object("a")]), stage("csi", vec![object("a")])]).unwrap_err().to_string();
         assert!(err.contains("ConfigMap/kube-system/a is rendered by stages `cni` and `csi`"), "{err}");

@@ -15,8 +15,9 @@ use super::{Kube, control_plane_ready, is_paused, owner_id, rendered_digest, sub
 use super::{kube_error, unique_across_stages};
 use crate::apply::ChangeSet;
 use crate::apply::ssa::{Applier, ApplyOptions, Inventory, Stage};
-use crate::config::{ClusterConfig, Format, KubernetesTarget, Subscription};
+use crate::config::{Format, KubernetesTarget, Subscription};
 use crate::controller::{ClusterReport, Error, PreparedRelease};
+use crate::model::cluster::ClusterConfig;
 use crate::model::{ClusterKey, StageAction};
 use crate::release::{self, Release, short};
 use crate::render::Manifests;

@@ -17,8 +17,8 @@ use crate::apply::{ChangeSet, DirectoryTarget};
 use crate::config::Format;
 use crate::controller::{ClusterReport, Context, Error, PassReport};
 use crate::model::ClusterKey;
+use crate::model::Object;
 use crate::release::Release;
-use crate::render::Object;
 use crate::render::clusterstack::RenderedStage;
 use crate::status::{ClusterStatus, Reason};
 
@@ -97,7 +97,7 @@ pub async fn render(ctx: Arc<Context>, out: &Path) -> Result<PassReport, Error> 
         report.clusters.push(ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes });
     }
     for (ns, objects) in classes {
-        let dir = out.join(&ns).join(crate::config::CLUSTER_CLASS_DIR);
+        let dir = out.join(&ns).join(crate::model::cluster::CLUSTER_CLASS_DIR);
         target.sync_dir(&dir, objects);
     }
     for sub in &config.subscriptions {

@@ -318,7 +318,7 @@ async fn collect_garbage(kube: &Kube, referenced: &BTreeSet<String>) {
             in_use.extend(kube.ctx.release_id(&rel));
         }
         for (tag, commit) in known.iter().filter(|(t, _)| referenced.contains(*t)) {
-            let Some(version) = crate::release::version::Version::from_tag(tag) else { continue };
+            let Some(version) = crate::model::version::Version::from_tag(tag) else { continue };
             let rel = crate::release::Release { source: sub.source.clone(), tag: tag.clone(), commit: commit.clone(), version };
             in_use.extend(kube.ctx.release_id(&rel));
         }

@@ -8,7 +8,8 @@ use tracing::warn;
 
 use super::MANAGER;
 use super::classes::ClassResult;
-use crate::config::{ClusterConfig, Subscription};
+use crate::config::Subscription;
+use crate::model::cluster::ClusterConfig;
 use crate::release::Release;
 use crate::status::crd::{
     ClusterSync, ClusterSyncSpec, ClusterSyncStatus, MAX_ENTRIES, StackRelease, StackReleaseSpec, StackReleaseStatus,
@@ -161,7 +162,7 @@ pub(super) async fn record_release(
     events: &super::events::Events,
     sub: &Subscription,
     rel: &Release,
-    (assets, signed_by): (&[crate::source::github::materialise::AssetRecord], Option<&str>),
+    (assets, signed_by): (&[crate::model::verification::AssetRecord], Option<&str>),
     applied: bool,
     class: Option<&ClassResult>,
 ) {
@@ -183,7 +184,7 @@ pub(super) async fn record_release(
                 verified_by: a.verified_by.to_string(),
             })
             .collect(),
-        verified: assets.iter().all(|a| a.verified_by != crate::source::github::verify::VerifiedBy::Unverified),
+        verified: assets.iter().all(|a| a.verified_by != crate::model::verification::VerifiedBy::Unverified),
         verified_by: verified_by(assets, signed_by),
         signed_by: signed_by.unwrap_or_default().to_owned(),
         refusal: String::new(),
@@ -222,7 +223,7 @@ pub(super) async fn record_release(
     let old_status = current.as_ref().and_then(|c| c.status.clone());
     let problem = class.and_then(ClassResult::problem).unwrap_or_default();
     let newly_failed = (status.phase == "Failed" && old_status.as_ref().is_none_or(|o| o.phase != "Failed")).then_some(problem.as_str());
-    let unverified = assets.iter().filter(|a| a.verified_by == crate::source::github::verify::VerifiedBy::Unverified).count();
+    let unverified = assets.iter().filter(|a| a.verified_by == crate::model::verification::VerifiedBy::Unverified).count();
     let evs = super::events::for_stack_release(&rel.tag, current.is_none(), unverified, newly_failed);
     events.stack_release(&name, uid, evs);
     // `conditions` and `clusters` belong to the roll-up (its own field manager): not compared,
@@ -258,7 +259,7 @@ pub(super) async fn record_refused(mgmt: &kube::Client, sub: &Subscription, tag:
             return;
         }
     }
-    let version = crate::release::version::Version::from_tag(tag).map(|v| v.to_string()).unwrap_or_default();
+    let version = crate::model::version::Version::from_tag(tag).map(|v| v.to_string()).unwrap_or_default();
     let status = StackReleaseStatus {
         version,
         commit: refusal.commit.clone(),
@@ -278,7 +279,7 @@ pub(super) async fn record_refused(mgmt: &kube::Client, sub: &Subscription, tag:
 
 /// The `VERIFIEDBY` column: how the content was checked (`git`, `published`, `oci`, …) and,
 /// for a signed release, who signed it: `git+ssh:SHA256:…`, `oci+cosign:SHA256:…`.
-fn verified_by(assets: &[crate::source::github::materialise::AssetRecord], signed_by: Option<&str>) -> String {
+fn verified_by(assets: &[crate::model::verification::AssetRecord], signed_by: Option<&str>) -> String {
     let content = crate::source::github::verify::summary(assets.iter().map(|a| a.verified_by));
     match signed_by {
         Some(s) if !s.is_empty() => format!("{content}+{s}"),

@@ -26,10 +26,11 @@ use tracing::info;
 
 use super::Kube;
 use crate::apply::ssa::{Applier, ApplyOptions, Inventory, Stage};
-use crate::config::{ClusterConfig, Format, Subscription};
+use crate::config::{Format, Subscription};
 use crate::controller::PreparedRelease;
 use crate::controller::pipeline::RenderError;
 use crate::model::StageAction;
+use crate::model::cluster::ClusterConfig;
 use crate::render::cel::{self, Verdict, WaitFor};
 use crate::render::clusterstack::{INSTALL_HOOK, StageRef};
 use crate::status::crd::{ClusterSyncStatus, UpgradeStatus};

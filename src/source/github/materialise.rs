@@ -7,10 +7,12 @@ use std::path::Path;
 
 use tracing::info;
 
-use super::verify::{self, Verify};
+use super::verify;
 use super::{Client, GhRelease};
-use crate::cache::blobs::{Blobs, Sha256Digest};
+use crate::cache::blobs::Blobs;
 use crate::cache::unpack;
+use crate::model::Sha256Digest;
+use crate::model::source::Verify;
 
 /// The record of a tree's assets, written into the tree so a cached tree can be re-verified.
 pub const MANIFEST: &str = ".stacksync-assets.json";
@@ -38,7 +40,7 @@ impl Default for Options {
     }
 }
 
-pub use crate::model::verification::{AssetRecord, Sha256DigestText};
+use crate::model::verification::AssetRecord;
 
 /// Why a GitHub release's assets could not be downloaded and verified.
 #[derive(Debug, thiserror::Error)]
@@ -137,13 +139,13 @@ impl crate::cache::Fill for FillError {
 
 /// The blobs a materialised release tree was built from (its asset manifest): what garbage
 /// collection must keep. Empty for a tree without one (a Git release).
-pub fn referenced_blobs(tree: &std::path::Path) -> Vec<crate::cache::blobs::Sha256Digest> {
+pub fn referenced_blobs(tree: &std::path::Path) -> Vec<crate::model::Sha256Digest> {
     std::fs::read(tree.join(MANIFEST))
         .ok()
         .and_then(|bytes| serde_json::from_slice::<Vec<AssetRecord>>(&bytes).ok())
         .unwrap_or_default()
         .iter()
-        .filter_map(|r| crate::cache::blobs::Sha256Digest::parse(&r.digest))
+        .filter_map(|r| crate::model::Sha256Digest::parse(&r.digest))
         .collect()
 }
 

@@ -14,7 +14,8 @@ use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 use tracing::{debug, info, warn};
 
-use crate::cache::blobs::{BlobError, Blobs, Sha256Digest};
+use crate::cache::blobs::{BlobError, Blobs};
+use crate::model::Sha256Digest;
 
 /// Never wait longer than this for a rate-limit reset inside one poll; fail and retry next poll.
 pub const MAX_RATE_LIMIT_WAIT: Duration = Duration::from_secs(15 * 60);
@@ -137,7 +138,7 @@ impl Secret {
     }
 }
 
-pub use crate::model::source::TokenSource;
+use crate::model::source::TokenSource;
 
 /// Why a token (or password) could not be read from its [`TokenSource`]. Never holds the secret.
 #[derive(Debug, thiserror::Error)]

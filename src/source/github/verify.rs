@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::GhAsset;
-use crate::cache::blobs::Sha256Digest;
+use crate::model::Sha256Digest;
 
 /// Names of release assets that hold checksums of the others (GNU coreutils format).
 pub fn is_checksums_asset(name: &str) -> bool {
@@ -14,8 +14,8 @@ pub fn is_checksums_asset(name: &str) -> bool {
     matches!(lower.as_str(), "sha256sums" | "sha256sums.txt" | "checksums.txt" | "checksums.sha256") || lower.ends_with(".sha256")
 }
 
-pub use crate::model::source::Verify;
-pub use crate::model::verification::VerifiedBy;
+use crate::model::source::Verify;
+use crate::model::verification::VerifiedBy;
 
 /// How a release's content was verified, in one short string for a printer column: `git` for a
 /// Git release (no assets: content-addressed objects), else the distinct asset verifications

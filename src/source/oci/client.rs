@@ -26,7 +26,8 @@ use super::{
     BearerChallenge, DockerConfigError, DockerCredentials, Error, MANIFEST_ACCEPT, MAX_AUX_FILE_BYTES, OciAuth, Repository, Result,
     docker_credentials, next_link, parse_bearer_challenge,
 };
-use crate::cache::blobs::{BlobError, Blobs, Sha256Digest};
+use crate::cache::blobs::{BlobError, Blobs};
+use crate::model::Sha256Digest;
 use crate::source::github::{BodyError, Secret, TokenError, describe, read_bounded};
 
 /// Deadline of one API call (tag page, manifest, token), its body included: the source's

@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use serde::Deserialize;
 use thiserror::Error;
 
-use crate::cache::blobs::Sha256Digest;
+use crate::model::Sha256Digest;
 
 /// What `csctl` sets as the `artifactType` of a cluster-stack release.
 pub const CLUSTER_STACK_ARTIFACT: &str = "application/vnd.scs.cluster-stacks.v1";
@@ -29,9 +29,8 @@ pub const CLUSTER_STACK_ARTIFACT: &str = "application/vnd.scs.cluster-stacks.v1"
 pub const IMAGE_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 /// The annotation naming a layer's file.
 pub const TITLE: &str = "org.opencontainers.image.title";
-pub use crate::model::source::{
-    OCI_DEFAULT_PAGE_SIZE as DEFAULT_PAGE_SIZE, OCI_DEFAULT_TIMEOUT as DEFAULT_TIMEOUT, OCI_MAX_PAGE_SIZE as MAX_PAGE_SIZE,
-    OCI_MAX_TIMEOUT as MAX_TIMEOUT, OCI_MIN_TIMEOUT as MIN_TIMEOUT, OciAuth, ReferenceError, Repository,
+use crate::model::source::{
+    OCI_DEFAULT_PAGE_SIZE as DEFAULT_PAGE_SIZE, OCI_DEFAULT_TIMEOUT as DEFAULT_TIMEOUT, OciAuth, ReferenceError, Repository,
 };
 /// Most layers a release artifact may have.
 pub const MAX_LAYERS: usize = 256;

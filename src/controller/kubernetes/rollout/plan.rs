@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::super::status::shorten;
 use super::super::topology_class;
 use crate::config::Wave;
-use crate::release::version::Version;
+use crate::model::version::Version;
 use crate::status::crd::{ClusterSyncStatus, ROLLOUT_PAUSE, ROLLOUT_RESUME, RolloutStatus, StackRelease, WaveStatus};
 
 /// The target's ClusterClass is not applied (failed, or not yet): nothing is moved until it is.
