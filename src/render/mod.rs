@@ -18,6 +18,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::kubeyaml;
+use crate::model::Object;
 use crate::model::cluster::ClusterConfig;
 use crate::release::Release;
 
@@ -285,7 +286,6 @@ impl fmt::Display for Errors {
     }
 }
 
-use crate::model::Object;
 
 /// (group, kind, namespace, name): what makes an object unique in a cluster.
 type ObjectKey<'a> = (&'a str, &'a str, Option<&'a str>, &'a str);
