@@ -286,7 +286,6 @@ impl fmt::Display for Errors {
     }
 }
 
-
 /// (group, kind, namespace, name): what makes an object unique in a cluster.
 type ObjectKey<'a> = (&'a str, &'a str, Option<&'a str>, &'a str);
 
