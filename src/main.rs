@@ -180,19 +180,7 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             print!("{}", stacksync::status::crd::crds_yaml().map_err(|e| anyhow::anyhow!("{e}"))?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::CheckConfig { file } => Ok(match load(&file) {
-            Ok(config) => {
-                println!(
-                    "{}: ok ({} sources, {} subscriptions, {} clusters)",
-                    file.display(),
-                    config.sources.len(),
-                    config.subscriptions.len(),
-                    config.subscriptions.iter().map(|s| s.clusters.len()).sum::<usize>()
-                );
-                ExitCode::SUCCESS
-            }
-            Err(code) => code,
-        }),
+        Command::CheckConfig { file } => Ok(check_config(&file)),
         Command::Run {
             config,
             once,
@@ -214,44 +202,13 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
                 return Ok(code);
             }
             if once {
-                let report = match &cfg.target {
-                    Target::Kubernetes(_) => {
-                        let ctx = Ctx::new(cfg).context("opening the cache")?;
-                        // On a runtime worker, as the daemon runs its controller: polled from
-                        // `block_on`'s thread, every answer would wake another thread.
-                        let pass = runtime.spawn(kubernetes::pass(ctx, usize::from(concurrency)));
-                        runtime.block_on(pass).context("the pass")?
-                    }
-                    Target::Directory(_) => runtime.block_on(controller::pass(&cfg, None, true))?,
-                };
-                return Ok(summarise(&report));
+                return run_once(&runtime, cfg, concurrency);
             }
             let mut options = daemon::Options::new(concurrency);
             options.shard = shard;
             options.election = leader_elect.then_some(daemon::ElectionOptions { namespace: lease_namespace, duration: lease_duration });
-            if let Some(addr) = admin::parse_addr(&admin_addr)? {
-                let listener = runtime.block_on(admin::bind(addr))?;
-                let bound = listener.local_addr().context("reading the admin listener's address")?;
-                tracing::info!(addr = %bound, "admin listener");
-                let (state, triggers) = admin::Admin::new(cfg.clone());
-                runtime.spawn(admin::serve(listener, state.clone()));
-                options.admin = Some(state);
-                options.triggers = triggers;
-            }
-            if let Some(addr) = hooks::parse_addr(&hooks_addr)? {
-                let (Some(cert), Some(key)) = (&hooks_cert_file, &hooks_key_file) else { return Err(hooks::Error::MissingCert.into()) };
-                if matches!(cfg.target, Target::Directory(_)) {
-                    return Err(hooks::Error::DirectoryTarget.into());
-                }
-                let certs = hooks::Certificates::load(cert, key)?;
-                let acceptor = hooks::acceptor(&certs)?;
-                let listener = runtime.block_on(hooks::bind(addr))?;
-                let bound = listener.local_addr().context("reading the hooks listener's address")?;
-                tracing::info!(addr = %bound, "hooks listener");
-                let state = kubernetes::hook::Hooks::new(cfg.clone());
-                runtime.spawn(hooks::serve(listener, acceptor, certs, state.clone()));
-                options.hooks = Some(state);
-            }
+            start_admin(&runtime, &cfg, &admin_addr, &mut options)?;
+            start_hooks(&runtime, &cfg, &hooks_addr, hooks_cert_file.as_deref().zip(hooks_key_file.as_deref()), &mut options)?;
             let result = runtime.block_on(daemon::run(config, cfg, options, shutdown_signal()));
             // A blocking fetch stuck on a silent server must not hold the exit: everything the
             // daemon writes is atomic, so abandoning it leaves a consistent cache.
@@ -259,43 +216,8 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             result.context("watching the config file")?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Reconcile { config, cluster } => {
-            let cfg = match load(&config) {
-                Ok(c) => c,
-                Err(code) => return Ok(code),
-            };
-            let Some((namespace, name)) = cluster.split_once('/') else {
-                logging::error_line(&format!("error: expected <namespace>/<name>, found `{cluster}`"));
-                return Ok(ExitCode::from(EXIT_CONFIG));
-            };
-            let key = stacksync::model::ClusterKey::new(namespace, name);
-            let ctx = Ctx::new(cfg).context("opening the cache")?;
-            let at = runtime.block_on(kubernetes::request_reconcile(ctx, &key))?;
-            println!("reconcile of {key} requested at {at}");
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Rollout { action } => {
-            let (config, subscription, resume) = match action {
-                RolloutAction::Pause { config, subscription } => (config, subscription, false),
-                RolloutAction::Resume { config, subscription } => (config, subscription, true),
-            };
-            let cfg = match load(&config) {
-                Ok(c) => c,
-                Err(code) => return Ok(code),
-            };
-            if !cfg.subscriptions.iter().any(|s| s.name == subscription && s.rollout.is_some()) {
-                logging::error_line(&format!("error: {} has no subscription `{subscription}` with `rollout:`", config.display()));
-                return Ok(ExitCode::from(EXIT_CONFIG));
-            }
-            let ctx = Ctx::new(cfg).context("opening the cache")?;
-            let release = runtime.block_on(kubernetes::request_rollout(ctx, &subscription, resume)).map_err(anyhow::Error::msg)?;
-            if resume {
-                println!("rollout of {subscription} (StackRelease {release}): resume requested");
-            } else {
-                println!("rollout of {subscription} (StackRelease {release}): pause requested; it stops at the next wave boundary");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Reconcile { config, cluster } => reconcile(&runtime, &config, &cluster),
+        Command::Rollout { action } => rollout(&runtime, action),
         Command::Diff { config, cluster } => {
             let cfg = match load(&config) {
                 Ok(c) => c,
@@ -326,41 +248,154 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             let ok = report.prepared.iter().all(|p| p.outcome.is_ok());
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_NOT_SYNCED) })
         }
-        Command::Render { config, out, cluster } => {
-            let cfg = match load(&config) {
-                Ok(c) => c,
-                Err(code) => return Ok(code),
-            };
-            if let Err(code) = check_helm(&runtime, &cfg) {
-                return Ok(code);
-            }
-            let selects = cfg.subscriptions.iter().any(|s| s.selector.is_some());
-            let report = match cluster {
-                // Clusters chosen by clusterSelector live in the management cluster: render them
-                // the way a reconcile would.
-                None if selects && matches!(cfg.target, Target::Kubernetes(_)) => {
-                    let ctx = Ctx::new(cfg).context("opening the cache")?;
-                    runtime.block_on(kubernetes::render(ctx, &out)).map_err(|e| {
-                        anyhow::anyhow!("{e}\nrender needs the management cluster to find the Clusters chosen by clusterSelector; render one Cluster offline with --cluster FILE, or list the clusters in the config")
-                    })?
-                }
-                None => runtime.block_on(controller::render_to(&cfg, &out))?,
-                Some(file) => {
-                    let one = controller::clusterstack::read_cluster_file(&file)?;
-                    runtime.block_on(controller::clusterstack::render_cluster(&cfg, one, &out))?
-                }
-            };
-            for c in &report.clusters {
-                let dir = out.join(&c.cluster.namespace).join(&c.cluster.name);
-                if c.status.reason == stacksync::status::Reason::Synced {
-                    println!("{}/{}: {} objects -> {}", c.cluster.namespace, c.cluster.name, c.status.total, dir.display());
-                } else {
-                    println!("{}/{}: FAILED: {}", c.cluster.namespace, c.cluster.name, c.status.message);
-                }
-            }
-            Ok(if report.all_synced() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_NOT_SYNCED) })
+        Command::Render { config, out, cluster } => render(&runtime, &config, &out, cluster.as_deref()),
+    }
+}
+
+/// `check-config`: the config's summary, or its errors (exit 2).
+fn check_config(file: &Path) -> ExitCode {
+    match load(file) {
+        Ok(config) => {
+            println!(
+                "{}: ok ({} sources, {} subscriptions, {} clusters)",
+                file.display(),
+                config.sources.len(),
+                config.subscriptions.len(),
+                config.subscriptions.iter().map(|s| s.clusters.len()).sum::<usize>()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(code) => code,
+    }
+}
+
+/// `run --once`: one pass, then the exit code of what it found.
+fn run_once(runtime: &tokio::runtime::Runtime, cfg: Config, concurrency: u16) -> anyhow::Result<ExitCode> {
+    let report = match &cfg.target {
+        Target::Kubernetes(_) => {
+            let ctx = Ctx::new(cfg).context("opening the cache")?;
+            // On a runtime worker, as the daemon runs its controller: polled from `block_on`'s
+            // thread, every answer would wake another thread.
+            let pass = runtime.spawn(kubernetes::pass(ctx, usize::from(concurrency)));
+            runtime.block_on(pass).context("the pass")?
+        }
+        Target::Directory(_) => runtime.block_on(controller::pass(&cfg, None, true))?,
+    };
+    Ok(summarise(&report))
+}
+
+/// The admin listener (`--admin-addr`), bound now so a taken port is a start-up error.
+fn start_admin(runtime: &tokio::runtime::Runtime, cfg: &Config, addr: &str, options: &mut daemon::Options) -> anyhow::Result<()> {
+    let Some(addr) = admin::parse_addr(addr)? else { return Ok(()) };
+    let listener = runtime.block_on(admin::bind(addr))?;
+    let bound = listener.local_addr().context("reading the admin listener's address")?;
+    tracing::info!(addr = %bound, "admin listener");
+    let (state, triggers) = admin::Admin::new(cfg.clone());
+    runtime.spawn(admin::serve(listener, state.clone()));
+    options.admin = Some(state);
+    options.triggers = triggers;
+    Ok(())
+}
+
+/// The Runtime SDK listener (`--hooks-addr`) with its serving certificate.
+fn start_hooks(
+    runtime: &tokio::runtime::Runtime,
+    cfg: &Config,
+    addr: &str,
+    pair: Option<(&Path, &Path)>,
+    options: &mut daemon::Options,
+) -> anyhow::Result<()> {
+    let Some(addr) = hooks::parse_addr(addr)? else { return Ok(()) };
+    let Some((cert, key)) = pair else { return Err(hooks::Error::MissingCert.into()) };
+    if matches!(cfg.target, Target::Directory(_)) {
+        return Err(hooks::Error::DirectoryTarget.into());
+    }
+    let certs = hooks::Certificates::load(cert, key)?;
+    let acceptor = hooks::acceptor(&certs)?;
+    let listener = runtime.block_on(hooks::bind(addr))?;
+    let bound = listener.local_addr().context("reading the hooks listener's address")?;
+    tracing::info!(addr = %bound, "hooks listener");
+    let state = kubernetes::hook::Hooks::new(cfg.clone());
+    runtime.spawn(hooks::serve(listener, acceptor, certs, state.clone()));
+    options.hooks = Some(state);
+    Ok(())
+}
+
+/// `reconcile <namespace>/<name>`.
+fn reconcile(runtime: &tokio::runtime::Runtime, config: &Path, cluster: &str) -> anyhow::Result<ExitCode> {
+    let cfg = match load(config) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
+    let Some((namespace, name)) = cluster.split_once('/') else {
+        logging::error_line(&format!("error: expected <namespace>/<name>, found `{cluster}`"));
+        return Ok(ExitCode::from(EXIT_CONFIG));
+    };
+    let key = stacksync::model::ClusterKey::new(namespace, name);
+    let ctx = Ctx::new(cfg).context("opening the cache")?;
+    let at = runtime.block_on(kubernetes::request_reconcile(ctx, &key))?;
+    println!("reconcile of {key} requested at {at}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `rollout pause|resume`.
+fn rollout(runtime: &tokio::runtime::Runtime, action: RolloutAction) -> anyhow::Result<ExitCode> {
+    let (config, subscription, resume) = match action {
+        RolloutAction::Pause { config, subscription } => (config, subscription, false),
+        RolloutAction::Resume { config, subscription } => (config, subscription, true),
+    };
+    let cfg = match load(&config) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
+    if !cfg.subscriptions.iter().any(|s| s.name == subscription && s.rollout.is_some()) {
+        logging::error_line(&format!("error: {} has no subscription `{subscription}` with `rollout:`", config.display()));
+        return Ok(ExitCode::from(EXIT_CONFIG));
+    }
+    let ctx = Ctx::new(cfg).context("opening the cache")?;
+    let release = runtime.block_on(kubernetes::request_rollout(ctx, &subscription, resume))?;
+    if resume {
+        println!("rollout of {subscription} (StackRelease {release}): resume requested");
+    } else {
+        println!("rollout of {subscription} (StackRelease {release}): pause requested; it stops at the next wave boundary");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `render`: every configured cluster, the Clusters a selector finds, or one `--cluster` file.
+fn render(runtime: &tokio::runtime::Runtime, config: &Path, out: &Path, cluster: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let cfg = match load(config) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
+    if let Err(code) = check_helm(runtime, &cfg) {
+        return Ok(code);
+    }
+    let selects = cfg.subscriptions.iter().any(|s| s.selector.is_some());
+    let report = match cluster {
+        // Clusters chosen by clusterSelector live in the management cluster: render them the
+        // way a reconcile would.
+        None if selects && matches!(cfg.target, Target::Kubernetes(_)) => {
+            let ctx = Ctx::new(cfg).context("opening the cache")?;
+            runtime.block_on(kubernetes::render(ctx, out)).map_err(|e| {
+                anyhow::anyhow!("{e}\nrender needs the management cluster to find the Clusters chosen by clusterSelector; render one Cluster offline with --cluster FILE, or list the clusters in the config")
+            })?
+        }
+        None => runtime.block_on(controller::render_to(&cfg, out))?,
+        Some(file) => {
+            let one = controller::clusterstack::read_cluster_file(file)?;
+            runtime.block_on(controller::clusterstack::render_cluster(&cfg, one, out))?
+        }
+    };
+    for c in &report.clusters {
+        let dir = out.join(&c.cluster.namespace).join(&c.cluster.name);
+        if c.status.reason == stacksync::status::Reason::Synced {
+            println!("{}/{}: {} objects -> {}", c.cluster.namespace, c.cluster.name, c.status.total, dir.display());
+        } else {
+            println!("{}/{}: FAILED: {}", c.cluster.namespace, c.cluster.name, c.status.message);
         }
     }
+    Ok(if report.all_synced() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_NOT_SYNCED) })
 }
 
 fn parse_lease_duration(text: &str) -> Result<std::time::Duration, String> {

@@ -33,6 +33,8 @@ pub(super) const HEALTH_RECHECK: Duration = Duration::from_secs(5);
 pub(super) struct Reconciled {
     pub report: ClusterReport,
     pub outcome: Result<Action, Error>,
+    /// What the ClusterSync's `Stalled` condition says (the metrics' `stalled` result).
+    pub stalled: bool,
 }
 
 /// How a failed step ends the reconcile: its reason, message, and whether to retry soon.
@@ -185,6 +187,7 @@ async fn reconcile_in(
         }
     };
     let next = stamp(crd);
+    let stalled = next.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == "True");
     let events = super::events::for_cluster_sync(&prev_status, &next, changes.writes(), &changes.summary());
     // Retried a few times here; past that the reconcile fails and the controller retries it
     // with backoff until the status lands (the apply-started status says the truth meanwhile).
@@ -201,7 +204,7 @@ async fn reconcile_in(
             status.reason = Reason::TransientError;
             status.message = format!("{error}; retried with backoff");
             let report = ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes };
-            return Ok(Some(Reconciled { report, outcome: Err(error) }));
+            return Ok(Some(Reconciled { report, outcome: Err(error), stalled }));
         }
     };
     kube.events.cluster_sync(&key.namespace, &key.name, uid, events);
@@ -212,7 +215,7 @@ async fn reconcile_in(
         }
         _ => Ok(action),
     };
-    Ok(Some(Reconciled { report, outcome }))
+    Ok(Some(Reconciled { report, outcome, stalled }))
 }
 
 struct Done {

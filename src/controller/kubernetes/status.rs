@@ -15,7 +15,7 @@ use crate::status::crd::{
     ClusterSync, ClusterSyncSpec, ClusterSyncStatus, MAX_ENTRIES, StackRelease, StackReleaseSpec, StackReleaseStatus,
 };
 
-pub(super) use crate::status::desired::{entry, shorten, stalls, summarise};
+pub(super) use crate::status::desired::{entry, shorten, summarise};
 
 /// Now, as the status resources carry times. The one clock read of the status code: what is
 /// decided from it ([`crate::status::desired`]) gets the time passed in.

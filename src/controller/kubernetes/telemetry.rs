@@ -31,7 +31,7 @@ pub(super) fn reconciled(key: &ClusterKey, result: Result<&Option<Reconciled>, &
     // reason; `error` is kept for reconciles that could not write at all.
     let outcome = if status.ready {
         Outcome::Ready
-    } else if super::status::stalls(status.reason) {
+    } else if r.stalled {
         Outcome::Stalled(status.reason.as_str())
     } else {
         Outcome::NotReady(status.reason.as_str())
