@@ -636,3 +636,69 @@ fn write_tree(repo: &Repository, tree: gix::Tree<'_>, dest: &Path, rel: &Path, f
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.test", "-c", "commit.gpgsign=false"])
+            .args(args)
+            .output()
+            .expect("git runs");
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    #[test]
+    fn a_failed_materialisation_marks_the_mirror_only_when_the_mirror_broke() {
+        let tmp = tempfile::tempdir().unwrap();
+        let work = tmp.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        git(&work, &["init", "-q"]);
+        std::fs::write(work.join("a.yaml"), "a: 1\n").unwrap();
+        git(&work, &["add", "a.yaml"]);
+        git(&work, &["commit", "-q", "-m", "one"]);
+        let commit = git(&work, &["rev-parse", "HEAD"]);
+        let mirror = tmp.path().join("mirror.git");
+        git(tmp.path(), &["clone", "-q", "--bare", work.to_str().unwrap(), mirror.to_str().unwrap()]);
+        let marked = |dir: &Path| dir.join(DAMAGED_MARKER).exists();
+
+        // The destination's trouble (it does not exist): a cache write, transient, the mirror is fine.
+        let err = materialise(&mirror, &commit, &tmp.path().join("missing")).unwrap_err();
+        assert!(matches!(err, Error::WriteFile { .. }) && err.is_transient() && err.reason() == "CacheWrite", "{err:?}");
+        assert!(!marked(&mirror));
+        // A commit the mirror lacks: damage, cloned again at the next fetch.
+        let dest = tmp.path().join("dest");
+        std::fs::create_dir(&dest).unwrap();
+        let err = materialise(&mirror, &"0".repeat(40), &dest).unwrap_err();
+        assert!(matches!(err, Error::CommitMissing { .. }) && err.is_transient(), "{err:?}");
+        assert!(err.to_string().starts_with("commit not in the mirror: "), "{err}");
+        assert!(marked(&mirror));
+        std::fs::remove_file(mirror.join(DAMAGED_MARKER)).unwrap();
+        // Not a repository at all.
+        let empty = tmp.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        let err = materialise(&empty, &commit, &dest).unwrap_err();
+        assert!(matches!(err, Error::OpenMirror { .. }) && err.reason() == "GitMirror", "{err:?}");
+        assert!(marked(&empty));
+        // And the release itself.
+        assert_eq!(materialise(&mirror, &commit, &dest).unwrap(), 1);
+        assert_eq!(std::fs::read_to_string(dest.join("a.yaml")).unwrap(), "a: 1\n");
+    }
+
+    #[test]
+    fn a_fetch_error_names_source_and_url_and_keeps_its_cause() {
+        let tmp = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", tmp.path().join("nowhere").display());
+        let err = fetch_with_deadline("stacks", &url, &tmp.path().join("m.git"), &BTreeMap::new(), Duration::from_secs(20)).unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with(&format!("source stacks ({url}): ")), "{text}");
+        // The cause is the typed git::Error (boxed in source::Error, so the Box is what `source` gives).
+        assert!(std::error::Error::source(&err).is_some_and(|s| s.downcast_ref::<Box<Error>>().is_some()), "{err:?}");
+        assert!(err.is_transient(), "an unreachable remote may come back: {err:?}");
+    }
+}

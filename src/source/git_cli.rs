@@ -353,6 +353,53 @@ mod tests {
     }
 
     #[test]
+    fn what_git_said_decides_the_message_and_whether_to_retry() {
+        use std::os::unix::process::ExitStatusExt;
+        let failed = std::process::ExitStatus::from_raw(128 << 8);
+        // (git's stderr, the message starts with, transient, the mirror is damaged, reason)
+        let table = [
+            (
+                "Host key verification failed.\nfatal: Could not read from remote repository.",
+                "the server's host key",
+                false,
+                false,
+                "HostKeyUnknown",
+            ),
+            ("git@h: Permission denied (publickey).", "the server refused `auth.ssh.privateKey`", false, false, "Unauthorized"),
+            ("fatal: Authentication failed for 'https://h/r.git/'", "the server refused the credentials", false, false, "Unauthorized"),
+            (
+                "remote: Repository not found.\nfatal: repository 'https://h/r.git/' not found",
+                "the repository was not found",
+                false,
+                false,
+                "RepositoryNotFound",
+            ),
+            (
+                "fatal: unable to access 'https://h/': Could not resolve host: h",
+                "git fetch failed: fatal: unable to access",
+                true,
+                false,
+                "GitFetchFailed",
+            ),
+            (
+                "error: object file ./objects/ab/cd is empty\nfatal: loose object abcd is corrupt",
+                "git fetch failed",
+                true,
+                true,
+                "GitFetchFailed",
+            ),
+            ("", "git fetch failed (git exited with", true, false, "GitFetchFailed"),
+        ];
+        for (stderr, starts, transient, damage, reason) in table {
+            let e = explain(stderr, failed);
+            assert!(e.to_string().starts_with(starts), "{stderr}: {e}");
+            assert_eq!((e.is_transient(), e.is_local_damage(), e.reason()), (transient, damage, reason), "{stderr}");
+        }
+        assert!(Error::TimedOut.is_transient());
+        assert!(!Error::LineBreak { what: "password" }.is_transient());
+    }
+
+    #[test]
     fn ssh_command_quotes_paths() {
         let cmd = ssh_command(Path::new("/k/it's"), Path::new("/k/known hosts"));
         assert!(cmd.contains(r"-i '/k/it'\''s'"), "{cmd}");

@@ -779,6 +779,36 @@ mod tests {
     }
 
     #[test]
+    fn only_what_may_pass_by_itself_is_transient() {
+        let status = |status| Error::Status { repo: "o/r".into(), url: "u".into(), status, message: String::new() };
+        let asset = |status| Error::DownloadStatus { repo: "o/r".into(), tag: "v1".into(), asset: "a".into(), url: "u".into(), status };
+        for (e, transient, reason) in [
+            (status(502), true, "GithubStatus"),
+            (status(429), true, "GithubStatus"),
+            (status(404), false, "NotFound"),
+            (status(401), false, "Unauthorized"),
+            (asset(StatusCode::NOT_FOUND), false, "NotFound"),
+            (asset(StatusCode::SERVICE_UNAVAILABLE), true, "GithubStatus"),
+            (Error::RateLimited { repo: "o/r".into(), seconds: 9999, max: 900 }, true, "RateLimited"),
+            (Error::Token { repo: "o/r".into(), source: TokenError::Empty }, false, "Token"),
+            (Error::PageTooLarge { repo: "o/r".into(), url: "u".into(), limit: 1 }, false, "PageTooLarge"),
+            (
+                Error::Download {
+                    repo: "o/r".into(),
+                    tag: "v1".into(),
+                    asset: "a".into(),
+                    source: BlobError::Mismatch { expected: Sha256Digest::of(b"a"), actual: Sha256Digest::of(b"b") },
+                },
+                false,
+                "DigestMismatch",
+            ),
+        ] {
+            assert_eq!((e.is_transient(), e.reason()), (transient, reason), "{e}");
+        }
+        assert_eq!(asset(StatusCode::NOT_FOUND).to_string(), "o/r: release v1: asset a: u: answered 404 Not Found");
+    }
+
+    #[test]
     fn next_link_is_found() {
         let h = headers(&[("link", r#"<https://api.example/r?page=2>; rel="next", <https://api.example/r?page=5>; rel="last""#)]);
         assert_eq!(next_link(&h), Some("https://api.example/r?page=2"));
