@@ -537,3 +537,60 @@ async fn apply_without_a_name_updates_an_existing_object_and_cannot_create_one()
     let written = api.patch("lease", &PatchParams::apply("m"), &Patch::Apply(&nameless)).await.unwrap();
     assert_eq!((written.metadata.name.as_deref(), written.data.unwrap()["a"].as_str()), (Some("lease"), "1"));
 }
+
+/// A metadata-only client (`Accept: …;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`, what
+/// kube's `metadata_watcher` and client-go's metadata informers send) gets metadata alone, as
+/// from the real server: no Secret data crosses the wire.
+#[tokio::test]
+async fn metadata_only_requests_get_partial_object_metadata() {
+    let server = ApiServer::start().await.unwrap();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::default_namespaced(server.client().unwrap());
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "labels": {"a": "b"}}, "data": {"k": "dg=="}});
+    secrets.patch("s", &PatchParams::apply("t"), &Patch::Apply(secret)).await.unwrap();
+
+    let one = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+    let (code, _, body) = raw(&server, "GET", "/api/v1/namespaces/default/secrets/s", one).await;
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((code, v["kind"].as_str(), v["apiVersion"].as_str()), (200, Some("PartialObjectMetadata"), Some("meta.k8s.io/v1")), "{v}");
+    assert_eq!(v["metadata"]["labels"]["a"], "b");
+    assert!(v.get("data").is_none(), "{v}");
+
+    let list = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+    let (code, _, body) = raw(&server, "GET", "/api/v1/namespaces/default/secrets", list).await;
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (code, v["kind"].as_str(), v["apiVersion"].as_str()),
+        (200, Some("PartialObjectMetadataList"), Some("meta.k8s.io/v1")),
+        "{v}"
+    );
+    assert!(v["metadata"]["resourceVersion"].is_string(), "{v}");
+    assert_eq!(v["items"][0]["kind"], "PartialObjectMetadata");
+    assert_eq!(v["items"][0]["metadata"]["name"], "s");
+    assert!(v["items"][0].get("data").is_none(), "{v}");
+
+    // kube's metadata watcher: the initial list and a change, metadata only.
+    let api: Api<kube::api::PartialObjectMeta<k8s_openapi::api::core::v1::Secret>> = Api::default_namespaced(server.client().unwrap());
+    let listed = api.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(listed.items.iter().map(|m| m.metadata.name.as_deref()).collect::<Vec<_>>(), [Some("s")]);
+    let mut events = kube::runtime::metadata_watcher(
+        Api::<k8s_openapi::api::core::v1::Secret>::default_namespaced(server.client().unwrap()),
+        watcher::Config::default(),
+    )
+    .boxed();
+    loop {
+        if let watcher::Event::InitDone = tokio::time::timeout(TIMEOUT, events.try_next()).await.unwrap().unwrap().unwrap() {
+            break;
+        }
+    }
+    let changed = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "labels": {"a": "c"}}, "data": {"k": "dg=="}});
+    secrets.patch("s", &PatchParams::apply("t"), &Patch::Apply(changed)).await.unwrap();
+    loop {
+        if let watcher::Event::Apply(m) = tokio::time::timeout(TIMEOUT, events.try_next()).await.unwrap().unwrap().unwrap() {
+            assert_eq!(m.metadata.labels.unwrap_or_default().get("a").map(String::as_str), Some("c"));
+            assert_eq!(m.types.map(|t| t.kind).as_deref(), Some("PartialObjectMetadata"));
+            break;
+        }
+    }
+    drop(events);
+    server.stop().await;
+}

@@ -268,7 +268,11 @@ async fn handle_inner(shared: Arc<Shared>, req: Request<Incoming>) -> ApiResult<
     }
 
     let table = table::wants_table(&accept).then(|| Include::parse(query.get("includeObject")));
+    // A metadata-only client (`as=PartialObjectMetadata[List]`) gets metadata alone, as from the
+    // real server.
+    let metadata_only = table.is_none() && table::wants_metadata(&accept);
     match verb {
+        "get" if metadata_only => Ok(json_response(200, &table::partial(objects::get(&shared.lock(), &target)?))),
         "get" => {
             let obj = objects::get(&shared.lock(), &target)?;
             Ok(json_response(200, &as_table_or(obj, &target, table)))
@@ -279,6 +283,17 @@ async fn handle_inner(shared: Arc<Shared>, req: Request<Incoming>) -> ApiResult<
             let rv = page.resource_version.to_string();
             let body = match table {
                 Some(include) => table::table(&target.rt, &target.version, &page.items, include, true, Some(rv)),
+                None if metadata_only => {
+                    let mut metadata = json!({"resourceVersion": rv});
+                    if let Some(token) = &page.continue_token {
+                        metadata["continue"] = json!(token);
+                    }
+                    if let Some(n) = page.remaining {
+                        metadata["remainingItemCount"] = json!(n);
+                    }
+                    let items: Vec<Value> = page.items.into_iter().map(table::partial).collect();
+                    json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "items": items})
+                }
                 None => {
                     let mut metadata = json!({"resourceVersion": rv});
                     if let Some(token) = &page.continue_token {
@@ -310,7 +325,7 @@ async fn handle_inner(shared: Arc<Shared>, req: Request<Incoming>) -> ApiResult<
             }
             Ok(json_response(200, &body))
         }
-        "watch" => watch_response(shared, target, &query, table),
+        "watch" => watch_response(shared, target, &query, table, metadata_only),
         _ => {
             let (written, warnings) = shared.write(|state| {
                 state.warnings.clear();
@@ -334,6 +349,9 @@ async fn handle_inner(shared: Arc<Shared>, req: Request<Incoming>) -> ApiResult<
             }
             let mut body = written.body;
             objects::answer_shape(&mut body, &target);
+            if metadata_only {
+                body = table::partial(body);
+            }
             let mut resp = json_response(written.code, &body);
             for w in warnings {
                 // RFC 7234 warn-code 299, agent "-", the text quoted as the real server sends it.
@@ -358,7 +376,13 @@ fn parse_json(body: &[u8]) -> ApiResult<Value> {
     serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body of the request is not valid JSON: {e}")))
 }
 
-fn watch_response(shared: Arc<Shared>, target: Target, q: &Query, table: Option<Include>) -> ApiResult<Response<Body>> {
+fn watch_response(
+    shared: Arc<Shared>,
+    target: Target,
+    q: &Query,
+    table: Option<Include>,
+    metadata_only: bool,
+) -> ApiResult<Response<Body>> {
     let start = if q.flag("sendInitialEvents") {
         watches::Start::InitialEvents
     } else {
@@ -374,6 +398,7 @@ fn watch_response(shared: Arc<Shared>, target: Target, q: &Query, table: Option<
         bookmarks: q.flag("allowWatchBookmarks"),
         timeout: q.u64("timeoutSeconds")?.map(Duration::from_secs),
         table,
+        metadata_only,
     };
     let events = watches::stream(shared, params).map(|b| Ok::<_, Infallible>(Frame::data(b)));
     let mut resp = Response::new(BodyExt::boxed_unsync(StreamBody::new(events)));

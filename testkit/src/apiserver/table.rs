@@ -29,6 +29,24 @@ pub fn wants_table(accept: &str) -> bool {
     accept.split(',').next().is_some_and(|first| first.contains("as=Table") && first.contains("g=meta.k8s.io"))
 }
 
+/// Whether an Accept header asks for `PartialObjectMetadata` (or its list), as a metadata-only
+/// client (kube's `metadata_watcher`, client-go's metadata informers) does.
+pub fn wants_metadata(accept: &str) -> bool {
+    accept.split(',').next().is_some_and(|first| first.contains("as=PartialObjectMetadata") && first.contains("g=meta.k8s.io"))
+}
+
+/// An object as the real server answers a metadata-only request: its metadata alone, as
+/// `meta.k8s.io/v1` `PartialObjectMetadata`. A `Status` (or anything without metadata) is left
+/// as it is.
+pub fn partial(obj: Value) -> Value {
+    match obj.get("metadata") {
+        Some(metadata) if obj.get("kind").and_then(Value::as_str) != Some("Status") => {
+            json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": metadata})
+        }
+        _ => obj,
+    }
+}
+
 fn columns(rt: &ResourceType, version: &str) -> Vec<Column> {
     rt.version(version).map(|v| v.columns.clone()).unwrap_or_default()
 }

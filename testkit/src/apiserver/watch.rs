@@ -37,6 +37,8 @@ pub struct Params {
     pub bookmarks: bool,
     pub timeout: Option<Duration>,
     pub table: Option<Include>,
+    /// Objects as `PartialObjectMetadata` (a metadata-only watch).
+    pub metadata_only: bool,
 }
 
 struct Watcher {
@@ -167,6 +169,7 @@ impl Watcher {
                 self.headers_sent = true;
                 t
             }
+            None if self.p.metadata_only => table::partial(object),
             None => object,
         };
         self.push_raw(kind, object);
