@@ -149,14 +149,8 @@ fn check_exposition(text: &str) {
 async fn readyz_is_503_until_every_source_was_polled() {
     let env = Env::served().await;
     // A Git server that accepts and never answers: the first poll does not finish.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("git://{}/stacks.git", listener.local_addr().expect("addr"));
-    let hole = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-        }
-    });
+    let (addr, hole) = common::black_hole().await;
+    let url = format!("git://{addr}/stacks.git");
     let config = env.webhooks_config().source_set("stacks", "url", url).write();
     let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
     daemon.eventually("alive", Duration::from_secs(5), async || daemon.get("/healthz").await.0 == 200).await;

@@ -19,7 +19,7 @@ use testkit::git::ReleaseRepo;
 
 use common::config::stack_cluster;
 use common::fleet::{fixture_files, publish};
-use common::{Config, Sub, assert_exit, helm_path, run_once, snapshot, status, stdout};
+use common::{Config, Sub, assert_exit, files_under, helm_path, run_once, snapshot, status, stdout};
 
 const STACK: &str = "docker-ferrol-1-27";
 
@@ -340,16 +340,9 @@ async fn a_hanging_helm_is_killed_at_the_timeout() {
     assert!(started.elapsed() < std::time::Duration::from_secs(30), "{:?}", started.elapsed());
     // The process is gone (or a zombie about to be reaped), not left running.
     let pid = std::fs::read_to_string(&pid_file).expect("pid").trim().to_owned();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let running = state.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z'));
-        if !running {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "helm {pid} still runs: {state}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let state = || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let running = || state().rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z'));
+    common::eventually("helm gone", std::time::Duration::from_secs(10), async || !running(), || format!("helm {pid}: {}", state())).await;
 }
 
 /// A config with one cluster-stack subscription over a Git repository, for three Clusters (beta
@@ -364,16 +357,6 @@ fn stack_config(dir: &Path, url: &str) -> Config {
         .cluster_entry(beta)
         .stack_cluster("team-b", "delta", "delta.example.test", "10.4.0.0/16");
     Config::new(dir).helm(&helm_path()).helm_set("parallelism", 2).git("stacks", url).sub(sub).directory()
-}
-
-fn files_under(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

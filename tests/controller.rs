@@ -6,7 +6,7 @@
 mod common;
 
 use common::fleet::{CM, Env, NS, publish, publish_v3_as, publish_v4_with_upgrade_stages};
-use common::{Config, Daemon, Sub, cli, condition};
+use common::{Config, Daemon, Sub, cli, condition, files_under};
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -106,7 +106,6 @@ async fn a_paused_cluster_gets_no_writes_and_reconcile_requests_are_handled_in_s
     daemon.stop().await;
 }
 
-/// A GitHub API that accepts connections and never answers.
 /// `stacksync reconcile` of alpha, then waits until alpha's ClusterSync says it handled it.
 async fn reconciled(env: &Env, daemon: &Daemon, config: &Path) {
     let o = cli(&["reconcile", "--config", &config.to_string_lossy(), &format!("{NS}/alpha")], &[]).await;
@@ -125,23 +124,12 @@ async fn handled(env: &Env, daemon: &Daemon, printed: &[u8]) {
         .await;
 }
 
-async fn black_hole() -> (String, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let task = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-        }
-    });
-    (url, task)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_github_source_does_not_delay_a_git_subscription() {
     let env = Env::new(1).await;
     env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
-    let (api, hole) = black_hole().await;
+    let (addr, hole) = common::black_hole().await;
+    let api = format!("http://{addr}");
     env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
     env.add_kubeconfig("alpha", 0).await;
     // The slow subscription comes first in the file, and covers no Cluster.
@@ -256,16 +244,6 @@ async fn fifty_clusters_are_reconciled_concurrently() {
     assert!(common::stdout(&o).contains("synced: 50/50 clusters ready"), "{}", common::stdout(&o));
     assert!(took < Duration::from_secs(25), "50 Clusters took {took:?}: not concurrent");
     assert!(env.configmap(0, "addon-c49").await.is_some());
-}
-
-fn files_under(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

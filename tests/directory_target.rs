@@ -169,7 +169,7 @@ async fn the_harness_writes_configs_that_read_back_and_check() {
     let config = common::git_config(dir.path(), "file:///srv/stacks.git")
         .source_set("stacks", "allowMovedTags", true)
         .github("gh", "acme/stacks", "http://127.0.0.1:1/")
-        .sub(Sub::new("odd", "gh").version("<1.3.0").set("values", serde_json::json!({"n": "2", "flag": "true", "empty": ""})))
+        .sub(Sub::new("odd", "gh").version("<1.3.0").cluster("team-c", "gamma", &[("n", "2"), ("flag", "true"), ("empty", "")]))
         .edit_sub("stack", |s| s.stack("docker-ferrol-1-27").cluster("team-b", "beta", &[("note", "a: b # c")]));
     let text = config.text();
     let back: serde_json::Value = serde_saphyr::from_str(&text).expect("YAML");

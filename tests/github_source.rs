@@ -5,7 +5,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{Config, assert_exit, cli, configmap, github_config, run_once, stacksync, status, stderr, stdout, targz};
+use common::{Config, assert_exit, blob_tmp_files, cli, configmap, github_config, run_once, stacksync, status, stderr, stdout, targz};
 use serde_json::json;
 use testkit::github::{Fault, GithubServer, Route};
 
@@ -18,12 +18,6 @@ fn manifests(extra: &str) -> Vec<(String, Vec<u8>)> {
 /// The config of these tests: GitHub source `gh` of [`REPO`] on `server`, Cluster team-a/alpha.
 fn gh_config(dir: &Path, server: &GithubServer) -> Config {
     github_config(dir, REPO, &server.api_url())
-}
-
-fn blob_tmp_files(dir: &Path) -> usize {
-    std::fs::read_dir(dir.join("cache/blobs/sha256"))
-        .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(".tmp")).count())
-        .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

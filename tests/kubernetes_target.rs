@@ -252,7 +252,7 @@ async fn the_prune_limit_pauses_pruning_instead_of_wiping_a_cluster() {
         (0..5).map(|i| (format!("manifests/cm{i}.yaml"), CM.replace("name: addon-config", &format!("name: cm-{i}")))).collect();
     let refs: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
     let env = one_cluster(&refs).await;
-    let config = env.config_with(Env::ferrol().set("pruneLimit", 2)).write();
+    let config = env.config().kubernetes_set("pruneLimit", 2).write();
     assert_exit(&run_once(&config).await, 0);
 
     for i in 0..4 {
@@ -282,7 +282,7 @@ async fn drift_is_corrected_and_only_reported_in_warn_mode() {
     cm.metadata.managed_fields = None;
     api.replace("addon-config", &Default::default(), &cm).await.expect("replace");
 
-    let warn = env.config_with(Env::ferrol().set("driftMode", "warn")).write();
+    let warn = env.config().kubernetes_set("driftMode", "warn").write();
     let o = run_once(&warn).await;
     assert_exit(&o, 1);
     assert!(common::stderr(&o).contains("drifted"), "{}", common::stderr(&o));

@@ -359,21 +359,15 @@ async fn every_dashboard_query_evaluates_on_prometheus_scraping_stacksync() {
     assert_eq!(rules.len(), alerts().len());
     assert!(rules.iter().all(|r| r["health"] == "ok"), "{rules:?}");
     let expected = ["StacksyncClustersNotReady", "StacksyncRolloutWaveTimedOut", "StacksyncWebhookRefused"];
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let active: BTreeSet<String> = loop {
-        let data = prometheus.api("alerts").await.expect("alerts");
-        let active: BTreeSet<String> =
-            data["alerts"].as_array().into_iter().flatten().filter_map(|a| a["labels"]["alertname"].as_str().map(str::to_owned)).collect();
-        if expected.iter().all(|a| active.contains(*a)) {
-            break active;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "active alerts: {active:?}, expected {expected:?} among them\n/metrics:\n{}",
-            scrape(&base).await
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    let mut active = BTreeSet::new();
+    prometheus
+        .eventually(&format!("the alerts {expected:?} active"), Duration::from_secs(30), async || {
+            let data = prometheus.api("alerts").await.expect("alerts");
+            let names = data["alerts"].as_array().into_iter().flatten().filter_map(|a| a["labels"]["alertname"].as_str());
+            active = names.map(str::to_owned).collect();
+            expected.iter().all(|a| active.contains(*a))
+        })
+        .await;
     for quiet in ["StacksyncNoLeader", "StacksyncMultipleLeaders", "StacksyncDown", "StacksyncSourceNotPolled"] {
         assert!(!active.contains(quiet), "{quiet} is active: {active:?}");
     }

@@ -10,7 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::fleet::{Env, TOKEN, cm};
-use common::{Config, Daemon, Sub, assert_exit, configmap, helm_path, run_once, status, stderr, stdout, targz};
+use common::{Config, Daemon, Sub, assert_exit, blob_tmp_files, configmap, helm_path, run_once, status, stderr, stdout, targz};
 use serde_json::{Value, json};
 use testkit::registry::{Auth, DOCKER_REGISTRY, IDENTITY_TOKEN, PASSWORD, PagingFront, Registry, TokenServer, USER};
 
@@ -97,12 +97,6 @@ fn csctl_files(release: &str, work: &Path) -> Vec<(&'static str, &'static str, V
         }
     }
     files
-}
-
-fn blob_tmp_files(dir: &Path) -> usize {
-    std::fs::read_dir(dir.join("cache/blobs/sha256"))
-        .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(".tmp")).count())
-        .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

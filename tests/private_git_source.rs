@@ -124,14 +124,8 @@ async fn silent_https_server_is_cut_off_at_the_fetch_deadline() {
     use std::collections::BTreeMap;
     use std::time::{Duration, Instant};
     // Accepts connections and never answers.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}/stacks.git", listener.local_addr().expect("addr"));
-    let hold = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((s, _)) = listener.accept().await {
-            held.push(s);
-        }
-    });
+    let (addr, hold) = common::black_hole().await;
+    let url = format!("http://{addr}/stacks.git");
     let dir = tempfile::tempdir().expect("tempdir");
     let mirror = dir.path().join("git/stacks");
     let started = Instant::now();

@@ -145,6 +145,38 @@ pub fn github_config(dir: &Path, repo: &str, api_url: &str) -> Config {
     Config::new(dir).github("gh", repo, api_url).sub(alpha("gh")).directory()
 }
 
+/// A server on a free loopback port that accepts connections and never answers (a hanging
+/// Git server, GitHub API, registry): its `127.0.0.1:<port>` and the task to abort at the end.
+pub async fn black_hole() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    (addr, task)
+}
+
+/// The names in `dir`, sorted.
+pub fn files_under(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// How many temporary files of unfinished downloads the blob cache under `dir/cache` holds.
+pub fn blob_tmp_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir.join("cache/blobs/sha256"))
+        .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(".tmp")).count())
+        .unwrap_or(0)
+}
+
 /// Replaces the file the way editors do (and Secret volumes change): a temporary file renamed
 /// over it.
 pub fn save_by_rename(path: &Path, text: &str) {
