@@ -22,12 +22,27 @@ impl DirectoryTarget {
     ///
     /// # Errors
     /// The file cannot be serialised or written.
-    pub fn write_status(&self, cluster: &ClusterConfig, status: &ClusterStatus) -> Result<bool, String> {
+    pub fn write_status(&self, cluster: &ClusterConfig, status: &ClusterStatus) -> Result<bool, StatusFileError> {
         let path = self.status_path(cluster);
-        let text = serde_saphyr::to_string(status).map_err(|e| format!("serialising status: {e}"))?;
+        let text = serde_saphyr::to_string(status).map_err(StatusFileError::Serialise)?;
         if let Some(dir) = path.parent().filter(|d| *d != Path::new("")) {
-            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir).map_err(|source| StatusFileError::CreateDir { dir: dir.to_owned(), source })?;
         }
-        write_atomic(&path, text.as_bytes()).map_err(|e| e.to_string())
+        write_atomic(&path, text.as_bytes()).map_err(StatusFileError::Write)
     }
+}
+
+/// Why a status file could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusFileError {
+    #[error("serialising status: {0}")]
+    Serialise(#[source] serde_saphyr::ser::Error),
+    #[error("cannot create {}: {source}", dir.display())]
+    CreateDir {
+        dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Write(#[source] crate::cache::Error),
 }
