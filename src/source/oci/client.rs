@@ -481,11 +481,7 @@ impl Client {
         let bytes = self.read_bounded(resp, &url).await?;
         let actual = Sha256Digest::of(&bytes);
         if actual != *digest {
-            return Err(Error::Manifest {
-                repo: self.display.clone(),
-                reference: format!("release {tag}"),
-                message: format!("manifest digest mismatch: expected {digest}, got {actual}"),
-            });
+            return Err(Error::ManifestMismatch { repo: self.display.clone(), tag: tag.to_owned(), expected: digest.clone(), actual });
         }
         Ok(bytes)
     }

@@ -296,6 +296,17 @@ pub enum Error {
     Tags { repo: String, message: String },
     #[error("{repo}: {reference}: {message}")]
     Manifest { repo: String, reference: String, message: String },
+    /// The manifest a release's digest names is not a release artifact ([`parse_manifest`]).
+    #[error("{repo}: {reference}: {source}")]
+    Artifact {
+        repo: String,
+        reference: String,
+        #[source]
+        source: ManifestError,
+    },
+    /// The manifest's bytes do not hash to the digest its tag resolved to (fail closed).
+    #[error("{repo}: release {tag}: manifest digest mismatch: expected {expected}, got {actual}")]
+    ManifestMismatch { repo: String, tag: String, expected: Sha256Digest, actual: Sha256Digest },
     #[error("{repo}: release {tag}: layer {layer}: {source}")]
     Layer {
         repo: String,
@@ -323,7 +334,9 @@ impl Error {
             | Error::Unauthorized { .. }
             | Error::TooLarge { .. }
             | Error::Tags { .. }
-            | Error::Manifest { .. } => false,
+            | Error::Manifest { .. }
+            | Error::Artifact { .. }
+            | Error::ManifestMismatch { .. } => false,
         }
     }
 
@@ -339,7 +352,8 @@ impl Error {
             Error::Credentials { .. } => "Credentials",
             Error::TooLarge { .. } => "TooLarge",
             Error::Tags { .. } => "BadTagList",
-            Error::Manifest { .. } => "BadManifest",
+            Error::Manifest { .. } | Error::Artifact { .. } => "BadManifest",
+            Error::ManifestMismatch { .. } => "DigestMismatch",
             Error::Layer { source, .. } => source.reason(),
         }
     }
