@@ -573,8 +573,11 @@ async fn pull_oci(o: &OciSourceConfig, blobs: &Blobs, rel: &Release) -> oci::Res
         crate::model::Sha256Digest::parse(&rel.commit).ok_or_else(|| manifest_err(format!("`{}` is not a manifest digest", rel.commit)))?;
     let client = oci_client(o)?;
     let bytes = client.manifest(&rel.tag, &digest).await?;
-    let artifact = oci::parse_manifest(&bytes)
-        .map_err(|source| oci::Error::Artifact { repo: repo.clone(), reference: format!("release {}", rel.tag), source })?;
+    let artifact = oci::parse_manifest(&bytes).map_err(|e| oci::Error::Artifact {
+        repo: repo.clone(),
+        reference: format!("release {}", rel.tag),
+        source: Box::new(e),
+    })?;
     let declared: u64 = artifact.layers.iter().map(|l| l.size).fold(0, u64::saturating_add);
     if declared > o.max_release_bytes {
         return Err(manifest_err(format!("the layers declare {declared} bytes, more than maxReleaseSize {}", o.max_release_bytes)));

@@ -494,8 +494,12 @@ impl Client {
     /// (the temp file is removed; nothing is stored).
     pub async fn blob(&self, tag: &str, layer: &str, digest: &Sha256Digest, blobs: &Blobs, limit: u64) -> Result<Sha256Digest> {
         let deadline = self.limits.download_deadline;
-        let layer_err =
-            |source: BlobError| Error::Layer { repo: self.display.clone(), tag: tag.to_owned(), layer: layer.to_owned(), source };
+        let layer_err = |source: BlobError| Error::Layer {
+            repo: self.display.clone(),
+            tag: tag.to_owned(),
+            layer: layer.to_owned(),
+            source: Box::new(source),
+        };
         let io = |message: String| BlobError::Io { path: format!("blob {digest}").into(), source: std::io::Error::other(message) };
         let download = async {
             let mut url = self.url(&format!("blobs/{digest}"))?;

@@ -302,7 +302,7 @@ pub enum Error {
         repo: String,
         reference: String,
         #[source]
-        source: ManifestError,
+        source: Box<ManifestError>,
     },
     /// The manifest's bytes do not hash to the digest its tag resolved to (fail closed).
     #[error("{repo}: release {tag}: manifest digest mismatch: expected {expected}, got {actual}")]
@@ -312,8 +312,9 @@ pub enum Error {
         repo: String,
         tag: String,
         layer: String,
+        // Boxed (as `Artifact`'s): every OCI result would carry the largest variant's size.
         #[source]
-        source: crate::cache::blobs::BlobError,
+        source: Box<crate::cache::blobs::BlobError>,
     },
 }
 
