@@ -177,6 +177,28 @@ async fn a_missing_key_renders_no_value_with_a_warning_and_strict_templates_refu
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_release_is_permanent_and_a_helm_out_of_time_may_pass() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A release in a subdirectory of its tree: errors name its files from the tree, once.
+    let tree = dir.path().join("tree");
+    let root = copy_fixture("docker-ferrol-1-27-v2", &tree.join("stacks"));
+    std::fs::write(root.join("clusteraddon.yaml"), "addonStages:\n  AfterControlPlaneInitialized:\n    - {name: nope, action: apply}\n")
+        .expect("write");
+    let errs = Layout::load(&tree, "stacks/docker-ferrol-1-27-v2", &release("docker-ferrol-1-27-v2"), dir.path()).expect_err("no chart");
+    let want = "stacks/docker-ferrol-1-27-v2/docker-ferrol-1-27-cluster-addon-v1/nope: stage `nope` of clusteraddon.yaml has no chart";
+    assert!(errs.to_string().starts_with(want), "\n got: {errs}\nwant: {want}");
+    assert_eq!((errs.is_transient(), errs.reason()), (false, "InvalidRelease"), "retried only when the release changes");
+
+    // helm that cannot finish in time: the same render may succeed on a less busy machine.
+    let layout = Layout::load(&fixture("docker-ferrol-1-27-v2"), ".", &release("docker-ferrol-1-27-v2"), dir.path()).expect("layout");
+    let config = HelmConfig { path: Some(helm_path()), timeout: std::time::Duration::from_nanos(1), ..HelmConfig::default() };
+    let slow = Helm::locate(&config).await.expect("helm runs");
+    let errs = layout.render_cluster_class(&slow, "team-a").await.expect_err("no helm run finishes within a nanosecond");
+    assert_eq!((errs.is_transient(), errs.reason()), (true, "HelmTimeout"), "{errs}");
+    assert!(errs.to_string().contains("did not finish within 0s"), "{errs}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broken_releases_are_reported_with_file_line_and_field() {
     let dir = tempfile::tempdir().expect("tempdir");
     let table: &[(&str, &str, &str)] = &[
