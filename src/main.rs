@@ -399,7 +399,7 @@ fn render(runtime: &tokio::runtime::Runtime, config: &Path, out: &Path, cluster:
 }
 
 fn parse_lease_duration(text: &str) -> Result<std::time::Duration, String> {
-    let d = stacksync::schedule::parse_duration(text).map_err(|e| e.to_string())?;
+    let d = stacksync::model::schedule::parse_duration(text).map_err(|e| e.to_string())?;
     if d < std::time::Duration::from_secs(2) || d > std::time::Duration::from_secs(300) {
         return Err(format!("{text}: expected a duration from 2s to 5m"));
     }

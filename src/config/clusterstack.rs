@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::validate::{Cx, Fields, describe};
 use super::yaml::{Node, Value};
 use super::{CLUSTER_CLASS_DIR, ClusterObjects, Format, HelmConfig, RolloutConfig, TemplatesConfig, Wave};
-use crate::schedule::{format_duration, parse_duration};
+use crate::model::schedule::{format_duration, parse_duration};
 
 impl Format {
     /// The release-relative directory read when `path` is not set.

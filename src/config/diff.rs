@@ -107,7 +107,7 @@ fn rollout_text(r: Option<&super::RolloutConfig>) -> String {
         "waves [{}], canary [{}], waveTimeout {}, checkInterval {}",
         waves.join(", "),
         canary.join(", "),
-        crate::schedule::format_duration(r.wave_timeout),
-        crate::schedule::format_duration(r.check_interval)
+        crate::model::schedule::format_duration(r.wave_timeout),
+        crate::model::schedule::format_duration(r.check_interval)
     )
 }

@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 pub use diff::diff;
 pub use sources::{parse_size, tag_matches};
 
+use crate::model::schedule::Schedule;
 use crate::model::version::Constraint;
-use crate::schedule::Schedule;
 pub use webhooks::WebhooksConfig;
 
 /// The only `apiVersion` this build reads.

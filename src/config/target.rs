@@ -113,7 +113,7 @@ impl Cx {
     fn min_duration(&mut self, f: &super::validate::Fields<'_>, key: &str, default: std::time::Duration) -> std::time::Duration {
         let Some(n) = f.get(key) else { return default };
         let text = self.string(f, key).unwrap_or_default();
-        match crate::schedule::parse_duration(&text) {
+        match crate::model::schedule::parse_duration(&text) {
             Ok(d) if d >= std::time::Duration::from_secs(1) => d,
             Ok(_) => {
                 self.error(n.mark, &f.path(key), "must be at least 1s");

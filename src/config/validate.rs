@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use super::yaml::{self, Mark, Node, Value};
 use super::{API_VERSION, CacheConfig, ClusterConfig, Config, ConfigError, ConfigErrors, KIND, Subscription};
+use crate::model::schedule::{DEFAULT_INTERVAL, Schedule};
 use crate::model::version::{Constraint, Version};
-use crate::schedule::{DEFAULT_INTERVAL, Schedule};
 
 pub(super) fn validate(file: &Path, text: &str) -> Result<Config, ConfigErrors> {
     let mut cx = Cx { file: file.to_owned(), errors: Vec::new() };
@@ -386,7 +386,7 @@ impl Cx {
             None => Some(super::DEFAULT_HEALTH_TIMEOUT),
             Some(n) => {
                 let text = self.string(&f, "healthTimeout").unwrap_or_default();
-                match crate::schedule::parse_duration(&text) {
+                match crate::model::schedule::parse_duration(&text) {
                     Ok(d) if d.is_zero() => None,
                     Ok(d) => Some(d),
                     Err(e) => {
@@ -400,7 +400,7 @@ impl Cx {
             None => super::DEFAULT_STAGE_TIMEOUT,
             Some(n) => {
                 let text = self.string(&f, "stageTimeout").unwrap_or_default();
-                match crate::schedule::parse_duration(&text) {
+                match crate::model::schedule::parse_duration(&text) {
                     Ok(d) if !d.is_zero() => d,
                     Ok(_) => {
                         self.error(n.mark, &f.path("stageTimeout"), "must be longer than 0s (a wait that may not wait never passes)");

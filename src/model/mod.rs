@@ -1,11 +1,11 @@
 //! The vocabulary every stage shares: plain data with no I/O, importing nothing from the other
 //! stages (they import it). Cluster and object identities, a cluster's variables
 //! ([`cluster`]), the rendered [`Object`], digests ([`digest`]), versions and constraints
-//! ([`version`]) and what a subscription wants of them ([`Wanted`]), how a source is reached
-//! ([`source`]), verification records ([`verification`]), Kubernetes name validation
-//! ([`names`]), what a release host published ([`published`]), and the small enums two stages
-//! used to define each on their own. A type moves here when a second stage needs it;
-//! `tests/layering.rs` keeps this module a leaf.
+//! ([`version`]) and what a subscription wants of them ([`Wanted`]), schedules and durations
+//! ([`schedule`]), how a source is reached ([`source`]), verification records
+//! ([`verification`]), Kubernetes name validation ([`names`]), what a release host published
+//! ([`published`]), and the small enums two stages used to define each on their own. A type
+//! moves here when a second stage needs it; `tests/layering.rs` keeps this module a leaf.
 
 use std::fmt;
 
@@ -14,6 +14,7 @@ pub mod digest;
 pub mod names;
 pub mod object;
 pub mod published;
+pub mod schedule;
 pub mod source;
 pub mod verification;
 pub mod version;

@@ -177,7 +177,7 @@ fn judge_health(unhealthy: &[(ObjectRef, Health)], timeout: Duration, previous: 
         let (o, h) = unhealthy.iter().find(|(_, h)| matches!(h, Health::Failed(_))).unwrap_or(&unhealthy[0]);
         let mut message = format!("{o}: {h}{more}");
         if !failed {
-            message.push_str(&format!("; not healthy within healthTimeout {}", crate::schedule::format_duration(timeout)));
+            message.push_str(&format!("; not healthy within healthTimeout {}", crate::model::schedule::format_duration(timeout)));
         }
         Verdict { ready: false, reason: Reason::Unhealthy, message }
     } else {

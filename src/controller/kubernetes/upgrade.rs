@@ -159,8 +159,12 @@ fn waiting(mut up: UpgradeStatus, timeout: Duration, why: String) -> Step {
     let what = format!("{kind} stage {}/{} `{}` {}", up.stage_index + 1, up.stages, up.stage, up.phase);
     up.waiting_for.clone_from(&why);
     if waited >= timeout {
-        let message =
-            format!("{what} not done within stageTimeout {} ({} → {}): {why}", crate::schedule::format_duration(timeout), up.from, up.to);
+        let message = format!(
+            "{what} not done within stageTimeout {} ({} → {}): {why}",
+            crate::model::schedule::format_duration(timeout),
+            up.from,
+            up.to
+        );
         return failed(up, message);
     }
     up.failure.clear();

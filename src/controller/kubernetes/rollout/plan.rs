@@ -521,7 +521,7 @@ fn pause(st: &mut RolloutStatus, reason: &'static str, message: String, steps: &
 
 /// Names the first late Cluster and why, and the other late ones (at most five more).
 pub fn late_message(waiting: &[(String, String)], timeout: Duration) -> String {
-    let within = crate::schedule::format_duration(timeout);
+    let within = crate::model::schedule::format_duration(timeout);
     let Some((key, why)) = waiting.first() else { return String::new() };
     let mut out = format!("{key} not done within waveTimeout {within}: {why}");
     if waiting.len() > 1 {
