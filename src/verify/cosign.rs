@@ -12,7 +12,7 @@ use p256::ecdsa::{Signature, VerifyingKey};
 use p256::pkcs8::DecodePublicKey;
 use sha2::{Digest, Sha256};
 
-use super::{Refusal, Verified};
+use super::{KeyParseError, Refusal, Verified};
 
 /// The annotation of a cosign signature layer holding the base64 signature of the layer.
 pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
@@ -39,7 +39,7 @@ impl CosignKeys {
     /// # Errors
     /// `(line, message)` of a block that is not an ECDSA P-256 public key; line 0 when there is
     /// no block.
-    pub fn parse(text: &str) -> Result<CosignKeys, (usize, String)> {
+    pub fn parse(text: &str) -> Result<CosignKeys, (usize, KeyParseError)> {
         const BEGIN: &str = "-----BEGIN PUBLIC KEY-----";
         const END: &str = "-----END PUBLIC KEY-----";
         let lines: Vec<&str> = text.lines().collect();
@@ -48,7 +48,7 @@ impl CosignKeys {
         while i < lines.len() {
             let l = lines[i].trim();
             if l.starts_with("-----BEGIN") && l.contains("PRIVATE KEY") {
-                return Err((i + 1, "a private key: give the public key (`cosign.pub`)".into()));
+                return Err((i + 1, KeyParseError::CosignPrivateKey));
             }
             if l != BEGIN {
                 i += 1;
@@ -56,18 +56,17 @@ impl CosignKeys {
             }
             let start = i;
             let Some(end) = lines[i..].iter().position(|l| l.trim() == END).map(|p| i + p) else {
-                return Err((start + 1, "PUBLIC KEY block without its END line".into()));
+                return Err((start + 1, KeyParseError::CosignUnterminated));
             };
             let pem = lines[start..=end].join("\n") + "\n";
-            let key = VerifyingKey::from_public_key_pem(&pem)
-                .map_err(|e| (start + 1, format!("not an ECDSA P-256 public key (cosign's key type): {e}")))?;
+            let key = VerifyingKey::from_public_key_pem(&pem).map_err(|e| (start + 1, KeyParseError::NotP256(e)))?;
             let body: String = lines[start + 1..end].iter().map(|l| l.trim()).collect();
-            let der = base64::engine::general_purpose::STANDARD.decode(body).map_err(|e| (start + 1, format!("bad base64: {e}")))?;
+            let der = base64::engine::general_purpose::STANDARD.decode(body).map_err(|e| (start + 1, KeyParseError::Base64(e)))?;
             keys.push(CosignKey { key, fingerprint: fingerprint(&der) });
             i = end + 1;
         }
         if keys.is_empty() {
-            return Err((0, format!("holds no `{BEGIN}` block (cosign's `cosign.pub`)")));
+            return Err((0, KeyParseError::NoCosignKey));
         }
         Ok(CosignKeys { keys })
     }

@@ -148,9 +148,40 @@ impl KeyFileError {
 pub enum KeyFileProblem {
     #[error(transparent)]
     Read(#[from] ReadError),
-    /// The parser's words for the line (`KeyFileError::line`) or the file.
-    #[error("{0}")]
-    Parse(String),
+    /// What is wrong at the line (`KeyFileError::line`), or with the whole file (line 0).
+    #[error(transparent)]
+    Parse(KeyParseError),
+}
+
+/// What is wrong with a key file's content: an entry that is not a usable public key, or no key
+/// at all. Each parser returns it with the line it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyParseError {
+    /// An `allowed_signers` line.
+    #[error(transparent)]
+    AllowedSigners(#[from] sshsig::LineError),
+    #[error("holds no key (expected lines `principals [options] keytype base64-key`)")]
+    NoSshKey,
+    #[error("a private key: give the public key (`cosign.pub`)")]
+    CosignPrivateKey,
+    #[error("PUBLIC KEY block without its END line")]
+    CosignUnterminated,
+    #[error("not an ECDSA P-256 public key (cosign's key type): {0}")]
+    NotP256(#[source] p256::pkcs8::spki::Error),
+    #[error("bad base64: {0}")]
+    Base64(#[source] base64::DecodeError),
+    #[error("holds no `-----BEGIN PUBLIC KEY-----` block (cosign's `cosign.pub`)")]
+    NoCosignKey,
+    #[error("a private key: the keyring holds public keys only (`gpg --armor --export`)")]
+    PgpPrivateKey,
+    #[error("key block without its END line")]
+    PgpUnterminated,
+    #[error("not an OpenPGP public key: {0}")]
+    NotPgp(#[source] pgp::errors::Error),
+    #[error("the key's self-signatures do not verify: {0}")]
+    PgpBindings(#[source] pgp::errors::Error),
+    #[error("holds no `-----BEGIN PGP PUBLIC KEY BLOCK-----` (export with `gpg --armor --export <key>`)")]
+    NoPgpKey,
 }
 
 /// Why a small text file could not be read ([`read_bounded`]).
@@ -195,11 +226,11 @@ impl TrustFiles {
                 problem: e.into(),
             })
         };
-        let at = |(field, path): &(String, PathBuf), (line, message): (usize, String)| KeyFileError {
+        let at = |(field, path): &(String, PathBuf), (line, e): (usize, KeyParseError)| KeyFileError {
             field: field.clone(),
             path: path.clone(),
             line,
-            problem: KeyFileProblem::Parse(message),
+            problem: KeyFileProblem::Parse(e),
         };
         let ssh = match &self.ssh_allowed_signers {
             Some(f) => Some(sshsig::AllowedSigners::parse(&read(f)?).map_err(|e| at(f, e))?),

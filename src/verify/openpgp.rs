@@ -7,7 +7,7 @@
 use pgp::composed::{Deserializable, DetachedSignature, SignedPublicKey};
 use pgp::types::KeyDetails;
 
-use super::{Refusal, Verified};
+use super::{KeyParseError, Refusal, Verified};
 
 /// One trusted key: the primary key and its subkeys.
 #[derive(Debug, Clone)]
@@ -29,7 +29,7 @@ impl Keyring {
     /// # Errors
     /// `(line, message)`: the line of the block that cannot be read (0 when the file holds no
     /// key block), or a key whose self-signatures do not verify.
-    pub fn parse(text: &str) -> Result<Keyring, (usize, String)> {
+    pub fn parse(text: &str) -> Result<Keyring, (usize, KeyParseError)> {
         const BEGIN: &str = "-----BEGIN PGP PUBLIC KEY BLOCK-----";
         const END: &str = "-----END PGP PUBLIC KEY BLOCK-----";
         let mut keys = Vec::new();
@@ -38,24 +38,24 @@ impl Keyring {
         while i < lines.len() {
             if lines[i].trim() != BEGIN {
                 if lines[i].trim().starts_with("-----BEGIN PGP PRIVATE KEY") {
-                    return Err((i + 1, "a private key: the keyring holds public keys only (`gpg --armor --export`)".into()));
+                    return Err((i + 1, KeyParseError::PgpPrivateKey));
                 }
                 i += 1;
                 continue;
             }
             let start = i;
             let Some(end) = lines[i..].iter().position(|l| l.trim() == END).map(|p| i + p) else {
-                return Err((start + 1, "key block without its END line".into()));
+                return Err((start + 1, KeyParseError::PgpUnterminated));
             };
             let block = lines[start..=end].join("\n") + "\n";
-            let (parsed, _) = SignedPublicKey::from_string(&block).map_err(|e| (start + 1, format!("not an OpenPGP public key: {e}")))?;
-            parsed.verify_bindings().map_err(|e| (start + 1, format!("the key's self-signatures do not verify: {e}")))?;
+            let (parsed, _) = SignedPublicKey::from_string(&block).map_err(|e| (start + 1, KeyParseError::NotPgp(e)))?;
+            parsed.verify_bindings().map_err(|e| (start + 1, KeyParseError::PgpBindings(e)))?;
             let fingerprint = format!("openpgp:{:X}", parsed.primary_key.fingerprint());
             keys.push(TrustedKey { key: parsed, fingerprint });
             i = end + 1;
         }
         if keys.is_empty() {
-            return Err((0, format!("holds no `{BEGIN}` (export with `gpg --armor --export <key>`)")));
+            return Err((0, KeyParseError::NoPgpKey));
         }
         Ok(Keyring { keys })
     }

@@ -7,7 +7,7 @@
 
 use ssh_key::{HashAlg, PublicKey, SshSig};
 
-use super::{Refusal, Verified};
+use super::{KeyParseError, Refusal, Verified};
 
 /// The first line of an armoured SSH signature.
 pub const BEGIN: &str = "-----BEGIN SSH SIGNATURE-----";
@@ -38,7 +38,7 @@ impl AllowedSigners {
     ///
     /// # Errors
     /// `(line, message)` of the first entry that cannot be used.
-    pub fn parse(text: &str) -> Result<AllowedSigners, (usize, String)> {
+    pub fn parse(text: &str) -> Result<AllowedSigners, (usize, KeyParseError)> {
         let mut signers = Vec::new();
         for (i, raw) in text.lines().enumerate() {
             let line = i + 1;
@@ -46,10 +46,10 @@ impl AllowedSigners {
             if trimmed.is_empty() || trimmed.starts_with('#') {
                 continue;
             }
-            signers.push(parse_line(trimmed, line).map_err(|e| (line, e.to_string()))?);
+            signers.push(parse_line(trimmed, line).map_err(|e| (line, e.into()))?);
         }
         if signers.is_empty() {
-            return Err((0, "holds no key (expected lines `principals [options] keytype base64-key`)".into()));
+            return Err((0, KeyParseError::NoSshKey));
         }
         Ok(AllowedSigners { signers })
     }
@@ -124,7 +124,7 @@ impl AllowedSigners {
 /// What is wrong with one `allowed_signers` line (reported with its number by
 /// [`AllowedSigners::parse`]).
 #[derive(Debug, thiserror::Error)]
-enum LineError {
+pub enum LineError {
     #[error("not an OpenSSH public key (`keytype base64-key`): {0}")]
     Key(#[source] ssh_key::Error),
     #[error("unterminated quote")]
@@ -273,6 +273,7 @@ mod tests {
         ];
         for (text, line, says) in table {
             let (l, m) = AllowedSigners::parse(&text).unwrap_err();
+            let m = m.to_string();
             assert_eq!(l, line, "{m}");
             assert!(m.contains(says), "{m}");
         }
