@@ -93,6 +93,25 @@ fn imports_follow_the_documented_layering() {
     assert!(imports.len() > 100, "only {} imports between top-level modules found: is the scanner reading src/?", imports.len());
 }
 
+/// docs/architecture.md's "Follow one Cluster" walks from a watch event to the status in at most
+/// eight files: each numbered step names one file under `src/`, and it must exist.
+#[test]
+fn the_walk_through_names_at_most_eight_files_that_exist() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).expect("docs/architecture.md");
+    let start = doc.find("### Follow one Cluster").expect("a \"### Follow one Cluster\" section");
+    let section = doc[start + 1..].split("\n#").next().unwrap_or_default();
+    let files: Vec<&str> = section
+        .lines()
+        .filter(|l| l.split_once(". `").is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit())))
+        .filter_map(|l| l.split('`').nth(1))
+        .collect();
+    assert!(!files.is_empty() && files.len() <= 8, "the walk-through names {} files: {files:?}", files.len());
+    for f in &files {
+        assert!(root.join("src").join(f).is_file(), "docs/architecture.md, Follow one Cluster: src/{f} does not exist");
+    }
+}
+
 /// Prints the import graph between top-level modules (`cargo test --test layering -- --nocapture
 /// import_graph`): each module, what it imports and how many paths say so.
 #[test]
