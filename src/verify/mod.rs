@@ -149,8 +149,9 @@ pub enum KeyFileProblem {
     #[error(transparent)]
     Read(#[from] ReadError),
     /// What is wrong at the line (`KeyFileError::line`), or with the whole file (line 0).
+    /// Boxed: pgp's error is large, and every poll's result would carry it.
     #[error(transparent)]
-    Parse(KeyParseError),
+    Parse(Box<KeyParseError>),
 }
 
 /// What is wrong with a key file's content: an entry that is not a usable public key, or no key
@@ -230,7 +231,7 @@ impl TrustFiles {
             field: field.clone(),
             path: path.clone(),
             line,
-            problem: KeyFileProblem::Parse(e),
+            problem: KeyFileProblem::Parse(Box::new(e)),
         };
         let ssh = match &self.ssh_allowed_signers {
             Some(f) => Some(sshsig::AllowedSigners::parse(&read(f)?).map_err(|e| at(f, e))?),
