@@ -331,9 +331,19 @@ impl Applier {
     }
 
     async fn apply_stage(&self, stage: &Stage, previous: &Digests<'_>, scopes: &Scopes<'_>, run: &mut Run) {
-        let mut objects: Vec<&Object> = stage.objects.iter().collect();
-        objects.sort_by(|a, b| order::compare(a, b));
-        for rank in objects.chunk_by(|a, b| order::rank(a) == order::rank(b)) {
+        // `order::compare`'s order, each object's rank looked up once (not in every comparison).
+        let mut ranked: Vec<(usize, &Object)> = stage.objects.iter().map(|o| (order::rank(o), o)).collect();
+        ranked.sort_by(|(ra, a), (rb, b)| {
+            ra.cmp(rb).then_with(|| {
+                (a.group(), &a.kind, a.namespace.as_deref(), &a.name).cmp(&(b.group(), &b.kind, b.namespace.as_deref(), &b.name))
+            })
+        });
+        let objects: Vec<&Object> = ranked.iter().map(|(_, o)| *o).collect();
+        let ranks: Vec<usize> = ranked.iter().map(|(r, _)| *r).collect();
+        let mut at = 0;
+        for same in ranks.chunk_by(|a, b| a == b) {
+            let rank = &objects[at..at + same.len()];
+            at += same.len();
             let (mut entries, mut slots) = (Vec::with_capacity(rank.len()), Vec::with_capacity(rank.len()));
             for o in rank {
                 let (entry, slot) = self.prepare(o, stage, previous, &mut run.cache).await;
