@@ -539,8 +539,8 @@ async fn stack_releases_record_the_signer_and_a_refused_release_is_ready_false_s
     let cm = |extra: &str| {
         format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: addon-config\n  namespace: kube-system\ndata:\n  extra: {extra}\n")
     };
-    tag_manifest(&repo, "v1.0.0", &cm("one"), Some(&ssh_signing(&key)));
-    tag_manifest(&repo, "v1.1.0", &cm("unsigned"), None);
+    tag_manifest(repo, "v1.0.0", &cm("one"), Some(&ssh_signing(&key)));
+    tag_manifest(repo, "v1.1.0", &cm("unsigned"), None);
     let signers = dir.path().join("allowed_signers");
     std::fs::write(&signers, format!("release@acme {}\n", ssh_pub(&key))).expect("signers");
     let config = verified(env.config(), &signers);
@@ -578,7 +578,7 @@ async fn a_cluster_whose_class_names_a_refused_release_is_signature_invalid() {
     env.add_kubeconfig("alpha", 0).await;
     let (dir, repo, client) = (&env.dir, &env.repo, env.mgmt());
     let key = ssh_key(dir.path(), "release");
-    tag_manifest(&repo, "docker-ferrol-1-27-v2", "# nothing\n", None);
+    tag_manifest(repo, "docker-ferrol-1-27-v2", "# nothing\n", None);
     let signers = dir.path().join("allowed_signers");
     std::fs::write(&signers, format!("release@acme {}\n", ssh_pub(&key))).expect("signers");
     let config = verified(env.stack_config(|s| s), &signers);

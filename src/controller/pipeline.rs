@@ -53,8 +53,9 @@ impl RenderError {
     pub fn is_transient(&self) -> bool {
         match self {
             RenderError::WorkDir(_) | RenderError::Task(_) => true,
-            RenderError::Helm(e) => matches!(e, crate::render::helm::Error::Timeout { .. } | crate::render::helm::Error::Spawn { .. }),
-            RenderError::Release(_) | RenderError::Render(_) | RenderError::TwoStages { .. } => false,
+            RenderError::Helm(e) => e.is_transient(),
+            RenderError::Release(e) | RenderError::Render(e) => e.is_transient(),
+            RenderError::TwoStages { .. } => false,
         }
     }
 
