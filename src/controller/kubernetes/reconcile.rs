@@ -507,7 +507,9 @@ pub(super) async fn choose(kube: &Kube, sub: &Subscription, class: Option<&str>)
         }
         _ => match kube.ctx.select(sub).await {
             Ok(s) => Ok(s.release),
-            Err(e) => Err(Fail::new(Reason::ReleaseUnavailable, e.to_string(), true)),
+            // Nothing matches until a source offers another tag or the config another
+            // constraint: both bring the Cluster back (Stalled meanwhile).
+            Err(e) => Err(Fail { cause: Some(e.reason()), ..Fail::new(Reason::ReleaseNotAvailable, e.to_string(), false) }.with_source(e)),
         },
     }
 }

@@ -63,7 +63,7 @@ pub async fn render(ctx: Arc<Context>, out: &Path) -> Result<PassReport, Error> 
         let prepared = match ctx.prepare(&rel).await {
             Ok(p) => p,
             Err(e) => {
-                report.clusters.push(failed(Reason::ReleaseUnavailable, e.to_string(), Some(&rel)));
+                report.clusters.push(failed(e.status_reason(), e.to_string(), Some(&rel)));
                 continue;
             }
         };
