@@ -539,8 +539,8 @@ async fn apply_without_a_name_updates_an_existing_object_and_cannot_create_one()
 }
 
 /// A metadata-only client (`Accept: …;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`, what
-/// kube's `metadata_watcher` and client-go's metadata informers send) gets metadata alone, as
-/// from the real server: no Secret data crosses the wire.
+/// kube's `Api<PartialObjectMeta<K>>` and client-go's metadata informers send) gets metadata
+/// alone, as from the real server: no Secret data crosses the wire.
 #[tokio::test]
 async fn metadata_only_requests_get_partial_object_metadata() {
     let server = ApiServer::start().await.unwrap();
@@ -568,15 +568,12 @@ async fn metadata_only_requests_get_partial_object_metadata() {
     assert_eq!(v["items"][0]["metadata"]["name"], "s");
     assert!(v["items"][0].get("data").is_none(), "{v}");
 
-    // kube's metadata watcher: the initial list and a change, metadata only.
+    // A watcher over `Api<PartialObjectMeta<Secret>>` (as the controller watches kubeconfig
+    // Secrets): the initial list and a change, metadata only.
     let api: Api<kube::api::PartialObjectMeta<k8s_openapi::api::core::v1::Secret>> = Api::default_namespaced(server.client().unwrap());
     let listed = api.list_metadata(&ListParams::default()).await.unwrap();
     assert_eq!(listed.items.iter().map(|m| m.metadata.name.as_deref()).collect::<Vec<_>>(), [Some("s")]);
-    let mut events = kube::runtime::metadata_watcher(
-        Api::<k8s_openapi::api::core::v1::Secret>::default_namespaced(server.client().unwrap()),
-        watcher::Config::default(),
-    )
-    .boxed();
+    let mut events = watcher(api, watcher::Config::default()).boxed();
     loop {
         if let watcher::Event::InitDone = tokio::time::timeout(TIMEOUT, events.try_next()).await.unwrap().unwrap().unwrap() {
             break;
