@@ -364,3 +364,37 @@ async fn a_release_refused_for_its_digest_was_retried_forever_and_never_stalled(
     }
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_the_source_did_not_serve_was_reported_stalled() {
+    use testkit::github::{Fault, GithubServer, Route};
+    let env = Env::new(1).await;
+    let server = GithubServer::start().await.expect("GitHub server");
+    let cm2 = CM.replace("addon-", "second-");
+    server.add_release("acme/stacks", "v1.0.0", &[("manifests.tar.gz".to_owned(), crate::common::targz(&[("cm.yaml", CM)]))], false, false);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = env.config().github("stacks", "acme/stacks", &server.api_url()).write();
+    assert_exit(&run_once(&config).await, 0);
+
+    // The storage host answers 503 to every attempt at v2's asset: it may come back by itself,
+    // so the Cluster is Reconciling (backoff), never Stalled, and says which error.
+    let v2 = [("manifests.tar.gz".to_owned(), crate::common::targz(&[("cm.yaml", CM), ("cm2.yaml", &cm2)]))];
+    server.add_release("acme/stacks", "v2.0.0", &v2, false, false);
+    for _ in 0..stacksync::source::github::DOWNLOAD_ATTEMPTS {
+        server.fail_next(Route::Storage, Fault::Status(503));
+    }
+    assert_exit(&run_once(&config).await, 1);
+    let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
+    let (ready, reconciling) = (condition(&cs, "Ready"), condition(&cs, "Reconciling"));
+    assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("False"), Some("ReleaseUnavailable")), "{cs}");
+    assert_eq!(reconciling["status"], "True", "{cs}");
+    assert_ne!(reconciling["reason"], "ReleaseUnavailable", "the Reconciling condition names the error itself: {cs}");
+    assert_eq!(condition(&cs, "Stalled")["status"], "False", "{cs}");
+    assert_eq!(cs["status"]["appliedRelease"]["tag"], "v1.0.0", "{cs}");
+
+    // It came back: the next pass puts v2 in place.
+    assert_exit(&run_once(&config).await, 0);
+    assert_eq!(env.cluster_sync("alpha").await.expect("ClusterSync")["status"]["appliedRelease"]["tag"], "v2.0.0");
+    server.stop().await;
+}
