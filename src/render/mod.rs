@@ -8,12 +8,13 @@ pub mod clusterstack;
 pub mod gotemplate;
 pub mod helm;
 pub mod subst;
+mod template;
 pub mod values;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -21,6 +22,7 @@ use crate::kubeyaml;
 use crate::model::Object;
 use crate::model::cluster::ClusterConfig;
 use crate::release::Release;
+use template::FileTemplate;
 
 /// The largest manifest file read; a release is configuration, not a data set.
 pub const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
@@ -214,7 +216,7 @@ pub enum ReadError {
 }
 
 impl ReadError {
-    fn io(e: std::io::Error) -> ReadError {
+    pub fn io(e: std::io::Error) -> ReadError {
         ReadError::Io(Arc::new(e))
     }
 
@@ -294,6 +296,9 @@ type ObjectKey<'a> = (&'a str, &'a str, Option<&'a str>, &'a str);
 pub struct Manifests {
     /// Release-relative path -> text, in path order.
     files: BTreeMap<String, String>,
+    /// Each file parsed once with tokens for its variables ([`template`]), built by the first
+    /// render that needs it; clones share them.
+    templates: Arc<Mutex<BTreeMap<String, Arc<FileTemplate>>>>,
 }
 
 impl Manifests {
@@ -309,12 +314,12 @@ impl Manifests {
         let mut files = BTreeMap::new();
         let mut errors = Vec::new();
         collect(&root, dir, &mut files, &mut errors);
-        if errors.is_empty() { Ok(Manifests { files }) } else { Err(Errors(errors)) }
+        if errors.is_empty() { Ok(Manifests { files, ..Manifests::default() }) } else { Err(Errors(errors)) }
     }
 
     /// Builds a set from in-memory files (tests, `--cluster` previews).
     pub fn from_files(files: impl IntoIterator<Item = (String, String)>) -> Manifests {
-        Manifests { files: files.into_iter().collect() }
+        Manifests { files: files.into_iter().collect(), ..Manifests::default() }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -327,9 +332,21 @@ impl Manifests {
     /// Every substitution, YAML and object error found (all files are checked).
     pub fn render(&self, release: &Release, cluster: &ClusterConfig) -> Result<Vec<Object>, Errors> {
         let vars = variables(release, cluster);
+        let names: Vec<&String> = vars.keys().collect();
         let mut objects = Vec::new();
         let mut errors = Vec::new();
         for (file, text) in &self.files {
+            // Parsed once per release; the text path below when that does not apply.
+            if let Some(docs) = self.template(file, text, &names).fill(&vars) {
+                for (line, value) in docs {
+                    match object_from_json(file, line, value) {
+                        Ok(Some(o)) => objects.push(o),
+                        Ok(None) => {}
+                        Err(e) => errors.push(e),
+                    }
+                }
+                continue;
+            }
             let text = match subst::substitute(text, &vars) {
                 Ok(t) => t,
                 Err(errs) => {
@@ -365,6 +382,19 @@ impl Manifests {
             }
         }
         if errors.is_empty() { Ok(objects) } else { Err(Errors(errors)) }
+    }
+}
+
+impl Manifests {
+    /// `file`'s template for these variable names, built on first use.
+    fn template(&self, file: &str, text: &str, names: &[&String]) -> Arc<FileTemplate> {
+        let mut templates = self.templates.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(t) = templates.get(file).filter(|t| t.fits(names)) {
+            return t.clone();
+        }
+        let t = Arc::new(FileTemplate::build(text, names));
+        templates.insert(file.to_owned(), t.clone());
+        t
     }
 }
 
@@ -436,6 +466,11 @@ pub(crate) fn parse_object(file: &str, chart: Option<&str>, line: usize, doc: &s
         None => Value::Null,
         Some(root) => root.to_json().map_err(parse_err)?,
     };
+    object_from_json(file, line, value)
+}
+
+/// The object a document's JSON describes (`None` for a `null` document).
+fn object_from_json(file: &str, line: usize, value: Value) -> Result<Option<Object>, Error> {
     let obj_err = |problem: ObjectProblem| Error::Object { file: file.to_owned(), line, problem };
     let map = match value {
         Value::Null => return Ok(None),

@@ -36,7 +36,7 @@ pub use render::render;
 pub use rollout::{Health, judge, plan, request as request_rollout};
 pub use run::{SHARD_LABEL, pass, request_reconcile, run};
 
-use super::{Context, Error};
+use super::{Context, Error, PreparedRelease};
 use crate::apply::ssa::{self, Stage};
 use crate::config::{Config, KubernetesTarget, Subscription, Target};
 use crate::model::ClusterKey;
@@ -87,6 +87,9 @@ pub struct Workload {
 
 /// The Kubernetes half of the long-lived context: the management client, Cluster API's
 /// `Cluster` resource as discovered once, workload clients, retry counts.
+/// Manifest releases kept read and parsed ([`Kube::manifests`]): the releases in use at once.
+const KEPT_MANIFESTS: usize = 8;
+
 pub struct Kube {
     pub ctx: Arc<Context>,
     pub mgmt: kube::Client,
@@ -114,6 +117,9 @@ pub struct Kube {
     /// Manifest releases (`subscription`, `tag`, `commit`) whose StackRelease this process has
     /// recorded: once per release, not a read per reconcile.
     recorded: Mutex<std::collections::HashSet<(String, String, String)>>,
+    /// Manifest releases read from the cache by (tree, directory), the most recent first: a
+    /// release's files are read and parsed once (`render::Manifests`), not once per Cluster.
+    manifests: Mutex<std::collections::VecDeque<(std::path::PathBuf, String, Arc<crate::render::Manifests>)>>,
     /// Kubernetes Events on ClusterSyncs and StackReleases.
     events: events::Events,
     /// Rollouts: the Kubernetes version of a release (`tag@commit`), read once per process.
@@ -148,11 +154,40 @@ impl Kube {
             attempts: Mutex::new(HashMap::new()),
             classes: classes::Classes::default(),
             recorded: Mutex::new(std::collections::HashSet::new()),
+            manifests: Mutex::new(std::collections::VecDeque::new()),
             events: events::Events::new(mgmt.clone()),
             kubernetes_versions: Mutex::new(HashMap::new()),
             references: References::default(),
             mgmt,
         }))
+    }
+
+    /// The manifests of a release's `dir`, read from its cache tree once (the tree was verified
+    /// by the prepare that returned it); a tree this prepare wrote is read afresh.
+    async fn manifests(&self, prepared: &PreparedRelease, dir: &str) -> Result<Arc<crate::render::Manifests>, crate::render::Errors> {
+        let same = |(tree, d, _): &(std::path::PathBuf, String, _)| *tree == prepared.tree && d == dir;
+        {
+            let mut kept = self.manifests.lock().unwrap_or_else(PoisonError::into_inner);
+            if prepared.fetched {
+                kept.retain(|e| !same(e));
+            } else if let Some(at) = kept.iter().position(same) {
+                let entry = kept.remove(at).expect("found");
+                let m = entry.2.clone();
+                kept.push_front(entry);
+                return Ok(m);
+            }
+        }
+        let (tree, path) = (prepared.tree.clone(), dir.to_owned());
+        let loaded = tokio::task::spawn_blocking(move || crate::render::Manifests::load(&tree, &path)).await.unwrap_or_else(|e| {
+            let source = crate::render::ReadError::io(std::io::Error::other(format!("the load task failed: {e}")));
+            Err(crate::render::Errors(vec![crate::render::Error::ReadFile { file: dir.to_owned(), source }]))
+        })?;
+        let m = Arc::new(loaded);
+        let mut kept = self.manifests.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.retain(|e| !same(e));
+        kept.push_front((prepared.tree.clone(), dir.to_owned(), m.clone()));
+        kept.truncate(KEPT_MANIFESTS);
+        Ok(m)
     }
 
     fn target(&self) -> KubernetesTarget {

@@ -20,7 +20,6 @@ use crate::controller::{ClusterReport, Error, PreparedRelease};
 use crate::model::cluster::ClusterConfig;
 use crate::model::{ClusterKey, StageAction};
 use crate::release::{self, Release, short};
-use crate::render::Manifests;
 use crate::status::crd::{ClusterSync, ClusterSyncStatus, RECONCILE_REQUESTED_AT};
 use crate::status::desired::{Applied, Outcome, desired, verdict};
 use crate::status::{ClusterStatus, Reason};
@@ -127,7 +126,8 @@ async fn reconcile_in(
         .cloned()
         .or_else(|| prev_status.last_handled_reconcile_at.clone());
     let api_version = format!("{}/{}", kube.clusters.group, kube.clusters.version);
-    let owner = Owner { api_version: &api_version, uid: obj.metadata.uid.as_deref() };
+    let owner =
+        Owner { api_version: &api_version, uid: obj.metadata.uid.as_deref(), exists: previous.is_some(), written: Default::default() };
 
     let c = with_live_objects(kube, obj, c).await;
 
@@ -191,8 +191,10 @@ async fn reconcile_in(
     let events = super::events::for_cluster_sync(&prev_status, &next, changes.writes(), &changes.summary());
     // Retried a few times here; past that the reconcile fails and the controller retries it
     // with backoff until the status lands (the apply-started status says the truth meanwhile).
-    let written =
-        super::status::retried(|| write_cluster_sync(&syncs, sub, &c, &owner, previous.as_ref(), next.clone(), k.resync / 2)).await;
+    // The ClusterSync as this reconcile last wrote it, if it did: not created a second time.
+    let latest = owner.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    let latest = latest.as_ref().or(previous.as_ref());
+    let written = super::status::retried(|| write_cluster_sync(&syncs, sub, &c, &owner, latest, next.clone(), k.resync / 2)).await;
     let uid = match written {
         Ok(uid) => uid,
         Err(source) => {
@@ -523,12 +525,7 @@ pub(super) async fn render(kube: &Kube, sub: &Subscription, prepared: &PreparedR
     };
     match sub.format {
         Format::Manifests => {
-            let tree = prepared.tree.clone();
-            let path = sub.path.clone();
-            let manifests = tokio::task::spawn_blocking(move || Manifests::load(&tree, &path))
-                .await
-                .map_err(|e| render_failed(format!("load task failed: {e}")))?
-                .map_err(|e| render_failed(e.to_string()))?;
+            let manifests = kube.manifests(prepared, &sub.path).await.map_err(|e| render_failed(e.to_string()))?;
             let objects = manifests.render(rel, c).map_err(|e| render_failed(e.to_string()))?;
             Ok(Rendered { stages: vec![Stage { name: "manifests".into(), action: StageAction::Apply, objects }], warnings: Vec::new() })
         }

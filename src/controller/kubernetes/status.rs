@@ -25,7 +25,8 @@ pub(super) fn now() -> String {
 
 /// Writes a status as it is (the apply-started note); the full write follows the apply. A
 /// Cluster's first sync creates its ClusterSync here (owned by the Cluster), so even a first
-/// install is recorded before its first object is written.
+/// install is recorded before its first object is written. What was written is kept in
+/// `owner.written`, so the full write does not create it again.
 ///
 /// # Errors
 /// The management cluster refused the write or did not answer; the caller applies nothing.
@@ -39,13 +40,20 @@ pub(super) async fn write_progress(
     summarise(&mut status);
     let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "ClusterSync", "metadata": {"name": c.name}, "status": status});
     let params = PatchParams::apply(MANAGER).force();
-    match api.patch_status(&c.name, &params, &Patch::Apply(body.clone())).await {
+    let known = owner.exists || owner.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_some();
+    if !known {
+        // Known to be missing (the reconcile read it): created first, not asked for in vain.
+        create(api, sub, c, owner).await?;
+    }
+    let written = match api.patch_status(&c.name, &params, &Patch::Apply(body.clone())).await {
         Err(kube::Error::Api(e)) if e.code == 404 => {
             create(api, sub, c, owner).await?;
-            api.patch_status(&c.name, &params, &Patch::Apply(body)).await.map(|_| ())
+            api.patch_status(&c.name, &params, &Patch::Apply(body)).await?
         }
-        other => other.map(|_| ()),
-    }
+        other => other?,
+    };
+    *owner.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(written);
+    Ok(())
 }
 
 /// How often one reconcile tries a status write before it fails (and the controller retries
@@ -85,10 +93,14 @@ fn may_pass(e: &kube::Error) -> bool {
 }
 
 /// Who a `ClusterSync` is about: its Cluster (the owner, so it is deleted with it) and the
-/// subscription that covers it.
+/// subscription that covers it; and what this reconcile knows of the ClusterSync.
 pub(super) struct Owner<'a> {
     pub api_version: &'a str,
     pub uid: Option<&'a str>,
+    /// The reconcile read it and it was there.
+    pub exists: bool,
+    /// As the apply-started write left it, when that was written.
+    pub written: std::sync::Mutex<Option<ClusterSync>>,
 }
 
 /// Creates the ClusterSync if needed (owned by its Cluster) and writes its status with
