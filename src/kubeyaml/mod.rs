@@ -243,6 +243,11 @@ pub fn parse_document(text: &str, first_line: usize) -> Result<Document, SyntaxE
     if text.len() > MAX_BYTES {
         return Err(SyntaxError::new(at(0, 0), format!("the text is larger than {MAX_BYTES} bytes")));
     }
+    // A block scalar whose last line has no line break makes the scanner panic ("unexpected end
+    // of input"); kubectl reads such a text as if it ended in one (`a: |` + `x` at the end of
+    // a file is "x\n"), so it is given one. An error past the text's end is put at its end.
+    let end = Mark { line: text.matches('\n').count(), col: text.rsplit('\n').next().map_or(0, |l| l.chars().count()) };
+    let text: std::borrow::Cow<'_, str> = if text.is_empty() || text.ends_with('\n') { text.into() } else { format!("{text}\n").into() };
     let mut input = text.as_bytes();
     let mut parser = Parser::new();
     parser.set_input_string(&mut input);
@@ -254,7 +259,8 @@ pub fn parse_document(text: &str, first_line: usize) -> Result<Document, SyntaxE
                 Some(c) => format!("{} ({c})", e.problem()),
                 None => e.problem().to_owned(),
             };
-            SyntaxError::new(at(m.line, m.column), message)
+            let (line, col) = if m.line as usize > end.line { (end.line as u64, end.col as u64) } else { (m.line, m.column) };
+            SyntaxError::new(at(line, col), message)
         })?;
         let mark = at(event.start_mark.line, event.start_mark.column);
         if matches!(event.data, EventData::Scalar { .. } | EventData::SequenceStart { .. } | EventData::MappingStart { .. }) {

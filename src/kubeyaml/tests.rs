@@ -243,3 +243,23 @@ fn what_the_directory_target_writes_reads_back_unchanged() {
     let back = parse(&text).unwrap().root.unwrap().to_json().unwrap();
     assert_eq!(back, value, "{text}");
 }
+
+/// A block scalar that ends the text without a line break: the scanner panicked; kubectl reads
+/// it as ending in one (checked with `kubectl label --local -f … -o json`).
+#[test]
+fn a_block_scalar_at_the_end_of_the_text_without_a_line_break() {
+    for (text, want) in [
+        ("a: |\n  x\n  y", "x\ny\n"),
+        ("a: |-\n  x\n  y", "x\ny"),
+        ("a: |+\n  x\n  y", "x\ny\n"),
+        ("a: >\n  x\n  y", "x y\n"),
+        ("- |\n  x", "x\n"),
+    ] {
+        let root = super::parse_document(text, 1).expect("parses").root.expect("a document").to_json().expect("json");
+        let got = root.get("a").or_else(|| root.get(0)).cloned();
+        assert_eq!(got, Some(serde_json::Value::String(want.into())), "{text:?}");
+    }
+    // An error at the end is reported at the text's last line, not one past it.
+    let e = super::parse_document("a: 1\nb: 'x", 1).expect_err("unterminated");
+    assert_eq!(e.mark.line, 2, "{e:?}");
+}
