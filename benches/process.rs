@@ -15,8 +15,11 @@
 //! The peer is the raw server-side apply ceiling of one workload server process, measured by
 //! `wrk` at 128 connections (as `benches/fleet.rs` measures it) just before the cold pass.
 //!
-//! Run through `scripts/bench.sh` (`BENCH_PROCESS_SIZES`, default 1000,5000); by hand:
-//! `cargo bench --bench process -- --testkit T --wrk W --sizes 1000 --workloads 4 --out F`.
+//! Run through `scripts/bench.sh` (`BENCH_PROCESS_SIZES`, default 1000,5000), which passes the
+//! binary the container image ships (`cargo build --profile dist`: LTO, one codegen unit) as
+//! `--stacksync`; by hand: `cargo bench --bench process -- --testkit T --wrk W --sizes 1000
+//! --workloads 4 --stacksync target/dist/stacksync --out F` (without `--stacksync`, the
+//! `release` build).
 //! Results: docs/performance.md.
 
 #[path = "common/mod.rs"]

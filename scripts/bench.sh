@@ -7,9 +7,10 @@
 #     cases on a real control plane (`testkit kube`: etcd, kube-apiserver, controllers, kwok;
 #     built by scripts/build-realkube.sh), the ceiling measured by wrk on that same real server,
 #     for BENCH_REAL_SIZES (default 100,1000; empty skips them).
-#   - benches/process.rs: the whole binary as a user runs it, for BENCH_PROCESS_SIZES (default
-#     1000,5000; empty skips them) Clusters x 40 objects, each Cluster with its own kubeconfig
-#     Secret on a testkit management server, BENCH_PROCESS_WORKLOADS (default 4) testkit workload
+#   - benches/process.rs: the whole binary as a user runs it (built with the image's `dist`
+#     profile), for BENCH_PROCESS_SIZES (default 1000,5000; empty skips them) Clusters x 40
+#     objects, each Cluster with its own kubeconfig Secret on a testkit management server,
+#     BENCH_PROCESS_WORKLOADS (default 4) testkit workload
 #     servers: `run --once` cold and no-op under /usr/bin/time -v, and the daemon until every
 #     ClusterSync is Ready then one resync (wall time, peak RSS, CPU, workload requests, log
 #     lines), next to the wrk SSA ceiling of one workload server; BENCH_SOAK_SECS (default 0)
@@ -57,8 +58,11 @@ cargo bench --locked --bench fleet -- \
   --out "$out"
 process_sizes="${BENCH_PROCESS_SIZES-1000,5000}"
 if [ -n "$process_sizes" ]; then
+  # The binary users run: the container image's `dist` profile (LTO, one codegen unit).
+  cargo build --locked --profile dist --bin stacksync
   cargo bench --locked --bench process -- \
     --testkit "$target/release/testkit" \
+    --stacksync "$target/dist/stacksync" \
     --wrk "$(command -v wrk)" \
     --sizes "$process_sizes" \
     --workloads "${BENCH_PROCESS_WORKLOADS:-4}" \

@@ -338,3 +338,47 @@ async fn a_cluster_stack_upgrade_runs_its_stages_on_the_real_server() {
     let _ = cms.delete("upgrade-gate", &Default::default()).await;
     t.delete().await;
 }
+
+/// A workload client offers HTTP/2 first (as client-go does): against the real API server a
+/// reconcile's requests in flight together share one connection and one TLS handshake, where
+/// HTTP/1.1 opened one connection per request in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workload_requests_to_the_real_server_go_over_http2() {
+    let Some(t) = Tenant::new("http2").await else { return };
+    let kubeconfig = kube::config::Kubeconfig::read_from(t.kubeconfig()).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await.expect("config");
+    let port = config.cluster_url.port_u16().expect("the server's port");
+    let before = connections_to(port);
+    let tls = stacksync::controller::kubernetes::workload::TlsConfigs::default();
+    let client = stacksync::controller::kubernetes::workload::client(&config, &tls).expect("workload client");
+    let get = async |client: kube::Client| {
+        let request = http::Request::get("/version").body(Vec::new()).expect("request");
+        client.send(request.map(kube::client::Body::from)).await.expect("an answer").version()
+    };
+    // As a sync does: its first request alone (the reachability check), then 8 at once.
+    let first = get(client.clone()).await;
+    let versions = futures_util::future::join_all((0..8).map(|_| get(client.clone()))).await;
+    assert!(std::iter::once(&first).chain(&versions).all(|v| *v == http::Version::HTTP_2), "{first:?} {versions:?}");
+    assert_eq!(connections_to(port) - before, 1, "9 requests, 8 of them in flight together, over one connection");
+}
+
+/// TCP connections this process has open to `port` on loopback (its socket descriptors, found in
+/// /proc/net/tcp by inode).
+fn connections_to(port: u16) -> usize {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir("/proc/self/fd")
+        .expect("fds")
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|l| l.to_string_lossy().strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')).map(str::to_owned))
+        .collect();
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let remote = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 9 && f[2].ends_with(&remote) && f[3] == "01" && inodes.contains(f[9])
+        })
+        .count()
+}

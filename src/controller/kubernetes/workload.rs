@@ -12,7 +12,9 @@
 //! - **Connections live as long as the reconcile that opened them**: what is kept for a Cluster
 //!   between reconciles is its [`Recipe`] (the parsed kubeconfig and its shared TLS
 //!   configuration), not a client; each reconcile builds a client from it (cheap) and its
-//!   connections close when the reconcile drops it. Within a reconcile the pool keeps up to
+//!   connections close when the reconcile drops it. Over TLS, HTTP/2 is offered first (ALPN
+//!   `h2`, then `http/1.1`, as client-go does): against a real API server all of a reconcile's
+//!   requests share one connection and one TLS handshake. Over HTTP/1.1 the pool keeps up to
 //!   [`IDLE_CONNECTIONS`] idle connections, so the sync's requests (up to its `concurrency` at
 //!   once) go over the same few connections instead of a new one for most requests: with one
 //!   idle connection kept, a sync of 40 objects 8 at a time opened about 31 connections.
@@ -76,8 +78,9 @@ impl TlsConfigs {
     fn build(&self, config: &kube::Config) -> Result<Arc<rustls::ClientConfig>, kube::Error> {
         self.built.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut tls = config.rustls_client_config()?;
-        // HTTP/1.1, as kube's own connector offers.
-        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // HTTP/2 first, as client-go offers it: a reconcile's requests share one connection
+        // (one TLS handshake) instead of one connection per request in flight.
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(Arc::new(tls))
     }
 
