@@ -297,8 +297,9 @@ pub struct Manifests {
     /// Release-relative path -> text, in path order.
     files: BTreeMap<String, String>,
     /// Each file parsed once with tokens for its variables ([`template`]), built by the first
-    /// render that needs it; clones share them.
-    templates: Arc<Mutex<BTreeMap<String, Arc<FileTemplate>>>>,
+    /// render that needs it, for the last few sets of variable names (Clusters with values of
+    /// their own have other names); clones share them.
+    templates: Arc<Mutex<BTreeMap<String, Vec<Arc<FileTemplate>>>>>,
 }
 
 impl Manifests {
@@ -385,15 +386,20 @@ impl Manifests {
     }
 }
 
+/// Sets of variable names a file's template is kept for ([`Manifests::template`]).
+const NAME_SETS: usize = 4;
+
 impl Manifests {
     /// `file`'s template for these variable names, built on first use.
     fn template(&self, file: &str, text: &str, names: &[&String]) -> Arc<FileTemplate> {
         let mut templates = self.templates.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(t) = templates.get(file).filter(|t| t.fits(names)) {
+        let kept = templates.entry(file.to_owned()).or_default();
+        if let Some(t) = kept.iter().find(|t| t.fits(names)) {
             return t.clone();
         }
         let t = Arc::new(FileTemplate::build(text, names));
-        templates.insert(file.to_owned(), t.clone());
+        kept.insert(0, t.clone());
+        kept.truncate(NAME_SETS);
         t
     }
 }
@@ -531,6 +537,31 @@ mod tests {
         assert_eq!(objs[0].name, "alpha-cfg");
         assert_eq!(objs[0].body["data"]["region"], "eu-1");
         assert_eq!((objs[1].line, objs[1].group()), (10, "apps"));
+    }
+
+    /// Clusters with values of their own (other variable names) each get their template, kept
+    /// side by side, and the objects the text gives.
+    #[test]
+    fn clusters_with_other_variable_names_render_alike_from_their_templates() {
+        let m = Manifests::from_files([(
+            "m/a.yaml".to_owned(),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${cluster.name}\ndata:\n  count: ${replicas:-1}\n".to_owned(),
+        )]);
+        let mut other = cluster();
+        other.name = "beta".into();
+        other.values.insert("replicas".into(), "3".into());
+        let mut spaced = cluster();
+        spaced.name = "gamma".into();
+        spaced.values.insert("replicas".into(), "not a number".into());
+        for _ in 0..2 {
+            for (c, want) in
+                [(&cluster(), serde_json::json!(1)), (&other, serde_json::json!(3)), (&spaced, serde_json::json!("not a number"))]
+            {
+                let objs = m.render(&release(), c).unwrap();
+                assert_eq!((objs[0].name.as_str(), &objs[0].body["data"]["count"]), (c.name.as_str(), &want));
+            }
+        }
+        assert_eq!(m.templates.lock().unwrap()["m/a.yaml"].len(), 2, "one template per set of names");
     }
 
     #[test]
