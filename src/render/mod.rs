@@ -393,11 +393,11 @@ impl Manifests {
     /// `file`'s template for these variable names, built on first use.
     fn template(&self, file: &str, text: &str, names: &[&String]) -> Arc<FileTemplate> {
         let mut templates = self.templates.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let kept = templates.entry(file.to_owned()).or_default();
-        if let Some(t) = kept.iter().find(|t| t.fits(names)) {
+        if let Some(t) = templates.get(file).and_then(|kept| kept.iter().find(|t| t.fits(names))) {
             return t.clone();
         }
         let t = Arc::new(FileTemplate::build(text, names));
+        let kept = templates.entry(file.to_owned()).or_default();
         kept.insert(0, t.clone());
         kept.truncate(NAME_SETS);
         t

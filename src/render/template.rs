@@ -54,7 +54,7 @@ struct Hole {
     scalar: Scalar,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Step {
     Key(String),
     Index(usize),
@@ -139,7 +139,7 @@ fn docs(text: &str, names: &[&String]) -> Option<Vec<DocTemplate>> {
 fn walk(node: &Node, path: &mut Vec<Step>, holes: &mut Vec<Hole>) -> Option<Value> {
     match &node.value {
         kubeyaml::Value::Scalar(s) if s.text.contains(PREFIX) => {
-            holes.push(Hole { path: path.iter().map(Step::clone_step).collect(), scalar: s.clone() });
+            holes.push(Hole { path: path.clone(), scalar: s.clone() });
             Some(Value::Null)
         }
         kubeyaml::Value::Scalar(s) => kubeyaml::scalar::to_json(s).ok(),
@@ -165,15 +165,6 @@ fn walk(node: &Node, path: &mut Vec<Step>, holes: &mut Vec<Hole>) -> Option<Valu
                 map.insert(key, value);
             }
             Some(Value::Object(map))
-        }
-    }
-}
-
-impl Step {
-    fn clone_step(&self) -> Step {
-        match self {
-            Step::Key(k) => Step::Key(k.clone()),
-            Step::Index(i) => Step::Index(*i),
         }
     }
 }

@@ -85,11 +85,11 @@ pub struct Workload {
     pub discovery: ssa::Discovery,
 }
 
-/// The Kubernetes half of the long-lived context: the management client, Cluster API's
-/// `Cluster` resource as discovered once, workload clients, retry counts.
 /// Manifest releases kept read and parsed ([`Kube::manifests`]): the releases in use at once.
 const KEPT_MANIFESTS: usize = 8;
 
+/// The Kubernetes half of the long-lived context: the management client, Cluster API's
+/// `Cluster` resource as discovered once, workload clients, retry counts.
 pub struct Kube {
     pub ctx: Arc<Context>,
     pub mgmt: kube::Client,
