@@ -53,6 +53,6 @@ rm -rf "$out/crds"
 mv -f "$work/crds" "$out/crds"
 mv -f "$work/webhooks.yaml" "$out/webhooks.yaml"
 mv -f "$work/capi-manager" "$out/capi-manager"
-echo "$want" > "$stamp.tmp" && mv -f "$stamp.tmp" "$stamp"
+echo "$want" > "$stamp.tmp.$$" && mv -f "$stamp.tmp.$$" "$stamp"
 echo "build-cluster-api.sh: built capi-manager in $(( $(date +%s) - started ))s" >&2
 echo "$out"

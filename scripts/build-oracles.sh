@@ -33,7 +33,7 @@ dir="$tools_dir/template-oracle/$hash"
 bin="$dir/template-oracle"
 if [ ! -x "$bin" ]; then
   mkdir -p "$dir"
-  (cd "$src" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly "$go" build -trimpath -o "$bin.tmp" .)
-  mv "$bin.tmp" "$bin"
+  (cd "$src" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly "$go" build -trimpath -o "$bin.tmp.$$" .)
+  mv -f "$bin.tmp.$$" "$bin"
 fi
 echo "$bin"

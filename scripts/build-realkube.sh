@@ -57,6 +57,6 @@ build etcd etcd go.etcd.io/etcd/server/v3 "-s -w"
 build kwok kwok sigs.k8s.io/kwok/cmd/kwok "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$kwok_version"
 
 for b in "${binaries[@]}"; do mv -f "$work/$b" "$bin_dir/$b"; done
-echo "$want" > "$stamp.tmp" && mv -f "$stamp.tmp" "$stamp"
+echo "$want" > "$stamp.tmp.$$" && mv -f "$stamp.tmp.$$" "$stamp"
 echo "build-realkube.sh: built ${binaries[*]} in $(( $(date +%s) - started ))s" >&2
 echo "$bin_dir"

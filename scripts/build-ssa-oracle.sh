@@ -19,6 +19,6 @@ fi
 
 command -v go >/dev/null || { echo "build-ssa-oracle.sh: Go is required (1.24 or newer)" >&2; exit 1; }
 mkdir -p "$tools_dir/bin"
-(cd "$src" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -o "$bin.tmp" .)
-mv -f "$bin.tmp" "$bin"
+(cd "$src" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -o "$bin.tmp.$$" .)
+mv -f "$bin.tmp.$$" "$bin"
 echo "$bin"

@@ -33,9 +33,9 @@ import glob, os, sys, zipfile
 wheel = glob.glob(os.path.join(sys.argv[1], "kubernetes_validate-*.whl"))[0]
 member = "kubernetes_validate/kubernetes-json-schema/v1.35.0-local/_definitions.json"
 target = os.path.join(sys.argv[2], "_definitions.json")
-with zipfile.ZipFile(wheel) as z, open(target + ".tmp", "wb") as out:
+with zipfile.ZipFile(wheel) as z, open(target + f".{os.getpid()}.tmp", "wb") as out:
     out.write(z.read(member))
-os.replace(target + ".tmp", target)
+os.replace(target + f".{os.getpid()}.tmp", target)
 PY
     rm -rf "$schema_work"
 fi
@@ -76,8 +76,8 @@ fi
 
 # Install through a temporary name and rename, so a concurrent run never sees half a binary.
 for tool in kubectl helm; do
-    install -m 0755 "$work/layer/$tool/$tool" "$bin_dir/.$tool.tmp"
-    mv -f "$bin_dir/.$tool.tmp" "$bin_dir/$tool"
+    install -m 0755 "$work/layer/$tool/$tool" "$bin_dir/.$tool.tmp.$$"
+    mv -f "$bin_dir/.$tool.tmp.$$" "$bin_dir/$tool"
 done
 
 "$bin_dir/kubectl" version --client >&2
