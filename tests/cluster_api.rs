@@ -195,18 +195,23 @@ async fn a_stage_past_its_timeout_fails_the_hook_keeps_the_upgrade_held_and_show
 
     // The stage waits past stageTimeout: UpgradeFailed on the ClusterSync, a Failure answer to
     // Cluster API, which keeps the control plane where it is and says so on the Cluster.
+    // The ClusterSync turns UpgradeFailed first; Cluster API hears of it when it next calls the
+    // hook (up to RETRY_AFTER_SECONDS later), so each is waited for, not read once: the retry
+    // answers before it already name the gate.
     let key = format!("{}/c1", t.ns);
-    t.eventually(&daemon, "the failure on the ClusterSync and the Cluster", STEP, async || {
-        let cs = t.cluster_sync("c1").await;
-        let (_, reason, message) = condition(&t.cluster("c1").await, "TopologyReconciled");
-        condition(&cs, "Ready").1 == "UpgradeFailed" && (message.contains("stageTimeout") || message.contains(&gate)) && !reason.is_empty()
+    t.eventually(&daemon, "UpgradeFailed on the ClusterSync", STEP, async || {
+        condition(&t.cluster_sync("c1").await, "Ready").1 == "UpgradeFailed"
     })
     .await;
-    assert!(
-        daemon.log().lines().any(|l| l.contains("runtime hook") && l.contains(&key) && l.contains("answer=failure")),
-        "{}",
-        daemon.log()
-    );
+    t.eventually(&daemon, "the hook answering failure", STEP, async || {
+        daemon.log().lines().any(|l| l.contains("runtime hook") && l.contains(&key) && l.contains("answer=failure"))
+    })
+    .await;
+    t.eventually(&daemon, "the Cluster's TopologyReconciled quoting the failure", STEP, async || {
+        let (_, reason, message) = condition(&t.cluster("c1").await, "TopologyReconciled");
+        message.contains("stageTimeout") && !reason.is_empty()
+    })
+    .await;
     let cp = t.control_plane("c1").await.expect("control plane");
     assert_eq!(cp["spec"]["version"], K1, "held: {cp}");
     let cs = t.cluster_sync("c1").await;

@@ -138,9 +138,10 @@ impl Certificates {
         }
         match read_pair(&self.cert_file, &self.key_file, &self.provider) {
             Ok((bytes, key)) => {
+                // Said before it takes effect: whoever sees the new certificate finds it logged.
+                info!(cert = %self.cert_file.display(), "hooks listener: the certificate changed; new connections use the new one");
                 *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(key);
                 self.seen.lock().unwrap_or_else(PoisonError::into_inner).0 = bytes;
-                info!(cert = %self.cert_file.display(), "hooks listener: the certificate changed; new connections use the new one");
             }
             // cert-manager may be half-way through writing the pair: the next look retries.
             Err(e) => warn!("hooks listener: {e}; the certificate in use stays"),
