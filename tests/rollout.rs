@@ -419,3 +419,29 @@ async fn a_rollout_waits_for_a_failed_cluster_class_and_stops_when_rollout_is_re
     let _ = stop.send(true);
     tokio::time::timeout(Duration::from_secs(10), capi).await.expect("Cluster API task stopped").expect("task");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_edit_that_fails_is_tried_again_not_taken_for_a_change_by_someone_else() {
+    let env = Arc::new(Env::new(2).await);
+    publish_v3_on(&env.repo, "v3", "v1.27.3", &[]);
+    fleet(&env, 2).await;
+    // The rollout's edit of c00 meets a conflict twice (Cluster API wrote the Cluster in
+    // between, as its status writes do all the time): c00 is still on v3 at the next check.
+    let conflict = testkit::apiserver::FaultRule::new().verb("patch").path(&format!("/namespaces/{NS}/clusters/c00")).status(409).times(2);
+    env.mgmt.faults().add(conflict);
+    let (stop, capi) = play_cluster_api(&env, Arc::default());
+    let config = config(&env, two_waves("250ms"));
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
+    daemon
+        .eventually("the fleet synced on v3", Duration::from_secs(60), async || env.cluster_classes().await.contains(&V3.to_owned()))
+        .await;
+    publish_v3_on(&env.repo, "v4", "v1.27.4", &[]);
+    daemon.eventually("the v4 rollout complete", Duration::from_secs(60), async || rollout(&env).await["phase"] == "Complete").await;
+    assert_eq!(on_v4(&env).await.len(), 2);
+    let log = daemon.log();
+    assert_eq!(log.lines().filter(|l| l.contains("rollout:") && l.contains("tried again at the next check")).count(), 2, "{log}");
+    assert!(!log.contains("rollout paused"), "{log}");
+    daemon.stop().await;
+    let _ = stop.send(true);
+    tokio::time::timeout(Duration::from_secs(10), capi).await.expect("Cluster API task stopped").expect("task");
+}

@@ -317,6 +317,10 @@ pub struct WaveStatus {
     /// Clusters of this wave that are done.
     #[serde(default)]
     pub done: u32,
+    /// Clusters of this wave whose edit to the target class failed (a conflict, a refusal, a
+    /// deadline): it is tried again at every check until it takes or the wave times out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unmoved: Vec<String>,
 }
 
 /// Annotation on a rollout's target `StackRelease` asking a paused rollout to go on (any new

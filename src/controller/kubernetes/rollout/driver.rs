@@ -20,7 +20,7 @@ use super::{Error, ROLLOUT_MANAGER};
 use crate::config::{RolloutConfig, Subscription};
 use crate::model::ClusterKey;
 use crate::release::Release;
-use crate::status::crd::{ClusterSync, ClusterSyncStatus, ROLLOUT_PAUSE, ROLLOUT_RESUME, RolloutStatus, StackRelease};
+use crate::status::crd::{ClusterSync, ClusterSyncStatus, ROLLOUT_PAUSE, ROLLOUT_RESUME, RolloutStatus, StackRelease, WaveStatus};
 
 /// Looks at every subscription's rollout when releases change and every `checkInterval` (the
 /// shortest of all), until `stop` says so.
@@ -178,6 +178,11 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
     let before = st.clone();
     fleet.syncs = cluster_syncs(kube, sub).await?;
     let mut version: Option<Option<String>> = None;
+    if let Some(wave) = unmoved(&mut st) {
+        let v = kubernetes_version(kube, sub, &target).await;
+        retry_moves(kube, wave, &mut fleet, &target.tag, v.as_deref()).await;
+        version = Some(v);
+    }
     if !plan::to_judge(&st).is_empty() {
         version = Some(kubernetes_version(kube, sub, &target).await);
         fleet.control_planes = control_planes(kube, &fleet.members, plan::to_judge(&st)).await;
@@ -188,18 +193,24 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
         plan::advance(&mut st, &fleet, &t, &requests, cfg.wave_timeout, chrono::Utc::now())
     };
     for step in steps {
-        if let Step::WaveStarted { clusters, .. } = &step {
+        if let Step::WaveStarted { wave, clusters, .. } = &step {
             if version.is_none() {
                 version = Some(kubernetes_version(kube, sub, &target).await);
             }
             let v = version.clone().flatten();
+            let mut failed = Vec::new();
             for key in clusters {
                 if let Some(m) = fleet.members.get(key)
                     && let Err(e) = move_cluster(kube, &m.obj, &target.tag, v.as_deref()).await
                 {
-                    // Re-read and retried at the next check; the wave waits (and times out).
-                    warn!(cluster = %key, to = %target.tag, "rollout: {e}");
+                    // Tried again at every check on the Cluster as read then; the wave waits
+                    // for it (and times out).
+                    warn!(cluster = %key, to = %target.tag, "rollout: {e}; tried again at the next check");
+                    failed.push(key.clone());
                 }
+            }
+            if let Some(w) = st.plan.get_mut(wave.saturating_sub(1) as usize) {
+                w.unmoved = failed;
             }
         }
         report(kube, sub, &target, &rel, step);
@@ -209,6 +220,33 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
         write(kube, &name, &st).await?;
     }
     Ok(())
+}
+
+/// The running wave of `st` when some of its edits failed (`unmoved`).
+fn unmoved(st: &mut RolloutStatus) -> Option<&mut WaveStatus> {
+    if st.phase != plan::PROGRESSING {
+        return None;
+    }
+    st.plan.get_mut(st.wave.saturating_sub(1) as usize).filter(|w| w.phase == plan::PROGRESSING && !w.unmoved.is_empty())
+}
+
+/// Tries again the edits of `wave` that failed, on the Clusters as this round read them: one
+/// still on an older release of the stack is moved (and judged as the edit left it); one that
+/// is not (someone moved it, or it is gone) leaves the list and is judged as it is.
+async fn retry_moves(kube: &Kube, wave: &mut WaveStatus, fleet: &mut Fleet, class: &str, version: Option<&str>) {
+    let mut still = Vec::new();
+    for key in std::mem::take(&mut wave.unmoved) {
+        let Some(m) = fleet.members.get_mut(&key).filter(|m| plan::is_older(&m.obj.data, class)) else { continue };
+        match move_cluster(kube, &m.obj, class, version).await {
+            Ok(Some(moved)) => m.obj = moved,
+            Ok(None) => {}
+            Err(e) => {
+                warn!(cluster = %key, to = %class, "rollout: {e}; tried again at the next check");
+                still.push(key);
+            }
+        }
+    }
+    wave.unmoved = still;
 }
 
 /// The log line and the Event of one step.
@@ -329,7 +367,7 @@ async fn read_kubernetes_version(kube: &Kube, sub: &Subscription, target: &Relea
 /// Points a Cluster at the target class (and Kubernetes version), unless it already is. A merge
 /// patch with the Cluster's `resourceVersion`: it fails rather than overwrite a write made since
 /// the Cluster was read.
-async fn move_cluster(kube: &Kube, obj: &DynamicObject, class: &str, version: Option<&str>) -> Result<()> {
+async fn move_cluster(kube: &Kube, obj: &DynamicObject, class: &str, version: Option<&str>) -> Result<Option<DynamicObject>> {
     let topology = &obj.data["spec"]["topology"];
     let mut changes = serde_json::Map::new();
     if topology_class(&obj.data).as_deref() != Some(class) {
@@ -345,16 +383,19 @@ async fn move_cluster(kube: &Kube, obj: &DynamicObject, class: &str, version: Op
         changes.insert("version".into(), json!(v));
     }
     if changes.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let ns = obj.metadata.namespace.clone().unwrap_or_default();
     let name = obj.metadata.name.clone().unwrap_or_default();
     let body = json!({"metadata": {"resourceVersion": obj.metadata.resource_version}, "spec": {"topology": changes}});
     let api: Api<DynamicObject> = Api::namespaced_with(kube.mgmt.clone(), &ns, &kube.clusters);
     let pp = PatchParams { field_manager: Some(ROLLOUT_MANAGER.into()), ..PatchParams::default() };
-    api.patch(&name, &pp, &Patch::Merge(body)).await.map_err(|source| Error::MoveCluster { cluster: format!("{ns}/{name}"), source })?;
+    let moved = api
+        .patch(&name, &pp, &Patch::Merge(body))
+        .await
+        .map_err(|source| Error::MoveCluster { cluster: format!("{ns}/{name}"), source })?;
     info!(cluster = %format!("{ns}/{name}"), class, version = version.unwrap_or_default(), "rollout: Cluster moved");
-    Ok(())
+    Ok(Some(moved))
 }
 
 async fn write(kube: &Kube, name: &str, st: &RolloutStatus) -> Result<()> {

@@ -241,18 +241,17 @@ pub fn round(state: Option<&RolloutStatus>) -> Round {
 /// the same stack, with whether each is a canary. `None` when the tag is not a version.
 pub fn older(members: &BTreeMap<String, Member>, target_tag: &str) -> Option<Vec<(String, bool)>> {
     let to = Version::from_tag(target_tag)?;
-    Some(
-        members
-            .iter()
-            .filter(|(_, m)| {
-                topology_class(&m.obj.data)
-                    .and_then(|c| Version::from_tag(&c))
-                    .and_then(|v| v.compare(&to))
-                    .is_some_and(|o| o == std::cmp::Ordering::Less)
-            })
-            .map(|(k, m)| (k.clone(), m.canary))
-            .collect(),
-    )
+    Some(members.iter().filter(|(_, m)| on_older(&m.obj.data, &to)).map(|(k, m)| (k.clone(), m.canary)).collect())
+}
+
+/// Whether `cluster`'s class names an older release of the same stack than `target_tag`: a
+/// Cluster the rollout is to move.
+pub fn is_older(cluster: &Value, target_tag: &str) -> bool {
+    Version::from_tag(target_tag).is_some_and(|to| on_older(cluster, &to))
+}
+
+fn on_older(cluster: &Value, to: &Version) -> bool {
+    topology_class(cluster).and_then(|c| Version::from_tag(&c)).and_then(|v| v.compare(to)).is_some_and(|o| o == std::cmp::Ordering::Less)
 }
 
 /// Why a StackRelease's ClusterClass is not applied: the first error of its apply as this
@@ -338,7 +337,7 @@ pub fn start(waves: &[Wave], older: &[(String, bool)], requests: &Requests, now:
         waves: waves.len() as u32,
         total: older.len() as u32,
         started: timestamp(now),
-        plan: waves.into_iter().map(|clusters| WaveStatus { clusters, phase: PENDING.into(), done: 0 }).collect(),
+        plan: waves.into_iter().map(|clusters| WaveStatus { clusters, phase: PENDING.into(), ..WaveStatus::default() }).collect(),
         handled_resume: requests.resume.clone(),
         handled_pause: requests.pause.clone(),
         ..RolloutStatus::default()
@@ -388,15 +387,21 @@ pub enum WaveHealth {
     Failed { done: u32, cluster: String, reason: &'static str, why: String },
 }
 
-/// Judges the Clusters of a wave over what the round read of the fleet.
-pub fn judge_wave(clusters: &[String], fleet: &Fleet, target: &Target<'_>) -> WaveHealth {
+/// Judges the Clusters of a wave over what the round read of the fleet. A Cluster in
+/// `wave.unmoved` is not judged: its edit is still to be made, so its class is not the target's
+/// yet (that is no change by someone else).
+pub fn judge_wave(wave: &WaveStatus, fleet: &Fleet, target: &Target<'_>) -> WaveHealth {
     let mut done = 0u32;
     let mut late: Vec<(String, String)> = Vec::new();
-    for key in clusters {
+    for key in &wave.clusters {
         let Some(m) = fleet.members.get(key) else {
             done += 1;
             continue;
         };
+        if wave.unmoved.contains(key) {
+            late.push((key.clone(), format!("not moved to {} yet: its edit failed and is tried again at every check", target.class)));
+            continue;
+        }
         match judge(&m.obj.data, fleet.control_planes.get(key), fleet.syncs.get(key), target) {
             Health::Done => done += 1,
             Health::Waiting(why) => late.push((key.clone(), why)),
@@ -459,6 +464,7 @@ fn go_on(
             && w.phase == PROGRESSING
         {
             w.phase = PENDING.into();
+            w.unmoved.clear();
         }
     }
     if st.phase != PROGRESSING {
@@ -478,7 +484,7 @@ fn go_on(
             return;
         }
         let size = wave.clusters.len();
-        match judge_wave(&wave.clusters, fleet, target) {
+        match judge_wave(wave, fleet, target) {
             WaveHealth::Failed { done, cluster, reason, why } => {
                 st.plan[index].done = done;
                 pause(st, reason, format!("{cluster}: {why}"), steps);

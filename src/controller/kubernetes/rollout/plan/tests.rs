@@ -90,7 +90,7 @@ fn rollout(waves: &[&[&str]], wave: u32, current: &str, phase: &str) -> RolloutS
                 std::cmp::Ordering::Equal => current,
                 std::cmp::Ordering::Greater => PENDING,
             };
-            WaveStatus { clusters: w.iter().map(|c| (*c).to_owned()).collect(), phase: p.into(), done: 0 }
+            WaveStatus { clusters: w.iter().map(|c| (*c).to_owned()).collect(), phase: p.into(), ..WaveStatus::default() }
         })
         .collect::<Vec<_>>();
     let mut st = RolloutStatus {
@@ -240,7 +240,7 @@ fn a_cluster_is_done_when_upgraded_healthy_and_available() {
 #[test]
 fn a_wave_is_judged_over_the_fleet_in_wave_order() {
     let t = Target { class: V4, version: None, v1beta2: false };
-    let wave: Vec<String> = ["ns/a", "ns/b", "ns/c"].map(str::to_owned).into();
+    let wave = WaveStatus { clusters: ["ns/a", "ns/b", "ns/c"].map(str::to_owned).into(), ..WaveStatus::default() };
     // (what, the fleet, how the wave is)
     type Judged<'a> = (&'a str, &'a [(&'a str, &'a str)], WaveHealth);
     let cases: &[Judged<'_>] = &[
@@ -276,6 +276,16 @@ fn a_wave_is_judged_over_the_fleet_in_wave_order() {
     for (name, states, want) in cases {
         assert_eq!(&judge_wave(&wave, &fleet(states), &t), want, "{name}");
     }
+    // A Cluster whose edit failed still has its old class: it waits for the edit, it did not
+    // change hands.
+    let unmoved = WaveStatus { unmoved: vec!["ns/b".into()], ..wave.clone() };
+    assert_eq!(
+        judge_wave(&unmoved, &fleet(&[("ns/a", "done"), ("ns/b", "changed"), ("ns/c", "done")]), &t),
+        WaveHealth::Waiting {
+            done: 2,
+            late: vec![("ns/b".into(), format!("not moved to {V4} yet: its edit failed and is tried again at every check"))]
+        }
+    );
     // With a Kubernetes version to reach, the control plane the driver read has the word.
     let t = Target { version: Some("v1.28.1"), ..t };
     let mut f = fleet(&[("ns/a", "done"), ("ns/b", "done"), ("ns/c", "done")]);
