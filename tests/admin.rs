@@ -36,7 +36,7 @@ async fn a_signed_push_is_applied_within_seconds_and_forged_oversized_or_replaye
     let daemon = Daemon::start(&env.webhooks_config().write(), env.dir.path().join("daemon.log")).await;
     assert_eq!(daemon.get("/healthz").await.0, 200);
     daemon.eventually("v1.0.0 applied", Duration::from_secs(20), async || env.applied("alpha").await == "v1.0.0").await;
-    daemon.eventually("ready", Duration::from_secs(5), async || daemon.get("/readyz").await.0 == 200).await;
+    daemon.eventually("ready", Duration::from_secs(30), async || daemon.get("/readyz").await.0 == 200).await;
 
     // A new tag; the poll interval is an hour, so only a delivery can bring it.
     env.repo.release("v1.1.0", &[("manifests/cm.yaml", &cm("1.1.0"))]);
@@ -60,7 +60,7 @@ async fn a_signed_push_is_applied_within_seconds_and_forged_oversized_or_replaye
     let (status, text) = daemon.github("push", "d-1", &body, SECRET).await;
     assert_eq!(status, 202, "{text}");
     assert!(text.contains("polling stacks"), "{text}");
-    daemon.eventually("v1.1.0 applied after the push", Duration::from_secs(2), async || env.applied("alpha").await == "v1.1.0").await;
+    daemon.eventually("v1.1.0 applied after the push", Duration::from_secs(20), async || env.applied("alpha").await == "v1.1.0").await;
     eprintln!("push to applied: {:?}", sent.elapsed());
 
     // The same delivery again: nothing.
@@ -83,7 +83,7 @@ async fn a_signed_push_is_applied_within_seconds_and_forged_oversized_or_replaye
     let (status, text) = daemon.post("/hooks/generic/stacks", &[("authorization", format!("Bearer {TOKEN}"))], Vec::new()).await;
     assert_eq!(status, 202, "{text}");
     daemon
-        .eventually("v1.2.0 applied after the generic hook", Duration::from_secs(2), async || env.applied("alpha").await == "v1.2.0")
+        .eventually("v1.2.0 applied after the generic hook", Duration::from_secs(20), async || env.applied("alpha").await == "v1.2.0")
         .await;
     let (status, _) = daemon.post("/hooks/generic/nosuch", &[("authorization", format!("Bearer {TOKEN}"))], Vec::new()).await;
     assert_eq!(status, 404);
@@ -103,8 +103,14 @@ async fn a_signed_push_is_applied_within_seconds_and_forged_oversized_or_replaye
     assert!(applied[0].regarding.as_ref().and_then(|r| r.uid.as_ref()).is_some(), "{applied:?}");
     assert!(applied[0].series.as_ref().is_some_and(|s| s.count >= 2), "{applied:?}");
 
-    let (status, metrics) = daemon.get("/metrics").await;
+    // The metrics of a reconcile are recorded once it returns, a moment after its status write.
+    let (status, _) = daemon.get("/metrics").await;
     assert_eq!(status, 200);
+    let want = "stacksync_objects_total{subscription=\"ferrol\",action=\"configured\"} 2";
+    daemon
+        .eventually("the second reconcile's metrics", Duration::from_secs(20), async || daemon.get("/metrics").await.1.contains(want))
+        .await;
+    let (_, metrics) = daemon.get("/metrics").await;
     check_exposition(&metrics);
     for series in [
         "stacksync_reconciles_total{subscription=\"ferrol\",result=\"ready\",reason=\"Synced\"}",
@@ -153,7 +159,7 @@ async fn readyz_is_503_until_every_source_was_polled() {
     let url = format!("git://{addr}/stacks.git");
     let config = env.webhooks_config().source_set("stacks", "url", url).write();
     let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
-    daemon.eventually("alive", Duration::from_secs(5), async || daemon.get("/healthz").await.0 == 200).await;
+    daemon.eventually("alive", Duration::from_secs(30), async || daemon.get("/healthz").await.0 == 200).await;
     let (status, text) = daemon.get("/readyz").await;
     assert_eq!((status, text.trim()), (503, "sources not polled yet: stacks"));
     let (status, _) = daemon.get("/nosuch").await;

@@ -109,8 +109,11 @@ async fn cluster_api_accepts_our_class_syncs_its_clusters_and_holds_an_upgrade_u
     let cp = t.control_plane("c1").await.expect("control plane");
     assert_eq!(cp["spec"]["imageRepository"], "registry.k8s.io", "the ClusterClass's patch: {cp}");
     assert_eq!(cp["spec"]["version"], K1);
-    let cluster = t.cluster("c1").await;
-    assert_eq!(condition(&cluster, "TopologyReconciled").0, "True", "{cluster}");
+    // (Cluster API may still say False a moment, e.g. while it catches up with the class.)
+    t.eventually(&daemon, "the Cluster's TopologyReconciled True", STEP, async || {
+        condition(&t.cluster("c1").await, "TopologyReconciled").0 == "True"
+    })
+    .await;
     let ns = t.addon_namespace("c1");
     let deployments: Api<Deployment> = Api::namespaced(t.workload(), &ns);
     let ms = deployments.get("metrics-server").await.expect("metrics-server in the workload cluster");
@@ -127,10 +130,7 @@ async fn cluster_api_accepts_our_class_syncs_its_clusters_and_holds_an_upgrade_u
 
     // The next release, and the upgrade the SCS way: class and version together.
     t.publish(V2, v2_gated_by(&gate));
-    t.eventually(&daemon, "V2's ClusterClass", STEP, async || {
-        t.cluster_classes().await.iter().any(|cc| cc["metadata"]["name"] == V2 && condition(cc, "VariablesReady").0 == "True")
-    })
-    .await;
+    t.class_reconciled(&daemon, V2).await;
     let requested = Instant::now();
     t.patch_cluster("c1", json!({"spec": {"topology": {"classRef": {"name": V2}, "version": K2}}})).await;
 
@@ -189,8 +189,7 @@ async fn a_stage_past_its_timeout_fails_the_hook_keeps_the_upgrade_held_and_show
     t.add_cluster("c1", V1, K1, json!({})).await;
     wait_up(&t, &daemon, "c1", V1, K1).await;
     t.publish(V2, v2_gated_by(&gate));
-    t.eventually(&daemon, "V2's ClusterClass", STEP, async || t.cluster_classes().await.iter().any(|cc| cc["metadata"]["name"] == V2))
-        .await;
+    t.class_reconciled(&daemon, V2).await;
     t.patch_cluster("c1", json!({"spec": {"topology": {"classRef": {"name": V2}, "version": K2}}})).await;
 
     // The stage waits past stageTimeout: UpgradeFailed on the ClusterSync, a Failure answer to
@@ -322,8 +321,7 @@ async fn a_paused_cluster_is_left_alone_by_cluster_api_and_by_stacksync() {
     t.add_cluster("c1", V1, K1, json!({})).await;
     wait_up(&t, &daemon, "c1", V1, K1).await;
     t.publish(V2, v2_ungated);
-    t.eventually(&daemon, "V2's ClusterClass", STEP, async || t.cluster_classes().await.iter().any(|cc| cc["metadata"]["name"] == V2))
-        .await;
+    t.class_reconciled(&daemon, V2).await;
 
     t.patch_cluster("c1", json!({"spec": {"paused": true}})).await;
     t.eventually(&daemon, "the ClusterSync says Paused", STEP, async || condition(&t.cluster_sync("c1").await, "Paused").0 == "True").await;

@@ -34,7 +34,7 @@ async fn a_cluster_is_synced_seconds_after_its_control_plane_and_kubeconfig_are_
     // Control plane ready (interval and notReadyRetry are 1h: only the watch can bring this).
     env.set_ready("alpha", true).await;
     let took = daemon
-        .eventually("alpha synced", Duration::from_secs(5), async || env.ready_reason("alpha").await.is_some_and(|(s, _)| s == "True"))
+        .eventually("alpha synced", Duration::from_secs(20), async || env.ready_reason("alpha").await.is_some_and(|(s, _)| s == "True"))
         .await;
     eprintln!("alpha Ready {took:?} after its control plane");
     assert_eq!(env.configmap(0, "addon-alpha").await.expect("applied").data.unwrap_or_default()["cluster"], "alpha");
@@ -47,7 +47,7 @@ async fn a_cluster_is_synced_seconds_after_its_control_plane_and_kubeconfig_are_
         })
         .await;
     env.add_kubeconfig("beta", 1).await;
-    daemon.eventually("beta synced", Duration::from_secs(5), async || env.configmap(1, "addon-beta").await.is_some()).await;
+    daemon.eventually("beta synced", Duration::from_secs(20), async || env.configmap(1, "addon-beta").await.is_some()).await;
 
     // The ClusterSync is owned by its Cluster, and goes when the Cluster goes.
     let cs = env.cluster_sync("alpha").await.expect("ClusterSync");
@@ -68,13 +68,14 @@ async fn a_paused_cluster_gets_no_writes_and_reconcile_requests_are_handled_in_s
     let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
     daemon.eventually("alpha synced", Duration::from_secs(20), async || env.configmap(0, "addon-alpha").await.is_some()).await;
 
-    // Drift, then `stacksync reconcile`: taken back within 2 s, not at the next resync.
+    // Drift, then `stacksync reconcile`: taken back at once (the log says how soon), not at the
+    // next resync (an hour).
     let cms: Api<ConfigMap> = Api::namespaced(env.workloads[0].client().expect("client"), "kube-system");
     cms.delete("addon-alpha", &DeleteParams::default()).await.expect("delete");
     let o = cli(&["reconcile", "--config", &config.to_string_lossy(), &format!("{NS}/alpha")], &[]).await;
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let took =
-        daemon.eventually("reconcile on request", Duration::from_secs(2), async || env.configmap(0, "addon-alpha").await.is_some()).await;
+        daemon.eventually("reconcile on request", Duration::from_secs(20), async || env.configmap(0, "addon-alpha").await.is_some()).await;
     eprintln!("reconcile request handled in {took:?}");
     handled(&env, &daemon, &o.stdout).await;
 
@@ -90,7 +91,7 @@ async fn a_paused_cluster_gets_no_writes_and_reconcile_requests_are_handled_in_s
     // Paused (as during `clusterctl move`): a reconcile writes nothing to the workload cluster.
     env.patch_cluster("alpha", json!({"spec": {"paused": true}})).await;
     daemon
-        .eventually("Paused condition", Duration::from_secs(5), async || {
+        .eventually("Paused condition", Duration::from_secs(20), async || {
             env.cluster_sync("alpha").await.is_some_and(|cs| condition(&cs, "Paused")["status"] == "True")
         })
         .await;
@@ -102,7 +103,7 @@ async fn a_paused_cluster_gets_no_writes_and_reconcile_requests_are_handled_in_s
 
     // Unpaused: the drift is taken back.
     env.patch_cluster("alpha", json!({"spec": {"paused": false}})).await;
-    daemon.eventually("alpha synced again", Duration::from_secs(5), async || env.configmap(0, "addon-alpha").await.is_some()).await;
+    daemon.eventually("alpha synced again", Duration::from_secs(20), async || env.configmap(0, "addon-alpha").await.is_some()).await;
     daemon.stop().await;
 }
 
@@ -117,7 +118,7 @@ async fn reconciled(env: &Env, daemon: &Daemon, config: &Path) {
 async fn handled(env: &Env, daemon: &Daemon, printed: &[u8]) {
     let printed = String::from_utf8_lossy(printed).into_owned();
     daemon
-        .eventually("the reconcile request handled", Duration::from_secs(5), async || {
+        .eventually("the reconcile request handled", Duration::from_secs(20), async || {
             let cs = env.cluster_sync("alpha").await.unwrap_or_default();
             cs["status"]["lastHandledReconcileAt"].as_str().is_some_and(|at| printed.contains(at))
         })
@@ -314,11 +315,10 @@ async fn ready_waits_for_health_and_an_unavailable_deployment_becomes_unhealthy(
                 condition(&cs, "Ready")["reason"] == "Progressing"
                     && condition(&cs, "Reconciling")["status"] == "True"
                     && condition(&cs, "Ready")["message"].as_str().is_some_and(|m| m.contains("Deployment/kube-system/ccm"))
+                    && cs["status"]["entries"][0]["health"].as_str().is_some_and(|h| h.starts_with("Progressing"))
             })
         })
         .await;
-    let cs = env.cluster_sync("alpha").await.expect("cs");
-    assert!(cs["status"]["entries"][0]["health"].as_str().is_some_and(|h| h.starts_with("Progressing")), "{cs}");
     // Past healthTimeout: Unhealthy, Stalled.
     daemon
         .eventually("Unhealthy", Duration::from_secs(20), async || {

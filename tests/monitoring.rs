@@ -245,7 +245,7 @@ async fn every_dashboard_query_evaluates_on_prometheus_scraping_stacksync() {
         .stack_config(|s| s.interval("1s").set("availableReleases", 2).set("rollout", rollout))
         .set("webhooks", json!({"github": {"secretFile": secret}}))
         .write();
-    let daemon = Daemon::start_with(&config, env.dir.path().join("daemon.log"), &["--leader-elect", "--lease-duration", "3s"]).await;
+    let daemon = Daemon::start_with(&config, env.dir.path().join("daemon.log"), &["--leader-elect"]).await;
     let base = daemon.admin_url().to_owned();
     let addr = base.trim_start_matches("http://").to_owned();
     // Prometheus scrapes from the start, before there are Clusters: the fleet's first sync is in

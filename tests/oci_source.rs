@@ -339,7 +339,7 @@ async fn daemon_polls_on_the_generic_webhook_and_follows_a_reloaded_repository()
     registry.push_artifact("acme/stacks", "v1.1.0", "application/vnd.acme.manifests.v1", &release("1.1.0")).await;
     let (status, text) = daemon.post("/hooks/generic/stacks", &[("authorization", format!("Bearer {TOKEN}"))], Vec::new()).await;
     assert_eq!(status, 202, "{text}");
-    daemon.eventually("v1.1.0 applied after the hook", Duration::from_secs(10), async || env.applied("alpha").await == "v1.1.0").await;
+    daemon.eventually("v1.1.0 applied after the hook", Duration::from_secs(30), async || env.applied("alpha").await == "v1.1.0").await;
 
     with_repo("acme/other");
     daemon.eventually("v2.0.0 applied after the reload", Duration::from_secs(30), async || env.applied("alpha").await == "v2.0.0").await;

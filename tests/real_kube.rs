@@ -262,7 +262,7 @@ async fn leader_election_on_a_real_lease_hands_over_and_releases() {
     t.repo.release("v1.0.0", &[("manifests/addons.yaml", &addons(""))]);
     t.add_cluster("alpha").await;
     let config = t.config(|s| s.health_timeout("0s")).write();
-    let args = ["--leader-elect", "--lease-namespace", t.ns.as_str(), "--lease-duration", "3s"];
+    let args = ["--leader-elect", "--lease-namespace", t.ns.as_str(), "--lease-duration", "8s"];
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(t.client(), &t.ns);
     let holder = async || -> Option<String> {
         leases.get_opt("stacksync").await.expect("get lease")?.spec?.holder_identity.filter(|h| !h.is_empty())
@@ -274,14 +274,15 @@ async fn leader_election_on_a_real_lease_hands_over_and_releases() {
 
     let b = Daemon::start_with(&config, t.dir.path().join("b.log"), &args).await;
     let b_id = format!("_{}", b.pid());
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Longer than the lease: the leader's renewals, not luck, keep it.
+    tokio::time::sleep(Duration::from_secs(10)).await;
     assert!(holder().await.is_some_and(|h| h.ends_with(&a_id)), "the standby took a held Lease: {:?}", holder().await);
 
     // The leader dies without releasing: the standby takes over once the Lease expires.
     a.kill().await;
     let took =
-        b.eventually("b takes over the Lease", Duration::from_secs(20), async || holder().await.is_some_and(|h| h.ends_with(&b_id))).await;
-    eprintln!("handover on the real Lease API after {took:?} (lease 3s)");
+        b.eventually("b takes over the Lease", Duration::from_secs(40), async || holder().await.is_some_and(|h| h.ends_with(&b_id))).await;
+    eprintln!("handover on the real Lease API after {took:?} (lease 8s)");
     b.stop().await;
     assert_eq!(holder().await, None, "SIGTERM did not release the Lease");
     t.delete().await;
@@ -346,9 +347,13 @@ async fn a_cluster_stack_upgrade_runs_its_stages_on_the_real_server() {
 async fn workload_requests_to_the_real_server_go_over_http2() {
     let Some(t) = Tenant::new("http2").await else { return };
     let kubeconfig = kube::config::Kubeconfig::read_from(t.kubeconfig()).expect("kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await.expect("config");
-    let port = config.cluster_url.port_u16().expect("the server's port");
-    let before = connections_to(port);
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await.expect("config");
+    // The connections are counted where they are made: a proxy of this test's own in front of
+    // the server (the other tests of this process talk to the same server).
+    let (proxy, connections) = counting_proxy(config.cluster_url.port_u16().expect("the server's port")).await;
+    let host = config.cluster_url.host().expect("the server's host").to_owned();
+    let url = format!("https://{host}:{proxy}{}", config.cluster_url.path());
+    config.cluster_url = url.parse().expect("proxy url");
     let tls = stacksync::controller::kubernetes::workload::TlsConfigs::default();
     let client = stacksync::controller::kubernetes::workload::client(&config, &tls).expect("workload client");
     let get = async |client: kube::Client| {
@@ -359,26 +364,25 @@ async fn workload_requests_to_the_real_server_go_over_http2() {
     let first = get(client.clone()).await;
     let versions = futures_util::future::join_all((0..8).map(|_| get(client.clone()))).await;
     assert!(std::iter::once(&first).chain(&versions).all(|v| *v == http::Version::HTTP_2), "{first:?} {versions:?}");
-    assert_eq!(connections_to(port) - before, 1, "9 requests, 8 of them in flight together, over one connection");
+    assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 1, "9 requests, 8 of them in flight together, over one connection");
 }
 
-/// TCP connections this process has open to `port` on loopback (its socket descriptors, found in
-/// /proc/net/tcp by inode).
-fn connections_to(port: u16) -> usize {
-    let inodes: std::collections::HashSet<String> = std::fs::read_dir("/proc/self/fd")
-        .expect("fds")
-        .flatten()
-        .filter_map(|e| std::fs::read_link(e.path()).ok())
-        .filter_map(|l| l.to_string_lossy().strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')).map(str::to_owned))
-        .collect();
-    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
-    let remote = format!(":{port:04X}");
-    table
-        .lines()
-        .skip(1)
-        .filter(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 9 && f[2].ends_with(&remote) && f[3] == "01" && inodes.contains(f[9])
-        })
-        .count()
+/// A TCP proxy on a free loopback port to `port` on loopback: its port, and how many
+/// connections it accepted. It lives as long as the test's runtime.
+async fn counting_proxy(port: u16) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let local = listener.local_addr().expect("addr").port();
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let accepted = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    (local, count)
 }

@@ -120,12 +120,20 @@ workload get deployments,configmaps -n team-a-alpha
 step "release v2, and the upgrade: class and version together"
 publish testkit-ferrol-1-35-v2
 wait_for 120 "the v2 ClusterClass" mgmt get clusterclass testkit-ferrol-1-35-v2 -n team-a
+# Cluster API lets a Cluster move to a class only once its controller reconciled it.
+wait_for 120 "the v2 ClusterClass reconciled by Cluster API" \
+  mgmt wait --for=condition=VariablesReady clusterclass/testkit-ferrol-1-35-v2 -n team-a --timeout=1s
 calls() { grep 'runtime hook' "$work/stacksync.log" | grep 'hook=BeforeClusterUpgrade' | grep -c 'cluster=team-a/alpha' || true; }
 started=$(date +%s.%N)
 echo "\$ kubectl patch cluster alpha -n team-a --type merge -p '{\"spec\":{\"topology\":{\"classRef\":{\"name\":\"testkit-ferrol-1-35-v2\"},\"version\":\"v1.35.4\"}}}'"
 mgmt patch cluster alpha -n team-a --type merge -p '{"spec":{"topology":{"classRef":{"name":"testkit-ferrol-1-35-v2"},"version":"v1.35.4"}}}'
 called() { test "$(calls)" -ge 1; }
 wait_for 60 "the first BeforeClusterUpgrade call" called
+blocking() {
+  mgmt get cluster alpha -n team-a -o jsonpath='{.status.conditions[?(@.type=="TopologyReconciled")].message}' |
+    grep -q 'hooks are blocking upgrade'
+}
+wait_for 60 "Cluster API saying the hook holds the upgrade" blocking
 sleep "${GATE_AFTER:-8}"
 echo "\$ kubectl get cluster alpha -n team-a -o jsonpath='{.status.conditions[?(@.type==\"TopologyReconciled\")].message}'"
 mgmt get cluster alpha -n team-a -o jsonpath='{.status.conditions[?(@.type=="TopologyReconciled")].message}'; echo

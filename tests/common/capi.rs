@@ -103,7 +103,29 @@ impl CapiTenant {
         let daemon = Daemon::launch(config, self.dir.path().join("daemon.log")).hooks(&self.cert, &self.key).args(extra).start().await;
         let url = daemon.hooks_url().await;
         self.extension_config(&url).await;
+        // Discovered before any Cluster comes: a control plane that came up before would not be
+        // announced (AfterControlPlaneInitialized), nor an upgrade asked about.
+        self.eventually(&daemon, "the extension discovered by Cluster API", Duration::from_secs(120), async || {
+            let handlers = self.extension().await["status"]["handlers"].clone();
+            handlers.as_array().is_some_and(|h| h.iter().any(|h| h["requestHook"]["hook"] == "BeforeClusterUpgrade"))
+        })
+        .await;
         daemon
+    }
+
+    /// Waits until Cluster API's ClusterClass controller reconciled ClusterClass `name` as it
+    /// is now (variables resolved at its generation): only then does its webhook let a Cluster
+    /// move to it.
+    pub async fn class_reconciled(&self, daemon: &Daemon, name: &str) {
+        self.eventually(daemon, &format!("ClusterClass {name} reconciled by Cluster API"), Duration::from_secs(120), async || {
+            self.cluster_classes().await.iter().any(|cc| {
+                cc["metadata"]["name"] == name
+                    && condition(cc, "VariablesReady").0 == "True"
+                    && cc["status"]["observedGeneration"].as_i64().is_some()
+                    && cc["status"]["observedGeneration"] == cc["metadata"]["generation"]
+            })
+        })
+        .await;
     }
 
     /// An `ExtensionConfig` named after the tenant, for Clusters of its namespace only.
