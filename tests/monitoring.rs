@@ -135,14 +135,15 @@ struct Prometheus {
 }
 
 impl Prometheus {
-    /// Scrapes `target` (host:port) every second as job `stacksync` with the labels a
-    /// ServiceMonitor adds, and evaluates the rules in `rules` every second.
+    /// Scrapes `target` (host:port) every 2 s, with 2 s to answer (a busy machine must not
+    /// read as `up == 0`), as job `stacksync` with the labels a ServiceMonitor adds, and
+    /// evaluates the rules in `rules` every second.
     async fn start(dir: &Path, target: &str, rules: &Path) -> Prometheus {
         let config = dir.join("prometheus.yml");
         std::fs::write(
             &config,
             format!(
-                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: ['{}']\nscrape_configs:\n  - job_name: stacksync\n    static_configs:\n      - targets: ['{target}']\n        labels: {{namespace: stacksync-system, pod: stacksync-0}}\n",
+                "global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\n  evaluation_interval: 1s\nrule_files: ['{}']\nscrape_configs:\n  - job_name: stacksync\n    static_configs:\n      - targets: ['{target}']\n        labels: {{namespace: stacksync-system, pod: stacksync-0}}\n",
                 rules.display()
             ),
         )
