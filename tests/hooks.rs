@@ -102,7 +102,7 @@ async fn before_cluster_upgrade_holds_the_upgrade_until_the_stages_are_done_and_
     );
     assert!(d["handlers"].as_array().expect("handlers").iter().all(|h| h["requestHook"]["apiVersion"] == API && h["timeoutSeconds"] == 10));
 
-    daemon.eventually("alpha on v3", Duration::from_secs(30), async || env.applied_tag("alpha").await == V3).await;
+    daemon.eventually("alpha on v3", Duration::from_secs(60), async || env.applied_tag("alpha").await == V3).await;
 
     // A Cluster no subscription covers (no `stack` label): not ours, go on.
     let stranger = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": "stranger", "namespace": NS}, "spec": {"topology": {"class": V4, "version": "v1.27.4"}}});
@@ -139,7 +139,7 @@ async fn before_cluster_upgrade_holds_the_upgrade_until_the_stages_are_done_and_
     let alpha = cluster(&env, "alpha").await;
     let mut last = Value::Null;
     daemon
-        .eventually("the hook holds the upgrade at stage 2's post-condition", Duration::from_secs(30), async || {
+        .eventually("the hook holds the upgrade at stage 2's post-condition", Duration::from_secs(60), async || {
             let (status, r) = post(&http, &format!("{base}{UPGRADE}?timeout=10s"), upgrade_request(&alpha)).await;
             assert_eq!(status, 200, "{r}");
             assert_eq!((r["apiVersion"].as_str(), r["kind"].as_str()), (Some(API), Some("BeforeClusterUpgradeResponse")), "{r}");
@@ -161,7 +161,7 @@ async fn before_cluster_upgrade_holds_the_upgrade_until_the_stages_are_done_and_
     let gate = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "upgrade-gate", "namespace": "kube-system"}, "data": {"go": "yes"}});
     cms.patch("upgrade-gate", &PatchParams::apply("test"), &Patch::Apply(gate)).await.expect("gate");
     let waited = daemon
-        .eventually("the hook answers success", Duration::from_secs(30), async || {
+        .eventually("the hook answers success", Duration::from_secs(60), async || {
             let (_, r) = post(&http, &format!("{base}{UPGRADE}"), upgrade_request(&alpha)).await;
             r["status"] == "Success" && r["retryAfterSeconds"] == 0
         })
@@ -172,7 +172,7 @@ async fn before_cluster_upgrade_holds_the_upgrade_until_the_stages_are_done_and_
     v1beta2["spec"]["topology"] = json!({"classRef": {"name": V4}, "version": "v1.27.4"});
     let (_, r) = post(&http, &format!("{base}{UPGRADE}"), upgrade_request(&v1beta2)).await;
     assert_eq!((r["status"].as_str(), r["retryAfterSeconds"].as_u64()), (Some("Success"), Some(0)), "{r}");
-    daemon.eventually("alpha on v4", Duration::from_secs(30), async || env.applied_tag("alpha").await == V4).await;
+    daemon.eventually("alpha on v4", Duration::from_secs(60), async || env.applied_tag("alpha").await == V4).await;
 
     // What one call costs Cluster API (a fresh TLS handshake each, as the listener keeps no
     // connection, and one ClusterSync read).
@@ -228,12 +228,12 @@ async fn before_cluster_upgrade_fails_with_the_stage_when_it_timed_out() {
     let daemon = start(&env, &stack_config(&env, "1s"), &crt, &key).await;
     let base = daemon.hooks_url().await;
     let http = client(&ca);
-    daemon.eventually("alpha on v3", Duration::from_secs(30), async || env.applied_tag("alpha").await == V3).await;
+    daemon.eventually("alpha on v3", Duration::from_secs(60), async || env.applied_tag("alpha").await == V3).await;
     env.patch_cluster("alpha", json!({"spec": {"topology": {"class": V4, "version": "v1.27.4"}}})).await;
     let alpha = cluster(&env, "alpha").await;
     let mut last = Value::Null;
     daemon
-        .eventually("the hook answers failure", Duration::from_secs(30), async || {
+        .eventually("the hook answers failure", Duration::from_secs(60), async || {
             let (status, r) = post(&http, &format!("{base}{UPGRADE}"), upgrade_request(&alpha)).await;
             assert_eq!(status, 200, "{r}");
             last = r.clone();

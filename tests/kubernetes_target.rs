@@ -460,8 +460,11 @@ async fn a_workload_cluster_that_is_down_is_skipped_quickly() {
     let env = Env::new(1).await;
     env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
     env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
-    // A kubeconfig pointing at a port nobody listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    // A kubeconfig pointing at a port nobody listens on: bound (so no other test's server gets
+    // it) but not listening (so a connection is refused), for as long as the test runs.
+    let reserved = tokio::net::TcpSocket::new_v4().expect("socket");
+    reserved.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+    let port = reserved.local_addr().expect("addr").port();
     let dead = std::fs::read_to_string(env.workloads[0].kubeconfig())
         .expect("kubeconfig")
         .replace(env.workloads[0].url(), &format!("http://127.0.0.1:{port}"));

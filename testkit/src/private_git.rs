@@ -163,6 +163,13 @@ impl HttpGitServer {
                     break;
                 }
                 if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+                    // Someone else may have the port, and lighttpd be about to fail to bind it:
+                    // it is ours if lighttpd still runs a moment later.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    if let Some(status) = child.try_wait()? {
+                        last = std::io::Error::other(format!("lighttpd exited with {status}"));
+                        break;
+                    }
                     return Ok(HttpGitServer { port, child });
                 }
                 if tokio::time::Instant::now() > deadline {

@@ -25,6 +25,22 @@ async fn ok(kubectl: &Kubectl, args: &[&str], stdin: Option<&str>) -> Output {
     out
 }
 
+/// Waits until discovery lists the `widgets` of `group`: a real API server marks a CRD
+/// Established a moment before its discovery document has the resource, and kubectl refreshes
+/// its discovery only once on a miss.
+async fn widgets_discovered(kubectl: &Kubectl, group: &str) {
+    let listed = async {
+        loop {
+            let out = kubectl.run(&["api-resources", &format!("--api-group={group}"), "-o", "name"], None).await.expect("kubectl runs");
+            if out.success && out.stdout.lines().any(|l| l == format!("widgets.{group}")) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    tokio::time::timeout(TIMEOUT, listed).await.expect("the widgets resource in discovery");
+}
+
 async fn resource_version(kubectl: &Kubectl, object: &str) -> String {
     ok(kubectl, &["get", object, "-o", "jsonpath={.metadata.resourceVersion}"], None).await.stdout
 }
@@ -212,6 +228,7 @@ async fn crd_apply_wait_established_then_custom_resource_with_printer_columns() 
     let crd = format!("crd/widgets.{group}");
     let waited = ok(kubectl, &["wait", "--for=condition=Established", &crd, "--timeout=20s"], None).await;
     assert!(waited.stdout.contains("condition met"), "{}", waited.stdout);
+    widgets_discovered(kubectl, &group).await;
 
     let widget = format!("apiVersion: {group}/v1\nkind: Widget\nmetadata:\n  name: w1\nspec:\n  color: blue\n");
     ok(kubectl, &["apply", "--server-side", "-f", "-"], Some(&widget)).await;
@@ -233,7 +250,7 @@ async fn delete_waits_for_finalizers_to_be_removed() {
     let kubectl = cluster.kubectl();
     let held = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: held\n  finalizers: [example.com/hold]\n";
     ok(kubectl, &["apply", "--server-side", "-f", "-"], Some(held)).await;
-    let delete = kubectl.spawn(&["delete", "cm", "held", "--timeout=25s"]).unwrap();
+    let delete = kubectl.spawn(&["delete", "cm", "held", "--timeout=90s"]).unwrap();
 
     let pending = async {
         loop {
@@ -247,7 +264,7 @@ async fn delete_waits_for_finalizers_to_be_removed() {
     tokio::time::timeout(TIMEOUT, pending).await.expect("deletionTimestamp gets set");
     ok(kubectl, &["patch", "cm", "held", "--type=json", "-p", r#"[{"op":"remove","path":"/metadata/finalizers"}]"#], None).await;
 
-    let out = tokio::time::timeout(TIMEOUT, delete.wait_with_output()).await.unwrap().unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(90), delete.wait_with_output()).await.unwrap().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains(r#"configmap "held" deleted"#));
     let gone = kubectl.run(&["get", "cm", "held"], None).await.unwrap();
@@ -332,6 +349,7 @@ async fn a_custom_resource_next_to_its_crd_has_no_kind_until_the_crd_is_served()
     assert!(first.stderr.contains(&format!(r#"no matches for kind "Widget" in version "{group}/v1""#)), "{}", first.stderr);
 
     ok(kubectl, &["wait", "--for=condition=Established", &format!("crd/widgets.{group}"), "--timeout=20s"], None).await;
+    widgets_discovered(kubectl, &group).await;
     let second = ok(kubectl, &["apply", "--server-side", "-f", "-"], Some(&both)).await;
     assert!(second.stdout.contains(&format!("widget.{group}/w1 serverside-applied")), "{}", second.stdout);
     cluster.finish().await.unwrap();

@@ -154,10 +154,11 @@ impl Daemon {
         &self.admin
     }
 
-    /// The `addr=` of the first log line that contains `listener`.
+    /// The `addr=` of the first whole log line (its line break written) that contains
+    /// `listener`: a line read while it is being written could end inside the address.
     fn logged_addr(&self, listener: &str) -> Option<String> {
         let log = self.log();
-        let line = log.lines().find(|l| l.contains(listener))?;
+        let line = log.split_inclusive('\n').find(|l| l.ends_with('\n') && l.contains(listener))?;
         Some(line.split("addr=").nth(1)?.split_whitespace().next()?.to_owned())
     }
 

@@ -49,9 +49,10 @@ async fn sigkill_during_apply_left_the_old_release_reported_ready() {
     let config = env.config().write();
     assert_exit(&run_once(&config).await, 0);
 
-    // v2 changes every object; each write is slow, so the apply is under way for seconds.
+    // v2 changes every object; each write takes 5 s, so the apply is under way for half a
+    // minute (not over before the kill, however late the test looks).
     env.repo.release("v2.0.0", &[("manifests/cms.yaml", &many_configmaps(40, "two"))]);
-    env.workloads[0].faults().add(FaultRule::new().verb("patch").path("/configmaps/").latency(Duration::from_millis(400)));
+    env.workloads[0].faults().add(FaultRule::new().verb("patch").path("/configmaps/").latency(Duration::from_secs(5)));
     let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
     daemon
         .eventually("the apply of v2 started", Duration::from_secs(60), async || {

@@ -769,10 +769,11 @@ mod tests {
         let client = Client::new("http://127.0.0.1:1/", "o/r", None).unwrap();
         *client.quota.lock().unwrap() = Some((0, now_epoch() + 120));
         let wait = client.quota_wait().unwrap();
-        assert!((119..=120).contains(&wait.as_secs()), "{wait:?}");
+        // (The reset is wall-clock time: a stalled machine may have used a few seconds of it.)
+        assert!((110..=120).contains(&wait.as_secs()), "{wait:?}");
         let start = tokio::time::Instant::now();
         client.wait(wait).await.unwrap();
-        assert!(start.elapsed() >= Duration::from_secs(119));
+        assert!(start.elapsed() >= wait);
         assert_eq!(client.quota_wait(), None, "the quota is fresh after the reset");
         let err = client.wait(MAX_RATE_LIMIT_WAIT + Duration::from_secs(1)).await.unwrap_err();
         assert!(matches!(err, Error::RateLimited { .. }), "{err}");
