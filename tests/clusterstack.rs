@@ -268,9 +268,7 @@ async fn a_packaged_addon_is_unpacked_once_for_many_clusters() {
     // A helm wrapper that logs every invocation.
     let log = dir.path().join("helm.log");
     let wrapper = dir.path().join("helm-logged");
-    std::fs::write(&wrapper, format!("#!/bin/sh\necho \"$@\" >> '{}'\nexec '{}' \"$@\"\n", log.display(), helm_path().display()))
-        .expect("wrapper");
-    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    common::write_script(&wrapper, &format!("#!/bin/sh\necho \"$@\" >> '{}'\nexec '{}' \"$@\"\n", log.display(), helm_path().display()));
     let helm = Helm::locate(&HelmConfig { path: Some(wrapper), parallelism: 2, ..HelmConfig::default() }).await.expect("helm");
 
     let work = dir.path().join("work");
@@ -328,8 +326,7 @@ async fn a_helm_without_kube_version_is_refused_at_start_up() {
     let dir = tempfile::tempdir().expect("tempdir");
     for (version, ok) in [("v3.5.4+g1b5edb6", false), ("v2.17.0+ga690bad", false), ("v3.6.0+g7f2df64", true), ("v4.0.0+gabc", true)] {
         let fake = dir.path().join(format!("helm-{version}"));
-        std::fs::write(&fake, format!("#!/bin/sh\necho {version}\n")).expect("fake helm");
-        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+        common::write_script(&fake, &format!("#!/bin/sh\necho {version}\n"));
         let located = Helm::locate(&HelmConfig { path: Some(fake), ..HelmConfig::default() }).await;
         match (located, ok) {
             (Ok(h), true) => assert_eq!(h.version(), version),
@@ -344,16 +341,14 @@ async fn a_hanging_helm_is_killed_at_the_timeout() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pid_file = dir.path().join("pid");
     let wrapper = dir.path().join("helm-hangs");
-    std::fs::write(
+    common::write_script(
         &wrapper,
-        format!(
+        &format!(
             "#!/bin/sh\nif [ \"$1\" = version ]; then exec '{}' \"$@\"; fi\necho $$ > '{}'\nexec sleep 60\n",
             helm_path().display(),
             pid_file.display()
         ),
-    )
-    .expect("wrapper");
-    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    );
     // (3 s: long enough for the shell to write its pid on a busy machine before it is killed.)
     let config = HelmConfig { path: Some(wrapper), timeout: std::time::Duration::from_secs(3), ..HelmConfig::default() };
     let helm = Helm::locate(&config).await.expect("helm");

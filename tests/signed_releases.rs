@@ -189,8 +189,7 @@ impl Gpg {
         std::fs::create_dir(&home).expect("mkdir");
         std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).expect("chmod");
         let program = dir.join("gpg-wrapper");
-        std::fs::write(&program, format!("#!/bin/sh\nexec gpg --homedir '{}' --batch \"$@\"\n", home.display())).expect("wrapper");
-        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        common::write_script(&program, &format!("#!/bin/sh\nexec gpg --homedir '{}' --batch \"$@\"\n", home.display()));
         Gpg { home, program }
     }
 

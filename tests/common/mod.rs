@@ -186,6 +186,19 @@ pub fn save_by_rename(path: &Path, text: &str) {
 }
 
 /// A Kubernetes API resource by group, version and kind.
+/// Writes an executable script without this process ever holding it open for writing. A child
+/// that another test thread forks meanwhile inherits such a descriptor until its own exec, and
+/// an exec of the script in that window fails with ETXTBSY ("Text file busy"), seen in a full
+/// run. So the text goes to a staging file, and `install` (a child of its own) makes the script.
+pub fn write_script(path: &Path, text: &str) {
+    let name = path.file_name().expect("a file name").to_string_lossy();
+    let staged = path.with_file_name(format!("{name}.staged"));
+    std::fs::write(&staged, text).expect("staging the script");
+    let out = std::process::Command::new("install").args(["-m", "0755"]).arg(&staged).arg(path).output().expect("run install");
+    assert!(out.status.success(), "install {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+    std::fs::remove_file(&staged).expect("remove the staging file");
+}
+
 pub fn res(group: &str, version: &str, kind: &str) -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
 }
