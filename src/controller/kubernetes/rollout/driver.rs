@@ -200,13 +200,15 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
             let v = version.clone().flatten();
             let mut failed = Vec::new();
             for key in clusters {
-                if let Some(m) = fleet.members.get(key)
-                    && let Err(e) = move_cluster(kube, &m.obj, &target.tag, v.as_deref()).await
-                {
+                let Some(m) = fleet.members.get(key) else { continue };
+                match move_cluster(kube, &m.obj, &target.tag, v.as_deref()).await {
+                    Ok(_) => moved(kube, key),
                     // Tried again at every check on the Cluster as read then; the wave waits
                     // for it (and times out).
-                    warn!(cluster = %key, to = %target.tag, "rollout: {e}; tried again at the next check");
-                    failed.push(key.clone());
+                    Err(e) => {
+                        move_failed(kube, key, &target.tag, &e);
+                        failed.push(key.clone());
+                    }
                 }
             }
             if let Some(w) = st.plan.get_mut(wave.saturating_sub(1) as usize) {
@@ -238,15 +240,45 @@ async fn retry_moves(kube: &Kube, wave: &mut WaveStatus, fleet: &mut Fleet, clas
     for key in std::mem::take(&mut wave.unmoved) {
         let Some(m) = fleet.members.get_mut(&key).filter(|m| plan::is_older(&m.obj.data, class)) else { continue };
         match move_cluster(kube, &m.obj, class, version).await {
-            Ok(Some(moved)) => m.obj = moved,
-            Ok(None) => {}
+            Ok(edited) => {
+                if let Some(edited) = edited {
+                    m.obj = edited;
+                }
+                moved(kube, &key);
+            }
             Err(e) => {
-                warn!(cluster = %key, to = %class, "rollout: {e}; tried again at the next check");
+                move_failed(kube, &key, class, &e);
                 still.push(key);
             }
         }
     }
     wave.unmoved = still;
+}
+
+/// What the warnings of a Cluster's failed edits are kept under (the same failure again is
+/// said at DEBUG, as the reconciles' are).
+const MOVE: &str = "rollout-move";
+
+/// Says that the edit of `key` (`namespace/name`) to `to` failed: at WARN when it is new or
+/// changed, at DEBUG when it repeats.
+fn move_failed(kube: &Kube, key: &str, to: &str, e: &Error) {
+    let message = format!("rollout: {e}; tried again at the next check");
+    if cluster_key(key).is_none_or(|c| kube.worth_warning(&c, MOVE, &message)) {
+        warn!(cluster = %key, to, "{message}");
+    } else {
+        debug!(cluster = %key, to, "{message} (unchanged since the last warning)");
+    }
+}
+
+/// The edit of `key` took: a later failure is new again.
+fn moved(kube: &Kube, key: &str) {
+    if let Some(cluster) = cluster_key(key) {
+        kube.cleared(&cluster, MOVE);
+    }
+}
+
+fn cluster_key(key: &str) -> Option<ClusterKey> {
+    key.split_once('/').map(|(ns, name)| ClusterKey::new(ns, name))
 }
 
 /// The log line and the Event of one step.
