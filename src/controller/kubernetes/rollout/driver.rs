@@ -200,15 +200,11 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
             let v = version.clone().flatten();
             let mut failed = Vec::new();
             for key in clusters {
-                let Some(m) = fleet.members.get(key) else { continue };
-                match move_cluster(kube, &m.obj, &target.tag, v.as_deref()).await {
-                    Ok(_) => moved(kube, key),
-                    // Tried again at every check on the Cluster as read then; the wave waits
-                    // for it (and times out).
-                    Err(e) => {
-                        move_failed(kube, key, &target.tag, &e);
-                        failed.push(key.clone());
-                    }
+                let Some(m) = fleet.members.get_mut(key) else { continue };
+                // One that fails is tried again at every check on the Cluster as read then; the
+                // wave waits for it (and times out).
+                if !try_move(kube, key, m, &target.tag, v.as_deref()).await {
+                    failed.push(key.clone());
                 }
             }
             if let Some(w) = st.plan.get_mut(wave.saturating_sub(1) as usize) {
@@ -239,17 +235,8 @@ async fn retry_moves(kube: &Kube, wave: &mut WaveStatus, fleet: &mut Fleet, clas
     let mut still = Vec::new();
     for key in std::mem::take(&mut wave.unmoved) {
         let Some(m) = fleet.members.get_mut(&key).filter(|m| plan::is_older(&m.obj.data, class)) else { continue };
-        match move_cluster(kube, &m.obj, class, version).await {
-            Ok(edited) => {
-                if let Some(edited) = edited {
-                    m.obj = edited;
-                }
-                moved(kube, &key);
-            }
-            Err(e) => {
-                move_failed(kube, &key, class, &e);
-                still.push(key);
-            }
+        if !try_move(kube, &key, m, class, version).await {
+            still.push(key);
         }
     }
     wave.unmoved = still;
@@ -259,26 +246,31 @@ async fn retry_moves(kube: &Kube, wave: &mut WaveStatus, fleet: &mut Fleet, clas
 /// said at DEBUG, as the reconciles' are).
 const MOVE: &str = "rollout-move";
 
-/// Says that the edit of `key` (`namespace/name`) to `to` failed: at WARN when it is new or
-/// changed, at DEBUG when it repeats.
-fn move_failed(kube: &Kube, key: &str, to: &str, e: &Error) {
-    let message = format!("rollout: {e}; tried again at the next check");
-    if cluster_key(key).is_none_or(|c| kube.worth_warning(&c, MOVE, &message)) {
-        warn!(cluster = %key, to, "{message}");
-    } else {
-        debug!(cluster = %key, to, "{message} (unchanged since the last warning)");
+/// Edits Cluster `key` (`namespace/name`, read as `m`) to `class`: true when the edit took (`m`
+/// then holds the Cluster as edited, and a later failure is new again); false when it failed,
+/// said at WARN when the failure is new or changed and at DEBUG when it repeats.
+async fn try_move(kube: &Kube, key: &str, m: &mut Member, class: &str, version: Option<&str>) -> bool {
+    let cluster = key.split_once('/').map(|(ns, name)| ClusterKey::new(ns, name));
+    match move_cluster(kube, &m.obj, class, version).await {
+        Ok(edited) => {
+            if let Some(edited) = edited {
+                m.obj = edited;
+            }
+            if let Some(c) = &cluster {
+                kube.cleared(c, MOVE);
+            }
+            true
+        }
+        Err(e) => {
+            let message = format!("rollout: {e}; tried again at the next check");
+            if cluster.is_none_or(|c| kube.worth_warning(&c, MOVE, &message)) {
+                warn!(cluster = %key, to = class, "{message}");
+            } else {
+                debug!(cluster = %key, to = class, "{message} (unchanged since the last warning)");
+            }
+            false
+        }
     }
-}
-
-/// The edit of `key` took: a later failure is new again.
-fn moved(kube: &Kube, key: &str) {
-    if let Some(cluster) = cluster_key(key) {
-        kube.cleared(&cluster, MOVE);
-    }
-}
-
-fn cluster_key(key: &str) -> Option<ClusterKey> {
-    key.split_once('/').map(|(ns, name)| ClusterKey::new(ns, name))
 }
 
 /// The log line and the Event of one step.
