@@ -40,7 +40,7 @@ if ! command -v wrk >/dev/null || [ ! -x /usr/bin/time ]; then
 fi
 tools="${STACKSYNC_TOOLS_DIR:-$HOME/.cache/stacksync-tools}"
 if [ ! -x "$tools/bin/kubectl" ]; then
-  scripts/install-tools.sh
+  scripts/install-tools.sh --for tests
 fi
 target="${CARGO_TARGET_DIR:-target}"
 out="$(pwd)/${BENCH_OUT:-target/bench/results.json}"

@@ -32,7 +32,7 @@ if ! command -v go >/dev/null || [ ! -d /usr/share/gocode/src/github.com/Masterm
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev >/dev/null
 fi
-bin=$("$root/scripts/install-tools.sh" | tail -n 1)
+bin=$("$root/scripts/install-tools.sh" --for quickstart | tail -n 1)
 helm="$bin/helm"
 kubectl="$bin/kubectl"
 (cd "$root" && cargo build --quiet --locked --bin stacksync -p stacksync && cargo build --quiet --locked --bin testkit -p testkit)

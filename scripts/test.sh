@@ -19,6 +19,8 @@
 #     tests/conformance.rs and tests/template_fuzz read from STACKSYNC_TEMPLATE_ORACLE,
 #   - the server-side apply oracle (scripts/build-ssa-oracle.sh: structured-merge-diff v6.3.0,
 #     the version kube-apiserver 1.35 uses, a pinned Go module),
+#   - the container images (scripts/build-image.sh: the dist binary, Debian's packages, buildah,
+#     skopeo, umoci and runc, which it installs when missing), for tests/image.rs,
 #   - Debian's gnupg and the real cosign v2.4.0 (scripts/build-cosign.sh, from the Go module
 #     proxy): tests/signed_releases.rs signs Git tags with gpg and ssh-keygen, OCI artifacts and
 #     release assets with cosign.
@@ -79,7 +81,7 @@ if [ -x scripts/build-cosign.sh ]; then
 fi
 
 if [ -x scripts/install-tools.sh ]; then
-  tools_bin=$(scripts/install-tools.sh | tail -n 1)
+  tools_bin=$(scripts/install-tools.sh --for tests | tail -n 1)
   export PATH="$tools_bin:$PATH"
 fi
 
@@ -94,6 +96,16 @@ fi
 
 if [ -x scripts/build-ssa-oracle.sh ]; then
   scripts/build-ssa-oracle.sh >/dev/null
+fi
+
+# The container images, built offline from Debian's packages into an OCI layout: tests/image.rs
+# runs them with runc as deploy/ runs them. STACKSYNC_SKIP_IMAGE=1 skips the build (the test
+# then skips too, except under CI, where it fails).
+if [ -z "${STACKSYNC_SKIP_IMAGE:-}" ] && [ -x scripts/build-image.sh ]; then
+  image_oci="${CARGO_TARGET_DIR:-target}/image/oci"
+  scripts/build-image.sh --oci "$image_oci" >&2
+  STACKSYNC_IMAGE_OCI=$(cd "$image_oci" && pwd)
+  export STACKSYNC_IMAGE_OCI
 fi
 
 status=0

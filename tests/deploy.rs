@@ -97,6 +97,31 @@ fn the_servicemonitor_component_adds_a_scrape_of_the_admin_port() {
     assert!(objects.iter().any(|o| o["kind"] == "Deployment"));
 }
 
+/// The provider components add a ClusterRole (and its binding to the ServiceAccount) for the
+/// provider's template kinds and infrastructure cluster, named, never a wildcard; the base
+/// grants no provider's kinds and no wildcard either.
+#[test]
+fn the_provider_components_grant_their_kinds_by_name() {
+    let base = kustomize(&deploy_dir());
+    for role in base.iter().filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role") {
+        let text = role["rules"].to_string();
+        assert!(!text.contains("\"*\"") && !text.contains("docker") && !text.contains("openstack"), "{text}");
+    }
+    for (component, kinds) in [
+        ("provider-docker", ["dockerclustertemplates", "dockermachinetemplates", "dockerclusters"]),
+        ("provider-openstack", ["openstackclustertemplates", "openstackmachinetemplates", "openstackclusters"]),
+    ] {
+        let objects = with_component(component);
+        let role = find(&objects, "ClusterRole", &format!("stacksync-{component}"));
+        let text = role["rules"].to_string();
+        assert!(kinds.iter().all(|k| text.contains(&format!("\"{k}\""))) && !text.contains("\"*\""), "{component}: {text}");
+        let binding = find(&objects, "ClusterRoleBinding", &format!("stacksync-{component}"));
+        assert_eq!(binding["subjects"][0]["name"], "stacksync");
+        assert_eq!(binding["subjects"][0]["namespace"], "stacksync-system");
+        assert!(objects.iter().any(|o| o["kind"] == "Deployment"));
+    }
+}
+
 #[test]
 fn the_runtime_hooks_component_registers_a_tls_listener_cluster_api_can_reach() {
     let objects = with_component("runtime-hooks");

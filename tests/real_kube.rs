@@ -251,6 +251,10 @@ async fn the_kubernetes_example_syncs_a_cluster_on_two_real_control_planes() {
     let deployments = stdout.lines().find(|l| l.starts_with("deployment.apps/")).unwrap_or_default();
     assert!(deployments.contains("1/1"), "the addon Deployment is Available: {stdout}");
     assert!(stdout.contains("Running"), "{stdout}");
+    // The Cluster and the subscription agree, and the row says what chose the release: a
+    // plain-manifests subscription does not follow the class.
+    let row: Vec<&str> = stdout.lines().find(|l| l.starts_with("alpha ")).unwrap_or_default().split_whitespace().collect();
+    assert_eq!(row.get(1..4), Some(&["docker-ferrol-1-27-v1", "subscription", "docker-ferrol-1-27-v1"][..]), "{stdout}");
 }
 
 /// Leader election on the real Lease API (resourceVersion preconditions, the real server's

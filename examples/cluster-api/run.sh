@@ -26,7 +26,7 @@ rm -rf "$work"
 mkdir -p "$work"
 
 cd "$root"
-bin=$(scripts/install-tools.sh | tail -n 1)
+bin=$(scripts/install-tools.sh --for cluster-api | tail -n 1)
 export PATH="$bin:$PATH"
 if [ -n "${STACKSYNC_BIN:-}" ] && [ -n "${TESTKIT_BIN:-}" ]; then
   stacksync="$STACKSYNC_BIN"

@@ -16,7 +16,7 @@ rm -rf "$work"
 mkdir -p "$work"
 
 cd "$root"
-bin=$(scripts/install-tools.sh | tail -n 1)
+bin=$(scripts/install-tools.sh --for kubernetes | tail -n 1)
 kubectl="$bin/kubectl"
 # Where cargo puts them (CARGO_TARGET_DIR is honoured); STACKSYNC_BIN and TESTKIT_BIN (both
 # set: the test suite runs this with the binaries under test) skip the build.

@@ -2,7 +2,7 @@
 # Quickstart: the main job, no cluster needed. Builds a small cluster-stack release repository of
 # our own (two releases as Git tags: a ClusterClass chart with its templates, a multi-stage addon
 # with clusteraddon.yaml and overwrite.yaml values templates over .Cluster), installs helm when it
-# is missing (scripts/install-tools.sh, as the tests do), and runs one stacksync pass with the
+# is missing (`scripts/install-tools.sh --for quickstart`: helm only, no Kubernetes), and runs one stacksync pass with the
 # directory target: the ClusterClass once per namespace, the addons per cluster, stage by stage.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,7 +14,7 @@ mkdir -p "$work"
 "$here/make-repo.sh" "$work/stacks.git"
 
 # stacksync renders cluster stacks with the real helm (`helm template`), as the SCS operator does.
-bin=$("$root/scripts/install-tools.sh" | tail -n 1)
+bin=$("$root/scripts/install-tools.sh" --for quickstart | tail -n 1)
 export PATH="$bin:$PATH"
 
 if [ -n "${STACKSYNC_BIN:-}" ]; then

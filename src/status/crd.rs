@@ -26,6 +26,7 @@ pub const MAX_ENTRIES: usize = 200;
     shortname = "csync",
     category = "stacksync",
     printcolumn = r#"{"name":"Class","type":"string","jsonPath":".status.class"}"#,
+    printcolumn = r#"{"name":"Selected By","type":"string","jsonPath":".status.selectedBy"}"#,
     printcolumn = r#"{"name":"Subscription","type":"string","priority":1,"jsonPath":".spec.subscription"}"#,
     printcolumn = r#"{"name":"Wanted","type":"string","priority":1,"jsonPath":".status.wantedRelease.tag"}"#,
     printcolumn = r#"{"name":"Newest","type":"string","priority":1,"jsonPath":".status.newestAvailable"}"#,
@@ -51,6 +52,11 @@ pub struct ClusterSyncStatus {
     /// The Cluster's `spec.topology.class` (cluster stacks: it names the release).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class: Option<String>,
+    /// What chose the release: `class` (a cluster-stack subscription: the Cluster's class names
+    /// it) or `subscription` (the subscription's version constraint: the class is not followed,
+    /// so `class` and `appliedRelease` may differ by design).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selected_by: Option<String>,
     /// The newest release the subscription offers (cluster stacks: moving to it is a class
     /// change of the Cluster).
     #[serde(default, skip_serializing_if = "Option::is_none")]

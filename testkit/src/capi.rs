@@ -94,8 +94,8 @@ impl ClusterApi {
         }
         let workload_nodes = options.workload_nodes.max(1);
         let (mgmt, workload) = tokio::join!(
-            Kube::start(KubeOptions { preload: Vec::new(), nodes: 1, bin_dir: None }),
-            Kube::start(KubeOptions { preload: Vec::new(), nodes: workload_nodes, bin_dir: None }),
+            Kube::start(KubeOptions { nodes: 1, ..KubeOptions::default() }),
+            Kube::start(KubeOptions { nodes: workload_nodes, ..KubeOptions::default() }),
         );
         let mut api = ClusterApi { mgmt: mgmt?, workload: workload?, provider: None, started_in: Duration::ZERO };
         api.install(&capi).await?;

@@ -85,13 +85,20 @@ pub struct Options {
     pub nodes: usize,
     /// Where the binaries are; default [`bin_dir`].
     pub bin_dir: Option<PathBuf>,
+    /// Write an audit log ([`Kube::audit_log`]): every request's user, verb, resource and
+    /// response code (level `Metadata`, one JSON event per line), for tests that prove what an
+    /// identity did and that nothing it did was refused.
+    pub audit: bool,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { preload: Vec::new(), nodes: 1, bin_dir: None }
+        Options { preload: Vec::new(), nodes: 1, bin_dir: None, audit: false }
     }
 }
+
+/// The audit policy of [`Options::audit`]: metadata of every request, once, when answered.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: Metadata\n";
 
 /// The directory `scripts/build-realkube.sh` installs into:
 /// `$STACKSYNC_TOOLS_DIR/realkube/bin` (default `~/.cache/stacksync-tools/realkube/bin`).
@@ -205,6 +212,15 @@ impl Kube {
                 .arg("--enable-priority-and-fairness=false")
                 .arg("--profiling=false")
                 .arg("--event-ttl=1h");
+            if options.audit {
+                let policy = self.dir.join("audit-policy.yaml");
+                std::fs::write(&policy, AUDIT_POLICY).map_err(|source| Error::Write { path: policy.clone(), source })?;
+                cmd.arg(format!("--audit-policy-file={}", policy.display()))
+                    .arg(format!("--audit-log-path={}", self.audit_log().display()))
+                    .arg("--audit-log-format=json")
+                    .arg("--audit-log-mode=blocking")
+                    .arg("--audit-log-maxbackup=0");
+            }
             self.spawn("kube-apiserver", cmd)?;
             self.kubeconfig = self.dir.join("admin.kubeconfig");
             write_admin_kubeconfig(&self.kubeconfig, &self.url, &pki)?;
@@ -308,6 +324,17 @@ impl Kube {
     ///
     /// # Errors
     /// When it cannot be written.
+    /// The audit log of a control plane started with [`Options::audit`] (JSON lines).
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.join("audit.log")
+    }
+
+    /// The CA certificate that signed the API server's serving certificate (what a Pod finds
+    /// in `/var/run/secrets/kubernetes.io/serviceaccount/ca.crt`).
+    pub fn ca_cert(&self) -> PathBuf {
+        self.dir.join("pki").join("ca.crt")
+    }
+
     pub fn write_kubeconfig(&self, path: &Path) -> Result<()> {
         let tmp = path.with_extension("tmp");
         std::fs::copy(&self.kubeconfig, &tmp).map_err(|source| Error::Write { path: tmp.clone(), source })?;
@@ -522,7 +549,7 @@ pub async fn shared() -> Option<&'static Shared> {
             // own, on a thread that lives as long as the process.
             let started = keep_for_process(
                 "testkit-kube",
-                || Kube::start(Options { preload: shared_preload(), nodes: 3, bin_dir: None }),
+                || Kube::start(Options { preload: shared_preload(), nodes: 3, ..Options::default() }),
                 |kube| kube.kubeconfig.clone(),
             );
             match started.await {

@@ -132,8 +132,10 @@ async fn reconcile_in(
     let c = with_live_objects(kube, obj, c).await;
 
     let newest = kube.ctx.offered(sub).await.into_iter().next().map(|r| r.tag);
+    let selected_by = if follows_class(sub, class.as_deref()) { "class" } else { "subscription" };
     let stamp = |mut s: ClusterSyncStatus| {
         s.class.clone_from(&class);
+        s.selected_by = Some(selected_by.to_owned());
         s.newest_available.clone_from(&newest);
         s.last_handled_reconcile_at.clone_from(&requested);
         s
@@ -486,6 +488,11 @@ pub(super) fn apply_options(k: &KubernetesTarget, sub: &Subscription, c: &Cluste
         reach_within: Some(super::REACHABLE_TIMEOUT),
         ..ApplyOptions::default()
     }
+}
+
+/// True when the Cluster's class names its release (the first arm of [`choose`], which must agree).
+fn follows_class(sub: &Subscription, class: Option<&str>) -> bool {
+    matches!((sub.format, &sub.stack, class), (Format::ClusterStack, Some(_), Some(_)))
 }
 
 /// The release a Cluster runs: for a cluster stack with a topology class, the release the class

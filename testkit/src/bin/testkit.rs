@@ -96,7 +96,7 @@ async fn main() -> anyhow::Result<()> {
             wait_for_stop_or_exit(Running::ClusterApi(api)).await?;
         }
         Command::Kube { kubeconfig_out, preload, nodes, .. } => {
-            let kube = testkit::kube::Kube::start(testkit::kube::Options { preload, nodes, bin_dir: None })
+            let kube = testkit::kube::Kube::start(testkit::kube::Options { preload, nodes, ..Default::default() })
                 .await
                 .context("starting the control plane")?;
             kube.write_kubeconfig(&kubeconfig_out).with_context(|| format!("writing {}", kubeconfig_out.display()))?;
