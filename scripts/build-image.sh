@@ -210,7 +210,8 @@ for pkg in "${packages[@]}"; do
   if [ -L "$doc" ]; then
     base="$(readlink "$doc")"
     fetch_deb "$base"
-    copy_from "$pkg" "/usr/share/doc/$pkg" "$root"
+    mkdir -p "$root/usr/share/doc"
+    cp -a "$doc" "$root/usr/share/doc/$pkg"
     copy_from "$base" "/usr/share/doc/$base/copyright" "$root"
   else
     copy_from "$pkg" "/usr/share/doc/$pkg/copyright" "$root"
