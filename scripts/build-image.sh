@@ -38,8 +38,9 @@
 #
 # Needs root (buildah's storage, mmdebstrap --mode=root, chown), Debian bookworm; installs
 # buildah, skopeo and mmdebstrap (plus umoci with --oci, for the test that unpacks it) when
-# missing. Takes about 3 minutes on 2 cores when the binary is built (the dist profile's LTO
-# build is extra: see docs/operations.md for measured times); the .debs are cached.
+# missing. Takes 2 minutes on 2 cores, 75 s when the .debs are cached (~/.cache/stacksync-image);
+# building the binary is extra (the dist profile's LTO build: about 14 minutes after a new commit,
+# as SOURCE_DATE_EPOCH changes and the C crates' build scripts rebuild on it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
