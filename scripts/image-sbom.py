@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Writes the SPDX 2.3 JSON SBOM of one image scripts/build-image.sh builds, to stdout.
+
+It lists the image, the stacksync binary and the Rust crates compiled into it (the `stacksync`
+package's normal dependencies for the build host's platform, from `cargo metadata --locked
+--filter-platform`; proc-macro crates and what only they use run at compile time and are left
+out), helm, and the image's Debian packages (a TSV: package, version, architecture, .deb
+SHA-256). Deterministic: sorted, and its creation time is the image's.
+"""
+
+import argparse
+import json
+import re
+import sys
+import tomllib
+import uuid
+from urllib.parse import quote
+
+CRATES_IO = "registry+https://github.com/rust-lang/crates.io-index"
+
+
+def spdx_id(kind, *parts):
+    return "SPDXRef-" + kind + "-" + re.sub(r"[^A-Za-z0-9.-]", "-", "-".join(parts))
+
+
+def licence(expr):
+    # Old Cargo manifests write "MIT/Apache-2.0" for "MIT OR Apache-2.0".
+    if not expr:
+        return "NOASSERTION"
+    return " OR ".join(part.strip() for part in expr.split("/"))
+
+
+def package(ident, name, version, purpose, download="NOASSERTION", declared="NOASSERTION",
+            sha256=None, purl=None, supplier="NOASSERTION", comment=None):
+    p = {
+        "SPDXID": ident,
+        "name": name,
+        "versionInfo": version,
+        "supplier": supplier,
+        "downloadLocation": download,
+        "filesAnalyzed": False,
+        "licenseConcluded": "NOASSERTION",
+        "licenseDeclared": declared,
+        "copyrightText": "NOASSERTION",
+    }
+    if purpose:
+        p["primaryPackagePurpose"] = purpose
+    if sha256:
+        p["checksums"] = [{"algorithm": "SHA256", "checksumValue": sha256}]
+    if purl:
+        p["externalRefs"] = [{"referenceCategory": "PACKAGE-MANAGER", "referenceType": "purl",
+                              "referenceLocator": purl}]
+    if comment:
+        p["comment"] = comment
+    return p
+
+
+def crates(metadata, lock):
+    """The packages compiled into the stacksync binary, sorted by name and version."""
+    packages = {p["id"]: p for p in metadata["packages"]}
+    nodes = {n["id"]: n for n in metadata["resolve"]["nodes"]}
+    root = next(p["id"] for p in metadata["packages"] if p["name"] == "stacksync"
+                and p["id"] in metadata["workspace_members"])
+    checksums = {(p["name"], p["version"]): p.get("checksum") for p in lock["package"]}
+
+    def proc_macro(pid):
+        return any("proc-macro" in t["kind"] for t in packages[pid]["targets"])
+
+    seen, todo = set(), [root]
+    while todo:
+        for dep in nodes[todo.pop()]["deps"]:
+            normal = any(k["kind"] is None for k in dep["dep_kinds"])
+            if normal and dep["pkg"] not in seen and not proc_macro(dep["pkg"]):
+                seen.add(dep["pkg"])
+                todo.append(dep["pkg"])
+    out = []
+    for pid in seen:
+        p = packages[pid]
+        name, version, source = p["name"], p["version"], p.get("source")
+        if source == CRATES_IO:
+            download = f"https://static.crates.io/crates/{name}/{name}-{version}.crate"
+            purl = f"pkg:cargo/{name}@{version}"
+        elif source and source.startswith("git+"):
+            download, purl = source, None
+        else:
+            download, purl = "NOASSERTION", None
+        out.append(package(spdx_id("Crate", name, version), name, version, "LIBRARY", download,
+                           licence(p.get("license")), checksums.get((name, version)), purl,
+                           comment=f"source: {source or 'path'}"))
+    return sorted(out, key=lambda p: (p["name"], p["versionInfo"]))
+
+
+def debs(path):
+    out = []
+    with open(path) as f:
+        for line in f:
+            name, version, arch, sha256 = line.rstrip("\n").split("\t")
+            purl = f"pkg:deb/debian/{name}@{quote(version, safe='')}?arch={arch}&distro=debian-12"
+            out.append(package(spdx_id("Deb", name, version, arch), name, version, None,
+                               sha256=sha256, purl=purl, supplier="Organization: Debian",
+                               comment=f"Debian bookworm .deb ({arch}); SHA-256 of the .deb; "
+                                       f"licence: /usr/share/doc/{name}/copyright in the image"))
+    return sorted(out, key=lambda p: (p["name"], p["versionInfo"]))
+
+
+def main():
+    a = argparse.ArgumentParser(description=__doc__)
+    for opt in ("metadata", "lock", "debs", "image", "version", "commit", "created", "helm-version",
+                "helm-sha256", "helm-package"):
+        a.add_argument("--" + opt, required=True)
+    a.add_argument("--source")
+    args = a.parse_args()
+    with open(args.metadata) as f:
+        metadata = json.load(f)
+    with open(args.lock, "rb") as f:
+        lock = tomllib.load(f)
+    me = next(p for p in metadata["packages"] if p["name"] == "stacksync"
+              and p["id"] in metadata["workspace_members"])
+
+    image = package("SPDXRef-Image", args.image, args.image.rsplit(":", 1)[1], "CONTAINER",
+                    comment=f"built by scripts/build-image.sh from commit {args.commit}")
+    binary = package("SPDXRef-Package-stacksync", "stacksync", args.version, "APPLICATION",
+                     f"git+{args.source}@{args.commit}" if args.source else "NOASSERTION",
+                     licence(me.get("license")), comment=f"/usr/local/bin/stacksync, commit {args.commit}")
+    scope, _, npm = args.helm_package.rpartition("@")
+    helm = package("SPDXRef-Package-helm", "helm", args.helm_version, "APPLICATION",
+                   f"https://registry.npmjs.org/{scope}/-/{scope.split('/')[-1]}-{npm}.tgz", "Apache-2.0",
+                   args.helm_sha256, f"pkg:golang/helm.sh/helm/v4@v{args.helm_version}",
+                   comment=f"/usr/local/bin/helm: helm/helm of lib/layer.zip in the npm package "
+                           f"{args.helm_package}; the checksum is the binary's")
+    rust = crates(metadata, lock)
+    deb = debs(args.debs)
+
+    relationships = [{"spdxElementId": "SPDXRef-DOCUMENT", "relationshipType": "DESCRIBES",
+                      "relatedSpdxElement": "SPDXRef-Image"}]
+    for p in [binary, helm] + deb:
+        relationships.append({"spdxElementId": "SPDXRef-Image", "relationshipType": "CONTAINS",
+                              "relatedSpdxElement": p["SPDXID"]})
+    for p in rust:
+        relationships.append({"spdxElementId": binary["SPDXID"], "relationshipType": "STATIC_LINK",
+                              "relatedSpdxElement": p["SPDXID"]})
+
+    name = args.image.split("/", 1)[-1].replace(":", "-")
+    ns = uuid.uuid5(uuid.NAMESPACE_URL, f"{args.image}@{args.commit}@{args.created}")
+    doc = {
+        "spdxVersion": "SPDX-2.3",
+        "dataLicense": "CC0-1.0",
+        "SPDXID": "SPDXRef-DOCUMENT",
+        "name": name,
+        "documentNamespace": f"https://spdx.org/spdxdocs/{name}-{ns}",
+        "creationInfo": {"created": args.created, "creators": ["Tool: stacksync scripts/build-image.sh"]},
+        "documentDescribes": ["SPDXRef-Image"],
+        "packages": [image, binary, helm] + deb + rust,
+        "relationships": relationships,
+    }
+    json.dump(doc, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
