@@ -99,11 +99,19 @@ if [ -x scripts/build-ssa-oracle.sh ]; then
 fi
 
 # The container images, built offline from Debian's packages into an OCI layout: tests/image.rs
-# runs them with runc as deploy/ runs them. STACKSYNC_SKIP_IMAGE=1 skips the build (the test
-# then skips too, except under CI, where it fails).
+# runs them with runc as deploy/ runs them. They carry the debug binary the tests build (the
+# images are the shipped ones but for the binary's optimisation: the dist profile's LTO build
+# would add a second full build of every crate to the run); STACKSYNC_IMAGE_BINARY=dist builds
+# and uses the shipped binary. STACKSYNC_SKIP_IMAGE=1 skips the images (the test then skips
+# too, except under CI, where it fails).
 if [ -z "${STACKSYNC_SKIP_IMAGE:-}" ] && [ -x scripts/build-image.sh ]; then
   image_oci="${CARGO_TARGET_DIR:-target}/image/oci"
-  scripts/build-image.sh --oci "$image_oci" >&2
+  if [ "${STACKSYNC_IMAGE_BINARY:-debug}" = dist ]; then
+    scripts/build-image.sh --oci "$image_oci" >&2
+  else
+    cargo build --locked -p stacksync --bin stacksync
+    scripts/build-image.sh --binary "${CARGO_TARGET_DIR:-target}/debug/stacksync" --oci "$image_oci" >&2
+  fi
   STACKSYNC_IMAGE_OCI=$(cd "$image_oci" && pwd)
   export STACKSYNC_IMAGE_OCI
 fi

@@ -105,11 +105,24 @@ pub async fn run(
         Some(sel) => watcher::Config::default().labels(sel),
         None => watcher::Config::default(),
     };
+    // Before the store takes a changed Cluster, its class is compared with the one stored: a
+    // Cluster that left a class (a rollout, a person) may leave it unused, and housekeeping
+    // prunes a class no longer offered once no Cluster names it.
+    let (before, moved_tx, ar_m) = (reader.clone(), seen_tx.clone(), ar.clone());
     let stream = watcher(clusters, watch_config)
         .default_backoff()
         // The store keeps every Cluster for the process's life: not the managedFields nobody
         // here reads (about half of an object a server keeps field managers for).
         .modify(|c| c.metadata.managed_fields = None)
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Apply(obj)) = event
+                && let Some(old) = before.get(&ObjectRef::from_obj_with(obj, ar_m.clone()))
+                && let Some(left) = topology_class(&old.data)
+                && topology_class(&obj.data).as_deref() != Some(left.as_str())
+            {
+                let _ = moved_tx.send(Seen::ClassLeft);
+            }
+        })
         .reflect(writer)
         .inspect(move |event| {
             let seen = match event {
@@ -207,6 +220,8 @@ enum Seen {
     Gone(ClusterKey),
     /// The watch (re)listed every Cluster: the cache is complete.
     Listed,
+    /// A Cluster's `spec.topology.class` moved away from a class: that class may be unused now.
+    ClassLeft,
 }
 
 /// What is not one Cluster's reconcile: removing the ClusterSync of deleted Clusters (and of
@@ -233,16 +248,21 @@ async fn housekeeping(
         tokio::select! {
             event = seen.recv() => match event {
                 Some(Seen::Gone(key)) => {
-                    if sharded && !gone(&kube, &key).await {
-                        debug!(cluster = %key, "Cluster left this shard");
-                        continue;
-                    }
-                    debug!(cluster = %key, "Cluster deleted");
-                    crate::telemetry::metrics().forget_cluster(&key.to_string());
-                    forget(&kube, &key).await;
+                    cluster_gone(&kube, sharded, &key).await;
                     continue;
                 }
                 Some(Seen::Listed) => listed = true,
+                Some(Seen::ClassLeft) => {
+                    // A rollout moves many Clusters at once: one housekeeping round for the
+                    // moves queued so far (a Gone among them is handled as above).
+                    while let Ok(next) = seen.try_recv() {
+                        match next {
+                            Seen::Gone(key) => cluster_gone(&kube, sharded, &key).await,
+                            Seen::Listed => listed = true,
+                            Seen::ClassLeft => {}
+                        }
+                    }
+                }
                 None => return,
             },
             r = published.changed() => if r.is_err() { return },
@@ -270,6 +290,18 @@ async fn housekeeping(
         collect_garbage(&kube, &referenced).await;
         record_refusals(&kube).await;
     }
+}
+
+/// A Cluster deleted (or, sharded, perhaps only moved to another shard): its ClusterSync and
+/// metrics go.
+async fn cluster_gone(kube: &Kube, sharded: bool, key: &ClusterKey) {
+    if sharded && !gone(kube, key).await {
+        debug!(cluster = %key, "Cluster left this shard");
+        return;
+    }
+    debug!(cluster = %key, "Cluster deleted");
+    crate::telemetry::metrics().forget_cluster(&key.to_string());
+    forget(kube, key).await;
 }
 
 /// Every release a subscription would consider but whose signature was refused gets a
