@@ -46,9 +46,12 @@ RUN npm pack --silent "${HELM_PACKAGE}" \
 # included), which run Debian's git (and ssh, through /bin/sh). Build it with
 #   docker build --target runtime-git -t stacksync:git .
 FROM debian:bookworm-slim AS runtime-git
+# ssh refuses to run for a uid without a passwd entry ("No user exists for uid 65532").
 RUN apt-get update \
  && apt-get install -y --no-install-recommends git openssh-client ca-certificates \
- && rm -rf /var/lib/apt/lists/*
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --gid 65532 nonroot \
+ && useradd --uid 65532 --gid 65532 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin nonroot
 COPY --from=build /src/target/dist/stacksync /usr/local/bin/stacksync
 COPY --from=tools /tools/layer/helm/helm /usr/local/bin/helm
 USER 65532:65532

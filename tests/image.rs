@@ -66,8 +66,12 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn chown(path: &Path) {
+/// A writable volume of the Pod (an emptyDir): a new directory the container's user owns, as
+/// `fsGroup` makes it.
+fn volume(path: &Path) -> PathBuf {
+    std::fs::create_dir_all(path).expect("volume");
     run(Command::new("chown").arg("-R").arg(format!("{UID}:{UID}")).arg(path));
+    path.to_path_buf()
 }
 
 /// A bind mount of the container: host path, container path, read-only.
@@ -515,12 +519,7 @@ async fn the_image_runs_as_deploy_runs_it_under_its_service_account() {
         .filter_map(Value::as_str)
         .map(|a| if a.starts_with("--admin-addr=") { format!("--admin-addr=127.0.0.1:{port}") } else { a.to_owned() })
         .collect();
-    let cache = work.join("cache");
-    let tmp = work.join("tmp");
-    for d in [&cache, &tmp] {
-        std::fs::create_dir_all(d).expect("volume");
-        chown(d);
-    }
+    let (cache, tmp) = (volume(&work.join("cache")), volume(&work.join("tmp")));
     let api_port = kube.url().rsplit(':').next().expect("port").to_owned();
     let env = [
         ("POD_NAME", "stacksync-7d9f-abcde".to_owned()),
@@ -675,12 +674,7 @@ async fn the_image_runs_as_deploy_runs_it_under_its_service_account() {
         .set("cache", json!({"dir": "/var/cache/stacksync"}))
         .set("target", json!({"directory": "/var/cache/stacksync/out"}))
         .write();
-    let git_cache = work.join("git-cache");
-    let git_tmp = work.join("git-tmp");
-    for d in [&git_cache, &git_tmp] {
-        std::fs::create_dir_all(d).expect("volume");
-        chown(d);
-    }
+    let (git_cache, git_tmp) = (volume(&work.join("git-cache")), volume(&work.join("git-tmp")));
     git_bundle.configure(
         None,
         &["run".into(), "--once".into(), "--config=/etc/stacksync/stacksync.yaml".into()],

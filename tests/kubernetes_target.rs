@@ -182,11 +182,16 @@ async fn kubectl_shows_the_printer_columns_and_waits_for_ready() {
     let (ok, text, err) = run(args("get clustersyncs -A")).await;
     assert!(ok, "{err}");
     let header: Vec<&str> = text.lines().next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(header, ["NAMESPACE", "NAME", "CLASS", "APPLIED", "SYNCED", "READY", "REASON", "MESSAGE", "LAST", "SYNC", "AGE"], "{text}");
+    assert_eq!(
+        header,
+        ["NAMESPACE", "NAME", "CLASS", "SELECTED", "BY", "APPLIED", "SYNCED", "READY", "REASON", "MESSAGE", "LAST", "SYNC", "AGE"],
+        "{text}"
+    );
     let row = |name: &str| text.lines().find(|l| l.split_whitespace().nth(1) == Some(name)).unwrap_or_default().to_owned();
     let alpha: Vec<String> = row("alpha").split_whitespace().map(str::to_owned).collect();
     // A Ready Cluster has no MESSAGE: the column is blank.
-    assert_eq!(&alpha[..7], [NS, "alpha", "docker-ferrol-1-27-v1", "v1.0.0", "2/2", "True", "Synced"], "{text}");
+    // A plain-manifests subscription picks the release itself: the class is shown, not followed.
+    assert_eq!(&alpha[..8], [NS, "alpha", "docker-ferrol-1-27-v1", "subscription", "v1.0.0", "2/2", "True", "Synced"], "{text}");
     let beta = row("beta");
     assert!(beta.contains("1/2") && beta.contains("False") && beta.contains("NotSynced"), "{text}");
     assert!(beta.contains("Widget"), "the MESSAGE column names what failed: {text}");
