@@ -19,8 +19,9 @@
 #     tests/conformance.rs and tests/template_fuzz read from STACKSYNC_TEMPLATE_ORACLE,
 #   - the server-side apply oracle (scripts/build-ssa-oracle.sh: structured-merge-diff v6.3.0,
 #     the version kube-apiserver 1.35 uses, a pinned Go module),
-#   - the container images (scripts/build-image.sh: the dist binary, Debian's packages, buildah,
-#     skopeo, umoci and runc, which it installs when missing), for tests/image.rs,
+#   - the container images (scripts/build-image.sh with the tests' debug binary: Debian's
+#     packages, buildah, skopeo, umoci and runc, which it installs when missing), for
+#     tests/image.rs,
 #   - Debian's gnupg and the real cosign v2.4.0 (scripts/build-cosign.sh, from the Go module
 #     proxy): tests/signed_releases.rs signs Git tags with gpg and ssh-keygen, OCI artifacts and
 #     release assets with cosign.

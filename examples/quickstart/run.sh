@@ -2,8 +2,9 @@
 # Quickstart: the main job, no cluster needed. Builds a small cluster-stack release repository of
 # our own (two releases as Git tags: a ClusterClass chart with its templates, a multi-stage addon
 # with clusteraddon.yaml and overwrite.yaml values templates over .Cluster), installs helm when it
-# is missing (`scripts/install-tools.sh --for quickstart`: helm only, no Kubernetes), and runs one stacksync pass with the
-# directory target: the ClusterClass once per namespace, the addons per cluster, stage by stage.
+# is missing (`scripts/install-tools.sh --for quickstart`: helm only, no Kubernetes), and runs one
+# stacksync pass with the directory target: the ClusterClass once per namespace, the addons per
+# cluster, stage by stage.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # STACKSYNC_ROOT and STACKSYNC_BIN let the CI test run a copy of this directory with the built binary.
