@@ -22,16 +22,34 @@ pub struct Index {
     /// refuse silent downgrades when a tag disappears).
     #[serde(default)]
     pub adopted: BTreeMap<String, Adopted>,
-    /// By source key: what GitHub sources listed (pages for conditional requests, releases).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub github: BTreeMap<String, GithubState>,
+    /// Written by earlier versions: by source key, what GitHub sources listed. Read once, into
+    /// each source's own state ([`Index::migrate`]); never written.
+    #[serde(default, skip_serializing)]
+    github: BTreeMap<String, serde_json::Value>,
 }
-
-pub use crate::model::published::GithubState;
 
 impl Default for Index {
     fn default() -> Self {
         Index { format: FORMAT, sources: BTreeMap::new(), releases: BTreeMap::new(), adopted: BTreeMap::new(), github: BTreeMap::new() }
+    }
+}
+
+impl Index {
+    /// Moves what an earlier version kept beside the sources into each source's own state: a
+    /// GitHub listing, with its pre-releases, so nothing is listed again and no pre-release is
+    /// offered before the first poll.
+    pub fn migrate(&mut self) {
+        for (key, listing) in std::mem::take(&mut self.github) {
+            let Some(state) = self.sources.get_mut(&key) else { continue };
+            if let Some(releases) = listing.get("releases").and_then(serde_json::Value::as_object) {
+                state.prereleases = releases
+                    .iter()
+                    .filter(|(_, r)| r.get("prerelease").and_then(serde_json::Value::as_bool) == Some(true))
+                    .map(|(tag, _)| tag.clone())
+                    .collect();
+            }
+            state.own = Some(std::sync::Arc::new(listing));
+        }
     }
 }
 
@@ -57,6 +75,14 @@ pub struct SourceState {
     /// candidate), with why.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub unsigned: BTreeMap<String, SignatureRefusal>,
+    /// Tags the source marks as pre-releases: offered only to subscriptions that allow them.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub prereleases: std::collections::BTreeSet<String>,
+    /// The source kind's own state (a GitHub listing: its pages for conditional requests, its
+    /// releases and their assets), opaque to everything but that kind. Shared, not copied, by
+    /// every reader of the index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own: Option<std::sync::Arc<serde_json::Value>>,
 }
 
 /// Why a tag's signature was refused.

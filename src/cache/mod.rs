@@ -213,7 +213,11 @@ impl Cache {
     pub fn load_index(&self) -> Result<Index> {
         let path = self.root.join("index.json");
         match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| Error::ParseIndex { path, source }),
+            Ok(bytes) => {
+                let mut index: Index = serde_json::from_slice(&bytes).map_err(|source| Error::ParseIndex { path, source })?;
+                index.migrate();
+                Ok(index)
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Index::default()),
             Err(source) => Err(Error::ReadIndex { path, source }),
         }

@@ -12,7 +12,6 @@ use tracing::{error, info, warn};
 use super::pipeline;
 use super::{ClusterReport, Context, PassReport, Prepared, finish};
 use crate::apply::{Action, ChangeSet, DirectoryTarget, Entry, ObjectRef};
-use crate::cache::Cache;
 use crate::config::{Config, Format, Subscription};
 use crate::model::Object;
 use crate::model::cluster::{ClusterConfig, ClusterObjects};
@@ -387,8 +386,6 @@ pub async fn render_cluster(config: &Config, cluster: ClusterConfig, out: &Path)
     let mut one = sub.clone();
     let values = sub.clusters.iter().find(|c| c.name == cluster.name && c.namespace == cluster.namespace).map(|c| c.values.clone());
     one.clusters = vec![ClusterConfig { values: values.unwrap_or_default(), ..cluster }];
-    let cache = Cache::open(&config.cache.dir)?;
-    let index = cache.load_index()?;
     // A Cluster with a topology class gets the release its class names, as in a cluster.
     let prepared = match (&class, &one.stack) {
         (Some(class), Some(stack)) => {
@@ -400,8 +397,9 @@ pub async fn render_cluster(config: &Config, cluster: ClusterConfig, out: &Path)
             Prepared { subscription: one.name.clone(), source: one.source.clone(), outcome }
         }
         _ => {
-            let (prepared, index) = super::fetch::prepare(config, &cache, index, &one).await;
-            cache.save_index(&index)?;
+            let ctx = super::Context::new(config.clone())?;
+            let prepared = ctx.prepare_subscription(&one).await;
+            ctx.save_index().await?;
             prepared
         }
     };

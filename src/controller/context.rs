@@ -11,15 +11,15 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use tokio::sync::watch;
-use tracing::{error, info, warn};
+use tracing::{Instrument, error, info, warn};
 
+use super::Prepared;
 use super::error::WorkDirError;
 use super::fetch::{self, source_key};
 use super::pipeline::RenderError;
 use super::{PrepareError, PreparedRelease};
-use crate::cache::index::GithubState;
 use crate::cache::{self, Cache, Index};
-use crate::config::{Config, Format, SourceKind, Subscription};
+use crate::config::{Config, Format, Subscription};
 use crate::release::{self, Release, Selection};
 use crate::render::clusterstack::Layout;
 use crate::render::helm::Helm;
@@ -54,6 +54,9 @@ pub struct Context {
     /// `refused` instead of downloading again.
     preparing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
+
+/// How many releases one selection tries when their signatures are refused as they are cached.
+const MAX_SIGNATURE_RETRIES: usize = 8;
 
 /// How long a release refused for a reason that needs a change is not fetched again when
 /// nothing changed: the longest a fixed upstream waits without a poll noticing it.
@@ -120,12 +123,11 @@ impl Context {
     pub async fn poll(&self, source: &str) -> crate::source::Result<bool> {
         let config = self.config();
         let Some(src) = config.source(source) else { return Ok(false) };
-        let key = source_key(&src.name, &src.kind);
-        let (previous, github) = {
-            let index = self.index.lock().await;
-            (index.sources.get(&key).cloned().unwrap_or_default(), index.github.get(&key).cloned().unwrap_or_default())
-        };
-        let polled = fetch::poll(&config, &self.cache, source, &previous, github).await;
+        let kind = crate::source::of(&src.kind);
+        let key = crate::source::key(&src.name, kind);
+        let previous = self.index.lock().await.sources.get(&key).cloned().unwrap_or_default();
+        let at = crate::source::At { name: source, key: &key, cache: &self.cache };
+        let polled = crate::source::poll(kind, at, &previous).await;
         let first = self.polled.lock().unwrap_or_else(PoisonError::into_inner).insert(source.to_owned());
         {
             let mut errors = self.poll_errors.lock().unwrap_or_else(PoisonError::into_inner);
@@ -134,7 +136,7 @@ impl Context {
                 Err(e) => errors.insert(source.to_owned(), e.to_string()),
             };
         }
-        let (next, github) = match polled {
+        let next = match polled {
             Ok(p) => p,
             Err(e) => {
                 if first {
@@ -143,13 +145,10 @@ impl Context {
                 return Err(e);
             }
         };
-        let changed = next.tags != previous.tags || next.heads != previous.heads;
+        let changed = next.tags != previous.tags || next.heads != previous.heads || next.prereleases != previous.prereleases;
         {
             let mut index = self.index.lock().await;
-            index.sources.insert(key.clone(), next);
-            if matches!(src.kind, SourceKind::Github(_)) {
-                index.github.insert(key, github);
-            }
+            index.sources.insert(key, next);
             self.save(&index);
         }
         if changed || first {
@@ -199,9 +198,10 @@ impl Context {
         let key = source_key(&src.name, &src.kind);
         let index = self.index.lock().await;
         let mut tags = index.sources.get(&key).map(|s| s.tags.clone()).unwrap_or_default();
-        if matches!(src.kind, SourceKind::Github(_)) && !sub.prereleases {
-            let releases = index.github.get(&key).map(|g| &g.releases);
-            tags.retain(|t, _| releases.and_then(|r| r.get(t)).is_none_or(|r| !r.prerelease));
+        if !sub.prereleases
+            && let Some(state) = index.sources.get(&key)
+        {
+            tags.retain(|t, _| !state.prereleases.contains(t));
         }
         let mut known = tags.clone();
         let prefix = format!("{key}/");
@@ -286,7 +286,8 @@ impl Context {
     pub async fn prepare(&self, rel: &Release) -> Result<PreparedRelease, Arc<PrepareError>> {
         let config = self.config();
         let Some(src) = config.source(&rel.source) else { return Err(Arc::new(PrepareError::UnknownSource(rel.source.clone()))) };
-        let key = source_key(&src.name, &src.kind);
+        let kind = crate::source::of(&src.kind);
+        let key = crate::source::key(&src.name, kind);
         let id = crate::cache::ReleaseEntry::id(&key, &rel.tag, &rel.commit);
         let lock = self.preparing.lock().unwrap_or_else(PoisonError::into_inner).entry(id.clone()).or_default().clone();
         let _one = lock.lock().await;
@@ -295,41 +296,47 @@ impl Context {
         {
             return Err(e.clone());
         }
-        // The materialisation reads only this source's listing; it gets a scratch index and its
-        // new release entries are merged back.
-        let (scratch, claimed) = {
+        // The materialisation reads only the source's own state (shared, not copied) and writes
+        // a scratch index whose new release entries are merged back.
+        let (own, claimed, signer, refused) = {
             let index = self.index.lock().await;
-            let mut scratch = Index::default();
-            if let Some(g) = index.github.get(&key) {
-                scratch.github.insert(key.clone(), GithubState { pages: BTreeMap::new(), releases: g.releases.clone() });
-            }
-            let (signer, refused) = fetch::signature(index.sources.get(&key), rel);
-            (scratch, (index.sources.get(&key).and_then(|s| s.refused.get(&rel.tag)).cloned(), signer, refused))
+            let state = index.sources.get(&key);
+            let (signer, refused) = fetch::signature(state, rel);
+            (state.and_then(|s| s.own.clone()), state.and_then(|s| s.refused.get(&rel.tag)).cloned(), signer, refused)
         };
-        let (claimed, signer, refused) = claimed;
         if let Some(m) = refused {
             return Ok(fetch::held(&self.cache, &key, rel, m));
         }
-        let (scratch, outcome) = fetch::materialise(&config, &self.cache, scratch, rel).await;
+        let state = crate::cache::SourceState { own, ..Default::default() };
+        let at = crate::source::At { name: &src.name, key: &key, cache: &self.cache };
+        let (scratch, outcome) = crate::source::materialise(kind, at, &state, Index::default(), rel).await;
         let outcome = outcome
-            .map(|p| {
-                let unverified = fetch::mismatch(&src.name, &src.kind, &p.release, claimed.as_deref(), &p.assets);
-                PreparedRelease { unverified, signed_by: p.signed_by.or(signer), ..p }
+            .map(|m| PreparedRelease {
+                unverified: fetch::mismatch(&src.name, kind, rel, claimed.as_deref(), &m.assets),
+                signed_by: m.signed_by.or(signer),
+                release: rel.clone(),
+                tree: m.tree,
+                fetched: m.fetched,
+                note: None,
+                assets: m.assets,
             })
-            .map_err(Arc::new);
+            .map_err(|e| Arc::new(PrepareError::Source(e)));
         if let Err(e) = &outcome
             && !e.is_transient()
         {
             self.refused.lock().unwrap_or_else(PoisonError::into_inner).insert(id, (std::time::Instant::now(), e.clone()));
         }
-        // A GitHub release whose asset signatures were refused leaves the accepted tags now (its
-        // poll only saw that every asset had a `.sig`): the next selection is the newest verified.
-        if let (Err(_), SourceKind::Github(g)) = (&outcome, &src.kind)
-            && let Some((refusal, trust)) = super::signed::github_refusal(g, &rel.tag, &rel.commit)
+        // A release whose signatures were refused when it was cached (a GitHub release's assets:
+        // its poll only saw that every asset had a `.sig`) leaves the accepted tags now: the next
+        // selection is the newest verified.
+        if outcome.is_err()
+            && let Some((refusal, trust)) = kind.refusal(rel)
         {
             let mut index = self.index.lock().await;
-            let taken =
-                index.sources.get_mut(&key).is_some_and(|state| super::signed::refuse(&src.name, state, &rel.tag, &refusal, &trust));
+            let taken = index
+                .sources
+                .get_mut(&key)
+                .is_some_and(|state| crate::source::signed::refuse(&src.name, state, &rel.tag, &refusal, &trust));
             // Only a change is news: a release in use refused again (kept, never downgraded
             // silently) must not wake the syncers into another pass and another refusal.
             if taken {
@@ -347,6 +354,53 @@ impl Context {
             }
         }
         outcome
+    }
+
+    /// A subscription's release, selected from what its source last advertised and prepared:
+    /// the one path every caller without a Cluster class takes (the directory target's syncers,
+    /// `run --once`, `fetch`, `render`). A release refused for its signatures when it is cached
+    /// leaves the accepted tags and the next newest is tried, a bounded number of times (each
+    /// try downloads a release).
+    pub async fn prepare_subscription(&self, sub: &Subscription) -> Prepared {
+        let mut prepared = Prepared {
+            subscription: sub.name.clone(),
+            source: sub.source.clone(),
+            outcome: Err(Arc::new(PrepareError::SignatureRetries(MAX_SIGNATURE_RETRIES))),
+        };
+        if self.config().source(&sub.source).is_none() {
+            prepared.outcome = Err(Arc::new(PrepareError::UnknownSource(sub.source.clone())));
+            return prepared;
+        }
+        for _ in 0..MAX_SIGNATURE_RETRIES {
+            let selection = match self.select(sub).await {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!("{e}");
+                    prepared.outcome = Err(Arc::new(PrepareError::Select(e)));
+                    return prepared;
+                }
+            };
+            let rel = &selection.release;
+            let span = tracing::info_span!("release", source = %rel.source, tag = %rel.tag, commit = %release::short(&rel.commit));
+            if let Some(note) = &selection.note {
+                span.in_scope(|| info!("{note}"));
+            }
+            let outcome = self.prepare(rel).instrument(span).await;
+            if outcome.as_ref().is_err_and(|e| e.is_signature()) && !self.tags(sub).await.0.contains_key(&rel.tag) {
+                continue;
+            }
+            prepared.outcome = outcome.map(|p| PreparedRelease { note: selection.note, ..p });
+            return prepared;
+        }
+        prepared
+    }
+
+    /// Writes the cache index now.
+    ///
+    /// # Errors
+    /// It cannot be written.
+    pub async fn save_index(&self) -> cache::Result<()> {
+        self.cache.save_index(&*self.index.lock().await)
     }
 
     /// The process's helm, located once (its version logged). Only cluster-stack subscriptions

@@ -11,12 +11,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use chrono::Utc;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, info, info_span};
 
-use super::{ClusterReport, Context, PrepareError, Prepared, PreparedRelease, clusterstack, sync_subscription};
+use super::{ClusterReport, Context, PrepareError, Prepared, clusterstack, sync_subscription};
 use crate::apply::DirectoryTarget;
 use crate::config::{Config, Format, Subscription, Target};
-use crate::release::short;
 
 /// What the syncers of one directory share.
 #[derive(Default)]
@@ -130,7 +129,7 @@ async fn sync_loop(ctx: Arc<Context>, name: String, trigger: Arc<Notify>, shared
 async fn sync(ctx: &Arc<Context>, config: &Config, sub: &Subscription, shared: &Shared) -> Vec<ClusterReport> {
     let Target::Directory(dir) = &config.target else { return Vec::new() };
     let target = DirectoryTarget::new(dir);
-    let prepared = prepare(ctx, sub).await;
+    let prepared = ctx.prepare_subscription(sub).await;
     let poll_error = ctx.poll_error(&sub.source);
     if sub.format == Format::ClusterStack && prepared.outcome.is_ok() {
         shared.prepared.lock().unwrap_or_else(PoisonError::into_inner).insert(sub.name.clone(), prepared.clone());
@@ -146,30 +145,6 @@ async fn sync(ctx: &Arc<Context>, config: &Config, sub: &Subscription, shared: &
     let reports = sync_subscription(&target, sub, &prepared, poll_error.as_ref(), true);
     adopt(ctx, sub, &prepared, &reports).await;
     reports
-}
-
-/// The subscription's release, selected and materialised through the context.
-async fn prepare(ctx: &Context, sub: &Subscription) -> Prepared {
-    let mut prepared = Prepared {
-        subscription: sub.name.clone(),
-        source: sub.source.clone(),
-        outcome: Err(Arc::new(PrepareError::NotPrepared(sub.name.clone()))),
-    };
-    let selection = match ctx.select(sub).await {
-        Ok(s) => s,
-        Err(e) => {
-            warn!("{e}");
-            prepared.outcome = Err(Arc::new(PrepareError::Select(e)));
-            return prepared;
-        }
-    };
-    let rel = &selection.release;
-    let span = info_span!("release", source = %rel.source, tag = %rel.tag, commit = %short(&rel.commit));
-    if let Some(note) = &selection.note {
-        span.in_scope(|| info!("{note}"));
-    }
-    prepared.outcome = ctx.prepare(rel).instrument(span).await.map(|p| PreparedRelease { note: selection.note.clone(), ..p });
-    prepared
 }
 
 /// `sub` and every other cluster-stack subscription with clusters in one of its namespaces,

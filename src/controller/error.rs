@@ -123,32 +123,9 @@ pub enum PrepareError {
     /// The release in use no longer verifies (a moved tag, a pin, a refused signature): held.
     #[error("{message}")]
     Unverified { reason: crate::status::Reason, message: String },
-    /// A GitHub release the last listing does not have, and not cached either.
-    #[error("release {tag} is not in the last listing of {repo} and not in the cache")]
-    NotListed { tag: String, repo: String },
-    /// A GitHub release whose assets changed since its tag was accepted.
-    #[error("release {tag}: assets changed since they were accepted (moved tag); refusing")]
-    AssetsMoved { tag: String },
-    /// A GitHub release's asset signatures do not verify against the source's keys.
+    /// The release could not be put into the cache (fetched, verified, unpacked).
     #[error("{0}")]
-    Signature(String),
-    /// The source's trusted key files cannot be read or parsed.
-    #[error("{0}")]
-    TrustFiles(#[source] crate::verify::KeyFileError),
-    /// Writing the release tree into the cache (Git releases: reading it from the mirror).
-    #[error("{0}")]
-    Cache(#[source] crate::cache::Error),
-    /// Downloading and verifying a GitHub release's assets.
-    #[error("{0}")]
-    Download(#[source] crate::source::github::materialise::DownloadError),
-    #[error("{0}")]
-    Github(#[source] crate::source::github::Error),
-    #[error("{0}")]
-    Oci(#[source] crate::source::oci::Error),
-    #[error("cannot open blob store: {0}")]
-    Blobs(#[source] std::io::Error),
-    #[error("materialise task failed: {0}")]
-    Task(#[source] tokio::task::JoinError),
+    Source(#[from] crate::source::ReleaseError),
 }
 
 impl PrepareError {
@@ -158,16 +135,9 @@ impl PrepareError {
             PrepareError::UnknownSource(_)
             | PrepareError::Select(_)
             | PrepareError::SignatureRetries(_)
-            | PrepareError::Unverified { .. }
-            | PrepareError::NotListed { .. }
-            | PrepareError::AssetsMoved { .. }
-            | PrepareError::Signature(_)
-            | PrepareError::TrustFiles(_) => false,
-            PrepareError::NotPrepared(_) | PrepareError::Blobs(_) | PrepareError::Task(_) => true,
-            PrepareError::Cache(e) => e.is_transient(),
-            PrepareError::Download(e) => e.is_transient(),
-            PrepareError::Github(e) => e.is_transient(),
-            PrepareError::Oci(e) => e.is_transient(),
+            | PrepareError::Unverified { .. } => false,
+            PrepareError::NotPrepared(_) => true,
+            PrepareError::Source(e) => e.is_transient(),
         }
     }
 
@@ -190,7 +160,8 @@ impl PrepareError {
 
     /// Whether it is a signature refused (the Cluster's reason is then `SignatureInvalid`).
     pub fn is_signature(&self) -> bool {
-        matches!(self, PrepareError::Signature(_) | PrepareError::SignatureRetries(_))
+        matches!(self, PrepareError::SignatureRetries(_))
+            || matches!(self, PrepareError::Source(e) if e.is_signature())
             || matches!(self, PrepareError::Unverified { reason: crate::status::Reason::SignatureInvalid, .. })
     }
 
@@ -202,16 +173,7 @@ impl PrepareError {
             PrepareError::SignatureRetries(_) => "SignaturesRefused",
             PrepareError::NotPrepared(_) => "NotPrepared",
             PrepareError::Unverified { reason, .. } => reason.as_str(),
-            PrepareError::NotListed { .. } => "ReleaseNotListed",
-            PrepareError::AssetsMoved { .. } => "AssetsMoved",
-            PrepareError::Signature(_) => "SignatureInvalid",
-            PrepareError::TrustFiles(_) => "TrustFiles",
-            PrepareError::Cache(e) => e.reason(),
-            PrepareError::Download(e) => e.reason(),
-            PrepareError::Github(e) => e.reason(),
-            PrepareError::Oci(e) => e.reason(),
-            PrepareError::Blobs(_) => "BlobStore",
-            PrepareError::Task(_) => "Task",
+            PrepareError::Source(e) => e.reason(),
         }
     }
 }

@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::time::Duration;
 
 pub mod clusterstack;
 mod context;
@@ -14,24 +13,22 @@ mod fetch;
 pub mod kubernetes;
 pub mod pipeline;
 pub mod poller;
-pub mod signed;
 
 pub use context::{Context, RENDERS_DIR};
 pub use error::{Error, PrepareError};
+pub use fetch::{concerned, normalise_url};
 
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::apply::{ChangeSet, DirectoryTarget};
-use crate::cache::index::Adopted;
-use crate::cache::{self, Cache};
+use crate::cache;
 use crate::config::{Config, Format, Subscription, Target};
 use crate::model::cluster::ClusterConfig;
 use crate::release::{Release, short};
 use crate::render::Manifests;
 use crate::status::{ClusterStatus, Reason};
 
-/// A poll that takes longer than this is abandoned (and retried at the next poll).
-pub const POLL_TIMEOUT: Duration = Duration::from_secs(120);
+pub use crate::source::POLL_TIMEOUT;
 
 /// A subscription's release, fetched and cached, ready to render.
 #[derive(Debug, Clone)]
@@ -154,15 +151,14 @@ pub async fn pass(config: &Config, subs: Option<&[String]>, apply: bool) -> cach
 /// # Errors
 /// As [`pass`].
 pub async fn pass_scoped(config: &Config, subs: Option<&[String]>, apply: bool) -> cache::Result<PassReport> {
-    let cache = Cache::open(&config.cache.dir)?;
-    let mut index = cache.load_index()?;
+    let ctx = Context::new(config.clone())?;
     let selected: Vec<&Subscription> = config.subscriptions.iter().filter(|s| subs.is_none_or(|names| names.contains(&s.name))).collect();
     let mut report = PassReport::default();
     let mut staged: Vec<(&Subscription, Prepared)> = Vec::new();
 
     let needed: BTreeSet<&str> = selected.iter().map(|s| s.source.as_str()).collect();
     for name in needed {
-        if let Err(e) = fetch::poll_source(config, &cache, &mut index, name).await {
+        if let Err(e) = ctx.poll(name).await {
             warn!(source = name, error = %e, "source poll failed; using the releases cached from the last successful poll");
             report.source_errors.insert(name.to_owned(), e.to_string());
         }
@@ -170,8 +166,7 @@ pub async fn pass_scoped(config: &Config, subs: Option<&[String]>, apply: bool) 
 
     for sub in selected {
         let span = info_span!("subscription", subscription = %sub.name, source = %sub.source);
-        let (prepared, next_index) = fetch::prepare(config, &cache, index, sub).instrument(span.clone()).await;
-        index = next_index;
+        let prepared = ctx.prepare_subscription(sub).instrument(span.clone()).await;
         if apply && matches!(config.target, Target::Kubernetes(_)) {
             // The Kubernetes target reconciles per Cluster: `kubernetes::pass`.
         } else if apply && sub.format == Format::ClusterStack && prepared.outcome.is_ok() {
@@ -180,7 +175,7 @@ pub async fn pass_scoped(config: &Config, subs: Option<&[String]>, apply: bool) 
         } else if apply && let Target::Directory(dir) = &config.target {
             let target = DirectoryTarget::new(dir);
             let reports = span.in_scope(|| sync_subscription(&target, sub, &prepared, report.source_errors.get(&sub.source), true));
-            adopt(&mut index, &[(sub, prepared.clone())], &reports);
+            adopt(&ctx, &[(sub, prepared.clone())], &reports).await;
             report.clusters.extend(reports);
         }
         report.prepared.push(prepared);
@@ -189,28 +184,24 @@ pub async fn pass_scoped(config: &Config, subs: Option<&[String]>, apply: bool) 
     if !staged.is_empty()
         && let Target::Directory(dir) = &config.target
     {
-        let reports = clusterstack::sync(config, &DirectoryTarget::new(dir), &staged, true).await;
-        adopt(&mut index, &staged, &reports);
+        let reports = clusterstack::sync_with(&ctx, &DirectoryTarget::new(dir), &staged, true).await;
+        adopt(&ctx, &staged, &reports).await;
         report.clusters.extend(reports);
     }
-    let keep = fetch::releases_to_keep(config, &index);
-    crate::cache::gc::collect(&cache, &mut index, &keep, crate::source::github::materialise::referenced_blobs);
-    cache.save_index(&index)?;
+    ctx.collect_garbage(&BTreeSet::new()).await;
+    ctx.save_index().await?;
     Ok(report)
 }
 
 /// Records the release of every subscription in `staged` that was put in place on each of its
 /// clusters ([`put_in_place`]): it is the one in use (kept by garbage collection, and the one
 /// `autoUpgrade: false` stays on).
-fn adopt(index: &mut crate::cache::Index, staged: &[(&Subscription, Prepared)], reports: &[ClusterReport]) {
+async fn adopt(ctx: &Context, staged: &[(&Subscription, Prepared)], reports: &[ClusterReport]) {
     for (sub, prepared) in staged {
         if let Ok(p) = &prepared.outcome
             && put_in_place(&sub.name, &p.release, reports)
         {
-            index.adopted.insert(
-                sub.name.clone(),
-                Adopted { source: sub.source.clone(), tag: p.release.tag.clone(), commit: p.release.commit.clone() },
-            );
+            ctx.adopt(sub, &p.release).await;
         }
     }
 }

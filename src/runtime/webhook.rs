@@ -10,7 +10,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
-use crate::config::{Config, SourceKind};
+use crate::config::Config;
 
 /// Largest delivery body accepted (GitHub caps payloads at 25 MB, but a push or release event
 /// is a few KiB; anything near 1 MiB is not one we act on).
@@ -126,43 +126,10 @@ pub fn parse_github(event: &str, body: &[u8]) -> Result<GithubEvent, PayloadErro
 pub fn matching_sources(config: &Config, repo: &Repository) -> Vec<String> {
     let urls: Vec<String> =
         [&repo.clone_url, &repo.ssh_url, &repo.git_url, &repo.html_url].into_iter().flatten().map(|u| normalise_url(u)).collect();
-    config
-        .sources
-        .iter()
-        .filter(|s| match &s.kind {
-            SourceKind::Github(g) => !repo.full_name.is_empty() && g.repo.eq_ignore_ascii_case(&repo.full_name),
-            SourceKind::Git(g) => urls.contains(&normalise_url(&g.url)),
-            // A GitHub delivery names a Git repository, never a registry's; the generic webhook
-            // (by source name) triggers OCI sources.
-            SourceKind::Oci(_) => false,
-        })
-        .map(|s| s.name.clone())
-        .collect()
+    crate::controller::concerned(config, &repo.full_name, &urls)
 }
 
-/// A clone URL reduced to `host/path`: scheme, user, port, a trailing `/` and `.git` dropped,
-/// lower-cased (GitHub, GitLab and Gitea treat names case-insensitively). `git@host:o/r.git`,
-/// `ssh://git@host/o/r`, `https://host/o/r.git` and `git://host/o/r` are the same repository.
-pub fn normalise_url(url: &str) -> String {
-    let url = url.trim();
-    let rest = match url.split_once("://") {
-        Some((_, rest)) => rest.to_owned(),
-        // scp-like `user@host:path`.
-        None => match url.split_once(':') {
-            Some((host, path)) if !host.contains('/') => format!("{host}/{path}"),
-            _ => url.to_owned(),
-        },
-    };
-    let (authority, path) = rest.split_once('/').unwrap_or((&rest, ""));
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = match host.rsplit_once(':') {
-        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
-        _ => host,
-    };
-    let path = path.trim_end_matches('/');
-    let path = path.strip_suffix(".git").unwrap_or(path).trim_end_matches('/');
-    format!("{host}/{path}").to_ascii_lowercase()
-}
+pub use crate::controller::normalise_url;
 
 /// Delivery ids seen in the last [`REPLAY_WINDOW`], oldest first.
 #[derive(Default)]

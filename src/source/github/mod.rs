@@ -4,6 +4,7 @@
 //! host a download redirects to, and never into a log line.
 
 pub mod materialise;
+mod source;
 pub mod verify;
 
 use std::collections::BTreeMap;

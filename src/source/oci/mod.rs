@@ -15,6 +15,7 @@
 //! so the rest of the pipeline reads it unchanged.
 
 pub mod client;
+mod source;
 
 use std::collections::BTreeSet;
 

@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::github::{Secret, TokenError};
 use crate::model::source::TokenSource;
+use crate::source::github::{Secret, TokenError};
 
 use crate::model::source::{GitAuth, is_scp_like};
 

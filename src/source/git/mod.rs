@@ -15,8 +15,11 @@ use gix::remote::{Direction, fetch::Tags};
 use gix::{ObjectId, Repository};
 use tracing::{info, warn};
 
-use super::git_cli;
+use self::cli as git_cli;
 use super::{RemoteRefs, Result};
+
+pub mod cli;
+mod source;
 use crate::model::source::GitAuth;
 
 /// What one fetch saw.
