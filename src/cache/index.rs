@@ -121,3 +121,24 @@ pub struct Adopted {
     pub tag: String,
     pub commit: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_index_written_by_an_earlier_version_keeps_its_github_listing_and_pre_releases() {
+        let old = r#"{"format":1,"sources":{"gh-1234":{"url":"https://api.github.com#acme/stacks","tags":{"v1.0.0":"r1","v1.1.0-rc.1":"r2"}}},
+            "github":{"gh-1234":{"pages":{},"releases":{"v1.0.0":{"tag":"v1.0.0","prerelease":false},"v1.1.0-rc.1":{"tag":"v1.1.0-rc.1","prerelease":true}}}}}"#;
+        let mut index: Index = serde_json::from_str(old).expect("an earlier index reads");
+        index.migrate();
+        let state = &index.sources["gh-1234"];
+        assert_eq!(state.prereleases.iter().collect::<Vec<_>>(), ["v1.1.0-rc.1"]);
+        let own = state.own.as_deref().expect("the listing moved into the source's own state");
+        assert_eq!(own["releases"]["v1.0.0"]["tag"], "v1.0.0");
+        let written = serde_json::to_string(&index).expect("serialise");
+        assert!(!written.contains("\"github\""), "the old field is never written: {written}");
+        let again: Index = serde_json::from_str(&written).expect("reads back");
+        assert_eq!(again.sources, index.sources);
+    }
+}
