@@ -310,7 +310,7 @@ fn conflict_error(entries: &[Entry], conflicts: &[(usize, Path)]) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apiserver::registry::Registry;
+    use crate::registry::Registry;
 
     fn configmaps() -> ResourceType {
         Registry::builtin().find("", "v1", "configmaps").cloned().expect("built-in")

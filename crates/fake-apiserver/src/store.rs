@@ -279,7 +279,7 @@ pub struct State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apiserver::query::LabelSelector;
+    use crate::query::LabelSelector;
     use serde_json::json;
 
     fn key(plural: &str, ns: &str, name: &str) -> Key {

@@ -101,7 +101,7 @@ impl Default for Options {
 
 /// The Cluster API CRDs in the repository's `testdata/crds`.
 pub fn capi_crds_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("testdata").join("crds")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("..").join("testdata").join("crds")
 }
 
 /// One running server on `127.0.0.1:<free port>`, with its kubeconfig in a temp dir.

@@ -573,7 +573,7 @@ pub fn is_leaf(set: &FieldSet, path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apiserver::registry::Registry;
+    use crate::registry::Registry;
     use serde_json::json;
 
     fn deployment() -> ResourceType {
