@@ -26,6 +26,7 @@ mod ssa;
 mod status;
 mod store;
 mod table;
+mod target;
 mod validation;
 mod watch;
 
@@ -40,11 +41,9 @@ use tokio::task::JoinHandle;
 pub use faults::{Counts, FaultRule, Faults, Stats};
 pub use status::ApiError;
 
-use objects::Target;
 use query::Query;
-use registry::Registry;
-use server::Shared;
-use store::{State, Store};
+use store::{Shared, State, Store};
+use target::Target;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -135,13 +134,9 @@ impl ApiServer {
         let kubeconfig = dir.path().join("kubeconfig");
         write_kubeconfig(&kubeconfig, &url)?;
         let preload = options.preload.clone();
-        let state = State {
-            registry: Registry::builtin(),
-            store: Store::new(options.event_retention),
-            warnings: Vec::new(),
-            duplicates: Vec::new(),
-        };
-        let shared = Arc::new(Shared::new(state, options));
+        let state =
+            State { registry: kinds::registry(), store: Store::new(options.event_retention), warnings: Vec::new(), duplicates: Vec::new() };
+        let shared = Arc::new(Shared::new(state, options.bookmark_interval));
         let mut server = ApiServer { url, kubeconfig, shared: shared.clone(), task: None, _dir: dir };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             server.apply_object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))?;
