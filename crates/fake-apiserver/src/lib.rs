@@ -1,7 +1,32 @@
 //! A loopback Kubernetes API server for tests: enough of the real one's HTTP behaviour
 //! (discovery, OpenAPI, CRUD, watch, server-side apply, Table) that the real kubectl and
 //! kube-rs accept it, with fault injection and write counters for the tests' assertions.
-//! What is faithful and what is simplified: docs/testkit.md.
+//!
+//! It is for what a real kube-apiserver cannot give a test: injected faults ([`FaultRule`]:
+//! 5xx, 429 with Retry-After, latency, cut watches), request and write counters ([`Stats`]),
+//! and speed (a server starts in milliseconds, so a test may start hundreds). What is claimed
+//! about Kubernetes itself is proven on the real control plane (testkit's `kube`); a
+//! differential test (`tests/differential.rs`) sends the same requests to both and keeps this
+//! one honest. What is faithful and what is simplified: docs/testkit.md.
+//!
+//! ```no_run
+//! # async fn example() -> fake_apiserver::Result<()> {
+//! use fake_apiserver::{ApiServer, FaultRule, Options, capi_crds_dir};
+//!
+//! let server = ApiServer::start_with(Options { preload: vec![capi_crds_dir()], ..Options::default() }).await?;
+//! server.faults().add(FaultRule::new().verb("patch").path("/configmaps/").status(503).times(1));
+//! let client = server.client()?; // or server.kubeconfig() for kubectl
+//! // ... exercise the code under test with `client` ...
+//! assert_eq!(server.stats().total_writes(), 0);
+//! server.stop().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Inside, the modules form layers, each using only those below it: `store` (the objects, the
+//! event log and `Shared`, what every connection shares) under the request
+//! model (`target`, `query`), under the handlers (`objects`, `deletion`, `lists`, `watch`,
+//! `discovery`, `openapi`), under `server` (HTTP and routing), under this file's [`ApiServer`].
 
 pub mod cluster;
 mod defaults;
@@ -45,6 +70,7 @@ use query::Query;
 use store::{Shared, State, Store};
 use target::Target;
 
+/// Why a server did not start, or a fixture did not load; each variant names what failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("binding 127.0.0.1:0")]
@@ -79,6 +105,7 @@ pub enum Error {
     },
 }
 
+/// This crate's result: [`Error`] unless said otherwise.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// How a server behaves; `Options::default()` suits most tests.
@@ -123,6 +150,8 @@ impl ApiServer {
         ApiServer::start_with(Options::default()).await
     }
 
+    /// Starts a server as [`ApiServer::start`] does, then applies the files of `options.preload`.
+    ///
     /// # Errors
     /// As [`ApiServer::start`].
     pub async fn start_with(options: Options) -> Result<ApiServer> {
@@ -172,6 +201,7 @@ impl ApiServer {
         kube::Client::try_from(self.kube_config()).map_err(|source| Error::Client { url: self.url.clone(), source })
     }
 
+    /// The faults injected into this server's answers; add a [`FaultRule`] to fail requests.
     pub fn faults(&self) -> &Faults {
         &self.shared.faults
     }
@@ -181,6 +211,7 @@ impl ApiServer {
         self.shared.counters.snapshot()
     }
 
+    /// Sets every counter of [`ApiServer::stats`] back to zero.
     pub fn reset_stats(&self) {
         self.shared.counters.reset();
     }
