@@ -23,10 +23,13 @@
 //! # }
 //! ```
 //!
-//! Inside, the modules form layers, each using only those below it: `store` (the objects, the
-//! event log and `Shared`, what every connection shares) under the request
-//! model (`target`, `query`), under the handlers (`objects`, `deletion`, `lists`, `watch`,
-//! `discovery`, `openapi`), under `server` (HTTP and routing), under this file's [`ApiServer`].
+//! Inside, each module uses only modules named before it here (`tests/layering.rs` checks that no
+//! file imports from a file that imports from it): the leaves `schema`, `status`, `meta`, `faults`,
+//! `events`; the resource model `registry`, `kinds`, `fieldset`, `query`; `store` (the objects,
+//! the event log, and `Shared`: what every connection shares); `target` (what a request
+//! addresses); the handlers `defaults`, `validation`, `smp`, `ssa`, `deletion`, `objects`,
+//! `lists`, `table`, `watch`, `discovery`, `openapi`, `protobuf`; `server` (HTTP and routing);
+//! this file's [`ApiServer`]; and on top the test helpers [`kubectl`] and [`cluster`].
 
 pub mod cluster;
 mod defaults;
