@@ -14,13 +14,14 @@ FROM ${RUST_IMAGE} AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY testkit/Cargo.toml testkit/Cargo.toml
-RUN mkdir -p src testkit/src/bin benches \
+COPY crates/fake-apiserver/Cargo.toml crates/fake-apiserver/Cargo.toml
+RUN mkdir -p src testkit/src/bin crates/fake-apiserver/src benches \
  && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
  && echo 'fn main() {}' > benches/peers.rs \
- && touch testkit/src/lib.rs && echo 'fn main() {}' > testkit/src/bin/testkit.rs \
+ && touch testkit/src/lib.rs crates/fake-apiserver/src/lib.rs && echo 'fn main() {}' > testkit/src/bin/testkit.rs \
  && echo 'fn main() {}' > build.rs \
  && cargo build --profile dist --locked -p stacksync \
- && rm -rf src benches testkit/src build.rs
+ && rm -rf src benches testkit/src crates/fake-apiserver/src build.rs
 # --- then the crate itself ---
 COPY . .
 # build.rs reads the commit from .git when present, else from these (docker build --build-arg).

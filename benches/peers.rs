@@ -215,8 +215,8 @@ async fn apply(dir: &Path) {
 
     let mut times = Vec::new();
     for _ in 0..RUNS {
-        let ours_server = testkit::apiserver::ApiServer::start().await.expect("server");
-        let peer_server = testkit::apiserver::ApiServer::start().await.expect("server");
+        let ours_server = fake_apiserver::ApiServer::start().await.expect("server");
+        let peer_server = fake_apiserver::ApiServer::start().await.expect("server");
         let applier =
             Applier::new(ours_server.client().expect("client"), ApplyOptions { owner: "bench".into(), ..ApplyOptions::default() });
         let stage = [Stage { name: "m".into(), action: StageAction::Apply, objects: objects.clone() }];

@@ -153,7 +153,7 @@ fn sum(counts: &Value, verb: Option<&str>) -> u64 {
 impl Fleet {
     async fn start(a: &Args, dir: &Path, n: usize) -> Fleet {
         let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds");
-        let mgmt = Server::start(&a.testkit, dir, "mgmt", &[testkit::apiserver::capi_crds_dir(), crds]);
+        let mgmt = Server::start(&a.testkit, dir, "mgmt", &[fake_apiserver::capi_crds_dir(), crds]);
         let workloads: Vec<Server> = (0..a.workloads).map(|i| Server::start(&a.testkit, dir, &format!("workload-{i}"), &[])).collect();
         let client = mgmt.client();
         let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());

@@ -134,7 +134,7 @@ if [ $# -eq 0 ] && [ -z "${STACKSYNC_SKIP_REAL_KUBECTL:-}" ]; then
   for _ in $(seq 1200); do [ -s "$work/kubeconfig" ] || ! kill -0 "$kube_pid" 2>/dev/null && break; sleep 0.2; done
   if [ -s "$work/kubeconfig" ]; then
     echo "test.sh: the kubectl end-to-end tests against a real control plane ($(head -n 1 "$work/kube.log"))" >&2
-    STACKSYNC_E2E_KUBECONFIG="$work/kubeconfig" cargo test -p testkit --locked --test apiserver_kubectl || status=$?
+    STACKSYNC_E2E_KUBECONFIG="$work/kubeconfig" cargo test -p fake-apiserver --locked --test apiserver_kubectl || status=$?
   else
     echo "test.sh: testkit kube did not start:" >&2
     cat "$work/kube.log" >&2

@@ -11,10 +11,10 @@ use common::{Config, Daemon, Sub, cli, condition, files_under};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use fake_apiserver::Stats;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::json;
-use testkit::apiserver::Stats;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_is_synced_seconds_after_its_control_plane_and_kubeconfig_are_ready() {
@@ -236,7 +236,7 @@ async fn fifty_clusters_are_reconciled_concurrently() {
     // Every ClusterSync read is slowed down, as a busy API server would: one at a time, 50 of
     // them take 50 s at least; 25 at a time, a few seconds. The bound below is half the serial
     // time, so a loaded machine does not make this test flaky.
-    env.mgmt.faults().add(testkit::apiserver::FaultRule::new().verb("get").path("clustersyncs").latency(Duration::from_secs(1)));
+    env.mgmt.faults().add(fake_apiserver::FaultRule::new().verb("get").path("clustersyncs").latency(Duration::from_secs(1)));
     let config = env.config().write();
     let start = Instant::now();
     let o = cli(&["run", "--once", "--concurrency", "25", "--config", &config.to_string_lossy()], &[]).await;

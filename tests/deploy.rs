@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 fn kubectl() -> PathBuf {
-    testkit::apiserver::kubectl::tools_bin_dir().join("kubectl")
+    fake_apiserver::kubectl::tools_bin_dir().join("kubectl")
 }
 
 fn kustomize(dir: &Path) -> Vec<Value> {

@@ -268,7 +268,7 @@ fn quantity(q: &str) -> u64 {
 }
 
 fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
-    let bin = testkit::apiserver::kubectl::tools_bin_dir().join("kubectl");
+    let bin = fake_apiserver::kubectl::tools_bin_dir().join("kubectl");
     run(Command::new(bin).arg("--kubeconfig").arg(kubeconfig).args(args))
 }
 
@@ -463,7 +463,7 @@ async fn the_image_runs_as_deploy_runs_it_under_its_service_account() {
     // The management cluster: real, audited, with Cluster API's CRDs and ours, deploy/'s
     // namespace, ServiceAccount and RBAC (with the Docker provider's component, for this
     // stack's templates).
-    let crds = vec![testkit::apiserver::capi_crds_dir(), repo_root().join("deploy/crds")];
+    let crds = vec![fake_apiserver::capi_crds_dir(), repo_root().join("deploy/crds")];
     let kube = Kube::start(Options { preload: crds, audit: true, ..Options::default() }).await.expect("real control plane");
     let admin = kube.kubeconfig().to_path_buf();
     let client = kube.client().await.expect("client");

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use common::fleet::{Env, NS, Servers, fixture_files};
 use common::{Sub, assert_exit, condition, res, run_once, stderr, stdout};
+use fake_apiserver::Stats;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
-use testkit::apiserver::Stats;
 
 /// What the ClusterSync of `name` says (it must exist).
 async fn cluster_sync(env: &Env, name: &str) -> Value {
@@ -381,7 +381,7 @@ async fn a_cluster_class_whose_objects_are_refused_is_failed_not_applied() {
     let (env, config) = cluster_stack_env(&["alpha"]).await;
     // The management cluster refuses the ClusterClass itself (as missing RBAC would); its
     // templates are written. The release is not in place, so it must not read `Applied`.
-    env.mgmt.faults().add(testkit::apiserver::FaultRule::new().verb("patch").path("/clusterclasses/").status(403));
+    env.mgmt.faults().add(fake_apiserver::FaultRule::new().verb("patch").path("/clusterclasses/").status(403));
     let _ = run_once(&config).await;
     let srel: Api<DynamicObject> = Api::all_with(env.mgmt(), &res("stacksync.io", "v1alpha1", "StackRelease"));
     let release = srel.get("ferrol.docker-ferrol-1-27-v2").await.expect("StackRelease");
@@ -447,7 +447,7 @@ async fn an_unreadable_inventory_skips_the_cluster_instead_of_forgetting_what_to
     env.repo.remove("manifests/deploy.yaml");
     env.repo.release("v1.1.0", &[]);
 
-    env.mgmt.faults().add(testkit::apiserver::FaultRule::new().verb("get").path("/clustersyncs/alpha").status(500));
+    env.mgmt.faults().add(fake_apiserver::FaultRule::new().verb("get").path("/clustersyncs/alpha").status(500));
     let o = run_once(&config).await;
     assert_exit(&o, 1);
     assert!(stdout(&o).contains("cannot read ClusterSync team-a/alpha"), "{}", stdout(&o));

@@ -14,7 +14,7 @@ use tokio::io::AsyncWriteExt;
 const ANNOTATION: &str = "stacksync.io/read-by";
 
 fn tool(name: &str) -> PathBuf {
-    let path = testkit::apiserver::kubectl::tools_bin_dir().join(name);
+    let path = fake_apiserver::kubectl::tools_bin_dir().join(name);
     assert!(path.is_file(), "{name} not found at {}: run scripts/install-tools.sh (scripts/test.sh does)", path.display());
     path
 }

@@ -134,7 +134,7 @@ async fn rollout_of(env: &Env, tag: &str) -> Value {
 }
 
 fn kubectl(env: &Env, args: &[&str]) -> String {
-    let bin = testkit::apiserver::kubectl::tools_bin_dir().join("kubectl");
+    let bin = fake_apiserver::kubectl::tools_bin_dir().join("kubectl");
     let out = std::process::Command::new(bin)
         .arg("--kubeconfig")
         .arg(env.mgmt.kubeconfig())
@@ -444,7 +444,7 @@ async fn a_cluster_edit_that_fails_is_tried_again_not_taken_for_a_change_by_some
     fleet(&env, 2).await;
     // The rollout's edit of c00 meets a conflict twice (Cluster API wrote the Cluster in
     // between, as its status writes do all the time): c00 is still on v3 at the next check.
-    let conflict = testkit::apiserver::FaultRule::new().verb("patch").path(&format!("/namespaces/{NS}/clusters/c00")).status(409).times(2);
+    let conflict = fake_apiserver::FaultRule::new().verb("patch").path(&format!("/namespaces/{NS}/clusters/c00")).status(409).times(2);
     env.mgmt.faults().add(conflict);
     let (stop, capi) = play_cluster_api(&env, Arc::default());
     let config = config(&env, two_waves("250ms"));

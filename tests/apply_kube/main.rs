@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use fake_apiserver::{ApiServer, FaultRule, Stats};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -19,7 +20,6 @@ use stacksync::apply::ssa::{
 };
 use stacksync::apply::{Action, Entry, SkipReason};
 use stacksync::model::Object;
-use testkit::apiserver::{ApiServer, FaultRule, Stats};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 const OWNER: &str = "stack.team-a.alpha";

@@ -4,10 +4,10 @@
 
 use std::path::Path;
 
+use fake_apiserver::{ApiServer, Options, capi_crds_dir};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
-use testkit::apiserver::{ApiServer, Options, capi_crds_dir};
 use testkit::git::{GitDaemon, ReleaseRepo};
 
 use super::config::{Config, Sub};

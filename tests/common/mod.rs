@@ -211,7 +211,7 @@ pub fn condition<'a>(obj: &'a serde_json::Value, type_: &str) -> &'a serde_json:
 /// A tool scripts/install-tools.sh installs (`kubectl`, `helm`, `cosign`): in
 /// `$STACKSYNC_TOOLS_DIR/bin` or `~/.cache/stacksync-tools/bin`.
 pub fn tool(name: &str) -> Option<PathBuf> {
-    Some(testkit::apiserver::kubectl::tools_bin_dir().join(name)).filter(|p| p.is_file())
+    Some(fake_apiserver::kubectl::tools_bin_dir().join(name)).filter(|p| p.is_file())
 }
 
 /// The helm binary: `$STACKSYNC_HELM`, `helm` on PATH, or where scripts/install-tools.sh puts it.

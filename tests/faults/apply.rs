@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
+use fake_apiserver::{ApiServer, Stats};
 use serde_json::json;
 use stacksync::apply::Action;
 use stacksync::apply::ssa::{Applier, ApplyOptions, Inventory, Stage, StageAction};
 use stacksync::model::Object;
-use testkit::apiserver::{ApiServer, Stats};
 
 fn configmap(namespace: Option<&str>, name: &str) -> Object {
     let mut body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"a": "1"}});

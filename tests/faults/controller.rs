@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
+use fake_apiserver::FaultRule;
 use kube::api::Api;
-use testkit::apiserver::FaultRule;
 
 use crate::common::fleet::{CM, Env, NS};
 use crate::common::{Daemon, assert_exit, condition, run_once, stderr, stdout};

@@ -580,7 +580,7 @@ mod tests {
     #[tokio::test]
     async fn a_reference_kind_is_discovered_once_per_process() {
         use std::sync::atomic::Ordering::Relaxed;
-        let server = testkit::apiserver::ApiServer::start().await.expect("testkit API server");
+        let server = fake_apiserver::ApiServer::start().await.expect("testkit API server");
         let client = server.client().expect("client");
         let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), "default");
         let cm = serde_json::from_value(json!({"metadata": {"name": "cp"}, "data": {"k": "v"}})).expect("cm");

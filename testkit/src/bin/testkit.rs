@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use testkit::apiserver::{ApiServer, Options, write_kubeconfig};
+use fake_apiserver::{ApiServer, Options, write_kubeconfig};
 use testkit::github::GithubServer;
 
 #[derive(Parser)]

@@ -10,10 +10,10 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 
 use super::meta;
-use super::objects::{Target, Written, present};
 use super::query::{Query, Selection};
 use super::status::{self, ApiError, ApiResult};
 use super::store::{Key, State};
+use super::target::{Target, Written, present};
 
 const FOREGROUND: &str = "foregroundDeletion";
 const ORPHAN: &str = "orphan";

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
+use fake_apiserver::ApiServer;
 use serde_json::{Value, json};
-use testkit::apiserver::ApiServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TIMEOUT: Duration = Duration::from_secs(20);

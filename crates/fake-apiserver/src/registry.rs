@@ -112,10 +112,6 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub fn builtin() -> Registry {
-        Registry { types: super::kinds::builtin_types() }
-    }
-
     pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceType> {
         self.types.iter().find(|t| t.group == group && t.plural == plural && t.version(version).is_some())
     }

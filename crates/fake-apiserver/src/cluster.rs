@@ -14,6 +14,7 @@ pub const KUBECONFIG_ENV: &str = "STACKSYNC_E2E_KUBECONFIG";
 /// real cluster can be found: `kubectl delete ns -l testkit.stacksync.dev/e2e=true`.
 pub const LABEL: &str = "testkit.stacksync.dev/e2e";
 
+/// Why a [`TestCluster`] could not be set up, used or cleaned up.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("starting the loopback API server")]
@@ -82,6 +83,7 @@ impl TestCluster {
         &self.kubectl
     }
 
+    /// The test's namespace, `testkit-xxxxx`.
     pub fn namespace(&self) -> &str {
         &self.namespace
     }

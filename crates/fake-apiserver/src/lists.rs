@@ -6,10 +6,10 @@
 use base64::Engine;
 use serde_json::{Value, json};
 
-use super::objects::{Target, present};
 use super::query::{Query, Selection};
 use super::status::{ApiError, ApiResult};
 use super::store::{Key, State};
+use super::target::{Target, present};
 
 /// A page of a list.
 pub struct Page {

@@ -16,8 +16,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use fake_apiserver::{ApiServer, kubectl::tools_bin_dir};
 use serde_json::{Map, Value, json};
-use testkit::apiserver::{ApiServer, kubectl::tools_bin_dir};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How many generated sequences each kind gets; every one is a fresh object.

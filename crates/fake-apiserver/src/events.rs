@@ -7,8 +7,6 @@
 
 use serde_json::{Map, Value};
 
-use super::store::Key;
-
 /// Field names of the core view and of the `events.k8s.io` view that say the same thing.
 const RENAMED: [(&str, &str); 6] = [
     ("involvedObject", "regarding"),
@@ -22,17 +20,18 @@ const RENAMED: [(&str, &str); 6] = [
 /// `count` (core) is `deprecatedCount` (events.k8s.io).
 const COUNT: (&str, &str) = ("count", "deprecatedCount");
 
-/// The key and the object of the other view of an Event, or `None` for anything else.
-pub fn other_view(key: &Key, obj: &Value) -> Option<(Key, Value)> {
-    if key.plural != "events" {
+/// The group and the object of the other view of an object of resource `group`/`plural` (same
+/// namespace and name), or `None` for anything but an Event.
+pub fn other_view(group: &str, plural: &str, obj: &Value) -> Option<(&'static str, Value)> {
+    if plural != "events" {
         return None;
     }
-    let (to_group, api_version) = match key.group.as_str() {
+    let (to_group, api_version) = match group {
         "" => ("events.k8s.io", "events.k8s.io/v1"),
         "events.k8s.io" => ("", "v1"),
         _ => return None,
     };
-    let from_core = key.group.is_empty();
+    let from_core = group.is_empty();
     let mut out = Map::new();
     for (k, v) in obj.as_object()? {
         let renamed = RENAMED.iter().chain(std::iter::once(&COUNT)).find_map(|(core, events)| match from_core {
@@ -44,7 +43,7 @@ pub fn other_view(key: &Key, obj: &Value) -> Option<(Key, Value)> {
     }
     out.insert("apiVersion".into(), Value::from(api_version));
     out.insert("kind".into(), Value::from("Event"));
-    Some((Key { group: to_group.to_owned(), ..key.clone() }, Value::Object(out)))
+    Some((to_group, Value::Object(out)))
 }
 
 #[cfg(test)]
@@ -53,24 +52,20 @@ mod tests {
 
     use super::*;
 
-    fn key(group: &str) -> Key {
-        Key { group: group.into(), plural: "events".into(), namespace: "ns".into(), name: "e".into() }
-    }
-
     #[test]
     fn the_two_views_convert_into_each_other() {
         let new = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e"},
             "regarding": {"kind": "Pod", "name": "p"}, "note": "hello", "reportingController": "c", "deprecatedCount": 2, "reason": "R"});
-        let (core_key, core) = other_view(&key("events.k8s.io"), &new).expect("an event");
-        assert_eq!(core_key.group, "");
+        let (core_group, core) = other_view("events.k8s.io", "events", &new).expect("an event");
+        assert_eq!(core_group, "");
         assert_eq!(core["involvedObject"]["name"], "p");
         assert_eq!(core["message"], "hello");
         assert_eq!(core["reportingComponent"], "c");
         assert_eq!(core["count"], 2);
         assert_eq!(core["apiVersion"], "v1");
-        let (back_key, back) = other_view(&core_key, &core).expect("an event");
-        assert_eq!(back_key, key("events.k8s.io"));
+        let (back_group, back) = other_view(core_group, "events", &core).expect("an event");
+        assert_eq!(back_group, "events.k8s.io");
         assert_eq!(back, new);
-        assert!(other_view(&Key { plural: "configmaps".into(), ..key("") }, &new).is_none());
+        assert!(other_view("", "configmaps", &new).is_none());
     }
 }

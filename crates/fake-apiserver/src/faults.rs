@@ -22,6 +22,8 @@ pub struct FaultRule {
 }
 
 impl FaultRule {
+    /// A rule matching every request and answering it normally; narrow and arm it with the
+    /// methods below.
     pub fn new() -> FaultRule {
         FaultRule::default()
     }
@@ -128,10 +130,12 @@ impl Faults {
         self.rules.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Adds a rule; it fires on the matching requests from now on.
     pub fn add(&self, rule: FaultRule) {
         self.rules().push(rule);
     }
 
+    /// Removes every rule.
     pub fn clear(&self) {
         self.rules().clear();
     }

@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
-use testkit::apiserver::cluster::{LABEL, TestCluster};
-use testkit::apiserver::kubectl::{Kubectl, Output};
-use testkit::apiserver::{ApiServer, Options, Stats, capi_crds_dir};
+use fake_apiserver::cluster::{LABEL, TestCluster};
+use fake_apiserver::kubectl::{Kubectl, Output};
+use fake_apiserver::{ApiServer, Options, Stats, capi_crds_dir};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -363,7 +363,7 @@ async fn a_custom_resource_next_to_its_crd_has_no_kind_until_the_crd_is_served()
 async fn the_deploy_manifests_dry_run_apply_and_diff_cleanly() {
     let server = ApiServer::start().await.unwrap();
     let kubectl = Kubectl::for_server(&server).unwrap_or_else(|e| panic!("{e}"));
-    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
     let deploy = deploy.to_string_lossy();
     // A server dry run creates nothing: the namespace must exist for the objects in it.
     ok(&kubectl, &["create", "namespace", "stacksync-system"], None).await;

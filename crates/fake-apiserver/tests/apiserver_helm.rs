@@ -7,11 +7,11 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use fake_apiserver::ApiServer;
+use fake_apiserver::kubectl::tools_bin_dir;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ListParams};
-use testkit::apiserver::ApiServer;
-use testkit::apiserver::kubectl::tools_bin_dir;
 
 async fn helm(home: &Path, kubeconfig: &Path, args: &[&str]) -> String {
     let bin = tools_bin_dir().join("helm");

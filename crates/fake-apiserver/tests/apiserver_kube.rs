@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use fake_apiserver::{ApiServer, FaultRule, Options, Stats, capi_crds_dir};
 use futures_util::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
@@ -12,7 +13,6 @@ use kube::api::{
 };
 use kube::runtime::watcher;
 use serde_json::{Value, json};
-use testkit::apiserver::{ApiServer, FaultRule, Options, Stats, capi_crds_dir};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -442,29 +442,6 @@ async fn two_servers_are_independent() {
     assert_eq!(b.stats().total_writes(), 0);
     a.stop().await;
     b.stop().await;
-}
-
-#[tokio::test]
-async fn the_binary_serves_until_killed_and_writes_its_kubeconfig() {
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kc");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_testkit"))
-        .args(["apiserver", "--kubeconfig-out"])
-        .arg(&kubeconfig)
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    tokio::time::timeout(TIMEOUT, tokio::io::AsyncBufReadExt::read_line(&mut lines, &mut first)).await.unwrap().unwrap();
-    assert!(first.starts_with("serving http://127.0.0.1:"), "{first}");
-
-    let config = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(config, &kube::config::KubeConfigOptions::default()).await.unwrap();
-    let client = kube::Client::try_from(config).unwrap();
-    assert_eq!(client.apiserver_version().await.unwrap().minor, "35");
-    child.kill().await.unwrap();
 }
 
 #[tokio::test]

@@ -1,5 +1,8 @@
 //! The server's state: the registry of served resources, every object keyed by resource,
-//! namespace and name, one global resourceVersion counter, and the event log watches replay.
+//! namespace and name, one global resourceVersion counter, and the event log watches replay;
+//! and [`Shared`], that state behind the lock every connection takes, with the change signal
+//! watches wait on, the faults and the counters. Everything that handles a request sits above
+//! this module.
 //!
 //! Lists cost what they return, not the store's size: objects are ordered by resource, then
 //! namespace, then name, so one resource (or one namespace of it) is a range; and a label index
@@ -8,10 +11,13 @@
 //! index only narrows, never decides.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use serde_json::Value;
+use tokio::sync::watch;
 
+use super::faults::{Counters, Faults};
 use super::registry::Registry;
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -143,7 +149,8 @@ impl Store {
     /// Stores `obj` under a new resourceVersion, logs the event and returns the stored object
     /// (the one the store and the log share).
     pub fn put(&mut self, key: Key, obj: Value) -> Arc<Value> {
-        let mirror = super::events::other_view(&key, &obj);
+        let mirror = super::events::other_view(&key.group, &key.plural, &obj)
+            .map(|(group, converted)| (Key { group: group.to_owned(), ..key.clone() }, converted));
         let stored = self.put_one(key, obj);
         if let Some((other, converted)) = mirror {
             self.put_one(other, converted);
@@ -174,8 +181,8 @@ impl Store {
     /// Removes an object under a new resourceVersion and logs DELETED.
     pub fn remove(&mut self, key: &Key) -> Option<Value> {
         let removed = self.remove_one(key)?;
-        if let Some((other, _)) = super::events::other_view(key, &removed) {
-            self.remove_one(&other);
+        if let Some((group, _)) = super::events::other_view(&key.group, &key.plural, &removed) {
+            self.remove_one(&Key { group: group.to_owned(), ..key.clone() });
         }
         Some(removed)
     }
@@ -276,10 +283,54 @@ pub struct State {
     pub duplicates: Vec<String>,
 }
 
+/// What every connection shares.
+pub struct Shared {
+    state: Mutex<State>,
+    /// The newest resourceVersion, sent after every write so watches wake up.
+    pub changes: watch::Sender<u64>,
+    pub faults: Faults,
+    pub counters: Counters,
+    /// How often an idle watch that allows bookmarks gets one ([`crate::Options`]).
+    pub bookmark_interval: Duration,
+}
+
+impl Shared {
+    pub fn new(state: State, bookmark_interval: Duration) -> Shared {
+        let rv = state.store.current_rv();
+        Shared {
+            state: Mutex::new(state),
+            changes: watch::channel(rv).0,
+            faults: Faults::default(),
+            counters: Counters::default(),
+            bookmark_interval,
+        }
+    }
+
+    /// The state lock. A panic while holding it cannot leave a half-written object (every
+    /// write is one `Store::put`), so a poisoned lock is taken over.
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs a write and wakes the watches.
+    pub fn write<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        let mut state = self.lock();
+        let out = f(&mut state);
+        let rv = state.store.current_rv();
+        drop(state);
+        self.changes.send_if_modified(|cur| {
+            let changed = *cur != rv;
+            *cur = rv;
+            changed
+        });
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apiserver::query::LabelSelector;
+    use crate::query::LabelSelector;
     use serde_json::json;
 
     fn key(plural: &str, ns: &str, name: &str) -> Key {

@@ -6,9 +6,13 @@ use serde_json::{Value, json};
 /// An error answered as a `Status` object.
 #[derive(Debug, Clone)]
 pub struct ApiError {
+    /// The HTTP status code.
     pub code: u16,
+    /// The `Status` reason (`NotFound`, `Conflict`, `Invalid`, ...).
     pub reason: &'static str,
+    /// The message, worded as the real server words it.
     pub message: String,
+    /// `details` of the `Status` (name, group, kind, causes), when it has them.
     pub details: Option<Value>,
     /// Sent as the `Retry-After` header too.
     pub retry_after: Option<u64>,
@@ -17,7 +21,7 @@ pub struct ApiError {
 pub type ApiResult<T> = Result<T, ApiError>;
 
 impl ApiError {
-    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
         ApiError { code, reason, message: message.into(), details: None, retry_after: None }
     }
 
@@ -29,18 +33,18 @@ impl ApiError {
     }
 
     /// `<resource>[.<group>] "<name>" not found`.
-    pub fn not_found(group: &str, plural: &str, name: &str) -> ApiError {
+    pub(crate) fn not_found(group: &str, plural: &str, name: &str) -> ApiError {
         ApiError::new(404, "NotFound", format!("{} \"{name}\" not found", qualified(group, plural)))
             .with_details(json!({"name": name, "group": group, "kind": plural}))
     }
 
-    pub fn already_exists(group: &str, plural: &str, name: &str) -> ApiError {
+    pub(crate) fn already_exists(group: &str, plural: &str, name: &str) -> ApiError {
         ApiError::new(409, "AlreadyExists", format!("{} \"{name}\" already exists", qualified(group, plural)))
             .with_details(json!({"name": name, "group": group, "kind": plural}))
     }
 
     /// The optimistic-concurrency conflict of an update with a stale resourceVersion.
-    pub fn stale(group: &str, plural: &str, name: &str) -> ApiError {
+    pub(crate) fn stale(group: &str, plural: &str, name: &str) -> ApiError {
         ApiError::new(
             409,
             "Conflict",
@@ -53,7 +57,7 @@ impl ApiError {
     }
 
     /// A server-side apply conflict: `causes` are `(manager as printed, field path)` pairs.
-    pub fn apply_conflict(message: String, causes: &[(String, String)]) -> ApiError {
+    pub(crate) fn apply_conflict(message: String, causes: &[(String, String)]) -> ApiError {
         let causes: Vec<Value> = causes
             .iter()
             .map(
@@ -64,7 +68,7 @@ impl ApiError {
     }
 
     /// 422 with one cause per `(field, message)`.
-    pub fn invalid(kind: &str, group: &str, name: &str, causes: &[(&str, String)]) -> ApiError {
+    pub(crate) fn invalid(kind: &str, group: &str, name: &str, causes: &[(&str, String)]) -> ApiError {
         let text: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: {m}")).collect();
         let message = match text.len() {
             1 => format!("{} \"{name}\" is invalid: {}", qualified(group, kind), text[0]),
@@ -74,20 +78,16 @@ impl ApiError {
         ApiError::new(422, "Invalid", message).with_details(json!({"name": name, "group": group, "kind": kind, "causes": causes}))
     }
 
-    pub fn bad_request(message: impl Into<String>) -> ApiError {
+    pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(400, "BadRequest", message)
     }
 
-    pub fn method_not_allowed(message: impl Into<String>) -> ApiError {
+    pub(crate) fn method_not_allowed(message: impl Into<String>) -> ApiError {
         ApiError::new(405, "MethodNotAllowed", message)
     }
 
-    pub fn forbidden(message: impl Into<String>) -> ApiError {
-        ApiError::new(403, "Forbidden", message)
-    }
-
     /// 403 for new content in a terminating namespace, with the `NamespaceTerminating` cause.
-    pub fn namespace_terminating(group: &str, plural: &str, name: &str, namespace: &str) -> ApiError {
+    pub(crate) fn namespace_terminating(group: &str, plural: &str, name: &str, namespace: &str) -> ApiError {
         ApiError::new(
             403,
             "Forbidden",
@@ -101,12 +101,12 @@ impl ApiError {
         ]}))
     }
 
-    pub fn gone(message: impl Into<String>) -> ApiError {
+    pub(crate) fn gone(message: impl Into<String>) -> ApiError {
         ApiError::new(410, "Expired", message)
     }
 
     /// What fault injection answers for a bare status code.
-    pub fn injected(code: u16, retry_after: Option<u64>) -> ApiError {
+    pub(crate) fn injected(code: u16, retry_after: Option<u64>) -> ApiError {
         let reason = reason_for(code);
         let mut err = ApiError::new(code, reason, format!("testkit: injected fault ({code} {reason})"));
         if let Some(secs) = retry_after {
@@ -117,7 +117,7 @@ impl ApiError {
     }
 
     /// The `Status` body.
-    pub fn to_status(&self) -> Value {
+    pub(crate) fn to_status(&self) -> Value {
         let mut status = json!({
             "kind": "Status",
             "apiVersion": "v1",

@@ -12,11 +12,10 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::objects::{Target, present};
 use super::query::Selection;
-use super::server::Shared;
-use super::store::{Event, EventType, State};
+use super::store::{Event, EventType, Shared, State};
 use super::table::{self, Include};
+use super::target::{Target, present};
 
 /// Where a watch starts.
 #[derive(Debug, Clone, Copy)]
@@ -99,7 +98,7 @@ impl Watcher {
                 return None;
             }
             let deadline = self.deadline;
-            let bookmark_every = self.shared.options.bookmark_interval;
+            let bookmark_every = self.shared.bookmark_interval;
             tokio::select! {
                 changed = self.changes.changed() => {
                     if changed.is_err() {

@@ -11,9 +11,9 @@
 
 use std::time::Duration;
 
+use fake_apiserver::ApiServer;
 use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
-use testkit::apiserver::ApiServer;
 
 /// The two servers, each with a client and its own copy of the test's namespace.
 struct Peers {

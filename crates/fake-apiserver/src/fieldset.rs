@@ -573,11 +573,11 @@ pub fn is_leaf(set: &FieldSet, path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apiserver::registry::Registry;
+    use crate::kinds;
     use serde_json::json;
 
     fn deployment() -> ResourceType {
-        Registry::builtin().find("apps", "v1", "deployments").cloned().expect("built-in")
+        kinds::registry().find("apps", "v1", "deployments").cloned().expect("built-in")
     }
 
     #[test]

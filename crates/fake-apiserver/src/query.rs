@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use super::meta;
-use super::objects::Target;
+use super::registry::ResourceType;
 use super::status::{ApiError, ApiResult};
 
 #[derive(Debug, Default, Clone)]
@@ -193,9 +193,11 @@ pub struct Selection {
 }
 
 impl Selection {
-    pub fn from_query(q: &Query, t: &Target) -> ApiResult<Selection> {
-        let mut extra: Vec<String> = super::kinds::field_selectors(&t.rt.group, &t.rt.kind).iter().map(|f| f.to_string()).collect();
-        if let Some(v) = t.rt.version(&t.version) {
+    /// The selectors of `q` for resource `rt` in `version`, whose field selectors accept the
+    /// fields that resource indexes.
+    pub fn from_query(q: &Query, rt: &ResourceType, version: &str) -> ApiResult<Selection> {
+        let mut extra: Vec<String> = super::kinds::field_selectors(&rt.group, &rt.kind).iter().map(|f| f.to_string()).collect();
+        if let Some(v) = rt.version(version) {
             extra.extend(v.selectable.iter().cloned());
         }
         Ok(Selection {

@@ -310,10 +310,10 @@ fn conflict_error(entries: &[Entry], conflicts: &[(usize, Path)]) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apiserver::registry::Registry;
+    use crate::kinds;
 
     fn configmaps() -> ResourceType {
-        Registry::builtin().find("", "v1", "configmaps").cloned().expect("built-in")
+        kinds::registry().find("", "v1", "configmaps").cloned().expect("built-in")
     }
 
     fn cm(metadata: Value, data: Value) -> Value {

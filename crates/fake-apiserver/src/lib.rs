@@ -1,7 +1,35 @@
 //! A loopback Kubernetes API server for tests: enough of the real one's HTTP behaviour
 //! (discovery, OpenAPI, CRUD, watch, server-side apply, Table) that the real kubectl and
 //! kube-rs accept it, with fault injection and write counters for the tests' assertions.
-//! What is faithful and what is simplified: docs/testkit.md.
+//!
+//! It is for what a real kube-apiserver cannot give a test: injected faults ([`FaultRule`]:
+//! 5xx, 429 with Retry-After, latency, cut watches), request and write counters ([`Stats`]),
+//! and speed (a server starts in milliseconds, so a test may start hundreds). What is claimed
+//! about Kubernetes itself is proven on the real control plane (testkit's `kube`); a
+//! differential test (`tests/differential.rs`) sends the same requests to both and keeps this
+//! one honest. What is faithful and what is simplified: docs/testkit.md.
+//!
+//! ```no_run
+//! # async fn example() -> fake_apiserver::Result<()> {
+//! use fake_apiserver::{ApiServer, FaultRule, Options, capi_crds_dir};
+//!
+//! let server = ApiServer::start_with(Options { preload: vec![capi_crds_dir()], ..Options::default() }).await?;
+//! server.faults().add(FaultRule::new().verb("patch").path("/configmaps/").status(503).times(1));
+//! let client = server.client()?; // or server.kubeconfig() for kubectl
+//! // ... exercise the code under test with `client` ...
+//! assert_eq!(server.stats().total_writes(), 0);
+//! server.stop().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Inside, each module uses only modules named before it here (`tests/layering.rs` checks that no
+//! file imports from a file that imports from it): the leaves `schema`, `status`, `meta`, `faults`,
+//! `events`; the resource model `registry`, `kinds`, `fieldset`, `query`; `store` (the objects,
+//! the event log, and `Shared`: what every connection shares); `target` (what a request
+//! addresses); the handlers `defaults`, `validation`, `smp`, `ssa`, `deletion`, `objects`,
+//! `lists`, `table`, `watch`, `discovery`, `openapi`, `protobuf`; `server` (HTTP and routing);
+//! this file's [`ApiServer`]; and on top the test helpers [`kubectl`] and [`cluster`].
 
 pub mod cluster;
 mod defaults;
@@ -26,6 +54,7 @@ mod ssa;
 mod status;
 mod store;
 mod table;
+mod target;
 mod validation;
 mod watch;
 
@@ -40,12 +69,11 @@ use tokio::task::JoinHandle;
 pub use faults::{Counts, FaultRule, Faults, Stats};
 pub use status::ApiError;
 
-use objects::Target;
 use query::Query;
-use registry::Registry;
-use server::Shared;
-use store::{State, Store};
+use store::{Shared, State, Store};
+use target::Target;
 
+/// Why a server did not start, or a fixture did not load; each variant names what failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("binding 127.0.0.1:0")]
@@ -80,6 +108,7 @@ pub enum Error {
     },
 }
 
+/// This crate's result: [`Error`] unless said otherwise.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// How a server behaves; `Options::default()` suits most tests.
@@ -101,7 +130,7 @@ impl Default for Options {
 
 /// The Cluster API CRDs in the repository's `testdata/crds`.
 pub fn capi_crds_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("testdata").join("crds")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("..").join("testdata").join("crds")
 }
 
 /// One running server on `127.0.0.1:<free port>`, with its kubeconfig in a temp dir.
@@ -124,6 +153,8 @@ impl ApiServer {
         ApiServer::start_with(Options::default()).await
     }
 
+    /// Starts a server as [`ApiServer::start`] does, then applies the files of `options.preload`.
+    ///
     /// # Errors
     /// As [`ApiServer::start`].
     pub async fn start_with(options: Options) -> Result<ApiServer> {
@@ -135,13 +166,9 @@ impl ApiServer {
         let kubeconfig = dir.path().join("kubeconfig");
         write_kubeconfig(&kubeconfig, &url)?;
         let preload = options.preload.clone();
-        let state = State {
-            registry: Registry::builtin(),
-            store: Store::new(options.event_retention),
-            warnings: Vec::new(),
-            duplicates: Vec::new(),
-        };
-        let shared = Arc::new(Shared::new(state, options));
+        let state =
+            State { registry: kinds::registry(), store: Store::new(options.event_retention), warnings: Vec::new(), duplicates: Vec::new() };
+        let shared = Arc::new(Shared::new(state, options.bookmark_interval));
         let mut server = ApiServer { url, kubeconfig, shared: shared.clone(), task: None, _dir: dir };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             server.apply_object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))?;
@@ -177,6 +204,7 @@ impl ApiServer {
         kube::Client::try_from(self.kube_config()).map_err(|source| Error::Client { url: self.url.clone(), source })
     }
 
+    /// The faults injected into this server's answers; add a [`FaultRule`] to fail requests.
     pub fn faults(&self) -> &Faults {
         &self.shared.faults
     }
@@ -186,6 +214,7 @@ impl ApiServer {
         self.shared.counters.snapshot()
     }
 
+    /// Sets every counter of [`ApiServer::stats`] back to zero.
     pub fn reset_stats(&self) {
         self.shared.counters.reset();
     }

@@ -1,0 +1,64 @@
+//! What a request addresses (a resource in one version, a namespace, a name, a subresource),
+//! what a write answers, and an object as served in the requested version: what the handlers
+//! (objects, deletion, lists, watch) share.
+
+use serde_json::Value;
+
+use super::fieldset::Scope;
+use super::registry::ResourceType;
+use super::status::ApiError;
+use super::store::Key;
+
+/// What a request addresses.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub rt: ResourceType,
+    pub version: String,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub subresource: Option<String>,
+}
+
+impl Target {
+    pub fn scope(&self) -> Scope {
+        match (self.subresource.as_deref(), self.rt.has_status(&self.version)) {
+            (Some("status"), _) => Scope::Status,
+            (_, true) => Scope::Main,
+            _ => Scope::All,
+        }
+    }
+
+    pub fn key(&self, name: &str) -> Key {
+        Key {
+            group: self.rt.group.clone(),
+            plural: self.rt.plural.clone(),
+            namespace: if self.rt.namespaced { self.namespace.clone().unwrap_or_default() } else { String::new() },
+            name: name.to_string(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or_default()
+    }
+
+    pub fn not_found(&self, name: &str) -> ApiError {
+        ApiError::not_found(&self.rt.group, &self.rt.plural, name)
+    }
+}
+
+/// The result of a write.
+#[derive(Debug)]
+pub struct Written {
+    pub code: u16,
+    pub body: Value,
+    /// Whether the store changed (false for no-ops and dry runs).
+    pub changed: bool,
+}
+
+/// The object as served in the requested version (conversion is `None`: only apiVersion changes).
+pub fn present(obj: &Value, t: &Target) -> Value {
+    let mut obj = obj.clone();
+    obj["apiVersion"] = Value::String(t.rt.api_version(&t.version));
+    obj["kind"] = Value::String(t.rt.kind.clone());
+    obj
+}
