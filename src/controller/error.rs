@@ -134,7 +134,7 @@ pub enum PrepareError {
     Signature(String),
     /// The source's trusted key files cannot be read or parsed.
     #[error("{0}")]
-    TrustFiles(#[source] crate::verify::KeyFileError),
+    TrustFiles(#[source] verify::KeyFileError),
     /// Writing the release tree into the cache (Git releases: reading it from the mirror).
     #[error("{0}")]
     Cache(#[source] crate::cache::Error),

@@ -19,7 +19,7 @@ use crate::source::github::{self, GhRelease};
 use crate::source::{self, RemoteRefs, TagEvent, git, oci};
 use crate::status::Reason;
 
-type Verdicts = BTreeMap<String, Result<crate::verify::Verified, crate::verify::Refusal>>;
+type Verdicts = BTreeMap<String, Result<verify::Verified, verify::Refusal>>;
 
 /// The cache key of a source: its name plus a hash of where it points.
 pub fn source_key(name: &str, kind: &SourceKind) -> String {
@@ -74,7 +74,7 @@ pub async fn poll(
     let (location, refs, allow_moved, verdicts) = match &src.kind {
         SourceKind::Git(g) => {
             let (refs, objects) = poll_git(name, g, cache, &key, previous).await?;
-            let verdicts = trust.as_ref().map(|t| super::signed::git_verdicts(&refs.tags, &objects, t, crate::verify::unix_now()));
+            let verdicts = trust.as_ref().map(|t| super::signed::git_verdicts(&refs.tags, &objects, t, verify::unix_now()));
             (g.url.clone(), refs, g.allow_moved_tags, verdicts)
         }
         SourceKind::Github(g) => {
@@ -106,7 +106,7 @@ pub async fn poll(
             .map(|(tag, v)| {
                 let moved = next.tags.get(&tag).is_some_and(|c| refs.tags.get(&tag).is_some_and(|r| r != c));
                 let v = if moved {
-                    Err(crate::verify::Refusal::Unsigned { what: format!("{tag} moved; the signature found is for its new target") })
+                    Err(verify::Refusal::Unsigned { what: format!("{tag} moved; the signature found is for its new target") })
                 } else {
                     v
                 };
@@ -177,7 +177,7 @@ async fn poll_oci(
     o: &OciSourceConfig,
     cache: &Cache,
     previous: &SourceState,
-    trust: Option<&crate::verify::Trust>,
+    trust: Option<&verify::Trust>,
 ) -> oci::Result<(RemoteRefs, Option<Verdicts>)> {
     use futures_util::stream::{self, StreamExt, TryStreamExt};
     let client = oci_client(o)?;

@@ -2,20 +2,20 @@
 //! verify against the source's `verify` keys (read again at every poll) leaves the accepted tag
 //! set — it is never selected, cached or applied — and is recorded with why; the signer of every
 //! accepted tag is recorded for the `VERIFIEDBY` column. The checks themselves are
-//! [`crate::verify`]'s pure functions; this module fetches what they need (tag objects from the
+//! [`verify`]'s pure functions; this module fetches what they need (tag objects from the
 //! mirror, cosign signature manifests from the registry, `.sig` assets from the blob store).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use tracing::{error, info};
+use verify::{self, Refusal, Trust, TrustFiles, Verified};
 
 use crate::cache::blobs::Blobs;
 use crate::cache::{SignatureRefusal, SourceState};
 use crate::model::Sha256Digest;
 use crate::model::verification::AssetRecord;
 use crate::source::{self, oci};
-use crate::verify::{self, Refusal, Trust, TrustFiles, Verified};
 
 /// Loads a source's keys for this poll.
 ///

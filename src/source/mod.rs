@@ -33,7 +33,7 @@ pub enum Error {
     Keys {
         source_name: String,
         #[source]
-        source: crate::verify::KeyFileError,
+        source: verify::KeyFileError,
     },
     #[error("source {source_name}: poll did not finish within {seconds}s")]
     Timeout { source_name: String, seconds: u64 },

@@ -373,15 +373,15 @@ mod tests {
     //! the tests with Git tags, cosign and the daemon are in tests/signed_releases.rs.
     use super::*;
 
-    const PAYLOAD: &[u8] = include_bytes!("testdata/payload.txt");
-    const SSH_SIG: &str = include_str!("testdata/payload.ssh-git.sig");
-    const SSH_OTHER: &str = include_str!("testdata/payload.ssh-other.sig");
-    const PGP_SIG: &str = include_str!("testdata/payload.pgp.sig");
+    const PAYLOAD: &[u8] = include_bytes!("../testdata/payload.txt");
+    const SSH_SIG: &str = include_str!("../testdata/payload.ssh-git.sig");
+    const SSH_OTHER: &str = include_str!("../testdata/payload.ssh-other.sig");
+    const PGP_SIG: &str = include_str!("../testdata/payload.pgp.sig");
     const RELEASE_FP: &str = "ssh:SHA256:88z4Vszc13OdDFvORC+uD0MPGFYNC1Ez6Jf5K10eSoQ";
     const PGP_FP: &str = "openpgp:8750242B6A9D2670EBE6B9F7D95274F1EAFCBA87";
 
     fn signers(extra: &str) -> sshsig::AllowedSigners {
-        let line = include_str!("testdata/allowed_signers").trim();
+        let line = include_str!("../testdata/allowed_signers").trim();
         let (principal, key) = line.split_once(' ').unwrap();
         sshsig::AllowedSigners::parse(&format!("{principal} {extra} {key}\n")).unwrap()
     }
@@ -411,13 +411,13 @@ mod tests {
         l.push(flipped);
         let err = signers("").verify("git", PAYLOAD, &(lines.join("\n") + "\n"), now).unwrap_err();
         assert!(matches!(err.kind(), "bad_signature" | "malformed" | "untrusted_key"), "{err}");
-        let other = sshsig::AllowedSigners::parse(include_str!("testdata/allowed_signers.other")).unwrap();
+        let other = sshsig::AllowedSigners::parse(include_str!("../testdata/allowed_signers.other")).unwrap();
         assert_eq!(other.verify("git", PAYLOAD, SSH_SIG, now).unwrap_err().signer(), RELEASE_FP);
     }
 
     #[test]
     fn openpgp_signatures_by_gpg() {
-        let ring = openpgp::Keyring::parse(include_str!("testdata/keyring.asc")).unwrap();
+        let ring = openpgp::Keyring::parse(include_str!("../testdata/keyring.asc")).unwrap();
         assert_eq!(ring.fingerprints(), vec![PGP_FP.to_owned()]);
         assert_eq!(ring.verify(PAYLOAD, PGP_SIG).unwrap().signer, PGP_FP);
         let err = ring.verify(b"tampered\n", PGP_SIG).unwrap_err();
@@ -431,10 +431,10 @@ mod tests {
 
     #[test]
     fn cosign_blob_signatures_by_cosign() {
-        let keys = cosign::CosignKeys::parse(include_str!("testdata/cosign.pub")).unwrap();
+        let keys = cosign::CosignKeys::parse(include_str!("../testdata/cosign.pub")).unwrap();
         let fp = "cosign:SHA256:l5Xv42SwWIhR2evTmcRusRDvfLe0ItgeSJ5P9x/QyTM";
         assert_eq!(keys.fingerprints(), vec![fp.to_owned()]);
-        let sig = include_str!("testdata/payload.cosign.sig");
+        let sig = include_str!("../testdata/payload.cosign.sig");
         let trust = Trust { cosign: Some(keys), ..Default::default() };
         assert_eq!(trust.verify_blob(PAYLOAD, sig.as_bytes(), 0).unwrap().signer, fp);
         assert_eq!(trust.verify_blob(b"tampered\n", sig.as_bytes(), 0).unwrap_err().kind(), "untrusted_key");
