@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Long runs of the values-template fuzzer (tests/template_fuzz): COUNT generated templates and
+# Long runs of the values-template fuzzer (crates/gotemplate/tests/template_fuzz): COUNT generated templates and
 # data from SEED (decimal or 0x-hex; comma-separated for several), executed by stacksync and by
 # the Go oracle (built here by scripts/build-oracles.sh). Prints per seed how many agree, how many
 # are documented deliberate differences and how many differ; every difference is minimised and
@@ -14,4 +14,4 @@ fi
 STACKSYNC_TEMPLATE_ORACLE=$(scripts/build-oracles.sh | tail -n 1)
 export STACKSYNC_TEMPLATE_ORACLE
 STACKSYNC_FUZZ_SEEDS=$1 STACKSYNC_FUZZ_COUNT=$2 \
-  cargo test --release --locked --test template_fuzz -- --nocapture
+  cargo test --release --locked -p gotemplate --test template_fuzz -- --nocapture
