@@ -15,20 +15,25 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY testkit/Cargo.toml testkit/Cargo.toml
 COPY crates/fake-apiserver/Cargo.toml crates/fake-apiserver/Cargo.toml
-RUN mkdir -p src testkit/src/bin crates/fake-apiserver/src benches \
+COPY crates/gotemplate/Cargo.toml crates/gotemplate/Cargo.toml
+COPY crates/kubeyaml/Cargo.toml crates/kubeyaml/Cargo.toml
+COPY crates/verify/Cargo.toml crates/verify/Cargo.toml
+# Every workspace member and every target Cargo.toml declares must exist for the manifest to load.
+RUN mkdir -p src testkit/src/bin benches crates/fake-apiserver/src crates/gotemplate/src crates/kubeyaml/src crates/verify/src \
  && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
- && echo 'fn main() {}' > benches/peers.rs \
- && touch testkit/src/lib.rs crates/fake-apiserver/src/lib.rs && echo 'fn main() {}' > testkit/src/bin/testkit.rs \
+ && for b in peers fleet signatures process; do echo 'fn main() {}' > benches/$b.rs; done \
+ && touch testkit/src/lib.rs && echo 'fn main() {}' > testkit/src/bin/testkit.rs \
+ && touch crates/fake-apiserver/src/lib.rs crates/gotemplate/src/lib.rs crates/kubeyaml/src/lib.rs crates/verify/src/lib.rs \
  && echo 'fn main() {}' > build.rs \
  && cargo build --profile dist --locked -p stacksync \
- && rm -rf src benches testkit/src crates/fake-apiserver/src build.rs
+ && rm -rf src benches testkit/src crates/*/src build.rs
 # --- then the crate itself ---
 COPY . .
 # build.rs reads the commit from .git when present, else from these (docker build --build-arg).
 ARG STACKSYNC_COMMIT=unknown
 ARG STACKSYNC_BUILD_DATE=unknown
 ENV STACKSYNC_COMMIT=${STACKSYNC_COMMIT} STACKSYNC_BUILD_DATE=${STACKSYNC_BUILD_DATE}
-RUN touch src/main.rs src/lib.rs && cargo build --profile dist --locked -p stacksync --bin stacksync \
+RUN touch src/main.rs src/lib.rs crates/*/src/lib.rs && cargo build --profile dist --locked -p stacksync --bin stacksync \
  && ./target/dist/stacksync --version
 
 # --- helm 4.1.4 for cluster-stack releases, checked against a pinned checksum ---

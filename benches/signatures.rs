@@ -20,7 +20,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use stacksync::verify::TrustFiles;
+use verify::TrustFiles;
 
 const RUNS: usize = 5;
 const TAGS: usize = 100;
@@ -87,7 +87,7 @@ fn ours(files: &TrustFiles, names: &[String], objects: &[Vec<u8>]) -> Duration {
     median(|| {
         let trust = files.load().expect("keys");
         for (tag, object) in names.iter().zip(objects) {
-            trust.verify_git_tag(tag, object, stacksync::verify::unix_now()).expect("verifies");
+            trust.verify_git_tag(tag, object, verify::unix_now()).expect("verifies");
         }
     })
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the Go oracle of the values-template conformance suite and fuzzer (tests/conformance.rs,
-# tests/template_fuzz.rs): Go 1.26's text/template with github.com/go-task/slim-sprig/v3's
-# TxtFuncMap, the function map the SCS cluster-stack-operator gives its values templates. It is a
-# Go module (tests/conformance/oracle: go.mod and go.sum pin slim-sprig v3.0.0 and its checksums),
+# Builds the Go oracle of the values-template conformance suite and fuzzer of the gotemplate crate
+# (crates/gotemplate/tests/conformance.rs, crates/gotemplate/tests/template_fuzz): Go 1.26's
+# text/template with github.com/go-task/slim-sprig/v3's TxtFuncMap, the function map the SCS
+# cluster-stack-operator gives its values templates. It is a Go module
+# (crates/gotemplate/tests/conformance/oracle: go.mod and go.sum pin slim-sprig v3.0.0 and its checksums),
 # built with -mod=readonly, so the module proxy serves exactly the pinned, checksummed sources.
 # Needs Go >= 1.26 on PATH or in /usr/local/go (GOTOOLCHAIN=local: never a downloaded toolchain).
 # Idempotent: the binary is cached in the tools dir ($STACKSYNC_TOOLS_DIR, default
@@ -12,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-src=tests/conformance/oracle
+src=crates/gotemplate/tests/conformance/oracle
 tools_dir="${STACKSYNC_TOOLS_DIR:-$HOME/.cache/stacksync-tools}"
 
 go_ok() { "$1" version 2>/dev/null | grep -Eq 'go1\.(2[6-9]|[3-9][0-9])'; }

@@ -16,7 +16,8 @@
 #     real-Kubernetes tests and the differential test run,
 #   - the Go template oracle of the conformance suite and the template fuzzer
 #     (scripts/build-oracles.sh: Go 1.26 and slim-sprig v3, a pinned Go module), whose path
-#     tests/conformance.rs and tests/template_fuzz read from STACKSYNC_TEMPLATE_ORACLE,
+#     crates/gotemplate's tests/conformance.rs and tests/template_fuzz read from
+#     STACKSYNC_TEMPLATE_ORACLE (the run is `--workspace`, so the crates' tests run too),
 #   - the server-side apply oracle (scripts/build-ssa-oracle.sh: structured-merge-diff v6.3.0,
 #     the version kube-apiserver 1.35 uses, a pinned Go module),
 #   - the container images (scripts/build-image.sh with the tests' debug binary: Debian's

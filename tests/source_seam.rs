@@ -13,7 +13,7 @@ use stacksync::cache::{Cache, Index, SourceState};
 use stacksync::model::version::Constraint;
 use stacksync::release::{self, Release};
 use stacksync::source::{self, At, BoxFuture, Materialised, Polled, ReleaseError, RemoteRefs, Source};
-use stacksync::verify::{Trust, TrustFiles};
+use verify::{Trust, TrustFiles};
 
 /// Releases as `<root>/<tag>/…`: the "commit" of a tag is the SHA-256 of its files.
 struct Folder {

@@ -173,7 +173,7 @@ fn sanitize(s: &str) -> String {
 
 /// Reads back which object a manifest file held, for the prune entry.
 fn object_ref_of(path: &Path) -> ObjectRef {
-    let parsed = std::fs::read_to_string(path).ok().and_then(|t| crate::kubeyaml::values(&t).ok()).and_then(|v| v.into_iter().next());
+    let parsed = std::fs::read_to_string(path).ok().and_then(|t| kubeyaml::values(&t).ok()).and_then(|v| v.into_iter().next());
     let field = |v: &serde_json::Value, k: &str| v.get(k).and_then(serde_json::Value::as_str).map(str::to_owned);
     match parsed {
         Some(v) => ObjectRef {

@@ -96,7 +96,7 @@ pub struct OciSourceConfig {
     pub allow_moved_tags: bool,
     /// `verify.cosign.publicKey`: only artifacts with a cosign signature by one of these keys
     /// are releases.
-    pub signatures: crate::verify::TrustFiles,
+    pub signatures: verify::TrustFiles,
 }
 
 /// GitHub release assets.
@@ -119,7 +119,7 @@ pub struct GithubSourceConfig {
     pub allow_moved_tags: bool,
     /// `verify.cosign.publicKey` / `verify.ssh.allowedSigners`: every asset needs a `<asset>.sig`
     /// by one of these keys.
-    pub signatures: crate::verify::TrustFiles,
+    pub signatures: verify::TrustFiles,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -134,7 +134,7 @@ pub struct GitSourceConfig {
     pub auth: Option<crate::model::source::GitAuth>,
     /// `verify.ssh.allowedSigners` / `verify.openpgp.keyring`: only annotated tags signed by one
     /// of these keys are releases.
-    pub signatures: crate::verify::TrustFiles,
+    pub signatures: verify::TrustFiles,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -3,12 +3,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use verify::TrustFiles;
+
 use super::validate::{Cx, Invalid, check_git_url};
 use super::yaml::{Node, Value};
 use super::{GitSourceConfig, GithubSourceConfig, OciSourceConfig, SourceConfig, SourceKind};
 use crate::model::Sha256Digest;
 use crate::model::source::{self, GitAuth, OciAuth, Repository, TokenSource, Verify};
-use crate::verify::TrustFiles;
 
 /// GitHub's public API; GitHub Enterprise Server uses `https://<host>/api/v3`.
 pub const GITHUB_API: &str = "https://api.github.com";
@@ -532,10 +533,10 @@ mod tests {
     #[test]
     fn verify_key_files_are_read_by_check_config_naming_file_line_and_field() {
         let dir = tempfile::tempdir().unwrap();
-        let signers = include_str!("../verify/testdata/allowed_signers");
+        let signers = include_str!("../../crates/verify/testdata/allowed_signers");
         std::fs::write(dir.path().join("signers"), format!("# keys\n{signers}")).unwrap();
         std::fs::write(dir.path().join("bad"), format!("# keys\n{signers}oops ssh-ed25519 AAAA\n")).unwrap();
-        std::fs::write(dir.path().join("cosign.pub"), include_str!("../verify/testdata/cosign.pub")).unwrap();
+        std::fs::write(dir.path().join("cosign.pub"), include_str!("../../crates/verify/testdata/cosign.pub")).unwrap();
         let git = "    git:\n      url: https://example.test/s.git\n      verify:\n        ssh: {allowedSigners: {file: signers}}\n";
         let c = parse_sources(dir.path(), git).unwrap();
         let SourceKind::Git(g) = &c.sources[0].kind else { panic!() };

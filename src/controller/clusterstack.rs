@@ -286,7 +286,7 @@ fn fail_all(target: &DirectoryTarget, staged: &[(&Subscription, Prepared)], mess
 pub fn read_cluster_file(path: &Path) -> Result<ClusterConfig, ClusterFileError> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| ClusterFileError::Read { file: file.clone(), source })?;
-    let docs: Vec<Value> = crate::kubeyaml::values(&text).map_err(|e| ClusterFileError::Yaml {
+    let docs: Vec<Value> = kubeyaml::values(&text).map_err(|e| ClusterFileError::Yaml {
         file: file.clone(),
         line: e.mark.line,
         message: e.message.to_string(),

@@ -4,7 +4,8 @@
 
 use std::fmt;
 
-use crate::kubeyaml::{self, Mark, Node, Value};
+use kubeyaml::{self, Mark, Node, Value};
+
 use crate::model::version::{ScsVersion, Version};
 
 /// The `apiVersion` csctl writes; optional (the reference operator does not read it).

@@ -17,13 +17,14 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use gotemplate::Warning;
+use kubeyaml::{self, Node, Value};
+
 use super::cel::{WaitFor, WaitObject};
-use super::gotemplate::Warning;
 use super::helm::{Helm, MemoKey};
 use super::values::{TemplateOptions, ValuesTemplate};
 use super::{Error, Errors, Object, ObjectKey, ObjectProblem, ReadError};
 use crate::cache::unpack;
-use crate::kubeyaml::{self, Node, Value};
 use crate::model::cluster::ClusterConfig;
 use crate::model::version::Version;
 use crate::release::Release;

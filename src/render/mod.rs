@@ -5,7 +5,6 @@
 
 pub mod cel;
 pub mod clusterstack;
-pub mod gotemplate;
 pub mod helm;
 pub mod subst;
 mod template;
@@ -18,7 +17,6 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
-use crate::kubeyaml;
 use crate::model::Object;
 use crate::model::cluster::ClusterConfig;
 use crate::release::Release;
@@ -460,7 +458,7 @@ fn collect(dir: &Path, rel: &str, files: &mut BTreeMap<String, String>, errors: 
 }
 
 /// Reads one document of a manifest text (`doc`, starting at `line` of `file`) as kubectl reads
-/// it ([`crate::kubeyaml`]). Empty, comment-only and `null` documents are `None`. A repeated
+/// it ([`kubeyaml`]). Empty, comment-only and `null` documents are `None`. A repeated
 /// mapping key is logged with the chart, template and line (kubectl keeps its last value).
 pub(crate) fn parse_object(file: &str, chart: Option<&str>, line: usize, doc: &str) -> Result<Option<Object>, Error> {
     let parse_err = |source: kubeyaml::SyntaxError| Error::Yaml { file: file.to_owned(), source };

@@ -19,9 +19,8 @@
 
 use std::collections::BTreeMap;
 
+use kubeyaml::{self, Node, Scalar};
 use serde_json::Value;
-
-use crate::kubeyaml::{self, Node, Scalar};
 
 /// Tokens are `<PREFIX><index><SUFFIX>`; a file that contains the prefix is not templated.
 const PREFIX: &str = "QzStKn";

@@ -2,11 +2,10 @@
 //! or a stage's `overwrite.yaml`) executed with the cluster's objects, as the SCS
 //! cluster-stack-operator does. Pure: the same template and objects give the same bytes.
 
+use gotemplate::{self, Template, Warning};
 use serde_json::{Map, Value, json};
 
 use super::Error;
-use super::gotemplate::{self, Template, Warning};
-use crate::kubeyaml;
 use crate::model::cluster::ClusterConfig;
 
 /// The Cluster API version of the default `.Cluster` object.

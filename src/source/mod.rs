@@ -18,7 +18,7 @@ use crate::cache::{Cache, Index, SourceState};
 use crate::config::SourceKind;
 use crate::model::verification::AssetRecord;
 use crate::release::Release;
-use crate::verify::{Refusal, Trust, TrustFiles, Verified};
+use verify::{Refusal, Trust, TrustFiles, Verified};
 
 /// The kind of a configured source: the one place a [`SourceKind`] is matched. A new kind of
 /// source is its folder here, its arm in `SourceKind` (with its parser in `config/sources.rs`)
@@ -163,7 +163,7 @@ pub enum ReleaseError {
     Signature(String),
     /// The source's trusted key files cannot be read or parsed.
     #[error("{0}")]
-    TrustFiles(#[source] crate::verify::KeyFileError),
+    TrustFiles(#[source] verify::KeyFileError),
     /// Writing the release tree into the cache (Git releases: reading it from the mirror).
     #[error("{0}")]
     Cache(#[source] crate::cache::Error),
@@ -356,7 +356,7 @@ pub enum Error {
     Keys {
         source_name: String,
         #[source]
-        source: crate::verify::KeyFileError,
+        source: verify::KeyFileError,
     },
     #[error("source {source_name}: poll did not finish within {seconds}s")]
     Timeout { source_name: String, seconds: u64 },

@@ -2,7 +2,7 @@
 //! does not verify against the source's `verify` keys (read again at every poll) leaves the
 //! accepted tag set — it is never selected, cached or applied — and is recorded with why; the
 //! signer of every accepted tag is recorded for the `VERIFIEDBY` column. The checks are
-//! [`crate::verify`]'s pure functions; each kind fetches what they need (tag objects from the
+//! [`verify`]'s pure functions; each kind fetches what they need (tag objects from the
 //! mirror in `git/`, cosign signature manifests from the registry in `oci/`, `.sig` assets from
 //! the blob store in `github/`) and hands its verdicts here.
 
@@ -13,7 +13,7 @@ use tracing::{error, info};
 
 use crate::cache::{SignatureRefusal, SourceState};
 use crate::source;
-use crate::verify::{Refusal, Trust, TrustFiles, Verified};
+use verify::{Refusal, Trust, TrustFiles, Verified};
 
 /// Loads a source's keys for this poll.
 ///

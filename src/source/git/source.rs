@@ -10,7 +10,7 @@ use crate::cache::{Index, SourceState};
 use crate::config::GitSourceConfig;
 use crate::release::{Release, short};
 use crate::source::{self as source, POLL_TIMEOUT, Push, normalise_url};
-use crate::verify::{Refusal, Trust, TrustFiles, Verified};
+use verify::{Refusal, Trust, TrustFiles, Verified};
 
 impl Source for GitSourceConfig {
     fn location(&self) -> String {
@@ -41,7 +41,7 @@ impl Source for GitSourceConfig {
             for tag in &fetched.not_commits {
                 warn!(source = at.name, tag, "tag does not point at a commit; ignored");
             }
-            let verdicts = trust.map(|t| verdicts(&fetched.refs.tags, &fetched.tag_objects, t, crate::verify::unix_now()));
+            let verdicts = trust.map(|t| verdicts(&fetched.refs.tags, &fetched.tag_objects, t, verify::unix_now()));
             Ok(Polled { refs: fetched.refs, verdicts, ..Polled::default() })
         })
     }
@@ -110,8 +110,7 @@ pub(crate) fn verdicts(
             let verdict = match objects.get(tag) {
                 None => Err(Refusal::Unsigned { what: format!("{tag} is a lightweight tag (a release must be a signed annotated tag)") }),
                 Some(object) => trust.verify_git_tag(tag, object, now).and_then(|v| {
-                    let target =
-                        crate::verify::gittag::split(object).map(|t| String::from_utf8_lossy(t.object).into_owned()).unwrap_or_default();
+                    let target = verify::gittag::split(object).map(|t| String::from_utf8_lossy(t.object).into_owned()).unwrap_or_default();
                     if target == *commit {
                         Ok(v)
                     } else {

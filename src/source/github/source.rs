@@ -17,7 +17,7 @@ use crate::model::published::{GhRelease, GithubState};
 use crate::model::verification::AssetRecord;
 use crate::release::Release;
 use crate::source::{self as source, Push, STAYS};
-use crate::verify::{Refusal, Trust, TrustFiles, Verified};
+use verify::{Refusal, Trust, TrustFiles, Verified};
 
 impl Source for GithubSourceConfig {
     fn location(&self) -> String {
@@ -232,10 +232,10 @@ fn check(records: &[AssetRecord], blobs: &Blobs, trust: &Trust) -> Result<Verifi
         let Some(sig) = by_name.get(format!("{}.sig", r.name).as_str()) else {
             return Err(Refusal::Unsigned { what: format!("asset {} has no {}.sig", r.name, r.name) });
         };
-        if sig.size > crate::verify::MAX_SIGNATURE_BYTES {
+        if sig.size > verify::MAX_SIGNATURE_BYTES {
             return Err(Refusal::Malformed { signer: "unknown".into(), message: format!("{} is larger than a signature", sig.name) });
         }
-        let v = trust.verify_blob(&read(r)?, &read(sig)?, crate::verify::unix_now()).map_err(|e| match e {
+        let v = trust.verify_blob(&read(r)?, &read(sig)?, verify::unix_now()).map_err(|e| match e {
             Refusal::BadSignature { signer, message } => Refusal::BadSignature { signer, message: format!("asset {}: {message}", r.name) },
             Refusal::UntrustedKey { signer } => Refusal::UntrustedKey { signer: format!("{signer} (asset {})", r.name) },
             other => other,

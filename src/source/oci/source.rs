@@ -17,7 +17,7 @@ use crate::model::Sha256Digest;
 use crate::model::verification::AssetRecord;
 use crate::release::Release;
 use crate::source::{self as source, POLL_TIMEOUT, RemoteRefs};
-use crate::verify::{Refusal, Trust, TrustFiles, Verified};
+use verify::{Refusal, Trust, TrustFiles, Verified};
 
 type Verdicts = BTreeMap<String, Result<Verified, Refusal>>;
 
@@ -179,7 +179,7 @@ pub(crate) async fn verdicts(
     let trust_id = &trust_id;
     let one = |(tag, hex): (String, String)| {
         async move {
-            let sig_tag = crate::verify::cosign::signature_tag(&hex);
+            let sig_tag = verify::cosign::signature_tag(&hex);
             if !all_tags.contains(&sig_tag) {
                 return (tag, Err(Refusal::Unsigned { what: format!("no cosign signature (tag {sig_tag} does not exist)") }));
             }
@@ -226,7 +226,7 @@ async fn one(
     let mut last = None;
     for (digest, signature) in layers {
         if !blobs.verify(&digest).unwrap_or(false) {
-            client.blob(sig_tag, "simple-signing payload", &digest, blobs, crate::verify::MAX_SIGNATURE_BYTES).await.map_err(fetch_err)?;
+            client.blob(sig_tag, "simple-signing payload", &digest, blobs, verify::MAX_SIGNATURE_BYTES).await.map_err(fetch_err)?;
         }
         let payload = std::fs::read(blobs.path(&digest)).map_err(|e| Refusal::Malformed {
             signer: "unknown".into(),
@@ -247,15 +247,15 @@ fn signature_layers(manifest: &[u8]) -> Result<Vec<(Sha256Digest, String)>, Refu
         serde_json::from_slice(manifest).map_err(|e| malformed(format!("the signature manifest is not JSON: {e}")))?;
     let mut out = Vec::new();
     for layer in v["layers"].as_array().map(Vec::as_slice).unwrap_or_default() {
-        let Some(sig) = layer["annotations"][crate::verify::cosign::SIGNATURE_ANNOTATION].as_str() else { continue };
+        let Some(sig) = layer["annotations"][verify::cosign::SIGNATURE_ANNOTATION].as_str() else { continue };
         let digest = layer["digest"]
             .as_str()
             .and_then(|d| d.strip_prefix("sha256:"))
             .and_then(Sha256Digest::parse)
             .ok_or_else(|| malformed("a signature layer's digest is not sha256".into()))?;
         let size = layer["size"].as_u64().unwrap_or(0);
-        if size > crate::verify::MAX_SIGNATURE_BYTES {
-            return Err(malformed(format!("a signature payload of {size} bytes is larger than {}", crate::verify::MAX_SIGNATURE_BYTES)));
+        if size > verify::MAX_SIGNATURE_BYTES {
+            return Err(malformed(format!("a signature payload of {size} bytes is larger than {}", verify::MAX_SIGNATURE_BYTES)));
         }
         out.push((digest, sig.to_owned()));
     }
@@ -265,7 +265,7 @@ fn signature_layers(manifest: &[u8]) -> Result<Vec<(Sha256Digest, String)>, Refu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify;
+    use ::verify;
 
     #[test]
     fn signature_layers_of_a_cosign_manifest() {

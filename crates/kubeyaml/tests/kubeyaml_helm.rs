@@ -1,5 +1,5 @@
-//! stacksync's YAML reader against the real peers: a fixture chart holding each construct real
-//! charts use (testdata/kubeyaml/constructs) is rendered by the real helm, and the same bytes are
+//! The YAML reader against the real peers: a fixture chart holding each construct real
+//! charts use (testdata/constructs) is rendered by the real helm, and the same bytes are
 //! read by the real kubectl (`annotate --local -o json`, no server) and by `kubeyaml`; the objects
 //! must be equal. Texts kubectl refuses must be refused too, at the same line.
 
@@ -8,13 +8,22 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
-use stacksync::kubeyaml;
 use tokio::io::AsyncWriteExt;
 
 const ANNOTATION: &str = "stacksync.io/read-by";
 
+/// Where scripts/install-tools.sh installs kubectl and helm: `$STACKSYNC_TOOLS_DIR/bin`, by default
+/// `$HOME/.cache/stacksync-tools/bin` (as testkit's `tools_bin_dir`, which this leaf crate does
+/// not depend on: testkit brings the whole Kubernetes client).
+fn tools_bin_dir() -> PathBuf {
+    match std::env::var_os("STACKSYNC_TOOLS_DIR") {
+        Some(dir) => PathBuf::from(dir).join("bin"),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache").join("stacksync-tools").join("bin"),
+    }
+}
+
 fn tool(name: &str) -> PathBuf {
-    let path = fake_apiserver::kubectl::tools_bin_dir().join(name);
+    let path = tools_bin_dir().join(name);
     assert!(path.is_file(), "{name} not found at {}: run scripts/install-tools.sh (scripts/test.sh does)", path.display());
     path
 }
@@ -92,7 +101,7 @@ fn by_name(mut objects: Vec<Value>) -> Vec<Value> {
 #[tokio::test]
 async fn helm_output_of_every_construct_reads_as_kubectl_reads_it() {
     let home = tempfile::tempdir().expect("tempdir");
-    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/kubeyaml/constructs");
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/constructs");
     let chart = chart.to_str().expect("utf-8 path");
     let (ok, rendered, err) = run(&tool("helm"), &["template", "t", chart, "--namespace", "team-a"], b"", home.path()).await;
     assert!(ok, "helm template: {err}");

@@ -115,7 +115,7 @@ pub(super) struct A {
 /// is Go's, byte for byte (the conformance suite compares it).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct FuncError(pub(super) String);
+pub(crate) struct FuncError(pub(super) String);
 
 impl From<String> for FuncError {
     fn from(message: String) -> FuncError {
@@ -251,7 +251,7 @@ pub(super) fn call(ex: &mut Exec<'_>, line: usize, name: &str, args: &[Arg], dot
 }
 
 /// The Go parameter types of the functions that have typed ones, one letter each: `s` string,
-/// `i` int, `f` float64, `b` bool, `m` map[string]interface {}, `t` time.Time, `a`
+/// `i` int, `f` float64, `b` bool, `m` `map[string]interface {}`, `t` time.Time, `a`
 /// interface {}; a trailing `*` repeats the last (variadic).
 fn params(name: &str) -> Option<&'static str> {
     Some(match name {

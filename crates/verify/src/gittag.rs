@@ -6,7 +6,7 @@ use super::Refusal;
 
 /// What signed a tag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SignatureKind {
+pub(crate) enum SignatureKind {
     Ssh,
     OpenPgp,
     /// X.509 (gpgsm) or anything else Git may write: reported, never trusted.
@@ -14,7 +14,7 @@ pub enum SignatureKind {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Signature<'a> {
+pub(crate) struct Signature<'a> {
     pub kind: SignatureKind,
     /// The armoured block, from its BEGIN line to the end of the object.
     pub armored: &'a str,
@@ -29,7 +29,7 @@ pub struct TagObject<'a> {
     pub object: &'a [u8],
     /// The bytes the signature covers.
     pub payload: &'a [u8],
-    pub signature: Option<Signature<'a>>,
+    pub(crate) signature: Option<Signature<'a>>,
 }
 
 const BEGINS: [(&str, SignatureKind); 4] = [

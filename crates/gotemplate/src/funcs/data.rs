@@ -243,7 +243,7 @@ pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
     })
 }
 
-/// A list argument of a `must*`-style list function; sprig panics with "Cannot <op> on type".
+/// A list argument of a `must*`-style list function; sprig panics with "Cannot `<op>` on type".
 fn list_of(a: &A, op: &str) -> Result<Vec<Val>, FuncError> {
     match a.any() {
         Val::List(l, _) => Ok(l.to_vec()),

@@ -22,8 +22,8 @@ use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use base64::Engine as _;
+use gotemplate::Template;
 use serde_json::Value;
-use stacksync::render::gotemplate::Template;
 
 const NAME: &str = "values.yaml";
 const FIXED_SEED: u64 = 0x2800_5eed;

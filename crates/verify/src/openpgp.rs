@@ -11,7 +11,7 @@ use super::{KeyParseError, Refusal, Verified};
 
 /// One trusted key: the primary key and its subkeys.
 #[derive(Debug, Clone)]
-pub struct TrustedKey {
+pub(crate) struct TrustedKey {
     pub key: SignedPublicKey,
     /// `openpgp:<FINGERPRINT>` of the primary key.
     pub fingerprint: String,
@@ -20,7 +20,7 @@ pub struct TrustedKey {
 /// Parsed keyring.
 #[derive(Debug, Clone, Default)]
 pub struct Keyring {
-    pub keys: Vec<TrustedKey>,
+    pub(crate) keys: Vec<TrustedKey>,
 }
 
 impl Keyring {
@@ -60,6 +60,7 @@ impl Keyring {
         Ok(Keyring { keys })
     }
 
+    /// The trusted primary keys' fingerprints (`openpgp:…`).
     pub fn fingerprints(&self) -> Vec<String> {
         self.keys.iter().map(|k| k.fingerprint.clone()).collect()
     }

@@ -14,7 +14,7 @@ pub const BEGIN: &str = "-----BEGIN SSH SIGNATURE-----";
 
 /// One trusted key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Signer {
+pub(crate) struct Signer {
     pub principals: String,
     pub key: PublicKey,
     /// `ssh:SHA256:<base64>`.
@@ -30,7 +30,7 @@ pub struct Signer {
 /// A parsed `allowed_signers` file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AllowedSigners {
-    pub signers: Vec<Signer>,
+    pub(crate) signers: Vec<Signer>,
 }
 
 impl AllowedSigners {
@@ -123,6 +123,7 @@ impl AllowedSigners {
 
 /// What is wrong with one `allowed_signers` line (reported with its number by
 /// [`AllowedSigners::parse`]).
+#[allow(missing_docs, reason = "each variant is its message")]
 #[derive(Debug, thiserror::Error)]
 pub enum LineError {
     #[error("not an OpenSSH public key (`keytype base64-key`): {0}")]

@@ -1,8 +1,14 @@
-//! Who signed a release: the authorship check between a source's poll and the cache. A release
+//! Who signed a release: signature verification of Git tags, release assets and OCI artifacts
+//! against trusted key files. stacksync runs it between a source's poll and the cache: a release
 //! whose signature does not verify against a trusted key is not a release (never selected, never
-//! cached, never applied). Pure functions over bytes and parsed keys, a leaf that imports nothing
-//! else of the crate; reading the key files is [`TrustFiles::load`], done at every poll so a
-//! rotated file counts from the next poll.
+//! cached, never applied). Pure functions over bytes and parsed keys, importing nothing of
+//! stacksync; reading the key files is [`TrustFiles::load`], which stacksync calls at every poll
+//! so a rotated file counts from the next poll.
+//!
+//! What it is not: it signs nothing, fetches nothing (the caller brings tag objects, signature
+//! layers and `.sig` assets), and supports no keyless signing (Fulcio certificates, Rekor), no
+//! X.509 (gpgsm) tags, no SSH certificates (`cert-authority`), and no OpenPGP expiry or revocation
+//! inside the keyring (a key is trusted while it is in the file).
 //!
 //! What is verified, and with which crate (each chosen because it is the maintained, pure-Rust
 //! implementation made for that format, with verification usable without the rest):
@@ -23,6 +29,8 @@
 //! - **Git tag objects** ([`gittag`]): the signed payload is the tag object without the
 //!   signature block that Git appends to the message.
 
+#![warn(missing_docs)]
+
 pub mod cosign;
 pub mod gittag;
 pub mod openpgp;
@@ -40,10 +48,12 @@ pub const MAX_SIGNATURE_BYTES: u64 = 64 << 10;
 /// `ssh:SHA256:<base64>`, `openpgp:<FINGERPRINT>` or `cosign:SHA256:<base64>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
+    /// The signing key's fingerprint, prefixed by its kind.
     pub signer: String,
 }
 
 /// Why a signature was refused. Every variant names the signer found (or `unsigned`).
+#[allow(missing_docs, reason = "the fields are the ones the variant's doc and message name: the signer found, what it signed")]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// No signature at all (a lightweight tag, an unsigned annotated tag, no `.sig`).
@@ -121,8 +131,11 @@ impl Refusal {
 pub struct KeyFileError {
     /// The config field naming the file (`git.verify.ssh.allowedSigners`).
     pub field: String,
+    /// The file.
     pub path: PathBuf,
+    /// 1-based line; 0 for the whole file.
     pub line: usize,
+    /// Why it cannot be used.
     #[source]
     pub problem: KeyFileProblem,
 }
@@ -146,6 +159,7 @@ impl KeyFileError {
 /// What is wrong with a key file: it cannot be read, or a line of it is not a usable key.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyFileProblem {
+    /// The file cannot be read.
     #[error(transparent)]
     Read(#[from] ReadError),
     /// What is wrong at the line (`KeyFileError::line`), or with the whole file (line 0).
@@ -156,6 +170,7 @@ pub enum KeyFileProblem {
 
 /// What is wrong with a key file's content: an entry that is not a usable public key, or no key
 /// at all. Each parser returns it with the line it concerns.
+#[allow(missing_docs, reason = "each variant is its message, which says what the file should hold instead")]
 #[derive(Debug, thiserror::Error)]
 pub enum KeyParseError {
     /// An `allowed_signers` line.
@@ -185,13 +200,19 @@ pub enum KeyParseError {
     NoPgpKey,
 }
 
-/// Why a small text file could not be read ([`read_bounded`]).
+/// Why a key file could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
+    /// Missing, unreadable (the only transient problem: a mounted Secret being rotated).
     #[error("cannot read: {0}")]
     Io(#[source] std::io::Error),
+    /// Larger than [`MAX_KEY_FILE_BYTES`].
     #[error("larger than {max} bytes")]
-    TooLarge { max: u64 },
+    TooLarge {
+        /// The limit.
+        max: u64,
+    },
+    /// Not text.
     #[error("not UTF-8 text")]
     NotUtf8(#[source] std::string::FromUtf8Error),
 }
@@ -253,7 +274,7 @@ impl TrustFiles {
 ///
 /// # Errors
 /// The file cannot be read, is larger than `max`, or is not UTF-8.
-pub fn read_bounded(path: &Path, max: u64) -> Result<String, ReadError> {
+pub(crate) fn read_bounded(path: &Path, max: u64) -> Result<String, ReadError> {
     use std::io::Read;
     let file = std::fs::File::open(path).map_err(ReadError::Io)?;
     let mut bytes = Vec::new();
@@ -267,8 +288,11 @@ pub fn read_bounded(path: &Path, max: u64) -> Result<String, ReadError> {
 /// The keys a source trusts, as loaded at this poll.
 #[derive(Debug, Clone, Default)]
 pub struct Trust {
+    /// From the `allowed_signers` file, if one is configured.
     pub ssh: Option<sshsig::AllowedSigners>,
+    /// From the OpenPGP keyring, if one is configured.
     pub openpgp: Option<openpgp::Keyring>,
+    /// From the cosign public keys file, if one is configured.
     pub cosign: Option<cosign::CosignKeys>,
 }
 
@@ -373,15 +397,15 @@ mod tests {
     //! the tests with Git tags, cosign and the daemon are in tests/signed_releases.rs.
     use super::*;
 
-    const PAYLOAD: &[u8] = include_bytes!("testdata/payload.txt");
-    const SSH_SIG: &str = include_str!("testdata/payload.ssh-git.sig");
-    const SSH_OTHER: &str = include_str!("testdata/payload.ssh-other.sig");
-    const PGP_SIG: &str = include_str!("testdata/payload.pgp.sig");
+    const PAYLOAD: &[u8] = include_bytes!("../testdata/payload.txt");
+    const SSH_SIG: &str = include_str!("../testdata/payload.ssh-git.sig");
+    const SSH_OTHER: &str = include_str!("../testdata/payload.ssh-other.sig");
+    const PGP_SIG: &str = include_str!("../testdata/payload.pgp.sig");
     const RELEASE_FP: &str = "ssh:SHA256:88z4Vszc13OdDFvORC+uD0MPGFYNC1Ez6Jf5K10eSoQ";
     const PGP_FP: &str = "openpgp:8750242B6A9D2670EBE6B9F7D95274F1EAFCBA87";
 
     fn signers(extra: &str) -> sshsig::AllowedSigners {
-        let line = include_str!("testdata/allowed_signers").trim();
+        let line = include_str!("../testdata/allowed_signers").trim();
         let (principal, key) = line.split_once(' ').unwrap();
         sshsig::AllowedSigners::parse(&format!("{principal} {extra} {key}\n")).unwrap()
     }
@@ -411,13 +435,13 @@ mod tests {
         l.push(flipped);
         let err = signers("").verify("git", PAYLOAD, &(lines.join("\n") + "\n"), now).unwrap_err();
         assert!(matches!(err.kind(), "bad_signature" | "malformed" | "untrusted_key"), "{err}");
-        let other = sshsig::AllowedSigners::parse(include_str!("testdata/allowed_signers.other")).unwrap();
+        let other = sshsig::AllowedSigners::parse(include_str!("../testdata/allowed_signers.other")).unwrap();
         assert_eq!(other.verify("git", PAYLOAD, SSH_SIG, now).unwrap_err().signer(), RELEASE_FP);
     }
 
     #[test]
     fn openpgp_signatures_by_gpg() {
-        let ring = openpgp::Keyring::parse(include_str!("testdata/keyring.asc")).unwrap();
+        let ring = openpgp::Keyring::parse(include_str!("../testdata/keyring.asc")).unwrap();
         assert_eq!(ring.fingerprints(), vec![PGP_FP.to_owned()]);
         assert_eq!(ring.verify(PAYLOAD, PGP_SIG).unwrap().signer, PGP_FP);
         let err = ring.verify(b"tampered\n", PGP_SIG).unwrap_err();
@@ -431,10 +455,10 @@ mod tests {
 
     #[test]
     fn cosign_blob_signatures_by_cosign() {
-        let keys = cosign::CosignKeys::parse(include_str!("testdata/cosign.pub")).unwrap();
+        let keys = cosign::CosignKeys::parse(include_str!("../testdata/cosign.pub")).unwrap();
         let fp = "cosign:SHA256:l5Xv42SwWIhR2evTmcRusRDvfLe0ItgeSJ5P9x/QyTM";
         assert_eq!(keys.fingerprints(), vec![fp.to_owned()]);
-        let sig = include_str!("testdata/payload.cosign.sig");
+        let sig = include_str!("../testdata/payload.cosign.sig");
         let trust = Trust { cosign: Some(keys), ..Default::default() };
         assert_eq!(trust.verify_blob(PAYLOAD, sig.as_bytes(), 0).unwrap().signer, fp);
         assert_eq!(trust.verify_blob(b"tampered\n", sig.as_bytes(), 0).unwrap_err().kind(), "untrusted_key");

@@ -9,12 +9,17 @@ const TAG_PREFIX: &str = "tag:yaml.org,2002:";
 /// A scalar's meaning.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resolved {
+    /// `~`, `null`, `Null`, `NULL` or nothing.
     Null,
+    /// YAML 1.1 booleans (`yes`, `off`, …), as go-yaml v2 reads them.
     Bool(bool),
+    /// Decimal, `0x`, `0o`/`0` octal and `0b` integers, with `_` separators.
     Int(i64),
     /// An integer above `i64::MAX` that fits 64 bits.
     Uint(u64),
+    /// A float, including `.inf` and `.nan` (which [`to_json`] refuses).
     Float(f64),
+    /// Anything else: a string.
     Str(String),
     /// An explicit tag the text does not fit (`!!int abc`): kubectl refuses it.
     Invalid(ScalarError),
@@ -25,7 +30,13 @@ pub enum Resolved {
 pub enum ScalarError {
     /// An explicit standard tag the text does not fit (`!!int abc`).
     #[error("cannot decode `{text}` as !!{tag}")]
-    Tag { text: String, tag: String },
+    Tag {
+        /// The scalar's text.
+        text: String,
+        /// The tag, without `tag:yaml.org,2002:`.
+        tag: String,
+    },
+    /// A `!!binary` scalar that is not base64.
     #[error("!!binary value contains invalid base64 data: {0}")]
     Base64(#[source] base64::DecodeError),
     /// `.inf`, `-.inf`, `.nan`: JSON has no such number.
@@ -37,7 +48,7 @@ pub enum ScalarError {
 /// (and those with a standard tag) are null, booleans (YAML 1.1: `y`, `yes`, `on`, ...), integers
 /// (`0777` octal, `0x`, `0o`, `0b`, `_` separators), floats (`.5`, `1e3`), else strings.
 /// Timestamps stay strings, as kubectl leaves them.
-pub fn resolve(s: &Scalar) -> Resolved {
+pub(crate) fn resolve(s: &Scalar) -> Resolved {
     let tag = s.tag.as_deref().map(|t| t.strip_prefix(TAG_PREFIX).map_or(t, |short| short));
     match tag {
         None if !s.plain => Resolved::Str(s.text.clone()),
@@ -149,7 +160,7 @@ fn go_parse_float(s: &str) -> Option<f64> {
 }
 
 /// Whether `k` is the merge key `<<` (plain, untagged or tagged `!!merge`).
-pub fn is_merge_key(k: &Node) -> bool {
+pub(crate) fn is_merge_key(k: &Node) -> bool {
     match &k.value {
         Value::Scalar(s) => {
             s.text == "<<"

@@ -21,7 +21,7 @@ pub const SIMPLE_SIGNING: &str = "application/vnd.dev.cosign.simplesigning.v1+js
 
 /// One trusted cosign key.
 #[derive(Debug, Clone)]
-pub struct CosignKey {
+pub(crate) struct CosignKey {
     pub key: VerifyingKey,
     /// `cosign:SHA256:<base64>`.
     pub fingerprint: String,
@@ -30,7 +30,7 @@ pub struct CosignKey {
 /// The trusted cosign keys (a PEM file with one or several `PUBLIC KEY` blocks).
 #[derive(Debug, Clone, Default)]
 pub struct CosignKeys {
-    pub keys: Vec<CosignKey>,
+    pub(crate) keys: Vec<CosignKey>,
 }
 
 impl CosignKeys {
@@ -71,6 +71,7 @@ impl CosignKeys {
         Ok(CosignKeys { keys })
     }
 
+    /// The trusted keys' fingerprints (`cosign:SHA256:…`).
     pub fn fingerprints(&self) -> Vec<String> {
         self.keys.iter().map(|k| k.fingerprint.clone()).collect()
     }
@@ -116,7 +117,7 @@ impl CosignKeys {
 }
 
 /// `cosign:SHA256:<base64 without padding>` of a DER public key.
-pub fn fingerprint(spki_der: &[u8]) -> String {
+pub(crate) fn fingerprint(spki_der: &[u8]) -> String {
     let digest = Sha256::digest(spki_der);
     format!("cosign:SHA256:{}", base64::engine::general_purpose::STANDARD_NO_PAD.encode(digest))
 }
@@ -124,7 +125,7 @@ pub fn fingerprint(spki_der: &[u8]) -> String {
 /// Why a simple-signing payload names no manifest ([`payload_digest`]); it becomes a
 /// [`Refusal::Malformed`].
 #[derive(Debug, thiserror::Error)]
-pub enum PayloadError {
+pub(crate) enum PayloadError {
     #[error("the signed payload is not JSON: {0}")]
     NotJson(#[source] serde_json::Error),
     #[error("the signed payload's critical.type is `{0}`, not `cosign container image signature`")]
@@ -137,7 +138,7 @@ pub enum PayloadError {
 ///
 /// # Errors
 /// Not JSON, not a cosign container image signature, or no digest.
-pub fn payload_digest(payload: &[u8]) -> Result<String, PayloadError> {
+pub(crate) fn payload_digest(payload: &[u8]) -> Result<String, PayloadError> {
     let v: serde_json::Value = serde_json::from_slice(payload).map_err(PayloadError::NotJson)?;
     let critical = &v["critical"];
     let kind = critical["type"].as_str().unwrap_or_default();

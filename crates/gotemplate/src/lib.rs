@@ -5,13 +5,22 @@
 //! Go's builtins, `fmt` formatting of each Go type, and every slim-sprig function except the
 //! few that read the clock, the environment or the network ([`funcs::unsupported_reason`]).
 //!
-//! The output is meant to be byte-for-byte Go's; `tests/conformance.rs` checks it against the
-//! real Go program. Like Go with its default `missingkey`, a missing map key prints
-//! `<no value>`; stacksync also reports each one as a [`Warning`] (the caller may refuse them).
+//! The output is meant to be byte-for-byte Go's; `tests/conformance.rs` and `tests/template_fuzz`
+//! check it against the real Go program (README.md says what is proven). Like Go with its default
+//! `missingkey`, a missing map key prints `<no value>`; this engine also reports each one as a
+//! [`Warning`] (the caller may refuse them).
 //!
-//! Bounded: nesting is limited when parsing ([`parse::MAX_DEPTH`]), template calls, steps and
-//! output when executing ([`Limits`]), and both run on a thread with a stack sized for those
-//! limits, so no template can take the process down.
+//! Bounded: nesting is limited when parsing ([`MAX_DEPTH`]), template calls, steps and output
+//! when executing ([`Limits`]), and both run on a thread with a stack sized for those limits, so
+//! no template can take the process down.
+//!
+//! What it is not: `html/template` (no contextual escaping), Go's reflection over arbitrary values
+//! (data is JSON, as Kubernetes decodes unstructured objects: maps, slices, strings, `int64`,
+//! `float64`, bools, nil), custom function maps, or helm's template functions beyond `toYaml` and
+//! `required` ([`funcs::EXTENSIONS`]). The API is [`Template::parse`] then
+//! [`Template::execute`]; it imports nothing of stacksync.
+
+#![warn(missing_docs)]
 
 mod exec;
 pub mod funcs;
@@ -29,8 +38,11 @@ pub use parse::MAX_DEPTH;
 /// A template problem at a 1-based line of its file (0 when no line applies).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct Error {
+    /// The template's file name, as given to [`Template::parse`].
     pub file: String,
+    /// The 1-based line, 0 when no line applies.
     pub line: usize,
+    /// What went wrong, in Go's words where Go reports the same error.
     pub message: String,
 }
 
@@ -48,7 +60,9 @@ impl fmt::Display for Error {
 /// key, or `<nil>` for a nil value, in the output at `file:line`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Warning {
+    /// The template's file name.
     pub file: String,
+    /// The 1-based line of the action that printed it.
     pub line: usize,
     /// What was printed: the field path (`.Cluster.spec.foo`), variable or function.
     pub path: String,
@@ -82,7 +96,9 @@ impl Default for Limits {
 /// What an execution produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Output {
+    /// The rendered text, byte for byte what Go renders.
     pub text: String,
+    /// Each `<no value>` and `<nil>` printed, in output order.
     pub warnings: Vec<Warning>,
 }
 

@@ -1,14 +1,21 @@
-//! The one reader of YAML that stacksync did not write (helm's output, manifest files, values
-//! template results, `metadata.yaml`, `clusteraddon.yaml`): it accepts exactly what kubectl and
+//! YAML as Kubernetes reads it: the reader for YAML that stacksync did not write (helm's output,
+//! manifest files, values template results, `metadata.yaml`, `clusteraddon.yaml`). It accepts exactly what kubectl and
 //! helm accept and gives it the meaning they give it (sigs.k8s.io/yaml on go-yaml v2).
 //!
 //! The scanner is libyaml's (through the safe port `libyaml-safer`), the one go-yaml was
 //! translated from, so the same texts are refused: tabs as indentation, a `---` inside a quoted
-//! scalar. On top of it this module applies what go-yaml and sigs.k8s.io/yaml do after scanning:
+//! scalar. On top of it this crate applies what go-yaml and sigs.k8s.io/yaml do after scanning:
 //! YAML 1.1 scalars ([`scalar`]), merge keys, a repeated key's last value winning (reported as a
 //! [`Warning`], never silently), kubectl's document splitting ([`split`]). Aliases and nesting are
-//! budgeted so no input can exhaust memory or the stack. The config file is ours and stays on the
-//! strict reader in `config::yaml`.
+//! budgeted so no input can exhaust memory or the stack.
+//!
+//! What it is not: a writer, a serde deserializer, or a strict reader for files whose format we
+//! own (stacksync's config file has its own strict reader, `config::yaml`). Entry points:
+//! [`split`] (kubectl's document splitting), [`parse_document`] / [`parse`] / [`documents`]
+//! (positioned [`Node`]s with [`Warning`]s), [`values`] (plain JSON, as kubectl sends it). It
+//! imports nothing of stacksync.
+
+#![warn(missing_docs)]
 
 pub mod scalar;
 
@@ -31,7 +38,9 @@ pub const ALIAS_ALLOWANCE: usize = 100_000;
 /// Where a node starts: 1-based line and column of the text given to the reader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Mark {
+    /// 1-based line.
     pub line: usize,
+    /// 1-based column.
     pub col: usize,
 }
 
@@ -39,20 +48,27 @@ pub struct Mark {
 /// repeated keys kept), in first-appearance order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Node {
+    /// Where the node starts.
     pub mark: Mark,
+    /// What it holds.
     pub value: Value,
 }
 
+/// A node's content: a scalar, a sequence or a mapping.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
+    /// A scalar, unresolved ([`Node::resolved`] gives its meaning).
     Scalar(Scalar),
+    /// A sequence, in order.
     Seq(Vec<Node>),
+    /// A mapping's entries, each key once, in first-appearance order.
     Map(Vec<(Node, Node)>),
 }
 
 /// A scalar as written, with what decides its meaning.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scalar {
+    /// The text as written (quotes and escapes already resolved).
     pub text: String,
     /// Plain (unquoted) scalars are resolved (`yes`, `0777`, `~`); every other style is a string.
     pub plain: bool,
@@ -77,10 +93,12 @@ impl Node {
         }
     }
 
+    /// Whether the node is a scalar meaning null (`~`, `null`, nothing).
     pub fn is_null(&self) -> bool {
         matches!(self.resolved(), Some(Resolved::Null))
     }
 
+    /// What the node is, for messages: `null`, `a scalar`, `a list` or `a mapping`.
     pub fn type_name(&self) -> &'static str {
         match &self.value {
             Value::Scalar(_) if self.is_null() => "null",
@@ -130,7 +148,9 @@ impl Node {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {}: {message}", mark.line)]
 pub struct SyntaxError {
+    /// Where kubectl (go-yaml) reports the problem.
     pub mark: Mark,
+    /// What is wrong.
     pub message: String,
     /// The scalar kubectl cannot turn into JSON, when that is the problem.
     #[source]
@@ -138,7 +158,7 @@ pub struct SyntaxError {
 }
 
 impl SyntaxError {
-    pub fn new(mark: Mark, message: impl Into<String>) -> SyntaxError {
+    pub(crate) fn new(mark: Mark, message: impl Into<String>) -> SyntaxError {
         SyntaxError { mark, message: message.into(), cause: None }
     }
 
@@ -151,7 +171,9 @@ impl SyntaxError {
 /// Something kubectl accepts silently that the user should hear about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Warning {
+    /// The 1-based line it concerns.
     pub line: usize,
+    /// What was accepted silently (a repeated key, …).
     pub message: String,
 }
 
@@ -166,7 +188,9 @@ impl fmt::Display for Warning {
 pub struct Document {
     /// The 1-based line of the text the document starts on.
     pub line: usize,
+    /// The root node; `None` for a document of comments only.
     pub root: Option<Node>,
+    /// What kubectl would accept silently, in text order.
     pub warnings: Vec<Warning>,
 }
 

@@ -19,7 +19,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use stacksync::render::gotemplate::{Template, funcs};
+use gotemplate::{Template, funcs};
 
 const NAME: &str = "values.yaml";
 
