@@ -17,5 +17,6 @@ pub mod runtime;
 pub mod schedule;
 pub mod source;
 pub mod status;
+pub mod targets;
 pub mod telemetry;
 pub mod verify;

@@ -36,7 +36,7 @@ fn oci_location(o: &OciSourceConfig) -> String {
 }
 
 /// Polls one source and merges what it advertises into the index, logging tag changes.
-pub(super) async fn poll_source(config: &Config, cache: &Cache, index: &mut Index, name: &str) -> source::Result<()> {
+pub(crate) async fn poll_source(config: &Config, cache: &Cache, index: &mut Index, name: &str) -> source::Result<()> {
     let Some(src) = config.source(name) else { return Ok(()) };
     let key = source_key(name, &src.kind);
     let previous = index.sources.get(&key).cloned().unwrap_or_default();

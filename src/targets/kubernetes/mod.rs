@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 
 mod classes;
 mod diff;
+mod error;
 mod events;
 pub mod hook;
 mod reconcile;
@@ -32,13 +33,14 @@ mod upgrade;
 pub mod workload;
 
 pub use diff::{ClusterDiff, diff};
+pub use error::Error;
 pub use render::render;
 pub use rollout::{Health, judge, plan, request as request_rollout};
 pub use run::{SHARD_LABEL, pass, request_reconcile, run};
 
-use super::{Context, Error, PreparedRelease};
 use crate::apply::ssa::{self, Stage};
 use crate::config::{Config, KubernetesTarget, Subscription, Target};
+use crate::controller::{Context, PreparedRelease};
 use crate::model::ClusterKey;
 use crate::model::cluster::ClusterConfig;
 use crate::status::Reason;

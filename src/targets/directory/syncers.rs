@@ -13,9 +13,11 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, info, info_span, warn};
 
-use super::{ClusterReport, Context, PrepareError, Prepared, PreparedRelease, clusterstack, sync_subscription};
-use crate::apply::DirectoryTarget;
+use super::clusterstack;
+use super::sync::sync_subscription;
+use super::writer::DirectoryTarget;
 use crate::config::{Config, Format, Subscription, Target};
+use crate::controller::{ClusterReport, Context, PrepareError, Prepared, PreparedRelease};
 use crate::release::short;
 
 /// What the syncers of one directory share.
@@ -198,7 +200,7 @@ fn peers<'a>(config: &'a Config, sub: &'a Subscription, prepared: &BTreeMap<Stri
 /// cache garbage when that changed what is in use.
 async fn adopt(ctx: &Context, sub: &Subscription, prepared: &Prepared, reports: &[ClusterReport]) {
     let Ok(p) = &prepared.outcome else { return };
-    if super::put_in_place(&sub.name, &p.release, reports) && ctx.adopt(sub, &p.release).await {
+    if super::sync::put_in_place(&sub.name, &p.release, reports) && ctx.adopt(sub, &p.release).await {
         ctx.collect_garbage(&BTreeSet::new()).await;
     }
 }

@@ -27,7 +27,7 @@ pub struct FileDiff {
 pub async fn diff_directory(config: &Config, target: &Path) -> anyhow::Result<(Vec<FileDiff>, Vec<String>)> {
     use anyhow::Context as _;
     let scratch = tempfile::Builder::new().prefix("stacksync-diff-").tempdir().context("cannot create a scratch directory")?;
-    let report = super::render_to(config, scratch.path()).await?;
+    let report = super::pass::render_to(config, scratch.path()).await?;
     let failures: Vec<String> = report
         .clusters
         .iter()

@@ -10,13 +10,14 @@ use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::Action;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
+use super::Error;
 use super::status::{Owner, write_cluster_sync};
 use super::{Kube, control_plane_ready, is_paused, owner_id, rendered_digest, subscription_for, topology_class, with_live_objects};
 use super::{kube_error, unique_across_stages};
 use crate::apply::ChangeSet;
 use crate::apply::ssa::{Applier, ApplyOptions, Inventory, Stage};
 use crate::config::{Format, KubernetesTarget, Subscription};
-use crate::controller::{ClusterReport, Error, PreparedRelease};
+use crate::controller::{ClusterReport, PreparedRelease};
 use crate::model::cluster::ClusterConfig;
 use crate::model::{ClusterKey, StageAction};
 use crate::release::{self, Release, short};

@@ -1,15 +1,13 @@
 //! The directory target's status files, `<root>/status/<namespace>/<cluster>.yaml`: read back
-//! before a sync and written after it, only when their bytes change. Here rather than in
-//! `apply/directory.rs` so that `status` imports `apply` (for the change set) and never the
-//! other way round; the target only says where the file is
-//! ([`DirectoryTarget::status_path`]).
+//! before a sync and written after it, only when their bytes change. The writer only says where
+//! the file is ([`DirectoryTarget::status_path`]).
 
 use std::path::Path;
 
-use super::ClusterStatus;
-use crate::apply::directory::DirectoryTarget;
+use super::writer::DirectoryTarget;
 use crate::cache::write_atomic;
 use crate::model::cluster::ClusterConfig;
+use crate::status::ClusterStatus;
 
 impl DirectoryTarget {
     /// The status written by the last sync, if any and readable.

@@ -11,16 +11,18 @@ use std::sync::Arc;
 use kube::api::{Api, DynamicObject, ListParams};
 use tracing::{error, info};
 
+use super::Error;
 use super::reconcile::{choose, key_of, render as render_stages};
 use super::{Kube, subscription_for, topology_class, with_live_objects};
-use crate::apply::{ChangeSet, DirectoryTarget};
+use crate::apply::ChangeSet;
 use crate::config::Format;
-use crate::controller::{ClusterReport, Context, Error, PassReport};
+use crate::controller::{ClusterReport, Context, PassReport};
 use crate::model::ClusterKey;
 use crate::model::Object;
 use crate::release::Release;
 use crate::render::clusterstack::RenderedStage;
 use crate::status::{ClusterStatus, Reason};
+use crate::targets::directory::DirectoryTarget;
 
 /// Renders every Cluster a subscription covers into `out`.
 ///
@@ -91,7 +93,7 @@ pub async fn render(ctx: Arc<Context>, out: &Path) -> Result<PassReport, Error> 
                 objects: s.objects,
             })
             .collect();
-        let changes = crate::controller::clusterstack::write_addons(&target, &c, &staged);
+        let changes = crate::targets::directory::clusterstack::write_addons(&target, &c, &staged);
         let status = ClusterStatus::applied(sub, &c, &rel, &changes);
         info!(cluster = %key, tag = %rel.tag, objects = status.total, "rendered");
         report.clusters.push(ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes });

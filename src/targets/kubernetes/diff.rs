@@ -9,10 +9,11 @@ use kube::api::{Api, DynamicObject, ListParams};
 use tracing::Instrument;
 use tracing::info_span;
 
+use super::Error;
 use super::reconcile::{apply_options, choose, key_of, render};
 use super::{Kube, reachable, subscription_for, topology_class, with_live_objects};
 use crate::apply::ssa::{Applier, Inventory, Preview};
-use crate::controller::{Context, Error};
+use crate::controller::Context;
 use crate::model::ClusterKey;
 use crate::status::crd::ClusterSync;
 

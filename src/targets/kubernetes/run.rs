@@ -18,10 +18,11 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 
+use super::Error;
 use super::reconcile::{self, forget, key_of, retry_after};
 use super::{CLUSTER_NAME_LABEL, Kube, kube_error, topology_class};
 use crate::config::Format;
-use crate::controller::{ClusterReport, Context, Error, PassReport};
+use crate::controller::{ClusterReport, Context, PassReport};
 use crate::model::ClusterKey;
 use crate::status::crd::{ClusterSync, RECONCILE_REQUESTED_AT};
 use crate::status::{ClusterStatus, Reason};

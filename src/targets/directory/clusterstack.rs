@@ -9,11 +9,13 @@ use serde_json::Value;
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
-use super::pipeline;
-use super::{ClusterReport, Context, PassReport, Prepared, finish};
-use crate::apply::{Action, ChangeSet, DirectoryTarget, Entry, ObjectRef};
+use super::sync::finish;
+use super::writer::DirectoryTarget;
+use crate::apply::{Action, ChangeSet, Entry, ObjectRef};
 use crate::cache::Cache;
 use crate::config::{Config, Format, Subscription};
+use crate::controller::pipeline;
+use crate::controller::{ClusterReport, Context, PassReport, Prepared};
 use crate::model::Object;
 use crate::model::cluster::{ClusterConfig, ClusterObjects};
 use crate::render::clusterstack::RenderedStage;
@@ -60,8 +62,8 @@ pub(super) async fn sync_with(
         .map(|(sub, prepared)| match &prepared.outcome {
             Ok(p) => match &p.unverified {
                 Some(m) => {
-                    held.extend(super::hold_unverified(target, sub, &p.release, m, write_status));
-                    let held = super::PrepareError::Unverified { reason: m.reason, message: m.message.clone() };
+                    held.extend(super::sync::hold_unverified(target, sub, &p.release, m, write_status));
+                    let held = crate::controller::PrepareError::Unverified { reason: m.reason, message: m.message.clone() };
                     (*sub, Prepared { outcome: Err(std::sync::Arc::new(held)), ..prepared.clone() })
                 }
                 None => (*sub, prepared.clone()),
@@ -157,7 +159,7 @@ async fn render_and_write(
             }
             if let (true, Some(Ok(stages))) = (errors.is_empty(), addons.get(&(i, j))) {
                 let objects = stages.iter().map(|s| s.objects.len()).sum();
-                if write_status && let Err(report) = super::record_progress(target, sub, c, rel, objects) {
+                if write_status && let Err(report) = super::sync::record_progress(target, sub, c, rel, objects) {
                     reports.push(*report);
                     continue;
                 }
@@ -246,7 +248,7 @@ fn write_cluster_classes(
 
 /// Writes a cluster's addon objects: a single chart into the cluster directory, stages into
 /// `<cluster>/<stage>/` in order; directories of dropped stages are removed.
-pub(super) fn write_addons(target: &DirectoryTarget, cluster: &ClusterConfig, stages: &[RenderedStage]) -> ChangeSet {
+pub(crate) fn write_addons(target: &DirectoryTarget, cluster: &ClusterConfig, stages: &[RenderedStage]) -> ChangeSet {
     let dir = target.cluster_dir(cluster);
     let mut changes = ChangeSet::default();
     let mut keep = BTreeSet::new();
@@ -392,7 +394,7 @@ pub async fn render_cluster(config: &Config, cluster: ClusterConfig, out: &Path)
     // A Cluster with a topology class gets the release its class names, as in a cluster.
     let prepared = match (&class, &one.stack) {
         (Some(class), Some(stack)) => {
-            let ctx = super::Context::new(config.clone())?;
+            let ctx = crate::controller::Context::new(config.clone())?;
             let (_, known) = ctx.tags(&one).await;
             let rel = crate::release::for_class(&one.source, class, stack, &known)
                 .map_err(|e| anyhow::anyhow!("{e} (run `stacksync fetch` first)"))?;
@@ -400,7 +402,7 @@ pub async fn render_cluster(config: &Config, cluster: ClusterConfig, out: &Path)
             Prepared { subscription: one.name.clone(), source: one.source.clone(), outcome }
         }
         _ => {
-            let (prepared, index) = super::fetch::prepare(config, &cache, index, &one).await;
+            let (prepared, index) = crate::controller::fetch::prepare(config, &cache, index, &one).await;
             cache.save_index(&index)?;
             prepared
         }

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+use super::Error;
 use super::reconcile::Reconciled;
 use crate::apply::Action;
-use crate::controller::Error;
 use crate::model::ClusterKey;
 use crate::telemetry::{Outcome, metrics};
 

@@ -29,7 +29,7 @@ use crate::status::crd::{ClusterSync, ClusterSyncStatus, ROLLOUT_PAUSE, ROLLOUT_
 /// ClusterClass becoming applied are seen on a watch of StackReleases and looked at at once, not
 /// at the next check. When the set of subscriptions with `rollout:` changes (and at start), the
 /// rollouts of subscriptions no longer configured for one end `Stopped`.
-pub(in crate::controller::kubernetes) async fn run(kube: &Kube, mut stop: tokio::sync::watch::Receiver<bool>) {
+pub(in crate::targets::kubernetes) async fn run(kube: &Kube, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut published = kube.ctx.published();
     let releases: Api<StackRelease> = Api::all(kube.watch.clone());
     let mut wakes = std::pin::pin!(watcher::watcher(releases, watcher::Config::default()).default_backoff());

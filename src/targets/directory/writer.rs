@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use super::changeset::{Action, ChangeSet, Entry, ObjectRef};
-use super::order;
+use crate::apply::changeset::{Action, ChangeSet, Entry, ObjectRef};
+use crate::apply::order;
 use crate::cache::write_atomic;
 use crate::model::Object;
 use crate::model::cluster::{CLUSTER_CLASS_DIR, ClusterConfig, STATUS_DIR};
@@ -25,8 +25,8 @@ impl DirectoryTarget {
         self.root.join(&cluster.namespace).join(&cluster.name)
     }
 
-    /// Where the cluster's status file is; `status` reads and writes it (`status/file.rs`:
-    /// `read_status`, `write_status`), so that `apply` never imports `status`.
+    /// Where the cluster's status file is; `status.rs` reads and writes it (`read_status`,
+    /// `write_status`).
     pub fn status_path(&self, cluster: &ClusterConfig) -> PathBuf {
         self.root.join(STATUS_DIR).join(&cluster.namespace).join(format!("{}.yaml", cluster.name))
     }
