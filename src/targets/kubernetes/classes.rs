@@ -12,39 +12,14 @@ use std::time::Instant;
 use kube::api::{Api, DeleteParams};
 use tracing::{error, info, warn};
 
-use super::status::{record_release, release_name};
-use super::{Kube, kube_error};
-use crate::apply::ChangeSet;
+use super::Kube;
+use super::client::kube_error;
+use super::stackrelease::{ClassResult, record_release, release_name};
 use crate::apply::ssa::{Applier, ApplyOptions, Inventory, Stage};
 use crate::config::{Format, Subscription};
 use crate::model::StageAction;
 use crate::release::Release;
 use crate::status::crd::StackRelease;
-
-/// The ClusterClass apply of one release, over every namespace it went to.
-#[derive(Debug, Default, Clone)]
-pub(super) struct ClassResult {
-    pub changes: ChangeSet,
-    pub errors: Vec<String>,
-    /// Inventory lines (`group|kind|namespace|name|version`) of what was applied.
-    pub inventory: Vec<String>,
-}
-
-impl ClassResult {
-    /// Whether the ClusterClass is not fully in place: it could not be rendered or prepared, or
-    /// one of its objects failed to apply. Such a release is `Failed`, never `Applied`.
-    pub fn failed(&self) -> bool {
-        !self.errors.is_empty() || self.changes.entries.iter().any(|e| e.action == crate::apply::changeset::Action::Failed)
-    }
-
-    /// The first thing that went wrong: an error, else the first object that failed to apply.
-    pub fn problem(&self) -> Option<String> {
-        self.errors.first().cloned().or_else(|| {
-            let e = self.changes.entries.iter().find(|e| e.action == crate::apply::changeset::Action::Failed)?;
-            Some(format!("{}: {}", e.object, e.message))
-        })
-    }
-}
 
 /// (subscription, tag, namespace)
 type Key = (String, String, String);

@@ -10,8 +10,10 @@ use tracing::Instrument;
 use tracing::info_span;
 
 use super::Error;
+use super::Kube;
+use super::cluster::{subscription_for, topology_class};
 use super::reconcile::{apply_options, choose, key_of, render};
-use super::{Kube, reachable, subscription_for, topology_class, with_live_objects};
+use super::workloads::reachable;
 use crate::apply::ssa::{Applier, Inventory, Preview};
 use crate::controller::Context;
 use crate::model::ClusterKey;
@@ -88,11 +90,11 @@ async fn one(
     let labels = obj.metadata.labels.clone().unwrap_or_default();
     let class = topology_class(&obj.data);
     let (sub, c) = subscription_for(&config, &key, &labels, class.as_deref())?;
-    let c = with_live_objects(kube, obj, c).await;
+    let c = kube.with_live_objects(obj, c).await;
     let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &key.namespace);
     let previous = match syncs.get_opt(&key.name).await {
         Ok(p) => p.and_then(|p| p.status).unwrap_or_default(),
-        Err(e) => return Some(failed(key, format!("cannot read its ClusterSync: {}", super::kube_error(&e)))),
+        Err(e) => return Some(failed(key, format!("cannot read its ClusterSync: {}", super::client::kube_error(&e)))),
     };
     let applied = previous.applied_release.as_ref().map(|r| r.tag.clone());
     let mut d = ClusterDiff { cluster: key, release: None, applied, preview: None, error: None };
@@ -101,7 +103,7 @@ async fn one(
         d.release = Some(rel.tag.clone());
         let prepared = kube.ctx.prepare(&rel).await.map_err(|e| e.to_string())?;
         let rendered = render(kube, sub, &prepared, &c).await.map_err(|f| f.message)?;
-        let super::Workload { client, discovery, .. } = kube.workload(&c).await.map_err(|(_, m)| m)?;
+        let super::Workload { client, discovery, .. } = kube.workload(&c).await.map_err(|e| e.to_string())?;
         reachable(&client).await.map_err(|e| e.to_string())?;
         let applier = Applier::new(client, apply_options(&kube.target(), sub, &c)).with_discovery(discovery);
         let mut preview = applier.preview(&rendered.stages, &Inventory::from_lines(&previous.inventory)).await;

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tracing::debug;
 
-use super::kube_error;
+use super::client::kube_error;
 use crate::status::crd::{ClusterSyncStatus, Condition};
 
 /// The `reportingController` of every event.
@@ -104,7 +104,13 @@ impl Events {
 }
 
 pub(super) fn event(type_: EventType, reason: &str, action: &str, note: String) -> Event {
-    Event { type_, reason: reason.into(), note: Some(super::status::shorten(&note, MAX_NOTE)), action: action.into(), secondary: None }
+    Event {
+        type_,
+        reason: reason.into(),
+        note: Some(crate::status::desired::shorten(&note, MAX_NOTE)),
+        action: action.into(),
+        secondary: None,
+    }
 }
 
 fn ready(status: &ClusterSyncStatus) -> Option<&Condition> {

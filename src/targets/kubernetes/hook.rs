@@ -16,8 +16,10 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 use tracing::{debug, warn};
 
+use super::client::{ClientError, kube_error, management_client};
+use super::cluster::{subscription_for, topology_class};
+use super::target;
 use super::upgrade::DONE;
-use super::{kube_error, management_client, subscription_for, target, topology_class};
 use crate::config::{Config, Format, KubernetesTarget, Target};
 use crate::model::ClusterKey;
 use crate::model::version::Version;
@@ -150,7 +152,7 @@ impl Hooks {
         self.config.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    async fn mgmt(&self, config: &Config) -> Result<kube::Client, super::ClientError> {
+    async fn mgmt(&self, config: &Config) -> Result<kube::Client, ClientError> {
         let k = target(config);
         let mut slot = self.client.lock().await;
         if let Some((t, client)) = slot.as_ref()

@@ -11,9 +11,10 @@ use kube::runtime::controller::Action;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use super::Error;
+use super::client::kube_error;
+use super::cluster::{control_plane_ready, is_paused, subscription_for, topology_class};
 use super::status::{Owner, write_cluster_sync};
-use super::{Kube, control_plane_ready, is_paused, owner_id, rendered_digest, subscription_for, topology_class, with_live_objects};
-use super::{kube_error, unique_across_stages};
+use super::{Kube, owner_id, rendered_digest, unique_across_stages};
 use crate::apply::ChangeSet;
 use crate::apply::ssa::{Applier, ApplyOptions, Inventory, Stage};
 use crate::config::{Format, KubernetesTarget, Subscription};
@@ -130,7 +131,7 @@ async fn reconcile_in(
     let owner =
         Owner { api_version: &api_version, uid: obj.metadata.uid.as_deref(), exists: previous.is_some(), written: Default::default() };
 
-    let c = with_live_objects(kube, obj, c).await;
+    let c = kube.with_live_objects(obj, c).await;
 
     let newest = kube.ctx.offered(sub).await.into_iter().next().map(|r| r.tag);
     let selected_by = if follows_class(sub, class.as_deref()) { "class" } else { "subscription" };
@@ -306,14 +307,14 @@ async fn apply_release(
     }
     let super::Workload { client, discovery } = match kube.workload(c).await {
         Ok(workload) => workload,
-        Err((reason, message)) => {
-            let key = crate::model::ClusterKey::new(&c.namespace, &c.name);
-            if kube.worth_warning(&key, "client", &message) {
+        Err(e) => {
+            let (key, message) = (crate::model::ClusterKey::new(&c.namespace, &c.name), e.to_string());
+            if kube.warnings.worth(&key, "client", &message) {
                 warn!("{message}");
             } else {
                 debug!("{message} (unchanged since the last warning)");
             }
-            return Err(Fail::new(reason, message, true));
+            return Err(Fail::new(e.reason(), message, true).with_source(e));
         }
     };
     let key = crate::model::ClusterKey::new(&c.namespace, &c.name);
@@ -373,8 +374,8 @@ async fn apply_release(
         said.push_str(&format!("{} {}: {}\n", e.object, e.action, e.message));
     }
     if said.is_empty() {
-        kube.cleared(&key, "objects");
-    } else if kube.worth_warning(&key, "objects", &said) {
+        kube.warnings.cleared(&key, "objects");
+    } else if kube.warnings.worth(&key, "objects", &said) {
         for (object, fields) in &result.drifted {
             warn!(cluster = %label, object = %object, fields = %fields.join(", "), "drifted (driftMode: warn; not corrected)");
         }
@@ -410,10 +411,9 @@ async fn apply_release(
     info!(ready = st.ready, duration_ms = started.elapsed().as_millis() as u64, "synced: {}", result.changes.summary());
     if sub.format == Format::Manifests {
         kube.ctx.adopt(sub, &rel).await;
-        let id = (sub.name.clone(), rel.tag.clone(), rel.commit.clone());
-        let first = kube.recorded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id);
+        let first = kube.recorded.first(&sub.name, &rel);
         if first {
-            super::status::record_release(
+            super::stackrelease::record_release(
                 &kube.mgmt,
                 &kube.events,
                 sub,
@@ -533,7 +533,7 @@ pub(super) async fn render(kube: &Kube, sub: &Subscription, prepared: &PreparedR
     };
     match sub.format {
         Format::Manifests => {
-            let manifests = kube.manifests(prepared, &sub.path).await.map_err(|e| render_failed(e.to_string()))?;
+            let manifests = kube.manifests.get(prepared, &sub.path).await.map_err(|e| render_failed(e.to_string()))?;
             let objects = manifests.render(rel, c).map_err(|e| render_failed(e.to_string()))?;
             Ok(Rendered { stages: vec![Stage { name: "manifests".into(), action: StageAction::Apply, objects }], warnings: Vec::new() })
         }
@@ -564,7 +564,7 @@ pub(super) struct Rendered {
 /// When to retry a failed reconcile: jittered exponential backoff per Cluster for what may pass
 /// by itself, the resync period for what needs a change (then Stalled).
 pub(super) fn retry_after(kube: &Kube, key: &ClusterKey, error: &Error) -> Duration {
-    let attempt = kube.failed(key);
+    let attempt = kube.attempts.failed(key);
     if error.is_transient() { crate::schedule::jittered(crate::schedule::backoff(attempt)) } else { kube.target().resync }
 }
 

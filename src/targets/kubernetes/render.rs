@@ -12,8 +12,9 @@ use kube::api::{Api, DynamicObject, ListParams};
 use tracing::{error, info};
 
 use super::Error;
+use super::Kube;
+use super::cluster::{subscription_for, topology_class};
 use super::reconcile::{choose, key_of, render as render_stages};
-use super::{Kube, subscription_for, topology_class, with_live_objects};
 use crate::apply::ChangeSet;
 use crate::config::Format;
 use crate::controller::{ClusterReport, Context, PassReport};
@@ -45,7 +46,7 @@ pub async fn render(ctx: Arc<Context>, out: &Path) -> Result<PassReport, Error> 
         let labels = obj.metadata.labels.clone().unwrap_or_default();
         let class = topology_class(&obj.data);
         let Some((sub, c)) = subscription_for(&config, &key, &labels, class.as_deref()) else { continue };
-        let c = with_live_objects(&kube, obj, c).await;
+        let c = kube.with_live_objects(obj, c).await;
         let failed = |reason: Reason, message: String, rel: Option<&Release>| {
             error!(cluster = %key, "{message}");
             ClusterReport {

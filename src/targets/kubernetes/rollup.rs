@@ -12,8 +12,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use tracing::{debug, warn};
 
-use super::status::{now, release_name};
-use super::{Kube, kube_error};
+use super::Kube;
+use super::client::kube_error;
+use super::stackrelease::release_name;
+use super::status::now;
 use crate::status::crd::{ClusterSync, StackRelease};
 use crate::status::desired::{rollup, tally};
 

@@ -19,8 +19,10 @@ use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 
 use super::Error;
+use super::client::kube_error;
+use super::cluster::topology_class;
 use super::reconcile::{self, forget, key_of, retry_after};
-use super::{CLUSTER_NAME_LABEL, Kube, kube_error, topology_class};
+use super::{CLUSTER_NAME_LABEL, Kube};
 use crate::config::Format;
 use crate::controller::{ClusterReport, Context, PassReport};
 use crate::model::ClusterKey;
@@ -39,8 +41,8 @@ async fn reconcile_fn(obj: Arc<DynamicObject>, kube: Arc<Kube>) -> Result<Action
         None => Ok(Action::await_change()),
         Some(r) => {
             if r.outcome.is_ok() {
-                kube.succeeded(&key);
-                kube.cleared(&key, "reconcile");
+                kube.attempts.succeeded(&key);
+                kube.warnings.cleared(&key, "reconcile");
             }
             r.outcome
         }
@@ -52,7 +54,7 @@ fn error_policy(obj: Arc<DynamicObject>, error: &Error, kube: Arc<Kube>) -> Acti
     let after = retry_after(&kube, &key, error);
     // The same failure again (every retry, every resync): said once an hour at its level, at
     // DEBUG in between; a new one at once.
-    let loud = kube.worth_warning(&key, "reconcile", &error.to_string());
+    let loud = kube.warnings.worth(&key, "reconcile", &error.to_string());
     match (error.is_transient(), loud) {
         (true, true) => warn!(cluster = %key, reason = error.reason(), retry_in = ?after, "{error}"),
         (false, true) => {
@@ -311,7 +313,7 @@ async fn record_refusals(kube: &Kube) {
     let config = kube.ctx.config();
     for sub in &config.subscriptions {
         for (tag, refusal) in kube.ctx.signature_refusals(sub).await {
-            super::status::record_refused(&kube.mgmt, sub, &tag, &refusal).await;
+            super::stackrelease::record_refused(&kube.mgmt, sub, &tag, &refusal).await;
         }
     }
 }
@@ -496,7 +498,7 @@ fn trimmed(mut r: ClusterReport, writes: &mut [usize; 3]) -> ClusterReport {
 /// The management cluster cannot be reached or the ClusterSync does not exist.
 pub async fn request_reconcile(ctx: Arc<Context>, key: &ClusterKey) -> Result<String, Error> {
     let k = super::target(&ctx.config());
-    let mgmt = super::management_client(&k).await.map_err(Error::ManagementClient)?;
+    let mgmt = super::client::management_client(&k).await.map_err(Error::ManagementClient)?;
     let syncs: Api<ClusterSync> = Api::namespaced(mgmt, &key.namespace);
     let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
     let body = json!({"metadata": {"annotations": {RECONCILE_REQUESTED_AT: at}}});

@@ -246,14 +246,15 @@ async fn not_met(client: &kube::Client, w: &WaitFor) -> Option<String> {
         let (group, version) = o.api_version.rsplit_once('/').unwrap_or(("", &o.api_version));
         let gvk = GroupVersionKind::gvk(group, version, &o.kind);
         let read = async {
-            let (res, _) =
-                kube::discovery::pinned_kind(client, &gvk).await.map_err(|e| format!("{}: {}", o.api_version, super::kube_error(&e)))?;
+            let (res, _) = kube::discovery::pinned_kind(client, &gvk)
+                .await
+                .map_err(|e| format!("{}: {}", o.api_version, super::client::kube_error(&e)))?;
             let api: Api<DynamicObject> = if o.namespace.is_empty() {
                 Api::all_with(client.clone(), &res)
             } else {
                 Api::namespaced_with(client.clone(), &o.namespace, &res)
             };
-            api.get_opt(&o.name).await.map_err(|e| format!("reading {o}: {}", super::kube_error(&e)))
+            api.get_opt(&o.name).await.map_err(|e| format!("reading {o}: {}", super::client::kube_error(&e)))
         };
         match tokio::time::timeout(READ_TIMEOUT, read).await {
             Err(_) => return Some(format!("reading {o} took longer than {}s", READ_TIMEOUT.as_secs())),

@@ -12,8 +12,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::super::status::release_name;
-use super::super::{Kube, subscription_for, topology_class};
+use super::super::Kube;
+use super::super::cluster::{subscription_for, topology_class};
+use super::super::stackrelease::release_name;
 use super::error::Result;
 use super::plan::{self, Fleet, Member, PAUSED, PROGRESSING, Requests, Round, Step, Target, Undriven};
 use super::{Error, ROLLOUT_MANAGER};
@@ -257,13 +258,13 @@ async fn try_move(kube: &Kube, key: &str, m: &mut Member, class: &str, version: 
                 m.obj = edited;
             }
             if let Some(c) = &cluster {
-                kube.cleared(c, MOVE);
+                kube.warnings.cleared(c, MOVE);
             }
             true
         }
         Err(e) => {
             let message = format!("rollout: {e}; tried again at the next check");
-            if cluster.is_none_or(|c| kube.worth_warning(&c, MOVE, &message)) {
+            if cluster.is_none_or(|c| kube.warnings.worth(&c, MOVE, &message)) {
                 warn!(cluster = %key, to = class, "{message}");
             } else {
                 debug!(cluster = %key, to = class, "{message} (unchanged since the last warning)");
@@ -350,7 +351,7 @@ async fn control_planes(kube: &Kube, members: &BTreeMap<String, Member>, keys: &
     for key in keys {
         let Some(m) = members.get(key) else { continue };
         let ns = m.obj.metadata.namespace.as_deref().unwrap_or_default();
-        if let Some(cp) = super::super::referenced(kube, ns, &m.obj.data["spec"]["controlPlaneRef"]).await {
+        if let Some(cp) = kube.references.get(&kube.mgmt, ns, &m.obj.data["spec"]["controlPlaneRef"]).await {
             out.insert(key.clone(), cp);
         }
     }
@@ -361,12 +362,12 @@ async fn control_planes(kube: &Kube, members: &BTreeMap<String, Member>, keys: &
 /// once per process (a release's content never changes under its tag and commit).
 async fn kubernetes_version(kube: &Kube, sub: &Subscription, target: &Release) -> Option<String> {
     let id = format!("{}@{}", target.tag, target.commit);
-    if let Some(v) = kube.kubernetes_versions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&id) {
-        return v.clone();
+    if let Some(v) = kube.kubernetes_versions.get(&id) {
+        return v;
     }
     let v = read_kubernetes_version(kube, sub, target).await;
     if v.is_some() {
-        kube.kubernetes_versions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id, v.clone());
+        kube.kubernetes_versions.insert(id, v.clone());
     }
     v
 }
@@ -439,7 +440,7 @@ async fn write(kube: &Kube, name: &str, st: &RolloutStatus) -> Result<()> {
 /// The management cluster cannot be reached, or the subscription has no rollout to act on.
 pub async fn request(ctx: std::sync::Arc<crate::controller::Context>, subscription: &str, resume: bool) -> Result<String> {
     let k = super::super::target(&ctx.config());
-    let mgmt = super::super::management_client(&k).await.map_err(Error::ManagementClient)?;
+    let mgmt = super::super::client::management_client(&k).await.map_err(Error::ManagementClient)?;
     let api: Api<StackRelease> = Api::all(mgmt);
     let list = api.list(&ListParams::default()).await.map_err(Error::ListReleases)?;
     let wanted = if resume { PAUSED } else { PROGRESSING };

@@ -1,7 +1,7 @@
 //! The rollout driver's errors: what it could not read or write on the management cluster, and
 //! a pause or resume asked of a subscription with no rollout to act on.
 
-use super::super::{ClientError, kube_error};
+use super::super::client::{ClientError, kube_error};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -22,11 +22,13 @@
 mod driver;
 mod error;
 mod plan;
+mod versions;
 
 pub use driver::request;
 pub(super) use driver::run;
 pub use error::Error;
 pub use plan::{Health, judge, plan};
+pub(super) use versions::KubernetesVersions;
 
 /// Field manager of `status.rollout`, and of the Cluster edits.
 pub const ROLLOUT_MANAGER: &str = "stacksync-rollout";

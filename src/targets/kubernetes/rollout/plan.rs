@@ -10,11 +10,11 @@ use chrono::{DateTime, Utc};
 use kube::api::DynamicObject;
 use serde_json::Value;
 
-use super::super::status::shorten;
-use super::super::topology_class;
+use super::super::cluster::topology_class;
 use crate::config::Wave;
 use crate::model::version::Version;
 use crate::status::crd::{ClusterSyncStatus, ROLLOUT_PAUSE, ROLLOUT_RESUME, RolloutStatus, StackRelease, WaveStatus};
+use crate::status::desired::shorten;
 
 /// The target's ClusterClass is not applied (failed, or not yet): nothing is moved until it is.
 pub const WAITING: &str = "Waiting";
