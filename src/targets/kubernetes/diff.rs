@@ -12,7 +12,8 @@ use tracing::info_span;
 use super::Error;
 use super::Kube;
 use super::cluster::{subscription_for, topology_class};
-use super::reconcile::{apply_options, choose, key_of, render};
+use super::reconcile::{apply_options, choose, key_of};
+use super::stages::render;
 use super::workloads::reachable;
 use crate::apply::ssa::{Applier, Inventory, Preview};
 use crate::controller::Context;
@@ -99,10 +100,10 @@ async fn one(
     let applied = previous.applied_release.as_ref().map(|r| r.tag.clone());
     let mut d = ClusterDiff { cluster: key, release: None, applied, preview: None, error: None };
     let result = async {
-        let rel = choose(kube, sub, class.as_deref()).await.map_err(|f| f.message)?;
+        let rel = choose(kube, sub, class.as_deref()).await.map_err(|f| f.to_string())?;
         d.release = Some(rel.tag.clone());
         let prepared = kube.ctx.prepare(&rel).await.map_err(|e| e.to_string())?;
-        let rendered = render(kube, sub, &prepared, &c).await.map_err(|f| f.message)?;
+        let rendered = render(kube, sub, &prepared, &c).await.map_err(|e| e.to_string())?;
         let super::Workload { client, discovery, .. } = kube.workload(&c).await.map_err(|e| e.to_string())?;
         reachable(&client).await.map_err(|e| e.to_string())?;
         let applier = Applier::new(client, apply_options(&kube.target(), sub, &c)).with_discovery(discovery);

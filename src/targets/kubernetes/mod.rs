@@ -17,19 +17,19 @@
 //! `attempts.rs` (backoff counts). `client.rs` builds the management cluster's clients,
 //! `cluster.rs` reads a `Cluster` (pure), `error.rs` is what a reconcile can fail at.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kube::api::{ApiResource, GroupVersionKind};
-use sha2::{Digest, Sha256};
 
 mod attempts;
 mod classes;
 mod client;
 mod cluster;
+mod decide;
 mod diff;
 mod error;
 mod events;
+mod fail;
 pub mod hook;
 mod manifests;
 mod reconcile;
@@ -39,6 +39,7 @@ mod rollout;
 mod rollup;
 mod run;
 mod stackrelease;
+mod stages;
 mod status;
 mod telemetry;
 mod upgrade;
@@ -57,7 +58,7 @@ pub use run::{SHARD_LABEL, pass, request_reconcile, run};
 pub use warnings::REPEAT_WARNING;
 pub use workloads::{REACHABLE_TIMEOUT, Workload};
 
-use crate::apply::ssa::{self, Stage};
+use crate::apply::ssa;
 use crate::config::{Config, KubernetesTarget, Subscription, Target};
 use crate::controller::Context;
 use crate::model::ClusterKey;
@@ -182,63 +183,8 @@ async fn cluster_resource(mgmt: &kube::Client) -> Result<ApiResource, Error> {
     Err(Error::ClusterApiMissing)
 }
 
-/// Refuses an object rendered by two stages: each stage would apply its own version on every
-/// pass and the cluster would never settle.
-fn unique_across_stages(stages: &[Stage]) -> Result<(), crate::controller::pipeline::RenderError> {
-    let mut seen: BTreeMap<(String, String, Option<String>, String), &str> = BTreeMap::new();
-    for stage in stages {
-        for o in &stage.objects {
-            let key = (o.group().to_owned(), o.kind.clone(), o.namespace.clone(), o.name.clone());
-            if let Some(first) = seen.insert(key, &stage.name)
-                && first != stage.name
-            {
-                return Err(crate::controller::pipeline::RenderError::TwoStages {
-                    object: o.to_string(),
-                    first: first.to_owned(),
-                    second: stage.name.clone(),
-                });
-            }
-        }
-    }
-    Ok(())
-}
-
 /// The owner of the objects applied for one cluster and subscription (the applier makes it
 /// label-safe).
 fn owner_id(sub: &Subscription, c: &ClusterConfig) -> String {
     format!("{}.{}.{}", sub.name, c.namespace, c.name)
-}
-
-fn rendered_digest<'a>(objects: impl Iterator<Item = &'a crate::model::Object>) -> String {
-    let mut h = Sha256::new();
-    for o in objects {
-        h.update(serde_json::to_vec(&o.body).unwrap_or_default());
-    }
-    format!("sha256:{}", hex::encode(h.finalize()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::StageAction;
-    use serde_json::json;
-
-    #[test]
-    fn an_object_in_two_stages_is_refused() {
-        let object = |name: &str| crate::model::Object {
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-            namespace: Some("kube-system".into()),
-            name: name.into(),
-            file: "f.yaml".into(),
-            line: 1,
-            body: json!({}),
-            chart: None,
-            stage: None,
-        };
-        let stage = |name: &str, objects: Vec<crate::model::Object>| Stage { name: name.into(), action: StageAction::Apply, objects };
-        assert!(unique_across_stages(&[stage("cni", vec![object("a")]), stage("csi", vec![object("b")])]).is_ok());
-        let err = unique_across_stages(&[stage("cni", vec![object("a")]), stage("csi", vec![object("a")])]).unwrap_err().to_string();
-        assert!(err.contains("ConfigMap/kube-system/a is rendered by stages `cni` and `csi`"), "{err}");
-    }
 }

@@ -8,22 +8,24 @@ use std::time::Duration;
 
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::Action;
-use tracing::{Instrument, debug, error, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::Error;
 use super::client::kube_error;
 use super::cluster::{control_plane_ready, is_paused, subscription_for, topology_class};
+use super::decide::{self, Done, keep_applied};
+use super::fail::Fail;
+use super::stages::{self, Rendered};
 use super::status::{Owner, write_cluster_sync};
-use super::{Kube, owner_id, rendered_digest, unique_across_stages};
+use super::{Error, Kube, owner_id};
 use crate::apply::ChangeSet;
-use crate::apply::ssa::{Applier, ApplyOptions, Inventory, Stage};
+use crate::apply::ssa::{Applier, ApplyOptions, Inventory};
 use crate::config::{Format, KubernetesTarget, Subscription};
 use crate::controller::{ClusterReport, PreparedRelease};
+use crate::model::ClusterKey;
 use crate::model::cluster::ClusterConfig;
-use crate::model::{ClusterKey, StageAction};
 use crate::release::{self, Release, short};
 use crate::status::crd::{ClusterSync, ClusterSyncStatus, RECONCILE_REQUESTED_AT};
-use crate::status::desired::{Applied, Outcome, desired, verdict};
+use crate::status::desired::{Outcome, desired};
 use crate::status::{ClusterStatus, Reason};
 
 /// How soon a Cluster whose objects are still rolling out is looked at again.
@@ -36,55 +38,6 @@ pub(super) struct Reconciled {
     pub outcome: Result<Action, Error>,
     /// What the ClusterSync's `Stalled` condition says (the metrics' `stalled` result).
     pub stalled: bool,
-}
-
-/// How a failed step ends the reconcile: its reason, message, and whether to retry soon.
-pub(super) struct Fail {
-    pub reason: Reason,
-    pub message: String,
-    transient: bool,
-    /// The error's own stable reason (for the `Stalled` condition of a permanent failure).
-    cause: Option<&'static str>,
-    /// The stage's error itself, kept as the controller error's source.
-    source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
-    /// The apply-started status could not be written (for this release tag): nothing was
-    /// applied, and no other status is written this round.
-    unrecorded: Option<(String, kube::Error)>,
-}
-
-impl Fail {
-    fn new(reason: Reason, message: impl Into<String>, transient: bool) -> Fail {
-        Fail { reason, message: message.into(), transient, cause: None, source: None, unrecorded: None }
-    }
-
-    fn with_source(self, e: impl std::error::Error + Send + Sync + 'static) -> Fail {
-        Fail { source: Some(std::sync::Arc::new(e)), ..self }
-    }
-
-    fn unrecorded(tag: String, source: kube::Error) -> Fail {
-        Fail {
-            reason: Reason::TransientError,
-            message: String::new(),
-            transient: true,
-            cause: None,
-            source: None,
-            unrecorded: Some((tag, source)),
-        }
-    }
-
-    /// A release that could not be prepared: transient (the source or the cache volume may
-    /// come back) is `ReleaseUnavailable`, retried with backoff; anything else needs a change
-    /// (`ReleaseRefused`, or `SignatureInvalid`) and is Stalled until its input changes.
-    fn prepare(e: std::sync::Arc<crate::controller::PrepareError>) -> Fail {
-        Fail {
-            reason: e.status_reason(),
-            message: e.to_string(),
-            transient: e.is_transient(),
-            cause: Some(e.reason()),
-            source: Some(e),
-            unrecorded: None,
-        }
-    }
 }
 
 /// Reconciles one Cluster. `Ok(None)`: no subscription covers it (or its source was never
@@ -143,7 +96,7 @@ async fn reconcile_in(
         s
     };
     let outcome = sync(kube, sub, &c, obj, class.as_deref(), &prev_status, &owner).await;
-    if let Err(Fail { unrecorded: Some((tag, source)), .. }) = outcome {
+    if let Err(Fail::Unrecorded { tag, source }) = outcome {
         // The management cluster refused the apply-started status: the ClusterSync still says
         // what is true (nothing was applied). An Event says why, the metrics count the error,
         // and the controller retries with backoff.
@@ -170,23 +123,20 @@ async fn reconcile_in(
                     | Reason::PinMismatch
                     | Reason::SignatureInvalid
             );
-            let failure = (!done.status.ready && !quiet).then(|| Fail::new(done.status.reason, done.status.message.clone(), true));
+            let failure =
+                (!done.status.ready && !quiet).then(|| Fail::NotReady { reason: done.status.reason, message: done.status.message.clone() });
             (done.status, done.changes, done.crd, action, failure)
         }
         Err(fail) => {
-            let outcome = Outcome::Failed {
-                wanted: None,
-                reason: fail.reason,
-                message: fail.message.clone(),
-                transient: fail.transient,
-                cause: fail.cause,
-            };
+            // The one place a failed step becomes the status's reason and message.
+            let (reason, message, transient) = (fail.reason(), fail.to_string(), fail.is_transient());
+            let outcome = Outcome::Failed { wanted: None, reason, message: message.clone(), transient, cause: fail.cause() };
             let crd = desired(&prev_status, &outcome, chrono::Utc::now());
-            let mut st = ClusterStatus::failed(sub, &c, None, None, fail.reason, fail.message.clone());
+            let mut st = ClusterStatus::failed(sub, &c, None, None, reason, message);
             keep_applied(&mut st, &prev_status);
             // What needs a change is looked at again at the resync (the watches bring it back
             // sooner: a Cluster edit, its Secret, a new release, a new config); the rest soon.
-            let action = if fail.transient { Action::requeue(k.not_ready_retry) } else { Action::requeue(k.resync) };
+            let action = if transient { Action::requeue(k.not_ready_retry) } else { Action::requeue(k.resync) };
             (st, ChangeSet::default(), crd, action, Some(fail))
         }
     };
@@ -216,20 +166,13 @@ async fn reconcile_in(
     kube.events.cluster_sync(&key.namespace, &key.name, uid, events);
     let report = ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes };
     let outcome = match failure {
-        Some(f) if f.transient => {
-            Err(Error::Sync { cluster: key, reason: f.reason, message: f.message, transient: true, source: f.source })
+        Some(f) if f.is_transient() => {
+            let (reason, message) = (f.reason(), f.to_string());
+            Err(Error::Sync { cluster: key, reason, message, transient: true, source: f.into_source() })
         }
         _ => Ok(action),
     };
     Ok(Some(Reconciled { report, outcome, stalled }))
-}
-
-struct Done {
-    status: ClusterStatus,
-    changes: ChangeSet,
-    crd: ClusterSyncStatus,
-    /// Look again after this (an upgrade stage waiting), whatever the reason.
-    requeue: Option<Duration>,
 }
 
 /// Everything between reading the previous status and writing the new one.
@@ -242,11 +185,7 @@ async fn sync(
     prev: &ClusterSyncStatus,
     owner: &Owner<'_>,
 ) -> Result<Done, Fail> {
-    let hold = |reason: Reason, message: String| {
-        let crd = desired(prev, &Outcome::Held { reason, message: message.clone() }, chrono::Utc::now());
-        let st = ClusterStatus::failed(sub, c, None, None, reason, message);
-        Done { status: st, changes: ChangeSet::default(), crd, requeue: None }
-    };
+    let hold = |reason: Reason, message: String| decide::held(sub, c, prev, reason, message, chrono::Utc::now());
     if is_paused(obj) {
         info!("Cluster is paused; nothing is written to it");
         return Ok(hold(Reason::Paused, "the Cluster is paused (spec.paused or cluster.x-k8s.io/paused); nothing is written".into()));
@@ -267,15 +206,18 @@ async fn sync(
             kube.classes.ensure(kube, sub, &c.namespace, &releases).await;
         }
         info!("control plane is not ready yet");
-        return Err(Fail::new(Reason::ControlPlaneNotReady, "control plane is not ready yet", true));
+        return Err(Fail::ControlPlaneNotReady);
     }
 
     let rel = choose(kube, sub, class).await?;
-    let prepared = kube.ctx.prepare(&rel).await.map_err(Fail::prepare)?;
+    let prepared = kube.ctx.prepare(&rel).await.map_err(Fail::Prepare)?;
     let rspan = info_span!("release", tag = %rel.tag, commit = %short(&rel.commit));
     apply_release(kube, sub, c, rel, prepared, prev, owner).instrument(rspan).await
 }
 
+/// Applies a prepared release to the Cluster: the doer of [`decide`]'s decisions (render, the
+/// ClusterClasses, the workload client, the apply-started status, the upgrade stages, the
+/// apply), and what is said about it.
 async fn apply_release(
     kube: &Kube,
     sub: &Subscription,
@@ -292,9 +234,9 @@ async fn apply_release(
         // Accepted earlier, refused now (a moved tag, a pin that no longer matches): a person
         // must decide. Nothing is applied, nothing rolled back; the status says why.
         warn!(cluster = %label, reason = m.reason.as_str(), "{}", m.message);
-        return Ok(unverified_held(sub, c, &rel, prev, m));
+        return Ok(decide::unverified_held(sub, c, &rel, prev, m, chrono::Utc::now()));
     }
-    let Rendered { stages, warnings } = render(kube, sub, &prepared, c).await?;
+    let Rendered { stages, warnings } = stages::render(kube, sub, &prepared, c).await.map_err(Fail::Stages)?;
     for w in &warnings {
         warn!(cluster = %label, "values template: {w}");
     }
@@ -305,124 +247,64 @@ async fn apply_release(
         }
         kube.classes.ensure(kube, sub, &c.namespace, &releases).await;
     }
+    let key = ClusterKey::new(&c.namespace, &c.name);
     let super::Workload { client, discovery } = match kube.workload(c).await {
         Ok(workload) => workload,
         Err(e) => {
-            let (key, message) = (crate::model::ClusterKey::new(&c.namespace, &c.name), e.to_string());
+            let message = e.to_string();
             if kube.warnings.worth(&key, "client", &message) {
                 warn!("{message}");
             } else {
                 debug!("{message} (unchanged since the last warning)");
             }
-            return Err(Fail::new(e.reason(), message, true).with_source(e));
+            return Err(Fail::Workload(e));
         }
     };
-    let key = crate::model::ClusterKey::new(&c.namespace, &c.name);
-
-    let digest = rendered_digest(stages.iter().flat_map(|s| &s.objects));
-    if prev.rendered_digest != digest {
-        // From the first write on, the status must not claim the old release is in place.
-        let objects: usize = stages.iter().map(|s| s.objects.len()).sum();
-        let st = desired(prev, &Outcome::Started { release: &rel, objects }, chrono::Utc::now());
+    let before = decide::before(sub, prev, &rel, &stages, chrono::Utc::now());
+    if let Some(st) = before.progress.clone() {
         let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &c.namespace);
         // Retried a few times; when it cannot be written, nothing is applied this round: the
         // status must never claim the old release while the new one goes in.
         if let Err(e) = super::status::retried(|| super::status::write_progress(&syncs, sub, c, owner, st.clone())).await {
             warn!(error = %kube_error(&e), "cannot record that the apply of {} started; nothing is applied this round", rel.tag);
-            return Err(Fail::unrecorded(rel.tag.clone(), e));
+            return Err(Fail::Unrecorded { tag: rel.tag.clone(), source: e });
         }
     }
     let options = apply_options(k, sub, c);
-    // A release change runs the new release's upgrade stages first, a first install its stages
-    // with waits one by one (`upgrade.rs`).
-    let upgraded = if super::upgrade::needed(sub, prev, &rel.tag) {
-        match super::upgrade::advance(kube, sub, c, &prepared, &client, options.clone(), prev).await {
+    let upgraded = match &before.upgrade {
+        // A release change runs the new release's upgrade stages first, a first install its
+        // stages with waits one by one (`upgrade.rs`).
+        decide::Upgrade::Advance => match super::upgrade::advance(kube, sub, c, &prepared, &client, options.clone(), prev).await {
             super::upgrade::Step::Done(u) => Some(u),
             super::upgrade::Step::NotNeeded => prev.upgrade.clone(),
-            step => return Ok(upgrade_held(sub, c, &rel, prev, step)),
-        }
-    } else {
-        // Stages left half-way (the class moved back) are abandoned: a later move starts afresh.
-        prev.upgrade.clone().filter(|u| u.phase == super::upgrade::DONE)
+            step => {
+                let held = decide::upgrade_held(sub, c, &rel, prev, step, chrono::Utc::now());
+                info!("{}", held.status.message);
+                return Ok(held);
+            }
+        },
+        decide::Upgrade::Keep(u) => u.clone(),
     };
     let applier = Applier::new(client, options).with_discovery(discovery);
     let result = applier.sync(&stages, &Inventory::from_lines(&prev.inventory)).await;
-    if let Some(why) = result.unreachable {
-        // The first request got no answer: nothing else was sent, what is applied stays.
-        return Err(Fail::new(Reason::ClusterUnreachable, why, true));
-    }
-    if prev.inventory.is_empty()
-        && result.changes.entries.iter().any(|e| e.action == crate::apply::Action::Unchanged && e.is_release_object())
-    {
-        // Objects already in place with our owner label, yet no inventory: the ClusterSync was
-        // deleted (or lost). What this release has is adopted again; what an older release had
-        // and this one dropped is not known any more, so it is not pruned. Say so.
+    let after = decide::after(sub, c, &prepared, prev, result, &warnings, before, upgraded, chrono::Utc::now())?;
+    if after.inventory_lost {
         warn!(
             cluster = %label,
             owner = %crate::apply::ssa::owner_label_value(&owner_id(sub, c)),
             "the ClusterSync had no inventory but this release's objects were already in place: the inventory was lost; objects an earlier release dropped are not pruned (find them by the label stacksync.io/owner)"
         );
     }
-    // Said at WARN when what failed (or drifted) changed, and once an hour while it stays the
-    // same (at DEBUG on the resyncs in between): a failure every resync is not a new line at
-    // the same level every ten minutes, forever.
-    let mut said = String::new();
-    for (object, fields) in &result.drifted {
-        said.push_str(&format!("{object} drifted {fields:?}\n"));
-    }
-    for e in result.changes.entries.iter().filter(|e| !e.is_synced()) {
-        said.push_str(&format!("{} {}: {}\n", e.object, e.action, e.message));
-    }
-    if said.is_empty() {
-        kube.warnings.cleared(&key, "objects");
-    } else if kube.warnings.worth(&key, "objects", &said) {
-        for (object, fields) in &result.drifted {
-            warn!(cluster = %label, object = %object, fields = %fields.join(", "), "drifted (driftMode: warn; not corrected)");
-        }
-        for e in result.changes.entries.iter().filter(|e| !e.is_synced()) {
-            warn!(cluster = %label, object = %e.object, "{}: {}", e.action, e.message);
-        }
-    } else {
-        for (object, fields) in &result.drifted {
-            debug!(cluster = %label, object = %object, fields = %fields.join(", "), "drifted (driftMode: warn; not corrected; unchanged since the last warning)");
-        }
-        for e in result.changes.entries.iter().filter(|e| !e.is_synced()) {
-            debug!(cluster = %label, object = %e.object, "{}: {} (unchanged since the last warning)", e.action, e.message);
-        }
-    }
-    let applied = Applied {
-        release: &rel,
-        changes: &result.changes,
-        prune_paused: result.prune_paused.as_deref(),
-        transient: &result.transient,
-        unhealthy: &result.unhealthy,
-        health_timeout: sub.health_timeout,
-        warnings: &warnings,
-        inventory: result.inventory.to_lines(),
-        digest,
-        upgrade: upgraded,
-    };
-    let (outcome, now) = (Outcome::Applied(applied), chrono::Utc::now());
-    let crd = desired(prev, &outcome, now);
-    let mut st = ClusterStatus::applied(sub, c, &rel, &result.changes).with_assets(&rel.tag, &rel.commit, &prepared.assets);
-    st.decided(verdict(&outcome, prev, now));
+    say(kube, &key, &label, &after);
+    let Done { status: st, crd, .. } = &after.done;
     // The one line per Cluster and pass at INFO (per-object lines are DEBUG): the release is
     // in the span, the counts by action and the time here.
-    info!(ready = st.ready, duration_ms = started.elapsed().as_millis() as u64, "synced: {}", result.changes.summary());
+    info!(ready = st.ready, duration_ms = started.elapsed().as_millis() as u64, "synced: {}", after.done.changes.summary());
     if sub.format == Format::Manifests {
         kube.ctx.adopt(sub, &rel).await;
-        let first = kube.recorded.first(&sub.name, &rel);
-        if first {
-            super::stackrelease::record_release(
-                &kube.mgmt,
-                &kube.events,
-                sub,
-                &rel,
-                (&prepared.assets, prepared.signed_by.as_deref()),
-                true,
-                None,
-            )
-            .await;
+        if kube.recorded.first(&sub.name, &rel) {
+            let signed = (&prepared.assets[..], prepared.signed_by.as_deref());
+            super::stackrelease::record_release(&kube.mgmt, &kube.events, sub, &rel, signed, true, None).await;
         }
     }
     if crd.entries_truncated > 0 {
@@ -436,42 +318,31 @@ async fn apply_release(
             crd.entries_truncated
         );
     }
-    Ok(Done { status: st, changes: result.changes, crd, requeue: None })
+    Ok(after.done)
 }
 
-/// An upgrade stage waits or failed: the applied release and its objects stay as they are, the
-/// status says which stage and why.
-fn upgrade_held(sub: &Subscription, c: &ClusterConfig, rel: &Release, prev: &ClusterSyncStatus, step: super::upgrade::Step) -> Done {
-    use super::upgrade::Step;
-    let (upgrade, message, requeue, failed) = match step {
-        Step::Wait { upgrade, message, after } => (upgrade, message, Some(after), false),
-        Step::Failed { upgrade, message } => (upgrade, message, None, true),
-        Step::Done(upgrade) => (upgrade, String::new(), None, false),
-        Step::NotNeeded => (prev.upgrade.clone().unwrap_or_default(), String::new(), None, false),
-    };
-    info!("{message}");
-    let crd = desired(prev, &Outcome::Upgrade { release: rel, upgrade, message: message.clone(), failed }, chrono::Utc::now());
-    let reason = if failed { Reason::UpgradeFailed } else { Reason::Progressing };
-    let mut st = ClusterStatus::failed(sub, c, Some(rel), None, reason, message);
-    st.synced = prev.synced as usize;
-    st.total = prev.total as usize;
-    Done { status: st, changes: ChangeSet::default(), crd, requeue }
-}
-
-/// The release in use no longer verifies ([`crate::controller::Mismatch`]): nothing is applied,
-/// the applied release and its objects stay as they are, Ready is False with the reason.
-fn unverified_held(
-    sub: &Subscription,
-    c: &ClusterConfig,
-    rel: &Release,
-    prev: &ClusterSyncStatus,
-    m: &crate::controller::Mismatch,
-) -> Done {
-    let outcome = Outcome::Failed { wanted: Some(rel), reason: m.reason, message: m.message.clone(), transient: false, cause: None };
-    let crd = desired(prev, &outcome, chrono::Utc::now());
-    let mut st = ClusterStatus::failed(sub, c, Some(rel), None, m.reason, m.message.clone());
-    keep_applied(&mut st, prev);
-    Done { status: st, changes: ChangeSet::default(), crd, requeue: None }
+/// Says what drifted and which objects are not synced: at WARN when it changed, and once an
+/// hour while it stays the same (at DEBUG on the resyncs in between): a failure every resync is
+/// not a new line at the same level every ten minutes, forever.
+fn say(kube: &Kube, key: &ClusterKey, label: &str, after: &decide::After) {
+    let unsynced = || after.done.changes.entries.iter().filter(|e| !e.is_synced());
+    if after.said.is_empty() {
+        kube.warnings.cleared(key, "objects");
+    } else if kube.warnings.worth(key, "objects", &after.said) {
+        for (object, fields) in &after.drifted {
+            warn!(cluster = %label, object = %object, fields = %fields.join(", "), "drifted (driftMode: warn; not corrected)");
+        }
+        for e in unsynced() {
+            warn!(cluster = %label, object = %e.object, "{}: {}", e.action, e.message);
+        }
+    } else {
+        for (object, fields) in &after.drifted {
+            debug!(cluster = %label, object = %object, fields = %fields.join(", "), "drifted (driftMode: warn; not corrected; unchanged since the last warning)");
+        }
+        for e in unsynced() {
+            debug!(cluster = %label, object = %e.object, "{}: {} (unchanged since the last warning)", e.action, e.message);
+        }
+    }
 }
 
 /// How a Cluster's objects are applied (the sync and `stacksync diff` alike).
@@ -507,11 +378,11 @@ pub(super) async fn choose(kube: &Kube, sub: &Subscription, class: Option<&str>)
                 // The class names a release whose signature was refused: say so, not "unknown".
                 Err(_) if let Some(r) = kube.ctx.signature_refusals(sub).await.remove(class) => {
                     warn!("the Cluster's class names {class}: {}; what the Cluster has stays", r.message);
-                    Err(Fail::new(Reason::SignatureInvalid, format!("{}; what the Cluster has stays", r.message), false))
+                    Err(Fail::ClassRefused { message: r.message })
                 }
                 Err(e) => {
                     warn!("{e}; what the Cluster has stays");
-                    Err(Fail::new(Reason::ReleaseNotAvailable, format!("{e}; what the Cluster has stays"), false))
+                    Err(Fail::ClassUnknown(e))
                 }
             }
         }
@@ -519,46 +390,9 @@ pub(super) async fn choose(kube: &Kube, sub: &Subscription, class: Option<&str>)
             Ok(s) => Ok(s.release),
             // Nothing matches until a source offers another tag or the config another
             // constraint: both bring the Cluster back (Stalled meanwhile).
-            Err(e) => Err(Fail { cause: Some(e.reason()), ..Fail::new(Reason::ReleaseNotAvailable, e.to_string(), false) }.with_source(e)),
+            Err(e) => Err(Fail::Select(e)),
         },
     }
-}
-
-/// The stages a Cluster gets from a prepared release.
-pub(super) async fn render(kube: &Kube, sub: &Subscription, prepared: &PreparedRelease, c: &ClusterConfig) -> Result<Rendered, Fail> {
-    let rel = &prepared.release;
-    let render_failed = |e: String| {
-        error!("render failed; the applied release stays: {e}");
-        Fail::new(Reason::RenderFailed, e, false)
-    };
-    match sub.format {
-        Format::Manifests => {
-            let manifests = kube.manifests.get(prepared, &sub.path).await.map_err(|e| render_failed(e.to_string()))?;
-            let objects = manifests.render(rel, c).map_err(|e| render_failed(e.to_string()))?;
-            Ok(Rendered { stages: vec![Stage { name: "manifests".into(), action: StageAction::Apply, objects }], warnings: Vec::new() })
-        }
-        Format::ClusterStack => {
-            let rendered = crate::controller::pipeline::addons(&kube.ctx, sub, prepared, c).await.map_err(|e| {
-                if e.reason() == Reason::RenderFailed {
-                    error!("render failed; the applied release stays: {e}");
-                }
-                Fail { cause: Some(e.kind()), ..Fail::new(e.reason(), e.to_string(), e.is_transient()) }.with_source(e)
-            })?;
-            let stages: Vec<Stage> = rendered
-                .stages
-                .into_iter()
-                .map(|s| Stage { name: s.name.unwrap_or_else(|| "addons".into()), action: StageAction::Apply, objects: s.objects })
-                .collect();
-            unique_across_stages(&stages).map_err(|e| render_failed(e.to_string()))?;
-            Ok(Rendered { stages, warnings: rendered.warnings.iter().map(ToString::to_string).collect() })
-        }
-    }
-}
-
-/// A Cluster's stages, and what its values templates printed as `<no value>` / `<nil>`.
-pub(super) struct Rendered {
-    pub stages: Vec<Stage>,
-    pub warnings: Vec<String>,
 }
 
 /// When to retry a failed reconcile: jittered exponential backoff per Cluster for what may pass
@@ -584,17 +418,4 @@ pub(super) async fn forget(kube: &Kube, key: &ClusterKey) {
 /// Whether an object is a Cluster API Cluster this process may care about (has a name).
 pub(super) fn key_of(obj: &DynamicObject) -> Option<ClusterKey> {
     Some(ClusterKey::new(obj.metadata.namespace.clone()?, obj.metadata.name.clone()?))
-}
-
-/// A failed status that still says what the previous one said is applied: the release and
-/// synced n/m (nothing was applied this round, so that is still what the cluster runs).
-fn keep_applied(st: &mut ClusterStatus, prev: &ClusterSyncStatus) {
-    st.applied_release = prev.applied_release.as_ref().map(|r| crate::status::ReleaseRef {
-        tag: r.tag.clone(),
-        version: r.version.clone(),
-        commit: r.commit.clone(),
-        assets: Vec::new(),
-    });
-    st.synced = prev.synced as usize;
-    st.total = prev.total as usize;
 }

@@ -14,7 +14,8 @@ use tracing::{error, info};
 use super::Error;
 use super::Kube;
 use super::cluster::{subscription_for, topology_class};
-use super::reconcile::{choose, key_of, render as render_stages};
+use super::reconcile::{choose, key_of};
+use super::stages::render as render_stages;
 use crate::apply::ChangeSet;
 use crate::config::Format;
 use crate::controller::{ClusterReport, Context, PassReport};
@@ -59,7 +60,7 @@ pub async fn render(ctx: Arc<Context>, out: &Path) -> Result<PassReport, Error> 
         let rel = match choose(&kube, sub, class.as_deref()).await {
             Ok(r) => r,
             Err(f) => {
-                report.clusters.push(failed(f.reason, f.message, None));
+                report.clusters.push(failed(f.reason(), f.to_string(), None));
                 continue;
             }
         };
@@ -73,7 +74,7 @@ pub async fn render(ctx: Arc<Context>, out: &Path) -> Result<PassReport, Error> 
         let stages = match render_stages(&kube, sub, &prepared, &c).await {
             Ok(s) => s,
             Err(f) => {
-                report.clusters.push(failed(f.reason, f.message, Some(&rel)));
+                report.clusters.push(failed(f.reason(), f.to_string(), Some(&rel)));
                 continue;
             }
         };
