@@ -2,7 +2,8 @@
 //!
 //! The crate is a pipeline, one module per stage: [`config`] -> [`schedule`] -> [`source`] ->
 //! [`cache`] -> [`release`] selection -> [`render`] -> [`apply`] -> [`status`], wired by
-//! [`controller`] and run by [`runtime`]. [`model`] is the leaf every stage shares: identities and
+//! [`controller`], put in place by one of the [`targets`] (Kubernetes, directory) and run by
+//! [`runtime`]. [`model`] is the leaf every stage shares: identities and
 //! small enums, no I/O.
 
 pub mod apply;
@@ -16,4 +17,5 @@ pub mod runtime;
 pub mod schedule;
 pub mod source;
 pub mod status;
+pub mod targets;
 pub mod telemetry;

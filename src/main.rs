@@ -7,9 +7,10 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use stacksync::config::{Config, Target};
-use stacksync::controller::{self, Context as Ctx, PassReport, kubernetes};
+use stacksync::controller::{Context as Ctx, PassReport};
 use stacksync::release::short;
 use stacksync::runtime::{admin, daemon, hooks, logging};
+use stacksync::targets::{directory, kubernetes};
 
 /// `--version`: the crate version, the commit and the build date (build.rs).
 const VERSION: &str =
@@ -243,7 +244,7 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             if let Err(code) = check_helm(&runtime, &cfg) {
                 return Ok(code);
             }
-            let report = runtime.block_on(controller::pass(&cfg, None, false))?;
+            let report = runtime.block_on(directory::pass(&cfg, None, false))?;
             print_fetch_table(&report);
             let ok = report.prepared.iter().all(|p| p.outcome.is_ok());
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_NOT_SYNCED) })
@@ -279,7 +280,7 @@ fn run_once(runtime: &tokio::runtime::Runtime, cfg: Config, concurrency: u16) ->
             let pass = runtime.spawn(kubernetes::pass(ctx, usize::from(concurrency)));
             runtime.block_on(pass).context("the pass")?
         }
-        Target::Directory(_) => runtime.block_on(controller::pass(&cfg, None, true))?,
+        Target::Directory(_) => runtime.block_on(directory::pass(&cfg, None, true))?,
     };
     Ok(summarise(&report))
 }
@@ -381,10 +382,10 @@ fn render(runtime: &tokio::runtime::Runtime, config: &Path, out: &Path, cluster:
                 anyhow::anyhow!("{e}\nrender needs the management cluster to find the Clusters chosen by clusterSelector; render one Cluster offline with --cluster FILE, or list the clusters in the config")
             })?
         }
-        None => runtime.block_on(controller::render_to(&cfg, out))?,
+        None => runtime.block_on(directory::render_to(&cfg, out))?,
         Some(file) => {
-            let one = controller::clusterstack::read_cluster_file(file)?;
-            runtime.block_on(controller::clusterstack::render_cluster(&cfg, one, out))?
+            let one = directory::clusterstack::read_cluster_file(file)?;
+            runtime.block_on(directory::clusterstack::render_cluster(&cfg, one, out))?
         }
     };
     for c in &report.clusters {
@@ -449,7 +450,7 @@ async fn diff(cfg: Config, cluster: Option<&str>) -> anyhow::Result<bool> {
             if cluster.is_some() {
                 anyhow::bail!("--cluster is for a Kubernetes target; a directory target is diffed whole");
             }
-            let (files, failures) = controller::dirdiff::diff_directory(&cfg, &dir).await?;
+            let (files, failures) = directory::diff::diff_directory(&cfg, &dir).await?;
             for f in &files {
                 println!("{} {}", f.change, f.path.display());
                 print!("{}", f.diff);

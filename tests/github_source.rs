@@ -228,7 +228,8 @@ async fn concurrent_passes_share_one_download() {
     server.add_release(REPO, "v1.0.0", &manifests("one"), false, false);
     let path = gh_config(dir.path(), &server).write();
     let config = stacksync::config::Config::load(&path).expect("config");
-    let (a, b) = tokio::join!(stacksync::controller::pass(&config, None, false), stacksync::controller::pass(&config, None, false));
+    let (a, b) =
+        tokio::join!(stacksync::targets::directory::pass(&config, None, false), stacksync::targets::directory::pass(&config, None, false));
     for report in [a.expect("pass a"), b.expect("pass b")] {
         assert!(report.prepared.iter().all(|p| p.outcome.is_ok()), "{:?}", report.prepared);
     }

@@ -542,7 +542,7 @@ async fn an_unchanged_resync_runs_helm_zero_times_and_a_values_change_only_its_c
     let (env, config) = cluster_stack_env(&["alpha", "beta"]).await;
     let ctx = stacksync::controller::Context::new(stacksync::config::Config::load(&config).expect("config")).expect("context");
     let pass = async || {
-        let report = stacksync::controller::kubernetes::pass(ctx.clone(), 4).await;
+        let report = stacksync::targets::kubernetes::pass(ctx.clone(), 4).await;
         assert!(report.clusters.iter().all(|c| c.status.ready) && report.clusters.len() == 2, "{:?}", report.failures);
     };
     pass().await;
@@ -568,7 +568,7 @@ async fn an_unchanged_resync_runs_helm_zero_times_and_a_values_change_only_its_c
 async fn a_restarted_process_runs_helm_zero_times_for_what_it_rendered_before() {
     let (env, config) = cluster_stack_env(&["alpha", "beta"]).await;
     let pass = async |ctx: &std::sync::Arc<stacksync::controller::Context>| {
-        let report = stacksync::controller::kubernetes::pass(ctx.clone(), 4).await;
+        let report = stacksync::targets::kubernetes::pass(ctx.clone(), 4).await;
         assert!(report.clusters.iter().all(|c| c.status.ready) && report.clusters.len() == 2, "{:?}", report.failures);
         ctx.helm().await.expect("helm").runs()
     };

@@ -536,3 +536,266 @@ fn cycles_are_found() {
         [("a", vec!["b"]), ("b", vec![])].into_iter().map(|(k, v)| (k.to_owned(), v.into_iter().map(str::to_owned).collect())).collect();
     assert_eq!(find_cycle(&acyclic), None);
 }
+
+// ---- The file-level import graph ----------------------------------------------------------
+
+/// One file naming an item of another: `from` holds a path that resolves into `to`'s module.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileImport {
+    from: PathBuf,
+    to: PathBuf,
+    line: usize,
+    /// The path as resolved, from the crate root (`crate::controller::Context`).
+    path: String,
+}
+
+/// File-level imports left out of [`no_file_level_import_cycle`] while the work that removes
+/// their cycle is in flight elsewhere: `(from, to, why)`. Each must still exist.
+const PENDING: &[(&str, &str, &str)] = &[];
+
+/// No file-level import circle anywhere in `src/`: a file imports another when a `crate::`,
+/// `super::` or `self::` path in it resolves to an item of the other file's module. A failure
+/// names each cycle, file -> file -> …, each edge with the file, line and path that make it.
+///
+/// How paths are resolved, an approximation that needs no compiler:
+/// - a path is resolved to the longest prefix of it that is the module of a file (`src/a/b.rs`
+///   and `src/a/b/mod.rs` are `a::b`; `mod.rs` is its folder's module): `super::status::now`
+///   in `src/targets/kubernetes/reconcile.rs` is `targets/kubernetes/status.rs`,
+///   `crate::controller::Context` is `controller/mod.rs`;
+/// - an item re-exported with `pub use` belongs to the file that declares the `pub use` (the
+///   path names that file's module, so that is where it resolves);
+/// - only paths that start with `crate::`, `super::` or `self::` are read, in `use` lines,
+///   `use` groups (nested too) and code; a bare path (`run::pass`, `pub use context::Context`
+///   in a `mod.rs`: a parent naming its own children) is not, for it cannot be told from an
+///   external crate's path without resolving names; `mod x;` declarations are no imports;
+/// - `pub(in crate::x)` is a visibility, not an import; inline `mod x { … }` blocks (the
+///   `tests` modules) are part of their file, and a path into one's own file is no edge;
+/// - comments and string literals are blanked first ([`code_only`]), so a doc link is no edge.
+#[test]
+fn no_file_level_import_cycle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let imports = scan_files(root);
+    // Edges of cycles in other people's work in flight, left out until it lands; each must
+    // still exist (a stale entry fails, so the list only shrinks).
+    let mut report = String::new();
+    let kept: Vec<FileImport> = imports
+        .iter()
+        .filter(|i| !PENDING.iter().any(|(from, to, _)| i.from == Path::new(from) && i.to == Path::new(to)))
+        .cloned()
+        .collect();
+    for (from, to, why) in PENDING {
+        if !imports.iter().any(|i| i.from == Path::new(from) && i.to == Path::new(to)) {
+            let _ = writeln!(report, "tests/layering.rs: PENDING names {from} -> {to} ({why}), which no longer exists: remove it");
+        }
+    }
+    report.push_str(&file_cycles(&kept));
+    assert!(report.is_empty(), "file-level import cycles in src/ (break each: move what both need into a third file):\n{report}");
+    assert!(imports.len() > 300, "only {} file-level imports found: is the scanner reading src/?", imports.len());
+}
+
+/// Prints each file and the files it imports (`cargo test --test layering -- --nocapture
+/// file_graph`).
+#[test]
+fn file_graph() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut g: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
+    for i in scan_files(root) {
+        g.entry(i.from).or_default().insert(i.to);
+    }
+    for (from, to) in &g {
+        println!("{} -> {}", from.display(), to.iter().map(|t| t.display().to_string()).collect::<Vec<_>>().join(", "));
+    }
+}
+
+/// Every cycle of the file graph, one report line per cycle and one per edge: a cycle is found,
+/// reported, its first edge taken out, and again (bounded by the number of edges).
+fn file_cycles(imports: &[FileImport]) -> String {
+    let key = |p: &Path| p.display().to_string();
+    let mut graph: Rules = Rules::new();
+    for i in imports {
+        graph.entry(key(&i.from)).or_default().insert(key(&i.to));
+    }
+    let edges: usize = graph.values().map(BTreeSet::len).sum();
+    let mut report = String::new();
+    for _ in 0..=edges {
+        let Some(cycle) = find_cycle(&graph) else { break };
+        let _ = writeln!(report, "a file-level import cycle: {}", cycle.join(" -> "));
+        for pair in cycle.windows(2) {
+            if let Some(i) = imports.iter().find(|i| key(&i.from) == pair[0] && key(&i.to) == pair[1]) {
+                let _ = writeln!(report, "  {}:{}: `{}` (in {})", i.from.display(), i.line, i.path, i.to.display());
+            }
+        }
+        if let Some(out) = graph.get_mut(&cycle[0]) {
+            out.remove(&cycle[1]);
+        }
+    }
+    report
+}
+
+/// Every file-level import of the library's files (`src/main.rs`, the binary, names the
+/// library as `stacksync::`, and is left out).
+fn scan_files(root: &Path) -> Vec<FileImport> {
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    files.sort();
+    let modules: BTreeMap<Vec<String>, PathBuf> = files
+        .iter()
+        .filter_map(|f| {
+            let rel = f.strip_prefix(root).expect("under the root").to_path_buf();
+            Some((module_path(&rel)?, rel))
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (module, rel) in &modules {
+        let text = std::fs::read_to_string(root.join(rel)).unwrap_or_else(|e| panic!("{}: {e}", rel.display()));
+        for (path, line) in resolved_paths(&text, module) {
+            let Some(to) = (1..=path.len()).rev().find_map(|k| modules.get(&path[..k])) else { continue };
+            if to != rel {
+                out.push(FileImport { from: rel.clone(), to: to.clone(), line, path: format!("crate::{}", path.join("::")) });
+            }
+        }
+    }
+    out
+}
+
+/// The paths a file's code names, resolved from the crate root, each with its line: every path
+/// starting with `crate::`, `super::` (any number) or `self::`, `use` groups expanded (`use
+/// super::{a::b, c}` is `a::b` and `c`). `module` is the file's module path; inline
+/// `mod x { … }` blocks add to it where they are open.
+fn resolved_paths(text: &str, module: &[String]) -> Vec<(Vec<String>, usize)> {
+    let toks = tokens(&code_only(text));
+    let mut out = Vec::new();
+    // Open braces: the inline module each opened, if it did.
+    let mut braces: Vec<Option<String>> = Vec::new();
+    let ident = |i: usize| match toks.get(i) {
+        Some((Tok::Ident(s), _)) => Some(s.as_str()),
+        _ => None,
+    };
+    let sep = |i: usize| matches!(toks.get(i), Some((Tok::PathSep, _)));
+    let mut i = 0;
+    while i < toks.len() {
+        match &toks[i].0 {
+            Tok::Punct('{') => {
+                let name = (i >= 2 && ident(i - 2) == Some("mod")).then(|| ident(i - 1)).flatten().map(str::to_owned);
+                braces.push(name);
+            }
+            Tok::Punct('}') => {
+                braces.pop();
+            }
+            Tok::Ident(word) if matches!(word.as_str(), "crate" | "super" | "self") && sep(i + 1) && (i == 0 || !sep(i - 1)) => {
+                // `pub(in crate::a)` is a visibility.
+                let visibility = i >= 2 && ident(i - 1) == Some("in") && toks[i - 2].0 == Tok::Punct('(');
+                let mut here: Vec<String> = module.iter().cloned().chain(braces.iter().flatten().cloned()).collect();
+                let mut j = i;
+                match word.as_str() {
+                    "crate" => {
+                        here.clear();
+                        j += 2;
+                    }
+                    "self" => j += 2,
+                    _ => {
+                        while ident(j) == Some("super") && sep(j + 1) {
+                            here.pop();
+                            j += 2;
+                        }
+                    }
+                }
+                let (paths, end) = use_tree(&toks, j, &here);
+                if !visibility {
+                    out.extend(paths.into_iter().map(|p| (p, toks[i].1)));
+                }
+                i = end.max(i + 1);
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The paths of the use tree (or code path) at `at` under `prefix`, and the index after it:
+/// `a::b` is `prefix::a::b`; `{a, b::{c, self}}` is `a`, `b::c` and `b`; `*` is `prefix`. A code
+/// path ends at its first token that is not `::` followed by a name (`a::b::<T>`, `a::f(`).
+fn use_tree(toks: &[(Tok, usize)], at: usize, prefix: &[String]) -> (Vec<Vec<String>>, usize) {
+    match toks.get(at).map(|t| &t.0) {
+        Some(Tok::Ident(name)) if name == "self" => (vec![prefix.to_vec()], at + 1),
+        Some(Tok::Ident(name)) => {
+            let mut path = prefix.to_vec();
+            path.push(name.clone());
+            let next = toks.get(at + 2).map(|t| &t.0);
+            if toks.get(at + 1).map(|t| &t.0) == Some(&Tok::PathSep)
+                && matches!(next, Some(Tok::Ident(_) | Tok::Punct('{') | Tok::Punct('*')))
+            {
+                use_tree(toks, at + 2, &path)
+            } else {
+                (vec![path], at + 1)
+            }
+        }
+        Some(Tok::Punct('*')) => (vec![prefix.to_vec()], at + 1),
+        Some(Tok::Punct('{')) => {
+            let mut out = Vec::new();
+            let mut k = at + 1;
+            while k < toks.len() {
+                match &toks[k].0 {
+                    Tok::Punct('}') => return (out, k + 1),
+                    Tok::Punct(',') => k += 1,
+                    Tok::Ident(_) | Tok::Punct('*') | Tok::Punct('{') => {
+                        let (paths, end) = use_tree(toks, k, prefix);
+                        out.extend(paths);
+                        // Skip what the item has after its path (`as name`).
+                        k = end;
+                        while k < toks.len() && !matches!(toks[k].0, Tok::Punct(',') | Tok::Punct('}')) {
+                            k += 1;
+                        }
+                    }
+                    _ => k += 1,
+                }
+            }
+            (out, k)
+        }
+        _ => (vec![prefix.to_vec()], at),
+    }
+}
+
+#[test]
+fn file_paths_resolve_as_rustc_resolves_them() {
+    let text = r#"
+use super::{Kube, status::{self, now}, rollout::*};
+use crate::controller::Context as Ctx;
+pub(in crate::targets::kubernetes) fn f() -> self::Local {
+    super::super::directory::pass();
+    crate::model::ClusterKey::new::<u8>("a", "b")
+}
+// crate::not::a::path
+mod tests {
+    use super::*;
+    use super::super::events::for_cluster_sync;
+}
+"#;
+    let module = ["targets".to_owned(), "kubernetes".to_owned(), "reconcile".to_owned()];
+    let got: Vec<(String, usize)> = resolved_paths(text, &module).into_iter().map(|(p, l)| (p.join("::"), l)).collect();
+    let want = [
+        ("targets::kubernetes::Kube", 2),
+        ("targets::kubernetes::status", 2),
+        ("targets::kubernetes::status::now", 2),
+        ("targets::kubernetes::rollout", 2),
+        ("controller::Context", 3),
+        ("targets::kubernetes::reconcile::Local", 4),
+        ("targets::directory::pass", 5),
+        ("model::ClusterKey::new", 6),
+        ("targets::kubernetes::reconcile", 10),
+        ("targets::kubernetes::events::for_cluster_sync", 11),
+    ];
+    assert_eq!(got, want.map(|(p, l)| (p.to_owned(), l)));
+}
+
+#[test]
+fn file_cycles_are_named_with_their_edges() {
+    let import = |from: &str, to: &str, line| FileImport { from: from.into(), to: to.into(), line, path: format!("crate::{to}") };
+    let imports = [import("a.rs", "b.rs", 1), import("b.rs", "c.rs", 2), import("c.rs", "a.rs", 3), import("c.rs", "d.rs", 4)];
+    let report = file_cycles(&imports);
+    assert!(report.contains("a.rs -> b.rs -> c.rs -> a.rs"), "{report}");
+    assert!(report.contains("  c.rs:3: `crate::a.rs` (in a.rs)"), "{report}");
+    assert_eq!(file_cycles(&imports[1..]), "");
+}

@@ -1,12 +1,10 @@
-//! Apply: puts rendered objects in place on a target and reports what happened per object.
-//! Today's target is a directory of manifests (for users who hydrate a Git repository, and for a
-//! quickstart without a cluster).
+//! Apply: puts rendered objects in place and reports what happened per object: the server-side
+//! applier (`ssa/`), the apply order, the change set and health. The directory target's writer
+//! is `crate::targets::directory`.
 
 pub mod changeset;
-pub mod directory;
 pub mod health;
 pub mod order;
 pub mod ssa;
 
 pub use changeset::{Action, ChangeSet, Entry, ObjectRef, SkipReason};
-pub use directory::DirectoryTarget;

@@ -13,11 +13,12 @@ use tracing::{error, info, warn};
 
 use crate::config::watch::ConfigWatcher;
 use crate::config::{self, Config, Target};
-use crate::controller::directory::Syncers;
+use crate::controller::Context;
 use crate::controller::poller::Pollers;
-use crate::controller::{self, Context, kubernetes};
 use crate::runtime::admin::Admin;
 use crate::runtime::election::{Leadership, Params};
+use crate::targets::directory::syncers::Syncers;
+use crate::targets::kubernetes;
 
 /// How long in-flight reconciles get to finish after SIGTERM.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -77,7 +78,7 @@ pub async fn run(path: PathBuf, initial: Config, options: Options, shutdown: imp
     }
 }
 
-type ControllerTask = tokio::task::JoinHandle<Result<(), controller::Error>>;
+type ControllerTask = tokio::task::JoinHandle<Result<(), kubernetes::Error>>;
 
 /// The Cluster controller while it runs (only on the leader), with its graceful-stop signal.
 struct Running {
@@ -237,7 +238,7 @@ pub async fn run_kubernetes(
 
 /// The directory target, in the Kubernetes target's shape: a [`Context`] for the process, one
 /// poller task per source and one syncer task per subscription
-/// ([`controller::directory::Syncers`]). A download runs in the syncer of the subscription that
+/// ([`crate::targets::directory::syncers::Syncers`]). A download runs in the syncer of the subscription that
 /// needs it, so a slow or hanging source delays only its own subscriptions, and this loop —
 /// reloads, webhook triggers, shutdown — waits for none of them. A reload puts the new config in
 /// force at once: pollers of changed sources poll, syncers of changed subscriptions start afresh;

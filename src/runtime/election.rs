@@ -185,7 +185,7 @@ impl Leadership {
         Leadership::Starting(tokio::spawn(async move {
             let mut attempt = 0u32;
             loop {
-                let result = match crate::controller::kubernetes::management_client(&target).await {
+                let result = match crate::targets::kubernetes::management_client(&target).await {
                     Ok(client) => {
                         let params = Params {
                             namespace: namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned()),

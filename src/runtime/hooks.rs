@@ -1,7 +1,7 @@
 //! The Cluster API Runtime SDK listener (`--hooks-addr`): HTTPS on its own port, serving
 //! discovery and the `BeforeClusterUpgrade` and `AfterControlPlaneInitialized` handlers at the
 //! paths Cluster API calls (`/hooks.runtime.cluster.x-k8s.io/v1alpha1/<hook>/<handler>`). What
-//! each handler answers is decided in `controller::kubernetes::hook`; this file is the wire.
+//! each handler answers is decided in `targets::kubernetes::hook`; this file is the wire.
 //!
 //! The certificate and key are read from files (`--hooks-cert-file`, `--hooks-key-file`, as
 //! cert-manager mounts `tls.crt` / `tls.key`) and read again when they change: a new connection
@@ -32,8 +32,8 @@ use tokio::sync::Semaphore;
 use tracing::{debug, info, warn};
 
 use super::body::BodyError;
-use crate::controller::kubernetes::hook::{ANSWER_WITHIN, Answer, Hooks, RETRY_AFTER_SECONDS};
 use crate::model::ClusterKey;
+use crate::targets::kubernetes::hook::{ANSWER_WITHIN, Answer, Hooks, RETRY_AFTER_SECONDS};
 use crate::telemetry::metrics;
 
 /// The Runtime SDK's API group and version of the hooks served.

@@ -4,7 +4,6 @@
 
 pub mod crd;
 pub mod desired;
-mod file;
 
 use serde::{Deserialize, Serialize};
 

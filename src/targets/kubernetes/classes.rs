@@ -1,0 +1,185 @@
+//! ClusterClasses in the management cluster. Every release a cluster-stack subscription offers
+//! has its ClusterClass (and templates) in every namespace with a subscribed Cluster, rendered
+//! once per (release, namespace) and re-applied every `resync`; a release's ClusterClass is
+//! pruned only when the subscription no longer offers it and no Cluster's class names it. What
+//! was applied per release is recorded in its `StackRelease` (`status.classInventory`), which is
+//! what pruning works from.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use kube::api::{Api, DeleteParams};
+use tracing::{error, info, warn};
+
+use super::Kube;
+use super::client::kube_error;
+use super::stackrelease::{ClassResult, record_release, release_name};
+use crate::apply::ssa::{Applier, ApplyOptions, Inventory, Stage};
+use crate::config::{Format, Subscription};
+use crate::model::StageAction;
+use crate::release::Release;
+use crate::status::crd::StackRelease;
+
+/// (subscription, tag, namespace)
+type Key = (String, String, String);
+
+/// What this process applied, and one lock per (subscription, release, namespace) so Clusters of
+/// one namespace reconciled at once render its ClusterClass once.
+#[derive(Default)]
+pub(super) struct Classes {
+    applied: Mutex<HashMap<Key, (Instant, ClassResult)>>,
+    locks: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Classes {
+    fn lock(&self, key: &Key) -> Arc<tokio::sync::Mutex<()>> {
+        self.locks.lock().unwrap_or_else(PoisonError::into_inner).entry(key.clone()).or_default().clone()
+    }
+
+    fn fresh(&self, key: &Key, resync: std::time::Duration) -> bool {
+        self.applied.lock().unwrap_or_else(PoisonError::into_inner).get(key).is_some_and(|(at, r)| !r.failed() && at.elapsed() < resync)
+    }
+
+    /// Makes sure each of `releases` has its ClusterClass in `namespace`. Failures are logged
+    /// and recorded in the release's StackRelease; they do not stop the Cluster's addons.
+    pub(super) async fn ensure(&self, kube: &Kube, sub: &Subscription, namespace: &str, releases: &[Release]) {
+        let resync = kube.target().resync;
+        for rel in releases {
+            let key = (sub.name.clone(), rel.tag.clone(), namespace.to_owned());
+            let lock = self.lock(&key);
+            let _guard = lock.lock().await;
+            if self.fresh(&key, resync) {
+                continue;
+            }
+            let (result, (assets, signed_by)) = apply(kube, sub, namespace, rel).await;
+            self.applied.lock().unwrap_or_else(PoisonError::into_inner).insert(key, (Instant::now(), result));
+            let merged = self.merged(&sub.name, &rel.tag);
+            record_release(&kube.mgmt, &kube.events, sub, rel, (&assets, signed_by.as_deref()), !merged.failed(), Some(&merged)).await;
+        }
+    }
+
+    /// The results of a release over every namespace, in namespace order.
+    pub(super) fn merged(&self, sub: &str, tag: &str) -> ClassResult {
+        let applied = self.applied.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut mine: Vec<(&Key, &(Instant, ClassResult))> = applied.iter().filter(|((s, t, _), _)| s == sub && t == tag).collect();
+        mine.sort_by(|a, b| a.0.cmp(b.0));
+        let mut out = ClassResult::default();
+        for (_, (_, r)) in mine {
+            out.changes.entries.extend(r.changes.entries.iter().cloned());
+            out.errors.extend(r.errors.iter().cloned());
+            out.inventory.extend(r.inventory.iter().cloned());
+        }
+        out
+    }
+
+    /// Deletes the ClusterClasses (and StackReleases) of releases a subscription no longer
+    /// offers and no Cluster's class names. `referenced`: every `spec.topology.class` in use.
+    pub(super) async fn prune(&self, kube: &Kube, referenced: &BTreeSet<String>) {
+        let config = kube.ctx.config();
+        let api: Api<StackRelease> = Api::all(kube.mgmt.clone());
+        let all = match api.list(&Default::default()).await {
+            Ok(l) => l.items,
+            Err(e) => {
+                warn!(error = %kube_error(&e), "cannot list StackReleases; ClusterClasses are pruned later");
+                return;
+            }
+        };
+        for sub in config.subscriptions.iter().filter(|s| s.format == Format::ClusterStack && !s.suspend) {
+            let offered: BTreeSet<String> = kube.ctx.offered(sub).await.into_iter().map(|r| r.tag).collect();
+            for sr in all.iter().filter(|sr| sr.spec.subscription == sub.name) {
+                let tag = &sr.spec.tag;
+                if offered.contains(tag) || referenced.contains(tag) {
+                    continue;
+                }
+                let lines = sr.status.as_ref().map(|s| s.class_inventory.clone()).unwrap_or_default();
+                if prune_release(kube, sub, tag, &lines).await {
+                    let name = release_name(&sub.name, tag);
+                    match api.delete(&name, &DeleteParams::default()).await {
+                        Ok(_) => {
+                            info!(subscription = %sub.name, tag, "release no longer offered nor used: its ClusterClasses and StackRelease are removed")
+                        }
+                        Err(kube::Error::Api(s)) if s.code == 404 => {}
+                        Err(e) => warn!(release = %name, error = %kube_error(&e), "cannot delete StackRelease"),
+                    }
+                    self.applied.lock().unwrap_or_else(PoisonError::into_inner).retain(|(s, t, _), _| !(s == &sub.name && t == tag));
+                }
+            }
+        }
+    }
+}
+
+/// Renders a release's ClusterClass chart for `namespace` and applies it to the management
+/// cluster (never pruning: other releases' classes stay).
+async fn apply(kube: &Kube, sub: &Subscription, namespace: &str, rel: &Release) -> (ClassResult, Signed) {
+    let mut out = ClassResult::default();
+    let prepared = match kube.ctx.prepare(rel).await {
+        Ok(p) => p,
+        Err(e) => {
+            out.errors.push(format!("{namespace}: {e}"));
+            return (out, (Vec::new(), None));
+        }
+    };
+    let objects = match crate::controller::pipeline::cluster_class(&kube.ctx, sub, &prepared, namespace).await {
+        Ok(o) => o,
+        Err(e) => {
+            error!(namespace, tag = %rel.tag, "ClusterClass render failed: {e}");
+            out.errors.push(format!("{namespace}: {e}"));
+            return (out, (prepared.assets, prepared.signed_by));
+        }
+    };
+    let applier = Applier::new(kube.mgmt.clone(), class_options(sub, namespace)).with_discovery(kube.mgmt_discovery.clone());
+    let stage = Stage { name: crate::render::clusterstack::CLUSTER_CLASS_STAGE.into(), action: StageAction::Apply, objects };
+    let result = applier.sync(&[stage], &Inventory::default()).await;
+    info!(namespace, tag = %rel.tag, "ClusterClass applied: {}", result.changes.summary());
+    for e in result.changes.entries.iter().filter(|e| !e.is_synced()) {
+        warn!(namespace, tag = %rel.tag, object = %e.object, "{}: {}", e.action, e.message);
+    }
+    out.changes = result.changes;
+    out.inventory = result.inventory.to_lines();
+    (out, (prepared.assets, prepared.signed_by))
+}
+
+/// A release's assets with their digests, and who signed it (sources with `verify`).
+type Signed = (Vec<crate::model::verification::AssetRecord>, Option<String>);
+
+/// What applying a release's ClusterClass in `namespace` would change (`stacksync diff`).
+///
+/// # Errors
+/// The release cannot be prepared or its ClusterClass chart rendered.
+pub(super) async fn preview(kube: &Kube, sub: &Subscription, namespace: &str, rel: &Release) -> anyhow::Result<crate::apply::ssa::Preview> {
+    let prepared = kube.ctx.prepare(rel).await?;
+    let objects = crate::controller::pipeline::cluster_class(&kube.ctx, sub, &prepared, namespace).await?;
+    let stage = Stage { name: crate::render::clusterstack::CLUSTER_CLASS_STAGE.into(), action: StageAction::Apply, objects };
+    Ok(Applier::new(kube.mgmt.clone(), class_options(sub, namespace)).preview(&[stage], &Inventory::default()).await)
+}
+
+fn class_options(sub: &Subscription, namespace: &str) -> ApplyOptions {
+    ApplyOptions {
+        owner: format!("{}.{namespace}.clusterclass", sub.name),
+        default_namespace: namespace.to_owned(),
+        force: sub.force,
+        prune: false,
+        ..ApplyOptions::default()
+    }
+}
+
+/// Deletes what a release's ClusterClass apply created, namespace by namespace (only objects
+/// carrying our owner label). True when nothing is left to delete.
+async fn prune_release(kube: &Kube, sub: &Subscription, tag: &str, lines: &[String]) -> bool {
+    let mut by_namespace: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in lines {
+        let ns = line.split('|').nth(2).unwrap_or_default().to_owned();
+        by_namespace.entry(ns).or_default().push(line.clone());
+    }
+    let mut clean = true;
+    for (ns, lines) in by_namespace {
+        let options = ApplyOptions { prune: true, allow_empty_prune: true, prune_limit: usize::MAX, ..class_options(sub, &ns) };
+        let result = Applier::new(kube.mgmt.clone(), options).sync(&[], &Inventory::from_lines(&lines)).await;
+        for e in result.changes.entries.iter().filter(|e| !e.is_synced()) {
+            warn!(tag, object = %e.object, "cannot prune ClusterClass object: {}", e.message);
+            clean = false;
+        }
+    }
+    clean
+}

@@ -1,0 +1,77 @@
+//! The management cluster's clients: one for requests (every request has a deadline, no
+//! retry of kube's own) and one for watches (kube's timeouts), from the target's kubeconfig
+//! or the in-cluster environment; and how a kube error reads in a message.
+
+use crate::config::KubernetesTarget;
+
+/// A kube error for a message: the API server's own message for an API error, otherwise the
+/// error with its cause (a bare "error sending request" says nothing).
+pub(crate) fn kube_error(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
+        other => crate::apply::ssa::with_causes(other),
+    }
+}
+
+/// Connects to the management cluster.
+///
+/// # Errors
+/// The kubeconfig cannot be read or the client cannot be built.
+pub async fn management_client(k: &KubernetesTarget) -> Result<kube::Client, ClientError> {
+    let mut config = management_config(k).await?;
+    // Every request has a deadline: a frozen API server fails a reconcile, it never hangs it.
+    config.read_timeout = Some(k.request_timeout);
+    config.write_timeout = Some(k.request_timeout);
+    config.connect_timeout = Some(k.request_timeout.min(std::time::Duration::from_secs(10)));
+    // kube's default retry waits out 429/503 for minutes (15 attempts, up to 1000 s apart):
+    // a failed request fails the reconcile at once, and the controller retries it with its own
+    // jittered backoff, per Cluster, without holding a worker.
+    config.default_retry = false;
+    kube::Client::try_from(config).map_err(ClientError::Build)
+}
+
+/// A client for the management cluster's watches: a watch is a long request (the server ends
+/// it after about five minutes) that may be silent for a while, so it keeps kube's own timeouts.
+///
+/// # Errors
+/// As [`management_client`].
+pub async fn management_watch_client(k: &KubernetesTarget) -> Result<kube::Client, ClientError> {
+    let config = management_config(k).await?;
+    kube::Client::try_from(config).map_err(ClientError::Build)
+}
+
+/// Why the management cluster's client could not be made. Never transient by itself: the
+/// kubeconfig (or the in-cluster environment) must change.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("reading kubeconfig {}: {source}", path.display())]
+    ReadKubeconfig {
+        path: std::path::PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("kubeconfig {}: {source}", path.display())]
+    Kubeconfig {
+        path: std::path::PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("no in-cluster config and no usable $KUBECONFIG: {0}")]
+    Infer(#[source] kube::config::InferConfigError),
+    #[error("building the client: {0}")]
+    Build(#[source] kube::Error),
+}
+
+async fn management_config(k: &KubernetesTarget) -> Result<kube::Config, ClientError> {
+    Ok(match &k.kubeconfig {
+        Some(path) => {
+            let kc =
+                kube::config::Kubeconfig::read_from(path).map_err(|source| ClientError::ReadKubeconfig { path: path.clone(), source })?;
+            let opts = kube::config::KubeConfigOptions { context: k.context.clone(), ..Default::default() };
+            kube::Config::from_custom_kubeconfig(kc, &opts)
+                .await
+                .map_err(|source| ClientError::Kubeconfig { path: path.clone(), source })?
+        }
+        None => kube::Config::infer().await.map_err(ClientError::Infer)?,
+    })
+}

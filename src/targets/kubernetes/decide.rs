@@ -1,0 +1,193 @@
+//! The pure decisions of a Cluster's sync, which `reconcile.rs` acts on: what a Cluster that is
+//! held gets; before the apply, whether the apply-started status is written and what becomes of
+//! the upgrade stages; after it, what the applier's result means for the Cluster's status and
+//! what is worth saying. Plain functions of their inputs, `now` passed in; table-tested.
+
+use std::time::Duration;
+
+use super::fail::Fail;
+use super::stages::rendered_digest;
+use super::upgrade::{self, Step};
+use crate::apply::ssa::{Stage, SyncResult};
+use crate::apply::{ChangeSet, ObjectRef};
+use crate::config::Subscription;
+use crate::controller::{Mismatch, PreparedRelease};
+use crate::model::cluster::ClusterConfig;
+use crate::release::Release;
+use crate::status::crd::{ClusterSyncStatus, UpgradeStatus};
+use crate::status::desired::{Applied, Outcome, desired, verdict};
+use crate::status::{ClusterStatus, Reason};
+
+type Now = chrono::DateTime<chrono::Utc>;
+
+/// What a sync ends with when it did not fail: the report, the `ClusterSync` status to write,
+/// and when to look again.
+#[derive(Debug)]
+pub(super) struct Done {
+    pub status: ClusterStatus,
+    pub changes: ChangeSet,
+    pub crd: ClusterSyncStatus,
+    /// Look again after this (an upgrade stage waiting), whatever the reason.
+    pub requeue: Option<Duration>,
+}
+
+/// A Cluster that is held (paused, its subscription suspended): nothing is written to it; its
+/// status says why.
+pub(super) fn held(sub: &Subscription, c: &ClusterConfig, prev: &ClusterSyncStatus, reason: Reason, message: String, now: Now) -> Done {
+    let crd = desired(prev, &Outcome::Held { reason, message: message.clone() }, now);
+    let status = ClusterStatus::failed(sub, c, None, None, reason, message);
+    Done { status, changes: ChangeSet::default(), crd, requeue: None }
+}
+
+/// The release in use no longer verifies ([`Mismatch`]): nothing is applied, the applied
+/// release and its objects stay as they are, Ready is False with the reason.
+pub(super) fn unverified_held(
+    sub: &Subscription,
+    c: &ClusterConfig,
+    rel: &Release,
+    prev: &ClusterSyncStatus,
+    m: &Mismatch,
+    now: Now,
+) -> Done {
+    let outcome = Outcome::Failed { wanted: Some(rel), reason: m.reason, message: m.message.clone(), transient: false, cause: None };
+    let crd = desired(prev, &outcome, now);
+    let mut status = ClusterStatus::failed(sub, c, Some(rel), None, m.reason, m.message.clone());
+    keep_applied(&mut status, prev);
+    Done { status, changes: ChangeSet::default(), crd, requeue: None }
+}
+
+/// An upgrade stage waits or failed: the applied release and its objects stay as they are, the
+/// status says which stage and why.
+pub(super) fn upgrade_held(sub: &Subscription, c: &ClusterConfig, rel: &Release, prev: &ClusterSyncStatus, step: Step, now: Now) -> Done {
+    let (upgrade, message, requeue, failed) = match step {
+        Step::Wait { upgrade, message, after } => (upgrade, message, Some(after), false),
+        Step::Failed { upgrade, message } => (upgrade, message, None, true),
+        Step::Done(upgrade) => (upgrade, String::new(), None, false),
+        Step::NotNeeded => (prev.upgrade.clone().unwrap_or_default(), String::new(), None, false),
+    };
+    let crd = desired(prev, &Outcome::Upgrade { release: rel, upgrade, message: message.clone(), failed }, now);
+    let reason = if failed { Reason::UpgradeFailed } else { Reason::Progressing };
+    let mut status = ClusterStatus::failed(sub, c, Some(rel), None, reason, message);
+    status.synced = prev.synced as usize;
+    status.total = prev.total as usize;
+    Done { status, changes: ChangeSet::default(), crd, requeue }
+}
+
+/// A failed status that still says what the previous one said is applied: the release and
+/// synced n/m (nothing was applied this round, so that is still what the cluster runs).
+pub(super) fn keep_applied(st: &mut ClusterStatus, prev: &ClusterSyncStatus) {
+    st.applied_release = prev.applied_release.as_ref().map(|r| crate::status::ReleaseRef {
+        tag: r.tag.clone(),
+        version: r.version.clone(),
+        commit: r.commit.clone(),
+        assets: Vec::new(),
+    });
+    st.synced = prev.synced as usize;
+    st.total = prev.total as usize;
+}
+
+/// What to do before the apply.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Before {
+    /// The digest of the rendered objects (recorded with the result).
+    pub digest: String,
+    /// The apply-started status, written before anything else when the rendered objects are
+    /// not those the status records: from the first write on, the status must not claim the
+    /// old release is in place.
+    pub progress: Option<ClusterSyncStatus>,
+    pub upgrade: Upgrade,
+}
+
+/// What becomes of the release's upgrade stages.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Upgrade {
+    /// A release change (or a first install with waits): run the stages one by one first
+    /// (`upgrade::advance`).
+    Advance,
+    /// Nothing to run: the upgrade status to record (one finished earlier; stages left
+    /// half-way, the class moved back, are abandoned and a later move starts afresh).
+    Keep(Option<UpgradeStatus>),
+}
+
+/// What to do before applying `stages` of `rel`.
+pub(super) fn before(sub: &Subscription, prev: &ClusterSyncStatus, rel: &Release, stages: &[Stage], now: Now) -> Before {
+    let digest = rendered_digest(stages.iter().flat_map(|s| &s.objects));
+    let progress = (prev.rendered_digest != digest).then(|| {
+        let objects: usize = stages.iter().map(|s| s.objects.len()).sum();
+        desired(prev, &Outcome::Started { release: rel, objects }, now)
+    });
+    let upgrade = if upgrade::needed(sub, prev, &rel.tag) {
+        Upgrade::Advance
+    } else {
+        Upgrade::Keep(prev.upgrade.clone().filter(|u| u.phase == upgrade::DONE))
+    };
+    Before { digest, progress, upgrade }
+}
+
+/// What the apply's result means.
+#[derive(Debug)]
+pub(super) struct After {
+    pub done: Done,
+    /// Objects of this release were in place with our owner label, yet the status had no
+    /// inventory: the ClusterSync was deleted (or lost). What this release has is adopted again;
+    /// what an older release had and this one dropped is not known any more, so not pruned.
+    pub inventory_lost: bool,
+    /// What drifted (`driftMode: warn`) and which objects are not synced, one line each: said
+    /// at WARN when it changed since it was last said.
+    pub said: String,
+    /// What drifted, with the fields, for the log.
+    pub drifted: Vec<(ObjectRef, Vec<String>)>,
+}
+
+/// What the applier's `result` for `prepared` means for the Cluster.
+///
+/// # Errors
+/// [`Fail::Unreachable`]: the workload cluster did not answer the first request (nothing else
+/// was sent, what is applied stays).
+#[allow(clippy::too_many_arguments)] // reason: the inputs of one decision, each used once
+pub(super) fn after(
+    sub: &Subscription,
+    c: &ClusterConfig,
+    prepared: &PreparedRelease,
+    prev: &ClusterSyncStatus,
+    result: SyncResult,
+    warnings: &[String],
+    before: Before,
+    upgraded: Option<UpgradeStatus>,
+    now: Now,
+) -> Result<After, Fail> {
+    if let Some(why) = result.unreachable {
+        return Err(Fail::Unreachable(why));
+    }
+    let rel = &prepared.release;
+    let inventory_lost = prev.inventory.is_empty()
+        && result.changes.entries.iter().any(|e| e.action == crate::apply::Action::Unchanged && e.is_release_object());
+    let mut said = String::new();
+    for (object, fields) in &result.drifted {
+        said.push_str(&format!("{object} drifted {fields:?}\n"));
+    }
+    for e in result.changes.entries.iter().filter(|e| !e.is_synced()) {
+        said.push_str(&format!("{} {}: {}\n", e.object, e.action, e.message));
+    }
+    let applied = Applied {
+        release: rel,
+        changes: &result.changes,
+        prune_paused: result.prune_paused.as_deref(),
+        transient: &result.transient,
+        unhealthy: &result.unhealthy,
+        health_timeout: sub.health_timeout,
+        warnings,
+        inventory: result.inventory.to_lines(),
+        digest: before.digest,
+        upgrade: upgraded,
+    };
+    let outcome = Outcome::Applied(applied);
+    let crd = desired(prev, &outcome, now);
+    let mut status = ClusterStatus::applied(sub, c, rel, &result.changes).with_assets(&rel.tag, &rel.commit, &prepared.assets);
+    status.decided(verdict(&outcome, prev, now));
+    let done = Done { status, changes: result.changes, crd, requeue: None };
+    Ok(After { done, inventory_lost, said, drifted: result.drifted })
+}
+
+#[cfg(test)]
+mod tests;

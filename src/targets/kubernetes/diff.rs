@@ -1,0 +1,124 @@
+//! `stacksync diff` for a Kubernetes target: for each Cluster a subscription covers (or one),
+//! what its next sync would change — rendered by the reconcile's own code, previewed with
+//! server-side dry-runs against its workload cluster, pruned against its ClusterSync's
+//! inventory. Nothing is written anywhere.
+
+use std::sync::Arc;
+
+use kube::api::{Api, DynamicObject, ListParams};
+use tracing::Instrument;
+use tracing::info_span;
+
+use super::Error;
+use super::Kube;
+use super::cluster::{subscription_for, topology_class};
+use super::reconcile::{apply_options, choose, key_of};
+use super::stages::render;
+use super::workloads::reachable;
+use crate::apply::ssa::{Applier, Inventory, Preview};
+use crate::controller::Context;
+use crate::model::ClusterKey;
+use crate::status::crd::ClusterSync;
+
+/// What the next sync of one Cluster would do.
+#[derive(Debug, Clone)]
+pub struct ClusterDiff {
+    pub cluster: ClusterKey,
+    /// The release the sync would apply.
+    pub release: Option<String>,
+    /// The release its ClusterSync says is applied.
+    pub applied: Option<String>,
+    /// Changes and objects that cannot be previewed; `None` when the Cluster could not be
+    /// looked at (`error` says why).
+    pub preview: Option<Preview>,
+    pub error: Option<String>,
+}
+
+/// Previews the next sync of every covered Cluster, or of `only`.
+///
+/// # Errors
+/// The management cluster cannot be reached or its Clusters listed.
+pub async fn diff(ctx: Arc<Context>, only: Option<&ClusterKey>) -> Result<Vec<ClusterDiff>, Error> {
+    let source_errors = ctx.poll_all().await;
+    for (source, e) in &source_errors {
+        tracing::warn!(source = %source, "{e}");
+    }
+    let kube = Kube::connect(ctx.clone()).await?;
+    let clusters: Vec<DynamicObject> = match only {
+        Some(key) => {
+            let api: Api<DynamicObject> = Api::namespaced_with(kube.mgmt.clone(), &key.namespace, &kube.clusters);
+            api.get_opt(&key.name).await.map_err(Error::ListClusters)?.into_iter().collect()
+        }
+        None => {
+            let api: Api<DynamicObject> = Api::all_with(kube.mgmt.clone(), &kube.clusters);
+            api.list(&ListParams::default()).await.map_err(Error::ListClusters)?.items
+        }
+    };
+    if let Some(key) = only
+        && clusters.is_empty()
+    {
+        return Ok(vec![failed(key.clone(), format!("Cluster {key} does not exist"))]);
+    }
+    let mut out = Vec::new();
+    // A release's ClusterClass is previewed once per namespace, with the first Cluster using it.
+    let mut classes = std::collections::BTreeSet::new();
+    for obj in &clusters {
+        let Some(key) = key_of(obj) else { continue };
+        let span = info_span!("cluster", cluster = %key);
+        if let Some(d) = one(&kube, obj, key, &mut classes).instrument(span).await {
+            out.push(d);
+        }
+    }
+    if let Some(key) = only
+        && out.is_empty()
+    {
+        return Ok(vec![failed(key.clone(), format!("no subscription covers Cluster {key}"))]);
+    }
+    Ok(out)
+}
+
+fn failed(cluster: ClusterKey, error: String) -> ClusterDiff {
+    ClusterDiff { cluster, release: None, applied: None, preview: None, error: Some(error) }
+}
+
+async fn one(
+    kube: &Kube,
+    obj: &DynamicObject,
+    key: ClusterKey,
+    classes: &mut std::collections::BTreeSet<(String, String)>,
+) -> Option<ClusterDiff> {
+    let config = kube.ctx.config();
+    let labels = obj.metadata.labels.clone().unwrap_or_default();
+    let class = topology_class(&obj.data);
+    let (sub, c) = subscription_for(&config, &key, &labels, class.as_deref())?;
+    let c = kube.with_live_objects(obj, c).await;
+    let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &key.namespace);
+    let previous = match syncs.get_opt(&key.name).await {
+        Ok(p) => p.and_then(|p| p.status).unwrap_or_default(),
+        Err(e) => return Some(failed(key, format!("cannot read its ClusterSync: {}", super::client::kube_error(&e)))),
+    };
+    let applied = previous.applied_release.as_ref().map(|r| r.tag.clone());
+    let mut d = ClusterDiff { cluster: key, release: None, applied, preview: None, error: None };
+    let result = async {
+        let rel = choose(kube, sub, class.as_deref()).await.map_err(|f| f.to_string())?;
+        d.release = Some(rel.tag.clone());
+        let prepared = kube.ctx.prepare(&rel).await.map_err(|e| e.to_string())?;
+        let rendered = render(kube, sub, &prepared, &c).await.map_err(|e| e.to_string())?;
+        let super::Workload { client, discovery, .. } = kube.workload(&c).await.map_err(|e| e.to_string())?;
+        reachable(&client).await.map_err(|e| e.to_string())?;
+        let applier = Applier::new(client, apply_options(&kube.target(), sub, &c)).with_discovery(discovery);
+        let mut preview = applier.preview(&rendered.stages, &Inventory::from_lines(&previous.inventory)).await;
+        if sub.format == crate::config::Format::ClusterStack && classes.insert((c.namespace.clone(), rel.tag.clone())) {
+            // The ClusterClass this release needs in the Cluster's namespace (management cluster).
+            let class = super::classes::preview(kube, sub, &c.namespace, &rel).await.map_err(|e| format!("{e:#}"))?;
+            preview.changes.splice(0..0, class.changes);
+            preview.failures.extend(class.failures);
+        }
+        Ok::<_, String>(preview)
+    };
+    match result.await {
+        Ok(p) => d.preview = Some(p),
+        Err(e) => d.error = Some(e),
+    }
+    Some(d)
+}

@@ -1,0 +1,132 @@
+//! Why a Cluster's sync ended before its objects were in place, typed until its `ClusterSync`
+//! is written: the reconcile turns a [`Fail`] into the status's reason, message and
+//! `Stalled`/`Reconciling` there, and into the controller's [`super::Error::Sync`] (with the
+//! stage's error as its source) when it is retried.
+
+use std::sync::Arc;
+
+use super::client::kube_error;
+use super::stages::StagesError;
+use super::workloads::WorkloadError;
+use crate::controller::PrepareError;
+use crate::status::Reason;
+
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Fail {
+    #[error("control plane is not ready yet")]
+    ControlPlaneNotReady,
+    /// The Cluster's class names a release whose signature was refused.
+    #[error("{message}; what the Cluster has stays")]
+    ClassRefused { message: String },
+    /// The Cluster's class names no release the source offers or the cache holds.
+    #[error("{0}; what the Cluster has stays")]
+    ClassUnknown(#[source] crate::release::ClassError),
+    /// No release fits the subscription: nothing matches until a source offers another tag or
+    /// the config another constraint (both bring the Cluster back).
+    #[error("{0}")]
+    Select(#[source] crate::release::Error),
+    /// The release could not be prepared: transient (the source or the cache volume may come
+    /// back) is `ReleaseUnavailable`; anything else needs a change.
+    #[error("{0}")]
+    Prepare(#[source] Arc<PrepareError>),
+    #[error("{0}")]
+    Stages(#[source] StagesError),
+    #[error("{0}")]
+    Workload(#[source] WorkloadError),
+    /// The workload cluster did not answer the sync's first request: nothing was sent.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The sync ran, and the Cluster is not ready for a reason that is no failure of a step
+    /// (objects failed to apply, not healthy yet): retried soon.
+    #[error("{message}")]
+    NotReady { reason: Reason, message: String },
+    /// The apply-started status could not be written (for this release tag): nothing was
+    /// applied, and no other status is written this round.
+    #[error("cannot record that the apply of {tag} started: {}", kube_error(.source))]
+    Unrecorded {
+        tag: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl Fail {
+    /// The reason the Cluster's status gets.
+    pub(super) fn reason(&self) -> Reason {
+        match self {
+            Fail::ControlPlaneNotReady => Reason::ControlPlaneNotReady,
+            Fail::ClassRefused { .. } => Reason::SignatureInvalid,
+            Fail::ClassUnknown(_) | Fail::Select(_) => Reason::ReleaseNotAvailable,
+            Fail::Prepare(e) => e.status_reason(),
+            Fail::Stages(e) => e.reason(),
+            Fail::Workload(e) => e.reason(),
+            Fail::Unreachable(_) => Reason::ClusterUnreachable,
+            Fail::NotReady { reason, .. } => *reason,
+            Fail::Unrecorded { .. } => Reason::TransientError,
+        }
+    }
+
+    /// Whether to retry soon (Reconciling) rather than wait for a change (Stalled).
+    pub(super) fn is_transient(&self) -> bool {
+        match self {
+            Fail::ClassRefused { .. } | Fail::ClassUnknown(_) | Fail::Select(_) => false,
+            Fail::Prepare(e) => e.is_transient(),
+            Fail::Stages(e) => e.is_transient(),
+            Fail::ControlPlaneNotReady | Fail::Workload(_) | Fail::Unreachable(_) | Fail::NotReady { .. } | Fail::Unrecorded { .. } => true,
+        }
+    }
+
+    /// The error's own stable reason, for the `Stalled` condition of a permanent failure.
+    pub(super) fn cause(&self) -> Option<&'static str> {
+        match self {
+            Fail::Select(e) => Some(e.reason()),
+            Fail::Prepare(e) => Some(e.reason()),
+            Fail::Stages(e) => e.kind(),
+            _ => None,
+        }
+    }
+
+    /// The stage's error itself, kept as the controller error's source.
+    pub(super) fn into_source(self) -> Option<Arc<dyn std::error::Error + Send + Sync>> {
+        match self {
+            Fail::Prepare(e) => Some(e),
+            Fail::Select(e) => Some(Arc::new(e)),
+            Fail::ClassUnknown(e) => Some(Arc::new(e)),
+            Fail::Stages(e) => Some(Arc::new(e)),
+            Fail::Workload(e) => Some(Arc::new(e)),
+            Fail::Unrecorded { source, .. } => Some(Arc::new(source)),
+            Fail::ControlPlaneNotReady | Fail::ClassRefused { .. } | Fail::Unreachable(_) | Fail::NotReady { .. } => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_failure_has_its_reason_and_retry() {
+        let not_ready = Fail::NotReady { reason: Reason::Unhealthy, message: "m".into() };
+        let table = [
+            (Fail::ControlPlaneNotReady, Reason::ControlPlaneNotReady, true, "control plane is not ready yet"),
+            (
+                Fail::ClassRefused { message: "v2 is unsigned".into() },
+                Reason::SignatureInvalid,
+                false,
+                "v2 is unsigned; what the Cluster has stays",
+            ),
+            (Fail::Unreachable("no answer".into()), Reason::ClusterUnreachable, true, "no answer"),
+            (not_ready, Reason::Unhealthy, true, "m"),
+            (
+                Fail::Workload(WorkloadError::SecretMissing { secret: "ns/c-kubeconfig".into() }),
+                Reason::KubeconfigMissing,
+                true,
+                "Secret ns/c-kubeconfig does not exist yet",
+            ),
+            (Fail::Prepare(Arc::new(PrepareError::UnknownSource("s".into()))), Reason::ReleaseRefused, false, "unknown source `s`"),
+        ];
+        for (fail, reason, transient, message) in table {
+            assert_eq!((fail.reason(), fail.is_transient(), fail.to_string()), (reason, transient, message.to_owned()), "{fail:?}");
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! The Kubernetes target as a controller: every Cluster API `Cluster` a subscription covers is
+//! reconciled on its own — when it changes, when its kubeconfig Secret changes, when its
+//! `ClusterSync` asks for it, when what the sources offer changes, and every `resync`. A
+//! reconcile gives the Cluster the release its ClusterClass names (cluster stacks) or the
+//! subscription's newest allowed release, applies it to the workload cluster through its
+//! `<cluster>-kubeconfig` Secret with server-side apply, and records a `ClusterSync`.
+//!
+//! `classes.rs` keeps each offered release's ClusterClass in every namespace with a subscribed
+//! Cluster, and prunes those no longer offered nor used; `reconcile.rs` is the per-Cluster work;
+//! `run.rs` wires it on `kube::runtime::Controller` (the daemon) or runs it once per Cluster
+//! (`run --once`); `status.rs` builds and writes `ClusterSync` / `StackRelease`.
+//!
+//! The state a reconcile keeps between Clusters is [`Kube`]; each of its caches is a small type
+//! of its own: `workloads.rs` (workload clients), `references.rs` (the objects a Cluster
+//! references), `manifests.rs` (manifest releases read once), `classes.rs` (ClusterClasses
+//! applied), `stackrelease.rs` (`StackRelease`s recorded), `warnings.rs` (warnings said once),
+//! `attempts.rs` (backoff counts). `client.rs` builds the management cluster's clients,
+//! `cluster.rs` reads a `Cluster` (pure), `error.rs` is what a reconcile can fail at.
+
+use std::sync::Arc;
+
+use kube::api::{ApiResource, GroupVersionKind};
+
+mod attempts;
+mod classes;
+mod client;
+mod cluster;
+mod decide;
+mod diff;
+mod error;
+mod events;
+mod fail;
+pub mod hook;
+mod manifests;
+mod reconcile;
+mod references;
+mod render;
+mod rollout;
+mod rollup;
+mod run;
+mod stackrelease;
+mod stages;
+mod status;
+mod telemetry;
+mod upgrade;
+mod warnings;
+pub mod workload;
+mod workloads;
+
+pub(crate) use client::kube_error;
+pub use client::{ClientError, management_client, management_watch_client};
+pub use cluster::{PAUSED_ANNOTATION, is_paused, subscription_for, topology_class};
+pub use diff::{ClusterDiff, diff};
+pub use error::Error;
+pub use render::render;
+pub use rollout::{Health, judge, plan, request as request_rollout};
+pub use run::{SHARD_LABEL, pass, request_reconcile, run};
+pub use warnings::REPEAT_WARNING;
+pub use workloads::{REACHABLE_TIMEOUT, Workload};
+
+use crate::apply::ssa;
+use crate::config::{Config, KubernetesTarget, Subscription, Target};
+use crate::controller::Context;
+use crate::model::ClusterKey;
+use crate::model::cluster::ClusterConfig;
+
+/// The field manager of every write, objects and status alike.
+pub const MANAGER: &str = ssa::FIELD_MANAGER;
+/// The label Cluster API puts on a Cluster's Secrets.
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+
+/// The Kubernetes half of the long-lived context: the management client, Cluster API's
+/// `Cluster` resource as discovered once, and what is kept between reconciles, each concern its
+/// own type.
+pub struct Kube {
+    pub ctx: Arc<Context>,
+    pub mgmt: kube::Client,
+    /// The management cluster for watches (no per-request deadline: a watch is long and may be
+    /// quiet).
+    pub watch: kube::Client,
+    /// `cluster.x-k8s.io` `Cluster` at the newest version the management cluster serves.
+    pub clusters: ApiResource,
+    /// Kinds the management cluster serves, as found by the ClusterClass applies.
+    pub mgmt_discovery: ssa::Discovery,
+    /// Workload clients by Cluster (bounded in number and age) and what each Cluster keeps
+    /// between reconciles.
+    workloads: workloads::Workloads,
+    /// The last warning of each kind said about a Cluster: a failure that repeats every resync
+    /// is said at WARN when it changes and once an hour, at DEBUG otherwise.
+    warnings: warnings::Warnings,
+    /// Failed reconciles in a row, by Cluster.
+    attempts: attempts::Attempts,
+    classes: classes::Classes,
+    /// Manifest releases whose StackRelease this process has recorded.
+    recorded: stackrelease::Recorded,
+    /// Manifest releases read and parsed once, not once per Cluster.
+    manifests: manifests::KeptManifests,
+    /// Kubernetes Events on ClusterSyncs and StackReleases.
+    events: events::Events,
+    /// Rollouts: the Kubernetes version of a release, read once per process.
+    kubernetes_versions: rollout::KubernetesVersions,
+    /// The objects a Cluster references (control plane, infrastructure cluster).
+    references: references::References,
+}
+
+impl Kube {
+    /// Connects to the management cluster and discovers Cluster API's `Cluster` (v1beta2, else
+    /// v1beta1).
+    ///
+    /// # Errors
+    /// The client cannot be built, the server does not answer (`Discovery`, transient), or it
+    /// serves no `Cluster` (`ClusterApiMissing`).
+    pub async fn connect(ctx: Arc<Context>) -> Result<Arc<Kube>, Error> {
+        let config = ctx.config();
+        let k = target(&config);
+        let mgmt = management_client(&k).await.map_err(Error::ManagementClient)?;
+        let watch = management_watch_client(&k).await.map_err(Error::ManagementClient)?;
+        let clusters = cluster_resource(&mgmt).await?;
+        tracing::info!(version = %clusters.version, "Cluster API found");
+        Ok(Arc::new(Kube {
+            ctx,
+            watch,
+            clusters,
+            mgmt_discovery: ssa::Discovery::default(),
+            workloads: Default::default(),
+            warnings: Default::default(),
+            attempts: Default::default(),
+            classes: Default::default(),
+            recorded: Default::default(),
+            manifests: Default::default(),
+            events: events::Events::new(mgmt.clone()),
+            kubernetes_versions: Default::default(),
+            references: Default::default(),
+            mgmt,
+        }))
+    }
+
+    fn target(&self) -> KubernetesTarget {
+        target(&self.ctx.config())
+    }
+
+    /// A client of the workload cluster for this reconcile ([`workloads::Workloads::get`]).
+    async fn workload(&self, c: &ClusterConfig) -> Result<Workload, workloads::WorkloadError> {
+        self.workloads.get(&self.mgmt, c, self.target().request_timeout).await
+    }
+
+    /// `c` with the live objects cluster-stack values templates read
+    /// ([`references::References::with_live_objects`]).
+    async fn with_live_objects(&self, obj: &kube::api::DynamicObject, c: ClusterConfig) -> ClusterConfig {
+        self.references.with_live_objects(&self.mgmt, obj, c).await
+    }
+
+    /// Forgets what is kept for a Cluster that is gone.
+    fn forget(&self, key: &ClusterKey) {
+        self.warnings.forget(key);
+        self.workloads.forget(key);
+        self.attempts.succeeded(key);
+    }
+}
+
+/// The Kubernetes target of a config (defaults for a directory target).
+fn target(config: &Config) -> KubernetesTarget {
+    match &config.target {
+        Target::Kubernetes(k) => k.clone(),
+        Target::Directory(_) => KubernetesTarget::default(),
+    }
+}
+
+/// `cluster.x-k8s.io` `Cluster` at the newest version the management cluster serves. A server
+/// that does not answer is a `Discovery` error, never "Cluster API is not installed".
+async fn cluster_resource(mgmt: &kube::Client) -> Result<ApiResource, Error> {
+    let groups = mgmt.list_api_groups().await.map_err(Error::Discovery)?;
+    let Some(group) = groups.groups.iter().find(|g| g.name == "cluster.x-k8s.io") else { return Err(Error::ClusterApiMissing) };
+    for version in ["v1beta2", "v1beta1"] {
+        if !group.versions.iter().any(|v| v.version == version) {
+            continue;
+        }
+        let resources = mgmt.list_api_group_resources(&format!("cluster.x-k8s.io/{version}")).await.map_err(Error::Discovery)?;
+        if let Some(r) = resources.resources.iter().find(|r| r.kind == "Cluster" && !r.name.contains('/')) {
+            return Ok(ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("cluster.x-k8s.io", version, "Cluster"), &r.name));
+        }
+    }
+    Err(Error::ClusterApiMissing)
+}
+
+/// The owner of the objects applied for one cluster and subscription (the applier makes it
+/// label-safe).
+fn owner_id(sub: &Subscription, c: &ClusterConfig) -> String {
+    format!("{}.{}.{}", sub.name, c.namespace, c.name)
+}

@@ -1,0 +1,421 @@
+//! One Cluster's reconcile: match its subscription (pure), choose its release (the one its
+//! ClusterClass names, or the newest allowed), render, apply to the workload cluster, write its
+//! `ClusterSync`. Idempotent: a second reconcile with nothing changed makes reads and dry-runs
+//! only. Cancellation-safe in the applier's sense: a dropped reconcile leaves the ClusterSync
+//! saying `Reconciling` (written before the first object changes), and the next one completes.
+
+use std::time::Duration;
+
+use kube::api::{Api, DynamicObject};
+use kube::runtime::controller::Action;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::client::kube_error;
+use super::cluster::{control_plane_ready, is_paused, subscription_for, topology_class};
+use super::decide::{self, Done, keep_applied};
+use super::fail::Fail;
+use super::stages::{self, Rendered};
+use super::status::{Owner, write_cluster_sync};
+use super::{Error, Kube, owner_id};
+use crate::apply::ChangeSet;
+use crate::apply::ssa::{Applier, ApplyOptions, Inventory};
+use crate::config::{Format, KubernetesTarget, Subscription};
+use crate::controller::{ClusterReport, PreparedRelease};
+use crate::model::ClusterKey;
+use crate::model::cluster::ClusterConfig;
+use crate::release::{self, Release, short};
+use crate::status::crd::{ClusterSync, ClusterSyncStatus, RECONCILE_REQUESTED_AT};
+use crate::status::desired::{Outcome, desired};
+use crate::status::{ClusterStatus, Reason};
+
+/// How soon a Cluster whose objects are still rolling out is looked at again.
+pub(super) const HEALTH_RECHECK: Duration = Duration::from_secs(5);
+
+/// What a reconcile did: the report for `run --once`, and when to look at the Cluster again or
+/// the error that decides it (transient: retried with backoff).
+pub(super) struct Reconciled {
+    pub report: ClusterReport,
+    pub outcome: Result<Action, Error>,
+    /// What the ClusterSync's `Stalled` condition says (the metrics' `stalled` result).
+    pub stalled: bool,
+}
+
+/// Reconciles one Cluster. `Ok(None)`: no subscription covers it (or its source was never
+/// polled yet: the first poll's publication brings it back).
+///
+/// # Errors
+/// The ClusterSync could not be read, or the apply-started status could not be written (nothing
+/// else is done then). Every other failure is written to the ClusterSync and returned in
+/// [`Reconciled::outcome`]; a final status write that fails is returned there too (with the
+/// report of what was done), and the controller retries until it lands.
+pub(super) async fn reconcile(kube: &Kube, obj: &DynamicObject) -> Result<Option<Reconciled>, Error> {
+    let config = kube.ctx.config();
+    let key = ClusterKey::new(obj.metadata.namespace.clone().unwrap_or_default(), obj.metadata.name.clone().unwrap_or_default());
+    let labels = obj.metadata.labels.clone().unwrap_or_default();
+    let class = topology_class(&obj.data);
+    let Some((sub, c)) = subscription_for(&config, &key, &labels, class.as_deref()) else { return Ok(None) };
+    if !kube.ctx.polled(&sub.source) {
+        return Ok(None);
+    }
+    let span = info_span!("cluster", cluster = %key, subscription = %sub.name);
+    reconcile_in(kube, obj, key, sub, c, class).instrument(span).await
+}
+
+async fn reconcile_in(
+    kube: &Kube,
+    obj: &DynamicObject,
+    key: ClusterKey,
+    sub: &Subscription,
+    c: ClusterConfig,
+    class: Option<String>,
+) -> Result<Option<Reconciled>, Error> {
+    let k = kube.target();
+
+    let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &key.namespace);
+    let previous = syncs.get_opt(&key.name).await.map_err(|source| Error::ReadStatus { cluster: key.clone(), source })?;
+    let prev_status = previous.as_ref().and_then(|p| p.status.clone()).unwrap_or_default();
+    let requested = previous
+        .as_ref()
+        .and_then(|p| p.metadata.annotations.as_ref())
+        .and_then(|a| a.get(RECONCILE_REQUESTED_AT))
+        .cloned()
+        .or_else(|| prev_status.last_handled_reconcile_at.clone());
+    let api_version = format!("{}/{}", kube.clusters.group, kube.clusters.version);
+    let owner =
+        Owner { api_version: &api_version, uid: obj.metadata.uid.as_deref(), exists: previous.is_some(), written: Default::default() };
+
+    let c = kube.with_live_objects(obj, c).await;
+
+    let newest = kube.ctx.offered(sub).await.into_iter().next().map(|r| r.tag);
+    let selected_by = if follows_class(sub, class.as_deref()) { "class" } else { "subscription" };
+    let stamp = |mut s: ClusterSyncStatus| {
+        s.class.clone_from(&class);
+        s.selected_by = Some(selected_by.to_owned());
+        s.newest_available.clone_from(&newest);
+        s.last_handled_reconcile_at.clone_from(&requested);
+        s
+    };
+    let outcome = sync(kube, sub, &c, obj, class.as_deref(), &prev_status, &owner).await;
+    if let Err(Fail::Unrecorded { tag, source }) = outcome {
+        // The management cluster refused the apply-started status: the ClusterSync still says
+        // what is true (nothing was applied). An Event says why, the metrics count the error,
+        // and the controller retries with backoff.
+        let uid = previous.as_ref().and_then(|p| p.metadata.uid.clone());
+        kube.events.cluster_sync(&key.namespace, &key.name, uid, vec![super::events::progress_unrecorded(&tag, &kube_error(&source))]);
+        return Err(Error::WriteProgress { cluster: key, tag, source });
+    }
+    let (status, changes, crd, action, failure) = match outcome {
+        Ok(done) => {
+            let action = match done.status.reason {
+                _ if done.requeue.is_some() => Action::requeue(done.requeue.unwrap_or(HEALTH_RECHECK)),
+                _ if done.status.ready => Action::requeue(k.resync),
+                // Rolling out: look again soon, without counting it as a failure.
+                Reason::Progressing => Action::requeue(HEALTH_RECHECK),
+                _ => Action::requeue(k.not_ready_retry.min(k.resync)),
+            };
+            let quiet = matches!(
+                done.status.reason,
+                Reason::Paused
+                    | Reason::Suspended
+                    | Reason::Progressing
+                    | Reason::Unhealthy
+                    | Reason::TagRefused
+                    | Reason::PinMismatch
+                    | Reason::SignatureInvalid
+            );
+            let failure =
+                (!done.status.ready && !quiet).then(|| Fail::NotReady { reason: done.status.reason, message: done.status.message.clone() });
+            (done.status, done.changes, done.crd, action, failure)
+        }
+        Err(fail) => {
+            // The one place a failed step becomes the status's reason and message.
+            let (reason, message, transient) = (fail.reason(), fail.to_string(), fail.is_transient());
+            let outcome = Outcome::Failed { wanted: None, reason, message: message.clone(), transient, cause: fail.cause() };
+            let crd = desired(&prev_status, &outcome, chrono::Utc::now());
+            let mut st = ClusterStatus::failed(sub, &c, None, None, reason, message);
+            keep_applied(&mut st, &prev_status);
+            // What needs a change is looked at again at the resync (the watches bring it back
+            // sooner: a Cluster edit, its Secret, a new release, a new config); the rest soon.
+            let action = if transient { Action::requeue(k.not_ready_retry) } else { Action::requeue(k.resync) };
+            (st, ChangeSet::default(), crd, action, Some(fail))
+        }
+    };
+    let next = stamp(crd);
+    let stalled = next.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == "True");
+    let events = super::events::for_cluster_sync(&prev_status, &next, changes.writes(), &changes.summary());
+    // Retried a few times here; past that the reconcile fails and the controller retries it
+    // with backoff until the status lands (the apply-started status says the truth meanwhile).
+    // The ClusterSync as this reconcile last wrote it, if it did: not created a second time.
+    let latest = owner.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    let latest = latest.as_ref().or(previous.as_ref());
+    let written = super::status::retried(|| write_cluster_sync(&syncs, sub, &c, &owner, latest, next.clone(), k.resync / 2)).await;
+    let uid = match written {
+        Ok(uid) => uid,
+        Err(source) => {
+            // What was done is reported (`run --once` counts it), but not as ready: the record
+            // is not written. The apply-started status written before says the truth meanwhile.
+            let error = Error::WriteStatus { cluster: key, source };
+            let mut status = status;
+            status.ready = false;
+            status.reason = Reason::TransientError;
+            status.message = format!("{error}; retried with backoff");
+            let report = ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes };
+            return Ok(Some(Reconciled { report, outcome: Err(error), stalled }));
+        }
+    };
+    kube.events.cluster_sync(&key.namespace, &key.name, uid, events);
+    let report = ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes };
+    let outcome = match failure {
+        Some(f) if f.is_transient() => {
+            let (reason, message) = (f.reason(), f.to_string());
+            Err(Error::Sync { cluster: key, reason, message, transient: true, source: f.into_source() })
+        }
+        _ => Ok(action),
+    };
+    Ok(Some(Reconciled { report, outcome, stalled }))
+}
+
+/// Everything between reading the previous status and writing the new one.
+async fn sync(
+    kube: &Kube,
+    sub: &Subscription,
+    c: &ClusterConfig,
+    obj: &DynamicObject,
+    class: Option<&str>,
+    prev: &ClusterSyncStatus,
+    owner: &Owner<'_>,
+) -> Result<Done, Fail> {
+    let hold = |reason: Reason, message: String| decide::held(sub, c, prev, reason, message, chrono::Utc::now());
+    if is_paused(obj) {
+        info!("Cluster is paused; nothing is written to it");
+        return Ok(hold(Reason::Paused, "the Cluster is paused (spec.paused or cluster.x-k8s.io/paused); nothing is written".into()));
+    }
+    if sub.suspend {
+        return Ok(hold(Reason::Suspended, format!("subscription {} is suspended (suspend: true); nothing is written", sub.name)));
+    }
+    if !control_plane_ready(&obj.data) {
+        if sub.format == Format::ClusterStack {
+            // Cluster API makes a topology Cluster's control plane from its ClusterClass: the
+            // namespace's ClusterClasses go in before that control plane can ever be ready.
+            let mut releases = kube.ctx.offered(sub).await;
+            if let Ok(rel) = choose(kube, sub, class).await
+                && !releases.iter().any(|r| r.tag == rel.tag)
+            {
+                releases.push(rel);
+            }
+            kube.classes.ensure(kube, sub, &c.namespace, &releases).await;
+        }
+        info!("control plane is not ready yet");
+        return Err(Fail::ControlPlaneNotReady);
+    }
+
+    let rel = choose(kube, sub, class).await?;
+    let prepared = kube.ctx.prepare(&rel).await.map_err(Fail::Prepare)?;
+    let rspan = info_span!("release", tag = %rel.tag, commit = %short(&rel.commit));
+    apply_release(kube, sub, c, rel, prepared, prev, owner).instrument(rspan).await
+}
+
+/// Applies a prepared release to the Cluster: the doer of [`decide`]'s decisions (render, the
+/// ClusterClasses, the workload client, the apply-started status, the upgrade stages, the
+/// apply), and what is said about it.
+async fn apply_release(
+    kube: &Kube,
+    sub: &Subscription,
+    c: &ClusterConfig,
+    rel: Release,
+    prepared: PreparedRelease,
+    prev: &ClusterSyncStatus,
+    owner: &Owner<'_>,
+) -> Result<Done, Fail> {
+    let started = std::time::Instant::now();
+    let k = &kube.target();
+    let label = format!("{}/{}", c.namespace, c.name);
+    if let Some(m) = &prepared.unverified {
+        // Accepted earlier, refused now (a moved tag, a pin that no longer matches): a person
+        // must decide. Nothing is applied, nothing rolled back; the status says why.
+        warn!(cluster = %label, reason = m.reason.as_str(), "{}", m.message);
+        return Ok(decide::unverified_held(sub, c, &rel, prev, m, chrono::Utc::now()));
+    }
+    let Rendered { stages, warnings } = stages::render(kube, sub, &prepared, c).await.map_err(Fail::Stages)?;
+    for w in &warnings {
+        warn!(cluster = %label, "values template: {w}");
+    }
+    if sub.format == Format::ClusterStack {
+        let mut releases = kube.ctx.offered(sub).await;
+        if !releases.iter().any(|r| r.tag == rel.tag) {
+            releases.push(rel.clone());
+        }
+        kube.classes.ensure(kube, sub, &c.namespace, &releases).await;
+    }
+    let key = ClusterKey::new(&c.namespace, &c.name);
+    let super::Workload { client, discovery } = match kube.workload(c).await {
+        Ok(workload) => workload,
+        Err(e) => {
+            let message = e.to_string();
+            if kube.warnings.worth(&key, "client", &message) {
+                warn!("{message}");
+            } else {
+                debug!("{message} (unchanged since the last warning)");
+            }
+            return Err(Fail::Workload(e));
+        }
+    };
+    let before = decide::before(sub, prev, &rel, &stages, chrono::Utc::now());
+    if let Some(st) = before.progress.clone() {
+        let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &c.namespace);
+        // Retried a few times; when it cannot be written, nothing is applied this round: the
+        // status must never claim the old release while the new one goes in.
+        if let Err(e) = super::status::retried(|| super::status::write_progress(&syncs, sub, c, owner, st.clone())).await {
+            warn!(error = %kube_error(&e), "cannot record that the apply of {} started; nothing is applied this round", rel.tag);
+            return Err(Fail::Unrecorded { tag: rel.tag.clone(), source: e });
+        }
+    }
+    let options = apply_options(k, sub, c);
+    let upgraded = match &before.upgrade {
+        // A release change runs the new release's upgrade stages first, a first install its
+        // stages with waits one by one (`upgrade.rs`).
+        decide::Upgrade::Advance => match super::upgrade::advance(kube, sub, c, &prepared, &client, options.clone(), prev).await {
+            super::upgrade::Step::Done(u) => Some(u),
+            super::upgrade::Step::NotNeeded => prev.upgrade.clone(),
+            step => {
+                let held = decide::upgrade_held(sub, c, &rel, prev, step, chrono::Utc::now());
+                info!("{}", held.status.message);
+                return Ok(held);
+            }
+        },
+        decide::Upgrade::Keep(u) => u.clone(),
+    };
+    let applier = Applier::new(client, options).with_discovery(discovery);
+    let result = applier.sync(&stages, &Inventory::from_lines(&prev.inventory)).await;
+    let after = decide::after(sub, c, &prepared, prev, result, &warnings, before, upgraded, chrono::Utc::now())?;
+    if after.inventory_lost {
+        warn!(
+            cluster = %label,
+            owner = %crate::apply::ssa::owner_label_value(&owner_id(sub, c)),
+            "the ClusterSync had no inventory but this release's objects were already in place: the inventory was lost; objects an earlier release dropped are not pruned (find them by the label stacksync.io/owner)"
+        );
+    }
+    say(kube, &key, &label, &after);
+    let Done { status: st, crd, .. } = &after.done;
+    // The one line per Cluster and pass at INFO (per-object lines are DEBUG): the release is
+    // in the span, the counts by action and the time here.
+    info!(ready = st.ready, duration_ms = started.elapsed().as_millis() as u64, "synced: {}", after.done.changes.summary());
+    if sub.format == Format::Manifests {
+        kube.ctx.adopt(sub, &rel).await;
+        if kube.recorded.first(&sub.name, &rel) {
+            let signed = (&prepared.assets[..], prepared.signed_by.as_deref());
+            super::stackrelease::record_release(&kube.mgmt, &kube.events, sub, &rel, signed, true, None).await;
+        }
+    }
+    if crd.entries_truncated > 0 {
+        // A cap that changes what a user sees: said where the operator looks.
+        warn!(
+            cluster = %label,
+            cap = crate::status::crd::MAX_ENTRIES,
+            more = crd.entries_truncated,
+            "the ClusterSync lists the first {} objects that are not synced; {} more are only counted (status.entriesTruncated)",
+            crate::status::crd::MAX_ENTRIES,
+            crd.entries_truncated
+        );
+    }
+    Ok(after.done)
+}
+
+/// Says what drifted and which objects are not synced: at WARN when it changed, and once an
+/// hour while it stays the same (at DEBUG on the resyncs in between): a failure every resync is
+/// not a new line at the same level every ten minutes, forever.
+fn say(kube: &Kube, key: &ClusterKey, label: &str, after: &decide::After) {
+    let unsynced = || after.done.changes.entries.iter().filter(|e| !e.is_synced());
+    if after.said.is_empty() {
+        kube.warnings.cleared(key, "objects");
+    } else if kube.warnings.worth(key, "objects", &after.said) {
+        for (object, fields) in &after.drifted {
+            warn!(cluster = %label, object = %object, fields = %fields.join(", "), "drifted (driftMode: warn; not corrected)");
+        }
+        for e in unsynced() {
+            warn!(cluster = %label, object = %e.object, "{}: {}", e.action, e.message);
+        }
+    } else {
+        for (object, fields) in &after.drifted {
+            debug!(cluster = %label, object = %object, fields = %fields.join(", "), "drifted (driftMode: warn; not corrected; unchanged since the last warning)");
+        }
+        for e in unsynced() {
+            debug!(cluster = %label, object = %e.object, "{}: {} (unchanged since the last warning)", e.action, e.message);
+        }
+    }
+}
+
+/// How a Cluster's objects are applied (the sync and `stacksync diff` alike).
+pub(super) fn apply_options(k: &KubernetesTarget, sub: &Subscription, c: &ClusterConfig) -> ApplyOptions {
+    ApplyOptions {
+        owner: owner_id(sub, c),
+        force: sub.force,
+        drift: k.drift_mode,
+        prune_limit: k.prune_limit,
+        allow_empty_prune: k.allow_empty_prune,
+        default_namespace: if sub.format == Format::ClusterStack { "kube-system".into() } else { "default".into() },
+        take_back_from: k.take_back_from.clone(),
+        request_timeout: k.request_timeout,
+        // No `GET /version` first: the sync's first request is the reachability check.
+        reach_within: Some(super::REACHABLE_TIMEOUT),
+        ..ApplyOptions::default()
+    }
+}
+
+/// True when the Cluster's class names its release (the first arm of [`choose`], which must agree).
+fn follows_class(sub: &Subscription, class: Option<&str>) -> bool {
+    matches!((sub.format, &sub.stack, class), (Format::ClusterStack, Some(_), Some(_)))
+}
+
+/// The release a Cluster runs: for a cluster stack with a topology class, the release the class
+/// names (it must be offered or still cached); otherwise the subscription's newest allowed.
+pub(super) async fn choose(kube: &Kube, sub: &Subscription, class: Option<&str>) -> Result<Release, Fail> {
+    match (sub.format, &sub.stack, class) {
+        (Format::ClusterStack, Some(stack), Some(class)) => {
+            let (_, known) = kube.ctx.tags(sub).await;
+            match release::for_class(&sub.source, class, stack, &known) {
+                Ok(rel) => Ok(rel),
+                // The class names a release whose signature was refused: say so, not "unknown".
+                Err(_) if let Some(r) = kube.ctx.signature_refusals(sub).await.remove(class) => {
+                    warn!("the Cluster's class names {class}: {}; what the Cluster has stays", r.message);
+                    Err(Fail::ClassRefused { message: r.message })
+                }
+                Err(e) => {
+                    warn!("{e}; what the Cluster has stays");
+                    Err(Fail::ClassUnknown(e))
+                }
+            }
+        }
+        _ => match kube.ctx.select(sub).await {
+            Ok(s) => Ok(s.release),
+            // Nothing matches until a source offers another tag or the config another
+            // constraint: both bring the Cluster back (Stalled meanwhile).
+            Err(e) => Err(Fail::Select(e)),
+        },
+    }
+}
+
+/// When to retry a failed reconcile: jittered exponential backoff per Cluster for what may pass
+/// by itself, the resync period for what needs a change (then Stalled).
+pub(super) fn retry_after(kube: &Kube, key: &ClusterKey, error: &Error) -> Duration {
+    let attempt = kube.attempts.failed(key);
+    if error.is_transient() { crate::schedule::jittered(crate::schedule::backoff(attempt)) } else { kube.target().resync }
+}
+
+/// The ClusterSync of a Cluster that is gone, and what is kept for it, are removed. The
+/// ownerReference does the same on a real API server; this covers servers without garbage
+/// collection and Clusters deleted while stacksync was not running.
+pub(super) async fn forget(kube: &Kube, key: &ClusterKey) {
+    kube.forget(key);
+    let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &key.namespace);
+    match syncs.delete(&key.name, &Default::default()).await {
+        Ok(_) => info!(cluster = %key, "Cluster deleted; its ClusterSync is removed"),
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => warn!(cluster = %key, error = %kube_error(&e), "cannot remove the ClusterSync of a deleted Cluster"),
+    }
+}
+
+/// Whether an object is a Cluster API Cluster this process may care about (has a name).
+pub(super) fn key_of(obj: &DynamicObject) -> Option<ClusterKey> {
+    Some(ClusterKey::new(obj.metadata.namespace.clone()?, obj.metadata.name.clone()?))
+}

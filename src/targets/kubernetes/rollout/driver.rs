@@ -1,0 +1,459 @@
+//! The rollout driver: reads the fleet (Clusters, ClusterSyncs, the running wave's control
+//! planes, StackReleases), asks [`super::plan`] what to do, and does it — edits Clusters'
+//! classes, writes `status.rollout`, publishes Events and metrics — plus the pause and resume
+//! command. The clock is read here and passed in.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use super::super::Kube;
+use super::super::cluster::{subscription_for, topology_class};
+use super::super::stackrelease::release_name;
+use super::error::Result;
+use super::plan::{self, Fleet, Member, PAUSED, PROGRESSING, Requests, Round, Step, Target, Undriven};
+use super::{Error, ROLLOUT_MANAGER};
+use crate::config::{RolloutConfig, Subscription};
+use crate::model::ClusterKey;
+use crate::release::Release;
+use crate::status::crd::{ClusterSync, ClusterSyncStatus, ROLLOUT_PAUSE, ROLLOUT_RESUME, RolloutStatus, StackRelease, WaveStatus};
+
+/// Looks at every subscription's rollout when releases change and every `checkInterval` (the
+/// shortest of all), until `stop` says so.
+///
+/// A pause or resume request (the annotations `stacksync rollout` sets) and a waiting rollout's
+/// ClusterClass becoming applied are seen on a watch of StackReleases and looked at at once, not
+/// at the next check. When the set of subscriptions with `rollout:` changes (and at start), the
+/// rollouts of subscriptions no longer configured for one end `Stopped`.
+pub(in crate::targets::kubernetes) async fn run(kube: &Kube, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut published = kube.ctx.published();
+    let releases: Api<StackRelease> = Api::all(kube.watch.clone());
+    let mut wakes = std::pin::pin!(watcher::watcher(releases, watcher::Config::default()).default_backoff());
+    let mut driven_before: Option<BTreeSet<String>> = None;
+    // Every subscription this process drove a rollout for: one removed from the config since is
+    // still ours to stop; one this process never knew may be another stacksync's (several may
+    // share a management cluster), and is left alone.
+    let mut driven_ever: BTreeSet<String> = BTreeSet::new();
+    loop {
+        let config = kube.ctx.config();
+        let driven: BTreeSet<String> = config.subscriptions.iter().filter(|s| s.rollout.is_some()).map(|s| s.name.clone()).collect();
+        driven_ever.extend(driven.iter().cloned());
+        if driven_before.as_ref() != Some(&driven) {
+            let configured: BTreeSet<String> = config.subscriptions.iter().map(|s| s.name.clone()).collect();
+            match stop_undriven(kube, &driven, &configured, &driven_ever).await {
+                Ok(()) => driven_before = Some(driven),
+                Err(e) => warn!(error = %e, "rollout: cannot look for rollouts to stop now; retried at the next check"),
+            }
+        }
+        // Without a rollout, only configuration changes matter: looked at every 30 s.
+        let mut interval: Option<Duration> = None;
+        for sub in &config.subscriptions {
+            let Some(r) = &sub.rollout else { continue };
+            interval = Some(interval.map_or(r.check_interval, |i| i.min(r.check_interval)));
+            if sub.suspend {
+                continue;
+            }
+            if let Err(e) = tick(kube, sub, r).await {
+                warn!(subscription = %sub.name, error = %e, "rollout: cannot look at the fleet now; retried at the next check");
+            }
+        }
+        tokio::select! {
+            r = published.changed() => if r.is_err() { return },
+            () = tokio::time::sleep(interval.unwrap_or(Duration::from_secs(30))) => {}
+            () = woken(&mut wakes) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Waits until the StackRelease watch shows something the driver acts on at once (see
+/// [`plan::wants_a_look`]). Cancel-safe: dropping it loses no event still to come. Never
+/// returns if the watch ends.
+async fn woken<S>(events: &mut std::pin::Pin<&mut S>)
+where
+    S: futures_util::Stream<Item = std::result::Result<watcher::Event<StackRelease>, watcher::Error>>,
+{
+    use futures_util::StreamExt;
+    while let Some(event) = events.next().await {
+        if let Ok(watcher::Event::Apply(rel) | watcher::Event::InitApply(rel)) = event
+            && plan::wants_a_look(&rel)
+        {
+            debug!(release = ?rel.metadata.name, "rollout: a request or a ClusterClass to act on");
+            return;
+        }
+    }
+    std::future::pending().await
+}
+
+/// Ends with `Stopped` every running, paused or waiting rollout of a subscription of ours not
+/// in `driven` (see [`plan::undriven`]).
+async fn stop_undriven(
+    kube: &Kube,
+    driven: &BTreeSet<String>,
+    configured: &BTreeSet<String>,
+    driven_ever: &BTreeSet<String>,
+) -> Result<()> {
+    let api: Api<StackRelease> = Api::all(kube.mgmt.clone());
+    let all = api.list(&ListParams::default()).await.map_err(Error::ListReleases)?;
+    for rel in &all.items {
+        let Some(st) = rel.status.as_ref().and_then(|s| s.rollout.as_ref()) else { continue };
+        let sub = &rel.spec.subscription;
+        let why = match plan::undriven(sub, st, driven, configured, driven_ever) {
+            Undriven::Keep => continue,
+            Undriven::NotOurs => {
+                debug!(subscription = %sub, "rollout: not a subscription of this process; left alone");
+                continue;
+            }
+            Undriven::Stop(why) => why,
+        };
+        let st = plan::stopped(st, &why);
+        let name = rel.metadata.name.clone().unwrap_or_default();
+        info!(subscription = %sub, release = %name, "rollout stopped: {}", st.message);
+        event(kube, rel, EventType::Normal, "RolloutStopped", st.message.clone());
+        record_metrics(sub, &st);
+        write(kube, &name, &st).await?;
+    }
+    Ok(())
+}
+
+/// One look at `sub`'s rollout: start one, go on with one, or nothing.
+async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()> {
+    let Some(target) = kube.ctx.offered(sub).await.into_iter().next() else { return Ok(()) };
+    let releases: Api<StackRelease> = Api::all(kube.mgmt.clone());
+    let name = release_name(&sub.name, &target.tag);
+    let all = releases.list(&ListParams::default()).await.map_err(Error::ListReleases)?;
+    let Some(rel) = all.items.iter().find(|r| r.metadata.name.as_deref() == Some(name.as_str())).cloned() else {
+        debug!(release = %name, "rollout: the target's StackRelease is not recorded yet");
+        return Ok(());
+    };
+    let state = rel.status.as_ref().and_then(|s| s.rollout.clone());
+    let round = plan::round(state.as_ref());
+    if round == Round::Skip {
+        return Ok(());
+    }
+    let requests = Requests::of(&rel);
+    let mut fleet = Fleet { members: members(kube, sub, cfg).await?, ..Fleet::default() };
+    let mut st = match (round, state) {
+        (Round::GoOn, Some(st)) => st,
+        (_, state) => {
+            let Some(older) = plan::older(&fleet.members, &target.tag) else { return Ok(()) };
+            if older.is_empty() {
+                return Ok(());
+            }
+            // The ClusterClass of the target must be in place before a Cluster names it.
+            let phase = rel.status.as_ref().map(|s| s.phase.as_str()).unwrap_or_default();
+            if phase != "Applied" {
+                let first_error = kube.classes.merged(&sub.name, &rel.spec.tag).errors.into_iter().next();
+                let message = format!("ClusterClass {} is not applied: {}", target.tag, plan::not_applied(&rel, first_error.as_deref()));
+                let total = older.len() as u32;
+                let Some(st) = plan::waiting(state.as_ref(), total, message, &requests) else { return Ok(()) };
+                if phase == "Failed" {
+                    warn!(subscription = %sub.name, to = %target.tag, "rollout waiting: {}", st.message);
+                } else {
+                    info!(subscription = %sub.name, to = %target.tag, "rollout waiting: {}", st.message);
+                }
+                let type_ = if phase == "Failed" { EventType::Warning } else { EventType::Normal };
+                event(kube, &rel, type_, "RolloutWaiting", format!("{total} Clusters to move: {}", st.message));
+                return write(kube, &name, &st).await;
+            }
+            let others = plan::others(&all.items, &sub.name, &name, &target.tag);
+            for (other, o) in &others.superseded {
+                write(kube, other, o).await?;
+            }
+            if let Some(paused) = others.held_by {
+                debug!(release = %name, paused, "rollout: another rollout of this subscription is paused");
+                return Ok(());
+            }
+            let st = plan::start(&cfg.waves, &older, &requests, chrono::Utc::now());
+            info!(subscription = %sub.name, to = %target.tag, clusters = st.total, waves = st.waves, "rollout started");
+            let note = format!("moving {} Clusters to {} in {} waves", st.total, target.tag, st.waves);
+            event(kube, &rel, EventType::Normal, "RolloutStarted", note);
+            st
+        }
+    };
+    let before = st.clone();
+    fleet.syncs = cluster_syncs(kube, sub).await?;
+    let mut version: Option<Option<String>> = None;
+    if let Some(wave) = unmoved(&mut st) {
+        let v = kubernetes_version(kube, sub, &target).await;
+        retry_moves(kube, wave, &mut fleet, &target.tag, v.as_deref()).await;
+        version = Some(v);
+    }
+    if !plan::to_judge(&st).is_empty() {
+        version = Some(kubernetes_version(kube, sub, &target).await);
+        fleet.control_planes = control_planes(kube, &fleet.members, plan::to_judge(&st)).await;
+    }
+    let steps = {
+        let v = version.clone().flatten();
+        let t = Target { class: &target.tag, version: v.as_deref(), v1beta2: kube.clusters.version == "v1beta2" };
+        plan::advance(&mut st, &fleet, &t, &requests, cfg.wave_timeout, chrono::Utc::now())
+    };
+    for step in steps {
+        if let Step::WaveStarted { wave, clusters, .. } = &step {
+            if version.is_none() {
+                version = Some(kubernetes_version(kube, sub, &target).await);
+            }
+            let v = version.clone().flatten();
+            let mut failed = Vec::new();
+            for key in clusters {
+                let Some(m) = fleet.members.get_mut(key) else { continue };
+                // One that fails is tried again at every check on the Cluster as read then; the
+                // wave waits for it (and times out).
+                if !try_move(kube, key, m, &target.tag, v.as_deref()).await {
+                    failed.push(key.clone());
+                }
+            }
+            if let Some(w) = st.plan.get_mut(wave.saturating_sub(1) as usize) {
+                w.unmoved = failed;
+            }
+        }
+        report(kube, sub, &target, &rel, step);
+    }
+    record_metrics(&sub.name, &st);
+    if st != before {
+        write(kube, &name, &st).await?;
+    }
+    Ok(())
+}
+
+/// The running wave of `st` when some of its edits failed (`unmoved`).
+fn unmoved(st: &mut RolloutStatus) -> Option<&mut WaveStatus> {
+    if st.phase != plan::PROGRESSING {
+        return None;
+    }
+    st.plan.get_mut(st.wave.saturating_sub(1) as usize).filter(|w| w.phase == plan::PROGRESSING && !w.unmoved.is_empty())
+}
+
+/// Tries again the edits of `wave` that failed, on the Clusters as this round read them: one
+/// still on an older release of the stack is moved (and judged as the edit left it); one that
+/// is not (someone moved it, or it is gone) leaves the list and is judged as it is.
+async fn retry_moves(kube: &Kube, wave: &mut WaveStatus, fleet: &mut Fleet, class: &str, version: Option<&str>) {
+    let mut still = Vec::new();
+    for key in std::mem::take(&mut wave.unmoved) {
+        let Some(m) = fleet.members.get_mut(&key).filter(|m| plan::is_older(&m.obj.data, class)) else { continue };
+        if !try_move(kube, &key, m, class, version).await {
+            still.push(key);
+        }
+    }
+    wave.unmoved = still;
+}
+
+/// What the warnings of a Cluster's failed edits are kept under (the same failure again is
+/// said at DEBUG, as the reconciles' are).
+const MOVE: &str = "rollout-move";
+
+/// Edits Cluster `key` (`namespace/name`, read as `m`) to `class`: true when the edit took (`m`
+/// then holds the Cluster as edited, and a later failure is new again); false when it failed,
+/// said at WARN when the failure is new or changed and at DEBUG when it repeats.
+async fn try_move(kube: &Kube, key: &str, m: &mut Member, class: &str, version: Option<&str>) -> bool {
+    let cluster = key.split_once('/').map(|(ns, name)| ClusterKey::new(ns, name));
+    match move_cluster(kube, &m.obj, class, version).await {
+        Ok(edited) => {
+            if let Some(edited) = edited {
+                m.obj = edited;
+            }
+            if let Some(c) = &cluster {
+                kube.warnings.cleared(c, MOVE);
+            }
+            true
+        }
+        Err(e) => {
+            let message = format!("rollout: {e}; tried again at the next check");
+            if cluster.is_none_or(|c| kube.warnings.worth(&c, MOVE, &message)) {
+                warn!(cluster = %key, to = class, "{message}");
+            } else {
+                debug!(cluster = %key, to = class, "{message} (unchanged since the last warning)");
+            }
+            false
+        }
+    }
+}
+
+/// The log line and the Event of one step.
+fn report(kube: &Kube, sub: &Subscription, target: &Release, rel: &StackRelease, step: Step) {
+    let (type_, reason, note) = match step {
+        Step::Resumed { wave, waves } => {
+            info!(subscription = %sub.name, to = %target.tag, wave, "rollout resumed");
+            (EventType::Normal, "RolloutResumed", format!("resumed at wave {wave}/{waves}"))
+        }
+        Step::WaveStarted { wave, waves, clusters } => {
+            info!(subscription = %sub.name, to = %target.tag, wave, clusters = ?clusters, "rollout wave started");
+            (EventType::Normal, "RolloutWaveStarted", format!("wave {wave}/{waves}: {}", clusters.join(", ")))
+        }
+        Step::WaveDone { wave, waves, clusters } => {
+            info!(subscription = %sub.name, to = %target.tag, wave, "rollout wave done");
+            (EventType::Normal, "RolloutWaveDone", format!("wave {wave}/{waves} done: {clusters} Clusters"))
+        }
+        Step::Complete => {
+            info!(subscription = %sub.name, to = %target.tag, "rollout complete");
+            (EventType::Normal, "RolloutComplete", format!("every Cluster runs {}", target.tag))
+        }
+        Step::Paused { wave, waves, reason, message } => {
+            warn!(subscription = %sub.name, wave, reason, "rollout paused: {message}");
+            (EventType::Warning, "RolloutPaused", format!("wave {wave}/{waves}: {reason}: {message}"))
+        }
+    };
+    event(kube, rel, type_, reason, note);
+}
+
+fn record_metrics(subscription: &str, st: &RolloutStatus) {
+    let paused = (st.phase == PAUSED).then_some(st.reason.as_str());
+    crate::telemetry::metrics().rollout(subscription, st.wave, st.done, paused);
+}
+
+fn event(kube: &Kube, rel: &StackRelease, type_: EventType, reason: &str, note: String) {
+    let name = rel.metadata.name.clone().unwrap_or_default();
+    kube.events.stack_release(&name, rel.metadata.uid.clone(), vec![super::super::events::event(type_, reason, "Rollout", note)]);
+}
+
+/// The subscription's Clusters by `namespace/name`.
+async fn members(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<BTreeMap<String, Member>> {
+    let api: Api<DynamicObject> = Api::all_with(kube.mgmt.clone(), &kube.clusters);
+    let list = api.list(&ListParams::default()).await.map_err(Error::ListClusters)?;
+    let config = kube.ctx.config();
+    let mut out = BTreeMap::new();
+    for obj in list.items {
+        let (Some(ns), Some(name)) = (obj.metadata.namespace.clone(), obj.metadata.name.clone()) else { continue };
+        let labels = obj.metadata.labels.clone().unwrap_or_default();
+        let class = topology_class(&obj.data);
+        let key = ClusterKey::new(&ns, &name);
+        if subscription_for(&config, &key, &labels, class.as_deref()).is_none_or(|(s, _)| s.name != sub.name) {
+            continue;
+        }
+        let canary = !cfg.canary_labels.is_empty() && cfg.canary_labels.iter().all(|(k, v)| labels.get(k) == Some(v));
+        out.insert(format!("{ns}/{name}"), Member { obj, canary });
+    }
+    Ok(out)
+}
+
+/// The subscription's ClusterSync statuses by `namespace/cluster`.
+async fn cluster_syncs(kube: &Kube, sub: &Subscription) -> Result<BTreeMap<String, ClusterSyncStatus>> {
+    let api: Api<ClusterSync> = Api::all(kube.mgmt.clone());
+    let lp = ListParams::default().labels(&format!("stacksync.io/subscription={}", sub.name));
+    let list = api.list(&lp).await.map_err(Error::ListClusterSyncs)?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|cs| cs.spec.subscription == sub.name)
+        .filter_map(|cs| Some((format!("{}/{}", cs.metadata.namespace?, cs.spec.cluster), cs.status?)))
+        .collect())
+}
+
+/// The control plane objects (`spec.controlPlaneRef`) of `keys` among `members`, those that
+/// can be read.
+async fn control_planes(kube: &Kube, members: &BTreeMap<String, Member>, keys: &[String]) -> BTreeMap<String, serde_json::Value> {
+    let mut out = BTreeMap::new();
+    for key in keys {
+        let Some(m) = members.get(key) else { continue };
+        let ns = m.obj.metadata.namespace.as_deref().unwrap_or_default();
+        if let Some(cp) = kube.references.get(&kube.mgmt, ns, &m.obj.data["spec"]["controlPlaneRef"]).await {
+            out.insert(key.clone(), cp);
+        }
+    }
+    out
+}
+
+/// The Kubernetes version of the target release (`versions.kubernetes` of its metadata), read
+/// once per process (a release's content never changes under its tag and commit).
+async fn kubernetes_version(kube: &Kube, sub: &Subscription, target: &Release) -> Option<String> {
+    let id = format!("{}@{}", target.tag, target.commit);
+    if let Some(v) = kube.kubernetes_versions.get(&id) {
+        return v;
+    }
+    let v = read_kubernetes_version(kube, sub, target).await;
+    if v.is_some() {
+        kube.kubernetes_versions.insert(id, v.clone());
+    }
+    v
+}
+
+async fn read_kubernetes_version(kube: &Kube, sub: &Subscription, target: &Release) -> Option<String> {
+    let prepared = match kube.ctx.prepare(target).await {
+        Ok(p) => p,
+        Err(e) => {
+            warn!(tag = %target.tag, "rollout: cannot read the release's metadata: {e}");
+            return None;
+        }
+    };
+    match kube.ctx.layout(sub, &prepared).await {
+        Ok(l) => Some(l.metadata.kubernetes.clone()).filter(|v| !v.is_empty()),
+        Err(e) => {
+            warn!(tag = %target.tag, "rollout: cannot read the release's metadata: {e}");
+            None
+        }
+    }
+}
+
+/// Points a Cluster at the target class (and Kubernetes version), unless it already is. A merge
+/// patch with the Cluster's `resourceVersion`: it fails rather than overwrite a write made since
+/// the Cluster was read.
+async fn move_cluster(kube: &Kube, obj: &DynamicObject, class: &str, version: Option<&str>) -> Result<Option<DynamicObject>> {
+    let topology = &obj.data["spec"]["topology"];
+    let mut changes = serde_json::Map::new();
+    if topology_class(&obj.data).as_deref() != Some(class) {
+        if topology.get("classRef").is_some() && topology.get("class").is_none() {
+            changes.insert("classRef".into(), json!({"name": class}));
+        } else {
+            changes.insert("class".into(), json!(class));
+        }
+    }
+    if let Some(v) = version
+        && topology["version"].as_str() != Some(v)
+    {
+        changes.insert("version".into(), json!(v));
+    }
+    if changes.is_empty() {
+        return Ok(None);
+    }
+    let ns = obj.metadata.namespace.clone().unwrap_or_default();
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    let body = json!({"metadata": {"resourceVersion": obj.metadata.resource_version}, "spec": {"topology": changes}});
+    let api: Api<DynamicObject> = Api::namespaced_with(kube.mgmt.clone(), &ns, &kube.clusters);
+    let pp = PatchParams { field_manager: Some(ROLLOUT_MANAGER.into()), ..PatchParams::default() };
+    let moved = api
+        .patch(&name, &pp, &Patch::Merge(body))
+        .await
+        .map_err(|source| Error::MoveCluster { cluster: format!("{ns}/{name}"), source })?;
+    info!(cluster = %format!("{ns}/{name}"), class, version = version.unwrap_or_default(), "rollout: Cluster moved");
+    Ok(Some(moved))
+}
+
+async fn write(kube: &Kube, name: &str, st: &RolloutStatus) -> Result<()> {
+    let api: Api<StackRelease> = Api::all(kube.mgmt.clone());
+    let body =
+        json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": {"name": name}, "status": {"rollout": st}});
+    api.patch_status(name, &PatchParams::apply(ROLLOUT_MANAGER).force(), &Patch::Apply(body))
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::WriteStatus { release: name.to_owned(), source })
+}
+
+/// `stacksync rollout pause|resume <subscription>`: sets the annotation on the StackRelease of
+/// the subscription's running (or paused) rollout. Returns that StackRelease's name.
+///
+/// # Errors
+/// The management cluster cannot be reached, or the subscription has no rollout to act on.
+pub async fn request(ctx: std::sync::Arc<crate::controller::Context>, subscription: &str, resume: bool) -> Result<String> {
+    let k = super::super::target(&ctx.config());
+    let mgmt = super::super::client::management_client(&k).await.map_err(Error::ManagementClient)?;
+    let api: Api<StackRelease> = Api::all(mgmt);
+    let list = api.list(&ListParams::default()).await.map_err(Error::ListReleases)?;
+    let wanted = if resume { PAUSED } else { PROGRESSING };
+    let found = list.items.iter().find(|r| {
+        r.spec.subscription == subscription && r.status.as_ref().and_then(|s| s.rollout.as_ref()).is_some_and(|ro| ro.phase == wanted)
+    });
+    let Some(rel) = found else { return Err(Error::NoRollout { subscription: subscription.to_owned(), resume }) };
+    let name = rel.metadata.name.clone().unwrap_or_default();
+    let key = if resume { ROLLOUT_RESUME } else { ROLLOUT_PAUSE };
+    let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+    let body = json!({"metadata": {"annotations": {key: at}}});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(body))
+        .await
+        .map_err(|source| Error::Annotate { release: name.clone(), source })?;
+    Ok(name)
+}

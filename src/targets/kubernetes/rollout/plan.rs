@@ -1,0 +1,601 @@
+//! The rollout's decisions, pure: the waves cut from the config and the fleet, whether each
+//! Cluster of a running wave is done, waiting or failed, when a wave times out, and what a
+//! round does next (start, wait, supersede, move a wave, pause, resume, complete, stop). No
+//! I/O and no clock: the driver reads the fleet, passes `now`, and acts on what comes back.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use kube::api::DynamicObject;
+use serde_json::Value;
+
+use super::super::cluster::topology_class;
+use crate::config::Wave;
+use crate::model::version::Version;
+use crate::status::crd::{ClusterSyncStatus, ROLLOUT_PAUSE, ROLLOUT_RESUME, RolloutStatus, StackRelease, WaveStatus};
+use crate::status::desired::shorten;
+
+/// The target's ClusterClass is not applied (failed, or not yet): nothing is moved until it is.
+pub const WAITING: &str = "Waiting";
+/// `rollout:` was removed from the subscription (or the subscription from the config): nothing
+/// further is moved. Configuring `rollout:` again starts a new rollout.
+pub const STOPPED: &str = "Stopped";
+pub const PROGRESSING: &str = "Progressing";
+pub const PAUSED: &str = "Paused";
+pub const COMPLETE: &str = "Complete";
+/// A newer release started its own rollout while this one was running.
+pub const SUPERSEDED: &str = "Superseded";
+/// A wave not started yet (its Clusters not edited).
+pub const PENDING: &str = "Pending";
+/// A wave whose Clusters are all done.
+pub const DONE: &str = "Done";
+
+/// ClusterSync reasons that will not pass by themselves: the Cluster failed.
+const FAILED_REASONS: [&str; 4] = ["UpgradeFailed", "RenderFailed", "ReleaseNotAvailable", "Unhealthy"];
+
+/// Cuts the rollout's Clusters (`namespace/name`, with whether each is a canary) into waves:
+/// canaries first, then everything else, each in `namespace/name` order; every canary is in the
+/// first wave. `clusters: N` adds N, `percent: P` brings the total to P % (rounded up); waves
+/// that would add nobody are left out.
+pub fn plan(waves: &[Wave], clusters: &[(String, bool)]) -> Vec<Vec<String>> {
+    let mut order: Vec<&(String, bool)> = clusters.iter().collect();
+    order.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let total = order.len();
+    let canaries = order.iter().filter(|c| c.1).count();
+    let mut out = Vec::new();
+    let mut so_far = 0usize;
+    for (i, w) in waves.iter().enumerate() {
+        let want = match *w {
+            Wave::Clusters(n) => so_far.saturating_add(n as usize),
+            Wave::Percent(p) => (total * p as usize).div_ceil(100),
+        };
+        let want = if i == 0 { want.max(canaries) } else { want };
+        // The last wave takes whoever is left, whatever it says.
+        let want = if i + 1 == waves.len() { total } else { want.min(total) };
+        if want > so_far {
+            out.push(order[so_far..want].iter().map(|c| c.0.clone()).collect());
+            so_far = want;
+        }
+    }
+    out
+}
+
+/// Where one Cluster of a running wave is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Health {
+    Done,
+    /// Not there yet, and why.
+    Waiting(String),
+    /// It will not get there by itself: the reason (`ClusterFailed`, `ClassChanged`) and why.
+    Failed(&'static str, String),
+}
+
+/// What a rollout needs to know about the target release.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    pub class: &'a str,
+    /// The Kubernetes version the control plane must report.
+    pub version: Option<&'a str>,
+    /// The management cluster serves Cluster API v1beta2 (else v1beta1): which conditions say
+    /// "available" (list items need not carry their `apiVersion`).
+    pub v1beta2: bool,
+}
+
+/// Whether a moved Cluster is done: its class names the target, its ClusterSync applied the
+/// target (its upgrade stages done first) and is Ready, its control plane reports the version,
+/// and Cluster API says it is available (v1beta2 `Available`; v1beta1 `Ready` and
+/// `ControlPlaneReady`). `cluster` is the Cluster object, or its `data` (spec and status).
+pub fn judge(cluster: &Value, control_plane: Option<&Value>, sync: Option<&ClusterSyncStatus>, target: &Target<'_>) -> Health {
+    let class = topology_class(cluster).unwrap_or_default();
+    if class != target.class {
+        return Health::Failed("ClassChanged", format!("its class was changed to `{class}` by someone else during its wave"));
+    }
+    let Some(sync) = sync else { return Health::Waiting("no ClusterSync yet".into()) };
+    let ready = sync.conditions.iter().find(|c| c.type_ == "Ready");
+    if let Some(r) = ready.filter(|r| r.status == "False" && FAILED_REASONS.contains(&r.reason.as_str())) {
+        return Health::Failed("ClusterFailed", format!("{}: {}", r.reason, shorten(&r.message, 300)));
+    }
+    if let Some(u) = sync.upgrade.as_ref().filter(|u| u.to == target.class && u.phase != super::super::upgrade::DONE) {
+        let wait = if u.waiting_for.is_empty() { String::new() } else { format!(": {}", u.waiting_for) };
+        return Health::Waiting(format!("upgrade stage {}/{} `{}` {}{wait}", u.stage_index + 1, u.stages, u.stage, u.phase));
+    }
+    if sync.applied_release.as_ref().is_none_or(|a| a.tag != target.class) {
+        return Health::Waiting(format!("addons of {} not applied yet", target.class));
+    }
+    if let Some(r) = ready.filter(|r| r.status != "True") {
+        return Health::Waiting(format!("ClusterSync not Ready ({}): {}", r.reason, shorten(&r.message, 200)));
+    } else if ready.is_none() {
+        return Health::Waiting("ClusterSync has no Ready condition yet".into());
+    }
+    if let Some(want) = target.version {
+        let have = control_plane.and_then(|cp| cp.pointer("/status/version")).and_then(Value::as_str);
+        match (control_plane, have) {
+            (None, _) => return Health::Waiting("its control plane object (spec.controlPlaneRef) cannot be read".into()),
+            (Some(_), Some(v)) if v == want => {}
+            (Some(_), v) => return Health::Waiting(format!("control plane reports {}, not {want} yet", v.unwrap_or("no version"))),
+        }
+    }
+    // The control plane's own word first: the Cluster's `Available` is Cluster API's summary of
+    // it, written a moment later, so right after the control plane moved it may still say what
+    // the old version was (seen on the real Cluster API: a control plane at the new version and
+    // not available, its Cluster still `Available` from before).
+    if let Some(why) = control_plane.and_then(control_plane_unavailable) {
+        return Health::Waiting(why);
+    }
+    if !available(cluster, target.v1beta2) {
+        return Health::Waiting("Cluster API does not report it available yet".into());
+    }
+    Health::Done
+}
+
+/// Why the control plane object says it is not available: its `Available` condition (v1beta2
+/// contract; optional for providers) is not `True`, or was written for an older generation.
+fn control_plane_unavailable(cp: &Value) -> Option<String> {
+    let c = cp.pointer("/status/conditions")?.as_array()?.iter().find(|c| c["type"] == "Available")?;
+    let stale = matches!((c["observedGeneration"].as_i64(), cp.pointer("/metadata/generation").and_then(Value::as_i64)), (Some(o), Some(g)) if o < g);
+    if c["status"] == "True" && !stale {
+        return None;
+    }
+    let detail = [c["reason"].as_str().unwrap_or_default(), c["message"].as_str().unwrap_or_default()]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(": ");
+    Some(if stale {
+        "its control plane has not reported on its new spec yet".to_owned()
+    } else {
+        format!("its control plane is not available ({})", shorten(&detail, 200))
+    })
+}
+
+/// v1beta2: `Available` true; v1beta1: `Ready` and `ControlPlaneReady` true (or, from Cluster
+/// API 1.9 on, the v1beta2 `Available` condition it also reports under `status.v1beta2`).
+fn available(cluster: &Value, v1beta2: bool) -> bool {
+    let is_true = |conds: &Value, t: &str| conds.as_array().is_some_and(|cs| cs.iter().any(|c| c["type"] == t && c["status"] == "True"));
+    let status = &cluster["status"];
+    if v1beta2 {
+        return is_true(&status["conditions"], "Available");
+    }
+    (is_true(&status["conditions"], "Ready") && is_true(&status["conditions"], "ControlPlaneReady"))
+        || is_true(&status["v1beta2"]["conditions"], "Available")
+}
+
+/// A Cluster the rollout may move, as read this round.
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub obj: DynamicObject,
+    /// It matches the rollout's `canarySelector`.
+    pub canary: bool,
+}
+
+/// What a round sees of the subscription's fleet.
+#[derive(Debug, Clone, Default)]
+pub struct Fleet {
+    /// The subscription's Clusters by `namespace/name`.
+    pub members: BTreeMap<String, Member>,
+    /// Their ClusterSync statuses by `namespace/cluster`.
+    pub syncs: BTreeMap<String, ClusterSyncStatus>,
+    /// The control plane objects (`spec.controlPlaneRef`) of the Clusters [`to_judge`] named,
+    /// those that could be read.
+    pub control_planes: BTreeMap<String, Value>,
+}
+
+/// The pause and resume requests on a target's StackRelease: its annotations' values (empty
+/// when absent).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requests {
+    pub resume: String,
+    pub pause: String,
+}
+
+impl Requests {
+    pub fn of(rel: &StackRelease) -> Requests {
+        Requests { resume: annotation(rel, ROLLOUT_RESUME), pause: annotation(rel, ROLLOUT_PAUSE) }
+    }
+}
+
+fn annotation(rel: &StackRelease, key: &str) -> String {
+    rel.metadata.annotations.as_ref().and_then(|a| a.get(key)).cloned().unwrap_or_default()
+}
+
+/// A new value, not the one acted on last.
+fn asked(value: &str, handled: &str) -> bool {
+    !value.is_empty() && value != handled
+}
+
+/// A paused rollout asked to resume, a running one asked to pause, or a waiting one whose
+/// ClusterClass is now applied: the driver looks at once, not at the next check.
+pub fn wants_a_look(rel: &StackRelease) -> bool {
+    let Some(status) = rel.status.as_ref() else { return false };
+    let Some(st) = status.rollout.as_ref() else { return false };
+    let req = Requests::of(rel);
+    (st.phase == PAUSED && asked(&req.resume, &st.handled_resume))
+        || (st.phase == PROGRESSING && asked(&req.pause, &st.handled_pause))
+        || (st.phase == WAITING && status.phase == "Applied")
+}
+
+/// What a round does with the target release's rollout state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Round {
+    /// Nothing: the rollout is complete or superseded.
+    Skip,
+    /// None yet, one waiting for its ClusterClass, or one stopped (`rollout:` removed) and
+    /// configured again: see whether one starts.
+    Start,
+    /// Running or paused: go on ([`advance`]).
+    GoOn,
+}
+
+/// Which [`Round`] the rollout state `state` (of the target's StackRelease) calls for. Only
+/// `Start` and `GoOn` need the fleet read.
+pub fn round(state: Option<&RolloutStatus>) -> Round {
+    match state.map(|st| st.phase.as_str()) {
+        None | Some(WAITING | STOPPED) => Round::Start,
+        Some(PROGRESSING | PAUSED) => Round::GoOn,
+        Some(_) => Round::Skip,
+    }
+}
+
+/// The Clusters a rollout to `target_tag` moves: the members whose class is an older release of
+/// the same stack, with whether each is a canary. `None` when the tag is not a version.
+pub fn older(members: &BTreeMap<String, Member>, target_tag: &str) -> Option<Vec<(String, bool)>> {
+    let to = Version::from_tag(target_tag)?;
+    Some(members.iter().filter(|(_, m)| on_older(&m.obj.data, &to)).map(|(k, m)| (k.clone(), m.canary)).collect())
+}
+
+/// Whether `cluster`'s class names an older release of the same stack than `target_tag`: a
+/// Cluster the rollout is to move.
+pub fn is_older(cluster: &Value, target_tag: &str) -> bool {
+    Version::from_tag(target_tag).is_some_and(|to| on_older(cluster, &to))
+}
+
+fn on_older(cluster: &Value, to: &Version) -> bool {
+    topology_class(cluster).and_then(|c| Version::from_tag(&c)).and_then(|v| v.compare(to)).is_some_and(|o| o == std::cmp::Ordering::Less)
+}
+
+/// Why a StackRelease's ClusterClass is not applied: the first error of its apply as this
+/// process saw it (`first_error`), else the first object that failed, else its phase.
+pub fn not_applied(rel: &StackRelease, first_error: Option<&str>) -> String {
+    let Some(status) = rel.status.as_ref() else { return "its StackRelease has no status yet".into() };
+    if status.phase == "Failed" {
+        if let Some(e) = first_error {
+            return shorten(e, 300);
+        }
+        return match status.entries.iter().find(|e| !e.synced && !e.message.is_empty()) {
+            Some(e) => {
+                let ns = if e.namespace.is_empty() { String::new() } else { format!("{}/", e.namespace) };
+                format!("{} {ns}{}: {}", e.kind, e.name, shorten(&e.message, 300))
+            }
+            None => "its apply failed (see the StackRelease's Events)".into(),
+        };
+    }
+    format!("not applied yet (StackRelease phase `{}`)", if status.phase.is_empty() { "none" } else { &status.phase })
+}
+
+/// The state of a rollout of `total` Clusters waiting for its ClusterClass (`message` says
+/// why), or `None` when `previous` already says so (nothing to write, nothing to tell).
+pub fn waiting(previous: Option<&RolloutStatus>, total: u32, message: String, requests: &Requests) -> Option<RolloutStatus> {
+    if previous.is_some_and(|st| st.phase == WAITING && st.message == message) {
+        return None;
+    }
+    let mut st = RolloutStatus {
+        phase: WAITING.into(),
+        total,
+        reason: "ClassNotApplied".into(),
+        message,
+        handled_resume: requests.resume.clone(),
+        handled_pause: requests.pause.clone(),
+        ..RolloutStatus::default()
+    };
+    summarise(&mut st);
+    Some(st)
+}
+
+/// What the subscription's other rollouts say about starting one to `target_tag`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Others {
+    /// Rollouts to end `Superseded` (StackRelease name, its new state), in list order: running
+    /// or waiting ones, and a paused one asked to resume (the newer rollout goes on from here).
+    pub superseded: Vec<(String, RolloutStatus)>,
+    /// A paused rollout (StackRelease name) that holds everything: nothing starts. The
+    /// rollouts before it in list order are superseded all the same.
+    pub held_by: Option<String>,
+}
+
+/// One rollout per subscription: a paused one holds everything; a running one is superseded by
+/// the newer release (its Clusters are in the new plan). `releases` are all StackReleases;
+/// those of `subscription` other than `target_release` count.
+pub fn others(releases: &[StackRelease], subscription: &str, target_release: &str, target_tag: &str) -> Others {
+    let mut out = Others::default();
+    for other in releases.iter().filter(|r| r.spec.subscription == subscription && r.metadata.name.as_deref() != Some(target_release)) {
+        let Some(o) = other.status.as_ref().and_then(|s| s.rollout.as_ref()) else { continue };
+        let resumed = o.phase == PAUSED && asked(&annotation(other, ROLLOUT_RESUME), &o.handled_resume);
+        let name = other.metadata.name.clone().unwrap_or_default();
+        if o.phase == PAUSED && !resumed {
+            out.held_by = Some(name);
+            return out;
+        }
+        if o.phase == PROGRESSING || o.phase == WAITING || resumed {
+            let mut o = o.clone();
+            o.phase = SUPERSEDED.into();
+            o.message = format!("superseded by the rollout to {target_tag}");
+            out.superseded.push((name, o));
+        }
+    }
+    out
+}
+
+/// A new rollout over `older` (see [`older`]) cut into `waves`, started at `now`: wave 1 is
+/// pending (its Clusters are moved by the [`advance`] that follows). The requests already on
+/// the StackRelease count as handled.
+pub fn start(waves: &[Wave], older: &[(String, bool)], requests: &Requests, now: DateTime<Utc>) -> RolloutStatus {
+    let waves = plan(waves, older);
+    RolloutStatus {
+        phase: PROGRESSING.into(),
+        wave: 1,
+        waves: waves.len() as u32,
+        total: older.len() as u32,
+        started: timestamp(now),
+        plan: waves.into_iter().map(|clusters| WaveStatus { clusters, phase: PENDING.into(), ..WaveStatus::default() }).collect(),
+        handled_resume: requests.resume.clone(),
+        handled_pause: requests.pause.clone(),
+        ..RolloutStatus::default()
+    }
+}
+
+/// What a round did, in order: for the driver's log lines and Events (and, for
+/// `WaveStarted`, its Cluster edits).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// A paused rollout goes on at `wave` (its wave starts again).
+    Resumed { wave: u32, waves: u32 },
+    /// `wave` starts: its `clusters` are to be moved to the target now.
+    WaveStarted { wave: u32, waves: u32, clusters: Vec<String> },
+    /// Every Cluster of `wave` is done.
+    WaveDone { wave: u32, waves: u32, clusters: usize },
+    /// The last wave is done.
+    Complete,
+    /// The rollout paused at `wave` for `reason` (`ClusterFailed`, `ClassChanged`,
+    /// `WaveTimeout`, `PauseRequested`).
+    Paused { wave: u32, waves: u32, reason: &'static str, message: String },
+}
+
+/// The Clusters whose control planes [`advance`] will look at for `st`: the running wave's,
+/// when it has started (a paused rollout that resumes starts its wave again, and a pending wave
+/// is moved, not judged). Empty otherwise.
+pub fn to_judge(st: &RolloutStatus) -> &[String] {
+    if st.phase != PROGRESSING {
+        return &[];
+    }
+    match st.plan.get(st.wave.saturating_sub(1) as usize) {
+        Some(w) if w.phase != PENDING => &w.clusters,
+        _ => &[],
+    }
+}
+
+/// How a wave's Clusters are, judged in wave order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaveHealth {
+    /// Every Cluster is done (a Cluster deleted, or no longer the subscription's, counts: there
+    /// is nothing left to move).
+    Done,
+    /// `done` are; the others (`namespace/name`, why) are not there yet.
+    Waiting { done: u32, late: Vec<(String, String)> },
+    /// `cluster` failed for `reason`: the first failed one in wave order, `done` counting the
+    /// done Clusters before it.
+    Failed { done: u32, cluster: String, reason: &'static str, why: String },
+}
+
+/// Judges the Clusters of a wave over what the round read of the fleet. A Cluster in
+/// `wave.unmoved` is not judged: its edit is still to be made, so its class is not the target's
+/// yet (that is no change by someone else).
+pub fn judge_wave(wave: &WaveStatus, fleet: &Fleet, target: &Target<'_>) -> WaveHealth {
+    let mut done = 0u32;
+    let mut late: Vec<(String, String)> = Vec::new();
+    for key in &wave.clusters {
+        let Some(m) = fleet.members.get(key) else {
+            done += 1;
+            continue;
+        };
+        if wave.unmoved.contains(key) {
+            late.push((key.clone(), format!("not moved to {} yet: its edit failed and is tried again at every check", target.class)));
+            continue;
+        }
+        match judge(&m.obj.data, fleet.control_planes.get(key), fleet.syncs.get(key), target) {
+            Health::Done => done += 1,
+            Health::Waiting(why) => late.push((key.clone(), why)),
+            Health::Failed(reason, why) => return WaveHealth::Failed { done, cluster: key.clone(), reason, why },
+        }
+    }
+    if late.is_empty() { WaveHealth::Done } else { WaveHealth::Waiting { done, late } }
+}
+
+/// Whether a wave started at `wave_started` (RFC 3339; unreadable counts as just started) is
+/// past its `timeout` at `now`.
+pub fn timed_out(wave_started: &str, timeout: Duration, now: DateTime<Utc>) -> bool {
+    let started = DateTime::parse_from_rfc3339(wave_started).map(|t| t.with_timezone(&Utc)).ok();
+    let elapsed = started.map(|s| (now - s).to_std().unwrap_or_default()).unwrap_or_default();
+    elapsed > timeout
+}
+
+/// Moves a running or paused rollout on as far as it goes at `now`, given the fleet the round
+/// read (the control planes of [`to_judge`]'s Clusters among it): resumes a paused one asked
+/// to, starts a pending wave (the driver moves its Clusters), judges a running one, pauses on a
+/// failed Cluster, a wave past `wave_timeout` or a pause request at a wave boundary, completes
+/// the last. Returns what happened, in order. `st`'s counts are brought up to date
+/// ([`summarise`]).
+pub fn advance(
+    st: &mut RolloutStatus,
+    fleet: &Fleet,
+    target: &Target<'_>,
+    requests: &Requests,
+    wave_timeout: Duration,
+    now: DateTime<Utc>,
+) -> Vec<Step> {
+    let mut steps = Vec::new();
+    go_on(st, fleet, target, requests, wave_timeout, now, &mut steps);
+    summarise(st);
+    steps
+}
+
+fn go_on(
+    st: &mut RolloutStatus,
+    fleet: &Fleet,
+    target: &Target<'_>,
+    requests: &Requests,
+    wave_timeout: Duration,
+    now: DateTime<Utc>,
+    steps: &mut Vec<Step>,
+) {
+    if st.phase == PAUSED {
+        if !asked(&requests.resume, &st.handled_resume) {
+            return;
+        }
+        steps.push(Step::Resumed { wave: st.wave, waves: st.waves });
+        st.phase = PROGRESSING.into();
+        st.reason.clear();
+        st.message.clear();
+        st.handled_resume.clone_from(&requests.resume);
+        // A resume also cancels a pause asked for before it.
+        st.handled_pause.clone_from(&requests.pause);
+        // The wave gets its whole waveTimeout again, and its Clusters their edit.
+        if let Some(w) = st.plan.get_mut(st.wave.saturating_sub(1) as usize)
+            && w.phase == PROGRESSING
+        {
+            w.phase = PENDING.into();
+            w.unmoved.clear();
+        }
+    }
+    if st.phase != PROGRESSING {
+        return;
+    }
+    loop {
+        let index = st.wave.saturating_sub(1) as usize;
+        let Some(wave) = st.plan.get(index) else {
+            st.phase = COMPLETE.into();
+            return;
+        };
+        if wave.phase == PENDING {
+            steps.push(Step::WaveStarted { wave: st.wave, waves: st.waves, clusters: wave.clusters.clone() });
+            st.plan[index].phase = PROGRESSING.into();
+            st.wave_started = timestamp(now);
+            // Nothing is done the moment it is edited.
+            return;
+        }
+        let size = wave.clusters.len();
+        match judge_wave(wave, fleet, target) {
+            WaveHealth::Failed { done, cluster, reason, why } => {
+                st.plan[index].done = done;
+                pause(st, reason, format!("{cluster}: {why}"), steps);
+                return;
+            }
+            WaveHealth::Waiting { done, late } => {
+                st.plan[index].done = done;
+                if timed_out(&st.wave_started, wave_timeout, now) {
+                    pause(st, "WaveTimeout", late_message(&late, wave_timeout), steps);
+                }
+                return;
+            }
+            WaveHealth::Done => {}
+        }
+        st.plan[index].done = size as u32;
+        st.plan[index].phase = DONE.into();
+        steps.push(Step::WaveDone { wave: st.wave, waves: st.waves, clusters: size });
+        if index + 1 == st.plan.len() {
+            st.phase = COMPLETE.into();
+            st.wave_started.clear();
+            steps.push(Step::Complete);
+            return;
+        }
+        st.wave += 1;
+        if asked(&requests.pause, &st.handled_pause) {
+            st.handled_pause.clone_from(&requests.pause);
+            let message = format!("paused by request before wave {}/{}", st.wave, st.waves);
+            pause(st, "PauseRequested", message, steps);
+            return;
+        }
+    }
+}
+
+fn pause(st: &mut RolloutStatus, reason: &'static str, message: String, steps: &mut Vec<Step>) {
+    steps.push(Step::Paused { wave: st.wave, waves: st.waves, reason, message: message.clone() });
+    st.phase = PAUSED.into();
+    reason.clone_into(&mut st.reason);
+    st.message = message;
+}
+
+/// Names the first late Cluster and why, and the other late ones (at most five more).
+pub fn late_message(waiting: &[(String, String)], timeout: Duration) -> String {
+    let within = crate::model::schedule::format_duration(timeout);
+    let Some((key, why)) = waiting.first() else { return String::new() };
+    let mut out = format!("{key} not done within waveTimeout {within}: {why}");
+    if waiting.len() > 1 {
+        let others: Vec<&str> = waiting[1..].iter().take(5).map(|(k, _)| k.as_str()).collect();
+        let more = if waiting.len() > 6 { format!(" and {} more", waiting.len() - 6) } else { String::new() };
+        out.push_str(&format!(" (also late: {}{more})", others.join(", ")));
+    }
+    out
+}
+
+/// The counts and the column strings.
+pub fn summarise(st: &mut RolloutStatus) {
+    st.done = st.plan.iter().map(|w| if w.phase == DONE { w.clusters.len() as u32 } else { w.done }).sum();
+    st.summary = format!("{}/{}", st.done, st.total);
+    st.wave_summary = format!("{}/{}", st.wave.min(st.waves), st.waves);
+}
+
+/// What becomes of a rollout of `subscription` when the set of subscriptions with `rollout:`
+/// (`driven`) changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Undriven {
+    /// Driven, or not running, paused or waiting: nothing to do.
+    Keep,
+    /// Not a subscription of this process (not in its config, never driven by it): another
+    /// stacksync's, perhaps, on a shared management cluster. Left alone.
+    NotOurs,
+    /// To end `Stopped`, and why.
+    Stop(String),
+}
+
+/// Whether a running, paused or waiting rollout `st` of `subscription` ends `Stopped`: ours
+/// (in the config, `configured`, or driven by this process before, `driven_ever`) and no longer
+/// in `driven` (its `rollout:` removed, or the subscription itself).
+pub fn undriven(
+    subscription: &str,
+    st: &RolloutStatus,
+    driven: &BTreeSet<String>,
+    configured: &BTreeSet<String>,
+    driven_ever: &BTreeSet<String>,
+) -> Undriven {
+    if driven.contains(subscription) || ![PROGRESSING, PAUSED, WAITING].contains(&st.phase.as_str()) {
+        return Undriven::Keep;
+    }
+    if configured.contains(subscription) {
+        Undriven::Stop(format!("`rollout:` was removed from subscription `{subscription}`"))
+    } else if driven_ever.contains(subscription) {
+        Undriven::Stop(format!("subscription `{subscription}` was removed from the config"))
+    } else {
+        Undriven::NotOurs
+    }
+}
+
+/// `st` ended `Stopped` because of `why`: the Clusters already moved stay on the target (their
+/// upgrade goes on); nobody else is moved.
+pub fn stopped(st: &RolloutStatus, why: &str) -> RolloutStatus {
+    let mut st = st.clone();
+    st.message =
+        format!("{why}; nothing further is moved ({}/{} Clusters done, stopped in wave {}/{})", st.done, st.total, st.wave, st.waves);
+    st.phase = STOPPED.into();
+    st.reason = "RolloutRemoved".into();
+    st.wave_started.clear();
+    st
+}
+
+/// A time as the rollout status writes it (RFC 3339, whole seconds, `Z`).
+pub fn timestamp(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,209 @@
+//! `StackRelease`s of the Kubernetes target: what a subscription selected, how it was verified,
+//! its ClusterClass apply, or why its signature was refused; written with server-side apply,
+//! only when they changed.
+
+use std::collections::HashSet;
+use std::sync::{Mutex, PoisonError};
+
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use tracing::warn;
+
+use super::MANAGER;
+use super::events::Events;
+use super::status::now;
+use crate::apply::ChangeSet;
+use crate::config::Subscription;
+use crate::release::Release;
+use crate::status::crd::{MAX_ENTRIES, StackRelease, StackReleaseSpec, StackReleaseStatus};
+use crate::status::desired::entry;
+
+/// The ClusterClass apply of one release, over every namespace it went to.
+#[derive(Debug, Default, Clone)]
+pub(super) struct ClassResult {
+    pub changes: ChangeSet,
+    pub errors: Vec<String>,
+    /// Inventory lines (`group|kind|namespace|name|version`) of what was applied.
+    pub inventory: Vec<String>,
+}
+
+impl ClassResult {
+    /// Whether the ClusterClass is not fully in place: it could not be rendered or prepared, or
+    /// one of its objects failed to apply. Such a release is `Failed`, never `Applied`.
+    pub fn failed(&self) -> bool {
+        !self.errors.is_empty() || self.changes.entries.iter().any(|e| e.action == crate::apply::changeset::Action::Failed)
+    }
+
+    /// The first thing that went wrong: an error, else the first object that failed to apply.
+    pub fn problem(&self) -> Option<String> {
+        self.errors.first().cloned().or_else(|| {
+            let e = self.changes.entries.iter().find(|e| e.action == crate::apply::changeset::Action::Failed)?;
+            Some(format!("{}: {}", e.object, e.message))
+        })
+    }
+}
+
+/// Manifest releases (`subscription`, `tag`, `commit`) whose StackRelease this process has
+/// recorded: once per release, not a read per reconcile.
+#[derive(Default)]
+pub(super) struct Recorded(Mutex<HashSet<(String, String, String)>>);
+
+impl Recorded {
+    /// Whether this is the first time the release is recorded (it is now).
+    pub(super) fn first(&self, sub: &str, rel: &Release) -> bool {
+        let id = (sub.to_owned(), rel.tag.clone(), rel.commit.clone());
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).insert(id)
+    }
+}
+
+/// Records the release a subscription selected as a `StackRelease`.
+pub(super) async fn record_release(
+    mgmt: &kube::Client,
+    events: &Events,
+    sub: &Subscription,
+    rel: &Release,
+    (assets, signed_by): (&[crate::model::verification::AssetRecord], Option<&str>),
+    applied: bool,
+    class: Option<&ClassResult>,
+) {
+    let api: Api<StackRelease> = Api::all(mgmt.clone());
+    let name = release_name(&sub.name, &rel.tag);
+    let failing = class.map_or(0, |c| c.changes.entries.iter().filter(|e| !e.is_synced()).count());
+    if failing > MAX_ENTRIES {
+        // A cap that changes what a user sees: said where the operator looks.
+        warn!(release = %name, cap = MAX_ENTRIES, more = failing - MAX_ENTRIES, "the StackRelease lists the first {MAX_ENTRIES} ClusterClass objects that are not synced; the others are not listed");
+    }
+    let status = StackReleaseStatus {
+        version: rel.version.to_string(),
+        commit: rel.commit.clone(),
+        assets: assets
+            .iter()
+            .map(|a| crate::status::crd::AssetDigest {
+                name: a.name.clone(),
+                digest: a.digest.clone(),
+                verified_by: a.verified_by.to_string(),
+            })
+            .collect(),
+        verified: assets.iter().all(|a| a.verified_by != crate::model::verification::VerifiedBy::Unverified),
+        verified_by: verified_by(assets, signed_by),
+        signed_by: signed_by.unwrap_or_default().to_owned(),
+        refusal: String::new(),
+        cached: true,
+        phase: if class.is_some_and(ClassResult::failed) {
+            "Failed".into()
+        } else if applied {
+            "Applied".into()
+        } else {
+            "Selected".into()
+        },
+        conditions: Vec::new(),
+        clusters: None,
+        entries: class
+            .map(|c| c.changes.entries.iter().filter(|e| !e.is_synced()).take(MAX_ENTRIES).map(|e| entry(e, &[], &now())).collect())
+            .unwrap_or_default(),
+        synced: class.map_or(0, |c| c.changes.entries.iter().filter(|e| e.is_synced()).count() as u32),
+        total: class.map_or(0, |c| c.changes.entries.len() as u32),
+        class_inventory: class.map(|c| c.inventory.clone()).unwrap_or_default(),
+        rollout: None,
+    };
+    let spec = StackReleaseSpec { subscription: sub.name.clone(), source: sub.source.clone(), tag: rel.tag.clone() };
+    let params = PatchParams::apply(MANAGER).force();
+    let current = api.get_opt(&name).await.ok().flatten();
+    let mut uid = current.as_ref().and_then(|c| c.metadata.uid.clone());
+    if current.as_ref().map(|c| &c.spec) != Some(&spec) {
+        let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": {"name": name}, "spec": spec});
+        match api.patch(&name, &params, &Patch::Apply(body)).await {
+            Ok(written) => uid = written.metadata.uid,
+            Err(e) => {
+                warn!(release = %name, error = %e, "cannot write StackRelease");
+                return;
+            }
+        }
+    }
+    let old_status = current.as_ref().and_then(|c| c.status.clone());
+    let problem = class.and_then(ClassResult::problem).unwrap_or_default();
+    let newly_failed = (status.phase == "Failed" && old_status.as_ref().is_none_or(|o| o.phase != "Failed")).then_some(problem.as_str());
+    let unverified = assets.iter().filter(|a| a.verified_by == crate::model::verification::VerifiedBy::Unverified).count();
+    let evs = super::events::for_stack_release(&rel.tag, current.is_none(), unverified, newly_failed);
+    events.stack_release(&name, uid, evs);
+    // `conditions` and `clusters` belong to the roll-up (its own field manager): not compared,
+    // not written here.
+    // So does `rollout` (the rollout driver's).
+    let unchanged = old_status.is_some_and(|c| StackReleaseStatus { conditions: Vec::new(), clusters: None, rollout: None, ..c } == status);
+    if unchanged {
+        return;
+    }
+    let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": {"name": name}, "status": status});
+    if let Err(e) = api.patch_status(&name, &params, &Patch::Apply(body)).await {
+        warn!(release = %name, error = %e, "cannot write StackRelease status");
+    }
+}
+
+/// Records a release refused for its signature as a `StackRelease` in phase `Refused`: the
+/// roll-up makes it `Ready=False` with reason `SignatureInvalid` and this message (the tag, the
+/// signer found or `unsigned`, the trusted keys). Written only when it changed.
+pub(super) async fn record_refused(mgmt: &kube::Client, sub: &Subscription, tag: &str, refusal: &crate::cache::SignatureRefusal) {
+    let api: Api<StackRelease> = Api::all(mgmt.clone());
+    let name = release_name(&sub.name, tag);
+    let current = api.get_opt(&name).await.ok().flatten();
+    let old = current.as_ref().and_then(|c| c.status.clone());
+    if old.as_ref().is_some_and(|o| o.phase == "Refused" && o.refusal == refusal.message && o.commit == refusal.commit) {
+        return;
+    }
+    let params = PatchParams::apply(MANAGER).force();
+    let spec = StackReleaseSpec { subscription: sub.name.clone(), source: sub.source.clone(), tag: tag.to_owned() };
+    if current.as_ref().map(|c| &c.spec) != Some(&spec) {
+        let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": {"name": name}, "spec": spec});
+        if let Err(e) = api.patch(&name, &params, &Patch::Apply(body)).await {
+            warn!(release = %name, error = %e, "cannot write StackRelease");
+            return;
+        }
+    }
+    let version = crate::model::version::Version::from_tag(tag).map(|v| v.to_string()).unwrap_or_default();
+    let status = StackReleaseStatus {
+        version,
+        commit: refusal.commit.clone(),
+        verified: false,
+        verified_by: "refused".into(),
+        signed_by: if refusal.signer == "unsigned" { String::new() } else { refusal.signer.clone() },
+        refusal: refusal.message.clone(),
+        cached: false,
+        phase: "Refused".into(),
+        ..StackReleaseStatus::default()
+    };
+    let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": {"name": name}, "status": status});
+    if let Err(e) = api.patch_status(&name, &params, &Patch::Apply(body)).await {
+        warn!(release = %name, error = %e, "cannot write StackRelease status");
+    }
+}
+
+/// The `VERIFIEDBY` column: how the content was checked (`git`, `published`, `oci`, …) and,
+/// for a signed release, who signed it: `git+ssh:SHA256:…`, `oci+cosign:SHA256:…`.
+fn verified_by(assets: &[crate::model::verification::AssetRecord], signed_by: Option<&str>) -> String {
+    let content = crate::source::github::verify::summary(assets.iter().map(|a| a.verified_by));
+    match signed_by {
+        Some(s) if !s.is_empty() => format!("{content}+{s}"),
+        _ => content,
+    }
+}
+
+/// `<subscription>.<tag>` made a valid object name.
+pub(super) fn release_name(sub: &str, tag: &str) -> String {
+    let raw: String = format!("{sub}.{tag}")
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' })
+        .collect();
+    raw.chars().take(253).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_names_are_valid_object_names() {
+        assert_eq!(release_name("ferrol", "docker-ferrol-1-27-v2"), "ferrol.docker-ferrol-1-27-v2");
+        assert_eq!(release_name("s", "v1.2.3+build_7"), "s.v1.2.3-build-7");
+    }
+}

@@ -1,0 +1,157 @@
+//! The stages a Cluster gets from a prepared release: a manifests release's objects (read once,
+//! `manifests.rs`) or a cluster stack's addons through the controller's pipeline, each object in
+//! one stage. Errors stay typed ([`StagesError`]) until the Cluster's status is written.
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+use tracing::error;
+
+use super::Kube;
+use crate::apply::ssa::Stage;
+use crate::config::{Format, Subscription};
+use crate::controller::PreparedRelease;
+use crate::controller::pipeline::{self, RenderError};
+use crate::model::StageAction;
+use crate::model::cluster::ClusterConfig;
+use crate::status::Reason;
+
+/// A Cluster's stages, and what its values templates printed as `<no value>` / `<nil>`.
+pub(super) struct Rendered {
+    pub stages: Vec<Stage>,
+    pub warnings: Vec<String>,
+}
+
+/// Why a Cluster's stages could not be rendered.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum StagesError {
+    /// A manifests release's files could not be read or rendered: the release needs a change.
+    #[error("{0}")]
+    Manifests(#[source] crate::render::Errors),
+    /// A cluster stack's addons (the work directory, helm, the release's layout, a values
+    /// template): transient or not by the pipeline's error.
+    #[error("{0}")]
+    Addons(#[source] RenderError),
+    /// One object in two stages ([`RenderError::TwoStages`]).
+    #[error("{0}")]
+    TwoStages(#[source] RenderError),
+}
+
+impl StagesError {
+    /// The condition reason the Cluster gets.
+    pub(super) fn reason(&self) -> Reason {
+        match self {
+            StagesError::Addons(e) => e.reason(),
+            StagesError::Manifests(_) | StagesError::TwoStages(_) => Reason::RenderFailed,
+        }
+    }
+
+    /// Whether it may pass by itself.
+    pub(super) fn is_transient(&self) -> bool {
+        matches!(self, StagesError::Addons(e) if e.is_transient())
+    }
+
+    /// The pipeline's own short name of what failed, for the `Stalled` condition.
+    pub(super) fn kind(&self) -> Option<&'static str> {
+        match self {
+            StagesError::Addons(e) => Some(e.kind()),
+            StagesError::Manifests(_) | StagesError::TwoStages(_) => None,
+        }
+    }
+}
+
+/// The stages a Cluster gets from a prepared release.
+///
+/// # Errors
+/// See [`StagesError`]; a render failure is logged here (the applied release stays).
+pub(super) async fn render(
+    kube: &Kube,
+    sub: &Subscription,
+    prepared: &PreparedRelease,
+    c: &ClusterConfig,
+) -> Result<Rendered, StagesError> {
+    let rel = &prepared.release;
+    let failed = |e: StagesError| {
+        if e.reason() == Reason::RenderFailed {
+            error!("render failed; the applied release stays: {e}");
+        }
+        e
+    };
+    match sub.format {
+        Format::Manifests => {
+            let manifests = kube.manifests.get(prepared, &sub.path).await.map_err(|e| failed(StagesError::Manifests(e)))?;
+            let objects = manifests.render(rel, c).map_err(|e| failed(StagesError::Manifests(e)))?;
+            Ok(Rendered { stages: vec![Stage { name: "manifests".into(), action: StageAction::Apply, objects }], warnings: Vec::new() })
+        }
+        Format::ClusterStack => {
+            let rendered = pipeline::addons(&kube.ctx, sub, prepared, c).await.map_err(|e| failed(StagesError::Addons(e)))?;
+            let stages: Vec<Stage> = rendered
+                .stages
+                .into_iter()
+                .map(|s| Stage { name: s.name.unwrap_or_else(|| "addons".into()), action: StageAction::Apply, objects: s.objects })
+                .collect();
+            unique_across_stages(&stages).map_err(|e| failed(StagesError::TwoStages(e)))?;
+            Ok(Rendered { stages, warnings: rendered.warnings.iter().map(ToString::to_string).collect() })
+        }
+    }
+}
+
+/// Refuses an object rendered by two stages: each stage would apply its own version on every
+/// pass and the cluster would never settle.
+fn unique_across_stages(stages: &[Stage]) -> Result<(), RenderError> {
+    let mut seen: BTreeMap<(String, String, Option<String>, String), &str> = BTreeMap::new();
+    for stage in stages {
+        for o in &stage.objects {
+            let key = (o.group().to_owned(), o.kind.clone(), o.namespace.clone(), o.name.clone());
+            if let Some(first) = seen.insert(key, &stage.name)
+                && first != stage.name
+            {
+                return Err(RenderError::TwoStages { object: o.to_string(), first: first.to_owned(), second: stage.name.clone() });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What the status records of the rendered objects: a change means the apply-started status is
+/// written before the first object is.
+pub(super) fn rendered_digest<'a>(objects: impl Iterator<Item = &'a crate::model::Object>) -> String {
+    let mut h = Sha256::new();
+    for o in objects {
+        h.update(serde_json::to_vec(&o.body).unwrap_or_default());
+    }
+    format!("sha256:{}", hex::encode(h.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_object_in_two_stages_is_refused() {
+        let object = |name: &str| crate::model::Object {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: Some("kube-system".into()),
+            name: name.into(),
+            file: "f.yaml".into(),
+            line: 1,
+            body: json!({}),
+            chart: None,
+            stage: None,
+        };
+        let stage = |name: &str, objects: Vec<crate::model::Object>| Stage { name: name.into(), action: StageAction::Apply, objects };
+        assert!(unique_across_stages(&[stage("cni", vec![object("a")]), stage("csi", vec![object("b")])]).is_ok());
+        let err = unique_across_stages(&[stage("cni", vec![object("a")]), stage("csi", vec![object("a")])]).unwrap_err().to_string();
+        assert!(err.contains("ConfigMap/kube-system/a is rendered by stages `cni` and `csi`"), "{err}");
+    }
+
+    #[test]
+    fn render_errors_keep_their_reason_and_transience() {
+        let manifests = StagesError::Manifests(crate::render::Errors(Vec::new()));
+        assert_eq!((manifests.reason(), manifests.is_transient(), manifests.kind()), (Reason::RenderFailed, false, None));
+        let two = StagesError::TwoStages(RenderError::TwoStages { object: "o".into(), first: "a".into(), second: "b".into() });
+        assert_eq!((two.reason(), two.is_transient(), two.kind()), (Reason::RenderFailed, false, None));
+    }
+}
