@@ -19,6 +19,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::model::sync::MutexExt;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReconcileLabels {
     pub subscription: String,
@@ -285,7 +287,7 @@ impl Metrics {
                 reason,
                 stalled: matches!(outcome, Outcome::Stalled(_)),
             };
-            let mut state = self.cluster_state.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut state = self.cluster_state.locked();
             if state.get(cluster) != Some(&cs) {
                 state.insert(cluster.to_owned(), cs);
                 self.recount(&state);
@@ -295,7 +297,7 @@ impl Metrics {
 
     /// A Cluster is gone (or no longer subscribed): it leaves the `clusters` gauge.
     pub fn forget_cluster(&self, cluster: &str) {
-        let mut state = self.cluster_state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.cluster_state.locked();
         if state.remove(cluster).is_some() {
             self.recount(&state);
         }
@@ -305,7 +307,7 @@ impl Metrics {
     /// state, so that summing a gauge over the replicas counts each Cluster and rollout once,
     /// not once more for every former leader.
     pub fn forget_fleet(&self) {
-        let mut state = self.cluster_state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.cluster_state.locked();
         state.clear();
         self.recount(&state);
         self.rollout_wave.clear();
@@ -464,7 +466,7 @@ impl Readiness {
     }
 
     fn source_polled(&self, source: &str) {
-        self.polled.lock().unwrap_or_else(PoisonError::into_inner).insert(source.to_owned());
+        self.polled.locked().insert(source.to_owned());
     }
 
     /// `Ok` when ready, else why not (the body of a 503).
@@ -475,7 +477,7 @@ impl Readiness {
         if self.is_standby() {
             return Err(NotReady::Standby);
         }
-        let polled = self.polled.lock().unwrap_or_else(PoisonError::into_inner);
+        let polled = self.polled.locked();
         let pending: Vec<String> = sources.into_iter().filter(|s| !polled.contains(*s)).map(str::to_owned).collect();
         if !pending.is_empty() {
             return Err(NotReady::NotPolled(pending));

@@ -20,6 +20,7 @@ use super::pipeline::RenderError;
 use super::{PrepareError, PreparedRelease};
 use crate::cache::{self, Cache, Index};
 use crate::config::{Config, Format, Subscription};
+use crate::model::sync::{MutexExt, RwLockExt};
 use crate::release::{self, Release, Selection};
 use crate::render::clusterstack::Layout;
 use crate::render::helm::Helm;
@@ -96,12 +97,12 @@ impl Context {
 
     /// The config in force.
     pub fn config(&self) -> Arc<Config> {
-        self.config.read().unwrap_or_else(PoisonError::into_inner).clone()
+        self.config.read_locked().clone()
     }
 
     /// Puts a reloaded config in force (same cache and target; those rebuild the context).
     pub fn set_config(&self, config: Config) {
-        *self.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
+        *self.config.write_locked() = Arc::new(config);
         self.publish();
     }
 
@@ -112,7 +113,7 @@ impl Context {
 
     fn publish(&self) {
         // What the sources offer (or the config) changed: what was refused is tried again.
-        self.refused.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        self.refused.locked().clear();
         self.published.send_modify(|n| *n = n.wrapping_add(1));
     }
 
@@ -128,9 +129,9 @@ impl Context {
         let previous = self.index.lock().await.sources.get(&key).cloned().unwrap_or_default();
         let at = crate::source::At { name: source, key: &key, cache: &self.cache };
         let polled = crate::source::poll(kind, at, &previous).await;
-        let first = self.polled.lock().unwrap_or_else(PoisonError::into_inner).insert(source.to_owned());
+        let first = self.polled.locked().insert(source.to_owned());
         {
-            let mut errors = self.poll_errors.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut errors = self.poll_errors.locked();
             match &polled {
                 Ok(_) => errors.remove(source),
                 Err(e) => errors.insert(source.to_owned(), e.to_string()),
@@ -159,12 +160,12 @@ impl Context {
 
     /// Why the last poll of `source` failed, while it fails.
     pub fn poll_error(&self, source: &str) -> Option<String> {
-        self.poll_errors.lock().unwrap_or_else(PoisonError::into_inner).get(source).cloned()
+        self.poll_errors.locked().get(source).cloned()
     }
 
     /// Whether `source` was polled by this process yet (its tags may be older until then).
     pub fn polled(&self, source: &str) -> bool {
-        self.polled.lock().unwrap_or_else(PoisonError::into_inner).contains(source)
+        self.polled.locked().contains(source)
     }
 
     /// Polls every source the subscriptions use, side by side. Failures are logged and returned
@@ -289,9 +290,9 @@ impl Context {
         let kind = crate::source::of(&src.kind);
         let key = crate::source::key(&src.name, kind);
         let id = crate::cache::ReleaseEntry::id(&key, &rel.tag, &rel.commit);
-        let lock = self.preparing.lock().unwrap_or_else(PoisonError::into_inner).entry(id.clone()).or_default().clone();
+        let lock = self.preparing.locked().entry(id.clone()).or_default().clone();
         let _one = lock.lock().await;
-        if let Some((since, e)) = self.refused.lock().unwrap_or_else(PoisonError::into_inner).get(&id)
+        if let Some((since, e)) = self.refused.locked().get(&id)
             && since.elapsed() < RETRY_REFUSED
         {
             return Err(e.clone());
@@ -324,7 +325,7 @@ impl Context {
         if let Err(e) = &outcome
             && !e.is_transient()
         {
-            self.refused.lock().unwrap_or_else(PoisonError::into_inner).insert(id, (std::time::Instant::now(), e.clone()));
+            self.refused.locked().insert(id, (std::time::Instant::now(), e.clone()));
         }
         // A release whose signatures were refused when it was cached (a GitHub release's assets:
         // its poll only saw that every asset had a `.sig`) leaves the accepted tags now: the next
@@ -446,7 +447,7 @@ impl Context {
         debug_assert_eq!(sub.format, Format::ClusterStack);
         let options = self.config().templates;
         let memo = (prepared.tree.display().to_string(), sub.path.clone(), options.strict);
-        if let Some(l) = self.layouts.lock().unwrap_or_else(PoisonError::into_inner).get(&memo) {
+        if let Some(l) = self.layouts.locked().get(&memo) {
             return Ok(l.clone());
         }
         let unpack =
@@ -457,7 +458,7 @@ impl Context {
             Err(join) => return Err(RenderError::Task(Arc::new(join))),
         };
         info!(tag = %prepared.release.tag, unpacked = ?layout.unpacked, "cluster-stack release loaded");
-        self.layouts.lock().unwrap_or_else(PoisonError::into_inner).insert(memo, layout.clone());
+        self.layouts.locked().insert(memo, layout.clone());
         Ok(layout)
     }
 

@@ -24,6 +24,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 
 use crate::config::HelmConfig;
+use crate::model::sync::MutexExt;
 
 /// Environment variable naming the helm binary when the config does not.
 pub const ENV_HELM: &str = "STACKSYNC_HELM";
@@ -382,7 +383,7 @@ impl Helm {
 
     /// The memo's answer for `key`, if it has one.
     pub fn memoised(&self, key: &MemoKey) -> Option<Arc<str>> {
-        self.memo.lock().unwrap_or_else(PoisonError::into_inner).get(key)
+        self.memo.locked().get(key)
     }
 
     /// As [`Helm::template`], answered from the memo when `key` was rendered before. The caller
@@ -398,14 +399,14 @@ impl Helm {
             return Ok(out);
         }
         if let Some(out) = self.disk.as_ref().and_then(|d| d.get(group, &key)) {
-            self.memo.lock().unwrap_or_else(PoisonError::into_inner).insert(key, out.clone());
+            self.memo.locked().insert(key, out.clone());
             return Ok(out);
         }
         let out: Arc<str> = self.template(chart, args).await?.into();
         if let Some(disk) = &self.disk {
             disk.put(group, &key, &out);
         }
-        self.memo.lock().unwrap_or_else(PoisonError::into_inner).insert(key, out.clone());
+        self.memo.locked().insert(key, out.clone());
         Ok(out)
     }
 

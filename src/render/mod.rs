@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use crate::model::Object;
 use crate::model::cluster::ClusterConfig;
+use crate::model::sync::MutexExt;
 use crate::release::Release;
 use template::FileTemplate;
 
@@ -390,7 +391,7 @@ const NAME_SETS: usize = 4;
 impl Manifests {
     /// `file`'s template for these variable names, built on first use.
     fn template(&self, file: &str, text: &str, names: &[&String]) -> Arc<FileTemplate> {
-        let mut templates = self.templates.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut templates = self.templates.locked();
         if let Some(t) = templates.get(file).and_then(|kept| kept.iter().find(|t| t.fits(names))) {
             return t.clone();
         }

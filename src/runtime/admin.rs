@@ -24,6 +24,7 @@ use tracing::{debug, error, info, warn};
 use super::body::BodyError;
 use super::webhook::{self, GithubEvent, MAX_BODY_BYTES, ReplayWindow};
 use crate::config::Config;
+use crate::model::sync::MutexExt;
 use crate::telemetry::{metrics, readiness};
 
 /// Connections served at once; more wait in the listen backlog.
@@ -90,11 +91,11 @@ impl Admin {
 
     /// Puts a reloaded config in force for the webhooks and `/readyz`.
     pub fn set_config(&self, config: Config) {
-        *self.config.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
+        *self.config.locked() = Arc::new(config);
     }
 
     fn config(&self) -> Arc<Config> {
-        self.config.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.config.locked().clone()
     }
 
     fn trigger(&self, sources: &[String]) {
@@ -301,9 +302,7 @@ async fn github(admin: &Admin, req: Request<Incoming>) -> Reply {
         return reply(StatusCode::BAD_REQUEST, format!("X-GitHub-Delivery longer than {MAX_DELIVERY_ID} characters"));
     }
     // Recorded only once the signature holds: unsigned requests cannot use up delivery ids.
-    if !delivery.is_empty()
-        && !admin.replay.lock().unwrap_or_else(PoisonError::into_inner).first_seen(&delivery, tokio::time::Instant::now())
-    {
+    if !delivery.is_empty() && !admin.replay.locked().first_seen(&delivery, tokio::time::Instant::now()) {
         info!(delivery = %delivery, event = %event, "webhook: delivery already handled within the hour; nothing triggered");
         m.webhook("github", label, "replayed");
         return reply(StatusCode::OK, "delivery already handled");

@@ -33,6 +33,7 @@ use tracing::{debug, info, warn};
 
 use super::body::BodyError;
 use crate::model::ClusterKey;
+use crate::model::sync::{MutexExt, RwLockExt};
 use crate::targets::kubernetes::hook::{ANSWER_WITHIN, Answer, Hooks, RETRY_AFTER_SECONDS};
 use crate::telemetry::metrics;
 
@@ -120,7 +121,7 @@ impl Certificates {
     /// force for the next handshakes. Blocking: it reads two small files.
     fn refresh(&self) {
         {
-            let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut seen = self.seen.locked();
             if seen.1.elapsed() < CERT_RECHECK {
                 return;
             }
@@ -133,15 +134,15 @@ impl Certificates {
                 return;
             }
         };
-        if self.seen.lock().unwrap_or_else(PoisonError::into_inner).0 == raw {
+        if self.seen.locked().0 == raw {
             return;
         }
         match read_pair(&self.cert_file, &self.key_file, &self.provider) {
             Ok((bytes, key)) => {
                 // Said before it takes effect: whoever sees the new certificate finds it logged.
                 info!(cert = %self.cert_file.display(), "hooks listener: the certificate changed; new connections use the new one");
-                *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(key);
-                self.seen.lock().unwrap_or_else(PoisonError::into_inner).0 = bytes;
+                *self.current.write_locked() = Arc::new(key);
+                self.seen.locked().0 = bytes;
             }
             // cert-manager may be half-way through writing the pair: the next look retries.
             Err(e) => warn!("hooks listener: {e}; the certificate in use stays"),
@@ -151,7 +152,7 @@ impl Certificates {
 
 impl ResolvesServerCert for Certificates {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.current.read().unwrap_or_else(PoisonError::into_inner).clone())
+        Some(self.current.read_locked().clone())
     }
 }
 

@@ -16,6 +16,7 @@ use std::pin::Pin;
 
 use crate::cache::{Cache, Index, SourceState};
 use crate::config::SourceKind;
+use crate::model::sync::MutexExt;
 use crate::model::verification::AssetRecord;
 use crate::release::Release;
 use verify::{Refusal, Trust, TrustFiles, Verified};
@@ -308,7 +309,7 @@ pub async fn materialise(
 fn release_lock(id: &str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
     use std::sync::{Arc, Mutex, OnceLock};
     static LOCKS: OnceLock<Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>> = OnceLock::new();
-    let mut map = LOCKS.get_or_init(Default::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut map = LOCKS.get_or_init(Default::default).locked();
     map.entry(id.to_owned()).or_default().clone()
 }
 

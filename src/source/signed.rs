@@ -12,6 +12,7 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use tracing::{error, info};
 
 use crate::cache::{SignatureRefusal, SourceState};
+use crate::model::sync::MutexExt;
 use crate::source;
 use verify::{Refusal, Trust, TrustFiles, Verified};
 
@@ -78,11 +79,11 @@ fn memo() -> &'static Mutex<HashMap<String, Result<Verified, Refusal>>> {
 }
 
 pub(crate) fn remembered(key: &str) -> Option<Result<Verified, Refusal>> {
-    memo().lock().unwrap_or_else(PoisonError::into_inner).get(key).cloned()
+    memo().locked().get(key).cloned()
 }
 
 pub(crate) fn remember(key: String, verdict: &Result<Verified, Refusal>) {
-    let mut m = memo().lock().unwrap_or_else(PoisonError::into_inner);
+    let mut m = memo().locked();
     // Bounded: a long-running daemon forgets everything at once rather than growing forever.
     if m.len() > 50_000 {
         m.clear();

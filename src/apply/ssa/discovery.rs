@@ -25,6 +25,8 @@ use kube::error::DiscoveryError;
 use super::error::timeout_message;
 use super::object::Backoff;
 
+use crate::model::sync::MutexExt;
+
 /// A resolved kind.
 #[derive(Debug, Clone)]
 pub struct Resolved {
@@ -67,7 +69,7 @@ struct Remembered {
 
 impl Discovery {
     fn get(&self, api_version: &str, kind: &str) -> Option<Resolved> {
-        let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = self.0.locked();
         let (at, resolved) = map.kinds.get(api_version)?.get(kind)?;
         (at.elapsed() < REMEMBERED_FOR).then(|| resolved.clone())
     }
@@ -75,12 +77,12 @@ impl Discovery {
     /// A built-in kind ([`builtin`]), unless its `apiVersion` was answered 404 here.
     fn builtin(&self, api_version: &str, kind: &str) -> Option<Resolved> {
         let resolved = builtin(api_version, kind)?;
-        let doubted = self.0.lock().unwrap_or_else(PoisonError::into_inner).doubted.contains(api_version);
+        let doubted = self.0.locked().doubted.contains(api_version);
         (!doubted).then_some(resolved)
     }
 
     fn put(&self, api_version: &str, resolved: &Resolved) {
-        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self.0.locked();
         let map = &mut map.kinds;
         // Keys are allocated once per cluster, not once per object.
         if !map.contains_key(api_version) {
@@ -98,7 +100,7 @@ impl Discovery {
 
     /// Forgets every kind of `api_version` (its requests answered 404: the API may be gone).
     pub fn forget(&self, api_version: &str) {
-        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self.0.locked();
         map.kinds.remove(api_version);
         if builtin_version(api_version) && !map.doubted.contains(api_version) {
             map.doubted.insert(api_version.to_owned());
@@ -109,7 +111,7 @@ impl Discovery {
     /// may have changed).
     pub fn forget_group(&self, group: &str) {
         let of_group = |v: &str| v.rsplit_once('/').map_or("", |(g, _)| g) == group;
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).kinds.retain(|v, _| !of_group(v));
+        self.0.locked().kinds.retain(|v, _| !of_group(v));
     }
 }
 
@@ -380,6 +382,6 @@ mod tests {
         assert!(d.builtin("v1", "ConfigMap").is_none(), "after a 404, v1 is discovered");
         assert!(d.builtin("apps/v1", "Deployment").is_some(), "other versions stay built in");
         d.forget("example.com/v1");
-        assert!(d.0.lock().unwrap_or_else(PoisonError::into_inner).doubted.len() == 1, "only built-in versions are recorded");
+        assert!(d.0.locked().doubted.len() == 1, "only built-in versions are recorded");
     }
 }

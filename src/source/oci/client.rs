@@ -28,6 +28,7 @@ use super::{
 };
 use crate::cache::blobs::{BlobError, Blobs};
 use crate::model::Sha256Digest;
+use crate::model::sync::MutexExt;
 use crate::source::github::{BodyError, Secret, TokenError, describe, read_bounded};
 
 /// Deadline of one API call (tag page, manifest, token), its body included: the source's
@@ -209,10 +210,10 @@ impl Client {
         if let Credentials::Bearer(t) = &self.credentials {
             return Some(format!("Bearer {}", t.expose()));
         }
-        if let Some(a) = self.auth.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+        if let Some(a) = self.auth.locked().as_ref() {
             return Some(a.expose().to_owned());
         }
-        let cached = tokens().lock().unwrap_or_else(PoisonError::into_inner).get(&self.token_key).cloned();
+        let cached = tokens().locked().get(&self.token_key).cloned();
         match cached {
             Some((token, expiry)) if Instant::now() < expiry => Some(format!("Bearer {}", token.expose())),
             _ => None,
@@ -277,19 +278,19 @@ impl Client {
         if let Some(challenge) = parse_bearer_challenge(header) {
             let (token, lifetime) = self.fetch_token(&challenge).await?;
             let expiry = Instant::now() + lifetime.saturating_sub(TOKEN_MARGIN).max(Duration::from_secs(1));
-            let mut cache = tokens().lock().unwrap_or_else(PoisonError::into_inner);
+            let mut cache = tokens().locked();
             // Expired tokens (and those of rotated credentials, once expired) are dropped here.
             let now = Instant::now();
             cache.retain(|_, (_, until)| *until > now);
             cache.insert(self.token_key.clone(), (token, expiry));
             drop(cache);
-            *self.auth.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            *self.auth.locked() = None;
             return Ok(());
         }
         if header.trim_start().get(..5).is_some_and(|s| s.eq_ignore_ascii_case("basic")) {
             let Credentials::Basic { username, password } = &self.credentials else { return Err(self.refused()) };
             let value = basic(username, password);
-            *self.auth.lock().unwrap_or_else(PoisonError::into_inner) = Some(value);
+            *self.auth.locked() = Some(value);
             return Ok(());
         }
         Err(Error::Unauthorized {

@@ -18,6 +18,7 @@ use super::sync::sync_subscription;
 use super::writer::DirectoryTarget;
 use crate::config::{Config, Format, Subscription, Target};
 use crate::controller::{ClusterReport, Context, PrepareError, Prepared};
+use crate::model::sync::MutexExt;
 
 /// What the syncers of one directory share.
 #[derive(Default)]
@@ -51,7 +52,7 @@ impl Syncers {
             }
             keep
         });
-        self.shared.prepared.lock().unwrap_or_else(PoisonError::into_inner).retain(|name, _| wanted.contains(name));
+        self.shared.prepared.locked().retain(|name, _| wanted.contains(name));
         for name in wanted {
             if !self.tasks.contains_key(&name) {
                 self.start(ctx, name);
@@ -134,8 +135,8 @@ async fn sync(ctx: &Arc<Context>, config: &Config, sub: &Subscription, shared: &
     let prepared = ctx.prepare_subscription(sub).await;
     let poll_error = ctx.poll_error(&sub.source);
     if sub.format == Format::ClusterStack && prepared.outcome.is_ok() {
-        shared.prepared.lock().unwrap_or_else(PoisonError::into_inner).insert(sub.name.clone(), prepared.clone());
-        let staged = peers(config, sub, &shared.prepared.lock().unwrap_or_else(PoisonError::into_inner));
+        shared.prepared.locked().insert(sub.name.clone(), prepared.clone());
+        let staged = peers(config, sub, &shared.prepared.locked());
         let _writing = shared.write.lock().await;
         let reports = clusterstack::sync_with(ctx, &target, &staged, true).await;
         for (s, p) in &staged {

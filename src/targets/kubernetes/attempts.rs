@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use crate::model::ClusterKey;
+use crate::model::sync::MutexExt;
 
 #[derive(Default)]
 pub(super) struct Attempts(Mutex<HashMap<ClusterKey, u32>>);
@@ -11,7 +12,7 @@ pub(super) struct Attempts(Mutex<HashMap<ClusterKey, u32>>);
 impl Attempts {
     /// One more failure of `key`'s reconcile: its attempt number.
     pub(super) fn failed(&self, key: &ClusterKey) -> u32 {
-        let mut attempts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut attempts = self.0.locked();
         let n = attempts.entry(key.clone()).or_default();
         *n = n.saturating_add(1);
         *n
@@ -19,7 +20,7 @@ impl Attempts {
 
     /// `key`'s reconcile succeeded (or the Cluster is gone): the next failure is the first.
     pub(super) fn succeeded(&self, key: &ClusterKey) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
+        self.0.locked().remove(key);
     }
 }
 

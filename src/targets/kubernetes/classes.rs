@@ -18,6 +18,7 @@ use super::stackrelease::{ClassResult, record_release, release_name};
 use crate::apply::ssa::{Applier, ApplyOptions, Inventory, Stage};
 use crate::config::{Format, Subscription};
 use crate::model::StageAction;
+use crate::model::sync::MutexExt;
 use crate::release::Release;
 use crate::status::crd::StackRelease;
 
@@ -34,11 +35,11 @@ pub(super) struct Classes {
 
 impl Classes {
     fn lock(&self, key: &Key) -> Arc<tokio::sync::Mutex<()>> {
-        self.locks.lock().unwrap_or_else(PoisonError::into_inner).entry(key.clone()).or_default().clone()
+        self.locks.locked().entry(key.clone()).or_default().clone()
     }
 
     fn fresh(&self, key: &Key, resync: std::time::Duration) -> bool {
-        self.applied.lock().unwrap_or_else(PoisonError::into_inner).get(key).is_some_and(|(at, r)| !r.failed() && at.elapsed() < resync)
+        self.applied.locked().get(key).is_some_and(|(at, r)| !r.failed() && at.elapsed() < resync)
     }
 
     /// Makes sure each of `releases` has its ClusterClass in `namespace`. Failures are logged
@@ -53,7 +54,7 @@ impl Classes {
                 continue;
             }
             let (result, (assets, signed_by)) = apply(kube, sub, namespace, rel).await;
-            self.applied.lock().unwrap_or_else(PoisonError::into_inner).insert(key, (Instant::now(), result));
+            self.applied.locked().insert(key, (Instant::now(), result));
             let merged = self.merged(&sub.name, &rel.tag);
             record_release(&kube.mgmt, &kube.events, sub, rel, (&assets, signed_by.as_deref()), !merged.failed(), Some(&merged)).await;
         }
@@ -61,7 +62,7 @@ impl Classes {
 
     /// The results of a release over every namespace, in namespace order.
     pub(super) fn merged(&self, sub: &str, tag: &str) -> ClassResult {
-        let applied = self.applied.lock().unwrap_or_else(PoisonError::into_inner);
+        let applied = self.applied.locked();
         let mut mine: Vec<(&Key, &(Instant, ClassResult))> = applied.iter().filter(|((s, t, _), _)| s == sub && t == tag).collect();
         mine.sort_by(|a, b| a.0.cmp(b.0));
         let mut out = ClassResult::default();
@@ -102,7 +103,7 @@ impl Classes {
                         Err(kube::Error::Api(s)) if s.code == 404 => {}
                         Err(e) => warn!(release = %name, error = %kube_error(&e), "cannot delete StackRelease"),
                     }
-                    self.applied.lock().unwrap_or_else(PoisonError::into_inner).retain(|(s, t, _), _| !(s == &sub.name && t == tag));
+                    self.applied.locked().retain(|(s, t, _), _| !(s == &sub.name && t == tag));
                 }
             }
         }

@@ -22,6 +22,7 @@ use super::target;
 use super::upgrade::DONE;
 use crate::config::{Config, Format, KubernetesTarget, Target};
 use crate::model::ClusterKey;
+use crate::model::sync::MutexExt;
 use crate::model::version::Version;
 use crate::status::crd::{ClusterSync, ClusterSyncStatus, RECONCILE_REQUESTED_AT};
 
@@ -145,11 +146,11 @@ impl Hooks {
 
     /// Puts a reloaded config in force for the next calls.
     pub fn set_config(&self, config: Config) {
-        *self.config.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
+        *self.config.locked() = Arc::new(config);
     }
 
     fn config(&self) -> Arc<Config> {
-        self.config.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.config.locked().clone()
     }
 
     async fn mgmt(&self, config: &Config) -> Result<kube::Client, ClientError> {

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::controller::PreparedRelease;
+use crate::model::sync::MutexExt;
 use crate::render::Manifests;
 
 /// Manifest releases read and parsed at once: the releases in use.
@@ -24,7 +25,7 @@ impl KeptManifests {
     pub(super) async fn get(&self, prepared: &PreparedRelease, dir: &str) -> Result<Arc<Manifests>, crate::render::Errors> {
         let same = |(tree, d, _): &(PathBuf, String, _)| *tree == prepared.tree && d == dir;
         {
-            let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut kept = self.0.locked();
             if prepared.fetched {
                 kept.retain(|e| !same(e));
             } else if let Some(at) = kept.iter().position(same) {
@@ -40,7 +41,7 @@ impl KeptManifests {
             Err(crate::render::Errors(vec![crate::render::Error::ReadFile { file: dir.to_owned(), source }]))
         })?;
         let m = Arc::new(loaded);
-        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut kept = self.0.locked();
         kept.retain(|e| !same(e));
         kept.push_front((prepared.tree.clone(), dir.to_owned(), m.clone()));
         kept.truncate(KEPT_MANIFESTS);

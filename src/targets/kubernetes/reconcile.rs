@@ -23,6 +23,7 @@ use crate::config::{Format, KubernetesTarget, Subscription};
 use crate::controller::{ClusterReport, PreparedRelease};
 use crate::model::ClusterKey;
 use crate::model::cluster::ClusterConfig;
+use crate::model::sync::MutexExt;
 use crate::release::{self, Release, short};
 use crate::status::crd::{ClusterSync, ClusterSyncStatus, RECONCILE_REQUESTED_AT};
 use crate::status::desired::{Outcome, desired};
@@ -146,7 +147,7 @@ async fn reconcile_in(
     // Retried a few times here; past that the reconcile fails and the controller retries it
     // with backoff until the status lands (the apply-started status says the truth meanwhile).
     // The ClusterSync as this reconcile last wrote it, if it did: not created a second time.
-    let latest = owner.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    let latest = owner.written.locked().take();
     let latest = latest.as_ref().or(previous.as_ref());
     let written = super::status::retried(|| write_cluster_sync(&syncs, sub, &c, &owner, latest, next.clone(), k.resync / 2)).await;
     let uid = match written {

@@ -8,6 +8,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
 use crate::model::cluster::ClusterConfig;
+use crate::model::sync::MutexExt;
 
 /// Reads the objects a Cluster references, with the discovery of each reference's kind (the
 /// API resource of an `apiVersion`/`kind` or `apiGroup`/`kind`) done once per process, not on
@@ -41,7 +42,7 @@ impl References {
             (None, Some(group)) => (group.to_owned(), String::new(), kind.to_owned()),
             _ => return None,
         };
-        let cached = self.resources.lock().unwrap_or_else(PoisonError::into_inner).get(&key).cloned();
+        let cached = self.resources.locked().get(&key).cloned();
         let res = match cached {
             Some(res) => res,
             None => {
@@ -52,14 +53,14 @@ impl References {
                 } else {
                     kube::discovery::pinned_kind(mgmt, &GroupVersionKind::gvk(group, version, kind)).await.ok()?.0
                 };
-                self.resources.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone(), res.clone());
+                self.resources.locked().insert(key.clone(), res.clone());
                 res
             }
         };
         let api: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), namespace, &res);
         let found = api.get_opt(name).await.ok().flatten().and_then(|o| serde_json::to_value(o).ok());
         if found.is_none() {
-            self.resources.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
+            self.resources.locked().remove(&key);
         }
         found
     }

@@ -14,6 +14,7 @@ use super::events::Events;
 use super::status::now;
 use crate::apply::ChangeSet;
 use crate::config::Subscription;
+use crate::model::sync::MutexExt;
 use crate::release::Release;
 use crate::status::crd::{MAX_ENTRIES, StackRelease, StackReleaseSpec, StackReleaseStatus};
 use crate::status::desired::entry;
@@ -52,7 +53,7 @@ impl Recorded {
     /// Whether this is the first time the release is recorded (it is now).
     pub(super) fn first(&self, sub: &str, rel: &Release) -> bool {
         let id = (sub.to_owned(), rel.tag.clone(), rel.commit.clone());
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).insert(id)
+        self.0.locked().insert(id)
     }
 }
 

@@ -10,6 +10,7 @@ use super::MANAGER;
 use super::client::kube_error;
 use crate::config::Subscription;
 use crate::model::cluster::ClusterConfig;
+use crate::model::sync::MutexExt;
 use crate::status::crd::{ClusterSync, ClusterSyncSpec, ClusterSyncStatus};
 
 use crate::status::desired::summarise;
@@ -37,7 +38,7 @@ pub(super) async fn write_progress(
     summarise(&mut status);
     let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "ClusterSync", "metadata": {"name": c.name}, "status": status});
     let params = PatchParams::apply(MANAGER).force();
-    let known = owner.exists || owner.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_some();
+    let known = owner.exists || owner.written.locked().is_some();
     if !known {
         // Known to be missing (the reconcile read it): created first, not asked for in vain.
         create(api, sub, c, owner).await?;
@@ -49,7 +50,7 @@ pub(super) async fn write_progress(
         }
         other => other?,
     };
-    *owner.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(written);
+    *owner.written.locked() = Some(written);
     Ok(())
 }
 

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use crate::model::ClusterKey;
+use crate::model::sync::MutexExt;
 
 /// How often a failure that repeats unchanged is said at WARN again (DEBUG in between).
 pub const REPEAT_WARNING: std::time::Duration = std::time::Duration::from_secs(3600);
@@ -30,7 +31,7 @@ impl Warnings {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         text.hash(&mut h);
         let digest = h.finish();
-        let mut warned = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut warned = self.0.locked();
         match warned.get(&(key.clone(), what)) {
             Some((d, at)) if *d == digest && now.duration_since(*at) < REPEAT_WARNING => false,
             _ => {
@@ -42,12 +43,12 @@ impl Warnings {
 
     /// A Cluster's failure of kind `what` is over: the next one is said at WARN.
     pub(super) fn cleared(&self, key: &ClusterKey, what: &'static str) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(&(key.clone(), what));
+        self.0.locked().remove(&(key.clone(), what));
     }
 
     /// Forgets a Cluster that is gone.
     pub(super) fn forget(&self, key: &ClusterKey) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).retain(|(k, _), _| k != key);
+        self.0.locked().retain(|(k, _), _| k != key);
     }
 }
 

@@ -35,6 +35,7 @@ use sha2::{Digest, Sha256};
 
 use crate::apply::ssa;
 use crate::model::ClusterKey;
+use crate::model::sync::MutexExt;
 
 /// Idle connections a workload client's pool keeps while its reconcile runs: as many as a sync
 /// has requests in flight (`ApplyOptions::concurrency`), so they are reused, not reopened.
@@ -60,11 +61,11 @@ impl TlsConfigs {
     /// disk): the caller builds its own.
     fn get(&self, config: &kube::Config) -> Result<Arc<rustls::ClientConfig>, kube::Error> {
         let Some(key) = tls_key(config) else { return self.build(config) };
-        if let Some(shared) = self.by_key.lock().unwrap_or_else(PoisonError::into_inner).get(&key).and_then(Weak::upgrade) {
+        if let Some(shared) = self.by_key.locked().get(&key).and_then(Weak::upgrade) {
             return Ok(shared);
         }
         let built = self.build(config)?;
-        let mut map = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self.by_key.locked();
         if let Some(raced) = map.get(&key).and_then(Weak::upgrade) {
             return Ok(raced);
         }
@@ -212,7 +213,7 @@ impl Clients {
     /// `version`.
     pub fn get(&self, key: &ClusterKey, version: &str) -> Option<kube::Client> {
         let recipe = {
-            let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut kept = self.kept.locked();
             let k = kept.get_mut(key).filter(|k| k.version == version && !version.is_empty())?;
             k.used = Instant::now();
             k.recipe.clone()
@@ -224,7 +225,7 @@ impl Clients {
     /// [`MAX_CLIENTS`], the least recently used.
     pub fn put(&self, key: ClusterKey, version: String, recipe: Recipe) {
         let now = Instant::now();
-        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut kept = self.kept.locked();
         kept.insert(key, Kept { version, recipe, used: now });
         if kept.len() > MAX_CLIENTS / 2 {
             kept.retain(|_, k| now.duration_since(k.used) < CLIENT_IDLE);
@@ -237,12 +238,12 @@ impl Clients {
 
     /// Forgets the recipe of a Cluster that is gone.
     pub fn remove(&self, key: &ClusterKey) {
-        self.kept.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
+        self.kept.locked().remove(key);
     }
 
     /// How many recipes are kept.
     pub fn len(&self) -> usize {
-        self.kept.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.kept.locked().len()
     }
 
     /// Whether no recipe is kept.

@@ -13,6 +13,7 @@ use super::workload::{self, Clients, ClusterState, Recipe, TlsConfigs};
 use crate::apply::ssa;
 use crate::model::ClusterKey;
 use crate::model::cluster::ClusterConfig;
+use crate::model::sync::MutexExt;
 use crate::status::Reason;
 
 /// How long a workload cluster gets to answer `GET /version` before its sync is skipped.
@@ -58,7 +59,7 @@ impl Workloads {
             Err(source) => return Err(WorkloadError::ReadSecret { secret: at(), source }),
         };
         let version = secret.metadata.resource_version.clone().unwrap_or_default();
-        let state = self.states.lock().unwrap_or_else(PoisonError::into_inner).entry(key.clone()).or_default().clone();
+        let state = self.states.locked().entry(key.clone()).or_default().clone();
         let client = match self.clients.get(&key, &version) {
             Some(client) => client,
             None => {
@@ -76,7 +77,7 @@ impl Workloads {
     /// Forgets what is kept for a Cluster that is gone.
     pub(super) fn forget(&self, key: &ClusterKey) {
         self.clients.remove(key);
-        self.states.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
+        self.states.locked().remove(key);
     }
 }
 

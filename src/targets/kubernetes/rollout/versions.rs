@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
+use crate::model::sync::MutexExt;
+
 /// Kubernetes versions by release (`tag@commit`).
 #[derive(Default)]
 pub(in crate::targets::kubernetes) struct KubernetesVersions(Mutex<HashMap<String, Option<String>>>);
@@ -11,10 +13,10 @@ pub(in crate::targets::kubernetes) struct KubernetesVersions(Mutex<HashMap<Strin
 impl KubernetesVersions {
     /// The version read before for `id`, if one was.
     pub(super) fn get(&self, id: &str) -> Option<Option<String>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).get(id).cloned()
+        self.0.locked().get(id).cloned()
     }
 
     pub(super) fn insert(&self, id: String, version: Option<String>) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).insert(id, version);
+        self.0.locked().insert(id, version);
     }
 }
