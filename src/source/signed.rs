@@ -7,7 +7,7 @@
 //! the blob store in `github/`) and hands its verdicts here.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Mutex, OnceLock};
 
 use tracing::{error, info};
 

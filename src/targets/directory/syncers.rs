@@ -6,7 +6,7 @@
 //! subscriptions; the config watcher waits for none of them.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
 use tokio::sync::Notify;

@@ -1,7 +1,7 @@
 //! Failed reconciles in a row, by Cluster: the backoff's attempt number.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 
 use crate::model::ClusterKey;
 use crate::model::sync::MutexExt;

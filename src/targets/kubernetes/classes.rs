@@ -6,7 +6,7 @@
 //! what pruning works from.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use kube::api::{Api, DeleteParams};

@@ -9,7 +9,7 @@
 //! only I/O, each with the management client's request deadline.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};

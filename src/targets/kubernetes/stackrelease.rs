@@ -3,7 +3,7 @@
 //! only when they changed.
 
 use std::collections::HashSet;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;

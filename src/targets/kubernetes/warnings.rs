@@ -2,7 +2,7 @@
 //! text changes and once an hour, at DEBUG otherwise.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 
 use crate::model::ClusterKey;
 use crate::model::sync::MutexExt;

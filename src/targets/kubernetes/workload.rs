@@ -27,7 +27,7 @@
 //! found served — a few hundred bytes.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use kube::client::ConfigExt;

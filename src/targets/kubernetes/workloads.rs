@@ -4,7 +4,7 @@
 //! found served; and the reachability check of a preview.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 
 use kube::api::Api;
 

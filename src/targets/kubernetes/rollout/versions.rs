@@ -2,7 +2,7 @@
 //! once per process: a release's content never changes under its tag and commit.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 
 use crate::model::sync::MutexExt;
 
