@@ -107,6 +107,46 @@ async fn moved_tag_is_refused_unless_allowed() {
     env.daemon.stop().await;
 }
 
+/// Regression: once the cache was gone (the index deleted as the corrupt-index error advises, or
+/// the whole cache directory, as every restart of the shipped Deployment's emptyDir does), a
+/// force-moved tag was taken for a new release and its content applied. The status file
+/// remembers what was applied; the moved tag stays refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_tag_stays_refused_after_the_cache_is_gone() {
+    let env = Env::new().await;
+    let tag = format!("{STACK}-v1");
+    let original = env.repo.release(&tag, &[("manifests/addons.yaml", &configmap("addons", "original"))]);
+    let config = env.config(false);
+    assert_exit(&run_once(&config).await, 0);
+
+    env.repo.write("manifests/addons.yaml", &configmap("addons", "sneaky"));
+    env.repo.commit("rewrite the release");
+    env.repo.move_tag(&tag);
+    let cache = env.dir.path().join("cache");
+    for forget in [cache.join("index.json"), cache.clone()] {
+        if forget.is_dir() {
+            std::fs::remove_dir_all(&forget).expect("remove the cache");
+        } else {
+            std::fs::remove_file(&forget).expect("remove the index");
+        }
+        let o = run_once(&config).await;
+        assert_exit(&o, 1);
+        let log = stderr(&o);
+        assert!(log.contains("is what was applied; refused"), "{log}");
+        assert!(env.configmap_text().contains("original"), "the moved tag was applied after removing {}", forget.display());
+        let st = status(&env.out(), "team-a", "alpha");
+        assert_eq!(st["appliedRelease"]["commit"], original);
+        assert_eq!(st["reason"], "TagRefused", "{st:?}");
+        assert_eq!(st["ready"], false, "{st:?}");
+    }
+
+    // Accepting moved tags is still the way to take it.
+    let o = run_once(&env.config(true)).await;
+    assert_exit(&o, 0);
+    assert!(env.configmap_text().contains("sneaky"));
+    env.daemon.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleted_tag_is_logged_and_never_downgrades() {
     let env = Env::new().await;

@@ -121,6 +121,33 @@ async fn not_ready_cluster_and_missing_kubeconfig_are_skipped_then_synced() {
     assert!(configmap(&env, 0).await.is_some() && configmap(&env, 1).await.is_some());
 }
 
+/// Regression: after the cache was removed (every restart of the shipped Deployment, whose
+/// cache is an emptyDir), a force-moved tag was taken for a new release and applied, Ready. The
+/// ClusterSync remembers the commit that was applied; the moved tag stays refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_tag_stays_refused_after_the_cache_is_gone() {
+    let env = one_cluster(&[("manifests/cm.yaml", CM)]).await;
+    let config = env.config().write();
+    assert_exit(&run_once(&config).await, 0);
+    let applied = cluster_sync(&env, "alpha").await["status"]["appliedRelease"]["commit"].clone();
+
+    env.repo.write("manifests/cm.yaml", &CM.replace("cluster: ${cluster.name}", "cluster: sneaky"));
+    env.repo.commit("rewrite the release");
+    env.repo.move_tag("v1.0.0");
+    for _ in 0..2 {
+        std::fs::remove_dir_all(env.dir.path().join("cache")).expect("remove the cache");
+        let o = run_once(&config).await;
+        assert_exit(&o, 1);
+        assert!(stderr(&o).contains("is what was applied; refused"), "{}", stderr(&o));
+        let cs = cluster_sync(&env, "alpha").await;
+        assert_eq!(cs["status"]["appliedRelease"]["commit"], applied, "{cs}");
+        assert_eq!(condition(&cs, "Ready")["status"], "False", "{cs}");
+        assert_eq!(condition(&cs, "Ready")["reason"], "TagRefused", "{cs}");
+        let cm = configmap(&env, 0).await.expect("the addon");
+        assert_eq!(cm.data.unwrap_or_default()["cluster"], "alpha", "the moved tag's content was applied");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_object_is_pruned_and_a_broken_object_is_reported_alone() {
     let env = Env::new(1).await;

@@ -15,6 +15,10 @@ use stacksync::release::{self, Release};
 use stacksync::source::{self, At, BoxFuture, Materialised, Polled, ReleaseError, RemoteRefs, Source};
 use verify::{Trust, TrustFiles};
 
+/// The tests of this binary, one at a time: cache cleanup and downloads exclude each other
+/// process-wide, so one test's download would be another's "download in progress".
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Releases as `<root>/<tag>/…`: the "commit" of a tag is the SHA-256 of its files.
 struct Folder {
     root: PathBuf,
@@ -99,6 +103,7 @@ fn release(root: &Path, tag: &str, body: &str) {
 
 #[tokio::test]
 async fn a_source_kind_written_outside_the_crate_is_polled_selected_and_cached_like_the_shipped_ones() {
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().join("releases");
     release(&root, "v1.0.0", "kind: ConfigMap\nmetadata: {name: a}\n");
@@ -131,4 +136,83 @@ async fn a_source_kind_written_outside_the_crate_is_polled_selected_and_cached_l
     let second = source::poll(&folder, at, &first).await.expect("poll");
     assert_eq!(second.tags["v1.0.0"], first.tags["v1.0.0"], "the moved tag stays at what was accepted");
     assert_eq!(second.refused["v1.0.0"], digest(&root.join("v1.0.0")));
+}
+
+/// Regression: cache cleanup deleted the blobs of a download in progress (referenced by no tree
+/// yet), and the download failed with "No such file or directory". Cleanup is skipped while any
+/// release is being materialised, and a materialisation waits for a cleanup under way.
+#[tokio::test]
+async fn cache_cleanup_never_runs_beside_a_download_in_progress() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("releases");
+    release(&root, "v1.0.0", "kind: ConfigMap\nmetadata: {name: a}\n");
+    let cache = Cache::open(&dir.path().join("cache")).expect("cache");
+    let (entered, release_it) = (std::sync::Arc::new(tokio::sync::Notify::new()), std::sync::Arc::new(tokio::sync::Notify::new()));
+    let slow = Slow { inner: Folder { root, trust: TrustFiles::default() }, entered: entered.clone(), release: release_it.clone() };
+    let key = source::key("slow", &slow);
+    let state = source::poll(&slow, At { name: "slow", key: &key, cache: &cache }, &SourceState::default()).await.expect("poll");
+    let rel = Release {
+        source: "slow".into(),
+        tag: "v1.0.0".into(),
+        commit: state.tags["v1.0.0"].clone(),
+        version: stacksync::model::version::Version::from_tag("v1.0.0").expect("version"),
+    };
+
+    let cleaning = source::cleaning().expect("nothing is being materialised");
+    let download = {
+        let (cache, key, state, rel) = (cache.clone(), key.clone(), state.clone(), rel.clone());
+        tokio::spawn(async move {
+            let at = At { name: "slow", key: &key, cache: &cache };
+            source::materialise(&slow, at, &state, Index::default(), &rel).await.1.map(|m| m.fetched)
+        })
+    };
+    tokio::task::yield_now().await;
+    assert!(!download.is_finished(), "a materialisation waits for the cleanup under way");
+    drop(cleaning);
+    entered.notified().await;
+    assert!(source::cleaning().is_none(), "no cleanup while a download is in progress");
+    release_it.notify_one();
+    let fetched = tokio::time::timeout(std::time::Duration::from_secs(30), download).await.expect("bounded").expect("task");
+    assert!(fetched.expect("materialised"), "the release was fetched");
+    assert!(source::cleaning().is_some(), "cleanup runs once the download is done");
+}
+
+/// [`Folder`], whose materialisation says it started and then waits to be let go.
+struct Slow {
+    inner: Folder,
+    entered: std::sync::Arc<tokio::sync::Notify>,
+    release: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl Source for Slow {
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+
+    fn allow_moved_tags(&self) -> bool {
+        false
+    }
+
+    fn trust_files(&self) -> &TrustFiles {
+        self.inner.trust_files()
+    }
+
+    fn poll<'a>(&'a self, at: At<'a>, previous: &'a SourceState, trust: Option<&'a Trust>) -> BoxFuture<'a, source::Result<Polled>> {
+        self.inner.poll(at, previous, trust)
+    }
+
+    fn materialise<'a>(
+        &'a self,
+        at: At<'a>,
+        state: &'a SourceState,
+        index: Index,
+        rel: &'a Release,
+    ) -> BoxFuture<'a, (Index, Result<Materialised, ReleaseError>)> {
+        Box::pin(async move {
+            self.entered.notify_one();
+            self.release.notified().await;
+            self.inner.materialise(at, state, index, rel).await
+        })
+    }
 }

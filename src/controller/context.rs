@@ -320,6 +320,7 @@ impl Context {
                 fetched: m.fetched,
                 note: None,
                 assets: m.assets,
+                moved_tags_accepted: kind.allow_moved_tags(),
             })
             .map_err(|e| Arc::new(PrepareError::Source(e)));
         if let Err(e) = &outcome
@@ -463,9 +464,16 @@ impl Context {
     }
 
     /// Removes cached releases nothing needs: kept are each subscription's adopted release and
-    /// `cache.keepReleases` newest, plus `in_use`.
+    /// `cache.keepReleases` newest, plus `in_use`. Skipped while a release is being
+    /// materialised ([`crate::source::cleaning`]).
     pub async fn collect_garbage(&self, in_use: &std::collections::BTreeSet<String>) {
         let config = self.config();
+        // Not while a release is being materialised (its blobs are referenced by nothing yet):
+        // the next cleanup does it.
+        let Some(_cleaning) = crate::source::cleaning() else {
+            tracing::debug!("cache cleanup skipped: a release is being materialised");
+            return;
+        };
         let mut index = self.index.lock().await;
         let mut keep = fetch::releases_to_keep(&config, &index);
         keep.extend(in_use.iter().cloned());

@@ -48,6 +48,28 @@ pub fn mismatch(name: &str, source: &dyn Source, rel: &Release, claimed: Option<
     })
 }
 
+/// Whether `rel` is a tag that a target recorded as applied at another commit (`applied`: the
+/// tag and commit in a Cluster's `ClusterSync` or the directory target's status file): the tag
+/// moved since it was put in place. What was applied lasts where the cache does not — the cache
+/// of the shipped Deployment is an emptyDir, and deleting it is always allowed — so this refuses
+/// a moved tag however little the cache remembers. `None` for the same commit, another tag, or
+/// a source that accepts moved tags. Pure.
+pub fn moved_since_applied(name: &str, accepted: bool, applied: Option<(&str, &str)>, rel: &Release) -> Option<Mismatch> {
+    let (tag, commit) = applied?;
+    if accepted || tag != rel.tag || commit == rel.commit {
+        return None;
+    }
+    Some(Mismatch {
+        reason: Reason::TagRefused,
+        message: format!(
+            "tag {tag} now points at {} in source {name}, but {} is what was applied; refused, {} stays applied (set allowMovedTags to accept it, or publish a new tag)",
+            short(&rel.commit),
+            short(commit),
+            short(commit)
+        ),
+    })
+}
+
 /// What the last poll said about the signature of `rel` (sources with `verify`): who signed it,
 /// and — when it is refused now (a key rotated out, a tag re-signed badly) while it is still the
 /// release selected (in use: never downgraded silently) — a `SignatureInvalid` mismatch: it is
@@ -77,6 +99,7 @@ pub fn held(cache: &Cache, key: &str, rel: &Release, m: Mismatch) -> PreparedRel
         assets: Vec::new(),
         unverified: Some(m),
         signed_by: None,
+        moved_tags_accepted: false,
     }
 }
 
@@ -153,6 +176,32 @@ mod tests {
 
     fn asset(name: &str, digest: &str) -> AssetRecord {
         AssetRecord { name: name.into(), digest: format!("sha256:{digest}"), verified_by: VerifiedBy::Published, size: 1 }
+    }
+
+    #[test]
+    fn a_tag_recorded_as_applied_at_another_commit_is_refused_unless_moved_tags_are_accepted() {
+        let (a, b) = ("a".repeat(40), "b".repeat(40));
+        // (accepted, applied, release, refused)
+        let table = [
+            (false, None, rel("v1.0.0", &b), false),
+            (false, Some(("v1.0.0", a.as_str())), rel("v1.0.0", &a), false),
+            (false, Some(("v1.0.0", a.as_str())), rel("v1.0.0", &b), true),
+            (true, Some(("v1.0.0", a.as_str())), rel("v1.0.0", &b), false),
+            (false, Some(("v0.9.0", a.as_str())), rel("v1.0.0", &b), false),
+        ];
+        for (accepted, applied, r, refused) in table {
+            let got = moved_since_applied("s", accepted, applied, &r);
+            assert_eq!(got.is_some(), refused, "{applied:?} {r:?}");
+            if let Some(m) = got {
+                assert_eq!(m.reason, Reason::TagRefused);
+                assert!(
+                    m.message.contains("tag v1.0.0 now points at bbbbbbbbbbbb in source s, but aaaaaaaaaaaa is what was applied"),
+                    "{}",
+                    m.message
+                );
+                assert!(m.message.contains("allowMovedTags"), "{}", m.message);
+            }
+        }
     }
 
     #[test]

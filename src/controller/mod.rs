@@ -46,6 +46,9 @@ pub struct PreparedRelease {
     pub unverified: Option<Mismatch>,
     /// Sources with `verify`: who signed the release (`ssh:SHA256:…`, `openpgp:…`, `cosign:…`).
     pub signed_by: Option<String>,
+    /// Whether its source accepts a tag that moved (`allowMovedTags`): what a target checks
+    /// against the release it recorded as applied ([`fetch::moved_since_applied`]).
+    pub moved_tags_accepted: bool,
 }
 
 /// Why a release in use no longer verifies: the status reason and a message naming the tag,

@@ -282,7 +282,7 @@ pub async fn poll(source: &dyn Source, at: At<'_>, previous: &SourceState) -> Re
 
 /// Puts `rel` into the cache (or finds it there, verified), logging once per download. One
 /// download per release at a time in the process: concurrent callers for the same release wait
-/// for the first, then find its tree. `state` is the source's last poll; the release is recorded
+/// for the first, then find its tree. Never while the cache is cleaned up ([`cleaning`]). `state` is the source's last poll; the release is recorded
 /// in `index`, which is handed back.
 pub async fn materialise(
     source: &dyn Source,
@@ -292,6 +292,7 @@ pub async fn materialise(
     rel: &Release,
 ) -> (Index, Result<Materialised, ReleaseError>) {
     let span = tracing::info_span!("release", source = %rel.source, tag = %rel.tag, commit = %crate::release::short(&rel.commit));
+    let _using = cache_users().read().await;
     let lock = release_lock(&crate::cache::ReleaseEntry::id(at.key, &rel.tag, &rel.commit));
     let _guard = lock.lock().await;
     let (index, result) = source.materialise(at, state, index, rel).await;
@@ -303,6 +304,22 @@ pub async fn materialise(
         Err(e) => span.in_scope(|| tracing::error!(error = %e, "cannot cache release; the release in use stays")),
     }
     (index, result)
+}
+
+/// Materialisations and cache cleanup exclude each other: a cleanup deletes blobs and trees that
+/// no kept release references, and those of a download in progress are referenced by nothing
+/// yet. Materialisations share it; a cleanup takes it alone.
+fn cache_users() -> &'static tokio::sync::RwLock<()> {
+    static USERS: std::sync::OnceLock<tokio::sync::RwLock<()>> = std::sync::OnceLock::new();
+    USERS.get_or_init(|| tokio::sync::RwLock::new(()))
+}
+
+/// Held while the cache is cleaned up: `None` while a release is being materialised in this
+/// process (the cleanup is skipped, not queued: waiting for a long download would hold back
+/// every reconcile behind it), otherwise a guard that holds new materialisations back until it
+/// is dropped. So a cleanup never deletes the blobs or the tree of a download in progress.
+pub fn cleaning() -> Option<tokio::sync::RwLockWriteGuard<'static, ()>> {
+    cache_users().try_write().ok()
 }
 
 /// One lock per release, so concurrent requests for the same release share one download.

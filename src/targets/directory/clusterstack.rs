@@ -59,9 +59,9 @@ pub(super) async fn sync_with(
     let staged: Vec<(&Subscription, Prepared)> = staged
         .iter()
         .map(|(sub, prepared)| match &prepared.outcome {
-            Ok(p) => match &p.unverified {
+            Ok(p) => match super::sync::unverified(target, sub, p) {
                 Some(m) => {
-                    held.extend(super::sync::hold_unverified(target, sub, &p.release, m, write_status));
+                    held.extend(super::sync::hold_unverified(target, sub, &p.release, &m, write_status));
                     let held = crate::controller::PrepareError::Unverified { reason: m.reason, message: m.message.clone() };
                     (*sub, Prepared { outcome: Err(std::sync::Arc::new(held)), ..prepared.clone() })
                 }

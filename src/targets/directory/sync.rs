@@ -6,7 +6,8 @@ use tracing::{error, info, info_span, warn};
 use super::writer::DirectoryTarget;
 use crate::apply::ChangeSet;
 use crate::config::Subscription;
-use crate::controller::{ClusterReport, Mismatch, Prepared};
+use crate::controller::fetch::moved_since_applied;
+use crate::controller::{ClusterReport, Mismatch, Prepared, PreparedRelease};
 use crate::model::cluster::ClusterConfig;
 use crate::release::{Release, short};
 use crate::render::Manifests;
@@ -50,8 +51,8 @@ pub(super) fn sync_subscription(
     let rel = &release.release;
     let span = info_span!("release", source = %rel.source, tag = %rel.tag, commit = %short(&rel.commit));
     let _guard = span.enter();
-    if let Some(m) = &release.unverified {
-        return hold_unverified(target, sub, rel, m, write_status);
+    if let Some(m) = unverified(target, sub, release) {
+        return hold_unverified(target, sub, rel, &m, write_status);
     }
     let manifests = Manifests::load(&release.tree, &sub.path);
     sub.clusters
@@ -79,6 +80,19 @@ pub(super) fn sync_subscription(
             }
         })
         .collect()
+}
+
+/// Why `release` is not put in place, if it is not: it no longer verifies against its source,
+/// or one of the subscription's clusters records its tag as applied at another commit (the tag
+/// moved; the status files remember what the clusters run when the cache does not).
+pub(super) fn unverified(target: &DirectoryTarget, sub: &Subscription, release: &PreparedRelease) -> Option<Mismatch> {
+    if let Some(m) = &release.unverified {
+        return Some(m.clone());
+    }
+    sub.clusters.iter().find_map(|c| {
+        let applied = target.read_status(c)?.applied_release?;
+        moved_since_applied(&release.release.source, release.moved_tags_accepted, Some((&applied.tag, &applied.commit)), &release.release)
+    })
 }
 
 /// The release in use no longer verifies ([`Mismatch`]): nothing is written but each cluster's

@@ -211,7 +211,12 @@ async fn sync(
     }
 
     let rel = choose(kube, sub, class).await?;
-    let prepared = kube.ctx.prepare(&rel).await.map_err(Fail::Prepare)?;
+    let mut prepared = kube.ctx.prepare(&rel).await.map_err(Fail::Prepare)?;
+    if prepared.unverified.is_none() {
+        // The ClusterSync remembers what this Cluster runs when the cache does not.
+        let applied = prev.applied_release.as_ref().map(|a| (a.tag.as_str(), a.commit.as_str()));
+        prepared.unverified = crate::controller::fetch::moved_since_applied(&rel.source, prepared.moved_tags_accepted, applied, &rel);
+    }
     let rspan = info_span!("release", tag = %rel.tag, commit = %short(&rel.commit));
     apply_release(kube, sub, c, rel, prepared, prev, owner).instrument(rspan).await
 }

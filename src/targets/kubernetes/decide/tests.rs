@@ -44,6 +44,7 @@ fn prepared(tag: &str) -> PreparedRelease {
         assets: Vec::new(),
         unverified: None,
         signed_by: None,
+        moved_tags_accepted: false,
     }
 }
 
