@@ -18,22 +18,65 @@ impl Default for Limits {
     }
 }
 
+/// Why an archive was not unpacked. Names and messages that come from the archive are shown
+/// with [`shown`]: control characters escaped, long ones cut (the whole error stays short
+/// enough for a status message whatever the archive holds).
 #[derive(Debug, thiserror::Error)]
 pub enum UnpackError {
-    #[error("entry {entry:?}: {reason}")]
+    #[error("entry \"{}\": {}", shown(entry), shown(reason))]
     Entry { entry: String, reason: String },
-    #[error("entry {entry:?}: archive unpacks to more than {limit} bytes (decompression bomb?)")]
+    #[error("entry \"{}\": archive unpacks to more than {limit} bytes (decompression bomb?)", shown(entry))]
     TooLarge { entry: String, limit: u64 },
     #[error("has more than {limit} entries")]
     TooManyEntries { limit: u64 },
-    #[error("is not a readable tar archive: {0}")]
+    #[error("is not a readable tar archive: {}", shown(&.0.to_string()))]
     Read(#[source] std::io::Error),
-    #[error("cannot write {path}: {source}")]
+    #[error("cannot write {}: {}", shown(path), shown(&source.to_string()))]
     Write {
         path: String,
         #[source]
         source: std::io::Error,
     },
+}
+
+impl UnpackError {
+    /// Whether unpacking the same archive again may succeed: only when the volume could not be
+    /// written (full, read-only, failing). What the archive itself decides — a path too long
+    /// for the file system, a file where its own entries need a directory — fails the same way
+    /// every time.
+    pub fn is_transient(&self) -> bool {
+        use std::io::ErrorKind;
+        let UnpackError::Write { source, .. } = self else { return false };
+        // ENAMETOOLONG (36 on Linux) has no stable ErrorKind of its own on every toolchain.
+        let name_too_long = source.raw_os_error() == Some(36);
+        !(name_too_long
+            || matches!(
+                source.kind(),
+                ErrorKind::NotADirectory | ErrorKind::IsADirectory | ErrorKind::AlreadyExists | ErrorKind::InvalidFilename
+            ))
+    }
+}
+
+/// At most this many characters of a name or message from an archive go into an error.
+const SHOWN: usize = 160;
+
+/// Text that came from an archive, fit for a log line and a status message: control characters
+/// escaped (`\u{1b}`), at most [`SHOWN`] characters, the rest counted.
+pub fn shown(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    for c in chars.by_ref().take(SHOWN) {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    let rest = chars.count();
+    if rest > 0 {
+        out.push_str(&format!("… ({rest} more characters)"));
+    }
+    out
 }
 
 /// Whether a file name looks like an archive this module unpacks.
@@ -220,5 +263,38 @@ mod tests {
         let refs: Vec<(&str, tar::EntryType, &[u8], Option<&str>)> = many.iter().map(|(n, k, d, l)| (n.as_str(), *k, *d, *l)).collect();
         let (_dir, r) = run(&tar_with(&refs), Limits { max_bytes: 4096, max_entries: 3 });
         assert!(matches!(r, Err(UnpackError::TooManyEntries { limit: 3 })), "{r:?}");
+    }
+
+    /// Regression: what the archive decides (a path deeper than the file system takes, a file
+    /// where its own entries need a directory) was reported as a transient failure, with the
+    /// whole path — thousands of characters — in the status message.
+    #[test]
+    fn hostile_content_fails_for_good_with_a_short_message() {
+        let deep = "d/".repeat(3000) + "f";
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(1);
+        header.set_mode(0o644);
+        builder.append_data(&mut header, &deep, &b"x"[..]).unwrap();
+        let deep_tar = builder.into_inner().unwrap();
+        let collision = tar_with(&[("x", tar::EntryType::Regular, b"x", None), ("x/y", tar::EntryType::Regular, b"y", None)]);
+        for (what, bytes) in [("a path too deep", deep_tar), ("a file where a directory must go", collision)] {
+            let (_dir, r) = run(&bytes, Limits::default());
+            let err = r.unwrap_err();
+            assert!(!err.is_transient(), "{what}: {err:?}");
+            assert!(err.to_string().len() < 600, "{what}: {} characters: {err}", err.to_string().len());
+        }
+    }
+
+    /// Regression: a garbage archive's control bytes reached the log and the status message.
+    #[test]
+    fn control_bytes_of_a_garbage_archive_are_escaped() {
+        let mut garbage = vec![0x1b_u8, b'[', b'3', b'1', b'm', 0x07, 0x08];
+        garbage.resize(1024, 0x01);
+        let (_dir, r) = run(&garbage, Limits::default());
+        let err = r.unwrap_err().to_string();
+        assert!(!err.chars().any(char::is_control), "{err:?}");
+        assert_eq!(shown("a\u{1b}[31mb"), "a\\u{1b}[31mb");
+        assert_eq!(shown(&"x".repeat(200)), format!("{}… (40 more characters)", "x".repeat(160)));
     }
 }

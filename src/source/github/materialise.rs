@@ -123,15 +123,17 @@ pub enum FillError {
 impl crate::cache::Fill for FillError {
     fn is_transient(&self) -> bool {
         match self {
-            FillError::Io { .. } | FillError::Unpack { source: unpack::UnpackError::Write { .. }, .. } => true,
-            FillError::Collision { .. } | FillError::BadName(_) | FillError::BadDigest { .. } | FillError::Unpack { .. } => false,
+            FillError::Io { .. } => true,
+            FillError::Unpack { source, .. } => source.is_transient(),
+            FillError::Collision { .. } | FillError::BadName(_) | FillError::BadDigest { .. } => false,
         }
     }
 
     fn reason(&self) -> &'static str {
         match self {
             FillError::Collision { .. } | FillError::BadName(_) | FillError::BadDigest { .. } => "BadAssets",
-            FillError::Io { .. } | FillError::Unpack { source: unpack::UnpackError::Write { .. }, .. } => "TreeWrite",
+            FillError::Io { .. } => "TreeWrite",
+            FillError::Unpack { source, .. } if source.is_transient() => "TreeWrite",
             FillError::Unpack { .. } => "UnsafeArchive",
         }
     }
