@@ -164,6 +164,33 @@ async fn token_never_reaches_the_storage_host_or_the_logs() {
     server.stop().await;
 }
 
+/// Regression: a storage host that redirected again (as CDNs chain them) failed the download
+/// with only "answered 302 Found". Redirects are followed up to `MAX_REDIRECTS`, never with the
+/// token; past that the error says so and where it stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_of_storage_redirects_is_followed_and_an_endless_one_is_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = GithubServer::start().await.expect("server");
+    server.add_release(REPO, "v1.0.0", &manifests("one"), false, false);
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "ghp_TESTKITsecret0123456789\n").expect("token");
+    let config = gh_config(dir.path(), &server).source_set("gh", "token", json!({"file": token_file})).write();
+    server.storage_hops(3);
+    assert_exit(&run_once(&config).await, 0);
+    assert_eq!(server.count("/hop/"), 3, "{:?}", server.seen());
+    let storage: Vec<_> = server.seen().into_iter().filter(|s| s.host.starts_with("localhost")).collect();
+    assert!(storage.iter().all(|s| s.authorization.is_none()), "the token went along a redirect: {storage:?}");
+
+    server.storage_hops(50);
+    server.add_release(REPO, "v1.1.0", &manifests("two"), false, false);
+    let o = run_once(&config).await;
+    assert_exit(&o, 1);
+    let out = stdout(&o);
+    assert!(out.contains("more than 5 redirects (the last from localhost)"), "{out}");
+    assert!(!out.contains("signature=testkit"), "a storage URL's query is shown: {out}");
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn path_traversal_and_decompression_bombs_are_refused() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -86,6 +86,8 @@ struct State {
     remaining: u64,
     /// Every storage download sends one byte per this interval (the whole length declared).
     trickle: Option<std::time::Duration>,
+    /// Redirects the storage host adds before it serves a download (CDNs chain them).
+    hops: usize,
 }
 
 /// A response body: whole, or trickled.
@@ -214,6 +216,12 @@ impl GithubServer {
     /// one byte per `every` (a storage host that is slow but never silent); `None` stops it.
     pub fn trickle_storage(&self, every: Option<std::time::Duration>) {
         lock(&self.state).trickle = every;
+    }
+
+    /// From now on, the storage host redirects every download `hops` more times (to itself,
+    /// `/hop/<n>/<asset>`) before it serves it; 0 serves at once.
+    pub fn storage_hops(&self, hops: usize) {
+        lock(&self.state).hops = hops;
     }
 
     /// Every request seen, in order.
@@ -439,8 +447,23 @@ fn route(
             // GitHub redirects downloads to a storage host; here: the same server under another name.
             let mut r = Response::new(Full::new(Bytes::new()));
             *r.status_mut() = StatusCode::FOUND;
-            let location = format!("http://localhost:{}/storage/{}?signature=testkit", addr.port(), asset.id);
+            let location = match s.hops {
+                0 => format!("http://localhost:{}/storage/{}?signature=testkit", addr.port(), asset.id),
+                n => format!("http://localhost:{}/hop/{n}/{}?signature=testkit", addr.port(), asset.id),
+            };
             if let Ok(v) = hyper::header::HeaderValue::from_str(&location) {
+                r.headers_mut().insert("location", v);
+            }
+            r
+        }
+        ["hop", n, id] => {
+            let next = match n.parse::<usize>().unwrap_or(1) {
+                0 | 1 => format!("/storage/{id}?signature=testkit"),
+                n => format!("/hop/{}/{id}?signature=testkit", n - 1),
+            };
+            let mut r = Response::new(Full::new(Bytes::new()));
+            *r.status_mut() = StatusCode::FOUND;
+            if let Ok(v) = hyper::header::HeaderValue::from_str(&next) {
                 r.headers_mut().insert("location", v);
             }
             r

@@ -22,6 +22,9 @@ use crate::model::Sha256Digest;
 pub const MAX_RATE_LIMIT_WAIT: Duration = Duration::from_secs(15 * 60);
 /// Attempts for one download when the connection is cut.
 pub const DOWNLOAD_ATTEMPTS: u32 = 3;
+
+/// Redirects one asset download follows (GitHub's API to its storage host, and CDNs beyond).
+pub const MAX_REDIRECTS: usize = 5;
 /// Deadline of one API request, its body included.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(60);
 /// Deadline of one asset download, every attempt included: a storage host trickling bytes is
@@ -557,7 +560,8 @@ impl Client {
     }
 
     /// Streams one asset into the blob store, verifying it against `expected` when given.
-    /// Follows one redirect (to the storage host, without the token); retries a cut connection.
+    /// Follows up to [`MAX_REDIRECTS`] redirects (to storage hosts, without the token); retries a
+    /// cut connection.
     ///
     /// # Errors
     /// The request or the body fails after [`DOWNLOAD_ATTEMPTS`], the asset exceeds `limit`, or
@@ -629,24 +633,37 @@ impl Client {
             .send_within(url, "application/octet-stream", None, self.limits.download_deadline)
             .await
             .map_err(|e| Attempt::Retry(e.to_string()))?;
-        if resp.status().is_redirection() {
+        // Storage hosts and CDNs chain redirects: each is followed, up to MAX_REDIRECTS.
+        let mut at = url.clone();
+        let mut hops = 0;
+        while resp.status().is_redirection() {
             let location = resp.headers().get(LOCATION).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-            let target = url
+            let host = |u: &Url| u.host_str().unwrap_or_default().to_owned();
+            if hops == MAX_REDIRECTS {
+                let message = format!("more than {MAX_REDIRECTS} redirects (the last from {}); refusing to follow more", host(&at));
+                return Err(Attempt::Fatal(BlobError::Io { path: url.as_str().into(), source: std::io::Error::other(message) }));
+            }
+            hops += 1;
+            let target = at
                 .join(&location)
                 .map_err(|e| Attempt::Fatal(BlobError::Io { path: location.clone().into(), source: std::io::Error::other(e) }))?;
-            debug!(repo = %self.repo, host = target.host_str().unwrap_or_default(), "following asset redirect");
+            debug!(repo = %self.repo, host = %host(&target), hops, "following asset redirect");
             // `request` adds the token only for the API origin: storage hosts never see it.
             let started = Instant::now();
             resp = self.request(&target, "application/octet-stream").timeout(self.limits.download_deadline).send().await.map_err(|e| {
                 Attempt::Retry(describe_since(&e.without_url(), self.limits.download_deadline, self.limits.read_timeout, started))
             })?;
+            at = target;
         }
         let status = resp.status();
         if !status.is_success() {
+            // Where it ended, by host only: a storage URL's query is a signature.
+            let ended =
+                if hops > 0 { format!(" (after {hops} redirects, at {})", at.host_str().unwrap_or_default()) } else { String::new() };
             return Err(if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
-                Attempt::Retry(format!("answered {status}"))
+                Attempt::Retry(format!("answered {status}{ended}"))
             } else {
-                Attempt::Status { url: url.to_string(), status }
+                Attempt::Status { url: format!("{url}{ended}"), status }
             });
         }
         if let Some(len) = resp.content_length()
