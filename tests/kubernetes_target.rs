@@ -148,6 +148,21 @@ async fn a_moved_tag_stays_refused_after_the_cache_is_gone() {
     }
 }
 
+/// Regression: a new release that failed to render left `wantedRelease` at the release in
+/// place, so nothing named the release that failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_fails_to_render_is_named_as_the_wanted_release() {
+    let env = one_cluster(&[("manifests/cm.yaml", CM)]).await;
+    let config = env.config().write();
+    assert_exit(&run_once(&config).await, 0);
+    env.repo.release("v1.1.0", &[("manifests/cm.yaml", "apiVersion: v1\nkind: [ConfigMap\n")]);
+    assert_exit(&run_once(&config).await, 1);
+    let cs = cluster_sync(&env, "alpha").await;
+    assert_eq!(condition(&cs, "Ready")["reason"], "RenderFailed", "{cs}");
+    assert_eq!(cs["status"]["wantedRelease"]["tag"], "v1.1.0", "{cs}");
+    assert_eq!(cs["status"]["appliedRelease"]["tag"], "v1.0.0", "{cs}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_object_is_pruned_and_a_broken_object_is_reported_alone() {
     let env = Env::new(1).await;

@@ -29,8 +29,13 @@ pub(super) enum Fail {
     /// back) is `ReleaseUnavailable`; anything else needs a change.
     #[error("{0}")]
     Prepare(#[source] Arc<PrepareError>),
-    #[error("{0}")]
-    Stages(#[source] StagesError),
+    /// The release's stages could not be rendered for the Cluster; `release` is the one wanted.
+    #[error("{source}")]
+    Stages {
+        release: Box<crate::release::Release>,
+        #[source]
+        source: StagesError,
+    },
     #[error("{0}")]
     Workload(#[source] WorkloadError),
     /// The workload cluster did not answer the sync's first request: nothing was sent.
@@ -58,7 +63,7 @@ impl Fail {
             Fail::ClassRefused { .. } => Reason::SignatureInvalid,
             Fail::ClassUnknown(_) | Fail::Select(_) => Reason::ReleaseNotAvailable,
             Fail::Prepare(e) => e.status_reason(),
-            Fail::Stages(e) => e.reason(),
+            Fail::Stages { source: e, .. } => e.reason(),
             Fail::Workload(e) => e.reason(),
             Fail::Unreachable(_) => Reason::ClusterUnreachable,
             Fail::NotReady { reason, .. } => *reason,
@@ -71,8 +76,17 @@ impl Fail {
         match self {
             Fail::ClassRefused { .. } | Fail::ClassUnknown(_) | Fail::Select(_) => false,
             Fail::Prepare(e) => e.is_transient(),
-            Fail::Stages(e) => e.is_transient(),
+            Fail::Stages { source: e, .. } => e.is_transient(),
             Fail::ControlPlaneNotReady | Fail::Workload(_) | Fail::Unreachable(_) | Fail::NotReady { .. } | Fail::Unrecorded { .. } => true,
+        }
+    }
+
+    /// The release the Cluster wants, when the failed step knew it (a render failure): the
+    /// status names it as `wantedRelease` beside the failure.
+    pub(super) fn wanted(&self) -> Option<&crate::release::Release> {
+        match self {
+            Fail::Stages { release, .. } => Some(release),
+            _ => None,
         }
     }
 
@@ -81,7 +95,7 @@ impl Fail {
         match self {
             Fail::Select(e) => Some(e.reason()),
             Fail::Prepare(e) => Some(e.reason()),
-            Fail::Stages(e) => e.kind(),
+            Fail::Stages { source: e, .. } => e.kind(),
             _ => None,
         }
     }
@@ -92,7 +106,7 @@ impl Fail {
             Fail::Prepare(e) => Some(e),
             Fail::Select(e) => Some(Arc::new(e)),
             Fail::ClassUnknown(e) => Some(Arc::new(e)),
-            Fail::Stages(e) => Some(Arc::new(e)),
+            Fail::Stages { source: e, .. } => Some(Arc::new(e)),
             Fail::Workload(e) => Some(Arc::new(e)),
             Fail::Unrecorded { source, .. } => Some(Arc::new(source)),
             Fail::ControlPlaneNotReady | Fail::ClassRefused { .. } | Fail::Unreachable(_) | Fail::NotReady { .. } => None,

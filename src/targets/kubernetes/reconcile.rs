@@ -131,7 +131,7 @@ async fn reconcile_in(
         Err(fail) => {
             // The one place a failed step becomes the status's reason and message.
             let (reason, message, transient) = (fail.reason(), fail.to_string(), fail.is_transient());
-            let outcome = Outcome::Failed { wanted: None, reason, message: message.clone(), transient, cause: fail.cause() };
+            let outcome = Outcome::Failed { wanted: fail.wanted(), reason, message: message.clone(), transient, cause: fail.cause() };
             let crd = desired(&prev_status, &outcome, chrono::Utc::now());
             let mut st = ClusterStatus::failed(sub, &c, None, None, reason, message);
             keep_applied(&mut st, &prev_status);
@@ -242,7 +242,8 @@ async fn apply_release(
         warn!(cluster = %label, reason = m.reason.as_str(), "{}", m.message);
         return Ok(decide::unverified_held(sub, c, &rel, prev, m, chrono::Utc::now()));
     }
-    let Rendered { stages, warnings } = stages::render(kube, sub, &prepared, c).await.map_err(Fail::Stages)?;
+    let Rendered { stages, warnings } =
+        stages::render(kube, sub, &prepared, c).await.map_err(|source| Fail::Stages { release: Box::new(rel.clone()), source })?;
     for w in &warnings {
         warn!(cluster = %label, "values template: {w}");
     }
