@@ -106,6 +106,9 @@ pub enum Error {
     },
     #[error("timed out after {}s", deadline.as_secs())]
     TimedOut { deadline: Duration },
+    /// The remote sent nothing for the longest silence a `git://` read waits for.
+    #[error("{step}: the remote sent nothing for {}s (a git:// read waits at most that long)", silence.as_secs())]
+    Silent { step: &'static str, silence: Duration },
     /// A fetch through the `git` binary (SSH, HTTP(S)).
     #[error(transparent)]
     Cli(git_cli::Error),
@@ -160,6 +163,7 @@ impl Error {
             | Error::Remote { .. }
             | Error::Connect { .. }
             | Error::TimedOut { .. }
+            | Error::Silent { .. }
             | Error::CommitMissing { .. }
             | Error::ReadObject { .. }
             | Error::CreateDir { .. }
@@ -174,7 +178,7 @@ impl Error {
             Error::MissingObject { .. } | Error::CommitMissing { .. } | Error::ReadObject { .. } => "GitMirrorDamaged",
             Error::InvalidRemote { .. } => "GitInvalidRemote",
             Error::Remote { .. } | Error::Connect { .. } => "GitRemote",
-            Error::TimedOut { .. } => "Timeout",
+            Error::TimedOut { .. } | Error::Silent { .. } => "Timeout",
             Error::Cli(e) => e.reason(),
             Error::BadCommit { .. } => "BadCommit",
             Error::UnsafeEntry { .. } => "UnsafeEntry",
@@ -490,7 +494,15 @@ fn fetch_gix(url: &str, repo: &Repository, deadline: Duration, started: Instant)
     let remote_err = |step: &'static str, watchdog: &Watchdog| {
         let fired = watchdog.fired();
         move |e: gix::Error| {
-            if fired || started.elapsed() >= deadline { Error::TimedOut { deadline } } else { Error::Remote { step, source: Box::new(e) } }
+            if fired || started.elapsed() >= deadline {
+                Error::TimedOut { deadline }
+            } else if is_silence(&e) {
+                // A blocked read of a `git://` socket ends at its read timeout as `WouldBlock`:
+                // that is the remote's silence, not a handshake gone wrong.
+                Error::Silent { step, silence: READ_TIMEOUT.min(deadline) }
+            } else {
+                Error::Remote { step, source: Box::new(e) }
+            }
         }
     };
     // git:// runs over a socket we open, so the deadline can shut it under a blocked read;
@@ -555,6 +567,22 @@ fn mirror_refs(repo: &Repository) -> std::result::Result<Vec<(String, ObjectId)>
         }
     }
     Ok(refs)
+}
+
+/// Whether an error comes from a read or write that timed out (`WouldBlock` / `TimedOut` of a
+/// socket with a timeout), anywhere in its chain of causes or, where a cause was flattened into
+/// text, in its message.
+fn is_silence(e: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind;
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if c.downcast_ref::<std::io::Error>().is_some_and(|io| matches!(io.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)) {
+            return true;
+        }
+        cause = c.source();
+    }
+    let text = format!("{e:#}");
+    text.contains("WouldBlock") || text.contains("Resource temporarily unavailable")
 }
 
 /// Connects with the remaining deadline as connect timeout and a bounded silence per read.
@@ -654,6 +682,22 @@ mod tests {
             .expect("git runs");
         assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Regression: a `git://` remote that accepted and then said nothing was reported as
+    /// "Transport handshake failed … WouldBlock".
+    #[test]
+    fn a_silent_remote_is_named_as_silence_not_a_failed_handshake() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("Transport handshake failed")]
+        struct Handshake(#[source] std::io::Error);
+        let blocked = Handshake(std::io::Error::from(std::io::ErrorKind::WouldBlock));
+        assert!(is_silence(&blocked));
+        assert!(!is_silence(&Handshake(std::io::Error::from(std::io::ErrorKind::ConnectionRefused))));
+        let e = Error::Silent { step: "listing refs", silence: READ_TIMEOUT };
+        assert_eq!(e.to_string(), "listing refs: the remote sent nothing for 30s (a git:// read waits at most that long)");
+        assert!(e.is_transient());
+        assert_eq!(e.reason(), "Timeout");
     }
 
     #[test]
