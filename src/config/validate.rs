@@ -678,3 +678,17 @@ mod rollout_tests {
         }
     }
 }
+
+#[cfg(test)]
+mod merge_key_tests {
+    use crate::config::Config;
+
+    /// Regression: a config sharing subscription settings with YAML's merge key was refused.
+    #[test]
+    fn subscriptions_may_share_settings_through_a_merge_key() {
+        let text = "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache: {dir: c}\nsources:\n  - name: s\n    git: {url: https://example.test/s.git}\nsubscriptions:\n  - &common\n    name: a\n    source: s\n    interval: 1h\n    clusters: [{name: x, namespace: y}]\n  - <<: *common\n    name: b\n    clusters: [{name: z, namespace: y}]\ntarget: {directory: out}\n";
+        let c = Config::parse(std::path::Path::new("c.yaml"), text).expect("valid");
+        assert_eq!(c.subscriptions.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!((c.subscriptions[1].source.as_str(), c.subscriptions[1].clusters[0].name.as_str()), ("s", "z"));
+    }
+}

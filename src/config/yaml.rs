@@ -133,7 +133,7 @@ pub fn parse(text: &str) -> Result<Option<Node>, SyntaxError> {
             }
             Event::SequenceStart(_, anchor, _) => builder.open(mark, anchor, Value::Seq(Vec::new()))?,
             Event::MappingStart(_, anchor, _) => builder.open(mark, anchor, Value::Map(Vec::new()))?,
-            Event::SequenceEnd | Event::MappingEnd => builder.close(),
+            Event::SequenceEnd | Event::MappingEnd => builder.close()?,
             Event::Alias(id) => {
                 let (node, size) =
                     builder.anchors.get(&id).cloned().ok_or_else(|| SyntaxError { mark, message: "alias to an unknown anchor".into() })?;
@@ -162,6 +162,37 @@ fn depth(node: &Node) -> usize {
         Value::Seq(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
         Value::Map(entries) => 1 + entries.iter().map(|(k, v)| depth(k).max(depth(v))).max().unwrap_or(0),
     }
+}
+
+/// YAML's merge key, as kubectl, helm and Go's YAML read it: `<<: *defaults` (or a list of
+/// mappings, `<<: [*a, *b]`) adds the entries of those mappings that the mapping does not set
+/// itself; of several, the first that sets a key wins. A quoted `"<<"` is a plain key. Merged
+/// entries keep their own positions, so an error in one names the line it was written on.
+fn merge_keys(entries: &mut Vec<(Node, Node)>) -> Result<(), SyntaxError> {
+    let is_merge = |k: &Node| matches!(&k.value, Value::Scalar { text, quoted: false } if text == "<<");
+    if !entries.iter().any(|(k, _)| is_merge(k)) {
+        return Ok(());
+    }
+    let (merges, mut own): (Vec<(Node, Node)>, Vec<(Node, Node)>) = std::mem::take(entries).into_iter().partition(|(k, _)| is_merge(k));
+    let wrong = |mark: Mark| SyntaxError { mark, message: "a merge key (`<<`) takes a mapping or a list of mappings".into() };
+    for (_, value) in merges {
+        let from: Vec<&Node> = match &value.value {
+            Value::Map(_) => vec![&value],
+            Value::Seq(items) => items.iter().collect(),
+            Value::Scalar { .. } => return Err(wrong(value.mark)),
+        };
+        for map in from {
+            let Value::Map(merged) = &map.value else { return Err(wrong(map.mark)) };
+            for (k, v) in merged {
+                let set = own.iter().any(|(o, _)| o.scalar_text().is_some() && o.scalar_text() == k.scalar_text());
+                if !set {
+                    own.push((k.clone(), v.clone()));
+                }
+            }
+        }
+    }
+    *entries = own;
+    Ok(())
 }
 
 #[derive(Default)]
@@ -196,10 +227,14 @@ impl Builder {
         Ok(())
     }
 
-    fn close(&mut self) {
-        if let Some((node, anchor, _, size)) = self.stack.pop() {
+    fn close(&mut self) -> Result<(), SyntaxError> {
+        if let Some((mut node, anchor, _, size)) = self.stack.pop() {
+            if let Value::Map(entries) = &mut node.value {
+                merge_keys(entries)?;
+            }
             self.push(node, anchor, size);
         }
+        Ok(())
     }
 
     fn push(&mut self, node: Node, anchor: usize, size: usize) {
@@ -281,6 +316,20 @@ mod tests {
         for text in ["a: !!binary aGVsbG8=\n", "a: !foo bar\n", "a: !foo {b: 1}\n", "a: !!set [x]\n"] {
             let err = parse(text).unwrap_err();
             assert!(err.message.contains("YAML tag") && err.mark.line == 1, "{text}: {}", err.message);
+        }
+    }
+
+    /// Regression: a config using YAML's merge key had `<<` refused as a "value name".
+    #[test]
+    fn merge_keys_add_what_the_mapping_does_not_set() {
+        let node =
+            parse("d: &d {a: 1, b: 2}\ne: &e {b: 9, c: 3}\nx:\n  b: own\n  <<: [*d, *e]\ny: {<<: *d}\nz: {\"<<\": 1}\n").unwrap().unwrap();
+        let json = node.to_json();
+        assert_eq!(json["x"], serde_json::json!({"a": 1, "b": "own", "c": 3}));
+        assert_eq!(json["y"], serde_json::json!({"a": 1, "b": 2}));
+        assert_eq!(json["z"], serde_json::json!({"<<": 1}), "a quoted key is a plain key");
+        for bad in ["x: {<<: 1}\n", "x: {<<: [1]}\n"] {
+            assert!(parse(bad).unwrap_err().message.contains("merge key"), "{bad}");
         }
     }
 
