@@ -164,6 +164,9 @@ fn depth(node: &Node) -> usize {
     }
 }
 
+/// A mapping's entry: its key and its value.
+type Entry = (Node, Node);
+
 /// YAML's merge key, as kubectl, helm and Go's YAML read it: `<<: *defaults` (or a list of
 /// mappings, `<<: [*a, *b]`) adds the entries of those mappings that the mapping does not set
 /// itself; of several, the first that sets a key wins. A quoted `"<<"` is a plain key. Merged
@@ -173,7 +176,7 @@ fn merge_keys(entries: &mut Vec<(Node, Node)>) -> Result<(), SyntaxError> {
     if !entries.iter().any(|(k, _)| is_merge(k)) {
         return Ok(());
     }
-    let (merges, mut own): (Vec<(Node, Node)>, Vec<(Node, Node)>) = std::mem::take(entries).into_iter().partition(|(k, _)| is_merge(k));
+    let (merges, mut own): (Vec<Entry>, Vec<Entry>) = std::mem::take(entries).into_iter().partition(|(k, _)| is_merge(k));
     let wrong = |mark: Mark| SyntaxError { mark, message: "a merge key (`<<`) takes a mapping or a list of mappings".into() };
     for (_, value) in merges {
         let from: Vec<&Node> = match &value.value {
