@@ -203,17 +203,24 @@ impl Reach {
     }
 }
 
-/// An error with its causes ("error sending request" alone says nothing).
-pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
+/// An error with its causes ("error sending request" alone says nothing). A request cut by
+/// its I/O deadline says which deadline that was (a bare "connection error: timed out" does
+/// not say how long, or where to change it).
+pub(crate) fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
-    let mut cause = e.source();
+    let mut timed_out = false;
+    let mut cause = Some(e);
     while let Some(c) = cause {
         let t = c.to_string();
         if !text.contains(&t) {
             text.push_str(": ");
             text.push_str(&t);
         }
+        timed_out |= c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut);
         cause = c.source();
+    }
+    if timed_out {
+        text.push_str(" (no answer within the request timeout, `target.kubernetes.requestTimeout`)");
     }
     text
 }
@@ -790,5 +797,24 @@ mod tests {
         }
         assert_ne!(owner_label_value(&"x".repeat(80)), owner_label_value(&"x".repeat(81)));
         assert!(owner_label_value("sub/team-a/alpha").starts_with("sub-team-a-alpha-"));
+    }
+}
+
+#[cfg(test)]
+mod cause_tests {
+    /// Regression: a workload request cut by its read timeout said only "connection error:
+    /// timed out".
+    #[test]
+    fn a_timed_out_request_names_its_deadline() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("connection error")]
+        struct Connection(#[source] std::io::Error);
+        let timed_out = Connection(std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"));
+        assert_eq!(
+            super::with_causes(&timed_out),
+            "connection error: timed out (no answer within the request timeout, `target.kubernetes.requestTimeout`)"
+        );
+        let refused = Connection(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused"));
+        assert_eq!(super::with_causes(&refused), "connection error: connection refused");
     }
 }
