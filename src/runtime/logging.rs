@@ -21,10 +21,22 @@ pub fn colour(is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
     is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
+/// kube-client's HTTP trace layer logs every 5xx answer at ERROR with nothing but the status
+/// (`failed with status 503 Service Unavailable`), beside the request's own error, which the
+/// caller logs with what it was about. Off, unless `RUST_LOG` names `kube_client` itself.
+const QUIET: &str = "kube_client::client::builder=off";
+
+/// The filter for `RUST_LOG` (`spec`; `info` when unset or unreadable), with [`QUIET`].
+fn filter(spec: Option<&str>) -> EnvFilter {
+    let spec = spec.map(str::trim).filter(|s| !s.is_empty()).unwrap_or("info");
+    let spec = if spec.contains("kube_client") { spec.to_owned() } else { format!("{spec},{QUIET}") };
+    EnvFilter::try_new(&spec).unwrap_or_else(|_| EnvFilter::new(format!("info,{QUIET}")))
+}
+
 /// Installs the global subscriber. `RUST_LOG` overrides the default level (`info`).
 pub fn init(format: LogFormat) {
     let _ = FORMAT.set(format);
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = filter(std::env::var("RUST_LOG").ok().as_deref());
     let ansi = colour(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR").as_deref());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).with_ansi(ansi);
     // A second init (tests calling main paths twice) is harmless; ignore it.
@@ -57,6 +69,16 @@ pub fn error_line(text: &str) {
 
 #[cfg(test)]
 mod tests {
+
+    /// Regression: every failed request to a 5xx server had a second, context-free ERROR line
+    /// from kube-client (`failed with status 503 …`).
+    #[test]
+    fn kube_clients_context_free_error_lines_are_off_unless_asked_for() {
+        for spec in [None, Some(""), Some("debug"), Some("info,stacksync=trace"), Some("not a filter===")] {
+            assert!(super::filter(spec).to_string().contains("kube_client::client::builder=off"), "{spec:?}");
+        }
+        assert!(!super::filter(Some("kube_client=debug")).to_string().contains("=off"));
+    }
     use super::*;
 
     #[test]

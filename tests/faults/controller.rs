@@ -122,6 +122,7 @@ async fn management_api_503_reported_nothing_synced() {
     assert_exit(&o, 1);
     assert!(started.elapsed() < Duration::from_secs(60), "took {:?}", started.elapsed());
     assert!(stdout(&o).contains("503"), "{}", stdout(&o));
+    assert!(!stderr(&o).contains("failed with status"), "kube-client's context-free line: {}", stderr(&o));
     assert!(!stdout(&o).contains("1/1 clusters ready"), "{}", stdout(&o));
     assert!(env.workloads[0].stats().total_writes() == 0, "nothing is applied without the management cluster");
     env.mgmt.faults().clear();
