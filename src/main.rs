@@ -41,6 +41,13 @@ enum RolloutAction {
     },
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PreviewOutput {
+    Text,
+    Json,
+    Markdown,
+}
+
 #[derive(Parser)]
 #[command(name = "stacksync", version = VERSION, about = "Keeps Cluster API clusters on the cluster-stack releases they subscribe to")]
 struct Cli {
@@ -119,6 +126,41 @@ enum Command {
         /// Only this Cluster, as `<namespace>/<name>` (Kubernetes target).
         #[arg(long, value_name = "NAMESPACE/NAME")]
         cluster: Option<String>,
+    },
+    /// Preview a release that is not (yet) offered against every Cluster its subscription would
+    /// give it to (Kubernetes target): objects created, changed (which fields), pruned, which
+    /// workloads restart, upgrade stages, Kubernetes moves, Clusters that cannot be judged, and
+    /// the rollout's waves. Reads and dry-runs only. Exit 0: nothing would change; 1: something
+    /// would; 2: an error, or a Cluster that could not be judged.
+    Preview {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// A release directory (as `csctl` writes it), a `.tgz` of one, an OCI image layout, or
+        /// `SOURCE:TAG` of a configured source (fetched and verified as usual).
+        #[arg(long, value_name = "PATH|SOURCE:TAG")]
+        release: String,
+        /// The subscription to preview it for (needed when several could take it).
+        #[arg(long, value_name = "NAME")]
+        subscription: Option<String>,
+        /// Only this Cluster, as `<namespace>/<name>`.
+        #[arg(long, value_name = "NAMESPACE/NAME")]
+        cluster: Option<String>,
+        /// A local manifests release's tag (it has no `metadata.yaml`), or the image of an OCI
+        /// layout holding several.
+        #[arg(long, value_name = "TAG")]
+        tag: Option<String>,
+        /// Output: `text`, `json` (stable, docs/preview.md) or `markdown` (a pull-request comment).
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: PreviewOutput,
+        /// Text output: each change's unified diff too.
+        #[arg(long)]
+        diff: bool,
+        /// Markdown output: changed objects shown per kind.
+        #[arg(long, value_name = "N", default_value_t = 5)]
+        max_objects: usize,
+        /// Clusters previewed at once.
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+        concurrency: u16,
     },
     /// Validate a config file and print every error found.
     CheckConfig {
@@ -230,6 +272,36 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             Ok(match runtime.block_on(diff(cfg, cluster.as_deref())) {
                 Ok(true) => ExitCode::from(EXIT_DIFF_CHANGES),
                 Ok(false) => ExitCode::SUCCESS,
+                Err(e) => {
+                    logging::error_line(&format!("error: {e:#}"));
+                    ExitCode::from(EXIT_DIFF_ERROR)
+                }
+            })
+        }
+        Command::Preview { config, release, subscription, cluster, tag, output, diff, max_objects, concurrency } => {
+            let cfg = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return Ok(code),
+            };
+            if check_helm(&runtime, &cfg).is_err() {
+                return Ok(ExitCode::from(EXIT_DIFF_ERROR));
+            }
+            let args = PreviewArgs { release, subscription, cluster, tag, concurrency: usize::from(concurrency) };
+            Ok(match runtime.block_on(preview(cfg, args)) {
+                Ok(p) => {
+                    match output {
+                        PreviewOutput::Text => print!("{}", kubernetes::preview::text(&p, diff)),
+                        PreviewOutput::Markdown => print!("{}", kubernetes::preview::markdown(&p, max_objects)),
+                        PreviewOutput::Json => println!("{}", serde_json::to_string_pretty(&p).context("printing the preview")?),
+                    }
+                    if p.unjudged() {
+                        ExitCode::from(EXIT_DIFF_ERROR)
+                    } else if p.changes() {
+                        ExitCode::from(EXIT_DIFF_CHANGES)
+                    } else {
+                        ExitCode::SUCCESS
+                    }
+                }
                 Err(e) => {
                     logging::error_line(&format!("error: {e:#}"));
                     ExitCode::from(EXIT_DIFF_ERROR)
@@ -500,6 +572,36 @@ async fn diff(cfg: Config, cluster: Option<&str>) -> anyhow::Result<bool> {
         anyhow::bail!("{} could not be previewed:\n  {}", errors.len(), errors.join("\n  "));
     }
     Ok(changes)
+}
+
+/// What `stacksync preview` was asked.
+struct PreviewArgs {
+    release: String,
+    subscription: Option<String>,
+    cluster: Option<String>,
+    tag: Option<String>,
+    concurrency: usize,
+}
+
+/// The preview of a release not (yet) offered, for the Kubernetes target.
+async fn preview(cfg: Config, args: PreviewArgs) -> anyhow::Result<kubernetes::preview::FleetPreview> {
+    use stacksync::controller::preview::{ReleaseArg, candidate};
+    if !matches!(cfg.target, Target::Kubernetes(_)) {
+        anyhow::bail!("preview needs a Kubernetes target (a directory target is previewed with `render --out` and a diff of the files)");
+    }
+    let only = match args.cluster.as_deref() {
+        Some(c) => {
+            let (ns, name) = c.split_once('/').ok_or_else(|| anyhow::anyhow!("expected <namespace>/<name>, found `{c}`"))?;
+            Some(stacksync::model::ClusterKey::new(ns, name))
+        }
+        None => None,
+    };
+    let ctx = Ctx::new(cfg).context("opening the cache")?;
+    ctx.renders_in_memory_only();
+    let arg = ReleaseArg::parse(&args.release);
+    let candidate = candidate(&ctx, &arg, args.subscription.as_deref(), args.tag.as_deref()).await?;
+    let options = kubernetes::preview::Options { only, concurrency: args.concurrency };
+    Ok(kubernetes::preview::preview(ctx, &candidate, &options).await?)
 }
 
 fn load(path: &Path) -> Result<Config, ExitCode> {

@@ -54,6 +54,9 @@ pub struct Context {
     /// One prepare per release at a time: the Clusters waiting behind a refusal get it from
     /// `refused` instead of downloading again.
     preparing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Whether helm's renders are kept on the cache volume (off for `stacksync preview`, which
+    /// writes nothing there).
+    disk_renders: std::sync::atomic::AtomicBool,
 }
 
 /// How many releases one selection tries when their signatures are refused as they are cached.
@@ -92,6 +95,7 @@ impl Context {
             poll_errors: Mutex::new(BTreeMap::new()),
             refused: Mutex::new(HashMap::new()),
             preparing: Mutex::new(HashMap::new()),
+            disk_renders: std::sync::atomic::AtomicBool::new(true),
         }))
     }
 
@@ -212,6 +216,14 @@ impl Context {
             }
         }
         (tags, known)
+    }
+
+    /// The commit (or digest) `source` last advertised for `tag`, pre-releases included.
+    pub async fn commit_of(&self, source: &str, tag: &str) -> Option<String> {
+        let config = self.config();
+        let src = config.source(source)?;
+        let key = source_key(&src.name, &src.kind);
+        self.index.lock().await.sources.get(&key)?.tags.get(tag).cloned()
     }
 
     /// Releases of a subscription's source refused for their signature (sources with `verify`)
@@ -405,6 +417,12 @@ impl Context {
         self.cache.save_index(&*self.index.lock().await)
     }
 
+    /// Keeps helm's renders in memory only (before the first render): a preview of a release
+    /// that is not published leaves nothing on the cache volume.
+    pub fn renders_in_memory_only(&self) {
+        self.disk_renders.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The process's helm, located once (its version logged). Only cluster-stack subscriptions
     /// ask for it.
     ///
@@ -412,14 +430,18 @@ impl Context {
     /// helm is missing or unusable; the message says how to fix it.
     pub async fn helm(&self) -> Result<Helm, RenderError> {
         let work = self.work_dir()?.to_path_buf();
-        let renders = self.cache.root().join(RENDERS_DIR);
+        let renders = self.disk_renders.load(std::sync::atomic::Ordering::Relaxed).then(|| self.cache.root().join(RENDERS_DIR));
         let config = self.config();
         self.helm
             .get_or_init(|| async move {
                 match Helm::locate(&config.helm).await {
                     Ok(h) => {
                         info!(path = %h.path().display(), version = h.version(), "helm found");
-                        Ok(h.with_home(&work.join("helm")).with_disk(&renders))
+                        let h = h.with_home(&work.join("helm"));
+                        Ok(match &renders {
+                            Some(dir) => h.with_disk(dir),
+                            None => h,
+                        })
                     }
                     Err(e) => {
                         error!("{e}");

@@ -10,6 +10,7 @@ pub mod error;
 pub(crate) mod fetch;
 pub mod pipeline;
 pub mod poller;
+pub mod preview;
 
 pub use context::{Context, RENDERS_DIR};
 pub use error::PrepareError;

@@ -43,6 +43,44 @@ pub struct PlannedChange {
     pub object: ObjectRef,
     pub change: Planned,
     pub diff: String,
+    /// An update's changed field paths (`.data.a`, `.spec.template.spec.containers[0].image`).
+    pub fields: Vec<String>,
+    /// An update of a Deployment, DaemonSet or StatefulSet whose pod template changes: its
+    /// pods are replaced.
+    pub restarts: bool,
+    /// Judged by comparing the rendered fields with the live object, because the server refused
+    /// the dry-run (an identity allowed to read only): defaults the server would add and
+    /// fields another manager owns are not seen.
+    pub client_side: bool,
+}
+
+/// Kinds whose pods are replaced when their pod template changes.
+const WORKLOADS: [&str; 3] = ["Deployment", "DaemonSet", "StatefulSet"];
+
+/// Whether an update of `object` changing `fields` replaces its pods.
+pub fn restarts(object: &ObjectRef, fields: &[String]) -> bool {
+    object.api_version.starts_with("apps/")
+        && WORKLOADS.contains(&object.kind.as_str())
+        && fields.iter().any(|f| f.starts_with(".spec.template"))
+}
+
+/// `live` with every field of `desired` put over it (maps merged, anything else replaced): what
+/// an apply of `desired` would leave, as far as can be told without the server.
+pub fn overlay(live: &Value, desired: &Value) -> Value {
+    match (live, desired) {
+        (Value::Object(l), Value::Object(d)) => {
+            let mut out = l.clone();
+            for (k, v) in d {
+                let merged = match l.get(k) {
+                    Some(lv) => overlay(lv, v),
+                    None => v.clone(),
+                };
+                out.insert(k.clone(), merged);
+            }
+            Value::Object(out)
+        }
+        _ => desired.clone(),
+    }
 }
 
 /// What a sync would do to one cluster.
@@ -121,6 +159,23 @@ impl Applier {
                             continue;
                         }
                     },
+                    Ok(Err(kube::Error::Api(status))) if status.code == 403 => {
+                        // Read-only: judged from the rendered fields over the live object.
+                        let desired = self.desired_body(&o.body, o.namespace.as_deref());
+                        let judged = match &live {
+                            Some(live) => diff::normalize(&overlay(live, &desired)),
+                            None => diff::normalize(&desired),
+                        };
+                        let before = out.changes.len();
+                        match &live {
+                            None => out.push(object, Planned::Create, "", &yaml(&judged)),
+                            Some(live) => out.push_judged(object, &diff::normalize(live), &judged),
+                        }
+                        if let Some(c) = out.changes.get_mut(before) {
+                            c.client_side = true;
+                        }
+                        continue;
+                    }
                     Ok(Err(e)) => {
                         out.failures.push((object, super::Error::DryRun { object: t.entry.object.clone(), source: e }.message()));
                         continue;
@@ -132,7 +187,7 @@ impl Applier {
                 };
                 match live {
                     None => out.push(object, Planned::Create, "", &yaml(&dry)),
-                    Some(live) => out.push(object, Planned::Update, &yaml(&diff::normalize(&live)), &yaml(&dry)),
+                    Some(live) => out.push_judged(object, &diff::normalize(&live), &dry),
                 }
             }
         }
@@ -185,7 +240,23 @@ impl Preview {
         if change == Planned::Update && diff.is_empty() {
             return;
         }
-        self.changes.push(PlannedChange { object, change, diff });
+        self.changes.push(PlannedChange { object, change, diff, fields: Vec::new(), restarts: false, client_side: false });
+    }
+
+    /// An update from `live` to `desired` (both normalized), with the fields it changes and
+    /// whether it replaces pods; nothing when they are the same.
+    fn push_judged(&mut self, object: ObjectRef, live: &Value, desired: &Value) {
+        let fields = diff::changed_paths(live, desired);
+        if fields.is_empty() {
+            return;
+        }
+        let restarts = restarts(&object, &fields);
+        let before = self.changes.len();
+        self.push(object, Planned::Update, &yaml(live), &yaml(desired));
+        if let Some(c) = self.changes.get_mut(before) {
+            c.fields = fields;
+            c.restarts = restarts;
+        }
     }
 }
 

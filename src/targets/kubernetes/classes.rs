@@ -150,7 +150,17 @@ type Signed = (Vec<crate::model::verification::AssetRecord>, Option<String>);
 /// The release cannot be prepared or its ClusterClass chart rendered.
 pub(super) async fn preview(kube: &Kube, sub: &Subscription, namespace: &str, rel: &Release) -> anyhow::Result<crate::apply::ssa::Preview> {
     let prepared = kube.ctx.prepare(rel).await?;
-    let objects = crate::controller::pipeline::cluster_class(&kube.ctx, sub, &prepared, namespace).await?;
+    preview_prepared(kube, sub, namespace, &prepared).await
+}
+
+/// [`preview`] of a release already prepared (`stacksync preview`'s, which may not be cached).
+pub(super) async fn preview_prepared(
+    kube: &Kube,
+    sub: &Subscription,
+    namespace: &str,
+    prepared: &crate::controller::PreparedRelease,
+) -> anyhow::Result<crate::apply::ssa::Preview> {
+    let objects = crate::controller::pipeline::cluster_class(&kube.ctx, sub, prepared, namespace).await?;
     let stage = Stage { name: crate::render::clusterstack::CLUSTER_CLASS_STAGE.into(), action: StageAction::Apply, objects };
     Ok(Applier::new(kube.mgmt.clone(), class_options(sub, namespace)).preview(&[stage], &Inventory::default()).await)
 }

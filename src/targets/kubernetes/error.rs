@@ -55,6 +55,10 @@ pub enum Error {
         #[source]
         source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
     },
+    /// `stacksync preview` cannot go on (the Cluster asked for is not covered, the release
+    /// cannot be read).
+    #[error("{0}")]
+    Preview(String),
 }
 
 /// A 404 on a ClusterSync write means its CRD is missing: say how to install it.
@@ -69,7 +73,7 @@ impl Error {
     /// Whether trying again soon may succeed without anyone changing anything.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::ManagementClient(_) | Error::ClusterApiMissing => false,
+            Error::ManagementClient(_) | Error::ClusterApiMissing | Error::Preview(_) => false,
             Error::Discovery(_)
             | Error::ListClusters(_)
             | Error::ReadStatus { .. }
@@ -90,6 +94,7 @@ impl Error {
             Error::WriteStatus { .. } => "WriteStatus",
             Error::WriteProgress { .. } => "WriteProgress",
             Error::Sync { reason, .. } => reason.as_str(),
+            Error::Preview(_) => "Preview",
         }
     }
 }

@@ -32,6 +32,7 @@ mod events;
 mod fail;
 pub mod hook;
 mod manifests;
+pub mod preview;
 mod reconcile;
 mod references;
 mod render;

@@ -1,0 +1,298 @@
+//! `stacksync preview`: a release that is not published, rendered for every Cluster its
+//! subscription would give it to and judged against the live objects — with reads and
+//! dry-runs only. A management cluster and workload clusters are testkit API servers on
+//! loopback; the published releases come from a Git repository, the previewed one from a local
+//! directory, a `.tgz` of it, or a tag of the source.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::fleet::{Env, NS, fixture_files};
+use common::{Sub, assert_exit, run_once, stdout};
+use kube::api::{Patch, PatchParams};
+use serde_json::{Value, json};
+
+/// A ConfigMap the published release has and the previewed one drops.
+const LEGACY: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: legacy\n  namespace: {{ .Release.Namespace }}\ndata:\n  a: b\n";
+const ADDON: &str = "docker-ferrol-1-27-cluster-addon-v1";
+
+/// v2's fixture files with `legacy.yaml` in its addon chart: what the fleet runs.
+fn published_v2() -> Vec<(String, String)> {
+    let mut files = fixture_files("docker-ferrol-1-27-v2");
+    files.push((format!("{ADDON}/templates/legacy.yaml"), LEGACY.to_owned()));
+    files
+}
+
+/// The next release, as `csctl` would write it: v2 as `v3`, its cni ConfigMap with one more key,
+/// metrics-server on another image (its pod template changes), `legacy.yaml` gone.
+fn next_release(dir: &Path) {
+    for (rel, text) in fixture_files("docker-ferrol-1-27-v2") {
+        let rel = rel.replace("cluster-class-v2", "cluster-class-v3");
+        let text = match rel.as_str() {
+            "metadata.yaml" => text.replace("clusterStack: v2", "clusterStack: v3"),
+            r if r.ends_with("Chart.yaml") && r.contains("cluster-class") => text.replace("version: v2", "version: v3"),
+            r if r.ends_with("templates/cni.yaml") => format!("{text}  mtu: \"1450\"\n"),
+            r if r.ends_with("templates/metrics-server.yaml") => text.replace("metrics-server:v0.7.2", "metrics-server:v0.7.3"),
+            _ => text,
+        };
+        let path = dir.join(&rel);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
+        std::fs::write(path, text).expect("file");
+    }
+}
+
+/// Two reachable workload clusters (alpha, beta) and one whose API server is down (gamma), all
+/// on v2 and synced; the config file.
+async fn fleet() -> (Env, PathBuf, tokio::net::TcpSocket) {
+    let env = Env::new(2).await;
+    let files = published_v2();
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    env.repo.release("docker-ferrol-1-27-v2", &refs);
+    for (i, name) in ["alpha", "beta", "gamma"].iter().enumerate() {
+        let cluster = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+            "metadata": {"name": name, "namespace": NS, "labels": {"stack": "ferrol"}},
+            "spec": {
+                "topology": {"class": "docker-ferrol-1-27-v2", "version": "v1.27.3"},
+                "controlPlaneEndpoint": {"host": format!("{name}.example.test"), "port": 6443},
+                "clusterNetwork": {"pods": {"cidrBlocks": [format!("10.{}.0.0/16", i + 1)]}},
+            },
+        });
+        env.clusters().patch(name, &PatchParams::apply("capi"), &Patch::Apply(cluster)).await.expect("cluster");
+        env.set_ready(name, true).await;
+        if i < 2 {
+            env.add_kubeconfig(name, i).await;
+        }
+    }
+    // gamma's API server: a port bound (no other test gets it) but not listening.
+    let reserved = tokio::net::TcpSocket::new_v4().expect("socket");
+    reserved.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+    let port = reserved.local_addr().expect("addr").port();
+    let dead = std::fs::read_to_string(env.workloads[0].kubeconfig())
+        .expect("kubeconfig")
+        .replace(env.workloads[0].url(), &format!("http://127.0.0.1:{port}"));
+    env.put_kubeconfig("gamma", dead.into_bytes()).await;
+    let config = env.stack_config(Sub::match_stack_class).write();
+    assert_exit(&run_once(&config).await, 1); // gamma is unreachable
+    for name in ["alpha", "beta"] {
+        assert_eq!(env.applied_tag(name).await, "docker-ferrol-1-27-v2");
+    }
+    (env, config, reserved)
+}
+
+fn reset(env: &Env) {
+    env.mgmt.reset_stats();
+    for w in &env.workloads {
+        w.reset_stats();
+    }
+}
+
+/// No write reached any server since [`reset`]; the workload clusters `asked` were asked
+/// dry-runs.
+fn assert_no_writes(env: &Env, asked: &[usize]) {
+    let mgmt = env.mgmt.stats();
+    assert_eq!(mgmt.total_writes(), 0, "the preview wrote to the management cluster: {:?}", mgmt.writes);
+    for (i, w) in env.workloads.iter().enumerate() {
+        let s = w.stats();
+        assert_eq!(s.total_writes(), 0, "the preview wrote to a workload cluster: {:?}", s.writes);
+        let dry_runs = fake_apiserver::Stats::count(&s.requests, "patch", "deployments.apps");
+        assert_eq!(dry_runs > 0, asked.contains(&i), "workload cluster {i}: {:?}", s.requests);
+    }
+}
+
+/// What one Cluster's changes are, as (change, object, fields, restarts).
+fn changes(cluster: &Value) -> Vec<(String, String, Vec<String>, bool)> {
+    let mut out: Vec<(String, String, Vec<String>, bool)> = cluster["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .map(|c| {
+            let fields =
+                c["fields"].as_array().map(|f| f.iter().map(|x| x.as_str().expect("field").to_owned()).collect()).unwrap_or_default();
+            (
+                c["change"].as_str().expect("change").to_owned(),
+                c["object"].as_str().expect("object").to_owned(),
+                fields,
+                c["restarts"] == true,
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Every file under `dir` with its bytes (the cache before and after).
+fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_owned()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                let bytes = std::fs::read(&p).unwrap_or_default();
+                out.push((p, bytes));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_release_is_previewed_on_the_whole_fleet_with_zero_writes() {
+    let (env, config, _reserved) = fleet().await;
+    let cfg = config.to_string_lossy().into_owned();
+    let release = env.dir.path().join("next-release");
+    next_release(&release);
+    let cache = env.dir.path().join("cache");
+    let cache_before = files_under(&cache);
+    reset(&env);
+
+    let out = common::stacksync(&["preview", "--config", &cfg, "--release", &release.to_string_lossy(), "-o", "json"]).await;
+    assert_exit(&out, 2); // gamma cannot be judged
+    assert_no_writes(&env, &[0, 1]);
+    assert_eq!(files_under(&cache), cache_before, "the preview wrote to the cache");
+    let p: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!((p["apiVersion"].as_str(), p["kind"].as_str()), (Some("stacksync.io/v1alpha1"), Some("FleetPreview")));
+    assert_eq!(p["subscription"], "ferrol");
+    assert_eq!(p["release"]["tag"], "docker-ferrol-1-27-v3");
+    assert_eq!((p["release"]["origin"].as_str(), p["release"]["kubernetes"].as_str()), (Some("local"), Some("v1.27.3")));
+    assert!(p["release"]["revision"].as_str().is_some_and(|r| r.starts_with("sha256:")), "{p}");
+
+    let want = vec![
+        ("prune".to_owned(), "ConfigMap/kube-system/legacy".to_owned(), vec![], false),
+        ("update".to_owned(), "ConfigMap/kube-system/cni-config".to_owned(), vec![".data.mtu".to_owned()], false),
+        (
+            "update".to_owned(),
+            "Deployment/kube-system/metrics-server".to_owned(),
+            vec![".spec.template.spec.containers[0].image".to_owned()],
+            true,
+        ),
+    ];
+    let mut want = want;
+    want.sort();
+    let clusters = p["clusters"].as_array().expect("clusters");
+    let names: Vec<&str> = clusters.iter().map(|c| c["cluster"].as_str().expect("name")).collect();
+    assert_eq!(names, [format!("{NS}/alpha"), format!("{NS}/beta"), format!("{NS}/gamma")]);
+    for c in &clusters[..2] {
+        assert_eq!(c["result"], "changes", "{c}");
+        assert_eq!(c["applied"], "docker-ferrol-1-27-v2", "{c}");
+        assert_eq!(changes(c), want, "{c}");
+        assert_eq!(c["restarts"], json!(["Deployment/kube-system/metrics-server"]), "{c}");
+        assert_eq!(c["kubernetes"], json!({"from": "v1.27.3", "to": "v1.27.3", "heldByBeforeClusterUpgrade": false}), "{c}");
+        assert!(c.get("stages").is_none(), "v3 has no BeforeClusterUpgrade stages: {c}");
+        let cm = c["changes"].as_array().expect("changes").iter().find(|o| o["object"] == "ConfigMap/kube-system/cni-config").expect("cm");
+        assert!(cm["diff"].as_str().is_some_and(|d| d.contains("+  mtu: \"1450\"")), "{cm}");
+    }
+    assert_eq!(clusters[2]["result"], "unreachable", "{}", clusters[2]);
+    assert!(clusters[2]["message"].as_str().is_some_and(|m| !m.is_empty()), "{}", clusters[2]);
+    assert_eq!(clusters[2]["changes"], json!([]));
+    assert_eq!(
+        p["summary"],
+        json!({"clusters": 3, "changed": 2, "unchanged": 0, "unjudged": 1, "unreachable": 1, "notReady": 0, "errors": 0,
+               "create": 0, "update": 4, "prune": 2, "delete": 0, "restarts": 2, "kubernetesUpgrades": 0})
+    );
+    // The release's ClusterClass is new in the namespace: created in the management cluster.
+    let management = p["management"].as_array().expect("management");
+    assert_eq!(management.len(), 1, "{p}");
+    assert_eq!(management[0]["namespace"], NS);
+    assert!(
+        management[0]["changes"]
+            .as_array()
+            .expect("changes")
+            .iter()
+            .any(|c| c["change"] == "create" && c["object"] == format!("ClusterClass/{NS}/docker-ferrol-1-27-v3")),
+        "{p}"
+    );
+    // Nothing was applied: the fleet still runs v2.
+    for name in ["alpha", "beta"] {
+        assert_eq!(env.applied_tag(name).await, "docker-ferrol-1-27-v2");
+    }
+
+    // The text and markdown forms say the same.
+    let text = stdout(&common::stacksync(&["preview", "--config", &cfg, "--release", &release.to_string_lossy()]).await);
+    assert!(text.contains(&format!("{NS}/alpha (docker-ferrol-1-27-v2 -> docker-ferrol-1-27-v3): 3 changes, 1 restart")), "{text}");
+    assert!(
+        text.contains("  update Deployment/kube-system/metrics-server: .spec.template.spec.containers[0].image  [restarts pods]"),
+        "{text}"
+    );
+    // gamma was never synced: nothing is applied there yet.
+    assert!(text.contains(&format!("{NS}/gamma (none -> docker-ferrol-1-27-v3): UNREACHABLE: ")), "{text}");
+    assert!(text.contains("fleet: 3 Clusters: 2 change, 0 unchanged, 1 cannot be judged (1 unreachable"), "{text}");
+    let md = stdout(&common::stacksync(&["preview", "--config", &cfg, "--release", &release.to_string_lossy(), "-o", "markdown"]).await);
+    assert!(md.contains("- `Deployment/kube-system/metrics-server` on 2 Clusters (team-a/alpha, team-a/beta)"), "{md}");
+    assert!(md.contains(&format!("| {NS}/gamma | - | UNREACHABLE |")), "{md}");
+    assert!(md.contains("  - update `ConfigMap/kube-system/cni-config`: `.data.mtu` on 2 Clusters"), "{md}");
+    assert_no_writes(&env, &[0, 1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_cluster_an_archive_and_a_published_tag_are_previewed_too() {
+    let (env, config, _reserved) = fleet().await;
+    let cfg = config.to_string_lossy().into_owned();
+    let release = env.dir.path().join("docker-ferrol-1-27-v3");
+    next_release(&release);
+    // A .tgz of the release directory, as a release pipeline would keep it.
+    let archive = env.dir.path().join("release.tgz");
+    let tar = std::process::Command::new("tar")
+        .args(["czf", &archive.to_string_lossy(), "-C", &env.dir.path().to_string_lossy(), "docker-ferrol-1-27-v3"])
+        .status()
+        .expect("tar");
+    assert!(tar.success());
+    reset(&env);
+    let out = common::stacksync(&[
+        "preview",
+        "--config",
+        &cfg,
+        "--release",
+        &archive.to_string_lossy(),
+        "--cluster",
+        &format!("{NS}/alpha"),
+        "-o",
+        "json",
+    ])
+    .await;
+    assert_exit(&out, 1); // changes, every Cluster judged
+    let p: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(p["clusters"].as_array().map(Vec::len), Some(1), "{p}");
+    assert_eq!(changes(&p["clusters"][0]).len(), 3, "{p}");
+    assert_no_writes(&env, &[0]);
+
+    // Published as a tag of the source that no Cluster's class names yet: fetched and verified
+    // as usual, previewed the same.
+    let mut files = Vec::new();
+    for (rel, _) in fixture_files("docker-ferrol-1-27-v2") {
+        let rel = rel.replace("cluster-class-v2", "cluster-class-v3");
+        files.push((rel.clone(), std::fs::read_to_string(release.join(&rel)).expect("file")));
+    }
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    let _ = env.repo.git(&["rm", "-rq", "--ignore-unmatch", "."]);
+    env.repo.release("docker-ferrol-1-27-v3", &refs);
+    let out = common::stacksync(&[
+        "preview",
+        "--config",
+        &cfg,
+        "--release",
+        "stacks:docker-ferrol-1-27-v3",
+        "--cluster",
+        &format!("{NS}/beta"),
+        "-o",
+        "json",
+    ])
+    .await;
+    assert_exit(&out, 1);
+    let p: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(p["release"]["origin"], "source", "{p}");
+    assert_eq!(changes(&p["clusters"][0]).len(), 3, "{p}");
+
+    // Unknown things are named.
+    let out = common::stacksync(&["preview", "--config", &cfg, "--release", "stacks:docker-ferrol-1-27-v9"]).await;
+    assert_exit(&out, 2);
+    assert!(common::stderr(&out).contains("source `stacks` does not advertise tag `docker-ferrol-1-27-v9`"), "{}", common::stderr(&out));
+    let out = common::stacksync(&["preview", "--config", &cfg, "--release", "./nowhere"]).await;
+    assert_exit(&out, 2);
+    assert!(common::stderr(&out).contains("./nowhere: no such file or directory"), "{}", common::stderr(&out));
+}
