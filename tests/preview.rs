@@ -45,6 +45,11 @@ fn next_release(dir: &Path) {
 /// Two reachable workload clusters (alpha, beta) and one whose API server is down (gamma), all
 /// on v2 and synced; the config file.
 async fn fleet() -> (Env, PathBuf, tokio::net::TcpSocket) {
+    fleet_with(None).await
+}
+
+/// [`fleet`] with the subscription's `rollout` (or none).
+async fn fleet_with(rollout: Option<Value>) -> (Env, PathBuf, tokio::net::TcpSocket) {
     let env = Env::new(2).await;
     let files = published_v2();
     let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
@@ -73,7 +78,12 @@ async fn fleet() -> (Env, PathBuf, tokio::net::TcpSocket) {
         .expect("kubeconfig")
         .replace(env.workloads[0].url(), &format!("http://127.0.0.1:{port}"));
     env.put_kubeconfig("gamma", dead.into_bytes()).await;
-    let config = env.stack_config(Sub::match_stack_class).write();
+    let config = env
+        .stack_config(|s| match rollout {
+            Some(r) => s.match_stack_class().set("rollout", r),
+            None => s.match_stack_class(),
+        })
+        .write();
     assert_exit(&run_once(&config).await, 1); // gamma is unreachable
     for name in ["alpha", "beta"] {
         assert_eq!(env.applied_tag(name).await, "docker-ferrol-1-27-v2");
@@ -295,4 +305,67 @@ async fn one_cluster_an_archive_and_a_published_tag_are_previewed_too() {
     let out = common::stacksync(&["preview", "--config", &cfg, "--release", "./nowhere"]).await;
     assert_exit(&out, 2);
     assert!(common::stderr(&out).contains("./nowhere: no such file or directory"), "{}", common::stderr(&out));
+}
+
+/// v3's multi-stage fixture as `v4` on Kubernetes v1.27.5, whose `BeforeClusterUpgrade` deletes
+/// `legacy-dns`, applies `cni` and waits for a gate, then applies `metrics-server`.
+fn upgrade_release(dir: &Path) {
+    let stages = "  BeforeClusterUpgrade:\n    - name: legacy-dns\n      action: delete\n    - name: cni\n      action: apply\n      waitForPostCondition:\n        objects:\n          - {key: gate, apiVersion: v1, kind: ConfigMap, name: upgrade-gate, namespace: kube-system}\n        conditions: \"gate.data.go == 'yes'\"\n    - name: metrics-server\n      action: apply\n";
+    for (rel, text) in fixture_files("docker-ferrol-1-27-v3") {
+        let rel = rel.replace("cluster-class-v3", "cluster-class-v4");
+        let text = match rel.as_str() {
+            "metadata.yaml" => text.replace("clusterStack: v3", "clusterStack: v4").replace("v1.27.3", "v1.27.5"),
+            "clusteraddon.yaml" => format!("{}{stages}", &text[..text.find("  BeforeClusterUpgrade:").expect("hook")]),
+            r if r.ends_with("Chart.yaml") && r.contains("cluster-class") => text.replace("version: v3", "version: v4"),
+            _ => text,
+        };
+        let path = dir.join(&rel);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
+        std::fs::write(path, text).expect("file");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrade_stages_a_kubernetes_move_the_waves_and_a_read_only_management_identity() {
+    let rollout = json!({"waves": [{"clusters": 1}, {"percent": 100}], "waveTimeout": "1h"});
+    let (env, config, _reserved) = fleet_with(Some(rollout)).await;
+    let cfg = config.to_string_lossy().into_owned();
+    let release = env.dir.path().join("v4");
+    upgrade_release(&release);
+    // The preview's identity may only read in the management cluster: its ClusterClass
+    // dry-run is refused, and the ClusterClass is judged from the rendered fields instead.
+    env.mgmt.faults().add(fake_apiserver::FaultRule::new().verb("patch").path("/clusterclasses/").status(403));
+    reset(&env);
+    let out = common::stacksync(&["preview", "--config", &cfg, "--release", &release.to_string_lossy(), "-o", "json"]).await;
+    assert_exit(&out, 2);
+    assert_no_writes(&env, &[0, 1]);
+    let p: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(p["release"]["tag"], "docker-ferrol-1-27-v4");
+    assert_eq!(p["waves"], json!([[format!("{NS}/alpha")], [format!("{NS}/beta"), format!("{NS}/gamma")]]), "{p}");
+    let gate = "gate.data.go == 'yes' (reading gate = ConfigMap/kube-system/upgrade-gate)";
+    let stages = json!([
+        {"hook": "BeforeClusterUpgrade", "name": "legacy-dns", "action": "delete"},
+        {"hook": "BeforeClusterUpgrade", "name": "cni", "action": "apply", "waitsAfter": gate},
+        {"hook": "BeforeClusterUpgrade", "name": "metrics-server", "action": "apply"},
+    ]);
+    for (c, wave) in p["clusters"].as_array().expect("clusters")[..2].iter().zip([1, 2]) {
+        assert_eq!(c["kubernetes"], json!({"from": "v1.27.3", "to": "v1.27.5", "heldByBeforeClusterUpgrade": true}), "{c}");
+        assert_eq!(c["stages"], stages, "{c}");
+        assert_eq!(c["wave"], wave, "{c}");
+    }
+    assert_eq!(p["summary"]["kubernetesUpgrades"], 3, "{p}");
+    let class = p["management"][0]["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .find(|c| c["object"] == format!("ClusterClass/{NS}/docker-ferrol-1-27-v4"))
+        .cloned()
+        .expect("the ClusterClass");
+    assert_eq!((class["change"].as_str(), class["clientSide"].as_bool()), (Some("create"), Some(true)), "{class}");
+
+    let text = stdout(&common::stacksync(&["preview", "--config", &cfg, "--release", &release.to_string_lossy()]).await);
+    assert!(text.contains("  Kubernetes v1.27.3 -> v1.27.5: held by BeforeClusterUpgrade until its stages are done"), "{text}");
+    assert!(text.contains(&format!("  stage BeforeClusterUpgrade cni (apply), then waits for {gate}")), "{text}");
+    assert!(text.contains(&format!("waves: 1: {NS}/alpha; 2: {NS}/beta, {NS}/gamma")), "{text}");
+    assert!(text.contains(&format!("  create ClusterClass/{NS}/docker-ferrol-1-27-v4  [judged without a dry-run]")), "{text}");
 }

@@ -151,7 +151,9 @@ pub(super) async fn reachable(client: &kube::Client) -> Result<(), Unreachable> 
 /// A workload cluster that did not answer the reachability check.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum Unreachable {
-    #[error("the workload cluster's API server does not answer: {0}")]
+    /// Said with its causes (`client error (Connect)` alone does not say that the connection
+    /// was refused).
+    #[error("the workload cluster's API server does not answer: {}", super::client::kube_error(.0))]
     Failed(#[source] kube::Error),
     #[error("the workload cluster's API server did not answer within {0}s")]
     Timeout(u64),
