@@ -7,6 +7,8 @@
 //! - `run --once` cold, then `run --once` again unchanged (the no-op pass), each under
 //!   `/usr/bin/time -v`: wall time, peak RSS, CPU, workload requests (testkit's counters), log
 //!   lines at the default level;
+//! - `preview` of a next release (one changed ConfigMap per Cluster) from a local directory, on
+//!   the synced fleet: wall time as a ratio to the cold pass, peak RSS, requests, writes (zero);
 //! - the daemon (`run`) on a fresh fleet: time from start until every ClusterSync is Ready, one
 //!   resync after that (its workload requests), peak RSS (`VmHWM`), CPU, open file descriptors,
 //!   log lines; with `--soak-secs S` the daemon keeps running for S more seconds with a short
@@ -327,6 +329,45 @@ fn run_once(a: &Args, config: &Path, dir: &Path, name: &str) -> Timed {
     }
 }
 
+/// `stacksync preview --release DIR --tag v2.0.0 -o json` under `/usr/bin/time -v`; `ok` is
+/// its exit code being 1 (changes, every Cluster judged). The JSON it printed.
+fn preview(a: &Args, config: &Path, release: &Path, dir: &Path) -> (Timed, Value) {
+    let (out, time) = (dir.join("preview.json"), dir.join("preview.time"));
+    let started = Instant::now();
+    let status = Command::new("/usr/bin/time")
+        .arg("-v")
+        .arg("-o")
+        .arg(&time)
+        .arg(&a.stacksync)
+        .args(["preview", "--tag", "v2.0.0", "-o", "json", "--config"])
+        .arg(config)
+        .arg("--release")
+        .arg(release)
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .stdout(std::fs::File::create(&out).expect("out"))
+        .stderr(Stdio::null())
+        .status()
+        .expect("stacksync runs");
+    let wall = started.elapsed().as_secs_f64();
+    let t = std::fs::read_to_string(&time).unwrap_or_default();
+    let secs = |n: &str| time_field(&t, n).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let peak_kib = time_field(&t, "Maximum resident set size (kbytes):").and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let json: Value = serde_json::from_slice(&std::fs::read(&out).unwrap_or_default()).unwrap_or(Value::Null);
+    if status.code() != Some(1) {
+        println!("  preview: exit {status}; summary {}", json["summary"]);
+    }
+    let timed = Timed {
+        wall,
+        cpu: secs("User time (seconds):") + secs("System time (seconds):"),
+        peak_mib: peak_kib / 1024.0,
+        log_lines: 0,
+        warn_lines: 0,
+        ok: status.code() == Some(1),
+    };
+    (timed, json)
+}
+
 fn status_kib(pid: &str, field: &str) -> f64 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     text.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0.0)
@@ -456,6 +497,27 @@ async fn main() {
                 "lists": lists, "writes": writes, "log_lines": noop.log_lines, "warn_lines": noop.warn_lines, "exit_ok": noop.ok,
                 "note": format!("{:.1} s, {:.0} MiB peak, CPU {:.1} s, {requests} requests ({lists} LISTs, {writes} writes), {} log lines",
                     noop.wall, noop.peak_mib, noop.cpu, noop.log_lines)})),
+        ));
+        // preview: the next release from a local directory, judged on the whole fleet.
+        let next = dir.path().join("next");
+        std::fs::create_dir_all(next.join("manifests")).expect("next");
+        std::fs::write(next.join("manifests/fleet.yaml"), manifests("2")).expect("next release");
+        fleet.reset(&http).await;
+        fleet.mgmt.reset_stats(&http).await;
+        let (p, previewed) = preview(&a, &cfg, &next, dir.path());
+        let (requests, _, writes) = fleet.requests(&http).await;
+        let mgmt_writes = sum(&fleet.mgmt.stats(&http).await["writes"], None);
+        let changed = previewed["summary"]["changed"].as_u64().unwrap_or(0);
+        case(common::case(
+            "process preview of a next release vs run --once cold",
+            p.wall,
+            Some((cold.wall, "run --once cold of the same fleet")),
+            "seconds",
+            &env,
+            with(json!({"seconds": p.wall, "peak_rss_mib": p.peak_mib, "cpu_s": p.cpu, "workload_requests": requests,
+                "writes": writes + mgmt_writes, "changed_clusters": changed, "exit_code_1": p.ok,
+                "note": format!("{:.1} s ({:.2}x the cold pass), {:.0} MiB peak, CPU {:.1} s, {requests} requests, {} writes, {changed}/{n} Clusters change",
+                    p.wall, p.wall / cold.wall, p.peak_mib, p.cpu, writes + mgmt_writes)})),
         ));
         drop(fleet);
 

@@ -224,6 +224,10 @@ async fn a_local_release_is_previewed_on_the_whole_fleet_with_zero_writes() {
 
     // The text and markdown forms say the same.
     let text = stdout(&common::stacksync(&["preview", "--config", &cfg, "--release", &release.to_string_lossy()]).await);
+    if let Ok(dir) = std::env::var("PREVIEW_DOCS_OUT") {
+        std::fs::write(format!("{dir}/text.txt"), &text).expect("docs");
+        std::fs::write(format!("{dir}/out.json"), &out.stdout).expect("docs");
+    }
     assert!(text.contains(&format!("{NS}/alpha (docker-ferrol-1-27-v2 -> docker-ferrol-1-27-v3): 3 changes, 1 restart")), "{text}");
     assert!(
         text.contains("  update Deployment/kube-system/metrics-server: .spec.template.spec.containers[0].image  [restarts pods]"),
@@ -233,6 +237,9 @@ async fn a_local_release_is_previewed_on_the_whole_fleet_with_zero_writes() {
     assert!(text.contains(&format!("{NS}/gamma (none -> docker-ferrol-1-27-v3): UNREACHABLE: ")), "{text}");
     assert!(text.contains("fleet: 3 Clusters: 2 change, 0 unchanged, 1 cannot be judged (1 unreachable"), "{text}");
     let md = stdout(&common::stacksync(&["preview", "--config", &cfg, "--release", &release.to_string_lossy(), "-o", "markdown"]).await);
+    if let Ok(dir) = std::env::var("PREVIEW_DOCS_OUT") {
+        std::fs::write(format!("{dir}/out.md"), &md).expect("docs");
+    }
     assert!(md.contains("- `Deployment/kube-system/metrics-server` on 2 Clusters (team-a/alpha, team-a/beta)"), "{md}");
     assert!(md.contains(&format!("| {NS}/gamma | - | UNREACHABLE |")), "{md}");
     assert!(md.contains("  - update `ConfigMap/kube-system/cni-config`: `.data.mtu` on 2 Clusters"), "{md}");

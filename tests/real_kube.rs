@@ -390,3 +390,82 @@ async fn counting_proxy(port: u16) -> (u16, std::sync::Arc<std::sync::atomic::At
     });
     (local, count)
 }
+
+/// `stacksync preview` as the read-only identity of deploy/components/preview (the admin
+/// certificate impersonating its ServiceAccount, judged by the real RBAC authorizer): a
+/// cluster-stack release that is not published is previewed for a Cluster with get and list
+/// only — nothing refused, the ClusterClass judged from its rendered fields (a dry-run is a
+/// `patch`, which the identity may not do), nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_only_preview_identity_previews_a_release_with_get_and_list_only() {
+    let Some(t) = Tenant::new("preview").await else { return };
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    for f in ["namespace.yaml", "components/preview/rbac.yaml"] {
+        let out = t.kubectl(&["apply", "-f", &deploy.join(f).display().to_string()]);
+        assert!(out.status.success(), "kubectl apply -f {f}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    t.add_cluster("alpha").await;
+    let topology = json!({"spec": {"topology": {"class": "docker-ferrol-1-27-v3", "version": "v1.27.3"}, "clusterNetwork": {"pods": {"cidrBlocks": ["10.1.0.0/16"]}}}});
+    t.clusters().patch("alpha", &PatchParams::default(), &Patch::Merge(topology)).await.expect("class");
+    let release = t.dir.path().join("docker-ferrol-1-27-v3");
+    for (rel, text) in common::fleet::fixture_files("docker-ferrol-1-27-v3") {
+        let path = release.join(rel);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
+        std::fs::write(path, text).expect("file");
+    }
+
+    let sa = "system:serviceaccount:stacksync-system:stacksync-preview";
+    let mut kubeconfig: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(t.kubeconfig()).expect("kubeconfig")).expect("json");
+    kubeconfig["users"][0]["user"]["as"] = json!(sa);
+    let as_sa = t.dir.path().join("preview.kubeconfig");
+    std::fs::write(&as_sa, kubeconfig.to_string()).expect("write");
+    let can = |verb: &str, what: &str| {
+        let out = t.kubectl(&["--kubeconfig", &as_sa.display().to_string(), "auth", "can-i", verb, what, "-n", &t.ns]);
+        String::from_utf8_lossy(&out.stdout).trim() == "yes"
+    };
+    assert!(can("list", "clusters.cluster.x-k8s.io") && can("get", "clustersyncs.stacksync.io"));
+    for (verb, what) in [
+        ("patch", "clusters.cluster.x-k8s.io"),
+        ("patch", "clusterclasses.cluster.x-k8s.io"),
+        ("create", "events.events.k8s.io"),
+        ("list", "secrets"),
+    ] {
+        assert!(!can(verb, what), "the preview identity may {verb} {what}");
+    }
+
+    let config = t.stack_config(|s| s.health_timeout("0s")).write();
+    let text =
+        std::fs::read_to_string(&config).expect("config").replace(&t.kubeconfig().display().to_string(), &as_sa.display().to_string());
+    std::fs::write(&config, text).expect("config");
+    let out = common::stacksync(&[
+        "preview",
+        "--config",
+        &config.display().to_string(),
+        "--release",
+        &release.display().to_string(),
+        "-o",
+        "json",
+    ])
+    .await;
+    common::assert_exit(&out, 1);
+    let stderr = common::stderr(&out);
+    assert!(!stderr.contains("forbidden") && !stderr.contains("403"), "{stderr}");
+    let p: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let c = &p["clusters"][0];
+    assert_eq!((c["cluster"].as_str(), c["result"].as_str()), (Some(format!("{}/alpha", t.ns).as_str()), Some("changes")), "{p}");
+    assert!(c.get("failures").is_none() && p["management"][0].get("failures").is_none(), "{p}");
+    let class = p["management"][0]["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .find(|o| o["object"] == format!("ClusterClass/{}/docker-ferrol-1-27-v3", t.ns))
+        .cloned()
+        .unwrap_or_else(|| panic!("the ClusterClass: {p}"));
+    assert_eq!((class["change"].as_str(), class["clientSide"].as_bool()), (Some("create"), Some(true)), "{class}");
+    // Nothing was written: no ClusterClass, no ClusterSync.
+    let classes = t.kubectl(&["get", "clusterclasses", "-n", &t.ns, "-o", "name"]);
+    assert_eq!(String::from_utf8_lossy(&classes.stdout).trim(), "", "the preview created a ClusterClass");
+    assert!(t.cluster_sync("alpha").await.is_none(), "the preview wrote a ClusterSync");
+    t.delete().await;
+}
