@@ -26,6 +26,8 @@
 #   - Debian's gnupg and the real cosign v2.4.0 (scripts/build-cosign.sh, from the Go module
 #     proxy): tests/signed_releases.rs signs Git tags with gpg and ssh-keygen, OCI artifacts and
 #     release assets with cosign.
+#   - the real oras v1.3.6 (scripts/build-oras.sh, from the Go module proxy): tests/preview.rs
+#     pushes a release into an OCI image layout with it.
 # Usage: scripts/test.sh [extra nextest/cargo-test arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -80,6 +82,11 @@ fi
 if [ -x scripts/build-cosign.sh ]; then
   # tests/signed_releases.rs finds it in $STACKSYNC_TOOLS_DIR/bin (it fails under CI without it).
   scripts/build-cosign.sh >/dev/null || echo "test.sh: WARNING: could not build cosign (scripts/build-cosign.sh)" >&2
+fi
+
+if [ -x scripts/build-oras.sh ]; then
+  # tests/preview.rs finds it in $STACKSYNC_TOOLS_DIR/bin (it fails under CI without it).
+  scripts/build-oras.sh >/dev/null || echo "test.sh: WARNING: could not build oras (scripts/build-oras.sh)" >&2
 fi
 
 if [ -x scripts/install-tools.sh ]; then

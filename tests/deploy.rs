@@ -88,6 +88,24 @@ fn with_component(component: &str) -> Vec<Value> {
     kustomize(dir.path())
 }
 
+/// The preview component's identity reads and nothing else: get and list, named resources, no
+/// wildcard, bound to its own ServiceAccount (the controller's is untouched).
+#[test]
+fn the_preview_component_grants_get_and_list_only() {
+    let objects = with_component("preview");
+    let role = find(&objects, "ClusterRole", "stacksync-preview");
+    for rule in role["rules"].as_array().expect("rules") {
+        let verbs: Vec<&str> = rule["verbs"].as_array().expect("verbs").iter().filter_map(Value::as_str).collect();
+        assert!(verbs.iter().all(|v| matches!(*v, "get" | "list")), "{rule}");
+        assert!(!rule.to_string().contains("\"*\""), "{rule}");
+    }
+    let binding = find(&objects, "ClusterRoleBinding", "stacksync-preview");
+    assert_eq!(binding["subjects"][0]["name"], "stacksync-preview");
+    let sa = find(&objects, "ServiceAccount", "stacksync-preview");
+    assert_eq!(sa["metadata"]["namespace"], "stacksync-system");
+    assert_eq!(find(&objects, "ClusterRoleBinding", "stacksync")["subjects"][0]["name"], "stacksync");
+}
+
 #[test]
 fn the_servicemonitor_component_adds_a_scrape_of_the_admin_port() {
     let objects = with_component("servicemonitor");

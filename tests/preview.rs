@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::fleet::{Env, NS, fixture_files};
-use common::{Sub, assert_exit, run_once, stdout};
+use common::{assert_exit, run_once, stdout};
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
@@ -375,4 +375,94 @@ async fn upgrade_stages_a_kubernetes_move_the_waves_and_a_read_only_management_i
     assert!(text.contains(&format!("  stage BeforeClusterUpgrade cni (apply), then waits for {gate}")), "{text}");
     assert!(text.contains(&format!("waves: 1: {NS}/alpha; 2: {NS}/beta, {NS}/gamma")), "{text}");
     assert!(text.contains(&format!("  create ClusterClass/{NS}/docker-ferrol-1-27-v4  [judged without a dry-run]")), "{text}");
+}
+
+/// The real oras, as scripts/build-oras.sh installs it; a bare `cargo test` without it skips
+/// (under CI it must be there).
+fn oras() -> Option<PathBuf> {
+    let found = common::tool("oras");
+    assert!(found.is_some() || std::env::var_os("CI").is_none(), "oras is not installed; scripts/test.sh runs scripts/build-oras.sh");
+    if found.is_none() {
+        eprintln!("SKIP: oras is not installed (scripts/build-oras.sh)");
+    }
+    found
+}
+
+/// A release directory as `csctl` publishes it: `metadata.yaml`, the ClusterClass chart as a
+/// `helm package`, the addon chart as one too, `cluster-addon-values.yaml`. The file names.
+fn package(release: &Path, out: &Path) -> Vec<String> {
+    let mut names = vec!["metadata.yaml".to_owned(), "cluster-addon-values.yaml".to_owned()];
+    for name in ["metadata.yaml", "cluster-addon-values.yaml"] {
+        std::fs::copy(release.join(name), out.join(name)).expect("copy");
+    }
+    for chart in ["docker-ferrol-1-27-cluster-class-v3", ADDON] {
+        let helm = std::process::Command::new(common::helm_path())
+            .arg("package")
+            .arg(release.join(chart))
+            .arg("-d")
+            .arg(out)
+            .output()
+            .expect("helm package");
+        assert!(helm.status.success(), "{}", String::from_utf8_lossy(&helm.stderr));
+    }
+    names.push("docker-ferrol-1-27-cluster-class-v3.tgz".into());
+    names.push(format!("{ADDON}.tgz"));
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_pushed_into_an_oci_layout_by_oras_is_previewed() {
+    let Some(oras) = oras() else { return };
+    let (env, config, _reserved) = fleet().await;
+    let cfg = config.to_string_lossy().into_owned();
+    let release = env.dir.path().join("next-release");
+    next_release(&release);
+    let files = env.dir.path().join("published");
+    std::fs::create_dir_all(&files).expect("dir");
+    let names = package(&release, &files);
+    // `oras push` into an OCI image layout, one layer per file titled by its name, as a release
+    // pipeline pushes a cluster stack.
+    let layout = env.dir.path().join("layout");
+    let push = std::process::Command::new(&oras)
+        .current_dir(&files)
+        .env("HOME", env.dir.path())
+        .args([
+            "push",
+            "--oci-layout",
+            &format!("{}:docker-ferrol-1-27-v3", layout.display()),
+            "--artifact-type",
+            "application/vnd.scs.clusterstack.v1",
+        ])
+        .args(&names)
+        .output()
+        .expect("oras push");
+    assert!(push.status.success(), "oras push: {}", String::from_utf8_lossy(&push.stderr));
+    reset(&env);
+    let out = common::stacksync(&["preview", "--config", &cfg, "--release", &layout.to_string_lossy(), "-o", "json"]).await;
+    assert_exit(&out, 2); // gamma cannot be judged
+    assert_no_writes(&env, &[0, 1]);
+    let p: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(p["release"]["tag"], "docker-ferrol-1-27-v3", "{p}");
+    for c in &p["clusters"].as_array().expect("clusters")[..2] {
+        assert_eq!(c["result"], "changes", "{c}");
+        assert_eq!(c["restarts"], json!(["Deployment/kube-system/metrics-server"]), "{c}");
+        assert_eq!(changes(c).len(), 3, "{c}");
+    }
+    // The same layout with a blob that no longer matches its digest is refused, naming it.
+    let blobs = layout.join("blobs/sha256");
+    let metadata = std::fs::read_dir(&blobs)
+        .expect("blobs")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| std::fs::read(p).is_ok_and(|b| b.starts_with(b"apiVersion: metadata.clusterstack")))
+        .expect("metadata.yaml's blob");
+    let tampered = std::fs::read_to_string(&metadata).expect("blob").replace("v1.27.3", "v1.27.4");
+    std::fs::write(&metadata, tampered).expect("tamper");
+    let out = common::stacksync(&["preview", "--config", &cfg, "--release", &layout.to_string_lossy()]).await;
+    assert_exit(&out, 2);
+    assert!(
+        common::stderr(&out).contains("OCI layout: blob sha256:") && common::stderr(&out).contains("does not match its digest"),
+        "{}",
+        common::stderr(&out)
+    );
 }

@@ -255,7 +255,7 @@ fn oci_layout(layout: &Path, tag: Option<&str>, out: &Path) -> Result<(), Error>
         if total > MAX_BYTES {
             return Err(bad(format!("its layers hold more than {MAX_BYTES} bytes")));
         }
-        let bytes = blob(layout, &format!("sha256:{}", l.digest), l.size).map_err(&bad)?;
+        let bytes = blob(layout, &l.digest.to_string(), l.size).map_err(&bad)?;
         std::fs::write(out.join(&l.title), bytes).map_err(|e| Error::Read { path: out.join(&l.title), message: e.to_string() })?;
     }
     Ok(())
@@ -443,7 +443,7 @@ mod tests {
         let e = oci_layout(layout, Some("v4"), out.path()).unwrap_err().to_string();
         assert!(e.ends_with("OCI layout: index.json has no image named `v4`"), "{e}");
         // A blob that does not match its digest is refused.
-        std::fs::write(layout.join("blobs/sha256").join(file.trim_start_matches("sha256:")), b"versions: {x}\n").expect("tamper");
+        std::fs::write(layout.join("blobs/sha256").join(file.trim_start_matches("sha256:")), b"versions: []\n").expect("tamper");
         let e = oci_layout(layout, Some("v3"), out.path()).unwrap_err().to_string();
         assert!(e.contains("does not match its digest"), "{e}");
     }
