@@ -305,6 +305,26 @@ async fn one_cluster_an_archive_and_a_published_tag_are_previewed_too() {
     assert_eq!(p["release"]["origin"], "source", "{p}");
     assert_eq!(changes(&p["clusters"][0]).len(), 3, "{p}");
 
+    // A Cluster whose control plane is not ready cannot be judged: nothing is applied there
+    // until it is.
+    env.set_ready("alpha", false).await;
+    let out = common::stacksync(&[
+        "preview",
+        "--config",
+        &cfg,
+        "--release",
+        &release.to_string_lossy(),
+        "--cluster",
+        &format!("{NS}/alpha"),
+        "-o",
+        "json",
+    ])
+    .await;
+    assert_exit(&out, 2);
+    let p: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(p["clusters"][0]["result"], "notReady", "{p}");
+    assert_eq!(p["summary"]["notReady"], 1, "{p}");
+
     // Unknown things are named.
     let out = common::stacksync(&["preview", "--config", &cfg, "--release", "stacks:docker-ferrol-1-27-v9"]).await;
     assert_exit(&out, 2);
