@@ -152,7 +152,7 @@ enum Command {
         /// Output: `text`, `json` (stable, docs/preview.md) or `markdown` (a pull-request comment).
         #[arg(short = 'o', long, value_enum, default_value = "text")]
         output: PreviewOutput,
-        /// Text output: each change's unified diff too.
+        /// Each change's unified diff too (text and json).
         #[arg(long)]
         diff: bool,
         /// Markdown output: changed objects shown per kind.
@@ -286,7 +286,7 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             if check_helm(&runtime, &cfg).is_err() {
                 return Ok(ExitCode::from(EXIT_DIFF_ERROR));
             }
-            let args = PreviewArgs { release, subscription, cluster, tag, concurrency: usize::from(concurrency) };
+            let args = PreviewArgs { release, subscription, cluster, tag, concurrency: usize::from(concurrency), diffs: diff };
             Ok(match runtime.block_on(preview(cfg, args)) {
                 Ok(p) => {
                     match output {
@@ -581,6 +581,7 @@ struct PreviewArgs {
     cluster: Option<String>,
     tag: Option<String>,
     concurrency: usize,
+    diffs: bool,
 }
 
 /// The preview of a release not (yet) offered, for the Kubernetes target.
@@ -600,7 +601,7 @@ async fn preview(cfg: Config, args: PreviewArgs) -> anyhow::Result<kubernetes::p
     ctx.renders_in_memory_only();
     let arg = ReleaseArg::parse(&args.release);
     let candidate = candidate(&ctx, &arg, args.subscription.as_deref(), args.tag.as_deref()).await?;
-    let options = kubernetes::preview::Options { only, concurrency: args.concurrency };
+    let options = kubernetes::preview::Options { only, concurrency: args.concurrency, diffs: args.diffs };
     Ok(kubernetes::preview::preview(ctx, &candidate, &options).await?)
 }
 

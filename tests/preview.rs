@@ -161,7 +161,7 @@ async fn a_local_release_is_previewed_on_the_whole_fleet_with_zero_writes() {
     let cache_before = files_under(&cache);
     reset(&env);
 
-    let out = common::stacksync(&["preview", "--config", &cfg, "--release", &release.to_string_lossy(), "-o", "json"]).await;
+    let out = common::stacksync(&["preview", "--config", &cfg, "--release", &release.to_string_lossy(), "-o", "json", "--diff"]).await;
     assert_exit(&out, 2); // gamma cannot be judged
     assert_no_writes(&env, &[0, 1]);
     assert_eq!(files_under(&cache), cache_before, "the preview wrote to the cache");

@@ -226,6 +226,20 @@ impl Context {
         self.index.lock().await.sources.get(&key)?.tags.get(tag).cloned()
     }
 
+    /// Why `source`'s last poll refused `tag`, if it did: its signature (sources with `verify`)
+    /// or a move the source does not allow.
+    pub async fn refusal_of(&self, source: &str, tag: &str) -> Option<String> {
+        let config = self.config();
+        let src = config.source(source)?;
+        let key = source_key(&src.name, &src.kind);
+        let index = self.index.lock().await;
+        let state = index.sources.get(&key)?;
+        if let Some(r) = state.unsigned.get(tag) {
+            return Some(r.message.clone());
+        }
+        state.refused.get(tag).map(|now| format!("the tag moved (it now names {now}) and the source does not allow moved tags"))
+    }
+
     /// Releases of a subscription's source refused for their signature (sources with `verify`)
     /// that the subscription would otherwise consider (its stack and constraint): tag -> why.
     pub async fn signature_refusals(&self, sub: &Subscription) -> BTreeMap<String, crate::cache::SignatureRefusal> {

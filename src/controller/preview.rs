@@ -392,6 +392,10 @@ async fn published(ctx: &Context, config: &Config, source: &str, tag: &str, name
     };
     let sub = choose(config, named, &format!("tag `{tag}` of source `{source}`"), |s| s.source == source && s.stack == stack)?;
     let poll = ctx.poll(source).await.err().map(|e| e.to_string());
+    // A tag the poll refused (a signature not trusted, a tag that moved) is not offered: say why.
+    if let Some(message) = ctx.refusal_of(source, tag).await {
+        return Err(Error::Unverified { src: source.into(), tag: tag.into(), message });
+    }
     let commit = ctx.commit_of(source, tag).await.ok_or_else(|| Error::NoSuchTag { src: source.into(), tag: tag.into(), poll })?;
     let rel = Release { source: source.to_owned(), tag: tag.to_owned(), commit, version };
     let prepared = ctx.prepare(&rel).await.map_err(|error| Error::Prepare { src: source.into(), tag: tag.into(), error })?;

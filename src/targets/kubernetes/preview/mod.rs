@@ -43,6 +43,9 @@ pub struct Options {
     pub only: Option<ClusterKey>,
     /// Clusters previewed at once.
     pub concurrency: usize,
+    /// Keep each change's unified diff (`--diff`). Without, only the changed fields are kept: a
+    /// fleet's diffs are most of a preview's memory.
+    pub diffs: bool,
 }
 
 /// What a release would do to a fleet (`-o json`, documented in docs/preview.md).
@@ -203,7 +206,8 @@ pub struct ObjectChange {
     /// Judged without the server (the dry-run was forbidden): see docs/preview.md.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub client_side: bool,
-    /// Unified diff, live → desired.
+    /// Unified diff, live → desired (with `--diff`).
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub diff: String,
 }
 
@@ -291,7 +295,7 @@ pub async fn preview(ctx: Arc<Context>, candidate: &Candidate, options: &Options
     let mut out: Vec<ClusterPreview> = futures_util::stream::iter(covered.iter())
         .map(|(obj, key, c)| {
             let span = tracing::info_span!("cluster", cluster = %key);
-            one(kube_ref, candidate, obj, key, c.clone(), hooks_ref, kubernetes_ref).instrument(span)
+            one(kube_ref, candidate, obj, key, c.clone(), hooks_ref, kubernetes_ref, options.diffs).instrument(span)
         })
         .buffer_unordered(concurrency)
         .collect()
@@ -309,7 +313,7 @@ pub async fn preview(ctx: Arc<Context>, candidate: &Candidate, options: &Options
         for ns in namespaces {
             management.push(match super::classes::preview_prepared(&kube, sub, ns, &candidate.prepared).await {
                 Ok(p) => {
-                    let (changes, failures) = changes_of(p);
+                    let (changes, failures) = changes_of(p, options.diffs);
                     NamespacePreview { namespace: ns.to_owned(), changes, failures, error: None }
                 }
                 Err(e) => {
@@ -408,7 +412,7 @@ fn stages_of(hook: &str, stages: &[crate::render::clusterstack::StageRef]) -> Ve
 }
 
 /// The changes and failures of a preview, as the report shows them.
-fn changes_of(p: Preview) -> (Vec<ObjectChange>, Vec<ObjectFailure>) {
+fn changes_of(p: Preview, diffs: bool) -> (Vec<ObjectChange>, Vec<ObjectFailure>) {
     let changes = p
         .changes
         .into_iter()
@@ -419,7 +423,7 @@ fn changes_of(p: Preview) -> (Vec<ObjectChange>, Vec<ObjectFailure>) {
             fields: c.fields,
             restarts: c.restarts,
             client_side: c.client_side,
-            diff: c.diff,
+            diff: if diffs { c.diff } else { String::new() },
         })
         .collect();
     let failures = p.failures.into_iter().map(|(o, message)| ObjectFailure { object: o.to_string(), message }).collect();
@@ -449,6 +453,7 @@ async fn one(
     c: crate::model::cluster::ClusterConfig,
     hooks: &BTreeMap<&str, Vec<StagePreview>>,
     kubernetes: Option<&str>,
+    diffs: bool,
 ) -> ClusterPreview {
     let sub: &Subscription = &candidate.subscription;
     let tag = &candidate.prepared.release.tag;
@@ -504,7 +509,7 @@ async fn one(
     }
     let applier = Applier::new(client, apply_options(&kube.target(), sub, &c)).with_discovery(discovery);
     let preview = applier.preview(&rendered.stages, &Inventory::from_lines(&previous.inventory)).await;
-    let (changes, failures) = changes_of(preview);
+    let (changes, failures) = changes_of(preview, diffs);
     p.restarts = changes.iter().filter(|c| c.restarts && c.change == Planned::Update.to_string()).map(|c| c.object.clone()).collect();
     p.result = if changes.is_empty() { Judged::Unchanged } else { Judged::Changes };
     p.changes = changes;
