@@ -289,13 +289,12 @@ pub async fn preview(ctx: Arc<Context>, candidate: &Candidate, options: &Options
         .map(|hook| (hook, layout.as_ref().map(|l| stages_of(hook, l.hook_stages(hook))).unwrap_or_default()))
         .collect();
     let concurrency = options.concurrency.max(1);
-    let kube_ref = &kube;
-    let hooks_ref = &hooks;
-    let kubernetes_ref = kubernetes.as_deref();
+    let fleet = Fleet { kube: &kube, candidate, hooks: &hooks, kubernetes: kubernetes.as_deref(), diffs: options.diffs };
+    let fleet = &fleet;
     let mut out: Vec<ClusterPreview> = futures_util::stream::iter(covered.iter())
         .map(|(obj, key, c)| {
             let span = tracing::info_span!("cluster", cluster = %key);
-            one(kube_ref, candidate, obj, key, c.clone(), hooks_ref, kubernetes_ref, options.diffs).instrument(span)
+            one(fleet, obj, key, c.clone()).instrument(span)
         })
         .buffer_unordered(concurrency)
         .collect()
@@ -445,16 +444,19 @@ fn judged(cluster: &ClusterKey, result: Judged, message: String) -> ClusterPrevi
     }
 }
 
-async fn one(
-    kube: &Kube,
-    candidate: &Candidate,
-    obj: &DynamicObject,
-    key: &ClusterKey,
-    c: crate::model::cluster::ClusterConfig,
-    hooks: &BTreeMap<&str, Vec<StagePreview>>,
-    kubernetes: Option<&str>,
+/// What every Cluster's preview shares.
+struct Fleet<'a> {
+    kube: &'a Kube,
+    candidate: &'a Candidate,
+    /// The release's stages by hook.
+    hooks: &'a BTreeMap<&'a str, Vec<StagePreview>>,
+    /// The release's Kubernetes version (cluster stacks).
+    kubernetes: Option<&'a str>,
     diffs: bool,
-) -> ClusterPreview {
+}
+
+async fn one(fleet: &Fleet<'_>, obj: &DynamicObject, key: &ClusterKey, c: crate::model::cluster::ClusterConfig) -> ClusterPreview {
+    let Fleet { kube, candidate, hooks, kubernetes, diffs } = *fleet;
     let sub: &Subscription = &candidate.subscription;
     let tag = &candidate.prepared.release.tag;
     let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &key.namespace);
