@@ -469,3 +469,99 @@ async fn the_read_only_preview_identity_previews_a_release_with_get_and_list_onl
     assert!(t.cluster_sync("alpha").await.is_none(), "the preview wrote a ClusterSync");
     t.delete().await;
 }
+
+/// Bad input on the real server: a Cluster carrying 200 KiB of annotations (the server allows
+/// 256 KiB), a kubeconfig Secret whose CA is not a certificate, one whose client certificate
+/// expired, and a release with one object the server's schema rejects. Each is said for what it
+/// is — the object with the server's message, the Secret by name and never its content — and
+/// blocks nothing else: the other objects are applied, the other Clusters synced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_on_the_real_server_is_named_and_blocks_nothing_else() {
+    let Some(t) = Tenant::new("badinput").await else { return };
+    let bad = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: bad-${cluster.name}\n  namespace: ${cluster.namespace}\nspec:\n  replicas: three\n  selector:\n    matchLabels: {app: bad}\n  template:\n    metadata:\n      labels: {app: bad}\n    spec:\n      containers:\n        - {name: c, image: registry.example/c:1}\n";
+    let cm = |n: &str| format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {n}-${{cluster.name}}\n  namespace: ${{cluster.namespace}}\ndata:\n  cluster: ${{cluster.name}}\n");
+    t.repo.release("v1.0.0", &[("manifests/a.yaml", &cm("first")), ("manifests/b.yaml", bad), ("manifests/c.yaml", &cm("last"))]);
+    for name in ["big", "badca", "expired"] {
+        t.add_cluster(name).await;
+    }
+    // 200 KiB of annotations on the Cluster: read, listed and watched like any other.
+    let annotations: serde_json::Map<String, serde_json::Value> =
+        (0..4).map(|i| (format!("example.com/blob-{i}"), json!("x".repeat(50 * 1024)))).collect();
+    t.clusters().patch("big", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": annotations}}))).await.expect("annotations");
+
+    // badca: certificate-authority-data that is no certificate.
+    let mut kubeconfig: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(t.kubeconfig()).expect("kubeconfig")).expect("json");
+    let good = kubeconfig.clone();
+    kubeconfig["clusters"][0]["cluster"]["certificate-authority-data"] = json!(base64_of(b"-----BEGIN CERTIFICATE-----\nnot a certificate\n-----END CERTIFICATE-----\n"));
+    put_kubeconfig(&t, "badca", &kubeconfig).await;
+    // expired: a client certificate whose validity ended yesterday.
+    let dir = t.dir.path().join("expired");
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(
+        dir.join("ca.cnf"),
+        "[ca]\ndefault_ca = d\n[d]\ndatabase = index.txt\nnew_certs_dir = .\nserial = serial\ndefault_md = sha256\npolicy = p\n[p]\ncommonName = supplied\n",
+    )
+    .expect("ca.cnf");
+    std::fs::write(dir.join("index.txt"), "").expect("index");
+    std::fs::write(dir.join("serial"), "01\n").expect("serial");
+    let openssl = |args: &[&str]| common::certs::openssl(&dir, args);
+    openssl(&["req", "-new", "-nodes", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-subj", "/CN=expired", "-keyout", "k.pem", "-out", "r.csr"]);
+    openssl(&["ca", "-batch", "-config", "ca.cnf", "-selfsign", "-keyfile", "k.pem", "-in", "r.csr", "-out", "c.pem", "-startdate", "20250101000000Z", "-enddate", "20250102000000Z"]);
+    let mut kubeconfig = good.clone();
+    let user = &mut kubeconfig["users"][0]["user"];
+    user["client-certificate-data"] = json!(base64_of(&std::fs::read(dir.join("c.pem")).expect("cert")));
+    user["client-key-data"] = json!(base64_of(&std::fs::read(dir.join("k.pem")).expect("key")));
+    put_kubeconfig(&t, "expired", &kubeconfig).await;
+
+    let config = t.config(|s| s.health_timeout("0s")).write();
+    let started = std::time::Instant::now();
+    let o = common::run_once(&config).await;
+    common::assert_exit(&o, 1);
+    assert!(started.elapsed() < Duration::from_secs(60), "took {:?}", started.elapsed());
+    let log = common::stderr(&o);
+    assert!(!log.contains("not a certificate") && !log.contains("BEGIN"), "a Secret's content in the log:\n{log}");
+
+    // big: every object but the rejected one applied; the rejected one named with the server's
+    // reason.
+    let cms: Api<ConfigMap> = Api::namespaced(t.client(), &t.ns);
+    for n in ["first-big", "last-big"] {
+        assert!(cms.get_opt(n).await.expect("get").is_some(), "{n} not applied:\n{log}");
+    }
+    let cs = t.cluster_sync("big").await.expect("ClusterSync of big");
+    let ready = condition(&cs, "Ready");
+    assert_eq!(ready["status"], "False", "{cs}");
+    let objects = cs["status"]["objects"].as_array().cloned().unwrap_or_default();
+    let rejected = objects.iter().find(|o| o["name"] == "bad-big").unwrap_or_else(|| panic!("bad-big not in the status: {cs}"));
+    assert_eq!(rejected["synced"], false, "{rejected}");
+    let message = rejected["message"].as_str().unwrap_or_default();
+    assert!(message.contains("replicas"), "the server's reason: {rejected}");
+    assert_eq!((cs["status"]["synced"].as_u64(), cs["status"]["total"].as_u64()), (Some(2), Some(3)), "{cs}");
+
+    // The two bad kubeconfigs: named by Secret, why said, nothing of their content.
+    for (name, why) in [("badca", "certificate"), ("expired", "401")] {
+        let cs = t.cluster_sync(name).await.unwrap_or_else(|| panic!("ClusterSync of {name}"));
+        let ready = condition(&cs, "Ready");
+        assert_eq!(ready["status"], "False", "{cs}");
+        let message = ready["message"].as_str().unwrap_or_default();
+        assert!(message.contains(&format!("{name}-kubeconfig")) || message.contains(why), "{name}: {message}");
+        assert!(message.contains(why), "{name}: {message}");
+        assert!(!message.contains("BEGIN") && !message.contains("not a certificate"), "{name}: {message}");
+    }
+    t.delete().await;
+}
+
+fn base64_of(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// `<name>-kubeconfig` with `kubeconfig` as its value.
+async fn put_kubeconfig(t: &Tenant, name: &str, kubeconfig: &serde_json::Value) {
+    let mut secret = k8s_openapi::api::core::v1::Secret::default();
+    secret.metadata.name = Some(format!("{name}-kubeconfig"));
+    secret.metadata.namespace = Some(t.ns.clone());
+    secret.data = Some([("value".to_owned(), k8s_openapi::ByteString(kubeconfig.to_string().into_bytes()))].into());
+    let api: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(t.client(), &t.ns);
+    api.patch(&format!("{name}-kubeconfig"), &PatchParams::apply("capi").force(), &Patch::Apply(&secret)).await.expect("secret");
+}
