@@ -66,6 +66,7 @@ impl Error {
         match self {
             Error::Get { source, .. } | Error::DryRun { source, .. } | Error::Patch { source, .. } | Error::Delete { source, .. } => {
                 match source {
+                    kube::Error::Api(s) if does_not_fit_schema(s) => false,
                     kube::Error::Api(s) => s.code == 429 || s.code >= 500,
                     _ => true,
                 }
@@ -131,12 +132,23 @@ impl Error {
                     "{} (immutable field: annotate the object with {RECREATE_ANNOTATION}: \"true\" to delete and re-create it)",
                     server_message(source)
                 ),
+                kube::Error::Api(s) if does_not_fit_schema(s) => {
+                    format!("{} (the object does not fit its kind's schema: the release needs a change)", server_message(source))
+                }
                 _ => server_message(source),
             },
             Error::AwaitDeletion { .. } | Error::Establish { .. } => self.to_string(),
             Error::Timeout { operation, after, .. } => timeout_message(operation, *after),
         }
     }
+}
+
+/// Whether the server refused an apply because its body does not fit the kind's schema (a string
+/// where a number goes, a field the schema does not declare, two list entries with one key).
+/// Server-side apply answers these with 500, not 400 (kubernetes/kubernetes#139253): the same
+/// body fails the same way every time, so it is not retried as a server fault.
+fn does_not_fit_schema(s: &Status) -> bool {
+    s.code == 500 && s.message.starts_with("failed to create typed patch object")
 }
 
 /// The message of a request that timed out (shared with discovery).
@@ -230,6 +242,17 @@ mod tests {
 
     fn obj() -> ObjectRef {
         ObjectRef { api_version: "v1".into(), kind: "ConfigMap".into(), namespace: Some("default".into()), name: "c".into() }
+    }
+
+    #[test]
+    fn a_body_that_does_not_fit_the_schema_is_not_retried_as_a_server_fault() {
+        // What the real kube-apiserver 1.35 answers (kubernetes/kubernetes#139253): 500.
+        let message = "failed to create typed patch object (ns/bad; apps/v1, Kind=Deployment): .spec.replicas: expected numeric (int or float), got string";
+        let e = Error::Patch { object: obj(), source: api(500, "", message, Vec::new()) };
+        assert!(!e.is_transient());
+        assert!(e.message().ends_with("(the object does not fit its kind's schema: the release needs a change)"), "{}", e.message());
+        let e = Error::Patch { object: obj(), source: api(500, "InternalError", "etcdserver: request timed out", Vec::new()) };
+        assert!(e.is_transient());
     }
 
     #[test]

@@ -190,6 +190,15 @@ impl Reach {
                 let _ = self.down.set(format!("the workload cluster's API server does not answer: {}", with_causes(&e)));
                 Err(e)
             }
+            // Every request would be refused the same way: one message for the Cluster, not
+            // one per object.
+            Ok(Err(kube::Error::Api(s))) if s.code == 401 => {
+                let _ = self.down.set(format!(
+                    "the workload cluster refused the credentials of its kubeconfig Secret ({} 401): its client certificate or token is invalid or expired",
+                    s.message
+                ));
+                Err(kube::Error::Api(s))
+            }
             Ok(answer) => {
                 self.answered.store(true, Relaxed);
                 answer

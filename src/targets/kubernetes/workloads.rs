@@ -129,13 +129,29 @@ async fn recipe(
     let text = String::from_utf8(bytes).map_err(|_| unusable("is not UTF-8 text"))?;
     let kc = kube::config::Kubeconfig::from_yaml(&text)
         .map_err(|_| unusable("is not a valid kubeconfig (YAML with clusters, users, contexts)"))?;
-    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .map_err(|_| unusable("is a kubeconfig stacksync cannot use (no current context, or a cluster or user it does not name)"))?;
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.map_err(|e| unusable(unusable_why(&e)))?;
     config.read_timeout = Some(timeout);
     config.write_timeout = Some(timeout);
     config.connect_timeout = Some(timeout.min(std::time::Duration::from_secs(10)));
     workload::Recipe::new(config, tls).map_err(|_| unusable("is a kubeconfig whose TLS settings or server URL cannot be used"))
+}
+
+/// What is wrong with a kubeconfig kube cannot make a client of, in words of our own: kube's
+/// messages may quote what they could not parse (a key, a token).
+fn unusable_why(e: &kube::config::KubeconfigError) -> &'static str {
+    use kube::config::KubeconfigError as K;
+    match e {
+        K::CurrentContextNotSet | K::LoadContext(_) | K::LoadClusterOfContext(_) => {
+            "is a kubeconfig without a usable current context (a context naming a cluster and user it defines)"
+        }
+        K::MissingClusterUrl | K::ParseClusterUrl(_) => "is a kubeconfig whose cluster has no usable server URL",
+        K::ParseProxyUrl(_) => "is a kubeconfig whose cluster has a proxy URL that cannot be parsed",
+        K::LoadCertificateAuthority(_) | K::ParseCertificates(_) => {
+            "is a kubeconfig whose certificate-authority data is not a PEM certificate"
+        }
+        K::LoadClientCertificate(_) | K::LoadClientKey(_) => "is a kubeconfig whose client certificate or key cannot be read",
+        _ => "is a kubeconfig stacksync cannot use",
+    }
 }
 
 /// One cheap request before a preview (`stacksync diff`): a cluster that is down is skipped in
@@ -143,6 +159,9 @@ async fn recipe(
 pub(super) async fn reachable(client: &kube::Client) -> Result<(), Unreachable> {
     match tokio::time::timeout(REACHABLE_TIMEOUT, client.apiserver_version()).await {
         Ok(Ok(_)) => Ok(()),
+        Ok(Err(kube::Error::Api(s))) if s.code == 401 => Err(Unreachable::Refused(s.message.clone())),
+        // Any other answer (a 403 on /version) is an answer: the cluster is there.
+        Ok(Err(kube::Error::Api(_))) => Ok(()),
         Ok(Err(e)) => Err(Unreachable::Failed(e)),
         Err(_) => Err(Unreachable::Timeout(REACHABLE_TIMEOUT.as_secs())),
     }
@@ -157,6 +176,10 @@ pub(super) enum Unreachable {
     Failed(#[source] kube::Error),
     #[error("the workload cluster's API server did not answer within {0}s")]
     Timeout(u64),
+    #[error(
+        "the workload cluster refused the credentials of its kubeconfig Secret ({0} 401): its client certificate or token is invalid or expired"
+    )]
+    Refused(String),
 }
 
 #[cfg(test)]
