@@ -127,6 +127,11 @@ pub struct Kube {
     url: String,
     kubeconfig: PathBuf,
     children: Vec<(&'static str, Child)>,
+    /// How each component was started (program, arguments, environment): what
+    /// [`Kube::restart`] starts again.
+    commands: Vec<(&'static str, Command)>,
+    /// etcd's client URL (its `/health`).
+    etcd_url: String,
     started_in: Duration,
 }
 
@@ -145,7 +150,15 @@ impl Kube {
         }
         let started = Instant::now();
         let dir = make_dir()?;
-        let mut kube = Kube { dir, url: String::new(), kubeconfig: PathBuf::new(), children: Vec::new(), started_in: Duration::ZERO };
+        let mut kube = Kube {
+            dir,
+            url: String::new(),
+            kubeconfig: PathBuf::new(),
+            children: Vec::new(),
+            commands: Vec::new(),
+            etcd_url: String::new(),
+            started_in: Duration::ZERO,
+        };
         if let Err(e) = kube.boot(&bins, &options).await {
             // Keep the directory: the error points at logs in it.
             kube.kill_children();
@@ -179,7 +192,10 @@ impl Kube {
                 .arg("--log-level=warn");
             self.spawn("etcd", cmd)?;
             match self.wait_http("etcd", &format!("{client_url}/health"), "true").await {
-                Ok(()) => break client_url,
+                Ok(()) => {
+                    self.etcd_url.clone_from(&client_url);
+                    break client_url;
+                }
                 Err(e) if attempt < 3 && self.exited("etcd") => {
                     tracing::warn!("etcd did not start ({e}); trying other ports");
                     self.children.retain(|(name, _)| *name != "etcd");
@@ -388,7 +404,9 @@ impl Kube {
     /// component (the crate forbids `unsafe`: no `pre_exec` + `prctl` of our own).
     pub(crate) fn spawn(&mut self, component: &'static str, cmd: Command) -> Result<()> {
         let log_path = self.log(component);
-        let log = File::create(&log_path).map_err(|source| Error::Write { path: log_path.clone(), source })?;
+        // A restarted component's log goes on where the killed one's stopped.
+        let log =
+            File::options().create(true).append(true).open(&log_path).map_err(|source| Error::Write { path: log_path.clone(), source })?;
         let log2 = log.try_clone().map_err(|source| Error::Write { path: log_path, source })?;
         let mut wrapped = Command::new("setpriv");
         wrapped.args(["--pdeathsig", "KILL", "--"]).arg(cmd.get_program()).args(cmd.get_args());
@@ -401,7 +419,56 @@ impl Kube {
         wrapped.stdin(Stdio::null()).stdout(log).stderr(log2).process_group(0);
         let child = spawn_supervised(wrapped).map_err(|source| Error::Spawn { component, source })?;
         self.children.push((component, child));
+        let mut again = Command::new(cmd.get_program());
+        again.args(cmd.get_args());
+        for (key, value) in cmd.get_envs() {
+            match value {
+                Some(v) => again.env(key, v),
+                None => again.env_remove(key),
+            };
+        }
+        self.commands.retain(|(name, _)| *name != component);
+        self.commands.push((component, again));
         Ok(())
+    }
+
+    /// SIGKILLs `component` (`etcd`, `kube-apiserver`, `kube-controller-manager`, …) and waits
+    /// for it to be gone: a crash, as a fault to test against. [`Kube::restart`] starts it again.
+    pub fn kill(&mut self, component: &str) {
+        for (_, child) in self.children.iter_mut().filter(|(name, _)| *name == component) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.children.retain(|(name, _)| *name != component);
+    }
+
+    /// Starts a [`Kube::kill`]ed component again with its first arguments (the same ports and
+    /// data directory) and waits until it serves: etcd's `/health`, the API server's
+    /// `/readyz`.
+    ///
+    /// # Errors
+    /// It was never started, cannot be spawned, or does not become ready.
+    pub async fn restart(&mut self, component: &'static str) -> Result<()> {
+        let Some((_, cmd)) = self.commands.iter().find(|(name, _)| *name == component) else {
+            return Err(self.not_ready(component, "it was never started".into()));
+        };
+        let mut again = Command::new(cmd.get_program());
+        again.args(cmd.get_args());
+        for (key, value) in cmd.get_envs() {
+            match value {
+                Some(v) => again.env(key, v),
+                None => again.env_remove(key),
+            };
+        }
+        self.spawn(component, again)?;
+        match component {
+            "etcd" => {
+                let url = format!("{}/health", self.etcd_url);
+                self.wait_http("etcd", &url, "true").await
+            }
+            "kube-apiserver" => self.wait_readyz().await,
+            _ => Ok(()),
+        }
     }
 
     pub(crate) fn exited(&mut self, component: &str) -> bool {

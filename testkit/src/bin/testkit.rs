@@ -93,7 +93,7 @@ async fn main() -> anyhow::Result<()> {
                 api.workload().dir().display(),
                 api.started_in().as_secs_f64(),
             );
-            wait_for_stop_or_exit(Running::ClusterApi(api)).await?;
+            wait_for_stop_or_exit(Running::ClusterApi(Box::new(api))).await?;
         }
         Command::Kube { kubeconfig_out, preload, nodes, .. } => {
             let kube = testkit::kube::Kube::start(testkit::kube::Options { preload, nodes, ..Default::default() })
@@ -130,7 +130,7 @@ async fn main() -> anyhow::Result<()> {
 /// What `testkit kube` runs.
 enum Running {
     Kube(testkit::kube::Kube),
-    ClusterApi(testkit::capi::ClusterApi),
+    ClusterApi(Box<testkit::capi::ClusterApi>),
 }
 
 impl Running {
