@@ -272,3 +272,99 @@ async fn etcd_gone_for_a_minute_takes_nothing_down_and_everything_converges() {
     daemon.stop().await;
     kube.stop();
 }
+
+/// Promise: a workload API server killed in the middle of an apply leaves a ClusterSync that
+/// says so — not Ready, naming what failed and why — never a Ready claim over half a release;
+/// once the server is back the next pass completes what is missing, and only then is the
+/// Cluster Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_api_server_killed_mid_apply_is_said_and_the_next_pass_completes() {
+    let Some(mgmt) = control_plane().await else { return };
+    let mut workload = Kube::start(Options::default()).await.expect("workload control plane");
+    const OBJECTS: usize = 300;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // One Cluster whose kubeconfig points at the workload control plane.
+    let client = mgmt.client().await.expect("client");
+    let clusters: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &res("cluster.x-k8s.io", "v1beta1", "Cluster"));
+    let body = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+        "metadata": {"name": "alpha", "namespace": NS, "labels": {"fleet": "chaos"}},
+        "spec": {"controlPlaneEndpoint": {"host": "127.0.0.1", "port": 6443}},
+    });
+    clusters.patch("alpha", &PatchParams::apply("capi"), &Patch::Apply(body)).await.expect("cluster");
+    let status = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": "alpha"}, "status": {"controlPlaneReady": true}});
+    clusters.patch_status("alpha", &PatchParams::apply("capi").force(), &Patch::Apply(status)).await.expect("status");
+    let mut secret = Secret::default();
+    secret.metadata.name = Some("alpha-kubeconfig".into());
+    secret.metadata.namespace = Some(NS.into());
+    secret.data = Some([("value".to_owned(), k8s_openapi::ByteString(std::fs::read(workload.kubeconfig()).expect("kubeconfig")))].into());
+    Api::<Secret>::namespaced(client.clone(), NS).create(&PostParams::default(), &secret).await.expect("secret");
+    let w = workload.client().await.expect("workload client");
+    let namespaces: Api<Namespace> = Api::all(w.clone());
+    let body: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).expect("namespace");
+    namespaces.create(&PostParams::default(), &body).await.expect("namespace");
+
+    let many: Vec<String> = (0..OBJECTS)
+        .map(|i| format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i:03}\n  namespace: {NS}\ndata:\n  cluster: ${{cluster.name}}\n  payload: {}\n", "x".repeat(2000)))
+        .collect();
+    let repo = testkit::git::ReleaseRepo::create(dir.path(), "stacks").expect("repo");
+    repo.release("v1.0.0", &[("manifests/addons.yaml", &many.join("---\n"))]);
+    let config = config(dir.path(), &repo, &mgmt, "10m");
+    let mut daemon = Daemon::start(&config, dir.path().join("daemon.log")).await;
+    let cms: Api<ConfigMap> = Api::namespaced(w.clone(), NS);
+    let sync = async || {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &res("stacksync.io", "v1alpha1", "ClusterSync"));
+        api.get_opt("alpha").await.ok().flatten().map(|o| serde_json::to_value(o).unwrap_or_default())
+    };
+    // Part of the release is in: the workload API server dies.
+    let started = Instant::now();
+    loop {
+        let n = cms.list(&ListParams::default()).await.map(|l| l.items.len()).unwrap_or_default();
+        if n >= 20 + 1 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{n} objects applied after 60 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    workload.kill("kube-apiserver");
+    let lines_before = daemon.log().lines().count();
+    // While it is down: never Ready; once the sync gives up on it, the ClusterSync says why.
+    let down = Instant::now();
+    let mut said = None;
+    while down.elapsed() < Duration::from_secs(20) {
+        if let Some(cs) = sync().await {
+            let ready = common::condition(&cs, "Ready");
+            assert_ne!(ready["status"], "True", "Ready while the workload server is down: {cs}");
+            if ready["status"] == "False" {
+                said = Some(ready["message"].as_str().unwrap_or_default().to_owned());
+            }
+        }
+        assert!(daemon.is_running(), "the daemon exited:\n{}", common::daemon::tail(&daemon.log(), 30));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let said = said.unwrap_or_else(|| panic!("the ClusterSync never said the apply failed:\n{}", common::daemon::tail(&daemon.log(), 30)));
+    let log = daemon.log();
+    assert!(
+        said.contains("stopped answering") || said.contains("does not answer"),
+        "the ClusterSync says: {said}\n{}",
+        common::daemon::tail(&log, 30)
+    );
+    assert!(said.contains("Connection refused"), "the cause is said: {said}");
+    // One fault, a few lines: not one WARN per object left.
+    let warned = log.lines().skip(lines_before).filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).count();
+    println!("workload API server down 20 s: {warned} WARN/ERROR lines; the ClusterSync says: {said}");
+    assert!(warned <= 10, "{warned} WARN/ERROR lines:\n{}", common::daemon::tail(&log, 40));
+    workload.restart("kube-apiserver").await.expect("the workload API server comes back");
+    daemon
+        .eventually("alpha Ready with every object", Duration::from_secs(120), async || {
+            let Some(cs) = sync().await else { return false };
+            common::condition(&cs, "Ready")["status"] == "True" && cs["status"]["synced"].as_u64() == Some(OBJECTS as u64)
+        })
+        .await;
+    // (`kube-root-ca.crt` is the controller-manager's, in every namespace.)
+    let live = cms.list(&ListParams::default()).await.expect("list").items;
+    assert_eq!(live.iter().filter(|c| c.metadata.name.as_deref().is_some_and(|n| n.starts_with("cm-"))).count(), OBJECTS);
+    daemon.stop().await;
+    workload.stop();
+    mgmt.stop();
+}

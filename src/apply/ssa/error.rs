@@ -176,7 +176,9 @@ fn server_message(e: &kube::Error) -> String {
             format!("HTTP {} with a body that is no API Status: {excerpt}", s.code)
         }
         kube::Error::Api(s) => s.message.clone(),
-        other => other.to_string(),
+        // `ServiceError: client error (SendRequest)` alone does not say the connection was
+        // refused or reset.
+        other => super::with_causes(other),
     }
 }
 

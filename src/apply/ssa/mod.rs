@@ -184,7 +184,18 @@ impl Reach {
         if let Some(why) = self.down.get() {
             return Err(kube::Error::Service(why.clone().into()));
         }
-        let Some(within) = self.within.filter(|_| !self.answered.load(Relaxed)) else { return request.await };
+        let Some(within) = self.within.filter(|_| !self.answered.load(Relaxed)) else {
+            let answer = request.await;
+            // A server that answered and then stops taking connections (killed, restarting)
+            // fails every request left the same way: one message for the cluster, not one per
+            // object, and nothing more sent this sync.
+            if let Err(e) = &answer
+                && refused_connection(e)
+            {
+                let _ = self.down.set(format!("the workload cluster's API server stopped answering: {}", with_causes(e)));
+            }
+            return answer;
+        };
         match tokio::time::timeout(within, request).await {
             Ok(Err(e @ (kube::Error::HyperError(_) | kube::Error::Service(_)))) => {
                 let _ = self.down.set(format!("the workload cluster's API server does not answer: {}", with_causes(&e)));
@@ -210,6 +221,20 @@ impl Reach {
             }
         }
     }
+}
+
+/// Whether a request failed because no connection to the server could be made (refused,
+/// unreachable, timed out while connecting): not an answer, and not one request's bad luck on a
+/// pooled connection.
+fn refused_connection(e: &kube::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.downcast_ref::<hyper_util::client::legacy::Error>().is_some_and(hyper_util::client::legacy::Error::is_connect) {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// An error with its causes ("error sending request" alone says nothing). A request cut by

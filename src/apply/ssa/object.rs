@@ -119,10 +119,16 @@ impl Outcome {
         Outcome { health: Some(health::assess(object)), ..self }
     }
 
-    fn failed(entry: &Entry, error: &Error) -> Outcome {
+    /// `cluster_down`: the cluster stopped answering this sync ([`super::Reach`]); the sync says
+    /// that once for the cluster, so each object's failure is only a DEBUG line.
+    fn failed(entry: &Entry, error: &Error, cluster_down: bool) -> Outcome {
         // The error's Display names the operation and object only; the cause is in the message.
         let message = error.message();
-        tracing::warn!(object = %entry.object, error = %error, %message, kind = error.kind(), transient = error.is_transient(), "apply failed");
+        if cluster_down {
+            tracing::debug!(object = %entry.object, error = %error, %message, "apply failed: the cluster stopped answering");
+        } else {
+            tracing::warn!(object = %entry.object, error = %error, %message, kind = error.kind(), transient = error.is_transient(), "apply failed");
+        }
         Outcome { transient: error.is_transient(), ..Outcome::new(entry, Action::Failed, message) }
     }
 }
@@ -158,7 +164,7 @@ impl Applier {
                     // The kind may no longer be served: the next sync asks discovery again.
                     self.discovery.forget(&t.object.api_version);
                 }
-                Outcome::failed(&t.entry, &e)
+                Outcome::failed(&t.entry, &e, self.reach.down().is_some())
             }
         }
     }
@@ -340,7 +346,7 @@ impl Applier {
         };
         match result.await {
             Ok(o) => Outcome::new(&t.entry, Action::Configured, format!("re-created: {}", cause.message())).with_seen(&o),
-            Err(e) => Outcome::failed(&t.entry, &e),
+            Err(e) => Outcome::failed(&t.entry, &e, self.reach.down().is_some()),
         }
     }
 
