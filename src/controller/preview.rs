@@ -199,7 +199,8 @@ fn digest_of(root: &Path) -> Result<String, Error> {
             if kind.is_dir() {
                 dirs.push(e.path());
             } else if kind.is_file() {
-                files.push(e.path());
+                let len = e.metadata().map(|m| m.len()).unwrap_or_default();
+                files.push((e.path(), len));
             }
             if files.len() > MAX_FILES {
                 return Err(Error::Read { path: root.to_owned(), message: format!("holds more than {MAX_FILES} files") });
@@ -207,19 +208,28 @@ fn digest_of(root: &Path) -> Result<String, Error> {
         }
     }
     files.sort();
+    // Sized before anything is read: a huge file is refused, not loaded.
+    if files.iter().map(|(_, len)| *len).sum::<u64>() > MAX_BYTES {
+        return Err(Error::Read { path: root.to_owned(), message: format!("holds more than {MAX_BYTES} bytes") });
+    }
     let mut h = Sha256::new();
-    let mut total = 0u64;
-    for f in &files {
-        let bytes = std::fs::read(f).map_err(|e| Error::Read { path: f.clone(), message: e.to_string() })?;
-        total += bytes.len() as u64;
-        if total > MAX_BYTES {
-            return Err(Error::Read { path: root.to_owned(), message: format!("holds more than {MAX_BYTES} bytes") });
-        }
+    let mut buf = vec![0u8; 64 * 1024];
+    for (f, len) in &files {
+        use std::io::Read;
+        let read = |e: std::io::Error| Error::Read { path: f.clone(), message: e.to_string() };
         let rel = f.strip_prefix(root).unwrap_or(f).to_string_lossy();
         h.update((rel.len() as u64).to_be_bytes());
         h.update(rel.as_bytes());
-        h.update((bytes.len() as u64).to_be_bytes());
-        h.update(&bytes);
+        h.update(len.to_be_bytes());
+        // At most the size seen: a file growing meanwhile cannot make this read unbounded.
+        let mut file = std::fs::File::open(f).map_err(read)?.take(*len);
+        loop {
+            let n = file.read(&mut buf).map_err(read)?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+        }
     }
     Ok(format!("sha256:{}", hex::encode(h.finalize())))
 }

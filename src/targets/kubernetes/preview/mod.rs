@@ -301,8 +301,10 @@ pub async fn preview(ctx: Arc<Context>, candidate: &Candidate, options: &Options
         .await;
     out.sort_by(|a, b| a.cluster.cmp(&b.cluster));
     if let Some(waves) = &waves {
+        let wave_of: std::collections::HashMap<&str, usize> =
+            waves.iter().enumerate().flat_map(|(i, w)| w.iter().map(move |c| (c.as_str(), i + 1))).collect();
         for c in &mut out {
-            c.wave = waves.iter().position(|w| w.contains(&c.cluster)).map(|i| i + 1);
+            c.wave = wave_of.get(c.cluster.as_str()).copied();
         }
     }
 
