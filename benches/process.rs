@@ -292,80 +292,65 @@ fn count_lines(log: &Path) -> (usize, usize) {
     (text.lines().count(), text.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).count())
 }
 
-/// `stacksync run --once` under `/usr/bin/time -v`.
-fn run_once(a: &Args, config: &Path, dir: &Path, name: &str) -> Timed {
-    let (log, time) = (dir.join(format!("{name}.log")), dir.join(format!("{name}.time")));
+/// `stacksync <args>` under `/usr/bin/time -v`, its output to `stdout` and `stderr`: its exit
+/// status and [`Timed`] without the log's counts.
+fn timed(a: &Args, args: &[&std::ffi::OsStr], stdout: Stdio, stderr: Stdio, time: &Path) -> (std::process::ExitStatus, Timed) {
     let started = Instant::now();
     let status = Command::new("/usr/bin/time")
         .arg("-v")
         .arg("-o")
-        .arg(&time)
+        .arg(time)
         .arg(&a.stacksync)
-        .args(["run", "--once", "--config"])
-        .arg(config)
+        .args(args)
         .env("NO_COLOR", "1")
         .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
+        .stdout(stdout)
+        .stderr(stderr)
         .status()
         .expect("stacksync runs");
     let wall = started.elapsed().as_secs_f64();
-    let t = std::fs::read_to_string(&time).unwrap_or_default();
+    let t = std::fs::read_to_string(time).unwrap_or_default();
     let secs = |n: &str| time_field(&t, n).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     let peak_kib = time_field(&t, "Maximum resident set size (kbytes):").and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let cpu = secs("User time (seconds):") + secs("System time (seconds):");
+    (status, Timed { wall, cpu, peak_mib: peak_kib / 1024.0, log_lines: 0, warn_lines: 0, ok: status.success() })
+}
+
+/// `stacksync run --once` under `/usr/bin/time -v`.
+fn run_once(a: &Args, config: &Path, dir: &Path, name: &str) -> Timed {
+    let (log, time) = (dir.join(format!("{name}.log")), dir.join(format!("{name}.time")));
+    let args = ["run".as_ref(), "--once".as_ref(), "--config".as_ref(), config.as_os_str()];
+    let (status, timed) = timed(a, &args, Stdio::null(), std::fs::File::create(&log).expect("log").into(), &time);
     let (log_lines, warn_lines) = count_lines(&log);
     if !status.success() {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         let tail: Vec<&str> = text.lines().rev().take(20).collect();
         println!("  {name}: exit {status}; last lines:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
     }
-    Timed {
-        wall,
-        cpu: secs("User time (seconds):") + secs("System time (seconds):"),
-        peak_mib: peak_kib / 1024.0,
-        log_lines,
-        warn_lines,
-        ok: status.success(),
-    }
+    Timed { log_lines, warn_lines, ..timed }
 }
 
 /// `stacksync preview --release DIR --tag v2.0.0 -o json` under `/usr/bin/time -v`; `ok` is
 /// its exit code being 1 (changes, every Cluster judged). The JSON it printed.
 fn preview(a: &Args, config: &Path, release: &Path, dir: &Path) -> (Timed, Value) {
     let (out, time) = (dir.join("preview.json"), dir.join("preview.time"));
-    let started = Instant::now();
-    let status = Command::new("/usr/bin/time")
-        .arg("-v")
-        .arg("-o")
-        .arg(&time)
-        .arg(&a.stacksync)
-        .args(["preview", "--tag", "v2.0.0", "-o", "json", "--config"])
-        .arg(config)
-        .arg("--release")
-        .arg(release)
-        .env("NO_COLOR", "1")
-        .env_remove("RUST_LOG")
-        .stdout(std::fs::File::create(&out).expect("out"))
-        .stderr(Stdio::null())
-        .status()
-        .expect("stacksync runs");
-    let wall = started.elapsed().as_secs_f64();
-    let t = std::fs::read_to_string(&time).unwrap_or_default();
-    let secs = |n: &str| time_field(&t, n).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    let peak_kib = time_field(&t, "Maximum resident set size (kbytes):").and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let args = [
+        "preview".as_ref(),
+        "--tag".as_ref(),
+        "v2.0.0".as_ref(),
+        "-o".as_ref(),
+        "json".as_ref(),
+        "--config".as_ref(),
+        config.as_os_str(),
+        "--release".as_ref(),
+        release.as_os_str(),
+    ];
+    let (status, timed) = timed(a, &args, std::fs::File::create(&out).expect("out").into(), Stdio::null(), &time);
     let json: Value = serde_json::from_slice(&std::fs::read(&out).unwrap_or_default()).unwrap_or(Value::Null);
     if status.code() != Some(1) {
         println!("  preview: exit {status}; summary {}", json["summary"]);
     }
-    let timed = Timed {
-        wall,
-        cpu: secs("User time (seconds):") + secs("System time (seconds):"),
-        peak_mib: peak_kib / 1024.0,
-        log_lines: 0,
-        warn_lines: 0,
-        ok: status.code() == Some(1),
-    };
-    (timed, json)
+    (Timed { ok: status.code() == Some(1), ..timed }, json)
 }
 
 fn status_kib(pid: &str, field: &str) -> f64 {

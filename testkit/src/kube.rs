@@ -419,16 +419,8 @@ impl Kube {
         wrapped.stdin(Stdio::null()).stdout(log).stderr(log2).process_group(0);
         let child = spawn_supervised(wrapped).map_err(|source| Error::Spawn { component, source })?;
         self.children.push((component, child));
-        let mut again = Command::new(cmd.get_program());
-        again.args(cmd.get_args());
-        for (key, value) in cmd.get_envs() {
-            match value {
-                Some(v) => again.env(key, v),
-                None => again.env_remove(key),
-            };
-        }
         self.commands.retain(|(name, _)| *name != component);
-        self.commands.push((component, again));
+        self.commands.push((component, copy(&cmd)));
         Ok(())
     }
 
@@ -452,14 +444,7 @@ impl Kube {
         let Some((_, cmd)) = self.commands.iter().find(|(name, _)| *name == component) else {
             return Err(self.not_ready(component, "it was never started".into()));
         };
-        let mut again = Command::new(cmd.get_program());
-        again.args(cmd.get_args());
-        for (key, value) in cmd.get_envs() {
-            match value {
-                Some(v) => again.env(key, v),
-                None => again.env_remove(key),
-            };
-        }
+        let again = copy(cmd);
         self.spawn(component, again)?;
         match component {
             "etcd" => {
@@ -980,6 +965,20 @@ fn rss_of(pid: u32) -> u64 {
 }
 
 /// SIGTERM through procps' `kill` (the crate forbids `unsafe`, so no libc::kill).
+/// A command with `cmd`'s program, arguments and environment changes (a `Command` is not
+/// `Clone`).
+fn copy(cmd: &Command) -> Command {
+    let mut again = Command::new(cmd.get_program());
+    again.args(cmd.get_args());
+    for (key, value) in cmd.get_envs() {
+        match value {
+            Some(v) => again.env(key, v),
+            None => again.env_remove(key),
+        };
+    }
+    again
+}
+
 fn terminate(pid: u32) {
     let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).stdin(Stdio::null()).stderr(Stdio::null()).status();
 }

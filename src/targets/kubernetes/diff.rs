@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, DynamicObject};
 use tracing::Instrument;
 use tracing::info_span;
 
@@ -44,16 +44,7 @@ pub async fn diff(ctx: Arc<Context>, only: Option<&ClusterKey>) -> Result<Vec<Cl
         tracing::warn!(source = %source, "{e}");
     }
     let kube = Kube::connect(ctx.clone()).await?;
-    let clusters: Vec<DynamicObject> = match only {
-        Some(key) => {
-            let api: Api<DynamicObject> = Api::namespaced_with(kube.mgmt.clone(), &key.namespace, &kube.clusters);
-            api.get_opt(&key.name).await.map_err(Error::ListClusters)?.into_iter().collect()
-        }
-        None => {
-            let api: Api<DynamicObject> = Api::all_with(kube.mgmt.clone(), &kube.clusters);
-            api.list(&ListParams::default()).await.map_err(Error::ListClusters)?.items
-        }
-    };
+    let clusters = kube.clusters_of(only).await?;
     if let Some(key) = only
         && clusters.is_empty()
     {

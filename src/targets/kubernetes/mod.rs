@@ -140,6 +140,22 @@ impl Kube {
         target(&self.ctx.config())
     }
 
+    /// The Cluster `only` names (none when it does not exist), or every Cluster
+    /// (`diff`, `preview`).
+    async fn clusters_of(&self, only: Option<&ClusterKey>) -> Result<Vec<kube::api::DynamicObject>, Error> {
+        use kube::api::{Api, DynamicObject};
+        match only {
+            Some(key) => {
+                let api: Api<DynamicObject> = Api::namespaced_with(self.mgmt.clone(), &key.namespace, &self.clusters);
+                Ok(api.get_opt(&key.name).await.map_err(Error::ListClusters)?.into_iter().collect())
+            }
+            None => {
+                let api: Api<DynamicObject> = Api::all_with(self.mgmt.clone(), &self.clusters);
+                Ok(api.list(&Default::default()).await.map_err(Error::ListClusters)?.items)
+            }
+        }
+    }
+
     /// A client of the workload cluster for this reconcile ([`workloads::Workloads::get`]).
     async fn workload(&self, c: &ClusterConfig) -> Result<Workload, workloads::WorkloadError> {
         self.workloads.get(&self.mgmt, c, self.target().request_timeout).await

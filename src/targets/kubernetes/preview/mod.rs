@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures_util::StreamExt;
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, DynamicObject};
 use serde::Serialize;
 use tracing::Instrument;
 
@@ -240,16 +240,7 @@ impl FleetPreview {
 pub async fn preview(ctx: Arc<Context>, candidate: &Candidate, options: &Options) -> Result<FleetPreview, Error> {
     let kube = Kube::connect(ctx.clone()).await?;
     let sub = &candidate.subscription;
-    let clusters: Vec<DynamicObject> = match &options.only {
-        Some(key) => {
-            let api: Api<DynamicObject> = Api::namespaced_with(kube.mgmt.clone(), &key.namespace, &kube.clusters);
-            api.get_opt(&key.name).await.map_err(Error::ListClusters)?.into_iter().collect()
-        }
-        None => {
-            let api: Api<DynamicObject> = Api::all_with(kube.mgmt.clone(), &kube.clusters);
-            api.list(&ListParams::default()).await.map_err(Error::ListClusters)?.items
-        }
-    };
+    let clusters = kube.clusters_of(options.only.as_ref()).await?;
     let config = ctx.config();
     let covered: Vec<(DynamicObject, ClusterKey, crate::model::cluster::ClusterConfig)> = clusters
         .into_iter()
