@@ -486,3 +486,155 @@ async fn a_release_pushed_into_an_oci_layout_by_oras_is_previewed() {
         common::stderr(&out)
     );
 }
+
+/// Write requests in an audit log's lines from `from` on, made by stacksync: every verb that
+/// changes something, without `dryRun`.
+fn audited_writes(log: &Path, from: usize) -> (Vec<String>, usize) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let (mut writes, mut dry_runs) = (Vec::new(), 0);
+    for line in text.lines().skip(from) {
+        let Ok(event) = serde_json::from_str::<Value>(line) else { continue };
+        if event["stage"] != "ResponseComplete" || !event["userAgent"].as_str().is_some_and(|u| u.starts_with("stacksync")) {
+            continue;
+        }
+        let verb = event["verb"].as_str().unwrap_or_default();
+        if !matches!(verb, "create" | "update" | "patch" | "delete" | "deletecollection") {
+            continue;
+        }
+        let uri = event["requestURI"].as_str().unwrap_or_default();
+        if uri.contains("dryRun=All") {
+            dry_runs += 1;
+        } else {
+            writes.push(format!("{verb} {uri}"));
+        }
+    }
+    (writes, dry_runs)
+}
+
+fn lines_of(log: &Path) -> usize {
+    std::fs::read_to_string(log).map(|t| t.lines().count()).unwrap_or_default()
+}
+
+/// The same preview on the real control plane (`testkit kube`): a real management cluster and
+/// two real workload clusters, their audit logs the referee of "zero writes" — every request
+/// stacksync made during the preview that changes something carried `dryRun=All`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_real_control_plane_the_preview_is_exact_and_writes_nothing() {
+    if !testkit::kube::available() {
+        assert!(std::env::var_os("CI").is_none(), "the real control plane is not built (scripts/build-realkube.sh)");
+        eprintln!("SKIPPED: the real control plane is not built (scripts/build-realkube.sh)");
+        return;
+    }
+    use testkit::kube::{Kube, Options};
+    let crds = vec![fake_apiserver::capi_crds_dir(), PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/crds")];
+    let audited = |preload: Vec<PathBuf>| Options { preload, audit: true, ..Options::default() };
+    let (mgmt, w0, w1) = tokio::join!(Kube::start(audited(crds)), Kube::start(audited(Vec::new())), Kube::start(audited(Vec::new())));
+    let (mgmt, workloads) = (mgmt.expect("management"), [w0.expect("workload 0"), w1.expect("workload 1")]);
+    let client = mgmt.client().await.expect("client");
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
+    let ns: k8s_openapi::api::core::v1::Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).expect("namespace");
+    namespaces.create(&Default::default(), &ns).await.expect("namespace");
+    let clusters: kube::Api<kube::api::DynamicObject> =
+        kube::Api::namespaced_with(client.clone(), NS, &common::res("cluster.x-k8s.io", "v1beta1", "Cluster"));
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(client.clone(), NS);
+    let reserved = tokio::net::TcpSocket::new_v4().expect("socket");
+    reserved.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+    let dead_port = reserved.local_addr().expect("addr").port();
+    for (i, name) in ["alpha", "beta", "gamma"].iter().enumerate() {
+        let cluster = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+            "metadata": {"name": name, "namespace": NS, "labels": {"stack": "ferrol"}},
+            "spec": {
+                "topology": {"class": "docker-ferrol-1-27-v2", "version": "v1.27.3"},
+                "controlPlaneEndpoint": {"host": format!("{name}.example.test"), "port": 6443},
+                "clusterNetwork": {"pods": {"cidrBlocks": [format!("10.{}.0.0/16", i + 1)]}},
+            },
+        });
+        clusters.patch(name, &PatchParams::apply("capi"), &Patch::Apply(cluster)).await.expect("cluster");
+        let status = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": name}, "status": {"controlPlaneReady": true}});
+        clusters.patch_status(name, &PatchParams::apply("capi").force(), &Patch::Apply(status)).await.expect("status");
+        let kubeconfig = match workloads.get(i) {
+            Some(w) => std::fs::read_to_string(w.kubeconfig()).expect("kubeconfig"),
+            None => std::fs::read_to_string(workloads[0].kubeconfig())
+                .expect("kubeconfig")
+                .replace(workloads[0].url(), &format!("https://127.0.0.1:{dead_port}")),
+        };
+        let mut secret = k8s_openapi::api::core::v1::Secret::default();
+        secret.metadata.name = Some(format!("{name}-kubeconfig"));
+        secret.metadata.namespace = Some(NS.into());
+        secret.data = Some([("value".to_owned(), k8s_openapi::ByteString(kubeconfig.into_bytes()))].into());
+        secrets.patch(&format!("{name}-kubeconfig"), &PatchParams::apply("capi"), &Patch::Apply(&secret)).await.expect("secret");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = testkit::git::ReleaseRepo::create(dir.path(), "stacks").expect("repo");
+    let files = published_v2();
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    repo.release("docker-ferrol-1-27-v2", &refs);
+    let config = common::config::Config::new(dir.path())
+        .git("stacks", &repo.file_url())
+        .sub(Env::ferrol().clusterstack(common::fleet::STACK).match_stack_class())
+        .kubernetes(mgmt.kubeconfig())
+        .helm(&common::helm_path())
+        .write();
+    assert_exit(&run_once(&config).await, 1); // gamma is unreachable
+    let release = dir.path().join("next-release");
+    next_release(&release);
+
+    let logs: Vec<PathBuf> = std::iter::once(mgmt.audit_log()).chain(workloads.iter().map(Kube::audit_log)).collect();
+    let from: Vec<usize> = logs.iter().map(|l| lines_of(l)).collect();
+    let cfg = config.to_string_lossy().into_owned();
+    let out = common::stacksync(&["preview", "--config", &cfg, "--release", &release.to_string_lossy(), "-o", "json"]).await;
+    assert_exit(&out, 2); // gamma cannot be judged
+    let p: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let mut want = vec![
+        ("prune".to_owned(), "ConfigMap/kube-system/legacy".to_owned(), vec![], false),
+        ("update".to_owned(), "ConfigMap/kube-system/cni-config".to_owned(), vec![".data.mtu".to_owned()], false),
+        (
+            "update".to_owned(),
+            "Deployment/kube-system/metrics-server".to_owned(),
+            vec![".spec.template.spec.containers[0].image".to_owned()],
+            true,
+        ),
+    ];
+    want.sort();
+    let clusters = p["clusters"].as_array().expect("clusters");
+    assert_eq!(clusters.len(), 3, "{p}");
+    for c in &clusters[..2] {
+        assert_eq!((c["result"].as_str(), c["applied"].as_str()), (Some("changes"), Some("docker-ferrol-1-27-v2")), "{c}");
+        assert_eq!(changes(c), want, "{c}");
+        assert_eq!(c["restarts"], json!(["Deployment/kube-system/metrics-server"]), "{c}");
+    }
+    assert_eq!(clusters[2]["result"], "unreachable", "{}", clusters[2]);
+    assert_eq!(
+        (
+            p["summary"]["changed"].as_u64(),
+            p["summary"]["unreachable"].as_u64(),
+            p["summary"]["restarts"].as_u64(),
+            p["summary"]["prune"].as_u64()
+        ),
+        (Some(2), Some(1), Some(2), Some(2)),
+        "{p}"
+    );
+    // The audit logs: nothing stacksync sent during the preview changed anything; the workload
+    // servers were asked dry-runs.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await; // the audit backend's last lines
+    for (i, (log, from)) in logs.iter().zip(&from).enumerate() {
+        let (writes, dry_runs) = audited_writes(log, *from);
+        assert!(writes.is_empty(), "server {i} was written to by the preview: {writes:?}");
+        if i > 0 {
+            let agents: std::collections::BTreeSet<String> = std::fs::read_to_string(log)
+                .unwrap_or_default()
+                .lines()
+                .skip(*from)
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .map(|e| format!("{} {}", e["userAgent"].as_str().unwrap_or_default(), e["verb"].as_str().unwrap_or_default()))
+                .collect();
+            assert!(dry_runs > 0, "workload server {i}: no dry-run in its audit log: {agents:?}");
+        }
+    }
+    drop(reserved);
+    for w in workloads {
+        w.stop();
+    }
+    mgmt.stop();
+}

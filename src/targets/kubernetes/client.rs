@@ -63,7 +63,7 @@ pub enum ClientError {
 }
 
 async fn management_config(k: &KubernetesTarget) -> Result<kube::Config, ClientError> {
-    Ok(match &k.kubeconfig {
+    let mut config = match &k.kubeconfig {
         Some(path) => {
             let kc =
                 kube::config::Kubeconfig::read_from(path).map_err(|source| ClientError::ReadKubeconfig { path: path.clone(), source })?;
@@ -73,5 +73,16 @@ async fn management_config(k: &KubernetesTarget) -> Result<kube::Config, ClientE
                 .map_err(|source| ClientError::Kubeconfig { path: path.clone(), source })?
         }
         None => kube::Config::infer().await.map_err(ClientError::Infer)?,
-    })
+    };
+    with_user_agent(&mut config);
+    Ok(config)
+}
+
+/// `User-Agent: stacksync/<version>` on every request (unless the kubeconfig sets one): what an
+/// API server's audit log and metrics attribute the requests to.
+pub(crate) fn with_user_agent(config: &mut kube::Config) {
+    use hyper::header::{HeaderValue, USER_AGENT};
+    if !config.headers.iter().any(|(name, _)| name == USER_AGENT) {
+        config.headers.push((USER_AGENT, HeaderValue::from_static(concat!("stacksync/", env!("CARGO_PKG_VERSION")))));
+    }
 }
