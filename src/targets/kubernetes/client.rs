@@ -74,15 +74,6 @@ async fn management_config(k: &KubernetesTarget) -> Result<kube::Config, ClientE
         }
         None => kube::Config::infer().await.map_err(ClientError::Infer)?,
     };
-    with_user_agent(&mut config);
+    super::workload::with_user_agent(&mut config);
     Ok(config)
-}
-
-/// `User-Agent: stacksync/<version>` on every request (unless the kubeconfig sets one): what an
-/// API server's audit log and metrics attribute the requests to.
-pub(crate) fn with_user_agent(config: &mut kube::Config) {
-    use hyper::header::{HeaderValue, USER_AGENT};
-    if !config.headers.iter().any(|(name, _)| name == USER_AGENT) {
-        config.headers.push((USER_AGENT, HeaderValue::from_static(concat!("stacksync/", env!("CARGO_PKG_VERSION")))));
-    }
 }

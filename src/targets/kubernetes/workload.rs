@@ -164,6 +164,15 @@ pub fn client(config: &kube::Config, tls: &TlsConfigs) -> Result<kube::Client, k
     Recipe::new(config.clone(), tls)?.client()
 }
 
+/// `User-Agent: stacksync/<version>` on every request (unless the kubeconfig sets one): what an
+/// API server's audit log and metrics attribute the requests to.
+pub(crate) fn with_user_agent(config: &mut kube::Config) {
+    use hyper::header::{HeaderValue, USER_AGENT};
+    if !config.headers.iter().any(|(name, _)| name == USER_AGENT) {
+        config.headers.push((USER_AGENT, HeaderValue::from_static(concat!("stacksync/", env!("CARGO_PKG_VERSION")))));
+    }
+}
+
 fn build(config: &kube::Config, tls_config: Arc<rustls::ClientConfig>) -> Result<kube::Client, kube::Error> {
     use tower::Layer;
 

@@ -130,7 +130,7 @@ async fn recipe(
     let kc = kube::config::Kubeconfig::from_yaml(&text)
         .map_err(|_| unusable("is not a valid kubeconfig (YAML with clusters, users, contexts)"))?;
     let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.map_err(|e| unusable(unusable_why(&e)))?;
-    super::client::with_user_agent(&mut config);
+    workload::with_user_agent(&mut config);
     config.read_timeout = Some(timeout);
     config.write_timeout = Some(timeout);
     config.connect_timeout = Some(timeout.min(std::time::Duration::from_secs(10)));
