@@ -95,8 +95,9 @@ fn config(dir: &std::path::Path, repo: &testkit::git::ReleaseRepo, kube: &Kube, 
         .write()
 }
 
-/// The ClusterSyncs that say Ready=True, with the release and inventory they claim.
-async fn ready_syncs(client: &kube::Client) -> Option<Vec<(String, String, usize)>> {
+/// The ClusterSyncs that say Ready=True, with the release and inventory they claim and their
+/// resourceVersion.
+async fn ready_syncs(client: &kube::Client) -> Option<Vec<(String, String, usize, String)>> {
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &res("stacksync.io", "v1alpha1", "ClusterSync"));
     let list = api.list(&ListParams::default()).await.ok()?;
     Some(
@@ -109,6 +110,7 @@ async fn ready_syncs(client: &kube::Client) -> Option<Vec<(String, String, usize
                     o.metadata.name.clone().unwrap_or_default(),
                     s["appliedRelease"]["tag"].as_str().unwrap_or_default().to_owned(),
                     s["inventory"].as_array().map(Vec::len).unwrap_or_default(),
+                    o.metadata.resource_version.clone().unwrap_or_default(),
                 )
             })
             .collect(),
@@ -117,14 +119,20 @@ async fn ready_syncs(client: &kube::Client) -> Option<Vec<(String, String, usize
 
 /// The promise checked at one moment: every Cluster whose ClusterSync says Ready has every
 /// object of the release it names in place, with that release's content. `None` while the
-/// server does not answer.
+/// server does not answer. The ClusterSyncs are read before and after the objects, and only
+/// those unchanged in between are judged: the apply-started status is written before the first
+/// object changes, so an unchanged Ready ClusterSync means no apply ran while the objects were
+/// read (two reads are not one snapshot).
 async fn ready_means_in_place(client: &kube::Client, marks: &[(&str, &str)]) -> Option<usize> {
-    let ready = ready_syncs(client).await?;
+    let before = ready_syncs(client).await?;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
     let live = cms.list(&ListParams::default()).await.ok()?;
+    let after = ready_syncs(client).await?;
+    let count = after.len();
+    let ready: Vec<_> = before.into_iter().filter(|b| after.contains(b)).collect();
     let by_name: std::collections::HashMap<String, &ConfigMap> =
         live.items.iter().map(|c| (c.metadata.name.clone().unwrap_or_default(), c)).collect();
-    for (name, tag, inventory) in &ready {
+    for (name, tag, inventory, _) in &ready {
         assert_eq!(*inventory, 3, "{name} Ready with an inventory of {inventory}");
         let mark = marks.iter().find(|(t, _)| t == tag).map(|(_, m)| *m).unwrap_or_else(|| panic!("{name} Ready on unknown release {tag}"));
         for k in ["a", "b", "c"] {
@@ -133,7 +141,7 @@ async fn ready_means_in_place(client: &kube::Client, marks: &[(&str, &str)]) -> 
             assert_eq!(data.get("mark").map(String::as_str), Some(mark), "{name} is Ready on {tag} but {name}-{k} says {data:?}");
         }
     }
-    Some(ready.len())
+    Some(count)
 }
 
 /// LIST requests the API server has answered for `resource` since it started
@@ -253,7 +261,7 @@ async fn etcd_gone_for_a_minute_takes_nothing_down_and_everything_converges() {
     let back = Instant::now();
     loop {
         let ready = ready_means_in_place(&client, &marks).await;
-        let on_new = ready_syncs(&client).await.map(|r| r.iter().filter(|(_, tag, _)| tag == "v1.1.0").count());
+        let on_new = ready_syncs(&client).await.map(|r| r.iter().filter(|(_, tag, _, _)| tag == "v1.1.0").count());
         if on_new == Some(N) {
             println!("{N}/{N} on v1.1.0 {:.1} s after etcd came back", back.elapsed().as_secs_f64());
             break;
