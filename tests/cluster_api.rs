@@ -12,70 +12,14 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::Daemon;
-use common::capi::{CapiTenant, K1, K2, V1, V2, condition};
+use common::capi::{
+    CapiTenant, K1, K2, STEP, V1, V2, applied, condition, hook_calls, open_gate, rollout_phase, rollout_status, v2_gated_by, v2_ungated,
+    wait_up,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
-use serde_json::{Value, json};
-
-/// How long Cluster API and stacksync get for one step (a Cluster coming up, an upgrade): they
-/// take seconds; the bound only keeps a broken run from hanging.
-const STEP: Duration = Duration::from_secs(120);
-
-fn applied(cs: &Value) -> &str {
-    cs["status"]["appliedRelease"]["tag"].as_str().unwrap_or_default()
-}
-
-fn ready(cs: &Value) -> bool {
-    condition(cs, "Ready").0 == "True"
-}
-
-/// V2 with its upgrade gate renamed to `gate` (tests share one workload control plane: each
-/// test's gate is its own).
-fn v2_gated_by(gate: &str) -> impl Fn(&str, String) -> String + '_ {
-    move |path: &str, text: String| {
-        if path == "clusteraddon.yaml" { text.replace("name: upgrade-gate,", &format!("name: {gate},")) } else { text }
-    }
-}
-
-/// V2 without a wait in its upgrade stages.
-fn v2_ungated(path: &str, text: String) -> String {
-    if path != "clusteraddon.yaml" {
-        return text;
-    }
-    let start = text.find("      waitForPostCondition:").expect("the gate");
-    let end = text[start..].find("    - name: metrics-server").expect("next stage") + start;
-    format!("{}{}", &text[..start], &text[end..])
-}
-
-/// How many times Cluster API called `hook` for the Cluster, from the daemon's log (one INFO
-/// line per call).
-fn hook_calls(daemon: &Daemon, hook: &str, cluster: &str) -> usize {
-    daemon
-        .log()
-        .lines()
-        .filter(|l| l.contains("runtime hook") && l.contains(&format!("hook={hook}")) && l.contains(&format!("cluster={cluster}")))
-        .count()
-}
-
-async fn open_gate(t: &CapiTenant, gate: &str) {
-    let api: Api<ConfigMap> = Api::namespaced(t.workload(), "kube-system");
-    let body =
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": gate, "namespace": "kube-system"}, "data": {"go": "yes"}});
-    api.patch(gate, &PatchParams::apply("platform-team"), &Patch::Apply(body)).await.expect("open the gate");
-}
-
-/// Waits until the Cluster is up on `class`: its control plane at `version` and available, its
-/// ClusterSync Ready with `class` applied.
-async fn wait_up(t: &CapiTenant, daemon: &Daemon, name: &str, class: &str, version: &str) {
-    t.eventually(daemon, &format!("{name} up on {class} at {version}"), STEP, async || {
-        let cp = t.control_plane(name).await.unwrap_or_default();
-        let cs = t.cluster_sync(name).await;
-        cp["status"]["version"] == version && condition(&cp, "Available").0 == "True" && applied(&cs) == class && ready(&cs)
-    })
-    .await;
-}
+use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_api_accepts_our_class_syncs_its_clusters_and_holds_an_upgrade_until_the_stages_are_done() {
@@ -263,23 +207,6 @@ async fn a_wave_rollout_moves_six_clusters_through_the_real_topology_controller(
     );
     daemon.stop().await;
     t.delete().await;
-}
-
-/// `status.rollout.phase` of the release's StackRelease.
-async fn rollout_phase(t: &CapiTenant, release: &str) -> String {
-    rollout_status(t, release).await["phase"].as_str().unwrap_or_default().to_owned()
-}
-
-/// `status.rollout` of the release's StackRelease.
-async fn rollout_status(t: &CapiTenant, release: &str) -> Value {
-    let api: Api<kube::api::DynamicObject> = Api::all_with(t.client(), &common::capi::res("stacksync.io", "v1alpha1", "StackRelease"));
-    let list = api.list(&Default::default()).await.expect("StackReleases");
-    list.items
-        .into_iter()
-        .map(|o| serde_json::to_value(o).expect("json"))
-        .find(|r| r["spec"]["subscription"] == t.ns.as_str() && r["spec"]["tag"] == release)
-        .map(|r| r["status"]["rollout"].clone())
-        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -148,6 +148,38 @@ async fn a_moved_tag_stays_refused_after_the_cache_is_gone() {
     }
 }
 
+/// Regression: a Cluster with no `ClusterSync` yet (added after the cache was lost) took the
+/// moved tag's content, because only the Clusters that ran the tag remembered its commit. The
+/// release's `StackRelease` remembers it for the fleet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_cluster_after_the_cache_is_gone_does_not_take_a_moved_tag() {
+    let env = Env::new(2).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    env.add_cluster("alpha", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    let config = env.config().write();
+    assert_exit(&run_once(&config).await, 0);
+    let applied = cluster_sync(&env, "alpha").await["status"]["appliedRelease"]["commit"].clone();
+
+    env.repo.write("manifests/cm.yaml", &CM.replace("cluster: ${cluster.name}", "cluster: sneaky"));
+    env.repo.commit("rewrite the release");
+    env.repo.move_tag("v1.0.0");
+    std::fs::remove_dir_all(env.dir.path().join("cache")).expect("remove the cache");
+    env.add_cluster("beta", "docker-ferrol-1-27-v1", true).await;
+    env.add_kubeconfig("beta", 1).await;
+    let o = run_once(&config).await;
+    assert_exit(&o, 1);
+    let beta = cluster_sync(&env, "beta").await;
+    assert_eq!(condition(&beta, "Ready")["reason"], "TagRefused", "{beta}");
+    let message = condition(&beta, "Ready")["message"].as_str().unwrap_or_default().to_owned();
+    let short: String = applied.as_str().unwrap_or_default().chars().take(7).collect();
+    assert!(message.contains("v1.0.0") && message.contains(&short), "names the tag and the recorded commit: {message}");
+    assert!(configmap(&env, 1).await.is_none(), "the moved tag's content was applied to the new Cluster");
+    let alpha = cluster_sync(&env, "alpha").await;
+    assert_eq!(alpha["status"]["appliedRelease"]["commit"], applied, "{alpha}");
+    assert_eq!(configmap(&env, 0).await.expect("the addon").data.unwrap_or_default()["cluster"], "alpha");
+}
+
 /// Regression: a new release that failed to render left `wantedRelease` at the release in
 /// place, so nothing named the release that failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -76,6 +76,8 @@ pub struct ClusterApi {
     workload: Kube,
     provider: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
     started_in: Duration,
+    /// The manager's `/readyz`, to wait on after a restart.
+    manager_ready: String,
 }
 
 impl ClusterApi {
@@ -97,7 +99,8 @@ impl ClusterApi {
             Kube::start(KubeOptions { nodes: 1, ..KubeOptions::default() }),
             Kube::start(KubeOptions { nodes: workload_nodes, ..KubeOptions::default() }),
         );
-        let mut api = ClusterApi { mgmt: mgmt?, workload: workload?, provider: None, started_in: Duration::ZERO };
+        let mut api =
+            ClusterApi { mgmt: mgmt?, workload: workload?, provider: None, started_in: Duration::ZERO, manager_ready: String::new() };
         api.install(&capi).await?;
         let client = api.mgmt.client().await?;
         for path in &options.preload {
@@ -161,7 +164,8 @@ impl ClusterApi {
             .arg("--remote-connection-grace-period=20s")
             .arg("--v=2");
         self.mgmt.spawn("capi-manager", cmd)?;
-        self.mgmt.wait_http("capi-manager", &format!("http://127.0.0.1:{health}/readyz"), "ok").await?;
+        self.manager_ready = format!("http://127.0.0.1:{health}/readyz");
+        self.mgmt.wait_http("capi-manager", &self.manager_ready.clone(), "ok").await?;
 
         // The admission webhooks, pointed at the manager on loopback.
         let webhooks = capi.join("webhooks.yaml");
@@ -207,6 +211,41 @@ impl ClusterApi {
     /// The workload control plane every Cluster's kubeconfig Secret points at.
     pub fn workload(&self) -> &Kube {
         &self.workload
+    }
+
+    /// The management control plane, to kill and restart its components ([`Kube::kill`]).
+    pub fn mgmt_mut(&mut self) -> &mut Kube {
+        &mut self.mgmt
+    }
+
+    /// The workload control plane, to kill and restart its components.
+    pub fn workload_mut(&mut self) -> &mut Kube {
+        &mut self.workload
+    }
+
+    /// SIGKILLs the Cluster API manager: a crash, as a fault to test against.
+    pub fn kill_manager(&mut self) {
+        self.mgmt.kill("capi-manager");
+    }
+
+    /// Starts a [`ClusterApi::kill_manager`]ed manager again with its first arguments (the same
+    /// webhook port and certificate) and waits until it is ready.
+    ///
+    /// # Errors
+    /// It cannot be spawned, exits, or does not become ready.
+    pub async fn restart_manager(&mut self) -> Result<()> {
+        self.mgmt.restart("capi-manager").await?;
+        let ready = self.manager_ready.clone();
+        self.mgmt.wait_http("capi-manager", &ready, "ok").await
+    }
+
+    /// What a test needs to reach this instance (as [`shared`] gives for the shared one).
+    pub fn view(&self) -> Shared {
+        Shared {
+            kubeconfig: self.mgmt.kubeconfig().to_path_buf(),
+            workload_kubeconfig: self.workload.kubeconfig().to_path_buf(),
+            manager_log: self.mgmt.dir().join("capi-manager.log"),
+        }
     }
 
     /// How long [`ClusterApi::start`] took.
@@ -260,11 +299,7 @@ pub async fn shared() -> Option<&'static Shared> {
             let started = crate::kube::keep_for_process(
                 "testkit-capi",
                 || ClusterApi::start(Options { preload: vec![crds], workload_nodes: 2 }),
-                |api| Shared {
-                    kubeconfig: api.mgmt.kubeconfig().to_path_buf(),
-                    workload_kubeconfig: api.workload.kubeconfig().to_path_buf(),
-                    manager_log: api.mgmt.dir().join("capi-manager.log"),
-                },
+                ClusterApi::view,
             );
             match started.await {
                 Ok(shared) => Some(shared),
@@ -275,7 +310,9 @@ pub async fn shared() -> Option<&'static Shared> {
         .as_ref()
 }
 
-/// The Cluster API environment shared by a test binary (see [`shared`]).
+/// How to reach a Cluster API environment: the one shared by a test binary (see [`shared`]),
+/// or a test's own ([`ClusterApi::view`]).
+#[derive(Debug, Clone)]
 pub struct Shared {
     kubeconfig: PathBuf,
     workload_kubeconfig: PathBuf,

@@ -11,14 +11,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use testkit::git::ReleaseRepo;
 
 use super::certs::make_certs;
 use super::config::{Config, Sub};
-use super::daemon::{Daemon, eventually, tail};
+use super::daemon::{Daemon, Launch, eventually, tail};
 use super::fleet::fixture_files;
 use super::helm_path;
 pub use super::res;
@@ -34,7 +34,7 @@ pub struct CapiTenant {
     pub dir: tempfile::TempDir,
     pub repo: ReleaseRepo,
     pub ns: String,
-    env: &'static testkit::capi::Shared,
+    env: testkit::capi::Shared,
     client: kube::Client,
     workload: kube::Client,
     /// The hooks listener's CA, certificate and key.
@@ -44,10 +44,17 @@ pub struct CapiTenant {
 }
 
 impl CapiTenant {
-    /// A new tenant named after `test`; `None` when Cluster API is not built and this is not CI.
+    /// A new tenant of the shared Cluster API named after `test`; `None` when Cluster API is not
+    /// built and this is not CI.
     pub async fn new(test: &str) -> Option<CapiTenant> {
-        static SEQ: AtomicUsize = AtomicUsize::new(0);
         let env = testkit::capi::shared().await?;
+        Some(CapiTenant::on(env.clone(), test).await)
+    }
+
+    /// A new tenant named after `test` of the Cluster API `env` (a test's own
+    /// [`testkit::capi::ClusterApi::view`]).
+    pub async fn on(env: testkit::capi::Shared, test: &str) -> CapiTenant {
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
         let client = env.client().await.expect("client of the management control plane");
         let workload = env.workload_client().await.expect("client of the workload control plane");
         let mut short: String = test.chars().filter(|c| c.is_ascii_alphanumeric()).take(16).collect::<String>().to_ascii_lowercase();
@@ -61,7 +68,7 @@ impl CapiTenant {
         let certs = dir.path().join("certs");
         std::fs::create_dir_all(&certs).expect("certs");
         let (ca, cert, key) = make_certs(&certs, "hooks", false);
-        Some(CapiTenant { dir, repo, ns, env, client, workload, ca, cert, key })
+        CapiTenant { dir, repo, ns, env, client, workload, ca, cert, key }
     }
 
     pub fn client(&self) -> kube::Client {
@@ -100,7 +107,7 @@ impl CapiTenant {
     /// `stacksync run` with the hooks listener on a free port, and the `ExtensionConfig` that
     /// makes Cluster API call it for this tenant's namespace (written once the listener is up).
     pub async fn start(&self, config: &Path, extra: &[&str]) -> Daemon {
-        let daemon = Daemon::launch(config, self.dir.path().join("daemon.log")).hooks(&self.cert, &self.key).args(extra).start().await;
+        let daemon = self.launch(config, "daemon.log").args(extra).start().await;
         let url = daemon.hooks_url().await;
         self.extension_config(&url).await;
         // Discovered before any Cluster comes: a control plane that came up before would not be
@@ -111,6 +118,12 @@ impl CapiTenant {
         })
         .await;
         daemon
+    }
+
+    /// `stacksync run` with the hooks listener (this tenant's certificate), its log `log` in the
+    /// tenant's directory; not started. [`CapiTenant::start`] also points Cluster API at it.
+    pub fn launch(&self, config: &Path, log: &str) -> Launch {
+        Daemon::launch(config, self.dir.path().join(log)).hooks(&self.cert, &self.key)
     }
 
     /// Waits until Cluster API's ClusterClass controller reconciled ClusterClass `name` as it
@@ -226,4 +239,79 @@ pub fn condition(obj: &Value, type_: &str) -> (String, String, String) {
     let c = super::condition(obj, type_);
     let s = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
     (s("status"), s("reason"), s("message"))
+}
+
+/// How long Cluster API and stacksync get for one step (a Cluster coming up, an upgrade): they
+/// take seconds; the bound only keeps a broken run from hanging.
+pub const STEP: Duration = Duration::from_secs(120);
+
+pub fn applied(cs: &Value) -> &str {
+    cs["status"]["appliedRelease"]["tag"].as_str().unwrap_or_default()
+}
+
+pub fn ready(cs: &Value) -> bool {
+    condition(cs, "Ready").0 == "True"
+}
+
+/// V2 with its upgrade gate renamed to `gate` (tests share one workload control plane: each
+/// test's gate is its own).
+pub fn v2_gated_by(gate: &str) -> impl Fn(&str, String) -> String + '_ {
+    move |path: &str, text: String| {
+        if path == "clusteraddon.yaml" { text.replace("name: upgrade-gate,", &format!("name: {gate},")) } else { text }
+    }
+}
+
+/// V2 without a wait in its upgrade stages.
+pub fn v2_ungated(path: &str, text: String) -> String {
+    if path != "clusteraddon.yaml" {
+        return text;
+    }
+    let start = text.find("      waitForPostCondition:").expect("the gate");
+    let end = text[start..].find("    - name: metrics-server").expect("next stage") + start;
+    format!("{}{}", &text[..start], &text[end..])
+}
+
+/// How many times Cluster API called `hook` for the Cluster, from the daemon's log (one INFO
+/// line per call).
+pub fn hook_calls(daemon: &Daemon, hook: &str, cluster: &str) -> usize {
+    daemon
+        .log()
+        .lines()
+        .filter(|l| l.contains("runtime hook") && l.contains(&format!("hook={hook}")) && l.contains(&format!("cluster={cluster}")))
+        .count()
+}
+
+pub async fn open_gate(t: &CapiTenant, gate: &str) {
+    let api: Api<ConfigMap> = Api::namespaced(t.workload(), "kube-system");
+    let body =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": gate, "namespace": "kube-system"}, "data": {"go": "yes"}});
+    api.patch(gate, &PatchParams::apply("platform-team"), &Patch::Apply(body)).await.expect("open the gate");
+}
+
+/// Waits until the Cluster is up on `class`: its control plane at `version` and available, its
+/// ClusterSync Ready with `class` applied.
+pub async fn wait_up(t: &CapiTenant, daemon: &Daemon, name: &str, class: &str, version: &str) {
+    t.eventually(daemon, &format!("{name} up on {class} at {version}"), STEP, async || {
+        let cp = t.control_plane(name).await.unwrap_or_default();
+        let cs = t.cluster_sync(name).await;
+        cp["status"]["version"] == version && condition(&cp, "Available").0 == "True" && applied(&cs) == class && ready(&cs)
+    })
+    .await;
+}
+
+/// `status.rollout.phase` of the release's StackRelease.
+pub async fn rollout_phase(t: &CapiTenant, release: &str) -> String {
+    rollout_status(t, release).await["phase"].as_str().unwrap_or_default().to_owned()
+}
+
+/// `status.rollout` of the release's StackRelease.
+pub async fn rollout_status(t: &CapiTenant, release: &str) -> Value {
+    let api: Api<kube::api::DynamicObject> = Api::all_with(t.client(), &res("stacksync.io", "v1alpha1", "StackRelease"));
+    let list = api.list(&Default::default()).await.expect("StackReleases");
+    list.items
+        .into_iter()
+        .map(|o| serde_json::to_value(o).expect("json"))
+        .find(|r| r["spec"]["subscription"] == t.ns.as_str() && r["spec"]["tag"] == release)
+        .map(|r| r["status"]["rollout"].clone())
+        .unwrap_or_default()
 }

@@ -54,9 +54,24 @@ impl Classes {
                 continue;
             }
             let (result, (assets, signed_by)) = apply(kube, sub, namespace, rel).await;
+            let refused = result.refused;
             self.applied.locked().insert(key, (Instant::now(), result));
+            if refused {
+                // The StackRelease keeps the commit it recorded: what the tag pointed to.
+                continue;
+            }
             let merged = self.merged(&sub.name, &rel.tag);
-            record_release(&kube.mgmt, &kube.events, sub, rel, (&assets, signed_by.as_deref()), !merged.failed(), Some(&merged)).await;
+            record_release(
+                &kube.mgmt,
+                &kube.events,
+                &kube.ledger,
+                sub,
+                rel,
+                (&assets, signed_by.as_deref()),
+                !merged.failed(),
+                Some(&merged),
+            )
+            .await;
         }
     }
 
@@ -121,6 +136,21 @@ async fn apply(kube: &Kube, sub: &Subscription, namespace: &str, rel: &Release) 
             return (out, (Vec::new(), None));
         }
     };
+    // A tag that moved since the fleet recorded it: its ClusterClass is not applied (the cache
+    // may have forgotten the move; the StackRelease has not).
+    let refusal = match &prepared.unverified {
+        Some(m) => Some(m.message.clone()),
+        None => match kube.ledger.moved(&kube.mgmt, &sub.name, rel, prepared.moved_tags_accepted).await {
+            Ok(m) => m.map(|m| m.message),
+            Err(e) => Some(format!("cannot read what tag {} was recorded at (its StackRelease): {}", rel.tag, kube_error(&e))),
+        },
+    };
+    if let Some(message) = refusal {
+        warn!(namespace, tag = %rel.tag, "ClusterClass not applied: {message}");
+        out.errors.push(format!("{namespace}: {message}"));
+        out.refused = true;
+        return (out, (prepared.assets, prepared.signed_by));
+    }
     let objects = match crate::controller::pipeline::cluster_class(&kube.ctx, sub, &prepared, namespace).await {
         Ok(o) => o,
         Err(e) => {

@@ -94,6 +94,8 @@ pub struct Kube {
     classes: classes::Classes,
     /// Manifest releases whose StackRelease this process has recorded.
     recorded: stackrelease::Recorded,
+    /// What each release tag was recorded at: moved tags stay refused when the cache is gone.
+    ledger: stackrelease::Ledger,
     /// Manifest releases read and parsed once, not once per Cluster.
     manifests: manifests::KeptManifests,
     /// Kubernetes Events on ClusterSyncs and StackReleases.
@@ -128,6 +130,7 @@ impl Kube {
             attempts: Default::default(),
             classes: Default::default(),
             recorded: Default::default(),
+            ledger: Default::default(),
             manifests: Default::default(),
             events: events::Events::new(mgmt.clone()),
             kubernetes_versions: Default::default(),

@@ -213,9 +213,20 @@ async fn sync(
     let rel = choose(kube, sub, class).await?;
     let mut prepared = kube.ctx.prepare(&rel).await.map_err(Fail::Prepare)?;
     if prepared.unverified.is_none() {
-        // The ClusterSync remembers what this Cluster runs when the cache does not.
-        let applied = prev.applied_release.as_ref().map(|a| (a.tag.as_str(), a.commit.as_str()));
-        prepared.unverified = crate::controller::fetch::moved_since_applied(&rel.source, prepared.moved_tags_accepted, applied, &rel);
+        // The ClusterSync remembers what this Cluster runs when the cache does not; for a tag the
+        // Cluster does not run yet, the release's StackRelease remembers it for the fleet.
+        prepared.unverified = match prev.applied_release.as_ref().filter(|a| a.tag == rel.tag) {
+            Some(a) => crate::controller::fetch::moved_since_applied(
+                &rel.source,
+                prepared.moved_tags_accepted,
+                Some((a.tag.as_str(), a.commit.as_str())),
+                &rel,
+            ),
+            None => kube.ledger.moved(&kube.mgmt, &sub.name, &rel, prepared.moved_tags_accepted).await.map_err(|e| Fail::NotReady {
+                reason: Reason::TransientError,
+                message: format!("cannot read what tag {} was recorded at (its StackRelease): {}", rel.tag, kube_error(&e)),
+            })?,
+        };
     }
     let rspan = info_span!("release", tag = %rel.tag, commit = %short(&rel.commit));
     apply_release(kube, sub, c, rel, prepared, prev, owner).instrument(rspan).await
@@ -311,7 +322,7 @@ async fn apply_release(
         kube.ctx.adopt(sub, &rel).await;
         if kube.recorded.first(&sub.name, &rel) {
             let signed = (&prepared.assets[..], prepared.signed_by.as_deref());
-            super::stackrelease::record_release(&kube.mgmt, &kube.events, sub, &rel, signed, true, None).await;
+            super::stackrelease::record_release(&kube.mgmt, &kube.events, &kube.ledger, sub, &rel, signed, true, None).await;
         }
     }
     if crd.entries_truncated > 0 {

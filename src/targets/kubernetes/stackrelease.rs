@@ -2,7 +2,7 @@
 //! its ClusterClass apply, or why its signature was refused; written with server-side apply,
 //! only when they changed.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use kube::api::{Api, Patch, PatchParams};
@@ -26,6 +26,9 @@ pub(super) struct ClassResult {
     pub errors: Vec<String>,
     /// Inventory lines (`group|kind|namespace|name|version`) of what was applied.
     pub inventory: Vec<String>,
+    /// Not applied: the release no longer verifies (its tag moved since it was recorded). Its
+    /// StackRelease is not written over.
+    pub refused: bool,
 }
 
 impl ClassResult {
@@ -57,10 +60,64 @@ impl Recorded {
     }
 }
 
-/// Records the release a subscription selected as a `StackRelease`.
+/// The commit each release tag was recorded at in its StackRelease: the fleet's memory of what
+/// a tag pointed to, which lasts where the cache does not (the shipped Deployment's cache is an
+/// emptyDir, and deleting it is always allowed). A Cluster's `ClusterSync` remembers the release
+/// it runs; this covers a Cluster that runs none of the tag yet (a new Cluster, or its first move
+/// to the tag) and the ClusterClasses. Read once per subscription and tag, then kept as this
+/// process records them.
+#[derive(Default)]
+pub(super) struct Ledger(Mutex<HashMap<(String, String), Option<String>>>);
+
+impl Ledger {
+    /// The commit `tag` was recorded at for subscription `sub`, if it was (a `Refused`
+    /// StackRelease records no commit that was ever used).
+    async fn commit(&self, mgmt: &kube::Client, sub: &str, tag: &str) -> Result<Option<String>, kube::Error> {
+        let id = (sub.to_owned(), tag.to_owned());
+        if let Some(known) = self.0.locked().get(&id) {
+            return Ok(known.clone());
+        }
+        let api: Api<StackRelease> = Api::all(mgmt.clone());
+        let recorded = api
+            .get_opt(&release_name(sub, tag))
+            .await?
+            .filter(|r| r.spec.subscription == sub && r.spec.tag == tag)
+            .and_then(|r| r.status)
+            .filter(|s| s.phase != "Refused" && !s.commit.is_empty())
+            .map(|s| s.commit);
+        Ok(self.0.locked().entry(id).or_insert(recorded).clone())
+    }
+
+    fn note(&self, sub: &str, tag: &str, commit: &str) {
+        self.0.locked().insert((sub.to_owned(), tag.to_owned()), Some(commit.to_owned()));
+    }
+
+    /// Whether `rel` is its tag moved since the fleet recorded it ([`moved_since_applied`]):
+    /// `accepted` when the source takes moved tags. `Err`: the record could not be read (the
+    /// release is not used until it can).
+    ///
+    /// [`moved_since_applied`]: crate::controller::fetch::moved_since_applied
+    pub(super) async fn moved(
+        &self,
+        mgmt: &kube::Client,
+        sub: &str,
+        rel: &Release,
+        accepted: bool,
+    ) -> Result<Option<crate::controller::Mismatch>, kube::Error> {
+        if accepted {
+            return Ok(None);
+        }
+        let recorded = self.commit(mgmt, sub, &rel.tag).await?;
+        Ok(crate::controller::fetch::moved_since_applied(&rel.source, false, recorded.as_deref().map(|c| (rel.tag.as_str(), c)), rel))
+    }
+}
+
+/// Records the release a subscription selected as a `StackRelease` (and in `ledger`).
+#[allow(clippy::too_many_arguments, reason = "the release, its verification and its ClusterClass result, each needed")]
 pub(super) async fn record_release(
     mgmt: &kube::Client,
     events: &Events,
+    ledger: &Ledger,
     sub: &Subscription,
     rel: &Release,
     (assets, signed_by): (&[crate::model::verification::AssetRecord], Option<&str>),
@@ -132,11 +189,13 @@ pub(super) async fn record_release(
     // So does `rollout` (the rollout driver's).
     let unchanged = old_status.is_some_and(|c| StackReleaseStatus { conditions: Vec::new(), clusters: None, rollout: None, ..c } == status);
     if unchanged {
+        ledger.note(&sub.name, &rel.tag, &rel.commit);
         return;
     }
     let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": {"name": name}, "status": status});
-    if let Err(e) = api.patch_status(&name, &params, &Patch::Apply(body)).await {
-        warn!(release = %name, error = %e, "cannot write StackRelease status");
+    match api.patch_status(&name, &params, &Patch::Apply(body)).await {
+        Ok(_) => ledger.note(&sub.name, &rel.tag, &rel.commit),
+        Err(e) => warn!(release = %name, error = %e, "cannot write StackRelease status"),
     }
 }
 
