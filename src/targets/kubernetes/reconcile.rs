@@ -211,7 +211,7 @@ async fn sync(
     }
 
     let rel = choose(kube, sub, class).await?;
-    let mut prepared = kube.ctx.prepare(&rel).await.map_err(Fail::Prepare)?;
+    let mut prepared = kube.ctx.prepare(&rel).await.map_err(|source| Fail::Prepare { release: Box::new(rel.clone()), source })?;
     if prepared.unverified.is_none() {
         // The ClusterSync remembers what this Cluster runs when the cache does not.
         let applied = prev.applied_release.as_ref().map(|a| (a.tag.as_str(), a.commit.as_str()));
