@@ -28,6 +28,9 @@
 #     release assets with cosign.
 #   - the real oras v1.3.6 (scripts/build-oras.sh, from the Go module proxy): tests/preview.rs
 #     pushes a release into an OCI image layout with it.
+#   - Debian's util-linux and mount (`unshare`, `nsenter`, `mount`; part of every Debian base
+#     system, checked all the same): tests/chaos_volume.rs runs the daemon in a mount namespace
+#     with a small tmpfs as its cache volume, fills it and remounts it read-only (as root).
 # Usage: scripts/test.sh [extra nextest/cargo-test arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,6 +80,12 @@ if [ ! -x /usr/bin/gpg ] || [ ! -x /usr/bin/gpgconf ]; then
   echo "test.sh: installing Debian's gnupg (signed-release tests)" >&2
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnupg >/dev/null
+fi
+
+if [ ! -x /usr/bin/unshare ] || [ ! -x /usr/bin/nsenter ] || [ ! -x /usr/bin/mount ]; then
+  echo "test.sh: installing Debian's util-linux and mount (the cache volume tests)" >&2
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq util-linux mount >/dev/null
 fi
 
 if [ -x scripts/build-cosign.sh ]; then

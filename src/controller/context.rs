@@ -188,9 +188,17 @@ impl Context {
         failed
     }
 
+    /// Writes the index. A volume that stays full or read-only fails every poll's write: said
+    /// once per cause, DEBUG in between.
     fn save(&self, index: &Index) {
-        if let Err(e) = self.cache.save_index(index) {
-            error!(error = %e, "cannot write the cache index; the next start polls again");
+        static SAID: std::sync::OnceLock<crate::model::repeats::Repeats<std::path::PathBuf>> = std::sync::OnceLock::new();
+        let said = SAID.get_or_init(Default::default);
+        match self.cache.save_index(index) {
+            Ok(()) => said.cleared(&self.cache.root().to_path_buf()),
+            Err(e) if said.worth(&self.cache.root().to_path_buf(), &crate::model::repeats::cause(&e)) => {
+                error!(error = %e, "cannot write the cache index; the next start polls again");
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot write the cache index (unchanged since it was said)"),
         }
     }
 

@@ -3,7 +3,7 @@
 //! ([`cluster`]), the rendered [`Object`], digests ([`digest`]), versions and constraints
 //! ([`version`]) and what a subscription wants of them ([`Wanted`]), schedules and durations
 //! ([`schedule`]), how a source is reached ([`source`]), verification records
-//! ([`verification`]), Kubernetes name validation ([`names`]), taking a lock poisoned or not ([`sync`]), what a release host published
+//! ([`verification`]), Kubernetes name validation ([`names`]), taking a lock poisoned or not ([`sync`]), a failure said once per cause ([`repeats`]), what a release host published
 //! ([`published`]), and the small enums two stages used to define each on their own. A type
 //! moves here when a second stage needs it; `tests/layering.rs` keeps this module a leaf.
 
@@ -14,6 +14,7 @@ pub mod digest;
 pub mod names;
 pub mod object;
 pub mod published;
+pub mod repeats;
 pub mod schedule;
 pub mod source;
 pub mod sync;

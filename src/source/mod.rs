@@ -293,17 +293,34 @@ pub async fn materialise(
 ) -> (Index, Result<Materialised, ReleaseError>) {
     let span = tracing::info_span!("release", source = %rel.source, tag = %rel.tag, commit = %crate::release::short(&rel.commit));
     let _using = cache_users().read().await;
-    let lock = release_lock(&crate::cache::ReleaseEntry::id(at.key, &rel.tag, &rel.commit));
+    let id = crate::cache::ReleaseEntry::id(at.key, &rel.tag, &rel.commit);
+    let lock = release_lock(&id);
     let _guard = lock.lock().await;
     let (index, result) = source.materialise(at, state, index, rel).await;
     match &result {
         // Once per download at INFO; a release found in the cache (every Cluster's reconcile
         // asks) at DEBUG.
-        Ok(m) if m.fetched => span.in_scope(|| tracing::info!(fetched = true, path = %m.tree.display(), "release ready")),
-        Ok(m) => span.in_scope(|| tracing::debug!(fetched = false, path = %m.tree.display(), "release ready")),
-        Err(e) => span.in_scope(|| tracing::error!(error = %e, "cannot cache release; the release in use stays")),
+        Ok(m) => {
+            failures().cleared(&id);
+            match m.fetched {
+                true => span.in_scope(|| tracing::info!(fetched = true, path = %m.tree.display(), "release ready")),
+                false => span.in_scope(|| tracing::debug!(fetched = false, path = %m.tree.display(), "release ready")),
+            }
+        }
+        // Every retry (each pass, each Cluster) meets the same full or read-only volume: said
+        // once per cause, not per retry (the text names a temp file new on each try).
+        Err(e) if failures().worth(&id, &crate::model::repeats::cause(e)) => {
+            span.in_scope(|| tracing::error!(error = %e, "cannot cache release; the release in use stays"));
+        }
+        Err(e) => span.in_scope(|| tracing::debug!(error = %e, "cannot cache release (unchanged since it was said)")),
     }
     (index, result)
+}
+
+/// The last failure said for each release being materialised.
+fn failures() -> &'static crate::model::repeats::Repeats<String> {
+    static SAID: std::sync::OnceLock<crate::model::repeats::Repeats<String>> = std::sync::OnceLock::new();
+    SAID.get_or_init(Default::default)
 }
 
 /// Materialisations and cache cleanup exclude each other: a cleanup deletes blobs and trees that

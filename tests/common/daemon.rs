@@ -40,6 +40,7 @@ pub struct Launch {
     args: Vec<String>,
     env: Vec<(String, String)>,
     memory_cap_kib: Option<u64>,
+    tmpfs: Vec<(PathBuf, u64)>,
     once: bool,
 }
 
@@ -67,6 +68,14 @@ impl Launch {
         self
     }
 
+    /// In a mount namespace of its own (`unshare --mount`, so root) with a tmpfs of `kib` KiB
+    /// mounted at `dir`: a volume only the daemon sees, that really fills. The test reaches it
+    /// through `/proc/<pid>/root` and remounts it with `nsenter` (tests/chaos_volume.rs).
+    pub fn tmpfs(mut self, dir: &Path, kib: u64) -> Launch {
+        self.tmpfs.push((dir.to_path_buf(), kib));
+        self
+    }
+
     /// `run --once` instead of the daemon: no admin listener, nothing waited for.
     pub fn once(mut self) -> Launch {
         self.once = true;
@@ -84,13 +93,25 @@ impl Launch {
         }
         args.extend(["--config".into(), self.config.to_string_lossy().into_owned()]);
         args.extend(self.args);
-        let mut cmd = match self.memory_cap_kib {
-            Some(kib) => {
-                let mut sh = tokio::process::Command::new("sh");
-                sh.arg("-c").arg(format!("ulimit -v {kib}; exec \"$0\" \"$@\"")).arg(bin);
-                sh
+        // Shell steps before the binary replaces the shell (same pid: `unshare` without
+        // `--fork` execs `sh`, which execs stacksync).
+        let mut steps: Vec<String> = self
+            .tmpfs
+            .iter()
+            .map(|(dir, kib)| format!("mkdir -p '{0}' && mount -t tmpfs -o size={kib}k stacksync-test '{0}'", dir.display()))
+            .collect();
+        steps.extend(self.memory_cap_kib.map(|kib| format!("ulimit -v {kib}")));
+        let mut cmd = match (steps.is_empty(), self.tmpfs.is_empty()) {
+            (true, _) => tokio::process::Command::new(bin),
+            (false, no_mounts) => {
+                let script = format!("{} && exec \"$0\" \"$@\"", steps.join(" && "));
+                let mut c = tokio::process::Command::new(if no_mounts { "sh" } else { "unshare" });
+                if !no_mounts {
+                    c.args(["--mount", "--propagation", "private", "--", "sh"]);
+                }
+                c.arg("-c").arg(script).arg(bin);
+                c
             }
-            None => tokio::process::Command::new(bin),
         };
         cmd.args(&args).env("NO_COLOR", "1").env("RUST_LOG", RUST_LOG);
         for (k, v) in &self.env {
@@ -124,7 +145,15 @@ pub struct Daemon {
 impl Daemon {
     /// `stacksync run --config FILE`, its log (stdout and stderr) in `log`.
     pub fn launch(config: &Path, log: PathBuf) -> Launch {
-        Launch { config: config.to_path_buf(), log, args: Vec::new(), env: Vec::new(), memory_cap_kib: None, once: false }
+        Launch {
+            config: config.to_path_buf(),
+            log,
+            args: Vec::new(),
+            env: Vec::new(),
+            memory_cap_kib: None,
+            tmpfs: Vec::new(),
+            once: false,
+        }
     }
 
     /// Starts the daemon; returns once its admin listener is up.

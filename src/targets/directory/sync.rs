@@ -1,7 +1,9 @@
 //! One subscription of the directory target: its release rendered per cluster, written to the
 //! cluster's directory, and each cluster's status file (the apply-started status first).
 
-use tracing::{error, info, info_span, warn};
+use std::path::PathBuf;
+
+use tracing::{debug, error, info, info_span, warn};
 
 use super::writer::DirectoryTarget;
 use crate::apply::ChangeSet;
@@ -9,6 +11,7 @@ use crate::config::Subscription;
 use crate::controller::fetch::moved_since_applied;
 use crate::controller::{ClusterReport, Mismatch, Prepared, PreparedRelease};
 use crate::model::cluster::ClusterConfig;
+use crate::model::repeats::{self, Repeats};
 use crate::release::{Release, short};
 use crate::render::Manifests;
 use crate::status::{ClusterStatus, Reason};
@@ -134,10 +137,21 @@ pub(super) fn record_progress(
     let progress = ClusterStatus::failed(sub, c, Some(rel), previous.clone(), Reason::Progressing, message);
     let Err(e) = target.write_status(c, &progress) else { return Ok(()) };
     let who = format!("{}/{}", c.namespace, c.name);
-    error!(cluster = %who, error = %e, "cannot record that the apply of {} started; nothing is written to the cluster this round", rel.tag);
+    if status_failures().worth(&target.status_path(c), &repeats::cause(&e)) {
+        error!(cluster = %who, error = %e, "cannot record that the apply of {} started; nothing is written to the cluster this round", rel.tag);
+    } else {
+        debug!(cluster = %who, error = %e, "cannot record that the apply of {} started (unchanged since it was said)", rel.tag);
+    }
     let message = format!("cannot write the status file {} ({e}); nothing of {} was applied", target.status_path(c).display(), rel.tag);
     let status = ClusterStatus::failed(sub, c, Some(rel), previous, Reason::NotSynced, message);
     Err(Box::new(ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes: ChangeSet::default() }))
+}
+
+/// The last failure said for each status file: a volume that stays full or read-only fails
+/// every pass's write, said once per cause.
+fn status_failures() -> &'static Repeats<PathBuf> {
+    static SAID: std::sync::OnceLock<Repeats<PathBuf>> = std::sync::OnceLock::new();
+    SAID.get_or_init(Default::default)
 }
 
 pub(super) fn finish(
@@ -148,8 +162,15 @@ pub(super) fn finish(
     changes: ChangeSet,
     write_status: bool,
 ) -> ClusterReport {
-    if write_status && let Err(e) = target.write_status(cluster, &status) {
-        error!(cluster = %format!("{}/{}", cluster.namespace, cluster.name), error = %e, "cannot write status");
+    if write_status {
+        let who = format!("{}/{}", cluster.namespace, cluster.name);
+        match target.write_status(cluster, &status) {
+            Ok(_) => status_failures().cleared(&target.status_path(cluster)),
+            Err(e) if status_failures().worth(&target.status_path(cluster), &repeats::cause(&e)) => {
+                error!(cluster = %who, error = %e, "cannot write status");
+            }
+            Err(e) => debug!(cluster = %who, error = %e, "cannot write status (unchanged since it was said)"),
+        }
     }
     ClusterReport { subscription: sub.name.clone(), cluster: cluster.clone(), status, changes }
 }

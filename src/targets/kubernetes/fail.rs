@@ -26,9 +26,13 @@ pub(super) enum Fail {
     #[error("{0}")]
     Select(#[source] crate::release::Error),
     /// The release could not be prepared: transient (the source or the cache volume may come
-    /// back) is `ReleaseUnavailable`; anything else needs a change.
-    #[error("{0}")]
-    Prepare(#[source] Arc<PrepareError>),
+    /// back) is `ReleaseUnavailable`; anything else needs a change. `release` is the one wanted.
+    #[error("{source}")]
+    Prepare {
+        release: Box<crate::release::Release>,
+        #[source]
+        source: Arc<PrepareError>,
+    },
     /// The release's stages could not be rendered for the Cluster; `release` is the one wanted.
     #[error("{source}")]
     Stages {
@@ -62,7 +66,7 @@ impl Fail {
             Fail::ControlPlaneNotReady => Reason::ControlPlaneNotReady,
             Fail::ClassRefused { .. } => Reason::SignatureInvalid,
             Fail::ClassUnknown(_) | Fail::Select(_) => Reason::ReleaseNotAvailable,
-            Fail::Prepare(e) => e.status_reason(),
+            Fail::Prepare { source: e, .. } => e.status_reason(),
             Fail::Stages { source: e, .. } => e.reason(),
             Fail::Workload(e) => e.reason(),
             Fail::Unreachable(_) => Reason::ClusterUnreachable,
@@ -75,7 +79,7 @@ impl Fail {
     pub(super) fn is_transient(&self) -> bool {
         match self {
             Fail::ClassRefused { .. } | Fail::ClassUnknown(_) | Fail::Select(_) => false,
-            Fail::Prepare(e) => e.is_transient(),
+            Fail::Prepare { source: e, .. } => e.is_transient(),
             Fail::Stages { source: e, .. } => e.is_transient(),
             Fail::ControlPlaneNotReady | Fail::Workload(_) | Fail::Unreachable(_) | Fail::NotReady { .. } | Fail::Unrecorded { .. } => true,
         }
@@ -85,7 +89,7 @@ impl Fail {
     /// status names it as `wantedRelease` beside the failure.
     pub(super) fn wanted(&self) -> Option<&crate::release::Release> {
         match self {
-            Fail::Stages { release, .. } => Some(release),
+            Fail::Stages { release, .. } | Fail::Prepare { release, .. } => Some(release),
             _ => None,
         }
     }
@@ -94,7 +98,7 @@ impl Fail {
     pub(super) fn cause(&self) -> Option<&'static str> {
         match self {
             Fail::Select(e) => Some(e.reason()),
-            Fail::Prepare(e) => Some(e.reason()),
+            Fail::Prepare { source: e, .. } => Some(e.reason()),
             Fail::Stages { source: e, .. } => e.kind(),
             _ => None,
         }
@@ -103,7 +107,7 @@ impl Fail {
     /// The stage's error itself, kept as the controller error's source.
     pub(super) fn into_source(self) -> Option<Arc<dyn std::error::Error + Send + Sync>> {
         match self {
-            Fail::Prepare(e) => Some(e),
+            Fail::Prepare { source: e, .. } => Some(e),
             Fail::Select(e) => Some(Arc::new(e)),
             Fail::ClassUnknown(e) => Some(Arc::new(e)),
             Fail::Stages { source: e, .. } => Some(Arc::new(e)),
@@ -117,6 +121,15 @@ impl Fail {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn v2() -> crate::release::Release {
+        crate::release::Release {
+            source: "s".into(),
+            tag: "v2.0.0".into(),
+            commit: "c".repeat(40),
+            version: crate::model::version::Version::from_tag("v2.0.0").expect("a version"),
+        }
+    }
 
     #[test]
     fn each_failure_has_its_reason_and_retry() {
@@ -137,10 +150,23 @@ mod tests {
                 true,
                 "Secret ns/c-kubeconfig does not exist yet",
             ),
-            (Fail::Prepare(Arc::new(PrepareError::UnknownSource("s".into()))), Reason::ReleaseRefused, false, "unknown source `s`"),
+            (
+                Fail::Prepare { release: Box::new(v2()), source: Arc::new(PrepareError::UnknownSource("s".into())) },
+                Reason::ReleaseRefused,
+                false,
+                "unknown source `s`",
+            ),
         ];
         for (fail, reason, transient, message) in table {
             assert_eq!((fail.reason(), fail.is_transient(), fail.to_string()), (reason, transient, message.to_owned()), "{fail:?}");
         }
+    }
+
+    /// Regression: a release that could not be prepared (a full or read-only cache volume) left
+    /// `wantedRelease` at the release applied before, while the message named the new one.
+    #[test]
+    fn a_release_not_prepared_is_the_one_wanted() {
+        let fail = Fail::Prepare { release: Box::new(v2()), source: Arc::new(PrepareError::UnknownSource("s".into())) };
+        assert_eq!(fail.wanted().map(|r| r.tag.as_str()), Some("v2.0.0"));
     }
 }

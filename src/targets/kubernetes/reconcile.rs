@@ -211,7 +211,7 @@ async fn sync(
     }
 
     let rel = choose(kube, sub, class).await?;
-    let mut prepared = kube.ctx.prepare(&rel).await.map_err(Fail::Prepare)?;
+    let mut prepared = kube.ctx.prepare(&rel).await.map_err(|source| Fail::Prepare { release: Box::new(rel.clone()), source })?;
     if prepared.unverified.is_none() {
         // The ClusterSync remembers what this Cluster runs when the cache does not; for a tag the
         // Cluster does not run yet, the release's StackRelease remembers it for the fleet.

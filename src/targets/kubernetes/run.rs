@@ -53,8 +53,10 @@ fn error_policy(obj: Arc<DynamicObject>, error: &Error, kube: Arc<Kube>) -> Acti
     let Some(key) = key_of(&obj) else { return Action::await_change() };
     let after = retry_after(&kube, &key, error);
     // The same failure again (every retry, every resync): said once an hour at its level, at
-    // DEBUG in between; a new one at once.
-    let loud = kube.warnings.worth(&key, "reconcile", &error.to_string());
+    // DEBUG in between; a new one at once. Same is the same reason and cause: a full or
+    // read-only cache volume names a temp file new on every try.
+    let cause = format!("{}: {}", error.reason(), crate::model::repeats::cause(error));
+    let loud = kube.warnings.worth(&key, "reconcile", &cause);
     match (error.is_transient(), loud) {
         (true, true) => warn!(cluster = %key, reason = error.reason(), retry_in = ?after, "{error}"),
         (false, true) => {
