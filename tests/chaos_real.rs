@@ -206,11 +206,15 @@ async fn the_management_api_server_killed_mid_sync_loses_nothing_and_claims_noth
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     // The watches came back with one relist each (Clusters, kubeconfig Secrets, ClusterSyncs):
-    // not one per Cluster.
+    // not one per Cluster. The release roll-up lists ClusterSyncs too, at most once per second
+    // while they change (rollup::SETTLE): bounded by the time the fleet took to converge, not by
+    // its size (a loaded machine converges slower and lists more).
+    let converging = started.elapsed().as_secs_f64().ceil();
     for resource in ["clusters", "secrets", "clustersyncs"] {
         let n = lists(&client, resource).await;
-        println!("{n} LISTs of {resource} since the restart");
-        assert!(n <= 10.0, "{n} LISTs of {resource} since the restart");
+        let bound = if resource == "clustersyncs" { 10.0 + converging } else { 10.0 };
+        println!("{n} LISTs of {resource} since the restart (bound {bound})");
+        assert!(n <= bound, "{n} LISTs of {resource} since the restart (bound {bound}, {converging} s converging)");
     }
     // Nothing applied twice into a conflict: every Cluster's objects are stacksync's alone.
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
