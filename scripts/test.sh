@@ -9,6 +9,8 @@
 #     loopback, anonymous or with htpasswd or token auth),
 #   - Debian's prometheus (tests/monitoring.rs: `promtool check rules` / `promtool test rules` on
 #     the alerts, and a Prometheus server on loopback scraping the binary for the dashboard),
+#   - Debian's faketime (tests/chaos_clock.rs: libfaketime preloaded into the binary steps its
+#     wall clock forward and back while it runs, the monotonic clock left alone),
 #   - the real kubectl 1.35 and helm 4.1 (scripts/install-tools.sh, from the npm registry), the
 #     Kubernetes 1.35 schemas testkit's API server reads (from PyPI's kubernetes-validate), and
 #     the real Kubernetes 1.35 control plane (scripts/build-realkube.sh from the Go module proxy:
@@ -59,6 +61,12 @@ if [ ! -x /usr/bin/docker-registry ]; then
   echo "test.sh: installing Debian's docker-registry (OCI source tests)" >&2
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry >/dev/null
+fi
+
+if [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]; then
+  echo "test.sh: installing Debian's faketime (libfaketime: the clock jumps of tests/chaos_clock.rs)" >&2
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime >/dev/null
 fi
 
 if [ ! -x /usr/bin/promtool ] || [ ! -x /usr/bin/prometheus ]; then

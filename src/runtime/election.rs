@@ -1,17 +1,22 @@
-//! Leader election on a `coordination.k8s.io` Lease (kube-lease-manager): only the holder
-//! reconciles Clusters and writes; standbys poll their sources (warm caches) and write nothing.
+//! Leader election on a `coordination.k8s.io` Lease: only the holder reconciles Clusters and
+//! writes; standbys poll their sources (warm caches) and write nothing.
 //!
-//! kube-lease-manager renews the lease and reports when it is won or lost, but while its renewals
-//! fail (an API server that does not answer) it keeps saying "leader". A leader that cannot
-//! renew must stop writing before another replica may take over, so this module also confirms
-//! the lease by reading it: leadership ends when no read has shown this process as the holder
-//! for `duration - grace`, whatever the manager says.
+//! Every decision is timed on the monotonic clock, never by comparing the Lease's `renewTime`
+//! with this process's wall clock (kube-lease-manager, used before, did: a standby whose clock
+//! stepped forward took a live lease, a leader whose clock stepped forward wrote a `renewTime`
+//! an hour ahead that kept a standby waiting an hour after it died). As Kubernetes' own
+//! components do: a standby takes the Lease over when its record has not changed for
+//! `leaseDurationSeconds` since this process last saw it change (so a standby that starts
+//! waits one duration before taking a lease someone holds); the leader renews twice per
+//! [`Params::grace`] and stops writing when no renewal has succeeded for `duration - grace`.
+//! Every write is an update with the `resourceVersion` read, so two replicas never both
+//! succeed in taking the same record.
 
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::Api;
-use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -25,7 +30,7 @@ pub enum Error {
         namespace: String,
         name: String,
         #[source]
-        source: LeaseManagerError,
+        source: kube::Error,
     },
 }
 
@@ -41,7 +46,8 @@ pub struct Params {
 }
 
 impl Params {
-    /// Renewal starts this long before expiry (a third of the duration, at least 1 s).
+    /// The leader renews twice in this time, and stops writing this long before a standby may
+    /// take over (a third of the duration, at least 1 s).
     pub fn grace(&self) -> Duration {
         (self.duration / 3).max(Duration::from_secs(1))
     }
@@ -56,13 +62,17 @@ impl Params {
         let host = std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME")).unwrap_or_else(|_| "stacksync".into());
         format!("{host}_{}", std::process::id())
     }
+
+    fn seconds(&self) -> i32 {
+        i32::try_from(self.duration.as_secs().max(2)).unwrap_or(i32::MAX)
+    }
 }
 
-/// A running election: [`Election::leader`] says whether this process may write now.
+/// A running election: [`Election::is_leader`] says whether this process may write now.
 pub struct Election {
     leader: watch::Receiver<bool>,
-    manager: Option<(watch::Receiver<bool>, JoinHandle<kube_lease_manager::Result<kube_lease_manager::LeaseManager>>)>,
-    confirm: JoinHandle<()>,
+    task: JoinHandle<()>,
+    api: Api<Lease>,
     params: Params,
 }
 
@@ -72,23 +82,21 @@ impl Election {
     /// # Errors
     /// [`Error::Lease`]: the Lease cannot be created or read (RBAC, no API server).
     pub async fn start(client: kube::Client, params: Params) -> Result<Election, Error> {
-        let secs = params.duration.as_secs().max(2);
-        let grace = params.grace().as_secs().clamp(1, secs - 1);
-        let manager = LeaseManagerBuilder::new(client.clone(), &params.name)
-            .with_namespace(&params.namespace)
-            .with_identity(&params.identity)
-            .with_duration(secs)
-            .with_grace(grace)
-            .with_field_manager("stacksync-leader-election")
-            .build()
-            .await
-            .map_err(|source| Error::Lease { namespace: params.namespace.clone(), name: params.name.clone(), source })?;
-        let (says, task) = manager.watch().await;
-        let (tx, leader) = watch::channel(false);
         let api: Api<Lease> = Api::namespaced(client, &params.namespace);
-        let confirm = tokio::spawn(confirm(api, params.clone(), says.clone(), tx));
+        let lease_error = |source| Error::Lease { namespace: params.namespace.clone(), name: params.name.clone(), source };
+        if api.get_opt(&params.name).await.map_err(lease_error)?.is_none() {
+            let lease = Lease { metadata: ObjectMeta { name: Some(params.name.clone()), ..ObjectMeta::default() }, spec: None };
+            match api.create(&PostParams::default(), &lease).await {
+                Ok(_) => {}
+                // Another replica created it first.
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(lease_error(e)),
+            }
+        }
+        let (tx, leader) = watch::channel(false);
+        let task = tokio::spawn(compete(api.clone(), params.clone(), tx));
         info!(lease = %format!("{}/{}", params.namespace, params.name), identity = %params.identity, "leader election: competing for the lease");
-        Ok(Election { leader, manager: Some((says, task)), confirm, params })
+        Ok(Election { leader, task, api, params })
     }
 
     /// Whether this process holds the lease (as last confirmed).
@@ -99,7 +107,7 @@ impl Election {
     /// Completes when leadership changes; returns the new state.
     pub async fn changed(&mut self) -> bool {
         if self.leader.changed().await.is_err() {
-            // The confirming task ended (it does not, short of a panic): stay a standby.
+            // The competing task ended (it does not, short of a panic): stay a standby.
             std::future::pending::<()>().await;
         }
         *self.leader.borrow_and_update()
@@ -107,61 +115,132 @@ impl Election {
 
     /// Gives the lease up (so a standby takes over at once instead of after the lease
     /// duration) and stops competing. Bounded by `deadline`.
-    pub async fn release(mut self, deadline: Duration) {
-        self.confirm.abort();
-        if let Some((says, task)) = self.manager.take() {
-            // Dropping the last receiver makes the manager's task release the lease and end.
-            drop(says);
-            match tokio::time::timeout(deadline, task).await {
-                Ok(Ok(Ok(_))) => info!(lease = %self.params.name, "leader election: lease released"),
-                Ok(Ok(Err(e))) => {
-                    warn!(lease = %self.params.name, error = %e, "leader election: cannot release the lease; it expires by itself")
-                }
-                Ok(Err(_)) | Err(_) => {
-                    warn!(lease = %self.params.name, "leader election: lease not released in time; it expires by itself")
-                }
-            }
+    pub async fn release(self, deadline: Duration) {
+        self.task.abort();
+        let name = self.params.name.clone();
+        match tokio::time::timeout(deadline, release(&self.api, &self.params)).await {
+            Ok(Ok(true)) => info!(lease = %name, "leader election: lease released"),
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => warn!(lease = %name, error = %e, "leader election: cannot release the lease; it expires by itself"),
+            Err(_) => warn!(lease = %name, "leader election: lease not released in time; it expires by itself"),
         }
     }
 }
 
 impl Drop for Election {
     fn drop(&mut self) {
-        self.confirm.abort();
+        self.task.abort();
     }
 }
 
-/// Publishes `manager says leader AND a read of the Lease showed us as holder less than
-/// `duration - grace` ago`, re-checked every `grace / 2`.
-async fn confirm(api: Api<Lease>, params: Params, mut says: watch::Receiver<bool>, out: watch::Sender<bool>) {
+/// Clears the Lease's holder if it is this process (an update with the `resourceVersion`
+/// read: a Lease someone else took meanwhile is left alone). `Ok(false)`: not ours.
+async fn release(api: &Api<Lease>, params: &Params) -> Result<bool, kube::Error> {
+    let Some(mut lease) = api.get_opt(&params.name).await? else { return Ok(false) };
+    let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+    if spec.holder_identity.as_deref() != Some(params.identity.as_str()) {
+        return Ok(false);
+    }
+    spec.holder_identity = None;
+    spec.acquire_time = None;
+    spec.renew_time = None;
+    api.replace(&params.name, &PostParams::default(), &lease).await?;
+    Ok(true)
+}
+
+/// What this process knows of the Lease, all on the monotonic clock.
+#[derive(Default)]
+struct Seen {
+    /// The record last read, and when it was first read with that content.
+    record: Option<(LeaseSpec, Instant)>,
+    /// When this process last wrote itself into the Lease as holder.
+    renewed: Option<Instant>,
+}
+
+/// What a read of the Lease leads to.
+#[derive(Debug, PartialEq, Eq)]
+enum Act {
+    /// Ours: write a new `renewTime`.
+    Renew,
+    /// Free, or its holder has not renewed for its duration: take it.
+    Take,
+    /// Ours and renewed recently, or someone else's and alive: nothing.
+    Wait,
+}
+
+/// Decides what to do with `spec`, read at `now`. Pure but for updating `seen.record`.
+fn decide(seen: &mut Seen, spec: &LeaseSpec, params: &Params, now: Instant) -> Act {
+    if seen.record.as_ref().is_none_or(|(r, _)| r != spec) {
+        seen.record = Some((spec.clone(), now));
+    }
+    let unchanged_for = seen.record.as_ref().map_or(Duration::ZERO, |(_, at)| now.saturating_duration_since(*at));
+    match spec.holder_identity.as_deref().filter(|h| !h.is_empty()) {
+        None => Act::Take,
+        Some(h) if h == params.identity => {
+            // Twice per grace: one failed renewal still leaves time for the next.
+            let due = seen.renewed.is_none_or(|at| now.saturating_duration_since(at) >= params.grace() / 2);
+            if due { Act::Renew } else { Act::Wait }
+        }
+        Some(_) => {
+            let duration = spec.lease_duration_seconds.and_then(|s| u64::try_from(s).ok()).map_or(params.duration, Duration::from_secs);
+            if unchanged_for >= duration { Act::Take } else { Act::Wait }
+        }
+    }
+}
+
+/// Reads the Lease every `grace / 2`, renews or takes it as [`decide`] says, and publishes
+/// whether this process leads: it holds the Lease and last wrote it less than
+/// `duration - grace` ago.
+async fn compete(api: Api<Lease>, params: Params, out: watch::Sender<bool>) {
     let trust = params.duration.saturating_sub(params.grace());
     let every = (params.grace() / 2).max(Duration::from_millis(200));
-    let mut confirmed: Option<Instant> = None;
+    let mut seen = Seen::default();
     loop {
-        let manager_says = *says.borrow_and_update();
-        if manager_says {
-            match tokio::time::timeout(every, api.get_opt(&params.name)).await {
-                Ok(Ok(Some(lease))) => {
-                    let holder = lease.spec.and_then(|s| s.holder_identity);
-                    confirmed = (holder.as_deref() == Some(params.identity.as_str())).then(Instant::now);
+        match tokio::time::timeout(every, api.get_opt(&params.name)).await {
+            Ok(Ok(Some(mut lease))) => {
+                let spec = lease.spec.clone().unwrap_or_default();
+                let act = decide(&mut seen, &spec, &params, Instant::now());
+                if spec.holder_identity.as_deref() != Some(params.identity.as_str()) {
+                    seen.renewed = None;
                 }
-                Ok(Ok(None)) => confirmed = None,
-                // Unreadable: the last confirmation ages out below.
-                Ok(Err(_)) | Err(_) => {}
+                if act != Act::Wait {
+                    let wall = MicroTime(k8s_openapi::jiff::Timestamp::now());
+                    let s = lease.spec.get_or_insert_with(LeaseSpec::default);
+                    if act == Act::Take {
+                        s.holder_identity = Some(params.identity.clone());
+                        s.acquire_time = Some(wall.clone());
+                        s.lease_transitions = Some(s.lease_transitions.unwrap_or(0).saturating_add(1));
+                    }
+                    s.renew_time = Some(wall);
+                    s.lease_duration_seconds = Some(params.seconds());
+                    let sent = Instant::now();
+                    // An update with the resourceVersion read: a conflict means someone else
+                    // wrote first, and the next read shows who.
+                    if let Ok(Ok(written)) = tokio::time::timeout(every, api.replace(&params.name, &PostParams::default(), &lease)).await {
+                        seen.renewed = Some(sent);
+                        seen.record = Some((written.spec.unwrap_or_default(), sent));
+                        if act == Act::Take {
+                            info!(lease = %params.name, identity = %params.identity, "leader election: took the lease");
+                        }
+                    }
+                }
             }
-        } else {
-            confirmed = None;
+            // Gone: recreated by whoever reads it next; we lead no more.
+            Ok(Ok(None)) => {
+                seen.renewed = None;
+                let lease = Lease { metadata: ObjectMeta { name: Some(params.name.clone()), ..ObjectMeta::default() }, spec: None };
+                let _ = api.create(&PostParams::default(), &lease).await;
+            }
+            // Unreadable: the last renewal ages out below.
+            Ok(Err(_)) | Err(_) => {}
         }
-        let leader = manager_says && confirmed.is_some_and(|at| at.elapsed() < trust);
+        let leader = seen.renewed.is_some_and(|at| at.elapsed() < trust);
         out.send_if_modified(|now| {
             let changed = *now != leader;
             *now = leader;
             changed
         });
-        tokio::select! {
-            r = says.changed() => if r.is_err() { return },
-            () = tokio::time::sleep(every) => {}
-        }
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -170,7 +249,7 @@ async fn confirm(api: Api<Lease>, params: Params, mut says: watch::Receiver<bool
 pub enum Leadership {
     Off,
     Starting(JoinHandle<Election>),
-    On(Election),
+    On(Box<Election>),
 }
 
 impl Leadership {
@@ -224,7 +303,7 @@ impl Leadership {
         match self {
             Leadership::Off => std::future::pending().await,
             Leadership::Starting(task) => match task.await {
-                Ok(e) => *self = Leadership::On(e),
+                Ok(e) => *self = Leadership::On(Box::new(e)),
                 // The retry loop does not end by itself: only a panic gets here.
                 Err(_) => std::future::pending().await,
             },
@@ -255,5 +334,34 @@ mod tests {
         let p = Params { namespace: "ns".into(), name: "n".into(), identity: "i".into(), duration: Duration::from_secs(15) };
         assert_eq!(p.grace(), Duration::from_secs(5));
         assert_eq!(Params { duration: Duration::from_secs(2), ..p }.grace(), Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_takes_a_lease_unchanged_for_its_duration_whatever_renew_time_says() {
+        let p = Params { namespace: "ns".into(), name: "n".into(), identity: "me".into(), duration: Duration::from_secs(15) };
+        let s = Duration::from_secs;
+        let t0 = Instant::now();
+        // renewTime is never read: an hour ahead or ten minutes behind, the same decisions.
+        let held = |renew: &str| LeaseSpec {
+            holder_identity: Some("other".into()),
+            lease_duration_seconds: Some(15),
+            renew_time: Some(MicroTime(renew.parse().unwrap())),
+            ..LeaseSpec::default()
+        };
+        let mut seen = Seen::default();
+        let (late, early) = ("2026-01-01T13:00:00Z", "2026-01-01T11:50:00Z");
+        assert_eq!(decide(&mut seen, &held(early), &p, t0), Act::Wait, "first sight: one duration from now");
+        assert_eq!(decide(&mut seen, &held(early), &p, t0 + s(14)), Act::Wait);
+        // Renewed (the record changed): another whole duration.
+        assert_eq!(decide(&mut seen, &held(late), &p, t0 + s(14)), Act::Wait);
+        assert_eq!(decide(&mut seen, &held(late), &p, t0 + s(28)), Act::Wait);
+        assert_eq!(decide(&mut seen, &held(late), &p, t0 + s(29)), Act::Take, "unchanged for 15s");
+        // Free: at once.
+        assert_eq!(decide(&mut Seen::default(), &LeaseSpec::default(), &p, t0), Act::Take);
+        // Ours: renewed every half grace (2.5 s).
+        let ours = LeaseSpec { holder_identity: Some("me".into()), ..LeaseSpec::default() };
+        let mut seen = Seen { renewed: Some(t0), ..Seen::default() };
+        assert_eq!(decide(&mut seen, &ours, &p, t0 + s(2)), Act::Wait);
+        assert_eq!(decide(&mut seen, &ours, &p, t0 + s(3)), Act::Renew);
     }
 }

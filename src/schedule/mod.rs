@@ -2,6 +2,8 @@
 //! until the earliest due time; tests drive it with tokio's paused clock), and the one retry
 //! backoff. What a schedule is and how durations are written is `model::schedule`.
 
+pub mod clock;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -107,7 +107,12 @@ impl CapiTenant {
     /// `stacksync run` with the hooks listener on a free port, and the `ExtensionConfig` that
     /// makes Cluster API call it for this tenant's namespace (written once the listener is up).
     pub async fn start(&self, config: &Path, extra: &[&str]) -> Daemon {
-        let daemon = self.launch(config, "daemon.log").args(extra).start().await;
+        self.start_launched(config, |launch| launch.args(extra)).await
+    }
+
+    /// [`CapiTenant::start`] with the launch `edit`ed (arguments, environment).
+    pub async fn start_launched(&self, config: &Path, edit: impl FnOnce(Launch) -> Launch) -> Daemon {
+        let daemon = edit(self.launch(config, "daemon.log")).start().await;
         let url = daemon.hooks_url().await;
         self.extension_config(&url).await;
         // Discovered before any Cluster comes: a control plane that came up before would not be

@@ -170,6 +170,12 @@ impl Sub {
         self.set("interval", every)
     }
 
+    /// A cron `schedule:` instead of the interval.
+    pub fn schedule(mut self, cron: &str) -> Sub {
+        self.0.remove("interval");
+        self.set("schedule", cron)
+    }
+
     pub fn health_timeout(self, within: &str) -> Sub {
         self.set("healthTimeout", within)
     }

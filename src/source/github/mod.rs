@@ -227,7 +227,9 @@ pub struct Client {
     repo: String,
     token: Option<Secret>,
     /// `(remaining, reset epoch seconds)` from the last response.
-    quota: std::sync::Mutex<Option<(u64, u64)>>,
+    /// What the last response said of the quota: requests left, and when (on the monotonic
+    /// clock) it resets.
+    quota: std::sync::Mutex<Option<(u64, Instant)>>,
     limits: Limits,
 }
 
@@ -423,7 +425,7 @@ impl Client {
             }
             let resp = req.send().await.map_err(request_err)?;
             self.record_quota(resp.headers());
-            match rate_limit_wait(resp.status(), resp.headers(), now_epoch()) {
+            match rate_limit_wait(resp.status(), resp.headers(), server_epoch(resp.headers())) {
                 Some(wait) => self.wait(wait).await?,
                 None => return Ok(resp),
             }
@@ -433,7 +435,7 @@ impl Client {
     fn quota_wait(&self) -> Option<Duration> {
         let quota = *self.quota.lock().ok()?;
         match quota {
-            Some((0, reset)) => Some(Duration::from_secs(reset.saturating_sub(now_epoch()).max(1))),
+            Some((0, reset)) => Some(reset.saturating_duration_since(Instant::now()).max(Duration::from_secs(1))),
             _ => None,
         }
     }
@@ -444,8 +446,9 @@ impl Client {
         if let (Some(remaining), Some(reset)) = (remaining, reset) {
             debug!(repo = %self.repo, remaining, reset, "GitHub API quota");
             crate::telemetry::metrics().github_quota(&self.repo, remaining, header_u64(headers, "x-ratelimit-limit"));
+            let reset_in = Duration::from_secs(reset.saturating_sub(server_epoch(headers)));
             if let Ok(mut q) = self.quota.lock() {
-                *q = Some((remaining, reset));
+                *q = Some((remaining, Instant::now() + reset_in));
             }
         }
     }
@@ -728,8 +731,16 @@ fn next_link(headers: &HeaderMap) -> Option<&str> {
     })
 }
 
-fn now_epoch() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+/// Now as the server saw it when it answered (its `Date` header), else as our clock says:
+/// GitHub's `X-RateLimit-Reset` is a time on the server's clock, so a step of ours (or a clock
+/// that is simply wrong) neither cuts the wait to a retry a second nor stretches it.
+fn server_epoch(headers: &HeaderMap) -> u64 {
+    headers
+        .get(reqwest::header::DATE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| chrono::DateTime::parse_from_rfc2822(v).ok())
+        .and_then(|t| u64::try_from(t.timestamp()).ok())
+        .unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0))
 }
 
 fn excerpt(text: &str) -> String {
@@ -782,12 +793,22 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_reset_is_read_on_the_servers_clock_not_ours() {
+        // Our clock an hour ahead (or ten minutes behind) of the server's: the wait is what
+        // the server means, not a retry a second for an hour.
+        let h = headers(&[("date", "Sun, 29 Nov 2026 01:00:00 GMT"), ("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "1795914060")]);
+        assert_eq!(server_epoch(&h), 1_795_914_000);
+        assert_eq!(rate_limit_wait(StatusCode::FORBIDDEN, &h, server_epoch(&h)), Some(Duration::from_secs(60)));
+        assert!(server_epoch(&headers(&[("date", "garbage")])) > 1_700_000_000, "no usable Date: our clock");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_exhausted_quota_waits_until_the_reset() {
         let client = Client::new("http://127.0.0.1:1/", "o/r", None).unwrap();
-        *client.quota.lock().unwrap() = Some((0, now_epoch() + 120));
+        *client.quota.lock().unwrap() = Some((0, Instant::now() + Duration::from_secs(120)));
         let wait = client.quota_wait().unwrap();
-        // (The reset is wall-clock time: a stalled machine may have used a few seconds of it.)
+        // (A stalled machine may have used a few seconds of it.)
         assert!((110..=120).contains(&wait.as_secs()), "{wait:?}");
         let start = tokio::time::Instant::now();
         client.wait(wait).await.unwrap();

@@ -178,11 +178,10 @@ fn failed(mut up: UpgradeStatus, message: String) -> Step {
     Step::Failed { upgrade: up, message }
 }
 
+/// How long the phase has waited: on the monotonic clock while this process lives, so a step
+/// of the wall clock neither times a stage out early nor holds it past `stageTimeout`.
 fn since(rfc3339: &str) -> Duration {
-    chrono::DateTime::parse_from_rfc3339(rfc3339)
-        .ok()
-        .and_then(|t| chrono::Utc::now().signed_duration_since(t.with_timezone(&chrono::Utc)).to_std().ok())
-        .unwrap_or_default()
+    crate::schedule::clock::elapsed_since(rfc3339)
 }
 
 /// Applies (nothing pruned) or deletes what the stage chart renders. `Err` says why it must be

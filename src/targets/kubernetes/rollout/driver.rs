@@ -191,8 +191,12 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
     let steps = {
         let v = version.clone().flatten();
         let t = Target { class: &target.tag, version: v.as_deref(), v1beta2: kube.clusters.version == "v1beta2" };
-        plan::advance(&mut st, &fleet, &t, &requests, cfg.wave_timeout, chrono::Utc::now())
+        // How long a wave has run is measured on the monotonic clock while this process
+        // lives (`schedule::clock`): a step of the wall clock does not time it out.
+        let waited = |stamp: &str| crate::schedule::clock::elapsed_since(stamp);
+        plan::advance(&mut st, &fleet, &t, &requests, cfg.wave_timeout, chrono::Utc::now(), &waited)
     };
+    crate::schedule::clock::note(&st.wave_started);
     for step in steps {
         if let Step::WaveStarted { wave, clusters, .. } = &step {
             if version.is_none() {

@@ -411,12 +411,11 @@ pub fn judge_wave(wave: &WaveStatus, fleet: &Fleet, target: &Target<'_>) -> Wave
     if late.is_empty() { WaveHealth::Done } else { WaveHealth::Waiting { done, late } }
 }
 
-/// Whether a wave started at `wave_started` (RFC 3339; unreadable counts as just started) is
-/// past its `timeout` at `now`.
-pub fn timed_out(wave_started: &str, timeout: Duration, now: DateTime<Utc>) -> bool {
-    let started = DateTime::parse_from_rfc3339(wave_started).map(|t| t.with_timezone(&Utc)).ok();
-    let elapsed = started.map(|s| (now - s).to_std().unwrap_or_default()).unwrap_or_default();
-    elapsed > timeout
+/// Whether a wave started at `wave_started` (RFC 3339; none recorded: never) is past its
+/// `timeout`, `waited` saying how long ago a recorded time was (the driver measures it on the
+/// monotonic clock, `schedule::clock`, so a step of the wall clock does not time a wave out).
+pub fn timed_out(wave_started: &str, timeout: Duration, waited: &dyn Fn(&str) -> Duration) -> bool {
+    !wave_started.is_empty() && waited(wave_started) > timeout
 }
 
 /// Moves a running or paused rollout on as far as it goes at `now`, given the fleet the round
@@ -424,7 +423,8 @@ pub fn timed_out(wave_started: &str, timeout: Duration, now: DateTime<Utc>) -> b
 /// to, starts a pending wave (the driver moves its Clusters), judges a running one, pauses on a
 /// failed Cluster, a wave past `wave_timeout` or a pause request at a wave boundary, completes
 /// the last. Returns what happened, in order. `st`'s counts are brought up to date
-/// ([`summarise`]).
+/// ([`summarise`]). `now` stamps a wave that starts; `waited` judges a running one
+/// ([`timed_out`]).
 pub fn advance(
     st: &mut RolloutStatus,
     fleet: &Fleet,
@@ -432,9 +432,11 @@ pub fn advance(
     requests: &Requests,
     wave_timeout: Duration,
     now: DateTime<Utc>,
+    waited: &dyn Fn(&str) -> Duration,
 ) -> Vec<Step> {
     let mut steps = Vec::new();
-    go_on(st, fleet, target, requests, wave_timeout, now, &mut steps);
+    let past_timeout = |started: &str| timed_out(started, wave_timeout, waited);
+    go_on(st, fleet, target, requests, (wave_timeout, &past_timeout), now, &mut steps);
     summarise(st);
     steps
 }
@@ -444,7 +446,7 @@ fn go_on(
     fleet: &Fleet,
     target: &Target<'_>,
     requests: &Requests,
-    wave_timeout: Duration,
+    (wave_timeout, past_timeout): (Duration, &dyn Fn(&str) -> bool),
     now: DateTime<Utc>,
     steps: &mut Vec<Step>,
 ) {
@@ -492,7 +494,7 @@ fn go_on(
             }
             WaveHealth::Waiting { done, late } => {
                 st.plan[index].done = done;
-                if timed_out(&st.wave_started, wave_timeout, now) {
+                if past_timeout(&st.wave_started) {
                     pause(st, "WaveTimeout", late_message(&late, wave_timeout), steps);
                 }
                 return;

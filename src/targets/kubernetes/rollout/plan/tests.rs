@@ -17,6 +17,11 @@ const V3: &str = "docker-ferrol-1-27-v3";
 const V4: &str = "docker-ferrol-1-27-v4";
 const TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long ago a time was by the wall clock at `at(secs)` (unreadable or ahead: zero).
+fn wall(secs: i64) -> impl Fn(&str) -> Duration {
+    move |stamp| DateTime::parse_from_rfc3339(stamp).ok().and_then(|t| (at(secs) - t.with_timezone(&Utc)).to_std().ok()).unwrap_or_default()
+}
+
 fn at(secs: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(1_800_000_000 + secs, 0).expect("time")
 }
@@ -157,10 +162,11 @@ fn a_timeout_names_the_first_late_cluster_and_the_others() {
 #[test]
 fn a_wave_times_out_only_past_its_timeout() {
     let started = timestamp(at(0));
-    assert!(!timed_out(&started, TIMEOUT, at(30)), "at the timeout, not past it");
-    assert!(timed_out(&started, TIMEOUT, at(31)));
-    assert!(!timed_out(&started, TIMEOUT, at(-5)), "a clock behind the start is no time elapsed");
-    assert!(!timed_out("", TIMEOUT, at(3600)), "no start recorded: never");
+    assert!(!timed_out(&started, TIMEOUT, &wall(30)), "at the timeout, not past it");
+    assert!(timed_out(&started, TIMEOUT, &wall(31)));
+    assert!(!timed_out(&started, TIMEOUT, &wall(-5)), "a clock behind the start is no time elapsed");
+    assert!(!timed_out("", TIMEOUT, &wall(3600)), "no start recorded: never");
+    assert!(!timed_out("garbage", TIMEOUT, &wall(3600)), "unreadable: just started");
 }
 
 fn release(phase: &str, rollout: &str, annotations: &[(&str, &str)], handled: &str) -> StackRelease {
@@ -449,7 +455,7 @@ fn a_round_moves_the_rollout_on_as_far_as_it_goes() {
     for c in cases {
         let mut st = c.before.clone();
         let requests = Requests { resume: c.requests.0.into(), pause: c.requests.1.into() };
-        let steps = advance(&mut st, &fleet(c.fleet), &t, &requests, TIMEOUT, at(c.now));
+        let steps = advance(&mut st, &fleet(c.fleet), &t, &requests, TIMEOUT, at(c.now), &wall(c.now));
         assert_eq!(show(&steps), c.steps, "{}", c.name);
         assert_eq!((st.phase.as_str(), st.wave, st.reason.as_str(), st.done), c.after, "{}", c.name);
         assert_eq!(st.summary, format!("{}/6", st.done), "{}", c.name);
