@@ -54,7 +54,8 @@ fn error_policy(obj: Arc<DynamicObject>, error: &Error, kube: Arc<Kube>) -> Acti
     let after = retry_after(&kube, &key, error);
     // The same failure again (every retry, every resync): said once an hour at its level, at
     // DEBUG in between; a new one at once.
-    let loud = kube.warnings.worth(&key, "reconcile", &error.to_string());
+    // A server that throttles is said once for the server (`workload.rs`, `Throttle`), not per Cluster.
+    let loud = !super::workload::is_throttled(error) && kube.warnings.worth(&key, "reconcile", &error.to_string());
     match (error.is_transient(), loud) {
         (true, true) => warn!(cluster = %key, reason = error.reason(), retry_in = ?after, "{error}"),
         (false, true) => {
