@@ -487,8 +487,10 @@ impl Context {
         if let Some(l) = self.layouts.locked().get(&memo) {
             return Ok(l.clone());
         }
-        let unpack =
-            self.work_dir()?.join("releases").join(format!("{}-{}", prepared.release.tag, release::short(&prepared.release.commit)));
+        let unpack = self
+            .work_dir()?
+            .join("releases")
+            .join(crate::model::names::bounded(format!("{}-{}", prepared.release.tag, release::short(&prepared.release.commit)), 255));
         let (tree, path, rel) = (prepared.tree.clone(), sub.path.clone(), prepared.release.clone());
         let layout = match tokio::task::spawn_blocking(move || Layout::load(&tree, &path, &rel, &unpack)).await {
             Ok(r) => r.map(|l| Arc::new(Layout { template_options: options, ..l })).map_err(RenderError::Release)?,
