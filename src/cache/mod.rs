@@ -380,6 +380,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<bool> {
     let err = |source| Error::Write { path: path.to_owned(), source };
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    // The temporary name adds up to 34 bytes to the file's: a long one (a tree's manifest named
+    // after a long tag) is shortened so the temporary one is a file name too (255 bytes).
+    let name = crate::model::names::bounded(name, 255 - 40);
     let tmp = dir.join(format!(".{name}.tmp-{}-{}", std::process::id(), unique()));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
