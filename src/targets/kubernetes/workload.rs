@@ -301,7 +301,7 @@ impl ClusterState {
 // worker. As client-go does, the wait is for the work that was refused: other requests go on
 // (with API priority and fairness a 429 means "this priority level is full now", and holding
 // every request for each one made a 12-Cluster fleet at one seat converge in 71 s instead of
-// 8 s — `tests/chaos_throttle.rs`).
+// 14–30 s — `tests/chaos_throttle.rs`).
 
 /// The longest wait taken from a `Retry-After`: a proxy answering a day must not stop a Cluster
 /// for a day (the server is asked again after this, and may say to wait again).
