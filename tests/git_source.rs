@@ -271,3 +271,25 @@ async fn tag_pinned_to_a_commit_is_refused_when_it_moves() {
     assert!(env.configmap_text().contains("pinned"), "the moved tag was applied");
     env.daemon.stop().await;
 }
+
+/// Regression: a tag deleted upstream was said at INFO for a Git source but at WARN for a
+/// GitHub one (`github_source::a_deleted_release_is_warned_once_not_at_every_poll`). Said once
+/// at WARN by the poll that sees it, whatever the kind, and not again at every poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_tag_is_warned_once_not_at_every_poll() {
+    let env = Env::new().await;
+    env.repo.release(&format!("{STACK}-v1"), &[("manifests/addons.yaml", &configmap("addons", "one"))]);
+    env.repo.release(&format!("{STACK}-v2"), &[("manifests/addons.yaml", &configmap("addons", "two"))]);
+    let config = git_config(env.dir.path(), &env.daemon.url("stacks.git")).edit_sub("stack", |s| s.stack(STACK).interval("1s")).write();
+    let daemon = common::Daemon::start(&config, env.dir.path().join("daemon.log")).await;
+    daemon
+        .eventually("v2 applied", std::time::Duration::from_secs(30), async || {
+            common::applied_tag(&env.out(), "team-a", "alpha") == format!("{STACK}-v2")
+        })
+        .await;
+    env.repo.delete_tag(&format!("{STACK}-v2"));
+    common::assert_deletion_said_once(&daemon, "stacks", &format!("{STACK}-v2")).await;
+    assert_eq!(env.applied_tag(), format!("{STACK}-v2"));
+    daemon.stop().await;
+    env.daemon.stop().await;
+}

@@ -361,3 +361,25 @@ async fn a_release_deleted_upstream_stays_applied_from_the_cache() {
     assert_eq!(server.count("/storage/"), downloads, "nothing downloaded");
     server.stop().await;
 }
+
+/// Regression: a tag deleted upstream was said at INFO for a Git source but at WARN for a
+/// GitHub one. Every source kind says it once at WARN, by the poll that sees it, and what the
+/// selection makes of it ("staying on it") once at INFO — not at every poll after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_release_is_warned_once_not_at_every_poll() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = GithubServer::start().await.expect("server");
+    server.add_release(REPO, "v1.0.0", &manifests("one"), false, false);
+    server.add_release(REPO, "v1.1.0", &manifests("two"), false, false);
+    let config = gh_config(dir.path(), &server).edit_sub("stack", |s| s.interval("1s")).write();
+    let daemon = common::Daemon::start(&config, dir.path().join("daemon.log")).await;
+    let out = dir.path().join("out");
+    daemon
+        .eventually("v1.1.0 applied", std::time::Duration::from_secs(30), async || common::applied_tag(&out, "team-a", "alpha") == "v1.1.0")
+        .await;
+    server.remove_release("v1.1.0");
+    common::assert_deletion_said_once(&daemon, "gh", "v1.1.0").await;
+    assert_eq!(status(&out, "team-a", "alpha")["appliedRelease"]["tag"], "v1.1.0");
+    daemon.stop().await;
+    server.stop().await;
+}

@@ -606,3 +606,49 @@ async fn put_kubeconfig(t: &Tenant, name: &str, kubeconfig: &serde_json::Value) 
     let api: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(t.client(), &t.ns);
     api.patch(&format!("{name}-kubeconfig"), &PatchParams::apply("capi").force(), &Patch::Apply(&secret)).await.expect("secret");
 }
+
+/// A release tag as long as Git makes one (250 characters: its ref's lock file is a 255-byte
+/// file name; a ClusterClass name may be 253) on the real server: applied, its Cluster synced,
+/// its StackRelease and the Events about it written (names made from the tag are shortened with
+/// a digest where a limit is shorter: the StackRelease's Events add 17 characters, the cache's
+/// file names take 255 bytes). An object one character over the object-name limit (254) is
+/// refused by name and limit, and blocks nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tag_as_long_as_git_allows_is_synced_and_a_name_over_253_is_named() {
+    let Some(t) = Tenant::new("longname").await else { return };
+    let tag = format!("v1.0.0-{}", "a".repeat(250 - "v1.0.0-".len()));
+    let over = format!("x{}", "y".repeat(253));
+    let objects = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fine-${{cluster.name}}\n  namespace: ${{cluster.namespace}}\ndata:\n  tag: {tag}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {over}\n  namespace: ${{cluster.namespace}}\n"
+    );
+    t.repo.release(&tag, &[("manifests/objects.yaml", &objects)]);
+    t.add_cluster("long").await;
+    let config = t.config(|s| s.health_timeout("0s")).write();
+    let o = common::run_once(&config).await;
+    let log = common::stderr(&o);
+    let cms: Api<ConfigMap> = Api::namespaced(t.client(), &t.ns);
+    assert!(cms.get_opt("fine-long").await.expect("get").is_some(), "not applied:\n{log}");
+    let cs = t.cluster_sync("long").await.unwrap_or_else(|| panic!("no ClusterSync:\n{log}"));
+    assert_eq!(cs["status"]["appliedRelease"]["tag"], tag.as_str(), "{cs}");
+    let entries = cs["status"]["entries"].as_array().cloned().unwrap_or_default();
+    let refused =
+        entries.iter().find(|e| e["name"] == over.as_str()).unwrap_or_else(|| panic!("the 254-character object is not named: {cs}"));
+    let message = refused["message"].as_str().unwrap_or_default();
+    assert!(message.contains("254") && message.contains("253"), "the limit is said: {refused}");
+    assert_eq!((cs["status"]["synced"].as_u64(), cs["status"]["total"].as_u64()), (Some(1), Some(2)), "{cs}");
+    // The StackRelease of the tag, and the Event about it.
+    let releases: Api<kube::api::DynamicObject> = Api::all_with(t.client(), &common::res("stacksync.io", "v1alpha1", "StackRelease"));
+    let list = releases.list(&Default::default()).await.expect("StackReleases");
+    let sr =
+        list.items.iter().find(|r| r.data["spec"]["tag"] == tag.as_str()).unwrap_or_else(|| panic!("no StackRelease of the tag:\n{log}"));
+    let name = sr.metadata.name.clone().unwrap_or_default();
+    assert!(name.len() + 17 <= 253, "{name}");
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(t.client());
+    let about = events.list(&Default::default()).await.expect("events");
+    assert!(
+        about.items.iter().any(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str())),
+        "no Event about StackRelease {name}:\n{log}"
+    );
+    let _ = releases.delete(&name, &Default::default()).await;
+    t.delete().await;
+}

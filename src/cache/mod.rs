@@ -123,6 +123,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Linux's limit on a path passed to the kernel, terminating NUL included.
 pub const PATH_MAX: usize = 4096;
+/// What a tree's digest manifest adds to the tree's file name.
+const MANIFEST_SUFFIX: &str = ".sha256.json";
+/// The longest name of a release tree: its manifest's name must fit in a file name (255 bytes).
+const MAX_TREE_NAME: usize = 255 - MANIFEST_SUFFIX.len();
 
 /// A handle on the cache directory. Cheap to clone; holds no open files.
 #[derive(Debug, Clone)]
@@ -173,14 +177,17 @@ impl Cache {
         self.root.join(Self::release_rel(key, tag, commit))
     }
 
+    /// `releases/<key>/<tag>@<commit>`; with a tag too long for a file name (a ClusterClass name
+    /// may be 253 characters, a file name 255 bytes, its manifest's 12 more) the name is
+    /// shortened with a digest of the whole ([`crate::model::names::bounded`]).
     fn release_rel(key: &str, tag: &str, commit: &str) -> PathBuf {
-        PathBuf::from("releases").join(key).join(format!("{tag}@{commit}"))
+        PathBuf::from("releases").join(key).join(crate::model::names::bounded(format!("{tag}@{commit}"), MAX_TREE_NAME))
     }
 
     /// The digest manifest of the tree at `tree` (a sibling file, so renders never see it).
     pub fn manifest_path(tree: &Path) -> PathBuf {
         let mut name = tree.file_name().unwrap_or_default().to_os_string();
-        name.push(".sha256.json");
+        name.push(MANIFEST_SUFFIX);
         tree.with_file_name(name)
     }
 
@@ -373,6 +380,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<bool> {
     let err = |source| Error::Write { path: path.to_owned(), source };
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    // The temporary name adds up to 34 bytes to the file's: a long one (a tree's manifest named
+    // after a long tag) is shortened so the temporary one is a file name too (255 bytes).
+    let name = crate::model::names::bounded(name, 255 - 40);
     let tmp = dir.join(format!(".{name}.tmp-{}-{}", std::process::id(), unique()));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;

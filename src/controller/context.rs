@@ -57,6 +57,9 @@ pub struct Context {
     /// Whether helm's renders are kept on the cache volume (off for `stacksync preview`, which
     /// writes nothing there).
     disk_renders: std::sync::atomic::AtomicBool,
+    /// The last selection note said at INFO per subscription (`tag … is no longer advertised;
+    /// staying on it`): said when it changes, not at every poll.
+    notes: Mutex<HashMap<String, String>>,
 }
 
 /// How many releases one selection tries when their signatures are refused as they are cached.
@@ -96,6 +99,7 @@ impl Context {
             refused: Mutex::new(HashMap::new()),
             preparing: Mutex::new(HashMap::new()),
             disk_renders: std::sync::atomic::AtomicBool::new(true),
+            notes: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -419,7 +423,16 @@ impl Context {
             let rel = &selection.release;
             let span = tracing::info_span!("release", source = %rel.source, tag = %rel.tag, commit = %release::short(&rel.commit));
             if let Some(note) = &selection.note {
-                span.in_scope(|| info!("{note}"));
+                // The tag's deletion itself is said once at WARN by the poll that saw it (every
+                // source kind alike); what the selection makes of it once at INFO, then DEBUG.
+                let new = self.notes.locked().insert(sub.name.clone(), note.clone()).as_ref() != Some(note);
+                if new {
+                    span.in_scope(|| info!("{note}"));
+                } else {
+                    span.in_scope(|| tracing::debug!("{note}"));
+                }
+            } else {
+                self.notes.locked().remove(&sub.name);
             }
             let outcome = self.prepare(rel).instrument(span).await;
             if outcome.as_ref().is_err_and(|e| e.is_signature()) && !self.tags(sub).await.0.contains_key(&rel.tag) {
@@ -495,8 +508,10 @@ impl Context {
         if let Some(l) = self.layouts.locked().get(&memo) {
             return Ok(l.clone());
         }
-        let unpack =
-            self.work_dir()?.join("releases").join(format!("{}-{}", prepared.release.tag, release::short(&prepared.release.commit)));
+        let unpack = self
+            .work_dir()?
+            .join("releases")
+            .join(crate::model::names::bounded(format!("{}-{}", prepared.release.tag, release::short(&prepared.release.commit)), 255));
         let (tree, path, rel) = (prepared.tree.clone(), sub.path.clone(), prepared.release.clone());
         let layout = match tokio::task::spawn_blocking(move || Layout::load(&tree, &path, &rel, &unpack)).await {
             Ok(r) => r.map(|l| Arc::new(Layout { template_options: options, ..l })).map_err(RenderError::Release)?,

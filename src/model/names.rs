@@ -85,6 +85,26 @@ pub fn check(kind: &str, namespace: Option<&str>, name: &str) -> Result<(), Name
     check_name(name)
 }
 
+/// `text` when it is at most `max` bytes; otherwise its first bytes, `-` and 16 hex digits of a
+/// digest of the whole, `max` bytes in all. For names made from what a release or Cluster is
+/// called (a tag is as long as a ClusterClass name, 253 characters) where a shorter limit
+/// applies: a file name (255 bytes), an object name with a suffix to come (an Event's). Distinct
+/// texts stay distinct, the same text always gives the same name, and a short one is unchanged.
+pub fn bounded(text: String, max: usize) -> String {
+    use sha2::{Digest, Sha256};
+    if text.len() <= max {
+        // Returned as it is: nothing allocated for the names that fit (every one, nearly).
+        return text;
+    }
+    let digest = hex::encode(&Sha256::digest(text.as_bytes())[..8]);
+    let mut keep = max.saturating_sub(digest.len() + 1);
+    while !text.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    let prefix = text[..keep].trim_end_matches(['-', '.', '_', '@']);
+    format!("{prefix}-{digest}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,5 +127,19 @@ mod tests {
         for kind in ["", "Config/Map", "1Map", "Config Map"] {
             assert!(check_kind(kind).is_err(), "{kind:?}");
         }
+    }
+
+    #[test]
+    fn bounded_names_keep_short_ones_and_tell_long_ones_apart() {
+        assert_eq!(bounded("ferrol.v1.0.0".into(), 236), "ferrol.v1.0.0");
+        let long = format!("v1.0.0-{}", "a".repeat(246));
+        let other = format!("v1.0.0-{}b", "a".repeat(245));
+        let (a, b) = (bounded(long.clone(), 236), bounded(other, 236));
+        assert!(a.len() <= 236 && b.len() <= 236, "{} {}", a.len(), b.len());
+        assert_ne!(a, b, "two tags that differ only at the end");
+        assert_eq!(a, bounded(long, 236), "stable");
+        assert!(a.starts_with("v1.0.0-aaaa") && a.chars().last().is_some_and(|c| c.is_ascii_alphanumeric()), "{a}");
+        // Never cut inside a character.
+        assert!(bounded("é".repeat(200), 255).len() <= 255);
     }
 }

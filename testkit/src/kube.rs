@@ -89,11 +89,16 @@ pub struct Options {
     /// response code (level `Metadata`, one JSON event per line), for tests that prove what an
     /// identity did and that nothing it did was refused.
     pub audit: bool,
+    /// Run kube-apiserver with API priority and fairness (off by default: a shared control plane
+    /// of many tests must not throttle them), its total concurrency limited to this many
+    /// requests (`--max-requests-inflight` plus `--max-mutating-requests-inflight`), so a test's
+    /// own FlowSchema and PriorityLevelConfiguration can make it answer 429 for real.
+    pub priority_and_fairness: Option<u32>,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { preload: Vec::new(), nodes: 1, bin_dir: None, audit: false }
+        Options { preload: Vec::new(), nodes: 1, bin_dir: None, audit: false, priority_and_fairness: None }
     }
 }
 
@@ -225,9 +230,19 @@ impl Kube {
                 .arg("--service-cluster-ip-range=10.0.0.0/24")
                 .arg("--authorization-mode=RBAC")
                 .arg("--allow-privileged=true")
-                .arg("--enable-priority-and-fairness=false")
                 .arg("--profiling=false")
                 .arg("--event-ttl=1h");
+            match options.priority_and_fairness {
+                Some(limit) => {
+                    let mutating = (limit / 3).max(1);
+                    cmd.arg("--enable-priority-and-fairness=true")
+                        .arg(format!("--max-requests-inflight={}", limit.saturating_sub(mutating).max(1)))
+                        .arg(format!("--max-mutating-requests-inflight={mutating}"));
+                }
+                None => {
+                    cmd.arg("--enable-priority-and-fairness=false");
+                }
+            }
             if options.audit {
                 let policy = self.dir.join("audit-policy.yaml");
                 std::fs::write(&policy, AUDIT_POLICY).map_err(|source| Error::Write { path: policy.clone(), source })?;

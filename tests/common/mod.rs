@@ -70,6 +70,13 @@ pub fn configmap(name: &str, extra: &str) -> String {
 }
 
 /// Reads a status file as YAML.
+/// The tag a directory target's status file says was applied; empty before there is one.
+pub fn applied_tag(out: &Path, ns: &str, cluster: &str) -> String {
+    let Ok(text) = std::fs::read_to_string(out.join("status").join(ns).join(format!("{cluster}.yaml"))) else { return String::new() };
+    let status: serde_json::Value = serde_saphyr::from_str(&text).unwrap_or_default();
+    status["appliedRelease"]["tag"].as_str().unwrap_or_default().to_owned()
+}
+
 pub fn status(out: &Path, ns: &str, cluster: &str) -> serde_json::Value {
     let text = std::fs::read_to_string(out.join("status").join(ns).join(format!("{cluster}.yaml"))).expect("status file");
     serde_saphyr::from_str(&text).expect("status is YAML")
@@ -267,4 +274,23 @@ pub async fn run_example(name: &str, also: &[&str], env: &[(&str, &str)], within
         String::from_utf8_lossy(&out.stderr)
     );
     Some(out)
+}
+
+/// The daemon says that `tag` of source `source` was deleted upstream once, at WARN, and what
+/// it does about it (`staying on it`) once, at INFO — and neither again over the next three
+/// polls of the source.
+pub async fn assert_deletion_said_once(daemon: &Daemon, source: &str, tag: &str) {
+    let within = std::time::Duration::from_secs(30);
+    daemon.logged("tag was deleted upstream", within).await;
+    let polls = format!("stacksync_source_polls_total{{source=\"{source}\",result=\"success\"}}");
+    let seen = daemon.metric(&polls).await;
+    daemon.eventually("three more polls", within, async || daemon.metric(&polls).await >= seen + 3.0).await;
+    let log = daemon.log();
+    let lines = |needle: &str| log.lines().filter(|l| l.contains(needle)).map(str::to_owned).collect::<Vec<_>>();
+    let deleted = lines("tag was deleted upstream");
+    assert_eq!(deleted.len(), 1, "said once, not at every poll:\n{log}");
+    assert!(deleted[0].contains(" WARN ") && deleted[0].contains(tag), "{}", deleted[0]);
+    let staying = lines("is no longer advertised; staying on it");
+    assert_eq!(staying.len(), 1, "said once, not at every poll:\n{log}");
+    assert!(staying[0].contains(" INFO "), "{}", staying[0]);
 }

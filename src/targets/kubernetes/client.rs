@@ -2,6 +2,7 @@
 //! retry of kube's own) and one for watches (kube's timeouts), from the target's kubeconfig
 //! or the in-cluster environment; and how a kube error reads in a message.
 
+use super::workload::Throttle;
 use crate::config::KubernetesTarget;
 
 /// A kube error for a message: the API server's own message for an API error, otherwise the
@@ -18,6 +19,15 @@ pub(crate) fn kube_error(e: &kube::Error) -> String {
 /// # Errors
 /// The kubeconfig cannot be read or the client cannot be built.
 pub async fn management_client(k: &KubernetesTarget) -> Result<kube::Client, ClientError> {
+    Ok(throttled_management_client(k).await?.0)
+}
+
+/// [`management_client`] and its [`Throttle`]: what the server said about waiting (429/503 with
+/// `Retry-After`), which the controller takes as the lower bound of a Cluster's next retry.
+///
+/// # Errors
+/// As [`management_client`].
+pub(super) async fn throttled_management_client(k: &KubernetesTarget) -> Result<(kube::Client, Throttle), ClientError> {
     let mut config = management_config(k).await?;
     // Every request has a deadline: a frozen API server fails a reconcile, it never hangs it.
     config.read_timeout = Some(k.request_timeout);
@@ -25,13 +35,18 @@ pub async fn management_client(k: &KubernetesTarget) -> Result<kube::Client, Cli
     config.connect_timeout = Some(k.request_timeout.min(std::time::Duration::from_secs(10)));
     // kube's default retry waits out 429/503 for minutes (15 attempts, up to 1000 s apart):
     // a failed request fails the reconcile at once, and the controller retries it with its own
-    // jittered backoff, per Cluster, without holding a worker.
+    // jittered backoff, per Cluster, without holding a worker. What the server says about
+    // waiting (`Retry-After`) is kept by the throttle: the lower bound of that backoff.
     config.default_retry = false;
-    kube::Client::try_from(config).map_err(ClientError::Build)
+    let throttle = Throttle::new("the management API server");
+    let client = kube::client::ClientBuilder::try_from(config).map_err(ClientError::Build)?.with_layer(&throttle.layer()).build();
+    Ok((client, throttle))
 }
 
 /// A client for the management cluster's watches: a watch is a long request (the server ends
-/// it after about five minutes) that may be silent for a while, so it keeps kube's own timeouts.
+/// it after about five minutes) that may be silent for a while, so it keeps kube's own timeouts,
+/// and kube's own retry, which waits out a 429's or 503's `Retry-After` (the watcher's backoff
+/// follows when it gives up).
 ///
 /// # Errors
 /// As [`management_client`].

@@ -27,7 +27,7 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    #[error("cannot write ClusterSync {cluster}: {} (are the CRDs installed? kubectl apply -f deploy/crds/)", kube_error(.source))]
+    #[error("cannot write ClusterSync {cluster}: {}{}", kube_error(.source), crd_hint(.source))]
     WriteStatus {
         cluster: ClusterKey,
         #[source]

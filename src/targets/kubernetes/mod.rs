@@ -14,7 +14,7 @@
 //! of its own: `workloads.rs` (workload clients), `references.rs` (the objects a Cluster
 //! references), `manifests.rs` (manifest releases read once), `classes.rs` (ClusterClasses
 //! applied), `stackrelease.rs` (`StackRelease`s recorded), `warnings.rs` (warnings said once),
-//! `attempts.rs` (backoff counts). `client.rs` builds the management cluster's clients,
+//! `attempts.rs` (backoff counts), `workload.rs` also keeps what a server said about waiting (`Throttle`). `client.rs` builds the management cluster's clients,
 //! `cluster.rs` reads a `Cluster` (pure), `error.rs` is what a reconcile can fail at.
 
 use std::sync::Arc;
@@ -104,6 +104,8 @@ pub struct Kube {
     kubernetes_versions: rollout::KubernetesVersions,
     /// The objects a Cluster references (control plane, infrastructure cluster).
     references: references::References,
+    /// When the management API server said to ask again (429/503 `Retry-After`).
+    throttle: workload::Throttle,
 }
 
 impl Kube {
@@ -116,7 +118,7 @@ impl Kube {
     pub async fn connect(ctx: Arc<Context>) -> Result<Arc<Kube>, Error> {
         let config = ctx.config();
         let k = target(&config);
-        let mgmt = management_client(&k).await.map_err(Error::ManagementClient)?;
+        let (mgmt, throttle) = client::throttled_management_client(&k).await.map_err(Error::ManagementClient)?;
         let watch = management_watch_client(&k).await.map_err(Error::ManagementClient)?;
         let clusters = cluster_resource(&mgmt).await?;
         tracing::info!(version = %clusters.version, "Cluster API found");
@@ -135,6 +137,7 @@ impl Kube {
             events: events::Events::new(mgmt.clone()),
             kubernetes_versions: Default::default(),
             references: Default::default(),
+            throttle,
             mgmt,
         }))
     }
@@ -168,6 +171,12 @@ impl Kube {
     /// ([`references::References::with_live_objects`]).
     async fn with_live_objects(&self, obj: &kube::api::DynamicObject, c: ClusterConfig) -> ClusterConfig {
         self.references.with_live_objects(&self.mgmt, obj, c).await
+    }
+
+    /// How long the API servers a Cluster's reconcile talks to (the management cluster's, its
+    /// workload cluster's) said to wait still, if they did: the least its next retry waits.
+    fn throttled(&self, key: &ClusterKey) -> Option<std::time::Duration> {
+        self.throttle.remaining().max(self.workloads.throttled(key))
     }
 
     /// Forgets what is kept for a Cluster that is gone.

@@ -270,7 +270,7 @@ async fn apply_release(
         Ok(workload) => workload,
         Err(e) => {
             let message = e.to_string();
-            if kube.warnings.worth(&key, "client", &message) {
+            if !super::workload::is_throttled(&e) && kube.warnings.worth(&key, "client", &message) {
                 warn!("{message}");
             } else {
                 debug!("{message} (unchanged since the last warning)");
@@ -284,7 +284,12 @@ async fn apply_release(
         // Retried a few times; when it cannot be written, nothing is applied this round: the
         // status must never claim the old release while the new one goes in.
         if let Err(e) = super::status::retried(|| super::status::write_progress(&syncs, sub, c, owner, st.clone())).await {
-            warn!(error = %kube_error(&e), "cannot record that the apply of {} started; nothing is applied this round", rel.tag);
+            if super::workload::is_throttled(&e) {
+                // Said once for the whole server (`workload.rs`, `Throttle`), not once per Cluster and retry.
+                debug!(error = %kube_error(&e), "cannot record that the apply of {} started (throttled); nothing is applied this round", rel.tag);
+            } else {
+                warn!(error = %kube_error(&e), "cannot record that the apply of {} started; nothing is applied this round", rel.tag);
+            }
             return Err(Fail::Unrecorded { tag: rel.tag.clone(), source: e });
         }
     }
@@ -344,9 +349,12 @@ async fn apply_release(
 /// not a new line at the same level every ten minutes, forever.
 fn say(kube: &Kube, key: &ClusterKey, label: &str, after: &decide::After) {
     let unsynced = || after.done.changes.entries.iter().filter(|e| !e.is_synced());
+    // A server that throttles is said once for the server (`workload.rs`, `Throttle`): what failed meanwhile
+    // at DEBUG, not a warning per Cluster and retry.
+    let throttled = kube.throttled(key).is_some();
     if after.said.is_empty() {
         kube.warnings.cleared(key, "objects");
-    } else if kube.warnings.worth(key, "objects", &after.said) {
+    } else if !throttled && kube.warnings.worth(key, "objects", &after.said) {
         for (object, fields) in &after.drifted {
             warn!(cluster = %label, object = %object, fields = %fields.join(", "), "drifted (driftMode: warn; not corrected)");
         }
@@ -414,10 +422,16 @@ pub(super) async fn choose(kube: &Kube, sub: &Subscription, class: Option<&str>)
 }
 
 /// When to retry a failed reconcile: jittered exponential backoff per Cluster for what may pass
-/// by itself, the resync period for what needs a change (then Stalled).
+/// by itself, the resync period for what needs a change (then Stalled); never before an API
+/// server the reconcile talks to said it may be asked again (`Retry-After`, plus a little
+/// jitter so the Clusters it held do not all come back at once).
 pub(super) fn retry_after(kube: &Kube, key: &ClusterKey, error: &Error) -> Duration {
     let attempt = kube.attempts.failed(key);
-    if error.is_transient() { crate::schedule::jittered(crate::schedule::backoff(attempt)) } else { kube.target().resync }
+    let after = if error.is_transient() { crate::schedule::jittered(crate::schedule::backoff(attempt)) } else { kube.target().resync };
+    match kube.throttled(key) {
+        Some(wait) => after.max(wait + crate::schedule::jittered(wait / 4)),
+        None => after,
+    }
 }
 
 /// The ClusterSync of a Cluster that is gone, and what is kept for it, are removed. The

@@ -56,6 +56,11 @@ pub(super) async fn once(kube: &Kube) {
     let all = ListParams::default();
     let (syncs, releases) = match tokio::try_join!(syncs.list(&all), releases.list(&all)) {
         Ok((s, r)) => (s.items, r.items),
+        // A server that throttles is said once by its client (`workload.rs`, `Throttle`).
+        Err(e) if super::workload::is_throttled(&e) => {
+            debug!(error = %kube_error(&e), "cannot list ClusterSyncs and StackReleases for the release roll-up");
+            return;
+        }
         Err(e) => {
             warn!(error = %kube_error(&e), "cannot list ClusterSyncs and StackReleases for the release roll-up");
             return;

@@ -54,9 +54,10 @@ fn error_policy(obj: Arc<DynamicObject>, error: &Error, kube: Arc<Kube>) -> Acti
     let after = retry_after(&kube, &key, error);
     // The same failure again (every retry, every resync): said once an hour at its level, at
     // DEBUG in between; a new one at once. Same is the same reason and cause: a full or
-    // read-only cache volume names a temp file new on every try.
+    // read-only cache volume names a temp file new on every try. A server that throttles is
+    // said once for the server (`workload.rs`, `Throttle`), not per Cluster.
     let cause = format!("{}: {}", error.reason(), crate::model::repeats::cause(error));
-    let loud = kube.warnings.worth(&key, "reconcile", &cause);
+    let loud = !super::workload::is_throttled(error) && kube.warnings.worth(&key, "reconcile", &cause);
     match (error.is_transient(), loud) {
         (true, true) => warn!(cluster = %key, reason = error.reason(), retry_in = ?after, "{error}"),
         (false, true) => {

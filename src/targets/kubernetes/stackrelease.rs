@@ -247,14 +247,20 @@ fn verified_by(assets: &[crate::model::verification::AssetRecord], signed_by: Op
     }
 }
 
-/// `<subscription>.<tag>` made a valid object name.
+/// The longest StackRelease name: an Event about it is named `<name>.<16 hex digits>`
+/// (kube-runtime's recorder), which must be an object name (253) too.
+const MAX_RELEASE_NAME: usize = 253 - 17;
+
+/// `<subscription>.<tag>` made a valid object name. One of a tag as long as a ClusterClass name
+/// (253) is shortened with a digest of the whole ([`crate::model::names::bounded`]): two long
+/// tags never share a StackRelease, and its Events fit.
 pub(super) fn release_name(sub: &str, tag: &str) -> String {
     let raw: String = format!("{sub}.{tag}")
         .to_ascii_lowercase()
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' })
         .collect();
-    raw.chars().take(253).collect()
+    crate::model::names::bounded(raw, MAX_RELEASE_NAME)
 }
 
 #[cfg(test)]
@@ -265,5 +271,10 @@ mod tests {
     fn release_names_are_valid_object_names() {
         assert_eq!(release_name("ferrol", "docker-ferrol-1-27-v2"), "ferrol.docker-ferrol-1-27-v2");
         assert_eq!(release_name("s", "v1.2.3+build_7"), "s.v1.2.3-build-7");
+        // A tag as long as a ClusterClass name may be: the name and its Events' names fit.
+        let long = format!("docker-{}-1-35-v1", "f".repeat(253 - "docker--1-35-v1".len()));
+        let name = release_name("ferrol", &long);
+        assert!(name.len() + 17 <= 253, "{}", name.len());
+        assert_ne!(name, release_name("ferrol", &long.replace("-v1", "-v2")));
     }
 }

@@ -59,8 +59,10 @@ pub(super) async fn write_progress(
 pub(super) const WRITE_ATTEMPTS: u32 = 3;
 
 /// Runs `write` until it succeeds, at most [`WRITE_ATTEMPTS`] times, waiting the crate's backoff
-/// between tries; only what may pass by itself (5xx, 429, a timeout, a connection error) is
-/// tried again. Each try is bounded by the management client's request timeout, so this is too.
+/// between tries; only what may pass by itself soon (5xx, a timeout, a connection error) is
+/// tried again. A 429 is not: the server said to wait, which the controller's retry of the
+/// Cluster does (`Retry-After` is its lower bound) without holding this worker. Each try is
+/// bounded by the management client's request timeout, so this is too.
 ///
 /// # Errors
 /// The last try's error.
@@ -82,10 +84,10 @@ where
     }
 }
 
-/// Whether a failed request may succeed when simply sent again.
+/// Whether a failed request may succeed when simply sent again soon.
 fn may_pass(e: &kube::Error) -> bool {
     match e {
-        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::Api(s) => s.code >= 500,
         _ => true,
     }
 }

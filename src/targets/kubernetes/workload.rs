@@ -24,11 +24,21 @@
 //!   kubeconfig Secret (read on every reconcile anyway).
 //!
 //! What a Cluster keeps between reconciles otherwise ([`ClusterState`]): the kinds its syncs
-//! found served — a few hundred bytes.
+//! found served and what its server said about waiting ([`Throttle`]) — a few hundred bytes.
+//!
+//! Every client here and the management cluster's (`client.rs`) record the `Retry-After` of
+//! their server's 429 and 503 answers ([`Throttle`], below): on the path of every request, so
+//! it lives here rather than in a file of its own.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+
+use hyper::header::{HeaderMap, RETRY_AFTER};
+use hyper::{Request, Response, StatusCode};
+use tracing::{debug, warn};
 
 use kube::client::ConfigExt;
 use sha2::{Digest, Sha256};
@@ -140,17 +150,19 @@ impl Recipe {
             let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         }
         let recipe = Recipe { tls: tls.get(&config)?, config };
-        recipe.client()?;
+        recipe.client(None)?;
         Ok(recipe)
     }
 
-    /// A new client (its own connection pool). Per-request I/O deadlines are the kubeconfig's
+    /// A new client (its own connection pool), under `throttle` if given (what its server said
+    /// about waiting outlives the client). Per-request I/O deadlines are the kubeconfig's
     /// timeouts, as kube sets them.
     ///
     /// # Errors
     /// As [`client`].
-    pub fn client(&self) -> Result<kube::Client, kube::Error> {
-        build(&self.config, self.tls.clone())
+    pub fn client(&self, throttle: Option<&Throttle>) -> Result<kube::Client, kube::Error> {
+        let throttle = throttle.cloned().unwrap_or_else(|| Throttle::new("the workload API server"));
+        build(&self.config, self.tls.clone(), &throttle)
     }
 }
 
@@ -161,7 +173,7 @@ impl Recipe {
 /// The TLS configuration cannot be built (an unreadable CA or key), the server name is invalid,
 /// or the authentication settings cannot be used.
 pub fn client(config: &kube::Config, tls: &TlsConfigs) -> Result<kube::Client, kube::Error> {
-    Recipe::new(config.clone(), tls)?.client()
+    Recipe::new(config.clone(), tls)?.client(None)
 }
 
 /// `User-Agent: stacksync/<version>` on every request (unless the kubeconfig sets one): what an
@@ -173,7 +185,7 @@ pub(crate) fn with_user_agent(config: &mut kube::Config) {
     }
 }
 
-fn build(config: &kube::Config, tls_config: Arc<rustls::ClientConfig>) -> Result<kube::Client, kube::Error> {
+fn build(config: &kube::Config, tls_config: Arc<rustls::ClientConfig>, throttle: &Throttle) -> Result<kube::Client, kube::Error> {
     use tower::Layer;
 
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
@@ -200,6 +212,7 @@ fn build(config: &kube::Config, tls_config: Arc<rustls::ClientConfig>) -> Result
     let service = config.extra_headers_layer()?.layer(pool);
     let service = tower::util::option_layer(config.auth_layer()?).layer(service);
     let service = config.base_uri_layer().layer(service);
+    let service = throttle.layer().layer(service);
     Ok(kube::Client::new(service, config.default_namespace.clone()))
 }
 
@@ -219,15 +232,15 @@ pub struct Clients {
 
 impl Clients {
     /// A new client from the recipe kept for `key`, if that was made from the Secret at
-    /// `version`.
-    pub fn get(&self, key: &ClusterKey, version: &str) -> Option<kube::Client> {
+    /// `version`, under `throttle`.
+    pub fn get(&self, key: &ClusterKey, version: &str, throttle: Option<&Throttle>) -> Option<kube::Client> {
         let recipe = {
             let mut kept = self.kept.locked();
             let k = kept.get_mut(key).filter(|k| k.version == version && !version.is_empty())?;
             k.used = Instant::now();
             k.recipe.clone()
         };
-        recipe.client().ok()
+        recipe.client(throttle).ok()
     }
 
     /// Keeps `recipe` for `key`, dropping recipes unused for [`CLIENT_IDLE`] and, past
@@ -262,15 +275,204 @@ impl Clients {
 }
 
 /// What a Cluster keeps between reconciles, whether or not its client is kept.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct ClusterState {
     /// The kinds its syncs found served.
     pub discovery: ssa::Discovery,
+    /// When its API server said to ask again (`Retry-After`), for every client of it.
+    pub throttle: Throttle,
+}
+
+impl ClusterState {
+    /// What `key` keeps, before its first sync.
+    pub fn new(key: &ClusterKey) -> ClusterState {
+        ClusterState { discovery: ssa::Discovery::default(), throttle: Throttle::new(format!("the API server of workload cluster {key}")) }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What an API server said about how soon to ask again: a tower layer on a client records the
+// `Retry-After` of its 429 and 503 answers, per client (per server), and says it once.
+//
+// kube keeps an API error's `Status` but not the response's headers, and a real API server's
+// priority-and-fairness rejection is plain text (`Too many requests, please try again later.`)
+// with the wait only in its `Retry-After` header. Recorded here, the controller takes it as the
+// lower bound of a failed Cluster's next retry ([`Throttle::remaining`]), without holding a
+// worker. As client-go does, the wait is for the work that was refused: other requests go on
+// (with API priority and fairness a 429 means "this priority level is full now", and holding
+// every request for each one made a 12-Cluster fleet at one seat converge in 71 s instead of
+// 14–30 s — `tests/chaos_throttle.rs`).
+
+/// The longest wait taken from a `Retry-After`: a proxy answering a day must not stop a Cluster
+/// for a day (the server is asked again after this, and may say to wait again).
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+
+/// One client's "not before": when its server said to ask again. Clones share it.
+#[derive(Clone)]
+pub struct Throttle(Arc<Inner>);
+
+struct Inner {
+    /// Whose server this is, for the log: "the management API server", "the workload API server
+    /// of ns/name".
+    who: String,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    until: Option<Instant>,
+    /// When each cause (the status code) was last said at WARN.
+    said: HashMap<u16, Instant>,
+    /// Throttling answers since the cause was last said at WARN.
+    since: u64,
+}
+
+impl Throttle {
+    /// A throttle for the clients of `who`'s API server (named in the log).
+    pub fn new(who: impl Into<String>) -> Throttle {
+        Throttle(Arc::new(Inner { who: who.into(), state: Mutex::default() }))
+    }
+
+    /// How long the server said to wait still, if it did.
+    pub fn remaining(&self) -> Option<Duration> {
+        let until = self.0.state.locked().until?;
+        until.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())
+    }
+
+    /// The layer that puts this throttle on a client's service stack.
+    pub fn layer(&self) -> ThrottleLayer {
+        ThrottleLayer(self.clone())
+    }
+
+    /// The server answered `code` with `Retry-After: wait` to a `what` (the method): the work it refused is
+    /// not retried before then. Said at WARN once per cause and hour, at DEBUG otherwise.
+    fn record(&self, code: StatusCode, wait: Duration, what: &str) {
+        let now = Instant::now();
+        let wait = wait.min(MAX_RETRY_AFTER);
+        let (loud, since) = {
+            let mut s = self.0.state.locked();
+            let until = now + wait;
+            s.until = Some(s.until.map_or(until, |u| u.max(until)));
+            s.since += 1;
+            let loud = s.said.get(&code.as_u16()).is_none_or(|at| now.duration_since(*at) >= super::REPEAT_WARNING);
+            if loud {
+                s.said.insert(code.as_u16(), now);
+                s.since = 0;
+            }
+            (loud, s.since)
+        };
+        let who = &self.0.who;
+        if loud {
+            warn!(
+                status = code.as_u16(),
+                retry_after = ?wait,
+                method = what,
+                "{who} throttles stacksync ({code} with Retry-After): what it refused is retried after the time it said, \
+                 not before (said once per cause and hour)"
+            );
+        } else {
+            debug!(status = code.as_u16(), retry_after = ?wait, method = what, since_said = since, "{who} throttles stacksync");
+        }
+    }
+}
+
+/// The wait a response asks for: `Retry-After` in seconds (the form API servers send), on a 429
+/// or a 503 only.
+fn asked_wait(code: StatusCode, headers: &HeaderMap) -> Option<Duration> {
+    if code != StatusCode::TOO_MANY_REQUESTS && code != StatusCode::SERVICE_UNAVAILABLE {
+        return None;
+    }
+    let secs: u64 = headers.get(RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()?;
+    // `Retry-After: 0` still means "not right now": a second, as client-go takes it.
+    Some(Duration::from_secs(secs.max(1)))
+}
+
+/// Puts a [`Throttle`] on a client's service stack.
+#[derive(Clone)]
+pub struct ThrottleLayer(Throttle);
+
+impl<S> tower::Layer<S> for ThrottleLayer {
+    type Service = Throttled<S>;
+
+    fn layer(&self, inner: S) -> Throttled<S> {
+        Throttled { inner, throttle: self.0.clone() }
+    }
+}
+
+/// A client service under a [`Throttle`].
+#[derive(Clone)]
+pub struct Throttled<S> {
+    inner: S,
+    throttle: Throttle,
+}
+
+impl<S, ReqBody, B> tower::Service<Request<ReqBody>> for Throttled<S>
+where
+    S: tower::Service<Request<ReqBody>, Response = Response<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Recording<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        // Nothing allocated per request: the method (a standard one is a plain value) and a
+        // shared handle on the throttle.
+        let method = req.method().clone();
+        Recording { sent: self.inner.call(req), throttle: Some(self.throttle.clone()), method }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A request under way; its answer's `Retry-After` is recorded when it comes.
+    pub struct Recording<F> {
+        #[pin]
+        sent: F,
+        throttle: Option<Throttle>,
+        method: hyper::Method,
+    }
+}
+
+impl<F, B, E> std::future::Future for Recording<F>
+where
+    F: std::future::Future<Output = Result<Response<B>, E>>,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let out = std::task::ready!(this.sent.poll(cx));
+        if let (Ok(resp), Some(throttle)) = (&out, this.throttle.take())
+            && let Some(wait) = asked_wait(resp.status(), resp.headers())
+        {
+            throttle.record(resp.status(), wait, this.method.as_str());
+        }
+        Poll::Ready(out)
+    }
+}
+
+/// Whether `e`, or an error it was caused by, is a 429 of an API server: said once by the
+/// throttle of that server's client, not again by each piece of work it refused.
+pub(crate) fn is_throttled(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(kube::Error::Api(s)) = e.downcast_ref::<kube::Error>()
+            && s.code == 429
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hyper::header::HeaderValue;
 
     fn config(server: &str, ca: Option<Vec<u8>>) -> kube::Config {
         let mut c = kube::Config::new(server.parse().expect("url"));
@@ -314,9 +516,45 @@ mod tests {
         }
         assert_eq!(clients.len(), MAX_CLIENTS);
         // The least recently used went first.
-        assert!(clients.get(&ClusterKey::new("ns", "c0"), "1").is_none());
-        assert!(clients.get(&ClusterKey::new("ns", format!("c{}", MAX_CLIENTS + 9)), "1").is_some());
+        assert!(clients.get(&ClusterKey::new("ns", "c0"), "1", None).is_none());
+        assert!(clients.get(&ClusterKey::new("ns", format!("c{}", MAX_CLIENTS + 9)), "1", None).is_some());
         // Another resourceVersion of the Secret: not the kept client.
-        assert!(clients.get(&ClusterKey::new("ns", format!("c{}", MAX_CLIENTS + 9)), "2").is_none());
+        assert!(clients.get(&ClusterKey::new("ns", format!("c{}", MAX_CLIENTS + 9)), "2", None).is_none());
+    }
+
+    #[test]
+    fn only_429_and_503_with_seconds_ask_for_a_wait() {
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, HeaderValue::from_static("7"));
+        assert_eq!(asked_wait(StatusCode::TOO_MANY_REQUESTS, &h), Some(Duration::from_secs(7)));
+        assert_eq!(asked_wait(StatusCode::SERVICE_UNAVAILABLE, &h), Some(Duration::from_secs(7)));
+        assert_eq!(asked_wait(StatusCode::INTERNAL_SERVER_ERROR, &h), None);
+        assert_eq!(asked_wait(StatusCode::TOO_MANY_REQUESTS, &HeaderMap::new()), None, "no header: the caller's backoff");
+        h.insert(RETRY_AFTER, HeaderValue::from_static("0"));
+        assert_eq!(asked_wait(StatusCode::TOO_MANY_REQUESTS, &h), Some(Duration::from_secs(1)));
+        h.insert(RETRY_AFTER, HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"));
+        assert_eq!(asked_wait(StatusCode::TOO_MANY_REQUESTS, &h), None, "an HTTP date is not what API servers send");
+    }
+
+    #[test]
+    fn a_recorded_wait_is_kept_and_capped() {
+        let t = Throttle::new("the test server");
+        assert_eq!(t.remaining(), None);
+        t.record(StatusCode::TOO_MANY_REQUESTS, Duration::from_secs(86_400), "GET /x");
+        let left = t.remaining().expect("throttled");
+        assert!(left <= MAX_RETRY_AFTER && left > MAX_RETRY_AFTER - Duration::from_secs(5), "{left:?}");
+        // A shorter wait said later does not shorten the one in force.
+        t.record(StatusCode::TOO_MANY_REQUESTS, Duration::from_secs(1), "GET /x");
+        assert!(t.remaining().expect("throttled") > Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_429_is_found_in_an_error_chain() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("reading: {0}")]
+        struct Outer(#[source] kube::Error);
+        let api = |code| kube::Error::Api(kube::core::Status::failure("x", "y").with_code(code).boxed());
+        assert!(is_throttled(&Outer(api(429))));
+        assert!(!is_throttled(&Outer(api(500))));
     }
 }

@@ -59,19 +59,24 @@ impl Workloads {
             Err(source) => return Err(WorkloadError::ReadSecret { secret: at(), source }),
         };
         let version = secret.metadata.resource_version.clone().unwrap_or_default();
-        let state = self.states.locked().entry(key.clone()).or_default().clone();
-        let client = match self.clients.get(&key, &version) {
+        let state = self.states.locked().entry(key.clone()).or_insert_with(|| ClusterState::new(&key)).clone();
+        let client = match self.clients.get(&key, &version, Some(&state.throttle)) {
             Some(client) => client,
             None => {
                 let recipe = recipe(&at(), &secret, timeout, &self.tls).await?;
                 // Built once already by `Recipe::new`: a failure here is as unlikely as it is
                 // described (never with the error's text, which may quote the kubeconfig).
-                let client = recipe.client().map_err(|_| WorkloadError::NoClient { secret: at() })?;
+                let client = recipe.client(Some(&state.throttle)).map_err(|_| WorkloadError::NoClient { secret: at() })?;
                 self.clients.put(key, version, recipe);
                 client
             }
         };
         Ok(Workload { client, discovery: state.discovery })
+    }
+
+    /// How long `key`'s workload API server said to wait still, if it did.
+    pub(super) fn throttled(&self, key: &ClusterKey) -> Option<std::time::Duration> {
+        self.states.locked().get(key).and_then(|s| s.throttle.remaining())
     }
 
     /// Forgets what is kept for a Cluster that is gone.

@@ -47,6 +47,10 @@ pub(in crate::targets::kubernetes) async fn run(kube: &Kube, mut stop: tokio::sy
             let configured: BTreeSet<String> = config.subscriptions.iter().map(|s| s.name.clone()).collect();
             match stop_undriven(kube, &driven, &configured, &driven_ever).await {
                 Ok(()) => driven_before = Some(driven),
+                // A server that throttles is said once by its client (`workload.rs`, `Throttle`).
+                Err(e) if crate::targets::kubernetes::workload::is_throttled(&e) => {
+                    debug!(error = %e, "rollout: cannot look for rollouts to stop now; retried at the next check");
+                }
                 Err(e) => warn!(error = %e, "rollout: cannot look for rollouts to stop now; retried at the next check"),
             }
         }
