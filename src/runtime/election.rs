@@ -20,7 +20,7 @@ use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// Errors of leader election.
 #[derive(Debug, thiserror::Error)]
@@ -195,6 +195,9 @@ async fn compete(api: Api<Lease>, params: Params, out: watch::Sender<bool>) {
     let trust = params.duration.saturating_sub(params.grace());
     let every = (params.grace() / 2).max(Duration::from_millis(200));
     let mut seen = Seen::default();
+    // The failure last said: a failure is said once at WARN (RBAC, an API server away), not on
+    // every try; it is said again when it changes, and forgotten on success.
+    let mut failing: Option<String> = None;
     loop {
         match tokio::time::timeout(every, api.get_opt(&params.name)).await {
             Ok(Ok(Some(mut lease))) => {
@@ -216,12 +219,23 @@ async fn compete(api: Api<Lease>, params: Params, out: watch::Sender<bool>) {
                     let sent = Instant::now();
                     // An update with the resourceVersion read: a conflict means someone else
                     // wrote first, and the next read shows who.
-                    if let Ok(Ok(written)) = tokio::time::timeout(every, api.replace(&params.name, &PostParams::default(), &lease)).await {
-                        seen.renewed = Some(sent);
-                        seen.record = Some((written.spec.unwrap_or_default(), sent));
-                        if act == Act::Take {
-                            info!(lease = %params.name, identity = %params.identity, "leader election: took the lease");
+                    match tokio::time::timeout(every, api.replace(&params.name, &PostParams::default(), &lease)).await {
+                        Ok(Ok(written)) => {
+                            seen.renewed = Some(sent);
+                            seen.record = Some((written.spec.unwrap_or_default(), sent));
+                            failing = None;
+                            if act == Act::Take {
+                                info!(lease = %params.name, identity = %params.identity, "leader election: took the lease");
+                            }
                         }
+                        // Someone else wrote first: the next read shows who.
+                        Ok(Err(kube::Error::Api(e))) if e.code == 409 => {
+                            debug!(lease = %params.name, "leader election: the lease changed meanwhile")
+                        }
+                        Ok(Err(e)) => {
+                            said(&mut failing, &params, format!("cannot write the lease: {}", crate::targets::kubernetes::kube_error(&e)))
+                        }
+                        Err(_) => said(&mut failing, &params, format!("writing the lease took longer than {every:?}")),
                     }
                 }
             }
@@ -232,7 +246,8 @@ async fn compete(api: Api<Lease>, params: Params, out: watch::Sender<bool>) {
                 let _ = api.create(&PostParams::default(), &lease).await;
             }
             // Unreadable: the last renewal ages out below.
-            Ok(Err(_)) | Err(_) => {}
+            Ok(Err(e)) => said(&mut failing, &params, format!("cannot read the lease: {}", crate::targets::kubernetes::kube_error(&e))),
+            Err(_) => said(&mut failing, &params, format!("reading the lease took longer than {every:?}")),
         }
         let leader = seen.renewed.is_some_and(|at| at.elapsed() < trust);
         out.send_if_modified(|now| {
@@ -241,6 +256,16 @@ async fn compete(api: Api<Lease>, params: Params, out: watch::Sender<bool>) {
             changed
         });
         tokio::time::sleep(every).await;
+    }
+}
+
+/// Says `message` at WARN unless it is what was said last (then DEBUG).
+fn said(failing: &mut Option<String>, params: &Params, message: String) {
+    if failing.as_deref() == Some(message.as_str()) {
+        debug!(lease = %params.name, "leader election: {message}");
+    } else {
+        warn!(lease = %params.name, identity = %params.identity, "leader election: {message}; standing by until it succeeds");
+        *failing = Some(message);
     }
 }
 
