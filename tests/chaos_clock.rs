@@ -260,7 +260,9 @@ async fn a_wave_is_not_timed_out_by_a_clock_jumping_forward_an_hour_and_still_ti
     assert_eq!(r["reason"], "WaveTimeout", "{r}");
     eprintln!("WaveTimeout {at:?} after v4 was published (waveTimeout {timeout}s, the clock an hour ahead since the wave began)");
     // The wave began after `started`: paused no sooner than the timeout, and not much later.
-    assert!(at >= Duration::from_secs(timeout) && at < Duration::from_secs(timeout + 15), "{at:?}");
+    // `waveStarted` is recorded to the second (RFC 3339 without a fraction), so the wave may
+    // count from up to a second before it began (found: 29.93 s in a full run).
+    assert!(at >= Duration::from_secs(timeout - 1) && at < Duration::from_secs(timeout + 15), "{at:?}");
     d.stop().await;
 }
 
