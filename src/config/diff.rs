@@ -74,6 +74,10 @@ fn subscription_changes(o: &Subscription, n: &Subscription) -> Vec<String> {
     field("healthTimeout", format!("{:?}", o.health_timeout), format!("{:?}", n.health_timeout));
     field("stageTimeout", format!("{:?}", o.stage_timeout), format!("{:?}", n.stage_timeout));
     field("rollout", rollout_text(o.rollout.as_ref()), rollout_text(n.rollout.as_ref()));
+    let labels = |l: &std::collections::BTreeMap<String, String>| {
+        if l.is_empty() { "none".to_owned() } else { l.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",") }
+    };
+    field("adoptedLabels", labels(&o.adopted_labels), labels(&n.adopted_labels));
     for c in &o.clusters {
         match n.clusters.iter().find(|x| x.name == c.name && x.namespace == c.namespace) {
             None => out.push(format!("cluster {}/{} removed", c.namespace, c.name)),

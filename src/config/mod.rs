@@ -176,6 +176,10 @@ pub struct Subscription {
     /// Cluster stacks: `rollout:` — stacksync moves the subscription's Clusters to the newest
     /// offered release in waves. `None`: Clusters stay on the class they name.
     pub rollout: Option<RolloutConfig>,
+    /// `adoptedLabels`: labels added to every object rendered for this subscription and to the
+    /// pod templates of its workloads (`render::labels`), so that objects another tool applied
+    /// with its labels (the SCS cluster-stack-operator's) are taken over without a pod restart.
+    pub adopted_labels: BTreeMap<String, String>,
 }
 
 /// A subscription's `rollout:`: how its Clusters are moved to a newer release.

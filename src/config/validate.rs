@@ -299,6 +299,7 @@ impl Cx {
                 "healthTimeout",
                 "stageTimeout",
                 "rollout",
+                "adoptedLabels",
             ],
         )?;
         let name = self.name(&f, "name");
@@ -414,6 +415,7 @@ impl Cx {
             }
         };
         let rollout = f.get("rollout").and_then(|n| self.rollout(n, &f.path("rollout"), format));
+        let adopted_labels = f.get("adoptedLabels").map(|n| self.labels(n, &f.path("adoptedLabels"))).unwrap_or_default();
         if f.get("clusters").is_none() && f.get("clusterSelector").is_none() {
             self.error(
                 node.mark,
@@ -443,7 +445,29 @@ impl Cx {
             health_timeout,
             stage_timeout,
             rollout,
+            adopted_labels,
         })
+    }
+
+    /// A mapping of labels (`key: value` strings), each checked as the API server checks labels.
+    fn labels(&mut self, node: &Node, path: &str) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let Value::Map(entries) = &node.value else {
+            self.error(node.mark, path, format!("expected a mapping of labels (`key: value`), found {}", describe(node)));
+            return out;
+        };
+        for (k, v) in entries {
+            match (k.scalar_text(), v.scalar_text()) {
+                (Some(key), Some(value)) => match crate::model::names::check_label(key, value) {
+                    Ok(()) => {
+                        out.insert(key.to_owned(), value.to_owned());
+                    }
+                    Err(e) => self.error(k.mark, &format!("{path}.{key}"), e),
+                },
+                _ => self.error(v.mark, path, "expected `label: value` strings"),
+            }
+        }
+        out
     }
 
     fn schedule(&mut self, f: &Fields<'_>, node: &Node) -> Option<Schedule> {

@@ -98,7 +98,11 @@ pub async fn addons(
     let dir = scratch(&work, c);
     let rendered = layout.render_addons_reporting(&helm, c, &dir).await;
     let _ = tokio::fs::remove_dir_all(&dir).await;
-    rendered.map_err(RenderError::Render)
+    let mut rendered = rendered.map_err(RenderError::Render)?;
+    for stage in &mut rendered.stages {
+        crate::render::labels::add(&mut stage.objects, &sub.adopted_labels);
+    }
+    Ok(rendered)
 }
 
 /// The release's ClusterClass objects for `namespace`.
@@ -113,7 +117,9 @@ pub async fn cluster_class(
 ) -> Result<Vec<Object>, RenderError> {
     let helm = ctx.helm().await?;
     let layout = ctx.layout(sub, prepared).await?;
-    layout.render_cluster_class(&helm, namespace).await.map_err(RenderError::Render)
+    let mut objects = layout.render_cluster_class(&helm, namespace).await.map_err(RenderError::Render)?;
+    crate::render::labels::add(&mut objects, &sub.adopted_labels);
+    Ok(objects)
 }
 
 /// A directory no other render uses at the same time.

@@ -85,6 +85,44 @@ pub fn check(kind: &str, namespace: Option<&str>, name: &str) -> Result<(), Name
     check_name(name)
 }
 
+/// Checks a label: the key a qualified name (an optional DNS-subdomain prefix and `/`, then at
+/// most 63 of letters, digits, `-`, `_`, `.`, beginning and ending with a letter or digit), the
+/// value empty or at most 63 of the same characters, as the API server requires.
+///
+/// # Errors
+/// A message saying what is wrong, quoting the label (it came from a config, not a Secret).
+pub fn check_label(key: &str, value: &str) -> Result<(), String> {
+    fn segment(s: &str) -> bool {
+        let b = s.as_bytes();
+        !b.is_empty()
+            && b.len() <= 63
+            && b[0].is_ascii_alphanumeric()
+            && b[b.len() - 1].is_ascii_alphanumeric()
+            && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+    }
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        p.len() <= 253
+            && p.split('.').all(|l| {
+                let b = l.as_bytes();
+                !b.is_empty()
+                    && b[0].is_ascii_alphanumeric()
+                    && b[b.len() - 1].is_ascii_alphanumeric()
+                    && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            })
+    });
+    if !prefix_ok || !segment(name) {
+        return Err(format!("`{key}` is not a label key (an optional DNS prefix and `/`, then up to 63 letters, digits, `-`, `_`, `.`)"));
+    }
+    if !value.is_empty() && !segment(value) {
+        return Err(format!("`{value}` is not a label value (up to 63 letters, digits, `-`, `_`, `.`, beginning and ending with a letter or digit)"));
+    }
+    Ok(())
+}
+
 /// `text` when it is at most `max` bytes; otherwise its first bytes, `-` and 16 hex digits of a
 /// digest of the whole, `max` bytes in all. For names made from what a release or Cluster is
 /// called (a tag is as long as a ClusterClass name, 253 characters) where a shorter limit
@@ -108,6 +146,16 @@ pub fn bounded(text: String, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn labels_are_checked_as_the_api_server_checks_them() {
+        for (k, v) in [("clusterstack.x-k8s.io/instance", "owned"), ("app", ""), ("a.b/c_d.e", "x-1.2_3")] {
+            assert_eq!(check_label(k, v), Ok(()), "{k}={v}");
+        }
+        for (k, v) in [("", "x"), ("/a", "x"), ("A.b/c", "x"), ("a/-b", "x"), ("a", "-x"), ("a", &"x".repeat(64)), ("a/b/c", "x")] {
+            assert!(check_label(k, v).is_err(), "{k}={v}");
+        }
+    }
 
     #[test]
     fn identities_that_would_escape_the_url_are_refused() {

@@ -6,6 +6,7 @@
 pub mod cel;
 pub mod clusterstack;
 pub mod helm;
+pub mod labels;
 pub mod subst;
 mod template;
 pub mod values;

@@ -2,6 +2,7 @@
 //! manager, stage by stage in a fixed order, writing only on drift, then pruning what the release
 //! dropped. Semantics for users: docs/apply.md.
 
+mod adopt;
 mod answer;
 #[cfg(test)]
 mod arbitrary;
@@ -26,6 +27,7 @@ use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+pub use adopt::{Adopted, Adoption, Verdict, leaves};
 pub use discovery::Discovery;
 pub use error::Error;
 pub use inventory::{Inventory, InventoryEntry, ParseEntryError};

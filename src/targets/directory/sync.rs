@@ -61,7 +61,10 @@ pub(super) fn sync_subscription(
     sub.clusters
         .iter()
         .map(|c| {
-            let rendered = manifests.as_ref().map_err(Clone::clone).and_then(|m| m.render(rel, c));
+            let rendered = manifests.as_ref().map_err(Clone::clone).and_then(|m| m.render(rel, c)).map(|mut objects| {
+                crate::render::labels::add(&mut objects, &sub.adopted_labels);
+                objects
+            });
             match rendered {
                 Ok(objects) => {
                     if write_status && let Err(report) = record_progress(target, sub, c, rel, objects.len()) {

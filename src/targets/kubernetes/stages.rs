@@ -80,7 +80,8 @@ pub(super) async fn render(
     match sub.format {
         Format::Manifests => {
             let manifests = kube.manifests.get(prepared, &sub.path).await.map_err(|e| failed(StagesError::Manifests(e)))?;
-            let objects = manifests.render(rel, c).map_err(|e| failed(StagesError::Manifests(e)))?;
+            let mut objects = manifests.render(rel, c).map_err(|e| failed(StagesError::Manifests(e)))?;
+            crate::render::labels::add(&mut objects, &sub.adopted_labels);
             Ok(Rendered { stages: vec![Stage { name: "manifests".into(), action: StageAction::Apply, objects }], warnings: Vec::new() })
         }
         Format::ClusterStack => {
