@@ -41,6 +41,43 @@ enum RolloutAction {
     },
 }
 
+#[derive(Subcommand)]
+enum AdoptFrom {
+    /// From the SovereignCloudStack cluster-stack-operator (docs/migration.md): a report of
+    /// every object (identical, changes, restarts, missing, leftover) and of what blocks the move;
+    /// then the hook handed over (CSO scaled to 0, its ExtensionConfig and webhooks deleted),
+    /// every object taken over from field manager `kubectl` with no value changed, and each
+    /// Cluster's ClusterSync seeded. Exit 0: adoptable with no pod restarted (and, without
+    /// --dry-run, adopted); 1: blocked or a restart; 2: an error.
+    Cso {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// Report only; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Only this Cluster, as `<namespace>/<name>` (and the ClusterClasses of its namespace).
+        #[arg(long, value_name = "NAMESPACE/NAME")]
+        cluster: Option<String>,
+        /// After an adoption: remove CSO's finalizers, ClusterAddons, ClusterStackReleases,
+        /// ClusterStacks, CRDs and Deployment, in that order.
+        #[arg(long, conflicts_with = "dry_run")]
+        cleanup: bool,
+        /// Objects CSO applied that the release no longer renders get stacksync's owner label and
+        /// the ClusterSync's inventory: the first sync prunes them (within `pruneLimit`).
+        #[arg(long)]
+        prune_leftovers: bool,
+        /// CSO's Deployment.
+        #[arg(long, value_name = "NAMESPACE/NAME", default_value = "cso-system/cso-controller-manager")]
+        cso_deployment: String,
+        /// CSO's ExtensionConfig.
+        #[arg(long, value_name = "NAME", default_value = "cso-hook-server-extensionconfig")]
+        cso_extension_config: String,
+        /// CSO's ValidatingWebhookConfiguration.
+        #[arg(long, value_name = "NAME", default_value = "cso-validating-webhook-configuration")]
+        cso_webhook: String,
+    },
+}
+
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum PreviewOutput {
     Text,
@@ -116,6 +153,11 @@ enum Command {
     Rollout {
         #[command(subcommand)]
         action: RolloutAction,
+    },
+    /// Move a management cluster to stacksync from another tool without restarting anything.
+    Adopt {
+        #[command(subcommand)]
+        from: AdoptFrom,
     },
     /// Show what the next sync would change, without changing anything: per Cluster (Kubernetes
     /// target: server-side dry-runs) or per file (directory target), as unified diffs. Exit 0:
@@ -261,6 +303,50 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Reconcile { config, cluster } => reconcile(&runtime, &config, &cluster),
         Command::Rollout { action } => rollout(&runtime, action),
+        Command::Adopt { from: AdoptFrom::Cso { config, dry_run, cluster, cleanup, prune_leftovers, cso_deployment, cso_extension_config, cso_webhook } } => {
+            let cfg = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return Ok(code),
+            };
+            if check_helm(&runtime, &cfg).is_err() {
+                return Ok(ExitCode::from(EXIT_DIFF_ERROR));
+            }
+            let parsed = (|| {
+                let key = |text: &str| {
+                    text.split_once('/')
+                        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+                        .map(|(ns, name)| stacksync::model::ClusterKey::new(ns, name))
+                        .ok_or_else(|| anyhow::anyhow!("expected <namespace>/<name>, found `{text}`"))
+                };
+                Ok::<_, anyhow::Error>(kubernetes::adopt::Options {
+                    dry_run,
+                    cluster: cluster.as_deref().map(key).transpose()?,
+                    cleanup,
+                    prune_leftovers,
+                    deployment: key(&cso_deployment)?,
+                    extension_config: cso_extension_config,
+                    webhook: cso_webhook,
+                })
+            })();
+            let options = match parsed {
+                Ok(o) => o,
+                Err(e) => {
+                    logging::error_line(&format!("error: {e:#}"));
+                    return Ok(ExitCode::from(EXIT_DIFF_ERROR));
+                }
+            };
+            Ok(match runtime.block_on(adopt(cfg, &options)) {
+                Ok(report) => {
+                    print!("{}", report.text());
+                    let ok = if options.cleanup { report.blockers.is_empty() } else { report.adoptable() };
+                    if ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_DIFF_CHANGES) }
+                }
+                Err(e) => {
+                    logging::error_line(&format!("error: {e:#}"));
+                    ExitCode::from(EXIT_DIFF_ERROR)
+                }
+            })
+        }
         Command::Diff { config, cluster } => {
             let cfg = match load(&config) {
                 Ok(c) => c,
@@ -603,6 +689,14 @@ async fn preview(cfg: Config, args: PreviewArgs) -> anyhow::Result<kubernetes::p
     let candidate = candidate(&ctx, &arg, args.subscription.as_deref(), args.tag.as_deref()).await?;
     let options = kubernetes::preview::Options { only, concurrency: args.concurrency, diffs: args.diffs };
     Ok(kubernetes::preview::preview(ctx, &candidate, &options).await?)
+}
+
+async fn adopt(cfg: Config, options: &kubernetes::adopt::Options) -> anyhow::Result<kubernetes::adopt::Report> {
+    if !matches!(cfg.target, Target::Kubernetes(_)) {
+        anyhow::bail!("adopt needs a Kubernetes target: it takes objects over in the management and workload clusters");
+    }
+    let ctx = Ctx::new(cfg).context("opening the cache")?;
+    Ok(kubernetes::adopt::adopt(ctx, options).await?)
 }
 
 fn load(path: &Path) -> Result<Config, ExitCode> {

@@ -75,6 +75,11 @@ impl CapiTenant {
         self.client.clone()
     }
 
+    /// The kubeconfigs of the management and the workload control planes (for the real kubectl).
+    pub fn kubeconfigs(&self) -> (PathBuf, PathBuf) {
+        (self.env.kubeconfig().to_path_buf(), self.env.workload_kubeconfig().to_path_buf())
+    }
+
     pub fn workload(&self) -> kube::Client {
         self.workload.clone()
     }

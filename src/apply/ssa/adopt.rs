@@ -173,6 +173,22 @@ impl Applier {
         out
     }
 
+    /// The client of the cluster this applier writes to.
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// The resource serving `kind` at `api_version` in this cluster.
+    ///
+    /// # Errors
+    /// Discovery's message: the kind is not served, or the server did not answer.
+    pub async fn resource(&self, api_version: &str, kind: &str) -> Result<kube::api::ApiResource, String> {
+        match self.discovery_cache().resolve(api_version, kind).await {
+            Ok(r) => Ok((*r.resource).clone()),
+            Err(super::discovery::Unresolved::NoMatch(m) | super::discovery::Unresolved::Failed(m)) => Err(m),
+        }
+    }
+
     /// The forced apply as ours, then the release of `from`'s fields. Returns the hash of the
     /// fields we own (the inventory's `fields`).
     async fn take_over(&self, t: &super::object::Target<'_>, from: &str) -> Result<String, String> {

@@ -28,6 +28,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 pub use adopt::{Adopted, Adoption, Verdict, leaves};
+pub use diff::describe as describe_paths;
 pub use discovery::Discovery;
 pub use error::Error;
 pub use inventory::{Inventory, InventoryEntry, ParseEntryError};

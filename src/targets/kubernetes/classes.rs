@@ -195,7 +195,7 @@ pub(super) async fn preview_prepared(
     Ok(Applier::new(kube.mgmt.clone(), class_options(sub, namespace)).preview(&[stage], &Inventory::default()).await)
 }
 
-fn class_options(sub: &Subscription, namespace: &str) -> ApplyOptions {
+pub(super) fn class_options(sub: &Subscription, namespace: &str) -> ApplyOptions {
     ApplyOptions {
         owner: format!("{}.{namespace}.clusterclass", sub.name),
         default_namespace: namespace.to_owned(),

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use kube::api::{ApiResource, GroupVersionKind};
 
+pub mod adopt;
 mod attempts;
 mod classes;
 mod client;

@@ -1,0 +1,729 @@
+//! `stacksync adopt cso`: a management cluster moves from the SovereignCloudStack
+//! cluster-stack-operator (CSO) to stacksync with no pod restarted and nothing deleted.
+//!
+//! CSO applies with server-side apply as field manager `kubectl` (forced), labels every object
+//! and the pod templates of its workloads `clusterstack.x-k8s.io/instance: owned`, records what
+//! it applied in `ClusterAddon` (one per Cluster) and `ClusterStackRelease` (one per release and
+//! namespace) objects, and holds upgrades with its own Runtime Extension. The move:
+//! 1. a report per Cluster and per namespace's ClusterClasses: every object identical, changed
+//!    (which fields), restarting pods, missing, or a CSO leftover; and what blocks the move (an
+//!    upgrade in flight, a release the config does not offer, stacksync's hook not discovered);
+//! 2. unless `--dry-run` and only when nothing blocks and nothing restarts: the hook handed over
+//!    (CSO scaled to zero, then its ExtensionConfig and validating webhooks removed — stacksync's
+//!    ExtensionConfig is already discovered), each object taken over (`Applier::adopt`), each
+//!    Cluster's `ClusterSync` seeded with the release CSO applied and the inventory taken over;
+//! 3. `--cleanup`, later: CSO's finalizers, objects and CRDs removed, in that order.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+use tracing::{info, warn};
+
+use super::Error;
+use super::Kube;
+use super::client::kube_error;
+use super::cluster::{subscription_for, topology_class};
+use super::reconcile::{apply_options, choose};
+use super::stages::render;
+use super::status::{Owner, write_cluster_sync};
+use super::workloads::reachable;
+use crate::apply::ObjectRef;
+use crate::apply::ssa::{Adoption, Applier, Inventory, Stage, StageAction, Verdict};
+use crate::controller::Context;
+use crate::model::ClusterKey;
+use crate::status::crd::{ClusterSync, ClusterSyncStatus, Condition, ReleaseRefStatus};
+
+/// The field manager CSO applies as.
+pub const CSO_MANAGER: &str = "kubectl";
+/// The label CSO puts on what it applies (and on its workloads' pod templates).
+pub const CSO_LABEL: (&str, &str) = ("clusterstack.x-k8s.io/instance", "owned");
+const GROUP: &str = "clusterstack.x-k8s.io";
+const VERSION: &str = "v1alpha1";
+/// CSO's finalizers on its ClusterStackReleases and ClusterAddons.
+const FINALIZERS: [&str; 2] = ["clusterstackrelease.clusterstack.x-k8s.io", "clusteraddon.clusterstack.x-k8s.io"];
+/// How long CSO's pods get to go after it is scaled to zero.
+const SCALE_DOWN_WAIT: Duration = Duration::from_secs(120);
+
+/// What `adopt cso` is asked to do.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub dry_run: bool,
+    /// Only this Cluster (its ClusterAddon, and the ClusterClasses of its namespace).
+    pub cluster: Option<ClusterKey>,
+    /// Remove CSO's finalizers, objects and CRDs (after an adoption).
+    pub cleanup: bool,
+    /// Objects CSO applied that the release no longer renders are pruned by the first sync (within
+    /// `pruneLimit`); without it they stay, reported.
+    pub prune_leftovers: bool,
+    /// CSO's Deployment, `namespace/name`.
+    pub deployment: ClusterKey,
+    /// CSO's ExtensionConfig and ValidatingWebhookConfiguration.
+    pub extension_config: String,
+    pub webhook: String,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            dry_run: false,
+            cluster: None,
+            cleanup: false,
+            prune_leftovers: false,
+            deployment: ClusterKey::new("cso-system", "cso-controller-manager"),
+            extension_config: "cso-hook-server-extensionconfig".into(),
+            webhook: "cso-validating-webhook-configuration".into(),
+        }
+    }
+}
+
+/// One Cluster CSO manages.
+#[derive(Debug, Clone)]
+pub struct ClusterAdoption {
+    pub cluster: ClusterKey,
+    /// Its `ClusterAddon`.
+    pub addon: String,
+    /// The release CSO applied (`ClusterAddon.spec.clusterStack`).
+    pub release: Option<String>,
+    pub adoption: Option<Adoption>,
+    /// Objects CSO recorded applying that the release no longer renders (`kind/namespace/name`).
+    pub leftovers: Vec<String>,
+    /// Why this Cluster cannot be adopted now.
+    pub blockers: Vec<String>,
+    /// Its ClusterSync was seeded.
+    pub seeded: bool,
+}
+
+/// The ClusterClasses of one release in one namespace (a `ClusterStackRelease`).
+#[derive(Debug, Clone, Default)]
+pub struct ClassAdoption {
+    pub namespace: String,
+    pub release: String,
+    pub adoption: Option<Adoption>,
+    pub blockers: Vec<String>,
+}
+
+/// The whole report (and what was done).
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub clusters: Vec<ClusterAdoption>,
+    pub classes: Vec<ClassAdoption>,
+    /// Steps of the hook hand-over still to take (`--dry-run`) or taken.
+    pub handover: Vec<String>,
+    /// What blocks the move as a whole.
+    pub blockers: Vec<String>,
+    /// What was changed, in order.
+    pub done: Vec<String>,
+}
+
+impl Report {
+    /// Nothing blocks, nothing restarts, every object was judged.
+    pub fn adoptable(&self) -> bool {
+        self.blockers.is_empty()
+            && self.clusters.iter().all(|c| c.blockers.is_empty() && c.adoption.as_ref().is_some_and(clean))
+            && self.classes.iter().all(|c| c.blockers.is_empty() && c.adoption.as_ref().is_some_and(clean))
+    }
+
+    /// The report as text, one line per object.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for c in &self.clusters {
+            out.push_str(&format!(
+                "Cluster {} (ClusterAddon {}, release {})\n",
+                c.cluster,
+                c.addon,
+                c.release.as_deref().unwrap_or("unknown")
+            ));
+            lines(&mut out, c.adoption.as_ref(), &c.blockers);
+            for l in &c.leftovers {
+                out.push_str(&format!("  leftover   {l} (applied by CSO, not in the release: kept; --prune-leftovers prunes it)\n"));
+            }
+            if c.seeded {
+                out.push_str("  seeded     ClusterSync (applied release and inventory)\n");
+            }
+        }
+        for c in &self.classes {
+            out.push_str(&format!("ClusterClasses of {} in namespace {}\n", c.release, c.namespace));
+            lines(&mut out, c.adoption.as_ref(), &c.blockers);
+        }
+        for h in &self.handover {
+            out.push_str(&format!("hand-over  {h}\n"));
+        }
+        for b in &self.blockers {
+            out.push_str(&format!("blocked    {b}\n"));
+        }
+        for d in &self.done {
+            out.push_str(&format!("done       {d}\n"));
+        }
+        let all: Vec<&Adoption> =
+            self.clusters.iter().filter_map(|c| c.adoption.as_ref()).chain(self.classes.iter().filter_map(|c| c.adoption.as_ref())).collect();
+        let count = |v: Verdict| all.iter().flat_map(|a| &a.objects).filter(|o| o.verdict == v).count();
+        let blockers = self.blockers.len()
+            + self.clusters.iter().map(|c| c.blockers.len()).sum::<usize>()
+            + self.classes.iter().map(|c| c.blockers.len()).sum::<usize>();
+        out.push_str(&format!(
+            "{} Clusters, {} ClusterClass releases: {} identical, {} with changes, {} restarting pods, {} missing, {} not judged, {} leftovers; {} blockers: {}\n",
+            self.clusters.len(),
+            self.classes.len(),
+            count(Verdict::Identical),
+            count(Verdict::Changes),
+            count(Verdict::Restarts),
+            count(Verdict::Missing),
+            all.iter().map(|a| a.failures.len()).sum::<usize>(),
+            self.clusters.iter().map(|c| c.leftovers.len()).sum::<usize>(),
+            blockers,
+            if self.adoptable() { "adoptable with no restart" } else { "not adoptable now" },
+        ));
+        out
+    }
+}
+
+fn clean(a: &Adoption) -> bool {
+    a.failures.is_empty() && !a.restarts()
+}
+
+fn lines(out: &mut String, adoption: Option<&Adoption>, blockers: &[String]) {
+    for b in blockers {
+        out.push_str(&format!("  blocked    {b}\n"));
+    }
+    let Some(a) = adoption else { return };
+    for o in &a.objects {
+        let mut fields: Vec<String> = o.fields.clone();
+        fields.extend(o.released.iter().map(|r| format!("{r} (removed)")));
+        let detail = if fields.is_empty() { String::new() } else { format!(": {}", crate::apply::ssa::describe_paths(&fields)) };
+        let taken = if o.taken { " (taken over)" } else { "" };
+        out.push_str(&format!("  {:<10} {}{detail}{taken}\n", o.verdict.to_string(), o.object));
+    }
+    for (object, why) in &a.failures {
+        out.push_str(&format!("  failed     {object}: {why}\n"));
+    }
+}
+
+fn cso(kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, kind), plural)
+}
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+/// ClusterClass names keep a pre-release's dot (`…-v0-sha.abc`); tags and CSO's release names
+/// have a dash there.
+fn dashed(name: &str) -> String {
+    name.replace('.', "-")
+}
+
+/// Runs `adopt cso`.
+///
+/// # Errors
+/// The management cluster cannot be reached, or CSO's kinds are not served there.
+pub async fn adopt(ctx: Arc<Context>, options: &Options) -> Result<Report, Error> {
+    for (source, e) in ctx.poll_all().await {
+        warn!(source = %source, "{e}");
+    }
+    let kube = Kube::connect(ctx.clone()).await?;
+    let mut report = Report::default();
+    if options.cleanup {
+        cleanup(&kube, options, &mut report).await;
+        return Ok(report);
+    }
+    let addons_api: Api<DynamicObject> = Api::all_with(kube.mgmt.clone(), &cso("ClusterAddon", "clusteraddons"));
+    let addons = match addons_api.list(&ListParams::default()).await {
+        Ok(l) => l.items,
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            report.blockers.push(format!("{GROUP}/{VERSION} ClusterAddon is not served: the SCS cluster-stack-operator is not installed here"));
+            return Ok(report);
+        }
+        Err(e) => return Err(Error::ListClusters(e)),
+    };
+    let releases_api: Api<DynamicObject> = Api::all_with(kube.mgmt.clone(), &cso("ClusterStackRelease", "clusterstackreleases"));
+    let csrs = releases_api.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+
+    handover_plan(&kube, options, &mut report).await;
+
+    // Per Cluster: judge (and later take over) its addons.
+    let mut namespaces: BTreeMap<String, Vec<(crate::config::Subscription, String)>> = BTreeMap::new();
+    let mut work = Vec::new();
+    for addon in &addons {
+        let ns = addon.metadata.namespace.clone().unwrap_or_default();
+        let name = addon.data["spec"]["clusterRef"]["name"]
+            .as_str()
+            .map(str::to_owned)
+            .or_else(|| addon.metadata.name.as_deref().and_then(|n| n.strip_prefix("cluster-addon-")).map(str::to_owned))
+            .unwrap_or_default();
+        let key = ClusterKey::new(ns.clone(), name);
+        if options.cluster.as_ref().is_some_and(|only| only != &key) {
+            continue;
+        }
+        let (c, job) = judge_cluster(&kube, addon, key).await;
+        if let Some(job) = &job {
+            namespaces.entry(ns).or_default().push((job.sub.clone(), job.class.clone()));
+        }
+        report.clusters.push(c);
+        work.push(job);
+    }
+    if let Some(only) = &options.cluster
+        && report.clusters.is_empty()
+    {
+        report.blockers.push(format!("no ClusterAddon of CSO names Cluster {only}"));
+    }
+
+    // Per namespace: the ClusterClasses of each ClusterStackRelease there.
+    let mut class_work = Vec::new();
+    for csr in &csrs {
+        let ns = csr.metadata.namespace.clone().unwrap_or_default();
+        let release = csr.metadata.name.clone().unwrap_or_default();
+        let Some(subs) = namespaces.get(&ns) else { continue };
+        let (c, job) = judge_classes(&kube, &ns, &release, subs).await;
+        report.classes.push(c);
+        class_work.push(job);
+    }
+
+    if options.dry_run || !report.adoptable() {
+        return Ok(report);
+    }
+    if !handover(&kube, options, &mut report).await {
+        return Ok(report);
+    }
+    for (c, job) in report.clusters.iter_mut().zip(work) {
+        let Some(job) = job else { continue };
+        take_cluster(&kube, options, c, job, &mut report.done).await;
+    }
+    for (c, job) in report.classes.iter_mut().zip(class_work) {
+        let Some((applier, stages)) = job else { continue };
+        let a = applier.adopt(&stages, CSO_MANAGER, true).await;
+        report.done.push(format!("ClusterClasses of {} in {}: {} objects taken over", c.release, c.namespace, a.inventory.len()));
+        c.adoption = Some(a);
+    }
+    Ok(report)
+}
+
+/// What taking one Cluster over needs, once judged.
+struct ClusterJob {
+    sub: crate::config::Subscription,
+    c: crate::model::cluster::ClusterConfig,
+    class: String,
+    release: crate::release::Release,
+    applier: Applier,
+    stages: Vec<Stage>,
+    uid: Option<String>,
+    /// CSO's records of what it applied that the release no longer renders.
+    leftovers: Vec<Value>,
+}
+
+async fn judge_cluster(kube: &Kube, addon: &DynamicObject, key: ClusterKey) -> (ClusterAdoption, Option<ClusterJob>) {
+    let config = kube.ctx.config();
+    let mut out = ClusterAdoption {
+        cluster: key.clone(),
+        addon: addon.metadata.name.clone().unwrap_or_default(),
+        release: addon.data["spec"]["clusterStack"].as_str().filter(|s| !s.is_empty()).map(dashed),
+        adoption: None,
+        leftovers: Vec::new(),
+        blockers: Vec::new(),
+        seeded: false,
+    };
+    let spec = &addon.data["spec"];
+    if let Some(hook) = spec["hook"].as_str().filter(|h| !h.is_empty()) {
+        out.blockers.push(format!("ClusterAddon {}/{} runs the {hook} hook: an upgrade is in flight; adopt once it is done", key.namespace, out.addon));
+    }
+    let pending: Vec<String> = addon.data["status"]["stages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["phase"].as_str().is_some_and(|p| p != "done"))
+        .map(|s| format!("{} ({})", s["name"].as_str().unwrap_or("?"), s["phase"].as_str().unwrap_or("?")))
+        .collect();
+    if !pending.is_empty() {
+        out.blockers.push(format!("ClusterAddon {}/{} has stages pending: {}", key.namespace, out.addon, pending.join(", ")));
+    }
+    let clusters: Api<DynamicObject> = Api::namespaced_with(kube.mgmt.clone(), &key.namespace, &kube.clusters);
+    let cluster = match clusters.get_opt(&key.name).await {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            out.blockers.push(format!("Cluster {key} does not exist"));
+            return (out, None);
+        }
+        Err(e) => {
+            out.blockers.push(format!("cannot read Cluster {key}: {}", kube_error(&e)));
+            return (out, None);
+        }
+    };
+    let Some(class) = topology_class(&cluster.data) else {
+        out.blockers.push(format!("Cluster {key} has no spec.topology class"));
+        return (out, None);
+    };
+    if out.release.as_deref().is_some_and(|r| r != dashed(&class)) {
+        out.blockers.push(format!(
+            "Cluster {key} names class {class} but CSO applied {}: an upgrade is in flight; adopt once it is done",
+            out.release.as_deref().unwrap_or_default()
+        ));
+    }
+    let labels = cluster.metadata.labels.clone().unwrap_or_default();
+    let Some((sub, c)) = subscription_for(&config, &key, &labels, Some(&class)) else {
+        out.blockers.push(format!("no subscription of the config covers Cluster {key}"));
+        return (out, None);
+    };
+    if sub.adopted_labels.get(CSO_LABEL.0).map(String::as_str) != Some(CSO_LABEL.1) {
+        out.blockers.push(format!(
+            "subscription {} has no adoptedLabels {{{}: {}}}: every pod template would lose CSO's label and its pods be replaced",
+            sub.name, CSO_LABEL.0, CSO_LABEL.1
+        ));
+    }
+    let sub = sub.clone();
+    let c = kube.with_live_objects(&cluster, c).await;
+    let release = match choose(kube, &sub, Some(&class)).await {
+        Ok(r) => r,
+        Err(e) => {
+            out.blockers.push(format!("release {class} is not offered by subscription {}: {e}", sub.name));
+            return (out, None);
+        }
+    };
+    let result = async {
+        let prepared = kube.ctx.prepare(&release).await.map_err(|e| e.to_string())?;
+        let rendered = render(kube, &sub, &prepared, &c).await.map_err(|e| e.to_string())?;
+        let super::Workload { client, discovery, .. } = kube.workload(&c).await.map_err(|e| e.to_string())?;
+        reachable(&client).await.map_err(|e| e.to_string())?;
+        let applier = Applier::new(client, apply_options(&kube.target(), &sub, &c)).with_discovery(discovery);
+        let adoption = applier.adopt(&rendered.stages, CSO_MANAGER, false).await;
+        Ok::<_, String>((applier, rendered.stages, adoption))
+    };
+    let (applier, stages, adoption) = match result.await {
+        Ok(r) => r,
+        Err(e) => {
+            out.blockers.push(format!("cannot judge Cluster {key}'s addons: {e}"));
+            return (out, None);
+        }
+    };
+    let rendered: BTreeSet<String> = adoption.objects.iter().map(|o| key_text(&o.object)).collect();
+    let leftovers: Vec<Value> = addon.data["status"]["resources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| !rendered.contains(&record_key(r)))
+        .cloned()
+        .collect();
+    out.leftovers = leftovers.iter().map(|r| leftover_ref(r).to_string()).collect();
+    out.adoption = Some(adoption);
+    let uid = cluster.metadata.uid.clone();
+    (out, Some(ClusterJob { sub, c, class, release, applier, stages, uid, leftovers }))
+}
+
+/// `group|kind|namespace|name` of an object.
+fn key_text(o: &ObjectRef) -> String {
+    let group = o.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    format!("{group}|{}|{}|{}", o.kind, o.namespace.as_deref().unwrap_or_default(), o.name)
+}
+
+/// The same of one of CSO's `status.resources` records.
+fn record_key(r: &Value) -> String {
+    let s = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
+    format!("{}|{}|{}|{}", s("group"), s("kind"), s("namespace"), s("name"))
+}
+
+
+async fn judge_classes(
+    kube: &Kube,
+    ns: &str,
+    release: &str,
+    subs: &[(crate::config::Subscription, String)],
+) -> (ClassAdoption, Option<(Applier, Vec<Stage>)>) {
+    let mut out = ClassAdoption { namespace: ns.to_owned(), release: release.to_owned(), ..ClassAdoption::default() };
+    // The subscription of a Cluster of this namespace on this release, else of any there.
+    let sub = subs.iter().find(|(_, class)| dashed(class) == release).or_else(|| subs.first()).map(|(s, _)| s.clone());
+    let Some(sub) = sub else { return (out, None) };
+    let result = async {
+        let rel = choose(kube, &sub, Some(release)).await.map_err(|e| format!("release {release} is not offered by subscription {}: {e}", sub.name))?;
+        let prepared = kube.ctx.prepare(&rel).await.map_err(|e| e.to_string())?;
+        let objects = crate::controller::pipeline::cluster_class(&kube.ctx, &sub, &prepared, ns).await.map_err(|e| e.to_string())?;
+        let stages = vec![Stage { name: crate::render::clusterstack::CLUSTER_CLASS_STAGE.into(), action: StageAction::Apply, objects }];
+        let applier = Applier::new(kube.mgmt.clone(), super::classes::class_options(&sub, ns));
+        let adoption = applier.adopt(&stages, CSO_MANAGER, false).await;
+        Ok::<_, String>((applier, stages, adoption))
+    };
+    match result.await {
+        Ok((applier, stages, adoption)) => {
+            out.adoption = Some(adoption);
+            (out, Some((applier, stages)))
+        }
+        Err(e) => {
+            out.blockers.push(e);
+            (out, None)
+        }
+    }
+}
+
+/// What the hand-over will do, and what would stop it: stacksync's own ExtensionConfig must be
+/// discovered by Cluster API (its `BeforeClusterUpgrade` handler) before CSO's goes.
+async fn handover_plan(kube: &Kube, options: &Options, report: &mut Report) {
+    let deployments: Api<DynamicObject> =
+        Api::namespaced_with(kube.mgmt.clone(), &options.deployment.namespace, &resource("apps", "v1", "Deployment", "deployments"));
+    match deployments.get_opt(&options.deployment.name).await {
+        Ok(Some(d)) => {
+            let replicas = d.data["spec"]["replicas"].as_i64().unwrap_or(1);
+            let running = d.data["status"]["replicas"].as_i64().unwrap_or(0);
+            if replicas > 0 || running > 0 {
+                report.handover.push(format!("scale CSO's Deployment {} to 0 (runs {running} of {replicas} now)", options.deployment));
+            }
+        }
+        Ok(None) => {}
+        Err(e) => report.blockers.push(format!("cannot read CSO's Deployment {}: {}", options.deployment, kube_error(&e))),
+    }
+    let (extensions, ours) = extension_configs(kube, &options.extension_config).await;
+    if extensions.iter().any(|n| n == &options.extension_config) {
+        report.handover.push(format!("delete CSO's ExtensionConfig {} (its hooks)", options.extension_config));
+    }
+    match ours {
+        Some(name) => report.handover.push(format!("stacksync's ExtensionConfig {name} is discovered by Cluster API (BeforeClusterUpgrade)")),
+        None => report.blockers.push(
+            "no ExtensionConfig but CSO's has a BeforeClusterUpgrade handler discovered by Cluster API: deploy stacksync with its hooks (deploy/) first, so that upgrades stay held while the hooks change hands".into(),
+        ),
+    }
+    let webhooks: Api<DynamicObject> = Api::all_with(
+        kube.mgmt.clone(),
+        &resource("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations"),
+    );
+    if matches!(webhooks.get_opt(&options.webhook).await, Ok(Some(_))) {
+        report.handover.push(format!(
+            "delete CSO's ValidatingWebhookConfiguration {} (failurePolicy Fail: with CSO gone it would refuse every Cluster change)",
+            options.webhook
+        ));
+    }
+}
+
+/// The ExtensionConfigs (names), and the first that is not CSO's and has a discovered
+/// `BeforeClusterUpgrade` handler.
+async fn extension_configs(kube: &Kube, cso_name: &str) -> (Vec<String>, Option<String>) {
+    for version in ["v1beta2", "v1alpha1"] {
+        let api: Api<DynamicObject> =
+            Api::all_with(kube.mgmt.clone(), &resource("runtime.cluster.x-k8s.io", version, "ExtensionConfig", "extensionconfigs"));
+        let Ok(list) = api.list(&ListParams::default()).await else { continue };
+        let names = list.items.iter().filter_map(|e| e.metadata.name.clone()).collect();
+        let ours = list
+            .items
+            .iter()
+            .filter(|e| e.metadata.name.as_deref() != Some(cso_name))
+            .find(|e| {
+                e.data["status"]["handlers"]
+                    .as_array()
+                    .is_some_and(|h| h.iter().any(|h| h["requestHook"]["hook"] == "BeforeClusterUpgrade"))
+            })
+            .and_then(|e| e.metadata.name.clone());
+        return (names, ours);
+    }
+    (Vec::new(), None)
+}
+
+/// CSO scaled to zero (its pods gone), then its ExtensionConfig and webhooks deleted. False when
+/// a step failed (said in the report; nothing after it is done).
+async fn handover(kube: &Kube, options: &Options, report: &mut Report) -> bool {
+    let deployments: Api<DynamicObject> =
+        Api::namespaced_with(kube.mgmt.clone(), &options.deployment.namespace, &resource("apps", "v1", "Deployment", "deployments"));
+    if let Ok(Some(_)) = deployments.get_opt(&options.deployment.name).await {
+        let patch = json!({"spec": {"replicas": 0}});
+        if let Err(e) = deployments.patch(&options.deployment.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            report.blockers.push(format!("cannot scale CSO's Deployment {} to 0: {}", options.deployment, kube_error(&e)));
+            return false;
+        }
+        let started = tokio::time::Instant::now();
+        loop {
+            match deployments.get_opt(&options.deployment.name).await {
+                Ok(Some(d)) if d.data["status"]["replicas"].as_i64().unwrap_or(0) > 0 => {}
+                Ok(_) => break,
+                Err(e) => warn!(deployment = %options.deployment, error = %kube_error(&e), "cannot read CSO's Deployment"),
+            }
+            if started.elapsed() > SCALE_DOWN_WAIT {
+                report.blockers.push(format!("CSO's Deployment {} still has pods {SCALE_DOWN_WAIT:?} after it was scaled to 0", options.deployment));
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        report.done.push(format!("scaled CSO's Deployment {} to 0", options.deployment));
+        info!(deployment = %options.deployment, "scaled CSO to 0");
+    }
+    for version in ["v1beta2", "v1alpha1"] {
+        let api: Api<DynamicObject> =
+            Api::all_with(kube.mgmt.clone(), &resource("runtime.cluster.x-k8s.io", version, "ExtensionConfig", "extensionconfigs"));
+        match api.delete(&options.extension_config, &DeleteParams::default()).await {
+            Ok(_) => {
+                report.done.push(format!("deleted CSO's ExtensionConfig {}", options.extension_config));
+                break;
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                report.blockers.push(format!("cannot delete CSO's ExtensionConfig {}: {}", options.extension_config, kube_error(&e)));
+                return false;
+            }
+        }
+    }
+    let webhooks: Api<DynamicObject> = Api::all_with(
+        kube.mgmt.clone(),
+        &resource("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations"),
+    );
+    match webhooks.delete(&options.webhook, &DeleteParams::default()).await {
+        Ok(_) => report.done.push(format!("deleted CSO's ValidatingWebhookConfiguration {}", options.webhook)),
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => {
+            report.blockers.push(format!("cannot delete CSO's ValidatingWebhookConfiguration {}: {}", options.webhook, kube_error(&e)));
+            return false;
+        }
+    }
+    true
+}
+
+/// Takes a judged Cluster's objects over, labels CSO's leftovers as ours when asked (the first
+/// sync prunes them), and seeds its ClusterSync.
+async fn take_cluster(kube: &Kube, options: &Options, out: &mut ClusterAdoption, job: ClusterJob, done: &mut Vec<String>) {
+    let ClusterJob { sub, c, class, release, applier, stages, uid, leftovers } = job;
+    let mut adoption = applier.adopt(&stages, CSO_MANAGER, true).await;
+    if options.prune_leftovers {
+        let owner = crate::apply::ssa::owner_label_value(&applier.options().owner);
+        for r in &leftovers {
+            match label_leftover(&applier, r, &owner).await {
+                Ok(entry) => adoption.inventory.push(entry),
+                Err(e) => adoption.failures.push((leftover_ref(r), e)),
+            }
+        }
+    }
+    done.push(format!("Cluster {}: {} objects taken over", out.cluster, adoption.inventory.len()));
+    let inventory = Inventory { entries: adoption.inventory.clone() };
+    let at = super::status::now();
+    let status = ClusterSyncStatus {
+        class: Some(class),
+        applied_release: Some(ReleaseRefStatus { tag: release.tag.clone(), version: release.version.to_string(), commit: release.commit.clone() }),
+        inventory: inventory.to_lines(),
+        message: "adopted from the SCS cluster-stack-operator; the next sync checks every object".into(),
+        conditions: vec![Condition {
+            type_: "Reconciling".into(),
+            status: "True".into(),
+            reason: "Adopted".into(),
+            message: "adopted from the SCS cluster-stack-operator; the next sync checks every object".into(),
+            last_transition_time: at,
+            observed_generation: None,
+        }],
+        ..ClusterSyncStatus::default()
+    };
+    let api_version = format!("{}/{}", kube.clusters.group, kube.clusters.version);
+    let owner = Owner { api_version: &api_version, uid: uid.as_deref(), exists: false, written: Default::default() };
+    let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &out.cluster.namespace);
+    let previous = syncs.get_opt(&out.cluster.name).await.ok().flatten();
+    if previous.as_ref().and_then(|p| p.status.as_ref()).is_some_and(|s| s.applied_release.is_some()) {
+        done.push(format!("Cluster {}: its ClusterSync already records a release; left as it is", out.cluster));
+    } else {
+        match write_cluster_sync(&syncs, &sub, &c, &owner, previous.as_ref(), status, Duration::ZERO).await {
+            Ok(_) => out.seeded = true,
+            Err(e) => adoption.failures.push((
+                ObjectRef { api_version: "stacksync.io/v1alpha1".into(), kind: "ClusterSync".into(), namespace: Some(out.cluster.namespace.clone()), name: out.cluster.name.clone() },
+                format!("cannot seed the ClusterSync: {}", kube_error(&e)),
+            )),
+        }
+    }
+    out.adoption = Some(adoption);
+}
+
+fn leftover_ref(r: &Value) -> ObjectRef {
+    let s = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
+    ObjectRef {
+        api_version: if s("group").is_empty() { s("version") } else { format!("{}/{}", s("group"), s("version")) },
+        kind: s("kind"),
+        namespace: Some(s("namespace")).filter(|n| !n.is_empty()),
+        name: s("name"),
+    }
+}
+
+/// Puts our owner label on a leftover (so the first sync may prune it) and returns its entry.
+async fn label_leftover(applier: &Applier, r: &Value, owner: &str) -> Result<crate::apply::ssa::InventoryEntry, String> {
+    let o = leftover_ref(r);
+    let group = o.api_version.rsplit_once('/').map_or("", |(g, _)| g).to_owned();
+    let version = o.api_version.rsplit_once('/').map_or(o.api_version.as_str(), |(_, v)| v).to_owned();
+    let res = applier.resource(&o.api_version, &o.kind).await?;
+    let api: Api<DynamicObject> = match &o.namespace {
+        Some(ns) => Api::namespaced_with(applier.client().clone(), ns, &res),
+        None => Api::all_with(applier.client().clone(), &res),
+    };
+    let mut metadata = json!({"name": o.name, "labels": {crate::apply::ssa::OWNER_LABEL: owner}});
+    if let Some(ns) = &o.namespace {
+        metadata["namespace"] = json!(ns);
+    }
+    let body = json!({"apiVersion": o.api_version, "kind": o.kind, "metadata": metadata});
+    match api.patch(&o.name, &PatchParams::apply(crate::apply::ssa::FIELD_MANAGER), &Patch::Apply(&body)).await {
+        Ok(_) => Ok(crate::apply::ssa::InventoryEntry {
+            group,
+            kind: o.kind,
+            namespace: o.namespace,
+            name: o.name,
+            version,
+            digest: String::new(),
+            fields: String::new(),
+        }),
+        Err(kube::Error::Api(s)) if s.code == 404 => Err("already gone".into()),
+        Err(e) => Err(format!("cannot label it for pruning: {}", kube_error(&e))),
+    }
+}
+
+/// CSO's finalizers, objects and CRDs removed, in that order; refused while CSO runs.
+async fn cleanup(kube: &Kube, options: &Options, report: &mut Report) {
+    let deployments: Api<DynamicObject> =
+        Api::namespaced_with(kube.mgmt.clone(), &options.deployment.namespace, &resource("apps", "v1", "Deployment", "deployments"));
+    if let Ok(Some(d)) = deployments.get_opt(&options.deployment.name).await
+        && (d.data["spec"]["replicas"].as_i64().unwrap_or(1) > 0 || d.data["status"]["replicas"].as_i64().unwrap_or(0) > 0)
+    {
+        report.blockers.push(format!("CSO's Deployment {} still runs: adopt first (it scales CSO to 0), then clean up", options.deployment));
+        return;
+    }
+    let kinds = [("ClusterAddon", "clusteraddons"), ("ClusterStackRelease", "clusterstackreleases"), ("ClusterStack", "clusterstacks")];
+    for (kind, plural) in kinds {
+        let api: Api<DynamicObject> = Api::all_with(kube.mgmt.clone(), &cso(kind, plural));
+        let items = match api.list(&ListParams::default()).await {
+            Ok(l) => l.items,
+            Err(kube::Error::Api(s)) if s.code == 404 => continue,
+            Err(e) => {
+                report.blockers.push(format!("cannot list {kind}s: {}", kube_error(&e)));
+                return;
+            }
+        };
+        for item in items {
+            let (Some(ns), Some(name)) = (item.metadata.namespace.clone(), item.metadata.name.clone()) else { continue };
+            let api: Api<DynamicObject> = Api::namespaced_with(kube.mgmt.clone(), &ns, &cso(kind, plural));
+            let finalizers = item.metadata.finalizers.clone().unwrap_or_default();
+            if finalizers.iter().any(|f| FINALIZERS.contains(&f.as_str())) {
+                let kept: Vec<&String> = finalizers.iter().filter(|f| !FINALIZERS.contains(&f.as_str())).collect();
+                let patch = json!({"metadata": {"finalizers": kept, "resourceVersion": item.metadata.resource_version}});
+                match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                    Ok(_) => report.done.push(format!("removed CSO's finalizer from {kind} {ns}/{name}")),
+                    Err(e) => {
+                        report.blockers.push(format!("cannot remove CSO's finalizer from {kind} {ns}/{name}: {}", kube_error(&e)));
+                        return;
+                    }
+                }
+            }
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => report.done.push(format!("deleted {kind} {ns}/{name}")),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    report.blockers.push(format!("cannot delete {kind} {ns}/{name}: {}", kube_error(&e)));
+                    return;
+                }
+            }
+        }
+    }
+    let crds: Api<DynamicObject> =
+        Api::all_with(kube.mgmt.clone(), &resource("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions"));
+    for (_, plural) in kinds {
+        let name = format!("{plural}.{GROUP}");
+        match crds.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => report.done.push(format!("deleted CustomResourceDefinition {name}")),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                report.blockers.push(format!("cannot delete CustomResourceDefinition {name}: {}", kube_error(&e)));
+                return;
+            }
+        }
+    }
+    match deployments.delete(&options.deployment.name, &DeleteParams::default()).await {
+        Ok(_) => report.done.push(format!("deleted CSO's Deployment {} (its namespace, RBAC and certificates are yours to delete)", options.deployment)),
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => report.blockers.push(format!("cannot delete CSO's Deployment {}: {}", options.deployment, kube_error(&e))),
+    }
+}
