@@ -15,30 +15,45 @@ use std::process::Stdio;
 use common::capi::{CapiTenant, K1, K2, STEP, V1, V2, applied, hook_calls, ready, v2_ungated};
 use common::{stdout, stderr};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 const CSO_LABEL: &str = "clusterstack.x-k8s.io/instance";
 
-/// V1 with an env var the next release drops, and a ConfigMap it drops.
+/// A pod template annotation the chart generates at render time (as a checksum of a generated
+/// Secret is), and an env var the next release drops.
+fn metrics_server(text: String, env: &[&str]) -> String {
+    let text = text.replace(
+        "    metadata:\n      labels:\n        app: metrics-server\n",
+        "    metadata:\n      annotations:\n        checksum/token: {{ randAlphaNum 16 | sha256sum | quote }}\n      labels:\n        app: metrics-server\n",
+    );
+    let vars: String = env.iter().map(|e| format!("            - name: {e}\n              value: \"1\"\n")).collect();
+    format!("{text}          env:\n{vars}")
+}
+
+/// A Secret the chart generates at render time, and a ConfigMap the next release drops.
+const GENERATED_SECRET: &str = "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: token\n  namespace: {{ .Values.addonNamespace }}\nstringData:\n  token: {{ randAlphaNum 24 | quote }}\n";
+const LEGACY: &str = "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: legacy\n  namespace: {{ .Values.addonNamespace }}\ndata:\n  a: \"1\"\n";
+
 fn v1_with_more(path: &str, text: String) -> String {
     if path.ends_with("metrics-server/templates/deployment.yaml") {
-        return format!("{text}          env:\n            - name: KEEP\n              value: \"1\"\n            - name: DROPPED\n              value: \"1\"\n");
+        return metrics_server(text, &["KEEP", "DROPPED"]);
     }
     if path.ends_with("cni/templates/cni.yaml") {
-        return format!(
-            "{text}---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: legacy\n  namespace: {{{{ .Values.addonNamespace }}}}\ndata:\n  a: \"1\"\n"
-        );
+        return format!("{text}{GENERATED_SECRET}{LEGACY}");
     }
     text
 }
 
-/// V2 without the gate, keeping only `KEEP`.
+/// V2 without the gate, without `DROPPED` and `legacy`.
 fn v2_with_less(path: &str, text: String) -> String {
     let text = v2_ungated(path, text);
     if path.ends_with("metrics-server/templates/deployment.yaml") {
-        return format!("{text}          env:\n            - name: KEEP\n              value: \"1\"\n");
+        return metrics_server(text, &["KEEP"]);
+    }
+    if path.ends_with("cni/templates/cni.yaml") {
+        return format!("{text}{GENERATED_SECRET}");
     }
     text
 }
@@ -114,212 +129,281 @@ fn managers(obj: &Value) -> Vec<String> {
     obj["metadata"]["managedFields"].as_array().into_iter().flatten().filter_map(|m| m["manager"].as_str().map(str::to_owned)).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fleet_of_the_scs_operator_is_adopted_with_no_restart_and_its_next_release_is_stacksyncs() {
-    let Some(t) = CapiTenant::new("adoptcso").await else { return };
-    let (mgmt_kubeconfig, workload_kubeconfig) = t.kubeconfigs();
-    let (mgmt, workload) = (t.client(), t.workload());
-    t.publish(V1, v1_with_more);
-    let release = t.dir.path().join("v1");
-    std::fs::create_dir_all(&release).expect("dir");
+fn cso_res(kind: &str, plural: &str) -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk("clusterstack.x-k8s.io", "v1alpha1", kind), plural)
+}
+
+fn res(group: &str, version: &str, kind: &str, plural: &str) -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+fn record(group: &str, version: &str, kind: &str, ns: &str, name: &str) -> Value {
+    json!({"group": group, "version": version, "kind": kind, "namespace": ns, "name": name, "status": "synced"})
+}
+
+/// CSO installed, as it runs: its CRDs, a ClusterStack and its release with the ClusterClass it
+/// applied, its manager, its ExtensionConfig and its validating webhook (named `cso_name`: other
+/// tests share the servers). The release's files are written under `release`.
+async fn install_cso(t: &CapiTenant, release: &Path, cso_name: &str) {
+    let (mgmt_kubeconfig, _) = t.kubeconfigs();
+    let mgmt = t.client();
+    std::fs::create_dir_all(release).expect("dir");
     for (path, text) in common::fleet::fixture_files(V1) {
         let file = release.join(&path);
         std::fs::create_dir_all(file.parent().expect("parent")).expect("dir");
         std::fs::write(&file, v1_with_more(&path, text)).expect("write");
     }
-
-    // CSO, imitated: its ClusterClass in the management cluster…
     let class_chart = release.join("testkit-ferrol-1-35-cluster-class-v1");
     let class = helm_template(&["testkit-ferrol-1-35", &class_chart.to_string_lossy(), "--namespace", &t.ns]);
     cso_apply(&mgmt_kubeconfig, &t.ns, &cso_labelled(&class));
-    // …a Cluster on it, brought up by Cluster API…
-    t.add_cluster("c1", V1, K1, json!({})).await;
-    let cp_up = async || t.control_plane("c1").await.is_some_and(|cp| common::capi::condition(&cp, "Available").0 == "True");
-    common::daemon::eventually("c1's control plane Available", STEP, cp_up, || t.manager_log()).await;
-    // …its addons in the workload cluster, stage by stage (the values CSO templates for c1)…
-    let addon_ns = t.addon_namespace("c1");
-    let values = t.dir.path().join("values.yaml");
-    std::fs::write(&values, format!("clusterName: c1\naddonNamespace: {addon_ns}\npodCidr: \"10.1.0.0/16\"\n")).expect("values");
-    for stage in ["cni", "metrics-server"] {
-        let chart = release.join("testkit-ferrol-1-35-cluster-addon-v1").join(stage);
-        let text = helm_template(&["--include-crds", "cluster-addon", &chart.to_string_lossy(), "--namespace", "kube-system", "-f", &values.to_string_lossy()]);
-        cso_apply(&workload_kubeconfig, &addon_ns, &cso_labelled(&text));
-    }
-    // …and one it applied for an older release, which this one no longer has.
-    let old = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cso-old", "namespace": addon_ns, "labels": {CSO_LABEL: "owned"}}, "data": {"x": "1"}});
-    cso_apply(&workload_kubeconfig, &addon_ns, &old.to_string());
-
-    // CSO's own objects, as it writes them.
     let crds = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/cso/crds.yaml")).expect("CRDs");
     cso_apply(&mgmt_kubeconfig, &t.ns, &crds);
-    let res = |kind: &str, plural: &str| {
-        kube::api::ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk("clusterstack.x-k8s.io", "v1alpha1", kind), plural)
-    };
-    common::daemon::eventually("CSO's CRDs served", STEP, async || {
-        let api: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), &t.ns, &res("ClusterAddon", "clusteraddons"));
+    let served = async || {
+        let api: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), &t.ns, &cso_res("ClusterAddon", "clusteraddons"));
         api.list(&ListParams::default()).await.is_ok()
-    }, || String::new()).await;
-    let cluster = t.cluster("c1").await;
-    let record = |group: &str, version: &str, kind: &str, ns: &str, name: &str| {
-        json!({"group": group, "version": version, "kind": kind, "namespace": ns, "name": name, "status": "synced"})
     };
-    apply(&mgmt, Some(&t.ns), res("ClusterStack", "clusterstacks"), json!({
+    common::daemon::eventually("CSO's CRDs served", STEP, served, String::new).await;
+    apply(&mgmt, Some(&t.ns), cso_res("ClusterStack", "clusterstacks"), json!({
         "apiVersion": "clusterstack.x-k8s.io/v1alpha1", "kind": "ClusterStack",
         "metadata": {"name": "testkit-ferrol-1-35", "namespace": t.ns},
         "spec": {"provider": "testkit", "name": "ferrol", "kubernetesVersion": "1.35", "channel": "stable", "versions": ["v1"], "autoSubscribe": false, "noProvider": true},
         "status": {"latestRelease": "testkit-ferrol-1-35-v1 | v1.35.0", "usableVersions": "v1"},
-    })).await;
-    apply(&mgmt, Some(&t.ns), res("ClusterStackRelease", "clusterstackreleases"), json!({
+    }))
+    .await;
+    apply(&mgmt, Some(&t.ns), cso_res("ClusterStackRelease", "clusterstackreleases"), json!({
         "apiVersion": "clusterstack.x-k8s.io/v1alpha1", "kind": "ClusterStackRelease",
         "metadata": {"name": V1, "namespace": t.ns, "finalizers": ["clusterstackrelease.clusterstack.x-k8s.io"]},
         "spec": {},
         "status": {"ready": true, "kubernetesVersion": K1, "resources": [record("cluster.x-k8s.io", "v1beta2", "ClusterClass", &t.ns, V1)]},
-    })).await;
-    let resources = vec![
-        record("", "v1", "ConfigMap", &addon_ns, "cni-config"),
-        record("", "v1", "ConfigMap", &addon_ns, "legacy"),
-        record("apps", "v1", "Deployment", &addon_ns, "metrics-server"),
-        record("", "v1", "ConfigMap", &addon_ns, "cso-old"),
-    ];
-    let addon = json!({
-        "apiVersion": "clusterstack.x-k8s.io/v1alpha1", "kind": "ClusterAddon",
-        "metadata": {"name": "cluster-addon-c1", "namespace": t.ns, "finalizers": ["clusteraddon.clusterstack.x-k8s.io"],
-                     "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1", "uid": cluster["metadata"]["uid"]}]},
-        "spec": {"clusterStack": V1, "version": "v1", "hook": "", "clusterRef": {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1", "namespace": t.ns, "uid": cluster["metadata"]["uid"]}},
-        "status": {"ready": true, "resources": resources, "stages": []},
-    });
-    apply(&mgmt, Some(&t.ns), res("ClusterAddon", "clusteraddons"), addon.clone()).await;
-    // CSO's manager, hook and webhook (named for this test: other tests share the servers).
-    let cso_name = format!("cso-{}", t.ns);
+    }))
+    .await;
     let deployments: Api<Deployment> = Api::namespaced(mgmt.clone(), &t.ns);
     let manager = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "cso-controller-manager", "namespace": t.ns},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"control-plane": "cso"}},
                  "template": {"metadata": {"labels": {"control-plane": "cso"}}, "spec": {"containers": [{"name": "manager", "image": "cso:test"}]}}}});
     deployments.create(&PostParams::default(), &serde_json::from_value(manager).expect("Deployment")).await.expect("CSO's Deployment");
-    apply(&mgmt, None, kube::api::ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk("runtime.cluster.x-k8s.io", "v1beta2", "ExtensionConfig"), "extensionconfigs"), json!({
+    apply(&mgmt, None, res("runtime.cluster.x-k8s.io", "v1beta2", "ExtensionConfig", "extensionconfigs"), json!({
         "apiVersion": "runtime.cluster.x-k8s.io/v1beta2", "kind": "ExtensionConfig", "metadata": {"name": cso_name},
         "spec": {"clientConfig": {"url": "https://127.0.0.1:1/"}, "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": t.ns}}},
-    })).await;
-    apply(&mgmt, None, kube::api::ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration"), "validatingwebhookconfigurations"), json!({
+    }))
+    .await;
+    apply(&mgmt, None, res("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations"), json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": {"name": cso_name},
         "webhooks": [{"name": "validation.clusterstack.clusterstack.x-k8s.io", "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail",
             "clientConfig": {"url": "https://127.0.0.1:1/validate"},
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": t.ns}},
             "rules": [{"apiGroups": ["clusterstack.x-k8s.io"], "apiVersions": ["v1alpha1"], "operations": ["CREATE"], "resources": ["clusterstacks"]}]}],
-    })).await;
+    }))
+    .await;
+}
 
-    // What must not move.
-    let workload_deployments: Api<Deployment> = Api::namespaced(workload.clone(), &addon_ns);
-    let before = workload_deployments.get("metrics-server").await.expect("metrics-server");
-    let replica_sets: Api<ReplicaSet> = Api::namespaced(workload.clone(), &addon_ns);
-    let sets_before = replica_sets.list(&ListParams::default()).await.expect("ReplicaSets").items.len();
-    let cp_generation = t.control_plane("c1").await.expect("control plane")["metadata"]["generation"].clone();
+/// A Cluster of CSO's: up on V1 through Cluster API, its addons applied stage by stage with the
+/// values CSO templates for it, one object left from an older release, and its ClusterAddon.
+async fn cso_cluster(t: &CapiTenant, release: &Path, name: &str) {
+    let (_, workload_kubeconfig) = t.kubeconfigs();
+    t.add_cluster(name, V1, K1, json!({})).await;
+    let up = async || t.control_plane(name).await.is_some_and(|cp| common::capi::condition(&cp, "Available").0 == "True");
+    common::daemon::eventually(&format!("{name}'s control plane Available"), STEP, up, || t.manager_log()).await;
+    let addon_ns = t.addon_namespace(name);
+    let values = t.dir.path().join(format!("values-{name}.yaml"));
+    std::fs::write(&values, format!("clusterName: {name}\naddonNamespace: {addon_ns}\npodCidr: \"10.1.0.0/16\"\n")).expect("values");
+    for stage in ["cni", "metrics-server"] {
+        let chart = release.join("testkit-ferrol-1-35-cluster-addon-v1").join(stage);
+        let text = helm_template(&["--include-crds", "cluster-addon", &chart.to_string_lossy(), "--namespace", "kube-system", "-f", &values.to_string_lossy()]);
+        cso_apply(&workload_kubeconfig, &addon_ns, &cso_labelled(&text));
+    }
+    let old = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cso-old", "namespace": addon_ns, "labels": {CSO_LABEL: "owned"}}, "data": {"x": "1"}});
+    cso_apply(&workload_kubeconfig, &addon_ns, &old.to_string());
+    let cluster = t.cluster(name).await;
+    let resources = vec![
+        record("", "v1", "Namespace", "", &addon_ns),
+        record("", "v1", "ConfigMap", &addon_ns, "cni-config"),
+        record("", "v1", "Secret", &addon_ns, "token"),
+        record("", "v1", "ConfigMap", &addon_ns, "legacy"),
+        record("apps", "v1", "Deployment", &addon_ns, "metrics-server"),
+        record("", "v1", "ConfigMap", &addon_ns, "cso-old"),
+    ];
+    let cluster_ref = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": name, "namespace": t.ns, "uid": cluster["metadata"]["uid"]});
+    apply(&t.client(), Some(&t.ns), cso_res("ClusterAddon", "clusteraddons"), json!({
+        "apiVersion": "clusterstack.x-k8s.io/v1alpha1", "kind": "ClusterAddon",
+        "metadata": {"name": format!("cluster-addon-{name}"), "namespace": t.ns, "finalizers": ["clusteraddon.clusterstack.x-k8s.io"],
+                     "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": name, "uid": cluster["metadata"]["uid"]}]},
+        "spec": {"clusterStack": V1, "version": "v1", "hook": "", "clusterRef": cluster_ref},
+        "status": {"ready": true, "resources": resources, "stages": []},
+    }))
+    .await;
+}
 
-    // stacksync deployed with its subscription suspended (writes nothing; CSO holds upgrades) and
-    // CSO's label adopted; its hooks discovered by Cluster API.
+/// What must not move in a Cluster's workload cluster: metrics-server's generation and pod
+/// template, the ReplicaSets, the generated Secret.
+#[derive(Debug, PartialEq)]
+struct Still {
+    generation: Option<i64>,
+    template: Value,
+    replica_sets: usize,
+    token: Option<String>,
+}
+
+async fn still(t: &CapiTenant, name: &str) -> Still {
+    let ns = t.addon_namespace(name);
+    let d = Api::<Deployment>::namespaced(t.workload(), &ns).get("metrics-server").await.expect("metrics-server");
+    let sets = Api::<ReplicaSet>::namespaced(t.workload(), &ns).list(&ListParams::default()).await.expect("ReplicaSets").items.len();
+    let secret = Api::<Secret>::namespaced(t.workload(), &ns).get("token").await.expect("token");
+    let token = secret.data.and_then(|d| d.get("token").map(|v| String::from_utf8_lossy(&v.0).into_owned()));
+    Still { generation: d.metadata.generation, template: serde_json::to_value(&d.spec.template).expect("json"), replica_sets: sets, token }
+}
+
+async fn managers_of(client: &kube::Client, ns: &str, r: kube::api::ApiResource, name: &str) -> Vec<String> {
+    let api: Api<DynamicObject> = if ns.is_empty() { Api::all_with(client.clone(), &r) } else { Api::namespaced_with(client.clone(), ns, &r) };
+    managers(&serde_json::to_value(api.get(name).await.expect("get")).expect("json"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_of_the_scs_operator_is_adopted_with_no_restart_and_its_next_release_is_stacksyncs() {
+    let Some(t) = CapiTenant::new("adoptcso").await else { return };
+    let (mgmt, workload) = (t.client(), t.workload());
+    let cso_name = format!("cso-{}", t.ns);
+    let release = t.dir.path().join("v1");
+    t.publish(V1, v1_with_more);
+    install_cso(&t, &release, &cso_name).await;
+    cso_cluster(&t, &release, "c1").await;
+    cso_cluster(&t, &release, "c2").await;
+    let before = [still(&t, "c1").await, still(&t, "c2").await];
+    let cp_generation = t.control_plane("c2").await.expect("control plane")["metadata"]["generation"].clone();
+
+    // stacksync deployed with its subscription suspended (it writes nothing; CSO still holds
+    // upgrades) and CSO's label adopted; its hooks discovered by Cluster API.
     let config = |suspend: bool| {
-        t.config(|s| s.set("suspend", suspend).set("adoptedLabels", json!({CSO_LABEL: "owned"})).set("availableReleases", 2).set("stageTimeout", "10m"))
+        t.config(|s| {
+            s.set("suspend", suspend).set("adoptedLabels", json!({CSO_LABEL: "owned"})).set("availableReleases", 2).set("stageTimeout", "10m")
+        })
     };
     let file = config(true).write();
     let daemon = t.start(&file, &[]).await;
-    let cso_args = |extra: &[&str]| {
-        let mut a: Vec<String> = vec!["adopt".into(), "cso".into(), "--config".into(), file.to_string_lossy().into_owned()];
-        a.extend(["--cso-deployment".into(), format!("{}/cso-controller-manager", t.ns)]);
-        a.extend(["--cso-extension-config".into(), cso_name.clone(), "--cso-webhook".into(), cso_name.clone()]);
-        a.extend(["--cluster".into(), format!("{}/c1", t.ns)]);
-        a.extend(extra.iter().map(|s| (*s).to_owned()));
-        a
-    };
     let run = async |extra: &[&str]| {
-        let args = cso_args(extra);
+        let mut args: Vec<String> = ["adopt", "cso", "--config"].map(String::from).to_vec();
+        args.push(file.to_string_lossy().into_owned());
+        args.extend(["--cso-deployment".into(), format!("{}/cso-controller-manager", t.ns)]);
+        args.extend(["--cso-extension-config".into(), cso_name.clone(), "--cso-webhook".into(), cso_name.clone()]);
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         common::stacksync(&refs).await
     };
 
     // A Cluster with an upgrade in flight is refused, naming it.
-    let addons: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), &t.ns, &res("ClusterAddon", "clusteraddons"));
-    addons.patch("cluster-addon-c1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"hook": "BeforeClusterUpgrade"}}))).await.expect("hook");
+    let addons: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), &t.ns, &cso_res("ClusterAddon", "clusteraddons"));
+    let hook = |h: &str| Patch::Merge(json!({"spec": {"hook": h}}));
+    addons.patch("cluster-addon-c1", &PatchParams::default(), &hook("BeforeClusterUpgrade")).await.expect("hook");
     let refused = run(&["--dry-run"]).await;
     assert_eq!(refused.status.code(), Some(1), "{}{}", stdout(&refused), stderr(&refused));
-    assert!(stdout(&refused).contains("runs the BeforeClusterUpgrade hook: an upgrade is in flight"), "{}", stdout(&refused));
-    addons.patch("cluster-addon-c1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"hook": ""}}))).await.expect("hook");
+    let expected = format!("ClusterAddon {}/cluster-addon-c1 runs the BeforeClusterUpgrade hook: an upgrade is in flight", t.ns);
+    assert!(stdout(&refused).contains(&expected), "{}", stdout(&refused));
+    addons.patch("cluster-addon-c1", &PatchParams::default(), &hook("")).await.expect("hook");
 
-    // The report.
+    // The report: every object identical (the generated values kept), the leftovers, the
+    // hand-over; nothing changed by it.
     let report = run(&["--dry-run"]).await;
     let text = stdout(&report);
     println!("{text}");
     assert_eq!(report.status.code(), Some(0), "{text}{}", stderr(&report));
-    assert!(text.contains(&format!("identical  Deployment/{addon_ns}/metrics-server")), "{text}");
+    for c in ["c1", "c2"] {
+        let ns = t.addon_namespace(c);
+        assert!(text.contains(&format!("identical  Deployment/{ns}/metrics-server (generated at render time, the live values kept: /spec/template/metadata/annotations/checksum~1token)")), "{text}");
+        assert!(text.contains(&format!("identical  Secret/{ns}/token (generated at render time, the live values kept: /stringData/token)")), "{text}");
+        assert!(text.contains(&format!("leftover   ConfigMap/{ns}/cso-old")), "{text}");
+    }
     assert!(!text.contains("restarts "), "{text}");
-    assert!(text.contains(&format!("leftover   ConfigMap/{addon_ns}/cso-old")), "{text}");
-    assert!(text.contains("hand-over  scale CSO's Deployment"), "{text}");
+    assert!(text.contains(&format!("hand-over  scale CSO's Deployment {}/cso-controller-manager to 0", t.ns)), "{text}");
     assert!(text.contains(&format!("hand-over  delete CSO's ExtensionConfig {cso_name}")), "{text}");
     assert!(text.contains(&format!("ClusterClasses of {V1} in namespace {}", t.ns)), "{text}");
-    let ms = serde_json::to_value(workload_deployments.get("metrics-server").await.expect("ms")).expect("json");
-    assert!(managers(&ms).contains(&"kubectl".to_owned()), "the dry run changed nothing: {:?}", managers(&ms));
+    assert!(text.contains("2 Clusters and the ClusterClasses of 1 releases: 13 objects identical, 0 with changes, 0 restarting pods"), "{text}");
+    let ms = managers_of(&workload, &t.addon_namespace("c1"), res("apps", "v1", "Deployment", "deployments"), "metrics-server").await;
+    assert!(ms.contains(&"kubectl".to_owned()), "the dry run changed nothing: {ms:?}");
 
-    // The adoption.
+    // The adoption: no DELETE, nothing restarted, every object stacksync's alone.
     let deletes_before = deletes(&workload).await;
     let adopted = run(&["--prune-leftovers"]).await;
     let text = stdout(&adopted);
     println!("{text}");
     assert_eq!(adopted.status.code(), Some(0), "{text}{}", stderr(&adopted));
     assert_eq!(deletes(&workload).await, deletes_before, "no DELETE in the workload cluster during adoption");
-    let after = workload_deployments.get("metrics-server").await.expect("metrics-server");
-    assert_eq!(after.metadata.generation, before.metadata.generation, "the Deployment's generation");
-    assert_eq!(after.spec.template, before.spec.template, "the pod template");
-    assert_eq!(replica_sets.list(&ListParams::default()).await.expect("ReplicaSets").items.len(), sets_before, "no new ReplicaSet");
-    for name in ["metrics-server"] {
-        let d = serde_json::to_value(workload_deployments.get(name).await.expect("get")).expect("json");
-        assert!(!managers(&d).contains(&"kubectl".to_owned()), "{name}: {:?}", managers(&d));
+    assert_eq!([still(&t, "c1").await, still(&t, "c2").await], before, "nothing moved in the workload clusters");
+    for c in ["c1", "c2"] {
+        let ns = t.addon_namespace(c);
+        for (r, name) in [
+            (res("apps", "v1", "Deployment", "deployments"), "metrics-server"),
+            (res("", "v1", "ConfigMap", "configmaps"), "cni-config"),
+            (res("", "v1", "ConfigMap", "configmaps"), "legacy"),
+            (res("", "v1", "Secret", "secrets"), "token"),
+        ] {
+            let m = managers_of(&workload, &ns, r, name).await;
+            assert!(!m.contains(&"kubectl".to_owned()) && m.contains(&"stacksync".to_owned()), "{c} {name}: {m:?}");
+        }
+        let cs = t.cluster_sync(c).await;
+        assert_eq!(applied(&cs), V1, "{c}'s ClusterSync seeded with CSO's release: {cs}");
+        assert_eq!(cs["status"]["generated"].as_array().map(Vec::len), Some(2), "{c}'s generated fields recorded: {cs}");
     }
-    let cms: Api<ConfigMap> = Api::namespaced(workload.clone(), &addon_ns);
-    for name in ["cni-config", "legacy"] {
-        let cm = serde_json::to_value(cms.get(name).await.expect("get")).expect("json");
-        assert!(!managers(&cm).contains(&"kubectl".to_owned()), "{name}: {:?}", managers(&cm));
-    }
-    let classes = t.cluster_classes().await;
-    let cc = classes.iter().find(|c| c["metadata"]["name"] == V1).expect("the ClusterClass");
-    assert!(!managers(cc).contains(&"kubectl".to_owned()), "ClusterClass: {:?}", managers(cc));
-    assert_eq!(t.control_plane("c1").await.expect("control plane")["metadata"]["generation"], cp_generation, "the control plane's generation");
-    assert!(deployments.get("cso-controller-manager").await.expect("CSO").spec.replicas == Some(0), "CSO scaled to 0");
-    assert_eq!(applied(&t.cluster_sync("c1").await), V1, "the ClusterSync seeded with CSO's release");
+    let cc = managers_of(&mgmt, &t.ns, res("cluster.x-k8s.io", "v1beta2", "ClusterClass", "clusterclasses"), V1).await;
+    assert!(!cc.contains(&"kubectl".to_owned()), "ClusterClass: {cc:?}");
+    assert_eq!(t.control_plane("c2").await.expect("control plane")["metadata"]["generation"], cp_generation, "the control plane's generation");
+    let deployments: Api<Deployment> = Api::namespaced(mgmt.clone(), &t.ns);
+    assert_eq!(deployments.get("cso-controller-manager").await.expect("CSO").spec.replicas, Some(0), "CSO scaled to 0");
 
-    // stacksync takes over: the subscription unsuspended, the Cluster synced with nothing moved,
-    // the leftover pruned (it was opted in).
-    config(false).write();
-    t.eventually(&daemon, "c1 Ready on V1 under stacksync", STEP, async || {
-        let cs = t.cluster_sync("c1").await;
-        applied(&cs) == V1 && ready(&cs)
-    })
-    .await;
-    t.eventually(&daemon, "the leftover pruned", STEP, async || cms.get_opt("cso-old").await.is_ok_and(|c| c.is_none())).await;
-    let synced = workload_deployments.get("metrics-server").await.expect("metrics-server");
-    assert_eq!(synced.metadata.generation, before.metadata.generation, "the first sync changed the Deployment's generation");
-    assert_ne!(t.cluster_sync("c1").await["status"]["upgrade"]["hook"], "AfterControlPlaneInitialized", "no install stages for an adopted Cluster");
-
-    // The next release is stacksync's: held by its BeforeClusterUpgrade, and what it drops goes.
+    // Between the hand-over and the resume, an upgrade is held by stacksync (CSO no longer
+    // holds it; the subscription is still suspended). The next release's ClusterClass is there
+    // (CSO applied it while it ran).
     t.publish(V2, v2_with_less);
+    let release2 = t.dir.path().join("v2");
+    for (path, text) in common::fleet::fixture_files(V2) {
+        let file = release2.join(&path);
+        std::fs::create_dir_all(file.parent().expect("parent")).expect("dir");
+        std::fs::write(&file, v2_with_less(&path, text)).expect("write");
+    }
+    let class_chart = release2.join("testkit-ferrol-1-35-cluster-class-v2");
+    let class = helm_template(&["testkit-ferrol-1-35", &class_chart.to_string_lossy(), "--namespace", &t.ns]);
+    cso_apply(&t.kubeconfigs().0, &t.ns, &cso_labelled(&class));
     t.class_reconciled(&daemon, V2).await;
     t.patch_cluster("c1", json!({"spec": {"topology": {"classRef": {"name": V2}, "version": K2}}})).await;
     let key = format!("{}/c1", t.ns);
-    t.eventually(&daemon, "the upgrade asked of stacksync's BeforeClusterUpgrade", STEP, async || hook_calls(&daemon, "BeforeClusterUpgrade", &key) >= 1).await;
+    t.eventually(&daemon, "c1's upgrade held by stacksync while suspended", STEP, async || hook_calls(&daemon, "BeforeClusterUpgrade", &key) >= 2).await;
+    assert_eq!(t.control_plane("c1").await.expect("control plane")["spec"]["version"], K1, "held");
+    assert!(daemon.log().contains("was adopted by stacksync and subscription"), "{}", common::daemon::tail(&daemon.log(), 30));
+
+    // Resumed: c2 synced with nothing moved and its leftover pruned; c1 upgraded by stacksync,
+    // what V2 dropped gone, its generated values still the live ones.
+    config(false).write();
+    t.eventually(&daemon, "c2 Ready on V1 under stacksync", STEP, async || {
+        let cs = t.cluster_sync("c2").await;
+        applied(&cs) == V1 && ready(&cs)
+    })
+    .await;
+    let cms2: Api<ConfigMap> = Api::namespaced(workload.clone(), &t.addon_namespace("c2"));
+    t.eventually(&daemon, "c2's leftover pruned", STEP, async || cms2.get_opt("cso-old").await.is_ok_and(|c| c.is_none())).await;
+    assert_eq!(still(&t, "c2").await, before[1], "the first sync moved nothing");
+    assert_ne!(t.cluster_sync("c2").await["status"]["upgrade"]["hook"], "AfterControlPlaneInitialized", "no install stages for an adopted Cluster");
     t.eventually(&daemon, "c1 on V2", STEP, async || {
         let cs = t.cluster_sync("c1").await;
         applied(&cs) == V2 && ready(&cs)
     })
     .await;
-    let ms = workload_deployments.get("metrics-server").await.expect("metrics-server");
+    let ns1 = t.addon_namespace("c1");
+    let ms = Api::<Deployment>::namespaced(workload.clone(), &ns1).get("metrics-server").await.expect("metrics-server");
     let env: Vec<String> =
         ms.spec.template.spec.map(|p| p.containers[0].env.clone().unwrap_or_default().into_iter().map(|e| e.name).collect()).unwrap_or_default();
     assert_eq!(env, ["KEEP"], "the env var V2 dropped is gone");
-    assert!(cms.get_opt("legacy").await.expect("get").is_none(), "the ConfigMap V2 dropped is pruned");
+    let cms1: Api<ConfigMap> = Api::namespaced(workload.clone(), &ns1);
+    assert!(cms1.get_opt("legacy").await.expect("get").is_none(), "the ConfigMap V2 dropped is pruned");
+    assert!(cms1.get_opt("cso-old").await.expect("get").is_none(), "the leftover is pruned");
+    assert_eq!(still(&t, "c1").await.token, before[0].token, "the generated Secret kept through the upgrade");
 
-    // The clean-up: CSO's finalizers, objects and CRDs… (the CRDs are shared: only this test's
-    // objects are looked at).
+    // The clean-up: CSO's finalizers, objects, CRDs and Deployment.
     let cleaned = run(&["--cleanup"]).await;
-    assert_eq!(cleaned.status.code(), Some(0), "{}{}", stdout(&cleaned), stderr(&cleaned));
-    assert!(stdout(&cleaned).contains(&format!("removed CSO's finalizer from ClusterAddon {}/cluster-addon-c1", t.ns)), "{}", stdout(&cleaned));
+    let text = stdout(&cleaned);
+    println!("{text}");
+    assert_eq!(cleaned.status.code(), Some(0), "{text}{}", stderr(&cleaned));
+    assert!(text.contains(&format!("removed CSO's finalizer from ClusterAddon {}/cluster-addon-c1", t.ns)), "{text}");
+    assert!(text.contains("deleted CustomResourceDefinition clusteraddons.clusterstack.x-k8s.io"), "{text}");
+    assert!(addons.list(&ListParams::default()).await.is_err(), "CSO's kinds are gone");
     daemon.stop().await;
     t.delete().await;
 }

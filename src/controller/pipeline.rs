@@ -92,11 +92,24 @@ pub async fn addons(
     prepared: &PreparedRelease,
     c: &ClusterConfig,
 ) -> Result<RenderedAddons, RenderError> {
+    addons_with(ctx, &ctx.helm().await?, sub, prepared, c).await
+}
+
+/// [`addons`] rendered by `helm` (e.g. one [`crate::render::helm::Helm::without_memo`]).
+///
+/// # Errors
+/// See [`RenderError`].
+pub async fn addons_with(
+    ctx: &Context,
+    helm: &crate::render::helm::Helm,
+    sub: &Subscription,
+    prepared: &PreparedRelease,
+    c: &ClusterConfig,
+) -> Result<RenderedAddons, RenderError> {
     let work = ctx.work_dir()?.to_path_buf();
-    let helm = ctx.helm().await?;
     let layout = ctx.layout(sub, prepared).await?;
     let dir = scratch(&work, c);
-    let rendered = layout.render_addons_reporting(&helm, c, &dir).await;
+    let rendered = layout.render_addons_reporting(helm, c, &dir).await;
     let _ = tokio::fs::remove_dir_all(&dir).await;
     let mut rendered = rendered.map_err(RenderError::Render)?;
     for stage in &mut rendered.stages {

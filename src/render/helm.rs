@@ -347,6 +347,13 @@ impl Helm {
         })
     }
 
+    /// The same helm with a memo of its own, empty, and none on disk: every render runs helm
+    /// (`stacksync adopt` renders twice to find what a chart generates at render time).
+    #[must_use]
+    pub fn without_memo(&self) -> Helm {
+        Helm { memo: Arc::new(Mutex::new(Memo::new(MEMO_BYTES))), disk: None, ..self.clone() }
+    }
+
     /// Keeps renders on disk under `dir` too (the cache volume's `renders/`), at most
     /// [`DISK_BYTES`] of them: a restarted process answers from there instead of running helm.
     #[must_use]

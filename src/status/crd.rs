@@ -91,6 +91,16 @@ pub struct ClusterSyncStatus {
     /// release prunes against, the manifest digest applied and a hash of the fields stacksync owns.
     #[serde(default)]
     pub inventory: Vec<String>,
+    /// Fields the charts generate at render time (certificates, passwords, checksums of them),
+    /// `group|kind|namespace|name|pointer`: every sync keeps their live values. Recorded by
+    /// `stacksync adopt` (docs/migration.md); remove a line to have the field rendered anew.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub generated: Vec<String>,
+    /// Set by `stacksync adopt` (what the Cluster was adopted from, and when) until the first
+    /// sync applies its release: meanwhile its upgrades are held, even while its subscription
+    /// is suspended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopted: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// When a reconcile of this Cluster last finished (RFC 3339): the daemon is alive.

@@ -242,11 +242,20 @@ pub fn desired(previous: &ClusterSyncStatus, outcome: &Outcome<'_>, now: DateTim
                 entries_truncated: failing.len().saturating_sub(MAX_ENTRIES) as u32,
                 entries: failing.into_iter().take(MAX_ENTRIES).collect(),
                 inventory: a.inventory.clone(),
+                generated: still_applied(&previous.generated, &a.inventory),
                 upgrade: a.upgrade.clone(),
                 ..ClusterSyncStatus::default()
             }
         }
     }
+}
+
+/// The generated-field records (`group|kind|namespace|name|pointer`) of objects `inventory`
+/// still holds: a release that drops an object drops its record.
+fn still_applied(generated: &[String], inventory: &[String]) -> Vec<String> {
+    let key = |line: &str| line.splitn(5, '|').take(4).collect::<Vec<_>>().join("|");
+    let applied: std::collections::HashSet<String> = inventory.iter().map(|l| key(l)).collect();
+    generated.iter().filter(|l| applied.contains(&key(l))).cloned().collect()
 }
 
 pub fn release_ref(r: &Release) -> ReleaseRefStatus {

@@ -52,9 +52,16 @@ pub struct Adopted {
     pub released: Vec<String>,
     /// Whether the other manager held any field of it (false: not its object, or already ours).
     pub held: bool,
+    /// Fields the chart generates at render time (JSON pointers): their live values are kept
+    /// (and [`Adoption::generated`] records them for every later sync).
+    pub generated: Vec<String>,
     /// Taken over (apply and release both done).
     pub taken: bool,
 }
+
+/// Fields each rendered object gets anew from every render (JSON pointers), by
+/// `(group, kind, namespace as rendered, name)`.
+pub type Generated = std::collections::BTreeMap<(String, String, Option<String>, String), Vec<String>>;
 
 /// What an adoption of one cluster's objects found (and did).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -65,6 +72,9 @@ pub struct Adoption {
     /// The inventory of what was taken over: a status seeded with it prunes what a later
     /// release drops.
     pub inventory: Vec<InventoryEntry>,
+    /// The generated fields of what was taken over, as `ClusterSync.status.generated` records
+    /// them: every later sync keeps their live values.
+    pub generated: Vec<String>,
 }
 
 impl Adoption {
@@ -77,8 +87,9 @@ impl Adoption {
 impl Applier {
     /// Judges taking the rendered objects of `stages` over from field manager `from`; with
     /// `write`, takes each over (the caller decides whether the judgement allows it). Delete
-    /// stages are left out: adoption deletes nothing.
-    pub async fn adopt(&self, stages: &[Stage], from: &str, write: bool) -> Adoption {
+    /// stages are left out: adoption deletes nothing. The `generated` fields of an object keep
+    /// their live values.
+    pub async fn adopt(&self, stages: &[Stage], from: &str, generated: &Generated, write: bool) -> Adoption {
         let mut cache = self.discovery_cache();
         let none: Digests<'_> = Default::default();
         let mut out = Adoption::default();
@@ -110,6 +121,7 @@ impl Applier {
                         continue;
                     }
                 };
+                let pointers = generated.get(&(o.group().to_owned(), o.kind.clone(), o.namespace.clone(), o.name.clone())).cloned().unwrap_or_default();
                 let Some(live) = live else {
                     out.objects.push(Adopted {
                         object,
@@ -117,6 +129,7 @@ impl Applier {
                         fields: Vec::new(),
                         released: Vec::new(),
                         held: false,
+                        generated: pointers,
                         taken: false,
                     });
                     continue;
@@ -125,6 +138,15 @@ impl Applier {
                     // Never written over by a sync: ours by label only, its fields stay theirs.
                     continue;
                 }
+                // What the chart generates keeps its live value.
+                let kept;
+                let t = match t.with_generated_kept(&live, &pointers) {
+                    Some(k) => {
+                        kept = k;
+                        &kept
+                    }
+                    None => &t,
+                };
                 let dry_params = PatchParams { dry_run: true, ..PatchParams::apply(FIELD_MANAGER).force() };
                 let dry = match self.within("dry-run apply", &object, self.apply_request(&t, &dry_params)).await {
                     Ok(Ok((bytes, _))) => match whole(&bytes) {
@@ -157,11 +179,12 @@ impl Applier {
                 } else {
                     Verdict::Changes
                 };
-                let mut adopted = Adopted { object: object.clone(), verdict, fields, released, held, taken: false };
+                let mut adopted = Adopted { object: object.clone(), verdict, fields, released, held, generated: pointers, taken: false };
                 if write {
-                    match self.take_over(&t, from).await {
+                    match self.take_over(t, from).await {
                         Ok(fields) => {
                             adopted.taken = true;
+                            out.generated.extend(adopted.generated.iter().map(|p| super::generated::line(&t.inventory, p)));
                             out.inventory.push(InventoryEntry { fields, ..t.inventory.clone() });
                         }
                         Err(message) => out.failures.push((object, message)),

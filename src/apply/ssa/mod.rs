@@ -9,6 +9,7 @@ mod arbitrary;
 mod desired;
 mod diff;
 mod discovery;
+mod generated;
 mod error;
 mod inventory;
 mod listing;
@@ -27,9 +28,10 @@ use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-pub use adopt::{Adopted, Adoption, Verdict, leaves};
+pub use adopt::{Adopted, Adoption, Generated, Verdict, leaves};
 pub use diff::describe as describe_paths;
 pub use discovery::Discovery;
+pub use generated::{Recorded as GeneratedFields, differing as generated_fields, parse as parse_generated};
 pub use error::Error;
 pub use inventory::{Inventory, InventoryEntry, ParseEntryError};
 pub use preview::{Planned, PlannedChange, Preview};
@@ -98,6 +100,9 @@ pub struct ApplyOptions {
     /// sent — every object not done yet fails as unreachable, nothing is pruned, and
     /// [`SyncResult::unreachable`] says why. `None`: no such check.
     pub reach_within: Option<Duration>,
+    /// Fields the charts generate at render time, whose live values every apply keeps
+    /// (`ClusterSync.status.generated`, recorded by `stacksync adopt`; [`generated`]).
+    pub generated: generated::Recorded,
 }
 
 pub use crate::model::HAND_MANAGERS;
@@ -118,6 +123,7 @@ impl Default for ApplyOptions {
             request_timeout: Duration::from_secs(30),
             take_back_from: HAND_MANAGERS.iter().map(|m| (*m).to_owned()).collect(),
             reach_within: None,
+            generated: generated::Recorded::new(),
         }
     }
 }

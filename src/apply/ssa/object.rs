@@ -55,6 +55,20 @@ impl Target<'_> {
         }
     }
 
+    /// The same target with the live values kept at `pointers`, fields the chart generates at
+    /// render time ([`super::generated`]); `None` when there are none or they are the live
+    /// values already.
+    pub(super) fn with_generated_kept(&self, live: &Value, pointers: &[String]) -> Option<Target<'_>> {
+        if pointers.is_empty() {
+            return None;
+        }
+        let body: Value = serde_json::from_slice(&self.body).ok()?;
+        let kept = super::generated::keep_live(&body, live, pointers)?;
+        let mut t = self.clone_for_retry();
+        t.body = serde_json::to_vec(&kept).ok()?;
+        Some(t)
+    }
+
     /// The same target, for a second request (the API handle and body are cheap to clone).
     fn clone_for_retry(&self) -> Target<'_> {
         Target {
@@ -189,6 +203,15 @@ impl Applier {
             return Ok(Outcome::new(&t.entry, Action::Skipped(SkipReason::ApplyOnceExists), crate::apply::changeset::SKIPPED_APPLY_ONCE)
                 .with_health(&live));
         }
+        // Values the chart generates at render time stay as they are live.
+        let kept;
+        let t = match t.with_generated_kept(&live, super::generated::of(&self.options.generated, &t.inventory)) {
+            Some(k) => {
+                kept = k;
+                &kept
+            }
+            None => t,
+        };
         let health = health::assess(&live);
         // Forced, so the dry-run shows the object as the manifest wants it even where another
         // manager holds a field; whether we may take it is decided by the real write.

@@ -31,7 +31,7 @@ use super::stages::render;
 use super::status::{Owner, write_cluster_sync};
 use super::workloads::reachable;
 use crate::apply::ObjectRef;
-use crate::apply::ssa::{Adoption, Applier, Inventory, Stage, StageAction, Verdict};
+use crate::apply::ssa::{Adoption, Applier, Generated, Inventory, Stage, StageAction, Verdict};
 use crate::controller::Context;
 use crate::model::ClusterKey;
 use crate::status::crd::{ClusterSync, ClusterSyncStatus, Condition, ReleaseRefStatus};
@@ -94,6 +94,8 @@ pub struct ClusterAdoption {
     pub blockers: Vec<String>,
     /// Its ClusterSync was seeded.
     pub seeded: bool,
+    /// The leftovers were labelled ours and put in the seeded inventory: the first sync prunes them.
+    pub leftovers_pruned: bool,
 }
 
 /// The ClusterClasses of one release in one namespace (a `ClusterStackRelease`).
@@ -116,6 +118,8 @@ pub struct Report {
     pub blockers: Vec<String>,
     /// What was changed, in order.
     pub done: Vec<String>,
+    /// A clean-up (`--cleanup`), not an adoption.
+    pub cleanup: bool,
 }
 
 impl Report {
@@ -138,10 +142,17 @@ impl Report {
             ));
             lines(&mut out, c.adoption.as_ref(), &c.blockers);
             for l in &c.leftovers {
-                out.push_str(&format!("  leftover   {l} (applied by CSO, not in the release: kept; --prune-leftovers prunes it)\n"));
+                let fate = if c.leftovers_pruned { "labelled ours: the first sync prunes it" } else { "kept; --prune-leftovers prunes it" };
+                out.push_str(&format!("  leftover   {l} (applied by CSO, not in the release: {fate})\n"));
             }
             if c.seeded {
-                out.push_str("  seeded     ClusterSync (applied release and inventory)\n");
+                let a = c.adoption.as_ref();
+                out.push_str(&format!(
+                    "  seeded     ClusterSync: release {}, {} objects in its inventory, {} generated fields kept\n",
+                    c.release.as_deref().unwrap_or_default(),
+                    a.map_or(0, |a| a.inventory.len()),
+                    a.map_or(0, |a| a.generated.len())
+                ));
             }
         }
         for c in &self.classes {
@@ -157,6 +168,11 @@ impl Report {
         for d in &self.done {
             out.push_str(&format!("done       {d}\n"));
         }
+        if self.cleanup {
+            let state = if self.blockers.is_empty() { "CSO is gone" } else { "stopped at the first failure; run it again" };
+            out.push_str(&format!("clean-up: {} steps done; {state}\n", self.done.len()));
+            return out;
+        }
         let all: Vec<&Adoption> =
             self.clusters.iter().filter_map(|c| c.adoption.as_ref()).chain(self.classes.iter().filter_map(|c| c.adoption.as_ref())).collect();
         let count = |v: Verdict| all.iter().flat_map(|a| &a.objects).filter(|o| o.verdict == v).count();
@@ -164,7 +180,7 @@ impl Report {
             + self.clusters.iter().map(|c| c.blockers.len()).sum::<usize>()
             + self.classes.iter().map(|c| c.blockers.len()).sum::<usize>();
         out.push_str(&format!(
-            "{} Clusters, {} ClusterClass releases: {} identical, {} with changes, {} restarting pods, {} missing, {} not judged, {} leftovers; {} blockers: {}\n",
+            "{} Clusters and the ClusterClasses of {} releases: {} objects identical, {} with changes, {} restarting pods, {} missing, {} not judged, {} leftovers; {} blockers: {}\n",
             self.clusters.len(),
             self.classes.len(),
             count(Verdict::Identical),
@@ -194,7 +210,12 @@ fn lines(out: &mut String, adoption: Option<&Adoption>, blockers: &[String]) {
         fields.extend(o.released.iter().map(|r| format!("{r} (removed)")));
         let detail = if fields.is_empty() { String::new() } else { format!(": {}", crate::apply::ssa::describe_paths(&fields)) };
         let taken = if o.taken { " (taken over)" } else { "" };
-        out.push_str(&format!("  {:<10} {}{detail}{taken}\n", o.verdict.to_string(), o.object));
+        let generated = if o.generated.is_empty() {
+            String::new()
+        } else {
+            format!(" (generated at render time, the live values kept: {})", o.generated.join(", "))
+        };
+        out.push_str(&format!("  {:<10} {}{detail}{generated}{taken}\n", o.verdict.to_string(), o.object));
     }
     for (object, why) in &a.failures {
         out.push_str(&format!("  failed     {object}: {why}\n"));
@@ -226,6 +247,7 @@ pub async fn adopt(ctx: Arc<Context>, options: &Options) -> Result<Report, Error
     let kube = Kube::connect(ctx.clone()).await?;
     let mut report = Report::default();
     if options.cleanup {
+        report.cleanup = true;
         cleanup(&kube, options, &mut report).await;
         return Ok(report);
     }
@@ -264,6 +286,12 @@ pub async fn adopt(ctx: Arc<Context>, options: &Options) -> Result<Report, Error
         report.clusters.push(c);
         work.push(job);
     }
+    let suspended: BTreeSet<&str> = namespaces.values().flatten().filter(|(s, _)| s.suspend).map(|(s, _)| s.name.as_str()).collect();
+    for name in suspended {
+        report.handover.push(format!(
+            "subscription {name} is suspended: stacksync holds the upgrades of the Clusters it adopts until you resume it (and its first sync runs)"
+        ));
+    }
     if let Some(only) = &options.cluster
         && report.clusters.is_empty()
     {
@@ -293,7 +321,7 @@ pub async fn adopt(ctx: Arc<Context>, options: &Options) -> Result<Report, Error
     }
     for (c, job) in report.classes.iter_mut().zip(class_work) {
         let Some((applier, stages)) = job else { continue };
-        let a = applier.adopt(&stages, CSO_MANAGER, true).await;
+        let a = applier.adopt(&stages, CSO_MANAGER, &Generated::default(), true).await;
         report.done.push(format!("ClusterClasses of {} in {}: {} objects taken over", c.release, c.namespace, a.inventory.len()));
         c.adoption = Some(a);
     }
@@ -308,6 +336,7 @@ struct ClusterJob {
     release: crate::release::Release,
     applier: Applier,
     stages: Vec<Stage>,
+    generated: Generated,
     uid: Option<String>,
     /// CSO's records of what it applied that the release no longer renders.
     leftovers: Vec<Value>,
@@ -323,6 +352,7 @@ async fn judge_cluster(kube: &Kube, addon: &DynamicObject, key: ClusterKey) -> (
         leftovers: Vec::new(),
         blockers: Vec::new(),
         seeded: false,
+        leftovers_pruned: false,
     };
     let spec = &addon.data["spec"];
     if let Some(hook) = spec["hook"].as_str().filter(|h| !h.is_empty()) {
@@ -385,11 +415,12 @@ async fn judge_cluster(kube: &Kube, addon: &DynamicObject, key: ClusterKey) -> (
         let rendered = render(kube, &sub, &prepared, &c).await.map_err(|e| e.to_string())?;
         let super::Workload { client, discovery, .. } = kube.workload(&c).await.map_err(|e| e.to_string())?;
         reachable(&client).await.map_err(|e| e.to_string())?;
+        let generated = generated(kube, &sub, &prepared, &c, &rendered.stages).await.map_err(|e| e.to_string())?;
         let applier = Applier::new(client, apply_options(&kube.target(), &sub, &c)).with_discovery(discovery);
-        let adoption = applier.adopt(&rendered.stages, CSO_MANAGER, false).await;
-        Ok::<_, String>((applier, rendered.stages, adoption))
+        let adoption = applier.adopt(&rendered.stages, CSO_MANAGER, &generated, false).await;
+        Ok::<_, String>((applier, rendered.stages, generated, adoption))
     };
-    let (applier, stages, adoption) = match result.await {
+    let (applier, stages, generated, adoption) = match result.await {
         Ok(r) => r,
         Err(e) => {
             out.blockers.push(format!("cannot judge Cluster {key}'s addons: {e}"));
@@ -407,7 +438,36 @@ async fn judge_cluster(kube: &Kube, addon: &DynamicObject, key: ClusterKey) -> (
     out.leftovers = leftovers.iter().map(|r| leftover_ref(r).to_string()).collect();
     out.adoption = Some(adoption);
     let uid = cluster.metadata.uid.clone();
-    (out, Some(ClusterJob { sub, c, class, release, applier, stages, uid, leftovers }))
+    (out, Some(ClusterJob { sub, c, class, release, applier, stages, generated, uid, leftovers }))
+}
+
+/// The fields of a cluster's addons the charts generate at render time: where a second render,
+/// by a helm with no memo, differs from the first.
+async fn generated(
+    kube: &Kube,
+    sub: &crate::config::Subscription,
+    prepared: &crate::controller::PreparedRelease,
+    c: &crate::model::cluster::ClusterConfig,
+    first: &[Stage],
+) -> Result<Generated, crate::controller::pipeline::RenderError> {
+    let mut out = Generated::default();
+    if sub.format != crate::config::Format::ClusterStack {
+        // Plain manifests are substituted, never generated.
+        return Ok(out);
+    }
+    let helm = kube.ctx.helm().await?.without_memo();
+    let second = crate::controller::pipeline::addons_with(&kube.ctx, &helm, sub, prepared, c).await?;
+    let key = |o: &crate::model::Object| (o.group().to_owned(), o.kind.clone(), o.namespace.clone(), o.name.clone());
+    let again: BTreeMap<_, &crate::model::Object> = second.stages.iter().flat_map(|s| &s.objects).map(|o| (key(o), o)).collect();
+    for o in first.iter().flat_map(|s| &s.objects) {
+        if let Some(other) = again.get(&key(o)) {
+            let differing = crate::apply::ssa::generated_fields(&o.body, &other.body);
+            if !differing.is_empty() {
+                out.insert(key(o), differing);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// `group|kind|namespace|name` of an object.
@@ -439,7 +499,7 @@ async fn judge_classes(
         let objects = crate::controller::pipeline::cluster_class(&kube.ctx, &sub, &prepared, ns).await.map_err(|e| e.to_string())?;
         let stages = vec![Stage { name: crate::render::clusterstack::CLUSTER_CLASS_STAGE.into(), action: StageAction::Apply, objects }];
         let applier = Applier::new(kube.mgmt.clone(), super::classes::class_options(&sub, ns));
-        let adoption = applier.adopt(&stages, CSO_MANAGER, false).await;
+        let adoption = applier.adopt(&stages, CSO_MANAGER, &Generated::default(), false).await;
         Ok::<_, String>((applier, stages, adoption))
     };
     match result.await {
@@ -575,9 +635,10 @@ async fn handover(kube: &Kube, options: &Options, report: &mut Report) -> bool {
 /// Takes a judged Cluster's objects over, labels CSO's leftovers as ours when asked (the first
 /// sync prunes them), and seeds its ClusterSync.
 async fn take_cluster(kube: &Kube, options: &Options, out: &mut ClusterAdoption, job: ClusterJob, done: &mut Vec<String>) {
-    let ClusterJob { sub, c, class, release, applier, stages, uid, leftovers } = job;
-    let mut adoption = applier.adopt(&stages, CSO_MANAGER, true).await;
+    let ClusterJob { sub, c, class, release, applier, stages, generated, uid, leftovers } = job;
+    let mut adoption = applier.adopt(&stages, CSO_MANAGER, &generated, true).await;
     if options.prune_leftovers {
+        out.leftovers_pruned = true;
         let owner = crate::apply::ssa::owner_label_value(&applier.options().owner);
         for r in &leftovers {
             match label_leftover(&applier, r, &owner).await {
@@ -593,13 +654,15 @@ async fn take_cluster(kube: &Kube, options: &Options, out: &mut ClusterAdoption,
         class: Some(class),
         applied_release: Some(ReleaseRefStatus { tag: release.tag.clone(), version: release.version.to_string(), commit: release.commit.clone() }),
         inventory: inventory.to_lines(),
+        generated: adoption.generated.clone(),
+        adopted: Some(format!("SCS cluster-stack-operator at {at}")),
         message: "adopted from the SCS cluster-stack-operator; the next sync checks every object".into(),
         conditions: vec![Condition {
             type_: "Reconciling".into(),
             status: "True".into(),
-            reason: "Adopted".into(),
+            reason: super::hook::ADOPTED.into(),
             message: "adopted from the SCS cluster-stack-operator; the next sync checks every object".into(),
-            last_transition_time: at,
+            last_transition_time: at.clone(),
             observed_generation: None,
         }],
         ..ClusterSyncStatus::default()

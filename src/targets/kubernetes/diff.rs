@@ -97,7 +97,9 @@ async fn one(
         let rendered = render(kube, sub, &prepared, &c).await.map_err(|e| e.to_string())?;
         let super::Workload { client, discovery, .. } = kube.workload(&c).await.map_err(|e| e.to_string())?;
         reachable(&client).await.map_err(|e| e.to_string())?;
-        let applier = Applier::new(client, apply_options(&kube.target(), sub, &c)).with_discovery(discovery);
+        let mut options = apply_options(&kube.target(), sub, &c);
+        options.generated = crate::apply::ssa::parse_generated(&previous.generated);
+        let applier = Applier::new(client, options).with_discovery(discovery);
         let mut preview = applier.preview(&rendered.stages, &Inventory::from_lines(&previous.inventory)).await;
         if sub.format == crate::config::Format::ClusterStack && classes.insert((c.namespace.clone(), rel.tag.clone())) {
             // The ClusterClass this release needs in the Cluster's namespace (management cluster).

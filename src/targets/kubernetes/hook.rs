@@ -65,6 +65,19 @@ pub enum Covered {
     No(String),
     /// A cluster-stack subscription covers it and its class names release `tag`.
     Release { subscription: String, tag: String },
+    /// Its subscription is suspended: stacksync runs nothing for it (`why`), unless it was just
+    /// adopted ([`adopted`]).
+    Suspended { subscription: String, why: String },
+}
+
+/// The reason of the `Reconciling` condition `stacksync adopt` seeds a ClusterSync with.
+pub const ADOPTED: &str = "Adopted";
+
+/// Whether the ClusterSync was seeded by `stacksync adopt` and no sync has applied its release
+/// since (`status.adopted`): its upgrades are held (the tool it was adopted from no longer holds
+/// them, stacksync has not run its stages yet).
+pub fn adopted(status: Option<&ClusterSyncStatus>) -> bool {
+    status.is_some_and(|s| s.adopted.is_some())
 }
 
 /// Which subscription covers the request's Cluster and which release its class names — the
@@ -83,7 +96,8 @@ pub fn covered(config: &Config, key: &ClusterKey, cluster: &Value) -> Covered {
         return Covered::No(format!("no stacksync subscription covers Cluster {key}"));
     };
     if sub.suspend {
-        return Covered::No(format!("subscription {} is suspended; stacksync runs nothing for Cluster {key}", sub.name));
+        let why = format!("subscription {} is suspended; stacksync runs nothing for Cluster {key}", sub.name);
+        return Covered::Suspended { subscription: sub.name.clone(), why };
     }
     let (Format::ClusterStack, Some(stack)) = (sub.format, &sub.stack) else {
         return Covered::No(format!("subscription {} is not a cluster stack; it has no upgrade stages", sub.name));
@@ -173,6 +187,7 @@ impl Hooks {
         let config = self.config();
         let want = match covered(&config, key, cluster) {
             Covered::No(why) => return Answer::Proceed(why),
+            Covered::Suspended { subscription, why } => return self.suspended(&config, key, &subscription, why).await,
             Covered::Release { tag, .. } => tag,
         };
         let syncs = match self.mgmt(&config).await {
@@ -192,12 +207,29 @@ impl Hooks {
         answer
     }
 
+    /// `BeforeClusterUpgrade` for a Cluster of a suspended subscription: it goes on, unless its
+    /// ClusterSync was seeded by `stacksync adopt` and not synced since — then nobody would run
+    /// its upgrade stages, and it is held until the subscription is resumed.
+    async fn suspended(&self, config: &Config, key: &ClusterKey, subscription: &str, why: String) -> Answer {
+        let syncs = match self.mgmt(config).await {
+            Ok(client) => Api::<ClusterSync>::namespaced(client, &key.namespace),
+            Err(e) => return Answer::Retry(format!("stacksync cannot reach the management cluster: {e}")),
+        };
+        match syncs.get_opt(&key.name).await {
+            Ok(cs) if adopted(cs.as_ref().and_then(|c| c.status.as_ref())) => Answer::Retry(format!(
+                "Cluster {key} was adopted by stacksync and subscription {subscription} is suspended: its upgrade is held until the subscription is resumed and has synced it"
+            )),
+            Ok(_) => Answer::Proceed(why),
+            Err(e) => Answer::Retry(format!("cannot read ClusterSync {key}: {}", kube_error(&e))),
+        }
+    }
+
     /// `AfterControlPlaneInitialized`: non-blocking, always a success; a Cluster of ours is
     /// reconciled now (its install stages start without waiting for the next watch event).
     pub async fn after_control_plane_initialized(&self, key: &ClusterKey, cluster: &Value) -> Answer {
         let config = self.config();
         let covered = match covered(&config, key, cluster) {
-            Covered::No(why) => return Answer::Proceed(why),
+            Covered::No(why) | Covered::Suspended { why, .. } => return Answer::Proceed(why),
             Covered::Release { subscription, .. } => subscription,
         };
         if let Ok(client) = self.mgmt(&config).await {
@@ -291,7 +323,7 @@ mod tests {
             let got = covered(&config, &key(), &c);
             match (want, &got) {
                 (Ok(tag), Covered::Release { tag: t, subscription }) => assert_eq!((t.as_str(), subscription.as_str()), (tag, "ferrol")),
-                (Err(why), Covered::No(m)) => assert!(m.contains(why), "{m}"),
+                (Err(why), Covered::No(m) | Covered::Suspended { why: m, .. }) => assert!(m.contains(why), "{m}"),
                 _ => panic!("{c}: {got:?}, wanted {want:?}"),
             }
         }

@@ -110,6 +110,9 @@ async fn reconcile_in(
             let action = match done.status.reason {
                 _ if done.requeue.is_some() => Action::requeue(done.requeue.unwrap_or(HEALTH_RECHECK)),
                 _ if done.status.ready => Action::requeue(k.resync),
+                // Nothing changes until the Cluster (its watch) or the config (a reload
+                // reconciles every Cluster) does: looked at again at the resync only.
+                Reason::Paused | Reason::Suspended => Action::requeue(k.resync),
                 // Rolling out: look again soon, without counting it as a failure.
                 Reason::Progressing => Action::requeue(HEALTH_RECHECK),
                 _ => Action::requeue(k.not_ready_retry.min(k.resync)),
@@ -293,7 +296,8 @@ async fn apply_release(
             return Err(Fail::Unrecorded { tag: rel.tag.clone(), source: e });
         }
     }
-    let options = apply_options(k, sub, c);
+    let mut options = apply_options(k, sub, c);
+    options.generated = crate::apply::ssa::parse_generated(&prev.generated);
     let upgraded = match &before.upgrade {
         // A release change runs the new release's upgrade stages first, a first install its
         // stages with waits one by one (`upgrade.rs`).
