@@ -303,7 +303,9 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Reconcile { config, cluster } => reconcile(&runtime, &config, &cluster),
         Command::Rollout { action } => rollout(&runtime, action),
-        Command::Adopt { from: AdoptFrom::Cso { config, dry_run, cluster, cleanup, prune_leftovers, cso_deployment, cso_extension_config, cso_webhook } } => {
+        Command::Adopt {
+            from: AdoptFrom::Cso { config, dry_run, cluster, cleanup, prune_leftovers, cso_deployment, cso_extension_config, cso_webhook },
+        } => {
             let cfg = match load(&config) {
                 Ok(c) => c,
                 Err(code) => return Ok(code),

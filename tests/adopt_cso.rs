@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Stdio;
 
 use common::capi::{CapiTenant, K1, K2, STEP, V1, V2, applied, hook_calls, ready, v2_ungated};
-use common::{stdout, stderr};
+use common::{stderr, stdout};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -34,7 +34,8 @@ fn metrics_server(text: String, env: &[&str]) -> String {
 
 /// A Secret the chart generates at render time, and a ConfigMap the next release drops.
 const GENERATED_SECRET: &str = "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: token\n  namespace: {{ .Values.addonNamespace }}\nstringData:\n  token: {{ randAlphaNum 24 | quote }}\n";
-const LEGACY: &str = "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: legacy\n  namespace: {{ .Values.addonNamespace }}\ndata:\n  a: \"1\"\n";
+const LEGACY: &str =
+    "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: legacy\n  namespace: {{ .Values.addonNamespace }}\ndata:\n  a: \"1\"\n";
 
 fn v1_with_more(path: &str, text: String) -> String {
     if path.ends_with("metrics-server/templates/deployment.yaml") {
@@ -209,7 +210,15 @@ async fn cso_cluster(t: &CapiTenant, release: &Path, name: &str) {
     std::fs::write(&values, format!("clusterName: {name}\naddonNamespace: {addon_ns}\npodCidr: \"10.1.0.0/16\"\n")).expect("values");
     for stage in ["cni", "metrics-server"] {
         let chart = release.join("testkit-ferrol-1-35-cluster-addon-v1").join(stage);
-        let text = helm_template(&["--include-crds", "cluster-addon", &chart.to_string_lossy(), "--namespace", "kube-system", "-f", &values.to_string_lossy()]);
+        let text = helm_template(&[
+            "--include-crds",
+            "cluster-addon",
+            &chart.to_string_lossy(),
+            "--namespace",
+            "kube-system",
+            "-f",
+            &values.to_string_lossy(),
+        ]);
         cso_apply(&workload_kubeconfig, &addon_ns, &cso_labelled(&text));
     }
     let old = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cso-old", "namespace": addon_ns, "labels": {CSO_LABEL: "owned"}}, "data": {"x": "1"}});
@@ -254,7 +263,8 @@ async fn still(t: &CapiTenant, name: &str) -> Still {
 }
 
 async fn managers_of(client: &kube::Client, ns: &str, r: kube::api::ApiResource, name: &str) -> Vec<String> {
-    let api: Api<DynamicObject> = if ns.is_empty() { Api::all_with(client.clone(), &r) } else { Api::namespaced_with(client.clone(), ns, &r) };
+    let api: Api<DynamicObject> =
+        if ns.is_empty() { Api::all_with(client.clone(), &r) } else { Api::namespaced_with(client.clone(), ns, &r) };
     managers(&serde_json::to_value(api.get(name).await.expect("get")).expect("json"))
 }
 
@@ -275,7 +285,10 @@ async fn a_fleet_of_the_scs_operator_is_adopted_with_no_restart_and_its_next_rel
     // upgrades) and CSO's label adopted; its hooks discovered by Cluster API.
     let config = |suspend: bool| {
         t.config(|s| {
-            s.set("suspend", suspend).set("adoptedLabels", json!({CSO_LABEL: "owned"})).set("availableReleases", 2).set("stageTimeout", "10m")
+            s.set("suspend", suspend)
+                .set("adoptedLabels", json!({CSO_LABEL: "owned"}))
+                .set("availableReleases", 2)
+                .set("stageTimeout", "10m")
         })
     };
     let file = config(true).write();
@@ -300,6 +313,20 @@ async fn a_fleet_of_the_scs_operator_is_adopted_with_no_restart_and_its_next_rel
     assert!(stdout(&refused).contains(&expected), "{}", stdout(&refused));
     addons.patch("cluster-addon-c1", &PatchParams::default(), &hook("")).await.expect("hook");
 
+    // Without CSO's label adopted, every pod template would lose it: refused, the restart named.
+    let unadopted = t.config(|s| s.set("suspend", true).set("availableReleases", 2)).at(&t.dir.path().join("unadopted.yaml")).write();
+    let mut args: Vec<String> = ["adopt", "cso", "--dry-run", "--config"].map(String::from).to_vec();
+    args.push(unadopted.to_string_lossy().into_owned());
+    args.extend(["--cso-deployment".into(), format!("{}/cso-controller-manager", t.ns), "--cso-extension-config".into(), cso_name.clone()]);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let restarts = common::stacksync(&refs).await;
+    let text = stdout(&restarts);
+    assert_eq!(restarts.status.code(), Some(1), "{text}{}", stderr(&restarts));
+    let ns1 = t.addon_namespace("c1");
+    let line = text.lines().find(|l| l.starts_with(&format!("  restarts   Deployment/{ns1}/metrics-server: "))).unwrap_or_default();
+    assert!(line.contains(".spec.template.metadata.labels.clusterstack.x-k8s.io/instance (removed)"), "{text}");
+    assert!(text.contains("has no adoptedLabels {clusterstack.x-k8s.io/instance: owned}"), "{text}");
+
     // The report: every object identical (the generated values kept), the leftovers, the
     // hand-over; nothing changed by it.
     let report = run(&["--dry-run"]).await;
@@ -309,14 +336,20 @@ async fn a_fleet_of_the_scs_operator_is_adopted_with_no_restart_and_its_next_rel
     for c in ["c1", "c2"] {
         let ns = t.addon_namespace(c);
         assert!(text.contains(&format!("identical  Deployment/{ns}/metrics-server (generated at render time, the live values kept: /spec/template/metadata/annotations/checksum~1token)")), "{text}");
-        assert!(text.contains(&format!("identical  Secret/{ns}/token (generated at render time, the live values kept: /stringData/token)")), "{text}");
+        assert!(
+            text.contains(&format!("identical  Secret/{ns}/token (generated at render time, the live values kept: /stringData/token)")),
+            "{text}"
+        );
         assert!(text.contains(&format!("leftover   ConfigMap/{ns}/cso-old")), "{text}");
     }
     assert!(!text.contains("restarts "), "{text}");
     assert!(text.contains(&format!("hand-over  scale CSO's Deployment {}/cso-controller-manager to 0", t.ns)), "{text}");
     assert!(text.contains(&format!("hand-over  delete CSO's ExtensionConfig {cso_name}")), "{text}");
     assert!(text.contains(&format!("ClusterClasses of {V1} in namespace {}", t.ns)), "{text}");
-    assert!(text.contains("2 Clusters and the ClusterClasses of 1 releases: 13 objects identical, 0 with changes, 0 restarting pods"), "{text}");
+    assert!(
+        text.contains("2 Clusters and the ClusterClasses of 1 releases: 13 objects identical, 0 with changes, 0 restarting pods"),
+        "{text}"
+    );
     let ms = managers_of(&workload, &t.addon_namespace("c1"), res("apps", "v1", "Deployment", "deployments"), "metrics-server").await;
     assert!(ms.contains(&"kubectl".to_owned()), "the dry run changed nothing: {ms:?}");
 
@@ -345,7 +378,11 @@ async fn a_fleet_of_the_scs_operator_is_adopted_with_no_restart_and_its_next_rel
     }
     let cc = managers_of(&mgmt, &t.ns, res("cluster.x-k8s.io", "v1beta2", "ClusterClass", "clusterclasses"), V1).await;
     assert!(!cc.contains(&"kubectl".to_owned()), "ClusterClass: {cc:?}");
-    assert_eq!(t.control_plane("c2").await.expect("control plane")["metadata"]["generation"], cp_generation, "the control plane's generation");
+    assert_eq!(
+        t.control_plane("c2").await.expect("control plane")["metadata"]["generation"],
+        cp_generation,
+        "the control plane's generation"
+    );
     let deployments: Api<Deployment> = Api::namespaced(mgmt.clone(), &t.ns);
     assert_eq!(deployments.get("cso-controller-manager").await.expect("CSO").spec.replicas, Some(0), "CSO scaled to 0");
 
@@ -365,7 +402,10 @@ async fn a_fleet_of_the_scs_operator_is_adopted_with_no_restart_and_its_next_rel
     t.class_reconciled(&daemon, V2).await;
     t.patch_cluster("c1", json!({"spec": {"topology": {"classRef": {"name": V2}, "version": K2}}})).await;
     let key = format!("{}/c1", t.ns);
-    t.eventually(&daemon, "c1's upgrade held by stacksync while suspended", STEP, async || hook_calls(&daemon, "BeforeClusterUpgrade", &key) >= 2).await;
+    t.eventually(&daemon, "c1's upgrade held by stacksync while suspended", STEP, async || {
+        hook_calls(&daemon, "BeforeClusterUpgrade", &key) >= 2
+    })
+    .await;
     assert_eq!(t.control_plane("c1").await.expect("control plane")["spec"]["version"], K1, "held");
     assert!(daemon.log().contains("was adopted by stacksync and subscription"), "{}", common::daemon::tail(&daemon.log(), 30));
 
@@ -380,7 +420,11 @@ async fn a_fleet_of_the_scs_operator_is_adopted_with_no_restart_and_its_next_rel
     let cms2: Api<ConfigMap> = Api::namespaced(workload.clone(), &t.addon_namespace("c2"));
     t.eventually(&daemon, "c2's leftover pruned", STEP, async || cms2.get_opt("cso-old").await.is_ok_and(|c| c.is_none())).await;
     assert_eq!(still(&t, "c2").await, before[1], "the first sync moved nothing");
-    assert_ne!(t.cluster_sync("c2").await["status"]["upgrade"]["hook"], "AfterControlPlaneInitialized", "no install stages for an adopted Cluster");
+    assert_ne!(
+        t.cluster_sync("c2").await["status"]["upgrade"]["hook"],
+        "AfterControlPlaneInitialized",
+        "no install stages for an adopted Cluster"
+    );
     t.eventually(&daemon, "c1 on V2", STEP, async || {
         let cs = t.cluster_sync("c1").await;
         applied(&cs) == V2 && ready(&cs)
@@ -388,8 +432,12 @@ async fn a_fleet_of_the_scs_operator_is_adopted_with_no_restart_and_its_next_rel
     .await;
     let ns1 = t.addon_namespace("c1");
     let ms = Api::<Deployment>::namespaced(workload.clone(), &ns1).get("metrics-server").await.expect("metrics-server");
-    let env: Vec<String> =
-        ms.spec.template.spec.map(|p| p.containers[0].env.clone().unwrap_or_default().into_iter().map(|e| e.name).collect()).unwrap_or_default();
+    let env: Vec<String> = ms
+        .spec
+        .template
+        .spec
+        .map(|p| p.containers[0].env.clone().unwrap_or_default().into_iter().map(|e| e.name).collect())
+        .unwrap_or_default();
     assert_eq!(env, ["KEEP"], "the env var V2 dropped is gone");
     let cms1: Api<ConfigMap> = Api::namespaced(workload.clone(), &ns1);
     assert!(cms1.get_opt("legacy").await.expect("get").is_none(), "the ConfigMap V2 dropped is pruned");

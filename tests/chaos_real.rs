@@ -253,7 +253,9 @@ async fn etcd_gone_for_a_minute_takes_nothing_down_and_everything_converges() {
     let marks = [("v1.0.0", "one"), ("v1.1.0", "two")];
     let sent = AtomicUsize::new(0);
     daemon
-        .eventually("the fleet Ready on v1.0.0", Duration::from_secs(60), async || ready_means_in_place(&client, &marks, &sent).await == Some(N))
+        .eventually("the fleet Ready on v1.0.0", Duration::from_secs(60), async || {
+            ready_means_in_place(&client, &marks, &sent).await == Some(N)
+        })
         .await;
 
     kube.kill("etcd");

@@ -636,6 +636,33 @@ mod stage_timeout_tests {
 }
 
 #[cfg(test)]
+mod adopted_labels_tests {
+    use crate::config::Config;
+
+    fn parse(sub_extra: &str) -> Result<Config, crate::config::ConfigErrors> {
+        let text = format!(
+            "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache: {{dir: c}}\nsources:\n  - name: s\n    git: {{url: https://example.test/s.git}}\nsubscriptions:\n  - name: a\n    source: s\n    interval: 1h\n    clusters: [{{name: x, namespace: y}}]\n{sub_extra}target: {{directory: out}}\n"
+        );
+        Config::parse(std::path::Path::new("c.yaml"), &text)
+    }
+
+    #[test]
+    fn adopted_labels_are_label_checked_with_their_line() {
+        assert!(parse("").expect("valid").subscriptions[0].adopted_labels.is_empty());
+        let c = parse("    adoptedLabels:\n      clusterstack.x-k8s.io/instance: owned\n").expect("valid");
+        assert_eq!(c.subscriptions[0].adopted_labels["clusterstack.x-k8s.io/instance"], "owned");
+        let e = parse("    adoptedLabels:\n      Bad_Prefix/x: owned\n      ok: \"-no\"\n").unwrap_err().to_string();
+        assert!(
+            e.contains("c.yaml:13:") && e.contains("subscriptions[0].adoptedLabels.Bad_Prefix/x: `Bad_Prefix/x` is not a label key"),
+            "{e}"
+        );
+        assert!(e.contains("c.yaml:14:") && e.contains("`-no` is not a label value"), "{e}");
+        let e = parse("    adoptedLabels: [a]\n").unwrap_err().to_string();
+        assert!(e.contains("subscriptions[0].adoptedLabels: expected a mapping of labels"), "{e}");
+    }
+}
+
+#[cfg(test)]
 mod rollout_tests {
     use crate::config::{Config, Wave};
 

@@ -118,7 +118,9 @@ pub fn check_label(key: &str, value: &str) -> Result<(), String> {
         return Err(format!("`{key}` is not a label key (an optional DNS prefix and `/`, then up to 63 letters, digits, `-`, `_`, `.`)"));
     }
     if !value.is_empty() && !segment(value) {
-        return Err(format!("`{value}` is not a label value (up to 63 letters, digits, `-`, `_`, `.`, beginning and ending with a letter or digit)"));
+        return Err(format!(
+            "`{value}` is not a label value (up to 63 letters, digits, `-`, `_`, `.`, beginning and ending with a letter or digit)"
+        ));
     }
     Ok(())
 }

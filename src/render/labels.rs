@@ -15,10 +15,7 @@ use crate::model::Object;
 /// exactly. A CronJob's job template is left alone, as it leaves it.
 fn has_pod_template(api_version: &str, kind: &str) -> bool {
     let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-    matches!(
-        (group, kind),
-        ("apps" | "extensions", "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet") | ("batch", "Job")
-    )
+    matches!((group, kind), ("apps" | "extensions", "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet") | ("batch", "Job"))
 }
 
 /// Sets `labels` on every object's `metadata.labels` and on its pod template's labels. A label
@@ -78,9 +75,17 @@ mod tests {
     fn objects_and_the_pod_templates_of_workloads_get_the_labels() {
         let labels = BTreeMap::from([("clusterstack.x-k8s.io/instance".to_owned(), "owned".to_owned())]);
         let mut objects = vec![
-            object("apps/v1", "Deployment", json!({"metadata": {"name": "x", "labels": {"app": "x"}}, "spec": {"template": {"metadata": {"labels": {"app": "x"}}}}})),
+            object(
+                "apps/v1",
+                "Deployment",
+                json!({"metadata": {"name": "x", "labels": {"app": "x"}}, "spec": {"template": {"metadata": {"labels": {"app": "x"}}}}}),
+            ),
             object("apps/v1", "DaemonSet", json!({"metadata": {"name": "x"}, "spec": {"template": {"spec": {}}}})),
-            object("batch/v1", "CronJob", json!({"metadata": {"name": "x", "labels": null}, "spec": {"jobTemplate": {"spec": {"template": {}}}}})),
+            object(
+                "batch/v1",
+                "CronJob",
+                json!({"metadata": {"name": "x", "labels": null}, "spec": {"jobTemplate": {"spec": {"template": {}}}}}),
+            ),
             object("v1", "ConfigMap", json!({"metadata": {"name": "x"}, "data": {"a": "1"}})),
             // Not a workload of apps/batch: its `spec.template` is not a pod template.
             object("example.com/v1", "Deployment", json!({"metadata": {"name": "x"}, "spec": {"template": {}}})),

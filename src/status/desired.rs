@@ -437,6 +437,15 @@ mod tests {
 
     const NOW: &str = "2026-11-26T10:00:00Z";
 
+    #[test]
+    fn generated_fields_stay_recorded_while_their_object_is_applied() {
+        let generated: Vec<String> =
+            ["|Secret|ns|token|/data/t", "apps|Deployment|ns|ms|/spec/x", "|ConfigMap|ns|gone|/data/a"].map(String::from).to_vec();
+        let inventory: Vec<String> = ["|Secret|ns|token|v1|abc|def", "apps|Deployment|ns|ms|v1"].map(String::from).to_vec();
+        assert_eq!(still_applied(&generated, &inventory), generated[..2].to_vec());
+        assert!(still_applied(&generated, &[]).is_empty());
+    }
+
     fn release_name(sub: &str, tag: &str) -> String {
         format!("{sub}.{tag}")
     }

@@ -121,7 +121,10 @@ impl Applier {
                         continue;
                     }
                 };
-                let pointers = generated.get(&(o.group().to_owned(), o.kind.clone(), o.namespace.clone(), o.name.clone())).cloned().unwrap_or_default();
+                let pointers = generated
+                    .get(&(o.group().to_owned(), o.kind.clone(), o.namespace.clone(), o.name.clone()))
+                    .cloned()
+                    .unwrap_or_default();
                 let Some(live) = live else {
                     out.objects.push(Adopted {
                         object,
@@ -148,7 +151,7 @@ impl Applier {
                     None => &t,
                 };
                 let dry_params = PatchParams { dry_run: true, ..PatchParams::apply(FIELD_MANAGER).force() };
-                let dry = match self.within("dry-run apply", &object, self.apply_request(&t, &dry_params)).await {
+                let dry = match self.within("dry-run apply", &object, self.apply_request(t, &dry_params)).await {
                     Ok(Ok((bytes, _))) => match whole(&bytes) {
                         Ok(dry) => dry,
                         Err(source) => {
@@ -235,7 +238,10 @@ impl Applier {
             match self.within("release", object, api.patch(&t.object.name, &PatchParams::apply(from), &Patch::Apply(&empty))).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(source)) => {
-                    return Err(format!("releasing the fields of {from}: {}", super::Error::Patch { object: object.clone(), source }.message()));
+                    return Err(format!(
+                        "releasing the fields of {from}: {}",
+                        super::Error::Patch { object: object.clone(), source }.message()
+                    ));
                 }
                 Err(e) => return Err(e.message()),
             }

@@ -20,7 +20,8 @@ pub fn parse(lines: &[String]) -> Recorded {
     let mut out = Recorded::new();
     for line in lines {
         let mut parts = line.splitn(5, '|');
-        let (Some(group), Some(kind), Some(ns), Some(name), Some(pointer)) = (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
+        let (Some(group), Some(kind), Some(ns), Some(name), Some(pointer)) =
+            (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
         else {
             continue;
         };
@@ -93,7 +94,10 @@ pub fn keep_live(body: &Value, live: &Value, pointers: &[String]) -> Option<Valu
     for p in pointers {
         if let Some(key) = p.strip_prefix("/stringData/") {
             let Some(value) = live.pointer(&format!("/data/{key}")) else { continue };
-            let text = value.as_str().and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok()).and_then(|b| String::from_utf8(b).ok());
+            let text = value
+                .as_str()
+                .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+                .and_then(|b| String::from_utf8(b).ok());
             match text {
                 Some(text) => set(&mut out, p, Value::String(text)),
                 None => {

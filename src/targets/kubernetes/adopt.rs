@@ -173,8 +173,12 @@ impl Report {
             out.push_str(&format!("clean-up: {} steps done; {state}\n", self.done.len()));
             return out;
         }
-        let all: Vec<&Adoption> =
-            self.clusters.iter().filter_map(|c| c.adoption.as_ref()).chain(self.classes.iter().filter_map(|c| c.adoption.as_ref())).collect();
+        let all: Vec<&Adoption> = self
+            .clusters
+            .iter()
+            .filter_map(|c| c.adoption.as_ref())
+            .chain(self.classes.iter().filter_map(|c| c.adoption.as_ref()))
+            .collect();
         let count = |v: Verdict| all.iter().flat_map(|a| &a.objects).filter(|o| o.verdict == v).count();
         let blockers = self.blockers.len()
             + self.clusters.iter().map(|c| c.blockers.len()).sum::<usize>()
@@ -255,7 +259,9 @@ pub async fn adopt(ctx: Arc<Context>, options: &Options) -> Result<Report, Error
     let addons = match addons_api.list(&ListParams::default()).await {
         Ok(l) => l.items,
         Err(kube::Error::Api(s)) if s.code == 404 => {
-            report.blockers.push(format!("{GROUP}/{VERSION} ClusterAddon is not served: the SCS cluster-stack-operator is not installed here"));
+            report
+                .blockers
+                .push(format!("{GROUP}/{VERSION} ClusterAddon is not served: the SCS cluster-stack-operator is not installed here"));
             return Ok(report);
         }
         Err(e) => return Err(Error::ListClusters(e)),
@@ -356,7 +362,10 @@ async fn judge_cluster(kube: &Kube, addon: &DynamicObject, key: ClusterKey) -> (
     };
     let spec = &addon.data["spec"];
     if let Some(hook) = spec["hook"].as_str().filter(|h| !h.is_empty()) {
-        out.blockers.push(format!("ClusterAddon {}/{} runs the {hook} hook: an upgrade is in flight; adopt once it is done", key.namespace, out.addon));
+        out.blockers.push(format!(
+            "ClusterAddon {}/{} runs the {hook} hook: an upgrade is in flight; adopt once it is done",
+            key.namespace, out.addon
+        ));
     }
     let pending: Vec<String> = addon.data["status"]["stages"]
         .as_array()
@@ -482,7 +491,6 @@ fn record_key(r: &Value) -> String {
     format!("{}|{}|{}|{}", s("group"), s("kind"), s("namespace"), s("name"))
 }
 
-
 async fn judge_classes(
     kube: &Kube,
     ns: &str,
@@ -494,7 +502,9 @@ async fn judge_classes(
     let sub = subs.iter().find(|(_, class)| dashed(class) == release).or_else(|| subs.first()).map(|(s, _)| s.clone());
     let Some(sub) = sub else { return (out, None) };
     let result = async {
-        let rel = choose(kube, &sub, Some(release)).await.map_err(|e| format!("release {release} is not offered by subscription {}: {e}", sub.name))?;
+        let rel = choose(kube, &sub, Some(release))
+            .await
+            .map_err(|e| format!("release {release} is not offered by subscription {}: {e}", sub.name))?;
         let prepared = kube.ctx.prepare(&rel).await.map_err(|e| e.to_string())?;
         let objects = crate::controller::pipeline::cluster_class(&kube.ctx, &sub, &prepared, ns).await.map_err(|e| e.to_string())?;
         let stages = vec![Stage { name: crate::render::clusterstack::CLUSTER_CLASS_STAGE.into(), action: StageAction::Apply, objects }];
@@ -594,7 +604,9 @@ async fn handover(kube: &Kube, options: &Options, report: &mut Report) -> bool {
                 Err(e) => warn!(deployment = %options.deployment, error = %kube_error(&e), "cannot read CSO's Deployment"),
             }
             if started.elapsed() > SCALE_DOWN_WAIT {
-                report.blockers.push(format!("CSO's Deployment {} still has pods {SCALE_DOWN_WAIT:?} after it was scaled to 0", options.deployment));
+                report
+                    .blockers
+                    .push(format!("CSO's Deployment {} still has pods {SCALE_DOWN_WAIT:?} after it was scaled to 0", options.deployment));
                 return false;
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -652,7 +664,11 @@ async fn take_cluster(kube: &Kube, options: &Options, out: &mut ClusterAdoption,
     let at = super::status::now();
     let status = ClusterSyncStatus {
         class: Some(class),
-        applied_release: Some(ReleaseRefStatus { tag: release.tag.clone(), version: release.version.to_string(), commit: release.commit.clone() }),
+        applied_release: Some(ReleaseRefStatus {
+            tag: release.tag.clone(),
+            version: release.version.to_string(),
+            commit: release.commit.clone(),
+        }),
         inventory: inventory.to_lines(),
         generated: adoption.generated.clone(),
         adopted: Some(format!("SCS cluster-stack-operator at {at}")),
@@ -677,7 +693,12 @@ async fn take_cluster(kube: &Kube, options: &Options, out: &mut ClusterAdoption,
         match write_cluster_sync(&syncs, &sub, &c, &owner, previous.as_ref(), status, Duration::ZERO).await {
             Ok(_) => out.seeded = true,
             Err(e) => adoption.failures.push((
-                ObjectRef { api_version: "stacksync.io/v1alpha1".into(), kind: "ClusterSync".into(), namespace: Some(out.cluster.namespace.clone()), name: out.cluster.name.clone() },
+                ObjectRef {
+                    api_version: "stacksync.io/v1alpha1".into(),
+                    kind: "ClusterSync".into(),
+                    namespace: Some(out.cluster.namespace.clone()),
+                    name: out.cluster.name.clone(),
+                },
                 format!("cannot seed the ClusterSync: {}", kube_error(&e)),
             )),
         }
@@ -732,7 +753,9 @@ async fn cleanup(kube: &Kube, options: &Options, report: &mut Report) {
     if let Ok(Some(d)) = deployments.get_opt(&options.deployment.name).await
         && (d.data["spec"]["replicas"].as_i64().unwrap_or(1) > 0 || d.data["status"]["replicas"].as_i64().unwrap_or(0) > 0)
     {
-        report.blockers.push(format!("CSO's Deployment {} still runs: adopt first (it scales CSO to 0), then clean up", options.deployment));
+        report
+            .blockers
+            .push(format!("CSO's Deployment {} still runs: adopt first (it scales CSO to 0), then clean up", options.deployment));
         return;
     }
     let kinds = [("ClusterAddon", "clusteraddons"), ("ClusterStackRelease", "clusterstackreleases"), ("ClusterStack", "clusterstacks")];
@@ -785,7 +808,9 @@ async fn cleanup(kube: &Kube, options: &Options, report: &mut Report) {
         }
     }
     match deployments.delete(&options.deployment.name, &DeleteParams::default()).await {
-        Ok(_) => report.done.push(format!("deleted CSO's Deployment {} (its namespace, RBAC and certificates are yours to delete)", options.deployment)),
+        Ok(_) => report
+            .done
+            .push(format!("deleted CSO's Deployment {} (its namespace, RBAC and certificates are yours to delete)", options.deployment)),
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => report.blockers.push(format!("cannot delete CSO's Deployment {}: {}", options.deployment, kube_error(&e))),
     }
