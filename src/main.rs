@@ -55,8 +55,10 @@ enum AdoptFrom {
         /// Report only; change nothing.
         #[arg(long)]
         dry_run: bool,
-        /// Only this Cluster, as `<namespace>/<name>` (and the ClusterClasses of its namespace).
-        #[arg(long, value_name = "NAMESPACE/NAME")]
+        /// Report on this Cluster only, as `<namespace>/<name>` (and the ClusterClasses of its
+        /// namespace). Only with --dry-run: the hook hand-over concerns every Cluster CSO manages,
+        /// so an adoption takes them all.
+        #[arg(long, value_name = "NAMESPACE/NAME", requires = "dry_run")]
         cluster: Option<String>,
         /// After an adoption: remove CSO's finalizers, ClusterAddons, ClusterStackReleases,
         /// ClusterStacks, CRDs and Deployment, in that order.

@@ -104,6 +104,9 @@ pub struct ClassAdoption {
     pub namespace: String,
     pub release: String,
     pub adoption: Option<Adoption>,
+    /// Objects CSO recorded applying for this release that its render no longer has: reported,
+    /// never pruned (ClusterClasses and templates may still be referenced).
+    pub leftovers: Vec<String>,
     pub blockers: Vec<String>,
 }
 
@@ -158,6 +161,9 @@ impl Report {
         for c in &self.classes {
             out.push_str(&format!("ClusterClasses of {} in namespace {}\n", c.release, c.namespace));
             lines(&mut out, c.adoption.as_ref(), &c.blockers);
+            for l in &c.leftovers {
+                out.push_str(&format!("  leftover   {l} (applied by CSO, not in the release: kept)\n"));
+            }
         }
         for h in &self.handover {
             out.push_str(&format!("hand-over  {h}\n"));
@@ -183,6 +189,7 @@ impl Report {
         let blockers = self.blockers.len()
             + self.clusters.iter().map(|c| c.blockers.len()).sum::<usize>()
             + self.classes.iter().map(|c| c.blockers.len()).sum::<usize>();
+        let leftovers = self.clusters.iter().map(|c| c.leftovers.len()).sum::<usize>() + self.classes.iter().map(|c| c.leftovers.len()).sum::<usize>();
         out.push_str(&format!(
             "{} Clusters and the ClusterClasses of {} releases: {} objects identical, {} with changes, {} restarting pods, {} missing, {} not judged, {} leftovers; {} blockers: {}\n",
             self.clusters.len(),
@@ -192,7 +199,7 @@ impl Report {
             count(Verdict::Restarts),
             count(Verdict::Missing),
             all.iter().map(|a| a.failures.len()).sum::<usize>(),
-            self.clusters.iter().map(|c| c.leftovers.len()).sum::<usize>(),
+            leftovers,
             blockers,
             if self.adoptable() { "adoptable with no restart" } else { "not adoptable now" },
         ));
@@ -310,7 +317,17 @@ pub async fn adopt(ctx: Arc<Context>, options: &Options) -> Result<Report, Error
         let ns = csr.metadata.namespace.clone().unwrap_or_default();
         let release = csr.metadata.name.clone().unwrap_or_default();
         let Some(subs) = namespaces.get(&ns) else { continue };
-        let (c, job) = judge_classes(&kube, &ns, &release, subs).await;
+        let (mut c, job) = judge_classes(&kube, &ns, &release, subs).await;
+        if let Some(a) = &c.adoption {
+            let rendered: BTreeSet<String> = a.objects.iter().map(|o| key_text(&o.object)).collect();
+            c.leftovers = csr.data["status"]["resources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|r| !rendered.contains(&record_key(r)))
+                .map(|r| leftover_ref(r).to_string())
+                .collect();
+        }
         report.classes.push(c);
         class_work.push(job);
     }
