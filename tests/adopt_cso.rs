@@ -14,7 +14,7 @@ use std::process::Stdio;
 
 use common::capi::{CapiTenant, K1, K2, STEP, V1, V2, applied, hook_calls, ready, v2_ungated};
 use common::{stderr, stdout};
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -34,6 +34,8 @@ fn metrics_server(text: String, env: &[&str]) -> String {
 
 /// A Secret the chart generates at render time, and a ConfigMap the next release drops.
 const GENERATED_SECRET: &str = "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: token\n  namespace: {{ .Values.addonNamespace }}\nstringData:\n  token: {{ randAlphaNum 24 | quote }}\n";
+/// The CNI as a DaemonSet (its ControllerRevisions would tell a restart).
+const CNI_AGENT: &str = "---\napiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: cni-agent\n  namespace: {{ .Values.addonNamespace }}\nspec:\n  selector:\n    matchLabels:\n      app: cni-agent\n  template:\n    metadata:\n      labels:\n        app: cni-agent\n    spec:\n      containers:\n        - name: agent\n          image: registry.k8s.io/pause:3.10\n";
 const LEGACY: &str =
     "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: legacy\n  namespace: {{ .Values.addonNamespace }}\ndata:\n  a: \"1\"\n";
 
@@ -42,7 +44,7 @@ fn v1_with_more(path: &str, text: String) -> String {
         return metrics_server(text, &["KEEP", "DROPPED"]);
     }
     if path.ends_with("cni/templates/cni.yaml") {
-        return format!("{text}{GENERATED_SECRET}{LEGACY}");
+        return format!("{text}{GENERATED_SECRET}{CNI_AGENT}{LEGACY}");
     }
     text
 }
@@ -54,7 +56,7 @@ fn v2_with_less(path: &str, text: String) -> String {
         return metrics_server(text, &["KEEP"]);
     }
     if path.ends_with("cni/templates/cni.yaml") {
-        return format!("{text}{GENERATED_SECRET}");
+        return format!("{text}{GENERATED_SECRET}{CNI_AGENT}");
     }
     text
 }
@@ -230,6 +232,7 @@ async fn cso_cluster(t: &CapiTenant, release: &Path, name: &str) {
         record("", "v1", "Secret", &addon_ns, "token"),
         record("", "v1", "ConfigMap", &addon_ns, "legacy"),
         record("apps", "v1", "Deployment", &addon_ns, "metrics-server"),
+        record("apps", "v1", "DaemonSet", &addon_ns, "cni-agent"),
         record("", "v1", "ConfigMap", &addon_ns, "cso-old"),
     ];
     let cluster_ref = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": name, "namespace": t.ns, "uid": cluster["metadata"]["uid"]});
@@ -243,13 +246,16 @@ async fn cso_cluster(t: &CapiTenant, release: &Path, name: &str) {
     .await;
 }
 
-/// What must not move in a Cluster's workload cluster: metrics-server's generation and pod
-/// template, the ReplicaSets, the generated Secret.
+/// What must not move in a Cluster's workload cluster: metrics-server's and the CNI agent's
+/// generation and pod template, the ReplicaSets and ControllerRevisions, the generated Secret.
 #[derive(Debug, PartialEq)]
 struct Still {
     generation: Option<i64>,
     template: Value,
     replica_sets: usize,
+    agent_generation: Option<i64>,
+    agent_template: Value,
+    revisions: usize,
     token: Option<String>,
 }
 
@@ -259,7 +265,22 @@ async fn still(t: &CapiTenant, name: &str) -> Still {
     let sets = Api::<ReplicaSet>::namespaced(t.workload(), &ns).list(&ListParams::default()).await.expect("ReplicaSets").items.len();
     let secret = Api::<Secret>::namespaced(t.workload(), &ns).get("token").await.expect("token");
     let token = secret.data.and_then(|d| d.get("token").map(|v| String::from_utf8_lossy(&v.0).into_owned()));
-    Still { generation: d.metadata.generation, template: serde_json::to_value(&d.spec.template).expect("json"), replica_sets: sets, token }
+    let agent = Api::<DaemonSet>::namespaced(t.workload(), &ns).get("cni-agent").await.expect("cni-agent");
+    let revisions = Api::<ControllerRevision>::namespaced(t.workload(), &ns)
+        .list(&ListParams::default())
+        .await
+        .expect("ControllerRevisions")
+        .items
+        .len();
+    Still {
+        generation: d.metadata.generation,
+        template: serde_json::to_value(&d.spec.template).expect("json"),
+        replica_sets: sets,
+        agent_generation: agent.metadata.generation,
+        agent_template: serde_json::to_value(&agent.spec.template).expect("json"),
+        revisions,
+        token,
+    }
 }
 
 async fn managers_of(client: &kube::Client, ns: &str, r: kube::api::ApiResource, name: &str) -> Vec<String> {
@@ -278,6 +299,15 @@ async fn a_fleet_of_the_scs_operator_is_adopted_with_no_restart_and_its_next_rel
     install_cso(&t, &release, &cso_name).await;
     cso_cluster(&t, &release, "c1").await;
     cso_cluster(&t, &release, "c2").await;
+    // The workload controllers done with what CSO applied (a ReplicaSet, a ControllerRevision):
+    // from here on nothing may move.
+    for c in ["c1", "c2"] {
+        let settled = async || {
+            let s = still(&t, c).await;
+            s.replica_sets == 1 && s.revisions == 1
+        };
+        common::daemon::eventually(&format!("{c}'s workloads settled"), STEP, settled, String::new).await;
+    }
     let before = [still(&t, "c1").await, still(&t, "c2").await];
     let cp_generation = t.control_plane("c2").await.expect("control plane")["metadata"]["generation"].clone();
 
@@ -329,9 +359,10 @@ async fn a_fleet_of_the_scs_operator_is_adopted_with_no_restart_and_its_next_rel
 
     // The report: every object identical (the generated values kept), the leftovers, the
     // hand-over; nothing changed by it.
+    let started = std::time::Instant::now();
     let report = run(&["--dry-run"]).await;
     let text = stdout(&report);
-    println!("{text}");
+    println!("{text}the report took {:.1} s", started.elapsed().as_secs_f64());
     assert_eq!(report.status.code(), Some(0), "{text}{}", stderr(&report));
     for c in ["c1", "c2"] {
         let ns = t.addon_namespace(c);
@@ -347,7 +378,7 @@ async fn a_fleet_of_the_scs_operator_is_adopted_with_no_restart_and_its_next_rel
     assert!(text.contains(&format!("hand-over  delete CSO's ExtensionConfig {cso_name}")), "{text}");
     assert!(text.contains(&format!("ClusterClasses of {V1} in namespace {}", t.ns)), "{text}");
     assert!(
-        text.contains("2 Clusters and the ClusterClasses of 1 releases: 13 objects identical, 0 with changes, 0 restarting pods"),
+        text.contains("2 Clusters and the ClusterClasses of 1 releases: 15 objects identical, 0 with changes, 0 restarting pods"),
         "{text}"
     );
     let ms = managers_of(&workload, &t.addon_namespace("c1"), res("apps", "v1", "Deployment", "deployments"), "metrics-server").await;
@@ -355,9 +386,10 @@ async fn a_fleet_of_the_scs_operator_is_adopted_with_no_restart_and_its_next_rel
 
     // The adoption: no DELETE, nothing restarted, every object stacksync's alone.
     let deletes_before = deletes(&workload).await;
+    let started = std::time::Instant::now();
     let adopted = run(&["--prune-leftovers"]).await;
     let text = stdout(&adopted);
-    println!("{text}");
+    println!("{text}the adoption took {:.1} s", started.elapsed().as_secs_f64());
     assert_eq!(adopted.status.code(), Some(0), "{text}{}", stderr(&adopted));
     assert_eq!(deletes(&workload).await, deletes_before, "no DELETE in the workload cluster during adoption");
     assert_eq!([still(&t, "c1").await, still(&t, "c2").await], before, "nothing moved in the workload clusters");
@@ -451,7 +483,9 @@ async fn a_fleet_of_the_scs_operator_is_adopted_with_no_restart_and_its_next_rel
     assert_eq!(cleaned.status.code(), Some(0), "{text}{}", stderr(&cleaned));
     assert!(text.contains(&format!("removed CSO's finalizer from ClusterAddon {}/cluster-addon-c1", t.ns)), "{text}");
     assert!(text.contains("deleted CustomResourceDefinition clusteraddons.clusterstack.x-k8s.io"), "{text}");
-    assert!(addons.list(&ListParams::default()).await.is_err(), "CSO's kinds are gone");
+    // A CRD goes once the API server has finished with it: asynchronously.
+    let gone = async || addons.list(&ListParams::default()).await.is_err();
+    common::daemon::eventually("CSO's kinds no longer served", STEP, gone, String::new).await;
     daemon.stop().await;
     t.delete().await;
 }

@@ -615,16 +615,18 @@ pub(super) fn check_git_url(url: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
+/// `c.yaml`: one subscription `a` with `sub_extra` as its last fields (line 12 on).
+#[cfg(test)]
+fn parse_with_subscription_fields(sub_extra: &str) -> Result<crate::config::Config, crate::config::ConfigErrors> {
+    let text = format!(
+        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache: {{dir: c}}\nsources:\n  - name: s\n    git: {{url: https://example.test/s.git}}\nsubscriptions:\n  - name: a\n    source: s\n    interval: 1h\n    clusters: [{{name: x, namespace: y}}]\n{sub_extra}target: {{directory: out}}\n"
+    );
+    crate::config::Config::parse(std::path::Path::new("c.yaml"), &text)
+}
+
 #[cfg(test)]
 mod stage_timeout_tests {
-    use crate::config::Config;
-
-    fn parse(sub_extra: &str) -> Result<Config, crate::config::ConfigErrors> {
-        let text = format!(
-            "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache: {{dir: c}}\nsources:\n  - name: s\n    git: {{url: https://example.test/s.git}}\nsubscriptions:\n  - name: a\n    source: s\n    interval: 1h\n    clusters: [{{name: x, namespace: y}}]\n{sub_extra}target: {{directory: out}}\n"
-        );
-        Config::parse(std::path::Path::new("c.yaml"), &text)
-    }
+    use super::parse_with_subscription_fields as parse;
 
     #[test]
     fn stage_timeout_defaults_to_ten_minutes_and_zero_is_refused_with_its_line() {
@@ -637,14 +639,7 @@ mod stage_timeout_tests {
 
 #[cfg(test)]
 mod adopted_labels_tests {
-    use crate::config::Config;
-
-    fn parse(sub_extra: &str) -> Result<Config, crate::config::ConfigErrors> {
-        let text = format!(
-            "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache: {{dir: c}}\nsources:\n  - name: s\n    git: {{url: https://example.test/s.git}}\nsubscriptions:\n  - name: a\n    source: s\n    interval: 1h\n    clusters: [{{name: x, namespace: y}}]\n{sub_extra}target: {{directory: out}}\n"
-        );
-        Config::parse(std::path::Path::new("c.yaml"), &text)
-    }
+    use super::parse_with_subscription_fields as parse;
 
     #[test]
     fn adopted_labels_are_label_checked_with_their_line() {

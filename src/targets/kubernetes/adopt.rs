@@ -189,7 +189,8 @@ impl Report {
         let blockers = self.blockers.len()
             + self.clusters.iter().map(|c| c.blockers.len()).sum::<usize>()
             + self.classes.iter().map(|c| c.blockers.len()).sum::<usize>();
-        let leftovers = self.clusters.iter().map(|c| c.leftovers.len()).sum::<usize>() + self.classes.iter().map(|c| c.leftovers.len()).sum::<usize>();
+        let leftovers =
+            self.clusters.iter().map(|c| c.leftovers.len()).sum::<usize>() + self.classes.iter().map(|c| c.leftovers.len()).sum::<usize>();
         out.push_str(&format!(
             "{} Clusters and the ClusterClasses of {} releases: {} objects identical, {} with changes, {} restarting pods, {} missing, {} not judged, {} leftovers; {} blockers: {}\n",
             self.clusters.len(),
