@@ -299,6 +299,14 @@ async fn a_fleet_of_the_scs_operator_is_adopted_with_no_restart_and_its_next_rel
     install_cso(&t, &release, &cso_name).await;
     cso_cluster(&t, &release, "c1").await;
     cso_cluster(&t, &release, "c2").await;
+    // CSO's record of a Cluster deleted while CSO was down (its finalizer kept it).
+    apply(&mgmt, Some(&t.ns), cso_res("ClusterAddon", "clusteraddons"), json!({
+        "apiVersion": "clusterstack.x-k8s.io/v1alpha1", "kind": "ClusterAddon",
+        "metadata": {"name": "cluster-addon-c3", "namespace": t.ns, "finalizers": ["clusteraddon.clusterstack.x-k8s.io"]},
+        "spec": {"clusterStack": V1, "clusterRef": {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c3", "namespace": t.ns}},
+        "status": {"ready": true, "resources": []},
+    }))
+    .await;
     // The workload controllers done with what CSO applied (a ReplicaSet, a ControllerRevision):
     // from here on nothing may move.
     for c in ["c1", "c2"] {
@@ -374,6 +382,7 @@ async fn a_fleet_of_the_scs_operator_is_adopted_with_no_restart_and_its_next_rel
         assert!(text.contains(&format!("leftover   ConfigMap/{ns}/cso-old")), "{text}");
     }
     assert!(!text.contains("restarts "), "{text}");
+    assert!(text.contains(&format!("Cluster {}/c3 (ClusterAddon cluster-addon-c3, release {V1})\n  gone  ", t.ns)), "{text}");
     assert!(text.contains(&format!("hand-over  scale CSO's Deployment {}/cso-controller-manager to 0", t.ns)), "{text}");
     assert!(text.contains(&format!("hand-over  delete CSO's ExtensionConfig {cso_name}")), "{text}");
     assert!(text.contains(&format!("ClusterClasses of {V1} in namespace {}", t.ns)), "{text}");
@@ -482,6 +491,7 @@ async fn a_fleet_of_the_scs_operator_is_adopted_with_no_restart_and_its_next_rel
     println!("{text}");
     assert_eq!(cleaned.status.code(), Some(0), "{text}{}", stderr(&cleaned));
     assert!(text.contains(&format!("removed CSO's finalizer from ClusterAddon {}/cluster-addon-c1", t.ns)), "{text}");
+    assert!(text.contains(&format!("deleted ClusterAddon {}/cluster-addon-c3", t.ns)), "{text}");
     assert!(text.contains("deleted CustomResourceDefinition clusteraddons.clusterstack.x-k8s.io"), "{text}");
     // A CRD goes once the API server has finished with it: asynchronously.
     let gone = async || addons.list(&ListParams::default()).await.is_err();

@@ -41,6 +41,10 @@ pub fn line(e: &InventoryEntry, pointer: &str) -> String {
 
 /// The generated fields recorded for the object `e` names.
 pub fn of<'a>(recorded: &'a Recorded, e: &InventoryEntry) -> &'a [String] {
+    if recorded.is_empty() {
+        // Nearly every Cluster: no key is built.
+        return &[];
+    }
     recorded.get(&(e.group.clone(), e.kind.clone(), e.namespace.clone(), e.name.clone())).map_or(&[], Vec::as_slice)
 }
 

@@ -96,6 +96,8 @@ pub struct ClusterAdoption {
     pub seeded: bool,
     /// The leftovers were labelled ours and put in the seeded inventory: the first sync prunes them.
     pub leftovers_pruned: bool,
+    /// The Cluster no longer exists (its ClusterAddon is CSO's leftover): nothing to adopt.
+    pub gone: bool,
 }
 
 /// The ClusterClasses of one release in one namespace (a `ClusterStackRelease`).
@@ -129,7 +131,7 @@ impl Report {
     /// Nothing blocks, nothing restarts, every object was judged.
     pub fn adoptable(&self) -> bool {
         self.blockers.is_empty()
-            && self.clusters.iter().all(|c| c.blockers.is_empty() && c.adoption.as_ref().is_some_and(clean))
+            && self.clusters.iter().all(|c| c.gone || (c.blockers.is_empty() && c.adoption.as_ref().is_some_and(clean)))
             && self.classes.iter().all(|c| c.blockers.is_empty() && c.adoption.as_ref().is_some_and(clean))
     }
 
@@ -143,6 +145,9 @@ impl Report {
                 c.addon,
                 c.release.as_deref().unwrap_or("unknown")
             ));
+            if c.gone {
+                out.push_str("  gone       the Cluster does not exist: nothing to adopt (--cleanup removes its ClusterAddon)\n");
+            }
             lines(&mut out, c.adoption.as_ref(), &c.blockers);
             for l in &c.leftovers {
                 let fate = if c.leftovers_pruned { "labelled ours: the first sync prunes it" } else { "kept; --prune-leftovers prunes it" };
@@ -193,7 +198,7 @@ impl Report {
             self.clusters.iter().map(|c| c.leftovers.len()).sum::<usize>() + self.classes.iter().map(|c| c.leftovers.len()).sum::<usize>();
         out.push_str(&format!(
             "{} Clusters and the ClusterClasses of {} releases: {} objects identical, {} with changes, {} restarting pods, {} missing, {} not judged, {} leftovers; {} blockers: {}\n",
-            self.clusters.len(),
+            self.clusters.iter().filter(|c| !c.gone).count(),
             self.classes.len(),
             count(Verdict::Identical),
             count(Verdict::Changes),
@@ -317,7 +322,14 @@ pub async fn adopt(ctx: Arc<Context>, options: &Options) -> Result<Report, Error
     for csr in &csrs {
         let ns = csr.metadata.namespace.clone().unwrap_or_default();
         let release = csr.metadata.name.clone().unwrap_or_default();
-        let Some(subs) = namespaces.get(&ns) else { continue };
+        let Some(subs) = namespaces.get(&ns) else {
+            if options.cluster.as_ref().is_none_or(|only| only.namespace == ns) {
+                report.handover.push(format!(
+                    "ClusterStackRelease {ns}/{release}: no Cluster CSO manages is in {ns}; its ClusterClasses are left as they are (not stacksync's)"
+                ));
+            }
+            continue;
+        };
         let (mut c, job) = judge_classes(&kube, &ns, &release, subs).await;
         if let Some(a) = &c.adoption {
             let rendered: BTreeSet<String> = a.objects.iter().map(|o| key_text(&o.object)).collect();
@@ -377,6 +389,7 @@ async fn judge_cluster(kube: &Kube, addon: &DynamicObject, key: ClusterKey) -> (
         blockers: Vec::new(),
         seeded: false,
         leftovers_pruned: false,
+        gone: false,
     };
     let spec = &addon.data["spec"];
     if let Some(hook) = spec["hook"].as_str().filter(|h| !h.is_empty()) {
@@ -399,7 +412,8 @@ async fn judge_cluster(kube: &Kube, addon: &DynamicObject, key: ClusterKey) -> (
     let cluster = match clusters.get_opt(&key.name).await {
         Ok(Some(c)) => c,
         Ok(None) => {
-            out.blockers.push(format!("Cluster {key} does not exist"));
+            // CSO's record of a Cluster deleted (its finalizer kept it): nothing to take over.
+            out.gone = true;
             return (out, None);
         }
         Err(e) => {
@@ -407,6 +421,12 @@ async fn judge_cluster(kube: &Kube, addon: &DynamicObject, key: ClusterKey) -> (
             return (out, None);
         }
     };
+    if super::cluster::is_paused(&cluster) {
+        out.blockers.push(format!(
+            "Cluster {key} is paused (spec.paused or cluster.x-k8s.io/paused, as during clusterctl move): nothing is written to it; adopt once it is resumed"
+        ));
+        return (out, None);
+    }
     let Some(class) = topology_class(&cluster.data) else {
         out.blockers.push(format!("Cluster {key} has no spec.topology class"));
         return (out, None);
