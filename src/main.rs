@@ -77,7 +77,16 @@ enum AdoptFrom {
         /// CSO's ValidatingWebhookConfiguration.
         #[arg(long, value_name = "NAME", default_value = "cso-validating-webhook-configuration")]
         cso_webhook: String,
+        /// Output: `text` (a line per object) or `json` (the whole report, with `adoptable`).
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: AdoptOutput,
     },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum AdoptOutput {
+    Text,
+    Json,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -306,7 +315,8 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
         Command::Reconcile { config, cluster } => reconcile(&runtime, &config, &cluster),
         Command::Rollout { action } => rollout(&runtime, action),
         Command::Adopt {
-            from: AdoptFrom::Cso { config, dry_run, cluster, cleanup, prune_leftovers, cso_deployment, cso_extension_config, cso_webhook },
+            from:
+                AdoptFrom::Cso { config, dry_run, cluster, cleanup, prune_leftovers, cso_deployment, cso_extension_config, cso_webhook, output },
         } => {
             let cfg = match load(&config) {
                 Ok(c) => c,
@@ -341,7 +351,10 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             };
             Ok(match runtime.block_on(adopt(cfg, &options)) {
                 Ok(report) => {
-                    print!("{}", report.text());
+                    match output {
+                        AdoptOutput::Text => print!("{}", report.text()),
+                        AdoptOutput::Json => println!("{}", serde_json::to_string_pretty(&report.json()).context("printing the report")?),
+                    }
                     let ok = if options.cleanup { report.blockers.is_empty() } else { report.adoptable() };
                     if ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_DIFF_CHANGES) }
                 }

@@ -387,9 +387,20 @@ async fn a_fleet_of_the_scs_operator_is_adopted_with_no_restart_and_its_next_rel
     assert!(text.contains(&format!("hand-over  delete CSO's ExtensionConfig {cso_name}")), "{text}");
     assert!(text.contains(&format!("ClusterClasses of {V1} in namespace {}", t.ns)), "{text}");
     assert!(
-        text.contains("2 Clusters and the ClusterClasses of 1 releases: 15 objects identical, 0 with changes, 0 restarting pods"),
+        text.contains("2 Clusters and the ClusterClasses of 1 release(s): 15 objects identical, 0 with changes, 0 restarting pods"),
         "{text}"
     );
+    // The same as JSON, for a pipeline to read.
+    let json = run(&["--dry-run", "-o", "json"]).await;
+    assert_eq!(json.status.code(), Some(0), "{}{}", stdout(&json), stderr(&json));
+    let report: Value = serde_json::from_str(&stdout(&json)).expect("JSON");
+    assert_eq!(report["adoptable"], true, "{report}");
+    let c1 = report["clusters"].as_array().and_then(|c| c.iter().find(|c| c["cluster"] == format!("{}/c1", t.ns))).expect("c1");
+    let objects = c1["adoption"]["objects"].as_array().expect("objects");
+    assert_eq!(objects.len(), 6, "{c1}");
+    assert!(objects.iter().all(|o| o["verdict"] == "identical" && o["held"] == true), "{c1}");
+    assert_eq!(c1["leftovers"], json!([format!("ConfigMap/{}/cso-old", t.addon_namespace("c1"))]), "{c1}");
+
     let ms = managers_of(&workload, &t.addon_namespace("c1"), res("apps", "v1", "Deployment", "deployments"), "metrics-server").await;
     assert!(ms.contains(&"kubectl".to_owned()), "the dry run changed nothing: {ms:?}");
 

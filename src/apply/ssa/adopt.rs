@@ -17,7 +17,8 @@ use crate::apply::ObjectRef;
 use crate::model::StageAction;
 
 /// What taking one object over does to it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub enum Verdict {
     /// Nothing but ownership changes (and our owner label is added).
     Identical,
@@ -41,7 +42,8 @@ impl std::fmt::Display for Verdict {
 }
 
 /// One rendered object, judged (and taken over, when asked).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Adopted {
     pub object: ObjectRef,
     pub verdict: Verdict,
@@ -64,13 +66,15 @@ pub struct Adopted {
 pub type Generated = std::collections::BTreeMap<(String, String, Option<String>, String), Vec<String>>;
 
 /// What an adoption of one cluster's objects found (and did).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Adoption {
     pub objects: Vec<Adopted>,
     /// Objects that could not be judged or taken over, with why.
     pub failures: Vec<(ObjectRef, String)>,
     /// The inventory of what was taken over: a status seeded with it prunes what a later
     /// release drops.
+    #[serde(skip)]
     pub inventory: Vec<InventoryEntry>,
     /// The generated fields of what was taken over, as `ClusterSync.status.generated` records
     /// them: every later sync keeps their live values.

@@ -80,8 +80,10 @@ impl Default for Options {
 }
 
 /// One Cluster CSO manages.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ClusterAdoption {
+    #[serde(serialize_with = "as_text")]
     pub cluster: ClusterKey,
     /// Its `ClusterAddon`.
     pub addon: String,
@@ -101,7 +103,8 @@ pub struct ClusterAdoption {
 }
 
 /// The ClusterClasses of one release in one namespace (a `ClusterStackRelease`).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ClassAdoption {
     pub namespace: String,
     pub release: String,
@@ -112,8 +115,9 @@ pub struct ClassAdoption {
     pub blockers: Vec<String>,
 }
 
-/// The whole report (and what was done).
-#[derive(Debug, Clone, Default)]
+/// The whole report (and what was done); `-o json` prints it as it is, with `adoptable`.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Report {
     pub clusters: Vec<ClusterAdoption>,
     pub classes: Vec<ClassAdoption>,
@@ -133,6 +137,13 @@ impl Report {
         self.blockers.is_empty()
             && self.clusters.iter().all(|c| c.gone || (c.blockers.is_empty() && c.adoption.as_ref().is_some_and(clean)))
             && self.classes.iter().all(|c| c.blockers.is_empty() && c.adoption.as_ref().is_some_and(clean))
+    }
+
+    /// The report as JSON: every field, and `adoptable`.
+    pub fn json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        v["adoptable"] = serde_json::Value::Bool(self.adoptable());
+        v
     }
 
     /// The report as text, one line per object.
@@ -197,7 +208,7 @@ impl Report {
         let leftovers =
             self.clusters.iter().map(|c| c.leftovers.len()).sum::<usize>() + self.classes.iter().map(|c| c.leftovers.len()).sum::<usize>();
         out.push_str(&format!(
-            "{} Clusters and the ClusterClasses of {} releases: {} objects identical, {} with changes, {} restarting pods, {} missing, {} not judged, {} leftovers; {} blockers: {}\n",
+            "{} Clusters and the ClusterClasses of {} release(s): {} objects identical, {} with changes, {} restarting pods, {} missing, {} not judged, {} leftovers; {} blockers: {}\n",
             self.clusters.iter().filter(|c| !c.gone).count(),
             self.classes.len(),
             count(Verdict::Identical),
@@ -211,6 +222,11 @@ impl Report {
         ));
         out
     }
+}
+
+/// `<namespace>/<name>`.
+fn as_text<S: serde::Serializer>(key: &ClusterKey, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(key)
 }
 
 fn clean(a: &Adoption) -> bool {
