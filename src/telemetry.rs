@@ -148,6 +148,10 @@ pub struct Metrics {
     pub rollout_paused: Family<SubscriptionLabels, Gauge>,
     /// 1 for the reason a paused rollout waits for (absent while it is not paused).
     pub rollout_pause_reason: Family<PauseLabels, Gauge>,
+    /// 1 while a running rollout waits for a maintenance window.
+    pub rollout_waiting_for_window: Family<SubscriptionLabels, Gauge>,
+    /// Clusters the rollout gave up on (failed or late; left alone or moved back).
+    pub rollout_failed: Family<SubscriptionLabels, Gauge>,
     pub clusters_by_release: Family<ReleaseReadyLabels, Gauge>,
     pub clusters_not_ready: Family<NotReadyLabels, Gauge>,
     /// State by Cluster (`namespace/name`), from which the `clusters*` gauges are computed: a
@@ -166,7 +170,7 @@ struct ClusterState {
 }
 
 /// The reasons a rollout pauses for; anything else is counted as `Other`.
-const PAUSE_REASONS: [&str; 4] = ["PauseRequested", "WaveTimeout", "ClusterFailed", "ClassChanged"];
+const PAUSE_REASONS: [&str; 5] = ["PauseRequested", "WaveTimeout", "ClusterFailed", "ClassChanged", "RollbackImpossible"];
 
 fn bool_label(b: bool) -> &'static str {
     if b { "true" } else { "false" }
@@ -200,6 +204,8 @@ impl Metrics {
             rollout_done: Family::default(),
             rollout_paused: Family::default(),
             rollout_pause_reason: Family::default(),
+            rollout_waiting_for_window: Family::default(),
+            rollout_failed: Family::default(),
             clusters_by_release: Family::default(),
             clusters_not_ready: Family::default(),
             cluster_state: Mutex::new(BTreeMap::new()),
@@ -239,6 +245,16 @@ impl Metrics {
             "rollout_pause_reason",
             "1 for the reason a subscription's paused rollout waits for",
             m.rollout_pause_reason.clone(),
+        );
+        registry.register(
+            "rollout_waiting_for_window",
+            "1 while a subscription's running rollout waits for a maintenance window",
+            m.rollout_waiting_for_window.clone(),
+        );
+        registry.register(
+            "rollout_failed_clusters",
+            "Clusters a subscription's rollout gave up on (failed or late; left alone or moved back)",
+            m.rollout_failed.clone(),
         );
         registry.register(
             "clusters_by_release",
@@ -314,6 +330,8 @@ impl Metrics {
         self.rollout_done.clear();
         self.rollout_paused.clear();
         self.rollout_pause_reason.clear();
+        self.rollout_waiting_for_window.clear();
+        self.rollout_failed.clear();
     }
 
     fn recount(&self, state: &BTreeMap<String, ClusterState>) {
@@ -354,8 +372,10 @@ impl Metrics {
     }
 
     /// Records a rollout's state: its wave, Clusters done, and whether (and why) it is paused.
-    pub fn rollout(&self, subscription: &str, wave: u32, done: u32, paused: Option<&str>) {
+    pub fn rollout(&self, subscription: &str, wave: u32, done: u32, paused: Option<&str>, waiting_for_window: bool, failed: u32) {
         let labels = SubscriptionLabels { subscription: subscription.to_owned() };
+        self.rollout_waiting_for_window.get_or_create(&labels).set(i64::from(waiting_for_window));
+        self.rollout_failed.get_or_create(&labels).set(i64::from(failed));
         self.rollout_wave.get_or_create(&labels).set(i64::from(wave));
         self.rollout_done.get_or_create(&labels).set(i64::from(done));
         self.rollout_paused.get_or_create(&labels).set(i64::from(paused.is_some()));
@@ -520,7 +540,7 @@ mod tests {
         m.webhook("github", "push", "triggered");
         m.runtime_hook("BeforeClusterUpgrade", "retry");
         m.github_quota("o/r", 4999, Some(5000));
-        m.rollout("sub", 2, 3, Some("WaveTimeout"));
+        m.rollout("sub", 2, 3, Some("WaveTimeout"), false, 0);
         m.lease_held("stacksync", true);
         m.helm_ran("success", Duration::from_millis(300));
         let text = m.encode();
@@ -590,12 +610,12 @@ mod tests {
     #[test]
     fn a_rollout_exports_only_the_reason_it_is_paused_for() {
         let m = Metrics::new();
-        m.rollout("sub", 2, 1, Some("WaveTimeout"));
-        m.rollout("sub", 2, 1, Some("SomethingNew"));
+        m.rollout("sub", 2, 1, Some("WaveTimeout"), false, 0);
+        m.rollout("sub", 2, 1, Some("SomethingNew"), false, 0);
         let text = m.encode();
         assert!(text.contains("stacksync_rollout_pause_reason{subscription=\"sub\",reason=\"Other\"} 1"), "{text}");
         assert!(!text.contains("reason=\"WaveTimeout\""), "{text}");
-        m.rollout("sub", 3, 4, None);
+        m.rollout("sub", 3, 4, None, false, 0);
         let text = m.encode();
         assert!(!text.contains("stacksync_rollout_pause_reason{"), "{text}");
         assert!(text.contains("stacksync_rollout_paused{subscription=\"sub\"} 0"), "{text}");
@@ -605,7 +625,7 @@ mod tests {
     fn a_standby_exports_no_fleet_state() {
         let m = Metrics::new();
         m.reconciled("ns/a", "sub", "v1", Outcome::NotReady("NotSynced"), Duration::ZERO);
-        m.rollout("sub", 1, 0, Some("PauseRequested"));
+        m.rollout("sub", 1, 0, Some("PauseRequested"), false, 0);
         m.lease_held("stacksync", false);
         m.forget_fleet();
         let text = m.encode();

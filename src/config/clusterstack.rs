@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use super::validate::{Cx, Fields, describe};
 use super::yaml::{Node, Value};
-use super::{CLUSTER_CLASS_DIR, ClusterObjects, Format, HelmConfig, RolloutConfig, TemplatesConfig, Wave};
+use super::{Budget, CLUSTER_CLASS_DIR, ClusterObjects, Format, HelmConfig, OnFailure, RolloutConfig, TemplatesConfig, Wave};
 use crate::model::schedule::{format_duration, parse_duration};
+use crate::model::window::Window;
 
 impl Format {
     /// The release-relative directory read when `path` is not set.
@@ -102,7 +103,8 @@ impl Cx {
     /// Reads a subscription's `rollout:` (`path` is its field path). The waves must end with
     /// `percent: 100` so that every Cluster is moved; percentages may not go down.
     pub(super) fn rollout(&mut self, node: &Node, path: &str, format: Format) -> Option<RolloutConfig> {
-        let f = self.fields(node, path, &["waves", "canarySelector", "waveTimeout", "checkInterval"])?;
+        let f =
+            self.fields(node, path, &["waves", "canarySelector", "waveTimeout", "checkInterval", "maxFailures", "onFailure", "windows"])?;
         if format != Format::ClusterStack {
             self.error(
                 node.mark,
@@ -179,37 +181,114 @@ impl Cx {
             );
             ok = false;
         }
-        let mut canary_labels = std::collections::BTreeMap::new();
-        if let Some(c) = f.get("canarySelector") {
-            let cpath = f.path("canarySelector");
-            if let Some(cf) = self.fields(c, &cpath, &["matchLabels"]) {
-                match cf.get("matchLabels").map(|m| (m, &m.value)) {
-                    Some((_, Value::Map(entries))) if !entries.is_empty() => {
-                        for (k, v) in entries {
-                            match (k.scalar_text(), v.scalar_text()) {
-                                (Some(k), Some(v)) => {
-                                    canary_labels.insert(k.to_owned(), v.to_owned());
-                                }
-                                _ => self.error(v.mark, &cf.path("matchLabels"), "expected `label: value` strings"),
-                            }
-                        }
-                    }
-                    Some((m, _)) => self.error(
-                        m.mark,
-                        &cf.path("matchLabels"),
-                        format!("expected a non-empty mapping of labels, found {}", describe(m)),
-                    ),
-                    None => self.error(
-                        c.mark,
-                        &cf.path("matchLabels"),
-                        "missing required field `matchLabels` (the labels of the canary Clusters)",
-                    ),
-                }
-            }
-        }
+        let canary_labels = match f.get("canarySelector") {
+            Some(c) => self.match_labels(c, &f.path("canarySelector"), "the labels of the canary Clusters"),
+            None => std::collections::BTreeMap::new(),
+        };
         let wave_timeout = self.positive_duration(&f, "waveTimeout", super::DEFAULT_WAVE_TIMEOUT, Duration::from_secs(1));
         let check_interval = self.positive_duration(&f, "checkInterval", super::DEFAULT_ROLLOUT_CHECK, Duration::from_millis(100));
-        ok.then_some(RolloutConfig { waves, canary_labels, wave_timeout, check_interval })
+        let max_failures = f.get("maxFailures").map_or(Budget::None, |n| self.budget(n, &f.path("maxFailures")));
+        let on_failure = match f.get("onFailure") {
+            None => OnFailure::Pause,
+            Some(n) => match n.scalar_text() {
+                Some("pause") => OnFailure::Pause,
+                Some("rollback") => OnFailure::Rollback,
+                _ => {
+                    self.error(n.mark, &f.path("onFailure"), format!("expected `pause` or `rollback`, found {}", describe(n)));
+                    OnFailure::Pause
+                }
+            },
+        };
+        let mut windows = Vec::new();
+        for (i, w) in self.list(&f, "windows").iter().enumerate() {
+            if let Some(w) = self.window(w, &format!("{}[{i}]", f.path("windows"))) {
+                windows.push(w);
+            }
+        }
+        ok.then_some(RolloutConfig { waves, canary_labels, wave_timeout, check_interval, max_failures, on_failure, windows })
+    }
+
+    /// A label selector of the form `{matchLabels: {k: v, ...}}` (`path` is its field path;
+    /// `what` says what the labels select, for the error of a missing `matchLabels`).
+    fn match_labels(&mut self, node: &Node, path: &str, what: &str) -> std::collections::BTreeMap<String, String> {
+        let mut labels = std::collections::BTreeMap::new();
+        let Some(cf) = self.fields(node, path, &["matchLabels"]) else { return labels };
+        match cf.get("matchLabels").map(|m| (m, &m.value)) {
+            Some((_, Value::Map(entries))) if !entries.is_empty() => {
+                for (k, v) in entries {
+                    match (k.scalar_text(), v.scalar_text()) {
+                        (Some(k), Some(v)) => {
+                            labels.insert(k.to_owned(), v.to_owned());
+                        }
+                        _ => self.error(v.mark, &cf.path("matchLabels"), "expected `label: value` strings"),
+                    }
+                }
+            }
+            Some((m, _)) => {
+                self.error(m.mark, &cf.path("matchLabels"), format!("expected a non-empty mapping of labels, found {}", describe(m)));
+            }
+            None => self.error(node.mark, &cf.path("matchLabels"), format!("missing required field `matchLabels` ({what})")),
+        }
+        labels
+    }
+
+    /// `rollout.maxFailures`: a count (`2`) or a percentage of the wave (`"20%"`).
+    fn budget(&mut self, n: &Node, path: &str) -> Budget {
+        let text = n.scalar_text().unwrap_or_default();
+        let parsed = match text.strip_suffix('%') {
+            Some(p) => p.trim().parse::<u32>().ok().filter(|p| *p <= 100).map(Budget::Percent),
+            None => text.parse::<u32>().ok().filter(|c| *c <= 100_000).map(Budget::Clusters),
+        };
+        match parsed {
+            Some(Budget::Clusters(0) | Budget::Percent(0)) => Budget::None,
+            Some(b) => b,
+            None => {
+                self.error(
+                    n.mark,
+                    path,
+                    format!(
+                        "expected a count of Clusters (`2`) or a percentage of the wave (`\"20%\"`, at most 100), found {}",
+                        describe(n)
+                    ),
+                );
+                Budget::None
+            }
+        }
+    }
+
+    /// One of `rollout.windows`: `{schedule, duration, timeZone?, clusterSelector?}`.
+    fn window(&mut self, node: &Node, path: &str) -> Option<Window> {
+        let f = self.fields(node, path, &["schedule", "duration", "timeZone", "clusterSelector"])?;
+        let mut ok = true;
+        for key in ["schedule", "duration"] {
+            if f.get(key).is_none() {
+                let example =
+                    if key == "schedule" { "a cron expression such as `0 22 * * 1-5`" } else { "how long it stays open, e.g. `4h`" };
+                self.error(node.mark, &f.path(key), format!("missing required field `{key}`: {example}"));
+                ok = false;
+            }
+        }
+        let duration = self.positive_duration(&f, "duration", Duration::from_secs(3600), Duration::from_secs(60));
+        let labels = match f.get("clusterSelector") {
+            Some(c) => self.match_labels(c, &f.path("clusterSelector"), "the labels of the Clusters this window is for"),
+            None => std::collections::BTreeMap::new(),
+        };
+        let zone = self.string(&f, "timeZone").unwrap_or_else(|| "UTC".to_owned());
+        let expr = self.string(&f, "schedule")?;
+        if !ok {
+            return None;
+        }
+        match Window::new(&expr, duration, &zone, labels) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                let (key, mark) = match e {
+                    crate::model::window::Error::Zone { .. } => ("timeZone", f.get("timeZone").map_or(node.mark, |n| n.mark)),
+                    crate::model::window::Error::Schedule(_) => ("schedule", f.get("schedule").map_or(node.mark, |n| n.mark)),
+                };
+                self.error(mark, &f.path(key), e);
+                None
+            }
+        }
     }
 
     /// A duration field of at least `min`; `default` when absent (or wrong, with an error).

@@ -107,11 +107,18 @@ fn rollout_text(r: Option<&super::RolloutConfig>) -> String {
         })
         .collect();
     let canary: Vec<String> = r.canary_labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let windows: Vec<String> = r.windows.iter().map(|w| format!("{w:?}")).collect();
+    let on_failure = match r.on_failure {
+        super::OnFailure::Pause => "pause",
+        super::OnFailure::Rollback => "rollback",
+    };
     format!(
-        "waves [{}], canary [{}], waveTimeout {}, checkInterval {}",
+        "waves [{}], canary [{}], waveTimeout {}, checkInterval {}, maxFailures {}, onFailure {on_failure}, windows [{}]",
         waves.join(", "),
         canary.join(", "),
         crate::model::schedule::format_duration(r.wave_timeout),
-        crate::model::schedule::format_duration(r.check_interval)
+        crate::model::schedule::format_duration(r.check_interval),
+        r.max_failures,
+        windows.join(", ")
     )
 }

@@ -193,6 +193,56 @@ pub struct RolloutConfig {
     pub wave_timeout: std::time::Duration,
     /// How often a running rollout looks at its Clusters (besides when releases change).
     pub check_interval: std::time::Duration,
+    /// `maxFailures`: how many Clusters of a wave may fail (or be late) and the wave still go
+    /// on; over it, the rollout pauses. Default 0: the first failure pauses.
+    pub max_failures: Budget,
+    /// `onFailure`: what becomes of a failed Cluster.
+    pub on_failure: OnFailure,
+    /// `windows`: a wave starts and a Cluster is moved only inside one of its windows (none:
+    /// at any time).
+    pub windows: Vec<crate::model::window::Window>,
+}
+
+/// `rollout.maxFailures`: a count, or a percentage of the wave (rounded down).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Budget {
+    Clusters(u32),
+    Percent(u32),
+    /// No failure is allowed.
+    #[default]
+    None,
+}
+
+impl Budget {
+    /// How many Clusters of a wave of `size` may fail.
+    pub fn of(self, size: usize) -> usize {
+        match self {
+            Budget::None => 0,
+            Budget::Clusters(n) => n as usize,
+            Budget::Percent(p) => size * p as usize / 100,
+        }
+    }
+}
+
+impl std::fmt::Display for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Budget::None => f.write_str("0"),
+            Budget::Clusters(n) => write!(f, "{n}"),
+            Budget::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+/// `rollout.onFailure`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnFailure {
+    /// The failed Cluster is left as it is (for people to look at).
+    #[default]
+    Pause,
+    /// The failed Cluster is moved back to the class it had, where Cluster API allows it (its
+    /// Kubernetes version unchanged).
+    Rollback,
 }
 
 /// One wave of a rollout.

@@ -659,7 +659,7 @@ mod adopted_labels_tests {
 
 #[cfg(test)]
 mod rollout_tests {
-    use crate::config::{Config, Wave};
+    use crate::config::{Budget, Config, OnFailure, Wave};
 
     fn parse(sub_extra: &str) -> Result<Config, crate::config::ConfigErrors> {
         let text = format!(
@@ -680,6 +680,26 @@ mod rollout_tests {
         let r = parse("    rollout:\n      waves: [{percent: 100}]\n      waveTimeout: 2s\n      checkInterval: 200ms\n").expect("valid");
         let r = r.subscriptions[0].rollout.clone().expect("rollout");
         assert_eq!((r.wave_timeout.as_millis(), r.check_interval.as_millis()), (2000, 200));
+        assert_eq!((r.max_failures, r.on_failure, r.windows.len()), (Budget::None, OnFailure::Pause, 0), "the defaults: as before");
+    }
+
+    #[test]
+    fn failure_budgets_rollback_and_windows_are_read() {
+        let c = parse(
+            "    rollout:\n      waves: [{percent: 100}]\n      maxFailures: \"20%\"\n      onFailure: rollback\n      windows:\n        - schedule: \"0 22 * * 1-5\"\n          duration: 4h\n          timeZone: Europe/Berlin\n        - {schedule: \"0 10 * * 2\", duration: 1h, clusterSelector: {matchLabels: {canary: \"true\"}}}\n",
+        )
+        .expect("valid");
+        let r = c.subscriptions[0].rollout.clone().expect("rollout");
+        assert_eq!((r.max_failures, r.on_failure), (Budget::Percent(20), OnFailure::Rollback));
+        assert_eq!(
+            (r.windows[0].zone.as_str(), r.windows[0].duration.as_secs(), r.windows[1].zone.as_str()),
+            ("Europe/Berlin", 4 * 3600, "UTC")
+        );
+        assert_eq!(r.windows[1].labels["canary"], "true");
+        assert_eq!((Budget::Percent(20).of(9), Budget::Clusters(2).of(1), Budget::None.of(100)), (1, 2, 0));
+        let r =
+            parse("    rollout:\n      waves: [{percent: 100}]\n      maxFailures: 3\n").expect("valid").subscriptions[0].rollout.clone();
+        assert_eq!(r.expect("rollout").max_failures, Budget::Clusters(3));
     }
 
     #[test]
@@ -717,6 +737,42 @@ mod rollout_tests {
                 "canarySelector.matchLabels: expected a non-empty mapping",
             ),
             ("    rollout:\n      waves: [{percent: 100}]\n      wave: 1\n", "c.yaml:16:", "rollout.wave: unknown field `wave`"),
+            (
+                "    rollout:\n      waves: [{percent: 100}]\n      maxFailures: \"120%\"\n",
+                "c.yaml:16:",
+                "rollout.maxFailures: expected a count of Clusters (`2`) or a percentage of the wave",
+            ),
+            ("    rollout:\n      waves: [{percent: 100}]\n      maxFailures: -1\n", "c.yaml:16:", "found `-1`"),
+            (
+                "    rollout:\n      waves: [{percent: 100}]\n      onFailure: revert\n",
+                "c.yaml:16:",
+                "rollout.onFailure: expected `pause` or `rollback`",
+            ),
+            (
+                "    rollout:\n      waves: [{percent: 100}]\n      windows:\n        - {schedule: \"0 22 * * 1-5\", duration: 4h, timeZone: Mars/Olympus}\n",
+                "c.yaml:17:",
+                "rollout.windows[0].timeZone: unknown time zone `Mars/Olympus`",
+            ),
+            (
+                "    rollout:\n      waves: [{percent: 100}]\n      windows:\n        - {schedule: \"0 22 * *\", duration: 4h}\n",
+                "c.yaml:17:",
+                "rollout.windows[0].schedule: expected a cron expression with 5 fields",
+            ),
+            (
+                "    rollout:\n      waves: [{percent: 100}]\n      windows:\n        - {schedule: \"0 22 * * *\"}\n",
+                "c.yaml:17:",
+                "rollout.windows[0].duration: missing required field `duration`",
+            ),
+            (
+                "    rollout:\n      waves: [{percent: 100}]\n      windows:\n        - {schedule: \"0 22 * * *\", duration: 30s}\n",
+                "c.yaml:17:",
+                "rollout.windows[0].duration: 30s is too short; use at least 1m",
+            ),
+            (
+                "    rollout:\n      waves: [{percent: 100}]\n      windows:\n        - {schedule: \"0 22 * * *\", duration: 1h, clusterSelector: {}}\n",
+                "c.yaml:17:",
+                "windows[0].clusterSelector.matchLabels: missing required field `matchLabels`",
+            ),
         ];
         for (extra, at, want) in table {
             let e = parse(extra).unwrap_err().to_string();

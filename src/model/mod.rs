@@ -20,6 +20,7 @@ pub mod source;
 pub mod sync;
 pub mod verification;
 pub mod version;
+pub mod window;
 
 pub use digest::Sha256Digest;
 pub use object::Object;

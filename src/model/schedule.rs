@@ -50,6 +50,8 @@ impl fmt::Display for Schedule {
 pub enum Error {
     #[error("expected a cron expression with 5 fields (minute hour day month weekday), found {fields} fields")]
     CronFields { fields: usize },
+    #[error("invalid weekday field `{field}`: expected days 0-7 (0 and 7 are Sunday) or names (`mon-fri`), in lists, ranges and steps")]
+    Weekdays { field: String },
     #[error("invalid cron expression: {source}")]
     Cron {
         #[source]
@@ -72,7 +74,7 @@ impl Error {
     /// A short stable name, for condition reasons and metric labels.
     pub fn reason(&self) -> &'static str {
         match self {
-            Error::CronFields { .. } | Error::Cron { .. } => "InvalidCron",
+            Error::CronFields { .. } | Error::Cron { .. } | Error::Weekdays { .. } => "InvalidCron",
             Error::IntervalTooShort => "IntervalTooShort",
             Error::Duration { .. } => "InvalidDuration",
             Error::TooLong { .. } => "DurationTooLong",
@@ -91,15 +93,7 @@ impl Schedule {
     /// # Errors
     /// The wrong number of fields, or what the cron parser refuses.
     pub fn cron(expr: &str) -> Result<Schedule, Error> {
-        let fields = expr.split_whitespace().count();
-        let full = match fields {
-            5 => format!("0 {expr}"),
-            6 | 7 => expr.to_owned(),
-            fields => return Err(Error::CronFields { fields }),
-        };
-        cron::Schedule::from_str(&full)
-            .map(|s| Schedule::Cron { expr: expr.to_owned(), schedule: Box::new(s) })
-            .map_err(|source| Error::Cron { source })
+        parse_cron(expr).map(|s| Schedule::Cron { expr: expr.to_owned(), schedule: Box::new(s) })
     }
 
     /// Parses an interval such as `30s`, `5m`, `1h30m`.
@@ -126,6 +120,67 @@ impl Schedule {
                 .unwrap_or(Duration::from_secs(365 * 24 * 3600)),
         }
     }
+}
+
+/// Parses a cron expression. Five fields are Unix cron's (`minute hour day month weekday`,
+/// weekdays `0`-`7` with `0` and `7` Sunday, as crontab(5) and Kubernetes CronJobs read them):
+/// a `0` seconds field goes in front and the weekdays are written as the parser counts them
+/// (`1` is Sunday there). Six or seven fields are the parser's own (seconds first, weekdays `1`
+/// Sunday to `7` Saturday, or names).
+///
+/// # Errors
+/// The wrong number of fields, or what the cron parser refuses.
+pub fn parse_cron(expr: &str) -> Result<cron::Schedule, Error> {
+    let fields: Vec<&str> = expr.split_whitespace().collect();
+    let full = match fields.len() {
+        5 => {
+            let weekdays = unix_weekdays(fields[4]).ok_or_else(|| Error::Weekdays { field: fields[4].to_owned() })?;
+            format!("0 {} {weekdays}", fields[..4].join(" "))
+        }
+        6 | 7 => expr.to_owned(),
+        fields => return Err(Error::CronFields { fields }),
+    };
+    cron::Schedule::from_str(&full).map_err(|source| Error::Cron { source })
+}
+
+/// A Unix cron weekday field (`1-5`, `0,6`, `*/2`, `mon-fri`, `5-7`) as the parser's list of
+/// days (`1` Sunday .. `7` Saturday); `*` and `?` as they are. `None`: not a weekday field.
+fn unix_weekdays(field: &str) -> Option<String> {
+    if field == "*" || field == "?" {
+        return Some(field.to_owned());
+    }
+    let day = |s: &str| -> Option<u32> {
+        const NAMES: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
+        match s.parse::<u32>() {
+            Ok(n) if n <= 7 => Some(n % 7),
+            Ok(_) => None,
+            Err(_) => NAMES.iter().position(|n| n.eq_ignore_ascii_case(s)).map(|p| p as u32),
+        }
+    };
+    let mut days = std::collections::BTreeSet::new();
+    for part in field.split(',') {
+        let (base, step) = match part.split_once('/') {
+            Some((b, s)) => (b, s.parse::<u32>().ok().filter(|s| *s > 0)?),
+            None => (part, 1),
+        };
+        let (from, to) = match base.split_once('-') {
+            _ if base == "*" => (0, 6),
+            Some((a, b)) => {
+                // `7` ends a range as Sunday at its end (`5-7`: Friday to Sunday).
+                let b = if b == "7" { 7 } else { day(b)? };
+                (day(a)?, b)
+            }
+            None => {
+                let d = day(base)?;
+                (d, if step > 1 { 6 } else { d })
+            }
+        };
+        if from > to {
+            return None;
+        }
+        days.extend((from..=to).step_by(step as usize).map(|d| d % 7));
+    }
+    Some(days.iter().map(|d| (d + 1).to_string()).collect::<Vec<_>>().join(","))
 }
 
 /// Longest duration a config may give (an interval, a retry, a timeout): one year. Longer ones
@@ -247,6 +302,29 @@ mod tests {
         // What is under a millisecond is not shown.
         assert_eq!(format_duration(Duration::from_micros(1_000_999)), "1s");
         assert_eq!(format_duration(Duration::from_micros(999)), "0s");
+    }
+
+    #[test]
+    fn five_field_weekdays_are_read_as_unix_cron_reads_them() {
+        use chrono::TimeZone;
+        // 2026-07-19 is a Sunday.
+        let sunday = chrono::Utc.with_ymd_and_hms(2026, 7, 19, 12, 0, 0).unwrap();
+        let next_day = |expr: &str| {
+            let s = parse_cron(expr).unwrap();
+            s.after(&sunday).next().map(|t| chrono::Datelike::weekday(&t).num_days_from_sunday())
+        };
+        assert_eq!(next_day("0 22 * * 1-5"), Some(1), "1-5 is Monday to Friday, as crontab(5) says");
+        assert_eq!(next_day("0 22 * * 0"), Some(0), "0 is Sunday");
+        assert_eq!(next_day("0 22 * * 7"), Some(0), "so is 7");
+        assert_eq!(next_day("0 22 * * 6"), Some(6));
+        assert_eq!(next_day("0 9 * * 5-7"), Some(5), "Friday to Sunday: Sunday 09:00 is past, Friday next");
+        assert_eq!(next_day("0 22 * * mon-fri"), Some(1));
+        assert_eq!(next_day("0 22 * * */2"), Some(0), "every second day from Sunday: Sunday 22:00 today");
+        assert_eq!(unix_weekdays("1-5").as_deref(), Some("2,3,4,5,6"));
+        assert_eq!(unix_weekdays("0,6").as_deref(), Some("1,7"));
+        for bad in ["8", "5-2", "x", "1/0"] {
+            assert!(parse_cron(&format!("0 22 * * {bad}")).is_err(), "{bad}");
+        }
     }
 
     #[test]

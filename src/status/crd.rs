@@ -320,6 +320,49 @@ pub struct RolloutStatus {
     pub handled_resume: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub handled_pause: String,
+    /// Clusters that failed (or were late past `waveTimeout`) and what became of them, in the
+    /// order they failed: within `maxFailures` their wave goes on without them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<FailedCluster>,
+    /// While the rollout waits for a maintenance window (`reason: OutsideWindow`): when the
+    /// next one of its waiting Clusters opens (RFC 3339; empty: none of their windows opens
+    /// again).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub next_window: String,
+}
+
+/// A Cluster a rollout gave up on, and what it did about it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailedCluster {
+    /// `namespace/name`.
+    pub cluster: String,
+    /// The wave it was in (1-based).
+    pub wave: u32,
+    /// `ClusterFailed` (its ClusterSync failed: `UpgradeFailed`, `Unhealthy`, ...) or
+    /// `WaveTimeout` (not done within `waveTimeout`).
+    pub reason: String,
+    pub message: String,
+    /// `LeftAlone` (`onFailure: pause`), `RollingBack` (being moved back), `RolledBack` (its
+    /// class is the one it had before the rollout again) or `RollbackImpossible` (Cluster API
+    /// does not allow it: the message says why).
+    pub outcome: String,
+    /// Why a rollback is impossible, or how the last try to roll back failed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+/// What a Cluster was on before a rollout moved it: what a rollback moves it back to.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MovedFrom {
+    /// `namespace/name`.
+    pub cluster: String,
+    /// Its class before the edit.
+    pub class: String,
+    /// Its `spec.topology.version` before the edit.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
 }
 
 /// One wave of a rollout.
@@ -337,6 +380,13 @@ pub struct WaveStatus {
     /// deadline): it is tried again at every check until it takes or the wave times out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unmoved: Vec<String>,
+    /// Clusters of this wave not moved yet because none of their maintenance windows is open
+    /// (`rollout.windows`): each is moved when one opens.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub awaiting_window: Vec<String>,
+    /// The class and version each Cluster of this wave had before it was moved.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub moved_from: Vec<MovedFrom>,
 }
 
 /// Annotation on a rollout's target `StackRelease` asking a paused rollout to go on (any new

@@ -16,12 +16,15 @@ use super::super::Kube;
 use super::super::cluster::{subscription_for, topology_class};
 use super::super::stackrelease::release_name;
 use super::error::Result;
-use super::plan::{self, Fleet, Member, PAUSED, PROGRESSING, Requests, Round, Step, Target, Undriven};
+use super::plan::{self, Fleet, Member, PAUSED, PROGRESSING, Policy, Requests, Round, Step, Target, Undriven};
 use super::{Error, ROLLOUT_MANAGER};
 use crate::config::{RolloutConfig, Subscription};
 use crate::model::ClusterKey;
+use crate::model::window::{self, Verdict};
 use crate::release::Release;
-use crate::status::crd::{ClusterSync, ClusterSyncStatus, ROLLOUT_PAUSE, ROLLOUT_RESUME, RolloutStatus, StackRelease, WaveStatus};
+use crate::status::crd::{
+    ClusterSync, ClusterSyncStatus, MovedFrom, ROLLOUT_PAUSE, ROLLOUT_RESUME, RolloutStatus, StackRelease, WaveStatus,
+};
 
 /// Looks at every subscription's rollout when releases change and every `checkInterval` (the
 /// shortest of all), until `stop` says so.
@@ -182,10 +185,18 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
     };
     let before = st.clone();
     fleet.syncs = cluster_syncs(kube, sub).await?;
+    // Maintenance windows are times of day for people: the wall clock, read once per round.
+    let now = chrono::Utc::now();
+    let windows = window::at(&cfg.windows, now);
+    let no_labels = BTreeMap::new();
+    let verdicts: BTreeMap<String, Verdict> =
+        fleet.members.iter().map(|(key, m)| (key.clone(), windows.verdict(m.obj.metadata.labels.as_ref().unwrap_or(&no_labels)))).collect();
+    let in_window =
+        |key: &str| verdicts.get(key).cloned().unwrap_or(if cfg.windows.is_empty() { Verdict::Always } else { Verdict::Closed(None) });
     let mut version: Option<Option<String>> = None;
     if let Some(wave) = unmoved(&mut st) {
         let v = kubernetes_version(kube, sub, &target).await;
-        retry_moves(kube, wave, &mut fleet, &target.tag, v.as_deref()).await;
+        retry_moves(kube, wave, &mut fleet, &target.tag, v.as_deref(), &in_window).await;
         version = Some(v);
     }
     if !plan::to_judge(&st).is_empty() {
@@ -198,27 +209,44 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
         // How long a wave has run is measured on the monotonic clock while this process
         // lives (`schedule::clock`): a step of the wall clock does not time it out.
         let waited = |stamp: &str| crate::schedule::clock::elapsed_since(stamp);
-        plan::advance(&mut st, &fleet, &t, &requests, cfg.wave_timeout, chrono::Utc::now(), &waited)
+        let policy =
+            Policy { wave_timeout: cfg.wave_timeout, max_failures: cfg.max_failures, on_failure: cfg.on_failure, window: &in_window };
+        plan::advance(&mut st, &fleet, &t, &requests, &policy, now, &waited)
     };
     crate::schedule::clock::note(&st.wave_started);
     for step in steps {
-        if let Step::WaveStarted { wave, clusters, .. } = &step {
-            if version.is_none() {
-                version = Some(kubernetes_version(kube, sub, &target).await);
-            }
-            let v = version.clone().flatten();
-            let mut failed = Vec::new();
-            for key in clusters {
-                let Some(m) = fleet.members.get_mut(key) else { continue };
-                // One that fails is tried again at every check on the Cluster as read then; the
-                // wave waits for it (and times out).
-                if !try_move(kube, key, m, &target.tag, v.as_deref()).await {
-                    failed.push(key.clone());
+        match &step {
+            Step::WaveStarted { wave, clusters, .. } | Step::Moved { wave, clusters, .. } => {
+                if version.is_none() {
+                    version = Some(kubernetes_version(kube, sub, &target).await);
+                }
+                let v = version.clone().flatten();
+                let Some(w) = st.plan.get_mut(wave.saturating_sub(1) as usize) else { continue };
+                for key in clusters {
+                    let Some(m) = fleet.members.get_mut(key) else { continue };
+                    // One that fails is tried again at every check on the Cluster as read then;
+                    // the wave waits for it (and times out).
+                    let from = moved_from(key, m);
+                    match try_move(kube, key, m, &target.tag, v.as_deref()).await {
+                        Some(true) => remember(w, from),
+                        Some(false) => {}
+                        None => w.unmoved.push(key.clone()),
+                    }
                 }
             }
-            if let Some(w) = st.plan.get_mut(wave.saturating_sub(1) as usize) {
-                w.unmoved = failed;
+            Step::RollBack { cluster, to } => {
+                let outcome = roll_back(kube, cluster, fleet.members.get(cluster), to).await;
+                if let Some(f) = st.failed.iter_mut().find(|f| &f.cluster == cluster && f.outcome == plan::ROLLING_BACK) {
+                    match outcome {
+                        Ok(()) => {
+                            plan::ROLLED_BACK.clone_into(&mut f.outcome);
+                            f.detail.clear();
+                        }
+                        Err(e) => f.detail = e,
+                    }
+                }
             }
+            _ => {}
         }
         report(kube, sub, &target, &rel, step);
     }
@@ -240,35 +268,86 @@ fn unmoved(st: &mut RolloutStatus) -> Option<&mut WaveStatus> {
 /// Tries again the edits of `wave` that failed, on the Clusters as this round read them: one
 /// still on an older release of the stack is moved (and judged as the edit left it); one that
 /// is not (someone moved it, or it is gone) leaves the list and is judged as it is.
-async fn retry_moves(kube: &Kube, wave: &mut WaveStatus, fleet: &mut Fleet, class: &str, version: Option<&str>) {
+async fn retry_moves(
+    kube: &Kube,
+    wave: &mut WaveStatus,
+    fleet: &mut Fleet,
+    class: &str,
+    version: Option<&str>,
+    in_window: &(dyn Fn(&str) -> Verdict + Sync),
+) {
     let mut still = Vec::new();
     for key in std::mem::take(&mut wave.unmoved) {
         let Some(m) = fleet.members.get_mut(&key).filter(|m| plan::is_older(&m.obj.data, class)) else { continue };
-        if !try_move(kube, &key, m, class, version).await {
+        // Its window closed since its first try: it waits for the next, still unmoved.
+        if !in_window(&key).is_open() {
             still.push(key);
+            continue;
+        }
+        let from = moved_from(&key, m);
+        match try_move(kube, &key, m, class, version).await {
+            Some(true) => remember(wave, from),
+            Some(false) => {}
+            None => still.push(key),
         }
     }
     wave.unmoved = still;
+}
+
+/// What Cluster `key` runs now, as the rollout records it before moving it.
+fn moved_from(key: &str, m: &Member) -> MovedFrom {
+    MovedFrom {
+        cluster: key.to_owned(),
+        class: topology_class(&m.obj.data).unwrap_or_default(),
+        version: m.obj.data["spec"]["topology"]["version"].as_str().unwrap_or_default().to_owned(),
+    }
+}
+
+/// Records what a Cluster of `wave` ran before it was moved (the first record stands: a
+/// Cluster moved again after a resume keeps what it had before the rollout).
+fn remember(wave: &mut WaveStatus, from: MovedFrom) {
+    if !wave.moved_from.iter().any(|m| m.cluster == from.cluster) {
+        wave.moved_from.push(from);
+    }
+}
+
+/// Moves a failed Cluster back to `class`, the one it had before the rollout (its Kubernetes
+/// version unchanged: [`plan::rollback_to`] checked). The same merge patch as a move, with
+/// the Cluster's `resourceVersion`; a failure is kept and tried again at the next check.
+async fn roll_back(kube: &Kube, key: &str, member: Option<&Member>, class: &str) -> std::result::Result<(), String> {
+    let Some(m) = member else { return Err("the Cluster could not be read this round".to_owned()) };
+    match move_cluster(kube, &m.obj, class, None).await {
+        Ok(_) => {
+            warn!(cluster = %key, to = class, "rollout: Cluster moved back to the class it had before the rollout");
+            Ok(())
+        }
+        Err(e) => {
+            warn!(cluster = %key, to = class, "rollout: cannot move the Cluster back yet: {e}; tried again at the next check");
+            Err(crate::status::desired::shorten(&e.to_string(), 300))
+        }
+    }
 }
 
 /// What the warnings of a Cluster's failed edits are kept under (the same failure again is
 /// said at DEBUG, as the reconciles' are).
 const MOVE: &str = "rollout-move";
 
-/// Edits Cluster `key` (`namespace/name`, read as `m`) to `class`: true when the edit took (`m`
-/// then holds the Cluster as edited, and a later failure is new again); false when it failed,
-/// said at WARN when the failure is new or changed and at DEBUG when it repeats.
-async fn try_move(kube: &Kube, key: &str, m: &mut Member, class: &str, version: Option<&str>) -> bool {
+/// Edits Cluster `key` (`namespace/name`, read as `m`) to `class`: `Some(true)` when the edit
+/// took (`m` then holds the Cluster as edited, and a later failure is new again), `Some(false)`
+/// when it was there already; `None` when it failed, said at WARN when the failure is new or
+/// changed and at DEBUG when it repeats.
+async fn try_move(kube: &Kube, key: &str, m: &mut Member, class: &str, version: Option<&str>) -> Option<bool> {
     let cluster = key.split_once('/').map(|(ns, name)| ClusterKey::new(ns, name));
     match move_cluster(kube, &m.obj, class, version).await {
         Ok(edited) => {
+            let changed = edited.is_some();
             if let Some(edited) = edited {
                 m.obj = edited;
             }
             if let Some(c) = &cluster {
                 kube.warnings.cleared(c, MOVE);
             }
-            true
+            Some(changed)
         }
         Err(e) => {
             let message = format!("rollout: {e}; tried again at the next check");
@@ -277,7 +356,7 @@ async fn try_move(kube: &Kube, key: &str, m: &mut Member, class: &str, version: 
             } else {
                 debug!(cluster = %key, to = class, "{message} (unchanged since the last warning)");
             }
-            false
+            None
         }
     }
 }
@@ -293,13 +372,38 @@ fn report(kube: &Kube, sub: &Subscription, target: &Release, rel: &StackRelease,
             info!(subscription = %sub.name, to = %target.tag, wave, clusters = ?clusters, "rollout wave started");
             (EventType::Normal, "RolloutWaveStarted", format!("wave {wave}/{waves}: {}", clusters.join(", ")))
         }
-        Step::WaveDone { wave, waves, clusters } => {
-            info!(subscription = %sub.name, to = %target.tag, wave, "rollout wave done");
-            (EventType::Normal, "RolloutWaveDone", format!("wave {wave}/{waves} done: {clusters} Clusters"))
+        Step::Moved { wave, waves, clusters } => {
+            info!(subscription = %sub.name, to = %target.tag, wave, clusters = ?clusters, "rollout: a maintenance window opened");
+            (EventType::Normal, "RolloutWindowOpened", format!("wave {wave}/{waves}: moving {}", clusters.join(", ")))
         }
-        Step::Complete => {
-            info!(subscription = %sub.name, to = %target.tag, "rollout complete");
-            (EventType::Normal, "RolloutComplete", format!("every Cluster runs {}", target.tag))
+        Step::OutsideWindow { wave, message, next, .. } => {
+            info!(subscription = %sub.name, to = %target.tag, wave, next_window = %next, "rollout waiting: {message}");
+            (EventType::Normal, "RolloutOutsideWindow", message)
+        }
+        Step::ClusterFailed { wave, failed } => {
+            let what = match failed.outcome.as_str() {
+                plan::ROLLING_BACK => "moving it back to the class it had".to_owned(),
+                plan::ROLLBACK_IMPOSSIBLE => format!("it cannot be moved back: {}", failed.detail),
+                _ => "left as it is".to_owned(),
+            };
+            warn!(subscription = %sub.name, to = %target.tag, wave, cluster = %failed.cluster, reason = %failed.reason, "rollout: Cluster failed: {}; {what}", failed.message);
+            let note = format!("{} ({}): {}; {what}", failed.cluster, failed.reason, failed.message);
+            (EventType::Warning, "RolloutClusterFailed", note)
+        }
+        Step::RollBack { .. } => return,
+        Step::WaveDone { wave, waves, clusters, failed } => {
+            info!(subscription = %sub.name, to = %target.tag, wave, failed, "rollout wave done");
+            let failed = if failed == 0 { String::new() } else { format!(", {failed} failed within maxFailures") };
+            (EventType::Normal, "RolloutWaveDone", format!("wave {wave}/{waves} done: {clusters} Clusters{failed}"))
+        }
+        Step::Complete { failed } => {
+            info!(subscription = %sub.name, to = %target.tag, failed, "rollout complete");
+            let note = if failed == 0 {
+                format!("every Cluster runs {}", target.tag)
+            } else {
+                format!("every Cluster runs {} but {failed} the rollout gave up on (status.rollout.failed)", target.tag)
+            };
+            (EventType::Normal, "RolloutComplete", note)
         }
         Step::Paused { wave, waves, reason, message } => {
             warn!(subscription = %sub.name, wave, reason, "rollout paused: {message}");
@@ -311,7 +415,8 @@ fn report(kube: &Kube, sub: &Subscription, target: &Release, rel: &StackRelease,
 
 fn record_metrics(subscription: &str, st: &RolloutStatus) {
     let paused = (st.phase == PAUSED).then_some(st.reason.as_str());
-    crate::telemetry::metrics().rollout(subscription, st.wave, st.done, paused);
+    let outside = st.phase == PROGRESSING && st.reason == plan::OUTSIDE_WINDOW;
+    crate::telemetry::metrics().rollout(subscription, st.wave, st.done, paused, outside, st.failed.len() as u32);
 }
 
 fn event(kube: &Kube, rel: &StackRelease, type_: EventType, reason: &str, note: String) {

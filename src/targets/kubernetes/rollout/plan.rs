@@ -11,9 +11,12 @@ use kube::api::DynamicObject;
 use serde_json::Value;
 
 use super::super::cluster::topology_class;
-use crate::config::Wave;
+use crate::config::{Budget, OnFailure, Wave};
 use crate::model::version::Version;
-use crate::status::crd::{ClusterSyncStatus, ROLLOUT_PAUSE, ROLLOUT_RESUME, RolloutStatus, StackRelease, WaveStatus};
+use crate::model::window::Verdict;
+use crate::status::crd::{
+    ClusterSyncStatus, FailedCluster, MovedFrom, ROLLOUT_PAUSE, ROLLOUT_RESUME, RolloutStatus, StackRelease, WaveStatus,
+};
 use crate::status::desired::shorten;
 
 /// The target's ClusterClass is not applied (failed, or not yet): nothing is moved until it is.
@@ -30,6 +33,14 @@ pub const SUPERSEDED: &str = "Superseded";
 pub const PENDING: &str = "Pending";
 /// A wave whose Clusters are all done.
 pub const DONE: &str = "Done";
+/// A running rollout waiting for a maintenance window (its `reason`).
+pub const OUTSIDE_WINDOW: &str = "OutsideWindow";
+
+/// What became of a failed Cluster (`FailedCluster.outcome`).
+pub const LEFT_ALONE: &str = "LeftAlone";
+pub const ROLLING_BACK: &str = "RollingBack";
+pub const ROLLED_BACK: &str = "RolledBack";
+pub const ROLLBACK_IMPOSSIBLE: &str = "RollbackImpossible";
 
 /// ClusterSync reasons that will not pass by themselves: the Cluster failed.
 const FAILED_REASONS: [&str; 4] = ["UpgradeFailed", "RenderFailed", "ReleaseNotAvailable", "Unhealthy"];
@@ -218,7 +229,7 @@ pub fn wants_a_look(rel: &StackRelease) -> bool {
 /// What a round does with the target release's rollout state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Round {
-    /// Nothing: the rollout is complete or superseded.
+    /// Nothing: the rollout is complete (nothing left to move back) or superseded.
     Skip,
     /// None yet, one waiting for its ClusterClass, or one stopped (`rollout:` removed) and
     /// configured again: see whether one starts.
@@ -233,6 +244,8 @@ pub fn round(state: Option<&RolloutStatus>) -> Round {
     match state.map(|st| st.phase.as_str()) {
         None | Some(WAITING | STOPPED) => Round::Start,
         Some(PROGRESSING | PAUSED) => Round::GoOn,
+        // A Cluster still to be moved back after the last wave.
+        Some(COMPLETE) if state.is_some_and(|st| st.failed.iter().any(|f| f.outcome == ROLLING_BACK)) => Round::GoOn,
         Some(_) => Round::Skip,
     }
 }
@@ -352,12 +365,22 @@ pub enum Step {
     Resumed { wave: u32, waves: u32 },
     /// `wave` starts: its `clusters` are to be moved to the target now.
     WaveStarted { wave: u32, waves: u32, clusters: Vec<String> },
-    /// Every Cluster of `wave` is done.
-    WaveDone { wave: u32, waves: u32, clusters: usize },
-    /// The last wave is done.
-    Complete,
+    /// Clusters of the running `wave` whose maintenance window opened: to be moved now.
+    Moved { wave: u32, waves: u32, clusters: Vec<String> },
+    /// The rollout waits for a maintenance window (`next` opens then; empty: never).
+    OutsideWindow { wave: u32, waves: u32, next: String, message: String },
+    /// A Cluster of `wave` failed or was late past `waveTimeout`: given up on, with what
+    /// becomes of it.
+    ClusterFailed { wave: u32, failed: FailedCluster },
+    /// Move `cluster` back to class `to` (what it had before the rollout); the driver sets the
+    /// failure's outcome `RolledBack` once the edit took.
+    RollBack { cluster: String, to: String },
+    /// Every Cluster of `wave` is done, but `failed` that were given up on.
+    WaveDone { wave: u32, waves: u32, clusters: usize, failed: usize },
+    /// The last wave is done; `failed` Clusters of the rollout were given up on.
+    Complete { failed: usize },
     /// The rollout paused at `wave` for `reason` (`ClusterFailed`, `ClassChanged`,
-    /// `WaveTimeout`, `PauseRequested`).
+    /// `WaveTimeout`, `RollbackImpossible`, `PauseRequested`).
     Paused { wave: u32, waves: u32, reason: &'static str, message: String },
 }
 
@@ -375,40 +398,95 @@ pub fn to_judge(st: &RolloutStatus) -> &[String] {
 }
 
 /// How a wave's Clusters are, judged in wave order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WaveHealth {
-    /// Every Cluster is done (a Cluster deleted, or no longer the subscription's, counts: there
-    /// is nothing left to move).
-    Done,
-    /// `done` are; the others (`namespace/name`, why) are not there yet.
-    Waiting { done: u32, late: Vec<(String, String)> },
-    /// `cluster` failed for `reason`: the first failed one in wave order, `done` counting the
-    /// done Clusters before it.
-    Failed { done: u32, cluster: String, reason: &'static str, why: String },
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WaveHealth {
+    /// Done (a Cluster deleted, or no longer the subscription's, counts: there is nothing left
+    /// to move), and those given up on before (`RolloutStatus.failed`).
+    pub done: u32,
+    /// Not there yet (`namespace/name`, why).
+    pub late: Vec<(String, String)>,
+    /// Failed this round, newly (`namespace/name`, why).
+    pub failed: Vec<(String, String)>,
+    /// The first Cluster whose class someone else changed, and why: the rollout pauses.
+    pub changed: Option<(String, String)>,
 }
 
 /// Judges the Clusters of a wave over what the round read of the fleet. A Cluster in
 /// `wave.unmoved` is not judged: its edit is still to be made, so its class is not the target's
-/// yet (that is no change by someone else).
-pub fn judge_wave(wave: &WaveStatus, fleet: &Fleet, target: &Target<'_>) -> WaveHealth {
-    let mut done = 0u32;
-    let mut late: Vec<(String, String)> = Vec::new();
+/// yet (that is no change by someone else); nor is one awaiting its window, nor one in
+/// `given_up` (failed before: left alone or moved back).
+pub fn judge_wave(wave: &WaveStatus, fleet: &Fleet, target: &Target<'_>, given_up: &BTreeSet<&str>) -> WaveHealth {
+    let mut out = WaveHealth::default();
     for key in &wave.clusters {
+        if given_up.contains(key.as_str()) {
+            continue;
+        }
         let Some(m) = fleet.members.get(key) else {
-            done += 1;
+            out.done += 1;
             continue;
         };
+        if wave.awaiting_window.contains(key) {
+            out.late.push((key.clone(), "not moved yet: none of its maintenance windows is open".to_owned()));
+            continue;
+        }
         if wave.unmoved.contains(key) {
-            late.push((key.clone(), format!("not moved to {} yet: its edit failed and is tried again at every check", target.class)));
+            out.late.push((key.clone(), format!("not moved to {} yet: its edit failed and is tried again at every check", target.class)));
             continue;
         }
         match judge(&m.obj.data, fleet.control_planes.get(key), fleet.syncs.get(key), target) {
-            Health::Done => done += 1,
-            Health::Waiting(why) => late.push((key.clone(), why)),
-            Health::Failed(reason, why) => return WaveHealth::Failed { done, cluster: key.clone(), reason, why },
+            Health::Done => out.done += 1,
+            Health::Waiting(why) => out.late.push((key.clone(), why)),
+            Health::Failed("ClassChanged", why) => {
+                if out.changed.is_none() {
+                    out.changed = Some((key.clone(), why));
+                }
+            }
+            Health::Failed(_, why) => out.failed.push((key.clone(), why)),
         }
     }
-    if late.is_empty() { WaveHealth::Done } else { WaveHealth::Waiting { done, late } }
+    out
+}
+
+/// How a rollout treats failures and when it may move Clusters: from the subscription's
+/// `rollout:` and, for windows, the wall clock the driver read.
+pub struct Policy<'a> {
+    pub wave_timeout: Duration,
+    pub max_failures: Budget,
+    pub on_failure: OnFailure,
+    /// Whether the Cluster (`namespace/name`) is inside one of its maintenance windows now.
+    pub window: &'a dyn Fn(&str) -> Verdict,
+}
+
+impl Policy<'_> {
+    /// No windows, no failure allowed, a failed Cluster left alone: the rollout as before
+    /// `maxFailures`, `onFailure` and `windows`.
+    #[cfg(test)]
+    pub fn strict(wave_timeout: Duration) -> Policy<'static> {
+        Policy { wave_timeout, max_failures: Budget::None, on_failure: OnFailure::Pause, window: &|_| Verdict::Always }
+    }
+}
+
+/// Whether `cluster` (as read, with its control plane if read) can be moved back to where it
+/// was before the rollout (`from`): Cluster API refuses to decrease `spec.topology.version`,
+/// so only a Cluster whose Kubernetes version the move did not change can. `Ok(class)`, or why
+/// not.
+pub fn rollback_to(cluster: &Value, control_plane: Option<&Value>, from: Option<&MovedFrom>) -> Result<String, String> {
+    let Some(from) = from else {
+        return Err("what it ran before the rollout is not recorded (it was moved by an older stacksync)".to_owned());
+    };
+    let now = cluster.pointer("/spec/topology/version").and_then(Value::as_str).unwrap_or_default();
+    if now != from.version {
+        let cp = control_plane.and_then(|cp| cp.pointer("/status/version")).and_then(Value::as_str);
+        let moved = match cp {
+            Some(v) if v != from.version => format!("; its control plane already runs {v}"),
+            _ => String::new(),
+        };
+        return Err(format!(
+            "the rollout moved its Kubernetes version from {} to {now}{moved}, and Cluster API refuses to decrease `spec.topology.version`",
+            if from.version.is_empty() { "none" } else { &from.version }
+        ));
+    }
+    Ok(from.class.clone())
 }
 
 /// Whether a wave started at `wave_started` (RFC 3339; none recorded: never) is past its
@@ -420,25 +498,80 @@ pub fn timed_out(wave_started: &str, timeout: Duration, waited: &dyn Fn(&str) ->
 
 /// Moves a running or paused rollout on as far as it goes at `now`, given the fleet the round
 /// read (the control planes of [`to_judge`]'s Clusters among it): resumes a paused one asked
-/// to, starts a pending wave (the driver moves its Clusters), judges a running one, pauses on a
-/// failed Cluster, a wave past `wave_timeout` or a pause request at a wave boundary, completes
-/// the last. Returns what happened, in order. `st`'s counts are brought up to date
-/// ([`summarise`]). `now` stamps a wave that starts; `waited` judges a running one
-/// ([`timed_out`]).
+/// to, starts a pending wave inside its windows (the driver moves its Clusters), moves the
+/// Clusters of a running wave whose window opened, judges a running one, gives up on failed
+/// and late Clusters within `maxFailures` (moving them back with `onFailure: rollback`), pauses
+/// past it, on a Cluster that cannot be moved back, on a Cluster whose class someone else
+/// changed or on a pause request at a wave boundary, completes the last. Returns what happened,
+/// in order. `st`'s counts are brought up to date ([`summarise`]). `now` stamps a wave that
+/// starts; `waited` judges a running one ([`timed_out`]).
 pub fn advance(
     st: &mut RolloutStatus,
     fleet: &Fleet,
     target: &Target<'_>,
     requests: &Requests,
-    wave_timeout: Duration,
+    policy: &Policy<'_>,
     now: DateTime<Utc>,
     waited: &dyn Fn(&str) -> Duration,
 ) -> Vec<Step> {
     let mut steps = Vec::new();
-    let past_timeout = |started: &str| timed_out(started, wave_timeout, waited);
-    go_on(st, fleet, target, requests, (wave_timeout, &past_timeout), now, &mut steps);
+    // Moving back what failed goes on whatever the rollout does (paused over the budget, or
+    // complete, too).
+    if [PROGRESSING, PAUSED, COMPLETE].contains(&st.phase.as_str()) {
+        for f in st.failed.iter().filter(|f| f.outcome == ROLLING_BACK) {
+            if let Some(to) = moved_from(st, &f.cluster).map(|m| m.class.clone()) {
+                steps.push(Step::RollBack { cluster: f.cluster.clone(), to });
+            }
+        }
+    }
+    let past_timeout = |started: &str| timed_out(started, policy.wave_timeout, waited);
+    go_on(st, fleet, target, requests, (policy, &past_timeout), now, &mut steps);
     summarise(st);
     steps
+}
+
+/// What `cluster` was on before this rollout moved it.
+fn moved_from<'s>(st: &'s RolloutStatus, cluster: &str) -> Option<&'s MovedFrom> {
+    st.plan.iter().flat_map(|w| &w.moved_from).find(|m| m.cluster == cluster)
+}
+
+/// Splits `clusters` into those inside one of their windows now and those not, with when the
+/// earliest window of the latter opens (`None`: none opens again).
+fn by_window(clusters: &[String], policy: &Policy<'_>) -> (Vec<String>, Vec<String>, Option<DateTime<Utc>>) {
+    let (mut open, mut closed, mut next) = (Vec::new(), Vec::new(), None::<DateTime<Utc>>);
+    for key in clusters {
+        match (policy.window)(key) {
+            Verdict::Closed(when) => {
+                closed.push(key.clone());
+                if let Some(when) = when {
+                    next = Some(next.map_or(when, |n| n.min(when)));
+                }
+            }
+            _ => open.push(key.clone()),
+        }
+    }
+    (open, closed, next)
+}
+
+/// Notes that the rollout waits for a window (said once: a step only when it starts waiting).
+fn outside_window(st: &mut RolloutStatus, next: Option<DateTime<Utc>>, waiting: usize, steps: &mut Vec<Step>) {
+    let next = next.map(timestamp).unwrap_or_default();
+    let when = if next.is_empty() { "none of their windows opens again".to_owned() } else { format!("the next opens at {next}") };
+    let message = format!("waiting for a maintenance window for {waiting} Clusters of wave {}/{}: {when}", st.wave, st.waves);
+    if st.reason != OUTSIDE_WINDOW || st.next_window != next {
+        steps.push(Step::OutsideWindow { wave: st.wave, waves: st.waves, next: next.clone(), message: message.clone() });
+    }
+    OUTSIDE_WINDOW.clone_into(&mut st.reason);
+    st.message = message;
+    st.next_window = next;
+}
+
+fn inside_window(st: &mut RolloutStatus) {
+    if st.reason == OUTSIDE_WINDOW {
+        st.reason.clear();
+        st.message.clear();
+    }
+    st.next_window.clear();
 }
 
 fn go_on(
@@ -446,7 +579,7 @@ fn go_on(
     fleet: &Fleet,
     target: &Target<'_>,
     requests: &Requests,
-    (wave_timeout, past_timeout): (Duration, &dyn Fn(&str) -> bool),
+    (policy, past_timeout): (&Policy<'_>, &dyn Fn(&str) -> bool),
     now: DateTime<Utc>,
     steps: &mut Vec<Step>,
 ) {
@@ -461,12 +594,16 @@ fn go_on(
         st.handled_resume.clone_from(&requests.resume);
         // A resume also cancels a pause asked for before it.
         st.handled_pause.clone_from(&requests.pause);
-        // The wave gets its whole waveTimeout again, and its Clusters their edit.
+        // The wave gets its whole waveTimeout again, its Clusters their edit, and those it gave
+        // up on (left alone or moved back) another try: a person looked at them.
+        let wave = st.wave;
+        st.failed.retain(|f| f.wave != wave);
         if let Some(w) = st.plan.get_mut(st.wave.saturating_sub(1) as usize)
             && w.phase == PROGRESSING
         {
             w.phase = PENDING.into();
             w.unmoved.clear();
+            w.awaiting_window.clear();
         }
     }
     if st.phase != PROGRESSING {
@@ -479,35 +616,99 @@ fn go_on(
             return;
         };
         if wave.phase == PENDING {
-            steps.push(Step::WaveStarted { wave: st.wave, waves: st.waves, clusters: wave.clusters.clone() });
+            let (open, closed, next) = by_window(&wave.clusters, policy);
+            if open.is_empty() && !closed.is_empty() {
+                outside_window(st, next, closed.len(), steps);
+                return;
+            }
+            if closed.is_empty() {
+                inside_window(st);
+            } else {
+                outside_window(st, next, closed.len(), steps);
+            }
+            steps.push(Step::WaveStarted { wave: st.wave, waves: st.waves, clusters: open });
             st.plan[index].phase = PROGRESSING.into();
+            st.plan[index].awaiting_window = closed;
             st.wave_started = timestamp(now);
             // Nothing is done the moment it is edited.
             return;
         }
-        let size = wave.clusters.len();
-        match judge_wave(wave, fleet, target) {
-            WaveHealth::Failed { done, cluster, reason, why } => {
-                st.plan[index].done = done;
-                pause(st, reason, format!("{cluster}: {why}"), steps);
+        // Clusters of a running wave whose window opened are moved now; the wave's clock starts
+        // again with them (`waveTimeout` counts from the last Cluster moved in).
+        if !wave.awaiting_window.is_empty() {
+            let (open, closed, next) = by_window(&wave.awaiting_window, policy);
+            let moving = !open.is_empty();
+            if moving {
+                steps.push(Step::Moved { wave: st.wave, waves: st.waves, clusters: open });
+                st.wave_started = timestamp(now);
+            }
+            if closed.is_empty() {
+                inside_window(st);
+            } else {
+                outside_window(st, next, closed.len(), steps);
+            }
+            st.plan[index].awaiting_window = closed;
+            // What is moved now is judged from the next round on (its class is the old one
+            // until the driver's edit).
+            if moving {
                 return;
             }
-            WaveHealth::Waiting { done, late } => {
-                st.plan[index].done = done;
-                if past_timeout(&st.wave_started) {
-                    pause(st, "WaveTimeout", late_message(&late, wave_timeout), steps);
-                }
-                return;
-            }
-            WaveHealth::Done => {}
         }
-        st.plan[index].done = size as u32;
+        let wave = &st.plan[index];
+        let size = wave.clusters.len();
+        let given_up: BTreeSet<&str> = st.failed.iter().filter(|f| f.wave == st.wave).map(|f| f.cluster.as_str()).collect();
+        let health = judge_wave(wave, fleet, target, &given_up);
+        let awaiting = !wave.awaiting_window.is_empty();
+        st.plan[index].done = health.done;
+        if let Some((cluster, why)) = health.changed {
+            pause(st, "ClassChanged", format!("{cluster}: {why}"), steps);
+            return;
+        }
+        for (cluster, why) in &health.failed {
+            give_up(st, fleet, policy, cluster, "ClusterFailed", why, steps);
+        }
+        let timed_out = !health.late.is_empty() && !awaiting && past_timeout(&st.wave_started);
+        if timed_out {
+            for (cluster, why) in &health.late {
+                let why = format!("not done within waveTimeout {}: {why}", crate::model::schedule::format_duration(policy.wave_timeout));
+                give_up(st, fleet, policy, cluster, "WaveTimeout", &why, steps);
+            }
+        }
+        let wave_no = st.wave;
+        let failed_here: Vec<&FailedCluster> = st.failed.iter().filter(|f| f.wave == wave_no).collect();
+        if let Some(f) = failed_here.iter().find(|f| f.outcome == ROLLBACK_IMPOSSIBLE) {
+            let message = format!("{}: {}; it cannot be moved back: {}", f.cluster, f.message, f.detail);
+            pause(st, ROLLBACK_IMPOSSIBLE, message, steps);
+            return;
+        }
+        let budget = policy.max_failures.of(size);
+        if failed_here.len() > budget {
+            // What tipped the wave over its budget names the pause: the late Clusters, else the
+            // first Cluster that failed this round.
+            let (reason, message) = match health.failed.first() {
+                _ if timed_out => ("WaveTimeout", late_message(&health.late, policy.wave_timeout)),
+                Some((cluster, why)) => ("ClusterFailed", format!("{cluster}: {why}")),
+                None => ("ClusterFailed", format!("{}: {}", failed_here[0].cluster, failed_here[0].message)),
+            };
+            let message = if budget == 0 {
+                message
+            } else {
+                format!("{message} ({} of {size} Clusters of the wave failed; maxFailures {})", failed_here.len(), policy.max_failures)
+            };
+            pause(st, reason, message, steps);
+            return;
+        }
+        if !health.late.is_empty() && !timed_out {
+            return;
+        }
+        st.plan[index].done = health.done;
         st.plan[index].phase = DONE.into();
-        steps.push(Step::WaveDone { wave: st.wave, waves: st.waves, clusters: size });
+        let failed = failed_here.len();
+        steps.push(Step::WaveDone { wave: st.wave, waves: st.waves, clusters: size - failed, failed });
         if index + 1 == st.plan.len() {
             st.phase = COMPLETE.into();
             st.wave_started.clear();
-            steps.push(Step::Complete);
+            steps.push(Step::Complete { failed: st.failed.len() });
             return;
         }
         st.wave += 1;
@@ -518,6 +719,35 @@ fn go_on(
             return;
         }
     }
+}
+
+/// Gives up on `cluster` of the running wave: recorded in `st.failed` with what becomes of it
+/// (left alone; or, with `onFailure: rollback`, moved back, or not when Cluster API forbids).
+fn give_up(st: &mut RolloutStatus, fleet: &Fleet, policy: &Policy<'_>, cluster: &str, reason: &str, why: &str, steps: &mut Vec<Step>) {
+    let (outcome, detail, to) = match policy.on_failure {
+        OnFailure::Pause => (LEFT_ALONE, String::new(), None),
+        OnFailure::Rollback => {
+            let member = fleet.members.get(cluster).map(|m| &m.obj.data);
+            match member.map(|c| rollback_to(c, fleet.control_planes.get(cluster), moved_from(st, cluster))) {
+                Some(Ok(class)) => (ROLLING_BACK, String::new(), Some(class)),
+                Some(Err(why)) => (ROLLBACK_IMPOSSIBLE, why, None),
+                None => (LEFT_ALONE, "it is gone".to_owned(), None),
+            }
+        }
+    };
+    let failed = FailedCluster {
+        cluster: cluster.to_owned(),
+        wave: st.wave,
+        reason: reason.to_owned(),
+        message: shorten(why, 300),
+        outcome: outcome.to_owned(),
+        detail,
+    };
+    steps.push(Step::ClusterFailed { wave: st.wave, failed: failed.clone() });
+    if let Some(to) = to {
+        steps.push(Step::RollBack { cluster: cluster.to_owned(), to });
+    }
+    st.failed.push(failed);
 }
 
 fn pause(st: &mut RolloutStatus, reason: &'static str, message: String, steps: &mut Vec<Step>) {
@@ -542,8 +772,18 @@ pub fn late_message(waiting: &[(String, String)], timeout: Duration) -> String {
 
 /// The counts and the column strings.
 pub fn summarise(st: &mut RolloutStatus) {
-    st.done = st.plan.iter().map(|w| if w.phase == DONE { w.clusters.len() as u32 } else { w.done }).sum();
-    st.summary = format!("{}/{}", st.done, st.total);
+    let failed = |wave: usize| st.failed.iter().filter(|f| f.wave as usize == wave + 1).count() as u32;
+    st.done = st
+        .plan
+        .iter()
+        .enumerate()
+        .map(|(i, w)| if w.phase == DONE { (w.clusters.len() as u32).saturating_sub(failed(i)) } else { w.done })
+        .sum();
+    st.summary = if st.failed.is_empty() {
+        format!("{}/{}", st.done, st.total)
+    } else {
+        format!("{}/{} ({} failed)", st.done, st.total, st.failed.len())
+    };
     st.wave_summary = format!("{}/{}", st.wave.min(st.waves), st.waves);
 }
 

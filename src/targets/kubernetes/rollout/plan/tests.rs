@@ -120,8 +120,14 @@ fn show(steps: &[Step]) -> Vec<String> {
         .map(|s| match s {
             Step::Resumed { wave, waves } => format!("resumed {wave}/{waves}"),
             Step::WaveStarted { wave, waves, clusters } => format!("started {wave}/{waves} {}", clusters.join(",")),
-            Step::WaveDone { wave, waves, clusters } => format!("done {wave}/{waves} ({clusters})"),
-            Step::Complete => "complete".into(),
+            Step::WaveDone { wave, waves, clusters, failed: 0 } => format!("done {wave}/{waves} ({clusters})"),
+            Step::WaveDone { wave, waves, clusters, failed } => format!("done {wave}/{waves} ({clusters}, {failed} failed)"),
+            Step::Complete { failed: 0 } => "complete".into(),
+            Step::Complete { failed } => format!("complete ({failed} failed)"),
+            Step::Moved { wave, waves, clusters } => format!("moved {wave}/{waves} {}", clusters.join(",")),
+            Step::OutsideWindow { wave, waves, next, .. } => format!("outside window {wave}/{waves} next {next}"),
+            Step::ClusterFailed { wave, failed } => format!("failed {wave} {} {} {}", failed.cluster, failed.reason, failed.outcome),
+            Step::RollBack { cluster, to } => format!("roll back {cluster} to {to}"),
             Step::Paused { wave, waves, reason, message } => format!("paused {wave}/{waves} {reason}: {message}"),
         })
         .collect()
@@ -249,47 +255,53 @@ fn a_wave_is_judged_over_the_fleet_in_wave_order() {
     let wave = WaveStatus { clusters: ["ns/a", "ns/b", "ns/c"].map(str::to_owned).into(), ..WaveStatus::default() };
     // (what, the fleet, how the wave is)
     type Judged<'a> = (&'a str, &'a [(&'a str, &'a str)], WaveHealth);
+    let health = |done: u32, late: &[(&str, &str)], failed: &[(&str, &str)], changed: Option<(&str, String)>| WaveHealth {
+        done,
+        late: late.iter().map(|(k, w)| ((*k).to_owned(), (*w).to_owned())).collect(),
+        failed: failed.iter().map(|(k, w)| ((*k).to_owned(), (*w).to_owned())).collect(),
+        changed: changed.map(|(k, w)| (k.to_owned(), w)),
+    };
+    let unavailable = "Cluster API does not report it available yet";
     let cases: &[Judged<'_>] = &[
-        ("all done", &[("ns/a", "done"), ("ns/b", "done"), ("ns/c", "done")], WaveHealth::Done),
-        ("a deleted Cluster has nothing left to move", &[("ns/a", "done"), ("ns/b", "gone"), ("ns/c", "gone")], WaveHealth::Done),
+        ("all done", &[("ns/a", "done"), ("ns/b", "done"), ("ns/c", "done")], health(3, &[], &[], None)),
+        ("a deleted Cluster has nothing left to move", &[("ns/a", "done"), ("ns/b", "gone"), ("ns/c", "gone")], health(3, &[], &[], None)),
         (
             "late ones are named, in order",
             &[("ns/a", "late"), ("ns/b", "done"), ("ns/c", "late")],
-            WaveHealth::Waiting {
-                done: 1,
-                late: vec![
-                    ("ns/a".into(), "Cluster API does not report it available yet".into()),
-                    ("ns/c".into(), "Cluster API does not report it available yet".into()),
-                ],
-            },
+            health(1, &[("ns/a", unavailable), ("ns/c", unavailable)], &[], None),
         ),
         (
-            "the first failed one, counting the done before it",
+            "failed ones and one changed by someone else, each named",
             &[("ns/a", "done"), ("ns/b", "failed"), ("ns/c", "changed")],
-            WaveHealth::Failed { done: 1, cluster: "ns/b".into(), reason: "ClusterFailed", why: "UpgradeFailed: m".into() },
-        ),
-        (
-            "a failure wins over a late one before it",
-            &[("ns/a", "late"), ("ns/b", "changed"), ("ns/c", "done")],
-            WaveHealth::Failed {
-                done: 0,
-                cluster: "ns/b".into(),
-                reason: "ClassChanged",
-                why: format!("its class was changed to `{V3}` by someone else during its wave"),
-            },
+            health(
+                1,
+                &[],
+                &[("ns/b", "UpgradeFailed: m")],
+                Some(("ns/c", format!("its class was changed to `{V3}` by someone else during its wave"))),
+            ),
         ),
     ];
     for (name, states, want) in cases {
-        assert_eq!(&judge_wave(&wave, &fleet(states), &t), want, "{name}");
+        assert_eq!(&judge_wave(&wave, &fleet(states), &t, &BTreeSet::new()), want, "{name}");
     }
-    // A Cluster whose edit failed still has its old class: it waits for the edit, it did not
-    // change hands.
-    let unmoved = WaveStatus { unmoved: vec!["ns/b".into()], ..wave.clone() };
+    // One given up on before is not judged again: its class is the old one if it was moved back.
+    let given_up = BTreeSet::from(["ns/c"]);
     assert_eq!(
-        judge_wave(&unmoved, &fleet(&[("ns/a", "done"), ("ns/b", "changed"), ("ns/c", "done")]), &t),
-        WaveHealth::Waiting {
-            done: 2,
-            late: vec![("ns/b".into(), format!("not moved to {V4} yet: its edit failed and is tried again at every check"))]
+        judge_wave(&wave, &fleet(&[("ns/a", "done"), ("ns/b", "done"), ("ns/c", "changed")]), &t, &given_up),
+        health(2, &[], &[], None)
+    );
+    // A Cluster whose edit failed still has its old class: it waits for the edit, it did not
+    // change hands; nor did one awaiting its window.
+    let unmoved = WaveStatus { unmoved: vec!["ns/b".into()], awaiting_window: vec!["ns/c".into()], ..wave.clone() };
+    assert_eq!(
+        judge_wave(&unmoved, &fleet(&[("ns/a", "done"), ("ns/b", "changed"), ("ns/c", "old")]), &t, &BTreeSet::new()),
+        WaveHealth {
+            done: 1,
+            late: vec![
+                ("ns/b".into(), format!("not moved to {V4} yet: its edit failed and is tried again at every check")),
+                ("ns/c".into(), "not moved yet: none of its maintenance windows is open".into()),
+            ],
+            ..WaveHealth::default()
         }
     );
     // With a Kubernetes version to reach, the control plane the driver read has the word.
@@ -297,7 +309,7 @@ fn a_wave_is_judged_over_the_fleet_in_wave_order() {
     let mut f = fleet(&[("ns/a", "done"), ("ns/b", "done"), ("ns/c", "done")]);
     f.control_planes.insert("ns/a".into(), json!({"status": {"version": "v1.28.1"}}));
     f.control_planes.insert("ns/b".into(), json!({"status": {"version": "v1.27.3"}}));
-    let WaveHealth::Waiting { done: 1, late } = judge_wave(&wave, &f, &t) else { panic!("waiting") };
+    let WaveHealth { done: 1, late, .. } = judge_wave(&wave, &f, &t, &BTreeSet::new()) else { panic!("waiting") };
     assert_eq!(
         late,
         [
@@ -383,6 +395,8 @@ fn a_round_moves_the_rollout_on_as_far_as_it_goes() {
             requests: ("t1", "t1"),
             now: 31,
             steps: &[
+                "failed 2 ns/c01 WaveTimeout LeftAlone",
+                "failed 2 ns/c02 WaveTimeout LeftAlone",
                 "paused 2/3 WaveTimeout: ns/c01 not done within waveTimeout 30s: Cluster API does not report it available yet (also late: ns/c02)",
             ],
             after: (PAUSED, 2, "WaveTimeout", 1),
@@ -393,7 +407,7 @@ fn a_round_moves_the_rollout_on_as_far_as_it_goes() {
             fleet: &[("ns/c01", "done"), ("ns/c02", "failed")],
             requests: ("t1", "t1"),
             now: 1,
-            steps: &["paused 2/3 ClusterFailed: ns/c02: UpgradeFailed: m"],
+            steps: &["failed 2 ns/c02 ClusterFailed LeftAlone", "paused 2/3 ClusterFailed: ns/c02: UpgradeFailed: m"],
             after: (PAUSED, 2, "ClusterFailed", 2),
         },
         Case {
@@ -455,10 +469,11 @@ fn a_round_moves_the_rollout_on_as_far_as_it_goes() {
     for c in cases {
         let mut st = c.before.clone();
         let requests = Requests { resume: c.requests.0.into(), pause: c.requests.1.into() };
-        let steps = advance(&mut st, &fleet(c.fleet), &t, &requests, TIMEOUT, at(c.now), &wall(c.now));
+        let steps = advance(&mut st, &fleet(c.fleet), &t, &requests, &Policy::strict(TIMEOUT), at(c.now), &wall(c.now));
         assert_eq!(show(&steps), c.steps, "{}", c.name);
         assert_eq!((st.phase.as_str(), st.wave, st.reason.as_str(), st.done), c.after, "{}", c.name);
-        assert_eq!(st.summary, format!("{}/6", st.done), "{}", c.name);
+        let failed = if st.failed.is_empty() { String::new() } else { format!(" ({} failed)", st.failed.len()) };
+        assert_eq!(st.summary, format!("{}/6{failed}", st.done), "{}", c.name);
         if steps.iter().any(|s| matches!(s, Step::WaveStarted { .. })) {
             assert_eq!(st.wave_started, timestamp(at(c.now)), "{}: the wave's clock starts now", c.name);
             assert_eq!(st.plan[st.wave as usize - 1].phase, PROGRESSING, "{}", c.name);
@@ -595,4 +610,156 @@ fn requests_are_read_from_the_annotations() {
     let rel = release("Applied", PAUSED, &[(ROLLOUT_RESUME, "r"), (ROLLOUT_PAUSE, "p")], "");
     assert_eq!(Requests::of(&rel), Requests { resume: "r".into(), pause: "p".into() });
     assert_eq!(Requests::of(&release("Applied", PAUSED, &[], "")), Requests::default());
+}
+
+/// One round over the last wave of [`THREE`] (`ns/c03`..`ns/c05`, started at `at(0)`) under
+/// `policy`, `moved_from` recorded for each of its Clusters at `v1.27.3` unless `older_version`.
+fn last_wave(fleet_states: &[(&str, &str)], policy: &Policy<'_>, now: i64, older_version: Option<&str>) -> (Vec<String>, RolloutStatus) {
+    let mut st = rollout(&THREE, 3, PROGRESSING, PROGRESSING);
+    st.plan[2].moved_from = ["ns/c03", "ns/c04", "ns/c05"]
+        .map(|c| MovedFrom { cluster: c.into(), class: V3.into(), version: older_version.unwrap_or("v1.27.3").into() })
+        .into();
+    let t = Target { class: V4, version: None, v1beta2: false };
+    let steps =
+        advance(&mut st, &fleet(fleet_states), &t, &Requests { resume: "t1".into(), pause: "t1".into() }, policy, at(now), &wall(now));
+    (show(&steps), st)
+}
+
+#[test]
+fn failures_within_max_failures_let_the_wave_go_on_and_over_it_pause() {
+    let one = Policy { max_failures: Budget::Clusters(1), ..Policy::strict(TIMEOUT) };
+    let (steps, st) = last_wave(&[("ns/c03", "done"), ("ns/c04", "failed"), ("ns/c05", "done")], &one, 5, None);
+    assert_eq!(steps, ["failed 3 ns/c04 ClusterFailed LeftAlone", "done 3/3 (2, 1 failed)", "complete (1 failed)"]);
+    assert_eq!((st.phase.as_str(), st.done, st.summary.as_str()), (COMPLETE, 5, "5/6 (1 failed)"));
+    assert_eq!((st.failed[0].cluster.as_str(), st.failed[0].message.as_str()), ("ns/c04", "UpgradeFailed: m"));
+
+    let (steps, st) = last_wave(&[("ns/c03", "failed"), ("ns/c04", "failed"), ("ns/c05", "done")], &one, 5, None);
+    assert_eq!(
+        steps.last().map(String::as_str),
+        Some("paused 3/3 ClusterFailed: ns/c03: UpgradeFailed: m (2 of 3 Clusters of the wave failed; maxFailures 1)")
+    );
+    assert_eq!((st.phase.as_str(), st.reason.as_str(), st.failed.len()), (PAUSED, "ClusterFailed", 2));
+
+    // 34 % of a wave of three is one Cluster (rounded down); 33 % is none.
+    let pct = |p| Policy { max_failures: Budget::Percent(p), ..Policy::strict(TIMEOUT) };
+    let some_failed = [("ns/c03", "done"), ("ns/c04", "failed"), ("ns/c05", "done")];
+    assert_eq!(last_wave(&some_failed, &pct(34), 5, None).1.phase, COMPLETE);
+    assert_eq!(last_wave(&some_failed, &pct(33), 5, None).1.phase, PAUSED);
+
+    // A late Cluster past waveTimeout is a failure too: within the budget the wave is done.
+    let (steps, st) = last_wave(&[("ns/c03", "done"), ("ns/c04", "late"), ("ns/c05", "done")], &one, 31, None);
+    assert_eq!(steps, ["failed 3 ns/c04 WaveTimeout LeftAlone", "done 3/3 (2, 1 failed)", "complete (1 failed)"]);
+    assert!(st.failed[0].message.starts_with("not done within waveTimeout 30s: Cluster API"), "{:?}", st.failed);
+    // Within waveTimeout it is waited for, not given up on.
+    let (steps, st) = last_wave(&[("ns/c03", "done"), ("ns/c04", "late"), ("ns/c05", "done")], &one, 29, None);
+    assert!(steps.is_empty() && st.failed.is_empty() && st.phase == PROGRESSING, "{steps:?}");
+}
+
+#[test]
+fn a_failed_cluster_is_moved_back_only_where_its_kubernetes_version_did_not_change() {
+    let rollback = |n| Policy { max_failures: Budget::Clusters(n), on_failure: OnFailure::Rollback, ..Policy::strict(TIMEOUT) };
+    let states = [("ns/c03", "done"), ("ns/c04", "failed"), ("ns/c05", "done")];
+    let (steps, st) = last_wave(&states, &rollback(1), 5, None);
+    assert_eq!(
+        steps,
+        [
+            "failed 3 ns/c04 ClusterFailed RollingBack".to_owned(),
+            format!("roll back ns/c04 to {V3}"),
+            "done 3/3 (2, 1 failed)".to_owned(),
+            "complete (1 failed)".to_owned()
+        ]
+    );
+    // Over the budget it is moved back all the same, and the rollout pauses.
+    let (steps, st_paused) = last_wave(&states, &rollback(0), 5, None);
+    assert_eq!(steps[..2], ["failed 3 ns/c04 ClusterFailed RollingBack".to_owned(), format!("roll back ns/c04 to {V3}")]);
+    assert_eq!((st_paused.phase.as_str(), st_paused.reason.as_str()), (PAUSED, "ClusterFailed"));
+    // A move back not made yet (its edit failed) is tried again at the next round, paused or not.
+    let t = Target { class: V4, version: None, v1beta2: false };
+    for mut st in [st, st_paused] {
+        let steps =
+            advance(&mut st, &fleet(&states), &t, &Requests { resume: "t1".into(), pause: "t1".into() }, &rollback(1), at(9), &wall(9));
+        assert_eq!(show(&steps).first(), Some(&format!("roll back ns/c04 to {V3}")));
+        st.failed[0].outcome = ROLLED_BACK.into();
+        let steps =
+            advance(&mut st, &fleet(&states), &t, &Requests { resume: "t1".into(), pause: "t1".into() }, &rollback(1), at(9), &wall(9));
+        assert!(show(&steps).iter().all(|s| !s.starts_with("roll back")), "once moved back, never again: {steps:?}");
+    }
+
+    // The rollout moved its Kubernetes version (v1.26.0 -> v1.27.3): Cluster API refuses to go back.
+    let (steps, st) = last_wave(&states, &rollback(1), 5, Some("v1.26.0"));
+    assert_eq!(steps[0], "failed 3 ns/c04 ClusterFailed RollbackImpossible");
+    assert_eq!((st.phase.as_str(), st.reason.as_str()), (PAUSED, ROLLBACK_IMPOSSIBLE), "paused whatever the budget");
+    assert_eq!(
+        st.message,
+        "ns/c04: UpgradeFailed: m; it cannot be moved back: the rollout moved its Kubernetes version from v1.26.0 to v1.27.3, and \
+         Cluster API refuses to decrease `spec.topology.version`"
+    );
+    let cp = json!({"status": {"version": "v1.27.3"}});
+    let from = MovedFrom { cluster: "ns/c04".into(), class: V3.into(), version: "v1.26.0".into() };
+    let why = rollback_to(&cluster("ns/c04", V4, true).data, Some(&cp), Some(&from)).unwrap_err();
+    assert!(
+        why.ends_with("; its control plane already runs v1.27.3, and Cluster API refuses to decrease `spec.topology.version`"),
+        "{why}"
+    );
+    assert!(rollback_to(&cluster("ns/c04", V4, true).data, None, None).unwrap_err().contains("not recorded"));
+}
+
+#[test]
+fn a_resume_gives_the_clusters_given_up_on_in_its_wave_another_try() {
+    let states = [("ns/c03", "done"), ("ns/c04", "failed"), ("ns/c05", "done")];
+    let (_, mut st) = last_wave(&states, &Policy::strict(TIMEOUT), 5, None);
+    assert_eq!((st.phase.as_str(), st.failed.len()), (PAUSED, 1));
+    let t = Target { class: V4, version: None, v1beta2: false };
+    let steps = advance(
+        &mut st,
+        &fleet(&states),
+        &t,
+        &Requests { resume: "t2".into(), pause: "t1".into() },
+        &Policy::strict(TIMEOUT),
+        at(9),
+        &wall(9),
+    );
+    assert_eq!(show(&steps), ["resumed 3/3", "started 3/3 ns/c03,ns/c04,ns/c05"]);
+    assert!(st.failed.is_empty());
+}
+
+#[test]
+fn waves_start_and_clusters_move_only_inside_their_windows() {
+    let next = at(3600);
+    let closed_for = |closed: &'static [&'static str]| {
+        move |key: &str| if closed.contains(&key) { Verdict::Closed(Some(at(3600))) } else { Verdict::Open(at(7200)) }
+    };
+    let t = Target { class: V4, version: None, v1beta2: false };
+    let requests = Requests { resume: "t1".into(), pause: "t1".into() };
+    let old: &[(&str, &str)] = &[("ns/c01", "old"), ("ns/c02", "old")];
+
+    // Every Cluster of the pending wave outside its windows: the wave waits, said once.
+    let all_closed = closed_for(&["ns/c01", "ns/c02"]);
+    let policy = Policy { window: &all_closed, ..Policy::strict(TIMEOUT) };
+    let mut st = rollout(&THREE, 2, PENDING, PROGRESSING);
+    let steps = show(&advance(&mut st, &fleet(old), &t, &requests, &policy, at(5), &wall(5)));
+    assert_eq!(steps, [format!("outside window 2/3 next {}", timestamp(next))]);
+    assert_eq!((st.phase.as_str(), st.reason.as_str(), st.next_window.clone()), (PROGRESSING, OUTSIDE_WINDOW, timestamp(next)));
+    assert_eq!(st.plan[1].phase, PENDING);
+    assert!(advance(&mut st, &fleet(old), &t, &requests, &policy, at(6), &wall(6)).is_empty(), "said once");
+
+    // One opens: the wave starts with it; the other waits inside the running wave.
+    let one_closed = closed_for(&["ns/c02"]);
+    let policy = Policy { window: &one_closed, ..Policy::strict(TIMEOUT) };
+    let steps = show(&advance(&mut st, &fleet(old), &t, &requests, &policy, at(10), &wall(10)));
+    assert_eq!(steps, ["started 2/3 ns/c01"]);
+    assert_eq!(st.plan[1].awaiting_window, ["ns/c02"]);
+    assert_eq!(st.reason, OUTSIDE_WINDOW, "still waiting for ns/c02's window");
+    // It is not timed out while a Cluster of its wave waits for a window.
+    let moved: &[(&str, &str)] = &[("ns/c01", "late"), ("ns/c02", "old")];
+    assert!(advance(&mut st, &fleet(moved), &t, &requests, &policy, at(500), &wall(500)).is_empty());
+    assert_eq!(st.phase, PROGRESSING);
+
+    // Its window opens: it is moved, and the wave's clock starts again.
+    let none_closed = closed_for(&[]);
+    let policy = Policy { window: &none_closed, ..Policy::strict(TIMEOUT) };
+    let steps = show(&advance(&mut st, &fleet(moved), &t, &requests, &policy, at(600), &wall(600)));
+    assert_eq!(steps, ["moved 2/3 ns/c02"]);
+    assert_eq!((st.wave_started.clone(), st.reason.as_str(), st.next_window.as_str()), (timestamp(at(600)), "", ""));
+    assert!(st.plan[1].awaiting_window.is_empty());
 }
