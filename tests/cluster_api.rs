@@ -213,7 +213,10 @@ async fn a_wave_rollout_moves_six_clusters_through_the_real_topology_controller(
 async fn a_rollout_stops_at_a_cluster_whose_control_plane_does_not_become_available() {
     let Some(t) = CapiTenant::new("stops").await else { return };
     t.publish(V1, |_, text| text);
-    let rollout = json!({"waves": [{"clusters": 1}, {"percent": 100}], "waveTimeout": "20s", "checkInterval": "500ms"});
+    // `onFailure: rollback`: but c1's Kubernetes version moved (K1 to K2), which Cluster API
+    // does not let anyone take back.
+    let rollout =
+        json!({"waves": [{"clusters": 1}, {"percent": 100}], "waveTimeout": "20s", "checkInterval": "500ms", "onFailure": "rollback"});
     let daemon = t.start(&t.config(|s| s.set("availableReleases", 2).set("rollout", rollout)).write(), &[]).await;
     // c1 goes first (name order); its control plane never comes up at K2.
     t.add_cluster("c1", V1, K1, json!({testkit::capi::UNAVAILABLE_AT: K2})).await;
@@ -231,11 +234,80 @@ async fn a_rollout_stops_at_a_cluster_whose_control_plane_does_not_become_availa
         rollout_phase(&t, V2).await == "Paused"
     })
     .await;
+    let r = rollout_status(&t, V2).await;
+    assert_eq!(r["reason"], "RollbackImpossible", "{r}");
+    assert_eq!(r["failed"][0]["outcome"], "RollbackImpossible", "{r}");
+    let detail = r["failed"][0]["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains(&format!("from {K1} to {K2}")) && detail.contains("refuses to decrease"), "{r}");
     let cluster = t.cluster("c1").await;
     assert_eq!(cluster["spec"]["topology"]["version"], K2, "c1 was moved");
+    assert_eq!(cluster["spec"]["topology"]["classRef"]["name"], V2, "c1 was not moved back: {cluster}");
     assert_ne!(condition(&cluster, "Available").0, "True", "Cluster API says c1 is not available: {cluster}");
     let c2 = t.cluster("c2").await;
     assert_eq!(c2["spec"]["topology"]["classRef"]["name"], V1, "the second wave never started: {c2}");
+    daemon.stop().await;
+    t.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_cluster_is_moved_back_through_the_real_webhooks_and_the_rollout_goes_on() {
+    let Some(t) = CapiTenant::new("rollback").await else { return };
+    t.publish(V1, |_, text| text);
+    let rollout = json!({
+        "waves": [{"clusters": 1}, {"percent": 100}], "waveTimeout": "60s", "checkInterval": "500ms",
+        "maxFailures": 1, "onFailure": "rollback",
+    });
+    let daemon = t.start(&t.config(|s| s.set("availableReleases", 2).set("rollout", rollout)).write(), &[]).await;
+    let names = ["c1", "c2", "c3"];
+    for name in names {
+        t.add_cluster(name, V1, K1, json!({})).await;
+    }
+    for name in names {
+        wait_up(&t, &daemon, name, V1, K1).await;
+    }
+    // V2 at V1's Kubernetes version (a release of addons and templates), whose CNI values cannot
+    // be rendered for c2: c2 fails in wave 2 and goes back to V1 — a class change Cluster API's
+    // webhooks judge (the two classes compatible) and its topology controller carries out.
+    t.publish(V2, |path, text| {
+        let text = v2_ungated(path, text);
+        if path == "metadata.yaml" {
+            text.replace(K2, K1)
+        } else if path.ends_with("cni/overwrite.yaml") {
+            text.replace(
+                "values: |\n",
+                "values: |\n  {{ if eq .Cluster.metadata.name \"c2\" }}{{ fail \"c2 cannot take this release\" }}{{ end }}\n",
+            )
+        } else {
+            text
+        }
+    });
+    let started = Instant::now();
+    let mut last = String::new();
+    t.eventually(&daemon, "the rollout Complete", STEP, async || {
+        let now = rollout_status(&t, V2).await;
+        if now.to_string() != last {
+            last = now.to_string();
+            eprintln!("rollout: {last}");
+        }
+        now["phase"] == "Complete"
+    })
+    .await;
+    let r = rollout_status(&t, V2).await;
+    assert_eq!(r["summary"], "2/3 (1 failed)", "{r}");
+    let f = &r["failed"][0];
+    assert_eq!((f["cluster"].as_str(), f["outcome"].as_str()), (Some(format!("{}/c2", t.ns)).as_deref(), Some("RolledBack")), "{r}");
+    assert!(f["message"].as_str().is_some_and(|m| m.contains("c2 cannot take this release")), "{r}");
+    // c2 runs V1 again, by Cluster API's word and by its ClusterSync; the others run V2.
+    wait_up(&t, &daemon, "c2", V1, K1).await;
+    for name in ["c1", "c3"] {
+        wait_up(&t, &daemon, name, V2, K1).await;
+    }
+    let c2 = t.cluster("c2").await;
+    assert_eq!(c2["spec"]["topology"]["classRef"]["name"], V1, "{c2}");
+    eprintln!(
+        "RESULT: a three-Cluster rollout with one Cluster moved back, on the real Cluster API: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
     daemon.stop().await;
     t.delete().await;
 }

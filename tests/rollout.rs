@@ -199,7 +199,10 @@ async fn a_three_wave_rollout_pauses_at_a_failing_cluster_survives_a_restart_and
     assert_eq!((r["reason"].as_str(), r["wave"].as_u64()), (Some("WaveTimeout"), Some(2)), "{r}");
     let message = r["message"].as_str().unwrap_or_default();
     assert!(message.starts_with("team-a/c02 not done within waveTimeout 20s") && message.contains("v1.27.5"), "{r}");
-    assert_eq!(r["summary"], "4/10", "{r}");
+    // c02 is given up on (left as it is, `onFailure: pause`): named in status, counted apart.
+    assert_eq!(r["summary"], "4/10 (1 failed)", "{r}");
+    assert_eq!((r["failed"][0]["cluster"].as_str(), r["failed"][0]["reason"].as_str()), (Some("team-a/c02"), Some("WaveTimeout")), "{r}");
+    assert_eq!(r["failed"][0]["outcome"], "LeftAlone", "{r}");
     let wave3 = ["c04", "c05", "c06", "c08", "c09"];
     let moved = on_v4(&env).await;
     assert!(wave3.iter().all(|c| !moved.contains(*c)), "wave 3 touched: {moved:?}");
@@ -460,6 +463,182 @@ async fn a_cluster_edit_that_fails_is_tried_again_not_taken_for_a_change_by_some
     let warned = log.lines().filter(|l| l.contains(" WARN ") && l.contains("tried again at the next check")).count();
     assert_eq!(warned, 1, "{log}");
     assert!(!log.contains("rollout paused"), "{log}");
+    daemon.stop().await;
+    let _ = stop.send(true);
+    tokio::time::timeout(Duration::from_secs(10), capi).await.expect("Cluster API task stopped").expect("task");
+}
+
+/// Cluster API's part for a Cluster that fails once moved: `name`'s control plane keeps its
+/// version and Cluster API reports it unavailable while its class is not v3.
+fn fail_once_moved(env: &Arc<Env>, name: &'static str) -> (tokio::sync::watch::Sender<bool>, tokio::task::JoinHandle<()>) {
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let env = env.clone();
+    let task = tokio::spawn(async move {
+        let mut failed = false;
+        loop {
+            let c = env.clusters().get(name).await.expect("cluster");
+            let moved = c.data["spec"]["topology"]["class"] != V3;
+            if moved && !failed {
+                let f = |ty: &str| json!({"type": ty, "status": "False", "reason": "MachinesNotReady", "lastTransitionTime": "2026-11-23T00:00:00Z"});
+                let status = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": name},
+                    "status": {"controlPlaneReady": false, "conditions": [f("Ready"), f("ControlPlaneReady"), f("Available")]}});
+                env.clusters().patch_status(name, &PatchParams::apply("capi").force(), &Patch::Apply(status)).await.expect("status");
+                failed = true;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                _ = stopped.changed() => return,
+            }
+        }
+    });
+    (stop, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_failing_within_max_failures_is_moved_back_and_the_rollout_goes_on() {
+    let env = Arc::new(Env::new(4).await);
+    publish_v3_on(&env.repo, "v3", "v1.27.3", &[]);
+    fleet(&env, 4).await;
+    // c02 (wave 2) never becomes available on v4; the others do.
+    let broken = Arc::new(Mutex::new(BTreeSet::from(["c02".to_owned()])));
+    let (stop, capi) = play_cluster_api(&env, broken.clone());
+    let (stop_failing, failing) = fail_once_moved(&env, "c02");
+    let rollout_cfg = json!({
+        "waves": [{"clusters": 1}, {"percent": 100}], "waveTimeout": "5s", "checkInterval": "250ms",
+        "maxFailures": 1, "onFailure": "rollback",
+    });
+    let config = config(&env, Some(rollout_cfg));
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
+    daemon
+        .eventually("the fleet on v3", Duration::from_secs(60), async || {
+            let mut ready = 0;
+            for i in 0..4 {
+                ready += usize::from(env.applied_tag(&format!("c{i:02}")).await == V3);
+            }
+            ready == 4
+        })
+        .await;
+
+    // v4 keeps the Kubernetes version (v1.27.3): a failed Cluster can go back to v3.
+    publish_v3_on(&env.repo, "v4", "v1.27.3", &[]);
+    let took = daemon.eventually("rollout complete", Duration::from_secs(90), async || rollout(&env).await["phase"] == "Complete").await;
+    let r = rollout(&env).await;
+    eprintln!("complete {took:?} after v4 was published: {r}");
+    assert_eq!(r["summary"], "3/4 (1 failed)", "{r}");
+    let f = &r["failed"][0];
+    assert_eq!(
+        (f["cluster"].as_str(), f["wave"].as_u64(), f["reason"].as_str(), f["outcome"].as_str()),
+        (Some("team-a/c02"), Some(2), Some("WaveTimeout"), Some("RolledBack")),
+        "{r}"
+    );
+    assert!(f["message"].as_str().is_some_and(|m| m.contains("not done within waveTimeout 5s")), "{r}");
+    let wave2 = &r["plan"][1];
+    assert!(wave2["movedFrom"].as_array().is_some_and(|m| m.iter().any(|m| m["cluster"] == "team-a/c02" && m["class"] == V3)), "{r}");
+    // c02 is back on v3, the ClusterClass and addons of v3 applied again; the others run v4.
+    assert_eq!(
+        classes(&env).await,
+        [("c00", V4), ("c01", V4), ("c02", V3), ("c03", V4)].map(|(n, c)| (n.to_owned(), c.to_owned())).to_vec()
+    );
+    daemon.eventually("c02's addons back on v3", Duration::from_secs(30), async || env.applied_tag("c02").await == V3).await;
+    for name in ["c00", "c01", "c03"] {
+        daemon.eventually(&format!("{name} on v4"), Duration::from_secs(30), async || env.applied_tag(name).await == V4).await;
+    }
+    daemon
+        .eventually("a RolloutClusterFailed Event naming c02", Duration::from_secs(10), async || {
+            events_with(&env, "RolloutClusterFailed").await.iter().any(|n| n.contains("team-a/c02") && n.contains("moving it back"))
+        })
+        .await;
+    assert_eq!(daemon.metric("stacksync_rollout_failed_clusters{subscription=\"ferrol\"}").await, 1.0);
+    assert!(daemon.log_has("rollout: Cluster moved back to the class it had before the rollout"), "{}", daemon.log());
+    let moves = daemon.log().lines().filter(|l| l.contains("rollout: Cluster moved cluster=team-a/c02")).count();
+    assert_eq!(moves, 2, "moved once to v4 and once back:\n{}", daemon.log());
+
+    daemon.stop().await;
+    let _ = stop_failing.send(true);
+    let _ = stop.send(true);
+    tokio::time::timeout(Duration::from_secs(10), failing).await.expect("failing task stopped").expect("task");
+    tokio::time::timeout(Duration::from_secs(10), capi).await.expect("Cluster API task stopped").expect("task");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_waits_for_its_maintenance_windows_canaries_first() {
+    let env = Arc::new(Env::new(3).await);
+    publish_v3_on(&env.repo, "v3", "v1.27.3", &[]);
+    fleet(&env, 3).await;
+    env.patch_cluster("c02", json!({"metadata": {"labels": {"canary": "yes"}}})).await;
+    let broken = Arc::new(Mutex::new(BTreeSet::new()));
+    let (stop, capi) = play_cluster_api(&env, broken);
+    // A window of an hour in India (UTC+5:30, no daylight saving), starting 12 hours from now:
+    // not open now.
+    let ist = chrono::FixedOffset::east_opt(5 * 3600 + 1800).expect("offset");
+    let local = chrono::Utc::now().with_timezone(&ist);
+    let hour = (chrono::Timelike::hour(&local) + 12) % 24;
+    let mut opens = local.date_naive().and_hms_opt(hour, 0, 0).expect("time").and_local_timezone(ist).single().expect("time");
+    if opens <= local {
+        opens += chrono::Duration::days(1);
+    }
+    let opens = opens.with_timezone(&chrono::Utc).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let later = json!({"schedule": format!("0 {hour} * * *"), "duration": "1h", "timeZone": "Asia/Kolkata"});
+    let always = |selector: Option<Value>| {
+        let mut w = json!({"schedule": "* * * * *", "duration": "1h"});
+        if let Some(s) = selector {
+            w["clusterSelector"] = s;
+        }
+        w
+    };
+    let with_windows = |windows: Value| {
+        json!({
+            "waves": [{"clusters": 1}, {"percent": 100}], "canarySelector": {"matchLabels": {"canary": "yes"}},
+            "waveTimeout": "1h", "checkInterval": "250ms", "windows": windows,
+        })
+    };
+    let config = config(&env, Some(with_windows(json!([later]))));
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
+    daemon
+        .eventually("the fleet on v3", Duration::from_secs(60), async || {
+            let mut ready = 0;
+            for i in 0..3 {
+                ready += usize::from(env.applied_tag(&format!("c{i:02}")).await == V3);
+            }
+            ready == 3
+        })
+        .await;
+
+    publish_v3_on(&env.repo, "v4", "v1.27.5", &[]);
+    daemon
+        .eventually("the rollout waits for its window", Duration::from_secs(30), async || rollout(&env).await["reason"] == "OutsideWindow")
+        .await;
+    let r = rollout(&env).await;
+    assert_eq!(r["nextWindow"], opens, "{r}");
+    assert_eq!((r["phase"].as_str(), r["plan"][0]["phase"].as_str()), (Some("Progressing"), Some("Pending")), "{r}");
+    assert!(r["message"].as_str().is_some_and(|m| m.contains("waiting for a maintenance window")), "{r}");
+    assert_eq!(daemon.metric("stacksync_rollout_waiting_for_window{subscription=\"ferrol\"}").await, 1.0);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(on_v4(&env).await.is_empty(), "a Cluster was moved outside its windows");
+    let notes = events_with(&env, "RolloutOutsideWindow").await;
+    assert_eq!(notes.len(), 1, "said once: {notes:?}");
+
+    // The canaries get a window open now (a reload): wave 1 (the canary) goes, wave 2 waits.
+    save_by_rename(
+        &config,
+        &config_text(&env, Some(with_windows(json!([later, always(Some(json!({"matchLabels": {"canary": "yes"}})))])))),
+    );
+    daemon.eventually("the canary moved", Duration::from_secs(30), async || on_v4(&env).await.contains("c02")).await;
+    daemon
+        .eventually("wave 2 waits for its window", Duration::from_secs(30), async || {
+            let r = rollout(&env).await;
+            r["wave"] == 2 && r["reason"] == "OutsideWindow"
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(on_v4(&env).await, BTreeSet::from(["c02".to_owned()]), "wave 2 moved outside its window");
+
+    // Everyone's window opens: the rollout completes.
+    save_by_rename(&config, &config_text(&env, Some(with_windows(json!([always(None)])))));
+    daemon.eventually("rollout complete", Duration::from_secs(60), async || rollout(&env).await["phase"] == "Complete").await;
+    let r = rollout(&env).await;
+    assert_eq!((r["summary"].as_str(), r.get("nextWindow"), r.get("reason")), (Some("3/3"), None, None), "{r}");
+    assert_eq!(daemon.metric("stacksync_rollout_waiting_for_window{subscription=\"ferrol\"}").await, 0.0);
     daemon.stop().await;
     let _ = stop.send(true);
     tokio::time::timeout(Duration::from_secs(10), capi).await.expect("Cluster API task stopped").expect("task");

@@ -532,7 +532,7 @@ async fn move_cluster(kube: &Kube, obj: &DynamicObject, class: &str, version: Op
         .patch(&name, &pp, &Patch::Merge(body))
         .await
         .map_err(|source| Error::MoveCluster { cluster: format!("{ns}/{name}"), source })?;
-    info!(cluster = %format!("{ns}/{name}"), class, version = version.unwrap_or_default(), "rollout: Cluster moved");
+    info!(cluster = %format!("{ns}/{name}"), class, version = version.unwrap_or("(unchanged)"), "rollout: Cluster moved");
     Ok(Some(moved))
 }
 
