@@ -89,7 +89,8 @@ pub struct PauseLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LeaseLabels {
-    /// The Lease's name: `stacksync` or `stacksync-<shard>`.
+    /// The Lease's name: `stacksync`, `stacksync-<shard>` or `stacksync-rollout` (the rollout
+    /// coordinator's, with `--shard`).
     pub lease: String,
 }
 
@@ -310,6 +311,12 @@ impl Metrics {
         let mut state = self.cluster_state.locked();
         state.clear();
         self.recount(&state);
+        self.forget_rollouts();
+    }
+
+    /// This process drives no rollout (it lost the rollout coordinator's Lease): it stops
+    /// exporting their state, which the new coordinator exports.
+    pub fn forget_rollouts(&self) {
         self.rollout_wave.clear();
         self.rollout_done.clear();
         self.rollout_paused.clear();
