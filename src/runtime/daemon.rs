@@ -227,6 +227,7 @@ pub async fn run_kubernetes(
         _ => None,
     };
     if coordinator.is_some() {
+        crate::telemetry::metrics().set_rollouts_apart();
         crate::telemetry::metrics().lease_held(ROLLOUT_LEASE, false);
     }
     loop {
