@@ -318,12 +318,13 @@ fn moves(log: &str, name: &str) -> usize {
 }
 
 /// Issue 39 item 5: with `--shard`, one rollout coordinator — elected on the Lease
-/// `stacksync-rollout` among every shard's replicas — moves the Clusters of both shards, and
-/// each shard upgrades its own. Shard `a` runs two replicas (`a` leads it and coordinates),
-/// shard `b` one, which also answers Cluster API's hooks for every Cluster, `a`'s included.
-/// The coordinator is SIGKILLed in wave 1: a survivor takes the rollout Lease and finishes the
-/// rollout from its status, the other replica of `a` takes over `a`'s Clusters; each Cluster is
-/// moved once, and wave 2 starts only after wave 1 is done.
+/// `stacksync-rollout` among every shard's replicas — moves the Clusters of every shard, and
+/// each shard upgrades its own. Shard `a` runs two replicas, shard `b` one, which also answers
+/// Cluster API's hooks for every Cluster, `a`'s included; the coordinator is a replica of shard
+/// `z`, which has no Cluster: it applies no ClusterClass and waits for the ones the other shards
+/// apply. In wave 1 the coordinator and `a`'s leader are SIGKILLed together: the survivors take
+/// both Leases and finish the rollout from its status. Each Cluster is moved once, and wave 2
+/// starts only after wave 1 is done.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_rollout_coordinator_moves_the_clusters_of_two_shards_and_a_survivor_finishes_it() {
     let Some(t) = CapiTenant::new("sharded").await else { return };
@@ -332,15 +333,17 @@ async fn one_rollout_coordinator_moves_the_clusters_of_two_shards_and_a_survivor
     let config = t.config(|s| s.set("availableReleases", 2).set("rollout", rollout)).write();
     let args = |shard: &'static str| ["--shard", shard, "--leader-elect", "--lease-duration", "8s", "--lease-namespace", t.ns.as_str()];
     let started = Instant::now();
-    let mut a = t.launch(&config, "a.log").args(&args("a")).start().await;
-    t.eventually(&a, "a coordinates", STEP, async || holds(lease_holder(&t, "stacksync-rollout").await, &a)).await;
+    let mut z = t.launch(&config, "z.log").args(&args("z")).start().await;
+    t.eventually(&z, "z coordinates", STEP, async || holds(lease_holder(&t, "stacksync-rollout").await, &z)).await;
     // b answers the hooks of every Cluster (the ExtensionConfig points at it): the answer is
     // read from the Cluster's ClusterSync, whichever shard writes it.
     let b = t.start(&config, &args("b")).await;
+    let mut a = t.launch(&config, "a.log").args(&args("a")).start().await;
+    t.eventually(&a, "a leads shard a", STEP, async || holds(lease_holder(&t, "stacksync-a").await, &a)).await;
     let a2 = t.launch(&config, "a2.log").args(&args("a")).start().await;
     let rollout_held = "stacksync_lease_held{lease=\"stacksync-rollout\"}";
-    assert_eq!((a.metric(rollout_held).await, b.metric(rollout_held).await), (1.0, 0.0));
-    assert!(a.log_has("rollout coordinator: this process holds the lease"), "{}", a.log());
+    assert_eq!((z.metric(rollout_held).await, b.metric(rollout_held).await), (1.0, 0.0));
+    assert!(z.log_has("rollout coordinator: this process holds the lease"), "{}", z.log());
 
     let shards = [("c1", "a"), ("c2", "a"), ("c3", "b"), ("c4", "b")];
     for (name, shard) in shards {
@@ -370,13 +373,15 @@ async fn one_rollout_coordinator_moves_the_clusters_of_two_shards_and_a_survivor
             }
         }
     };
-    t.eventually(&a, "wave 1 moved by the coordinator", STEP, async || {
+    t.eventually(&z, "wave 1 moved by the coordinator", STEP, async || {
         check().await;
-        shards.iter().any(|(n, _)| moves(&a.log(), n) == 1)
+        shards.iter().any(|(n, _)| moves(&z.log(), n) == 1)
     })
     .await;
-    let a_log = a.log();
-    a.kill().await;
+    // z waited for the ClusterClass the shards with Clusters applied: it applied none itself.
+    assert!(!z.log_has("ClusterClass applied"), "{}", z.log());
+    let logs_before = [z.log(), a.log()];
+    tokio::join!(z.kill(), a.kill());
     let killed = Instant::now();
     let took = t
         .eventually(&b, "a survivor coordinates", STEP, async || {
@@ -396,10 +401,10 @@ async fn one_rollout_coordinator_moves_the_clusters_of_two_shards_and_a_survivor
     let took_all = rolling.elapsed();
 
     // Every Cluster of both shards moved exactly once, by whichever process coordinated.
-    let logs = [a_log.clone(), a2.log(), b.log()];
+    let logs = [&logs_before[0], &logs_before[1], &a2.log(), &b.log()];
     for (name, _) in shards {
         let total: usize = logs.iter().map(|l| moves(l, name)).sum();
-        assert_eq!(total, 1, "{name} moved {total} times:\na:\n{a_log}\na2:\n{}\nb:\n{}", a2.log(), b.log());
+        assert_eq!(total, 1, "{name} moved {total} times:\nz:\n{}\na2:\n{}\nb:\n{}", logs[0], a2.log(), b.log());
     }
     // b answered Cluster API's hooks for shard a's Clusters too (from their ClusterSyncs).
     for name in ["c1", "c2"] {
@@ -417,8 +422,9 @@ async fn one_rollout_coordinator_moves_the_clusters_of_two_shards_and_a_survivor
     })
     .await;
     eprintln!(
-        "RESULT: one rollout over 2 shards (4 Clusters, 2 waves): the coordinator SIGKILLed in wave 1, {survivor} took the \
-         rollout Lease {:.1}s later, rollout Complete {:.1}s after the kill ({:.1}s after the release; {:.1}s in all); every Cluster moved once",
+        "RESULT: one rollout over 2 shards (4 Clusters, 2 waves) coordinated by a shard without Clusters; the coordinator and \
+         shard a's leader SIGKILLed in wave 1, {survivor} took the rollout Lease {:.1}s later, rollout Complete {:.1}s after \
+         the kill ({:.1}s after the release; {:.1}s in all); every Cluster moved once",
         took.as_secs_f64(),
         killed.elapsed().as_secs_f64(),
         took_all.as_secs_f64(),
