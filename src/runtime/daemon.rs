@@ -179,9 +179,9 @@ fn said_coordinating(holds: bool) {
 /// sources (warm caches) and writes nothing, and a leader that loses the lease stops its
 /// controller at once. With `--shard`, every replica also competes for [`ROLLOUT_LEASE`]: its
 /// holder, whatever its shard and whether it leads it, drives the fleet's rollouts, and stops
-/// at once when it loses that Lease. A reload puts the new config in force at once (pollers of changed
-/// sources poll, every Cluster is reconciled); a reload that changes the cache, the target or
-/// helm rebuilds the context and the controller.
+/// at once when it loses that Lease. A reload puts the new config in force at once (pollers of
+/// changed sources poll, every Cluster is reconciled); a reload that changes the cache, the
+/// target or helm rebuilds the context, the controller and the rollout coordinator.
 ///
 /// # Errors
 /// Only when the config file's directory cannot be watched at start-up.
