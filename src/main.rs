@@ -109,6 +109,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the synchroniser: poll on schedule, apply, reload the config when it changes.
+    // --lease-namespace with either Lease: a shard's (--leader-elect) or the rollout
+    // coordinator's (--shard).
+    #[command(group(clap::ArgGroup::new("elects").args(["leader_elect", "shard"]).multiple(true)))]
     Run {
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
@@ -138,14 +141,16 @@ enum Command {
         /// writes; other replicas stand by with warm caches.
         #[arg(long)]
         leader_elect: bool,
-        /// The Lease's namespace (default: the management client's, in a pod its own).
-        #[arg(long, value_name = "NAMESPACE", requires = "leader_elect")]
+        /// The Leases' namespace (default: the management client's, in a pod its own).
+        #[arg(long, value_name = "NAMESPACE", requires = "elects")]
         lease_namespace: Option<String>,
         /// How long the Lease holds without renewal: a dead leader is replaced within this.
         #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_lease_duration)]
         lease_duration: std::time::Duration,
         /// Reconcile only Clusters labelled `stacksync.io/shard=<NAME>` (with --leader-elect,
-        /// one Lease per shard: `stacksync-<NAME>`).
+        /// one Lease per shard: `stacksync-<NAME>`). Every shard's replicas also compete for
+        /// the Lease `stacksync-rollout`, with or without --leader-elect: its holder drives the
+        /// fleet's rollouts.
         #[arg(long, value_name = "NAME", value_parser = parse_shard)]
         shard: Option<String>,
     },
@@ -301,8 +306,12 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
                 return run_once(&runtime, cfg, concurrency);
             }
             let mut options = daemon::Options::new(concurrency);
+            let election = daemon::ElectionOptions { namespace: lease_namespace, duration: lease_duration };
+            // Shards elect one rollout coordinator among them even without --leader-elect:
+            // two shards driving the same rollout would each move Clusters.
+            options.coordinator = shard.is_some().then(|| election.clone());
+            options.election = leader_elect.then_some(election);
             options.shard = shard;
-            options.election = leader_elect.then_some(daemon::ElectionOptions { namespace: lease_namespace, duration: lease_duration });
             start_admin(&runtime, &cfg, &admin_addr, &mut options)?;
             start_hooks(&runtime, &cfg, &hooks_addr, hooks_cert_file.as_deref().zip(hooks_key_file.as_deref()), &mut options)?;
             let result = runtime.block_on(daemon::run(config, cfg, options, shutdown_signal()));
@@ -589,7 +598,14 @@ fn parse_shard(text: &str) -> Result<String, String> {
         && text.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !text.starts_with('-')
         && !text.ends_with('-');
-    if ok { Ok(text.to_owned()) } else { Err(format!("`{text}`: expected a DNS label (a-z, 0-9, `-`; at most 63)")) }
+    if !ok {
+        return Err(format!("`{text}`: expected a DNS label (a-z, 0-9, `-`; at most 63)"));
+    }
+    if !stacksync::runtime::election::Params::shard_allowed(text) {
+        let lease = stacksync::runtime::election::ROLLOUT_LEASE;
+        return Err(format!("`{text}`: reserved (its Lease would be `{lease}`, the rollout coordinator's)"));
+    }
+    Ok(text.to_owned())
 }
 
 /// When a subscription renders cluster stacks, finds helm and logs its version; a missing helm

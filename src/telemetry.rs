@@ -89,7 +89,8 @@ pub struct PauseLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LeaseLabels {
-    /// The Lease's name: `stacksync` or `stacksync-<shard>`.
+    /// The Lease's name: `stacksync`, `stacksync-<shard>` or `stacksync-rollout` (the rollout
+    /// coordinator's, with `--shard`).
     pub lease: String,
 }
 
@@ -157,6 +158,9 @@ pub struct Metrics {
     /// State by Cluster (`namespace/name`), from which the `clusters*` gauges are computed: a
     /// Cluster that moves between subscriptions or releases, or goes away, is counted once.
     cluster_state: Mutex<BTreeMap<String, ClusterState>>,
+    /// Rollouts are driven under the rollout coordinator's own Lease (`--shard`): a standby
+    /// for its shard keeps exporting the rollouts it drives.
+    rollouts_apart: AtomicBool,
 }
 
 /// What the `clusters*` gauges count of one Cluster: its last reconcile's result.
@@ -209,6 +213,7 @@ impl Metrics {
             clusters_by_release: Family::default(),
             clusters_not_ready: Family::default(),
             cluster_state: Mutex::new(BTreeMap::new()),
+            rollouts_apart: AtomicBool::new(false),
             registry: Registry::default(),
         };
         registry.register("reconciles", "Cluster reconciles by subscription, result and reason", m.reconciles.clone());
@@ -321,11 +326,25 @@ impl Metrics {
 
     /// This process no longer acts on the fleet (a standby): it stops exporting the fleet's
     /// state, so that summing a gauge over the replicas counts each Cluster and rollout once,
-    /// not once more for every former leader.
+    /// not once more for every former leader. Rollouts driven under their own Lease
+    /// ([`Metrics::set_rollouts_apart`]) stay: [`Metrics::forget_rollouts`] forgets them.
     pub fn forget_fleet(&self) {
         let mut state = self.cluster_state.locked();
         state.clear();
         self.recount(&state);
+        if !self.rollouts_apart.load(Ordering::SeqCst) {
+            self.forget_rollouts();
+        }
+    }
+
+    /// Rollouts are driven under the rollout coordinator's Lease, not the shard's (`--shard`).
+    pub fn set_rollouts_apart(&self) {
+        self.rollouts_apart.store(true, Ordering::SeqCst);
+    }
+
+    /// This process drives no rollout (it lost the rollout coordinator's Lease): it stops
+    /// exporting their state, which the new coordinator exports.
+    pub fn forget_rollouts(&self) {
         self.rollout_wave.clear();
         self.rollout_done.clear();
         self.rollout_paused.clear();
@@ -634,6 +653,20 @@ mod tests {
         }
         assert!(text.contains("stacksync_lease_held{lease=\"stacksync\"} 0"), "{text}");
         assert!(text.contains("stacksync_reconciles_total{"), "counters stay: {text}");
+    }
+
+    #[test]
+    fn a_standby_for_its_shard_still_exports_the_rollouts_it_coordinates() {
+        let m = Metrics::new();
+        m.set_rollouts_apart();
+        m.reconciled("ns/a", "sub", "v1", Outcome::NotReady("NotSynced"), Duration::ZERO);
+        m.rollout("sub", 1, 0, None);
+        m.forget_fleet();
+        let text = m.encode();
+        assert!(!text.lines().any(|l| l.starts_with("stacksync_clusters{")), "{text}");
+        assert!(text.contains("stacksync_rollout_wave{subscription=\"sub\"} 1"), "{text}");
+        m.forget_rollouts();
+        assert!(!m.encode().lines().any(|l| l.starts_with("stacksync_rollout_")), "lost the rollout Lease");
     }
 
     #[test]

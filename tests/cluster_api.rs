@@ -373,3 +373,136 @@ async fn the_cluster_api_example_holds_an_upgrade_and_reports_it() {
     assert!(stdout.contains("Following hooks are blocking upgrade: BeforeClusterUpgrade"), "{stdout}");
     eprintln!("RESULT (example): {last}");
 }
+
+/// The holder of Lease `name` in the tenant's namespace.
+async fn lease_holder(t: &CapiTenant, name: &str) -> Option<String> {
+    let api: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(t.client(), &t.ns);
+    api.get_opt(name).await.ok()??.spec?.holder_identity.filter(|h| !h.is_empty())
+}
+
+fn holds(holder: Option<String>, daemon: &common::Daemon) -> bool {
+    holder.is_some_and(|h| h.ends_with(&format!("_{}", daemon.pid())))
+}
+
+/// `rollout: Cluster moved` lines for Cluster `name` in `log`.
+fn moves(log: &str, name: &str) -> usize {
+    log.lines().filter(|l| l.contains("rollout: Cluster moved") && l.contains(&format!("/{name} "))).count()
+}
+
+/// Issue 39 item 5: with `--shard`, one rollout coordinator — elected on the Lease
+/// `stacksync-rollout` among every shard's replicas — moves the Clusters of every shard, and
+/// each shard upgrades its own. Shard `a` runs two replicas, shard `b` one, which also answers
+/// Cluster API's hooks for every Cluster, `a`'s included; the coordinator is a replica of shard
+/// `z`, which has no Cluster: it applies no ClusterClass and waits for the ones the other shards
+/// apply. In wave 1 the coordinator and `a`'s leader are SIGKILLed together: the survivors take
+/// both Leases and finish the rollout from its status. Each Cluster is moved once, and wave 2
+/// starts only after wave 1 is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_rollout_coordinator_moves_the_clusters_of_two_shards_and_a_survivor_finishes_it() {
+    let Some(t) = CapiTenant::new("sharded").await else { return };
+    t.publish(V1, |_, text| text);
+    let rollout = json!({"waves": [{"clusters": 1}, {"percent": 100}], "waveTimeout": "2m", "checkInterval": "500ms"});
+    let config = t.config(|s| s.set("availableReleases", 2).set("rollout", rollout)).write();
+    let args = |shard: &'static str| ["--shard", shard, "--leader-elect", "--lease-duration", "8s", "--lease-namespace", t.ns.as_str()];
+    let started = Instant::now();
+    let mut z = t.launch(&config, "z.log").args(&args("z")).start().await;
+    t.eventually(&z, "z coordinates", STEP, async || holds(lease_holder(&t, "stacksync-rollout").await, &z)).await;
+    // b answers the hooks of every Cluster (the ExtensionConfig points at it): the answer is
+    // read from the Cluster's ClusterSync, whichever shard writes it.
+    let b = t.start(&config, &args("b")).await;
+    let mut a = t.launch(&config, "a.log").args(&args("a")).start().await;
+    t.eventually(&a, "a leads shard a", STEP, async || holds(lease_holder(&t, "stacksync-a").await, &a)).await;
+    let a2 = t.launch(&config, "a2.log").args(&args("a")).start().await;
+    let rollout_held = "stacksync_lease_held{lease=\"stacksync-rollout\"}";
+    assert_eq!((z.metric(rollout_held).await, b.metric(rollout_held).await), (1.0, 0.0));
+    assert!(z.log_has("rollout coordinator: this process holds the lease"), "{}", z.log());
+
+    let shards = [("c1", "a"), ("c2", "a"), ("c3", "b"), ("c4", "b")];
+    for (name, shard) in shards {
+        t.add_labelled_cluster(name, V1, K1, json!({}), json!({"stacksync.io/shard": shard})).await;
+    }
+    for (name, _) in shards {
+        wait_up(&t, &b, name, V1, K1).await;
+    }
+
+    t.publish(V2, v2_ungated);
+    let rolling = Instant::now();
+    // Wave 2 must not start before wave 1 is done: whenever a LIST shows a Cluster of wave 2
+    // moved, the control plane of wave 1's Cluster (read after it; it only goes forward) is at K2.
+    let check = async || {
+        let plan = rollout_status(&t, V2).await["plan"].clone();
+        let Some([first, second]) = plan.as_array().map(Vec::as_slice) else { return };
+        let name = |c: &serde_json::Value| c.as_str().and_then(|c| c.rsplit('/').next()).unwrap_or_default().to_owned();
+        let (Some(w1), Some(w2)) = (first["clusters"].as_array(), second["clusters"].as_array()) else { return };
+        let Ok(list) = t.clusters().list(&Default::default()).await else { return };
+        let moved = |n: &str| {
+            list.items.iter().any(|c| c.metadata.name.as_deref() == Some(n) && c.data["spec"]["topology"]["classRef"]["name"] == V2)
+        };
+        if w2.iter().any(|c| moved(&name(c))) {
+            for c in w1 {
+                let cp = t.control_plane(&name(c)).await.unwrap_or_default();
+                assert_eq!(cp["status"]["version"], K2, "wave 2 started before {} of wave 1 was done", name(c));
+            }
+        }
+    };
+    t.eventually(&z, "wave 1 moved by the coordinator", STEP, async || {
+        check().await;
+        shards.iter().any(|(n, _)| moves(&z.log(), n) == 1)
+    })
+    .await;
+    // z waited for the ClusterClass the shards with Clusters applied: it applied none itself.
+    assert!(!z.log_has("ClusterClass applied"), "{}", z.log());
+    let logs_before = [z.log(), a.log()];
+    tokio::join!(z.kill(), a.kill());
+    let killed = Instant::now();
+    let took = t
+        .eventually(&b, "a survivor coordinates", STEP, async || {
+            check().await;
+            let holder = lease_holder(&t, "stacksync-rollout").await;
+            holds(holder.clone(), &b) || holds(holder, &a2)
+        })
+        .await;
+    t.eventually(&b, "the rollout Complete", STEP, async || {
+        check().await;
+        rollout_phase(&t, V2).await == "Complete"
+    })
+    .await;
+    for (name, _) in shards {
+        wait_up(&t, &b, name, V2, K2).await;
+    }
+    let took_all = rolling.elapsed();
+
+    // Every Cluster of both shards moved exactly once, by whichever process coordinated.
+    let logs = [&logs_before[0], &logs_before[1], &a2.log(), &b.log()];
+    for (name, _) in shards {
+        let total: usize = logs.iter().map(|l| moves(l, name)).sum();
+        assert_eq!(total, 1, "{name} moved {total} times:\nz:\n{}\na2:\n{}\nb:\n{}", logs[0], a2.log(), b.log());
+    }
+    // b answered Cluster API's hooks for shard a's Clusters too (from their ClusterSyncs).
+    for name in ["c1", "c2"] {
+        let key = format!("{}/{name}", t.ns);
+        assert!(hook_calls(&b, "BeforeClusterUpgrade", &key) >= 1, "b answered no BeforeClusterUpgrade for {key}:\n{}", b.log());
+    }
+    let (coordinator, survivor) = if holds(lease_holder(&t, "stacksync-rollout").await, &b) { (&b, "b") } else { (&a2, "a2") };
+    assert!(coordinator.log_has("rollout coordinator: this process holds the lease"), "{}", coordinator.log());
+    assert_eq!(coordinator.metric(rollout_held).await, 1.0);
+    // Each shard's leader upgraded its own two Clusters, and none of the other's.
+    assert!(holds(lease_holder(&t, "stacksync-a").await, &a2) && holds(lease_holder(&t, "stacksync-b").await, &b));
+    let on_v2 = format!("stacksync_clusters_by_release{{subscription=\"{}\",release=\"{V2}\",ready=\"true\"}}", t.ns);
+    t.eventually(&b, "each shard's leader counts its own two Clusters on V2", STEP, async || {
+        (a2.metric(&on_v2).await, b.metric(&on_v2).await) == (2.0, 2.0)
+    })
+    .await;
+    eprintln!(
+        "RESULT: one rollout over 2 shards (4 Clusters, 2 waves) coordinated by a shard without Clusters; the coordinator and \
+         shard a's leader SIGKILLed in wave 1, {survivor} took the rollout Lease {:.1}s later, rollout Complete {:.1}s after \
+         the kill ({:.1}s after the release; {:.1}s in all); every Cluster moved once",
+        took.as_secs_f64(),
+        killed.elapsed().as_secs_f64(),
+        took_all.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+    );
+    b.stop().await;
+    a2.stop().await;
+    t.delete().await;
+}

@@ -1,6 +1,7 @@
 //! Leader election and sharding with the real binary: of two replicas only the leader writes,
 //! the standby's `/readyz` is 503, killing the leader hands over within the lease duration, and
-//! SIGTERM releases the Lease; two shards split twenty Clusters with none reconciled by both.
+//! SIGTERM releases the Lease; two shards split twenty Clusters with none reconciled by both,
+//! and one of them holds the rollout coordinator's Lease.
 
 mod common;
 
@@ -90,6 +91,13 @@ async fn two_shards_split_twenty_clusters_with_none_reconciled_by_both() {
     for i in 0..20 {
         assert_eq!(env.applied(&format!("c{i}")).await, "v1.0.0", "c{i}");
     }
+    // One rollout coordinator for both shards, released on SIGTERM like a shard's Lease.
+    let held = "stacksync_lease_held{lease=\"stacksync-rollout\"}";
+    even.eventually("one of the shards coordinates rollouts", Duration::from_secs(30), async || {
+        holder(&env, "stacksync-rollout").await.is_some() && even.metric(held).await + odd.metric(held).await == 1.0
+    })
+    .await;
     even.stop().await;
     odd.stop().await;
+    assert_eq!(holder(&env, "stacksync-rollout").await, None, "the rollout Lease was not released on SIGTERM");
 }

@@ -16,7 +16,7 @@ use crate::config::{self, Config, Target};
 use crate::controller::Context;
 use crate::controller::poller::Pollers;
 use crate::runtime::admin::Admin;
-use crate::runtime::election::{Leadership, Params};
+use crate::runtime::election::{Leadership, Params, ROLLOUT_LEASE};
 use crate::targets::directory::syncers::Syncers;
 use crate::targets::kubernetes;
 
@@ -38,6 +38,10 @@ pub struct Options {
     pub election: Option<ElectionOptions>,
     /// `--shard`: only Clusters labelled `stacksync.io/shard=<name>`, and the shard's own Lease.
     pub shard: Option<String>,
+    /// The election of the rollout coordinator ([`ROLLOUT_LEASE`]): set with `--shard` (with
+    /// or without `--leader-elect`), so that of all the shards' replicas one drives rollouts.
+    /// Without it rollouts are driven by the controller (its leader, with election).
+    pub coordinator: Option<ElectionOptions>,
 }
 
 /// How to elect a leader.
@@ -52,7 +56,7 @@ pub struct ElectionOptions {
 impl Options {
     /// No admin listener, nothing but the schedule triggers polls.
     pub fn new(concurrency: u16) -> Options {
-        Options { concurrency, admin: None, hooks: None, triggers: mpsc::channel(1).1, election: None, shard: None }
+        Options { concurrency, admin: None, hooks: None, triggers: mpsc::channel(1).1, election: None, shard: None, coordinator: None }
     }
 
     fn reloaded(&self, config: &Config) {
@@ -118,12 +122,66 @@ impl Running {
     }
 }
 
+/// The rollout driver of a sharded fleet while this process holds [`ROLLOUT_LEASE`] (see
+/// [`kubernetes::coordinate`]), with its graceful-stop signal.
+struct Coordinating(Running);
+
+impl Coordinating {
+    fn idle() -> Coordinating {
+        Coordinating(Running::idle())
+    }
+
+    fn start(ctx: &Option<Arc<Context>>, holds: bool) -> Coordinating {
+        let Some(ctx) = ctx.as_ref().filter(|_| holds) else { return Coordinating::idle() };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let signal = async move {
+            let _ = stopped.await;
+        };
+        let ctx = ctx.clone();
+        let task = tokio::spawn(async move {
+            kubernetes::coordinate(ctx, signal).await;
+            Ok(())
+        });
+        Coordinating(Running { task, stop: Some(stop) })
+    }
+
+    fn is_running(&self) -> bool {
+        self.0.stop.is_some()
+    }
+}
+
+/// Whether this process holds the rollout coordinator's Lease; never, without one.
+fn coordinates(lease: Option<&Leadership>) -> bool {
+    lease.is_some_and(Leadership::is_leader)
+}
+
+/// Completes when the rollout coordinator's Lease may have changed hands; never without one.
+async fn coordinator_changed(lease: &mut Option<Leadership>) {
+    match lease {
+        Some(l) => l.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Records (metric and log) whether this process holds the rollout coordinator's Lease.
+fn said_coordinating(holds: bool) {
+    crate::telemetry::metrics().lease_held(ROLLOUT_LEASE, holds);
+    if holds {
+        info!(lease = ROLLOUT_LEASE, "rollout coordinator: this process holds the lease; driving the fleet's rollouts");
+    } else {
+        warn!(lease = ROLLOUT_LEASE, "rollout coordinator: the lease is lost; stopped driving rollouts");
+        crate::telemetry::metrics().forget_rollouts();
+    }
+}
+
 /// The Kubernetes target: a [`Context`] for the process, one poller task per source, and the
 /// Cluster controller — on the leader only, when leader election is on: a standby polls its
 /// sources (warm caches) and writes nothing, and a leader that loses the lease stops its
-/// controller at once. A reload puts the new config in force at once (pollers of changed
-/// sources poll, every Cluster is reconciled); a reload that changes the cache, the target or
-/// helm rebuilds the context and the controller.
+/// controller at once. With `--shard`, every replica also competes for [`ROLLOUT_LEASE`]: its
+/// holder, whatever its shard and whether it leads it, drives the fleet's rollouts, and stops
+/// at once when it loses that Lease. A reload puts the new config in force at once (pollers of
+/// changed sources poll, every Cluster is reconciled); a reload that changes the cache, the
+/// target or helm rebuilds the context, the controller and the rollout coordinator.
 ///
 /// # Errors
 /// Only when the config file's directory cannot be watched at start-up.
@@ -140,7 +198,9 @@ pub async fn run_kubernetes(
     tokio::pin!(shutdown);
     info!(file = %path.display(), subscriptions = config.subscriptions.len(), shard = options.shard.as_deref().unwrap_or(""), "stacksync started");
     let mut leadership = match (&options.election, &config.target) {
-        (Some(e), Target::Kubernetes(k)) => Leadership::start(k.clone(), options.shard.clone(), e.namespace.clone(), e.duration),
+        (Some(e), Target::Kubernetes(k)) => {
+            Leadership::start(k.clone(), Params::lease_name(options.shard.as_deref()), e.namespace.clone(), e.duration)
+        }
         _ => Leadership::Off,
     };
     // The Lease this process competes for (leader election only), for `stacksync_lease_held`:
@@ -154,6 +214,22 @@ pub async fn run_kubernetes(
         }
     };
     set_standby(!leadership.is_leader());
+    let mut coordinator = match (&options.coordinator, &config.target) {
+        (Some(e), Target::Kubernetes(k)) => {
+            if options.election.is_none() {
+                info!(
+                    lease = ROLLOUT_LEASE,
+                    "rollout coordinator: --shard without --leader-elect still elects one replica of all the shards to drive rollouts"
+                );
+            }
+            Some(Leadership::start(k.clone(), ROLLOUT_LEASE.to_owned(), e.namespace.clone(), e.duration))
+        }
+        _ => None,
+    };
+    if coordinator.is_some() {
+        crate::telemetry::metrics().set_rollouts_apart();
+        crate::telemetry::metrics().lease_held(ROLLOUT_LEASE, false);
+    }
     loop {
         let ctx = match Context::new(config.clone()) {
             Ok(c) => Some(c),
@@ -172,14 +248,36 @@ pub async fn run_kubernetes(
             _ => Running::idle(),
         };
         let mut controller = start(&ctx, leadership.is_leader());
+        let mut rollouts = Coordinating::start(&ctx, coordinates(coordinator.as_ref()));
         loop {
             tokio::select! {
                 () = &mut shutdown => {
                     info!("shutting down: letting in-flight reconciles finish");
-                    controller.stop().await;
+                    tokio::join!(controller.stop(), rollouts.0.stop());
                     set_standby(true);
-                    leadership.release(Duration::from_secs(5)).await;
+                    let coordinator_released = async {
+                        if let Some(lease) = coordinator {
+                            lease.release(Duration::from_secs(5)).await;
+                        }
+                    };
+                    tokio::join!(leadership.release(Duration::from_secs(5)), coordinator_released);
                     return Ok(());
+                }
+                _ = &mut rollouts.0.task => {
+                    // It ends only when told to (or by a panic): idle until the Lease changes.
+                    rollouts = Coordinating::idle();
+                }
+                () = coordinator_changed(&mut coordinator) => {
+                    let holds = coordinates(coordinator.as_ref());
+                    if holds == rollouts.is_running() {
+                        continue;
+                    }
+                    said_coordinating(holds);
+                    if holds {
+                        rollouts = Coordinating::start(&ctx, true);
+                    } else {
+                        std::mem::replace(&mut rollouts, Coordinating::idle()).0.abort();
+                    }
                 }
                 done = &mut controller.task => {
                     match done {
@@ -232,7 +330,7 @@ pub async fn run_kubernetes(
             }
         }
         info!("cache, target or helm changed: restarting the controller");
-        controller.stop().await;
+        tokio::join!(controller.stop(), rollouts.0.stop());
     }
 }
 

@@ -22,6 +22,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+/// The Lease of the rollout coordinator of a sharded fleet: every replica of every shard
+/// competes for it, and its holder alone drives the fleet's rollouts (a shard sees only its own
+/// Clusters; a rollout moves them all and keeps one state per release). An unsharded controller
+/// needs none: its own leader drives rollouts.
+pub const ROLLOUT_LEASE: &str = "stacksync-rollout";
+
 /// Errors of leader election.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -55,6 +61,12 @@ impl Params {
     /// The Lease's name: `stacksync`, or `stacksync-<shard>` (one Lease per shard).
     pub fn lease_name(shard: Option<&str>) -> String {
         shard.map_or_else(|| "stacksync".to_owned(), |s| format!("stacksync-{s}"))
+    }
+
+    /// Whether `shard` may name a shard: not one whose Lease would be the rollout
+    /// coordinator's ([`ROLLOUT_LEASE`]).
+    pub fn shard_allowed(shard: &str) -> bool {
+        Params::lease_name(Some(shard)) != ROLLOUT_LEASE
     }
 
     /// `<pod name or host name>_<pid>`: unique per process, readable in `kubectl get lease`.
@@ -278,14 +290,10 @@ pub enum Leadership {
 }
 
 impl Leadership {
-    /// Starts competing for the Lease of `shard` in `namespace` (default: the management
-    /// client's namespace), retrying with backoff until the Lease can be created or read.
-    pub fn start(
-        target: crate::config::KubernetesTarget,
-        shard: Option<String>,
-        namespace: Option<String>,
-        duration: Duration,
-    ) -> Leadership {
+    /// Starts competing for the Lease `lease` (a shard's, [`Params::lease_name`], or
+    /// [`ROLLOUT_LEASE`]) in `namespace` (default: the management client's namespace), retrying
+    /// with backoff until the Lease can be created or read.
+    pub fn start(target: crate::config::KubernetesTarget, lease: String, namespace: Option<String>, duration: Duration) -> Leadership {
         Leadership::Starting(tokio::spawn(async move {
             let mut attempt = 0u32;
             loop {
@@ -293,7 +301,7 @@ impl Leadership {
                     Ok(client) => {
                         let params = Params {
                             namespace: namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned()),
-                            name: Params::lease_name(shard.as_deref()),
+                            name: lease.clone(),
                             identity: Params::default_identity(),
                             duration,
                         };
@@ -356,6 +364,9 @@ mod tests {
     fn lease_names_and_grace() {
         assert_eq!(Params::lease_name(None), "stacksync");
         assert_eq!(Params::lease_name(Some("eu-1")), "stacksync-eu-1");
+        // A shard named `rollout` would share the rollout coordinator's Lease.
+        assert!(Params::shard_allowed("eu-1") && Params::shard_allowed("rollouts"));
+        assert!(!Params::shard_allowed("rollout"));
         let p = Params { namespace: "ns".into(), name: "n".into(), identity: "i".into(), duration: Duration::from_secs(15) };
         assert_eq!(p.grace(), Duration::from_secs(5));
         assert_eq!(Params { duration: Duration::from_secs(2), ..p }.grace(), Duration::from_secs(1));

@@ -180,9 +180,19 @@ impl CapiTenant {
     /// A Cluster with `spec.topology` (class and version), labelled for this tenant, with
     /// `extra` merged into its metadata (annotations).
     pub async fn add_cluster(&self, name: &str, class: &str, version: &str, annotations: Value) {
+        self.add_labelled_cluster(name, class, version, annotations, json!({})).await;
+    }
+
+    /// [`CapiTenant::add_cluster`] with `labels` too (e.g. its shard: Cluster API refuses an
+    /// edit of a Cluster whose class does not exist yet, so a label cannot come later).
+    pub async fn add_labelled_cluster(&self, name: &str, class: &str, version: &str, annotations: Value, labels: Value) {
+        let mut all = json!({"e2e": self.ns});
+        if let (Some(all), Some(more)) = (all.as_object_mut(), labels.as_object()) {
+            all.extend(more.clone());
+        }
         let body = json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-            "metadata": {"name": name, "namespace": self.ns, "labels": {"e2e": self.ns}, "annotations": annotations},
+            "metadata": {"name": name, "namespace": self.ns, "labels": all, "annotations": annotations},
             "spec": {
                 "clusterNetwork": {"pods": {"cidrBlocks": ["10.1.0.0/16"]}},
                 "topology": {"classRef": {"name": class}, "version": version, "controlPlane": {"replicas": 1}},

@@ -56,7 +56,7 @@ pub use diff::{ClusterDiff, diff};
 pub use error::Error;
 pub use render::render;
 pub use rollout::{Health, judge, plan, request as request_rollout};
-pub use run::{SHARD_LABEL, pass, request_reconcile, run};
+pub use run::{SHARD_LABEL, coordinate, pass, request_reconcile, run};
 pub use warnings::REPEAT_WARNING;
 pub use workloads::{REACHABLE_TIMEOUT, Workload};
 

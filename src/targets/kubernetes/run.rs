@@ -83,22 +83,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), Error> {
     let mut shutdown = Box::pin(shutdown);
-    let mut attempt = 0u32;
-    let kube = loop {
-        match Kube::connect(ctx.clone()).await {
-            Ok(k) => break k,
-            Err(e @ Error::ManagementClient(_)) => return Err(e),
-            Err(e) => {
-                attempt = attempt.saturating_add(1);
-                let wait = crate::schedule::jittered(crate::schedule::backoff(attempt).max(Duration::from_secs(2)));
-                error!(reason = e.reason(), retry_in = ?wait, "{e}");
-                tokio::select! {
-                    () = tokio::time::sleep(wait) => {}
-                    () = &mut shutdown => return Ok(()),
-                }
-            }
-        }
-    };
+    let Some(kube) = connect(&ctx, &mut shutdown).await? else { return Ok(()) };
     // A rebuilt controller lists every Cluster again before it is ready.
     crate::telemetry::readiness().set_synced(false);
     let ar = kube.clusters.clone();
@@ -160,18 +145,15 @@ pub async fn run(
         tokio::spawn(async move { super::rollup::run(&kube, stop_rx).await })
     };
     // A rollout moves every Cluster of a subscription and keeps one state per release: one
-    // driver for the fleet, which a shard (seeing only its own Clusters) is not.
+    // driver for the fleet. A shard's controller is not it: the rollout coordinator is
+    // ([`coordinate`], elected among every shard's replicas by the daemon).
     let rollouts = {
         let kube = kube.clone();
         let sharded = shard.is_some();
         tokio::spawn(async move {
-            if sharded {
-                if kube.ctx.config().subscriptions.iter().any(|s| s.rollout.is_some()) {
-                    warn!("`rollout:` is not driven by a sharded controller (--shard); run one unsharded replica for rollouts");
-                }
-                return;
+            if !sharded {
+                super::rollout::run(&kube, stop_rx).await;
             }
-            super::rollout::run(&kube, stop_rx).await
         })
     };
 
@@ -205,6 +187,59 @@ pub async fn run(
     let _ = rollouts.await;
     info!("controller stopped");
     Ok(())
+}
+
+/// Connects to the management cluster, retrying with backoff what can be retried. `Ok(None)`:
+/// `shutdown` came first.
+async fn connect(ctx: &Arc<Context>, shutdown: &mut std::pin::Pin<Box<impl Future<Output = ()>>>) -> Result<Option<Arc<Kube>>, Error> {
+    let mut attempt = 0u32;
+    loop {
+        match Kube::connect(ctx.clone()).await {
+            Ok(k) => return Ok(Some(k)),
+            Err(e @ Error::ManagementClient(_)) => return Err(e),
+            Err(e) => {
+                attempt = attempt.saturating_add(1);
+                let wait = crate::schedule::jittered(crate::schedule::backoff(attempt).max(Duration::from_secs(2)));
+                error!(reason = e.reason(), retry_in = ?wait, "{e}");
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = shutdown.as_mut() => return Ok(None),
+                }
+            }
+        }
+    }
+}
+
+/// The rollout coordinator of a sharded fleet: drives every subscription's rollout over the
+/// whole fleet — whatever the shard of each Cluster — until `shutdown` completes (the round in
+/// progress finishes first). The daemon runs it while this process holds the rollout Lease.
+///
+/// Nothing here reads a shard's Cluster cache: the driver lists Clusters, ClusterSyncs and
+/// StackReleases from the API server and reads each control plane there, and each shard's
+/// controller carries out the moves of its own Clusters (their upgrade stages and addons). The
+/// state is the target StackRelease's `status.rollout`: a new coordinator resumes from it.
+/// Cancellation-safe as the driver is: dropped between two requests, a Cluster moved but not yet
+/// recorded is found on the target class by the next coordinator and not moved again.
+pub async fn coordinate(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 'static) {
+    let mut shutdown = Box::pin(shutdown);
+    let kube = match connect(&ctx, &mut shutdown).await {
+        Ok(Some(k)) => k,
+        Ok(None) => return,
+        Err(e) => {
+            error!(reason = e.reason(), "rollout coordinator: {e}; fix the config (it is reloaded when it changes)");
+            shutdown.await;
+            return;
+        }
+    };
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let driving = super::rollout::run(&kube, stop_rx);
+    tokio::pin!(driving);
+    tokio::select! {
+        () = &mut driving => return,
+        () = shutdown.as_mut() => {}
+    }
+    let _ = stop_tx.send(true);
+    driving.await;
 }
 
 fn cluster_ref(key: &ClusterKey, ar: &kube::api::ApiResource) -> ObjectRef<DynamicObject> {
