@@ -660,7 +660,7 @@ mod tests {
         let m = Metrics::new();
         m.set_rollouts_apart();
         m.reconciled("ns/a", "sub", "v1", Outcome::NotReady("NotSynced"), Duration::ZERO);
-        m.rollout("sub", 1, 0, None);
+        m.rollout("sub", 1, 0, None, false, 0);
         m.forget_fleet();
         let text = m.encode();
         assert!(!text.lines().any(|l| l.starts_with("stacksync_clusters{")), "{text}");

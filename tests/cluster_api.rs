@@ -285,9 +285,10 @@ async fn a_failed_cluster_is_moved_back_through_the_real_webhooks_and_the_rollou
     let mut last = String::new();
     t.eventually(&daemon, "the rollout Complete", STEP, async || {
         let now = rollout_status(&t, V2).await;
-        if now.to_string() != last {
-            last = now.to_string();
-            eprintln!("rollout: {last}");
+        let text = now.to_string();
+        if text != last {
+            eprintln!("rollout: {text}");
+            last = text;
         }
         now["phase"] == "Complete"
     })
