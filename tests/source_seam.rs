@@ -118,8 +118,14 @@ async fn a_source_kind_written_outside_the_crate_is_polled_selected_and_cached_l
     assert_eq!(first.url, folder.location());
 
     let constraint = Constraint::parse(">=1.0.0").expect("constraint");
-    let wanted =
-        stacksync::model::Wanted { source: "folder", stack: None, version: ">=1.0.0", constraint: &constraint, auto_upgrade: true };
+    let wanted = stacksync::model::Wanted {
+        source: "folder",
+        stack: None,
+        kubernetes: None,
+        version: ">=1.0.0",
+        constraint: &constraint,
+        auto_upgrade: true,
+    };
     let selection = release::select(&wanted, &first.tags, None).expect("a release");
     assert_eq!(selection.release.tag, "v1.1.0");
 

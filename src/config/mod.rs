@@ -144,6 +144,9 @@ pub struct Subscription {
     /// For cluster-stack tags: `<provider>-<name>-<k8s major>-<k8s minor>`. Without it, plain
     /// semver tags are the releases.
     pub stack: Option<String>,
+    /// `kubernetes`: with it, `stack` is a line (`<provider>-<name>`) and every family of the
+    /// line whose Kubernetes minor is in this range is followed (`">=1.30, <1.33"`).
+    pub kubernetes: Option<KubernetesRange>,
     pub version: String,
     pub constraint: Constraint,
     pub schedule: Schedule,
@@ -405,12 +408,31 @@ impl fmt::Display for ConfigErrors {
     }
 }
 
+/// A subscription's `kubernetes` range, as written and parsed.
+#[derive(Debug, Clone)]
+pub struct KubernetesRange {
+    pub text: String,
+    pub range: semver::VersionReq,
+}
+
+impl PartialEq for KubernetesRange {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
 impl Subscription {
+    /// The cluster-stack families this subscription follows (`None`: plain semver tags).
+    pub fn families(&self) -> Option<crate::model::version::Families<'_>> {
+        self.stack.as_deref().map(|stack| crate::model::version::Families { stack, kubernetes: self.kubernetes.as_ref().map(|k| &k.range) })
+    }
+
     /// What release selection needs of this subscription.
     pub fn wanted(&self) -> crate::model::Wanted<'_> {
         crate::model::Wanted {
             source: &self.source,
             stack: self.stack.as_deref(),
+            kubernetes: self.kubernetes.as_ref().map(|k| &k.range),
             version: &self.version,
             constraint: &self.constraint,
             auto_upgrade: self.auto_upgrade,

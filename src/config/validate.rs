@@ -283,6 +283,7 @@ impl Cx {
                 "name",
                 "source",
                 "stack",
+                "kubernetes",
                 "version",
                 "schedule",
                 "interval",
@@ -312,7 +313,23 @@ impl Cx {
             self.error(mark, &f.path("source"), format!("unknown source `{s}`, defined sources: {}", list_or_none(&known)));
         }
         let stack = self.string(&f, "stack");
-        if let Some(s) = &stack
+        let kubernetes = self.kubernetes_range(&f, stack.as_deref());
+        if let (Some(s), Some(_)) = (&stack, &kubernetes) {
+            let mark = f.get("stack").map_or(node.mark, |n| n.mark);
+            if crate::model::version::family_parts(s).is_some() {
+                self.error(
+                    mark,
+                    &f.path("stack"),
+                    format!("with `kubernetes`, `stack` names the line without its Kubernetes version (`docker-ferrol`, not `{s}`)"),
+                );
+            } else if !matches!(Version::from_tag(&format!("{s}-1-30-v1")), Some(Version::Scs { .. })) {
+                self.error(
+                    mark,
+                    &f.path("stack"),
+                    format!("`{s}` is not a cluster-stack line; expected `<provider>-<name>` such as `docker-ferrol`"),
+                );
+            }
+        } else if let Some(s) = &stack
             && !matches!(Version::from_tag(&format!("{s}-v1")), Some(Version::Scs { .. }))
         {
             let mark = f.get("stack").map_or(node.mark, |n| n.mark);
@@ -429,6 +446,7 @@ impl Cx {
             name: name?,
             source: source?,
             stack,
+            kubernetes,
             version,
             constraint: constraint?,
             schedule: schedule?,
@@ -447,6 +465,37 @@ impl Cx {
             rollout,
             adopted_labels,
         })
+    }
+
+    /// `kubernetes`: a range of Kubernetes versions (`">=1.30, <1.33"`) whose families of the line
+    /// `stack` the subscription follows.
+    fn kubernetes_range(&mut self, f: &Fields<'_>, stack: Option<&str>) -> Option<crate::config::KubernetesRange> {
+        let n = f.get("kubernetes")?;
+        let text = self.string(f, "kubernetes")?;
+        if stack.is_none() {
+            self.error(
+                n.mark,
+                &f.path("kubernetes"),
+                "needs `stack`: the line of cluster stacks (`docker-ferrol`) whose Kubernetes minors it ranges over",
+            );
+            return None;
+        }
+        let plain: String = text.replace(['v', 'V'], "");
+        match semver::VersionReq::parse(&plain) {
+            Ok(range) if range.comparators.is_empty() => {
+                self.error(n.mark, &f.path("kubernetes"), "expected a range of Kubernetes versions such as `\">=1.30, <1.33\"`");
+                None
+            }
+            Ok(range) => Some(crate::config::KubernetesRange { text, range }),
+            Err(e) => {
+                self.error(
+                    n.mark,
+                    &f.path("kubernetes"),
+                    format!("`{text}` is not a range of Kubernetes versions (e.g. `\">=1.30, <1.33\"`): {e}"),
+                );
+                None
+            }
+        }
     }
 
     /// A mapping of labels (`key: value` strings), each checked as the API server checks labels.

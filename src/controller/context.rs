@@ -266,11 +266,7 @@ impl Context {
             .iter()
             .filter(|(tag, _)| {
                 let Some(v) = crate::model::version::Version::from_tag(tag) else { return false };
-                match (wanted.stack, &v) {
-                    (Some(stack), crate::model::version::Version::Scs { stack: s, .. }) => s == stack && wanted.constraint.matches(&v),
-                    (None, crate::model::version::Version::Semver(_)) => wanted.constraint.matches(&v),
-                    _ => false,
-                }
+                wanted.kind_of(&v) && wanted.constraint.matches(&v)
             })
             .map(|(t, r)| (t.clone(), r.clone()))
             .collect()
@@ -299,9 +295,9 @@ impl Context {
 
     /// The releases a cluster-stack subscription offers (newest first).
     pub async fn offered(&self, sub: &Subscription) -> Vec<Release> {
-        let Some(stack) = &sub.stack else { return Vec::new() };
+        let Some(families) = sub.families() else { return Vec::new() };
         let (tags, _) = self.tags(sub).await;
-        release::offered(&sub.source, &tags, stack, &sub.constraint, sub.available_releases)
+        release::offered(&sub.source, &tags, families, &sub.constraint, sub.available_releases)
     }
 
     /// Records the release a subscription has in use (kept by garbage collection; the one

@@ -119,13 +119,9 @@ pub fn releases_to_keep(config: &Config, index: &Index) -> BTreeSet<String> {
             .iter()
             .filter(|(id, _)| id.starts_with(&format!("{key}/")))
             .filter_map(|(id, e)| Version::from_tag(&e.tag).map(|v| (v, id.clone())))
-            .filter(|(v, _)| match (&sub.stack, v) {
-                (Some(stack), Version::Scs { stack: s, .. }) => s == stack,
-                (None, Version::Semver(_)) => true,
-                _ => false,
-            })
+            .filter(|(v, _)| sub.wanted().kind_of(v))
             .collect();
-        mine.sort_by(|a, b| b.0.compare(&a.0).unwrap_or(std::cmp::Ordering::Equal).then_with(|| b.1.cmp(&a.1)));
+        mine.sort_by(|a, b| b.0.order(&a.0).unwrap_or(std::cmp::Ordering::Equal).then_with(|| b.1.cmp(&a.1)));
         keep.extend(mine.into_iter().take(config.cache.keep_releases).map(|(_, id)| id));
     }
     keep

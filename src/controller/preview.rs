@@ -298,8 +298,8 @@ fn local(config: &Config, o: Opened, subscription: Option<&str>) -> Result<Candi
     let chart_stack = o.cluster_stack.as_ref().and_then(|_| class_chart_stack(&o.root));
     let fits = |s: &Subscription| {
         s.format == format
-            && match (&s.stack, &chart_stack) {
-                (Some(stack), Some(chart)) => stack == chart,
+            && match (s.families(), &chart_stack) {
+                (Some(families), Some(chart)) => families.covers(chart),
                 _ => true,
             }
     };
@@ -309,7 +309,9 @@ fn local(config: &Config, o: Opened, subscription: Option<&str>) -> Result<Candi
         None => "a manifests release (no metadata.yaml)".to_owned(),
     };
     let sub = choose(config, subscription, &what, fits)?;
-    let (tag, version) = match (&o.cluster_stack, &sub.stack) {
+    // The family is the chart's (a line's subscription follows several).
+    let family = chart_stack.clone().or_else(|| sub.stack.clone());
+    let (tag, version) = match (&o.cluster_stack, &family) {
         (Some((v, file)), Some(stack)) => {
             let tag = format!("{stack}-{}", v.replace('.', "-"));
             let version = Version::from_tag(&tag).ok_or_else(|| Error::Metadata {
@@ -400,7 +402,12 @@ async fn published(ctx: &Context, config: &Config, source: &str, tag: &str, name
         Version::Scs { stack, .. } => Some(stack.clone()),
         Version::Semver(_) => None,
     };
-    let sub = choose(config, named, &format!("tag `{tag}` of source `{source}`"), |s| s.source == source && s.stack == stack)?;
+    let covered = |s: &Subscription| match (s.families(), &stack) {
+        (Some(f), Some(family)) => f.covers(family),
+        (None, None) => true,
+        _ => false,
+    };
+    let sub = choose(config, named, &format!("tag `{tag}` of source `{source}`"), |s| s.source == source && covered(s))?;
     let poll = ctx.poll(source).await.err().map(|e| e.to_string());
     // A tag the poll refused (a signature not trusted, a tag that moved) is not offered: say why.
     if let Some(message) = ctx.refusal_of(source, tag).await {

@@ -32,10 +32,28 @@ pub struct Wanted<'a> {
     pub source: &'a str,
     /// Cluster-stack tags of this stack; `None`: plain semver tags.
     pub stack: Option<&'a str>,
+    /// With `stack` a line: the Kubernetes minors whose families are followed.
+    pub kubernetes: Option<&'a semver::VersionReq>,
     /// The constraint as written, for messages.
     pub version: &'a str,
     pub constraint: &'a version::Constraint,
     pub auto_upgrade: bool,
+}
+
+impl Wanted<'_> {
+    /// The cluster-stack families wanted (`None`: plain semver tags).
+    pub fn families(&self) -> Option<version::Families<'_>> {
+        self.stack.map(|stack| version::Families { stack, kubernetes: self.kubernetes })
+    }
+
+    /// Whether `v` is a release of what is wanted, the constraint aside.
+    pub fn kind_of(&self, v: &version::Version) -> bool {
+        match (self.families(), v) {
+            (Some(f), version::Version::Scs { .. }) => f.covers_version(v),
+            (None, version::Version::Semver(_)) => true,
+            _ => false,
+        }
+    }
 }
 
 /// A Cluster API `Cluster` (or a configured cluster of the directory target): namespace and name.

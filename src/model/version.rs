@@ -81,6 +81,79 @@ impl Version {
     }
 }
 
+impl Version {
+    /// The family of a cluster-stack version (`<provider>-<name>-<major>-<minor>`).
+    pub fn family(&self) -> Option<&str> {
+        match self {
+            Version::Scs { stack, .. } => Some(stack),
+            Version::Semver(_) => None,
+        }
+    }
+
+    /// Orders two releases of one family ([`Version::compare`]), or of one line of families
+    /// across Kubernetes minors: the older minor first, then `v<N>`. `None` when they are not
+    /// comparable (other lines, hash versions, semver against a cluster stack).
+    pub fn order(&self, other: &Version) -> Option<Ordering> {
+        if let Some(o) = self.compare(other) {
+            return Some(o);
+        }
+        match (self, other) {
+            (Version::Scs { stack: sa, version: ScsVersion::Number(a) }, Version::Scs { stack: sb, version: ScsVersion::Number(b) }) => {
+                let (la, ka) = family_parts(sa)?;
+                let (lb, kb) = family_parts(sb)?;
+                (la == lb).then(|| ka.cmp(&kb).then(a.cmp(b)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A family's line and Kubernetes version: `openstack-scs-1-31` is line `openstack-scs` at
+/// Kubernetes 1.31.
+pub fn family_parts(family: &str) -> Option<(&str, (u64, u64))> {
+    let (rest, minor) = family.rsplit_once('-')?;
+    let (line, major) = rest.rsplit_once('-')?;
+    Some((line, (major.parse().ok()?, minor.parse().ok()?)))
+}
+
+/// The cluster-stack families a subscription follows: one (`stack: docker-ferrol-1-27`), or a
+/// line across a range of Kubernetes minors (`stack: docker-ferrol` with `kubernetes: ">=1.30,
+/// <1.33"`: every `docker-ferrol-1-<minor>` in the range).
+#[derive(Debug, Clone, Copy)]
+pub struct Families<'a> {
+    pub stack: &'a str,
+    pub kubernetes: Option<&'a semver::VersionReq>,
+}
+
+impl Families<'_> {
+    /// Whether `family` (`<provider>-<name>-<major>-<minor>`) is one of them.
+    pub fn covers(&self, family: &str) -> bool {
+        match self.kubernetes {
+            None => family == self.stack,
+            Some(range) => family_parts(family)
+                .is_some_and(|(line, (major, minor))| line == self.stack && range.matches(&semver::Version::new(major, minor, 0))),
+        }
+    }
+
+    /// Whether `v` is a cluster-stack version of one of them.
+    pub fn covers_version(&self, v: &Version) -> bool {
+        v.family().is_some_and(|f| self.covers(f))
+    }
+
+    /// Whether a ClusterClass (named like its release tag) is a release of one of them.
+    pub fn covers_class(&self, class: &str) -> bool {
+        Version::from_tag(class).is_some_and(|v| self.covers_version(&v))
+    }
+
+    /// What they are, for messages: `docker-ferrol-1-27`, or `docker-ferrol (Kubernetes >=1.30, <1.33)`.
+    pub fn describe(&self) -> String {
+        match self.kubernetes {
+            None => self.stack.to_owned(),
+            Some(r) => format!("{} (Kubernetes {r})", self.stack),
+        }
+    }
+}
+
 fn is_lower_alnum(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
 }

@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::model::version::{Constraint, Version};
+use crate::model::version::{Constraint, Families, Version};
 
 use crate::model::Wanted;
 
@@ -100,11 +100,7 @@ fn seen(tags: &[String], more: usize) -> String {
 /// # Errors
 /// [`Error::NoMatch`] when nothing matches.
 pub fn select(sub: &Wanted<'_>, tags: &BTreeMap<String, String>, adopted: Option<Adopted<'_>>) -> Result<Selection, Error> {
-    let fits = |v: &Version| match (sub.stack, v) {
-        (Some(stack), Version::Scs { stack: s, .. }) => s == stack && sub.constraint.matches(v),
-        (None, Version::Semver(_)) => sub.constraint.matches(v),
-        _ => false,
-    };
+    let fits = |v: &Version| sub.kind_of(v) && sub.constraint.matches(v);
     let release = |tag: &str, commit: &str, version: Version| Release {
         source: sub.source.to_owned(),
         tag: tag.to_owned(),
@@ -114,7 +110,7 @@ pub fn select(sub: &Wanted<'_>, tags: &BTreeMap<String, String>, adopted: Option
     let newest = tags
         .iter()
         .filter_map(|(tag, commit)| Version::from_tag(tag).filter(|v| fits(v)).map(|v| release(tag, commit, v)))
-        .max_by(|a, b| a.version.compare(&b.version).unwrap_or(Ordering::Equal).then_with(|| a.tag.cmp(&b.tag)));
+        .max_by(|a, b| a.version.order(&b.version).unwrap_or(Ordering::Equal).then_with(|| a.tag.cmp(&b.tag)));
     let adopted = adopted
         .filter(|a| a.source == sub.source)
         .and_then(|a| Version::from_tag(a.tag).filter(|v| fits(v)).map(|v| release(a.tag, a.commit, v)));
@@ -132,7 +128,7 @@ pub fn select(sub: &Wanted<'_>, tags: &BTreeMap<String, String>, adopted: Option
                 let note = (n.tag != a.tag).then(|| format!("{} is available; autoUpgrade is off", n.tag));
                 return Ok(Selection { release: a, note });
             }
-            if !still_there && a.version.compare(&n.version) == Some(Ordering::Greater) {
+            if !still_there && a.version.order(&n.version) == Some(Ordering::Greater) {
                 let note = format!("tag {} is no longer advertised; staying on it rather than downgrading to {}", a.tag, n.tag);
                 return Ok(Selection { release: a, note: Some(note) });
             }
@@ -151,19 +147,31 @@ fn no_match(sub: &Wanted<'_>, tags: &BTreeMap<String, String>) -> Error {
     }
 }
 
-/// The releases a cluster-stack subscription offers, newest first: the newest `count` tags of
-/// `stack` that `constraint` allows. Pure: `tags` is what the source advertised (tag -> commit).
-pub fn offered(source: &str, tags: &BTreeMap<String, String>, stack: &str, constraint: &Constraint, count: usize) -> Vec<Release> {
+/// The releases a cluster-stack subscription offers, newest first: of each family it follows
+/// (one, or a line's families in its Kubernetes range), the newest `count` tags that
+/// `constraint` allows. Pure: `tags` is what the source advertised (tag -> commit).
+pub fn offered(
+    source: &str,
+    tags: &BTreeMap<String, String>,
+    families: Families<'_>,
+    constraint: &Constraint,
+    count: usize,
+) -> Vec<Release> {
     let mut all: Vec<Release> = tags
         .iter()
         .filter_map(|(tag, commit)| {
             let v = Version::from_tag(tag)?;
-            let fits = matches!(&v, Version::Scs { stack: s, .. } if s == stack) && constraint.matches(&v);
+            let fits = families.covers_version(&v) && constraint.matches(&v);
             fits.then(|| Release { source: source.to_owned(), tag: tag.clone(), commit: commit.clone(), version: v })
         })
         .collect();
-    all.sort_by(|a, b| b.version.compare(&a.version).unwrap_or(Ordering::Equal).then_with(|| b.tag.cmp(&a.tag)));
-    all.truncate(count);
+    all.sort_by(|a, b| b.version.order(&a.version).unwrap_or(Ordering::Equal).then_with(|| b.tag.cmp(&a.tag)));
+    let mut per_family: BTreeMap<String, usize> = BTreeMap::new();
+    all.retain(|r| {
+        let n = per_family.entry(r.version.family().unwrap_or_default().to_owned()).or_default();
+        *n += 1;
+        *n <= count
+    });
     all
 }
 
@@ -171,8 +179,8 @@ pub fn offered(source: &str, tags: &BTreeMap<String, String>, stack: &str, const
 /// Cluster's class, the source's tags or the config must change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClassError {
-    /// The class is not `<stack>-<version>` of this stack.
-    OtherStack { class: String, stack: String },
+    /// The class is not `<stack>-<version>` of this stack (`expected` says what is).
+    OtherStack { class: String, stack: String, expected: String },
     /// The class names a release the source does not advertise (or the constraint excludes).
     NotAvailable { class: String },
 }
@@ -197,8 +205,8 @@ impl ClassError {
 impl fmt::Display for ClassError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ClassError::OtherStack { class, stack } => {
-                write!(f, "ClusterClass `{class}` is not a release of cluster stack `{stack}` (expected `{stack}-<version>`)")
+            ClassError::OtherStack { class, stack, expected } => {
+                write!(f, "ClusterClass `{class}` is not a release of cluster stack `{stack}` (expected {expected})")
             }
             ClassError::NotAvailable { class } => write!(f, "ClusterClass `{class}` names a release that is not available"),
         }
@@ -211,13 +219,18 @@ impl fmt::Display for ClassError {
 ///
 /// # Errors
 /// The class belongs to another stack, or its release is not known.
-pub fn for_class(source: &str, class: &str, stack: &str, known: &BTreeMap<String, String>) -> Result<Release, ClassError> {
+pub fn for_class(source: &str, class: &str, families: Families<'_>, known: &BTreeMap<String, String>) -> Result<Release, ClassError> {
+    let stack = families.describe();
+    let expected = match families.kubernetes {
+        None => format!("`{stack}-<version>`"),
+        Some(range) => format!("`{}-<k8s major>-<k8s minor>-<version>` with Kubernetes {range}", families.stack),
+    };
     match Version::from_tag(class) {
-        Some(v @ Version::Scs { .. }) if matches!(&v, Version::Scs { stack: s, .. } if s == stack) => match known.get(class) {
+        Some(v @ Version::Scs { .. }) if families.covers_version(&v) => match known.get(class) {
             Some(commit) => Ok(Release { source: source.to_owned(), tag: class.to_owned(), commit: commit.clone(), version: v }),
             None => Err(ClassError::NotAvailable { class: class.to_owned() }),
         },
-        _ => Err(ClassError::OtherStack { class: class.to_owned(), stack: stack.to_owned() }),
+        _ => Err(ClassError::OtherStack { class: class.to_owned(), stack, expected }),
     }
 }
 
@@ -230,10 +243,15 @@ mod tests {
         Wanted {
             source: "src",
             stack: stack.map(|s| &*Box::leak(s.to_owned().into_boxed_str())),
+            kubernetes: None,
             version: Box::leak(version.to_owned().into_boxed_str()),
             constraint: Box::leak(Box::new(Constraint::parse(version).unwrap())),
             auto_upgrade,
         }
+    }
+
+    fn one(stack: &'static str) -> Families<'static> {
+        Families { stack, kubernetes: None }
     }
 
     fn tags(list: &[&str]) -> BTreeMap<String, String> {
@@ -301,21 +319,83 @@ mod tests {
         let t = tags(&["docker-ferrol-1-27-v1", "docker-ferrol-1-27-v2", "docker-ferrol-1-27-v3", "docker-ferrol-1-28-v9", "v1.0.0"]);
         let any = Constraint::parse("*").unwrap();
         let names = |rs: Vec<Release>| rs.into_iter().map(|r| r.tag).collect::<Vec<_>>();
-        assert_eq!(names(offered("src", &t, "docker-ferrol-1-27", &any, 2)), ["docker-ferrol-1-27-v3", "docker-ferrol-1-27-v2"]);
+        assert_eq!(names(offered("src", &t, one("docker-ferrol-1-27"), &any, 2)), ["docker-ferrol-1-27-v3", "docker-ferrol-1-27-v2"]);
         let upto2 = Constraint::parse("<=v2").unwrap();
-        assert_eq!(names(offered("src", &t, "docker-ferrol-1-27", &upto2, 3)), ["docker-ferrol-1-27-v2", "docker-ferrol-1-27-v1"]);
+        assert_eq!(names(offered("src", &t, one("docker-ferrol-1-27"), &upto2, 3)), ["docker-ferrol-1-27-v2", "docker-ferrol-1-27-v1"]);
     }
 
     #[test]
     fn a_class_names_its_release() {
         let t = tags(&["docker-ferrol-1-27-v2"]);
-        let r = for_class("src", "docker-ferrol-1-27-v2", "docker-ferrol-1-27", &t).unwrap();
+        let r = for_class("src", "docker-ferrol-1-27-v2", one("docker-ferrol-1-27"), &t).unwrap();
         assert_eq!((r.tag.as_str(), r.commit.as_str()), ("docker-ferrol-1-27-v2", "c-docker-ferrol-1-27-v2"));
         assert_eq!(
-            for_class("src", "docker-ferrol-1-27-v7", "docker-ferrol-1-27", &t),
+            for_class("src", "docker-ferrol-1-27-v7", one("docker-ferrol-1-27"), &t),
             Err(ClassError::NotAvailable { class: "docker-ferrol-1-27-v7".into() })
         );
-        assert!(matches!(for_class("src", "openstack-alpha-1-29-v1", "docker-ferrol-1-27", &t), Err(ClassError::OtherStack { .. })));
-        assert!(matches!(for_class("src", "my-own-class", "docker-ferrol-1-27", &t), Err(ClassError::OtherStack { .. })));
+        assert!(matches!(for_class("src", "openstack-alpha-1-29-v1", one("docker-ferrol-1-27"), &t), Err(ClassError::OtherStack { .. })));
+        assert!(matches!(for_class("src", "my-own-class", one("docker-ferrol-1-27"), &t), Err(ClassError::OtherStack { .. })));
+    }
+}
+
+#[cfg(test)]
+mod line_tests {
+    use super::*;
+
+    fn line(range: &str) -> Families<'static> {
+        Families { stack: "openstack-scs", kubernetes: Some(Box::leak(Box::new(semver::VersionReq::parse(range).unwrap()))) }
+    }
+
+    fn tags(list: &[&str]) -> BTreeMap<String, String> {
+        list.iter().map(|t| ((*t).to_owned(), format!("c-{t}"))).collect()
+    }
+
+    #[test]
+    fn a_line_offers_the_newest_of_each_family_in_its_kubernetes_range() {
+        let t = tags(&[
+            "openstack-scs-1-29-v9",
+            "openstack-scs-1-30-v1",
+            "openstack-scs-1-30-v2",
+            "openstack-scs-1-30-v3",
+            "openstack-scs-1-31-v1",
+            "openstack-scs-1-32-v4",
+            "openstack-scs-1-33-v1",
+            "openstack-other-1-31-v5",
+            "openstack-scs-1-31-v0-sha-abc",
+        ]);
+        let names = |rs: Vec<Release>| rs.into_iter().map(|r| r.tag).collect::<Vec<_>>();
+        assert_eq!(
+            names(offered("src", &t, line(">=1.30, <1.33"), &Constraint::Any, 2)),
+            ["openstack-scs-1-32-v4", "openstack-scs-1-31-v1", "openstack-scs-1-30-v3", "openstack-scs-1-30-v2"],
+            "newest first, two of each family, nothing of 1.29, 1.33 or another line"
+        );
+        assert!(line(">=1.30, <1.33").covers_class("openstack-scs-1-31-v1"));
+        assert!(!line(">=1.30, <1.33").covers_class("openstack-scs-1-33-v1"));
+        let r = for_class("src", "openstack-scs-1-31-v1", line(">=1.30, <1.33"), &t).unwrap();
+        assert_eq!(r.commit, "c-openstack-scs-1-31-v1");
+        let e = for_class("src", "openstack-scs-1-29-v9", line(">=1.30, <1.33"), &t).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "ClusterClass `openstack-scs-1-29-v9` is not a release of cluster stack `openstack-scs (Kubernetes >=1.30, <1.33)` \
+             (expected `openstack-scs-<k8s major>-<k8s minor>-<version>` with Kubernetes >=1.30, <1.33)"
+        );
+    }
+
+    #[test]
+    fn releases_of_a_line_are_ordered_by_kubernetes_minor_then_version() {
+        let v = |t: &str| Version::from_tag(t).unwrap();
+        assert_eq!(v("openstack-scs-1-31-v1").order(&v("openstack-scs-1-30-v9")), Some(Ordering::Greater));
+        assert_eq!(v("openstack-scs-1-30-v2").order(&v("openstack-scs-1-30-v10")), Some(Ordering::Less));
+        assert_eq!(v("openstack-scs-1-30-v2").order(&v("openstack-other-1-31-v1")), None);
+        let wanted = Wanted {
+            source: "src",
+            stack: Some("openstack-scs"),
+            kubernetes: line(">=1.30, <1.33").kubernetes,
+            version: "*",
+            constraint: &Constraint::Any,
+            auto_upgrade: true,
+        };
+        let t = tags(&["openstack-scs-1-30-v3", "openstack-scs-1-32-v1", "openstack-scs-1-33-v1"]);
+        assert_eq!(select(&wanted, &t, None).unwrap().release.tag, "openstack-scs-1-32-v1");
     }
 }

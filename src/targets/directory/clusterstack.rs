@@ -366,10 +366,8 @@ pub async fn render_cluster(config: &Config, cluster: ClusterConfig, out: &Path)
     let stack_subs: Vec<&Subscription> = config.subscriptions.iter().filter(|s| s.format == Format::ClusterStack).collect();
     let class = cluster.objects.cluster.as_ref().and_then(|c| c.get("spec")?.get("topology")?.get("class")?.as_str().map(str::to_owned));
     let listed = stack_subs.iter().find(|s| s.clusters.iter().any(|c| c.name == cluster.name && c.namespace == cluster.namespace));
-    let by_class: Vec<&&Subscription> = stack_subs
-        .iter()
-        .filter(|s| class.as_deref().zip(s.stack.as_deref()).is_some_and(|(cl, st)| cl.starts_with(&format!("{st}-"))))
-        .collect();
+    let by_class: Vec<&&Subscription> =
+        stack_subs.iter().filter(|s| class.as_deref().zip(s.families()).is_some_and(|(cl, f)| f.covers_class(cl))).collect();
     let sub: &Subscription = match (listed, by_class.as_slice(), stack_subs.as_slice()) {
         (Some(s), _, _) => s,
         (None, [s], _) => s,
@@ -389,11 +387,11 @@ pub async fn render_cluster(config: &Config, cluster: ClusterConfig, out: &Path)
     let values = sub.clusters.iter().find(|c| c.name == cluster.name && c.namespace == cluster.namespace).map(|c| c.values.clone());
     one.clusters = vec![ClusterConfig { values: values.unwrap_or_default(), ..cluster }];
     // A Cluster with a topology class gets the release its class names, as in a cluster.
-    let prepared = match (&class, &one.stack) {
-        (Some(class), Some(stack)) => {
+    let prepared = match (&class, one.families()) {
+        (Some(class), Some(families)) => {
             let ctx = crate::controller::Context::new(config.clone())?;
             let (_, known) = ctx.tags(&one).await;
-            let rel = crate::release::for_class(&one.source, class, stack, &known)
+            let rel = crate::release::for_class(&one.source, class, families, &known)
                 .map_err(|e| anyhow::anyhow!("{e} (run `stacksync fetch` first)"))?;
             let outcome = ctx.prepare(&rel).await;
             Prepared { subscription: one.name.clone(), source: one.source.clone(), outcome }

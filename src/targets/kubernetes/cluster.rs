@@ -33,8 +33,7 @@ pub fn subscription_for<'a>(
     config.subscriptions.iter().find_map(|s| {
         let sel = s.selector.as_ref()?;
         let labels_match = sel.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v));
-        let class_match =
-            !sel.match_stack_class || s.stack.as_ref().zip(class).is_some_and(|(stack, class)| class.starts_with(&format!("{stack}-v")));
+        let class_match = !sel.match_stack_class || s.families().zip(class).is_some_and(|(families, class)| families.covers_class(class));
         (labels_match && class_match).then(|| {
             let config = ClusterConfig {
                 name: key.name.clone(),

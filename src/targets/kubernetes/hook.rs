@@ -23,7 +23,6 @@ use super::upgrade::DONE;
 use crate::config::{Config, Format, KubernetesTarget, Target};
 use crate::model::ClusterKey;
 use crate::model::sync::MutexExt;
-use crate::model::version::Version;
 use crate::status::crd::{ClusterSync, ClusterSyncStatus, RECONCILE_REQUESTED_AT};
 
 /// How long Cluster API is asked to wait before it asks again while stages run. It may ask
@@ -99,13 +98,14 @@ pub fn covered(config: &Config, key: &ClusterKey, cluster: &Value) -> Covered {
         let why = format!("subscription {} is suspended; stacksync runs nothing for Cluster {key}", sub.name);
         return Covered::Suspended { subscription: sub.name.clone(), why };
     }
-    let (Format::ClusterStack, Some(stack)) = (sub.format, &sub.stack) else {
+    let (Format::ClusterStack, Some(families)) = (sub.format, sub.families()) else {
         return Covered::No(format!("subscription {} is not a cluster stack; it has no upgrade stages", sub.name));
     };
     let Some(class) = class else { return Covered::No(format!("Cluster {key} has no spec.topology.class")) };
-    match Version::from_tag(&class) {
-        Some(Version::Scs { stack: s, .. }) if s == *stack => Covered::Release { subscription: sub.name.clone(), tag: class },
-        _ => Covered::No(format!("class {class} is not a release of stack {stack} (subscription {})", sub.name)),
+    if families.covers_class(&class) {
+        Covered::Release { subscription: sub.name.clone(), tag: class }
+    } else {
+        Covered::No(format!("class {class} is not a release of stack {} (subscription {})", families.describe(), sub.name))
     }
 }
 

@@ -400,10 +400,10 @@ fn follows_class(sub: &Subscription, class: Option<&str>) -> bool {
 /// The release a Cluster runs: for a cluster stack with a topology class, the release the class
 /// names (it must be offered or still cached); otherwise the subscription's newest allowed.
 pub(super) async fn choose(kube: &Kube, sub: &Subscription, class: Option<&str>) -> Result<Release, Fail> {
-    match (sub.format, &sub.stack, class) {
-        (Format::ClusterStack, Some(stack), Some(class)) => {
+    match (sub.format, sub.families(), class) {
+        (Format::ClusterStack, Some(families), Some(class)) => {
             let (_, known) = kube.ctx.tags(sub).await;
-            match release::for_class(&sub.source, class, stack, &known) {
+            match release::for_class(&sub.source, class, families, &known) {
                 Ok(rel) => Ok(rel),
                 // The class names a release whose signature was refused: say so, not "unknown".
                 Err(_) if let Some(r) = kube.ctx.signature_refusals(sub).await.remove(class) => {
