@@ -387,6 +387,20 @@ pub struct WaveStatus {
     /// The class and version each Cluster of this wave had before it was moved.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub moved_from: Vec<MovedFrom>,
+    /// Clusters that reach the target through more than one class (a subscription following a
+    /// line across Kubernetes minors: one minor at a time), with their path.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<ClusterPath>,
+}
+
+/// The classes a Cluster passes through on its way to the rollout's target, in order (the last
+/// is the target): the newest release of each Kubernetes minor after its own.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterPath {
+    /// `namespace/name`.
+    pub cluster: String,
+    pub steps: Vec<String>,
 }
 
 /// Annotation on a rollout's target `StackRelease` asking a paused rollout to go on (any new

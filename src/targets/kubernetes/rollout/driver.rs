@@ -130,7 +130,8 @@ async fn stop_undriven(
 
 /// One look at `sub`'s rollout: start one, go on with one, or nothing.
 async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()> {
-    let Some(target) = kube.ctx.offered(sub).await.into_iter().next() else { return Ok(()) };
+    let offered = kube.ctx.offered(sub).await;
+    let (Some(target), Some(families)) = (offered.first().cloned(), sub.families()) else { return Ok(()) };
     let releases: Api<StackRelease> = Api::all(kube.mgmt.clone());
     let name = release_name(&sub.name, &target.tag);
     let all = releases.list(&ListParams::default()).await.map_err(Error::ListReleases)?;
@@ -148,7 +149,7 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
     let mut st = match (round, state) {
         (Round::GoOn, Some(st)) => st,
         (_, state) => {
-            let Some(older) = plan::older(&fleet.members, &target.tag) else { return Ok(()) };
+            let Some(mut older) = plan::older(&fleet.members, &target.tag, families) else { return Ok(()) };
             if older.is_empty() {
                 return Ok(());
             }
@@ -176,10 +177,21 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
                 debug!(release = %name, paused, "rollout: another rollout of this subscription is paused");
                 return Ok(());
             }
-            let st = plan::start(&cfg.waves, &older, &requests, chrono::Utc::now());
-            info!(subscription = %sub.name, to = %target.tag, clusters = st.total, waves = st.waves, "rollout started");
+            // Each Cluster's path to the target: one Kubernetes minor at a time.
+            let tags: Vec<String> = offered.iter().map(|r| r.tag.clone()).collect();
+            let (paths, no_path) = plan::paths(&fleet.members, &older, &target.tag, &tags);
+            older.retain(|(key, _)| paths.contains_key(key));
+            let mut st = plan::start(&cfg.waves, &older, &paths, &requests, chrono::Utc::now());
+            let steps = paths.values().map(Vec::len).max().unwrap_or(1);
+            info!(subscription = %sub.name, to = %target.tag, clusters = st.total, waves = st.waves, steps, "rollout started");
             let note = format!("moving {} Clusters to {} in {} waves", st.total, target.tag, st.waves);
             event(kube, &rel, EventType::Normal, "RolloutStarted", note);
+            for f in no_path {
+                warn!(subscription = %sub.name, to = %target.tag, cluster = %f.cluster, "rollout: Cluster left out: {}", f.message);
+                event(kube, &rel, EventType::Warning, "RolloutClusterFailed", format!("{} left out: {}", f.cluster, f.message));
+                st.failed.push(f);
+            }
+            plan::summarise(&mut st);
             st
         }
     };
@@ -193,18 +205,33 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
         fleet.members.iter().map(|(key, m)| (key.clone(), windows.verdict(m.obj.metadata.labels.as_ref().unwrap_or(&no_labels)))).collect();
     let in_window =
         |key: &str| verdicts.get(key).cloned().unwrap_or(if cfg.windows.is_empty() { Verdict::Always } else { Verdict::Closed(None) });
-    let mut version: Option<Option<String>> = None;
+    // The Kubernetes version of the target and of every class on a path (read once per release
+    // and process).
+    let mut classes: BTreeSet<&str> = st.plan.iter().flat_map(|w| &w.paths).flat_map(|p| p.steps.iter().map(String::as_str)).collect();
+    classes.insert(&target.tag);
+    for class in classes {
+        let v = match offered.iter().find(|r| r.tag == class) {
+            Some(r) => kubernetes_version(kube, sub, r).await,
+            None => None,
+        };
+        fleet.versions.insert(class.to_owned(), v);
+    }
+    let stop_of =
+        |st: &RolloutStatus, key: &str, m: &Member| plan::next_stop(st, key, &topology_class(&m.obj.data).unwrap_or_default(), &target.tag);
+    let stops: BTreeMap<String, String> = unmoved(&mut st)
+        .map(|w| w.unmoved.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|key| fleet.members.get(&key).map(|m| (key.clone(), stop_of(&st, &key, m))))
+        .collect();
     if let Some(wave) = unmoved(&mut st) {
-        let v = kubernetes_version(kube, sub, &target).await;
-        retry_moves(kube, wave, &mut fleet, &target.tag, v.as_deref(), &in_window).await;
-        version = Some(v);
+        retry_moves(kube, wave, &mut fleet, &stops, families, &in_window).await;
     }
     if !plan::to_judge(&st).is_empty() {
-        version = Some(kubernetes_version(kube, sub, &target).await);
         fleet.control_planes = control_planes(kube, &fleet.members, plan::to_judge(&st)).await;
     }
     let steps = {
-        let v = version.clone().flatten();
+        let v = fleet.versions.get(&target.tag).cloned().flatten();
         let t = Target { class: &target.tag, version: v.as_deref(), v1beta2: kube.clusters.version == "v1beta2" };
         // How long a wave has run is measured on the monotonic clock while this process
         // lives (`schedule::clock`): a step of the wall clock does not time it out.
@@ -216,18 +243,17 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
     crate::schedule::clock::note(&st.wave_started);
     for step in steps {
         match &step {
-            Step::WaveStarted { wave, clusters, .. } | Step::Moved { wave, clusters, .. } => {
-                if version.is_none() {
-                    version = Some(kubernetes_version(kube, sub, &target).await);
-                }
-                let v = version.clone().flatten();
+            Step::WaveStarted { wave, clusters, .. } | Step::Moved { wave, clusters, .. } | Step::Stepped { wave, clusters, .. } => {
+                let stops: BTreeMap<&String, String> =
+                    clusters.iter().filter_map(|key| fleet.members.get(key).map(|m| (key, stop_of(&st, key, m)))).collect();
                 let Some(w) = st.plan.get_mut(wave.saturating_sub(1) as usize) else { continue };
                 for key in clusters {
-                    let Some(m) = fleet.members.get_mut(key) else { continue };
+                    let (Some(m), Some(class)) = (fleet.members.get_mut(key), stops.get(key)) else { continue };
+                    let v = fleet.versions.get(class).cloned().flatten();
                     // One that fails is tried again at every check on the Cluster as read then;
                     // the wave waits for it (and times out).
                     let from = moved_from(key, m);
-                    match try_move(kube, key, m, &target.tag, v.as_deref()).await {
+                    match try_move(kube, key, m, class, v.as_deref()).await {
                         Some(true) => remember(w, from),
                         Some(false) => {}
                         None => w.unmoved.push(key.clone()),
@@ -272,20 +298,22 @@ async fn retry_moves(
     kube: &Kube,
     wave: &mut WaveStatus,
     fleet: &mut Fleet,
-    class: &str,
-    version: Option<&str>,
+    stops: &BTreeMap<String, String>,
+    families: crate::model::version::Families<'_>,
     in_window: &(dyn Fn(&str) -> Verdict + Sync),
 ) {
     let mut still = Vec::new();
     for key in std::mem::take(&mut wave.unmoved) {
-        let Some(m) = fleet.members.get_mut(&key).filter(|m| plan::is_older(&m.obj.data, class)) else { continue };
+        let Some(class) = stops.get(&key) else { continue };
+        let version = fleet.versions.get(class).cloned().flatten();
+        let Some(m) = fleet.members.get_mut(&key).filter(|m| plan::is_older(&m.obj.data, class, families)) else { continue };
         // Its window closed since its first try: it waits for the next, still unmoved.
         if !in_window(&key).is_open() {
             still.push(key);
             continue;
         }
         let from = moved_from(&key, m);
-        match try_move(kube, &key, m, class, version).await {
+        match try_move(kube, &key, m, class, version.as_deref()).await {
             Some(true) => remember(wave, from),
             Some(false) => {}
             None => still.push(key),
@@ -375,6 +403,14 @@ fn report(kube: &Kube, sub: &Subscription, target: &Release, rel: &StackRelease,
         Step::Moved { wave, waves, clusters } => {
             info!(subscription = %sub.name, to = %target.tag, wave, clusters = ?clusters, "rollout: a maintenance window opened");
             (EventType::Normal, "RolloutWindowOpened", format!("wave {wave}/{waves}: moving {}", clusters.join(", ")))
+        }
+        Step::Stepped { wave, waves, clusters } => {
+            info!(subscription = %sub.name, to = %target.tag, wave, clusters = ?clusters, "rollout: upgraded a Kubernetes minor; the next one");
+            (
+                EventType::Normal,
+                "RolloutNextStep",
+                format!("wave {wave}/{waves}: moving {} on to the next Kubernetes minor", clusters.join(", ")),
+            )
         }
         Step::OutsideWindow { wave, message, next, .. } => {
             info!(subscription = %sub.name, to = %target.tag, wave, next_window = %next, "rollout waiting: {message}");

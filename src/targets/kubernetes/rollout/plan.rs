@@ -12,10 +12,11 @@ use serde_json::Value;
 
 use super::super::cluster::topology_class;
 use crate::config::{Budget, OnFailure, Wave};
+use crate::model::version::Families;
 use crate::model::version::Version;
 use crate::model::window::Verdict;
 use crate::status::crd::{
-    ClusterSyncStatus, FailedCluster, MovedFrom, ROLLOUT_PAUSE, ROLLOUT_RESUME, RolloutStatus, StackRelease, WaveStatus,
+    ClusterPath, ClusterSyncStatus, FailedCluster, MovedFrom, ROLLOUT_PAUSE, ROLLOUT_RESUME, RolloutStatus, StackRelease, WaveStatus,
 };
 use crate::status::desired::shorten;
 
@@ -190,6 +191,9 @@ pub struct Fleet {
     /// The control plane objects (`spec.controlPlaneRef`) of the Clusters [`to_judge`] named,
     /// those that could be read.
     pub control_planes: BTreeMap<String, Value>,
+    /// The Kubernetes version of each intermediate class on the Clusters' paths (`None`: its
+    /// release names none), read by the driver.
+    pub versions: BTreeMap<String, Option<String>>,
 }
 
 /// The pause and resume requests on a target's StackRelease: its annotations' values (empty
@@ -251,20 +255,94 @@ pub fn round(state: Option<&RolloutStatus>) -> Round {
 }
 
 /// The Clusters a rollout to `target_tag` moves: the members whose class is an older release of
-/// the same stack, with whether each is a canary. `None` when the tag is not a version.
-pub fn older(members: &BTreeMap<String, Member>, target_tag: &str) -> Option<Vec<(String, bool)>> {
+/// a family the subscription follows (of the same stack, or of its line at an older Kubernetes
+/// minor), with whether each is a canary. `None` when the tag is not a version.
+pub fn older(members: &BTreeMap<String, Member>, target_tag: &str, families: Families<'_>) -> Option<Vec<(String, bool)>> {
     let to = Version::from_tag(target_tag)?;
-    Some(members.iter().filter(|(_, m)| on_older(&m.obj.data, &to)).map(|(k, m)| (k.clone(), m.canary)).collect())
+    Some(members.iter().filter(|(_, m)| on_older(&m.obj.data, &to, families)).map(|(k, m)| (k.clone(), m.canary)).collect())
 }
 
-/// Whether `cluster`'s class names an older release of the same stack than `target_tag`: a
-/// Cluster the rollout is to move.
-pub fn is_older(cluster: &Value, target_tag: &str) -> bool {
-    Version::from_tag(target_tag).is_some_and(|to| on_older(cluster, &to))
+/// Whether `cluster`'s class names an older release than `target_tag` of a family the
+/// subscription follows: a Cluster the rollout is to move.
+pub fn is_older(cluster: &Value, target_tag: &str, families: Families<'_>) -> bool {
+    Version::from_tag(target_tag).is_some_and(|to| on_older(cluster, &to, families))
 }
 
-fn on_older(cluster: &Value, to: &Version) -> bool {
-    topology_class(cluster).and_then(|c| Version::from_tag(&c)).and_then(|v| v.compare(to)).is_some_and(|o| o == std::cmp::Ordering::Less)
+fn on_older(cluster: &Value, to: &Version, families: Families<'_>) -> bool {
+    topology_class(cluster)
+        .and_then(|c| Version::from_tag(&c))
+        .filter(|v| families.covers_version(v))
+        .and_then(|v| v.order(to))
+        .is_some_and(|o| o == std::cmp::Ordering::Less)
+}
+
+/// The classes a Cluster on `from` passes through to `target`, in order, the last `target`:
+/// Cluster API moves a control plane one Kubernetes minor at a time, so each minor between
+/// theirs is a step, on the newest release `offered` (tags, newest first) of that minor. One
+/// step when they share a minor. `Err` names the minor no release is offered for.
+pub fn path(from: &str, target: &str, offered: &[String]) -> Result<Vec<String>, String> {
+    let minor = |tag: &str| -> Option<(u64, u64)> {
+        Version::from_tag(tag).and_then(|v| v.family().and_then(crate::model::version::family_parts).map(|(_, k)| k))
+    };
+    let (Some((major, from_minor)), Some((target_major, target_minor))) = (minor(from), minor(target)) else {
+        return Ok(vec![target.to_owned()]);
+    };
+    if major != target_major || from_minor >= target_minor {
+        return Ok(vec![target.to_owned()]);
+    }
+    let mut steps = Vec::new();
+    for m in from_minor + 1..target_minor {
+        // `offered` is newest first: the first of the minor is its newest.
+        match offered.iter().find(|t| minor(t) == Some((major, m))) {
+            Some(t) => steps.push(t.clone()),
+            None => return Err(format!("no release of Kubernetes {major}.{m} is offered: a Cluster moves one minor at a time")),
+        }
+    }
+    steps.push(target.to_owned());
+    Ok(steps)
+}
+
+/// Where Cluster `key`, now on class `current`, goes next: the class after `current` on its
+/// path, or the first when it is not on its path yet; `target` for a Cluster without a path.
+pub fn next_stop(st: &RolloutStatus, key: &str, current: &str, target: &str) -> String {
+    let Some(p) = path_of(st.plan.iter(), key) else { return target.to_owned() };
+    match p.steps.iter().position(|s| s == current) {
+        Some(i) => p.steps.get(i + 1).cloned().unwrap_or_else(|| target.to_owned()),
+        None => p.steps.first().cloned().unwrap_or_else(|| target.to_owned()),
+    }
+}
+
+/// The paths of the rollout's Clusters (`older`, read as `members`) to `target`, and those that
+/// have none (a minor between theirs and the target's offers no release), as failures of no
+/// wave (reason `NoPath`, left as they are).
+pub fn paths(
+    members: &BTreeMap<String, Member>,
+    older: &[(String, bool)],
+    target: &str,
+    offered: &[String],
+) -> (BTreeMap<String, Vec<String>>, Vec<FailedCluster>) {
+    let (mut paths, mut none) = (BTreeMap::new(), Vec::new());
+    for (key, _) in older {
+        let class = members.get(key).and_then(|m| topology_class(&m.obj.data)).unwrap_or_default();
+        match path(&class, target, offered) {
+            Ok(p) => {
+                paths.insert(key.clone(), p);
+            }
+            Err(why) => none.push(FailedCluster {
+                cluster: key.clone(),
+                wave: 0,
+                reason: "NoPath".into(),
+                message: format!("on {class}: {why}"),
+                outcome: LEFT_ALONE.into(),
+                detail: String::new(),
+            }),
+        }
+    }
+    (paths, none)
+}
+
+fn path_of<'w>(mut waves: impl Iterator<Item = &'w WaveStatus>, key: &str) -> Option<&'w ClusterPath> {
+    waves.find_map(|w| w.paths.iter().find(|p| p.cluster == key))
 }
 
 /// Why a StackRelease's ClusterClass is not applied: the first error of its apply as this
@@ -342,15 +420,30 @@ pub fn others(releases: &[StackRelease], subscription: &str, target_release: &st
 /// A new rollout over `older` (see [`older`]) cut into `waves`, started at `now`: wave 1 is
 /// pending (its Clusters are moved by the [`advance`] that follows). The requests already on
 /// the StackRelease count as handled.
-pub fn start(waves: &[Wave], older: &[(String, bool)], requests: &Requests, now: DateTime<Utc>) -> RolloutStatus {
+pub fn start(
+    waves: &[Wave],
+    older: &[(String, bool)],
+    paths: &BTreeMap<String, Vec<String>>,
+    requests: &Requests,
+    now: DateTime<Utc>,
+) -> RolloutStatus {
     let waves = plan(waves, older);
+    let paths_of = |clusters: &[String]| -> Vec<ClusterPath> {
+        clusters
+            .iter()
+            .filter_map(|c| paths.get(c).filter(|p| p.len() > 1).map(|p| ClusterPath { cluster: c.clone(), steps: p.clone() }))
+            .collect()
+    };
     RolloutStatus {
         phase: PROGRESSING.into(),
         wave: 1,
         waves: waves.len() as u32,
         total: older.len() as u32,
         started: timestamp(now),
-        plan: waves.into_iter().map(|clusters| WaveStatus { clusters, phase: PENDING.into(), ..WaveStatus::default() }).collect(),
+        plan: waves
+            .into_iter()
+            .map(|clusters| WaveStatus { paths: paths_of(&clusters), clusters, phase: PENDING.into(), ..WaveStatus::default() })
+            .collect(),
         handled_resume: requests.resume.clone(),
         handled_pause: requests.pause.clone(),
         ..RolloutStatus::default()
@@ -367,6 +460,9 @@ pub enum Step {
     WaveStarted { wave: u32, waves: u32, clusters: Vec<String> },
     /// Clusters of the running `wave` whose maintenance window opened: to be moved now.
     Moved { wave: u32, waves: u32, clusters: Vec<String> },
+    /// Clusters of the running `wave` upgraded, Ready and available at a class before the
+    /// target: to be moved to the next class on their path ([`next_stop`]).
+    Stepped { wave: u32, waves: u32, clusters: Vec<String> },
     /// The rollout waits for a maintenance window (`next` opens then; empty: never).
     OutsideWindow { wave: u32, waves: u32, next: String, message: String },
     /// A Cluster of `wave` failed or was late past `waveTimeout`: given up on, with what
@@ -409,6 +505,8 @@ pub struct WaveHealth {
     pub failed: Vec<(String, String)>,
     /// The first Cluster whose class someone else changed, and why: the rollout pauses.
     pub changed: Option<(String, String)>,
+    /// Done at a class on their path before the target: ready for their next step.
+    pub stepped: Vec<String>,
 }
 
 /// Judges the Clusters of a wave over what the round read of the fleet. A Cluster in
@@ -433,7 +531,16 @@ pub fn judge_wave(wave: &WaveStatus, fleet: &Fleet, target: &Target<'_>, given_u
             out.late.push((key.clone(), format!("not moved to {} yet: its edit failed and is tried again at every check", target.class)));
             continue;
         }
-        match judge(&m.obj.data, fleet.control_planes.get(key), fleet.syncs.get(key), target) {
+        // On a path across Kubernetes minors, a Cluster is judged at the class it is on; done
+        // there (not at the target), it is ready for its next step.
+        let class = topology_class(&m.obj.data).unwrap_or_default();
+        let stop = wave.paths.iter().find(|p| &p.cluster == key).filter(|p| p.steps.contains(&class) && class != target.class);
+        let at = match stop {
+            Some(_) => Target { class: &class, version: fleet.versions.get(&class).and_then(|v| v.as_deref()), v1beta2: target.v1beta2 },
+            None => *target,
+        };
+        match judge(&m.obj.data, fleet.control_planes.get(key), fleet.syncs.get(key), &at) {
+            Health::Done if stop.is_some() => out.stepped.push(key.clone()),
             Health::Done => out.done += 1,
             Health::Waiting(why) => out.late.push((key.clone(), why)),
             Health::Failed("ClassChanged", why) => {
@@ -696,6 +803,20 @@ fn go_on(
                 format!("{message} ({} of {size} Clusters of the wave failed; maxFailures {})", failed_here.len(), policy.max_failures)
             };
             pause(st, reason, message, steps);
+            return;
+        }
+        // Clusters done at a class before the target take their next step (one Kubernetes minor
+        // on), inside their windows; the wave's clock starts again with them.
+        if !health.stepped.is_empty() {
+            let (open, closed, next) = by_window(&health.stepped, policy);
+            if !closed.is_empty() {
+                st.plan[index].awaiting_window.extend(closed.iter().cloned());
+                outside_window(st, next, st.plan[index].awaiting_window.len(), steps);
+            }
+            if !open.is_empty() {
+                steps.push(Step::Stepped { wave: st.wave, waves: st.waves, clusters: open });
+                st.wave_started = timestamp(now);
+            }
             return;
         }
         if !health.late.is_empty() && !timed_out {

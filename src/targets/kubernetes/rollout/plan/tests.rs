@@ -1,6 +1,6 @@
 //! Table tests of the rollout's decisions over fleets of Clusters.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -128,6 +128,7 @@ fn show(steps: &[Step]) -> Vec<String> {
             Step::OutsideWindow { wave, waves, next, .. } => format!("outside window {wave}/{waves} next {next}"),
             Step::ClusterFailed { wave, failed } => format!("failed {wave} {} {} {}", failed.cluster, failed.reason, failed.outcome),
             Step::RollBack { cluster, to } => format!("roll back {cluster} to {to}"),
+            Step::Stepped { wave, waves, clusters } => format!("next step {wave}/{waves} {}", clusters.join(",")),
             Step::Paused { wave, waves, reason, message } => format!("paused {wave}/{waves} {reason}: {message}"),
         })
         .collect()
@@ -260,6 +261,7 @@ fn a_wave_is_judged_over_the_fleet_in_wave_order() {
         late: late.iter().map(|(k, w)| ((*k).to_owned(), (*w).to_owned())).collect(),
         failed: failed.iter().map(|(k, w)| ((*k).to_owned(), (*w).to_owned())).collect(),
         changed: changed.map(|(k, w)| (k.to_owned(), w)),
+        stepped: Vec::new(),
     };
     let unavailable = "Cluster API does not report it available yet";
     let cases: &[Judged<'_>] = &[
@@ -515,11 +517,12 @@ fn a_rollout_starts_over_the_clusters_on_older_releases_canaries_first() {
     f.members.insert("ns/f".into(), Member { obj: cluster("ns/f", "docker-other-1-27-v1", true), canary: false });
     f.members.insert("ns/g".into(), Member { obj: cluster("ns/g", "hand-made", true), canary: false });
     f.members.get_mut("ns/d").expect("d").canary = true;
-    let older = older(&f.members, V4).expect("a version");
+    let ferrol = crate::model::version::Families { stack: "docker-ferrol-1-27", kubernetes: None };
+    let older = older(&f.members, V4, ferrol).expect("a version");
     assert_eq!(older, [("ns/a".to_owned(), false), ("ns/c".to_owned(), false), ("ns/d".to_owned(), true)], "v3 only");
-    assert_eq!(super::older(&f.members, "latest"), None, "not a version: no rollout");
+    assert_eq!(super::older(&f.members, "latest", ferrol), None, "not a version: no rollout");
     let requests = Requests { resume: "r".into(), pause: "p".into() };
-    let st = start(&[Wave::Clusters(1), Wave::Percent(100)], &older, &requests, at(7));
+    let st = start(&[Wave::Clusters(1), Wave::Percent(100)], &older, &BTreeMap::new(), &requests, at(7));
     assert_eq!((st.phase.as_str(), st.wave, st.waves, st.total), (PROGRESSING, 1, 2, 3));
     assert_eq!(
         st.plan.iter().map(|w| (w.clusters.join(","), w.phase.as_str())).collect::<Vec<_>>(),
@@ -762,4 +765,109 @@ fn waves_start_and_clusters_move_only_inside_their_windows() {
     assert_eq!(steps, ["moved 2/3 ns/c02"]);
     assert_eq!((st.wave_started.clone(), st.reason.as_str(), st.next_window.as_str()), (timestamp(at(600)), "", ""));
     assert!(st.plan[1].awaiting_window.is_empty());
+}
+
+/// A v1beta1 Cluster `ns/name` on `class` at Kubernetes `version`, available.
+fn on(key: &str, class: &str, version: &str) -> DynamicObject {
+    let mut c = cluster(key, class, true);
+    c.data["spec"]["topology"]["version"] = json!(version);
+    c
+}
+
+#[test]
+fn a_cluster_minors_behind_steps_through_the_newest_release_of_each_minor() {
+    let offered: Vec<String> =
+        ["scs-a-1-33-v2", "scs-a-1-33-v1", "scs-a-1-32-v5", "scs-a-1-32-v4", "scs-a-1-31-v3"].map(str::to_owned).into();
+    let target = "scs-a-1-33-v2";
+    assert_eq!(
+        path("scs-a-1-30-v7", target, &offered).unwrap(),
+        ["scs-a-1-31-v3", "scs-a-1-32-v5", "scs-a-1-33-v2"],
+        "three minors: three steps"
+    );
+    assert_eq!(path("scs-a-1-32-v4", target, &offered).unwrap(), ["scs-a-1-33-v2"]);
+    assert_eq!(path("scs-a-1-33-v1", target, &offered).unwrap(), ["scs-a-1-33-v2"], "the same minor: one step");
+    let gap: Vec<String> = ["scs-a-1-33-v2", "scs-a-1-31-v3"].map(str::to_owned).into();
+    assert_eq!(
+        path("scs-a-1-30-v7", target, &gap).unwrap_err(),
+        "no release of Kubernetes 1.32 is offered: a Cluster moves one minor at a time"
+    );
+
+    // Which Clusters a line's rollout takes: those on an older release of a family it follows.
+    let line = crate::model::version::Families {
+        stack: "scs-a",
+        kubernetes: Some(Box::leak(Box::new(semver::VersionReq::parse(">=1.30, <1.34").unwrap()))),
+    };
+    let mut members = BTreeMap::new();
+    for (k, class) in [
+        ("ns/a", "scs-a-1-30-v7"),
+        ("ns/b", "scs-a-1-33-v2"),
+        ("ns/c", "scs-a-1-29-v1"),
+        ("ns/d", "scs-b-1-30-v1"),
+        ("ns/e", "scs-a-1-32-v4"),
+    ] {
+        members.insert(k.to_owned(), Member { obj: cluster(k, class, true), canary: false });
+    }
+    let older = older(&members, target, line).unwrap();
+    assert_eq!(
+        older.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+        ["ns/a", "ns/e"],
+        "not the target's, not 1.29 (outside), not another line"
+    );
+    let (paths, none) = paths(&members, &older, target, &gap);
+    assert_eq!(paths.keys().collect::<Vec<_>>(), ["ns/e"]);
+    assert_eq!((none[0].cluster.as_str(), none[0].reason.as_str()), ("ns/a", "NoPath"));
+    assert!(none[0].message.starts_with("on scs-a-1-30-v7: no release of Kubernetes 1.32"), "{:?}", none[0]);
+}
+
+#[test]
+fn a_wave_moves_each_cluster_one_minor_at_a_time_when_it_is_upgraded_and_available() {
+    let (s31, s32, s33) = ("scs-a-1-31-v3", "scs-a-1-32-v5", "scs-a-1-33-v2");
+    let paths = BTreeMap::from([
+        ("ns/a".to_owned(), vec![s31.to_owned(), s32.to_owned(), s33.to_owned()]),
+        ("ns/b".to_owned(), vec![s33.to_owned()]),
+    ]);
+    let requests = Requests { resume: "t1".into(), pause: "t1".into() };
+    let mut st = start(&[Wave::Percent(100)], &[("ns/a".into(), false), ("ns/b".into(), false)], &paths, &requests, at(0));
+    assert_eq!(
+        st.plan[0].paths,
+        [ClusterPath { cluster: "ns/a".into(), steps: vec![s31.into(), s32.into(), s33.into()] }],
+        "only multi-step paths are written"
+    );
+    assert_eq!(next_stop(&st, "ns/a", "scs-a-1-30-v7", s33), s31);
+    assert_eq!(next_stop(&st, "ns/a", s31, s33), s32);
+    assert_eq!(next_stop(&st, "ns/b", "scs-a-1-32-v1", s33), s33);
+    let t = Target { class: s33, version: Some("v1.33.1"), v1beta2: false };
+    let policy = Policy::strict(TIMEOUT);
+    let mut f = Fleet {
+        versions: BTreeMap::from([(s31.to_owned(), Some("v1.31.4".to_owned())), (s32.to_owned(), Some("v1.32.2".to_owned()))]),
+        ..Fleet::default()
+    };
+    let set = |f: &mut Fleet, key: &str, class: &str, version: &str, cp: &str| {
+        f.members.insert(key.into(), Member { obj: on(key, class, version), canary: false });
+        f.syncs.insert(key.into(), sync(class, None));
+        f.control_planes.insert(key.into(), json!({"status": {"version": cp}}));
+    };
+    assert_eq!(show(&advance(&mut st, &f, &t, &requests, &policy, at(1), &wall(1))), ["started 1/1 ns/a,ns/b"]);
+    // a on 1.31, its control plane still on 1.30: waiting; b done.
+    set(&mut f, "ns/a", s31, "v1.31.4", "v1.30.9");
+    set(&mut f, "ns/b", s33, "v1.33.1", "v1.33.1");
+    assert!(advance(&mut st, &f, &t, &requests, &policy, at(2), &wall(2)).is_empty());
+    // a's control plane on 1.31 and available: its next step, and the wave's clock starts again.
+    set(&mut f, "ns/a", s31, "v1.31.4", "v1.31.4");
+    assert_eq!(show(&advance(&mut st, &f, &t, &requests, &policy, at(20), &wall(20))), ["next step 1/1 ns/a"]);
+    assert_eq!(st.wave_started, timestamp(at(20)));
+    set(&mut f, "ns/a", s32, "v1.32.2", "v1.32.2");
+    assert_eq!(
+        show(&advance(&mut st, &f, &t, &requests, &policy, at(40), &wall(40))),
+        ["next step 1/1 ns/a"],
+        "no waveTimeout: each step has its own"
+    );
+    set(&mut f, "ns/a", s33, "v1.33.1", "v1.33.1");
+    assert_eq!(show(&advance(&mut st, &f, &t, &requests, &policy, at(41), &wall(41))), ["done 1/1 (2)", "complete"]);
+    // A Cluster put on a class off its path changed hands.
+    let mut st = start(&[Wave::Percent(100)], &[("ns/a".into(), false)], &paths, &requests, at(0));
+    advance(&mut st, &f, &t, &requests, &policy, at(1), &wall(1));
+    set(&mut f, "ns/a", "scs-a-1-32-v1", "v1.32.0", "v1.32.0");
+    let steps = show(&advance(&mut st, &f, &t, &requests, &policy, at(2), &wall(2)));
+    assert!(steps[0].starts_with("paused 1/1 ClassChanged: ns/a"), "{steps:?}");
 }
