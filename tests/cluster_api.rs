@@ -314,6 +314,59 @@ async fn a_failed_cluster_is_moved_back_through_the_real_webhooks_and_the_rollou
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_rollout_moves_a_cluster_two_kubernetes_minors_one_at_a_time_through_the_real_cluster_api() {
+    let Some(t) = CapiTenant::new("minors").await else { return };
+    let (f33, f34, f36) = ("testkit-ferrol-1-33-v1", "testkit-ferrol-1-34-v1", "testkit-ferrol-1-36-v1");
+    let (k33, k34) = ("v1.33.5", "v1.34.3");
+    t.publish_family(f33, V1, k33, |_, text| text);
+    t.publish_family(f34, V1, k34, |_, text| text);
+    t.publish(V1, |_, text| text);
+    t.publish(V2, v2_ungated);
+    // A family outside the subscription's Kubernetes range: offered by the source, never applied.
+    t.publish_family(f36, V1, "v1.36.0", |_, text| text);
+    let line = |s: common::Sub| s.stack("testkit-ferrol").set("kubernetes", ">=1.33, <1.36").set("availableReleases", 2);
+    let config = t.config(line);
+    let path = config.write();
+    let daemon = t.start(&path, &[]).await;
+    t.add_cluster("c1", f33, k33, json!({})).await;
+    t.add_cluster("c2", V1, K1, json!({})).await;
+    wait_up(&t, &daemon, "c1", f33, k33).await;
+    wait_up(&t, &daemon, "c2", V1, K1).await;
+    let mut classes: Vec<String> =
+        t.cluster_classes().await.iter().filter_map(|c| c["metadata"]["name"].as_str().map(str::to_owned)).collect();
+    classes.sort();
+    assert_eq!(classes, [f33, f34, V1, V2], "every family in range, none outside it");
+
+    // `rollout:` configured (a reload): c1 (1.33) steps to 1.34's newest, then to V2 (1.35);
+    // c2 (1.35) moves to V2 in one step.
+    let rollout = json!({"waves": [{"clusters": 1}, {"percent": 100}], "waveTimeout": "2m", "checkInterval": "500ms"});
+    let started = Instant::now();
+    common::save_by_rename(&path, &t.config(|s| line(s).set("rollout", rollout)).text());
+    t.eventually(&daemon, "the rollout Complete", STEP, async || rollout_phase(&t, V2).await == "Complete").await;
+    let took = started.elapsed();
+    let r = rollout_status(&t, V2).await;
+    assert_eq!(r["plan"][0]["paths"], json!([{"cluster": format!("{}/c1", t.ns), "steps": [f34, V2]}]), "{r}");
+    assert_eq!(r["summary"], "2/2", "{r}");
+    wait_up(&t, &daemon, "c1", V2, K2).await;
+    wait_up(&t, &daemon, "c2", V2, K2).await;
+    // c1 went through 1.34, held by BeforeClusterUpgrade at each step: never two minors at once.
+    let log = daemon.log();
+    let moves: Vec<&str> = log.lines().filter(|l| l.contains(&format!("rollout: Cluster moved cluster={}/c1", t.ns))).collect();
+    assert_eq!(moves.len(), 2, "{moves:#?}");
+    assert!(moves[0].contains(f34) && moves[0].contains(k34) && moves[1].contains(V2) && moves[1].contains(K2), "{moves:#?}");
+    assert!(hook_calls(&daemon, "BeforeClusterUpgrade", &format!("{}/c1", t.ns)) >= 2, "Cluster API asked before each step:\n{log}");
+    let c2_moved = log.find(&format!("rollout: Cluster moved cluster={}/c2", t.ns)).expect("c2 moved");
+    assert!(log.find(moves[1]).is_some_and(|i| i < c2_moved), "wave 2 started only once c1 was at the target");
+    assert!(t.cluster_classes().await.iter().all(|c| c["metadata"]["name"] != f36), "the family outside the range was applied");
+    eprintln!(
+        "RESULT: a Cluster two Kubernetes minors behind stepped 1.33 -> 1.34 -> 1.35 and another moved within 1.35, on the real Cluster API: {:.1}s",
+        took.as_secs_f64()
+    );
+    daemon.stop().await;
+    t.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_cluster_is_left_alone_by_cluster_api_and_by_stacksync() {
     let Some(t) = CapiTenant::new("paused").await else { return };
     t.publish(V1, |_, text| text);

@@ -109,6 +109,26 @@ impl CapiTenant {
         self.repo.release(release, &refs);
     }
 
+    /// Tags fixture release `from` (testdata/clusterstack, of [`STACK`]) as release `tag` of
+    /// another family of its line: `testkit-ferrol-1-35` becomes the tag's family in every path
+    /// and file, and the release's Kubernetes version `kubernetes`; then each file passes through
+    /// `edit(path, text)`.
+    pub fn publish_family(&self, tag: &str, from: &str, kubernetes: &str, edit: impl Fn(&str, String) -> String) {
+        let family = tag.rsplit_once("-v").map_or(tag, |(f, _)| f);
+        let _ = self.repo.git(&["rm", "-rq", "--ignore-unmatch", "."]);
+        let files: Vec<(String, String)> = fixture_files(from)
+            .into_iter()
+            .map(|(p, t)| {
+                let p = p.replace(STACK, family);
+                let t = t.replace(STACK, family).replace(K1, kubernetes).replace(K2, kubernetes);
+                let t = edit(&p, t);
+                (p, t)
+            })
+            .collect();
+        let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+        self.repo.release(tag, &refs);
+    }
+
     /// `stacksync run` with the hooks listener on a free port, and the `ExtensionConfig` that
     /// makes Cluster API call it for this tenant's namespace (written once the listener is up).
     pub async fn start(&self, config: &Path, extra: &[&str]) -> Daemon {
