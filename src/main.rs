@@ -39,6 +39,19 @@ enum RolloutAction {
         /// The subscription's name.
         subscription: String,
     },
+    /// Show the rollout to the newest release the subscription offers: each wave's Clusters,
+    /// each Cluster's path (one Kubernetes minor at a time, with the versions), its maintenance
+    /// windows now, and who is left out. Before it starts, what it would do now; once it runs,
+    /// as its status records it. Reads only.
+    Plan {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// The subscription's name.
+        subscription: String,
+        /// `text` (default) or `json`.
+        #[arg(short = 'o', long, value_name = "FORMAT", default_value = "text")]
+        output: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -528,6 +541,7 @@ fn rollout(runtime: &tokio::runtime::Runtime, action: RolloutAction) -> anyhow::
     let (config, subscription, resume) = match action {
         RolloutAction::Pause { config, subscription } => (config, subscription, false),
         RolloutAction::Resume { config, subscription } => (config, subscription, true),
+        RolloutAction::Plan { config, subscription, output } => return rollout_plan(runtime, &config, &subscription, &output),
     };
     let cfg = match load(&config) {
         Ok(c) => c,
@@ -543,6 +557,30 @@ fn rollout(runtime: &tokio::runtime::Runtime, action: RolloutAction) -> anyhow::
         println!("rollout of {subscription} (StackRelease {release}): resume requested");
     } else {
         println!("rollout of {subscription} (StackRelease {release}): pause requested; it stops at the next wave boundary");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `rollout plan`.
+fn rollout_plan(runtime: &tokio::runtime::Runtime, config: &Path, subscription: &str, output: &str) -> anyhow::Result<ExitCode> {
+    if !["text", "json"].contains(&output) {
+        logging::error_line(&format!("error: -o {output}: expected `text` or `json`"));
+        return Ok(ExitCode::from(EXIT_CONFIG));
+    }
+    let cfg = match load(config) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
+    if !cfg.subscriptions.iter().any(|s| s.name == subscription && s.rollout.is_some()) {
+        logging::error_line(&format!("error: {} has no subscription `{subscription}` with `rollout:`", config.display()));
+        return Ok(ExitCode::from(EXIT_CONFIG));
+    }
+    let ctx = Ctx::new(cfg).context("opening the cache")?;
+    let report = runtime.block_on(kubernetes::rollout_plan(ctx, subscription))?;
+    if output == "json" {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.text());
     }
     Ok(ExitCode::SUCCESS)
 }

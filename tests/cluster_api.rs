@@ -340,8 +340,21 @@ async fn a_line_rollout_moves_a_cluster_two_kubernetes_minors_one_at_a_time_thro
     // `rollout:` configured (a reload): c1 (1.33) steps to 1.34's newest, then to V2 (1.35);
     // c2 (1.35) moves to V2 in one step.
     let rollout = json!({"waves": [{"clusters": 1}, {"percent": 100}], "waveTimeout": "2m", "checkInterval": "500ms"});
+    let with_rollout = t.config(|s| line(s).set("rollout", rollout)).text();
+    // Before anything moves, `stacksync rollout plan` shows each Cluster's path.
+    let plan_config = path.with_file_name("plan.yaml");
+    std::fs::write(&plan_config, &with_rollout).expect("plan config");
+    let o = common::cli(&["rollout", "plan", "--config", &plan_config.to_string_lossy(), &t.ns], &[]).await;
+    let printed = String::from_utf8_lossy(&o.stdout);
+    eprintln!("{printed}");
+    assert!(o.status.success(), "{printed}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(printed.contains("not started: this is what it would do now"), "{printed}");
+    let c1_path = format!("{}/c1: {f33}@{k33} -> {f34}@{k34} -> {V2}@{K2}", t.ns);
+    assert!(printed.contains(&c1_path), "{printed}");
+    assert!(printed.contains(&format!("{}/c2: {V1}@{K1} -> {V2}@{K2}", t.ns)), "{printed}");
+    assert_eq!(t.cluster("c1").await["spec"]["topology"]["classRef"]["name"], f33, "the plan moved nothing");
     let started = Instant::now();
-    common::save_by_rename(&path, &t.config(|s| line(s).set("rollout", rollout)).text());
+    common::save_by_rename(&path, &with_rollout);
     t.eventually(&daemon, "the rollout Complete", STEP, async || rollout_phase(&t, V2).await == "Complete").await;
     let took = started.elapsed();
     let r = rollout_status(&t, V2).await;

@@ -55,7 +55,7 @@ pub use cluster::{PAUSED_ANNOTATION, is_paused, subscription_for, topology_class
 pub use diff::{ClusterDiff, diff};
 pub use error::Error;
 pub use render::render;
-pub use rollout::{Health, judge, plan, request as request_rollout};
+pub use rollout::{Health, PlanReport, judge, plan, plan_report as rollout_plan, request as request_rollout};
 pub use run::{SHARD_LABEL, coordinate, pass, request_reconcile, run};
 pub use warnings::REPEAT_WARNING;
 pub use workloads::{REACHABLE_TIMEOUT, Workload};

@@ -23,7 +23,7 @@ use crate::model::ClusterKey;
 use crate::model::window::{self, Verdict};
 use crate::release::Release;
 use crate::status::crd::{
-    ClusterSync, ClusterSyncStatus, MovedFrom, ROLLOUT_PAUSE, ROLLOUT_RESUME, RolloutStatus, StackRelease, WaveStatus,
+    ClusterSync, ClusterSyncStatus, FailedCluster, MovedFrom, ROLLOUT_PAUSE, ROLLOUT_RESUME, RolloutStatus, StackRelease, WaveStatus,
 };
 
 /// Looks at every subscription's rollout when releases change and every `checkInterval` (the
@@ -605,4 +605,167 @@ pub async fn request(ctx: std::sync::Arc<crate::controller::Context>, subscripti
         .await
         .map_err(|source| Error::Annotate { release: name.clone(), source })?;
     Ok(name)
+}
+
+/// What `stacksync rollout plan` shows of a subscription's rollout: to which release, which
+/// Clusters in which wave along which path, and which are left out — before anything moves (or,
+/// for a rollout under way, as its status records it).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanReport {
+    pub subscription: String,
+    /// The releases offered, newest first.
+    pub offered: Vec<String>,
+    /// The release a rollout moves to (the newest offered); `None` when nothing is offered.
+    pub target: Option<String>,
+    /// The phase of the rollout to `target` (empty: none has started).
+    pub phase: String,
+    /// Why it is paused or waiting, if it is.
+    pub message: String,
+    pub waves: Vec<PlannedWave>,
+    /// Clusters the rollout does not move, and why.
+    pub left_out: Vec<FailedCluster>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedWave {
+    /// `Pending`, `Progressing` or `Done` (`Pending` before a rollout starts).
+    pub phase: String,
+    pub clusters: Vec<PlannedCluster>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedCluster {
+    /// `namespace/name`.
+    pub cluster: String,
+    pub canary: bool,
+    /// The class it is on now (`class@version`).
+    pub now: String,
+    /// The classes it moves through, each with its Kubernetes version (`class@version`), the
+    /// last the target.
+    pub steps: Vec<String>,
+    /// Its maintenance windows now: `open until …`, `closed: next opens …`, or empty (none
+    /// configured).
+    pub window: String,
+}
+
+/// `stacksync rollout plan <subscription>`: polls the subscription's source, reads the fleet and
+/// plans the rollout to the newest release offered as the driver would start it now (or shows
+/// the one under way).
+///
+/// # Errors
+/// The management cluster cannot be reached or read; the subscription has no `rollout:`.
+pub async fn plan_report(ctx: std::sync::Arc<crate::controller::Context>, subscription: &str) -> Result<PlanReport> {
+    let config = ctx.config();
+    let sub = config
+        .subscriptions
+        .iter()
+        .find(|s| s.name == subscription && s.rollout.is_some())
+        .ok_or_else(|| Error::NoRollout { subscription: subscription.to_owned(), resume: false })?;
+    let cfg = sub.rollout.as_ref().ok_or_else(|| Error::NoRollout { subscription: subscription.to_owned(), resume: false })?;
+    if let Err(e) = ctx.poll(&sub.source).await {
+        warn!(source = %sub.source, "cannot poll the source; planning with what the cache knows: {e}");
+    }
+    let offered = ctx.offered(sub).await;
+    let mut report = PlanReport {
+        subscription: subscription.to_owned(),
+        offered: offered.iter().map(|r| r.tag.clone()).collect(),
+        target: offered.first().map(|r| r.tag.clone()),
+        phase: String::new(),
+        message: String::new(),
+        waves: Vec::new(),
+        left_out: Vec::new(),
+    };
+    let (Some(target), Some(families)) = (offered.first().cloned(), sub.families()) else { return Ok(report) };
+    let kube = Kube::connect(ctx.clone()).await.map_err(|e| Error::Connect(Box::new(e)))?;
+    let members = members(&kube, sub, cfg).await?;
+    let releases: Api<StackRelease> = Api::all(kube.mgmt.clone());
+    let name = release_name(&sub.name, &target.tag);
+    let recorded = releases.get_opt(&name).await.map_err(Error::ListReleases)?.and_then(|r| r.status.and_then(|s| s.rollout));
+    let st = match recorded.filter(|st| ![plan::WAITING, plan::STOPPED].contains(&st.phase.as_str())) {
+        Some(st) => {
+            report.phase.clone_from(&st.phase);
+            report.message.clone_from(&st.message);
+            st
+        }
+        None => {
+            let older = plan::older(&members, &target.tag, families).unwrap_or_default();
+            let tags: Vec<String> = report.offered.clone();
+            let (paths, no_path) = plan::paths(&members, &older, &target.tag, &tags);
+            let older: Vec<(String, bool)> = older.into_iter().filter(|(k, _)| paths.contains_key(k)).collect();
+            let mut st = plan::start(&cfg.waves, &older, &paths, &Requests::default(), chrono::Utc::now());
+            st.failed = no_path;
+            st
+        }
+    };
+    let mut versions: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for r in &offered {
+        versions.insert(r.tag.clone(), kubernetes_version(&kube, sub, r).await);
+    }
+    let at = |class: &str, version: Option<&str>| format!("{class}@{}", version.unwrap_or("?"));
+    let windows = window::at(&cfg.windows, chrono::Utc::now());
+    let no_labels = BTreeMap::new();
+    for w in &st.plan {
+        let mut clusters = Vec::new();
+        for key in &w.clusters {
+            let m = members.get(key);
+            let class = m.and_then(|m| topology_class(&m.obj.data)).unwrap_or_default();
+            let version = m.and_then(|m| m.obj.data["spec"]["topology"]["version"].as_str()).map(str::to_owned);
+            let steps = w.paths.iter().find(|p| &p.cluster == key).map_or_else(|| vec![target.tag.clone()], |p| p.steps.clone());
+            let window = match m.map(|m| windows.verdict(m.obj.metadata.labels.as_ref().unwrap_or(&no_labels))) {
+                Some(Verdict::Open(until)) => format!("open until {}", plan::timestamp(until)),
+                Some(Verdict::Closed(Some(next))) => format!("closed: the next opens at {}", plan::timestamp(next)),
+                Some(Verdict::Closed(None)) => "closed: none of its windows opens again".to_owned(),
+                _ => String::new(),
+            };
+            clusters.push(PlannedCluster {
+                cluster: key.clone(),
+                canary: m.is_some_and(|m| m.canary),
+                now: at(&class, version.as_deref()),
+                steps: steps.iter().map(|s| at(s, versions.get(s).cloned().flatten().as_deref())).collect(),
+                window,
+            });
+        }
+        report.waves.push(PlannedWave { phase: w.phase.clone(), clusters });
+    }
+    report.left_out = st.failed;
+    Ok(report)
+}
+
+impl PlanReport {
+    /// The report for people: the target, each wave's Clusters with their path, and who is left
+    /// out.
+    pub fn text(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let Some(target) = &self.target else {
+            return format!("subscription {}: no release is offered; nothing to roll out\n", self.subscription);
+        };
+        let _ = writeln!(out, "subscription {}: rollout to {target} (offered: {})", self.subscription, self.offered.join(", "));
+        match self.phase.as_str() {
+            "" if self.waves.is_empty() => out.push_str("every Cluster runs it: nothing to move\n"),
+            "" => out.push_str("not started: this is what it would do now\n"),
+            phase => {
+                let message = if self.message.is_empty() { String::new() } else { format!(": {}", self.message) };
+                let _ = writeln!(out, "rollout {phase}{message}");
+            }
+        }
+        for (i, w) in self.waves.iter().enumerate() {
+            let _ = writeln!(out, "wave {}/{} ({}):", i + 1, self.waves.len(), w.phase);
+            for c in &w.clusters {
+                let canary = if c.canary { " (canary)" } else { "" };
+                let window = if c.window.is_empty() { String::new() } else { format!("  [window {}]", c.window) };
+                let _ = writeln!(out, "  {}{canary}: {} -> {}{window}", c.cluster, c.now, c.steps.join(" -> "));
+            }
+        }
+        if !self.left_out.is_empty() {
+            out.push_str("left out:\n");
+            for f in &self.left_out {
+                let _ = writeln!(out, "  {}: {} ({})", f.cluster, f.message, f.outcome);
+            }
+        }
+        out
+    }
 }

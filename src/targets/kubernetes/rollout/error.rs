@@ -33,6 +33,10 @@ pub enum Error {
     /// phase (or that has none).
     #[error("subscription `{subscription}` has no {} rollout (see `kubectl get stackreleases`)", if *.resume { "paused" } else { "running" })]
     NoRollout { subscription: String, resume: bool },
+    /// `stacksync rollout plan`: the management cluster could not be reached or Cluster API not
+    /// found there.
+    #[error("{0}")]
+    Connect(#[source] Box<crate::targets::kubernetes::Error>),
     #[error("annotating StackRelease {release}: {}", kube_error(.source))]
     Annotate {
         release: String,
@@ -51,6 +55,7 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::ManagementClient(_) | Error::NoRollout { .. } => false,
+            Error::Connect(e) => e.is_transient(),
             Error::ListReleases(e) | Error::ListClusters(e) | Error::ListClusterSyncs(e) => transient(e),
             Error::MoveCluster { source, .. } => matches!(source, kube::Error::Api(s) if s.code == 409) || transient(source),
             Error::WriteStatus { source, .. } | Error::Annotate { source, .. } => transient(source),
@@ -68,6 +73,7 @@ impl Error {
             Error::WriteStatus { .. } => "WriteRolloutStatus",
             Error::NoRollout { .. } => "NoRollout",
             Error::Annotate { .. } => "AnnotateStackRelease",
+            Error::Connect(e) => e.reason(),
         }
     }
 }

@@ -24,8 +24,8 @@ mod error;
 mod plan;
 mod versions;
 
-pub use driver::request;
 pub(super) use driver::run;
+pub use driver::{PlanReport, plan_report, request};
 pub use error::Error;
 pub use plan::{Health, judge, plan};
 pub(super) use versions::KubernetesVersions;
