@@ -543,15 +543,10 @@ fn rollout(runtime: &tokio::runtime::Runtime, action: RolloutAction) -> anyhow::
         RolloutAction::Resume { config, subscription } => (config, subscription, true),
         RolloutAction::Plan { config, subscription, output } => return rollout_plan(runtime, &config, &subscription, &output),
     };
-    let cfg = match load(&config) {
-        Ok(c) => c,
+    let ctx = match rollout_context(&config, &subscription)? {
+        Ok(ctx) => ctx,
         Err(code) => return Ok(code),
     };
-    if !cfg.subscriptions.iter().any(|s| s.name == subscription && s.rollout.is_some()) {
-        logging::error_line(&format!("error: {} has no subscription `{subscription}` with `rollout:`", config.display()));
-        return Ok(ExitCode::from(EXIT_CONFIG));
-    }
-    let ctx = Ctx::new(cfg).context("opening the cache")?;
     let release = runtime.block_on(kubernetes::request_rollout(ctx, &subscription, resume))?;
     if resume {
         println!("rollout of {subscription} (StackRelease {release}): resume requested");
@@ -561,21 +556,30 @@ fn rollout(runtime: &tokio::runtime::Runtime, action: RolloutAction) -> anyhow::
     Ok(ExitCode::SUCCESS)
 }
 
+/// The context of a `rollout` command: the config loaded, and `subscription` one of its
+/// subscriptions with `rollout:` (else the exit code, the error said).
+fn rollout_context(config: &Path, subscription: &str) -> anyhow::Result<Result<std::sync::Arc<Ctx>, ExitCode>> {
+    let cfg = match load(config) {
+        Ok(c) => c,
+        Err(code) => return Ok(Err(code)),
+    };
+    if !cfg.subscriptions.iter().any(|s| s.name == subscription && s.rollout.is_some()) {
+        logging::error_line(&format!("error: {} has no subscription `{subscription}` with `rollout:`", config.display()));
+        return Ok(Err(ExitCode::from(EXIT_CONFIG)));
+    }
+    Ok(Ok(Ctx::new(cfg).context("opening the cache")?))
+}
+
 /// `rollout plan`.
 fn rollout_plan(runtime: &tokio::runtime::Runtime, config: &Path, subscription: &str, output: &str) -> anyhow::Result<ExitCode> {
     if !["text", "json"].contains(&output) {
         logging::error_line(&format!("error: -o {output}: expected `text` or `json`"));
         return Ok(ExitCode::from(EXIT_CONFIG));
     }
-    let cfg = match load(config) {
-        Ok(c) => c,
+    let ctx = match rollout_context(config, subscription)? {
+        Ok(ctx) => ctx,
         Err(code) => return Ok(code),
     };
-    if !cfg.subscriptions.iter().any(|s| s.name == subscription && s.rollout.is_some()) {
-        logging::error_line(&format!("error: {} has no subscription `{subscription}` with `rollout:`", config.display()));
-        return Ok(ExitCode::from(EXIT_CONFIG));
-    }
-    let ctx = Ctx::new(cfg).context("opening the cache")?;
     let report = runtime.block_on(kubernetes::rollout_plan(ctx, subscription))?;
     if output == "json" {
         println!("{}", serde_json::to_string_pretty(&report)?);

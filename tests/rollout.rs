@@ -468,6 +468,19 @@ async fn a_cluster_edit_that_fails_is_tried_again_not_taken_for_a_change_by_some
     tokio::time::timeout(Duration::from_secs(10), capi).await.expect("Cluster API task stopped").expect("task");
 }
 
+/// Waits until the ClusterSyncs of `c00`.. (`n` of them) applied `tag`.
+async fn fleet_applied(env: &Env, daemon: &Daemon, n: usize, tag: &str) {
+    daemon
+        .eventually(&format!("the fleet on {tag}"), Duration::from_secs(60), async || {
+            let mut applied = 0;
+            for i in 0..n {
+                applied += usize::from(env.applied_tag(&format!("c{i:02}")).await == tag);
+            }
+            applied == n
+        })
+        .await;
+}
+
 /// Cluster API's part for a Cluster that fails once moved: `name`'s control plane keeps its
 /// version and Cluster API reports it unavailable while its class is not v3.
 fn fail_once_moved(env: &Arc<Env>, name: &'static str) -> (tokio::sync::watch::Sender<bool>, tokio::task::JoinHandle<()>) {
@@ -509,15 +522,7 @@ async fn a_cluster_failing_within_max_failures_is_moved_back_and_the_rollout_goe
     });
     let config = config(&env, Some(rollout_cfg));
     let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
-    daemon
-        .eventually("the fleet on v3", Duration::from_secs(60), async || {
-            let mut ready = 0;
-            for i in 0..4 {
-                ready += usize::from(env.applied_tag(&format!("c{i:02}")).await == V3);
-            }
-            ready == 4
-        })
-        .await;
+    fleet_applied(&env, &daemon, 4, V3).await;
 
     // v4 keeps the Kubernetes version (v1.27.3): a failed Cluster can go back to v3.
     publish_v3_on(&env.repo, "v4", "v1.27.3", &[]);
@@ -594,15 +599,7 @@ async fn a_rollout_waits_for_its_maintenance_windows_canaries_first() {
     };
     let config = config(&env, Some(with_windows(json!([later]))));
     let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
-    daemon
-        .eventually("the fleet on v3", Duration::from_secs(60), async || {
-            let mut ready = 0;
-            for i in 0..3 {
-                ready += usize::from(env.applied_tag(&format!("c{i:02}")).await == V3);
-            }
-            ready == 3
-        })
-        .await;
+    fleet_applied(&env, &daemon, 3, V3).await;
 
     publish_v3_on(&env.repo, "v4", "v1.27.5", &[]);
     daemon
