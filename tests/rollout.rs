@@ -481,22 +481,26 @@ async fn fleet_applied(env: &Env, daemon: &Daemon, n: usize, tag: &str) {
         .await;
 }
 
-/// Cluster API's part for a Cluster that fails once moved: `name`'s control plane keeps its
-/// version and Cluster API reports it unavailable while its class is not v3.
-fn fail_once_moved(env: &Arc<Env>, name: &'static str) -> (tokio::sync::watch::Sender<bool>, tokio::task::JoinHandle<()>) {
+/// Cluster API's part for a Cluster a release breaks: `name` is reported unavailable from now on
+/// (its control plane keeps its version), and available again once it was moved and is back on
+/// v3 (going back mends it).
+async fn broken_until_back(env: &Arc<Env>, name: &'static str) -> (tokio::sync::watch::Sender<bool>, tokio::task::JoinHandle<()>) {
+    let f = |ty: &str| json!({"type": ty, "status": "False", "reason": "MachinesNotReady", "lastTransitionTime": "2026-11-23T00:00:00Z"});
+    let status = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": name},
+        "status": {"controlPlaneReady": false, "conditions": [f("Ready"), f("ControlPlaneReady"), f("Available")]}});
+    env.clusters().patch_status(name, &PatchParams::apply("capi").force(), &Patch::Apply(status)).await.expect("status");
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let env = env.clone();
     let task = tokio::spawn(async move {
-        let mut failed = false;
+        let mut moved = false;
         loop {
             let c = env.clusters().get(name).await.expect("cluster");
-            let moved = c.data["spec"]["topology"]["class"] != V3;
-            if moved && !failed {
-                let f = |ty: &str| json!({"type": ty, "status": "False", "reason": "MachinesNotReady", "lastTransitionTime": "2026-11-23T00:00:00Z"});
-                let status = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": name},
-                    "status": {"controlPlaneReady": false, "conditions": [f("Ready"), f("ControlPlaneReady"), f("Available")]}});
-                env.clusters().patch_status(name, &PatchParams::apply("capi").force(), &Patch::Apply(status)).await.expect("status");
-                failed = true;
+            let on_v3 = c.data["spec"]["topology"]["class"] == V3;
+            if !on_v3 {
+                moved = true;
+            } else if moved {
+                report(&env, name, "v1.27.3").await;
+                return;
             }
             tokio::select! {
                 () = tokio::time::sleep(Duration::from_millis(200)) => {}
@@ -515,7 +519,6 @@ async fn a_cluster_failing_within_max_failures_is_moved_back_and_the_rollout_goe
     // c02 (wave 2) never becomes available on v4; the others do.
     let broken = Arc::new(Mutex::new(BTreeSet::from(["c02".to_owned()])));
     let (stop, capi) = play_cluster_api(&env, broken.clone());
-    let (stop_failing, failing) = fail_once_moved(&env, "c02");
     let rollout_cfg = json!({
         "waves": [{"clusters": 1}, {"percent": 100}], "waveTimeout": "5s", "checkInterval": "250ms",
         "maxFailures": 1, "onFailure": "rollback",
@@ -524,7 +527,9 @@ async fn a_cluster_failing_within_max_failures_is_moved_back_and_the_rollout_goe
     let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
     fleet_applied(&env, &daemon, 4, V3).await;
 
-    // v4 keeps the Kubernetes version (v1.27.3): a failed Cluster can go back to v3.
+    // v4 keeps the Kubernetes version (v1.27.3): a failed Cluster can go back to v3. c02 is
+    // unavailable from here until it is back on v3.
+    let (stop_failing, failing) = broken_until_back(&env, "c02").await;
     publish_v3_on(&env.repo, "v4", "v1.27.3", &[]);
     let took = daemon.eventually("rollout complete", Duration::from_secs(90), async || rollout(&env).await["phase"] == "Complete").await;
     let r = rollout(&env).await;
