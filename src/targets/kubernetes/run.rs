@@ -34,6 +34,13 @@ const DEBOUNCE: Duration = Duration::from_millis(300);
 
 async fn reconcile_fn(obj: Arc<DynamicObject>, kube: Arc<Kube>) -> Result<Action, Error> {
     let Some(key) = key_of(&obj) else { return Ok(Action::await_change()) };
+    // A server refused this Cluster's last try and said when to ask again: nothing is sent
+    // before then, whatever woke it (its requeue honours the wait; a watch event, a publication
+    // or a resync would not).
+    if let Some(wait) = kube.attempts.held(&key) {
+        debug!(cluster = %key, retry_in = ?wait, "held: its server said when to ask again");
+        return Ok(Action::requeue(wait));
+    }
     let started = std::time::Instant::now();
     let result = reconcile::reconcile(&kube, &obj).await;
     super::telemetry::reconciled(&key, result.as_ref(), started.elapsed());
@@ -52,6 +59,11 @@ async fn reconcile_fn(obj: Arc<DynamicObject>, kube: Arc<Kube>) -> Result<Action
 fn error_policy(obj: Arc<DynamicObject>, error: &Error, kube: Arc<Kube>) -> Action {
     let Some(key) = key_of(&obj) else { return Action::await_change() };
     let after = retry_after(&kube, &key, error);
+    if super::workload::is_throttled(error)
+        && let Some(wait) = kube.throttled(&key)
+    {
+        kube.attempts.hold(&key, wait);
+    }
     // The same failure again (every retry, every resync): said once an hour at its level, at
     // DEBUG in between; a new one at once. Same is the same reason and cause: a full or
     // read-only cache volume names a temp file new on every try. A server that throttles is
