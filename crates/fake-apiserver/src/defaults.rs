@@ -79,6 +79,8 @@ fn set_defaults(obj: &mut Value, rt: &ResourceType, version: &str) -> ApiResult<
         ("apps", "ReplicaSet") => {
             or_insert(&mut obj["spec"], "replicas", json!(1));
             pod_spec(&mut obj["spec"]["template"]["spec"]);
+            // `status.replicas` has no omitempty.
+            or_insert(obj, "status", json!({"replicas": 0}));
         }
         ("apps", "DaemonSet") => {
             let spec = &mut obj["spec"];
@@ -102,6 +104,8 @@ fn set_defaults(obj: &mut Value, rt: &ResourceType, version: &str) -> ApiResult<
             or_insert(spec, "replicas", json!(1));
             or_insert(spec, "revisionHistoryLimit", json!(10));
             or_insert(spec, "podManagementPolicy", json!("OrderedReady"));
+            // Optional since 1.34, without omitempty: stored as "".
+            or_insert(spec, "serviceName", json!(""));
             or_insert(spec, "updateStrategy", json!({}));
             or_insert(&mut spec["updateStrategy"], "type", json!("RollingUpdate"));
             if spec["updateStrategy"]["type"] == "RollingUpdate" {

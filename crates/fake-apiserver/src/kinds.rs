@@ -7,7 +7,7 @@
 
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope, Resource, SubResourceScope};
 
-use super::registry::{Cell, Column, Registry, ResourceType, Version, age};
+use super::registry::{Cell, Column, Generation, Registry, ResourceType, Version, age};
 use super::schema::Node;
 
 /// Scope as k8s-openapi types it: `None` for subresource kinds (Scale, Eviction, TokenRequest, Binding).
@@ -169,39 +169,98 @@ fn short_names(group: &str, plural: &str) -> &'static [&'static str] {
     }
 }
 
-/// The fields besides `metadata.name` and `metadata.namespace` a kind's field selectors accept.
-pub fn field_selectors(group: &str, kind: &str) -> &'static [&'static str] {
-    match (group, kind) {
-        ("", "Secret") => &["type"],
-        ("", "Namespace") => &["status.phase"],
-        ("", "Node") => &["spec.unschedulable"],
-        ("", "ReplicationController") => &["status.replicas"],
-        ("", "Pod") => &[
-            "spec.nodeName",
-            "spec.restartPolicy",
-            "spec.schedulerName",
-            "spec.serviceAccountName",
-            "spec.hostNetwork",
-            "status.phase",
-            "status.podIP",
-            "status.nominatedNodeName",
-        ],
-        ("", "Event") | ("events.k8s.io", "Event") => &[
-            "involvedObject.kind",
-            "involvedObject.namespace",
-            "involvedObject.name",
-            "involvedObject.uid",
-            "involvedObject.apiVersion",
-            "involvedObject.resourceVersion",
-            "involvedObject.fieldPath",
-            "reason",
-            "reportingComponent",
-            "source",
-            "type",
-        ],
-        ("batch", "Job") => &["status.successful"],
-        ("certificates.k8s.io", "CertificateSigningRequest") => &["spec.signerName"],
-        _ => &[],
+/// The fields a kind's field selectors accept and how the rest are refused: the field label
+/// conversion a kind registers in 1.35 (`pkg/apis/*/v1/conversion.go`), or, for the kinds that
+/// register none, runtime's default (`metadata.name`, `metadata.namespace`).
+pub fn field_labels(group: &str, kind: &str) -> FieldLabels {
+    const META: [&str; 2] = ["metadata.name", "metadata.namespace"];
+    let (fields, refusal): (&[&str], Refusal) = match (group, kind) {
+        ("", "Secret") => (&["type"], Refusal::NotSupported),
+        // Only the name: a namespace has no namespace.
+        ("", "Namespace") => {
+            return FieldLabels { fields: vec!["metadata.name".into(), "status.phase".into()], refusal: Refusal::NotSupported };
+        }
+        ("", "Node") => (&["spec.unschedulable"], Refusal::NotSupported),
+        ("", "ReplicationController") => (&["status.replicas"], Refusal::NotSupported),
+        ("", "Service") => (&["spec.clusterIP", "spec.type"], Refusal::NotSupported),
+        ("", "Pod") => (
+            &[
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "spec.hostNetwork",
+                "status.phase",
+                "status.podIP",
+                "status.podIPs",
+                "status.nominatedNodeName",
+            ],
+            Refusal::NotSupported,
+        ),
+        ("", "Event") => (
+            &[
+                "involvedObject.kind",
+                "involvedObject.namespace",
+                "involvedObject.name",
+                "involvedObject.uid",
+                "involvedObject.apiVersion",
+                "involvedObject.resourceVersion",
+                "involvedObject.fieldPath",
+                "reason",
+                "reportingComponent",
+                "source",
+                "type",
+            ],
+            Refusal::NotSupported,
+        ),
+        // events.k8s.io names the same indexed fields after its own shape.
+        ("events.k8s.io", "Event") => (
+            &[
+                "regarding.kind",
+                "regarding.namespace",
+                "regarding.name",
+                "regarding.uid",
+                "regarding.apiVersion",
+                "regarding.resourceVersion",
+                "regarding.fieldPath",
+                "reason",
+                "reportingController",
+                "type",
+            ],
+            Refusal::NotSupported,
+        ),
+        ("batch", "Job") => (&["status.successful"], Refusal::NotSupportedFor("Job")),
+        ("certificates.k8s.io", "CertificateSigningRequest") => (&["spec.signerName"], Refusal::NotSupported),
+        _ => (&[], Refusal::Unknown),
+    };
+    FieldLabels { fields: META.iter().chain(fields).map(|f| f.to_string()).collect(), refusal }
+}
+
+/// What a kind's field selectors accept ([`field_labels`]).
+#[derive(Debug, Clone)]
+pub struct FieldLabels {
+    pub fields: Vec<String>,
+    pub refusal: Refusal,
+}
+
+/// How a field label a kind does not index is refused (400 BadRequest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// runtime's `DefaultMetaV1FieldSelectorConversion`, for kinds without a conversion of their own.
+    Unknown,
+    /// `field label not supported: <label>` (core kinds, custom resources).
+    NotSupported,
+    /// `field label "<label>" not supported for <Kind>` (Jobs).
+    NotSupportedFor(&'static str),
+}
+
+impl Refusal {
+    pub fn message(self, label: &str) -> String {
+        match self {
+            Refusal::Unknown => format!("{label:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\""),
+            Refusal::NotSupported => format!("field label not supported: {label}"),
+            Refusal::NotSupportedFor(kind) => format!("field label {label:?} not supported for {kind}"),
+        }
     }
 }
 
@@ -344,7 +403,11 @@ pub fn builtin_types() -> Vec<ResourceType> {
             short_names: short_names(group, m.plural).iter().map(|s| s.to_string()).collect(),
             categories: if in_category_all(group, m.plural) { vec!["all".into()] } else { Vec::new() },
             versions: vec![served],
-            generation: has_generation(group, m.plural),
+            generation: has_generation(group, m.plural).then_some(if (group, m.plural) == ("apps", "deployments") {
+                Generation::SpecAndAnnotations
+            } else {
+                Generation::Spec
+            }),
             custom: false,
         });
     }

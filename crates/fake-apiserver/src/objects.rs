@@ -9,7 +9,7 @@ use super::deletion::{collect_garbage, finalize_namespace, remove};
 use super::fieldset::Scope;
 use super::meta;
 use super::query::Query;
-use super::registry::{self, ResourceType};
+use super::registry::{self, Generation, ResourceType};
 use super::smp;
 use super::ssa::{self, Writer};
 use super::status::{ApiError, ApiResult};
@@ -98,7 +98,7 @@ fn insert_new(state: &mut State, t: &Target, key: Key, mut obj: Value, dry_run: 
             meta.remove(field);
         }
     }
-    if t.rt.generation {
+    if t.rt.generation.is_some() {
         obj["metadata"]["generation"] = json!(1);
     }
     defaults_on_create(&mut obj, &t.rt);
@@ -106,9 +106,15 @@ fn insert_new(state: &mut State, t: &Target, key: Key, mut obj: Value, dry_run: 
     validate(None, &obj, t, &key.name)?;
     if is_crd(&t.rt) {
         registry::from_crd(&obj).map_err(|causes| ApiError::invalid(&t.rt.kind, &t.rt.group, &key.name, &causes))?;
-        if let Some(status) = obj.as_object_mut() {
-            status.remove("status");
-        }
+        // What the create answers before the CRD controllers accept the names.
+        let stored: Vec<Value> = obj["spec"]["versions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|v| v["storage"] == json!(true))
+            .map(|v| v["name"].clone())
+            .collect();
+        obj["status"] = json!({"acceptedNames": {"kind": "", "plural": ""}, "conditions": null, "storedVersions": stored});
     }
     if dry_run {
         return Ok(Written { code: 201, body: present(&obj, t), changed: false });
@@ -129,6 +135,9 @@ fn defaults_on_create(obj: &mut Value, rt: &ResourceType) {
             obj["status"] = json!({"phase": "Active"});
         }
         ("", "Secret") if obj["type"].as_str().is_none_or(str::is_empty) => obj["type"] = json!("Opaque"),
+        // The DaemonSet strategy's PrepareForCreate: templateGeneration 1, kept in this
+        // annotation for old clients (bumped on template changes: not modelled).
+        ("apps", "DaemonSet") => obj["metadata"]["annotations"]["deprecated.daemonset.template.generation"] = json!("1"),
         _ => {}
     }
 }
@@ -139,7 +148,10 @@ pub fn update(state: &mut State, t: &Target, mut obj: Value, q: &Query, user_age
     field_validation(state, &mut obj, t, q, Body::Object)?;
     let name = t.name().to_string();
     if meta::name(&obj) != name {
-        return Err(ApiError::bad_request("the name of the object does not match the name on the URL"));
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({}) does not match the name on the URL ({name})",
+            meta::name(&obj)
+        )));
     }
     let key = t.key(&name);
     let old = state.store.get(&key).cloned().ok_or_else(|| t.not_found(&name))?;
@@ -226,7 +238,11 @@ fn finish_update(state: &mut State, t: &Target, key: Key, old: &Value, mut new: 
     validate(Some(old), &new, t, &key.name)?;
     // Without a status subresource, status is part of what generation tracks.
     let status_apart = t.rt.has_status(&t.version);
-    if t.rt.generation && spec_of(old, status_apart) != spec_of(&new, status_apart) {
+    let annotations_too = t.rt.generation == Some(Generation::SpecAndAnnotations);
+    let annotations = |o: &Value| o["metadata"].get("annotations").cloned().filter(|a| a.as_object().is_some_and(|a| !a.is_empty()));
+    if t.rt.generation.is_some()
+        && (spec_of(old, status_apart) != spec_of(&new, status_apart) || (annotations_too && annotations(old) != annotations(&new)))
+    {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         new["metadata"]["generation"] = json!(generation);
     }
@@ -332,6 +348,7 @@ fn apply(state: &mut State, t: &Target, body: &[u8], q: &Query) -> ApiResult<Wri
     let Some(manager) = q.get("fieldManager").filter(|m| !m.is_empty()) else {
         return Err(ApiError::bad_request("PATCH, application/apply-patch+yaml requires fieldManager to be set"));
     };
+    check_applied_kind(&applied, t)?;
     check_kind(&mut applied, t)?;
     set_namespace(&mut applied, t)?;
     if applied["metadata"].get("managedFields").is_some_and(|m| !m.is_null()) {
@@ -447,6 +464,18 @@ fn is_namespace(rt: &ResourceType) -> bool {
 }
 
 /// Fills a missing apiVersion/kind and rejects a mismatched one.
+/// An apply configuration of another group, version or kind than the endpoint's is refused by
+/// the field manager's version check, in its words (`invalid object type: apps/v2,
+/// Kind=Deployment`; the core group is empty before the slash).
+fn check_applied_kind(applied: &Value, t: &Target) -> ApiResult<()> {
+    let (Some(api_version), Some(kind)) = (applied["apiVersion"].as_str(), applied["kind"].as_str()) else { return Ok(()) };
+    if api_version.is_empty() || kind.is_empty() || (api_version == t.rt.api_version(&t.version) && kind == t.rt.kind) {
+        return Ok(());
+    }
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    Err(ApiError::bad_request(format!("invalid object type: {group}/{version}, Kind={kind}")))
+}
+
 fn check_kind(obj: &mut Value, t: &Target) -> ApiResult<()> {
     if !obj.is_object() {
         return Err(ApiError::bad_request("the body of the request must be an object"));

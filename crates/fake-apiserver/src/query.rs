@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 
+use super::kinds::{FieldLabels, Refusal, field_labels};
 use super::meta;
 use super::registry::ResourceType;
 use super::status::{ApiError, ApiResult};
@@ -145,7 +146,7 @@ pub struct FieldSelector(Vec<(String, bool, String)>);
 impl FieldSelector {
     /// # Errors
     /// 400 BadRequest for a field the server does not index, with the real message.
-    pub fn parse(s: &str, extra: &[String]) -> ApiResult<FieldSelector> {
+    pub fn parse(s: &str, labels: &FieldLabels) -> ApiResult<FieldSelector> {
         let mut terms = Vec::new();
         for term in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
             let (field, equal, value) = if let Some((f, v)) = term.split_once("!=") {
@@ -156,8 +157,8 @@ impl FieldSelector {
                 return Err(ApiError::bad_request(format!("invalid selector: '{s}'; can't understand '{term}'")));
             };
             let field = field.trim();
-            if field != "metadata.name" && field != "metadata.namespace" && !extra.iter().any(|e| e == field) {
-                return Err(ApiError::bad_request(format!("field label not supported: {field}")));
+            if !labels.fields.iter().any(|e| e == field) {
+                return Err(ApiError::bad_request(labels.refusal.message(field)));
             }
             terms.push((field.to_string(), equal, value.trim().to_string()));
         }
@@ -196,13 +197,21 @@ impl Selection {
     /// The selectors of `q` for resource `rt` in `version`, whose field selectors accept the
     /// fields that resource indexes.
     pub fn from_query(q: &Query, rt: &ResourceType, version: &str) -> ApiResult<Selection> {
-        let mut extra: Vec<String> = super::kinds::field_selectors(&rt.group, &rt.kind).iter().map(|f| f.to_string()).collect();
-        if let Some(v) = rt.version(version) {
-            extra.extend(v.selectable.iter().cloned());
-        }
+        let labels = if rt.custom {
+            // apiextensions' own conversion: the name, the namespace of a namespaced resource,
+            // the version's selectableFields.
+            let mut fields = vec!["metadata.name".to_string()];
+            if rt.namespaced {
+                fields.push("metadata.namespace".into());
+            }
+            fields.extend(rt.version(version).into_iter().flat_map(|v| v.selectable.iter().cloned()));
+            FieldLabels { fields, refusal: Refusal::NotSupported }
+        } else {
+            field_labels(&rt.group, &rt.kind)
+        };
         Ok(Selection {
             labels: LabelSelector::parse(q.get("labelSelector").unwrap_or_default())?,
-            fields: FieldSelector::parse(q.get("fieldSelector").unwrap_or_default(), &extra)?,
+            fields: FieldSelector::parse(q.get("fieldSelector").unwrap_or_default(), &labels)?,
         })
     }
 
@@ -239,9 +248,18 @@ mod tests {
 
     #[test]
     fn field_selectors_reject_unindexed_fields() {
-        let err = FieldSelector::parse("spec.replicas=1", &[]).expect_err("unsupported");
-        assert_eq!(err.message, "field label not supported: spec.replicas");
-        let sel = FieldSelector::parse("metadata.name=x,metadata.namespace!=kube-system", &[]).expect("parses");
+        // As kube-apiserver 1.35 words it: runtime's default for kinds without a conversion of
+        // their own, the kind's conversion otherwise.
+        let deployments = field_labels("apps", "Deployment");
+        let err = FieldSelector::parse("spec.replicas=1", &deployments).expect_err("unsupported");
+        assert_eq!(err.message, r#""spec.replicas" is not a known field selector: only "metadata.name", "metadata.namespace""#);
+        let err = FieldSelector::parse("spec.x=1", &field_labels("", "Pod")).expect_err("unsupported");
+        assert_eq!(err.message, "field label not supported: spec.x");
+        let err = FieldSelector::parse("spec.x=1", &field_labels("batch", "Job")).expect_err("unsupported");
+        assert_eq!(err.message, r#"field label "spec.x" not supported for Job"#);
+        let err = FieldSelector::parse("metadata.namespace=x", &field_labels("", "Namespace")).expect_err("a namespace has none");
+        assert_eq!(err.message, "field label not supported: metadata.namespace");
+        let sel = FieldSelector::parse("metadata.name=x,metadata.namespace!=kube-system", &deployments).expect("parses");
         assert!(sel.matches(&json!({"metadata": {"name": "x", "namespace": "default"}})));
     }
 

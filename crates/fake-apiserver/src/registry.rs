@@ -80,10 +80,22 @@ pub struct ResourceType {
     pub categories: Vec<String>,
     /// Served versions, preferred first.
     pub versions: Vec<Version>,
-    /// Whether objects carry `metadata.generation`.
-    pub generation: bool,
+    /// Whether objects carry `metadata.generation`, and what bumps it.
+    pub generation: Option<Generation>,
     /// Defined by a CRD (custom resources differ in a few server behaviours, e.g. DELETE's answer).
     pub custom: bool,
+}
+
+/// What a kind's strategy compares to bump `metadata.generation` on an update (its
+/// `PrepareForUpdate` in kube-apiserver 1.35's `pkg/registry`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generation {
+    /// Everything outside metadata (and status, where it has a subresource): `spec`, or what
+    /// stands for it (a webhook configuration's `webhooks`).
+    Spec,
+    /// `spec` and `metadata.annotations`: a Deployment, whose annotations its controller copies
+    /// to its ReplicaSets (StatefulSets, DaemonSets and ReplicaSets compare `spec` only).
+    SpecAndAnnotations,
 }
 
 impl ResourceType {
@@ -257,7 +269,7 @@ pub fn from_crd(crd: &Value) -> Result<ResourceType, Vec<(&'static str, String)>
         kind,
         plural,
         versions,
-        generation: true,
+        generation: Some(Generation::Spec),
         custom: true,
     })
 }

@@ -127,7 +127,7 @@ impl Writer<'_> {
 /// 409 Conflict listing every conflicting field, unless `force`.
 pub fn apply(live: &Value, applied: &Value, w: &Writer<'_>, force: bool) -> ApiResult<Value> {
     let (rt, version) = (w.rt, w.version);
-    let new_set = fieldset::fields_of(applied, rt, version, w.scope);
+    let new_set = applied_set(applied, w);
     let mut entries = read_entries(live);
     let me = Entry {
         manager: w.manager.into(),
@@ -182,6 +182,22 @@ pub fn apply(live: &Value, applied: &Value, w: &Writer<'_>, force: bool) -> ApiR
     }
     write_entries(&mut obj, &entries);
     Ok(obj)
+}
+
+/// The fields an apply records for its manager: what it sent, less the fields the endpoint's
+/// strategy resets. A custom resource's status strategy resets only `spec` (apiextensions'
+/// `GetResetFields`), so an apply to its `/status` records the labels, annotations and other
+/// metadata it sent, although the strategy then keeps the live values (1.35 does exactly that).
+/// Built-in kinds are modelled as resetting everything but `status` there.
+fn applied_set(applied: &Value, w: &Writer<'_>) -> FieldSet {
+    if w.scope == Scope::Status && w.rt.custom {
+        let mut sent = applied.clone();
+        if let Some(map) = sent.as_object_mut() {
+            map.remove("spec");
+        }
+        return fieldset::fields_of(&sent, w.rt, w.version, Scope::All);
+    }
+    fieldset::fields_of(applied, w.rt, w.version, w.scope)
 }
 
 /// The object without `metadata.managedFields` (and the system metadata a write changes).
