@@ -414,3 +414,159 @@ async fn stack_release(t: &CapiTenant, tag: &str) -> Value {
     let list = api.list(&Default::default()).await.expect("StackReleases");
     list.items.into_iter().map(json_of).find(|r| r["spec"]["subscription"] == t.ns.as_str() && r["spec"]["tag"] == tag).unwrap_or_default()
 }
+
+/// `scripts/corpus.sh capi`: every release under `$STACKSYNC_SCS_RELEASES` (`<stack>-v1/`, as
+/// corpus.sh packages each stack of a checkout of the public SovereignCloudStack/cluster-stacks)
+/// published to a Git repository of its own, applied by stacksync to the real Cluster API with
+/// the providers' CRDs, and judged: the ClusterClass applied, accepted and reconciled
+/// (`VariablesReady`, `RefVersionsUpToDate`), a topology Cluster with the class's required
+/// variables (values from each variable's example, default, or type) computed (its
+/// infrastructure cluster and control plane made, `TopologyReconciled`). Prints one
+/// `CORPUS | stack | result | detail` line per stack; fails when a stack does not pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a checkout of the public cluster-stacks packaged by scripts/corpus.sh capi"]
+async fn public_cluster_stacks_on_the_real_cluster_api() {
+    let Some(root) = std::env::var_os("STACKSYNC_SCS_RELEASES").map(std::path::PathBuf::from) else {
+        panic!("STACKSYNC_SCS_RELEASES: the directory of packaged releases (scripts/corpus.sh capi)");
+    };
+    let mut releases: Vec<std::path::PathBuf> =
+        std::fs::read_dir(&root).expect("the releases directory").flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    releases.sort();
+    let mut failed = Vec::new();
+    for release in releases {
+        let tag = release.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        let (result, detail) = match corpus_stack(&release, &tag).await {
+            Ok(detail) => ("pass", detail),
+            Err(detail) => {
+                failed.push(tag.clone());
+                ("FAIL", detail)
+            }
+        };
+        println!("CORPUS | {tag} | {result} | {}", detail.replace('\n', " "));
+    }
+    assert!(failed.is_empty(), "stacks that did not pass: {failed:?}");
+}
+
+/// One public stack through the real Cluster API; `Err` says what failed.
+async fn corpus_stack(release: &std::path::Path, tag: &str) -> Result<String, String> {
+    let Some((t, _)) = tenant(tag).await else { return Err("Cluster API or the providers' CRDs are not built".into()) };
+    let stack = tag.rsplit_once("-v").map_or(tag, |(s, _)| s).to_owned();
+    let metadata = std::fs::read_to_string(release.join("metadata.yaml")).map_err(|e| format!("metadata.yaml: {e}"))?;
+    let kubernetes = metadata
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("kubernetes:"))
+        .map(|k| k.trim().trim_matches('"').to_owned())
+        .ok_or("metadata.yaml names no Kubernetes version")?;
+    // The release's files as they are (charts packaged as .tgz): committed from its directory.
+    let _ = t.repo.git(&["rm", "-rq", "--ignore-unmatch", "."]);
+    let work_tree = format!("--work-tree={}", release.display());
+    t.repo.git(&[&work_tree, "add", "-A", "."]).map_err(|e| format!("git add: {e}"))?;
+    t.repo.git(&["commit", "-qm", tag]).map_err(|e| format!("git commit: {e}"))?;
+    t.repo.git(&["push", "-q", "origin", "main"]).map_err(|e| format!("git push: {e}"))?;
+    t.repo.tag(tag);
+    let daemon = t.start(&t.config(|s| s.stack(&stack)).write(), &[]).await;
+    let outcome = corpus_judge(&t, tag, &kubernetes).await;
+    daemon.stop().await;
+    t.delete().await;
+    outcome
+}
+
+async fn corpus_judge(t: &CapiTenant, tag: &str, kubernetes: &str) -> Result<String, String> {
+    let within = |d: Duration| async move { tokio::time::sleep(d).await };
+    add_cluster(t, "c1", tag, kubernetes, json!([])).await;
+    // Applied by stacksync (or refused: the StackRelease says why).
+    let deadline = Instant::now() + STEP;
+    let cc = loop {
+        let cc = class(t, tag).await;
+        if !cc.is_null() {
+            break cc;
+        }
+        let sr = stack_release(t, tag).await;
+        if sr["status"]["phase"] == "Failed" || Instant::now() > deadline {
+            let entries = sr["status"]["entries"].to_string();
+            return Err(format!("ClusterClass not applied: StackRelease {} {entries}", sr["status"]["phase"]));
+        }
+        within(Duration::from_millis(500)).await;
+    };
+    // The class's required variables, with values its schema suggests.
+    let required: Vec<Value> = cc["spec"]["variables"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|var| var["required"] == true)
+        .map(|var| json!({"name": var["name"], "value": sample(&var["schema"]["openAPIV3Schema"])}))
+        .collect();
+    let names: Vec<String> = required.iter().filter_map(|r| r["name"].as_str().map(str::to_owned)).collect();
+    if !required.is_empty() {
+        let patch = json!({"spec": {"topology": {"variables": required}}});
+        clusters(t)
+            .patch("c1", &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map_err(|e| format!("setting the required variables: {e}"))?;
+    }
+    // Reconciled by Cluster API at its generation.
+    let deadline = Instant::now() + STEP;
+    let cc = loop {
+        let cc = class(t, tag).await;
+        if cc["status"]["observedGeneration"].as_i64().is_some() && cc["status"]["observedGeneration"] == cc["metadata"]["generation"] {
+            break cc;
+        }
+        if Instant::now() > deadline {
+            return Err(format!("ClusterClass not reconciled: {}", cc["status"]));
+        }
+        within(Duration::from_millis(500)).await;
+    };
+    // Each check said, passed or not: the detail of a failing stack shows what did work too.
+    let mut said = vec!["ClusterClass accepted by the webhooks".to_owned()];
+    let mut passed = true;
+    for types in [&["VariablesReady", "VariablesReconciled"][..], &["RefVersionsUpToDate"][..]] {
+        let (status, reason, message) = condition(&cc, types);
+        passed &= status == "True";
+        said.push(if status == "True" { format!("{} True", types[0]) } else { format!("{} {status} ({reason}): {message}", types[0]) });
+    }
+    // The topology: the Cluster's infrastructure cluster and control plane made by Cluster API.
+    let deadline = Instant::now() + STEP;
+    loop {
+        let cluster = json_of(clusters(t).get("c1").await.map_err(|e| format!("reading the Cluster: {e}"))?);
+        let refs = (cluster["spec"]["infrastructureRef"]["kind"].as_str(), cluster["spec"]["controlPlaneRef"]["kind"].as_str());
+        let (status, reason, message) = condition(&cluster, &["TopologyReconciled"]);
+        if let (Some(infra), Some(cp), "True") = (refs.0, refs.1, status.as_str()) {
+            said.push(format!("topology computed ({infra}, {cp} at {kubernetes})"));
+            break;
+        }
+        if Instant::now() > deadline {
+            passed = false;
+            said.push(format!("topology not computed: TopologyReconciled {status} ({reason}): {message}"));
+            break;
+        }
+        within(Duration::from_millis(500)).await;
+    }
+    said.push(format!("required variables: {}", if names.is_empty() { "none".to_owned() } else { names.join(", ") }));
+    if passed { Ok(said.join("; ")) } else { Err(said.join("; ")) }
+}
+
+/// A value an OpenAPI schema accepts: its example, its default, else one of its type.
+fn sample(schema: &Value) -> Value {
+    if !schema["example"].is_null() {
+        return schema["example"].clone();
+    }
+    if !schema["default"].is_null() {
+        return schema["default"].clone();
+    }
+    if let Some(first) = schema["enum"].as_array().and_then(|e| e.first()) {
+        return first.clone();
+    }
+    match schema["type"].as_str() {
+        Some("integer") | Some("number") => schema["minimum"].as_i64().map_or(json!(1), |m| json!(m)),
+        Some("boolean") => json!(false),
+        Some("array") => json!([]),
+        Some("object") => {
+            let required = schema["required"].as_array().cloned().unwrap_or_default();
+            let fields: serde_json::Map<String, Value> =
+                required.iter().filter_map(|r| r.as_str()).map(|r| (r.to_owned(), sample(&schema["properties"][r]))).collect();
+            Value::Object(fields)
+        }
+        _ if schema["format"] == "uuid" || schema["format"] == "uuid4" => json!(EXTERNAL_ID),
+        _ => json!("corpus"),
+    }
+}
