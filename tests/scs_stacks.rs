@@ -305,6 +305,13 @@ async fn an_openstack_scs_stack_is_accepted_computed_with_its_patches_and_its_ne
     .await;
     let cp = control_plane(&t, v, "c1").await.expect("control plane");
     assert_eq!(cp["spec"]["version"], K33, "Cluster API must not move the control plane while the hook says retry: {cp}");
+    // Stage 1 (`cni`) of the 1.34 release is applied, its post-condition waits for the gate.
+    let cilium = cms.get("cilium-config").await.expect("cilium-config");
+    assert_eq!(
+        cilium.data.unwrap_or_default().get("mtu").map(String::as_str),
+        Some("1400"),
+        "the 1.34 release's cni stage, applied before the gate"
+    );
 
     open_gate(&t, &gate).await;
     let mut released = Duration::ZERO;
@@ -323,8 +330,6 @@ async fn an_openstack_scs_stack_is_accepted_computed_with_its_patches_and_its_ne
         cp_templates.iter().any(|m| m["spec"]["template"]["spec"]["image"]["filter"]["name"] == "ubuntu-capi-image-v1.34.2")
     })
     .await;
-    let cilium = cms.get("cilium-config").await.expect("cilium-config");
-    assert_eq!(cilium.data.unwrap_or_default().get("mtu").map(String::as_str), Some("1400"), "the 1.34 release's CNI stage");
     let calls = hook_calls(&daemon, "BeforeClusterUpgrade", &key);
     eprintln!(
         "RESULT: openstack-scs ClusterClass accepted and reconciled {:.1}s after the Cluster, topology computed at {:.1}s, up at {:.1}s; \
