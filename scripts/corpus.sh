@@ -20,23 +20,39 @@
 #    (scripts/corpus/values.go, the operator's engine);
 #  - reads both with `kubectl annotate --local -o json` and compares (scripts/corpus/compare.py).
 # Installs Debian's golang-go, sprig and yaml.v3 when missing; helm and kubectl via install-tools.sh.
+#
+#   scripts/corpus.sh capi PATH-TO-cluster-stacks-CHECKOUT
+#
+# The Cluster API mode: packages every stack the same way, then runs the ignored test
+# `public_cluster_stacks_on_the_real_cluster_api` of tests/scs_stacks.rs on them: stacksync
+# applies each release to the real Cluster API (STACKSYNC_CAPI_VERSION, default v1.14.2) on the
+# real control plane, with the kubeadm, Docker and OpenStack providers' CRDs installed
+# (scripts/build-provider-crds.sh; their controllers do not run, testkit plays their contracts),
+# and the test judges each ClusterClass (accepted by the webhooks; `VariablesReady` and
+# `RefVersionsUpToDate` True) and a topology Cluster with the class's required variables (its
+# infrastructure cluster and control plane computed, `TopologyReconciled` True). Prints a table:
+# stack, pass/FAIL, what failed. Needs the Go module proxy the first time (builds what is missing).
 set -euo pipefail
-src=$(cd "${1:?usage: scripts/corpus.sh PATH-TO-cluster-stacks-CHECKOUT}" && pwd)
+mode=render
+if [ "${1:-}" = capi ]; then mode=capi; shift; fi
+src=$(cd "${1:?usage: scripts/corpus.sh [capi] PATH-TO-cluster-stacks-CHECKOUT}" && pwd)
 root=$(cd "$(dirname "$0")/.." && pwd)
 tdir=${CARGO_TARGET_DIR:-$root/target}
 work=${CORPUS_WORK:-$(mktemp -d)}
 mkdir -p "$work"
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-if ! command -v go >/dev/null || [ ! -d /usr/share/gocode/src/github.com/Masterminds/sprig ] || [ ! -d /usr/share/gocode/src/gopkg.in/yaml.v3 ]; then
+if [ "$mode" = render ] && { ! command -v go >/dev/null || [ ! -d /usr/share/gocode/src/github.com/Masterminds/sprig ] || [ ! -d /usr/share/gocode/src/gopkg.in/yaml.v3 ]; }; then
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev >/dev/null
 fi
 bin=$("$root/scripts/install-tools.sh" --for quickstart | tail -n 1)
 helm="$bin/helm"
 kubectl="$bin/kubectl"
+if [ "$mode" = render ]; then
 (cd "$root" && cargo build --quiet --locked --bin stacksync -p stacksync && cargo build --quiet --locked --bin testkit -p testkit)
 GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE="$work/gocache" go build -o "$work/values" "$root/scripts/corpus/values.go"
+fi
 export HELM_CACHE_HOME="$work/helm/cache" HELM_CONFIG_HOME="$work/helm/config" HELM_DATA_HOME="$work/helm/data"
 
 clusters=("alpha team-a" "beta team-b")
@@ -92,6 +108,8 @@ for csctl in "$src"/providers/*/*/csctl.yaml; do
     stages=""
   fi
   printf 'apiVersion: metadata.clusterstack.x-k8s.io/v1alpha1\nversions:\n  clusterStack: v1\n  kubernetes: %s\n  components:\n    clusterAddon: v1\n' "$k8s" >"$rel/metadata.yaml"
+  # The Cluster API mode judges the packaged releases together, after the loop.
+  [ "$mode" = capi ] && continue
 
   # The reference: helm as the operator runs it, twice (what differs between the runs is random).
   twice() { # out-file helm-args...
@@ -165,6 +183,22 @@ for csctl in "$src"/providers/*/*/csctl.yaml; do
     done
   done
 done
+
+if [ "$mode" = capi ]; then
+  "$root/scripts/install-tools.sh" --for cluster-api >/dev/null
+  log="$work/capi.log"
+  (cd "$root" && STACKSYNC_SCS_RELEASES="$work/releases/scs/cluster-stacks" STACKSYNC_HELM="$helm" \
+    cargo test --quiet --locked --test scs_stacks -- --ignored --exact public_cluster_stacks_on_the_real_cluster_api --nocapture) >"$log" 2>&1 || true
+  echo "cluster-stacks checkout: $src ($(git -C "$src" rev-parse HEAD 2>/dev/null || echo 'not a git checkout'))"
+  echo "Cluster API ${STACKSYNC_CAPI_VERSION:-v1.14.2} with the kubeadm, Docker and OpenStack providers' CRDs ($(sed -n 's/.*cluster-api-provider-openstack=\([^ ]*\).*/OpenStack \1/p' "$("$root/scripts/build-provider-crds.sh" 2>/dev/null | tail -n 1)/VERSION"))"
+  echo
+  echo "| stack | result | detail |"
+  echo "|---|---|---|"
+  grep '^CORPUS | ' "$log" | sed 's/^CORPUS | /| /; s/$/ |/' || echo "| (no result) | FAIL | see $log |"
+  echo
+  echo "log: $log"
+  exit 0
+fi
 
 echo "cluster-stacks checkout: $src ($(git -C "$src" rev-parse HEAD 2>/dev/null || echo 'not a git checkout'))"
 echo

@@ -7,7 +7,8 @@
 #                       kube-apiserver, etcd, controller-manager, scheduler, kwok, from the Go
 #                       module proxy; about 7 min the first time on 2 cores)
 #   --for cluster-api   + the Cluster API v1.14 core manager (scripts/build-cluster-api.sh; about
-#                       2.5 min more)
+#                       2.5 min more) and the kubeadm, Docker and OpenStack providers' CRDs
+#                       (scripts/build-provider-crds.sh: module downloads only, seconds)
 #   --for tests         + the Kubernetes 1.35 JSON schemas testkit's API server reads (from the
 #                       PyPI package kubernetes-validate): everything the test suite needs here
 #                       (scripts/test.sh builds the oracles and cosign itself)
@@ -73,6 +74,8 @@ fi
 if [ "$want_realkube" = 1 ]; then "$(dirname "$0")/build-realkube.sh" >&2; fi
 # The real Cluster API core manager (tests/cluster_api.rs, examples/cluster-api).
 if [ "$want_capi" = 1 ]; then "$(dirname "$0")/build-cluster-api.sh" >&2; fi
+# The providers' CRDs (kubeadm, Docker, OpenStack) for the SCS stacks (tests/scs_stacks.rs).
+if [ "$want_capi" = 1 ]; then "$(dirname "$0")/build-provider-crds.sh" >&2; fi
 
 if [[ -x "$bin_dir/kubectl" && -x "$bin_dir/helm" ]] && "$bin_dir/kubectl" version --client >/dev/null 2>&1; then
     echo "$bin_dir"

@@ -16,6 +16,9 @@
 #     the real Kubernetes 1.35 control plane (scripts/build-realkube.sh from the Go module proxy:
 #     kube-apiserver, etcd, controller-manager, scheduler, kwok) that `testkit kube`, the
 #     real-Kubernetes tests and the differential test run,
+#     and through it the Cluster API core manager (scripts/build-cluster-api.sh) and the kubeadm,
+#     Docker and OpenStack providers' CRDs (scripts/build-provider-crds.sh, downloaded from the
+#     Go module proxy, never built) that tests/cluster_api.rs and tests/scs_stacks.rs install,
 #   - the Go template oracle of the conformance suite and the template fuzzer
 #     (scripts/build-oracles.sh: Go 1.26 and slim-sprig v3, a pinned Go module), whose path
 #     crates/gotemplate's tests/conformance.rs and tests/template_fuzz read from

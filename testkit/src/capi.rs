@@ -354,13 +354,13 @@ async fn client_of(path: &Path) -> Result<kube::Client> {
 }
 
 /// `(host, port)` of `https://host:port`.
-fn endpoint_of(url: &str) -> (String, u16) {
+pub(crate) fn endpoint_of(url: &str) -> (String, u16) {
     let rest = url.trim_start_matches("https://");
     let (host, port) = rest.rsplit_once(':').unwrap_or((rest, "443"));
     (host.to_owned(), port.trim_end_matches('/').parse().unwrap_or(443))
 }
 
-fn read_docs(path: &Path) -> Result<Vec<Value>> {
+pub(crate) fn read_docs(path: &Path) -> Result<Vec<Value>> {
     let err = |message: String| Error::Preload { path: path.to_path_buf(), message };
     let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| err(e.to_string()))?;

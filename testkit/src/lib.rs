@@ -8,4 +8,5 @@ pub mod git;
 pub mod github;
 pub mod kube;
 pub mod private_git;
+pub mod providers;
 pub mod registry;
