@@ -406,9 +406,18 @@ async fn a_cluster_class_the_webhooks_refuse_shows_as_not_synced_naming_the_obje
     })
     .await;
     assert!(class(&t, DOCKER).await.is_null(), "the refused ClusterClass is not there");
-    let cs = t.cluster_sync("r1").await;
-    assert!(!ready(&cs), "the Cluster is not synced: {cs}");
-    eprintln!("RESULT: a refused ClusterClass: StackRelease {}", last["status"]["entries"]);
+    // The Cluster's own status says why its control plane is not coming, naming the object.
+    let mut cs = Value::Null;
+    t.eventually(&daemon, "the ClusterSync NotSynced, naming the refused ClusterClass", STEP, async || {
+        cs = t.cluster_sync("r1").await;
+        let (status, reason, message) = condition(&cs, &["Ready"]);
+        status == "False"
+            && reason == "NotSynced"
+            && message.contains(&format!("ClusterClass/{}/{DOCKER}", t.ns))
+            && message.contains("image_repository")
+    })
+    .await;
+    eprintln!("RESULT: a refused ClusterClass: StackRelease {}; ClusterSync {}", last["status"]["entries"], condition(&cs, &["Ready"]).2);
     daemon.stop().await;
     t.delete().await;
 }

@@ -75,6 +75,13 @@ impl Classes {
         }
     }
 
+    /// What went wrong with the ClusterClass of release `tag` in `namespace`, as last applied by
+    /// this process: `None` when it is in place (or was not applied here yet).
+    pub(super) fn problem(&self, sub: &str, tag: &str, namespace: &str) -> Option<String> {
+        let key = (sub.to_owned(), tag.to_owned(), namespace.to_owned());
+        self.applied.locked().get(&key).filter(|(_, r)| r.failed()).and_then(|(_, r)| r.problem())
+    }
+
     /// The results of a release over every namespace, in namespace order.
     pub(super) fn merged(&self, sub: &str, tag: &str) -> ClassResult {
         let applied = self.applied.locked();

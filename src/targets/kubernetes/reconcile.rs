@@ -202,12 +202,28 @@ async fn sync(
             // Cluster API makes a topology Cluster's control plane from its ClusterClass: the
             // namespace's ClusterClasses go in before that control plane can ever be ready.
             let mut releases = kube.ctx.offered(sub).await;
-            if let Ok(rel) = choose(kube, sub, class).await
+            let chosen = choose(kube, sub, class).await.ok();
+            if let Some(rel) = &chosen
                 && !releases.iter().any(|r| r.tag == rel.tag)
             {
-                releases.push(rel);
+                releases.push(rel.clone());
             }
             kube.classes.ensure(kube, sub, &c.namespace, &releases).await;
+            // A ClusterClass the management cluster refused (a webhook, a schema) is why this
+            // control plane is not coming: the ClusterSync says so, naming the object, not
+            // "not ready yet" (retried with backoff: a fixed webhook or release brings it).
+            if let Some(rel) = &chosen
+                && let Some(problem) = kube.classes.problem(&sub.name, &rel.tag, &c.namespace)
+            {
+                warn!(tag = %rel.tag, "the ClusterClass of the Cluster's release is not applied: {problem}");
+                return Err(Fail::NotReady {
+                    reason: Reason::NotSynced,
+                    message: format!(
+                        "the ClusterClass of release {} is not applied in namespace {}, so Cluster API cannot make this Cluster's control plane: {problem}",
+                        rel.tag, c.namespace
+                    ),
+                });
+            }
         }
         info!("control plane is not ready yet");
         return Err(Fail::ControlPlaneNotReady);
