@@ -13,7 +13,7 @@ use super::meta;
 use super::query::{Query, Selection};
 use super::status::{self, ApiError, ApiResult};
 use super::store::{Key, State};
-use super::target::{Target, Written, present};
+use super::target::{Target, Written, list_item, present};
 
 const FOREGROUND: &str = "foregroundDeletion";
 const ORPHAN: &str = "orphan";
@@ -112,11 +112,14 @@ pub fn delete_collection(state: &mut State, t: &Target, sel: &Selection, q: &Que
     if !q.dry_run() {
         collect_garbage(state);
     }
+    for item in &mut items {
+        list_item(item, t);
+    }
     let body = json!({"kind": t.rt.list_kind, "apiVersion": t.rt.api_version(&t.version), "metadata": {"resourceVersion": state.store.current_rv().to_string()}, "items": items});
     Ok(Written { code: 200, body, changed })
 }
 
-fn add_finalizer(obj: &mut Value, name: &str) {
+pub fn add_finalizer(obj: &mut Value, name: &str) {
     let list = &mut obj["metadata"]["finalizers"];
     if !list.is_array() {
         *list = json!([]);

@@ -63,17 +63,17 @@ fn merge_map(doc: &mut Map<String, Value>, patch: &Map<String, Value>, node: Opt
         match (doc.get_mut(k), pv) {
             (Some(Value::Object(d)), Value::Object(p)) => merge_map(d, p, child)?,
             (Some(Value::Array(d)), Value::Array(p)) => merge_list(d, p, child)?,
-            (_, Value::Object(p)) if p.get("$patch").and_then(Value::as_str) == Some("delete") => {
-                doc.remove(k);
-            }
-            (_, Value::Object(p)) => {
-                let mut fresh = Map::new();
-                merge_map(&mut fresh, p, child)?;
-                doc.insert(k.clone(), Value::Object(fresh));
-            }
-            (_, pv) => {
-                doc.insert(k.clone(), strip(pv));
-            }
+            // Absent or of another type: the patch's value is taken as it is, less its
+            // directives, as 1.35's `removeDirectives` does: a map carrying `$patch` (whatever
+            // the directive, `replace` too) is dropped with its key.
+            (_, pv) => match without_directives(pv) {
+                Some(v) => {
+                    doc.insert(k.clone(), v);
+                }
+                None => {
+                    doc.remove(k);
+                }
+            },
         }
     }
     for (k, pv) in patch {
@@ -161,5 +161,18 @@ fn strip(v: &Value) -> Value {
         Value::Object(m) => Value::Object(strip_map(m)),
         Value::Array(a) => Value::Array(a.iter().filter(|i| i.get("$patch").is_none()).map(strip).collect()),
         other => other.clone(),
+    }
+}
+
+/// A value of the patch taken where the document has none: `None` for a map carrying `$patch`,
+/// such maps dropped from inside it, other directive keys removed.
+fn without_directives(v: &Value) -> Option<Value> {
+    match v {
+        Value::Object(m) if m.contains_key("$patch") => None,
+        Value::Object(m) => Some(Value::Object(
+            m.iter().filter(|(k, _)| !k.starts_with('$')).filter_map(|(k, v)| Some((k.clone(), without_directives(v)?))).collect(),
+        )),
+        Value::Array(a) => Some(Value::Array(a.iter().filter_map(without_directives).collect())),
+        other => Some(other.clone()),
     }
 }
