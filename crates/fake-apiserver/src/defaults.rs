@@ -34,6 +34,21 @@ pub fn apply(obj: &mut Value, rt: &ResourceType, version: &str) -> ApiResult<()>
     if !rt.custom {
         super::fieldset::drop_nulls(obj);
     }
+    // ObjectMeta's lists and maps are `omitempty`: an emptied one is not stored, for custom
+    // resources too (their metadata is typed).
+    if let Some(m) = obj["metadata"].as_object_mut() {
+        for field in ["finalizers", "ownerReferences", "labels", "annotations"] {
+            let empty = match m.get(field) {
+                Some(Value::Array(a)) => a.is_empty(),
+                Some(Value::Object(o)) => o.is_empty(),
+                Some(Value::Null) => true,
+                _ => false,
+            };
+            if empty {
+                m.remove(field);
+            }
+        }
+    }
     defaulted
 }
 

@@ -43,6 +43,8 @@ cases!(
     field_selectors_are_refused_in_each_kinds_own_words,
     an_apply_to_a_custom_resource_status_records_the_labels_it_sent,
     a_put_naming_another_object_and_an_apply_of_another_version_are_bad_requests,
+    graceful_deletion_bumps_generation_and_a_terminating_namespace_reports_its_content,
+    foreground_deletion_waits_for_blocking_dependents_and_orphan_strips_references,
     secrets_are_selected_by_type,
     deletecollection_answers_the_list_of_what_it_deleted,
     an_object_being_deleted_takes_no_new_finalizers,
@@ -56,8 +58,6 @@ cases!(
 known_to_differ!(
     storage_classes_and_persistent_volume_claims_are_served_with_their_scope: "no kubernetes.io/pvc-protection finalizer; discovery lacks storageVersionHash and has an apiVersion",
     custom_resources_are_validated_pruned_and_defaulted_by_their_structural_schema: "a string for an integer in an apply: the real server refuses it differently (no FieldValueTypeInvalid cause)",
-    foreground_deletion_waits_for_blocking_dependents_and_orphan_strips_references: "an emptied finalizers list is stored as [] and managedFields of orphaned objects differ",
-    graceful_deletion_bumps_generation_and_a_terminating_namespace_reports_its_content: "a namespace DELETE answers the namespace controller's conditions at once (the real one: later)",
 );
 
 mod cases {
