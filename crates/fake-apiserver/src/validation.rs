@@ -60,7 +60,7 @@ pub fn unknown_fields(
     body: Body,
     duplicates: &[String],
 ) -> ApiResult<Vec<String>> {
-    let mut found = Vec::new();
+    let mut found = Found::default();
     let (namespace, name) = (
         obj["metadata"]["namespace"].as_str().unwrap_or_default().to_string(),
         obj["metadata"]["name"].as_str().unwrap_or_default().to_string(),
@@ -70,8 +70,9 @@ pub fn unknown_fields(
     }
     // An apply configuration is converted to the kind's typed schema whatever the mode: an
     // unknown field fails it, with structured-merge-diff's message and a 500.
-    if body == Body::Apply && !found.is_empty() {
-        let errors: Vec<String> = found.iter().map(|f| format!("{}: field not declared in schema", f.smd)).collect();
+    if body == Body::Apply && !(found.unknown.is_empty() && found.mistyped.is_empty()) {
+        let mut errors: Vec<String> = found.mistyped;
+        errors.extend(found.unknown.iter().map(|f| format!("{}: field not declared in schema", f.smd)));
         let errors = if errors.len() == 1 { errors[0].clone() } else { format!("errors:\n  {}", errors.join("\n  ")) };
         let gv = if rt.group.is_empty() { format!("/{version}") } else { format!("{}/{version}", rt.group) };
         return Err(ApiError::untyped(format!(
@@ -80,7 +81,7 @@ pub fn unknown_fields(
         )));
     }
     let mut problems: Vec<String> = duplicates.iter().map(|f| format!("duplicate field \"{f}\"")).collect();
-    problems.extend(found.iter().map(|f| format!("unknown field \"{}\"", f.strict)));
+    problems.extend(found.unknown.iter().map(|f| format!("unknown field \"{}\"", f.strict)));
     if problems.is_empty() || mode != Mode::Strict {
         return Ok(if mode == Mode::Warn { problems } else { Vec::new() });
     }
@@ -119,7 +120,15 @@ struct At {
     smd: String,
 }
 
-fn prune_object(map: &mut Map<String, Value>, node: Node<'_>, custom: bool, at: &At, found: &mut Vec<At>, top: bool) {
+/// What a walk of a body against the kind's schema found: fields it does not declare, and (as
+/// structured-merge-diff words them) scalars of the wrong type where it wants a number.
+#[derive(Default)]
+struct Found {
+    unknown: Vec<At>,
+    mistyped: Vec<String>,
+}
+
+fn prune_object(map: &mut Map<String, Value>, node: Node<'_>, custom: bool, at: &At, found: &mut Found, top: bool) {
     let embedded = top || node.embedded_resource();
     let keys: Vec<String> = map.keys().cloned().collect();
     for k in keys {
@@ -142,14 +151,26 @@ fn prune_object(map: &mut Map<String, Value>, node: Node<'_>, custom: bool, at: 
             }
             None if closed(node, custom) => {
                 map.remove(&k);
-                found.push(here);
+                found.unknown.push(here);
             }
             None => {}
         }
     }
 }
 
-fn prune_value(v: &mut Value, node: Node<'_>, custom: bool, at: &At, found: &mut Vec<At>) {
+fn prune_value(v: &mut Value, node: Node<'_>, custom: bool, at: &At, found: &mut Found) {
+    let numeric = matches!(node.types().as_slice(), ["integer"] | ["number"]);
+    let go_type = match v {
+        Value::String(_) => "string",
+        Value::Bool(_) => "bool",
+        Value::Object(_) => "map[string]interface {}",
+        Value::Array(_) => "[]interface {}",
+        Value::Null | Value::Number(_) => "",
+    };
+    if numeric && !go_type.is_empty() {
+        found.mistyped.push(format!("{}: expected numeric (int or float), got {go_type}", at.smd));
+        return;
+    }
     match v {
         Value::Object(map) => prune_object(map, node, custom, at, found, false),
         Value::Array(items) => {

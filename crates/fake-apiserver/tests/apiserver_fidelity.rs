@@ -43,6 +43,7 @@ cases!(
     field_selectors_are_refused_in_each_kinds_own_words,
     an_apply_to_a_custom_resource_status_records_the_labels_it_sent,
     a_put_naming_another_object_and_an_apply_of_another_version_are_bad_requests,
+    custom_resources_are_validated_pruned_and_defaulted_by_their_structural_schema,
     graceful_deletion_bumps_generation_and_a_terminating_namespace_reports_its_content,
     foreground_deletion_waits_for_blocking_dependents_and_orphan_strips_references,
     secrets_are_selected_by_type,
@@ -57,7 +58,6 @@ cases!(
 
 known_to_differ!(
     storage_classes_and_persistent_volume_claims_are_served_with_their_scope: "no kubernetes.io/pvc-protection finalizer; discovery lacks storageVersionHash and has an apiVersion",
-    custom_resources_are_validated_pruned_and_defaulted_by_their_structural_schema: "a string for an integer in an apply: the real server refuses it differently (no FieldValueTypeInvalid cause)",
 );
 
 mod cases {
@@ -220,6 +220,18 @@ mod cases {
             "{}",
             keyed.body
         );
+        let mut counted = workload("Deployment", json!({}));
+        counted["spec"]["replicas"] = json!("3");
+        let mistyped = s.apply(&format!("{DEPLOYMENTS}/w"), "m", &counted).await;
+        assert_eq!(
+            (mistyped.code, mistyped.body["message"].clone()),
+            (
+                500,
+                json!(
+                    "failed to create typed patch object (/w; apps/v1, Kind=Deployment): .spec.replicas: expected numeric (int or float), got string"
+                )
+            )
+        );
         let warn = s.send("POST", CONFIGMAPS, "application/json", &body).await;
         assert_eq!(warn.code, 201);
         assert!(warn.head.contains(r#"warning: 299 - "unknown field \"extra\"""#), "{}", warn.head);
@@ -322,8 +334,21 @@ mod cases {
             missing.body["details"]["causes"][0],
             json!({"reason": "FieldValueRequired", "message": "Required value", "field": "spec.size"})
         );
+        // A string for an integer: an apply configuration does not type (500, no reason); a
+        // create is refused by the schema (422).
         let typed = s.apply(&path, "m", &widget(json!({"size": "big"}))).await;
-        assert_eq!(typed.body["details"]["causes"][0]["reason"], "FieldValueTypeInvalid");
+        assert_eq!(
+            (typed.code, typed.body.get("reason"), typed.body["message"].clone()),
+            (
+                500,
+                None,
+                json!(
+                    "failed to create typed patch object (/w; cr.fidelity.test/v1, Kind=Widget): .spec.size: expected numeric (int or float), got string"
+                )
+            )
+        );
+        let posted = s.send("POST", &widgets("cr.fidelity.test"), "application/json", &widget(json!({"size": "big"}))).await;
+        assert_eq!((posted.code, posted.body["details"]["causes"][0]["reason"].clone()), (422, json!("FieldValueTypeInvalid")));
 
         let refused = s.apply(&path, "m", &widget(json!({"size": 3, "unknown": 1}))).await;
         assert_eq!(refused.code, 500, "an apply configuration must fit the schema: {}", refused.body);
