@@ -70,6 +70,20 @@ fn set_defaults(obj: &mut Value, rt: &ResourceType, version: &str) -> ApiResult<
             or_insert(&mut obj["spec"], "volumeMode", json!("Filesystem"));
             or_insert(obj, "status", json!({"phase": "Pending"}));
         }
+        ("autoscaling", "HorizontalPodAutoscaler") => {
+            // autoscaling/v2's defaults (the stored version): one replica at least, scaled on
+            // 80% CPU when no metric is named; status `desiredReplicas` has no omitempty.
+            or_insert(&mut obj["spec"], "minReplicas", json!(1));
+            if obj["spec"]["metrics"].as_array().is_none_or(Vec::is_empty) {
+                obj["spec"]["metrics"] =
+                    json!([{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]);
+            }
+            or_insert(obj, "status", json!({"desiredReplicas": 0}));
+        }
+        ("networking.k8s.io", "IngressClass") if obj["spec"]["parameters"].is_object() => {
+            or_insert(&mut obj["spec"]["parameters"], "scope", json!("Cluster"));
+        }
+        ("scheduling.k8s.io", "PriorityClass") => or_insert(obj, "preemptionPolicy", json!("PreemptLowerPriority")),
         ("", "Pod") => pod_spec(&mut obj["spec"]),
         ("", "PodTemplate") => pod_spec(&mut obj["template"]["spec"]),
         ("", "ReplicationController") => {

@@ -275,21 +275,33 @@ fn in_category_all(group: &str, plural: &str) -> bool {
     )
 }
 
-/// Kinds whose objects carry `metadata.generation` (their strategies set and bump it).
-fn has_generation(group: &str, plural: &str) -> bool {
-    matches!(
-        (group, plural),
-        ("", "pods" | "replicationcontrollers")
-            | ("apps", "daemonsets" | "deployments" | "replicasets" | "statefulsets")
-            | ("autoscaling", "horizontalpodautoscalers")
-            | ("batch", "cronjobs" | "jobs")
-            | ("policy", "poddisruptionbudgets")
-            | ("networking.k8s.io", "ingresses" | "networkpolicies")
-            | ("apiextensions.k8s.io", "customresourcedefinitions")
-            | ("flowcontrol.apiserver.k8s.io", _)
-            | ("admissionregistration.k8s.io", "validatingadmissionpolicies" | "validatingadmissionpolicybindings")
-            | ("resource.k8s.io", _)
-    )
+/// Kinds whose objects carry `metadata.generation`, and what an update bumps it for, as their
+/// 1.35 strategies' PrepareForCreate and PrepareForUpdate do (HorizontalPodAutoscaler,
+/// ResourceClaim and ResourceClaimTemplate carry none).
+fn generation(group: &str, plural: &str) -> Option<Generation> {
+    match (group, plural) {
+        ("apps", "deployments") => Some(Generation::SpecAndAnnotations),
+        ("discovery.k8s.io", "endpointslices") => Some(Generation::SpecAndLabels),
+        ("scheduling.k8s.io", "priorityclasses") => Some(Generation::OnCreate),
+        ("", "pods" | "podtemplates" | "replicationcontrollers")
+        | ("apps", "daemonsets" | "replicasets" | "statefulsets")
+        | ("batch", "cronjobs" | "jobs")
+        | ("policy", "poddisruptionbudgets")
+        | ("networking.k8s.io", "ingresses" | "ingressclasses" | "networkpolicies")
+        | ("apiextensions.k8s.io", "customresourcedefinitions")
+        | ("flowcontrol.apiserver.k8s.io", "flowschemas" | "prioritylevelconfigurations")
+        | (
+            "admissionregistration.k8s.io",
+            "validatingadmissionpolicies"
+            | "validatingadmissionpolicybindings"
+            | "mutatingadmissionpolicies"
+            | "mutatingadmissionpolicybindings"
+            | "validatingwebhookconfigurations"
+            | "mutatingwebhookconfigurations",
+        )
+        | ("resource.k8s.io", "deviceclasses" | "devicetaintrules" | "resourceslices") => Some(Generation::Spec),
+        _ => None,
+    }
 }
 
 /// The verbs a kind serves: the review kinds only answer create, ComponentStatus is read-only,
@@ -403,11 +415,7 @@ pub fn builtin_types() -> Vec<ResourceType> {
             short_names: short_names(group, m.plural).iter().map(|s| s.to_string()).collect(),
             categories: if in_category_all(group, m.plural) { vec!["all".into()] } else { Vec::new() },
             versions: vec![served],
-            generation: has_generation(group, m.plural).then_some(if (group, m.plural) == ("apps", "deployments") {
-                Generation::SpecAndAnnotations
-            } else {
-                Generation::Spec
-            }),
+            generation: generation(group, m.plural),
             custom: false,
         });
     }

@@ -231,11 +231,15 @@ fn finish_update(state: &mut State, t: &Target, key: Key, old: &Value, mut new: 
     state.warnings.extend(validation::warnings(&new, &t.rt));
     // Without a status subresource, status is part of what generation tracks.
     let status_apart = t.rt.has_status(&t.version);
-    let annotations_too = t.rt.generation == Some(Generation::SpecAndAnnotations);
-    let annotations = |o: &Value| o["metadata"].get("annotations").cloned().filter(|a| a.as_object().is_some_and(|a| !a.is_empty()));
-    if t.rt.generation.is_some()
-        && (spec_of(old, status_apart) != spec_of(&new, status_apart) || (annotations_too && annotations(old) != annotations(&new)))
-    {
+    let meta_map = |o: &Value, field: &str| o["metadata"].get(field).cloned().filter(|a| a.as_object().is_some_and(|a| !a.is_empty()));
+    let changed = |field: &str| meta_map(old, field) != meta_map(&new, field);
+    let bumped = match t.rt.generation {
+        None | Some(Generation::OnCreate) => false,
+        Some(Generation::Spec) => spec_of(old, status_apart) != spec_of(&new, status_apart),
+        Some(Generation::SpecAndAnnotations) => spec_of(old, status_apart) != spec_of(&new, status_apart) || changed("annotations"),
+        Some(Generation::SpecAndLabels) => spec_of(old, status_apart) != spec_of(&new, status_apart) || changed("labels"),
+    };
+    if bumped {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         new["metadata"]["generation"] = json!(generation);
     }

@@ -96,6 +96,10 @@ pub enum Generation {
     /// `spec` and `metadata.annotations`: a Deployment, whose annotations its controller copies
     /// to its ReplicaSets (StatefulSets, DaemonSets and ReplicaSets compare `spec` only).
     SpecAndAnnotations,
+    /// Everything outside metadata and `metadata.labels`: an EndpointSlice.
+    SpecAndLabels,
+    /// Set to 1 on create and never bumped by an update: a PriorityClass.
+    OnCreate,
 }
 
 impl ResourceType {

@@ -69,6 +69,25 @@ pub fn answer_shape(obj: &mut Value, t: &Target) {
     let (source, first, last) = match (t.rt.group.as_str(), t.rt.kind.as_str()) {
         ("events.k8s.io", "Event") => ("deprecatedSource", "deprecatedFirstTimestamp", "deprecatedLastTimestamp"),
         ("", "Event") => ("source", "firstTimestamp", "lastTimestamp"),
+        ("autoscaling", "HorizontalPodAutoscaler") => {
+            if t.version == "v2"
+                && let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut)
+            {
+                status.entry("currentMetrics").or_insert(Value::Null);
+            }
+            return;
+        }
+        ("discovery.k8s.io", "EndpointSlice") => {
+            for e in obj["endpoints"].as_array_mut().into_iter().flatten() {
+                if let Some(e) = e.as_object_mut() {
+                    e.entry("conditions").or_insert_with(|| json!({}));
+                }
+            }
+            if let Some(map) = obj.as_object_mut() {
+                map.entry("ports").or_insert(Value::Null);
+            }
+            return;
+        }
         _ => return,
     };
     if let Some(map) = obj.as_object_mut() {

@@ -329,8 +329,17 @@ fn is_dns_label(s: &str) -> bool {
         && b[b.len() - 1] != b'-'
 }
 
+/// Go's `IsDNS1123Subdomain`: at most 253 characters of dot-separated labels; unlike a DNS
+/// label alone, a part may be longer than 63.
 fn is_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label)
+    s.len() <= 253
+        && s.split('.').all(|part| {
+            let b = part.as_bytes();
+            !b.is_empty()
+                && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b[0] != b'-'
+                && b[b.len() - 1] != b'-'
+        })
 }
 
 fn is_name_part(s: &str) -> bool {
