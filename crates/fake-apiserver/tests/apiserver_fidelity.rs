@@ -43,6 +43,7 @@ cases!(
     field_selectors_are_refused_in_each_kinds_own_words,
     an_apply_to_a_custom_resource_status_records_the_labels_it_sent,
     a_put_naming_another_object_and_an_apply_of_another_version_are_bad_requests,
+    storage_classes_and_persistent_volume_claims_are_served_with_their_scope,
     generation_is_carried_by_the_kinds_whose_strategies_set_it,
     custom_resources_are_validated_pruned_and_defaulted_by_their_structural_schema,
     graceful_deletion_bumps_generation_and_a_terminating_namespace_reports_its_content,
@@ -57,9 +58,8 @@ cases!(
     workloads_services_and_secrets_come_back_defaulted_as_a_real_server_stores_them,
 );
 
-known_to_differ!(
-    storage_classes_and_persistent_volume_claims_are_served_with_their_scope: "no kubernetes.io/pvc-protection finalizer; discovery lacks storageVersionHash and has an apiVersion",
-);
+// None at present: every case agrees with the real server.
+known_to_differ!();
 
 mod cases {
     use super::*;
