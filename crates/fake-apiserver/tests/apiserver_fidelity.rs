@@ -528,6 +528,21 @@ mod cases {
         assert_eq!(got[1]["image"], "a:2");
         assert!(!answer.body.to_string().contains('$'), "no directive is stored: {}", answer.body);
 
+        // A list out of its `$setElementOrder` order (no client computes one) is refused.
+        let disordered = json!({"spec": {"template": {"spec": {
+        "$setElementOrder/containers": [{"name": "c"}, {"name": "a"}],
+        "containers": [{"name": "a", "image": "a:3"}, {"name": "c", "image": "c:2"}]}}}});
+        let refused = s.send("PATCH", &path, smp, &disordered).await;
+        assert_eq!(
+            (refused.code, refused.body.get("reason"), refused.body["message"].clone()),
+            (
+                500,
+                None,
+                json!(
+                    "The order in patch list:\n[map[image:a:3 name:a] map[image:c:2 name:c]]\n doesn't match $setElementOrder list:\n[map[name:c] map[name:a]]\n"
+                )
+            )
+        );
         // `strategy` is `retainKeys`: what the list leaves out goes, without a null for it.
         let retain = json!({"spec": {"strategy": {"$retainKeys": ["type"], "type": "Recreate"}}});
         let answer = s.send("PATCH", &path, smp, &retain).await;
