@@ -9,11 +9,13 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
+use super::fieldset::Scope;
 use super::meta;
 use super::query::{Query, Selection};
+use super::ssa::{Writer, record_update};
 use super::status::{self, ApiError, ApiResult};
 use super::store::{Key, State};
-use super::target::{Target, Written, present};
+use super::target::{Target, Written, list_item, present};
 
 const FOREGROUND: &str = "foregroundDeletion";
 const ORPHAN: &str = "orphan";
@@ -71,13 +73,15 @@ pub fn delete(state: &mut State, t: &Target, body: &[u8], q: &Query) -> ApiResul
         let mut ns = old.clone();
         ns["metadata"]["deletionTimestamp"] = json!(meta::now());
         ns["status"]["phase"] = json!("Terminating");
-        state.store.put(key.clone(), ns);
+        let marked = state.store.put(key.clone(), ns);
+        // The DELETE answers the namespace as it marked it: what the namespace controller then
+        // does (its conditions, the finalizer) is for later reads, as on the real control plane.
+        let body = present(&marked, t);
         for k in state.store.keys_in_namespace(&name) {
             delete_key(state, &k, Policy::Background);
         }
         collect_garbage(state);
         finalize_namespace(state, &name);
-        let body = state.store.get(&key).map(|o| present(o, t)).unwrap_or_else(|| present(&old, t));
         return Ok(Written { code: 200, body, changed: true });
     }
     let gone = delete_key(state, &key, policy).unwrap_or(old);
@@ -112,11 +116,14 @@ pub fn delete_collection(state: &mut State, t: &Target, sel: &Selection, q: &Que
     if !q.dry_run() {
         collect_garbage(state);
     }
+    for item in &mut items {
+        list_item(item, t);
+    }
     let body = json!({"kind": t.rt.list_kind, "apiVersion": t.rt.api_version(&t.version), "metadata": {"resourceVersion": state.store.current_rv().to_string()}, "items": items});
     Ok(Written { code: 200, body, changed })
 }
 
-fn add_finalizer(obj: &mut Value, name: &str) {
+pub fn add_finalizer(obj: &mut Value, name: &str) {
     let list = &mut obj["metadata"]["finalizers"];
     if !list.is_array() {
         *list = json!([]);
@@ -239,6 +246,13 @@ fn gc_pass(state: &mut State) -> bool {
                 && let Some(m) = kept["metadata"].as_object_mut()
             {
                 m.remove("ownerReferences");
+            }
+            // The collector's patch is an update like any other: the references it removes
+            // leave every manager's set (an emptied entry goes), and it owns nothing itself.
+            let version = obj["apiVersion"].as_str().and_then(|a| a.rsplit('/').next()).unwrap_or_default().to_string();
+            if let Some(rt) = state.registry.find(&key.group, &version, &key.plural).cloned() {
+                let writer = Writer { manager: "kube-controller-manager", rt: &rt, version: &version, scope: Scope::Main };
+                record_update(Some(obj), &mut kept, &writer);
             }
             state.store.put(key.clone(), kept);
             return true;

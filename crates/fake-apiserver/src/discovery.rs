@@ -88,7 +88,8 @@ pub fn group(reg: &Registry, group: &str) -> Option<Value> {
     Some(v)
 }
 
-/// `GET /api/v1` or `GET /apis/<group>/<version>`.
+/// `GET /api/v1` or `GET /apis/<group>/<version>`: resources and subresources sorted by name,
+/// each stored resource with its `storageVersionHash`; the core list has no `apiVersion`.
 pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value> {
     let mut resources = Vec::new();
     for rt in reg.in_group_version(group, version) {
@@ -105,16 +106,47 @@ pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value
         if !rt.categories.is_empty() {
             r["categories"] = json!(rt.categories);
         }
+        let stored = if rt.custom {
+            rt.versions.iter().find(|v| v.storage).map(|v| (rt.group.as_str(), v.name.as_str()))
+        } else {
+            super::kinds::storage_version(&rt.group, version, &rt.plural)
+        };
+        if let Some((g, v)) = stored {
+            r["storageVersionHash"] = json!(storage_version_hash(g, v, &rt.kind));
+        }
         resources.push(r);
+        let sub = |name: &str, kind: &str, verbs: &[&str]| json!({"name": format!("{}/{name}", rt.plural), "singularName": "", "namespaced": rt.namespaced, "kind": kind, "verbs": verbs});
         if rt.has_status(version) {
-            resources.push(json!({"name": format!("{}/status", rt.plural), "singularName": "", "namespaced": rt.namespaced, "kind": rt.kind, "verbs": ["get", "patch", "update"]}));
+            resources.push(sub("status", &rt.kind, &["get", "patch", "update"]));
+        }
+        if !rt.custom {
+            for s in super::kinds::other_subresources(&rt.group, &rt.plural) {
+                let mut r = sub(s.name, s.kind, s.verbs);
+                if let Some((g, v)) = s.group_version {
+                    r["group"] = json!(g);
+                    r["version"] = json!(v);
+                }
+                resources.push(r);
+            }
         }
     }
     if resources.is_empty() {
         return None;
     }
-    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
+    resources.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    if group.is_empty() {
+        return Some(json!({"kind": "APIResourceList", "groupVersion": version, "resources": resources}));
+    }
+    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{group}/{version}"), "resources": resources}))
+}
+
+/// The real server's hash of the group/version/kind a resource is stored as: the first eight
+/// bytes of its SHA-256, base64.
+fn storage_version_hash(group: &str, version: &str, kind: &str) -> String {
+    use base64::Engine;
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("{group}/{version}/{kind}").as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(&digest[..8])
 }
 
 /// `GET /version`: a 1.35 server, as the kubectl the tests use expects.

@@ -160,6 +160,7 @@ fn short_names(group: &str, plural: &str) -> &'static [&'static str] {
         ("batch", "cronjobs") => &["cj"],
         ("certificates.k8s.io", "certificatesigningrequests") => &["csr"],
         ("networking.k8s.io", "ingresses") => &["ing"],
+        ("networking.k8s.io", "ipaddresses") => &["ip"],
         ("networking.k8s.io", "networkpolicies") => &["netpol"],
         ("policy", "poddisruptionbudgets") => &["pdb"],
         ("scheduling.k8s.io", "priorityclasses") => &["pc"],
@@ -264,32 +265,108 @@ impl Refusal {
     }
 }
 
-/// Kinds in the `all` category.
-fn in_category_all(group: &str, plural: &str) -> bool {
-    matches!(
-        (group, plural),
+/// A kind's categories: `all` for the workloads kubectl lists with `get all`, `api-extensions`
+/// for what extends the API.
+fn categories(group: &str, plural: &str) -> &'static [&'static str] {
+    match (group, plural) {
         ("", "pods" | "replicationcontrollers" | "services")
-            | ("apps", "daemonsets" | "deployments" | "replicasets" | "statefulsets")
-            | ("autoscaling", "horizontalpodautoscalers")
-            | ("batch", "cronjobs" | "jobs")
-    )
+        | ("apps", "daemonsets" | "deployments" | "replicasets" | "statefulsets")
+        | ("autoscaling", "horizontalpodautoscalers")
+        | ("batch", "cronjobs" | "jobs") => &["all"],
+        ("apiextensions.k8s.io", "customresourcedefinitions")
+        | ("apiregistration.k8s.io", "apiservices")
+        | (
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations"
+            | "validatingwebhookconfigurations"
+            | "validatingadmissionpolicies"
+            | "validatingadmissionpolicybindings",
+        ) => &["api-extensions"],
+        _ => &[],
+    }
 }
 
-/// Kinds whose objects carry `metadata.generation` (their strategies set and bump it).
-fn has_generation(group: &str, plural: &str) -> bool {
-    matches!(
-        (group, plural),
-        ("", "pods" | "replicationcontrollers")
-            | ("apps", "daemonsets" | "deployments" | "replicasets" | "statefulsets")
-            | ("autoscaling", "horizontalpodautoscalers")
-            | ("batch", "cronjobs" | "jobs")
-            | ("policy", "poddisruptionbudgets")
-            | ("networking.k8s.io", "ingresses" | "networkpolicies")
-            | ("apiextensions.k8s.io", "customresourcedefinitions")
-            | ("flowcontrol.apiserver.k8s.io", _)
-            | ("admissionregistration.k8s.io", "validatingadmissionpolicies" | "validatingadmissionpolicybindings")
-            | ("resource.k8s.io", _)
-    )
+/// A subresource discovery lists besides `status`: its name, its kind (and the group/version
+/// that kind is of, when another) and its verbs, as 1.35 serves them.
+pub struct Subresource {
+    pub name: &'static str,
+    pub kind: &'static str,
+    pub group_version: Option<(&'static str, &'static str)>,
+    pub verbs: &'static [&'static str],
+}
+
+/// The subresources of a kind other than `status` (testkit serves none of them; discovery lists
+/// them as the real server does, for clients that look for them).
+pub fn other_subresources(group: &str, plural: &str) -> Vec<Subresource> {
+    const READ_WRITE: &[&str] = &["get", "patch", "update"];
+    const PROXY: &[&str] = &["create", "delete", "get", "patch", "update"];
+    const STREAM: &[&str] = &["create", "get"];
+    let sub = |name, kind, group_version, verbs| Subresource { name, kind, group_version, verbs };
+    let scale = |name| sub(name, "Scale", Some(("autoscaling", "v1")), READ_WRITE);
+    match (group, plural) {
+        ("", "namespaces") => vec![sub("finalize", "Namespace", None, &["update"])],
+        ("", "nodes") => vec![sub("proxy", "NodeProxyOptions", None, PROXY)],
+        ("", "pods") => vec![
+            sub("attach", "PodAttachOptions", None, STREAM),
+            sub("binding", "Binding", None, &["create"]),
+            sub("ephemeralcontainers", "Pod", None, READ_WRITE),
+            sub("eviction", "Eviction", Some(("policy", "v1")), &["create"]),
+            sub("exec", "PodExecOptions", None, STREAM),
+            sub("log", "Pod", None, &["get"]),
+            sub("portforward", "PodPortForwardOptions", None, STREAM),
+            sub("proxy", "PodProxyOptions", None, PROXY),
+            sub("resize", "Pod", None, READ_WRITE),
+        ],
+        ("", "replicationcontrollers") | ("apps", "deployments" | "replicasets" | "statefulsets") => vec![scale("scale")],
+        ("", "serviceaccounts") => vec![sub("token", "TokenRequest", Some(("authentication.k8s.io", "v1")), &["create"])],
+        ("", "services") => vec![sub("proxy", "ServiceProxyOptions", None, PROXY)],
+        ("certificates.k8s.io", "certificatesigningrequests") => vec![sub("approval", "CertificateSigningRequest", None, READ_WRITE)],
+        _ => Vec::new(),
+    }
+}
+
+/// The group/version a built-in kind is stored in, which discovery's `storageVersionHash`
+/// names: its own, but for the kinds 1.35 stores in another; `None` for kinds without storage
+/// (the reviews, bindings, component statuses).
+pub fn storage_version<'a>(group: &'a str, version: &'a str, plural: &str) -> Option<(&'a str, &'a str)> {
+    match (group, plural) {
+        ("", "bindings" | "componentstatuses") => None,
+        ("authentication.k8s.io" | "authorization.k8s.io", p) if p.ends_with("reviews") => None,
+        ("events.k8s.io", "events") => Some(("", "v1")),
+        ("autoscaling", "horizontalpodautoscalers") => Some(("autoscaling", "v2")),
+        ("apiextensions.k8s.io", "customresourcedefinitions") => Some(("apiextensions.k8s.io", "v1beta1")),
+        ("storage.k8s.io", "volumeattributesclasses") => Some(("storage.k8s.io", "v1beta1")),
+        _ => Some((group, version)),
+    }
+}
+
+/// Kinds whose objects carry `metadata.generation`, and what an update bumps it for, as their
+/// 1.35 strategies' PrepareForCreate and PrepareForUpdate do (HorizontalPodAutoscaler,
+/// ResourceClaim and ResourceClaimTemplate carry none).
+fn generation(group: &str, plural: &str) -> Option<Generation> {
+    match (group, plural) {
+        ("apps", "deployments") => Some(Generation::SpecAndAnnotations),
+        ("discovery.k8s.io", "endpointslices") => Some(Generation::SpecAndLabels),
+        ("scheduling.k8s.io", "priorityclasses") => Some(Generation::OnCreate),
+        ("", "pods" | "podtemplates" | "replicationcontrollers")
+        | ("apps", "daemonsets" | "replicasets" | "statefulsets")
+        | ("batch", "cronjobs" | "jobs")
+        | ("policy", "poddisruptionbudgets")
+        | ("networking.k8s.io", "ingresses" | "ingressclasses" | "networkpolicies")
+        | ("apiextensions.k8s.io", "customresourcedefinitions")
+        | ("flowcontrol.apiserver.k8s.io", "flowschemas" | "prioritylevelconfigurations")
+        | (
+            "admissionregistration.k8s.io",
+            "validatingadmissionpolicies"
+            | "validatingadmissionpolicybindings"
+            | "mutatingadmissionpolicies"
+            | "mutatingadmissionpolicybindings"
+            | "validatingwebhookconfigurations"
+            | "mutatingwebhookconfigurations",
+        )
+        | ("resource.k8s.io", "deviceclasses" | "devicetaintrules" | "resourceslices") => Some(Generation::Spec),
+        _ => None,
+    }
 }
 
 /// The verbs a kind serves: the review kinds only answer create, ComponentStatus is read-only,
@@ -387,6 +464,7 @@ pub fn builtin_types() -> Vec<ResourceType> {
             schema: None,
             definition: Some(name.clone()),
             selectable: Vec::new(),
+            storage: false,
         };
         if let Some(existing) = out.iter_mut().find(|t| t.group == group && t.plural == m.plural) {
             existing.versions.push(served);
@@ -401,13 +479,9 @@ pub fn builtin_types() -> Vec<ResourceType> {
             singular: kind.to_lowercase(),
             namespaced,
             short_names: short_names(group, m.plural).iter().map(|s| s.to_string()).collect(),
-            categories: if in_category_all(group, m.plural) { vec!["all".into()] } else { Vec::new() },
+            categories: categories(group, m.plural).iter().map(|c| c.to_string()).collect(),
             versions: vec![served],
-            generation: has_generation(group, m.plural).then_some(if (group, m.plural) == ("apps", "deployments") {
-                Generation::SpecAndAnnotations
-            } else {
-                Generation::Spec
-            }),
+            generation: generation(group, m.plural),
             custom: false,
         });
     }

@@ -34,19 +34,31 @@ pub fn list(state: &State, t: &Target, sel: &Selection, q: &Query) -> ApiResult<
             let (rv, start) = decode_continue(token).ok_or_else(|| ApiError::bad_request("continue key is not valid"))?;
             (rv, Some(start))
         }
-        (None, None, Some(_)) => return Err(ApiError::bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided")),
+        (None, None, Some(_)) => {
+            return Err(ApiError::invalid_options(
+                "ListOptions",
+                "resourceVersionMatch",
+                "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ));
+        }
         (None, Some(rv), Some("Exact")) => {
             let rv: u64 = rv.parse().map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv}")))?;
             if rv == 0 {
-                return Err(ApiError::bad_request("resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""));
+                return Err(ApiError::invalid_options(
+                    "ListOptions",
+                    "resourceVersionMatch",
+                    "Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
             }
             (rv, None)
         }
         (None, _, Some("NotOlderThan") | None) => (current, None),
         (None, _, Some(other)) => {
-            return Err(ApiError::bad_request(format!(
-                "resourceVersionMatch: Unsupported value: \"{other}\": supported values: \"Exact\", \"NotOlderThan\""
-            )));
+            return Err(ApiError::invalid_options(
+                "ListOptions",
+                "resourceVersionMatch",
+                &format!("Unsupported value: \"{other}\": supported values: \"Exact\", \"NotOlderThan\", \"\""),
+            ));
         }
     };
     let limit = q.u64("limit")?.filter(|l| *l > 0);

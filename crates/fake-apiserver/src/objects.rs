@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::defaults;
-use super::deletion::{collect_garbage, finalize_namespace, remove};
+use super::deletion::{add_finalizer, collect_garbage, finalize_namespace, remove};
 use super::fieldset::Scope;
 use super::meta;
 use super::query::Query;
@@ -14,23 +14,8 @@ use super::smp;
 use super::ssa::{self, Writer};
 use super::status::{ApiError, ApiResult};
 use super::store::{Key, State};
-use super::target::{Target, Written, present};
+use super::target::{Target, Written, answer_shape, present};
 use super::validation::{self, Body, Mode};
-
-/// Fields the real server always answers for some kinds although nobody set them (Go struct
-/// fields without an `omitempty` effect), which are not in any manager's field set.
-pub fn answer_shape(obj: &mut Value, t: &Target) {
-    let (source, first, last) = match (t.rt.group.as_str(), t.rt.kind.as_str()) {
-        ("events.k8s.io", "Event") => ("deprecatedSource", "deprecatedFirstTimestamp", "deprecatedLastTimestamp"),
-        ("", "Event") => ("source", "firstTimestamp", "lastTimestamp"),
-        _ => return,
-    };
-    if let Some(map) = obj.as_object_mut() {
-        map.entry(source).or_insert_with(|| json!({}));
-        map.entry(first).or_insert(Value::Null);
-        map.entry(last).or_insert(Value::Null);
-    }
-}
 
 pub fn get(state: &State, t: &Target) -> ApiResult<Value> {
     let name = t.name();
@@ -104,6 +89,7 @@ fn insert_new(state: &mut State, t: &Target, key: Key, mut obj: Value, dry_run: 
     defaults_on_create(&mut obj, &t.rt);
     defaults::on_create(state, &mut obj, &t.rt);
     validate(None, &obj, t, &key.name)?;
+    state.warnings.extend(validation::warnings(&obj, &t.rt));
     if is_crd(&t.rt) {
         registry::from_crd(&obj).map_err(|causes| ApiError::invalid(&t.rt.kind, &t.rt.group, &key.name, &causes))?;
         // What the create answers before the CRD controllers accept the names.
@@ -135,6 +121,12 @@ fn defaults_on_create(obj: &mut Value, rt: &ResourceType) {
             obj["status"] = json!({"phase": "Active"});
         }
         ("", "Secret") if obj["type"].as_str().is_none_or(str::is_empty) => obj["type"] = json!("Opaque"),
+        // The Service strategy's PrepareForCreate resets status (its load balancer is a struct
+        // Go always encodes).
+        ("", "Service") => obj["status"] = json!({"loadBalancer": {}}),
+        // The StorageObjectInUseProtection admission plugin.
+        ("", "PersistentVolumeClaim") => add_finalizer(obj, "kubernetes.io/pvc-protection"),
+        ("", "PersistentVolume") => add_finalizer(obj, "kubernetes.io/pv-protection"),
         // The DaemonSet strategy's PrepareForCreate: templateGeneration 1, kept in this
         // annotation for old clients (bumped on template changes: not modelled).
         ("apps", "DaemonSet") => obj["metadata"]["annotations"]["deprecated.daemonset.template.generation"] = json!("1"),
@@ -236,13 +228,18 @@ fn finish_update(state: &mut State, t: &Target, key: Key, old: &Value, mut new: 
         registry::from_crd(&new).map_err(|causes| ApiError::invalid(&t.rt.kind, &t.rt.group, &key.name, &causes))?;
     }
     validate(Some(old), &new, t, &key.name)?;
+    state.warnings.extend(validation::warnings(&new, &t.rt));
     // Without a status subresource, status is part of what generation tracks.
     let status_apart = t.rt.has_status(&t.version);
-    let annotations_too = t.rt.generation == Some(Generation::SpecAndAnnotations);
-    let annotations = |o: &Value| o["metadata"].get("annotations").cloned().filter(|a| a.as_object().is_some_and(|a| !a.is_empty()));
-    if t.rt.generation.is_some()
-        && (spec_of(old, status_apart) != spec_of(&new, status_apart) || (annotations_too && annotations(old) != annotations(&new)))
-    {
+    let meta_map = |o: &Value, field: &str| o["metadata"].get(field).cloned().filter(|a| a.as_object().is_some_and(|a| !a.is_empty()));
+    let changed = |field: &str| meta_map(old, field) != meta_map(&new, field);
+    let bumped = match t.rt.generation {
+        None | Some(Generation::OnCreate) => false,
+        Some(Generation::Spec) => spec_of(old, status_apart) != spec_of(&new, status_apart),
+        Some(Generation::SpecAndAnnotations) => spec_of(old, status_apart) != spec_of(&new, status_apart) || changed("annotations"),
+        Some(Generation::SpecAndLabels) => spec_of(old, status_apart) != spec_of(&new, status_apart) || changed("labels"),
+    };
+    if bumped {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         new["metadata"]["generation"] = json!(generation);
     }
@@ -350,11 +347,14 @@ fn apply(state: &mut State, t: &Target, body: &[u8], q: &Query) -> ApiResult<Wri
     };
     check_applied_kind(&applied, t)?;
     check_kind(&mut applied, t)?;
-    set_namespace(&mut applied, t)?;
     if applied["metadata"].get("managedFields").is_some_and(|m| !m.is_null()) {
         return Err(ApiError::bad_request("metadata.managedFields must be nil"));
     }
+    // The real server names the object by the configuration as sent (no namespace unless it
+    // has one) when it fails to type it or to convert the merged result.
     field_validation(state, &mut applied, t, q, Body::Apply)?;
+    defaults::check_applied(&applied, &t.rt, &t.version)?;
+    set_namespace(&mut applied, t)?;
     // The API server checks the name after merging the applied configuration into the live
     // object, which keeps the live name: an apply without `metadata.name` (kube-lease-manager's
     // lease renewals) updates an existing object and fails only when it would create one.
@@ -538,7 +538,13 @@ fn check_namespace_accepts(state: &State, t: &Target, name: &str) -> ApiResult<(
 /// Field validation of a request body: unknown fields dropped (Warn adds a `Warning` header for
 /// each) or refused (Strict).
 fn field_validation(state: &mut State, obj: &mut Value, t: &Target, q: &Query, body: Body) -> ApiResult<()> {
-    let mode = Mode::parse(q.get("fieldValidation"))?;
+    let options = match body {
+        // A PUT names its object in the path, a POST does not.
+        Body::Object if t.name.is_some() => "UpdateOptions",
+        Body::Object => "CreateOptions",
+        Body::Patch | Body::Apply => "PatchOptions",
+    };
+    let mode = Mode::parse(q.get("fieldValidation"), options)?;
     let duplicates = std::mem::take(&mut state.duplicates);
     let warnings = validation::unknown_fields(obj, &t.rt, &t.version, mode, body, &duplicates)?;
     state.warnings.extend(warnings);
@@ -549,14 +555,19 @@ fn field_validation(state: &mut State, obj: &mut Value, t: &Target, q: &Query, b
 /// structural schema, and on updates the immutable fields and the finalizer rule.
 fn validate(old: Option<&Value>, new: &Value, t: &Target, name: &str) -> ApiResult<()> {
     let mut errors = validation::metadata_errors(new, &t.rt);
+    if let Some(old) = old {
+        // 1.35's `rest.BeforeUpdate` checks the metadata update rules and then the kind's
+        // strategy checks them again: a new finalizer on an object being deleted is a cause
+        // twice (the message, an aggregate, names it once).
+        let finalizers = validation::finalizer_errors(old, new);
+        errors.extend(finalizers.iter().cloned());
+        errors.extend(finalizers);
+        errors.extend(validation::immutable_errors(old, new, &t.rt));
+    }
     if t.rt.custom {
         errors.extend(validation::schema_errors(new, &t.rt, &t.version));
     } else if t.scope() == Scope::Main {
         errors.extend(validation::workload_errors(new, &t.rt));
-    }
-    if let Some(old) = old {
-        errors.extend(validation::immutable_errors(old, new, &t.rt));
-        errors.extend(validation::finalizer_errors(old, new));
     }
     if errors.is_empty() {
         return Ok(());

@@ -55,6 +55,9 @@ pub struct Version {
     pub definition: Option<String>,
     /// A CRD version's `selectableFields` (`spec.color`), usable in field selectors.
     pub selectable: Vec<String>,
+    /// Whether a CRD stores its objects in this version (built-in kinds: false, see
+    /// `kinds::storage_version`).
+    pub storage: bool,
 }
 
 impl Version {
@@ -96,6 +99,10 @@ pub enum Generation {
     /// `spec` and `metadata.annotations`: a Deployment, whose annotations its controller copies
     /// to its ReplicaSets (StatefulSets, DaemonSets and ReplicaSets compare `spec` only).
     SpecAndAnnotations,
+    /// Everything outside metadata and `metadata.labels`: an EndpointSlice.
+    SpecAndLabels,
+    /// Set to 1 on create and never bumped by an update: a PriorityClass.
+    OnCreate,
 }
 
 impl ResourceType {
@@ -244,6 +251,7 @@ pub fn from_crd(crd: &Value) -> Result<ResourceType, Vec<(&'static str, String)>
             columns,
             schema: v["schema"].get("openAPIV3Schema").cloned(),
             definition: None,
+            storage: v["storage"] == Value::Bool(true),
             selectable: v["selectableFields"]
                 .as_array()
                 .into_iter()

@@ -21,7 +21,7 @@ use super::query::{Query, Selection};
 use super::status::{ApiError, ApiResult};
 use super::store::Shared;
 use super::table::{self, Include};
-use super::target::Target;
+use super::target::{self, Target};
 use super::{deletion, discovery, lists, openapi, protobuf, validation, watch as watches};
 
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
@@ -258,17 +258,9 @@ async fn handle_inner(shared: Arc<Shared>, req: Request<Incoming>) -> ApiResult<
                     if let Some(n) = page.remaining {
                         metadata["remainingItemCount"] = json!(n);
                     }
-                    // A built-in kind's items carry no apiVersion/kind on the real server (Go's
-                    // typed lists); a custom resource's (unstructured) do.
                     let mut items = page.items;
-                    if !target.rt.custom {
-                        for item in &mut items {
-                            objects::answer_shape(item, &target);
-                            if let Some(map) = item.as_object_mut() {
-                                map.remove("apiVersion");
-                                map.remove("kind");
-                            }
-                        }
+                    for item in &mut items {
+                        target::list_item(item, &target);
                     }
                     json!({"kind": target.rt.list_kind, "apiVersion": target.rt.api_version(&target.version), "metadata": metadata, "items": items})
                 }
@@ -304,7 +296,7 @@ async fn handle_inner(shared: Arc<Shared>, req: Request<Incoming>) -> ApiResult<
                 shared.counters.write(verb, &resource, written.changed);
             }
             let mut body = written.body;
-            objects::answer_shape(&mut body, &target);
+            target::answer_shape(&mut body, &target);
             if metadata_only {
                 body = table::partial(body);
             }

@@ -15,7 +15,8 @@ const DELETE_FROM: &str = "$deleteFromPrimitiveList/";
 /// Patches `doc` with `patch`; `node` is the kind's schema.
 ///
 /// # Errors
-/// 400 for a directive the real server refuses (an unknown `$patch` value).
+/// 400 for a directive the real server refuses (an unknown `$patch` value); 500 for a list out
+/// of its `$setElementOrder` order, as 1.35 answers it.
 pub fn apply(doc: &mut Value, patch: &Value, node: Option<Node<'_>>) -> ApiResult<()> {
     match (doc.as_object_mut(), patch.as_object()) {
         (Some(d), Some(p)) => merge_map(d, p, node),
@@ -46,6 +47,14 @@ fn merge_map(doc: &mut Map<String, Value>, patch: &Map<String, Value>, node: Opt
         Some("merge") | None => {}
         Some(other) => return Err(ApiError::bad_request(format!("Unknown patch type: {other} in map: {}", Value::Object(patch.clone())))),
     }
+    for (k, order) in patch {
+        if let Some(field) = k.strip_prefix(SET_ORDER)
+            && let (Some(Value::Array(list)), Some(order)) = (patch.get(field), order.as_array())
+        {
+            let (_, _, key) = strategy(node.and_then(|n| n.field(field)));
+            check_order(list, order, key.as_deref())?;
+        }
+    }
     for (k, pv) in patch {
         if k.starts_with('$') {
             if let Some(field) = k.strip_prefix(DELETE_FROM)
@@ -63,17 +72,17 @@ fn merge_map(doc: &mut Map<String, Value>, patch: &Map<String, Value>, node: Opt
         match (doc.get_mut(k), pv) {
             (Some(Value::Object(d)), Value::Object(p)) => merge_map(d, p, child)?,
             (Some(Value::Array(d)), Value::Array(p)) => merge_list(d, p, child)?,
-            (_, Value::Object(p)) if p.get("$patch").and_then(Value::as_str) == Some("delete") => {
-                doc.remove(k);
-            }
-            (_, Value::Object(p)) => {
-                let mut fresh = Map::new();
-                merge_map(&mut fresh, p, child)?;
-                doc.insert(k.clone(), Value::Object(fresh));
-            }
-            (_, pv) => {
-                doc.insert(k.clone(), strip(pv));
-            }
+            // Absent or of another type: the patch's value is taken as it is, less its
+            // directives, as 1.35's `removeDirectives` does: a map carrying `$patch` (whatever
+            // the directive, `replace` too) is dropped with its key.
+            (_, pv) => match without_directives(pv) {
+                Some(v) => {
+                    doc.insert(k.clone(), v);
+                }
+                None => {
+                    doc.remove(k);
+                }
+            },
         }
     }
     for (k, pv) in patch {
@@ -161,5 +170,58 @@ fn strip(v: &Value) -> Value {
         Value::Object(m) => Value::Object(strip_map(m)),
         Value::Array(a) => Value::Array(a.iter().filter(|i| i.get("$patch").is_none()).map(strip).collect()),
         other => other.clone(),
+    }
+}
+
+/// A value of the patch taken where the document has none: `None` for a map carrying `$patch`,
+/// such maps dropped from inside it, other directive keys removed.
+fn without_directives(v: &Value) -> Option<Value> {
+    match v {
+        Value::Object(m) if m.contains_key("$patch") => None,
+        Value::Object(m) => Some(Value::Object(
+            m.iter().filter(|(k, _)| !k.starts_with('$')).filter_map(|(k, v)| Some((k.clone(), without_directives(v)?))).collect(),
+        )),
+        Value::Array(a) => Some(Value::Array(a.iter().filter_map(without_directives).collect())),
+        other => Some(other.clone()),
+    }
+}
+
+/// 1.35's `validatePatchWithSetOrderList`: the patch's items (less deletions and other
+/// directives) must come in the order `$setElementOrder` gives them.
+fn check_order(list: &[Value], order: &[Value], key: Option<&str>) -> ApiResult<()> {
+    let id = |v: &Value| match key {
+        Some(k) => v.get(k).cloned().unwrap_or(Value::Null),
+        None => v.clone(),
+    };
+    let items: Vec<&Value> = list.iter().filter(|v| v.get("$patch").is_none()).collect();
+    let mut at = 0;
+    for o in order {
+        if at == items.len() {
+            break;
+        }
+        if id(items[at]) == id(o) {
+            at += 1;
+        }
+    }
+    if at == items.len() || order.is_empty() {
+        return Ok(());
+    }
+    let go = |v: &[Value]| go_value(&Value::Array(v.to_vec()));
+    Err(ApiError::untyped(format!("The order in patch list:\n{}\n doesn't match $setElementOrder list:\n{}\n", go(list), go(order))))
+}
+
+/// A decoded JSON value as Go's `%v` prints it: `map[k:v ...]` with sorted keys, `[a b]`.
+fn go_value(v: &Value) -> String {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            let parts: Vec<String> = keys.iter().map(|k| format!("{k}:{}", go_value(&m[k.as_str()]))).collect();
+            format!("map[{}]", parts.join(" "))
+        }
+        Value::Array(a) => format!("[{}]", a.iter().map(go_value).collect::<Vec<_>>().join(" ")),
+        Value::String(s) => s.clone(),
+        Value::Null => "<nil>".into(),
+        other => other.to_string(),
     }
 }

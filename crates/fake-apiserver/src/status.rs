@@ -69,13 +69,33 @@ impl ApiError {
 
     /// 422 with one cause per `(field, message)`.
     pub(crate) fn invalid(kind: &str, group: &str, name: &str, causes: &[(&str, String)]) -> ApiError {
-        let text: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: {m}")).collect();
+        // The message is an aggregate, which names an error once however often it is a cause.
+        let mut text: Vec<String> = Vec::new();
+        for (f, m) in causes {
+            let line = format!("{f}: {m}");
+            if !text.contains(&line) {
+                text.push(line);
+            }
+        }
         let message = match text.len() {
             1 => format!("{} \"{name}\" is invalid: {}", qualified(group, kind), text[0]),
             _ => format!("{} \"{name}\" is invalid: [{}]", qualified(group, kind), text.join(", ")),
         };
         let causes: Vec<Value> = causes.iter().map(|(f, m)| json!({"reason": cause_reason(m), "message": m, "field": f})).collect();
         ApiError::new(422, "Invalid", message).with_details(json!({"name": name, "group": group, "kind": kind, "causes": causes}))
+    }
+
+    /// 500 for an error the real server's handler did not type: its Status has no reason.
+    pub(crate) fn untyped(message: impl Into<String>) -> ApiError {
+        ApiError::new(500, "", message)
+    }
+
+    /// 422 for a request's options (`ListOptions.meta.k8s.io "" is invalid: ...`), as 1.35
+    /// validates them before serving.
+    pub(crate) fn invalid_options(options: &str, field: &str, message: &str) -> ApiError {
+        ApiError::new(422, "Invalid", format!("{options}.meta.k8s.io \"\" is invalid: {field}: {message}")).with_details(
+            json!({"group": "meta.k8s.io", "kind": options, "causes": [{"reason": cause_reason(message), "message": message, "field": field}]}),
+        )
     }
 
     pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
@@ -136,6 +156,11 @@ impl ApiError {
                 d.remove("group");
             }
             status["details"] = details;
+        }
+        if self.reason.is_empty()
+            && let Some(s) = status.as_object_mut()
+        {
+            s.remove("reason");
         }
         status
     }

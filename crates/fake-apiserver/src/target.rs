@@ -2,7 +2,7 @@
 //! what a write answers, and an object as served in the requested version: what the handlers
 //! (objects, deletion, lists, watch) share.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::fieldset::Scope;
 use super::registry::ResourceType;
@@ -61,4 +61,51 @@ pub fn present(obj: &Value, t: &Target) -> Value {
     obj["apiVersion"] = Value::String(t.rt.api_version(&t.version));
     obj["kind"] = Value::String(t.rt.kind.clone());
     obj
+}
+
+/// Fields the real server always answers for some kinds although nobody set them (Go struct
+/// fields without an `omitempty` effect), which are not in any manager's field set.
+pub fn answer_shape(obj: &mut Value, t: &Target) {
+    let (source, first, last) = match (t.rt.group.as_str(), t.rt.kind.as_str()) {
+        ("events.k8s.io", "Event") => ("deprecatedSource", "deprecatedFirstTimestamp", "deprecatedLastTimestamp"),
+        ("", "Event") => ("source", "firstTimestamp", "lastTimestamp"),
+        ("autoscaling", "HorizontalPodAutoscaler") => {
+            if t.version == "v2"
+                && let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut)
+            {
+                status.entry("currentMetrics").or_insert(Value::Null);
+            }
+            return;
+        }
+        ("discovery.k8s.io", "EndpointSlice") => {
+            for e in obj["endpoints"].as_array_mut().into_iter().flatten() {
+                if let Some(e) = e.as_object_mut() {
+                    e.entry("conditions").or_insert_with(|| json!({}));
+                }
+            }
+            if let Some(map) = obj.as_object_mut() {
+                map.entry("ports").or_insert(Value::Null);
+            }
+            return;
+        }
+        _ => return,
+    };
+    if let Some(map) = obj.as_object_mut() {
+        map.entry(source).or_insert_with(|| json!({}));
+        map.entry(first).or_insert(Value::Null);
+        map.entry(last).or_insert(Value::Null);
+    }
+}
+
+/// An item of a list as served: a built-in kind's items carry no apiVersion/kind on the real
+/// server (Go's typed lists), a custom resource's (unstructured) do.
+pub fn list_item(item: &mut Value, t: &Target) {
+    if t.rt.custom {
+        return;
+    }
+    answer_shape(item, t);
+    if let Some(map) = item.as_object_mut() {
+        map.remove("apiVersion");
+        map.remove("kind");
+    }
 }

@@ -19,15 +19,18 @@ pub enum Mode {
 
 impl Mode {
     /// # Errors
-    /// 400 for a value other than the three, with the real server's message.
-    pub fn parse(v: Option<&str>) -> ApiResult<Mode> {
+    /// 422 for a value other than the three, as 1.35 validates the request's `options`
+    /// (`CreateOptions`, `UpdateOptions`, `PatchOptions`).
+    pub fn parse(v: Option<&str>, options: &str) -> ApiResult<Mode> {
         match v {
             None | Some("") | Some("Warn") => Ok(Mode::Warn),
             Some("Ignore") => Ok(Mode::Ignore),
             Some("Strict") => Ok(Mode::Strict),
-            Some(other) => Err(ApiError::bad_request(format!(
-                "fieldValidation parameter unsupported: {other}. Only 'Strict', 'Warn', and 'Ignore' are supported"
-            ))),
+            Some(other) => Err(ApiError::invalid_options(
+                options,
+                "fieldValidation",
+                &format!("Unsupported value: \"{other}\": supported values: \"\", \"Ignore\", \"Strict\", \"Warn\""),
+            )),
         }
     }
 }
@@ -57,7 +60,7 @@ pub fn unknown_fields(
     body: Body,
     duplicates: &[String],
 ) -> ApiResult<Vec<String>> {
-    let mut found = Vec::new();
+    let mut found = Found::default();
     let (namespace, name) = (
         obj["metadata"]["namespace"].as_str().unwrap_or_default().to_string(),
         obj["metadata"]["name"].as_str().unwrap_or_default().to_string(),
@@ -67,18 +70,18 @@ pub fn unknown_fields(
     }
     // An apply configuration is converted to the kind's typed schema whatever the mode: an
     // unknown field fails it, with structured-merge-diff's message and a 500.
-    if body == Body::Apply && !found.is_empty() {
-        let errors: Vec<String> = found.iter().map(|f| format!("{}: field not declared in schema", f.smd)).collect();
+    if body == Body::Apply && !(found.unknown.is_empty() && found.mistyped.is_empty()) {
+        let mut errors: Vec<String> = found.mistyped;
+        errors.extend(found.unknown.iter().map(|f| format!("{}: field not declared in schema", f.smd)));
         let errors = if errors.len() == 1 { errors[0].clone() } else { format!("errors:\n  {}", errors.join("\n  ")) };
         let gv = if rt.group.is_empty() { format!("/{version}") } else { format!("{}/{version}", rt.group) };
-        return Err(ApiError::new(
-            500,
-            "InternalError",
-            format!("failed to create typed patch object ({namespace}/{name}; {gv}, Kind={}): {errors}", rt.kind),
-        ));
+        return Err(ApiError::untyped(format!(
+            "failed to create typed patch object ({namespace}/{name}; {gv}, Kind={}): {errors}",
+            rt.kind
+        )));
     }
     let mut problems: Vec<String> = duplicates.iter().map(|f| format!("duplicate field \"{f}\"")).collect();
-    problems.extend(found.iter().map(|f| format!("unknown field \"{}\"", f.strict)));
+    problems.extend(found.unknown.iter().map(|f| format!("unknown field \"{}\"", f.strict)));
     if problems.is_empty() || mode != Mode::Strict {
         return Ok(if mode == Mode::Warn { problems } else { Vec::new() });
     }
@@ -117,7 +120,15 @@ struct At {
     smd: String,
 }
 
-fn prune_object(map: &mut Map<String, Value>, node: Node<'_>, custom: bool, at: &At, found: &mut Vec<At>, top: bool) {
+/// What a walk of a body against the kind's schema found: fields it does not declare, and (as
+/// structured-merge-diff words them) scalars of the wrong type where it wants a number.
+#[derive(Default)]
+struct Found {
+    unknown: Vec<At>,
+    mistyped: Vec<String>,
+}
+
+fn prune_object(map: &mut Map<String, Value>, node: Node<'_>, custom: bool, at: &At, found: &mut Found, top: bool) {
     let embedded = top || node.embedded_resource();
     let keys: Vec<String> = map.keys().cloned().collect();
     for k in keys {
@@ -140,14 +151,26 @@ fn prune_object(map: &mut Map<String, Value>, node: Node<'_>, custom: bool, at: 
             }
             None if closed(node, custom) => {
                 map.remove(&k);
-                found.push(here);
+                found.unknown.push(here);
             }
             None => {}
         }
     }
 }
 
-fn prune_value(v: &mut Value, node: Node<'_>, custom: bool, at: &At, found: &mut Vec<At>) {
+fn prune_value(v: &mut Value, node: Node<'_>, custom: bool, at: &At, found: &mut Found) {
+    let numeric = matches!(node.types().as_slice(), ["integer"] | ["number"]);
+    let go_type = match v {
+        Value::String(_) => "string",
+        Value::Bool(_) => "bool",
+        Value::Object(_) => "map[string]interface {}",
+        Value::Array(_) => "[]interface {}",
+        Value::Null | Value::Number(_) => "",
+    };
+    if numeric && !go_type.is_empty() {
+        found.mistyped.push(format!("{}: expected numeric (int or float), got {go_type}", at.smd));
+        return;
+    }
     match v {
         Value::Object(map) => prune_object(map, node, custom, at, found, false),
         Value::Array(items) => {
@@ -306,8 +329,17 @@ fn is_dns_label(s: &str) -> bool {
         && b[b.len() - 1] != b'-'
 }
 
+/// Go's `IsDNS1123Subdomain`: at most 253 characters of dot-separated labels; unlike a DNS
+/// label alone, a part may be longer than 63.
 fn is_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label)
+    s.len() <= 253
+        && s.split('.').all(|part| {
+            let b = part.as_bytes();
+            !b.is_empty()
+                && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b[0] != b'-'
+                && b[b.len() - 1] != b'-'
+        })
 }
 
 fn is_name_part(s: &str) -> bool {
@@ -440,10 +472,26 @@ pub fn metadata_errors(obj: &Value, rt: &ResourceType) -> Vec<(String, String)> 
 
 /// A Go-printed LabelSelector, as immutability errors quote it.
 fn go_selector(v: &Value) -> String {
-    let labels: Vec<String> = v["matchLabels"].as_object().into_iter().flatten().map(|(k, v)| format!("{k:?}:{v}")).collect();
-    let labels =
-        if labels.is_empty() { "map[string]string(nil)".to_string() } else { format!("map[string]string{{{}}}", labels.join(", ")) };
-    format!("v1.LabelSelector{{MatchLabels:{labels}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}}")
+    // 1.35's field errors print a struct value as Go's JSON: fields in declaration order, map
+    // keys sorted, empty ones omitted.
+    let mut fields = Vec::new();
+    if let Some(labels) = v["matchLabels"].as_object().filter(|m| !m.is_empty()) {
+        let mut sorted: Vec<(&String, &Value)> = labels.iter().collect();
+        sorted.sort_by_key(|(k, _)| *k);
+        let labels: Vec<String> = sorted.iter().map(|(k, v)| format!("{}:{v}", Value::from(k.as_str()))).collect();
+        fields.push(format!("\"matchLabels\":{{{}}}", labels.join(",")));
+    }
+    if let Some(exprs) = v["matchExpressions"].as_array().filter(|a| !a.is_empty()) {
+        let exprs: Vec<String> = exprs
+            .iter()
+            .map(|e| {
+                let values = e["values"].as_array().filter(|a| !a.is_empty()).map(|a| format!(",\"values\":{}", Value::Array(a.clone())));
+                format!("{{\"key\":{},\"operator\":{}{}}}", e["key"], e["operator"], values.unwrap_or_default())
+            })
+            .collect();
+        fields.push(format!("\"matchExpressions\":[{}]", exprs.join(",")));
+    }
+    format!("{{{}}}", fields.join(","))
 }
 
 /// Fields an update may not change, as `(field, message)`.
@@ -627,4 +675,55 @@ impl<'de> serde::de::Visitor<'de> for Dups<'_> {
         }
         Ok(())
     }
+}
+
+/// Warnings the kind's 1.35 strategy gives on create and update: a `kubernetes.io/tls` Secret
+/// whose data holds no certificate or key PEM block (as Go's `tls.X509KeyPair` words it; the
+/// real server also warns of a pair that does not parse or match, which testkit does not check).
+pub fn warnings(obj: &Value, rt: &ResourceType) -> Vec<String> {
+    if rt.custom || !rt.group.is_empty() || rt.kind != "Secret" || obj["type"] != "kubernetes.io/tls" {
+        return Vec::new();
+    }
+    let decoded = |field: &str| {
+        let text = obj["data"][field].as_str().unwrap_or_default();
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, text)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    };
+    let (cert, key) = (pem_blocks(&decoded("tls.crt")), pem_blocks(&decoded("tls.key")));
+    let missing = |blocks: &[String], input: &str, wanted: &dyn Fn(&str) -> bool, name: &str| {
+        if blocks.iter().any(|b| wanted(b)) {
+            None
+        } else if blocks.is_empty() {
+            Some(format!("tls: failed to find any PEM data in {input} input"))
+        } else {
+            Some(format!(
+                "tls: failed to find {name} PEM block in {input} input after skipping PEM blocks of the following types: [{}]",
+                blocks.join(" ")
+            ))
+        }
+    };
+    let certificate = missing(&cert, "certificate", &|b| b == "CERTIFICATE", "\"CERTIFICATE\"");
+    let private = missing(&key, "key", &|b| b == "PRIVATE KEY" || b.ends_with(" PRIVATE KEY"), "PEM block with \"PRIVATE KEY\"");
+    certificate.or(private).into_iter().collect()
+}
+
+/// The types of the PEM blocks in `text` that Go's `pem.Decode` finds: a `BEGIN` line, a
+/// base64 body, the matching `END` line.
+fn pem_blocks(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("-----BEGIN ") {
+        rest = &rest[at + "-----BEGIN ".len()..];
+        let Some(end_of_type) = rest.find("-----") else { break };
+        let kind = rest[..end_of_type].to_string();
+        let end = format!("-----END {kind}-----");
+        let Some(close) = rest.find(&end) else { continue };
+        let body: String = rest[end_of_type + 5..close].chars().filter(|c| !c.is_whitespace()).collect();
+        if base64::Engine::decode(&base64::engine::general_purpose::STANDARD, &body).is_ok() {
+            found.push(kind);
+        }
+        rest = &rest[close + end.len()..];
+    }
+    found
 }
