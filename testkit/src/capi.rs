@@ -119,6 +119,13 @@ impl Served {
         }
     }
 
+    /// Whether the Cluster's `TopologyReconciled` quotes the message of a hook that answered
+    /// `Failure` (v1.11 on); before, it says only `… failed to call extension handler "<name>":
+    /// got failure response` (the message is in the manager's log).
+    pub fn quotes_hook_failures(self) -> bool {
+        self.v1beta2
+    }
+
     /// A ClusterClass manifest (YAML text, possibly a Helm template) written in v1beta2 form,
     /// in the form this release serves: unchanged for v1beta2; for v1beta1 its apiVersion and
     /// the template references (`templateRef:` is `ref:` in v1beta1). Enough for the simple
