@@ -36,7 +36,7 @@ pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(120);
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "the real control plane's binaries are not in {dir} (missing {missing}); build them with scripts/build-realkube.sh (scripts/test.sh does)"
+        "the real control plane's binaries are not in {dir} (missing {missing}); build them with scripts/build-realkube.sh (scripts/test.sh does; with STACKSYNC_KUBE_VERSION set as here)"
     )]
     NotBuilt { dir: PathBuf, missing: String },
     #[error("creating the control plane's directory {path}")]
