@@ -33,6 +33,10 @@
 #     release assets with cosign.
 #   - the real oras v1.3.6 (scripts/build-oras.sh, from the Go module proxy): tests/preview.rs
 #     pushes a release into an OCI image layout with it.
+#   - the oldest supported corner, Kubernetes 1.33 (v1.33.13) and Cluster API v1.10 (v1.10.10):
+#     the same build scripts with STACKSYNC_KUBE_VERSION / STACKSYNC_CAPI_VERSION (cached per
+#     version); after the suite, scripts/compat.sh runs the Cluster API and real-Kubernetes cases
+#     of the compatibility matrix on them (docs/compatibility.md). STACKSYNC_SKIP_OLDEST=1 skips it.
 #   - Debian's util-linux and mount (`unshare`, `nsenter`, `mount`; part of every Debian base
 #     system, checked all the same): tests/chaos_volume.rs runs the daemon in a mount namespace
 #     with a small tmpfs as its cache volume, fills it and remounts it read-only (as root).
@@ -114,6 +118,14 @@ if [ -x scripts/install-tools.sh ]; then
   export PATH="$tools_bin:$PATH"
 fi
 
+oldest_kube=v1.33.13 oldest_capi=v1.10.10
+run_oldest=0
+if [ $# -eq 0 ] && [ -z "${STACKSYNC_SKIP_OLDEST:-}" ]; then
+  run_oldest=1
+  STACKSYNC_KUBE_VERSION=$oldest_kube scripts/build-realkube.sh >/dev/null
+  STACKSYNC_CAPI_VERSION=$oldest_capi scripts/build-cluster-api.sh >/dev/null
+fi
+
 if [ -x scripts/build-oracles.sh ]; then
   if STACKSYNC_TEMPLATE_ORACLE=$(scripts/build-oracles.sh | tail -n 1); then
     export STACKSYNC_TEMPLATE_ORACLE
@@ -150,6 +162,13 @@ if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast "$@" || status=$?
 else
   cargo test --workspace --locked --no-fail-fast "$@" || status=$?
+fi
+
+# The oldest corner (the suite above ran the newest: Kubernetes 1.35, Cluster API v1.14): the
+# compatibility cases side by side on Kubernetes 1.33 with Cluster API v1.10.
+if [ "$run_oldest" = 1 ]; then
+  echo "test.sh: the oldest corner: Kubernetes $oldest_kube, Cluster API $oldest_capi (scripts/compat.sh)" >&2
+  scripts/compat.sh --capi "$oldest_capi" --kube "$oldest_kube" --corners --together || status=1
 fi
 
 # The real kubectl's end-to-end tests once more, against a real control plane (`testkit kube`)

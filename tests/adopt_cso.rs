@@ -452,7 +452,7 @@ async fn a_fleet_of_the_scs_operator_is_adopted_with_no_restart_and_its_next_rel
     let class = helm_template(&["testkit-ferrol-1-35", &class_chart.to_string_lossy(), "--namespace", &t.ns]);
     cso_apply(&t.kubeconfigs().0, &t.ns, &cso_labelled(&class));
     t.class_reconciled(&daemon, V2).await;
-    t.patch_cluster("c1", json!({"spec": {"topology": {"classRef": {"name": V2}, "version": K2}}})).await;
+    t.move_cluster("c1", V2, K2).await;
     let key = format!("{}/c1", t.ns);
     t.eventually(&daemon, "c1's upgrade held by stacksync while suspended", STEP, async || {
         hook_calls(&daemon, "BeforeClusterUpgrade", &key) >= 2

@@ -63,7 +63,7 @@ async fn a_held_upgrade_survives_its_workload_server_and_the_cluster_api_manager
     // run, and Cluster API hears "not yet" every time it asks.
     capi.workload_mut().kill("kube-apiserver");
     let down = Instant::now();
-    t.patch_cluster("c1", json!({"spec": {"topology": {"classRef": {"name": V2}, "version": K2}}})).await;
+    t.move_cluster("c1", V2, K2).await;
     t.eventually(&daemon, "Cluster API asking twice while the workload server is down", STEP, async || {
         answers(&daemon, "BeforeClusterUpgrade", &key).len() >= 2
     })

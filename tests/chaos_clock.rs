@@ -293,7 +293,7 @@ async fn an_upgrade_stage_held_by_the_real_cluster_api_is_not_failed_by_a_clock_
         |path, text| if path == "clusteraddon.yaml" { text.replace("name: upgrade-gate,", &format!("name: {gate},")) } else { text },
     );
     t.class_reconciled(&daemon, V2).await;
-    t.patch_cluster("c1", json!({"spec": {"topology": {"classRef": {"name": V2}, "version": K2}}})).await;
+    t.move_cluster("c1", V2, K2).await;
     t.eventually(&daemon, "the stage waiting for its gate", step, async || {
         t.cluster_sync("c1").await["status"]["upgrade"]["waitingFor"].as_str().is_some_and(|w| w.contains(&gate))
     })

@@ -36,7 +36,7 @@ async fn cluster_api_accepts_our_class_syncs_its_clusters_and_holds_an_upgrade_u
     // The ClusterClass stacksync rendered from the release, through Cluster API's webhooks and
     // reconciled by its ClusterClass controller (templates resolved, variables in status).
     t.eventually(&daemon, "the ClusterClass accepted and reconciled by Cluster API", STEP, async || {
-        t.cluster_classes().await.iter().any(|cc| cc["metadata"]["name"] == V1 && condition(cc, "VariablesReady").0 == "True")
+        t.cluster_classes().await.iter().any(|cc| cc["metadata"]["name"] == V1 && t.capi_condition(cc, "VariablesReady").0 == "True")
     })
     .await;
     // Our extension, discovered by Cluster API through the ExtensionConfig.
@@ -55,7 +55,7 @@ async fn cluster_api_accepts_our_class_syncs_its_clusters_and_holds_an_upgrade_u
     assert_eq!(cp["spec"]["version"], K1);
     // (Cluster API may still say False a moment, e.g. while it catches up with the class.)
     t.eventually(&daemon, "the Cluster's TopologyReconciled True", STEP, async || {
-        condition(&t.cluster("c1").await, "TopologyReconciled").0 == "True"
+        t.capi_condition(&t.cluster("c1").await, "TopologyReconciled").0 == "True"
     })
     .await;
     let ns = t.addon_namespace("c1");
@@ -76,7 +76,7 @@ async fn cluster_api_accepts_our_class_syncs_its_clusters_and_holds_an_upgrade_u
     t.publish(V2, v2_gated_by(&gate));
     t.class_reconciled(&daemon, V2).await;
     let requested = Instant::now();
-    t.patch_cluster("c1", json!({"spec": {"topology": {"classRef": {"name": V2}, "version": K2}}})).await;
+    t.move_cluster("c1", V2, K2).await;
 
     // Cluster API asks; stacksync answers retry while the first stage's post-condition waits;
     // the control plane stays where it is.
@@ -89,11 +89,9 @@ async fn cluster_api_accepts_our_class_syncs_its_clusters_and_holds_an_upgrade_u
     // hooks are blocking upgrade: BeforeClusterUpgrade: Cluster …: BeforeClusterUpgrade stage 1/2
     // `cni` PostCondition (… → …): ConfigMap/kube-system/<gate> does not exist".
     t.eventually(&daemon, "the Cluster's TopologyReconciled names the blocking hook", STEP, async || {
-        let (status, reason, message) = condition(&t.cluster("c1").await, "TopologyReconciled");
-        status == "False"
-            && reason == "ClusterUpgrading"
-            && message.contains("hooks are blocking upgrade: BeforeClusterUpgrade")
-            && message.contains(&gate)
+        let (status, reason, message) = t.capi_condition(&t.cluster("c1").await, "TopologyReconciled");
+        let (want_reason, want_message) = t.served.hook_blocking("BeforeClusterUpgrade");
+        status == "False" && reason == want_reason && message.contains(&want_message) && message.contains(&gate)
     })
     .await;
     let cp = t.control_plane("c1").await.expect("control plane");
@@ -134,7 +132,7 @@ async fn a_stage_past_its_timeout_fails_the_hook_keeps_the_upgrade_held_and_show
     wait_up(&t, &daemon, "c1", V1, K1).await;
     t.publish(V2, v2_gated_by(&gate));
     t.class_reconciled(&daemon, V2).await;
-    t.patch_cluster("c1", json!({"spec": {"topology": {"classRef": {"name": V2}, "version": K2}}})).await;
+    t.move_cluster("c1", V2, K2).await;
 
     // The stage waits past stageTimeout: UpgradeFailed on the ClusterSync, a Failure answer to
     // Cluster API, which keeps the control plane where it is and says so on the Cluster.
@@ -150,9 +148,16 @@ async fn a_stage_past_its_timeout_fails_the_hook_keeps_the_upgrade_held_and_show
         daemon.log().lines().any(|l| l.contains("runtime hook") && l.contains(&key) && l.contains("answer=failure"))
     })
     .await;
-    t.eventually(&daemon, "the Cluster's TopologyReconciled quoting the failure", STEP, async || {
-        let (_, reason, message) = condition(&t.cluster("c1").await, "TopologyReconciled");
-        message.contains("stageTimeout") && !reason.is_empty()
+    // Cluster API v1.11 on quotes our answer's message; v1.10 only says the hook failed (the
+    // message is in its log).
+    t.eventually(&daemon, "the Cluster's TopologyReconciled showing the failure", STEP, async || {
+        let (_, reason, message) = t.capi_condition(&t.cluster("c1").await, "TopologyReconciled");
+        let shown = if t.served.quotes_hook_failures() {
+            message.contains("stageTimeout")
+        } else {
+            message.contains("BeforeClusterUpgrade") && message.contains("got failure response")
+        };
+        shown && !reason.is_empty()
     })
     .await;
     let cp = t.control_plane("c1").await.expect("control plane");
@@ -241,10 +246,10 @@ async fn a_rollout_stops_at_a_cluster_whose_control_plane_does_not_become_availa
     assert!(detail.contains(&format!("from {K1} to {K2}")) && detail.contains("refuses to decrease"), "{r}");
     let cluster = t.cluster("c1").await;
     assert_eq!(cluster["spec"]["topology"]["version"], K2, "c1 was moved");
-    assert_eq!(cluster["spec"]["topology"]["classRef"]["name"], V2, "c1 was not moved back: {cluster}");
-    assert_ne!(condition(&cluster, "Available").0, "True", "Cluster API says c1 is not available: {cluster}");
+    assert_eq!(CapiTenant::class_of(&cluster), V2, "c1 was not moved back: {cluster}");
+    assert_ne!(t.capi_condition(&cluster, "Available").0, "True", "Cluster API says c1 is not available: {cluster}");
     let c2 = t.cluster("c2").await;
-    assert_eq!(c2["spec"]["topology"]["classRef"]["name"], V1, "the second wave never started: {c2}");
+    assert_eq!(CapiTenant::class_of(&c2), V1, "the second wave never started: {c2}");
     daemon.stop().await;
     t.delete().await;
 }
@@ -304,7 +309,7 @@ async fn a_failed_cluster_is_moved_back_through_the_real_webhooks_and_the_rollou
         wait_up(&t, &daemon, name, V2, K1).await;
     }
     let c2 = t.cluster("c2").await;
-    assert_eq!(c2["spec"]["topology"]["classRef"]["name"], V1, "{c2}");
+    assert_eq!(CapiTenant::class_of(&c2), V1, "{c2}");
     eprintln!(
         "RESULT: a three-Cluster rollout with one Cluster moved back, on the real Cluster API: {:.1}s",
         started.elapsed().as_secs_f64()
@@ -352,7 +357,7 @@ async fn a_line_rollout_moves_a_cluster_two_kubernetes_minors_one_at_a_time_thro
     let c1_path = format!("{}/c1: {f33}@{k33} -> {f34}@{k34} -> {V2}@{K2}", t.ns);
     assert!(printed.contains(&c1_path), "{printed}");
     assert!(printed.contains(&format!("{}/c2: {V1}@{K1} -> {V2}@{K2}", t.ns)), "{printed}");
-    assert_eq!(t.cluster("c1").await["spec"]["topology"]["classRef"]["name"], f33, "the plan moved nothing");
+    assert_eq!(CapiTenant::class_of(&t.cluster("c1").await), f33, "the plan moved nothing");
     let started = Instant::now();
     common::save_by_rename(&path, &with_rollout);
     t.eventually(&daemon, "the rollout Complete", STEP, async || rollout_phase(&t, V2).await == "Complete").await;
@@ -393,13 +398,15 @@ async fn a_paused_cluster_is_left_alone_by_cluster_api_and_by_stacksync() {
     t.eventually(&daemon, "the ClusterSync says Paused", STEP, async || condition(&t.cluster_sync("c1").await, "Paused").0 == "True").await;
     let paused_reconciles = || daemon.log().matches("Cluster is paused").count();
     let before = paused_reconciles();
-    t.patch_cluster("c1", json!({"spec": {"topology": {"classRef": {"name": V2}, "version": K2}}})).await;
+    t.move_cluster("c1", V2, K2).await;
     // Cluster API has seen the change and says the Cluster is paused (its Paused condition at
     // the new generation); stacksync has seen it too (one more reconcile that wrote nothing).
     let generation = t.cluster("c1").await["metadata"]["generation"].as_i64().expect("generation");
     t.eventually(&daemon, "both saw the paused Cluster's new class", STEP, async || {
         let cluster = t.cluster("c1").await;
-        let paused = cluster["status"]["conditions"]
+        let paused = t
+            .served
+            .v1beta2_conditions(&cluster)
             .as_array()
             .and_then(|c| c.iter().find(|c| c["type"] == "Paused"))
             .is_some_and(|c| c["status"] == "True" && c["observedGeneration"].as_i64() >= Some(generation));
@@ -502,9 +509,7 @@ async fn one_rollout_coordinator_moves_the_clusters_of_two_shards_and_a_survivor
         let name = |c: &serde_json::Value| c.as_str().and_then(|c| c.rsplit('/').next()).unwrap_or_default().to_owned();
         let (Some(w1), Some(w2)) = (first["clusters"].as_array(), second["clusters"].as_array()) else { return };
         let Ok(list) = t.clusters().list(&Default::default()).await else { return };
-        let moved = |n: &str| {
-            list.items.iter().any(|c| c.metadata.name.as_deref() == Some(n) && c.data["spec"]["topology"]["classRef"]["name"] == V2)
-        };
+        let moved = |n: &str| list.items.iter().any(|c| c.metadata.name.as_deref() == Some(n) && CapiTenant::class_of(&c.data) == V2);
         if w2.iter().any(|c| moved(&name(c))) {
             for c in w1 {
                 let cp = t.control_plane(&name(c)).await.unwrap_or_default();

@@ -36,8 +36,107 @@ use serde_json::{Value, json};
 
 use crate::kube::{Error, Kube, Options as KubeOptions, Result, apply_value, free_port, openssl, path_str, wait_established};
 
-/// The Cluster API version `scripts/build-cluster-api.sh` builds.
-pub const VERSION: &str = "v1.14.2";
+/// The Cluster API release `scripts/build-cluster-api.sh` builds unless `STACKSYNC_CAPI_VERSION`
+/// names another.
+pub const DEFAULT_VERSION: &str = "v1.14.2";
+
+/// The Cluster API release testkit runs: `STACKSYNC_CAPI_VERSION` (e.g. `v1.10.10`), else
+/// [`DEFAULT_VERSION`].
+pub fn version() -> String {
+    std::env::var("STACKSYNC_CAPI_VERSION")
+        .ok()
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| DEFAULT_VERSION.to_owned())
+}
+
+/// The API forms the running Cluster API release serves, for tests that write its objects: a
+/// release before v1.11 serves `cluster.x-k8s.io/v1beta1` only (and its Runtime SDK types as
+/// `v1alpha1`); from v1.11 on `v1beta2` is the storage version (v1beta1 still served, deprecated).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Served {
+    /// `cluster.x-k8s.io/v1beta2` is served.
+    pub v1beta2: bool,
+}
+
+impl Served {
+    /// The forms of [`version`].
+    pub fn current() -> Served {
+        Served::of(&version())
+    }
+
+    /// The forms of release `version` (`v1.<minor>.<patch>`).
+    pub fn of(version: &str) -> Served {
+        Served { v1beta2: crate::kube::minor_of(version) >= 11 }
+    }
+
+    /// `v1beta2` or `v1beta1`: the version of `cluster.x-k8s.io` to write and read.
+    pub fn cluster_version(self) -> &'static str {
+        if self.v1beta2 { "v1beta2" } else { "v1beta1" }
+    }
+
+    /// `cluster.x-k8s.io/<cluster_version>`.
+    pub fn cluster_api_version(self) -> String {
+        format!("cluster.x-k8s.io/{}", self.cluster_version())
+    }
+
+    /// The version of `runtime.cluster.x-k8s.io` (ExtensionConfig): `v1beta2` or `v1alpha1`.
+    pub fn runtime_version(self) -> &'static str {
+        if self.v1beta2 { "v1beta2" } else { "v1alpha1" }
+    }
+
+    /// A Cluster's `spec.topology` naming `class` at `version` with one control-plane replica:
+    /// v1beta2 names the class in `classRef.name`, v1beta1 in `class`.
+    pub fn topology(self, class: &str, version: &str) -> Value {
+        let mut t = self.class_fields(class);
+        t["version"] = json!(version);
+        t["controlPlane"] = json!({"replicas": 1});
+        t
+    }
+
+    /// The fields of `spec.topology` that name the class (for a merge patch that moves a
+    /// Cluster): `{"classRef": {"name": class}}` or `{"class": class}`.
+    pub fn class_fields(self, class: &str) -> Value {
+        if self.v1beta2 { json!({"classRef": {"name": class}}) } else { json!({"class": class}) }
+    }
+
+    /// The conditions of Cluster API's v1beta2 vocabulary (`Available`, `Paused`, …) on an
+    /// object read in [`Served::cluster_version`]: `status.conditions` in v1beta2,
+    /// `status.v1beta2.conditions` in v1beta1 (from Cluster API 1.9 on).
+    pub fn v1beta2_conditions(self, obj: &Value) -> Value {
+        if self.v1beta2 { obj["status"]["conditions"].clone() } else { obj["status"]["v1beta2"]["conditions"].clone() }
+    }
+
+    /// How the Cluster's `TopologyReconciled` condition says a lifecycle hook holds an
+    /// upgrade: `(reason, part of its message)`. v1.11 on: `ClusterUpgrading`, "… hooks are
+    /// blocking upgrade: BeforeClusterUpgrade: …"; before: `LifecycleHookBlocking`, "hook
+    /// \"BeforeClusterUpgrade\" is blocking: …".
+    pub fn hook_blocking(self, hook: &str) -> (&'static str, String) {
+        if self.v1beta2 {
+            ("ClusterUpgrading", format!("hooks are blocking upgrade: {hook}"))
+        } else {
+            ("LifecycleHookBlocking", format!("hook \"{hook}\" is blocking"))
+        }
+    }
+
+    /// Whether the Cluster's `TopologyReconciled` quotes the message of a hook that answered
+    /// `Failure` (v1.11 on); before, it says only `… failed to call extension handler "<name>":
+    /// got failure response` (the message is in the manager's log).
+    pub fn quotes_hook_failures(self) -> bool {
+        self.v1beta2
+    }
+
+    /// A ClusterClass manifest (YAML text, possibly a Helm template) written in v1beta2 form,
+    /// in the form this release serves: unchanged for v1beta2; for v1beta1 its apiVersion and
+    /// the template references (`templateRef:` is `ref:` in v1beta1). Enough for the simple
+    /// classes of the tests' stacks (no MachinePools, no v1beta2-only fields).
+    pub fn cluster_class_text(self, text: &str) -> String {
+        if self.v1beta2 || !text.contains("kind: ClusterClass") {
+            return text.to_owned();
+        }
+        text.replace("apiVersion: cluster.x-k8s.io/v1beta2", "apiVersion: cluster.x-k8s.io/v1beta1").replace("templateRef:", "ref:")
+    }
+}
 
 /// The annotation that makes the test control-plane provider fail an upgrade to this version.
 pub const UNAVAILABLE_AT: &str = "testkit.stacksync.io/unavailable-at";
@@ -48,9 +147,16 @@ const PROVIDER: &str = "testkit-provider";
 /// How often the test providers look at their objects.
 const PROVIDER_PERIOD: Duration = Duration::from_millis(250);
 
-/// Where `scripts/build-cluster-api.sh` installs: `capi-manager`, `crds/`, `webhooks.yaml`.
+/// Where `scripts/build-cluster-api.sh` installs the [`version`] (`capi-manager`, `crds/`,
+/// `webhooks.yaml`): `realkube/cluster-api` for the default release,
+/// `realkube/cluster-api-<version>` for another.
 pub fn dir() -> PathBuf {
-    crate::kube::bin_dir().parent().map(|p| p.join("cluster-api")).unwrap_or_else(|| PathBuf::from("cluster-api"))
+    let version = version();
+    if version == DEFAULT_VERSION {
+        crate::kube::realkube_dir().join("cluster-api")
+    } else {
+        crate::kube::realkube_dir().join(format!("cluster-api-{version}"))
+    }
 }
 
 /// True when the real control plane and the Cluster API manager are built.
@@ -288,7 +394,10 @@ pub async fn shared() -> Option<&'static Shared> {
         .get_or_init(|| async {
             if !available() {
                 let message = format!(
-                    "the real control plane and Cluster API are not built in {} (scripts/build-realkube.sh, scripts/build-cluster-api.sh)",
+                    "the real control plane (Kubernetes {}) and Cluster API {} are not built in {} and {} (scripts/build-realkube.sh, scripts/build-cluster-api.sh)",
+                    crate::kube::version(),
+                    version(),
+                    crate::kube::bin_dir().display(),
                     dir().display()
                 );
                 assert!(std::env::var_os("CI").is_none(), "{message}; CI must run the Cluster API tests");
@@ -416,7 +525,9 @@ fn provider_crds() -> Vec<Value> {
         } else {
             open.clone()
         };
-        let mut labels = json!({"cluster.x-k8s.io/v1beta2": "v1alpha1", "cluster.x-k8s.io/provider": "testkit"});
+        // Both contract labels: Cluster API before v1.11 looks for its v1beta1 contract's.
+        let mut labels =
+            json!({"cluster.x-k8s.io/v1beta2": "v1alpha1", "cluster.x-k8s.io/v1beta1": "v1alpha1", "cluster.x-k8s.io/provider": "testkit"});
         let column = |name: &str, path: &str| json!({"name": name, "type": "string", "jsonPath": path});
         let mut columns =
             vec![json!({"name": "Cluster", "type": "string", "jsonPath": ".metadata.labels.cluster\\.x-k8s\\.io/cluster-name"})];
@@ -488,7 +599,7 @@ async fn providers(mut config: kube::Config, kubeconfig: Vec<u8>, endpoint: (Str
 /// not paused.
 async fn owning_cluster(client: &kube::Client, ns: &str, obj: &DynamicObject) -> Result<Option<Value>, kube::Error> {
     let Some(name) = obj.metadata.labels.as_ref().and_then(|l| l.get("cluster.x-k8s.io/cluster-name")) else { return Ok(None) };
-    let res = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Cluster"));
+    let res = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", Served::current().cluster_version(), "Cluster"));
     let clusters: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &res);
     let Some(cluster) = clusters.get_opt(name).await? else { return Ok(None) };
     let value = serde_json::to_value(cluster).map_err(kube::Error::SerdeError)?;
@@ -556,18 +667,25 @@ async fn reconcile_control_planes(
             && current["readyReplicas"].as_i64() == Some(ready)
             && current["replicas"].as_i64() == Some(replicas)
             && current["observedGeneration"].as_i64() == Some(generation)
+            && current["ready"] == json!(!failing)
             && available.is_some_and(|c| c["status"] == status);
         if unchanged {
             continue;
         }
         let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+        // The v1beta2 contract's fields and the v1beta1 contract's (`initialized`, `ready`,
+        // `updatedReplicas`, `unavailableReplicas`): Cluster API before v1.11 reads the latter.
         let body = json!({"status": {
             "version": version,
             "initialization": {"controlPlaneInitialized": true},
+            "initialized": true,
+            "ready": !failing,
             "replicas": replicas,
             "readyReplicas": ready,
             "availableReplicas": ready,
             "upToDateReplicas": replicas,
+            "updatedReplicas": replicas,
+            "unavailableReplicas": replicas - ready,
             "observedGeneration": generation,
             "conditions": [{"type": "Available", "status": status, "reason": reason, "message": message, "lastTransitionTime": now, "observedGeneration": generation}],
         }});
@@ -620,5 +738,27 @@ mod tests {
         );
         assert!(crds.iter().all(|c| c["metadata"]["labels"]["cluster.x-k8s.io/v1beta2"] == "v1alpha1"));
         assert_eq!(endpoint_of("https://127.0.0.1:6443"), ("127.0.0.1".to_owned(), 6443));
+    }
+
+    #[test]
+    fn each_cluster_api_release_is_written_in_the_form_it_serves() {
+        let (old, new) = (Served::of("v1.10.10"), Served::of("v1.14.2"));
+        assert_eq!(
+            (old.cluster_api_version(), new.cluster_api_version()),
+            ("cluster.x-k8s.io/v1beta1".into(), "cluster.x-k8s.io/v1beta2".into())
+        );
+        assert_eq!((old.runtime_version(), new.runtime_version()), ("v1alpha1", "v1beta2"));
+        assert_eq!(old.topology("c", "v1.33.0"), json!({"class": "c", "version": "v1.33.0", "controlPlane": {"replicas": 1}}));
+        assert_eq!(new.topology("c", "v1.33.0"), json!({"classRef": {"name": "c"}, "version": "v1.33.0", "controlPlane": {"replicas": 1}}));
+        let class = "apiVersion: cluster.x-k8s.io/v1beta2\nkind: ClusterClass\nspec:\n  controlPlane:\n    templateRef:\n      kind: X\n";
+        assert_eq!(
+            old.cluster_class_text(class),
+            "apiVersion: cluster.x-k8s.io/v1beta1\nkind: ClusterClass\nspec:\n  controlPlane:\n    ref:\n      kind: X\n"
+        );
+        assert_eq!(new.cluster_class_text(class), class);
+        let status = json!({"status": {"conditions": [{"type": "Ready"}], "v1beta2": {"conditions": [{"type": "Available"}]}}});
+        assert_eq!(old.v1beta2_conditions(&status)[0]["type"], "Available");
+        assert_eq!(new.v1beta2_conditions(&status)[0]["type"], "Ready");
+        assert_eq!((crate::kube::minor_of("v1.33.13"), crate::kube::minor_of("1.35.4"), crate::kube::minor_of("x")), (33, 35, 0));
     }
 }

@@ -36,7 +36,7 @@ pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(120);
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "the real control plane's binaries are not in {dir} (missing {missing}); build them with scripts/build-realkube.sh (scripts/test.sh does)"
+        "the real control plane's binaries are not in {dir} (missing {missing}); build them with scripts/build-realkube.sh (scripts/test.sh does; with STACKSYNC_KUBE_VERSION set as here)"
     )]
     NotBuilt { dir: PathBuf, missing: String },
     #[error("creating the control plane's directory {path}")]
@@ -105,14 +105,40 @@ impl Default for Options {
 /// The audit policy of [`Options::audit`]: metadata of every request, once, when answered.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: Metadata\n";
 
-/// The directory `scripts/build-realkube.sh` installs into:
-/// `$STACKSYNC_TOOLS_DIR/realkube/bin` (default `~/.cache/stacksync-tools/realkube/bin`).
-pub fn bin_dir() -> PathBuf {
+/// The Kubernetes release `scripts/build-realkube.sh` builds unless `STACKSYNC_KUBE_VERSION`
+/// names another.
+pub const DEFAULT_VERSION: &str = "v1.35.4";
+
+/// The Kubernetes release of the control planes testkit starts: `STACKSYNC_KUBE_VERSION`
+/// (e.g. `v1.33.13`), else [`DEFAULT_VERSION`].
+pub fn version() -> String {
+    std::env::var("STACKSYNC_KUBE_VERSION")
+        .ok()
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| DEFAULT_VERSION.to_owned())
+}
+
+/// The minor of a `v1.<minor>.<patch>` version (0 when it is not one).
+pub fn minor_of(version: &str) -> u32 {
+    version.trim_start_matches('v').split('.').nth(1).and_then(|m| m.parse().ok()).unwrap_or(0)
+}
+
+/// `$STACKSYNC_TOOLS_DIR/realkube` (default `~/.cache/stacksync-tools/realkube`): where the
+/// build scripts install the control plane and Cluster API.
+pub fn realkube_dir() -> PathBuf {
     let tools = std::env::var_os("STACKSYNC_TOOLS_DIR").map(PathBuf::from).unwrap_or_else(|| {
         let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
         home.join(".cache").join("stacksync-tools")
     });
-    tools.join("realkube").join("bin")
+    tools.join("realkube")
+}
+
+/// The directory `scripts/build-realkube.sh` installs the [`version`] into: `realkube/bin` for
+/// the default release, `realkube/kubernetes-<version>/bin` for another.
+pub fn bin_dir() -> PathBuf {
+    let version = version();
+    if version == DEFAULT_VERSION { realkube_dir().join("bin") } else { realkube_dir().join(format!("kubernetes-{version}")).join("bin") }
 }
 
 /// True when every binary is built (tests that need the real control plane skip loudly without
@@ -607,7 +633,11 @@ pub async fn shared() -> Option<&'static Shared> {
                 return Some(Shared { kubeconfig: PathBuf::from(path), _kube: None });
             }
             if !available() {
-                let message = format!("the real control plane is not built in {} (scripts/build-realkube.sh)", bin_dir().display());
+                let message = format!(
+                    "the real control plane (Kubernetes {}) is not built in {} (scripts/build-realkube.sh)",
+                    version(),
+                    bin_dir().display()
+                );
                 assert!(std::env::var_os("CI").is_none(), "{message}; CI must run the real-Kubernetes tests");
                 eprintln!("SKIPPED: {message}");
                 return None;

@@ -37,6 +37,8 @@ pub struct CapiTenant {
     env: testkit::capi::Shared,
     client: kube::Client,
     workload: kube::Client,
+    /// The API forms the running Cluster API serves (`STACKSYNC_CAPI_VERSION`).
+    pub served: testkit::capi::Served,
     /// The hooks listener's CA, certificate and key.
     pub ca: PathBuf,
     cert: PathBuf,
@@ -68,7 +70,7 @@ impl CapiTenant {
         let certs = dir.path().join("certs");
         std::fs::create_dir_all(&certs).expect("certs");
         let (ca, cert, key) = make_certs(&certs, "hooks", false);
-        CapiTenant { dir, repo, ns, env, client, workload, ca, cert, key }
+        CapiTenant { dir, repo, ns, env, client, workload, served: testkit::capi::Served::current(), ca, cert, key }
     }
 
     pub fn client(&self) -> kube::Client {
@@ -104,7 +106,8 @@ impl CapiTenant {
     /// `edit(path, text)` first.
     pub fn publish(&self, release: &str, edit: impl Fn(&str, String) -> String) {
         let _ = self.repo.git(&["rm", "-rq", "--ignore-unmatch", "."]);
-        let files: Vec<(String, String)> = fixture_files(release).into_iter().map(|(p, t)| (p.clone(), edit(&p, t))).collect();
+        let files: Vec<(String, String)> =
+            fixture_files(release).into_iter().map(|(p, t)| (p.clone(), self.served.cluster_class_text(&edit(&p, t)))).collect();
         let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
         self.repo.release(release, &refs);
     }
@@ -121,7 +124,7 @@ impl CapiTenant {
             .map(|(p, t)| {
                 let p = p.replace(STACK, family);
                 let t = t.replace(STACK, family).replace(K1, kubernetes).replace(K2, kubernetes);
-                let t = edit(&p, t);
+                let t = self.served.cluster_class_text(&edit(&p, t));
                 (p, t)
             })
             .collect();
@@ -163,7 +166,7 @@ impl CapiTenant {
         self.eventually(daemon, &format!("ClusterClass {name} reconciled by Cluster API"), Duration::from_secs(120), async || {
             self.cluster_classes().await.iter().any(|cc| {
                 cc["metadata"]["name"] == name
-                    && condition(cc, "VariablesReady").0 == "True"
+                    && self.capi_condition(cc, "VariablesReady").0 == "True"
                     && cc["status"]["observedGeneration"].as_i64().is_some()
                     && cc["status"]["observedGeneration"] == cc["metadata"]["generation"]
             })
@@ -176,25 +179,27 @@ impl CapiTenant {
         use base64::Engine as _;
         let ca = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&self.ca).expect("ca"));
         let body = json!({
-            "apiVersion": "runtime.cluster.x-k8s.io/v1beta2", "kind": "ExtensionConfig",
+            "apiVersion": format!("runtime.cluster.x-k8s.io/{}", self.served.runtime_version()), "kind": "ExtensionConfig",
             "metadata": {"name": self.ns},
             "spec": {
                 "clientConfig": {"url": url, "caBundle": ca},
                 "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": self.ns}},
             },
         });
-        let api: Api<DynamicObject> = Api::all_with(self.client(), &res("runtime.cluster.x-k8s.io", "v1beta2", "ExtensionConfig"));
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client(), &res("runtime.cluster.x-k8s.io", self.served.runtime_version(), "ExtensionConfig"));
         api.patch(&self.ns, &PatchParams::apply("e2e").force(), &Patch::Apply(body)).await.expect("ExtensionConfig");
     }
 
     /// The ExtensionConfig as Cluster API reconciled it (its discovered handlers).
     pub async fn extension(&self) -> Value {
-        let api: Api<DynamicObject> = Api::all_with(self.client(), &res("runtime.cluster.x-k8s.io", "v1beta2", "ExtensionConfig"));
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client(), &res("runtime.cluster.x-k8s.io", self.served.runtime_version(), "ExtensionConfig"));
         serde_json::to_value(api.get(&self.ns).await.expect("ExtensionConfig")).expect("json")
     }
 
     pub fn clusters(&self) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client(), &self.ns, &res("cluster.x-k8s.io", "v1beta2", "Cluster"))
+        Api::namespaced_with(self.client(), &self.ns, &res("cluster.x-k8s.io", self.served.cluster_version(), "Cluster"))
     }
 
     /// A Cluster with `spec.topology` (class and version), labelled for this tenant, with
@@ -211,14 +216,34 @@ impl CapiTenant {
             all.extend(more.clone());
         }
         let body = json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "apiVersion": self.served.cluster_api_version(), "kind": "Cluster",
             "metadata": {"name": name, "namespace": self.ns, "labels": all, "annotations": annotations},
             "spec": {
                 "clusterNetwork": {"pods": {"cidrBlocks": ["10.1.0.0/16"]}},
-                "topology": {"classRef": {"name": class}, "version": version, "controlPlane": {"replicas": 1}},
+                "topology": self.served.topology(class, version),
             },
         });
         self.clusters().create(&PostParams::default(), &serde_json::from_value(body).expect("Cluster")).await.expect("create the Cluster");
+    }
+
+    /// Moves a Cluster to `class` at Kubernetes `version` (the SCS way: both together), in the
+    /// form the running Cluster API serves.
+    pub async fn move_cluster(&self, name: &str, class: &str, version: &str) {
+        let mut topology = self.served.class_fields(class);
+        topology["version"] = json!(version);
+        self.patch_cluster(name, json!({"spec": {"topology": topology}})).await;
+    }
+
+    /// `(status, reason, message)` of a condition of Cluster API's v1beta2 vocabulary
+    /// (`Available`, `Paused`, `TopologyReconciled`, a ClusterClass's `VariablesReady`) on one of
+    /// its objects: `status.conditions` in v1beta2, `status.v1beta2.conditions` in v1beta1.
+    pub fn capi_condition(&self, obj: &Value, type_: &str) -> (String, String, String) {
+        condition(&json!({"status": {"conditions": self.served.v1beta2_conditions(obj)}}), type_)
+    }
+
+    /// The class a Cluster's topology names (v1beta1 `class`, v1beta2 `classRef.name`).
+    pub fn class_of(cluster: &Value) -> &str {
+        cluster["spec"]["topology"]["classRef"]["name"].as_str().or(cluster["spec"]["topology"]["class"].as_str()).unwrap_or_default()
     }
 
     /// Edits a Cluster's topology (a merge patch, as `kubectl patch --type merge` does).
@@ -241,7 +266,8 @@ impl CapiTenant {
 
     /// The ClusterClasses in the tenant's namespace.
     pub async fn cluster_classes(&self) -> Vec<Value> {
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client(), &self.ns, &res("cluster.x-k8s.io", "v1beta2", "ClusterClass"));
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client(), &self.ns, &res("cluster.x-k8s.io", self.served.cluster_version(), "ClusterClass"));
         api.list(&ListParams::default()).await.expect("list").items.into_iter().map(|o| serde_json::to_value(o).expect("json")).collect()
     }
 
@@ -267,7 +293,8 @@ impl CapiTenant {
     /// namespace.
     pub async fn delete(self) {
         let _ = self.clusters().delete_collection(&Default::default(), &Default::default()).await;
-        let api: Api<DynamicObject> = Api::all_with(self.client(), &res("runtime.cluster.x-k8s.io", "v1beta2", "ExtensionConfig"));
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client(), &res("runtime.cluster.x-k8s.io", self.served.runtime_version(), "ExtensionConfig"));
         let _ = api.delete(&self.ns, &Default::default()).await;
         let namespaces: Api<Namespace> = Api::all(self.client());
         let _ = namespaces.delete(&self.ns, &Default::default()).await;

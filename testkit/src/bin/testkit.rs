@@ -85,7 +85,7 @@ async fn main() -> anyhow::Result<()> {
             }
             println!(
                 "serving Cluster API {} at {} (kubeconfig: {}; logs in {}), workload clusters at {} (logs in {}); ready in {:.1}s",
-                testkit::capi::VERSION,
+                testkit::capi::version(),
                 api.mgmt().url(),
                 kubeconfig_out.display(),
                 api.mgmt().dir().display(),
