@@ -9,6 +9,13 @@
 #     wave-rollout               a rollout in waves carried out by the topology controller
 #     rollout-stops              a two-wave rollout stopping at a control plane that fails
 #     pause                      a paused Cluster left alone by Cluster API and stacksync
+#   SCS stacks rows (tests/scs_stacks.rs), one per Cluster API row, with the providers' real CRDs
+#   (scripts/build-provider-crds.sh for that Cluster API release):
+#     openstack-scs              an openstack-scs-like stack accepted, computed with its patches,
+#                                its next Kubernetes minor held by BeforeClusterUpgrade
+#     docker-scs                 a docker-like stack accepted and computed with its patches
+#     refused-class              a ClusterClass the webhooks refuse: StackRelease Failed and the
+#                                Cluster's ClusterSync NotSynced, both naming the object
 #   Kubernetes rows (tests/real_kube.rs), one per Kubernetes release:
 #     apply+health               a ClusterSync Ready because its Deployment became Available
 #     not-ready                  a Deployment that cannot become available is not reported Ready
@@ -39,7 +46,7 @@ while [ $# -gt 0 ]; do
         --kube) kube_versions="$2"; shift ;;
         --corners) corners=1 ;;
         --together) together=1 ;;
-        -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "compat.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -50,6 +57,11 @@ capi_cases=(
     "wave-rollout=a_wave_rollout_moves_six_clusters_through_the_real_topology_controller"
     "rollout-stops=a_rollout_stops_at_a_cluster_whose_control_plane_does_not_become_available"
     "pause=a_paused_cluster_is_left_alone_by_cluster_api_and_by_stacksync"
+)
+scs_cases=(
+    "openstack-scs=an_openstack_scs_stack_is_accepted_computed_with_its_patches_and_its_next_minor_held_by_the_hook"
+    "docker-scs=a_docker_scs_stack_is_accepted_and_computed_with_its_patches"
+    "refused-class=a_cluster_class_the_webhooks_refuse_shows_as_not_synced_naming_the_object"
 )
 kube_cases=(
     "apply+health=a_cluster_sync_is_ready_because_its_deployment_really_became_available"
@@ -70,7 +82,10 @@ fi
 
 # What the rows need, built when missing (each script returns at once when it is there).
 for k in "${kubes[@]}"; do STACKSYNC_KUBE_VERSION="$k" scripts/build-realkube.sh >/dev/null; done
-for c in "${capis[@]}"; do STACKSYNC_CAPI_VERSION="$c" scripts/build-cluster-api.sh >/dev/null; done
+for c in "${capis[@]}"; do
+    STACKSYNC_CAPI_VERSION="$c" scripts/build-cluster-api.sh >/dev/null
+    STACKSYNC_CAPI_VERSION="$c" scripts/build-provider-crds.sh >/dev/null
+done
 tools_bin=$(scripts/install-tools.sh --for tests | tail -n 1)
 export PATH="$tools_bin:$PATH"
 
@@ -81,7 +96,8 @@ test_binary() {
 }
 capi_bin=$(test_binary cluster_api)
 kube_bin=$(test_binary real_kube)
-[ -x "$capi_bin" ] && [ -x "$kube_bin" ] || { echo "compat.sh: could not build the test binaries" >&2; exit 1; }
+scs_bin=$(test_binary scs_stacks)
+[ -x "$capi_bin" ] && [ -x "$kube_bin" ] && [ -x "$scs_bin" ] || { echo "compat.sh: could not build the test binaries" >&2; exit 1; }
 
 logs="${STACKSYNC_COMPAT_LOGS:-${CARGO_TARGET_DIR:-target}/compat}"
 mkdir -p "$logs"
@@ -123,6 +139,7 @@ if [ "$together" = 1 ]; then
     for row in "${rows[@]}"; do
         read -r c k <<<"$row"
         STACKSYNC_CAPI_VERSION="$c" STACKSYNC_KUBE_VERSION="$k" run_row "capi-$c+kube-$k" "$capi_bin" "${capi_cases[@]}"
+        STACKSYNC_CAPI_VERSION="$c" STACKSYNC_KUBE_VERSION="$k" run_row "scs-$c+kube-$k" "$scs_bin" "${scs_cases[@]}"
     done
     for k in "${kubes[@]}"; do
         STACKSYNC_KUBE_VERSION="$k" run_row "kube-$k" "$kube_bin" "${kube_cases[@]}"
@@ -134,6 +151,9 @@ for row in "${rows[@]+"${rows[@]}"}"; do
     read -r c k <<<"$row"
     for case in "${capi_cases[@]}"; do
         STACKSYNC_CAPI_VERSION="$c" STACKSYNC_KUBE_VERSION="$k" run_case "capi-$c+kube-$k" "$capi_bin" "${case%%=*}" "${case#*=}"
+    done
+    for case in "${scs_cases[@]}"; do
+        STACKSYNC_CAPI_VERSION="$c" STACKSYNC_KUBE_VERSION="$k" run_case "scs-$c+kube-$k" "$scs_bin" "${case%%=*}" "${case#*=}"
     done
 done
 for k in "${kubes[@]+"${kubes[@]}"}"; do
@@ -169,6 +189,8 @@ print_table() { # print_table <row prefix> <first column's title> <cases...>
 }
 echo
 print_table "capi-" "Cluster API (tests/cluster_api.rs)" "${capi_cases[@]}"
+echo
+print_table "scs-" "Cluster API, SCS stacks (tests/scs_stacks.rs)" "${scs_cases[@]}"
 echo
 print_table "kube-" "Kubernetes (tests/real_kube.rs)" "${kube_cases[@]}"
 exit "$failed"

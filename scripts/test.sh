@@ -35,7 +35,7 @@
 #     pushes a release into an OCI image layout with it.
 #   - the oldest supported corner, Kubernetes 1.33 (v1.33.13) and Cluster API v1.10 (v1.10.10):
 #     the same build scripts with STACKSYNC_KUBE_VERSION / STACKSYNC_CAPI_VERSION (cached per
-#     version); after the suite, scripts/compat.sh runs the Cluster API and real-Kubernetes cases
+#     version); after the suite, scripts/compat.sh runs the Cluster API, SCS-stack and real-Kubernetes cases
 #     of the compatibility matrix on them (docs/compatibility.md). STACKSYNC_SKIP_OLDEST=1 skips it.
 #   - Debian's util-linux and mount (`unshare`, `nsenter`, `mount`; part of every Debian base
 #     system, checked all the same): tests/chaos_volume.rs runs the daemon in a mount namespace

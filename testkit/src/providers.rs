@@ -39,19 +39,16 @@ const PLAYER: &str = "testkit-provider-contracts";
 /// How often the player looks at the providers' objects.
 const PERIOD: Duration = Duration::from_millis(250);
 
-/// The Cluster API version whose providers' CRDs are used: `STACKSYNC_CAPI_VERSION`, else
-/// [`crate::capi::VERSION`].
+/// The Cluster API version whose providers' CRDs are used: the one testkit runs
+/// ([`crate::capi::version`]).
 pub fn capi_version() -> String {
-    std::env::var("STACKSYNC_CAPI_VERSION").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| crate::capi::VERSION.to_owned())
+    crate::capi::version()
 }
 
 /// Where `scripts/build-provider-crds.sh` puts the CRDs for [`capi_version`]:
 /// `kubeadm/`, `docker/`, `openstack/`.
 pub fn dir() -> PathBuf {
-    crate::kube::bin_dir()
-        .parent()
-        .map(|p| p.join(format!("providers-{}", capi_version())))
-        .unwrap_or_else(|| PathBuf::from(format!("providers-{}", capi_version())))
+    crate::kube::realkube_dir().join(format!("providers-{}", capi_version()))
 }
 
 /// True when the providers' CRDs are there (and Cluster API is built).
