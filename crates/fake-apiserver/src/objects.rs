@@ -93,14 +93,7 @@ fn insert_new(state: &mut State, t: &Target, key: Key, mut obj: Value, dry_run: 
     if is_crd(&t.rt) {
         registry::from_crd(&obj).map_err(|causes| ApiError::invalid(&t.rt.kind, &t.rt.group, &key.name, &causes))?;
         // What the create answers before the CRD controllers accept the names.
-        let stored: Vec<Value> = obj["spec"]["versions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|v| v["storage"] == json!(true))
-            .map(|v| v["name"].clone())
-            .collect();
-        obj["status"] = json!({"acceptedNames": {"kind": "", "plural": ""}, "conditions": null, "storedVersions": stored});
+        obj["status"] = json!({"acceptedNames": {"kind": "", "plural": ""}, "conditions": null, "storedVersions": stored_versions(&obj)});
     }
     if dry_run {
         return Ok(Written { code: 201, body: present(&obj, t), changed: false });
@@ -422,13 +415,7 @@ fn establish(state: &mut State, key: &Key) {
     }
     let now = meta::now();
     let condition = |type_: &str, reason: &str, message: &str| json!({"type": type_, "status": "True", "lastTransitionTime": now, "reason": reason, "message": message});
-    let stored_versions: Vec<Value> = crd["spec"]["versions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|v| v["storage"] == json!(true))
-        .map(|v| v["name"].clone())
-        .collect();
+    let stored_versions = stored_versions(&crd);
     let mut accepted = crd["spec"]["names"].clone();
     if accepted.get("singular").is_none() {
         accepted["singular"] = json!(crd["spec"]["names"]["kind"].as_str().unwrap_or_default().to_lowercase());
@@ -574,4 +561,10 @@ fn validate(old: Option<&Value>, new: &Value, t: &Target, name: &str) -> ApiResu
     }
     let causes: Vec<(&str, String)> = errors.iter().map(|(f, m)| (f.as_str(), m.clone())).collect();
     Err(ApiError::invalid(&t.rt.kind, &t.rt.group, name, &causes))
+}
+
+/// A CRD's `status.storedVersions` as the CRD controllers first write it: the version with
+/// `storage: true`.
+fn stored_versions(crd: &Value) -> Vec<Value> {
+    crd["spec"]["versions"].as_array().into_iter().flatten().filter(|v| v["storage"] == json!(true)).map(|v| v["name"].clone()).collect()
 }

@@ -6,20 +6,11 @@
 //! it records must be the same on both (see `peers/mod.rs`).
 #![allow(clippy::unwrap_used, reason = "tests fail loudly on any unexpected error")]
 
+#[macro_use]
 mod peers;
 
 use peers::Side;
 use serde_json::{Value, json};
-
-/// One test per case: the case against both servers.
-macro_rules! cases {
-    ($($case:ident),* $(,)?) => {$(
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $case() {
-            peers::run(stringify!($case), self::cases::$case).await;
-        }
-    )*};
-}
 
 /// Cases whose real side still differs, each with the difference it found (printed as
 /// `KNOWN DIFFERENCE`; the test fails once the difference is gone, to be moved to `cases!`).

@@ -10,22 +10,13 @@
 //! testkit only and says `SKIPPED` for the real side (under CI it fails instead).
 #![allow(clippy::unwrap_used, reason = "tests fail loudly on any unexpected error")]
 
+#[macro_use]
 mod peers;
 
 use std::time::Duration;
 
 use peers::Side;
 use serde_json::{Value, json};
-
-/// One test per case: the case against both servers.
-macro_rules! cases {
-    ($($case:ident),* $(,)?) => {$(
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $case() {
-            peers::run(stringify!($case), self::cases::$case).await;
-        }
-    )*};
-}
 
 cases!(
     server_side_apply_of_a_deployment_answers_the_same_defaulted_object,

@@ -8,6 +8,17 @@
 //! against testkit only and says `SKIPPED` for the real side (under CI `shared` fails instead).
 #![allow(dead_code, reason = "each test binary uses a part of the harness")]
 
+/// One test per case: the case against both servers (`cases!(a, b)` in a test binary with a
+/// `cases` module holding `async fn a(side: &Side)`, …).
+macro_rules! cases {
+    ($($case:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $case() {
+            peers::run(stringify!($case), self::cases::$case).await;
+        }
+    )*};
+}
+
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
