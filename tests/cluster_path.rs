@@ -62,18 +62,64 @@ unsafe impl GlobalAlloc for Probe {
 #[global_allocator]
 static ALLOCATOR: Probe = Probe;
 
-/// The `src/`-relative files named by `at <path>:<line>` lines of the recorded backtraces.
+/// Frames of code the compiler writes from a `#[derive]` (a clone, a serde visitor, a drop): the
+/// file that declares the type is not one a reader follows the reconcile into.
+fn derived(symbol: &str) -> bool {
+    const DERIVED: [&str; 8] = [
+        " as core::clone::Clone>::clone",
+        " as core::fmt::Debug>::fmt",
+        " as core::cmp::PartialEq>::eq",
+        " as core::default::Default>::default",
+        " as core::hash::Hash>::hash",
+        "core::ptr::drop_in_place<",
+        "serde::de::",
+        "serde::ser::",
+    ];
+    DERIVED.iter().any(|d| symbol.contains(d)) || symbol.starts_with("visit_") || symbol.contains("::_::<impl serde")
+}
+
+/// The `src/`-relative files named by the `at <path>:<line>` lines of the recorded backtraces,
+/// except for frames the compiler derived.
 fn files(stacks: &[String]) -> BTreeSet<String> {
     // Paths are as rustc was given them: relative to the package (`./src/…`), or absolute.
     let absolute = concat!(env!("CARGO_MANIFEST_DIR"), "/src/");
-    stacks
-        .iter()
-        .flat_map(|s| s.lines())
-        .filter_map(|l| l.trim().strip_prefix("at "))
-        .filter_map(|at| at.strip_prefix("./src/").or_else(|| at.strip_prefix(absolute)))
-        .filter_map(|at| at.split(':').next())
-        .map(str::to_owned)
-        .collect()
+    let mut files = BTreeSet::new();
+    for stack in stacks {
+        // Each frame is a `<n>: <symbol>` line and, for each function inlined into it, more;
+        // each symbol is followed by its `at <file>:<line>:<column>` line.
+        let mut symbol = "";
+        for line in stack.lines().map(str::trim) {
+            let Some(at) = line.strip_prefix("at ") else {
+                symbol = line.split_once(": ").map_or(line, |(_, s)| s);
+                continue;
+            };
+            let Some(file) = at.strip_prefix("./src/").or_else(|| at.strip_prefix(absolute)) else { continue };
+            if !derived(symbol) {
+                files.insert(file.split(':').next().unwrap_or(file).to_owned());
+            }
+        }
+    }
+    files
+}
+
+/// How many reconciles the daemon has finished, by the metrics it publishes.
+fn reconciles() -> u64 {
+    let text = stacksync::telemetry::metrics().encode();
+    text.lines()
+        .filter(|l| l.starts_with("stacksync_reconcile_duration_seconds_count"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Waits (bounded) until `done` holds, polling.
+async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    for _ in 0..600 {
+        if done().await {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -84,13 +130,36 @@ async fn a_steady_state_reconcile_of_one_cluster_runs_through_a_bounded_number_o
     env.add_kubeconfig("alpha", 0).await;
     let config = env.config().write();
     let ctx = stacksync::controller::Context::new(stacksync::config::Config::load(&config).expect("config")).expect("context");
-    let first = stacksync::targets::kubernetes::pass(ctx.clone(), 1).await;
-    assert!(first.clusters.len() == 1 && first.clusters[0].status.ready, "{:?}", first.failures);
+    // What the daemon's poller does first; the controller then watches the Clusters.
+    assert!(ctx.poll_all().await.is_empty(), "the source polls");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(stacksync::targets::kubernetes::run(ctx.clone(), 4, None, async move {
+        let _ = stopped.await;
+    }));
 
-    MEASURING.store(true, Ordering::SeqCst);
-    let steady = stacksync::targets::kubernetes::pass(ctx.clone(), 1).await;
-    MEASURING.store(false, Ordering::SeqCst);
-    assert!(steady.clusters.len() == 1 && steady.clusters[0].status.ready, "{:?}", steady.failures);
+    // The first apply, then quiet: no reconcile for a second.
+    until("the first sync", async || env.applied("alpha").await == "v1.0.0").await;
+    let mut last = reconciles();
+    until("a quiet daemon", async || {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let now = reconciles();
+        std::mem::replace(&mut last, now) == now
+    })
+    .await;
+
+    // Watch events on the Cluster: the first reconcile after the apply finds what the apply
+    // recorded (the release the subscription adopted); the one after that is the steady
+    // state, measured.
+    for (touch, measured) in [("1", false), ("2", true)] {
+        let before = reconciles();
+        MEASURING.store(measured, Ordering::SeqCst);
+        env.patch_cluster("alpha", serde_json::json!({"metadata": {"annotations": {"example.test/touched": touch}}})).await;
+        until("the reconcile the watch event caused", async || reconciles() > before).await;
+        MEASURING.store(false, Ordering::SeqCst);
+    }
+    assert_eq!(env.applied("alpha").await, "v1.0.0");
+    let _ = stop.send(());
+    daemon.await.expect("daemon task").expect("daemon");
 
     let stacks = std::mem::take(&mut *STACKS.lock().expect("stacks"));
     assert!(!stacks.is_empty(), "no backtrace went through the reconcile: is the test built without line tables?");

@@ -54,6 +54,15 @@ pub struct Context {
     /// One prepare per release at a time: the Clusters waiting behind a refusal get it from
     /// `refused` instead of downloading again.
     preparing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// What each subscription's source offers, what is selected from it and the releases
+    /// prepared, as every Cluster's reconcile asks: worked out once, not once per Cluster.
+    /// Selecting copied every tag of the source under the index lock, and preparing checked the
+    /// cached tree against its digest manifest, reading and hashing every file: at 10,000
+    /// Clusters most of a steady-state reconcile's work. Forgotten whenever the index or the
+    /// config changes ([`Context::forget_answers`]: a poll, a publication, a release cached,
+    /// adopted or collected), so a moved tag, a new pin or a collected tree is never answered
+    /// from here, and after [`PREPARED_FOR`] at the latest.
+    answers: Mutex<Answers>,
     /// Whether helm's renders are kept on the cache volume (off for `stacksync preview`, which
     /// writes nothing there).
     disk_renders: std::sync::atomic::AtomicBool,
@@ -68,6 +77,55 @@ const MAX_SIGNATURE_RETRIES: usize = 8;
 /// How long a release refused for a reason that needs a change is not fetched again when
 /// nothing changed: the longest a fixed upstream waits without a poll noticing it.
 pub const RETRY_REFUSED: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// How long an answer of [`Context`]'s (a selection, a prepared release) is handed out again
+/// when nothing it depends on changed: a release tree edited on the volume (outside this
+/// process) is found and materialised again at the first prepare after this.
+pub const PREPARED_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// What a source advertises (tag -> commit, pre-releases left out unless allowed) and every
+/// release of it still in the cache (`known`: a Cluster may run a release whose tag was deleted
+/// upstream).
+#[derive(Debug, Default)]
+pub struct Tags {
+    pub advertised: BTreeMap<String, String>,
+    pub known: BTreeMap<String, String>,
+}
+
+/// Answers worked out from the index and the config, by subscription (tags by source and
+/// whether pre-releases count).
+#[derive(Default)]
+struct Answers {
+    /// Bumped whenever the answers are forgotten: an answer worked out from what was there
+    /// before is not kept.
+    generation: u64,
+    tags: HashMap<(String, bool), Kept<Arc<Tags>>>,
+    selected: HashMap<String, Kept<Result<Selection, release::Error>>>,
+    offered: HashMap<String, Kept<Arc<Vec<Release>>>>,
+    /// By (source, tag, commit); handed out with `fetched: false`.
+    prepared: HashMap<(String, String, String), Kept<PreparedRelease>>,
+}
+
+/// One answer, with when it was worked out and from which config.
+struct Kept<V> {
+    at: std::time::Instant,
+    config: Arc<Config>,
+    value: V,
+}
+
+impl<V: Clone> Kept<V> {
+    /// The answer, while it is younger than [`PREPARED_FOR`] and was worked out from `config`.
+    fn fresh(&self, config: &Arc<Config>) -> Option<V> {
+        (self.at.elapsed() < PREPARED_FOR && Arc::ptr_eq(&self.config, config)).then(|| self.value.clone())
+    }
+
+    /// The answer for `sub`, while it is fresh and `sub` is the subscription of its config (not
+    /// one a caller edited, nor one of another config).
+    fn fresh_for(&self, sub: &Subscription) -> Option<V> {
+        let ours = self.config.subscriptions.iter().any(|s| std::ptr::eq(s, sub));
+        (ours && self.at.elapsed() < PREPARED_FOR).then(|| self.value.clone())
+    }
+}
 
 impl Context {
     /// Opens the cache and its index and makes the process's work directory. A work directory
@@ -98,6 +156,7 @@ impl Context {
             poll_errors: Mutex::new(BTreeMap::new()),
             refused: Mutex::new(HashMap::new()),
             preparing: Mutex::new(HashMap::new()),
+            answers: Mutex::new(Answers::default()),
             disk_renders: std::sync::atomic::AtomicBool::new(true),
             notes: Mutex::new(HashMap::new()),
         }))
@@ -122,6 +181,7 @@ impl Context {
     fn publish(&self) {
         // What the sources offer (or the config) changed: what was refused is tried again.
         self.refused.locked().clear();
+        self.forget_answers();
         self.published.send_modify(|n| *n = n.wrapping_add(1));
     }
 
@@ -158,6 +218,7 @@ impl Context {
         {
             let mut index = self.index.lock().await;
             index.sources.insert(key, next);
+            self.forget_answers();
             self.save(&index);
         }
         if changed || first {
@@ -209,25 +270,65 @@ impl Context {
     /// What `sub`'s source advertises (tag -> commit), pre-releases left out unless allowed,
     /// and every release of that source still in the cache (`known`: a Cluster may run a
     /// release whose tag was deleted upstream).
-    pub async fn tags(&self, sub: &Subscription) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    pub async fn tags(&self, sub: &Subscription) -> Arc<Tags> {
         let config = self.config();
-        let Some(src) = config.source(&sub.source) else { return Default::default() };
-        let key = source_key(&src.name, &src.kind);
+        let generation = self.answers.locked().generation;
         let index = self.index.lock().await;
-        let mut tags = index.sources.get(&key).map(|s| s.tags.clone()).unwrap_or_default();
-        if !sub.prereleases
-            && let Some(state) = index.sources.get(&key)
-        {
-            tags.retain(|t, _| !state.prereleases.contains(t));
+        self.tags_in(&index, &config, generation, sub)
+    }
+
+    /// [`Context::tags`] from the index as locked by the caller.
+    fn tags_in(&self, index: &Index, config: &Arc<Config>, generation: u64, sub: &Subscription) -> Arc<Tags> {
+        let memo = (sub.source.clone(), sub.prereleases);
+        if let Some(tags) = self.answers.locked().tags.get(&memo).and_then(|k| k.fresh(config)) {
+            return tags;
         }
-        let mut known = tags.clone();
+        let Some(src) = config.source(&sub.source) else { return Arc::default() };
+        let key = source_key(&src.name, &src.kind);
+        let state = index.sources.get(&key);
+        let mut advertised = state.map(|s| s.tags.clone()).unwrap_or_default();
+        if !sub.prereleases
+            && let Some(state) = state
+        {
+            advertised.retain(|t, _| !state.prereleases.contains(t));
+        }
+        let mut known = advertised.clone();
         let prefix = format!("{key}/");
         for (id, entry) in &index.releases {
-            if id.starts_with(&prefix) && !index.sources.get(&key).is_some_and(|s| s.refused.contains_key(&entry.tag)) {
+            if id.starts_with(&prefix) && !state.is_some_and(|s| s.refused.contains_key(&entry.tag)) {
                 known.entry(entry.tag.clone()).or_insert_with(|| entry.commit.clone());
             }
         }
-        (tags, known)
+        let tags = Arc::new(Tags { advertised, known });
+        self.remember(generation, |a| {
+            a.tags.insert(memo, Kept { at: std::time::Instant::now(), config: config.clone(), value: tags.clone() });
+        });
+        tags
+    }
+
+    /// Keeps an answer worked out from the index and config as they were at `generation`,
+    /// unless they changed since.
+    fn remember(&self, generation: u64, keep: impl FnOnce(&mut Answers)) {
+        let mut answers = self.answers.locked();
+        if answers.generation == generation {
+            keep(&mut answers);
+        }
+    }
+
+    /// [`Context::remember`] for an answer about `sub`, kept only when `sub` is a subscription
+    /// of `config` (a caller may hold one of an older config, or one it edited).
+    fn remember_for(&self, generation: u64, config: &Arc<Config>, sub: &Subscription, keep: impl FnOnce(&mut Answers)) {
+        if config.subscriptions.iter().any(|s| std::ptr::eq(s, sub)) {
+            self.remember(generation, keep);
+        }
+    }
+
+    /// Forgets every answer worked out from the index or the config: called by whatever changes
+    /// either (a poll, a publication, an adopted release, a release cached or collected).
+    fn forget_answers(&self) {
+        let mut answers = self.answers.locked();
+        let generation = answers.generation.wrapping_add(1);
+        *answers = Answers { generation, ..Answers::default() };
     }
 
     /// The commit (or digest) `source` last advertised for `tag`, pre-releases included.
@@ -287,17 +388,38 @@ impl Context {
     /// # Errors
     /// Nothing matches.
     pub async fn select(&self, sub: &Subscription) -> Result<Selection, release::Error> {
-        let (tags, _) = self.tags(sub).await;
-        let adopted = self.index.lock().await.adopted.get(&sub.name).cloned();
-        let adopted = adopted.as_ref().map(|a| release::Adopted { source: &a.source, tag: &a.tag, commit: &a.commit });
-        release::select(&sub.wanted(), &tags, adopted)
+        if let Some(selected) = self.answers.locked().selected.get(&sub.name).and_then(|k| k.fresh_for(sub)) {
+            return selected;
+        }
+        let config = self.config();
+        let generation = self.answers.locked().generation;
+        let index = self.index.lock().await;
+        let tags = self.tags_in(&index, &config, generation, sub);
+        let adopted = index.adopted.get(&sub.name).map(|a| release::Adopted { source: &a.source, tag: &a.tag, commit: &a.commit });
+        let selected = release::select(&sub.wanted(), &tags.advertised, adopted);
+        drop(index);
+        self.remember_for(generation, &config, sub, |a| {
+            a.selected.insert(sub.name.clone(), Kept { at: std::time::Instant::now(), config: config.clone(), value: selected.clone() });
+        });
+        selected
     }
 
     /// The releases a cluster-stack subscription offers (newest first).
-    pub async fn offered(&self, sub: &Subscription) -> Vec<Release> {
-        let Some(families) = sub.families() else { return Vec::new() };
-        let (tags, _) = self.tags(sub).await;
-        release::offered(&sub.source, &tags, families, &sub.constraint, sub.available_releases)
+    pub async fn offered(&self, sub: &Subscription) -> Arc<Vec<Release>> {
+        let Some(families) = sub.families() else { return Arc::default() };
+        if let Some(offered) = self.answers.locked().offered.get(&sub.name).and_then(|k| k.fresh_for(sub)) {
+            return offered;
+        }
+        let config = self.config();
+        let generation = self.answers.locked().generation;
+        let index = self.index.lock().await;
+        let tags = self.tags_in(&index, &config, generation, sub);
+        drop(index);
+        let offered = Arc::new(release::offered(&sub.source, &tags.advertised, families, &sub.constraint, sub.available_releases));
+        self.remember_for(generation, &config, sub, |a| {
+            a.offered.insert(sub.name.clone(), Kept { at: std::time::Instant::now(), config: config.clone(), value: offered.clone() });
+        });
+        offered
     }
 
     /// Records the release a subscription has in use (kept by garbage collection; the one
@@ -309,6 +431,7 @@ impl Context {
             return false;
         }
         index.adopted.insert(sub.name.clone(), adopted);
+        self.forget_answers();
         self.save(&index);
         true
     }
@@ -319,6 +442,29 @@ impl Context {
     /// Naming the source, tag and what went wrong; the same error, without another download,
     /// while a refusal that needs a change stands (see [`RETRY_REFUSED`]).
     pub async fn prepare(&self, rel: &Release) -> Result<PreparedRelease, Arc<PrepareError>> {
+        let config = self.config();
+        let memo = (rel.source.clone(), rel.tag.clone(), rel.commit.clone());
+        let generation = {
+            let answers = self.answers.locked();
+            if let Some(prepared) = answers.prepared.get(&memo).and_then(|k| k.fresh(&config)) {
+                return Ok(prepared);
+            }
+            answers.generation
+        };
+        let outcome = self.prepare_again(rel).await;
+        if let Ok(p) = &outcome {
+            let value = PreparedRelease { fetched: false, ..p.clone() };
+            self.remember(generation, |a| {
+                let now = std::time::Instant::now();
+                a.prepared.retain(|_, k| now.duration_since(k.at) < PREPARED_FOR);
+                a.prepared.insert(memo, Kept { at: now, config, value });
+            });
+        }
+        outcome
+    }
+
+    /// [`Context::prepare`] without the memo: the tree checked (or materialised) now.
+    async fn prepare_again(&self, rel: &Release) -> Result<PreparedRelease, Arc<PrepareError>> {
         let config = self.config();
         let Some(src) = config.source(&rel.source) else { return Err(Arc::new(PrepareError::UnknownSource(rel.source.clone()))) };
         let kind = crate::source::of(&src.kind);
@@ -386,6 +532,7 @@ impl Context {
             let before = index.releases.len();
             index.releases.extend(scratch.releases);
             if index.releases.len() != before {
+                self.forget_answers();
                 self.save(&index);
             }
         }
@@ -431,7 +578,7 @@ impl Context {
                 self.notes.locked().remove(&sub.name);
             }
             let outcome = self.prepare(rel).instrument(span).await;
-            if outcome.as_ref().is_err_and(|e| e.is_signature()) && !self.tags(sub).await.0.contains_key(&rel.tag) {
+            if outcome.as_ref().is_err_and(|e| e.is_signature()) && !self.tags(sub).await.advertised.contains_key(&rel.tag) {
                 continue;
             }
             prepared.outcome = outcome.map(|p| PreparedRelease { note: selection.note, ..p });
@@ -533,6 +680,7 @@ impl Context {
         let mut keep = fetch::releases_to_keep(&config, &index);
         keep.extend(in_use.iter().cloned());
         crate::cache::gc::collect(&self.cache, &mut index, &keep, crate::source::github::materialise::referenced_blobs);
+        self.forget_answers();
         self.save(&index);
         // helm's renders on disk go with their release.
         if let Some(Ok(helm)) = self.helm.get()

@@ -390,8 +390,8 @@ pub async fn render_cluster(config: &Config, cluster: ClusterConfig, out: &Path)
     let prepared = match (&class, one.families()) {
         (Some(class), Some(families)) => {
             let ctx = crate::controller::Context::new(config.clone())?;
-            let (_, known) = ctx.tags(&one).await;
-            let rel = crate::release::for_class(&one.source, class, families, &known)
+            let tags = ctx.tags(&one).await;
+            let rel = crate::release::for_class(&one.source, class, families, &tags.known)
                 .map_err(|e| anyhow::anyhow!("{e} (run `stacksync fetch` first)"))?;
             let outcome = ctx.prepare(&rel).await;
             Prepared { subscription: one.name.clone(), source: one.source.clone(), outcome }

@@ -109,7 +109,7 @@ impl Classes {
             }
         };
         for sub in config.subscriptions.iter().filter(|s| s.format == Format::ClusterStack && !s.suspend) {
-            let offered: BTreeSet<String> = kube.ctx.offered(sub).await.into_iter().map(|r| r.tag).collect();
+            let offered: BTreeSet<String> = kube.ctx.offered(sub).await.iter().map(|r| r.tag.clone()).collect();
             for sr in all.iter().filter(|sr| sr.spec.subscription == sub.name) {
                 let tag = &sr.spec.tag;
                 if offered.contains(tag) || referenced.contains(tag) {

@@ -87,7 +87,7 @@ async fn reconcile_in(
 
     let c = kube.with_live_objects(obj, c).await;
 
-    let newest = kube.ctx.offered(sub).await.into_iter().next().map(|r| r.tag);
+    let newest = kube.ctx.offered(sub).await.first().map(|r| r.tag.clone());
     let selected_by = if follows_class(sub, class.as_deref()) { "class" } else { "subscription" };
     let stamp = |mut s: ClusterSyncStatus| {
         s.class.clone_from(&class);
@@ -201,7 +201,7 @@ async fn sync(
         if sub.format == Format::ClusterStack {
             // Cluster API makes a topology Cluster's control plane from its ClusterClass: the
             // namespace's ClusterClasses go in before that control plane can ever be ready.
-            let mut releases = kube.ctx.offered(sub).await;
+            let mut releases = kube.ctx.offered(sub).await.to_vec();
             let chosen = choose(kube, sub, class).await.ok();
             if let Some(rel) = &chosen
                 && !releases.iter().any(|r| r.tag == rel.tag)
@@ -278,7 +278,7 @@ async fn apply_release(
         warn!(cluster = %label, "values template: {w}");
     }
     if sub.format == Format::ClusterStack {
-        let mut releases = kube.ctx.offered(sub).await;
+        let mut releases = kube.ctx.offered(sub).await.to_vec();
         if !releases.iter().any(|r| r.tag == rel.tag) {
             releases.push(rel.clone());
         }
@@ -418,8 +418,8 @@ fn follows_class(sub: &Subscription, class: Option<&str>) -> bool {
 pub(super) async fn choose(kube: &Kube, sub: &Subscription, class: Option<&str>) -> Result<Release, Fail> {
     match (sub.format, sub.families(), class) {
         (Format::ClusterStack, Some(families), Some(class)) => {
-            let (_, known) = kube.ctx.tags(sub).await;
-            match release::for_class(&sub.source, class, families, &known) {
+            let tags = kube.ctx.tags(sub).await;
+            match release::for_class(&sub.source, class, families, &tags.known) {
                 Ok(rel) => Ok(rel),
                 // The class names a release whose signature was refused: say so, not "unknown".
                 Err(_) if let Some(r) = kube.ctx.signature_refusals(sub).await.remove(class) => {

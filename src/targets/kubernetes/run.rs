@@ -398,11 +398,11 @@ async fn collect_garbage(kube: &Kube, referenced: &BTreeSet<String>) {
     let config = kube.ctx.config();
     let mut in_use = BTreeSet::new();
     for sub in config.subscriptions.iter().filter(|s| s.format == Format::ClusterStack) {
-        let (_, known) = kube.ctx.tags(sub).await;
-        for rel in kube.ctx.offered(sub).await {
-            in_use.extend(kube.ctx.release_id(&rel));
+        let tags = kube.ctx.tags(sub).await;
+        for rel in kube.ctx.offered(sub).await.iter() {
+            in_use.extend(kube.ctx.release_id(rel));
         }
-        for (tag, commit) in known.iter().filter(|(t, _)| referenced.contains(*t)) {
+        for (tag, commit) in tags.known.iter().filter(|(t, _)| referenced.contains(*t)) {
             let Some(version) = crate::model::version::Version::from_tag(tag) else { continue };
             let rel = crate::release::Release { source: sub.source.clone(), tag: tag.clone(), commit: commit.clone(), version };
             in_use.extend(kube.ctx.release_id(&rel));

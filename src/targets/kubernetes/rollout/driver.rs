@@ -701,7 +701,7 @@ pub async fn plan_report(ctx: std::sync::Arc<crate::controller::Context>, subscr
         }
     };
     let mut versions: BTreeMap<String, Option<String>> = BTreeMap::new();
-    for r in &offered {
+    for r in offered.iter() {
         versions.insert(r.tag.clone(), kubernetes_version(&kube, sub, r).await);
     }
     let at = |class: &str, version: Option<&str>| format!("{class}@{}", version.unwrap_or("?"));
