@@ -178,3 +178,46 @@ async fn the_harness_writes_configs_that_read_back_and_check() {
     let o = common::check_config(&config.write()).await;
     assert_exit(&o, 0);
 }
+
+/// What every Cluster's reconcile asks of the context (the tags, the selection, the prepared
+/// release) is worked out once and handed out again, and never outlives what it was worked out
+/// from: a reloaded config, a poll that saw a new tag, a cached tree edited on the volume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remembered_answers_follow_the_config_and_the_polls() {
+    use stacksync::config::Config as Loaded;
+    let env = Env::new();
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", &configmap("cm", "one"))]);
+    env.repo.release("v1.1.0", &[("manifests/cm.yaml", &configmap("cm", "two"))]);
+    let config = env.config();
+    let ctx = stacksync::controller::Context::new(Loaded::load(&config).expect("config")).expect("context");
+    assert!(ctx.poll_all().await.is_empty());
+    let selected = async |ctx: &stacksync::controller::Context| {
+        let config = ctx.config();
+        ctx.select(&config.subscriptions[0]).await.expect("selection").release.tag
+    };
+    assert_eq!(selected(&ctx).await, "v1.1.0");
+    assert_eq!(selected(&ctx).await, "v1.1.0", "the same answer again");
+
+    // A reload that narrows the constraint: the next selection follows it, at once.
+    let narrowed = git_config(env.dir.path(), &env.repo.file_url()).edit_sub("stack", |s| s.version("~1.0.0")).write();
+    ctx.set_config(Loaded::load(&narrowed).expect("narrowed config"));
+    assert_eq!(selected(&ctx).await, "v1.0.0");
+
+    // A new tag: the poll that sees it is the next selection's input.
+    env.repo.release("v1.0.1", &[("manifests/cm.yaml", &configmap("cm", "three"))]);
+    assert!(ctx.poll_all().await.is_empty());
+    assert_eq!(selected(&ctx).await, "v1.0.1");
+
+    // The prepared release: checked and handed out again without reading the tree; a tree
+    // edited on the volume is found once the answers are forgotten (here by a poll).
+    let rel = ctx.select(&ctx.config().subscriptions[0]).await.expect("selection").release;
+    let first = ctx.prepare(&rel).await.expect("prepared");
+    let again = ctx.prepare(&rel).await.expect("prepared again");
+    assert_eq!((again.tree.clone(), again.fetched), (first.tree.clone(), false));
+    std::fs::write(first.tree.join("manifests/cm.yaml"), configmap("cm", "edited")).expect("edit the tree");
+    assert!(ctx.poll_all().await.is_empty());
+    let healed = ctx.prepare(&rel).await.expect("materialised again");
+    assert!(healed.fetched, "the edited tree was handed out as checked");
+    let text = std::fs::read_to_string(healed.tree.join("manifests/cm.yaml")).expect("tree");
+    assert!(text.contains("three") && !text.contains("edited"), "{text}");
+}

@@ -143,8 +143,10 @@ impl Kube {
         }))
     }
 
-    fn target(&self) -> KubernetesTarget {
-        target(&self.ctx.config())
+    /// The Kubernetes target's settings in the config in force (not a copy: each reconcile
+    /// reads them a few dozen times).
+    fn target(&self) -> Settings {
+        Settings(self.ctx.config())
     }
 
     /// The Cluster `only` names (none when it does not exist), or every Cluster
@@ -190,9 +192,26 @@ impl Kube {
 
 /// The Kubernetes target of a config (defaults for a directory target).
 fn target(config: &Config) -> KubernetesTarget {
+    settings(config).clone()
+}
+
+/// [`target`] by reference.
+fn settings(config: &Config) -> &KubernetesTarget {
+    static DEFAULTS: std::sync::OnceLock<KubernetesTarget> = std::sync::OnceLock::new();
     match &config.target {
-        Target::Kubernetes(k) => k.clone(),
-        Target::Directory(_) => KubernetesTarget::default(),
+        Target::Kubernetes(k) => k,
+        Target::Directory(_) => DEFAULTS.get_or_init(KubernetesTarget::default),
+    }
+}
+
+/// The Kubernetes target's settings of one config, read through it.
+struct Settings(Arc<Config>);
+
+impl std::ops::Deref for Settings {
+    type Target = KubernetesTarget;
+
+    fn deref(&self) -> &KubernetesTarget {
+        settings(&self.0)
     }
 }
 

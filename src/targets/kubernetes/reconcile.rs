@@ -85,7 +85,13 @@ async fn reconcile_in(
     let owner =
         Owner { api_version: &api_version, uid: obj.metadata.uid.as_deref(), exists: previous.is_some(), written: Default::default() };
 
-    let c = kube.with_live_objects(obj, c).await;
+    // Only a cluster stack's values templates read the Cluster's live objects (`.Cluster`,
+    // `.ControlPlane`, `.InfraCluster`): a manifests release is rendered from its variables, so
+    // its reconcile reads neither reference (two management GETs per Cluster and reconcile).
+    let c = match sub.format {
+        Format::ClusterStack => kube.with_live_objects(obj, c).await,
+        Format::Manifests => c,
+    };
 
     let newest = kube.ctx.offered(sub).await.first().map(|r| r.tag.clone());
     let selected_by = if follows_class(sub, class.as_deref()) { "class" } else { "subscription" };
