@@ -113,9 +113,9 @@ fn reconciles() -> u64 {
         .sum()
 }
 
-/// Waits (bounded) until `done` holds, polling.
+/// Waits until `done` holds, polling every 50 ms for two minutes at most.
 async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
-    for _ in 0..600 {
+    for _ in 0..2400 {
         if done().await {
             return;
         }
