@@ -388,38 +388,52 @@ impl Context {
     /// # Errors
     /// Nothing matches.
     pub async fn select(&self, sub: &Subscription) -> Result<Selection, release::Error> {
-        if let Some(selected) = self.answers.locked().selected.get(&sub.name).and_then(|k| k.fresh_for(sub)) {
-            return selected;
-        }
-        let config = self.config();
-        let generation = self.answers.locked().generation;
-        let index = self.index.lock().await;
-        let tags = self.tags_in(&index, &config, generation, sub);
-        let adopted = index.adopted.get(&sub.name).map(|a| release::Adopted { source: &a.source, tag: &a.tag, commit: &a.commit });
-        let selected = release::select(&sub.wanted(), &tags.advertised, adopted);
-        drop(index);
-        self.remember_for(generation, &config, sub, |a| {
-            a.selected.insert(sub.name.clone(), Kept { at: std::time::Instant::now(), config: config.clone(), value: selected.clone() });
-        });
-        selected
+        self.answer_for(
+            sub,
+            |a| &mut a.selected,
+            |index, tags| {
+                let adopted = index.adopted.get(&sub.name).map(|a| release::Adopted { source: &a.source, tag: &a.tag, commit: &a.commit });
+                release::select(&sub.wanted(), &tags.advertised, adopted)
+            },
+        )
+        .await
     }
 
     /// The releases a cluster-stack subscription offers (newest first).
     pub async fn offered(&self, sub: &Subscription) -> Arc<Vec<Release>> {
         let Some(families) = sub.families() else { return Arc::default() };
-        if let Some(offered) = self.answers.locked().offered.get(&sub.name).and_then(|k| k.fresh_for(sub)) {
-            return offered;
+        self.answer_for(
+            sub,
+            |a| &mut a.offered,
+            |_, tags| Arc::new(release::offered(&sub.source, &tags.advertised, families, &sub.constraint, sub.available_releases)),
+        )
+        .await
+    }
+
+    /// The answer `pick` keeps for `sub` while it is fresh; otherwise worked out by `work` from
+    /// the index and the source's tags, and kept.
+    async fn answer_for<V: Clone>(
+        &self,
+        sub: &Subscription,
+        pick: fn(&mut Answers) -> &mut HashMap<String, Kept<V>>,
+        work: impl FnOnce(&Index, &Tags) -> V,
+    ) -> V {
+        let (kept, generation) = {
+            let mut answers = self.answers.locked();
+            (pick(&mut answers).get(&sub.name).and_then(|k| k.fresh_for(sub)), answers.generation)
+        };
+        if let Some(value) = kept {
+            return value;
         }
         let config = self.config();
-        let generation = self.answers.locked().generation;
         let index = self.index.lock().await;
         let tags = self.tags_in(&index, &config, generation, sub);
+        let value = work(&index, &tags);
         drop(index);
-        let offered = Arc::new(release::offered(&sub.source, &tags.advertised, families, &sub.constraint, sub.available_releases));
         self.remember_for(generation, &config, sub, |a| {
-            a.offered.insert(sub.name.clone(), Kept { at: std::time::Instant::now(), config: config.clone(), value: offered.clone() });
+            pick(a).insert(sub.name.clone(), Kept { at: std::time::Instant::now(), config: config.clone(), value: value.clone() });
         });
-        offered
+        value
     }
 
     /// Records the release a subscription has in use (kept by garbage collection; the one
