@@ -272,6 +272,11 @@ impl ClusterApi {
         self.mgmt.spawn("capi-manager", cmd)?;
         self.manager_ready = format!("http://127.0.0.1:{health}/readyz");
         self.mgmt.wait_http("capi-manager", &self.manager_ready.clone(), "ok").await?;
+        // Ready is not yet serving topology Clusters: the Runtime SDK's registry is warmed up
+        // after, from the ExtensionConfigs there are then. One a test creates before that (an
+        // unreachable one stands for a stopped operator's) fails the warmup, and every Cluster
+        // waits on "registry not initialized" until the manager gives up a minute later.
+        self.mgmt.wait_log("capi-manager", "The extension registry is warmed up").await?;
 
         // The admission webhooks, pointed at the manager on loopback.
         let webhooks = capi.join("webhooks.yaml");

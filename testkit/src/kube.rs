@@ -528,6 +528,24 @@ impl Kube {
         }
     }
 
+    /// Waits until `component` is alive and its log has a line containing `line`.
+    pub(crate) async fn wait_log(&mut self, component: &'static str, line: &str) -> Result<()> {
+        let log = self.log(component);
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if self.exited(component) {
+                return Err(self.not_ready(component, "it exited".into()));
+            }
+            if std::fs::read_to_string(&log).is_ok_and(|text| text.contains(line)) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(self.not_ready(component, format!("its log had no {line:?} within {}s", READY_TIMEOUT.as_secs())));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     async fn wait_readyz(&mut self) -> Result<()> {
         let client = self.client().await?;
         let deadline = Instant::now() + READY_TIMEOUT;
