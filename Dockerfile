@@ -14,16 +14,17 @@ FROM ${RUST_IMAGE} AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY testkit/Cargo.toml testkit/Cargo.toml
+COPY crates/applier/Cargo.toml crates/applier/Cargo.toml
 COPY crates/fake-apiserver/Cargo.toml crates/fake-apiserver/Cargo.toml
 COPY crates/gotemplate/Cargo.toml crates/gotemplate/Cargo.toml
 COPY crates/kubeyaml/Cargo.toml crates/kubeyaml/Cargo.toml
 COPY crates/verify/Cargo.toml crates/verify/Cargo.toml
 # Every workspace member and every target Cargo.toml declares must exist for the manifest to load.
-RUN mkdir -p src testkit/src/bin benches crates/fake-apiserver/src crates/gotemplate/src crates/kubeyaml/src crates/verify/src \
+RUN mkdir -p src testkit/src/bin benches crates/applier/src crates/fake-apiserver/src crates/gotemplate/src crates/kubeyaml/src crates/verify/src \
  && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
  && for b in peers fleet signatures process; do echo 'fn main() {}' > benches/$b.rs; done \
  && touch testkit/src/lib.rs && echo 'fn main() {}' > testkit/src/bin/testkit.rs \
- && touch crates/fake-apiserver/src/lib.rs crates/gotemplate/src/lib.rs crates/kubeyaml/src/lib.rs crates/verify/src/lib.rs \
+ && touch crates/applier/src/lib.rs crates/fake-apiserver/src/lib.rs crates/gotemplate/src/lib.rs crates/kubeyaml/src/lib.rs crates/verify/src/lib.rs \
  && echo 'fn main() {}' > build.rs \
  && cargo build --profile dist --locked -p stacksync \
  && rm -rf src benches testkit/src crates/*/src build.rs

@@ -25,9 +25,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use applier::ssa::{Applier, ApplyOptions, Discovery, Inventory, OWNER_LABEL, Stage, StageAction, owner_label_value};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use stacksync::apply::ssa::{Applier, ApplyOptions, Discovery, Inventory, OWNER_LABEL, Stage, StageAction, owner_label_value};
 use stacksync::model::Object;
 
 const OBJECTS: usize = 40;

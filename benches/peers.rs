@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use stacksync::apply::ssa::{Applier, ApplyOptions, Inventory, Stage, StageAction};
+use applier::ssa::{Applier, ApplyOptions, Inventory, Stage, StageAction};
 use stacksync::cache::blobs::Blobs;
 use stacksync::model::Sha256Digest;
 

@@ -6,7 +6,6 @@
 //! [`runtime`]. [`model`] is the leaf every stage shares: identities and
 //! small enums, no I/O.
 
-pub mod apply;
 pub mod cache;
 pub mod config;
 pub mod controller;

@@ -693,3 +693,21 @@ async fn the_image_runs_as_deploy_runs_it_under_its_service_account() {
     ssh.stop().await;
     kube.stop();
 }
+
+/// The Dockerfile (for those who build with docker) builds the dependencies first from the
+/// workspace's manifests alone: every member's `Cargo.toml` must be copied and its `src/lib.rs`
+/// stubbed, or `docker build` fails at "failed to load manifest for workspace member". Read
+/// from the root `Cargo.toml`, so a new crate cannot be forgotten there.
+#[test]
+fn the_dockerfile_copies_every_workspace_member() {
+    let manifest = std::fs::read_to_string(repo_root().join("Cargo.toml")).expect("Cargo.toml");
+    let members = manifest.lines().find_map(|l| l.strip_prefix("members = [")).expect("a `members = [...]` line in Cargo.toml");
+    let dockerfile = std::fs::read_to_string(repo_root().join("Dockerfile")).expect("Dockerfile");
+    let members: Vec<&str> = members.trim_end_matches(']').split(',').map(|m| m.trim().trim_matches('"')).filter(|m| *m != ".").collect();
+    assert!(members.len() >= 5, "members read from Cargo.toml: {members:?}");
+    for m in members {
+        let copy = format!("COPY {m}/Cargo.toml {m}/Cargo.toml");
+        assert!(dockerfile.contains(&copy), "Dockerfile: no `{copy}` for workspace member {m}");
+        assert!(dockerfile.contains(&format!("{m}/src")), "Dockerfile: workspace member {m}'s src/ is not stubbed");
+    }
+}

@@ -16,10 +16,10 @@ pub use context::{Context, RENDERS_DIR};
 pub use error::PrepareError;
 pub use fetch::{concerned, normalise_url};
 
-use crate::apply::ChangeSet;
 use crate::model::cluster::ClusterConfig;
 use crate::release::Release;
 use crate::status::{ClusterStatus, Reason};
+use applier::ChangeSet;
 
 pub use crate::source::POLL_TIMEOUT;
 
@@ -101,13 +101,10 @@ impl PassReport {
         let ready = self.clusters.iter().filter(|c| c.status.ready).count();
         let objects: usize = self.clusters.iter().map(|c| c.status.total).sum();
         let synced: usize = self.clusters.iter().map(|c| c.status.synced).sum();
-        let count = |a: crate::apply::Action| self.clusters.iter().map(|c| c.changes.count(a)).sum::<usize>();
+        let count = |a: applier::Action| self.clusters.iter().map(|c| c.changes.count(a)).sum::<usize>();
         let [c, f, p] = self.trimmed_writes;
-        let (created, configured, pruned) = (
-            count(crate::apply::Action::Created) + c,
-            count(crate::apply::Action::Configured) + f,
-            count(crate::apply::Action::Pruned) + p,
-        );
+        let (created, configured, pruned) =
+            (count(applier::Action::Created) + c, count(applier::Action::Configured) + f, count(applier::Action::Pruned) + p);
         format!(
             "{ready}/{total} clusters ready, {synced}/{objects} objects synced; written this run: {created} created, {configured} configured, {pruned} pruned"
         )

@@ -11,19 +11,18 @@ use std::fmt;
 
 pub mod cluster;
 pub mod digest;
-pub mod names;
-pub mod object;
 pub mod published;
 pub mod repeats;
 pub mod schedule;
 pub mod source;
-pub mod sync;
 pub mod verification;
 pub mod version;
 pub mod window;
 
 pub use digest::Sha256Digest;
-pub use object::Object;
+// The applier's vocabulary (`crates/applier`): the rendered object, Kubernetes identity checks,
+// the lock helper, what a stage and a resync do.
+pub use applier::{DriftMode, HAND_MANAGERS, Object, StageAction, names, object, sync};
 
 /// What a subscription wants of a source's tags: the part of its config release selection reads
 /// (so `release` needs nothing from `config`, and `config` builds it without knowing `release`).
@@ -108,42 +107,6 @@ impl fmt::Display for ReleaseId {
         f.write_str(&self.0)
     }
 }
-
-/// What a resync does when a live object differs from a manifest that did not change.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum DriftMode {
-    /// Apply the manifest again (the default).
-    #[default]
-    Correct,
-    /// Report drifted objects and fields; change nothing.
-    Warn,
-}
-
-/// What a stage does with its objects: a cluster-addon stage of `clusteraddon.yaml`, or the
-/// single stage of plain manifests.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum StageAction {
-    #[default]
-    Apply,
-    /// Delete the stage's objects (only those carrying our owner label).
-    Delete,
-}
-
-/// The managers `kubectl` writes with (and the API server's name for fields set before the first
-/// server-side apply): what a person changing an object by hand shows up as.
-pub const HAND_MANAGERS: &[&str] = &[
-    "kubectl",
-    "kubectl-edit",
-    "kubectl-patch",
-    "kubectl-client-side-apply",
-    "kubectl-create",
-    "kubectl-replace",
-    "kubectl-set",
-    "kubectl-scale",
-    "kubectl-label",
-    "kubectl-annotate",
-    "before-first-apply",
-];
 
 #[cfg(test)]
 mod tests {

@@ -12,9 +12,9 @@ use chrono::{DateTime, Utc};
 
 use super::Reason;
 use super::crd::{ClusterCounts, ClusterSync, ClusterSyncStatus, Condition, MAX_ENTRIES, ObjectEntry, ReleaseRefStatus, UpgradeStatus};
-use crate::apply::changeset::{ChangeSet, Entry, ObjectRef};
-use crate::apply::health::Health;
 use crate::release::Release;
+use applier::changeset::{ChangeSet, Entry, ObjectRef};
+use applier::health::Health;
 
 /// Width of the `MESSAGE` column's text.
 pub const MESSAGE_COLUMN: usize = 80;
@@ -115,7 +115,7 @@ fn applied_verdict(a: &Applied<'_>, previous: &ClusterSyncStatus, now: DateTime<
             let more = total - synced - 1;
             let tail = if more > 0 { format!(" (and {more} more of {total} objects not synced)") } else { String::new() };
             let failed: Vec<&ObjectRef> =
-                a.changes.entries.iter().filter(|e| e.action == crate::apply::Action::Failed).map(|e| &e.object).collect();
+                a.changes.entries.iter().filter(|e| e.action == applier::Action::Failed).map(|e| &e.object).collect();
             // Every failure may pass by itself: retried with backoff (Reconciling), not Stalled.
             let transient = !failed.is_empty() && failed.iter().all(|o| a.transient.contains(o));
             Verdict {
@@ -527,7 +527,7 @@ mod tests {
         ObjectRef { api_version: "apps/v1".into(), kind: "Deployment".into(), namespace: Some("kube-system".into()), name: name.into() }
     }
 
-    fn changes(actions: &[(&str, crate::apply::Action, &str)]) -> ChangeSet {
+    fn changes(actions: &[(&str, applier::Action, &str)]) -> ChangeSet {
         let mut set = ChangeSet::default();
         for (name, action, message) in actions {
             set.entries.push(Entry {
@@ -570,7 +570,7 @@ mod tests {
 
     #[test]
     fn what_was_applied_decides_ready_reconciling_and_stalled() {
-        use crate::apply::Action::{Failed, Unchanged};
+        use applier::Action::{Failed, Unchanged};
         let r = rel();
         let (ok, broken) =
             (changes(&[("a", Unchanged, ""), ("b", Unchanged, "")]), changes(&[("a", Unchanged, ""), ("b", Failed, "denied")]));
@@ -699,7 +699,7 @@ mod tests {
     #[test]
     fn transition_times_stay_while_a_condition_does_and_move_when_it_changes() {
         let r = rel();
-        let ok = changes(&[("a", crate::apply::Action::Unchanged, "")]);
+        let ok = changes(&[("a", applier::Action::Unchanged, "")]);
         let first = desired(&ClusterSyncStatus::default(), &Outcome::Applied(applied(&r, &ok)), at("2026-11-26T09:00:00Z"));
         let again = desired(&first, &Outcome::Applied(applied(&r, &ok)), at(NOW));
         assert_eq!(again.conditions, first.conditions);

@@ -7,10 +7,10 @@ pub mod desired;
 
 use serde::{Deserialize, Serialize};
 
-use crate::apply::changeset::{ChangeSet, ObjectRef};
 use crate::config::Subscription;
 use crate::model::cluster::ClusterConfig;
 use crate::release::Release;
+use applier::changeset::{ChangeSet, ObjectRef};
 
 pub const API_VERSION: &str = "stacksync.io/v1alpha1";
 pub const KIND: &str = "ClusterSyncStatus";

@@ -10,15 +10,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use applier::ssa::{
+    Applier, ApplyOptions, DriftMode, FIELD_MANAGER, FORCE_ANNOTATION, Inventory, OWNER_LABEL, POLICY_ANNOTATION, RECREATE_ANNOTATION,
+    Stage, StageAction, SyncResult,
+};
+use applier::{Action, Entry, SkipReason};
 use fake_apiserver::{ApiServer, FaultRule, Stats};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::{Value, json};
-use stacksync::apply::ssa::{
-    Applier, ApplyOptions, DriftMode, FIELD_MANAGER, FORCE_ANNOTATION, Inventory, OWNER_LABEL, POLICY_ANNOTATION, RECREATE_ANNOTATION,
-    Stage, StageAction, SyncResult,
-};
-use stacksync::apply::{Action, Entry, SkipReason};
 use stacksync::model::Object;
 
 const TIMEOUT: Duration = Duration::from_secs(60);

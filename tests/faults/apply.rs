@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
+use applier::Action;
+use applier::ssa::{Applier, ApplyOptions, Inventory, Stage, StageAction};
 use fake_apiserver::{ApiServer, Stats};
 use serde_json::json;
-use stacksync::apply::Action;
-use stacksync::apply::ssa::{Applier, ApplyOptions, Inventory, Stage, StageAction};
 use stacksync::model::Object;
 
 fn configmap(namespace: Option<&str>, name: &str) -> Object {

@@ -11,7 +11,6 @@ use tracing::{error, info, warn};
 
 use super::sync::finish;
 use super::writer::DirectoryTarget;
-use crate::apply::{Action, ChangeSet, Entry, ObjectRef};
 use crate::config::{Config, Format, Subscription};
 use crate::controller::pipeline;
 use crate::controller::{ClusterReport, Context, PassReport, Prepared};
@@ -20,6 +19,7 @@ use crate::model::cluster::{ClusterConfig, ClusterObjects};
 use crate::render::clusterstack::RenderedStage;
 use crate::render::{Error, Errors};
 use crate::status::{ClusterStatus, Reason};
+use applier::{Action, ChangeSet, Entry, ObjectRef};
 
 type Rendered<T> = Result<T, Errors>;
 
@@ -226,7 +226,7 @@ fn write_cluster_classes(
             for (o, owners) in merged.values() {
                 for i in owners {
                     let entry: &mut Vec<Entry> = out.entry((*i, ns.to_owned())).or_default();
-                    entry.push(Entry::for_object(o, Action::Skipped(crate::apply::changeset::SkipReason::Held), message.clone()));
+                    entry.push(Entry::for_object(o, Action::Skipped(applier::changeset::SkipReason::Held), message.clone()));
                 }
             }
             continue;

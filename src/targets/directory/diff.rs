@@ -4,9 +4,9 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use crate::apply::ssa::{Planned, unified::unified};
 use crate::config::Config;
 use crate::model::cluster::STATUS_DIR;
+use applier::ssa::{Planned, unified::unified};
 
 /// Largest file compared; bigger ones are reported as changed when their bytes differ.
 const MAX_DIFF_BYTES: u64 = 8 * 1024 * 1024;

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use tracing::{debug, error, info, info_span, warn};
 
 use super::writer::DirectoryTarget;
-use crate::apply::ChangeSet;
 use crate::config::Subscription;
 use crate::controller::fetch::moved_since_applied;
 use crate::controller::{ClusterReport, Mismatch, Prepared, PreparedRelease};
@@ -15,6 +14,7 @@ use crate::model::repeats::{self, Repeats};
 use crate::release::{Release, short};
 use crate::render::Manifests;
 use crate::status::{ClusterStatus, Reason};
+use applier::ChangeSet;
 
 /// Whether `rel` is the release in place on every cluster of subscription `sub` that `reports`
 /// cover (not one that could not be rendered, could not be recorded, or no longer verifies).

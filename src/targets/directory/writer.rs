@@ -5,11 +5,11 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use crate::apply::changeset::{Action, ChangeSet, Entry, ObjectRef};
-use crate::apply::order;
 use crate::cache::write_atomic;
 use crate::model::Object;
 use crate::model::cluster::{CLUSTER_CLASS_DIR, ClusterConfig, STATUS_DIR};
+use applier::changeset::{Action, ChangeSet, Entry, ObjectRef};
+use applier::order;
 
 #[derive(Debug, Clone)]
 pub struct DirectoryTarget {

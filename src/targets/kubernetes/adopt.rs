@@ -30,11 +30,11 @@ use super::reconcile::{apply_options, choose};
 use super::stages::render;
 use super::status::{Owner, write_cluster_sync};
 use super::workloads::reachable;
-use crate::apply::ObjectRef;
-use crate::apply::ssa::{Adoption, Applier, Generated, Inventory, Stage, StageAction, Verdict};
 use crate::controller::Context;
 use crate::model::ClusterKey;
 use crate::status::crd::{ClusterSync, ClusterSyncStatus, Condition, ReleaseRefStatus};
+use applier::ObjectRef;
+use applier::ssa::{Adoption, Applier, Generated, Inventory, Stage, StageAction, Verdict};
 
 /// The field manager CSO applies as.
 pub const CSO_MANAGER: &str = "kubectl";
@@ -241,7 +241,7 @@ fn lines(out: &mut String, adoption: Option<&Adoption>, blockers: &[String]) {
     for o in &a.objects {
         let mut fields: Vec<String> = o.fields.clone();
         fields.extend(o.released.iter().map(|r| format!("{r} (removed)")));
-        let detail = if fields.is_empty() { String::new() } else { format!(": {}", crate::apply::ssa::describe_paths(&fields)) };
+        let detail = if fields.is_empty() { String::new() } else { format!(": {}", applier::ssa::describe_paths(&fields)) };
         let taken = if o.taken { " (taken over)" } else { "" };
         let generated = if o.generated.is_empty() {
             String::new()
@@ -524,7 +524,7 @@ async fn generated(
     let again: BTreeMap<_, &crate::model::Object> = second.stages.iter().flat_map(|s| &s.objects).map(|o| (key(o), o)).collect();
     for o in first.iter().flat_map(|s| &s.objects) {
         if let Some(other) = again.get(&key(o)) {
-            let differing = crate::apply::ssa::generated_fields(&o.body, &other.body);
+            let differing = applier::ssa::generated_fields(&o.body, &other.body);
             if !differing.is_empty() {
                 out.insert(key(o), differing);
             }
@@ -705,7 +705,7 @@ async fn take_cluster(kube: &Kube, options: &Options, out: &mut ClusterAdoption,
     let mut adoption = applier.adopt(&stages, CSO_MANAGER, &generated, true).await;
     if options.prune_leftovers {
         out.leftovers_pruned = true;
-        let owner = crate::apply::ssa::owner_label_value(&applier.options().owner);
+        let owner = applier::ssa::owner_label_value(&applier.options().owner);
         for r in &leftovers {
             match label_leftover(&applier, r, &owner).await {
                 Ok(entry) => adoption.inventory.push(entry),
@@ -771,7 +771,7 @@ fn leftover_ref(r: &Value) -> ObjectRef {
 }
 
 /// Puts our owner label on a leftover (so the first sync may prune it) and returns its entry.
-async fn label_leftover(applier: &Applier, r: &Value, owner: &str) -> Result<crate::apply::ssa::InventoryEntry, String> {
+async fn label_leftover(applier: &Applier, r: &Value, owner: &str) -> Result<applier::ssa::InventoryEntry, String> {
     let o = leftover_ref(r);
     let group = o.api_version.rsplit_once('/').map_or("", |(g, _)| g).to_owned();
     let version = o.api_version.rsplit_once('/').map_or(o.api_version.as_str(), |(_, v)| v).to_owned();
@@ -780,13 +780,13 @@ async fn label_leftover(applier: &Applier, r: &Value, owner: &str) -> Result<cra
         Some(ns) => Api::namespaced_with(applier.client().clone(), ns, &res),
         None => Api::all_with(applier.client().clone(), &res),
     };
-    let mut metadata = json!({"name": o.name, "labels": {crate::apply::ssa::OWNER_LABEL: owner}});
+    let mut metadata = json!({"name": o.name, "labels": {applier::ssa::OWNER_LABEL: owner}});
     if let Some(ns) = &o.namespace {
         metadata["namespace"] = json!(ns);
     }
     let body = json!({"apiVersion": o.api_version, "kind": o.kind, "metadata": metadata});
-    match api.patch(&o.name, &PatchParams::apply(crate::apply::ssa::FIELD_MANAGER), &Patch::Apply(&body)).await {
-        Ok(_) => Ok(crate::apply::ssa::InventoryEntry {
+    match api.patch(&o.name, &PatchParams::apply(applier::ssa::FIELD_MANAGER), &Patch::Apply(&body)).await {
+        Ok(_) => Ok(applier::ssa::InventoryEntry {
             group,
             kind: o.kind,
             namespace: o.namespace,

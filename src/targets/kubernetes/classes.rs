@@ -15,12 +15,12 @@ use tracing::{error, info, warn};
 use super::Kube;
 use super::client::kube_error;
 use super::stackrelease::{ClassResult, record_release, release_name};
-use crate::apply::ssa::{Applier, ApplyOptions, Inventory, Stage};
 use crate::config::{Format, Subscription};
 use crate::model::StageAction;
 use crate::model::sync::MutexExt;
 use crate::release::Release;
 use crate::status::crd::StackRelease;
+use applier::ssa::{Applier, ApplyOptions, Inventory, Stage};
 
 /// (subscription, tag, namespace)
 type Key = (String, String, String);
@@ -185,7 +185,7 @@ type Signed = (Vec<crate::model::verification::AssetRecord>, Option<String>);
 ///
 /// # Errors
 /// The release cannot be prepared or its ClusterClass chart rendered.
-pub(super) async fn preview(kube: &Kube, sub: &Subscription, namespace: &str, rel: &Release) -> anyhow::Result<crate::apply::ssa::Preview> {
+pub(super) async fn preview(kube: &Kube, sub: &Subscription, namespace: &str, rel: &Release) -> anyhow::Result<applier::ssa::Preview> {
     let prepared = kube.ctx.prepare(rel).await?;
     preview_prepared(kube, sub, namespace, &prepared).await
 }
@@ -196,7 +196,7 @@ pub(super) async fn preview_prepared(
     sub: &Subscription,
     namespace: &str,
     prepared: &crate::controller::PreparedRelease,
-) -> anyhow::Result<crate::apply::ssa::Preview> {
+) -> anyhow::Result<applier::ssa::Preview> {
     let objects = crate::controller::pipeline::cluster_class(&kube.ctx, sub, prepared, namespace).await?;
     let stage = Stage { name: crate::render::clusterstack::CLUSTER_CLASS_STAGE.into(), action: StageAction::Apply, objects };
     Ok(Applier::new(kube.mgmt.clone(), class_options(sub, namespace)).preview(&[stage], &Inventory::default()).await)

@@ -10,7 +10,7 @@ use crate::config::KubernetesTarget;
 pub(crate) fn kube_error(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
-        other => crate::apply::ssa::with_causes(other),
+        other => applier::ssa::with_causes(other),
     }
 }
 

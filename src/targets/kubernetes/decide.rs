@@ -8,8 +8,6 @@ use std::time::Duration;
 use super::fail::Fail;
 use super::stages::rendered_digest;
 use super::upgrade::{self, Step};
-use crate::apply::ssa::{Stage, SyncResult};
-use crate::apply::{ChangeSet, ObjectRef};
 use crate::config::Subscription;
 use crate::controller::{Mismatch, PreparedRelease};
 use crate::model::cluster::ClusterConfig;
@@ -17,6 +15,8 @@ use crate::release::Release;
 use crate::status::crd::{ClusterSyncStatus, UpgradeStatus};
 use crate::status::desired::{Applied, Outcome, desired, verdict};
 use crate::status::{ClusterStatus, Reason};
+use applier::ssa::{Stage, SyncResult};
+use applier::{ChangeSet, ObjectRef};
 
 type Now = chrono::DateTime<chrono::Utc>;
 
@@ -160,8 +160,8 @@ pub(super) fn after(
         return Err(Fail::Unreachable(why));
     }
     let rel = &prepared.release;
-    let inventory_lost = prev.inventory.is_empty()
-        && result.changes.entries.iter().any(|e| e.action == crate::apply::Action::Unchanged && e.is_release_object());
+    let inventory_lost =
+        prev.inventory.is_empty() && result.changes.entries.iter().any(|e| e.action == applier::Action::Unchanged && e.is_release_object());
     let mut said = String::new();
     for (object, fields) in &result.drifted {
         said.push_str(&format!("{object} drifted {fields:?}\n"));

@@ -15,10 +15,10 @@ use super::cluster::{subscription_for, topology_class};
 use super::reconcile::{apply_options, choose, key_of};
 use super::stages::render;
 use super::workloads::reachable;
-use crate::apply::ssa::{Applier, Inventory, Preview};
 use crate::controller::Context;
 use crate::model::ClusterKey;
 use crate::status::crd::ClusterSync;
+use applier::ssa::{Applier, Inventory, Preview};
 
 /// What the next sync of one Cluster would do.
 #[derive(Debug, Clone)]
@@ -98,7 +98,7 @@ async fn one(
         let super::Workload { client, discovery, .. } = kube.workload(&c).await.map_err(|e| e.to_string())?;
         reachable(&client).await.map_err(|e| e.to_string())?;
         let mut options = apply_options(&kube.target(), sub, &c);
-        options.generated = crate::apply::ssa::parse_generated(&previous.generated);
+        options.generated = applier::ssa::parse_generated(&previous.generated);
         let applier = Applier::new(client, options).with_discovery(discovery);
         let mut preview = applier.preview(&rendered.stages, &Inventory::from_lines(&previous.inventory)).await;
         if sub.format == crate::config::Format::ClusterStack && classes.insert((c.namespace.clone(), rel.tag.clone())) {

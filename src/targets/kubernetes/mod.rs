@@ -60,11 +60,11 @@ pub use run::{SHARD_LABEL, coordinate, pass, request_reconcile, run};
 pub use warnings::REPEAT_WARNING;
 pub use workloads::{REACHABLE_TIMEOUT, Workload};
 
-use crate::apply::ssa;
 use crate::config::{Config, KubernetesTarget, Subscription, Target};
 use crate::controller::Context;
 use crate::model::ClusterKey;
 use crate::model::cluster::ClusterConfig;
+use applier::ssa;
 
 /// The field manager of every write, objects and status alike.
 pub const MANAGER: &str = ssa::FIELD_MANAGER;

@@ -17,8 +17,6 @@ use super::fail::Fail;
 use super::stages::{self, Rendered};
 use super::status::{Owner, write_cluster_sync};
 use super::{Error, Kube, owner_id};
-use crate::apply::ChangeSet;
-use crate::apply::ssa::{Applier, ApplyOptions, Inventory};
 use crate::config::{Format, KubernetesTarget, Subscription};
 use crate::controller::{ClusterReport, PreparedRelease};
 use crate::model::ClusterKey;
@@ -28,6 +26,8 @@ use crate::release::{self, Release, short};
 use crate::status::crd::{ClusterSync, ClusterSyncStatus, RECONCILE_REQUESTED_AT};
 use crate::status::desired::{Outcome, desired};
 use crate::status::{ClusterStatus, Reason};
+use applier::ChangeSet;
+use applier::ssa::{Applier, ApplyOptions, Inventory};
 
 /// How soon a Cluster whose objects are still rolling out is looked at again.
 pub(super) const HEALTH_RECHECK: Duration = Duration::from_secs(5);
@@ -319,7 +319,7 @@ async fn apply_release(
         }
     }
     let mut options = apply_options(k, sub, c);
-    options.generated = crate::apply::ssa::parse_generated(&prev.generated);
+    options.generated = applier::ssa::parse_generated(&prev.generated);
     let upgraded = match &before.upgrade {
         // A release change runs the new release's upgrade stages first, a first install its
         // stages with waits one by one (`upgrade.rs`).
@@ -340,7 +340,7 @@ async fn apply_release(
     if after.inventory_lost {
         warn!(
             cluster = %label,
-            owner = %crate::apply::ssa::owner_label_value(&owner_id(sub, c)),
+            owner = %applier::ssa::owner_label_value(&owner_id(sub, c)),
             "the ClusterSync had no inventory but this release's objects were already in place: the inventory was lost; objects an earlier release dropped are not pruned (find them by the label stacksync.io/owner)"
         );
     }

@@ -16,7 +16,6 @@ use super::Kube;
 use super::cluster::{subscription_for, topology_class};
 use super::reconcile::{choose, key_of};
 use super::stages::render as render_stages;
-use crate::apply::ChangeSet;
 use crate::config::Format;
 use crate::controller::{ClusterReport, Context, PassReport};
 use crate::model::ClusterKey;
@@ -25,6 +24,7 @@ use crate::release::Release;
 use crate::render::clusterstack::RenderedStage;
 use crate::status::{ClusterStatus, Reason};
 use crate::targets::directory::DirectoryTarget;
+use applier::ChangeSet;
 
 /// Renders every Cluster a subscription covers into `out`.
 ///

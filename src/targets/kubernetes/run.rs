@@ -524,7 +524,7 @@ pub async fn pass(ctx: Arc<Context>, concurrency: usize) -> PassReport {
 /// is wrong. The writes of synced objects are counted into `writes` (created, configured,
 /// pruned) and their entries dropped, with the live objects the render read.
 fn trimmed(mut r: ClusterReport, writes: &mut [usize; 3]) -> ClusterReport {
-    use crate::apply::Action;
+    use applier::Action;
     for e in r.changes.entries.iter().filter(|e| e.is_synced()) {
         match e.action {
             Action::Created => writes[0] += 1,

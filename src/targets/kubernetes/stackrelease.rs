@@ -12,12 +12,12 @@ use tracing::warn;
 use super::MANAGER;
 use super::events::Events;
 use super::status::now;
-use crate::apply::ChangeSet;
 use crate::config::Subscription;
 use crate::model::sync::MutexExt;
 use crate::release::Release;
 use crate::status::crd::{MAX_ENTRIES, StackRelease, StackReleaseSpec, StackReleaseStatus};
 use crate::status::desired::entry;
+use applier::ChangeSet;
 
 /// The ClusterClass apply of one release, over every namespace it went to.
 #[derive(Debug, Default, Clone)]
@@ -35,13 +35,13 @@ impl ClassResult {
     /// Whether the ClusterClass is not fully in place: it could not be rendered or prepared, or
     /// one of its objects failed to apply. Such a release is `Failed`, never `Applied`.
     pub fn failed(&self) -> bool {
-        !self.errors.is_empty() || self.changes.entries.iter().any(|e| e.action == crate::apply::changeset::Action::Failed)
+        !self.errors.is_empty() || self.changes.entries.iter().any(|e| e.action == applier::changeset::Action::Failed)
     }
 
     /// The first thing that went wrong: an error, else the first object that failed to apply.
     pub fn problem(&self) -> Option<String> {
         self.errors.first().cloned().or_else(|| {
-            let e = self.changes.entries.iter().find(|e| e.action == crate::apply::changeset::Action::Failed)?;
+            let e = self.changes.entries.iter().find(|e| e.action == applier::changeset::Action::Failed)?;
             Some(format!("{}: {}", e.object, e.message))
         })
     }

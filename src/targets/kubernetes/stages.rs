@@ -8,13 +8,13 @@ use sha2::{Digest, Sha256};
 use tracing::error;
 
 use super::Kube;
-use crate::apply::ssa::Stage;
 use crate::config::{Format, Subscription};
 use crate::controller::PreparedRelease;
 use crate::controller::pipeline::{self, RenderError};
 use crate::model::StageAction;
 use crate::model::cluster::ClusterConfig;
 use crate::status::Reason;
+use applier::ssa::Stage;
 
 /// A Cluster's stages, and what its values templates printed as `<no value>` / `<nil>`.
 pub(super) struct Rendered {

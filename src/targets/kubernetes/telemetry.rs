@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use super::Error;
 use super::reconcile::Reconciled;
-use crate::apply::Action;
 use crate::model::ClusterKey;
 use crate::telemetry::{Outcome, metrics};
+use applier::Action;
 
 /// Records one reconcile of `key`. Nothing is recorded for a Cluster no subscription covers.
 pub(super) fn reconciled(key: &ClusterKey, result: Result<&Option<Reconciled>, &Error>, elapsed: Duration) {
@@ -44,7 +44,7 @@ pub(super) fn reconciled(key: &ClusterKey, result: Result<&Option<Reconciled>, &
         (Action::Unchanged, "unchanged"),
         (Action::Pruned, "pruned"),
         (Action::Failed, "failed"),
-        (Action::Skipped(crate::apply::SkipReason::Held), "skipped"),
+        (Action::Skipped(applier::SkipReason::Held), "skipped"),
     ] {
         let n = r.report.changes.count(action);
         if n > 0 {

@@ -25,7 +25,6 @@ use kube::api::{Api, DynamicObject, GroupVersionKind};
 use tracing::info;
 
 use super::Kube;
-use crate::apply::ssa::{Applier, ApplyOptions, Inventory, Stage};
 use crate::config::{Format, Subscription};
 use crate::controller::PreparedRelease;
 use crate::controller::pipeline::RenderError;
@@ -34,6 +33,7 @@ use crate::model::cluster::ClusterConfig;
 use crate::render::cel::{self, Verdict, WaitFor};
 use crate::render::clusterstack::{INSTALL_HOOK, StageRef};
 use crate::status::crd::{ClusterSyncStatus, UpgradeStatus};
+use applier::ssa::{Applier, ApplyOptions, Inventory, Stage};
 
 /// The hook whose stages run when a Cluster's release changes.
 pub const HOOK: &str = "BeforeClusterUpgrade";
@@ -204,7 +204,7 @@ async fn run_stage(
     let result = applier.sync(&[s], &Inventory::default()).await;
     // An object stacksync does not own is left alone by a delete stage (the applier's rule for
     // every delete): reported, not retried — it would never change.
-    let not_ours = |e: &&crate::apply::Entry| matches!(e.action, crate::apply::Action::Skipped(crate::apply::SkipReason::NotOurs));
+    let not_ours = |e: &&applier::Entry| matches!(e.action, applier::Action::Skipped(applier::SkipReason::NotOurs));
     for e in result.changes.entries.iter().filter(not_ours) {
         tracing::warn!(stage = %stage.name, object = %e.object, "{}", e.message);
     }

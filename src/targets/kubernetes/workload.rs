@@ -43,9 +43,9 @@ use tracing::{debug, warn};
 use kube::client::ConfigExt;
 use sha2::{Digest, Sha256};
 
-use crate::apply::ssa;
 use crate::model::ClusterKey;
 use crate::model::sync::MutexExt;
+use applier::ssa;
 
 /// Idle connections a workload client's pool keeps while its reconcile runs: as many as a sync
 /// has requests in flight (`ApplyOptions::concurrency`), so they are reused, not reopened.

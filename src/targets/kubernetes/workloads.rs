@@ -10,11 +10,11 @@ use kube::api::Api;
 
 use super::client::kube_error;
 use super::workload::{self, Clients, ClusterState, Recipe, TlsConfigs};
-use crate::apply::ssa;
 use crate::model::ClusterKey;
 use crate::model::cluster::ClusterConfig;
 use crate::model::sync::MutexExt;
 use crate::status::Reason;
+use applier::ssa;
 
 /// How long a workload cluster gets to answer `GET /version` before its sync is skipped.
 pub const REACHABLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);

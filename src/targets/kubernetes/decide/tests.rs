@@ -4,10 +4,10 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use super::*;
-use crate::apply::{Action, Entry};
 use crate::config::Config;
 use crate::model::{Object, StageAction};
 use crate::status::crd::ReleaseRefStatus;
+use applier::{Action, Entry};
 
 fn now() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z").expect("time").with_timezone(&Utc)

@@ -23,13 +23,13 @@ use super::stages::render;
 use super::upgrade::HOOK;
 use super::workloads::reachable;
 use super::{Error, Kube};
-use crate::apply::ssa::{Applier, Inventory, Planned, Preview};
 use crate::config::{Format, Subscription};
 use crate::controller::Context;
 use crate::controller::preview::{Candidate, Origin};
 use crate::model::ClusterKey;
 use crate::render::clusterstack::INSTALL_HOOK;
 use crate::status::crd::{ClusterSync, ClusterSyncStatus};
+use applier::ssa::{Applier, Inventory, Planned, Preview};
 
 pub use report::{markdown, text};
 

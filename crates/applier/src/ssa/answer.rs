@@ -16,7 +16,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use super::{FIELD_MANAGER, diff};
-use crate::apply::health::{self, Health};
+use crate::health::{self, Health};
 
 /// What one object as the server shows it tells the applier.
 #[derive(Debug, Clone, PartialEq)]

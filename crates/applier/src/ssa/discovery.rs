@@ -25,7 +25,7 @@ use kube::error::DiscoveryError;
 use super::error::timeout_message;
 use super::object::Backoff;
 
-use crate::model::sync::MutexExt;
+use crate::sync::MutexExt;
 
 /// A resolved kind.
 #[derive(Debug, Clone)]

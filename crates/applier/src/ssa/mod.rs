@@ -41,10 +41,10 @@ use inventory::{Key, PruneLimits, PrunePlan};
 use listing::{Listings, Scopes};
 use object::{Deletion, Outcome, Policy, Target};
 
-use crate::apply::health::Health;
-use crate::apply::{Action, ChangeSet, Entry, ObjectRef, SkipReason, order};
-use crate::model::Object;
-use crate::model::names;
+use crate::Object;
+use crate::health::Health;
+use crate::names;
+use crate::{Action, ChangeSet, Entry, ObjectRef, SkipReason, order};
 
 /// The field manager of every apply.
 pub const FIELD_MANAGER: &str = "stacksync";
@@ -58,7 +58,7 @@ pub const FORCE_ANNOTATION: &str = "stacksync.io/force";
 /// `"true"`: delete and re-create this object when the server refuses a change as immutable.
 pub const RECREATE_ANNOTATION: &str = "stacksync.io/recreate-on-immutable";
 
-pub use crate::model::{DriftMode, StageAction};
+pub use crate::{DriftMode, StageAction};
 
 /// One stage of a sync (a cluster-addon stage, or the ClusterClass objects); stages run in order.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -101,11 +101,11 @@ pub struct ApplyOptions {
     /// [`SyncResult::unreachable`] says why. `None`: no such check.
     pub reach_within: Option<Duration>,
     /// Fields the charts generate at render time, whose live values every apply keeps
-    /// (`ClusterSync.status.generated`, recorded by `stacksync adopt`; [`generated`]).
+    /// (`ClusterSync.status.generated`, recorded by `stacksync adopt`; `generated.rs`).
     pub generated: generated::Recorded,
 }
 
-pub use crate::model::HAND_MANAGERS;
+pub use crate::HAND_MANAGERS;
 
 impl Default for ApplyOptions {
     fn default() -> ApplyOptions {
@@ -249,7 +249,7 @@ fn refused_connection(e: &kube::Error) -> bool {
 /// An error with its causes ("error sending request" alone says nothing). A request cut by
 /// its I/O deadline says which deadline that was (a bare "connection error: timed out" does
 /// not say how long, or where to change it).
-pub(crate) fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
     let mut timed_out = false;
     let mut cause = Some(e);
@@ -435,12 +435,12 @@ impl Applier {
             .await;
             for (o, outcome) in rank.iter().zip(&outcomes) {
                 if is_crd(o.group(), &o.kind) && outcome.entry.action.is_synced() {
-                    let kind = crate::apply::health::at(&o.body, "/spec/names/kind").and_then(Value::as_str).unwrap_or_default();
+                    let kind = crate::health::at(&o.body, "/spec/names/kind").and_then(Value::as_str).unwrap_or_default();
                     served_versions(&o.body).for_each(|v| run.cache.expect(v, kind.to_string()));
                 }
                 if is_crd(o.group(), &o.kind) && matches!(outcome.entry.action, Action::Created | Action::Configured) {
                     // Written: what its group serves may have changed for later syncs too.
-                    let group = crate::apply::health::at(&o.body, "/spec/group").and_then(Value::as_str).unwrap_or_default();
+                    let group = crate::health::at(&o.body, "/spec/group").and_then(Value::as_str).unwrap_or_default();
                     self.discovery.forget_group(group);
                 }
             }
@@ -542,8 +542,7 @@ impl Applier {
         if let Err(message) = names::check(&o.kind, o.namespace.as_deref(), &o.name) {
             return (inventory, Err(NotPrepared::new(Entry { message: format!("{message}; nothing was sent"), ..entry })));
         }
-        let annotation =
-            |key: &str| crate::apply::health::at(&o.body, "/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str);
+        let annotation = |key: &str| crate::health::at(&o.body, "/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str);
         let policy = match annotation(POLICY_ANNOTATION).unwrap_or("apply") {
             "apply" => Ok(Policy::Apply),
             "apply-once" => Ok(Policy::ApplyOnce),
@@ -553,7 +552,7 @@ impl Applier {
         let ignored = |entry: Entry| {
             NotPrepared::new(Entry {
                 action: Action::Skipped(SkipReason::Ignored),
-                message: crate::apply::changeset::SKIPPED_IGNORE.into(),
+                message: crate::changeset::SKIPPED_IGNORE.into(),
                 ..entry
             })
         };
@@ -740,8 +739,8 @@ fn is_crd(group: &str, kind: &str) -> bool {
 
 /// The `apiVersion`s a CRD manifest serves (`group/name` of each served version).
 fn served_versions(crd: &Value) -> impl Iterator<Item = String> + '_ {
-    let group = crate::apply::health::at(crd, "/spec/group").and_then(Value::as_str).unwrap_or_default();
-    let versions = crate::apply::health::at(crd, "/spec/versions").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let group = crate::health::at(crd, "/spec/group").and_then(Value::as_str).unwrap_or_default();
+    let versions = crate::health::at(crd, "/spec/versions").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     versions
         .iter()
         .filter(|v| v["served"].as_bool().unwrap_or(true))

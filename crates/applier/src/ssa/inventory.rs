@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::apply::ObjectRef;
+use crate::ObjectRef;
 
 /// Every object one sync put (or meant to put) in place, in apply order.
 #[derive(Serialize, Deserialize, Clone, Default, PartialEq, Eq, Debug)]
@@ -169,7 +169,7 @@ pub struct PruneLimits {
 pub fn plan<'a>(previous: &'a Inventory, applied: &Inventory, excluded: &[Key<'_>], limits: PruneLimits) -> PrunePlan<'a> {
     let wanted: HashSet<Key<'_>> = applied.entries.iter().map(InventoryEntry::key).chain(excluded.iter().copied()).collect();
     let mut candidates: Vec<&InventoryEntry> = previous.entries.iter().filter(|e| !wanted.contains(&e.key())).collect();
-    candidates.sort_by(|a, b| crate::apply::order::compare_keys(b.key(), a.key()));
+    candidates.sort_by(|a, b| crate::order::compare_keys(b.key(), a.key()));
     candidates.dedup_by(|a, b| a.key() == b.key());
     if candidates.is_empty() {
         return PrunePlan::Nothing;

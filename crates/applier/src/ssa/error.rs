@@ -4,7 +4,7 @@
 use kube::core::Status;
 
 use super::{FORCE_ANNOTATION, RECREATE_ANNOTATION};
-use crate::apply::ObjectRef;
+use crate::ObjectRef;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -11,8 +11,8 @@ use serde_json::Value;
 use super::discovery::Unresolved;
 use super::object::{Policy, to_value};
 use super::{Applier, Digests, FIELD_MANAGER, Inventory, OWNER_LABEL, Stage, diff, is_crd, key_only, unified};
-use crate::apply::{ObjectRef, SkipReason};
-use crate::model::StageAction;
+use crate::StageAction;
+use crate::{ObjectRef, SkipReason};
 
 /// What would happen to one object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,8 +105,8 @@ impl Applier {
             .flat_map(|s| &s.objects)
             .filter(|o| is_crd(o.group(), &o.kind))
             .filter_map(|o| {
-                let group = crate::apply::health::at(&o.body, "/spec/group")?.as_str()?;
-                let kind = crate::apply::health::at(&o.body, "/spec/names/kind")?.as_str()?;
+                let group = crate::health::at(&o.body, "/spec/group")?.as_str()?;
+                let kind = crate::health::at(&o.body, "/spec/names/kind")?.as_str()?;
                 Some((group.to_owned(), kind.to_owned()))
             })
             .collect();
@@ -121,7 +121,7 @@ impl Applier {
                 };
                 let t = match prepared {
                     Ok(t) => t,
-                    Err(not) if matches!(not.entry.action, crate::apply::Action::Skipped(SkipReason::Ignored)) => continue,
+                    Err(not) if matches!(not.entry.action, crate::Action::Skipped(SkipReason::Ignored)) => continue,
                     Err(not) if not.kind_not_served && stage.action == StageAction::Delete => continue,
                     Err(not) if not.kind_not_served && defined.contains(&(o.group().to_owned(), o.kind.clone())) => {
                         let body = self.desired_body(&o.body, o.namespace.as_deref());
@@ -261,7 +261,7 @@ impl Preview {
 }
 
 fn ours(live: &Value, owner: &str) -> bool {
-    crate::apply::health::at(live, "/metadata/labels").and_then(|l| l.get(OWNER_LABEL)).and_then(Value::as_str) == Some(owner)
+    crate::health::at(live, "/metadata/labels").and_then(|l| l.get(OWNER_LABEL)).and_then(Value::as_str) == Some(owner)
 }
 
 fn yaml(v: &Value) -> String {

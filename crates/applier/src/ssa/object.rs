@@ -13,9 +13,9 @@ use super::answer::{self, Seen};
 use super::error::{Error, Result};
 use super::inventory::InventoryEntry;
 use super::{Applier, DriftMode, FIELD_MANAGER, OWNER_LABEL, diff};
-use crate::apply::health::{self, Health};
-use crate::apply::{Action, Entry, ObjectRef, SkipReason};
-use crate::model::Object;
+use crate::Object;
+use crate::health::{self, Health};
+use crate::{Action, Entry, ObjectRef, SkipReason};
 
 /// The policy annotation's values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,7 +200,7 @@ impl Applier {
             return Ok(Outcome::new(&t.entry, Action::Failed, BEING_DELETED));
         }
         if t.policy == Policy::ApplyOnce {
-            return Ok(Outcome::new(&t.entry, Action::Skipped(SkipReason::ApplyOnceExists), crate::apply::changeset::SKIPPED_APPLY_ONCE)
+            return Ok(Outcome::new(&t.entry, Action::Skipped(SkipReason::ApplyOnceExists), crate::changeset::SKIPPED_APPLY_ONCE)
                 .with_health(&live));
         }
         // Values the chart generates at render time stay as they are live.
@@ -396,7 +396,7 @@ impl Applier {
             let live = self.within("reading", &t.entry.object, t.api(&self.client).get_opt(&t.object.name)).await?;
             let live = live.map_err(|source| Error::Get { object: t.entry.object.clone(), source })?;
             let condition = live.as_ref().and_then(|l| {
-                crate::apply::health::at(&l.data, "/status/conditions")?.as_array()?.iter().find(|c| c["type"] == "Established").cloned()
+                crate::health::at(&l.data, "/status/conditions")?.as_array()?.iter().find(|c| c["type"] == "Established").cloned()
             });
             if condition.as_ref().is_some_and(|c| c["status"] == "True") {
                 return Ok(());

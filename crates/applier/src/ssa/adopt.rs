@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 
 use super::object::{Policy, to_value, whole};
 use super::{Applier, Digests, FIELD_MANAGER, InventoryEntry, OWNER_LABEL, Stage, diff, preview};
-use crate::apply::ObjectRef;
-use crate::model::StageAction;
+use crate::ObjectRef;
+use crate::StageAction;
 
 /// What taking one object over does to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -103,7 +103,7 @@ impl Applier {
                 let (_, prepared) = self.prepare(o, stage, &none, &mut cache).await;
                 let t = match prepared {
                     Ok(t) => t,
-                    Err(not) if matches!(not.entry.action, crate::apply::Action::Skipped(_)) => continue,
+                    Err(not) if matches!(not.entry.action, crate::Action::Skipped(_)) => continue,
                     Err(not) => {
                         out.failures.push((not.entry.object, not.entry.message));
                         continue;
@@ -256,7 +256,7 @@ impl Applier {
 
 /// The FieldsV1 `manager` holds through apply (its main resource, not a subresource).
 fn owned<'a>(object: &'a Value, manager: &str) -> Option<&'a Value> {
-    crate::apply::health::at(object, "/metadata/managedFields")?
+    crate::health::at(object, "/metadata/managedFields")?
         .as_array()?
         .iter()
         .find(|m| m["manager"] == manager && m["operation"] == "Apply" && m.get("subresource").is_none_or(|s| s == ""))
@@ -268,7 +268,7 @@ fn owned<'a>(object: &'a Value, manager: &str) -> Option<&'a Value> {
 fn released(theirs: Option<&Value>, after: &Value, from: &str) -> Vec<String> {
     let Some(theirs) = theirs else { return Vec::new() };
     let mut kept = BTreeSet::new();
-    for m in crate::apply::health::at(after, "/metadata/managedFields").and_then(Value::as_array).into_iter().flatten() {
+    for m in crate::health::at(after, "/metadata/managedFields").and_then(Value::as_array).into_iter().flatten() {
         if m["manager"] == from && m["operation"] == "Apply" {
             continue;
         }

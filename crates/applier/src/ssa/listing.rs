@@ -17,7 +17,7 @@ use kube::api::{ApiResource, DynamicObject, ListParams};
 use super::answer::{self, Seen};
 use super::object::{Outcome, Policy, Target};
 use super::{Applier, OWNER_LABEL};
-use crate::apply::{Action, SkipReason};
+use crate::{Action, SkipReason};
 
 /// Items per LIST page: bounds each response however many objects one owner has.
 const PAGE: u32 = 500;
@@ -159,9 +159,7 @@ impl Applier {
             return None;
         }
         let outcome = match t.policy {
-            Policy::ApplyOnce => {
-                Outcome::new(&t.entry, Action::Skipped(SkipReason::ApplyOnceExists), crate::apply::changeset::SKIPPED_APPLY_ONCE)
-            }
+            Policy::ApplyOnce => Outcome::new(&t.entry, Action::Skipped(SkipReason::ApplyOnceExists), crate::changeset::SKIPPED_APPLY_ONCE),
             _ if listed.fields.is_none() || listed.fields != t.previous_fields => return None,
             // A CRD's kinds are only served once it is Established; the full path waits for that.
             _ if super::is_crd(t.object.group(), &t.object.kind) && !listed.established => return None,

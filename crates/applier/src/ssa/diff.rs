@@ -68,7 +68,7 @@ fn walk_maps(a: &Map<String, Value>, b: &Map<String, Value>, path: &mut String, 
 
 /// The fields our manager owns through apply (its `managedFields` FieldsV1), if any.
 pub fn our_fields(object: &Value) -> Option<&Value> {
-    crate::apply::health::at(object, "/metadata/managedFields")?
+    crate::health::at(object, "/metadata/managedFields")?
         .as_array()?
         .iter()
         .find(|m| m["manager"] == FIELD_MANAGER && m["operation"] == "Apply" && m.get("subresource").is_none_or(|s| s == ""))
@@ -83,7 +83,7 @@ pub fn fields_hash(fields: &Value) -> String {
     hex::encode(&Sha256::digest(&bytes)[..6])
 }
 
-/// `".data.a, .spec.x"`, at most [`SHOWN_PATHS`] of them.
+/// `".data.a, .spec.x"`, at most `SHOWN_PATHS` (8) of them.
 pub fn describe(paths: &[String]) -> String {
     let mut text = paths.iter().take(SHOWN_PATHS).cloned().collect::<Vec<_>>().join(", ");
     if paths.len() > SHOWN_PATHS {

@@ -4,7 +4,7 @@
 
 use std::cmp::Ordering;
 
-use crate::model::Object;
+use crate::Object;
 
 /// `(group, kind)` in apply order. Kinds not listed come after all of these, before webhooks.
 const RANKED: &[(&str, &str)] = &[
