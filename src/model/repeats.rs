@@ -50,6 +50,11 @@ impl<K: Hash + Eq + Clone> Repeats<K> {
     pub fn cleared(&self, key: &K) {
         self.0.locked().remove(key);
     }
+
+    /// Forgets every key `gone` says is gone (a Cluster deleted: each kind of its failures).
+    pub fn forget_where(&self, gone: impl Fn(&K) -> bool) {
+        self.0.locked().retain(|k, _| !gone(k));
+    }
 }
 
 /// The cause of `error` for [`Repeats`]: the innermost I/O error of its chain that the OS
@@ -86,6 +91,9 @@ mod tests {
         assert!(r.worth_at(&"a", "EROFS", at(1200 + 3600)), "an hour after it was last said");
         r.cleared(&"a");
         assert!(r.worth_at(&"a", "EROFS", at(1200 + 3601)), "after it was over");
+        r.forget_where(|k| *k == "b");
+        assert!(r.worth_at(&"b", "ENOSPC", at(1200 + 3602)), "forgotten");
+        assert!(!r.worth_at(&"a", "EROFS", at(1200 + 3602)), "kept");
     }
 
     #[derive(Debug, thiserror::Error)]

@@ -10,10 +10,14 @@ use crate::Object;
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectRef {
+    /// `group/version` (`v1` for the core group).
     pub api_version: String,
+    /// The kind, as the manifest names it.
     pub kind: String,
+    /// `None` for a cluster-scoped object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// The object's name.
     pub name: String,
 }
 
@@ -32,14 +36,20 @@ impl fmt::Display for ObjectRef {
     }
 }
 
+/// What a sync did to one object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Action {
+    /// It was not there; it is now.
     Created,
+    /// It was there and differed; it was written.
     Configured,
+    /// It was there as the release wants it: no write.
     Unchanged,
+    /// A release dropped it (or a delete stage named it): deleted.
     Pruned,
     /// Left as it is, and why: whether that counts as synced depends on the reason.
     Skipped(SkipReason),
+    /// The API server refused it, or did not answer: the entry's message says which.
     Failed,
 }
 
@@ -72,6 +82,7 @@ impl Action {
         )
     }
 
+    /// Whether this action wrote to the cluster (a create, an update, a deletion).
     pub fn is_write(self) -> bool {
         matches!(self, Action::Created | Action::Configured | Action::Pruned)
     }
@@ -90,9 +101,12 @@ impl fmt::Display for Action {
     }
 }
 
+/// One object of a sync: what was done to it, why, and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
+    /// The object.
     pub object: ObjectRef,
+    /// What was done to it.
     pub action: Action,
     /// Empty when there is nothing to say; the reason for Failed and Skipped.
     pub message: String,
@@ -100,6 +114,7 @@ pub struct Entry {
     pub file: String,
     /// Chart and addon stage of a cluster-stack object.
     pub chart: Option<String>,
+    /// The cluster-addon stage it belongs to (`None` for plain manifests).
     pub stage: Option<String>,
 }
 
@@ -130,6 +145,7 @@ impl Entry {
 /// Everything one sync did to one cluster.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ChangeSet {
+    /// One entry per object, in apply order (pruned objects after the stages).
     pub entries: Vec<Entry>,
 }
 
@@ -140,6 +156,7 @@ impl ChangeSet {
         self.entries.iter().filter(|e| same(e.action)).count()
     }
 
+    /// How many entries wrote to the cluster ([`Action::is_write`]).
     pub fn writes(&self) -> usize {
         self.entries.iter().filter(|e| e.action.is_write()).count()
     }

@@ -18,6 +18,7 @@ pub enum Health {
 }
 
 impl Health {
+    /// Whether the object is where it should be (no reason to wait or to report).
     pub fn is_healthy(&self) -> bool {
         matches!(self, Health::Healthy)
     }

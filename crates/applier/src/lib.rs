@@ -16,6 +16,8 @@
 //! The crate knows nothing of releases, sources or Clusters: stacksync's Kubernetes target
 //! renders a release for a Cluster and hands the objects here (README.md).
 
+#![warn(missing_docs)]
+
 pub mod changeset;
 pub mod health;
 pub mod names;
@@ -41,6 +43,7 @@ pub enum DriftMode {
 /// single stage of plain manifests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum StageAction {
+    /// Apply the stage's objects (server-side apply).
     #[default]
     Apply,
     /// Delete the stage's objects (only those carrying our owner label).

@@ -10,6 +10,7 @@ const MAX_NAMESPACE: usize = 63;
 /// An identity the API server would refuse, or that would reach another resource's URL. The
 /// text quotes what was checked (it came from a manifest or a Cluster, never a Secret).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[allow(missing_docs, reason = "each variant is its message, which says what the API server would refuse")]
 pub enum NameError {
     #[error("the object has no name")]
     Empty,

@@ -7,14 +7,20 @@ use serde_json::Value;
 /// A rendered Kubernetes object and where it came from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Object {
+    /// `group/version` (`v1` for the core group).
     pub api_version: String,
+    /// The kind, as the manifest names it.
     pub kind: String,
+    /// As rendered; `None` for a cluster-scoped object or one that takes the applier's default.
     pub namespace: Option<String>,
+    /// The object's name.
     pub name: String,
     /// Release-relative file and the line its document starts on; for helm charts, the template
     /// file as helm's `# Source:` names it.
     pub file: String,
+    /// The 1-based line of `file` its document starts on.
     pub line: usize,
+    /// The whole object as JSON, what is sent (with the owner label added and the namespace defaulted).
     pub body: Value,
     /// The release-relative chart it was rendered from (cluster-stack releases).
     pub chart: Option<String>,

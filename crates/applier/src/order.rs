@@ -83,6 +83,7 @@ pub fn compare(a: &Object, b: &Object) -> Ordering {
     compare_keys((a.group(), &a.kind, a.namespace.as_deref(), &a.name), (b.group(), &b.kind, b.namespace.as_deref(), &b.name))
 }
 
+/// Sorts `objects` into apply order ([`compare`]).
 pub fn sort(objects: &mut [Object]) {
     objects.sort_by(compare);
 }

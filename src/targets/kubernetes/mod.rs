@@ -13,7 +13,7 @@
 //! The state a reconcile keeps between Clusters is [`Kube`]; each of its caches is a small type
 //! of its own: `workloads.rs` (workload clients), `references.rs` (the objects a Cluster
 //! references), `manifests.rs` (manifest releases read once), `classes.rs` (ClusterClasses
-//! applied), `stackrelease.rs` (`StackRelease`s recorded), `warnings.rs` (warnings said once),
+//! applied), `stackrelease.rs` (`StackRelease`s recorded), the warnings said once (`model::repeats`),
 //! `attempts.rs` (backoff counts), `workload.rs` also keeps what a server said about waiting (`Throttle`). `client.rs` builds the management cluster's clients,
 //! `cluster.rs` reads a `Cluster` (pure), `error.rs` is what a reconcile can fail at.
 
@@ -45,7 +45,6 @@ mod stages;
 mod status;
 mod telemetry;
 mod upgrade;
-mod warnings;
 pub mod workload;
 mod workloads;
 
@@ -57,13 +56,13 @@ pub use error::Error;
 pub use render::render;
 pub use rollout::{Health, PlanReport, judge, plan, plan_report as rollout_plan, request as request_rollout};
 pub use run::{SHARD_LABEL, coordinate, pass, request_reconcile, run};
-pub use warnings::REPEAT_WARNING;
 pub use workloads::{REACHABLE_TIMEOUT, Workload};
 
 use crate::config::{Config, KubernetesTarget, Subscription, Target};
 use crate::controller::Context;
 use crate::model::ClusterKey;
 use crate::model::cluster::ClusterConfig;
+use crate::model::repeats::Repeats;
 use applier::ssa;
 
 /// The field manager of every write, objects and status alike.
@@ -87,9 +86,10 @@ pub struct Kube {
     /// Workload clients by Cluster (bounded in number and age) and what each Cluster keeps
     /// between reconciles.
     workloads: workloads::Workloads,
-    /// The last warning of each kind said about a Cluster: a failure that repeats every resync
-    /// is said at WARN when it changes and once an hour, at DEBUG otherwise.
-    warnings: warnings::Warnings,
+    /// The last warning of each kind (`"objects"`, `"client"`, `"reconcile"`, a rollout's move)
+    /// said about a Cluster: a failure that repeats every resync is said at WARN when it changes
+    /// and once an hour, at DEBUG otherwise.
+    warnings: Repeats<(ClusterKey, &'static str)>,
     /// Failed reconciles in a row, by Cluster.
     attempts: attempts::Attempts,
     classes: classes::Classes,
@@ -184,7 +184,7 @@ impl Kube {
 
     /// Forgets what is kept for a Cluster that is gone.
     fn forget(&self, key: &ClusterKey) {
-        self.warnings.forget(key);
+        self.warnings.forget_where(|(k, _)| k == key);
         self.workloads.forget(key);
         self.attempts.succeeded(key);
     }

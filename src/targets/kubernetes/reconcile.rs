@@ -295,7 +295,7 @@ async fn apply_release(
         Ok(workload) => workload,
         Err(e) => {
             let message = e.to_string();
-            if !super::workload::is_throttled(&e) && kube.warnings.worth(&key, "client", &message) {
+            if !super::workload::is_throttled(&e) && kube.warnings.worth(&(key.clone(), "client"), &message) {
                 warn!("{message}");
             } else {
                 debug!("{message} (unchanged since the last warning)");
@@ -379,8 +379,8 @@ fn say(kube: &Kube, key: &ClusterKey, label: &str, after: &decide::After) {
     // at DEBUG, not a warning per Cluster and retry.
     let throttled = kube.throttled(key).is_some();
     if after.said.is_empty() {
-        kube.warnings.cleared(key, "objects");
-    } else if !throttled && kube.warnings.worth(key, "objects", &after.said) {
+        kube.warnings.cleared(&(key.clone(), "objects"));
+    } else if !throttled && kube.warnings.worth(&(key.clone(), "objects"), &after.said) {
         for (object, fields) in &after.drifted {
             warn!(cluster = %label, object = %object, fields = %fields.join(", "), "drifted (driftMode: warn; not corrected)");
         }

@@ -49,7 +49,7 @@ async fn reconcile_fn(obj: Arc<DynamicObject>, kube: Arc<Kube>) -> Result<Action
         Some(r) => {
             if r.outcome.is_ok() {
                 kube.attempts.succeeded(&key);
-                kube.warnings.cleared(&key, "reconcile");
+                kube.warnings.cleared(&(key.clone(), "reconcile"));
             }
             r.outcome
         }
@@ -69,7 +69,7 @@ fn error_policy(obj: Arc<DynamicObject>, error: &Error, kube: Arc<Kube>) -> Acti
     // read-only cache volume names a temp file new on every try. A server that throttles is
     // said once for the server (`workload.rs`, `Throttle`), not per Cluster.
     let cause = format!("{}: {}", error.reason(), crate::model::repeats::cause(error));
-    let loud = !super::workload::is_throttled(error) && kube.warnings.worth(&key, "reconcile", &cause);
+    let loud = !super::workload::is_throttled(error) && kube.warnings.worth(&(key.clone(), "reconcile"), &cause);
     match (error.is_transient(), loud) {
         (true, true) => warn!(cluster = %key, reason = error.reason(), retry_in = ?after, "{error}"),
         (false, true) => {

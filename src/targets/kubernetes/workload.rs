@@ -354,7 +354,7 @@ impl Throttle {
             let until = now + wait;
             s.until = Some(s.until.map_or(until, |u| u.max(until)));
             s.since += 1;
-            let loud = s.said.get(&code.as_u16()).is_none_or(|at| now.duration_since(*at) >= super::REPEAT_WARNING);
+            let loud = s.said.get(&code.as_u16()).is_none_or(|at| now.duration_since(*at) >= crate::model::repeats::REPEAT);
             if loud {
                 s.said.insert(code.as_u16(), now);
                 s.since = 0;

@@ -45,7 +45,9 @@ impl std::fmt::Display for Verdict {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Adopted {
+    /// The object.
     pub object: ObjectRef,
+    /// Whether it can be taken over, and how.
     pub verdict: Verdict,
     /// Fields whose values our apply would change (`.data.a`), our owner label left out.
     pub fields: Vec<String>,
@@ -69,6 +71,7 @@ pub type Generated = std::collections::BTreeMap<(String, String, Option<String>,
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Adoption {
+    /// Every rendered object, judged, in apply order.
     pub objects: Vec<Adopted>,
     /// Objects that could not be judged or taken over, with why.
     pub failures: Vec<(ObjectRef, String)>,

@@ -6,6 +6,8 @@ use kube::core::Status;
 use super::{FORCE_ANNOTATION, RECREATE_ANNOTATION};
 use crate::ObjectRef;
 
+/// A per-object operation that failed, with the object and the API server's cause.
+#[allow(missing_docs, reason = "each variant is the operation its message names; the fields are the object, the cause and the wait")]
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("reading {object}")]

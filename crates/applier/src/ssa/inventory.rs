@@ -12,14 +12,17 @@ use crate::ObjectRef;
 /// Every object one sync put (or meant to put) in place, in apply order.
 #[derive(Serialize, Deserialize, Clone, Default, PartialEq, Eq, Debug)]
 pub struct Inventory {
+    /// One entry per object.
     pub entries: Vec<InventoryEntry>,
 }
 
 impl Inventory {
+    /// How many objects it holds.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// Whether it holds none (a first sync, or a lost inventory).
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -57,10 +60,15 @@ impl Inventory {
 /// of thousands of objects stays small in a status resource.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
 pub struct InventoryEntry {
+    /// The API group (empty for the core group).
     pub group: String,
+    /// The kind.
     pub kind: String,
+    /// `None` for a cluster-scoped object.
     pub namespace: Option<String>,
+    /// The object's name.
     pub name: String,
+    /// The API version it was applied at (`v1`).
     pub version: String,
     /// Digest of the manifest as applied (16 hex digits of its sha256); empty when unknown.
     pub digest: String,
@@ -74,14 +82,17 @@ pub struct InventoryEntry {
 pub type Key<'a> = (&'a str, &'a str, Option<&'a str>, &'a str);
 
 impl InventoryEntry {
+    /// What identifies the object whatever its version.
     pub fn key(&self) -> Key<'_> {
         (&self.group, &self.kind, self.namespace.as_deref(), &self.name)
     }
 
+    /// `group/version` (`v1` for the core group).
     pub fn api_version(&self) -> String {
         if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
     }
 
+    /// The object as a change-set entry names it.
     pub fn object_ref(&self) -> ObjectRef {
         ObjectRef { api_version: self.api_version(), kind: self.kind.clone(), namespace: self.namespace.clone(), name: self.name.clone() }
     }
@@ -101,6 +112,7 @@ impl fmt::Display for InventoryEntry {
     }
 }
 
+/// A status line that is not an inventory entry (the line is quoted).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("inventory entry `{0}` is not `group|kind|namespace|name|version|digest[|fields]`")]
 pub struct ParseEntryError(String);

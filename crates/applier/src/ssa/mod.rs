@@ -63,11 +63,15 @@ pub use crate::{DriftMode, StageAction};
 /// One stage of a sync (a cluster-addon stage, or the ClusterClass objects); stages run in order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Stage {
+    /// Its name, for messages and the change set's entries.
     pub name: String,
+    /// Whether its objects are applied or deleted.
     pub action: StageAction,
+    /// The stage's objects, in any order (the applier sorts them).
     pub objects: Vec<Object>,
 }
 
+/// How an [`Applier`] applies: whose objects they are, what it may take back, prune and wait for.
 #[derive(Debug, Clone)]
 pub struct ApplyOptions {
     /// Who the applied objects belong to (e.g. `<subscription>.<namespace>.<cluster>`); any
@@ -77,7 +81,9 @@ pub struct ApplyOptions {
     pub default_namespace: String,
     /// Take ownership of conflicting fields for every object.
     pub force: bool,
+    /// Whether a live object that differs from an unchanged manifest is corrected or only reported.
     pub drift: DriftMode,
+    /// Whether objects of the previous inventory this sync did not apply are deleted.
     pub prune: bool,
     /// More deletions than this in one pass pause pruning.
     pub prune_limit: usize,
@@ -310,6 +316,7 @@ impl Run {
 }
 
 impl Applier {
+    /// An applier over one cluster's `client`; nothing is sent until a sync.
     pub fn new(client: Client, options: ApplyOptions) -> Applier {
         let owner_value = owner_label_value(&options.owner);
         Applier { client, owner_value, discovery: Discovery::default(), reach: Arc::new(Reach::new(options.reach_within)), options }
@@ -328,6 +335,7 @@ impl Applier {
             .with_reach(self.reach.clone())
     }
 
+    /// The options it was built with.
     pub fn options(&self) -> &ApplyOptions {
         &self.options
     }

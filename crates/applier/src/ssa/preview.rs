@@ -17,7 +17,9 @@ use crate::{ObjectRef, SkipReason};
 /// What would happen to one object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Planned {
+    /// Not there yet: it would be created.
     Create,
+    /// There and different: it would be written.
     Update,
     /// Deleted by a delete stage.
     Delete,
@@ -40,8 +42,11 @@ impl std::fmt::Display for Planned {
 /// server-owned metadata and `status` left out).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedChange {
+    /// The object.
     pub object: ObjectRef,
+    /// What would happen to it.
     pub change: Planned,
+    /// The unified diff (live → desired); empty for a creation or a deletion.
     pub diff: String,
     /// An update's changed field paths (`.data.a`, `.spec.template.spec.containers[0].image`).
     pub fields: Vec<String>,
@@ -86,6 +91,7 @@ pub fn overlay(live: &Value, desired: &Value) -> Value {
 /// What a sync would do to one cluster.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Preview {
+    /// One entry per object that would change, in apply order.
     pub changes: Vec<PlannedChange>,
     /// Objects that could not be previewed (the sync would fail on them too), with why.
     pub failures: Vec<(ObjectRef, String)>,

@@ -373,13 +373,13 @@ async fn try_move(kube: &Kube, key: &str, m: &mut Member, class: &str, version: 
                 m.obj = edited;
             }
             if let Some(c) = &cluster {
-                kube.warnings.cleared(c, MOVE);
+                kube.warnings.cleared(&(c.clone(), MOVE));
             }
             Some(changed)
         }
         Err(e) => {
             let message = format!("rollout: {e}; tried again at the next check");
-            if cluster.is_none_or(|c| kube.warnings.worth(&c, MOVE, &message)) {
+            if cluster.is_none_or(|c| kube.warnings.worth(&(c, MOVE), &message)) {
                 warn!(cluster = %key, to = class, "{message}");
             } else {
                 debug!(cluster = %key, to = class, "{message} (unchanged since the last warning)");
