@@ -4,10 +4,12 @@
 //! The controller runs as the daemon runs it (`targets::kubernetes::run`, one long-lived `Kube`
 //! and `Context`); one Cluster is synced, and then a watch event on it causes the reconciles
 //! measured. This test binary's allocator takes a backtrace at every allocation made while the
-//! measured reconcile runs; every backtrace with the per-Cluster reconcile
-//! (`targets/kubernetes/reconcile.rs`) on its stack adds the `src/` files of its frames (inlined
-//! ones included: the test profile keeps line tables), except frames the compiler derived (a
-//! clone, a serde visitor, a drop). A function that neither allocates nor calls anything that
+//! measured reconcile runs; every backtrace with the Cluster watch handler
+//! (`targets::kubernetes::run::reconcile_fn`: the reconcile, its metrics, its backoff
+//! bookkeeping) on its stack adds the `src/` files of its frames (inlined ones included: the test
+//! profile keeps line tables), except frames the compiler derived (a clone, a serde visitor, a
+//! drop). `STACKSYNC_PATH_DETAIL=1` prints the functions and lines that allocate in each file,
+//! `STACKSYNC_PATH_STACK=<file>` the first stack through that file. A function that neither allocates nor calls anything that
 //! does is not seen: the measure is a lower bound of what a reader must open, which is what a
 //! bound is for.
 
@@ -19,7 +21,7 @@ mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -46,7 +48,7 @@ unsafe impl GlobalAlloc for Probe {
         if MEASURING.load(Ordering::Relaxed) && !INSIDE.with(Cell::get) {
             INSIDE.with(|i| i.set(true));
             let trace = std::backtrace::Backtrace::force_capture().to_string();
-            if trace.contains("/reconcile.rs:") {
+            if trace.contains("run::reconcile_fn") {
                 STACKS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(trace);
             }
             INSIDE.with(|i| i.set(false));
@@ -82,10 +84,10 @@ fn derived(symbol: &str) -> bool {
 
 /// The `src/`-relative files named by the `at <path>:<line>` lines of the recorded backtraces,
 /// except for frames the compiler derived.
-fn files(stacks: &[String]) -> BTreeSet<String> {
+fn files(stacks: &[String]) -> BTreeMap<String, BTreeSet<String>> {
     // Paths are as rustc was given them: relative to the package (`./src/…`), or absolute.
     let absolute = concat!(env!("CARGO_MANIFEST_DIR"), "/src/");
-    let mut files = BTreeSet::new();
+    let mut files = BTreeMap::<String, BTreeSet<String>>::new();
     for stack in stacks {
         // Each frame is a `<n>: <symbol>` line and, for each function inlined into it, more;
         // each symbol is followed by its `at <file>:<line>:<column>` line.
@@ -97,11 +99,19 @@ fn files(stacks: &[String]) -> BTreeSet<String> {
             };
             let Some(file) = at.strip_prefix("./src/").or_else(|| at.strip_prefix(absolute)) else { continue };
             if !derived(symbol) {
-                files.insert(file.split(':').next().unwrap_or(file).to_owned());
+                let line = file.split(':').nth(1).unwrap_or("");
+                let name = file.split(':').next().unwrap_or(file).to_owned();
+                files.entry(name).or_default().insert(format!("{}:{line}", short(symbol)));
             }
         }
     }
     files
+}
+
+/// A frame's symbol without its crate path and hash: `Kube::reconcile::{{closure}}`.
+fn short(symbol: &str) -> String {
+    let symbol = symbol.rsplit_once("::h").filter(|(_, h)| h.len() == 16).map_or(symbol, |(s, _)| s);
+    symbol.replace("stacksync::", "").replace("{{closure}}", "{closure}")
 }
 
 /// How many reconciles the daemon has finished, by the metrics it publishes.
@@ -175,8 +185,21 @@ async fn a_steady_state_reconcile_of_one_cluster_runs_through_a_bounded_number_o
 
     let stacks = std::mem::take(&mut *STACKS.lock().expect("stacks"));
     assert!(!stacks.is_empty(), "no backtrace went through the reconcile: is the test built without line tables?");
+    if let Ok(want) = std::env::var("STACKSYNC_PATH_STACK") {
+        for s in stacks.iter().filter(|s| s.contains(&want)).take(1) {
+            let ours: Vec<&str> = s.lines().map(str::trim).filter(|l| l.contains("./src/") || l.contains("stacksync::")).collect();
+            println!("{}", ours.join("\n"));
+        }
+    }
     let path = files(&stacks);
-    let listed = path.iter().map(|f| format!("  {f}")).collect::<Vec<_>>().join("\n");
+    let detail = std::env::var_os("STACKSYNC_PATH_DETAIL").is_some();
+    let listed =
+        path.iter()
+            .map(|(f, at)| {
+                if detail { format!("  {f}\n{}", at.iter().map(|a| format!("      {a}\n")).collect::<String>()) } else { format!("  {f}") }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
     println!("the steady-state path of one Cluster, {} files of src/:\n{listed}", path.len());
     assert!(path.len() <= BOUND, "one Cluster's reconcile runs through {} files of src/, more than {BOUND}:\n{listed}", path.len());
 }

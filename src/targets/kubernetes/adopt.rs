@@ -476,7 +476,7 @@ async fn judge_cluster(kube: &Kube, addon: &DynamicObject, key: ClusterKey) -> (
     let result = async {
         let prepared = kube.ctx.prepare(&release).await.map_err(|e| e.to_string())?;
         let rendered = render(kube, &sub, &prepared, &c).await.map_err(|e| e.to_string())?;
-        let super::Workload { client, discovery, .. } = kube.workload(&c).await.map_err(|e| e.to_string())?;
+        let super::Workload { client, discovery, .. } = kube.workload(&key, &c).await.map_err(|e| e.to_string())?;
         reachable(&client).await.map_err(|e| e.to_string())?;
         let generated = generated(kube, &sub, &prepared, &c, &rendered.stages).await.map_err(|e| e.to_string())?;
         let applier = Applier::new(client, apply_options(&kube.target(), &sub, &c)).with_discovery(discovery);

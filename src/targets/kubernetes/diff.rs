@@ -95,7 +95,7 @@ async fn one(
         d.release = Some(rel.tag.clone());
         let prepared = kube.ctx.prepare(&rel).await.map_err(|e| e.to_string())?;
         let rendered = render(kube, sub, &prepared, &c).await.map_err(|e| e.to_string())?;
-        let super::Workload { client, discovery, .. } = kube.workload(&c).await.map_err(|e| e.to_string())?;
+        let super::Workload { client, discovery, .. } = kube.workload(&d.cluster, &c).await.map_err(|e| e.to_string())?;
         reachable(&client).await.map_err(|e| e.to_string())?;
         let mut options = apply_options(&kube.target(), sub, &c);
         options.generated = applier::ssa::parse_generated(&previous.generated);

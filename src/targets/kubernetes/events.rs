@@ -64,6 +64,10 @@ impl Events {
     /// selects events by it). Best effort: an event that cannot be written, or finds the queue
     /// full, is dropped (events are a view, the status is the record).
     pub(super) fn cluster_sync(&self, namespace: &str, name: &str, uid: Option<String>, events: Vec<Event>) {
+        if events.is_empty() {
+            // The steady state of every Cluster: nothing is built for nothing to say.
+            return;
+        }
         let reference = ObjectReference {
             api_version: Some("stacksync.io/v1alpha1".into()),
             kind: Some("ClusterSync".into()),
@@ -122,16 +126,24 @@ fn has(status: &ClusterSyncStatus, type_: &str) -> bool {
 }
 
 /// The events a reconcile that turned `prev` into `next` is worth, having made `writes` writes
-/// (`summary`: what the applier did, in words).
-pub(super) fn for_cluster_sync(prev: &ClusterSyncStatus, next: &ClusterSyncStatus, writes: usize, summary: &str) -> Vec<Event> {
+/// (`summary`: what the applier did, in words, asked only for an `Applied` event). A reconcile
+/// that changed nothing is worth none, and allocates nothing to find that out.
+pub(super) fn for_cluster_sync(
+    prev: &ClusterSyncStatus,
+    next: &ClusterSyncStatus,
+    writes: usize,
+    summary: impl FnOnce() -> String,
+) -> Vec<Event> {
     let mut out = Vec::new();
-    let tag = |s: &ClusterSyncStatus| s.applied_release.as_ref().map(|r| r.tag.clone());
+    fn tag(s: &ClusterSyncStatus) -> Option<&str> {
+        s.applied_release.as_ref().map(|r| r.tag.as_str())
+    }
     let applied = tag(next);
     if let Some(newest) = &next.newest_available
         && next.newest_available != prev.newest_available
-        && Some(newest) != applied.as_ref()
+        && Some(newest.as_str()) != applied
     {
-        let now = applied.as_deref().unwrap_or("nothing");
+        let now = applied.unwrap_or("nothing");
         out.push(event(EventType::Normal, "ReleaseAvailable", "Poll", format!("{newest} is available (applied: {now})")));
     }
     for (type_, reason) in [("Paused", "Paused"), ("Suspended", "Suspended")] {
@@ -145,8 +157,8 @@ pub(super) fn for_cluster_sync(prev: &ClusterSyncStatus, next: &ClusterSyncStatu
     let changed = before.is_none_or(|b| b.status != now.status || b.reason != now.reason);
     match (now.status.as_str(), now.reason.as_str()) {
         ("True", _) if writes > 0 || tag(prev) != applied || changed => {
-            let release = applied.as_deref().unwrap_or("the release");
-            out.push(event(EventType::Normal, "Applied", "Apply", format!("{release}: {summary}")));
+            let release = applied.unwrap_or("the release");
+            out.push(event(EventType::Normal, "Applied", "Apply", format!("{release}: {}", summary())));
         }
         ("True", _) => {}
         // Rolling out: a stage waits for health. One event when it starts waiting.
@@ -225,7 +237,9 @@ mod tests {
     fn events_by_transition() {
         let none = ClusterSyncStatus::default();
         let synced = status("True", "Synced", Some("v1"), Some("v1"));
-        let r = |prev: &ClusterSyncStatus, next: &ClusterSyncStatus, writes| reasons(&for_cluster_sync(prev, next, writes, "1 created"));
+        let r = |prev: &ClusterSyncStatus, next: &ClusterSyncStatus, writes| {
+            reasons(&for_cluster_sync(prev, next, writes, || "1 created".into()))
+        };
         // First apply; a quiet resync says nothing; a drift taken back does.
         assert_eq!(r(&none, &synced, 3), [("Applied".into(), false)]);
         assert_eq!(r(&synced, &synced, 0), []);
@@ -260,8 +274,8 @@ mod tests {
             reason: "Paused".into(),
             ..synced.conditions[0].clone()
         });
-        assert_eq!(reasons(&for_cluster_sync(&synced, &paused, 0, "")), [("Paused".into(), false)]);
-        assert_eq!(reasons(&for_cluster_sync(&paused, &paused, 0, "")), []);
+        assert_eq!(reasons(&for_cluster_sync(&synced, &paused, 0, String::new)), [("Paused".into(), false)]);
+        assert_eq!(reasons(&for_cluster_sync(&paused, &paused, 0, String::new)), []);
     }
 
     #[test]

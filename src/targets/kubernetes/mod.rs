@@ -166,8 +166,8 @@ impl Kube {
     }
 
     /// A client of the workload cluster for this reconcile ([`workloads::Workloads::get`]).
-    async fn workload(&self, c: &ClusterConfig) -> Result<Workload, workloads::WorkloadError> {
-        self.workloads.get(&self.mgmt, c, self.target().request_timeout).await
+    async fn workload(&self, key: &ClusterKey, c: &ClusterConfig) -> Result<Workload, workloads::WorkloadError> {
+        self.workloads.get(&self.mgmt, key, c, self.target().request_timeout).await
     }
 
     /// `c` with the live objects cluster-stack values templates read

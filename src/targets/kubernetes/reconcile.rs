@@ -41,7 +41,7 @@ pub(super) struct Reconciled {
     pub stalled: bool,
 }
 
-/// Reconciles one Cluster. `Ok(None)`: no subscription covers it (or its source was never
+/// Reconciles one Cluster (`key`: its namespace and name, [`key_of`]). `Ok(None)`: no subscription covers it (or its source was never
 /// polled yet: the first poll's publication brings it back).
 ///
 /// # Errors
@@ -49,9 +49,8 @@ pub(super) struct Reconciled {
 /// else is done then). Every other failure is written to the ClusterSync and returned in
 /// [`Reconciled::outcome`]; a final status write that fails is returned there too (with the
 /// report of what was done), and the controller retries until it lands.
-pub(super) async fn reconcile(kube: &Kube, obj: &DynamicObject) -> Result<Option<Reconciled>, Error> {
+pub(super) async fn reconcile(kube: &Kube, key: ClusterKey, obj: &DynamicObject) -> Result<Option<Reconciled>, Error> {
     let config = kube.ctx.config();
-    let key = ClusterKey::new(obj.metadata.namespace.clone().unwrap_or_default(), obj.metadata.name.clone().unwrap_or_default());
     let labels = obj.metadata.labels.clone().unwrap_or_default();
     let class = topology_class(&obj.data);
     let Some((sub, c)) = subscription_for(&config, &key, &labels, class.as_deref()) else { return Ok(None) };
@@ -102,7 +101,7 @@ async fn reconcile_in(
         s.last_handled_reconcile_at.clone_from(&requested);
         s
     };
-    let outcome = sync(kube, sub, &c, obj, class.as_deref(), &prev_status, &owner).await;
+    let outcome = sync(kube, &key, sub, &c, obj, class.as_deref(), &prev_status, &owner).await;
     if let Err(Fail::Unrecorded { tag, source }) = outcome {
         // The management cluster refused the apply-started status: the ClusterSync still says
         // what is true (nothing was applied). An Event says why, the metrics count the error,
@@ -152,7 +151,7 @@ async fn reconcile_in(
     };
     let next = stamp(crd);
     let stalled = next.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == "True");
-    let events = super::events::for_cluster_sync(&prev_status, &next, changes.writes(), &changes.summary());
+    let events = super::events::for_cluster_sync(&prev_status, &next, changes.writes(), || changes.summary());
     // Retried a few times here; past that the reconcile fails and the controller retries it
     // with backoff until the status lands (the apply-started status says the truth meanwhile).
     // The ClusterSync as this reconcile last wrote it, if it did: not created a second time.
@@ -186,8 +185,10 @@ async fn reconcile_in(
 }
 
 /// Everything between reading the previous status and writing the new one.
+#[allow(clippy::too_many_arguments)]
 async fn sync(
     kube: &Kube,
+    key: &ClusterKey,
     sub: &Subscription,
     c: &ClusterConfig,
     obj: &DynamicObject,
@@ -254,14 +255,16 @@ async fn sync(
         };
     }
     let rspan = info_span!("release", tag = %rel.tag, commit = %short(&rel.commit));
-    apply_release(kube, sub, c, rel, prepared, prev, owner).instrument(rspan).await
+    apply_release(kube, key, sub, c, rel, prepared, prev, owner).instrument(rspan).await
 }
 
 /// Applies a prepared release to the Cluster: the doer of [`decide`]'s decisions (render, the
 /// ClusterClasses, the workload client, the apply-started status, the upgrade stages, the
 /// apply), and what is said about it.
+#[allow(clippy::too_many_arguments)]
 async fn apply_release(
     kube: &Kube,
+    key: &ClusterKey,
     sub: &Subscription,
     c: &ClusterConfig,
     rel: Release,
@@ -290,8 +293,7 @@ async fn apply_release(
         }
         kube.classes.ensure(kube, sub, &c.namespace, &releases).await;
     }
-    let key = ClusterKey::new(&c.namespace, &c.name);
-    let super::Workload { client, discovery } = match kube.workload(c).await {
+    let super::Workload { client, discovery } = match kube.workload(key, c).await {
         Ok(workload) => workload,
         Err(e) => {
             let message = e.to_string();
@@ -344,7 +346,7 @@ async fn apply_release(
             "the ClusterSync had no inventory but this release's objects were already in place: the inventory was lost; objects an earlier release dropped are not pruned (find them by the label stacksync.io/owner)"
         );
     }
-    say(kube, &key, &label, &after);
+    say(kube, key, &label, &after);
     let Done { status: st, crd, .. } = &after.done;
     // The one line per Cluster and pass at INFO (per-object lines are DEBUG): the release is
     // in the span, the counts by action and the time here.

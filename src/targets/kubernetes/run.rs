@@ -42,7 +42,7 @@ async fn reconcile_fn(obj: Arc<DynamicObject>, kube: Arc<Kube>) -> Result<Action
         return Ok(Action::requeue(wait));
     }
     let started = std::time::Instant::now();
-    let result = reconcile::reconcile(&kube, &obj).await;
+    let result = reconcile::reconcile(&kube, key.clone(), &obj).await;
     super::telemetry::reconciled(&key, result.as_ref(), started.elapsed());
     match result? {
         None => Ok(Action::await_change()),
@@ -463,7 +463,10 @@ pub async fn pass(ctx: Arc<Context>, concurrency: usize) -> PassReport {
         let mut results = stream::iter(std::mem::take(&mut round))
             .map(|obj| {
                 let kube = kube.clone();
-                async move { (key_of(&obj), reconcile::reconcile(&kube, &obj).await) }
+                async move {
+                    let Some(key) = key_of(&obj) else { return (None, Ok(None)) };
+                    (Some(key.clone()), reconcile::reconcile(&kube, key, &obj).await)
+                }
             })
             .buffer_unordered(concurrency.max(1));
         let mut progressing = Vec::new();

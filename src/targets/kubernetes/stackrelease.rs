@@ -50,13 +50,17 @@ impl ClassResult {
 /// Manifest releases (`subscription`, `tag`, `commit`) whose StackRelease this process has
 /// recorded: once per release, not a read per reconcile.
 #[derive(Default)]
-pub(super) struct Recorded(Mutex<HashSet<(String, String, String)>>);
+pub(super) struct Recorded(Mutex<HashMap<String, HashMap<String, HashSet<String>>>>);
 
 impl Recorded {
-    /// Whether this is the first time the release is recorded (it is now).
+    /// Whether this is the first time the release is recorded (it is now). Asked by every
+    /// reconcile of a manifests Cluster: the answer "no" copies nothing.
     pub(super) fn first(&self, sub: &str, rel: &Release) -> bool {
-        let id = (sub.to_owned(), rel.tag.clone(), rel.commit.clone());
-        self.0.locked().insert(id)
+        let mut recorded = self.0.locked();
+        if recorded.get(sub).and_then(|tags| tags.get(&rel.tag)).is_some_and(|commits| commits.contains(&rel.commit)) {
+            return false;
+        }
+        recorded.entry(sub.to_owned()).or_default().entry(rel.tag.clone()).or_default().insert(rel.commit.clone())
     }
 }
 

@@ -46,10 +46,10 @@ impl Workloads {
     pub(super) async fn get(
         &self,
         mgmt: &kube::Client,
+        key: &ClusterKey,
         c: &ClusterConfig,
         timeout: std::time::Duration,
     ) -> Result<Workload, WorkloadError> {
-        let key = ClusterKey::new(&c.namespace, &c.name);
         let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(mgmt.clone(), &c.namespace);
         let name = format!("{}-kubeconfig", c.name);
         let at = || format!("{}/{name}", c.namespace);
@@ -59,15 +59,21 @@ impl Workloads {
             Err(source) => return Err(WorkloadError::ReadSecret { secret: at(), source }),
         };
         let version = secret.metadata.resource_version.clone().unwrap_or_default();
-        let state = self.states.locked().entry(key.clone()).or_insert_with(|| ClusterState::new(&key)).clone();
-        let client = match self.clients.get(&key, &version, Some(&state.throttle)) {
+        let state = {
+            let mut states = self.states.locked();
+            match states.get(key) {
+                Some(state) => state.clone(),
+                None => states.entry(key.clone()).or_insert_with(|| ClusterState::new(key)).clone(),
+            }
+        };
+        let client = match self.clients.get(key, &version, Some(&state.throttle)) {
             Some(client) => client,
             None => {
                 let recipe = recipe(&at(), &secret, timeout, &self.tls).await?;
                 // Built once already by `Recipe::new`: a failure here is as unlikely as it is
                 // described (never with the error's text, which may quote the kubeconfig).
                 let client = recipe.client(Some(&state.throttle)).map_err(|_| WorkloadError::NoClient { secret: at() })?;
-                self.clients.put(key, version, recipe);
+                self.clients.put(key.clone(), version, recipe);
                 client
             }
         };

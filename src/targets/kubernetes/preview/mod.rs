@@ -489,7 +489,7 @@ async fn one(fleet: &Fleet<'_>, obj: &DynamicObject, key: &ClusterKey, c: crate:
             return p;
         }
     };
-    let super::Workload { client, discovery } = match kube.workload(&c).await {
+    let super::Workload { client, discovery } = match kube.workload(key, &c).await {
         Ok(w) => w,
         Err(e) => {
             p.result = Judged::Unreachable;
