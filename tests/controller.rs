@@ -209,6 +209,86 @@ async fn each_cluster_gets_the_release_its_class_names_and_old_classes_stay_whil
     assert_eq!(env.applied_tag("beta").await, "docker-ferrol-1-27-v3");
 }
 
+/// A release's ClusterClass is pruned in every namespace it was applied to, also in a namespace
+/// that no process since applied it to: each pass (a new process, as after a restart, or another
+/// shard) adds to the StackRelease's `classInventory`, never writes over what it recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_release_s_cluster_classes_are_pruned_in_namespaces_a_later_process_never_applied() {
+    const OTHER: &str = "team-b";
+    let env = Env::new(2).await;
+    publish(&env.repo, "docker-ferrol-1-27-v2");
+    publish(&env.repo, "docker-ferrol-1-27-v3");
+    env.add_cluster("alpha", "docker-ferrol-1-27-v2", true).await;
+    env.add_kubeconfig("alpha", 0).await;
+    // beta in another namespace, with its kubeconfig Secret there.
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(env.mgmt());
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OTHER}});
+    namespaces.patch(OTHER, &PatchParams::apply("test"), &Patch::Apply(namespace)).await.expect("namespace");
+    let clusters = Api::<DynamicObject>::namespaced_with(env.mgmt(), OTHER, &common::res("cluster.x-k8s.io", "v1beta1", "Cluster"));
+    let beta = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+        "metadata": {"name": "beta", "namespace": OTHER, "labels": {"stack": "ferrol"}},
+        "spec": {
+            "topology": {"class": "docker-ferrol-1-27-v2", "version": "v1.27.3"},
+            "controlPlaneEndpoint": {"host": "beta.example.test", "port": 6443},
+            "clusterNetwork": {"pods": {"cidrBlocks": ["10.1.0.0/16"]}},
+        },
+    });
+    clusters.patch("beta", &PatchParams::apply("capi"), &Patch::Apply(beta)).await.expect("beta");
+    let ready = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": "beta"}, "status": {"controlPlaneReady": true}});
+    clusters.patch_status("beta", &PatchParams::apply("capi").force(), &Patch::Apply(ready)).await.expect("beta ready");
+    let mut secret = k8s_openapi::api::core::v1::Secret::default();
+    secret.metadata.name = Some("beta-kubeconfig".into());
+    secret.metadata.namespace = Some(OTHER.into());
+    let kubeconfig = std::fs::read(env.workloads[1].kubeconfig()).expect("kubeconfig");
+    secret.data = Some([("value".to_owned(), k8s_openapi::ByteString(kubeconfig))].into());
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(env.mgmt(), OTHER);
+    secrets.patch("beta-kubeconfig", &PatchParams::apply("capi"), &Patch::Apply(&secret)).await.expect("secret");
+    let classes_in = async |ns: &str| {
+        let api = Api::<DynamicObject>::namespaced_with(env.mgmt(), ns, &common::res("cluster.x-k8s.io", "v1beta1", "ClusterClass"));
+        let mut names: Vec<String> =
+            api.list(&Default::default()).await.expect("list").items.into_iter().filter_map(|o| o.metadata.name).collect();
+        names.sort();
+        names
+    };
+    let config = stack_config(&env);
+    let both: Vec<String> = ["docker-ferrol-1-27-v2", "docker-ferrol-1-27-v3"].map(String::from).to_vec();
+
+    // Both namespaces get v2 (their Clusters' class) and v3 (offered).
+    common::assert_exit(&common::run_once(&config).await, 0);
+    assert_eq!((classes_in(NS).await, classes_in(OTHER).await), (both.clone(), both.clone()));
+
+    // beta moves to v3. alpha still uses v2, so v2 stays everywhere; this pass applies v2 in
+    // team-a only, and records it there.
+    env.patch_cluster("alpha", json!({"metadata": {"annotations": {"touched": "1"}}})).await;
+    clusters
+        .patch("beta", &PatchParams::default(), &Patch::Merge(json!({"spec": {"topology": {"class": "docker-ferrol-1-27-v3"}}})))
+        .await
+        .expect("move beta");
+    // Another writer (a shard) changed the StackRelease between this process's read and its
+    // write: the write is refused (409) and made again over what is there now.
+    let status = "/stackreleases/ferrol.docker-ferrol-1-27-v2/status";
+    env.mgmt.faults().add(fake_apiserver::FaultRule::new().verb("patch").path(status).status(409).times(1));
+    let o = common::run_once(&config).await;
+    common::assert_exit(&o, 0);
+    let logs = String::from_utf8_lossy(&o.stderr);
+    assert!(!logs.contains("cannot write StackRelease status"), "{logs}");
+    assert_eq!(env.applied_tag("alpha").await, "docker-ferrol-1-27-v2");
+    assert_eq!((classes_in(NS).await, classes_in(OTHER).await), (both.clone(), both.clone()));
+    let releases: Api<DynamicObject> = Api::all_with(env.mgmt(), &common::res("stacksync.io", "v1alpha1", "StackRelease"));
+    let v2 = releases.get("ferrol.docker-ferrol-1-27-v2").await.expect("v2's StackRelease");
+    let recorded: Vec<&str> =
+        v2.data["status"]["classInventory"].as_array().expect("classInventory").iter().filter_map(|l| l.as_str()).collect();
+    assert!(recorded.iter().any(|l| l.contains(&format!("|{OTHER}|"))), "team-b's v2 ClusterClass is no longer recorded: {recorded:?}");
+
+    // alpha moves too: nobody uses v2 and it is not offered: pruned in both namespaces.
+    env.patch_cluster("alpha", json!({"spec": {"topology": {"class": "docker-ferrol-1-27-v3"}}})).await;
+    common::assert_exit(&common::run_once(&config).await, 0);
+    let v3 = vec!["docker-ferrol-1-27-v3".to_owned()];
+    assert_eq!((classes_in(NS).await, classes_in(OTHER).await), (v3.clone(), v3));
+    assert!(releases.get_opt("ferrol.docker-ferrol-1-27-v2").await.expect("get").is_none(), "v2's StackRelease stays");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_work_directory_that_cannot_be_made_fails_the_pass_with_a_condition() {
     let env = Env::new(1).await;

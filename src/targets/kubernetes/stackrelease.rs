@@ -2,7 +2,7 @@
 //! its ClusterClass apply, or why its signature was refused; written with server-side apply,
 //! only when they changed.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 use kube::api::{Api, Patch, PatchParams};
@@ -165,17 +165,25 @@ pub(super) async fn record_release(
             .unwrap_or_default(),
         synced: class.map_or(0, |c| c.changes.entries.iter().filter(|e| e.is_synced()).count() as u32),
         total: class.map_or(0, |c| c.changes.entries.len() as u32),
-        class_inventory: class.map(|c| c.inventory.clone()).unwrap_or_default(),
+        // Merged with what the StackRelease records, below.
+        class_inventory: Vec::new(),
         rollout: None,
     };
     let spec = StackReleaseSpec { subscription: sub.name.clone(), source: sub.source.clone(), tag: rel.tag.clone() };
     let params = PatchParams::apply(MANAGER).force();
-    let current = api.get_opt(&name).await.ok().flatten();
+    let mut current = api.get_opt(&name).await.ok().flatten();
     let mut uid = current.as_ref().and_then(|c| c.metadata.uid.clone());
+    let mut version = current.as_ref().and_then(|c| c.metadata.resource_version.clone());
     if current.as_ref().map(|c| &c.spec) != Some(&spec) {
         let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": {"name": name}, "spec": spec});
         match api.patch(&name, &params, &Patch::Apply(body)).await {
-            Ok(written) => uid = written.metadata.uid,
+            Ok(written) => {
+                uid = written.metadata.uid.clone();
+                version = written.metadata.resource_version.clone();
+                if current.is_some() {
+                    current = Some(written);
+                }
+            }
             Err(e) => {
                 warn!(release = %name, error = %e, "cannot write StackRelease");
                 return;
@@ -188,19 +196,65 @@ pub(super) async fn record_release(
     let unverified = assets.iter().filter(|a| a.verified_by == crate::model::verification::VerifiedBy::Unverified).count();
     let evs = super::events::for_stack_release(&rel.tag, current.is_none(), unverified, newly_failed);
     events.stack_release(&name, uid, evs);
-    // `conditions` and `clusters` belong to the roll-up (its own field manager): not compared,
-    // not written here.
-    // So does `rollout` (the rollout driver's).
-    let unchanged = old_status.is_some_and(|c| StackReleaseStatus { conditions: Vec::new(), clusters: None, rollout: None, ..c } == status);
-    if unchanged {
-        ledger.note(&sub.name, &rel.tag, &rel.commit);
+    // The ClusterClass inventory is the fleet's, not this process's: what it applied is added to
+    // what was recorded (by another shard, or before a restart), which pruning works from. The
+    // write is conditional on the StackRelease read, so two shards recording at once both land:
+    // the one that read an older StackRelease reads it again.
+    let mut old_status = old_status;
+    for attempt in 1..=CONFLICT_RETRIES {
+        let mut status = status.clone();
+        let recorded = old_status.as_ref().map_or(&[][..], |o| &o.class_inventory[..]);
+        status.class_inventory = class_inventory(recorded, class.map_or(&[][..], |c| &c.inventory[..]));
+        // `conditions` and `clusters` belong to the roll-up (its own field manager): not
+        // compared, not written here. So does `rollout` (the rollout driver's).
+        let unchanged =
+            old_status.is_some_and(|c| StackReleaseStatus { conditions: Vec::new(), clusters: None, rollout: None, ..c } == status);
+        if unchanged {
+            ledger.note(&sub.name, &rel.tag, &rel.commit);
+            return;
+        }
+        let mut metadata = json!({"name": name});
+        if let Some(v) = &version {
+            metadata["resourceVersion"] = json!(v);
+        }
+        let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": metadata, "status": status});
+        let error = match api.patch_status(&name, &params, &Patch::Apply(body)).await {
+            Ok(_) => {
+                ledger.note(&sub.name, &rel.tag, &rel.commit);
+                return;
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 && attempt < CONFLICT_RETRIES => match api.get_opt(&name).await {
+                Ok(Some(again)) => {
+                    version = again.metadata.resource_version.clone();
+                    old_status = again.status;
+                    continue;
+                }
+                Ok(None) => kube::Error::Api(e),
+                Err(e) => e,
+            },
+            Err(e) => e,
+        };
+        warn!(release = %name, error = %error, "cannot write StackRelease status");
         return;
     }
-    let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": {"name": name}, "status": status});
-    match api.patch_status(&name, &params, &Patch::Apply(body)).await {
-        Ok(_) => ledger.note(&sub.name, &rel.tag, &rel.commit),
-        Err(e) => warn!(release = %name, error = %e, "cannot write StackRelease status"),
+}
+
+/// How many times a StackRelease's status is written when another writer changed it between the
+/// read and the write (409 Conflict).
+const CONFLICT_RETRIES: usize = 4;
+
+/// A StackRelease's `classInventory` after this process applied `mine`: what was `recorded`
+/// stays (another shard's namespaces, a namespace applied before a restart, none of which this
+/// process applied), and `mine` is added, its line replacing a recorded one for the same object
+/// (`group|kind|namespace|name`; the version and digests after it are what the apply saw).
+/// Sorted, each object once: the same fleet always records the same list.
+fn class_inventory(recorded: &[String], mine: &[String]) -> Vec<String> {
+    let object = |line: &str| line.splitn(5, '|').take(4).collect::<Vec<_>>().join("|");
+    let mut by_object: BTreeMap<String, &String> = BTreeMap::new();
+    for line in recorded.iter().chain(mine) {
+        by_object.insert(object(line), line);
     }
+    by_object.into_values().cloned().collect()
 }
 
 /// Records a release refused for its signature as a `StackRelease` in phase `Refused`: the
@@ -270,6 +324,23 @@ pub(super) fn release_name(sub: &str, tag: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_class_inventory_keeps_what_other_shards_and_earlier_processes_recorded() {
+        let line = |ns: &str, name: &str, version: &str| {
+            format!("cluster.x-k8s.io|ClusterClass|{ns}|{name}|{version}|c7e02d2ea87b65fb|4d9c40517307")
+        };
+        // Another shard (or this process before a restart) applied the class in `team-b`.
+        let recorded = [line("team-b", "v2", "v1beta1")];
+        let mine = [line("team-a", "v2", "v1beta1")];
+        assert_eq!(class_inventory(&recorded, &mine), [line("team-a", "v2", "v1beta1"), line("team-b", "v2", "v1beta1")]);
+        // The same object at the version served now: listed once, as applied now.
+        let moved = [line("team-b", "v2", "v1beta2")];
+        assert_eq!(class_inventory(&recorded, &moved), [line("team-b", "v2", "v1beta2")]);
+        // Nothing applied here (a manifests release): what is recorded stays as it is.
+        assert_eq!(class_inventory(&recorded, &[]), recorded);
+        assert!(class_inventory(&[], &[]).is_empty());
+    }
 
     #[test]
     fn release_names_are_valid_object_names() {
