@@ -19,6 +19,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::model::ClusterKey;
 use crate::model::sync::MutexExt;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -155,9 +156,9 @@ pub struct Metrics {
     pub rollout_failed: Family<SubscriptionLabels, Gauge>,
     pub clusters_by_release: Family<ReleaseReadyLabels, Gauge>,
     pub clusters_not_ready: Family<NotReadyLabels, Gauge>,
-    /// State by Cluster (`namespace/name`), from which the `clusters*` gauges are computed: a
+    /// State by Cluster, from which the `clusters*` gauges are computed: a
     /// Cluster that moves between subscriptions or releases, or goes away, is counted once.
-    cluster_state: Mutex<BTreeMap<String, ClusterState>>,
+    cluster_state: Mutex<BTreeMap<ClusterKey, ClusterState>>,
     /// Rollouts are driven under the rollout coordinator's own Lease (`--shard`): a standby
     /// for its shard keeps exporting the rollouts it drives.
     rollouts_apart: AtomicBool,
@@ -290,9 +291,9 @@ impl Metrics {
         out
     }
 
-    /// Records a finished reconcile of `cluster` (`namespace/name`) for `release` (a tag, empty
-    /// when none is known).
-    pub fn reconciled(&self, cluster: &str, subscription: &str, release: &str, outcome: Outcome, elapsed: Duration) {
+    /// Records a finished reconcile of `cluster` for `release` (a tag, empty when none is known).
+    /// A Cluster whose state did not change (every steady-state reconcile) copies nothing.
+    pub fn reconciled(&self, cluster: &ClusterKey, subscription: &str, release: &str, outcome: Outcome, elapsed: Duration) {
         let (result, reason) = match outcome {
             Outcome::Ready => ("ready", "Synced"),
             Outcome::NotReady(reason) | Outcome::Stalled(reason) => ("not_ready", reason),
@@ -301,23 +302,25 @@ impl Metrics {
         self.reconciles.get_or_create(&ReconcileLabels { subscription: subscription.to_owned(), result, reason }).inc();
         self.reconcile_duration.get_or_create(&SubscriptionLabels { subscription: subscription.to_owned() }).observe(elapsed.as_secs_f64());
         if !matches!(outcome, Outcome::Error(_)) {
-            let cs = ClusterState {
-                subscription: subscription.to_owned(),
-                release: release.to_owned(),
-                ready: matches!(outcome, Outcome::Ready),
-                reason,
-                stalled: matches!(outcome, Outcome::Stalled(_)),
-            };
+            let (ready, stalled) = (matches!(outcome, Outcome::Ready), matches!(outcome, Outcome::Stalled(_)));
             let mut state = self.cluster_state.locked();
-            if state.get(cluster) != Some(&cs) {
-                state.insert(cluster.to_owned(), cs);
+            let same = state.get(cluster).is_some_and(|cs| {
+                cs.subscription == subscription
+                    && cs.release == release
+                    && cs.ready == ready
+                    && cs.reason == reason
+                    && cs.stalled == stalled
+            });
+            if !same {
+                let cs = ClusterState { subscription: subscription.to_owned(), release: release.to_owned(), ready, reason, stalled };
+                state.insert(cluster.clone(), cs);
                 self.recount(&state);
             }
         }
     }
 
     /// A Cluster is gone (or no longer subscribed): it leaves the `clusters` gauge.
-    pub fn forget_cluster(&self, cluster: &str) {
+    pub fn forget_cluster(&self, cluster: &ClusterKey) {
         let mut state = self.cluster_state.locked();
         if state.remove(cluster).is_some() {
             self.recount(&state);
@@ -353,7 +356,7 @@ impl Metrics {
         self.rollout_failed.clear();
     }
 
-    fn recount(&self, state: &BTreeMap<String, ClusterState>) {
+    fn recount(&self, state: &BTreeMap<ClusterKey, ClusterState>) {
         let mut counts: BTreeMap<(&str, bool), i64> = BTreeMap::new();
         let mut by_release: BTreeMap<(&str, &str, bool), i64> = BTreeMap::new();
         let mut not_ready: BTreeMap<(&str, &'static str, bool), i64> = BTreeMap::new();
@@ -552,8 +555,8 @@ mod tests {
     #[test]
     fn exposition_names_every_documented_series() {
         let m = Metrics::new();
-        m.reconciled("ns/a", "sub", "v1", Outcome::Ready, Duration::from_millis(20));
-        m.reconciled("ns/b", "sub", "v2", Outcome::NotReady("ApplyFailed"), Duration::from_millis(20));
+        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::Ready, Duration::from_millis(20));
+        m.reconciled(&ClusterKey::new("ns", "b"), "sub", "v2", Outcome::NotReady("ApplyFailed"), Duration::from_millis(20));
         m.objects("sub", "created", 3);
         m.polls.get_or_create(&PollLabels { source: "src".into(), result: "success" }).inc();
         m.webhook("github", "push", "triggered");
@@ -596,24 +599,24 @@ mod tests {
     #[test]
     fn clusters_gauge_counts_each_cluster_once_and_goes_to_zero() {
         let m = Metrics::new();
-        m.reconciled("ns/a", "sub", "v1", Outcome::NotReady("ApplyFailed"), Duration::ZERO);
-        m.reconciled("ns/a", "sub", "v1", Outcome::Ready, Duration::ZERO);
-        m.reconciled("ns/a", "sub", "v1", Outcome::Error("Transient"), Duration::ZERO);
+        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::NotReady("ApplyFailed"), Duration::ZERO);
+        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::Ready, Duration::ZERO);
+        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::Error("Transient"), Duration::ZERO);
         let text = m.encode();
         assert!(text.contains("stacksync_clusters{subscription=\"sub\",ready=\"true\"} 1"), "{text}");
         assert!(text.contains("stacksync_clusters{subscription=\"sub\",ready=\"false\"} 0"), "{text}");
         assert!(!text.contains("stacksync_clusters_not_ready{"), "a Ready Cluster is not counted by reason: {text}");
-        m.forget_cluster("ns/a");
+        m.forget_cluster(&ClusterKey::new("ns", "a"));
         assert!(!m.encode().contains("stacksync_clusters{"), "a forgotten Cluster leaves no series");
     }
 
     #[test]
     fn a_cluster_moving_between_releases_and_reasons_is_counted_once() {
         let m = Metrics::new();
-        m.reconciled("ns/a", "sub", "v1", Outcome::Ready, Duration::ZERO);
-        m.reconciled("ns/b", "sub", "v1", Outcome::Ready, Duration::ZERO);
-        m.reconciled("ns/a", "sub", "v2", Outcome::NotReady("Progressing"), Duration::ZERO);
-        m.reconciled("ns/a", "sub", "v2", Outcome::Stalled("UpgradeFailed"), Duration::ZERO);
+        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::Ready, Duration::ZERO);
+        m.reconciled(&ClusterKey::new("ns", "b"), "sub", "v1", Outcome::Ready, Duration::ZERO);
+        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v2", Outcome::NotReady("Progressing"), Duration::ZERO);
+        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v2", Outcome::Stalled("UpgradeFailed"), Duration::ZERO);
         let text = m.encode();
         for series in [
             "stacksync_clusters_by_release{subscription=\"sub\",release=\"v1\",ready=\"true\"} 1",
@@ -643,7 +646,7 @@ mod tests {
     #[test]
     fn a_standby_exports_no_fleet_state() {
         let m = Metrics::new();
-        m.reconciled("ns/a", "sub", "v1", Outcome::NotReady("NotSynced"), Duration::ZERO);
+        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::NotReady("NotSynced"), Duration::ZERO);
         m.rollout("sub", 1, 0, Some("PauseRequested"), false, 0);
         m.lease_held("stacksync", false);
         m.forget_fleet();
@@ -659,7 +662,7 @@ mod tests {
     fn a_standby_for_its_shard_still_exports_the_rollouts_it_coordinates() {
         let m = Metrics::new();
         m.set_rollouts_apart();
-        m.reconciled("ns/a", "sub", "v1", Outcome::NotReady("NotSynced"), Duration::ZERO);
+        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::NotReady("NotSynced"), Duration::ZERO);
         m.rollout("sub", 1, 0, None, false, 0);
         m.forget_fleet();
         let text = m.encode();

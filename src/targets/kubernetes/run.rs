@@ -353,7 +353,7 @@ async fn cluster_gone(kube: &Kube, sharded: bool, key: &ClusterKey) {
         return;
     }
     debug!(cluster = %key, "Cluster deleted");
-    crate::telemetry::metrics().forget_cluster(&key.to_string());
+    crate::telemetry::metrics().forget_cluster(key);
     forget(kube, key).await;
 }
 

@@ -16,12 +16,12 @@ pub(super) fn reconciled(key: &ClusterKey, result: Result<&Option<Reconciled>, &
     let r = match result {
         Ok(Some(r)) => r,
         Ok(None) => {
-            m.forget_cluster(&key.to_string());
+            m.forget_cluster(key);
             return;
         }
         // The ClusterSync could not be read or written: no subscription at hand for a label.
         Err(e) => {
-            m.reconciled(&key.to_string(), "", "", Outcome::Error(e.reason()), elapsed);
+            m.reconciled(key, "", "", Outcome::Error(e.reason()), elapsed);
             return;
         }
     };
@@ -37,7 +37,7 @@ pub(super) fn reconciled(key: &ClusterKey, result: Result<&Option<Reconciled>, &
         Outcome::NotReady(status.reason.as_str())
     };
     let release = status.wanted_release.as_ref().or(status.applied_release.as_ref()).map_or("", |r| r.tag.as_str());
-    m.reconciled(&key.to_string(), sub, release, outcome, elapsed);
+    m.reconciled(key, sub, release, outcome, elapsed);
     for (action, name) in [
         (Action::Created, "created"),
         (Action::Configured, "configured"),
