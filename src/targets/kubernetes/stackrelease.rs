@@ -172,29 +172,25 @@ pub(super) async fn record_release(
     let spec = StackReleaseSpec { subscription: sub.name.clone(), source: sub.source.clone(), tag: rel.tag.clone() };
     let params = PatchParams::apply(MANAGER).force();
     let mut current = api.get_opt(&name).await.ok().flatten();
-    let mut uid = current.as_ref().and_then(|c| c.metadata.uid.clone());
-    let mut version = current.as_ref().and_then(|c| c.metadata.resource_version.clone());
+    let created = current.is_none();
     if current.as_ref().map(|c| &c.spec) != Some(&spec) {
         let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": {"name": name}, "spec": spec});
         match api.patch(&name, &params, &Patch::Apply(body)).await {
-            Ok(written) => {
-                uid = written.metadata.uid.clone();
-                version = written.metadata.resource_version.clone();
-                if current.is_some() {
-                    current = Some(written);
-                }
-            }
+            // The StackRelease as it is now, its status included (also when the read failed).
+            Ok(written) => current = Some(written),
             Err(e) => {
                 warn!(release = %name, error = %e, "cannot write StackRelease");
                 return;
             }
         }
     }
-    let old_status = current.as_ref().and_then(|c| c.status.clone());
+    let uid = current.as_ref().and_then(|c| c.metadata.uid.clone());
+    let mut version = current.as_ref().and_then(|c| c.metadata.resource_version.clone());
+    let old_status = current.and_then(|c| c.status);
     let problem = class.and_then(ClassResult::problem).unwrap_or_default();
     let newly_failed = (status.phase == "Failed" && old_status.as_ref().is_none_or(|o| o.phase != "Failed")).then_some(problem.as_str());
     let unverified = assets.iter().filter(|a| a.verified_by == crate::model::verification::VerifiedBy::Unverified).count();
-    let evs = super::events::for_stack_release(&rel.tag, current.is_none(), unverified, newly_failed);
+    let evs = super::events::for_stack_release(&rel.tag, created, unverified, newly_failed);
     events.stack_release(&name, uid, evs);
     // The ClusterClass inventory is the fleet's, not this process's: what it applied is added to
     // what was recorded (by another shard, or before a restart), which pruning works from. The
