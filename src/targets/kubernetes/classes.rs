@@ -25,16 +25,22 @@ use applier::ssa::{Applier, ApplyOptions, Inventory, Stage};
 /// (subscription, tag, namespace)
 type Key = (String, String, String);
 
+/// Held while one task does what must not run twice at once.
+type Lock = Arc<tokio::sync::Mutex<()>>;
+
 /// What this process applied, and one lock per (subscription, release, namespace) so Clusters of
-/// one namespace reconciled at once render its ClusterClass once.
+/// one namespace reconciled at once render its ClusterClass once; one per (subscription,
+/// release) so its StackRelease is recorded by one of them at a time (each records every
+/// namespace applied so far: they would only conflict with each other).
 #[derive(Default)]
 pub(super) struct Classes {
     applied: Mutex<HashMap<Key, (Instant, ClassResult)>>,
-    locks: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
+    locks: Mutex<HashMap<Key, Lock>>,
+    records: Mutex<HashMap<(String, String), Lock>>,
 }
 
 impl Classes {
-    fn lock(&self, key: &Key) -> Arc<tokio::sync::Mutex<()>> {
+    fn lock(&self, key: &Key) -> Lock {
         self.locks.locked().entry(key.clone()).or_default().clone()
     }
 
@@ -60,6 +66,8 @@ impl Classes {
                 // The StackRelease keeps the commit it recorded: what the tag pointed to.
                 continue;
             }
+            let record = self.records.locked().entry((sub.name.clone(), rel.tag.clone())).or_default().clone();
+            let _recording = record.lock().await;
             let merged = self.merged(&sub.name, &rel.tag);
             record_release(
                 &kube.mgmt,
@@ -126,6 +134,8 @@ impl Classes {
                         Err(e) => warn!(release = %name, error = %kube_error(&e), "cannot delete StackRelease"),
                     }
                     self.applied.locked().retain(|(s, t, _), _| !(s == &sub.name && t == tag));
+                    self.locks.locked().retain(|(s, t, _), _| !(s == &sub.name && t == tag));
+                    self.records.locked().remove(&(sub.name.clone(), tag.clone()));
                 }
             }
         }
