@@ -25,11 +25,11 @@ use tracing::{info, warn};
 use super::Error;
 use super::Kube;
 use super::client::kube_error;
-use super::cluster::{subscription_for, topology_class};
+use super::decide::{subscription_for, topology_class};
 use super::reconcile::{apply_options, choose};
 use super::stages::render;
 use super::status::{Owner, write_cluster_sync};
-use super::workloads::reachable;
+use super::workload::reachable;
 use crate::controller::Context;
 use crate::model::ClusterKey;
 use crate::status::crd::{ClusterSync, ClusterSyncStatus, Condition, ReleaseRefStatus};
@@ -437,7 +437,7 @@ async fn judge_cluster(kube: &Kube, addon: &DynamicObject, key: ClusterKey) -> (
             return (out, None);
         }
     };
-    if super::cluster::is_paused(&cluster) {
+    if super::decide::is_paused(&cluster) {
         out.blockers.push(format!(
             "Cluster {key} is paused (spec.paused or cluster.x-k8s.io/paused, as during clusterctl move): nothing is written to it; adopt once it is resumed"
         ));

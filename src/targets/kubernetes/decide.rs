@@ -1,15 +1,22 @@
-//! The pure decisions of a Cluster's sync, which `reconcile.rs` acts on: what a Cluster that is
-//! held gets; before the apply, whether the apply-started status is written and what becomes of
-//! the upgrade stages; after it, what the applier's result means for the Cluster's status and
-//! what is worth saying. Plain functions of their inputs, `now` passed in; table-tested.
+//! The pure part of a Cluster's sync, which `reconcile.rs` acts on. What is read of a Cluster
+//! API `Cluster` (the subscription that covers it, whether it is paused, its topology class,
+//! whether its control plane is ready); what a Cluster that is held gets; before the apply,
+//! whether the apply-started status is written and what becomes of the upgrade stages; after it,
+//! what the applier's result means for the Cluster's status and what is worth saying. Plain
+//! functions of their inputs, `now` passed in; table-tested.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+use kube::api::DynamicObject;
+use serde_json::{Value, json};
 
 use super::fail::Fail;
 use super::stages::rendered_digest;
 use super::upgrade::{self, Step};
-use crate::config::Subscription;
+use crate::config::{Config, Subscription};
 use crate::controller::{Mismatch, PreparedRelease};
+use crate::model::ClusterKey;
 use crate::model::cluster::ClusterConfig;
 use crate::release::Release;
 use crate::status::crd::{ClusterSyncStatus, UpgradeStatus};
@@ -19,6 +26,67 @@ use applier::ssa::{Stage, SyncResult};
 use applier::{ChangeSet, ObjectRef};
 
 type Now = chrono::DateTime<chrono::Utc>;
+
+/// Cluster API's pause annotation (set by `clusterctl move`, among others).
+pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+
+/// The subscription that covers a Cluster, and the cluster as that subscription sees it (its
+/// values). A Cluster listed by name belongs to the first subscription listing it; otherwise to
+/// the first whose `clusterSelector` matches. A cluster follows one stack: later matches are
+/// ignored (they would fight over its ClusterSync). Pure.
+pub fn subscription_for<'a>(
+    config: &'a Config,
+    key: &ClusterKey,
+    labels: &BTreeMap<String, String>,
+    class: Option<&str>,
+) -> Option<(&'a Subscription, ClusterConfig)> {
+    let listed = config
+        .subscriptions
+        .iter()
+        .find_map(|s| s.clusters.iter().find(|c| c.name == key.name && c.namespace == key.namespace).map(|c| (s, c.clone())));
+    if listed.is_some() {
+        return listed;
+    }
+    config.subscriptions.iter().find_map(|s| {
+        let sel = s.selector.as_ref()?;
+        let labels_match = sel.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v));
+        let class_match = !sel.match_stack_class || s.families().zip(class).is_some_and(|(families, class)| families.covers_class(class));
+        (labels_match && class_match).then(|| {
+            let config = ClusterConfig {
+                name: key.name.clone(),
+                namespace: key.namespace.clone(),
+                values: s.values.clone(),
+                objects: Default::default(),
+            };
+            (s, config)
+        })
+    })
+}
+
+/// Whether Cluster API asks everyone to keep their hands off this Cluster.
+pub fn is_paused(cluster: &DynamicObject) -> bool {
+    cluster.data.pointer("/spec/paused") == Some(&json!(true))
+        || cluster.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(PAUSED_ANNOTATION))
+}
+
+/// `spec.topology.class` of a Cluster (v1beta1 and v1beta2 alike; v1beta2 may also say
+/// `spec.topology.classRef.name`).
+pub fn topology_class(cluster: &Value) -> Option<String> {
+    let t = cluster.pointer("/spec/topology")?;
+    t.get("class").and_then(Value::as_str).or_else(|| t.pointer("/classRef/name").and_then(Value::as_str)).map(str::to_owned)
+}
+
+/// v1beta1: `status.controlPlaneReady`; v1beta2: `status.initialization.controlPlaneInitialized`
+/// or a true `ControlPlaneInitialized` / `ControlPlaneReady` condition.
+pub(super) fn control_plane_ready(cluster: &Value) -> bool {
+    let status = &cluster["status"];
+    if status["controlPlaneReady"] == json!(true) || status["initialization"]["controlPlaneInitialized"] == json!(true) {
+        return true;
+    }
+    status["conditions"].as_array().is_some_and(|cs| {
+        cs.iter().any(|c| matches!(c["type"].as_str(), Some("ControlPlaneInitialized" | "ControlPlaneReady")) && c["status"] == "True")
+    })
+}
 
 /// What a sync ends with when it did not fail: the report, the `ClusterSync` status to write,
 /// and when to look again.

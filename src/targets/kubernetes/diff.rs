@@ -11,10 +11,10 @@ use tracing::info_span;
 
 use super::Error;
 use super::Kube;
-use super::cluster::{subscription_for, topology_class};
+use super::decide::{subscription_for, topology_class};
 use super::reconcile::{apply_options, choose, key_of};
 use super::stages::render;
-use super::workloads::reachable;
+use super::workload::reachable;
 use crate::controller::Context;
 use crate::model::ClusterKey;
 use crate::status::crd::ClusterSync;

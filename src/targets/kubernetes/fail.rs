@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::client::kube_error;
 use super::stages::StagesError;
-use super::workloads::WorkloadError;
+use super::workload::WorkloadError;
 use crate::controller::PrepareError;
 use crate::status::Reason;
 

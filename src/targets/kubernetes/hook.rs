@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tracing::{debug, warn};
 
 use super::client::{ClientError, kube_error, management_client};
-use super::cluster::{subscription_for, topology_class};
+use super::decide::{subscription_for, topology_class};
 use super::target;
 use super::upgrade::DONE;
 use crate::config::{Config, Format, KubernetesTarget, Target};

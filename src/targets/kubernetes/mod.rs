@@ -25,7 +25,6 @@ pub mod adopt;
 mod attempts;
 mod classes;
 mod client;
-mod cluster;
 mod decide;
 mod diff;
 mod error;
@@ -43,20 +42,18 @@ mod run;
 mod stackrelease;
 mod stages;
 mod status;
-mod telemetry;
 mod upgrade;
 pub mod workload;
-mod workloads;
 
 pub(crate) use client::kube_error;
 pub use client::{ClientError, management_client, management_watch_client};
-pub use cluster::{PAUSED_ANNOTATION, is_paused, subscription_for, topology_class};
+pub use decide::{PAUSED_ANNOTATION, is_paused, subscription_for, topology_class};
 pub use diff::{ClusterDiff, diff};
 pub use error::Error;
 pub use render::render;
 pub use rollout::{Health, PlanReport, judge, plan, plan_report as rollout_plan, request as request_rollout};
 pub use run::{SHARD_LABEL, coordinate, pass, request_reconcile, run};
-pub use workloads::{REACHABLE_TIMEOUT, Workload};
+pub use workload::{REACHABLE_TIMEOUT, Workload};
 
 use crate::config::{Config, KubernetesTarget, Subscription, Target};
 use crate::controller::Context;
@@ -85,7 +82,7 @@ pub struct Kube {
     pub mgmt_discovery: ssa::Discovery,
     /// Workload clients by Cluster (bounded in number and age) and what each Cluster keeps
     /// between reconciles.
-    workloads: workloads::Workloads,
+    workloads: workload::Workloads,
     /// The last warning of each kind (`"objects"`, `"client"`, `"reconcile"`, a rollout's move)
     /// said about a Cluster: a failure that repeats every resync is said at WARN when it changes
     /// and once an hour, at DEBUG otherwise.
@@ -165,8 +162,8 @@ impl Kube {
         }
     }
 
-    /// A client of the workload cluster for this reconcile ([`workloads::Workloads::get`]).
-    async fn workload(&self, key: &ClusterKey, c: &ClusterConfig) -> Result<Workload, workloads::WorkloadError> {
+    /// A client of the workload cluster for this reconcile ([`workload::Workloads::get`]).
+    async fn workload(&self, key: &ClusterKey, c: &ClusterConfig) -> Result<Workload, workload::WorkloadError> {
         self.workloads.get(&self.mgmt, key, c, self.target().request_timeout).await
     }
 

@@ -11,8 +11,7 @@ use kube::runtime::controller::Action;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::client::kube_error;
-use super::cluster::{control_plane_ready, is_paused, subscription_for, topology_class};
-use super::decide::{self, Done, keep_applied};
+use super::decide::{self, Done, control_plane_ready, is_paused, keep_applied, subscription_for, topology_class};
 use super::fail::Fail;
 use super::stages::{self, Rendered};
 use super::status::{Owner, write_cluster_sync};

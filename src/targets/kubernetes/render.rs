@@ -13,7 +13,7 @@ use tracing::{error, info};
 
 use super::Error;
 use super::Kube;
-use super::cluster::{subscription_for, topology_class};
+use super::decide::{subscription_for, topology_class};
 use super::reconcile::{choose, key_of};
 use super::stages::render as render_stages;
 use crate::config::Format;

@@ -20,14 +20,15 @@ use tracing::{debug, error, info, warn};
 
 use super::Error;
 use super::client::kube_error;
-use super::cluster::topology_class;
-use super::reconcile::{self, forget, key_of, retry_after};
+use super::decide::topology_class;
+use super::reconcile::{self, Reconciled, forget, key_of, retry_after};
 use super::{CLUSTER_NAME_LABEL, Kube};
 use crate::config::Format;
 use crate::controller::{ClusterReport, Context, PassReport};
 use crate::model::ClusterKey;
 use crate::status::crd::{ClusterSync, RECONCILE_REQUESTED_AT};
 use crate::status::{ClusterStatus, Reason};
+use crate::telemetry::{Outcome, metrics};
 
 /// How long a queued reconcile waits for more triggers of the same Cluster.
 const DEBOUNCE: Duration = Duration::from_millis(300);
@@ -43,7 +44,7 @@ async fn reconcile_fn(obj: Arc<DynamicObject>, kube: Arc<Kube>) -> Result<Action
     }
     let started = std::time::Instant::now();
     let result = reconcile::reconcile(&kube, key.clone(), &obj).await;
-    super::telemetry::reconciled(&key, result.as_ref(), started.elapsed());
+    reconciled(&key, result.as_ref(), started.elapsed());
     match result? {
         None => Ok(Action::await_change()),
         Some(r) => {
@@ -52,6 +53,53 @@ async fn reconcile_fn(obj: Arc<DynamicObject>, kube: Arc<Kube>) -> Result<Action
                 kube.warnings.cleared(&(key.clone(), "reconcile"));
             }
             r.outcome
+        }
+    }
+}
+
+/// What a Cluster's reconcile tells the metrics (`crate::telemetry`): its result and reason,
+/// how long it took, and what the applier did per object. Labels are the subscription, the
+/// status reason and the object action: bounded, never a Cluster or object name.
+///
+/// Records one reconcile of `key`. Nothing is recorded for a Cluster no subscription covers.
+fn reconciled(key: &ClusterKey, result: Result<&Option<Reconciled>, &Error>, elapsed: Duration) {
+    let m = metrics();
+    let r = match result {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            m.forget_cluster(key);
+            return;
+        }
+        // The ClusterSync could not be read or written: no subscription at hand for a label.
+        Err(e) => {
+            m.reconciled(key, "", "", Outcome::Error(e.reason()), elapsed);
+            return;
+        }
+    };
+    let sub = r.report.subscription.as_str();
+    let status = &r.report.status;
+    // A failed sync is written to the ClusterSync like any other state: not ready, with its
+    // reason; `error` is kept for reconciles that could not write at all.
+    let outcome = if status.ready {
+        Outcome::Ready
+    } else if r.stalled {
+        Outcome::Stalled(status.reason.as_str())
+    } else {
+        Outcome::NotReady(status.reason.as_str())
+    };
+    let release = status.wanted_release.as_ref().or(status.applied_release.as_ref()).map_or("", |r| r.tag.as_str());
+    m.reconciled(key, sub, release, outcome, elapsed);
+    for (action, name) in [
+        (applier::Action::Created, "created"),
+        (applier::Action::Configured, "configured"),
+        (applier::Action::Unchanged, "unchanged"),
+        (applier::Action::Pruned, "pruned"),
+        (applier::Action::Failed, "failed"),
+        (applier::Action::Skipped(applier::SkipReason::Held), "skipped"),
+    ] {
+        let n = r.report.changes.count(action);
+        if n > 0 {
+            m.objects(sub, name, n as u64);
         }
     }
 }

@@ -180,3 +180,18 @@ fn held_clusters_keep_what_they_have_and_say_why() {
         assert!(done.changes.entries.is_empty(), "row {i}: nothing applied");
     }
 }
+
+#[test]
+fn control_plane_readiness_in_v1beta1_and_v1beta2() {
+    let table = [
+        (json!({"status": {"controlPlaneReady": true}}), true),
+        (json!({"status": {"controlPlaneReady": false}}), false),
+        (json!({"status": {"initialization": {"controlPlaneInitialized": true}}}), true),
+        (json!({"status": {"conditions": [{"type": "ControlPlaneInitialized", "status": "True"}]}}), true),
+        (json!({"status": {"conditions": [{"type": "ControlPlaneInitialized", "status": "False"}]}}), false),
+        (json!({"spec": {}}), false),
+    ];
+    for (cluster, want) in table {
+        assert_eq!(control_plane_ready(&cluster), want, "{cluster}");
+    }
+}

@@ -17,11 +17,11 @@ use kube::api::{Api, DynamicObject};
 use serde::Serialize;
 use tracing::Instrument;
 
-use super::cluster::{control_plane_ready, is_paused, subscription_for, topology_class};
+use super::decide::{control_plane_ready, is_paused, subscription_for, topology_class};
 use super::reconcile::{apply_options, key_of};
 use super::stages::render;
 use super::upgrade::HOOK;
-use super::workloads::reachable;
+use super::workload::reachable;
 use super::{Error, Kube};
 use crate::config::{Format, Subscription};
 use crate::controller::Context;

@@ -13,7 +13,7 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::super::Kube;
-use super::super::cluster::{subscription_for, topology_class};
+use super::super::decide::{subscription_for, topology_class};
 use super::super::stackrelease::release_name;
 use super::error::Result;
 use super::plan::{self, Fleet, Member, PAUSED, PROGRESSING, Policy, Requests, Round, Step, Target, Undriven};

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use kube::api::DynamicObject;
 use serde_json::Value;
 
-use super::super::cluster::topology_class;
+use super::super::decide::topology_class;
 use crate::config::{Budget, OnFailure, Wave};
 use crate::model::version::Families;
 use crate::model::version::Version;
