@@ -18,9 +18,10 @@ use crate::config::{Config, Subscription};
 use crate::controller::{Mismatch, PreparedRelease};
 use crate::model::ClusterKey;
 use crate::model::cluster::ClusterConfig;
+use crate::model::verification::AssetRecord;
 use crate::release::Release;
 use crate::status::crd::{ClusterSyncStatus, UpgradeStatus};
-use crate::status::desired::{Applied, Outcome, desired, verdict};
+use crate::status::desired::{Applied, Outcome, Verdict, desired, verdict};
 use crate::status::{ClusterStatus, Reason};
 use applier::ssa::{Stage, SyncResult};
 use applier::{ChangeSet, ObjectRef};
@@ -88,45 +89,115 @@ pub(super) fn control_plane_ready(cluster: &Value) -> bool {
     })
 }
 
-/// What a sync ends with when it did not fail: the report, the `ClusterSync` status to write,
-/// and when to look again.
+/// What a sync ends with when it did not fail: `Ready` with its reason and message, the
+/// `ClusterSync` status to write, what was applied, and when to look again. The `run --once`
+/// report of the Cluster is built from it only when a pass asks ([`Done::status`]): the daemon
+/// reads the verdict and writes the `ClusterSync`, and a report of every object per reconcile of
+/// every Cluster would be built for nobody.
 #[derive(Debug)]
 pub(super) struct Done {
-    pub status: ClusterStatus,
+    pub verdict: Verdict,
+    /// What the report says of the Cluster's releases.
+    pub report: Report,
     pub changes: ChangeSet,
     pub crd: ClusterSyncStatus,
     /// Look again after this (an upgrade stage waiting), whatever the reason.
     pub requeue: Option<Duration>,
 }
 
+/// What the `run --once` report says of a Cluster's releases ([`Done::status`]).
+#[derive(Debug)]
+pub(super) enum Report {
+    /// The release was applied: its objects are the change set's.
+    Applied { release: Release, assets: Vec<AssetRecord> },
+    /// Nothing was applied this round: the release it was for (if any), and what of the previous
+    /// status is kept.
+    NotApplied { wanted: Option<Release>, keep: Keep },
+}
+
+/// What a report of a round that applied nothing keeps of the previous status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Keep {
+    Nothing,
+    /// Synced n/m (the upgrade stages ran, the release did not change yet).
+    Counts,
+    /// The applied release and synced n/m: still what the cluster runs.
+    Applied,
+}
+
+impl Done {
+    /// Nothing applied, for `reason`.
+    fn not_applied(wanted: Option<&Release>, keep: Keep, reason: Reason, message: String, crd: ClusterSyncStatus) -> Done {
+        Done {
+            verdict: Verdict { ready: false, reason, message },
+            report: Report::NotApplied { wanted: wanted.cloned(), keep },
+            changes: ChangeSet::default(),
+            crd,
+            requeue: None,
+        }
+    }
+
+    /// The tag the metrics label the reconcile with: the release it was for, else the one in place.
+    pub(super) fn release_tag<'a>(&'a self, prev: &'a ClusterSyncStatus) -> &'a str {
+        match &self.report {
+            Report::Applied { release, .. } | Report::NotApplied { wanted: Some(release), .. } => &release.tag,
+            Report::NotApplied { wanted: None, keep: Keep::Applied } => prev.applied_release.as_ref().map_or("", |r| r.tag.as_str()),
+            Report::NotApplied { wanted: None, .. } => "",
+        }
+    }
+
+    /// The Cluster's `run --once` report (`prev`: the status the reconcile read).
+    pub(super) fn status(&self, sub: &Subscription, c: &ClusterConfig, prev: &ClusterSyncStatus) -> ClusterStatus {
+        let mut status = match &self.report {
+            Report::Applied { release, assets } => {
+                ClusterStatus::applied(sub, c, release, &self.changes).with_assets(&release.tag, &release.commit, assets)
+            }
+            Report::NotApplied { wanted, keep } => {
+                let mut status = ClusterStatus::failed(sub, c, wanted.as_ref(), None, self.verdict.reason, String::new());
+                if *keep == Keep::Applied {
+                    status.applied_release = prev.applied_release.as_ref().map(|r| crate::status::ReleaseRef {
+                        tag: r.tag.clone(),
+                        version: r.version.clone(),
+                        commit: r.commit.clone(),
+                        assets: Vec::new(),
+                    });
+                }
+                if *keep != Keep::Nothing {
+                    status.synced = prev.synced as usize;
+                    status.total = prev.total as usize;
+                }
+                status
+            }
+        };
+        status.decided(self.verdict.clone());
+        status
+    }
+}
+
 /// A Cluster that is held (paused, its subscription suspended): nothing is written to it; its
 /// status says why.
-pub(super) fn held(sub: &Subscription, c: &ClusterConfig, prev: &ClusterSyncStatus, reason: Reason, message: String, now: Now) -> Done {
+pub(super) fn held(prev: &ClusterSyncStatus, reason: Reason, message: String, now: Now) -> Done {
     let crd = desired(prev, &Outcome::Held { reason, message: message.clone() }, now);
-    let status = ClusterStatus::failed(sub, c, None, None, reason, message);
-    Done { status, changes: ChangeSet::default(), crd, requeue: None }
+    Done::not_applied(None, Keep::Nothing, reason, message, crd)
+}
+
+/// A step failed before anything was applied: the applied release and synced n/m stay what the
+/// previous status says (nothing was applied this round, so that is still what the cluster runs).
+pub(super) fn failed_step(crd: ClusterSyncStatus, reason: Reason, message: String) -> Done {
+    Done::not_applied(None, Keep::Applied, reason, message, crd)
 }
 
 /// The release in use no longer verifies ([`Mismatch`]): nothing is applied, the applied
 /// release and its objects stay as they are, Ready is False with the reason.
-pub(super) fn unverified_held(
-    sub: &Subscription,
-    c: &ClusterConfig,
-    rel: &Release,
-    prev: &ClusterSyncStatus,
-    m: &Mismatch,
-    now: Now,
-) -> Done {
+pub(super) fn unverified_held(rel: &Release, prev: &ClusterSyncStatus, m: &Mismatch, now: Now) -> Done {
     let outcome = Outcome::Failed { wanted: Some(rel), reason: m.reason, message: m.message.clone(), transient: false, cause: None };
     let crd = desired(prev, &outcome, now);
-    let mut status = ClusterStatus::failed(sub, c, Some(rel), None, m.reason, m.message.clone());
-    keep_applied(&mut status, prev);
-    Done { status, changes: ChangeSet::default(), crd, requeue: None }
+    Done::not_applied(Some(rel), Keep::Applied, m.reason, m.message.clone(), crd)
 }
 
 /// An upgrade stage waits or failed: the applied release and its objects stay as they are, the
 /// status says which stage and why.
-pub(super) fn upgrade_held(sub: &Subscription, c: &ClusterConfig, rel: &Release, prev: &ClusterSyncStatus, step: Step, now: Now) -> Done {
+pub(super) fn upgrade_held(rel: &Release, prev: &ClusterSyncStatus, step: Step, now: Now) -> Done {
     let (upgrade, message, requeue, failed) = match step {
         Step::Wait { upgrade, message, after } => (upgrade, message, Some(after), false),
         Step::Failed { upgrade, message } => (upgrade, message, None, true),
@@ -135,23 +206,7 @@ pub(super) fn upgrade_held(sub: &Subscription, c: &ClusterConfig, rel: &Release,
     };
     let crd = desired(prev, &Outcome::Upgrade { release: rel, upgrade, message: message.clone(), failed }, now);
     let reason = if failed { Reason::UpgradeFailed } else { Reason::Progressing };
-    let mut status = ClusterStatus::failed(sub, c, Some(rel), None, reason, message);
-    status.synced = prev.synced as usize;
-    status.total = prev.total as usize;
-    Done { status, changes: ChangeSet::default(), crd, requeue }
-}
-
-/// A failed status that still says what the previous one said is applied: the release and
-/// synced n/m (nothing was applied this round, so that is still what the cluster runs).
-pub(super) fn keep_applied(st: &mut ClusterStatus, prev: &ClusterSyncStatus) {
-    st.applied_release = prev.applied_release.as_ref().map(|r| crate::status::ReleaseRef {
-        tag: r.tag.clone(),
-        version: r.version.clone(),
-        commit: r.commit.clone(),
-        assets: Vec::new(),
-    });
-    st.synced = prev.synced as usize;
-    st.total = prev.total as usize;
+    Done { requeue, ..Done::not_applied(Some(rel), Keep::Counts, reason, message, crd) }
 }
 
 /// What to do before the apply.
@@ -215,7 +270,6 @@ pub(super) struct After {
 #[allow(clippy::too_many_arguments)] // reason: the inputs of one decision, each used once
 pub(super) fn after(
     sub: &Subscription,
-    c: &ClusterConfig,
     prepared: &PreparedRelease,
     prev: &ClusterSyncStatus,
     result: SyncResult,
@@ -251,9 +305,9 @@ pub(super) fn after(
     };
     let outcome = Outcome::Applied(applied);
     let crd = desired(prev, &outcome, now);
-    let mut status = ClusterStatus::applied(sub, c, rel, &result.changes).with_assets(&rel.tag, &rel.commit, &prepared.assets);
-    status.decided(verdict(&outcome, prev, now));
-    let done = Done { status, changes: result.changes, crd, requeue: None };
+    let verdict = verdict(&outcome, prev, now);
+    let report = Report::Applied { release: rel.clone(), assets: prepared.assets.clone() };
+    let done = Done { verdict, report, changes: result.changes, crd, requeue: None };
     Ok(After { done, inventory_lost, said, drifted: result.drifted })
 }
 

@@ -4,6 +4,7 @@
 //! only. Cancellation-safe in the applier's sense: a dropped reconcile leaves the ClusterSync
 //! saying `Reconciling` (written before the first object changes), and the next one completes.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{Api, DynamicObject};
@@ -11,33 +12,54 @@ use kube::runtime::controller::Action;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::client::kube_error;
-use super::decide::{self, Done, control_plane_ready, is_paused, keep_applied, subscription_for, topology_class};
+use super::decide::{self, Done, control_plane_ready, is_paused, subscription_for, topology_class};
 use super::fail::Fail;
 use super::stages::{self, Rendered};
 use super::status::{Owner, write_cluster_sync};
 use super::{Error, Kube, owner_id};
-use crate::config::{Format, KubernetesTarget, Subscription};
+use crate::config::{Config, Format, KubernetesTarget, Subscription};
 use crate::controller::{ClusterReport, PreparedRelease};
 use crate::model::ClusterKey;
 use crate::model::cluster::ClusterConfig;
 use crate::model::sync::MutexExt;
 use crate::release::{self, Release, short};
+use crate::status::Reason;
 use crate::status::crd::{ClusterSync, ClusterSyncStatus, RECONCILE_REQUESTED_AT};
-use crate::status::desired::{Outcome, desired};
-use crate::status::{ClusterStatus, Reason};
-use applier::ChangeSet;
+use crate::status::desired::{Outcome, Verdict, desired};
 use applier::ssa::{Applier, ApplyOptions, Inventory};
 
 /// How soon a Cluster whose objects are still rolling out is looked at again.
 pub(super) const HEALTH_RECHECK: Duration = Duration::from_secs(5);
 
-/// What a reconcile did: the report for `run --once`, and when to look at the Cluster again or
-/// the error that decides it (transient: retried with backoff).
+/// What a reconcile did, and when to look at the Cluster again or the error that decides it
+/// (transient: retried with backoff). The daemon reads the verdict; `run --once` asks for the
+/// Cluster's report ([`Reconciled::report`]).
 pub(super) struct Reconciled {
-    pub report: ClusterReport,
+    pub subscription: String,
+    pub cluster: ClusterConfig,
+    pub done: Done,
+    /// The status the reconcile read (what the report keeps of it).
+    prev: ClusterSyncStatus,
+    /// The config the reconcile read, and which of its subscriptions covers the Cluster.
+    config: Arc<Config>,
+    sub: usize,
     pub outcome: Result<Action, Error>,
     /// What the ClusterSync's `Stalled` condition says (the metrics' `stalled` result).
     pub stalled: bool,
+}
+
+impl Reconciled {
+    /// The tag the metrics label the reconcile with.
+    pub(super) fn release_tag(&self) -> &str {
+        self.done.release_tag(&self.prev)
+    }
+
+    /// The Cluster's `run --once` report.
+    pub(super) fn report(self) -> ClusterReport {
+        // The index was taken from this config, which nothing changes.
+        let status = self.done.status(&self.config.subscriptions[self.sub], &self.cluster, &self.prev);
+        ClusterReport { subscription: self.subscription, cluster: self.cluster, status, changes: self.done.changes }
+    }
 }
 
 /// Reconciles one Cluster (`key`: its namespace and name, [`key_of`]). `Ok(None)`: no subscription covers it (or its source was never
@@ -57,17 +79,19 @@ pub(super) async fn reconcile(kube: &Kube, key: ClusterKey, obj: &DynamicObject)
         return Ok(None);
     }
     let span = info_span!("cluster", cluster = %key, subscription = %sub.name);
-    reconcile_in(kube, obj, key, sub, c, class).instrument(span).await
+    let at = config.subscriptions.iter().position(|s| std::ptr::eq(s, sub)).unwrap_or_default();
+    reconcile_in(kube, obj, key, (&config, at), c, class).instrument(span).await
 }
 
 async fn reconcile_in(
     kube: &Kube,
     obj: &DynamicObject,
     key: ClusterKey,
-    sub: &Subscription,
+    (config, at): (&Arc<Config>, usize),
     c: ClusterConfig,
     class: Option<String>,
 ) -> Result<Option<Reconciled>, Error> {
+    let sub = &config.subscriptions[at];
     let k = kube.target();
 
     let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &key.namespace);
@@ -109,11 +133,11 @@ async fn reconcile_in(
         kube.events.cluster_sync(&key.namespace, &key.name, uid, vec![super::events::progress_unrecorded(&tag, &kube_error(&source))]);
         return Err(Error::WriteProgress { cluster: key, tag, source });
     }
-    let (status, changes, crd, action, failure) = match outcome {
+    let (mut done, action, failure) = match outcome {
         Ok(done) => {
-            let action = match done.status.reason {
+            let action = match done.verdict.reason {
                 _ if done.requeue.is_some() => Action::requeue(done.requeue.unwrap_or(HEALTH_RECHECK)),
-                _ if done.status.ready => Action::requeue(k.resync),
+                _ if done.verdict.ready => Action::requeue(k.resync),
                 // Nothing changes until the Cluster (its watch) or the config (a reload
                 // reconciles every Cluster) does: looked at again at the resync only.
                 Reason::Paused | Reason::Suspended => Action::requeue(k.resync),
@@ -122,7 +146,7 @@ async fn reconcile_in(
                 _ => Action::requeue(k.not_ready_retry.min(k.resync)),
             };
             let quiet = matches!(
-                done.status.reason,
+                done.verdict.reason,
                 Reason::Paused
                     | Reason::Suspended
                     | Reason::Progressing
@@ -131,48 +155,53 @@ async fn reconcile_in(
                     | Reason::PinMismatch
                     | Reason::SignatureInvalid
             );
-            let failure =
-                (!done.status.ready && !quiet).then(|| Fail::NotReady { reason: done.status.reason, message: done.status.message.clone() });
-            (done.status, done.changes, done.crd, action, failure)
+            let failure = (!done.verdict.ready && !quiet)
+                .then(|| Fail::NotReady { reason: done.verdict.reason, message: done.verdict.message.clone() });
+            (done, action, failure)
         }
         Err(fail) => {
             // The one place a failed step becomes the status's reason and message.
             let (reason, message, transient) = (fail.reason(), fail.to_string(), fail.is_transient());
             let outcome = Outcome::Failed { wanted: fail.wanted(), reason, message: message.clone(), transient, cause: fail.cause() };
             let crd = desired(&prev_status, &outcome, chrono::Utc::now());
-            let mut st = ClusterStatus::failed(sub, &c, None, None, reason, message);
-            keep_applied(&mut st, &prev_status);
             // What needs a change is looked at again at the resync (the watches bring it back
             // sooner: a Cluster edit, its Secret, a new release, a new config); the rest soon.
             let action = if transient { Action::requeue(k.not_ready_retry) } else { Action::requeue(k.resync) };
-            (st, ChangeSet::default(), crd, action, Some(fail))
+            (decide::failed_step(crd, reason, message), action, Some(fail))
         }
     };
-    let next = stamp(crd);
+    done.crd = stamp(std::mem::take(&mut done.crd));
+    let next = &done.crd;
     let stalled = next.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == "True");
-    let events = super::events::for_cluster_sync(&prev_status, &next, changes.writes(), || changes.summary());
+    let changes = &done.changes;
+    let events = super::events::for_cluster_sync(&prev_status, next, changes.writes(), || changes.summary());
     // Retried a few times here; past that the reconcile fails and the controller retries it
     // with backoff until the status lands (the apply-started status says the truth meanwhile).
     // The ClusterSync as this reconcile last wrote it, if it did: not created a second time.
     let latest = owner.written.locked().take();
     let latest = latest.as_ref().or(previous.as_ref());
     let written = super::status::retried(|| write_cluster_sync(&syncs, sub, &c, &owner, latest, next.clone(), k.resync / 2)).await;
+    let reconciled = |done, outcome| Reconciled {
+        subscription: sub.name.clone(),
+        cluster: c,
+        done,
+        prev: prev_status,
+        config: config.clone(),
+        sub: at,
+        outcome,
+        stalled,
+    };
     let uid = match written {
         Ok(uid) => uid,
         Err(source) => {
             // What was done is reported (`run --once` counts it), but not as ready: the record
             // is not written. The apply-started status written before says the truth meanwhile.
             let error = Error::WriteStatus { cluster: key, source };
-            let mut status = status;
-            status.ready = false;
-            status.reason = Reason::TransientError;
-            status.message = format!("{error}; retried with backoff");
-            let report = ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes };
-            return Ok(Some(Reconciled { report, outcome: Err(error), stalled }));
+            done.verdict = Verdict { ready: false, reason: Reason::TransientError, message: format!("{error}; retried with backoff") };
+            return Ok(Some(reconciled(done, Err(error))));
         }
     };
     kube.events.cluster_sync(&key.namespace, &key.name, uid, events);
-    let report = ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes };
     let outcome = match failure {
         Some(f) if f.is_transient() => {
             let (reason, message) = (f.reason(), f.to_string());
@@ -180,7 +209,7 @@ async fn reconcile_in(
         }
         _ => Ok(action),
     };
-    Ok(Some(Reconciled { report, outcome, stalled }))
+    Ok(Some(reconciled(done, outcome)))
 }
 
 /// Everything between reading the previous status and writing the new one.
@@ -195,7 +224,7 @@ async fn sync(
     prev: &ClusterSyncStatus,
     owner: &Owner<'_>,
 ) -> Result<Done, Fail> {
-    let hold = |reason: Reason, message: String| decide::held(sub, c, prev, reason, message, chrono::Utc::now());
+    let hold = |reason: Reason, message: String| decide::held(prev, reason, message, chrono::Utc::now());
     if is_paused(obj) {
         info!("Cluster is paused; nothing is written to it");
         return Ok(hold(Reason::Paused, "the Cluster is paused (spec.paused or cluster.x-k8s.io/paused); nothing is written".into()));
@@ -278,7 +307,7 @@ async fn apply_release(
         // Accepted earlier, refused now (a moved tag, a pin that no longer matches): a person
         // must decide. Nothing is applied, nothing rolled back; the status says why.
         warn!(cluster = %label, reason = m.reason.as_str(), "{}", m.message);
-        return Ok(decide::unverified_held(sub, c, &rel, prev, m, chrono::Utc::now()));
+        return Ok(decide::unverified_held(&rel, prev, m, chrono::Utc::now()));
     }
     let Rendered { stages, warnings } =
         stages::render(kube, sub, &prepared, c).await.map_err(|source| Fail::Stages { release: Box::new(rel.clone()), source })?;
@@ -328,8 +357,8 @@ async fn apply_release(
             super::upgrade::Step::Done(u) => Some(u),
             super::upgrade::Step::NotNeeded => prev.upgrade.clone(),
             step => {
-                let held = decide::upgrade_held(sub, c, &rel, prev, step, chrono::Utc::now());
-                info!("{}", held.status.message);
+                let held = decide::upgrade_held(&rel, prev, step, chrono::Utc::now());
+                info!("{}", held.verdict.message);
                 return Ok(held);
             }
         },
@@ -337,7 +366,7 @@ async fn apply_release(
     };
     let applier = Applier::new(client, options).with_discovery(discovery);
     let result = applier.sync(&stages, &Inventory::from_lines(&prev.inventory)).await;
-    let after = decide::after(sub, c, &prepared, prev, result, &warnings, before, upgraded, chrono::Utc::now())?;
+    let after = decide::after(sub, &prepared, prev, result, &warnings, before, upgraded, chrono::Utc::now())?;
     if after.inventory_lost {
         warn!(
             cluster = %label,
@@ -346,7 +375,7 @@ async fn apply_release(
         );
     }
     say(kube, key, &label, &after);
-    let Done { status: st, crd, .. } = &after.done;
+    let Done { verdict: st, crd, .. } = &after.done;
     // The one line per Cluster and pass at INFO (per-object lines are DEBUG): the release is
     // in the span, the counts by action and the time here.
     info!(ready = st.ready, duration_ms = started.elapsed().as_millis() as u64, "synced: {}", after.done.changes.summary());

@@ -76,8 +76,8 @@ fn reconciled(key: &ClusterKey, result: Result<&Option<Reconciled>, &Error>, ela
             return;
         }
     };
-    let sub = r.report.subscription.as_str();
-    let status = &r.report.status;
+    let sub = r.subscription.as_str();
+    let status = &r.done.verdict;
     // A failed sync is written to the ClusterSync like any other state: not ready, with its
     // reason; `error` is kept for reconciles that could not write at all.
     let outcome = if status.ready {
@@ -87,8 +87,7 @@ fn reconciled(key: &ClusterKey, result: Result<&Option<Reconciled>, &Error>, ela
     } else {
         Outcome::NotReady(status.reason.as_str())
     };
-    let release = status.wanted_release.as_ref().or(status.applied_release.as_ref()).map_or("", |r| r.tag.as_str());
-    m.reconciled(key, sub, release, outcome, elapsed);
+    m.reconciled(key, sub, r.release_tag(), outcome, elapsed);
     for (action, name) in [
         (applier::Action::Created, "created"),
         (applier::Action::Configured, "configured"),
@@ -97,7 +96,7 @@ fn reconciled(key: &ClusterKey, result: Result<&Option<Reconciled>, &Error>, ela
         (applier::Action::Failed, "failed"),
         (applier::Action::Skipped(applier::SkipReason::Held), "skipped"),
     ] {
-        let n = r.report.changes.count(action);
+        let n = r.done.changes.count(action);
         if n > 0 {
             m.objects(sub, name, n as u64);
         }
@@ -521,18 +520,16 @@ pub async fn pass(ctx: Arc<Context>, concurrency: usize) -> PassReport {
         while let Some((key, result)) = results.next().await {
             match result {
                 Ok(Some(r)) => {
-                    if r.report.status.reason == Reason::Progressing
+                    if r.done.verdict.reason == Reason::Progressing
                         && let Some(key) = &key
                     {
                         progressing.push(key.clone());
                     }
                     if !first {
                         // A Cluster looked at again (it was rolling out): its last report counts.
-                        report
-                            .clusters
-                            .retain(|c| c.cluster.namespace != r.report.cluster.namespace || c.cluster.name != r.report.cluster.name);
+                        report.clusters.retain(|c| c.cluster.namespace != r.cluster.namespace || c.cluster.name != r.cluster.name);
                     }
-                    report.clusters.push(trimmed(r.report, &mut report.trimmed_writes));
+                    report.clusters.push(trimmed(r.report(), &mut report.trimmed_writes));
                 }
                 Ok(None) => {}
                 Err(e) => {

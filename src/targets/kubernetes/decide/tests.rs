@@ -140,8 +140,14 @@ fn after_the_apply_the_result_decides_the_status_and_what_is_said() {
     for (i, (prev, result, ready, reason, lost, said)) in table.into_iter().enumerate() {
         let b = before(&sub(false), &prev, &rel("v1.1.0"), &stages(), now());
         let digest = b.digest.clone();
-        let a = after(&sub(false), &cluster(), &prepared("v1.1.0"), &prev, result, &[], b, None, now()).expect("applied");
-        assert_eq!((a.done.status.ready, a.done.status.reason), (ready, reason), "row {i}: {}", a.done.status.message);
+        let a = after(&sub(false), &prepared("v1.1.0"), &prev, result, &[], b, None, now()).expect("applied");
+        assert_eq!((a.done.verdict.ready, a.done.verdict.reason), (ready, reason), "row {i}: {}", a.done.verdict.message);
+        // The `run --once` report, built only when asked, says the same and names the release.
+        let report = a.done.status(&sub(false), &cluster(), &prev);
+        assert_eq!((report.ready, report.reason, &report.message), (ready, reason, &a.done.verdict.message), "row {i}");
+        assert_eq!(report.applied_release.as_ref().map(|r| r.tag.as_str()), Some("v1.1.0"), "row {i}");
+        assert_eq!(report.objects.len(), a.done.changes.entries.iter().filter(|e| e.is_release_object()).count(), "row {i}");
+        assert_eq!(a.done.release_tag(&prev), "v1.1.0", "row {i}");
         assert_eq!(a.inventory_lost, lost, "row {i}");
         assert_eq!(a.said, said, "row {i}");
         assert_eq!(a.done.crd.rendered_digest, digest, "row {i}: the digest is recorded");
@@ -154,7 +160,7 @@ fn an_unreachable_cluster_fails_the_sync_and_is_retried() {
     let p = prev(Some("v1.0.0"), "", None);
     let b = before(&sub(false), &p, &rel("v1.1.0"), &stages(), now());
     let unreachable = SyncResult { unreachable: Some("connection refused".into()), ..Default::default() };
-    let fail = after(&sub(false), &cluster(), &prepared("v1.1.0"), &p, unreachable, &[], b, None, now()).expect_err("unreachable");
+    let fail = after(&sub(false), &prepared("v1.1.0"), &p, unreachable, &[], b, None, now()).expect_err("unreachable");
     assert_eq!((fail.reason(), fail.is_transient(), fail.to_string()), (Reason::ClusterUnreachable, true, "connection refused".to_owned()));
 }
 
@@ -167,16 +173,36 @@ fn held_clusters_keep_what_they_have_and_say_why() {
     let failed = Step::Failed { upgrade: UpgradeStatus::default(), message: "cni timed out".into() };
     // A decision -> (reason, message, requeue, applied release kept, synced kept)
     let table = [
-        (held(&s, &c, &p, Reason::Paused, "paused".into(), now()), Reason::Paused, "paused", None, None, 0),
-        (unverified_held(&s, &c, &r, &p, &m, now()), Reason::TagRefused, "v2 moved", None, Some("v1.0.0"), 3),
-        (upgrade_held(&s, &c, &r, &p, wait, now()), Reason::Progressing, "waiting for cni", Some(Duration::from_secs(5)), None, 3),
-        (upgrade_held(&s, &c, &r, &p, failed, now()), Reason::UpgradeFailed, "cni timed out", None, None, 3),
+        (held(&p, Reason::Paused, "paused".into(), now()), Reason::Paused, "paused", None, None, 0, ""),
+        (unverified_held(&r, &p, &m, now()), Reason::TagRefused, "v2 moved", None, Some("v1.0.0"), 3, "docker-ferrol-1-27-v2"),
+        (
+            upgrade_held(&r, &p, wait, now()),
+            Reason::Progressing,
+            "waiting for cni",
+            Some(Duration::from_secs(5)),
+            None,
+            3,
+            "docker-ferrol-1-27-v2",
+        ),
+        (upgrade_held(&r, &p, failed, now()), Reason::UpgradeFailed, "cni timed out", None, None, 3, "docker-ferrol-1-27-v2"),
+        (
+            failed_step(p.clone(), Reason::ClusterUnreachable, "refused".into()),
+            Reason::ClusterUnreachable,
+            "refused",
+            None,
+            Some("v1.0.0"),
+            3,
+            "v1.0.0",
+        ),
     ];
-    for (i, (done, reason, message, requeue, kept, synced)) in table.into_iter().enumerate() {
-        assert_eq!((done.status.ready, done.status.reason, done.status.message.as_str()), (false, reason, message), "row {i}");
+    for (i, (done, reason, message, requeue, kept, synced, tag)) in table.into_iter().enumerate() {
+        assert_eq!((done.verdict.ready, done.verdict.reason, done.verdict.message.as_str()), (false, reason, message), "row {i}");
         assert_eq!(done.requeue, requeue, "row {i}");
-        assert_eq!(done.status.applied_release.as_ref().map(|a| a.tag.as_str()), kept, "row {i}");
-        assert_eq!(done.status.synced, synced, "row {i}");
+        assert_eq!(done.release_tag(&p), tag, "row {i}: the metrics' release");
+        let status = done.status(&s, &c, &p);
+        assert_eq!((status.ready, status.reason, status.message.as_str()), (false, reason, message), "row {i}");
+        assert_eq!(status.applied_release.as_ref().map(|a| a.tag.as_str()), kept, "row {i}");
+        assert_eq!(status.synced, synced, "row {i}");
         assert!(done.changes.entries.is_empty(), "row {i}: nothing applied");
     }
 }
