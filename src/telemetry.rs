@@ -165,13 +165,18 @@ pub struct Metrics {
 }
 
 /// What the `clusters*` gauges count of one Cluster: its last reconcile's result.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 struct ClusterState {
     subscription: String,
     release: String,
     ready: bool,
     reason: &'static str,
     stalled: bool,
+    /// The series this state's reconciles are counted in (handles on the families' series,
+    /// which are never removed): found once per change of state, not built per reconcile.
+    reconciles: Counter,
+    duration: Histogram,
+    objects: Vec<(&'static str, Counter)>,
 }
 
 /// The reasons a rollout pauses for; anything else is counted as `Other`.
@@ -291,30 +296,68 @@ impl Metrics {
         out
     }
 
-    /// Records a finished reconcile of `cluster` for `release` (a tag, empty when none is known).
-    /// A Cluster whose state did not change (every steady-state reconcile) copies nothing.
-    pub fn reconciled(&self, cluster: &ClusterKey, subscription: &str, release: &str, outcome: Outcome, elapsed: Duration) {
+    /// Records a finished reconcile of `cluster` for `release` (a tag, empty when none is known)
+    /// and what the applier did (`objects`: an action's name and how many objects it took). A
+    /// Cluster whose state did not change (every steady-state reconcile) copies nothing and
+    /// builds no label set: its series are kept with its state.
+    pub fn reconciled(
+        &self,
+        cluster: &ClusterKey,
+        subscription: &str,
+        release: &str,
+        outcome: Outcome,
+        elapsed: Duration,
+        objects: &[(&'static str, u64)],
+    ) {
         let (result, reason) = match outcome {
             Outcome::Ready => ("ready", "Synced"),
             Outcome::NotReady(reason) | Outcome::Stalled(reason) => ("not_ready", reason),
             Outcome::Error(reason) => ("error", reason),
         };
-        self.reconciles.get_or_create(&ReconcileLabels { subscription: subscription.to_owned(), result, reason }).inc();
-        self.reconcile_duration.get_or_create(&SubscriptionLabels { subscription: subscription.to_owned() }).observe(elapsed.as_secs_f64());
-        if !matches!(outcome, Outcome::Error(_)) {
-            let (ready, stalled) = (matches!(outcome, Outcome::Ready), matches!(outcome, Outcome::Stalled(_)));
-            let mut state = self.cluster_state.locked();
-            let same = state.get(cluster).is_some_and(|cs| {
-                cs.subscription == subscription
-                    && cs.release == release
-                    && cs.ready == ready
-                    && cs.reason == reason
-                    && cs.stalled == stalled
-            });
-            if !same {
-                let cs = ClusterState { subscription: subscription.to_owned(), release: release.to_owned(), ready, reason, stalled };
-                state.insert(cluster.clone(), cs);
-                self.recount(&state);
+        let reconciles =
+            || self.reconciles.get_or_create(&ReconcileLabels { subscription: subscription.to_owned(), result, reason }).clone();
+        let duration = || self.reconcile_duration.get_or_create(&SubscriptionLabels { subscription: subscription.to_owned() }).clone();
+        let object = |action| self.objects.get_or_create(&ObjectLabels { subscription: subscription.to_owned(), action }).clone();
+        if matches!(outcome, Outcome::Error(_)) {
+            reconciles().inc();
+            duration().observe(elapsed.as_secs_f64());
+            for &(action, n) in objects.iter().filter(|(_, n)| *n > 0) {
+                object(action).inc_by(n);
+            }
+            return;
+        }
+        let (ready, stalled) = (matches!(outcome, Outcome::Ready), matches!(outcome, Outcome::Stalled(_)));
+        let mut state = self.cluster_state.locked();
+        let same = state.get(cluster).is_some_and(|cs| {
+            cs.subscription == subscription && cs.release == release && cs.ready == ready && cs.reason == reason && cs.stalled == stalled
+        });
+        if !same {
+            let cs = ClusterState {
+                subscription: subscription.to_owned(),
+                release: release.to_owned(),
+                ready,
+                reason,
+                stalled,
+                reconciles: reconciles(),
+                duration: duration(),
+                objects: Vec::new(),
+            };
+            state.insert(cluster.clone(), cs);
+            self.recount(&state);
+        }
+        let Some(cs) = state.get_mut(cluster) else { return };
+        cs.reconciles.inc();
+        cs.duration.observe(elapsed.as_secs_f64());
+        for &(action, n) in objects.iter().filter(|(_, n)| *n > 0) {
+            match cs.objects.iter().find(|(a, _)| *a == action) {
+                Some((_, counter)) => {
+                    counter.inc_by(n);
+                }
+                None => {
+                    let counter = object(action);
+                    counter.inc_by(n);
+                    cs.objects.push((action, counter));
+                }
             }
         }
     }
@@ -415,11 +458,6 @@ impl Metrics {
     /// Records whether this process holds `lease` (leader election only).
     pub fn lease_held(&self, lease: &str, held: bool) {
         self.lease_held.get_or_create(&LeaseLabels { lease: lease.to_owned() }).set(i64::from(held));
-    }
-
-    /// Records the applier's per-object results.
-    pub fn objects(&self, subscription: &str, action: &'static str, n: u64) {
-        self.objects.get_or_create(&ObjectLabels { subscription: subscription.to_owned(), action }).inc_by(n);
     }
 
     /// Records one source poll; a success also sets the last-success timestamp.
@@ -555,9 +593,8 @@ mod tests {
     #[test]
     fn exposition_names_every_documented_series() {
         let m = Metrics::new();
-        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::Ready, Duration::from_millis(20));
-        m.reconciled(&ClusterKey::new("ns", "b"), "sub", "v2", Outcome::NotReady("ApplyFailed"), Duration::from_millis(20));
-        m.objects("sub", "created", 3);
+        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::Ready, Duration::from_millis(20), &[("created", 3)]);
+        m.reconciled(&ClusterKey::new("ns", "b"), "sub", "v2", Outcome::NotReady("ApplyFailed"), Duration::from_millis(20), &[]);
         m.polls.get_or_create(&PollLabels { source: "src".into(), result: "success" }).inc();
         m.webhook("github", "push", "triggered");
         m.runtime_hook("BeforeClusterUpgrade", "retry");
@@ -597,11 +634,37 @@ mod tests {
     }
 
     #[test]
+    fn a_steady_cluster_counts_into_the_series_kept_with_its_state() {
+        let m = Metrics::new();
+        let a = ClusterKey::new("ns", "a");
+        m.reconciled(&a, "sub", "v1", Outcome::Ready, Duration::ZERO, &[("created", 2), ("unchanged", 0)]);
+        m.reconciled(&a, "sub", "v1", Outcome::Ready, Duration::ZERO, &[("unchanged", 2)]);
+        m.reconciled(&a, "sub", "v1", Outcome::Ready, Duration::ZERO, &[("unchanged", 2), ("configured", 1)]);
+        // Another state: its own series; the counts so far stay.
+        m.reconciled(&a, "sub", "v1", Outcome::NotReady("NotSynced"), Duration::ZERO, &[("failed", 1)]);
+        m.reconciled(&a, "sub", "v1", Outcome::Error("TransientError"), Duration::ZERO, &[]);
+        let text = m.encode();
+        for series in [
+            "stacksync_reconciles_total{subscription=\"sub\",result=\"ready\",reason=\"Synced\"} 3",
+            "stacksync_reconciles_total{subscription=\"sub\",result=\"not_ready\",reason=\"NotSynced\"} 1",
+            "stacksync_reconciles_total{subscription=\"sub\",result=\"error\",reason=\"TransientError\"} 1",
+            "stacksync_reconcile_duration_seconds_count{subscription=\"sub\"} 5",
+            "stacksync_objects_total{subscription=\"sub\",action=\"created\"} 2",
+            "stacksync_objects_total{subscription=\"sub\",action=\"unchanged\"} 4",
+            "stacksync_objects_total{subscription=\"sub\",action=\"configured\"} 1",
+            "stacksync_objects_total{subscription=\"sub\",action=\"failed\"} 1",
+            "stacksync_clusters{subscription=\"sub\",ready=\"false\"} 1",
+        ] {
+            assert!(text.contains(series), "missing {series} in\n{text}");
+        }
+    }
+
+    #[test]
     fn clusters_gauge_counts_each_cluster_once_and_goes_to_zero() {
         let m = Metrics::new();
-        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::NotReady("ApplyFailed"), Duration::ZERO);
-        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::Ready, Duration::ZERO);
-        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::Error("Transient"), Duration::ZERO);
+        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::NotReady("ApplyFailed"), Duration::ZERO, &[]);
+        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::Ready, Duration::ZERO, &[]);
+        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::Error("Transient"), Duration::ZERO, &[]);
         let text = m.encode();
         assert!(text.contains("stacksync_clusters{subscription=\"sub\",ready=\"true\"} 1"), "{text}");
         assert!(text.contains("stacksync_clusters{subscription=\"sub\",ready=\"false\"} 0"), "{text}");
@@ -613,10 +676,10 @@ mod tests {
     #[test]
     fn a_cluster_moving_between_releases_and_reasons_is_counted_once() {
         let m = Metrics::new();
-        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::Ready, Duration::ZERO);
-        m.reconciled(&ClusterKey::new("ns", "b"), "sub", "v1", Outcome::Ready, Duration::ZERO);
-        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v2", Outcome::NotReady("Progressing"), Duration::ZERO);
-        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v2", Outcome::Stalled("UpgradeFailed"), Duration::ZERO);
+        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::Ready, Duration::ZERO, &[]);
+        m.reconciled(&ClusterKey::new("ns", "b"), "sub", "v1", Outcome::Ready, Duration::ZERO, &[]);
+        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v2", Outcome::NotReady("Progressing"), Duration::ZERO, &[]);
+        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v2", Outcome::Stalled("UpgradeFailed"), Duration::ZERO, &[]);
         let text = m.encode();
         for series in [
             "stacksync_clusters_by_release{subscription=\"sub\",release=\"v1\",ready=\"true\"} 1",
@@ -646,7 +709,7 @@ mod tests {
     #[test]
     fn a_standby_exports_no_fleet_state() {
         let m = Metrics::new();
-        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::NotReady("NotSynced"), Duration::ZERO);
+        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::NotReady("NotSynced"), Duration::ZERO, &[]);
         m.rollout("sub", 1, 0, Some("PauseRequested"), false, 0);
         m.lease_held("stacksync", false);
         m.forget_fleet();
@@ -662,7 +725,7 @@ mod tests {
     fn a_standby_for_its_shard_still_exports_the_rollouts_it_coordinates() {
         let m = Metrics::new();
         m.set_rollouts_apart();
-        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::NotReady("NotSynced"), Duration::ZERO);
+        m.reconciled(&ClusterKey::new("ns", "a"), "sub", "v1", Outcome::NotReady("NotSynced"), Duration::ZERO, &[]);
         m.rollout("sub", 1, 0, None, false, 0);
         m.forget_fleet();
         let text = m.encode();

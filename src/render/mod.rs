@@ -332,8 +332,9 @@ impl Manifests {
     /// # Errors
     /// Every substitution, YAML and object error found (all files are checked).
     pub fn render(&self, release: &Release, cluster: &ClusterConfig) -> Result<Vec<Object>, Errors> {
-        let vars = variables(release, cluster);
-        let names: Vec<&String> = vars.keys().collect();
+        let version = release.version.to_string();
+        let vars = variables(release, cluster, &version);
+        let names: Vec<&str> = vars.keys().copied().collect();
         let mut objects = Vec::new();
         let mut errors = Vec::new();
         for (file, text) in &self.files {
@@ -391,7 +392,7 @@ const NAME_SETS: usize = 4;
 
 impl Manifests {
     /// `file`'s template for these variable names, built on first use.
-    fn template(&self, file: &str, text: &str, names: &[&String]) -> Arc<FileTemplate> {
+    fn template(&self, file: &str, text: &str, names: &[&str]) -> Arc<FileTemplate> {
         let mut templates = self.templates.locked();
         if let Some(t) = templates.get(file).and_then(|kept| kept.iter().find(|t| t.fits(names))) {
             return t.clone();
@@ -404,14 +405,15 @@ impl Manifests {
     }
 }
 
-/// The substitution variables for one cluster: user values plus the built-ins.
-pub fn variables(release: &Release, cluster: &ClusterConfig) -> BTreeMap<String, String> {
-    let mut vars = cluster.values.clone();
-    vars.insert("cluster.name".into(), cluster.name.clone());
-    vars.insert("cluster.namespace".into(), cluster.namespace.clone());
-    vars.insert("release.tag".into(), release.tag.clone());
-    vars.insert("release.version".into(), release.version.to_string());
-    vars.insert("release.commit".into(), release.commit.clone());
+/// The substitution variables for one cluster: user values plus the built-ins (`version`: the
+/// release's version as text), borrowed from the Cluster and the release.
+pub fn variables<'a>(release: &'a Release, cluster: &'a ClusterConfig, version: &'a str) -> subst::Variables<'a> {
+    let mut vars: subst::Variables<'a> = cluster.values.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    vars.insert("cluster.name", &cluster.name);
+    vars.insert("cluster.namespace", &cluster.namespace);
+    vars.insert("release.tag", &release.tag);
+    vars.insert("release.version", version);
+    vars.insert("release.commit", &release.commit);
     vars
 }
 

@@ -14,11 +14,15 @@ pub struct SubstError {
     pub message: String,
 }
 
+/// Variables by name, borrowed from where they are kept (a Cluster's values, its release): a
+/// render copies none of them.
+pub type Variables<'a> = BTreeMap<&'a str, &'a str>;
+
 /// Replaces every `${...}` in `text` from `vars`.
 ///
 /// # Errors
 /// Every unknown variable, malformed name and unterminated `${` (all of them, in order).
-pub fn substitute(text: &str, vars: &BTreeMap<String, String>) -> Result<String, Vec<SubstError>> {
+pub fn substitute(text: &str, vars: &Variables<'_>) -> Result<String, Vec<SubstError>> {
     let mut out = String::with_capacity(text.len());
     let mut errors = Vec::new();
     for (i, line) in text.split_inclusive('\n').enumerate() {
@@ -71,8 +75,8 @@ pub fn substitute(text: &str, vars: &BTreeMap<String, String>) -> Result<String,
     if errors.is_empty() { Ok(out) } else { Err(errors) }
 }
 
-fn known(vars: &BTreeMap<String, String>) -> String {
-    let names: Vec<&str> = vars.keys().map(String::as_str).collect();
+fn known(vars: &Variables<'_>) -> String {
+    let names: Vec<&str> = vars.keys().copied().collect();
     if names.is_empty() { "none".into() } else { names.join(", ") }
 }
 
@@ -80,8 +84,8 @@ fn known(vars: &BTreeMap<String, String>) -> String {
 mod tests {
     use super::*;
 
-    fn vars() -> BTreeMap<String, String> {
-        [("cluster.name", "alpha"), ("region", "eu-1")].into_iter().map(|(k, v)| (k.into(), v.into())).collect()
+    fn vars() -> Variables<'static> {
+        [("cluster.name", "alpha"), ("region", "eu-1")].into_iter().collect()
     }
 
     #[test]

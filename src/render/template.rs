@@ -17,7 +17,7 @@
 //! not convert to JSON. Such a file, and a cluster whose values are not inert, take the text
 //! path ([`super::Manifests::render`]) — which also reports every error with its position.
 
-use std::collections::BTreeMap;
+use super::subst::Variables;
 
 use kubeyaml::{self, Node, Scalar};
 use serde_json::Value;
@@ -72,21 +72,21 @@ pub(super) fn inert(v: &str) -> bool {
 
 impl FileTemplate {
     /// Parses `text` once for clusters whose variables are named `names`.
-    pub(super) fn build(text: &str, names: &[&String]) -> FileTemplate {
-        FileTemplate { names: names.iter().map(|n| (*n).clone()).collect(), docs: docs(text, names) }
+    pub(super) fn build(text: &str, names: &[&str]) -> FileTemplate {
+        FileTemplate { names: names.iter().map(|n| (*n).to_owned()).collect(), docs: docs(text, names) }
     }
 
     /// Whether this template was built for exactly these variable names.
-    pub(super) fn fits(&self, names: &[&String]) -> bool {
+    pub(super) fn fits(&self, names: &[&str]) -> bool {
         self.names.len() == names.len() && self.names.iter().zip(names).all(|(a, b)| a == *b)
     }
 
     /// The documents of this file for one cluster as `(line, JSON)`, `None` when they must be
     /// rendered from the text (the file is not templated, or a value it uses is not inert, or
     /// a filled-in scalar does not convert — the text path says where).
-    pub(super) fn fill(&self, vars: &BTreeMap<String, String>) -> Option<Vec<(usize, Value)>> {
+    pub(super) fn fill(&self, vars: &Variables<'_>) -> Option<Vec<(usize, Value)>> {
         let docs = self.docs.as_ref()?;
-        let values: Vec<&str> = self.names.iter().map(|n| vars.get(n).map_or("", String::as_str)).collect();
+        let values: Vec<&str> = self.names.iter().map(|n| vars.get(n.as_str()).copied().unwrap_or("")).collect();
         let mut out = Vec::with_capacity(docs.len());
         for d in docs {
             let mut value = d.value.clone();
@@ -102,11 +102,12 @@ impl FileTemplate {
 }
 
 /// The file's documents with tokens, or `None` when it must not be templated.
-fn docs(text: &str, names: &[&String]) -> Option<Vec<DocTemplate>> {
+fn docs(text: &str, names: &[&str]) -> Option<Vec<DocTemplate>> {
     if text.contains('\\') || text.contains(PREFIX) {
         return None;
     }
-    let tokens: BTreeMap<String, String> = names.iter().enumerate().map(|(i, n)| ((*n).clone(), token(i))).collect();
+    let tokens: Vec<String> = (0..names.len()).map(token).collect();
+    let tokens: Variables<'_> = names.iter().copied().zip(tokens.iter().map(String::as_str)).collect();
     let substituted = super::subst::substitute(text, &tokens).ok()?;
     // The longest a cluster's text can be: every token replaced by the longest value.
     let tokens_in = substituted.matches(PREFIX).count();
@@ -206,7 +207,7 @@ mod tests {
 
     /// What the text path makes of `text`: every document as `(line, JSON)`, or `Err` where it
     /// reports an error.
-    fn text_docs(text: &str, vars: &BTreeMap<String, String>) -> Result<Vec<(usize, Value)>, ()> {
+    fn text_docs(text: &str, vars: &Variables<'_>) -> Result<Vec<(usize, Value)>, ()> {
         let text = crate::render::subst::substitute(text, vars).map_err(drop)?;
         let mut out = Vec::new();
         for (line, doc) in kubeyaml::split(&text).map_err(drop)? {
@@ -221,16 +222,16 @@ mod tests {
     }
 
     /// The template's answer, checked against the text path's; whether the template answered.
-    fn agrees(text: &str, vars: &BTreeMap<String, String>) -> bool {
-        let names: Vec<&String> = vars.keys().collect();
+    fn agrees(text: &str, vars: &Variables<'_>) -> bool {
+        let names: Vec<&str> = vars.keys().copied().collect();
         let t = FileTemplate::build(text, &names);
         let Some(filled) = t.fill(vars) else { return false };
         assert_eq!(Ok(filled), text_docs(text, vars), "text: {text:?}, vars: {vars:?}");
         true
     }
 
-    fn vars(x: &str) -> BTreeMap<String, String> {
-        [("x", x), ("cluster.name", "c00001"), ("a-b", "zz")].into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+    fn vars(x: &str) -> Variables<'_> {
+        [("x", x), ("cluster.name", "c00001"), ("a-b", "zz")].into_iter().collect()
     }
 
     /// Snippets with `${x}` in every place YAML can hold it; `X` is a place for a second one.
@@ -342,7 +343,7 @@ mod tests {
     #[test]
     fn a_plain_scalar_is_resolved_again_and_a_quoted_one_stays_a_string() {
         let names_vars = vars("3");
-        let names: Vec<&String> = names_vars.keys().collect();
+        let names: Vec<&str> = names_vars.keys().copied().collect();
         let t = FileTemplate::build("a: ${x}\nb: \"${x}\"\nc: n-${x}\n", &names);
         let docs = t.fill(&names_vars).expect("templated");
         assert_eq!(docs, vec![(1, serde_json::json!({"a": 3, "b": "3", "c": "n-3"}))]);
@@ -352,7 +353,7 @@ mod tests {
     #[test]
     fn files_that_could_differ_are_not_templated() {
         let v = vars("c1");
-        let names: Vec<&String> = v.keys().collect();
+        let names: Vec<&str> = v.keys().copied().collect();
         for text in ["${x}: v\n", "v: a # ${x}\n", "a: &A ${x}\nb: *A\n", "v: \"\\t${x}\"\n", "v: ${nope}\n", "v: QzStKn\n", "v: 1\nv: 2\n"]
         {
             assert!(FileTemplate::build(text, &names).fill(&v).is_none(), "{text:?}");

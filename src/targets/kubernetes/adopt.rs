@@ -24,8 +24,8 @@ use tracing::{info, warn};
 
 use super::Error;
 use super::Kube;
-use super::client::kube_error;
 use super::decide::{subscription_for, topology_class};
+use super::error::kube_error;
 use super::reconcile::{apply_options, choose};
 use super::stages::render;
 use super::status::{Owner, write_cluster_sync};
@@ -476,7 +476,8 @@ async fn judge_cluster(kube: &Kube, addon: &DynamicObject, key: ClusterKey) -> (
     let result = async {
         let prepared = kube.ctx.prepare(&release).await.map_err(|e| e.to_string())?;
         let rendered = render(kube, &sub, &prepared, &c).await.map_err(|e| e.to_string())?;
-        let super::Workload { client, discovery, .. } = kube.workload(&key, &c).await.map_err(|e| e.to_string())?;
+        let super::Workload { client, discovery, .. } =
+            kube.workloads.get(&kube.mgmt, &key, &c, kube.target().request_timeout).await.map_err(|e| e.to_string())?;
         reachable(&client).await.map_err(|e| e.to_string())?;
         let generated = generated(kube, &sub, &prepared, &c, &rendered.stages).await.map_err(|e| e.to_string())?;
         let applier = Applier::new(client, apply_options(&kube.target(), &sub, &c)).with_discovery(discovery);

@@ -13,7 +13,7 @@ use kube::api::{Api, DeleteParams};
 use tracing::{error, info, warn};
 
 use super::Kube;
-use super::client::kube_error;
+use super::error::kube_error;
 use super::stackrelease::{ClassResult, record_release, release_name};
 use crate::config::{Format, Subscription};
 use crate::model::StageAction;

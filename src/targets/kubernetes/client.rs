@@ -1,18 +1,9 @@
 //! The management cluster's clients: one for requests (every request has a deadline, no
 //! retry of kube's own) and one for watches (kube's timeouts), from the target's kubeconfig
-//! or the in-cluster environment; and how a kube error reads in a message.
+//! or the in-cluster environment.
 
 use super::workload::Throttle;
 use crate::config::KubernetesTarget;
-
-/// A kube error for a message: the API server's own message for an API error, otherwise the
-/// error with its cause (a bare "error sending request" says nothing).
-pub(crate) fn kube_error(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
-        other => applier::ssa::with_causes(other),
-    }
-}
 
 /// Connects to the management cluster.
 ///

@@ -86,7 +86,7 @@ async fn one(
     let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &key.namespace);
     let previous = match syncs.get_opt(&key.name).await {
         Ok(p) => p.and_then(|p| p.status).unwrap_or_default(),
-        Err(e) => return Some(failed(key, format!("cannot read its ClusterSync: {}", super::client::kube_error(&e)))),
+        Err(e) => return Some(failed(key, format!("cannot read its ClusterSync: {}", super::error::kube_error(&e)))),
     };
     let applied = previous.applied_release.as_ref().map(|r| r.tag.clone());
     let mut d = ClusterDiff { cluster: key, release: None, applied, preview: None, error: None };
@@ -95,7 +95,8 @@ async fn one(
         d.release = Some(rel.tag.clone());
         let prepared = kube.ctx.prepare(&rel).await.map_err(|e| e.to_string())?;
         let rendered = render(kube, sub, &prepared, &c).await.map_err(|e| e.to_string())?;
-        let super::Workload { client, discovery, .. } = kube.workload(&d.cluster, &c).await.map_err(|e| e.to_string())?;
+        let super::Workload { client, discovery, .. } =
+            kube.workloads.get(&kube.mgmt, &d.cluster, &c, kube.target().request_timeout).await.map_err(|e| e.to_string())?;
         reachable(&client).await.map_err(|e| e.to_string())?;
         let mut options = apply_options(&kube.target(), sub, &c);
         options.generated = applier::ssa::parse_generated(&previous.generated);

@@ -1,10 +1,19 @@
 //! The Kubernetes target's errors: what a reconcile or a pass could not do, named after the
 //! operation, with the Cluster it concerns. `is_transient` decides retry-with-backoff versus
-//! Stalled; `reason` is the stable string for conditions and metric labels.
+//! Stalled; `reason` is the stable string for conditions and metric labels. And how a kube error
+//! reads in a message ([`kube_error`]).
 
-use super::kube_error;
 use crate::model::ClusterKey;
 use crate::status::Reason;
+
+/// A kube error for a message: the API server's own message for an API error, otherwise the
+/// error with its cause (a bare "error sending request" says nothing).
+pub(crate) fn kube_error(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
+        other => applier::ssa::with_causes(other),
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tracing::debug;
 
-use super::client::kube_error;
+use super::error::kube_error;
 use crate::status::crd::{ClusterSyncStatus, Condition};
 
 /// The `reportingController` of every event.

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::client::kube_error;
+use super::error::kube_error;
 use super::stages::StagesError;
 use super::workload::WorkloadError;
 use crate::controller::PrepareError;

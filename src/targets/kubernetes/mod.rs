@@ -11,11 +11,12 @@
 //! (`run --once`); `status.rs` builds and writes `ClusterSync` / `StackRelease`.
 //!
 //! The state a reconcile keeps between Clusters is [`Kube`]; each of its caches is a small type
-//! of its own: `workloads.rs` (workload clients), `references.rs` (the objects a Cluster
+//! of its own: `workload.rs` (workload clients), `references.rs` (the objects a Cluster
 //! references), `manifests.rs` (manifest releases read once), `classes.rs` (ClusterClasses
 //! applied), `stackrelease.rs` (`StackRelease`s recorded), the warnings said once (`model::repeats`),
-//! `attempts.rs` (backoff counts), `workload.rs` also keeps what a server said about waiting (`Throttle`). `client.rs` builds the management cluster's clients,
-//! `cluster.rs` reads a `Cluster` (pure), `error.rs` is what a reconcile can fail at.
+//! `attempts.rs` (backoff counts), `workload.rs` also keeps what a server said about waiting
+//! (`Throttle`). `client.rs` builds the management cluster's clients, `decide.rs` reads a
+//! `Cluster` and decides (pure), `error.rs` is what a reconcile can fail at.
 
 use std::sync::Arc;
 
@@ -45,17 +46,17 @@ mod status;
 mod upgrade;
 pub mod workload;
 
-pub(crate) use client::kube_error;
 pub use client::{ClientError, management_client, management_watch_client};
 pub use decide::{PAUSED_ANNOTATION, is_paused, subscription_for, topology_class};
 pub use diff::{ClusterDiff, diff};
 pub use error::Error;
+pub(crate) use error::kube_error;
 pub use render::render;
 pub use rollout::{Health, PlanReport, judge, plan, plan_report as rollout_plan, request as request_rollout};
 pub use run::{SHARD_LABEL, coordinate, pass, request_reconcile, run};
 pub use workload::{REACHABLE_TIMEOUT, Workload};
 
-use crate::config::{Config, KubernetesTarget, Subscription, Target};
+use crate::config::{Config, KubernetesTarget, Target};
 use crate::controller::Context;
 use crate::model::ClusterKey;
 use crate::model::cluster::ClusterConfig;
@@ -162,11 +163,6 @@ impl Kube {
         }
     }
 
-    /// A client of the workload cluster for this reconcile ([`workload::Workloads::get`]).
-    async fn workload(&self, key: &ClusterKey, c: &ClusterConfig) -> Result<Workload, workload::WorkloadError> {
-        self.workloads.get(&self.mgmt, key, c, self.target().request_timeout).await
-    }
-
     /// `c` with the live objects cluster-stack values templates read
     /// ([`references::References::with_live_objects`]).
     async fn with_live_objects(&self, obj: &kube::api::DynamicObject, c: ClusterConfig) -> ClusterConfig {
@@ -227,10 +223,4 @@ async fn cluster_resource(mgmt: &kube::Client) -> Result<ApiResource, Error> {
         }
     }
     Err(Error::ClusterApiMissing)
-}
-
-/// The owner of the objects applied for one cluster and subscription (the applier makes it
-/// label-safe).
-fn owner_id(sub: &Subscription, c: &ClusterConfig) -> String {
-    format!("{}.{}.{}", sub.name, c.namespace, c.name)
 }

@@ -11,12 +11,12 @@ use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::Action;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::client::kube_error;
 use super::decide::{self, Done, control_plane_ready, is_paused, subscription_for, topology_class};
+use super::error::kube_error;
 use super::fail::Fail;
 use super::stages::{self, Rendered};
 use super::status::{Owner, write_cluster_sync};
-use super::{Error, Kube, owner_id};
+use super::{Error, Kube};
 use crate::config::{Config, Format, KubernetesTarget, Subscription};
 use crate::controller::{ClusterReport, PreparedRelease};
 use crate::model::ClusterKey;
@@ -321,7 +321,7 @@ async fn apply_release(
         }
         kube.classes.ensure(kube, sub, &c.namespace, &releases).await;
     }
-    let super::Workload { client, discovery } = match kube.workload(key, c).await {
+    let super::Workload { client, discovery } = match kube.workloads.get(&kube.mgmt, key, c, k.request_timeout).await {
         Ok(workload) => workload,
         Err(e) => {
             let message = e.to_string();
@@ -442,6 +442,12 @@ pub(super) fn apply_options(k: &KubernetesTarget, sub: &Subscription, c: &Cluste
         reach_within: Some(super::REACHABLE_TIMEOUT),
         ..ApplyOptions::default()
     }
+}
+
+/// The owner of the objects applied for one cluster and subscription (the applier makes it
+/// label-safe).
+fn owner_id(sub: &Subscription, c: &ClusterConfig) -> String {
+    format!("{}.{}.{}", sub.name, c.namespace, c.name)
 }
 
 /// True when the Cluster's class names its release (the first arm of [`choose`], which must agree).

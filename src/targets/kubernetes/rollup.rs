@@ -13,7 +13,7 @@ use serde_json::json;
 use tracing::{debug, warn};
 
 use super::Kube;
-use super::client::kube_error;
+use super::error::kube_error;
 use super::stackrelease::release_name;
 use super::status::now;
 use crate::status::crd::{ClusterSync, StackRelease};

@@ -19,8 +19,8 @@ use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 
 use super::Error;
-use super::client::kube_error;
 use super::decide::topology_class;
+use super::error::kube_error;
 use super::reconcile::{self, Reconciled, forget, key_of, retry_after};
 use super::{CLUSTER_NAME_LABEL, Kube};
 use crate::config::Format;
@@ -72,7 +72,7 @@ fn reconciled(key: &ClusterKey, result: Result<&Option<Reconciled>, &Error>, ela
         }
         // The ClusterSync could not be read or written: no subscription at hand for a label.
         Err(e) => {
-            m.reconciled(key, "", "", Outcome::Error(e.reason()), elapsed);
+            m.reconciled(key, "", "", Outcome::Error(e.reason()), elapsed, &[]);
             return;
         }
     };
@@ -87,20 +87,16 @@ fn reconciled(key: &ClusterKey, result: Result<&Option<Reconciled>, &Error>, ela
     } else {
         Outcome::NotReady(status.reason.as_str())
     };
-    m.reconciled(key, sub, r.release_tag(), outcome, elapsed);
-    for (action, name) in [
+    let objects = [
         (applier::Action::Created, "created"),
         (applier::Action::Configured, "configured"),
         (applier::Action::Unchanged, "unchanged"),
         (applier::Action::Pruned, "pruned"),
         (applier::Action::Failed, "failed"),
         (applier::Action::Skipped(applier::SkipReason::Held), "skipped"),
-    ] {
-        let n = r.done.changes.count(action);
-        if n > 0 {
-            m.objects(sub, name, n as u64);
-        }
-    }
+    ]
+    .map(|(action, name)| (name, r.done.changes.count(action) as u64));
+    m.reconciled(key, sub, r.release_tag(), outcome, elapsed, &objects);
 }
 
 fn error_policy(obj: Arc<DynamicObject>, error: &Error, kube: Arc<Kube>) -> Action {

@@ -7,7 +7,7 @@ use serde_json::json;
 use tracing::warn;
 
 use super::MANAGER;
-use super::client::kube_error;
+use super::error::kube_error;
 use crate::config::Subscription;
 use crate::model::cluster::ClusterConfig;
 use crate::model::sync::MutexExt;

@@ -247,13 +247,13 @@ async fn not_met(client: &kube::Client, w: &WaitFor) -> Option<String> {
         let read = async {
             let (res, _) = kube::discovery::pinned_kind(client, &gvk)
                 .await
-                .map_err(|e| format!("{}: {}", o.api_version, super::client::kube_error(&e)))?;
+                .map_err(|e| format!("{}: {}", o.api_version, super::error::kube_error(&e)))?;
             let api: Api<DynamicObject> = if o.namespace.is_empty() {
                 Api::all_with(client.clone(), &res)
             } else {
                 Api::namespaced_with(client.clone(), &o.namespace, &res)
             };
-            api.get_opt(&o.name).await.map_err(|e| format!("reading {o}: {}", super::client::kube_error(&e)))
+            api.get_opt(&o.name).await.map_err(|e| format!("reading {o}: {}", super::error::kube_error(&e)))
         };
         match tokio::time::timeout(READ_TIMEOUT, read).await {
             Err(_) => return Some(format!("reading {o} took longer than {}s", READ_TIMEOUT.as_secs())),

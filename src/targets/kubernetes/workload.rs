@@ -49,7 +49,7 @@ use kube::api::Api;
 use kube::client::ConfigExt;
 use sha2::{Digest, Sha256};
 
-use super::client::kube_error;
+use super::error::kube_error;
 use crate::model::ClusterKey;
 use crate::model::cluster::ClusterConfig;
 use crate::model::sync::MutexExt;
@@ -224,7 +224,7 @@ pub(super) async fn reachable(client: &kube::Client) -> Result<(), Unreachable> 
 pub(super) enum Unreachable {
     /// Said with its causes (`client error (Connect)` alone does not say that the connection
     /// was refused).
-    #[error("the workload cluster's API server does not answer: {}", super::client::kube_error(.0))]
+    #[error("the workload cluster's API server does not answer: {}", super::error::kube_error(.0))]
     Failed(#[source] kube::Error),
     #[error("the workload cluster's API server did not answer within {0}s")]
     Timeout(u64),

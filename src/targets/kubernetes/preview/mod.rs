@@ -455,7 +455,7 @@ async fn one(fleet: &Fleet<'_>, obj: &DynamicObject, key: &ClusterKey, c: crate:
     let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &key.namespace);
     let previous: ClusterSyncStatus = match syncs.get_opt(&key.name).await {
         Ok(p) => p.and_then(|p| p.status).unwrap_or_default(),
-        Err(e) => return judged(key, Judged::Error, format!("cannot read its ClusterSync: {}", super::client::kube_error(&e))),
+        Err(e) => return judged(key, Judged::Error, format!("cannot read its ClusterSync: {}", super::error::kube_error(&e))),
     };
     let applied = previous.applied_release.as_ref().map(|r| r.tag.clone());
     let mut p = judged(key, Judged::Unchanged, String::new());
@@ -489,7 +489,7 @@ async fn one(fleet: &Fleet<'_>, obj: &DynamicObject, key: &ClusterKey, c: crate:
             return p;
         }
     };
-    let super::Workload { client, discovery } = match kube.workload(key, &c).await {
+    let super::Workload { client, discovery } = match kube.workloads.get(&kube.mgmt, key, &c, kube.target().request_timeout).await {
         Ok(w) => w,
         Err(e) => {
             p.result = Judged::Unreachable;

@@ -1,7 +1,8 @@
 //! The rollout driver's errors: what it could not read or write on the management cluster, and
 //! a pause or resume asked of a subscription with no rollout to act on.
 
-use super::super::client::{ClientError, kube_error};
+use super::super::client::ClientError;
+use super::super::error::kube_error;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
