@@ -34,10 +34,7 @@ cd "$(dirname "$0")/.."
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-if ! command -v wrk >/dev/null || [ ! -x /usr/bin/time ]; then
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk time >/dev/null
-fi
+scripts/ensure-programs.sh wrk time curl git ssh-keygen gpg
 tools="${STACKSYNC_TOOLS_DIR:-$HOME/.cache/stacksync-tools}"
 if [ ! -x "$tools/bin/kubectl" ]; then
   scripts/install-tools.sh --for tests

