@@ -564,8 +564,9 @@ const PENDING: &[(&str, &str, &str)] = &[];
 ///   and `src/a/b/mod.rs` are `a::b`; `mod.rs` is its folder's module): `super::status::now`
 ///   in `src/targets/kubernetes/reconcile.rs` is `targets/kubernetes/status.rs`,
 ///   `crate::controller::Context` is `controller/mod.rs`;
-/// - an item re-exported with `pub use` belongs to the file that declares the `pub use` (the
-///   path names that file's module, so that is where it resolves);
+/// - an item re-exported with `pub use` belongs to the file that defines it: `super::Context`
+///   in `src/controller/pipeline.rs`, re-exported by `controller/mod.rs` from `context`, is
+///   `controller/context.rs` (re-exports followed, `as` and globs too, [`Reexports::resolve`]);
 /// - only paths that start with `crate::`, `super::` or `self::` are read, in `use` lines,
 ///   `use` groups (nested too) and code; a bare path (`run::pass`, `pub use context::Context`
 ///   in a `mod.rs`: a parent naming its own children) is not, for it cannot be told from an
@@ -575,8 +576,7 @@ const PENDING: &[(&str, &str, &str)] = &[];
 /// - comments and string literals are blanked first ([`code_only`]), so a doc link is no edge.
 #[test]
 fn no_file_level_import_cycle() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let imports = scan_files(root);
+    let imports = workspace_imports();
     // Edges of cycles in other people's work in flight, left out until it lands; each must
     // still exist (a stale entry fails, so the list only shrinks).
     let mut report = String::new();
@@ -591,17 +591,39 @@ fn no_file_level_import_cycle() {
         }
     }
     report.push_str(&file_cycles(&kept));
-    assert!(report.is_empty(), "file-level import cycles in src/ (break each: move what both need into a third file):\n{report}");
+    assert!(
+        report.is_empty(),
+        "file-level import cycles in src/, crates/ or testkit/ (break each: move what both need into a third file):\n{report}"
+    );
     assert!(imports.len() > 300, "only {} file-level imports found: is the scanner reading src/?", imports.len());
+    for krate in ["crates/applier/", "crates/gotemplate/", "testkit/"] {
+        assert!(imports.iter().any(|i| i.from.starts_with(krate)), "no file-level import found in {krate}: is the scanner reading it?");
+    }
+}
+
+/// The file-level imports of every crate of the workspace with a library (`src/`, each of
+/// `crates/*` and `testkit/`), each crate's files named from the repository's root.
+fn workspace_imports() -> Vec<FileImport> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut crates = vec![root.to_path_buf(), root.join("testkit")];
+    let mut members: Vec<PathBuf> =
+        std::fs::read_dir(root.join("crates")).expect("crates/").flatten().map(|e| e.path()).filter(|p| p.join("src").is_dir()).collect();
+    members.sort();
+    crates.extend(members);
+    let mut out = Vec::new();
+    for krate in crates {
+        let prefix = krate.strip_prefix(root).expect("under the root").to_path_buf();
+        out.extend(scan_files(&krate).into_iter().map(|i| FileImport { from: prefix.join(&i.from), to: prefix.join(&i.to), ..i }));
+    }
+    out
 }
 
 /// Prints each file and the files it imports (`cargo test --test layering -- --nocapture
 /// file_graph`).
 #[test]
 fn file_graph() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut g: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
-    for i in scan_files(root) {
+    for i in workspace_imports() {
         g.entry(i.from).or_default().insert(i.to);
     }
     for (from, to) in &g {
@@ -634,30 +656,230 @@ fn file_cycles(imports: &[FileImport]) -> String {
     report
 }
 
-/// Every file-level import of the library's files (`src/main.rs`, the binary, names the
-/// library as `stacksync::`, and is left out).
+/// Every file-level import of one crate's library files (`src/main.rs`, the binary, names the
+/// library by its crate name, and is left out), paths reported relative to `root` (the crate's
+/// directory). An import through a `pub use` resolves to the file that defines the item
+/// ([`reexports`]), so a re-export hides no circle.
 fn scan_files(root: &Path) -> Vec<FileImport> {
     let mut files = Vec::new();
     rust_files(&root.join("src"), &mut files);
     files.sort();
-    let modules: BTreeMap<Vec<String>, PathBuf> = files
+    let mut modules: BTreeMap<Vec<String>, PathBuf> = files
         .iter()
         .filter_map(|f| {
             let rel = f.strip_prefix(root).expect("under the root").to_path_buf();
             Some((module_path(&rel)?, rel))
         })
         .collect();
+    // The crate root: what `src/lib.rs` defines or re-exports (`crate::Object`).
+    if root.join("src/lib.rs").is_file() {
+        modules.insert(Vec::new(), PathBuf::from("src/lib.rs"));
+    }
+    let texts: BTreeMap<&PathBuf, String> = modules
+        .values()
+        .map(|rel| (rel, std::fs::read_to_string(root.join(rel)).unwrap_or_else(|e| panic!("{}: {e}", rel.display()))))
+        .collect();
+    let mut index = Reexports::default();
+    for (module, rel) in &modules {
+        let code = code_only(&texts[rel]);
+        index.defined.insert(rel.clone(), defined_items(&code));
+        for (name, target) in reexports(&code, module) {
+            match name {
+                Some(name) => index.named.insert((module.clone(), name), target),
+                None => {
+                    index.globs.entry(module.clone()).or_default().push(target);
+                    None
+                }
+            };
+        }
+    }
     let mut out = Vec::new();
     for (module, rel) in &modules {
-        let text = std::fs::read_to_string(root.join(rel)).unwrap_or_else(|e| panic!("{}: {e}", rel.display()));
-        for (path, line) in resolved_paths(&text, module) {
-            let Some(to) = (1..=path.len()).rev().find_map(|k| modules.get(&path[..k])) else { continue };
+        for (path, line) in resolved_paths(&texts[rel], module) {
+            let Some((to, path)) = index.resolve(&modules, path, 0) else { continue };
             if to != rel {
                 out.push(FileImport { from: rel.clone(), to: to.clone(), line, path: format!("crate::{}", path.join("::")) });
             }
         }
     }
     out
+}
+
+/// What a crate's files re-export (`pub use`, any visibility): `(module, name)` -> the path it
+/// names; `module` -> the paths of its glob re-exports; and each file's own items.
+#[derive(Default)]
+struct Reexports {
+    named: BTreeMap<(Vec<String>, String), Vec<String>>,
+    globs: BTreeMap<Vec<String>, Vec<Vec<String>>>,
+    defined: BTreeMap<PathBuf, BTreeSet<String>>,
+}
+
+impl Reexports {
+    /// The file that defines what `path` names, and the path followed there: the file of the
+    /// longest prefix of `path` that is a module; when the next name is not that file's own item
+    /// but one it re-exports, the re-exported path instead (followed up to eight re-exports
+    /// deep). `None`: no prefix is a module of the crate (another crate's path).
+    fn resolve<'m>(
+        &self,
+        modules: &'m BTreeMap<Vec<String>, PathBuf>,
+        path: Vec<String>,
+        depth: usize,
+    ) -> Option<(&'m PathBuf, Vec<String>)> {
+        let k = (0..=path.len()).rev().find(|&k| modules.contains_key(&path[..k]))?;
+        let file = &modules[&path[..k]];
+        let Some(name) = path.get(k).filter(|_| depth < 8) else { return Some((file, path)) };
+        if self.defined.get(file).is_some_and(|d| d.contains(name)) {
+            return Some((file, path));
+        }
+        let module = path[..k].to_vec();
+        let follow = |target: &[String], rest: &[String]| -> Vec<String> { target.iter().chain(rest).cloned().collect() };
+        if let Some(target) = self.named.get(&(module.clone(), name.clone())) {
+            let next = follow(target, &path[k + 1..]);
+            if next != path {
+                return self.resolve(modules, next, depth + 1).or(Some((file, path)));
+            }
+        }
+        for glob in self.globs.get(&module).into_iter().flatten() {
+            let next = follow(glob, &path[k..]);
+            if next != path
+                && let Some((to, p)) = self.resolve(modules, next, depth + 1)
+                && to != file
+                && self.defined.get(to).is_some_and(|d| d.contains(name) || p.len() > glob.len() + 1)
+            {
+                return Some((to, p));
+            }
+        }
+        Some((file, path))
+    }
+}
+
+/// The names of the items a file's code declares at any depth (`fn`, `struct`, `enum`, `union`,
+/// `trait`, `type`, `const`, `static`, `mod`, `macro_rules!`): an item a module defines itself is
+/// never looked for in its re-exports.
+fn defined_items(code: &str) -> BTreeSet<String> {
+    let toks = tokens(code);
+    let mut out = BTreeSet::new();
+    for (i, (t, _)) in toks.iter().enumerate() {
+        let Tok::Ident(kw) = t else { continue };
+        let at = match kw.as_str() {
+            "fn" | "struct" | "enum" | "union" | "trait" | "type" | "const" | "static" | "mod" => i + 1,
+            "macro_rules" if toks.get(i + 1).is_some_and(|(t, _)| *t == Tok::Punct('!')) => i + 2,
+            _ => continue,
+        };
+        if let Some((Tok::Ident(name), _)) = toks.get(at) {
+            out.insert(name.clone());
+        }
+    }
+    out
+}
+
+/// The re-exports of a file's code (`code_only` text) in module `module`: `(Some(name), path)`
+/// for each item a `pub use` (any visibility) makes a name of the module (`as` respected;
+/// `self` in a group re-exports the module it names), `(None, path)` for a glob. Paths are
+/// resolved from the crate root; a bare path (`pub use context::Context`) is read from the
+/// module itself (it may name another crate: then it resolves to no file).
+fn reexports(code: &str, module: &[String]) -> Vec<Reexport> {
+    let toks = tokens(code);
+    let ident = |i: usize| match toks.get(i) {
+        Some((Tok::Ident(s), _)) => Some(s.as_str()),
+        _ => None,
+    };
+    let sep = |i: usize| matches!(toks.get(i), Some((Tok::PathSep, _)));
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < toks.len() {
+        if ident(i) != Some("pub") {
+            i += 1;
+            continue;
+        }
+        // `pub`, `pub(crate)`, `pub(super)`, `pub(in path)`.
+        let mut j = i + 1;
+        if toks.get(j).is_some_and(|(t, _)| *t == Tok::Punct('(')) {
+            while j < toks.len() && toks[j].0 != Tok::Punct(')') {
+                j += 1;
+            }
+            j += 1;
+        }
+        if ident(j) != Some("use") {
+            i += 1;
+            continue;
+        }
+        j += 1;
+        let mut here: Vec<String> = module.to_vec();
+        match ident(j) {
+            Some("crate") if sep(j + 1) => {
+                here.clear();
+                j += 2;
+            }
+            Some("self") if sep(j + 1) => j += 2,
+            Some("super") => {
+                while ident(j) == Some("super") && sep(j + 1) {
+                    here.pop();
+                    j += 2;
+                }
+            }
+            _ => {}
+        }
+        let (items, end) = aliased_tree(&toks, j, &here);
+        out.extend(items);
+        i = end.max(i + 1);
+    }
+    out
+}
+
+/// A re-exported path with the name it is exported as (`None`: a glob).
+type Reexport = (Option<String>, Vec<String>);
+
+/// [`use_tree`] for a re-export: each path with the name it is exported as, and the index after it.
+fn aliased_tree(toks: &[(Tok, usize)], at: usize, prefix: &[String]) -> (Vec<Reexport>, usize) {
+    let alias = |k: usize| match (toks.get(k), toks.get(k + 1)) {
+        (Some((Tok::Ident(as_), _)), Some((Tok::Ident(name), _))) if as_ == "as" => Some((name.clone(), k + 2)),
+        _ => None,
+    };
+    match toks.get(at).map(|t| &t.0) {
+        Some(Tok::Ident(name)) if name == "self" => {
+            let exported = prefix.last().cloned();
+            match alias(at + 1) {
+                Some((a, end)) => (vec![(Some(a), prefix.to_vec())], end),
+                None => (vec![(exported, prefix.to_vec())], at + 1),
+            }
+        }
+        Some(Tok::Ident(name)) => {
+            let mut path = prefix.to_vec();
+            path.push(name.clone());
+            let next = toks.get(at + 2).map(|t| &t.0);
+            if toks.get(at + 1).map(|t| &t.0) == Some(&Tok::PathSep)
+                && matches!(next, Some(Tok::Ident(_) | Tok::Punct('{') | Tok::Punct('*')))
+            {
+                return aliased_tree(toks, at + 2, &path);
+            }
+            match alias(at + 1) {
+                Some((a, end)) => (vec![(Some(a), path)], end),
+                None => (vec![(Some(name.clone()), path)], at + 1),
+            }
+        }
+        Some(Tok::Punct('*')) => (vec![(None, prefix.to_vec())], at + 1),
+        Some(Tok::Punct('{')) => {
+            let mut out = Vec::new();
+            let mut k = at + 1;
+            while k < toks.len() {
+                match &toks[k].0 {
+                    Tok::Punct('}') => return (out, k + 1),
+                    Tok::Ident(_) | Tok::Punct('*') | Tok::Punct('{') => {
+                        let (items, end) = aliased_tree(toks, k, prefix);
+                        out.extend(items);
+                        k = end;
+                        while k < toks.len() && !matches!(toks[k].0, Tok::Punct(',') | Tok::Punct('}')) {
+                            k += 1;
+                        }
+                    }
+                    _ => k += 1,
+                }
+            }
+            (out, k)
+        }
+        _ => (Vec::new(), at),
+    }
 }
 
 /// The paths a file's code names, resolved from the crate root, each with its line: every path
@@ -790,6 +1012,41 @@ mod tests {
         ("targets::kubernetes::events::for_cluster_sync", 11),
     ];
     assert_eq!(got, want.map(|(p, l)| (p.to_owned(), l)));
+}
+
+#[test]
+fn an_import_through_a_reexport_is_an_import_of_the_defining_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |rel: &str, text: &str| {
+        let path = dir.path().join(rel);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    };
+    write("src/lib.rs", "pub mod a;\npub mod c;\npub use a::Thing as Root;\n");
+    write(
+        "src/a/mod.rs",
+        "mod b;\nmod g;\npub use b::{Thing, other as Renamed};\npub use g::*;\npub use crate::c as see;\npub struct Own;\n",
+    );
+    write("src/a/b.rs", "pub struct Thing;\npub fn other() {}\n");
+    write("src/a/g.rs", "pub fn globbed() {}\n");
+    write(
+        "src/c.rs",
+        "use crate::a::Thing;\nuse crate::a::Renamed;\nuse crate::a::globbed;\nuse crate::a::Own;\nuse crate::Root;\nuse applier::x;\n",
+    );
+    let mut got: Vec<(String, String, usize)> =
+        scan_files(dir.path()).into_iter().map(|i| (i.from.display().to_string(), i.to.display().to_string(), i.line)).collect();
+    got.sort();
+    let want = [
+        ("src/a/mod.rs", "src/c.rs", 5),
+        ("src/c.rs", "src/a/b.rs", 1),
+        ("src/c.rs", "src/a/b.rs", 2),
+        ("src/c.rs", "src/a/g.rs", 3),
+        ("src/c.rs", "src/a/mod.rs", 4),
+        ("src/c.rs", "src/a/b.rs", 5),
+    ];
+    let mut want: Vec<(String, String, usize)> = want.iter().map(|(f, t, l)| ((*f).to_owned(), (*t).to_owned(), *l)).collect();
+    want.sort();
+    assert_eq!(got, want, "through `pub use` (named, renamed, glob, the crate root's) to the defining file; another crate's path is none");
 }
 
 #[test]

@@ -163,7 +163,8 @@ fn every_program_the_project_runs_is_installed_by_its_scripts() {
             check(path, shell_programs(line), n, true);
         }
     }
-    let report: Vec<String> = missing.iter().map(|(p, at)| format!("{p} (run at {})", at.iter().cloned().collect::<Vec<_>>().join(", "))).collect();
+    let report: Vec<String> =
+        missing.iter().map(|(p, at)| format!("{p} (run at {})", at.iter().cloned().collect::<Vec<_>>().join(", "))).collect();
     assert!(
         report.is_empty(),
         "programs the project runs that no script installs: add each to scripts/programs.tsv (and make sure its installer has it):\n  {}",
@@ -179,10 +180,16 @@ fn every_program_the_project_runs_is_installed_by_its_scripts() {
 #[test]
 fn the_scanners_read_what_the_code_writes() {
     assert_eq!(rust_programs(r#"let c = tokio::process::Command::new("runc").arg("run");"#), ["runc"]);
-    assert_eq!(rust_programs(r#"Path::new("/usr/sbin/sshd"), Path::new("/usr/lib/git-core/git-http-backend")"#), ["sshd", "git-http-backend"]);
+    assert_eq!(
+        rust_programs(r#"Path::new("/usr/sbin/sshd"), Path::new("/usr/lib/git-core/git-http-backend")"#),
+        ["sshd", "git-http-backend"]
+    );
     assert_eq!(rust_programs(r#"let k = common::tool("kubectl")?;"#), ["kubectl"]);
     assert_eq!(rust_programs(r#"env("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")"#), ["faketime"]);
-    assert_eq!(shell_programs(r#"scripts/ensure-programs.sh buildah skopeo ${oci:+umoci runc} >/dev/null"#), ["buildah", "skopeo", "umoci", "runc"]);
+    assert_eq!(
+        shell_programs(r#"scripts/ensure-programs.sh buildah skopeo ${oci:+umoci runc} >/dev/null"#),
+        ["buildah", "skopeo", "umoci", "runc"]
+    );
     assert_eq!(shell_programs(r#"if ! command -v wrk >/dev/null || [ -x "$(command -v jq)" ]; then"#), ["wrk", "jq"]);
     assert_eq!(shell_programs(r#"for t in a b; do command -v "$t"; done"#), Vec::<String>::new());
     assert!(shell_programs("# command -v nothing").is_empty());

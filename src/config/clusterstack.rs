@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::validate::{Cx, Fields, describe};
 use super::yaml::{Node, Value};
-use super::{Budget, CLUSTER_CLASS_DIR, ClusterObjects, Format, HelmConfig, OnFailure, RolloutConfig, TemplatesConfig, Wave};
+use super::{Budget, CLUSTER_CLASS_DIR, ClusterObjects, Format, HelmConfig, NotReady, OnFailure, RolloutConfig, TemplatesConfig, Wave};
 use crate::model::schedule::{format_duration, parse_duration};
 use crate::model::window::Window;
 
@@ -103,8 +103,11 @@ impl Cx {
     /// Reads a subscription's `rollout:` (`path` is its field path). The waves must end with
     /// `percent: 100` so that every Cluster is moved; percentages may not go down.
     pub(super) fn rollout(&mut self, node: &Node, path: &str, format: Format) -> Option<RolloutConfig> {
-        let f =
-            self.fields(node, path, &["waves", "canarySelector", "waveTimeout", "checkInterval", "maxFailures", "onFailure", "windows"])?;
+        let f = self.fields(
+            node,
+            path,
+            &["waves", "canarySelector", "waveTimeout", "checkInterval", "maxFailures", "onFailure", "notReady", "windows"],
+        )?;
         if format != Format::ClusterStack {
             self.error(
                 node.mark,
@@ -199,13 +202,24 @@ impl Cx {
                 }
             },
         };
+        let not_ready = match f.get("notReady") {
+            None => NotReady::Fail,
+            Some(n) => match n.scalar_text() {
+                Some("fail") => NotReady::Fail,
+                Some("skip") => NotReady::Skip,
+                _ => {
+                    self.error(n.mark, &f.path("notReady"), format!("expected `fail` or `skip`, found {}", describe(n)));
+                    NotReady::Fail
+                }
+            },
+        };
         let mut windows = Vec::new();
         for (i, w) in self.list(&f, "windows").iter().enumerate() {
             if let Some(w) = self.window(w, &format!("{}[{i}]", f.path("windows"))) {
                 windows.push(w);
             }
         }
-        ok.then_some(RolloutConfig { waves, canary_labels, wave_timeout, check_interval, max_failures, on_failure, windows })
+        ok.then_some(RolloutConfig { waves, canary_labels, wave_timeout, check_interval, max_failures, on_failure, not_ready, windows })
     }
 
     /// A label selector of the form `{matchLabels: {k: v, ...}}` (`path` is its field path;

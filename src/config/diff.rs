@@ -112,8 +112,12 @@ fn rollout_text(r: Option<&super::RolloutConfig>) -> String {
         super::OnFailure::Pause => "pause",
         super::OnFailure::Rollback => "rollback",
     };
+    let not_ready = match r.not_ready {
+        super::NotReady::Fail => "fail",
+        super::NotReady::Skip => "skip",
+    };
     format!(
-        "waves [{}], canary [{}], waveTimeout {}, checkInterval {}, maxFailures {}, onFailure {on_failure}, windows [{}]",
+        "waves [{}], canary [{}], waveTimeout {}, checkInterval {}, maxFailures {}, onFailure {on_failure}, notReady {not_ready}, windows [{}]",
         waves.join(", "),
         canary.join(", "),
         crate::model::schedule::format_duration(r.wave_timeout),

@@ -20,7 +20,6 @@ pub use sources::{parse_size, tag_matches};
 
 use crate::model::schedule::Schedule;
 use crate::model::version::Constraint;
-pub use webhooks::WebhooksConfig;
 
 /// The only `apiVersion` this build reads.
 pub const API_VERSION: &str = "stacksync.io/v1alpha1";
@@ -185,6 +184,17 @@ pub struct Subscription {
     pub adopted_labels: BTreeMap<String, String>,
 }
 
+/// `webhooks:`: which push webhooks the admin listener accepts. A hook that is not configured
+/// answers 404.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WebhooksConfig {
+    /// `webhooks.github.secretFile`: the secret GitHub signs deliveries with
+    /// (`X-Hub-Signature-256`).
+    pub github_secret_file: Option<std::path::PathBuf>,
+    /// `webhooks.generic.tokenFile`: the bearer token of `POST /hooks/generic/<source>`.
+    pub generic_token_file: Option<std::path::PathBuf>,
+}
+
 /// A subscription's `rollout:`: how its Clusters are moved to a newer release.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RolloutConfig {
@@ -201,6 +211,9 @@ pub struct RolloutConfig {
     pub max_failures: Budget,
     /// `onFailure`: what becomes of a failed Cluster.
     pub on_failure: OnFailure,
+    /// `notReady`: what becomes of a Cluster that is not Ready on its current release when its
+    /// move is due (it is never moved).
+    pub not_ready: NotReady,
     /// `windows`: a wave starts and a Cluster is moved only inside one of its windows (none:
     /// at any time).
     pub windows: Vec<crate::model::window::Window>,
@@ -246,6 +259,18 @@ pub enum OnFailure {
     /// The failed Cluster is moved back to the class it had, where Cluster API allows it (its
     /// Kubernetes version unchanged).
     Rollback,
+}
+
+/// `rollout.notReady`: a Cluster whose ClusterSync is not Ready on the release it runs when its
+/// move is due is never moved (a move would hide why it is unhealthy, or make it worse); it is
+/// reported (`NotReadyBeforeMove`) and, by default, counts against its wave's `maxFailures`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NotReady {
+    /// Given up on as a failure of its wave (left as it is), within `maxFailures`.
+    #[default]
+    Fail,
+    /// Left out of the rollout, reported, not counted against the wave's budget.
+    Skip,
 }
 
 /// One wave of a rollout.

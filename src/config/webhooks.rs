@@ -4,19 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
+use super::WebhooksConfig;
 use super::validate::Cx;
 use super::yaml::Node;
-
-/// `webhooks:`: which push webhooks the admin listener accepts. A hook that is not configured
-/// answers 404.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct WebhooksConfig {
-    /// `webhooks.github.secretFile`: the secret GitHub signs deliveries with
-    /// (`X-Hub-Signature-256`).
-    pub github_secret_file: Option<PathBuf>,
-    /// `webhooks.generic.tokenFile`: the bearer token of `POST /hooks/generic/<source>`.
-    pub generic_token_file: Option<PathBuf>,
-}
 
 impl Cx {
     pub(super) fn webhooks(&mut self, node: &Node, base: &Path) -> Option<WebhooksConfig> {

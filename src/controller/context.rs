@@ -14,9 +14,9 @@ use tokio::sync::watch;
 use tracing::{Instrument, error, info, warn};
 
 use super::Prepared;
+use super::error::RenderError;
 use super::error::WorkDirError;
 use super::fetch::{self, source_key};
-use super::pipeline::RenderError;
 use super::{PrepareError, PreparedRelease};
 use crate::cache::{self, Cache, Index};
 use crate::config::{Config, Format, Subscription};

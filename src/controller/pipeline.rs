@@ -5,80 +5,13 @@
 
 use std::path::PathBuf;
 
-use super::error::WorkDirError;
 use super::{Context, PreparedRelease};
 use crate::config::Subscription;
 use crate::model::Object;
 use crate::model::cluster::ClusterConfig;
 use crate::render::clusterstack::RenderedAddons;
-use crate::status::Reason;
 
-/// Why a cluster stack could not be rendered.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum RenderError {
-    /// The process's work directory could not be created: nothing can be rendered.
-    #[error("{0}")]
-    WorkDir(#[from] WorkDirError),
-    /// helm is missing or unusable.
-    #[error("{0}")]
-    Helm(#[source] crate::render::helm::Error),
-    /// The release's layout (metadata, charts, archives) is invalid.
-    #[error("{0}")]
-    Release(#[source] crate::render::Errors),
-    /// Reading the release's layout did not finish (the blocking task panicked or was
-    /// cancelled at shutdown).
-    #[error("load task failed: {0}")]
-    Task(#[source] std::sync::Arc<tokio::task::JoinError>),
-    /// A values template, helm or an object failed; every problem of every stage.
-    #[error("{0}")]
-    Render(#[source] crate::render::Errors),
-    /// One object rendered by two stages: each would apply its own version on every pass and
-    /// the cluster would never settle.
-    #[error("{object} is rendered by stages `{first}` and `{second}`; an object belongs to one stage")]
-    TwoStages { object: String, first: String, second: String },
-}
-
-impl RenderError {
-    /// The condition reason a Cluster gets.
-    pub fn reason(&self) -> Reason {
-        match self {
-            RenderError::WorkDir(_) => Reason::WorkDirUnavailable,
-            _ => Reason::RenderFailed,
-        }
-    }
-
-    /// Whether it may pass by itself (a work directory may become writable, a task cut at
-    /// shutdown, helm out of time on a busy machine); a broken release or a missing helm needs
-    /// a change.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            RenderError::WorkDir(_) | RenderError::Task(_) => true,
-            RenderError::Helm(e) => e.is_transient(),
-            RenderError::Release(e) | RenderError::Render(e) => e.is_transient(),
-            RenderError::TwoStages { .. } => false,
-        }
-    }
-
-    /// A short stable name of what failed (metric labels, logs).
-    pub fn kind(&self) -> &'static str {
-        match self {
-            RenderError::WorkDir(_) => "WorkDir",
-            RenderError::Helm(_) => "Helm",
-            RenderError::Release(_) => "Release",
-            RenderError::Task(_) => "Task",
-            RenderError::Render(_) => "Render",
-            RenderError::TwoStages { .. } => "TwoStages",
-        }
-    }
-
-    /// As the directory target reports render problems: one [`crate::render::Errors`].
-    pub fn into_errors(self, file: &str) -> crate::render::Errors {
-        match self {
-            RenderError::Render(e) => e,
-            other => crate::render::Errors(vec![crate::render::Error::Release { file: file.to_owned(), message: other.to_string() }]),
-        }
-    }
-}
+pub use super::error::RenderError;
 
 /// The addons of cluster `c`, stage by stage, and what its values templates printed as
 /// `<no value>` / `<nil>`. Values files are written under a directory of the work directory

@@ -344,7 +344,7 @@ async fn route(hooks: &Hooks, req: Request<Incoming>) -> Reply {
         Err(why) => {
             warn!(hook = hook.name(), "runtime hook: {why}");
             metrics().runtime_hook(hook.name(), "bad_request");
-            return error_reply(StatusCode::BAD_REQUEST, why);
+            return error_reply(StatusCode::BAD_REQUEST, why.to_string());
         }
     };
     let key = &request.key;
@@ -460,32 +460,63 @@ struct Wire {
     to_kubernetes_version: String,
 }
 
+/// Why a hook request was refused (400): each says which request and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+enum BadRequest {
+    #[error("{want}: not valid JSON of a {want} ({source})")]
+    Json {
+        want: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{want}: apiVersion {found} is not served; this extension serves {HOOKS_API_VERSION}")]
+    ApiVersion { want: String, found: String },
+    #[error("{want}: kind {found} sent to the {hook} handler")]
+    Kind { want: String, found: String, hook: &'static str },
+    #[error("{want}: `cluster` must be a Cluster object")]
+    NotAnObject { want: String },
+    #[error("{want}: cluster.apiVersion {found} is not a Cluster API Cluster (cluster.x-k8s.io/v1beta1 or v1beta2)")]
+    NotACluster { want: String, found: String },
+    #[error("{want}: cluster.metadata.{field}: {source}")]
+    Name {
+        want: String,
+        field: &'static str,
+        #[source]
+        source: crate::model::names::NameError,
+    },
+}
+
 /// Parses a `<Hook>Request`. The Cluster may be `cluster.x-k8s.io/v1beta1` (what the v1alpha1
 /// hooks send today) or `v1beta2`. Pure.
-fn parse_request(hook: Hook, body: &[u8]) -> Result<HookRequest, String> {
+fn parse_request(hook: Hook, body: &[u8]) -> Result<HookRequest, BadRequest> {
     let want = format!("{}Request", hook.name());
-    let wire: Wire = serde_json::from_slice(body).map_err(|e| format!("{want}: not valid JSON of a {want} ({e})"))?;
+    let wire: Wire = match serde_json::from_slice(body) {
+        Ok(w) => w,
+        Err(source) => return Err(BadRequest::Json { want, source }),
+    };
     if let Some(v) = wire.api_version.as_deref().filter(|v| *v != HOOKS_API_VERSION) {
-        return Err(format!("{want}: apiVersion {v} is not served; this extension serves {HOOKS_API_VERSION}"));
+        return Err(BadRequest::ApiVersion { want, found: v.to_owned() });
     }
     if let Some(k) = wire.kind.as_deref().filter(|k| *k != want) {
-        return Err(format!("{want}: kind {k} sent to the {} handler", hook.name()));
+        return Err(BadRequest::Kind { found: k.to_owned(), want, hook: hook.name() });
     }
     let cluster = wire.cluster;
     if !cluster.is_object() {
-        return Err(format!("{want}: `cluster` must be a Cluster object"));
+        return Err(BadRequest::NotAnObject { want });
     }
     match cluster["apiVersion"].as_str() {
         None | Some("cluster.x-k8s.io/v1beta1" | "cluster.x-k8s.io/v1beta2") => {}
-        Some(v) => {
-            return Err(format!("{want}: cluster.apiVersion {v} is not a Cluster API Cluster (cluster.x-k8s.io/v1beta1 or v1beta2)"));
-        }
+        Some(v) => return Err(BadRequest::NotACluster { want, found: v.to_owned() }),
     }
     let field = |name: &str| cluster["metadata"][name].as_str().unwrap_or_default().to_owned();
     let (namespace, name) = (field("namespace"), field("name"));
     // Both end up in a URL path (the ClusterSync's).
-    crate::model::names::check_namespace(&namespace).map_err(|e| format!("{want}: cluster.metadata.namespace: {e}"))?;
-    crate::model::names::check_name(&name).map_err(|e| format!("{want}: cluster.metadata.name: {e}"))?;
+    if let Err(source) = crate::model::names::check_namespace(&namespace) {
+        return Err(BadRequest::Name { want, field: "namespace", source });
+    }
+    if let Err(source) = crate::model::names::check_name(&name) {
+        return Err(BadRequest::Name { want, field: "name", source });
+    }
     Ok(HookRequest { key: ClusterKey::new(namespace, name), cluster, from: wire.from_kubernetes_version, to: wire.to_kubernetes_version })
 }
 
@@ -542,10 +573,10 @@ mod tests {
             ),
         ];
         for (b, want) in table {
-            let e = parse_request(Hook::BeforeClusterUpgrade, &b).unwrap_err();
+            let e = parse_request(Hook::BeforeClusterUpgrade, &b).unwrap_err().to_string();
             assert!(e.contains(want) && e.starts_with("BeforeClusterUpgradeRequest: "), "{e}");
         }
-        let e = parse_request(Hook::AfterControlPlaneInitialized, &body(json!({}))).unwrap_err();
+        let e = parse_request(Hook::AfterControlPlaneInitialized, &body(json!({}))).unwrap_err().to_string();
         assert!(e.contains("kind BeforeClusterUpgradeRequest sent to the AfterControlPlaneInitialized handler"), "{e}");
     }
 

@@ -31,6 +31,28 @@ pub(super) struct Exec<'a> {
     out_of_utf8: Option<usize>,
 }
 
+impl funcs::Run for Exec<'_> {
+    fn step(&mut self, line: usize) -> Result<(), Error> {
+        Exec::step(self, line)
+    }
+
+    fn count_step(&mut self) -> Result<(), Error> {
+        Exec::step(self, 0)
+    }
+
+    fn arg(&mut self, line: usize, arg: &Arg, dot: &Val) -> Result<Val, Error> {
+        Exec::arg(self, line, arg, dot)
+    }
+
+    fn err(&self, line: usize, message: String) -> Error {
+        Exec::err(self, line, message)
+    }
+
+    fn output_limit(&self) -> usize {
+        self.limits.output
+    }
+}
+
 impl<'a> Exec<'a> {
     pub(super) fn run(
         file: &'a str,
@@ -62,14 +84,6 @@ impl<'a> Exec<'a> {
         }
         let out = String::from_utf8_lossy(&value::go_bytes(&ex.out)).into_owned();
         Ok((out, ex.warnings))
-    }
-
-    pub(super) fn output_limit(&self) -> usize {
-        self.limits.output
-    }
-
-    pub(super) fn count_step(&mut self) -> Result<(), Error> {
-        self.step(0)
     }
 
     pub(super) fn err(&self, line: usize, message: impl Into<String>) -> Error {

@@ -7,7 +7,7 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 
 use super::Error;
-use super::funcs;
+use super::funcs::names as funcs;
 
 /// A parsed template body.
 pub(super) type List = Vec<Node>;

@@ -710,7 +710,7 @@ async fn take_cluster(kube: &Kube, options: &Options, out: &mut ClusterAdoption,
         for r in &leftovers {
             match label_leftover(&applier, r, &owner).await {
                 Ok(entry) => adoption.inventory.push(entry),
-                Err(e) => adoption.failures.push((leftover_ref(r), e)),
+                Err(e) => adoption.failures.push((leftover_ref(r), e.to_string())),
             }
         }
     }
@@ -772,11 +772,11 @@ fn leftover_ref(r: &Value) -> ObjectRef {
 }
 
 /// Puts our owner label on a leftover (so the first sync may prune it) and returns its entry.
-async fn label_leftover(applier: &Applier, r: &Value, owner: &str) -> Result<applier::ssa::InventoryEntry, String> {
+async fn label_leftover(applier: &Applier, r: &Value, owner: &str) -> Result<applier::ssa::InventoryEntry, Leftover> {
     let o = leftover_ref(r);
     let group = o.api_version.rsplit_once('/').map_or("", |(g, _)| g).to_owned();
     let version = o.api_version.rsplit_once('/').map_or(o.api_version.as_str(), |(_, v)| v).to_owned();
-    let res = applier.resource(&o.api_version, &o.kind).await?;
+    let res = applier.resource(&o.api_version, &o.kind).await.map_err(Leftover::NotServed)?;
     let api: Api<DynamicObject> = match &o.namespace {
         Some(ns) => Api::namespaced_with(applier.client().clone(), ns, &res),
         None => Api::all_with(applier.client().clone(), &res),
@@ -796,9 +796,21 @@ async fn label_leftover(applier: &Applier, r: &Value, owner: &str) -> Result<app
             digest: String::new(),
             fields: String::new(),
         }),
-        Err(kube::Error::Api(s)) if s.code == 404 => Err("already gone".into()),
-        Err(e) => Err(format!("cannot label it for pruning: {}", kube_error(&e))),
+        Err(kube::Error::Api(s)) if s.code == 404 => Err(Leftover::Gone),
+        Err(e) => Err(Leftover::Label(e)),
     }
+}
+
+/// Why one of CSO's leftovers could not be labelled for pruning.
+#[derive(Debug, thiserror::Error)]
+enum Leftover {
+    /// Its kind is not served, or discovery failed (discovery's message).
+    #[error("{0}")]
+    NotServed(String),
+    #[error("already gone")]
+    Gone,
+    #[error("cannot label it for pruning: {}", kube_error(.0))]
+    Label(#[source] kube::Error),
 }
 
 /// CSO's finalizers, objects and CRDs removed, in that order; refused while CSO runs.

@@ -2,6 +2,7 @@
 //! retry of kube's own) and one for watches (kube's timeouts), from the target's kubeconfig
 //! or the in-cluster environment.
 
+use super::error::ClientError;
 use super::workload::Throttle;
 use crate::config::KubernetesTarget;
 
@@ -44,28 +45,6 @@ pub(super) async fn throttled_management_client(k: &KubernetesTarget) -> Result<
 pub async fn management_watch_client(k: &KubernetesTarget) -> Result<kube::Client, ClientError> {
     let config = management_config(k).await?;
     kube::Client::try_from(config).map_err(ClientError::Build)
-}
-
-/// Why the management cluster's client could not be made. Never transient by itself: the
-/// kubeconfig (or the in-cluster environment) must change.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    #[error("reading kubeconfig {}: {source}", path.display())]
-    ReadKubeconfig {
-        path: std::path::PathBuf,
-        #[source]
-        source: kube::config::KubeconfigError,
-    },
-    #[error("kubeconfig {}: {source}", path.display())]
-    Kubeconfig {
-        path: std::path::PathBuf,
-        #[source]
-        source: kube::config::KubeconfigError,
-    },
-    #[error("no in-cluster config and no usable $KUBECONFIG: {0}")]
-    Infer(#[source] kube::config::InferConfigError),
-    #[error("building the client: {0}")]
-    Build(#[source] kube::Error),
 }
 
 async fn management_config(k: &KubernetesTarget) -> Result<kube::Config, ClientError> {

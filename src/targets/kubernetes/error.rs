@@ -1,7 +1,8 @@
 //! The Kubernetes target's errors: what a reconcile or a pass could not do, named after the
 //! operation, with the Cluster it concerns. `is_transient` decides retry-with-backoff versus
-//! Stalled; `reason` is the stable string for conditions and metric labels. And how a kube error
-//! reads in a message ([`kube_error`]).
+//! Stalled; `reason` is the stable string for conditions and metric labels. Why the management
+//! cluster's client could not be made ([`ClientError`]), and how a kube error reads in a message
+//! ([`kube_error`]).
 
 use crate::model::ClusterKey;
 use crate::status::Reason;
@@ -15,11 +16,33 @@ pub(crate) fn kube_error(e: &kube::Error) -> String {
     }
 }
 
+/// Why the management cluster's client could not be made. Never transient by itself: the
+/// kubeconfig (or the in-cluster environment) must change.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("reading kubeconfig {}: {source}", path.display())]
+    ReadKubeconfig {
+        path: std::path::PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("kubeconfig {}: {source}", path.display())]
+    Kubeconfig {
+        path: std::path::PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("no in-cluster config and no usable $KUBECONFIG: {0}")]
+    Infer(#[source] kube::config::InferConfigError),
+    #[error("building the client: {0}")]
+    Build(#[source] kube::Error),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The management cluster's client could not be built (kubeconfig, in-cluster config).
     #[error("management cluster: {0}")]
-    ManagementClient(#[source] super::ClientError),
+    ManagementClient(#[source] ClientError),
     /// Asking the management cluster what it serves failed (not "Cluster API is missing").
     #[error("management cluster: discovering cluster.x-k8s.io: {}", kube_error(.0))]
     Discovery(#[source] kube::Error),

@@ -16,8 +16,9 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 use tracing::{debug, warn};
 
-use super::client::{ClientError, management_client};
+use super::client::management_client;
 use super::decide::{subscription_for, topology_class};
+use super::error::ClientError;
 use super::error::kube_error;
 use super::target;
 use super::upgrade::DONE;

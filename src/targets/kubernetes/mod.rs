@@ -46,11 +46,11 @@ mod status;
 mod upgrade;
 pub mod workload;
 
-pub use client::{ClientError, management_client, management_watch_client};
+pub use client::{management_client, management_watch_client};
 pub use decide::{PAUSED_ANNOTATION, is_paused, subscription_for, topology_class};
 pub use diff::{ClusterDiff, diff};
-pub use error::Error;
 pub(crate) use error::kube_error;
+pub use error::{ClientError, Error};
 pub use render::render;
 pub use rollout::{Health, PlanReport, judge, plan, plan_report as rollout_plan, request as request_rollout};
 pub use run::{SHARD_LABEL, coordinate, pass, request_reconcile, run};

@@ -5,14 +5,14 @@
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use super::super::exec::Exec;
 use super::super::value::{
     IFACE, Val, appended, from_go_bytes, go_bytes, grow, is_nil_list, is_nil_map, nil_list, reaches, spare_of, with_spare,
 };
+use super::Run;
 use super::sprig::{limit, strval, to_int64};
 use super::{A, FuncError, R};
 
-pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
+pub(super) fn call(ex: &mut dyn Run, name: &str, a: &[A]) -> Option<R> {
     let s = |i: usize| a[i].string();
     Some(match name {
         "split" | "splitn" => (|| {

@@ -8,100 +8,34 @@ mod builtins;
 mod data;
 mod dates;
 mod json;
+pub(crate) mod names;
 mod sprig;
 
 use super::Error;
-use super::exec::Exec;
 use super::parse::{Arg, Num};
 use super::value::{IFACE, Val};
+use names::arity;
+pub use names::unsupported_reason;
+
+/// What a function call needs of the template run making it (the executor, `exec.rs`): its step
+/// and output budgets, its operands evaluated, and errors at the template's line. A trait, so
+/// that the functions, which the executor calls, do not name the executor back.
+pub(crate) trait Run {
+    /// Counts one step at `line`; an error past the step limit.
+    fn step(&mut self, line: usize) -> Result<(), Error>;
+    /// Counts one step of a function's own loop (`untilStep`); an error past the step limit.
+    fn count_step(&mut self) -> Result<(), Error>;
+    /// The value of operand `arg` with `dot` as `.`.
+    fn arg(&mut self, line: usize, arg: &Arg, dot: &Val) -> Result<Val, Error>;
+    /// An error of the template at `line`.
+    fn err(&self, line: usize, message: String) -> Error;
+    /// The output limit in bytes: no function builds a larger result.
+    fn output_limit(&self) -> usize;
+}
 
 /// Functions stacksync adds beyond slim-sprig, as helm does (documented extensions): `toYaml`
 /// and `required`. They are not in the conformance suite (Go has no reference for them).
 pub const EXTENSIONS: &[&str] = &["toYaml", "required"];
-
-/// slim-sprig functions stacksync refuses, with the reason given in the error.
-const REFUSED: &[(&str, &str)] = &[
-    ("env", "reads the environment of the process, which differs between stacksync and the operator"),
-    ("expandenv", "reads the environment of the process, which differs between stacksync and the operator"),
-    ("getHostByName", "resolves names over the network at render time"),
-    ("randInt", "random output cannot be synchronised"),
-    ("now", "reads the clock: the output would change on every render"),
-    ("ago", "reads the clock: the output would change on every render"),
-    ("call", "values templates have no function values to call"),
-];
-
-/// Whether `name` may be called (checked when a template is parsed, as Go does).
-pub(super) fn is_defined(name: &str) -> bool {
-    arity(name).is_some()
-}
-
-/// Why a known Go/sprig function is not available, for the parse error.
-pub fn unsupported_reason(name: &str) -> Option<String> {
-    if let Some((_, why)) = REFUSED.iter().find(|(n, _)| *n == name) {
-        return Some(format!("slim-sprig's `{name}` is not provided: {why}"));
-    }
-    const HELM: &[&str] = &["include", "tpl", "lookup", "fromYaml", "fromYamlArray", "toToml", "fromJsonArray", "mustToYaml"];
-    if HELM.contains(&name) {
-        return Some("a helm function, not available to values templates, which the operator runs with slim-sprig only".to_owned());
-    }
-    None
-}
-
-/// The number of arguments a function takes: (min, max), `None` for variadic. Go checks it when
-/// the function is called.
-fn arity(name: &str) -> Option<(usize, Option<usize>)> {
-    let n = |a: usize| Some((a, Some(a)));
-    let v = |a: usize| Some((a, None));
-    match name {
-        "and" | "or" | "eq" => v(1),
-        "not" | "len" => n(1),
-        "index" => v(1),
-        "print" | "println" | "html" | "js" | "urlquery" => v(0),
-        "printf" => v(1),
-        "ne" | "lt" | "le" | "gt" | "ge" => n(2),
-        "hello" => n(0),
-        "trim" | "upper" | "lower" | "title" | "sha1sum" | "sha256sum" | "adler32sum" | "toString" | "atoi" | "int64" | "int"
-        | "float64" | "toDecimal" | "toStrings" | "until" | "add1" | "ceil" | "floor" | "sortAlpha" | "empty" | "compact"
-        | "mustCompact" | "fromJson" | "toJson" | "toPrettyJson" | "toRawJson" | "mustFromJson" | "mustToJson" | "mustToPrettyJson"
-        | "mustToRawJson" | "typeOf" | "kindOf" | "base" | "dir" | "clean" | "ext" | "isAbs" | "osBase" | "osClean" | "osDir" | "osExt"
-        | "osIsAbs" | "b64enc" | "b64dec" | "b32enc" | "b32dec" | "values" | "first" | "mustFirst" | "rest" | "mustRest" | "last"
-        | "mustLast" | "initial" | "mustInitial" | "reverse" | "mustReverse" | "uniq" | "mustUniq" | "fail" | "regexQuoteMeta"
-        | "urlParse" | "urlJoin" | "toYaml" => n(1),
-        "trunc" | "repeat" | "trimall" | "trimAll" | "trimSuffix" | "trimPrefix" | "contains" | "hasPrefix" | "hasSuffix" | "indent"
-        | "nindent" | "split" | "splitList" | "sub" | "div" | "mod" | "join" | "typeIs" | "typeIsLike" | "kindIs" | "deepEqual" | "get"
-        | "hasKey" | "append" | "push" | "mustAppend" | "mustPush" | "prepend" | "mustPrepend" | "has" | "mustHas" | "chunk"
-        | "mustChunk" | "regexMatch" | "mustRegexMatch" | "regexFind" | "mustRegexFind" | "required" => n(2),
-        "substr"
-        | "replace"
-        | "plural"
-        | "splitn"
-        | "untilStep"
-        | "ternary"
-        | "set"
-        | "regexFindAll"
-        | "mustRegexFindAll"
-        | "regexReplaceAll"
-        | "mustRegexReplaceAll"
-        | "regexReplaceAllLiteral"
-        | "mustRegexReplaceAllLiteral"
-        | "regexSplit"
-        | "mustRegexSplit" => n(3),
-        "quote" | "squote" | "cat" | "seq" | "add" | "coalesce" | "all" | "any" | "tuple" | "list" | "dict" | "concat" | "keys" => v(0),
-        "mul" | "max" | "biggest" | "min" | "maxf" | "minf" | "default" | "pick" | "omit" | "without" | "mustWithout" | "slice"
-        | "mustSlice" | "unset" => v(1),
-        "round" => v(2),
-        "date" | "dateInZone" | "date_in_zone" | "htmlDate" | "htmlDateInZone" | "toDate" | "mustToDate" | "unixEpoch" | "dateModify"
-        | "date_modify" | "mustDateModify" | "must_date_modify" | "duration" | "durationRound" => match name {
-            "htmlDate" | "unixEpoch" | "duration" | "durationRound" => n(1),
-            "dateInZone" | "date_in_zone" => n(3),
-            _ => n(2),
-        },
-        "pluck" => v(1),
-        "dig" => v(0),
-        _ => None,
-    }
-    .filter(|_| !REFUSED.iter().any(|(n, _)| *n == name))
-}
 
 /// One argument as the function receives it: its value, and for a number constant the constant
 /// itself (Go converts constants to the parameter's type; computed values must already have it).
@@ -202,7 +136,7 @@ impl A {
 }
 
 /// Calls `name` with the operands `args` (evaluated here) and the piped value `piped` last.
-pub(super) fn call(ex: &mut Exec<'_>, line: usize, name: &str, args: &[Arg], dot: &Val, piped: Option<Val>) -> Result<Val, Error> {
+pub(super) fn call(ex: &mut dyn Run, line: usize, name: &str, args: &[Arg], dot: &Val, piped: Option<Val>) -> Result<Val, Error> {
     ex.step(line)?;
     // `and` / `or` evaluate their operands only as far as needed, as Go 1.18+ does.
     if name == "and" || name == "or" {

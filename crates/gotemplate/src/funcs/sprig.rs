@@ -5,13 +5,13 @@
 use base64::Engine as _;
 use sha2::Digest as _;
 
-use super::super::exec::Exec;
 use super::super::gofmt;
 use super::super::gonum;
 use super::super::value::{Val, appended, escape_text, from_go_bytes, go_bytes, lossy, nil_list};
+use super::Run;
 use super::{A, FuncError, R};
 
-pub(super) fn call(ex: &mut Exec<'_>, name: &str, a: &[A]) -> Option<R> {
+pub(super) fn call(ex: &mut dyn Run, name: &str, a: &[A]) -> Option<R> {
     let s = |i: usize| a[i].string();
     Some(match name {
         "hello" => Ok(Val::str("Hello!")),
@@ -251,7 +251,7 @@ fn two(a: &[A]) -> Result<(String, String), FuncError> {
 }
 
 /// Refuses a result larger than the output limit before building it.
-pub(super) fn limit(ex: &Exec<'_>, bytes: usize) -> Result<(), FuncError> {
+pub(super) fn limit(ex: &dyn Run, bytes: usize) -> Result<(), FuncError> {
     if bytes > ex.output_limit() {
         return Err(format!("the result ({bytes} bytes) would exceed the output limit of {} bytes", ex.output_limit()).into());
     }
@@ -398,7 +398,7 @@ fn ints(v: Vec<i64>) -> Val {
 }
 
 /// sprig's `untilStep`, bounded by the step limit.
-fn until_step(ex: &mut Exec<'_>, start: i64, stop: i64, step: i64) -> Result<Vec<i64>, FuncError> {
+fn until_step(ex: &mut dyn Run, start: i64, stop: i64, step: i64) -> Result<Vec<i64>, FuncError> {
     let mut v = Vec::new();
     let mut i = start;
     let ok = |i: i64| if stop < start { step < 0 && i > stop } else { step > 0 && i < stop };

@@ -183,9 +183,17 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
             older.retain(|(key, _)| paths.contains_key(key));
             let mut st = plan::start(&cfg.waves, &older, &paths, &requests, chrono::Utc::now());
             let steps = paths.values().map(Vec::len).max().unwrap_or(1);
-            info!(subscription = %sub.name, to = %target.tag, clusters = st.total, waves = st.waves, steps, "rollout started");
-            let note = format!("moving {} Clusters to {} in {} waves", st.total, target.tag, st.waves);
-            event(kube, &rel, EventType::Normal, "RolloutStarted", note);
+            if let Some(why) = plan::nothing_can_move(paths.len(), &no_path, &target.tag) {
+                // Not a rollout that starts: one that cannot, said as such (not "every Cluster
+                // runs it").
+                warn!(subscription = %sub.name, to = %target.tag, "rollout: {why}");
+                event(kube, &rel, EventType::Warning, "RolloutNothingCanMove", why.clone());
+                st.message = why;
+            } else {
+                info!(subscription = %sub.name, to = %target.tag, clusters = st.total, waves = st.waves, steps, "rollout started");
+                let note = format!("moving {} Clusters to {} in {} waves", st.total, target.tag, st.waves);
+                event(kube, &rel, EventType::Normal, "RolloutStarted", note);
+            }
             for f in no_path {
                 warn!(subscription = %sub.name, to = %target.tag, cluster = %f.cluster, "rollout: Cluster left out: {}", f.message);
                 event(kube, &rel, EventType::Warning, "RolloutClusterFailed", format!("{} left out: {}", f.cluster, f.message));
@@ -236,8 +244,13 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
         // How long a wave has run is measured on the monotonic clock while this process
         // lives (`schedule::clock`): a step of the wall clock does not time it out.
         let waited = |stamp: &str| crate::schedule::clock::elapsed_since(stamp);
-        let policy =
-            Policy { wave_timeout: cfg.wave_timeout, max_failures: cfg.max_failures, on_failure: cfg.on_failure, window: &in_window };
+        let policy = Policy {
+            wave_timeout: cfg.wave_timeout,
+            max_failures: cfg.max_failures,
+            on_failure: cfg.on_failure,
+            not_ready: cfg.not_ready,
+            window: &in_window,
+        };
         plan::advance(&mut st, &fleet, &t, &requests, &policy, now, &waited)
     };
     crate::schedule::clock::note(&st.wave_started);
@@ -268,7 +281,7 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
                             plan::ROLLED_BACK.clone_into(&mut f.outcome);
                             f.detail.clear();
                         }
-                        Err(e) => f.detail = e,
+                        Err(e) => f.detail = crate::status::desired::shorten(&e.to_string(), 300),
                     }
                 }
             }
@@ -342,8 +355,8 @@ fn remember(wave: &mut WaveStatus, from: MovedFrom) {
 /// Moves a failed Cluster back to `class`, the one it had before the rollout (its Kubernetes
 /// version unchanged: [`plan::rollback_to`] checked). The same merge patch as a move, with
 /// the Cluster's `resourceVersion`; a failure is kept and tried again at the next check.
-async fn roll_back(kube: &Kube, key: &str, member: Option<&Member>, class: &str) -> std::result::Result<(), String> {
-    let Some(m) = member else { return Err("the Cluster could not be read this round".to_owned()) };
+async fn roll_back(kube: &Kube, key: &str, member: Option<&Member>, class: &str) -> Result<()> {
+    let Some(m) = member else { return Err(Error::NotRead { cluster: key.to_owned() }) };
     match move_cluster(kube, &m.obj, class, None).await {
         Ok(_) => {
             warn!(cluster = %key, to = class, "rollout: Cluster moved back to the class it had before the rollout");
@@ -351,7 +364,7 @@ async fn roll_back(kube: &Kube, key: &str, member: Option<&Member>, class: &str)
         }
         Err(e) => {
             warn!(cluster = %key, to = class, "rollout: cannot move the Cluster back yet: {e}; tried again at the next check");
-            Err(crate::status::desired::shorten(&e.to_string(), 300))
+            Err(e)
         }
     }
 }
@@ -625,6 +638,10 @@ pub struct PlanReport {
     pub waves: Vec<PlannedWave>,
     /// Clusters the rollout does not move, and why.
     pub left_out: Vec<FailedCluster>,
+    /// The plan in one line: `nothing to move` (every Cluster runs the target), `nothing can
+    /// move: …` (the Clusters not on it have no path to it), `would move N Clusters in W waves`
+    /// (not started), or the phase of the rollout under way.
+    pub summary: String,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -677,8 +694,12 @@ pub async fn plan_report(ctx: std::sync::Arc<crate::controller::Context>, subscr
         message: String::new(),
         waves: Vec::new(),
         left_out: Vec::new(),
+        summary: String::new(),
     };
-    let (Some(target), Some(families)) = (offered.first().cloned(), sub.families()) else { return Ok(report) };
+    let (Some(target), Some(families)) = (offered.first().cloned(), sub.families()) else {
+        report.summary = report.line();
+        return Ok(report);
+    };
     let kube = Kube::connect(ctx.clone()).await.map_err(|e| Error::Connect(Box::new(e)))?;
     let members = members(&kube, sub, cfg).await?;
     let releases: Api<StackRelease> = Api::all(kube.mgmt.clone());
@@ -731,10 +752,25 @@ pub async fn plan_report(ctx: std::sync::Arc<crate::controller::Context>, subscr
         report.waves.push(PlannedWave { phase: w.phase.clone(), clusters });
     }
     report.left_out = st.failed;
+    report.summary = report.line();
     Ok(report)
 }
 
 impl PlanReport {
+    /// The plan in one line ([`PlanReport::summary`]).
+    fn line(&self) -> String {
+        let Some(target) = &self.target else { return "no release is offered: nothing to roll out".to_owned() };
+        let moving: usize = self.waves.iter().map(|w| w.clusters.len()).sum();
+        match self.phase.as_str() {
+            "" if moving == 0 => {
+                plan::nothing_can_move(0, &self.left_out, target).unwrap_or_else(|| "every Cluster runs it: nothing to move".to_owned())
+            }
+            "" => format!("not started: this is what it would do now (would move {moving} Clusters in {} waves)", self.waves.len()),
+            phase if self.message.is_empty() => format!("rollout {phase}"),
+            phase => format!("rollout {phase}: {}", self.message),
+        }
+    }
+
     /// The report for people: the target, each wave's Clusters with their path, and who is left
     /// out.
     pub fn text(&self) -> String {
@@ -744,14 +780,7 @@ impl PlanReport {
             return format!("subscription {}: no release is offered; nothing to roll out\n", self.subscription);
         };
         let _ = writeln!(out, "subscription {}: rollout to {target} (offered: {})", self.subscription, self.offered.join(", "));
-        match self.phase.as_str() {
-            "" if self.waves.is_empty() => out.push_str("every Cluster runs it: nothing to move\n"),
-            "" => out.push_str("not started: this is what it would do now\n"),
-            phase => {
-                let message = if self.message.is_empty() { String::new() } else { format!(": {}", self.message) };
-                let _ = writeln!(out, "rollout {phase}{message}");
-            }
-        }
+        let _ = writeln!(out, "{}", self.line());
         for (i, w) in self.waves.iter().enumerate() {
             let _ = writeln!(out, "wave {}/{} ({}):", i + 1, self.waves.len(), w.phase);
             for c in &w.clusters {
@@ -767,5 +796,58 @@ impl PlanReport {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(waves: Vec<PlannedWave>, left_out: Vec<FailedCluster>) -> PlanReport {
+        PlanReport {
+            subscription: "scs".into(),
+            offered: vec!["scs-1-31-v1".into(), "scs-1-29-v2".into()],
+            target: Some("scs-1-31-v1".into()),
+            phase: String::new(),
+            message: String::new(),
+            waves,
+            left_out,
+            summary: String::new(),
+        }
+    }
+
+    fn no_path(cluster: &str) -> FailedCluster {
+        FailedCluster {
+            cluster: cluster.into(),
+            wave: 0,
+            reason: "NoPath".into(),
+            message: "on scs-1-29-v2: no release of Kubernetes 1.30 is offered: a Cluster moves one minor at a time".into(),
+            outcome: plan::LEFT_ALONE.into(),
+            detail: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_plan_says_nothing_can_move_when_only_clusters_without_a_path_are_left() {
+        let text = report(Vec::new(), vec![no_path("ns/old")]).text();
+        assert!(text.contains("nothing can move to scs-1-31-v1: 1 Cluster not on it has no path to it (ns/old: on scs-1-29-v2"), "{text}");
+        assert!(!text.contains("nothing to move"), "{text}");
+        assert!(text.contains("left out:\n  ns/old: on scs-1-29-v2"), "{text}");
+
+        let text = report(Vec::new(), Vec::new()).text();
+        assert!(text.contains("every Cluster runs it: nothing to move"), "{text}");
+
+        let moving = PlannedWave {
+            phase: plan::PENDING.into(),
+            clusters: vec![PlannedCluster {
+                cluster: "ns/a".into(),
+                canary: false,
+                now: "scs-1-30-v1@v1.30.2".into(),
+                steps: vec!["scs-1-31-v1@v1.31.1".into()],
+                window: String::new(),
+            }],
+        };
+        let text = report(vec![moving], vec![no_path("ns/old")]).text();
+        assert!(text.contains("not started: this is what it would do now (would move 1 Clusters in 1 waves)"), "{text}");
     }
 }

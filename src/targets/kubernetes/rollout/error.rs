@@ -1,7 +1,7 @@
 //! The rollout driver's errors: what it could not read or write on the management cluster, and
 //! a pause or resume asked of a subscription with no rollout to act on.
 
-use super::super::client::ClientError;
+use super::super::error::ClientError;
 use super::super::error::kube_error;
 
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +23,12 @@ pub enum Error {
         cluster: String,
         #[source]
         source: kube::Error,
+    },
+    /// A failed Cluster to move back was not read in this round (the next tries again).
+    #[error("the Cluster could not be read this round")]
+    NotRead {
+        /// `namespace/name`.
+        cluster: String,
     },
     #[error("writing the rollout status of StackRelease {release}: {}", kube_error(.source))]
     WriteStatus {
@@ -56,6 +62,7 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::ManagementClient(_) | Error::NoRollout { .. } => false,
+            Error::NotRead { .. } => true,
             Error::Connect(e) => e.is_transient(),
             Error::ListReleases(e) | Error::ListClusters(e) | Error::ListClusterSyncs(e) => transient(e),
             Error::MoveCluster { source, .. } => matches!(source, kube::Error::Api(s) if s.code == 409) || transient(source),
@@ -71,6 +78,7 @@ impl Error {
             Error::ListClusters(_) => "ListClusters",
             Error::ListClusterSyncs(_) => "ListClusterSyncs",
             Error::MoveCluster { .. } => "MoveCluster",
+            Error::NotRead { .. } => "ClusterNotRead",
             Error::WriteStatus { .. } => "WriteRolloutStatus",
             Error::NoRollout { .. } => "NoRollout",
             Error::Annotate { .. } => "AnnotateStackRelease",

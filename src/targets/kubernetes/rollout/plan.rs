@@ -11,7 +11,7 @@ use kube::api::DynamicObject;
 use serde_json::Value;
 
 use super::super::decide::topology_class;
-use crate::config::{Budget, OnFailure, Wave};
+use crate::config::{Budget, NotReady, OnFailure, Wave};
 use crate::model::version::Families;
 use crate::model::version::Version;
 use crate::model::window::Verdict;
@@ -39,6 +39,9 @@ pub const OUTSIDE_WINDOW: &str = "OutsideWindow";
 
 /// What became of a failed Cluster (`FailedCluster.outcome`).
 pub const LEFT_ALONE: &str = "LeftAlone";
+/// The reason of a Cluster not moved because it was not Ready on its current release when its
+/// move was due (`rollout.notReady`).
+pub const NOT_READY_BEFORE_MOVE: &str = "NotReadyBeforeMove";
 pub const ROLLING_BACK: &str = "RollingBack";
 pub const ROLLED_BACK: &str = "RolledBack";
 pub const ROLLBACK_IMPOSSIBLE: &str = "RollbackImpossible";
@@ -341,6 +344,19 @@ pub fn paths(
     (paths, none)
 }
 
+/// Why a rollout to `target` moves nobody although Clusters are not on it: `moving` Clusters
+/// have a path and every one `left_out` has none (`NoPath`). `None` when some Cluster moves, or
+/// none is left out for want of a path (then every Cluster runs the target already).
+pub fn nothing_can_move(moving: usize, left_out: &[FailedCluster], target: &str) -> Option<String> {
+    let no_path: Vec<&FailedCluster> = left_out.iter().filter(|f| f.reason == "NoPath").collect();
+    let first = no_path.first()?;
+    if moving > 0 {
+        return None;
+    }
+    let (n, verb) = if no_path.len() == 1 { ("1 Cluster".to_owned(), "has") } else { (format!("{} Clusters", no_path.len()), "have") };
+    Some(format!("nothing can move to {target}: {n} not on it {verb} no path to it ({}: {})", first.cluster, first.message))
+}
+
 fn path_of<'w>(mut waves: impl Iterator<Item = &'w WaveStatus>, key: &str) -> Option<&'w ClusterPath> {
     waves.find_map(|w| w.paths.iter().find(|p| p.cluster == key))
 }
@@ -560,6 +576,8 @@ pub struct Policy<'a> {
     pub wave_timeout: Duration,
     pub max_failures: Budget,
     pub on_failure: OnFailure,
+    /// What becomes of a Cluster not Ready on its current release when its move is due.
+    pub not_ready: NotReady,
     /// Whether the Cluster (`namespace/name`) is inside one of its maintenance windows now.
     pub window: &'a dyn Fn(&str) -> Verdict,
 }
@@ -569,29 +587,43 @@ impl Policy<'_> {
     /// `maxFailures`, `onFailure` and `windows`.
     #[cfg(test)]
     pub fn strict(wave_timeout: Duration) -> Policy<'static> {
-        Policy { wave_timeout, max_failures: Budget::None, on_failure: OnFailure::Pause, window: &|_| Verdict::Always }
+        Policy {
+            wave_timeout,
+            max_failures: Budget::None,
+            on_failure: OnFailure::Pause,
+            not_ready: NotReady::Fail,
+            window: &|_| Verdict::Always,
+        }
     }
+}
+
+/// Why a failed Cluster cannot be moved back to where it was before the rollout.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoRollback {
+    #[error("what it ran before the rollout is not recorded (it was moved by an older stacksync)")]
+    NotRecorded,
+    #[error(
+        "the rollout moved its Kubernetes version from {} to {now}{}, and Cluster API refuses to decrease `spec.topology.version`",
+        if from.is_empty() { "none" } else { from },
+        control_plane.as_ref().map(|v| format!("; its control plane already runs {v}")).unwrap_or_default()
+    )]
+    VersionMoved { from: String, now: String, control_plane: Option<String> },
 }
 
 /// Whether `cluster` (as read, with its control plane if read) can be moved back to where it
 /// was before the rollout (`from`): Cluster API refuses to decrease `spec.topology.version`,
 /// so only a Cluster whose Kubernetes version the move did not change can. `Ok(class)`, or why
 /// not.
-pub fn rollback_to(cluster: &Value, control_plane: Option<&Value>, from: Option<&MovedFrom>) -> Result<String, String> {
-    let Some(from) = from else {
-        return Err("what it ran before the rollout is not recorded (it was moved by an older stacksync)".to_owned());
-    };
+pub fn rollback_to(cluster: &Value, control_plane: Option<&Value>, from: Option<&MovedFrom>) -> Result<String, NoRollback> {
+    let Some(from) = from else { return Err(NoRollback::NotRecorded) };
     let now = cluster.pointer("/spec/topology/version").and_then(Value::as_str).unwrap_or_default();
     if now != from.version {
         let cp = control_plane.and_then(|cp| cp.pointer("/status/version")).and_then(Value::as_str);
-        let moved = match cp {
-            Some(v) if v != from.version => format!("; its control plane already runs {v}"),
-            _ => String::new(),
-        };
-        return Err(format!(
-            "the rollout moved its Kubernetes version from {} to {now}{moved}, and Cluster API refuses to decrease `spec.topology.version`",
-            if from.version.is_empty() { "none" } else { &from.version }
-        ));
+        return Err(NoRollback::VersionMoved {
+            from: from.version.clone(),
+            now: now.to_owned(),
+            control_plane: cp.filter(|v| *v != from.version).map(str::to_owned),
+        });
     }
     Ok(from.class.clone())
 }
@@ -640,6 +672,81 @@ pub fn advance(
 /// What `cluster` was on before this rollout moved it.
 fn moved_from<'s>(st: &'s RolloutStatus, cluster: &str) -> Option<&'s MovedFrom> {
     st.plan.iter().flat_map(|w| &w.moved_from).find(|m| m.cluster == cluster)
+}
+
+/// Why Cluster `key` may not be moved now: its ClusterSync does not say Ready on the release it
+/// runs. `None`: it may (Ready there, or no longer in the fleet: there is nothing to move).
+pub fn not_ready_to_move(fleet: &Fleet, key: &str) -> Option<String> {
+    if !fleet.members.contains_key(key) {
+        return None;
+    }
+    let Some(sync) = fleet.syncs.get(key) else {
+        return Some("not Ready before its move: it has no ClusterSync yet (never synced on the release it runs)".to_owned());
+    };
+    let on = sync.applied_release.as_ref().map_or_else(|| "the release it runs".to_owned(), |r| r.tag.clone());
+    match sync.conditions.iter().find(|c| c.type_ == "Ready") {
+        Some(c) if c.status == "True" => None,
+        Some(c) => {
+            let message = if c.message.is_empty() { String::new() } else { format!(": {}", shorten(&c.message, 300)) };
+            let reason = if c.reason.is_empty() { &c.status } else { &c.reason };
+            Some(format!("not Ready on {on} before its move ({reason}{message})"))
+        }
+        None => Some(format!("not Ready on {on} before its move (its ClusterSync has no Ready condition yet)")),
+    }
+}
+
+/// Whether this rollout already moved Cluster `key` (it records where from), or its class is
+/// already the target's or a step of its path: a wave started again (a resume) edits it to
+/// where it is, which is no move.
+fn moved_already(st: &RolloutStatus, fleet: &Fleet, key: &str, target: &str) -> bool {
+    if moved_from(st, key).is_some() {
+        return true;
+    }
+    let Some(class) = fleet.members.get(key).and_then(|m| topology_class(&m.obj.data)) else { return false };
+    class == target || path_of(st.plan.iter(), key).is_some_and(|p| p.steps.contains(&class))
+}
+
+/// The Clusters of `open` (of wave `index`, due to move now) that are Ready on their current
+/// release ([`not_ready_to_move`]) or already moved ([`moved_already`]); the others are never
+/// moved and are reported as failed
+/// (`NotReadyBeforeMove`, left as they are): with `notReady: fail` as failures of the wave,
+/// within its `maxFailures` (judged in the next round, as any failure); with `notReady: skip`
+/// taken out of the wave and the rollout's total, outside its budget.
+fn not_moved_unless_ready(
+    st: &mut RolloutStatus,
+    (index, target): (usize, &str),
+    fleet: &Fleet,
+    policy: &Policy<'_>,
+    open: Vec<String>,
+    steps: &mut Vec<Step>,
+) -> Vec<String> {
+    let mut ready = Vec::with_capacity(open.len());
+    for key in open {
+        let why = if moved_already(st, fleet, &key, target) { None } else { not_ready_to_move(fleet, &key) };
+        let Some(why) = why else {
+            ready.push(key);
+            continue;
+        };
+        let wave = match policy.not_ready {
+            NotReady::Fail => st.wave,
+            NotReady::Skip => {
+                st.plan[index].clusters.retain(|c| c != &key);
+                st.total = st.total.saturating_sub(1);
+                0
+            }
+        };
+        let failed = FailedCluster {
+            cluster: key,
+            wave,
+            reason: NOT_READY_BEFORE_MOVE.into(),
+            message: why,
+            outcome: LEFT_ALONE.into(),
+            detail: String::new(),
+        };
+        steps.push(Step::ClusterFailed { wave: st.wave, failed: failed.clone() });
+        st.failed.push(failed);
+    }
+    ready
 }
 
 /// Splits `clusters` into those inside one of their windows now and those not, with when the
@@ -733,6 +840,7 @@ fn go_on(
             } else {
                 outside_window(st, next, closed.len(), steps);
             }
+            let open = not_moved_unless_ready(st, (index, target.class), fleet, policy, open, steps);
             steps.push(Step::WaveStarted { wave: st.wave, waves: st.waves, clusters: open });
             st.plan[index].phase = PROGRESSING.into();
             st.plan[index].awaiting_window = closed;
@@ -744,6 +852,7 @@ fn go_on(
         // again with them (`waveTimeout` counts from the last Cluster moved in).
         if !wave.awaiting_window.is_empty() {
             let (open, closed, next) = by_window(&wave.awaiting_window, policy);
+            let open = not_moved_unless_ready(st, (index, target.class), fleet, policy, open, steps);
             let moving = !open.is_empty();
             if moving {
                 steps.push(Step::Moved { wave: st.wave, waves: st.waves, clusters: open });
@@ -851,7 +960,7 @@ fn give_up(st: &mut RolloutStatus, fleet: &Fleet, policy: &Policy<'_>, cluster: 
             let member = fleet.members.get(cluster).map(|m| &m.obj.data);
             match member.map(|c| rollback_to(c, fleet.control_planes.get(cluster), moved_from(st, cluster))) {
                 Some(Ok(class)) => (ROLLING_BACK, String::new(), Some(class)),
-                Some(Err(why)) => (ROLLBACK_IMPOSSIBLE, why, None),
+                Some(Err(why)) => (ROLLBACK_IMPOSSIBLE, why.to_string(), None),
                 None => (LEFT_ALONE, "it is gone".to_owned(), None),
             }
         }

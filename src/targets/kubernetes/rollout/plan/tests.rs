@@ -59,7 +59,8 @@ fn sync(tag: &str, not_ready: Option<&str>) -> ClusterSyncStatus {
 }
 
 /// A fleet where each Cluster is in one of these states:
-/// `old` on v3, not moved yet; `done` moved to v4, synced, available; `late` moved, synced,
+/// `old` on v3, not moved yet; `unhealthy` on v3, its ClusterSync not Ready (`Unhealthy`);
+/// `unsynced` on v3 without a ClusterSync; `done` moved to v4, synced, available; `late` moved, synced,
 /// not available yet; `failed` moved, its ClusterSync `UpgradeFailed`; `changed` moved and put
 /// back on v3 by someone; `gone` deleted (not in the fleet at all).
 fn fleet(states: &[(&str, &str)]) -> Fleet {
@@ -67,6 +68,8 @@ fn fleet(states: &[(&str, &str)]) -> Fleet {
     for (key, state) in states {
         let (class, available, sync_) = match *state {
             "old" => (V3, true, Some(sync(V3, None))),
+            "unhealthy" => (V3, true, Some(sync(V3, Some("Unhealthy")))),
+            "unsynced" => (V3, true, None),
             "done" => (V4, true, Some(sync(V4, None))),
             "late" => (V4, false, Some(sync(V4, None))),
             "failed" => (V4, true, Some(sync(V4, Some("UpgradeFailed")))),
@@ -699,12 +702,12 @@ fn a_failed_cluster_is_moved_back_only_where_its_kubernetes_version_did_not_chan
     );
     let cp = json!({"status": {"version": "v1.27.3"}});
     let from = MovedFrom { cluster: "ns/c04".into(), class: V3.into(), version: "v1.26.0".into() };
-    let why = rollback_to(&cluster("ns/c04", V4, true).data, Some(&cp), Some(&from)).unwrap_err();
+    let why = rollback_to(&cluster("ns/c04", V4, true).data, Some(&cp), Some(&from)).unwrap_err().to_string();
     assert!(
         why.ends_with("; its control plane already runs v1.27.3, and Cluster API refuses to decrease `spec.topology.version`"),
         "{why}"
     );
-    assert!(rollback_to(&cluster("ns/c04", V4, true).data, None, None).unwrap_err().contains("not recorded"));
+    assert_eq!(rollback_to(&cluster("ns/c04", V4, true).data, None, None), Err(NoRollback::NotRecorded));
 }
 
 #[test]
@@ -817,6 +820,16 @@ fn a_cluster_minors_behind_steps_through_the_newest_release_of_each_minor() {
     assert_eq!(paths.keys().collect::<Vec<_>>(), ["ns/e"]);
     assert_eq!((none[0].cluster.as_str(), none[0].reason.as_str()), ("ns/a", "NoPath"));
     assert!(none[0].message.starts_with("on scs-a-1-30-v7: no release of Kubernetes 1.32"), "{:?}", none[0]);
+    // One Cluster moves: the rollout is no "nothing can move".
+    assert_eq!(nothing_can_move(paths.len(), &none, target), None);
+    // Only Clusters without a path are not on the target: nothing can move, and why.
+    let why = nothing_can_move(0, &none, target).expect("nothing can move");
+    assert!(
+        why.starts_with(&format!("nothing can move to {target}: 1 Cluster not on it has no path to it (ns/a: on scs-a-1-30-v7: ")),
+        "{why}"
+    );
+    // Every Cluster runs the target: nothing is left out, there is nothing to move.
+    assert_eq!(nothing_can_move(0, &[], target), None);
 }
 
 #[test]
@@ -870,4 +883,53 @@ fn a_wave_moves_each_cluster_one_minor_at_a_time_when_it_is_upgraded_and_availab
     set(&mut f, "ns/a", "scs-a-1-32-v1", "v1.32.0", "v1.32.0");
     let steps = show(&advance(&mut st, &f, &t, &requests, &policy, at(2), &wall(2)));
     assert!(steps[0].starts_with("paused 1/1 ClassChanged: ns/a"), "{steps:?}");
+}
+
+#[test]
+fn a_cluster_not_ready_on_its_release_is_never_moved_and_counts_as_configured() {
+    let t = Target { class: V4, version: None, v1beta2: false };
+    let requests = Requests { resume: "t1".into(), pause: "t1".into() };
+    let round = |st: &mut RolloutStatus, states: &[(&str, &str)], policy: &Policy<'_>| {
+        show(&advance(st, &fleet(states), &t, &requests, policy, at(5), &wall(5)))
+    };
+
+    // notReady: fail (the default): not moved, a failure of its wave; over maxFailures 0 the
+    // rollout pauses at the next check, naming it.
+    let strict = Policy::strict(TIMEOUT);
+    let mut st = rollout(&THREE, 2, PENDING, PROGRESSING);
+    let steps = round(&mut st, &[("ns/c01", "old"), ("ns/c02", "unhealthy")], &strict);
+    assert_eq!(steps, ["failed 2 ns/c02 NotReadyBeforeMove LeftAlone", "started 2/3 ns/c01"], "only the Ready Cluster moves");
+    assert!(st.failed[0].message.starts_with(&format!("not Ready on {V3} before its move (Unhealthy")), "{:?}", st.failed[0]);
+    let steps = round(&mut st, &[("ns/c01", "done"), ("ns/c02", "unhealthy")], &strict);
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    assert!(steps[0].starts_with("paused 2/3 ClusterFailed: ns/c02: not Ready on"), "{steps:?}");
+
+    // Within maxFailures the wave goes on without it; it stays where it is.
+    let one = Policy { max_failures: Budget::Clusters(1), ..Policy::strict(TIMEOUT) };
+    let mut st = rollout(&THREE, 2, PENDING, PROGRESSING);
+    round(&mut st, &[("ns/c01", "old"), ("ns/c02", "unsynced")], &one);
+    assert!(st.failed[0].message.contains("no ClusterSync yet"), "{:?}", st.failed);
+    let steps = round(&mut st, &[("ns/c01", "done"), ("ns/c02", "unsynced")], &one);
+    assert_eq!(steps[0], "done 2/3 (1, 1 failed)", "{steps:?}");
+
+    // notReady: skip: reported, taken out of the wave and the total, not counted against the
+    // budget (maxFailures 0 and the wave is done).
+    let skip = Policy { not_ready: NotReady::Skip, ..Policy::strict(TIMEOUT) };
+    let mut st = rollout(&THREE, 2, PENDING, PROGRESSING);
+    let steps = round(&mut st, &[("ns/c01", "old"), ("ns/c02", "unhealthy")], &skip);
+    assert_eq!(steps, ["failed 2 ns/c02 NotReadyBeforeMove LeftAlone", "started 2/3 ns/c01"]);
+    assert_eq!((st.total, st.plan[1].clusters.as_slice(), st.failed[0].wave), (5, &["ns/c01".to_owned()][..], 0));
+    let steps = round(&mut st, &[("ns/c01", "done"), ("ns/c02", "unhealthy")], &skip);
+    assert_eq!(steps[0], "done 2/3 (1)", "{steps:?}");
+
+    // A Cluster whose window opens later is checked when it opens, not before.
+    let closed_c02 = |key: &str| if key == "ns/c02" { Verdict::Closed(Some(at(60))) } else { Verdict::Always };
+    let windowed = Policy { window: &closed_c02, ..Policy::strict(TIMEOUT) };
+    let mut st = rollout(&THREE, 2, PENDING, PROGRESSING);
+    let steps = round(&mut st, &[("ns/c01", "old"), ("ns/c02", "unhealthy")], &windowed);
+    assert!(st.failed.is_empty() && steps.last().is_some_and(|s| s == "started 2/3 ns/c01"), "{steps:?}");
+    let open = Policy { window: &|_| Verdict::Always, ..Policy::strict(TIMEOUT) };
+    let steps = round(&mut st, &[("ns/c01", "late"), ("ns/c02", "unhealthy")], &open);
+    assert!(steps.iter().any(|s| s == "failed 2 ns/c02 NotReadyBeforeMove LeftAlone"), "{steps:?}");
+    assert!(!steps.iter().any(|s| s.starts_with("moved")), "{steps:?}");
 }
