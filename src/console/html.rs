@@ -113,11 +113,11 @@ impl Layout<'_> {
             let current = if nav == self.nav { " aria-current=\"page\"" } else { "" };
             let _ = write!(out, "<a href=\"{href}\"{current}>{label}</a>");
         }
-        let _ = write!(
+        let _ = writeln!(
             out,
             "</nav><span class=\"context\">context <b>{}</b> · read-only</span></header>\
              <div id=\"banner\" class=\"banner\" role=\"alert\" hidden></div>\
-             <main id=\"content\" tabindex=\"-1\">{content}</main></body></html>\n",
+             <main id=\"content\" tabindex=\"-1\">{content}</main></body></html>",
             E(self.context)
         );
         out
