@@ -8,6 +8,7 @@
 
 pub mod cache;
 pub mod config;
+pub mod console;
 pub mod controller;
 pub mod model;
 pub mod release;

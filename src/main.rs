@@ -233,6 +233,34 @@ enum Command {
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=1024))]
         concurrency: u16,
     },
+    /// Open a read-only web console of the management cluster: the fleet, its rollouts, each
+    /// Cluster, the releases, preview reports; live. Reads with your own credentials (your RBAC
+    /// decides what it shows), writes nothing, listens on loopback and prints its URL
+    /// (docs/console.md).
+    Console {
+        /// The management cluster's kubeconfig (default: the config's, else $KUBECONFIG or
+        /// ~/.kube/config).
+        #[arg(long, value_name = "FILE")]
+        kubeconfig: Option<PathBuf>,
+        /// The kubeconfig context (default: the config's, else the current context).
+        #[arg(long, value_name = "NAME")]
+        context: Option<String>,
+        /// Where the console listens: a loopback address unless --allow-remote (port 0: any
+        /// free port).
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7654")]
+        listen: std::net::SocketAddr,
+        /// Listen on an address that is not loopback: whoever reaches it sees what your
+        /// credentials can read.
+        #[arg(long)]
+        allow_remote: bool,
+        /// A stacksync config: rollout budgets (maxFailures) and maintenance windows now, the
+        /// exact pause/resume command; its kubeconfig when --kubeconfig is not given.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// A `stacksync preview -o json` report to show on the Preview page.
+        #[arg(long, value_name = "FILE")]
+        preview: Option<PathBuf>,
+    },
     /// Validate a config file and print every error found.
     CheckConfig {
         #[arg(value_name = "FILE")]
@@ -447,6 +475,17 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_NOT_SYNCED) })
         }
         Command::Render { config, out, cluster } => render(&runtime, &config, &out, cluster.as_deref()),
+        Command::Console { kubeconfig, context, listen, allow_remote, config, preview } => {
+            let options = stacksync::console::Options { kubeconfig, context, listen, allow_remote, config, preview };
+            runtime
+                .block_on(stacksync::console::run(options, |url| {
+                    use std::io::Write as _;
+                    println!("stacksync console: {url} (read-only; Ctrl-C to stop)");
+                    let _ = std::io::stdout().flush();
+                }))
+                .context("stacksync console")?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -210,7 +210,7 @@ impl std::ops::Deref for Settings {
 
 /// `cluster.x-k8s.io` `Cluster` at the newest version the management cluster serves. A server
 /// that does not answer is a `Discovery` error, never "Cluster API is not installed".
-async fn cluster_resource(mgmt: &kube::Client) -> Result<ApiResource, Error> {
+pub async fn cluster_resource(mgmt: &kube::Client) -> Result<ApiResource, Error> {
     let groups = mgmt.list_api_groups().await.map_err(Error::Discovery)?;
     let Some(group) = groups.groups.iter().find(|g| g.name == "cluster.x-k8s.io") else { return Err(Error::ClusterApiMissing) };
     for version in ["v1beta2", "v1beta1"] {

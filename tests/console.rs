@@ -1,0 +1,530 @@
+//! `stacksync console` in a real browser: Debian's headless chromium, driven over the DevTools
+//! protocol on a pipe (`--remote-debugging-pipe`: no port, no websocket), against the console
+//! pointed at a real control plane (`testkit kube`, with an audit log) holding Cluster API
+//! Clusters and the status resources of a two-wave rollout across a Kubernetes minor — one
+//! Cluster failed within `maxFailures`, one waiting for its maintenance window — created
+//! directly with the CRDs (the rollout's state as the daemon writes it). What the pages show is
+//! read from the DOM; a status change must show within 2 s without a reload; hostile strings
+//! must show as text with nothing executed; every request the page makes stays on loopback;
+//! the console's own requests (by its User-Agent in the audit log) are reads only. The run takes
+//! the screenshots of docs/console.md (into docs/console/ when `STACKSYNC_CONSOLE_SHOTS=docs`).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+/// What a page step may take at most (a hang fails the test, not CI).
+const STEP: Duration = Duration::from_secs(20);
+const NS: &str = "fleet";
+const OLD: &str = "docker-ferrol-1-33-v3";
+const MID: &str = "docker-ferrol-1-34-v2";
+const TARGET: &str = "docker-ferrol-1-35-v1";
+const RELEASE: &str = "ferrol.docker-ferrol-1-35-v1";
+/// In messages, a class and an Event: each must show as these very characters.
+const HOSTILE: &str = "<img src=x onerror=\"window.__pwned=1\"><script>window.__pwned=2</script>\"'&";
+
+/// Headless chromium with one page, spoken to over `--remote-debugging-pipe` (fd 3 in, fd 4
+/// out, messages ended by NUL), the shell doing the descriptor plumbing.
+struct Browser {
+    child: tokio::process::Child,
+    input: tokio::process::ChildStdin,
+    output: BufReader<tokio::process::ChildStdout>,
+    session: String,
+    next: u64,
+    /// Every URL the page asked for (`Network.requestWillBeSent`).
+    requests: Vec<String>,
+    /// Exceptions thrown in the page and console errors.
+    errors: Vec<String>,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    async fn start() -> Browser {
+        let profile = tempfile::tempdir().expect("profile dir");
+        let command = format!(
+            "exec chromium --headless --no-sandbox --disable-gpu --disable-background-networking --disable-component-update \
+             --disable-sync --no-first-run --disable-default-apps --user-data-dir={} --remote-debugging-pipe 3<&0 4>&1 0</dev/null 1>&2",
+            profile.path().display()
+        );
+        let mut child = tokio::process::Command::new("sh")
+            .args(["-c", &command])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("chromium (scripts/ensure-programs.sh chromium)");
+        let input = child.stdin.take().expect("stdin");
+        let output = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut b =
+            Browser { child, input, output, session: String::new(), next: 0, requests: Vec::new(), errors: Vec::new(), _profile: profile };
+        let target = b.call(None, "Target.createTarget", json!({"url": "about:blank"})).await;
+        let attached = b.call(None, "Target.attachToTarget", json!({"targetId": target["targetId"], "flatten": true})).await;
+        b.session = attached["sessionId"].as_str().expect("a session").to_owned();
+        for domain in ["Page.enable", "Network.enable", "Runtime.enable"] {
+            b.page(domain, json!({})).await;
+        }
+        b.page("Emulation.setDeviceMetricsOverride", json!({"width": 1280, "height": 860, "deviceScaleFactor": 1, "mobile": false})).await;
+        b
+    }
+
+    async fn call(&mut self, session: Option<String>, method: &str, params: Value) -> Value {
+        self.next += 1;
+        let id = self.next;
+        let mut msg = json!({"id": id, "method": method, "params": params});
+        if let Some(s) = session {
+            msg["sessionId"] = json!(s);
+        }
+        let mut bytes = serde_json::to_vec(&msg).expect("json");
+        bytes.push(0);
+        self.input.write_all(&bytes).await.expect("write to chromium");
+        let answer = tokio::time::timeout(STEP, async {
+            loop {
+                let mut frame = Vec::new();
+                let n = self.output.read_until(0, &mut frame).await.expect("read from chromium");
+                assert!(n > 0, "chromium closed its pipe");
+                frame.pop();
+                let m: Value = serde_json::from_slice(&frame).expect("a DevTools message");
+                match m["method"].as_str() {
+                    Some("Network.requestWillBeSent") => {
+                        self.requests.push(m["params"]["request"]["url"].as_str().unwrap_or_default().to_owned())
+                    }
+                    Some("Runtime.exceptionThrown") => self.errors.push(m["params"]["exceptionDetails"].to_string()),
+                    Some("Runtime.consoleAPICalled") if m["params"]["type"] == "error" => self.errors.push(m["params"]["args"].to_string()),
+                    _ => {}
+                }
+                if m["id"] == id {
+                    return m;
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("chromium did not answer {method} within {STEP:?}"));
+        assert!(answer.get("error").is_none(), "{method}: {answer}");
+        answer["result"].clone()
+    }
+
+    async fn page(&mut self, method: &str, params: Value) -> Value {
+        let session = Some(self.session.clone());
+        self.call(session, method, params).await
+    }
+
+    /// The value of a JavaScript expression in the page.
+    async fn eval(&mut self, expression: &str) -> Value {
+        let r = self.page("Runtime.evaluate", json!({"expression": expression, "returnByValue": true, "awaitPromise": true})).await;
+        assert!(r.get("exceptionDetails").is_none(), "{expression}: {r}");
+        r["result"]["value"].clone()
+    }
+
+    /// Polls `expression` until it is `true`; how long that took.
+    async fn until(&mut self, what: &str, expression: &str, within: Duration) -> Duration {
+        let start = Instant::now();
+        loop {
+            if self.eval(expression).await == json!(true) {
+                return start.elapsed();
+            }
+            assert!(
+                start.elapsed() < within,
+                "{what}: not within {within:?}; the page says:\n{}",
+                self.eval("document.body.innerText").await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn goto(&mut self, url: &str) {
+        self.page("Page.navigate", json!({"url": url})).await;
+        self.until(url, &format!("location.href === {} && document.readyState === 'complete'", json!(url)), STEP).await;
+    }
+
+    async fn text(&mut self, selector: &str) -> String {
+        let v = self.eval(&format!("(document.querySelector({}) || {{}}).textContent", json!(selector))).await;
+        v.as_str().unwrap_or_else(|| panic!("no {selector} on the page")).to_owned()
+    }
+
+    async fn screenshot(&mut self, path: &Path) {
+        let shot = self.page("Page.captureScreenshot", json!({"format": "png", "captureBeyondViewport": false})).await;
+        let png = base64::engine::general_purpose::STANDARD.decode(shot["data"].as_str().expect("data")).expect("base64");
+        std::fs::write(path, png).expect("write the screenshot");
+    }
+
+    async fn close(mut self) {
+        let _ = self.call(None, "Browser.close", json!({})).await;
+        let _ = tokio::time::timeout(STEP, self.child.wait()).await;
+    }
+}
+
+/// `stacksync console` running, and its URL.
+struct Console {
+    child: tokio::process::Child,
+    url: String,
+}
+
+async fn console(args: &[&str]) -> Console {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stacksync"))
+        .arg("console")
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run stacksync console");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    let read = tokio::time::timeout(STEP, out.read_line(&mut line)).await;
+    if !matches!(read, Ok(Ok(n)) if n > 0) {
+        let mut err = String::new();
+        let _ = child.stderr.take().expect("stderr").read_to_string(&mut err).await;
+        panic!("the console printed no URL: {line:?}\n{err}");
+    }
+    let url = line.split_whitespace().find(|w| w.starts_with("http://")).expect("a URL").to_owned();
+    Console { child, url }
+}
+
+fn api(client: &kube::Client, group: &str, version: &str, kind: &str, ns: Option<&str>) -> Api<DynamicObject> {
+    let ar = common::res(group, version, kind);
+    match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    }
+}
+
+async fn apply(api: &Api<DynamicObject>, name: &str, body: Value) {
+    api.patch(name, &PatchParams::apply("test").force(), &Patch::Apply(&body)).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+}
+
+async fn apply_status(api: &Api<DynamicObject>, name: &str, body: Value) {
+    api.patch_status(name, &PatchParams::apply("test").force(), &Patch::Apply(&body))
+        .await
+        .unwrap_or_else(|e| panic!("{name} status: {e}"));
+}
+
+fn t(type_: &str, status: &str, reason: &str, message: &str) -> Value {
+    json!({"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": "2026-11-23T09:00:00Z"})
+}
+
+/// A ClusterSync's status: Ready (or why not), on `applied`.
+fn sync_status(applied: &str, ready: Option<(&str, &str)>) -> Value {
+    let conditions = match ready {
+        None => vec![t("Ready", "True", "Synced", ""), t("Reconciling", "False", "Synced", ""), t("Stalled", "False", "Synced", "")],
+        Some(("Progressing", message)) => {
+            vec![t("Ready", "False", "Progressing", message), t("Reconciling", "True", "Progressing", message)]
+        }
+        Some((reason, message)) => vec![t("Ready", "False", reason, message), t("Stalled", "True", reason, message)],
+    };
+    json!({"synced": 5, "total": 5, "objects": "5/5", "conditions": conditions,
+        "message": ready.map(|(_, m)| m).unwrap_or_default(),
+        "appliedRelease": {"tag": applied, "version": "v1", "commit": "abc"},
+        "wantedRelease": {"tag": applied, "version": "v1", "commit": "abc"},
+        "lastSyncTime": "2026-11-23T09:00:00Z",
+        "inventory": ["apps|Deployment|kube-system|metrics-server|v1", "|ConfigMap|kube-system|cni-config|v1"],
+        "entries": []})
+}
+
+/// One Cluster of the fleet: name, class now, version, release applied, Ready (`None`) or why not.
+type Member = (&'static str, &'static str, &'static str, &'static str, Option<(&'static str, &'static str)>);
+
+/// The fleet of the rollout, as the daemon would have written it mid-way through wave 2.
+async fn fleet(client: &kube::Client) {
+    let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let body: k8s_openapi::api::core::v1::Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).expect("ns");
+    ns.create(&PostParams::default(), &body).await.expect("namespace");
+    let clusters = api(client, "cluster.x-k8s.io", "v1beta1", "Cluster", Some(NS));
+    let syncs = api(client, "stacksync.io", "v1alpha1", "ClusterSync", Some(NS));
+    let fleet: [Member; 6] = [
+        ("c01", TARGET, "v1.35.4", TARGET, None),
+        ("c02", TARGET, "v1.35.4", TARGET, None),
+        ("c03", MID, "v1.34.3", MID, Some(("Progressing", "upgrade stage 1/2 `cni` PostCondition: waiting"))),
+        ("c04", OLD, "v1.33.5", OLD, None),
+        ("c05", TARGET, "v1.35.4", OLD, Some(("UpgradeFailed", "upgrade stage 2/2 `cni` PostCondition not done within stageTimeout 10m"))),
+        ("hostile", OLD, "v1.33.5", OLD, Some(("RenderFailed", HOSTILE))),
+    ];
+    for (name, class, version, applied, ready) in fleet {
+        let labels = if name == "c04" { json!({"zone": "eu"}) } else { json!({"zone": "us"}) };
+        apply(
+            &clusters,
+            name,
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+            "metadata": {"name": name, "namespace": NS, "labels": labels},
+            "spec": {"topology": {"class": class, "version": version}}}),
+        )
+        .await;
+        apply(
+            &syncs,
+            name,
+            json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "ClusterSync",
+            "metadata": {"name": name, "namespace": NS}, "spec": {"cluster": name, "subscription": "ferrol"}}),
+        )
+        .await;
+        let mut status = sync_status(applied, ready);
+        status["class"] = json!(class);
+        apply_status(
+            &syncs,
+            name,
+            json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "ClusterSync", "metadata": {"name": name}, "status": status}),
+        )
+        .await;
+    }
+    let releases = api(client, "stacksync.io", "v1alpha1", "StackRelease", None);
+    for tag in [OLD, MID, TARGET] {
+        let name = format!("ferrol.{tag}");
+        apply(
+            &releases,
+            &name,
+            json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease",
+            "metadata": {"name": name}, "spec": {"subscription": "ferrol", "source": "stacks", "tag": tag}}),
+        )
+        .await;
+        let mut status = json!({"version": "v1", "commit": "abc", "verified": true, "verifiedBy": "git+ssh:SHA256:test", "signedBy": "ssh:SHA256:test",
+            "cached": true, "phase": "Applied", "synced": 4, "total": 4, "entries": []});
+        if tag == TARGET {
+            status["rollout"] = json!({
+                "phase": "Progressing", "wave": 2, "waves": 2, "waveSummary": "2/2", "done": 2, "total": 5, "summary": "2/5 (1 failed)",
+                "reason": "OutsideWindow", "message": "fleet/c04 waits for its maintenance window",
+                "started": "2026-11-23T08:00:00Z", "waveStarted": "2026-11-23T08:30:00Z", "nextWindow": "2030-01-01T22:00:00Z",
+                "plan": [
+                    {"clusters": ["fleet/c01", "fleet/c02"], "phase": "Done", "done": 2,
+                     "movedFrom": [{"cluster": "fleet/c01", "class": MID, "version": "v1.34.3"}, {"cluster": "fleet/c02", "class": MID, "version": "v1.34.3"}]},
+                    {"clusters": ["fleet/c03", "fleet/c04", "fleet/c05", "fleet/hostile"], "phase": "Progressing", "done": 0,
+                     "awaitingWindow": ["fleet/c04"],
+                     "movedFrom": [{"cluster": "fleet/c03", "class": OLD, "version": "v1.33.5"}],
+                     "paths": [{"cluster": "fleet/c03", "steps": [MID, TARGET]}]}
+                ],
+                "failed": [{"cluster": "fleet/c05", "wave": 2, "reason": "ClusterFailed", "message": format!("fleet/c05: UpgradeFailed {HOSTILE}"), "outcome": "LeftAlone"}]
+            });
+        }
+        apply_status(
+            &releases,
+            &name,
+            json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": {"name": name}, "status": status}),
+        )
+        .await;
+    }
+    for (i, (kind, name, reason, message)) in [
+        ("StackRelease", RELEASE, "RolloutStarted", "rollout to docker-ferrol-1-35-v1: 2 waves"),
+        ("StackRelease", RELEASE, "RolloutClusterFailed", "fleet/c05 failed within maxFailures"),
+        ("ClusterSync", "hostile", "RenderFailed", HOSTILE),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        // An Event on a cluster-scoped object lives in `default`, as the API server requires.
+        let namespace = if kind == "StackRelease" { None } else { Some(NS) };
+        let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), namespace.unwrap_or("default"));
+        let e: k8s_openapi::api::core::v1::Event = serde_json::from_value(json!({
+            "metadata": {"name": format!("e{i}"), "namespace": namespace.unwrap_or("default")},
+            "involvedObject": {"apiVersion": "stacksync.io/v1alpha1", "kind": kind, "name": name, "namespace": namespace},
+            "reason": reason, "message": message, "type": if reason.contains("Failed") { "Warning" } else { "Normal" },
+            "firstTimestamp": format!("2026-11-23T08:0{i}:00Z"), "lastTimestamp": format!("2026-11-23T08:0{i}:00Z"), "count": 1,
+            "source": {"component": "stacksync"}
+        }))
+        .expect("event");
+        events.create(&PostParams::default(), &e).await.expect("create the event");
+    }
+}
+
+fn config(dir: &Path, kubeconfig: &Path) -> PathBuf {
+    let rollout = json!({"waves": [{"clusters": 2}, {"percent": 100}], "maxFailures": 1,
+        "windows": [{"schedule": "0 22 * * *", "duration": "2h", "timeZone": "UTC", "clusterSelector": {"matchLabels": {"zone": "eu"}}}]});
+    common::Config::new(dir)
+        .git("stacks", "file:///nonexistent/stacks")
+        .sub(common::Sub::new("ferrol", "stacks").clusterstack("docker-ferrol-1-35").select("stack", "ferrol").set("rollout", rollout))
+        .kubernetes(kubeconfig)
+        .write()
+}
+
+const PREVIEW: &str = r#"{"apiVersion":"stacksync.io/v1alpha1","kind":"FleetPreview","subscription":"ferrol",
+  "release":{"tag":"docker-ferrol-1-35-v2","source":"stacks","revision":"sha256:0123","origin":"local","kubernetes":"v1.35.4"},
+  "summary":{"clusters":2,"changed":1,"unchanged":1,"unjudged":0,"restarts":1,"kubernetesUpgrades":0},
+  "management":[],
+  "clusters":[{"cluster":"fleet/c01","result":"changes","applied":"docker-ferrol-1-35-v1",
+     "stages":[{"hook":"BeforeClusterUpgrade","name":"cni","action":"apply"}],
+     "changes":[{"object":"Deployment/kube-system/metrics-server","apiVersion":"apps/v1","change":"update","fields":[".spec.template.spec.containers[0].image"],"restarts":true}],
+     "restarts":["Deployment/kube-system/metrics-server"],"wave":1},
+   {"cluster":"fleet/c02","result":"unchanged","changes":[],"wave":2}],
+  "waves":[["fleet/c01"],["fleet/c02"]]}"#;
+
+fn shots_dir(tmp: &Path) -> PathBuf {
+    if std::env::var("STACKSYNC_CONSOLE_SHOTS").as_deref() == Ok("docs") {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/console");
+        std::fs::create_dir_all(&dir).expect("docs/console");
+        dir
+    } else {
+        tmp.to_path_buf()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_a_rollout_live_escapes_what_it_shows_and_only_reads() {
+    if !testkit::kube::available() {
+        assert!(std::env::var_os("CI").is_none(), "the real control plane is not built (scripts/build-realkube.sh)");
+        eprintln!("SKIPPED: the real control plane is not built (scripts/build-realkube.sh)");
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let kube = testkit::kube::Kube::start(testkit::kube::Options {
+        preload: vec![root.join("testdata/crds"), root.join("deploy/crds")],
+        audit: true,
+        ..Default::default()
+    })
+    .await
+    .expect("a real control plane");
+    let client = kube.client().await.expect("client");
+    fleet(&client).await;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = config(tmp.path(), kube.kubeconfig());
+    let preview = tmp.path().join("preview.json");
+    std::fs::write(&preview, PREVIEW).expect("preview");
+    let args = ["--listen", "127.0.0.1:0", "--config", config.to_str().expect("utf-8"), "--preview", preview.to_str().expect("utf-8")];
+    let mut running = console(&args).await;
+    let base = running.url.clone();
+    let shots = shots_dir(tmp.path());
+    let mut b = Browser::start().await;
+
+    // Fleet: the counts, every Cluster, the hostile strings as text.
+    b.goto(&base).await;
+    b.until("six Clusters listed", "document.querySelectorAll('#fleet tbody tr').length === 6", STEP).await;
+    assert_eq!(b.text("a.tile[data-state=Ready] .n").await, "3");
+    assert_eq!(b.text("a.tile[data-state=Failed] .n").await, "2");
+    assert_eq!(b.text("a.tile[data-state=Progressing] .n").await, "1");
+    assert_eq!(b.text("#fleet tr[data-cluster='fleet/hostile'] td.problem").await, HOSTILE);
+    assert_eq!(b.text("#fleet tr[data-cluster='fleet/c04'] td:last-child").await, format!("{RELEASE} 2/2"));
+    assert_eq!(
+        b.eval("window.__pwned === undefined && document.querySelectorAll('main img, main script').length === 0").await,
+        json!(true)
+    );
+    b.screenshot(&shots.join("fleet.png")).await;
+    // Filtered and sorted by the query: the failed ones, by name, descending.
+    b.goto(&format!("{base}?state=Failed&sort=name&desc=1")).await;
+    assert_eq!(
+        b.eval("[...document.querySelectorAll('#fleet tbody tr')].map(r => r.dataset.cluster).join(' ')").await,
+        json!("fleet/hostile fleet/c05")
+    );
+
+    // The rollout: cells, the path's steps, the budget, the next window, the commands.
+    b.goto(&format!("{base}rollouts/{RELEASE}")).await;
+    let cells = b
+        .eval("Object.fromEntries([...document.querySelectorAll('li.cell[data-cluster]')].map(c => [c.dataset.cluster, c.dataset.cell]))")
+        .await;
+    assert_eq!(
+        cells,
+        json!({"fleet/c01": "done", "fleet/c02": "done", "fleet/c03": "upgrading, step 1/2", "fleet/c04": "waits for a window",
+        "fleet/c05": "failed: LeftAlone", "fleet/hostile": "upgrading"})
+    );
+    assert!(
+        b.text("li.cell[data-cluster='fleet/c04']").await.contains("next opens 20"),
+        "{}",
+        b.text("li.cell[data-cluster='fleet/c04']").await
+    );
+    let steps = b
+        .eval("[...document.querySelectorAll(\".path[data-cluster='fleet/c03'] li.step\")].map(s => s.dataset.step + ':' + s.className)")
+        .await;
+    assert_eq!(steps, json!([format!("{OLD}:step from"), format!("{MID}:step current"), format!("{TARGET}:step next")]));
+    assert_eq!(b.text("#budget-used").await, "1 of 1 used");
+    assert_eq!(b.text("#next-window").await, "2030-01-01T22:00:00Z");
+    assert!(b.text("#window").await.contains("0 22 * * *"));
+    assert_eq!(b.text("#cmd-pause").await, format!("stacksync rollout pause --config {} ferrol", config.display()));
+    assert!(b.text("#failed-clusters").await.contains(HOSTILE));
+    assert!(b.text("main").await.contains("RolloutClusterFailed"), "the rollout's history, from its Events");
+    b.screenshot(&shots.join("rollout.png")).await;
+    b.page("Emulation.setEmulatedMedia", json!({"features": [{"name": "prefers-color-scheme", "value": "dark"}]})).await;
+    b.screenshot(&shots.join("rollout-dark.png")).await;
+    b.page("Emulation.setEmulatedMedia", json!({"features": [{"name": "prefers-color-scheme", "value": "light"}]})).await;
+
+    // A Cluster: conditions, objects, Events, the release's signer; hostile text stays text.
+    b.goto(&format!("{base}clusters/{NS}/hostile")).await;
+    assert_eq!(b.text("tr[data-condition=Ready] td:nth-child(4)").await, HOSTILE);
+    assert!(b.text("#objects-table").await.contains("metrics-server"));
+    assert!(b.text("main").await.contains("RenderFailed"));
+    assert_eq!(
+        b.eval("window.__pwned === undefined && document.querySelectorAll('main img, main script').length === 0").await,
+        json!(true)
+    );
+    b.goto(&format!("{base}clusters/{NS}/c03")).await;
+    assert_eq!(b.text("#verified-by").await, "git+ssh:SHA256:test");
+    b.screenshot(&shots.join("cluster.png")).await;
+
+    // Releases and the preview.
+    b.goto(&format!("{base}releases")).await;
+    assert_eq!(b.text(&format!("tr[data-release='ferrol.{OLD}'] td[data-running]")).await, "3", "c04, c05 and hostile run it");
+    b.screenshot(&shots.join("releases.png")).await;
+    b.goto(&format!("{base}preview")).await;
+    assert!(b.text("#preview-summary").await.starts_with("2 Clusters: 1 change"));
+    b.screenshot(&shots.join("preview.png")).await;
+
+    // Live: a status change shows within 2 s, without a reload.
+    b.goto(&base).await;
+    b.until("the event stream is open", "document.body.dataset.connection === 'live'", STEP).await;
+    b.eval("window.__stay = 1").await;
+    let syncs = api(&client, "stacksync.io", "v1alpha1", "ClusterSync", Some(NS));
+    let mut status = sync_status(TARGET, Some(("Unhealthy", "Deployment/kube-system/ccm: 0/1 replicas available")));
+    status["class"] = json!(TARGET);
+    apply_status(
+        &syncs,
+        "c01",
+        json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "ClusterSync", "metadata": {"name": "c01"}, "status": status}),
+    )
+    .await;
+    let took = b
+        .until(
+            "c01 shown Failed",
+            "document.querySelector(\"#fleet tr[data-cluster='fleet/c01']\").dataset.state === 'Failed'",
+            Duration::from_secs(2),
+        )
+        .await;
+    assert_eq!(b.eval("window.__stay === 1 && performance.getEntriesByType('navigation').length === 1").await, json!(true), "not reloaded");
+    eprintln!("the change showed after {took:?}");
+
+    // A lost connection says so, and the page recovers when the console is back.
+    let port = base.trim_end_matches('/').rsplit(':').next().expect("port").to_owned();
+    running.child.start_kill().expect("stop the console");
+    let _ = running.child.wait().await;
+    b.until(
+        "the banner says the connection is lost",
+        "!document.getElementById('banner').hidden && document.body.dataset.connection === 'lost'",
+        STEP,
+    )
+    .await;
+    b.screenshot(&shots.join("lost.png")).await;
+    let listen = format!("127.0.0.1:{port}");
+    let again = ["--listen", listen.as_str(), "--config", args[3], "--preview", args[5]];
+    let _running = console(&again).await;
+    b.until(
+        "the banner goes once the console is back",
+        "document.getElementById('banner').hidden && document.body.dataset.connection === 'live'",
+        STEP,
+    )
+    .await;
+
+    // Nothing left loopback, nothing threw.
+    let origin = base.trim_end_matches('/');
+    let away: Vec<&String> =
+        b.requests.iter().filter(|u| !(u.starts_with(origin) || u.starts_with("about:") || u.starts_with("data:"))).collect();
+    assert!(away.is_empty(), "requests that left the console: {away:?}");
+    assert!(b.errors.is_empty(), "errors in the page: {:?}", b.errors);
+    b.close().await;
+
+    // The console only read: its requests in the audit log are get, list and watch.
+    let log = std::fs::read_to_string(kube.audit_log()).expect("audit log");
+    let mine: Vec<Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["userAgent"].as_str().is_some_and(|ua| ua.starts_with("stacksync-console/")))
+        .collect();
+    assert!(mine.len() > 5, "the console's requests are in the audit log");
+    let writes: Vec<String> = mine
+        .iter()
+        .filter(|e| !matches!(e["verb"].as_str(), Some("get" | "list" | "watch")))
+        .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
+        .collect();
+    assert!(writes.is_empty(), "the console wrote: {writes:?}");
+    assert!(!mine.iter().any(|e| e["objectRef"]["resource"] == "secrets"), "the console never reads Secrets");
+}
