@@ -13,7 +13,10 @@
 //!   chart renders; `helm upgrade` to a version whose CRD has a new status field and whose
 //!   ClusterRole a new rule writes no ClusterSync or StackRelease (same uid, resourceVersion,
 //!   spec and status), `helm rollback` and `helm uninstall` keep them too, and an install made
-//!   from install.yaml is adopted by `helm install` as docs/operations.md says.
+//!   from install.yaml is adopted by `helm install` as docs/operations.md says;
+//! - the daemon itself across `helm upgrade`: run as the chart's ServiceAccount, it syncs two
+//!   Clusters under chart N, and after the upgrade to N+1 (new CRD field, new rule) a new process
+//!   reconciles them Ready and writes nothing to them.
 
 mod common;
 
@@ -674,4 +677,116 @@ async fn a_signed_chart_from_the_registry_installs_upgrades_and_rolls_back_keepi
 
     kube.stop();
     registry.stop().await;
+}
+
+/// A ConfigMap and a Deployment per Cluster, in the Cluster's own namespace (its workload
+/// cluster is the same real server); kwok runs the Deployment's pod.
+const ADDONS: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: addon-${cluster.name}\n  namespace: ${cluster.namespace}\ndata:\n  cluster: ${cluster.name}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: ccm-${cluster.name}\n  namespace: ${cluster.namespace}\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {app: ccm-${cluster.name}}\n  template:\n    metadata:\n      labels: {app: ccm-${cluster.name}}\n    spec:\n      containers:\n        - name: ccm\n          image: registry.example/ccm:1.0\n";
+
+/// What a synced fleet is on the server: each workload object's resourceVersion and each
+/// ClusterSync's record of what it applied.
+async fn synced_state(t: &common::real::Tenant, clusters: &[&str]) -> BTreeMap<String, Value> {
+    let kubectl = Kubectl(t.kubeconfig());
+    let mut state = BTreeMap::new();
+    for c in clusters {
+        for (kind, name) in [("configmap", format!("addon-{c}")), ("deployment", format!("ccm-{c}"))] {
+            let o = kubectl.json(&["get", kind, &name, "-n", &t.ns]);
+            state.insert(
+                format!("{kind}/{name}"),
+                json!({"resourceVersion": o["metadata"]["resourceVersion"], "generation": o["metadata"]["generation"]}),
+            );
+        }
+        let cs = t.cluster_sync(c).await.expect("ClusterSync");
+        let s = &cs["status"];
+        state.insert(format!("clustersync/{c}"), json!({"uid": cs["metadata"]["uid"], "appliedRelease": s["appliedRelease"], "inventory": s["inventory"], "objects": s["objects"]}));
+    }
+    state
+}
+
+/// The daemon itself across `helm upgrade`: chart N installed (taking over the CRDs the shared
+/// control plane was started with), the daemon running as the chart's ServiceAccount
+/// (impersonated: the real RBAC authorizer judges the chart's rules) syncs two Clusters and is
+/// stopped, as a rolling update stops the old Pod; chart N+1 (a new CRD field, a new rule) is
+/// applied with `helm upgrade`, and the daemon started again, as the new Pod, under N+1's rules:
+/// it reconciles both Clusters Ready and writes nothing to them (every workload object's
+/// resourceVersion kept, every object `unchanged`, the ClusterSyncs' applied release and
+/// inventory kept), and nothing it does is forbidden.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_after_helm_upgrade_writes_nothing_to_a_synced_fleet() {
+    let Some(t) = common::real::Tenant::new("chartupgrade").await else { return };
+    let kubeconfig = t.kubeconfig();
+    let helm_kube = |args: &[&str]| run(helm().args(args).arg("--kubeconfig").arg(&kubeconfig).args(["--namespace", NS]));
+    let chart = chart_dir().display().to_string();
+    helm_kube(&[
+        "install",
+        "stacksync",
+        &chart,
+        "--create-namespace",
+        "--take-ownership",
+        "--force-conflicts",
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+
+    let mut as_sa: Value = serde_json::from_str(&std::fs::read_to_string(&kubeconfig).expect("kubeconfig")).expect("JSON kubeconfig");
+    as_sa["users"][0]["user"]["as"] = json!(format!("system:serviceaccount:{NS}:stacksync"));
+    let as_sa_file = t.dir.path().join("serviceaccount.kubeconfig");
+    std::fs::write(&as_sa_file, as_sa.to_string()).expect("write");
+    t.repo.release("v1.0.0", &[("manifests/addons.yaml", ADDONS)]);
+    let clusters = ["alpha", "beta"];
+    for c in clusters {
+        t.add_cluster(c).await;
+    }
+    let config = t.config(|s| s.health_timeout("2m")).write();
+    let text =
+        std::fs::read_to_string(&config).expect("config").replace(&kubeconfig.display().to_string(), &as_sa_file.display().to_string());
+    std::fs::write(&config, text).expect("config");
+    let ready = async || {
+        let mut all = true;
+        for c in clusters {
+            all &= t.ready(c).await.is_some_and(|(s, _)| s == "True");
+        }
+        all
+    };
+    let daemon = common::Daemon::start(&config, t.dir.path().join("n.log")).await;
+    daemon.eventually("both Clusters Ready under chart N", std::time::Duration::from_secs(120), ready).await;
+    let before = synced_state(&t, &clusters).await;
+    assert!(!daemon.log().contains("forbidden"), "{}", daemon.log());
+    daemon.stop().await;
+
+    // The CRDs' fields are still co-owned by the manager that applied them first (testkit's, as
+    // `kubectl apply --server-side` would be): changing them needs --force-conflicts, as
+    // docs/operations.md says for a release that took over an install.
+    let next = next_chart(&t.dir.path().join("next"));
+    helm_kube(&[
+        "upgrade",
+        "stacksync",
+        &next.display().to_string(),
+        "--version",
+        &next_version(env!("CARGO_PKG_VERSION")),
+        "--force-conflicts",
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    assert!(clusterrole_rules(&Kubectl(kubeconfig.clone())).contains("machinedeployments"), "chart N+1's rules are in place");
+
+    let daemon = common::Daemon::start(&config, t.dir.path().join("n1.log")).await;
+    let reconciled = format!("stacksync_reconciles_total{{subscription=\"{}\",result=\"ready\",reason=\"Synced\"}}", t.ns);
+    daemon
+        .eventually("both Clusters reconciled Ready by the new process", std::time::Duration::from_secs(120), async || {
+            daemon.metric(&reconciled).await >= clusters.len() as f64
+        })
+        .await;
+    assert_eq!(synced_state(&t, &clusters).await, before, "the new process wrote to the fleet");
+    let objects = |action: &str| format!("stacksync_objects_total{{subscription=\"{}\",action=\"{action}\"}}", t.ns);
+    assert!(daemon.metric(&objects("unchanged")).await >= 4.0, "{}", daemon.log());
+    for action in ["created", "configured", "pruned", "failed"] {
+        assert_eq!(daemon.metric(&objects(action)).await, 0.0, "{action} after the upgrade:\n{}", daemon.log());
+    }
+    assert!(!daemon.log().contains("forbidden"), "{}", daemon.log());
+    daemon.stop().await;
+    helm_kube(&["uninstall", "stacksync", "--wait"]);
+    t.delete().await;
 }
