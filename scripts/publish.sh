@@ -23,7 +23,7 @@
 #   --chart         the chart to publish (default deploy/chart/stacksync)
 #   --out           where the chart package, install.yaml and digests.txt go (default
 #                   $CARGO_TARGET_DIR/release)
-# Needs skopeo (scripts/ensure-programs.sh), helm and kubectl (scripts/install-tools.sh), cosign
+# Needs skopeo (installed when missing: scripts/ensure-programs.sh), helm and kubectl (scripts/install-tools.sh), cosign
 # (scripts/build-cosign.sh). Verify what it published: docs/operations.md#verifying-a-release.
 set -euo pipefail
 die() { echo "publish.sh: $*" >&2; exit 2; }
@@ -70,7 +70,7 @@ tools="${STACKSYNC_TOOLS_DIR:-$HOME/.cache/stacksync-tools}"
 helm="$tools/bin/helm" cosign="$tools/bin/cosign"
 [ -x "$helm" ] || die "helm is missing: scripts/install-tools.sh --for quickstart"
 [ -x "$cosign" ] || die "cosign is missing: scripts/build-cosign.sh"
-command -v skopeo >/dev/null || die "skopeo is missing: scripts/ensure-programs.sh skopeo"
+scripts/ensure-programs.sh skopeo sha256sum
 
 skopeo_tls=() helm_http=() cosign_http=()
 if [ "$plain" = 1 ]; then
