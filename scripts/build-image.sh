@@ -312,7 +312,7 @@ store="containers-storage:[$STORAGE_DRIVER@$(buildah info --format '{{.store.Gra
 # untagged (about 300 MB each) are removed below, by their own IDs, and nothing else.
 image_id() { buildah images --noheading --no-trunc --format '{{.ID}}' "$1" 2>/dev/null | head -n 1 || true; }
 # How many names (tags) the image with this ID has; nothing when there is no such image.
-image_names() { buildah images --json 2>/dev/null | jq -r --arg id "$1" '.[] | select(.id == $id) | (.names // []) | length' || true; }
+image_names() { buildah images --json --no-trunc 2>/dev/null | jq -r --arg id "$1" '.[] | select(.id == $id) | (.names // []) | length' || true; }
 replaced=("$(image_id "$image")" "$(image_id "$image-git")")
 say "committing $image and $image-git ($store)"
 commit_image "$image" "$work/default.tar" "Debian $suite packages: ${packages[*]}"
@@ -321,7 +321,7 @@ for old in "${replaced[@]}"; do
   [ -n "$old" ] || continue
   # Still tagged (the same build again gives the same image): kept.
   if [ "$(image_names "$old")" = 0 ]; then
-    if buildah rmi "$old" >/dev/null 2>&1; then say "removed the replaced image ${old:0:12}"; else say "could not remove the replaced image ${old:0:12}"; fi
+    if buildah rmi "$old" >/dev/null 2>&1; then say "removed the replaced image $(printf %.12s "${old#sha256:}")"; else say "could not remove the replaced image $(printf %.12s "${old#sha256:}")"; fi
   fi
 done
 
