@@ -482,12 +482,15 @@ async fn fleet_applied(env: &Env, daemon: &Daemon, n: usize, tag: &str) {
 }
 
 /// Cluster API's part for a Cluster a release breaks: `name` is reported unavailable from now on
-/// (its control plane keeps its version), and available again once it was moved and is back on
-/// v3 (going back mends it).
+/// — its control plane up and keeping its version, its machines not ready (`MachinesNotReady`),
+/// so its ClusterSync stays Ready on the release it runs and a rollout may move it (one whose
+/// control plane is down is never moved: `NotReadyBeforeMove`) — and available again once it
+/// was moved and is back on v3 (going back mends it).
 async fn broken_until_back(env: &Arc<Env>, name: &'static str) -> (tokio::sync::watch::Sender<bool>, tokio::task::JoinHandle<()>) {
+    let t = |ty: &str| json!({"type": ty, "status": "True", "lastTransitionTime": "2026-11-23T00:00:00Z"});
     let f = |ty: &str| json!({"type": ty, "status": "False", "reason": "MachinesNotReady", "lastTransitionTime": "2026-11-23T00:00:00Z"});
     let status = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": name},
-        "status": {"controlPlaneReady": false, "conditions": [f("Ready"), f("ControlPlaneReady"), f("Available")]}});
+        "status": {"controlPlaneReady": true, "conditions": [f("Ready"), t("ControlPlaneReady"), f("Available")]}});
     env.clusters().patch_status(name, &PatchParams::apply("capi").force(), &Patch::Apply(status)).await.expect("status");
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let env = env.clone();

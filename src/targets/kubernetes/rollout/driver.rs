@@ -205,6 +205,7 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
     };
     let before = st.clone();
     fleet.syncs = cluster_syncs(kube, sub).await?;
+    fleet.in_flight = plan::in_flight(&all.items, &sub.name, &name, &fleet.members);
     // Maintenance windows are times of day for people: the wall clock, read once per round.
     let now = chrono::Utc::now();
     let windows = window::at(&cfg.windows, now);

@@ -197,6 +197,10 @@ pub struct Fleet {
     /// The Kubernetes version of each intermediate class on the Clusters' paths (`None`: its
     /// release names none), read by the driver.
     pub versions: BTreeMap<String, Option<String>>,
+    /// Clusters a rollout this one superseded moved and left where it put them
+    /// ([`in_flight`]): their move is under way, carried on to the new target whatever their
+    /// health (the newer release is what mends them), not refused as `NotReadyBeforeMove`.
+    pub in_flight: BTreeSet<String>,
 }
 
 /// The pause and resume requests on a target's StackRelease: its annotations' values (empty
@@ -433,6 +437,31 @@ pub fn others(releases: &[StackRelease], subscription: &str, target_release: &st
     out
 }
 
+/// The Clusters of `members` that another rollout of `subscription` (another release's than
+/// `target_release`, superseded or being superseded: not complete, not stopped) moved and that
+/// are still on the class it moved them to: a move under way, which the rollout superseding it
+/// carries on ([`Fleet::in_flight`]).
+pub fn in_flight(
+    releases: &[StackRelease],
+    subscription: &str,
+    target_release: &str,
+    members: &BTreeMap<String, Member>,
+) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for other in releases.iter().filter(|r| r.spec.subscription == subscription && r.metadata.name.as_deref() != Some(target_release)) {
+        let Some(o) = other.status.as_ref().and_then(|s| s.rollout.as_ref()).filter(|o| o.phase != COMPLETE && o.phase != STOPPED) else {
+            continue;
+        };
+        for moved in o.plan.iter().flat_map(|w| &w.moved_from) {
+            let still_there = members.get(&moved.cluster).and_then(|m| topology_class(&m.obj.data)).is_some_and(|c| c == other.spec.tag);
+            if still_there {
+                out.insert(moved.cluster.clone());
+            }
+        }
+    }
+    out
+}
+
 /// A new rollout over `older` (see [`older`]) cut into `waves`, started at `now`: wave 1 is
 /// pending (its Clusters are moved by the [`advance`] that follows). The requests already on
 /// the StackRelease count as handled.
@@ -540,7 +569,11 @@ pub fn judge_wave(wave: &WaveStatus, fleet: &Fleet, target: &Target<'_>, given_u
             continue;
         };
         if wave.awaiting_window.contains(key) {
-            out.late.push((key.clone(), "not moved yet: none of its maintenance windows is open".to_owned()));
+            let why = match before_move(fleet, key) {
+                BeforeMove::Unknown => "not moved yet: its ClusterSync does not say yet whether it is Ready on the release it runs",
+                _ => "not moved yet: none of its maintenance windows is open",
+            };
+            out.late.push((key.clone(), why.to_owned()));
             continue;
         }
         if wave.unmoved.contains(key) {
@@ -674,44 +707,55 @@ fn moved_from<'s>(st: &'s RolloutStatus, cluster: &str) -> Option<&'s MovedFrom>
     st.plan.iter().flat_map(|w| &w.moved_from).find(|m| m.cluster == cluster)
 }
 
-/// Why Cluster `key` may not be moved now: its ClusterSync does not say Ready on the release it
-/// runs. `None`: it may (Ready there, or no longer in the fleet: there is nothing to move).
-pub fn not_ready_to_move(fleet: &Fleet, key: &str) -> Option<String> {
+/// What a rollout knows of a Cluster's health on the release it runs, before moving it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BeforeMove {
+    /// Its ClusterSync says Ready (or it is no longer in the fleet: there is nothing to move).
+    Ready,
+    /// Its ClusterSync says it is not Ready, and why: it is not moved (`NotReadyBeforeMove`).
+    NotReady(String),
+    /// Not known yet: no ClusterSync (a Cluster not synced since this process started, or
+    /// never), or none that says Ready or not. It waits, neither moved nor failed.
+    Unknown,
+}
+
+/// What the rollout knows of Cluster `key`'s health before moving it ([`BeforeMove`]).
+pub fn before_move(fleet: &Fleet, key: &str) -> BeforeMove {
     if !fleet.members.contains_key(key) {
-        return None;
+        return BeforeMove::Ready;
     }
-    let Some(sync) = fleet.syncs.get(key) else {
-        return Some("not Ready before its move: it has no ClusterSync yet (never synced on the release it runs)".to_owned());
-    };
+    let Some(sync) = fleet.syncs.get(key) else { return BeforeMove::Unknown };
     let on = sync.applied_release.as_ref().map_or_else(|| "the release it runs".to_owned(), |r| r.tag.clone());
     match sync.conditions.iter().find(|c| c.type_ == "Ready") {
-        Some(c) if c.status == "True" => None,
-        Some(c) => {
+        Some(c) if c.status == "True" => BeforeMove::Ready,
+        Some(c) if c.status == "False" => {
             let message = if c.message.is_empty() { String::new() } else { format!(": {}", shorten(&c.message, 300)) };
-            let reason = if c.reason.is_empty() { &c.status } else { &c.reason };
-            Some(format!("not Ready on {on} before its move ({reason}{message})"))
+            let reason = if c.reason.is_empty() { "NotReady" } else { &c.reason };
+            BeforeMove::NotReady(format!("not Ready on {on} before its move ({reason}{message})"))
         }
-        None => Some(format!("not Ready on {on} before its move (its ClusterSync has no Ready condition yet)")),
+        _ => BeforeMove::Unknown,
     }
 }
 
-/// Whether this rollout already moved Cluster `key` (it records where from), or its class is
-/// already the target's or a step of its path: a wave started again (a resume) edits it to
-/// where it is, which is no move.
+/// Whether this rollout already moved Cluster `key` (it records where from), a rollout it
+/// superseded did ([`Fleet::in_flight`]), or its class is already the target's or a step of
+/// its path: a wave started again (a resume) edits it to where it is, which is no move; a move
+/// under way is carried on.
 fn moved_already(st: &RolloutStatus, fleet: &Fleet, key: &str, target: &str) -> bool {
-    if moved_from(st, key).is_some() {
+    if moved_from(st, key).is_some() || fleet.in_flight.contains(key) {
         return true;
     }
     let Some(class) = fleet.members.get(key).and_then(|m| topology_class(&m.obj.data)) else { return false };
     class == target || path_of(st.plan.iter(), key).is_some_and(|p| p.steps.contains(&class))
 }
 
-/// The Clusters of `open` (of wave `index`, due to move now) that are Ready on their current
-/// release ([`not_ready_to_move`]) or already moved ([`moved_already`]); the others are never
-/// moved and are reported as failed
-/// (`NotReadyBeforeMove`, left as they are): with `notReady: fail` as failures of the wave,
-/// within its `maxFailures` (judged in the next round, as any failure); with `notReady: skip`
-/// taken out of the wave and the rollout's total, outside its budget.
+/// Splits `open` (Clusters of wave `index`, due to move now) into those to move — Ready on
+/// their current release ([`before_move`]) or already moved ([`moved_already`]) — and those
+/// whose health is not known yet (no ClusterSync yet: they wait with the Clusters awaiting a
+/// window, and are looked at again at every check). The others are never moved and are
+/// reported as failed (`NotReadyBeforeMove`, left as they are): with `notReady: fail` as
+/// failures of the wave, within its `maxFailures` (judged in the next round, as any failure);
+/// with `notReady: skip` taken out of the wave and the rollout's total, outside its budget.
 fn not_moved_unless_ready(
     st: &mut RolloutStatus,
     (index, target): (usize, &str),
@@ -719,13 +763,20 @@ fn not_moved_unless_ready(
     policy: &Policy<'_>,
     open: Vec<String>,
     steps: &mut Vec<Step>,
-) -> Vec<String> {
-    let mut ready = Vec::with_capacity(open.len());
+) -> (Vec<String>, Vec<String>) {
+    let (mut ready, mut held) = (Vec::with_capacity(open.len()), Vec::new());
     for key in open {
-        let why = if moved_already(st, fleet, &key, target) { None } else { not_ready_to_move(fleet, &key) };
-        let Some(why) = why else {
-            ready.push(key);
-            continue;
+        let check = if moved_already(st, fleet, &key, target) { BeforeMove::Ready } else { before_move(fleet, &key) };
+        let why = match check {
+            BeforeMove::Ready => {
+                ready.push(key);
+                continue;
+            }
+            BeforeMove::Unknown => {
+                held.push(key);
+                continue;
+            }
+            BeforeMove::NotReady(why) => why,
         };
         let wave = match policy.not_ready {
             NotReady::Fail => st.wave,
@@ -746,7 +797,7 @@ fn not_moved_unless_ready(
         steps.push(Step::ClusterFailed { wave: st.wave, failed: failed.clone() });
         st.failed.push(failed);
     }
-    ready
+    (ready, held)
 }
 
 /// Splits `clusters` into those inside one of their windows now and those not, with when the
@@ -840,10 +891,10 @@ fn go_on(
             } else {
                 outside_window(st, next, closed.len(), steps);
             }
-            let open = not_moved_unless_ready(st, (index, target.class), fleet, policy, open, steps);
+            let (open, held) = not_moved_unless_ready(st, (index, target.class), fleet, policy, open, steps);
             steps.push(Step::WaveStarted { wave: st.wave, waves: st.waves, clusters: open });
             st.plan[index].phase = PROGRESSING.into();
-            st.plan[index].awaiting_window = closed;
+            st.plan[index].awaiting_window = closed.into_iter().chain(held).collect();
             st.wave_started = timestamp(now);
             // Nothing is done the moment it is edited.
             return;
@@ -852,7 +903,7 @@ fn go_on(
         // again with them (`waveTimeout` counts from the last Cluster moved in).
         if !wave.awaiting_window.is_empty() {
             let (open, closed, next) = by_window(&wave.awaiting_window, policy);
-            let open = not_moved_unless_ready(st, (index, target.class), fleet, policy, open, steps);
+            let (open, held) = not_moved_unless_ready(st, (index, target.class), fleet, policy, open, steps);
             let moving = !open.is_empty();
             if moving {
                 steps.push(Step::Moved { wave: st.wave, waves: st.waves, clusters: open });
@@ -863,7 +914,7 @@ fn go_on(
             } else {
                 outside_window(st, next, closed.len(), steps);
             }
-            st.plan[index].awaiting_window = closed;
+            st.plan[index].awaiting_window = closed.into_iter().chain(held).collect();
             // What is moved now is judged from the next round on (its class is the old one
             // until the driver's edit).
             if moving {
