@@ -169,7 +169,7 @@ impl Server {
         const WRITES: [&str; 4] = ["create", "update", "patch", "delete"];
         if !self.real {
             let s = self.stats(http).await;
-            let lists = s["requests"]["list"]["clustersyncs"].as_u64().unwrap_or(0);
+            let lists = s["requests"]["list"]["clustersyncs.stacksync.io"].as_u64().unwrap_or(0);
             let writes = WRITES.iter().map(|v| sum(&s["requests"], Some(v))).sum();
             return (lists, writes);
         }
