@@ -11,8 +11,17 @@
 //!   the synced fleet: wall time as a ratio to the cold pass, peak RSS, requests, writes (zero);
 //! - the daemon (`run`) on a fresh fleet: time from start until every ClusterSync is Ready, one
 //!   resync after that (its workload requests), peak RSS (`VmHWM`), CPU, open file descriptors,
-//!   log lines; with `--soak-secs S` the daemon keeps running for S more seconds with a short
-//!   resync and a new release every minute, its RSS and descriptors sampled (flat memory).
+//!   log lines, and on the management server from start to every Cluster synced: the LIST
+//!   requests of ClusterSyncs (the roll-up counts from its watch: a handful, not one per
+//!   second) and the write requests per new Cluster; with `--soak-secs S` the daemon keeps
+//!   running for S more seconds with a short resync and a new release every minute, its RSS and
+//!   descriptors sampled (flat memory).
+//!
+//! `--server real`: the management server is a real control plane (`testkit kube`: etcd,
+//! kube-apiserver, controllers, kwok; scripts/build-realkube.sh), its requests counted from
+//! `apiserver_request_total` (writes to Leases and Nodes, the control plane's own heartbeats, left
+//! out); the workload servers stay `testkit apiserver`. `--daemon-only` skips the `run --once`
+//! and preview cases.
 //!
 //! The peer is the raw server-side apply ceiling of one workload server process, measured by
 //! `wrk` at 128 connections (as `benches/fleet.rs` measures it) just before the cold pass.
@@ -47,6 +56,10 @@ struct Args {
     sizes: Vec<usize>,
     workloads: usize,
     daemon: bool,
+    /// Only the daemon's cases.
+    daemon_only: bool,
+    /// The management server is a real control plane.
+    real: bool,
     soak_secs: u64,
     out: PathBuf,
 }
@@ -59,6 +72,8 @@ fn args() -> Args {
         sizes: vec![1000],
         workloads: 4,
         daemon: true,
+        daemon_only: false,
+        real: false,
         soak_secs: 0,
         out: common::out_path(),
     };
@@ -72,6 +87,14 @@ fn args() -> Args {
             "--sizes" => a.sizes = v().split(',').map(|s| s.trim().parse().expect("--sizes: numbers")).collect(),
             "--workloads" => a.workloads = v().parse::<usize>().expect("--workloads: a number").max(1),
             "--no-daemon" => a.daemon = false,
+            "--daemon-only" => a.daemon_only = true,
+            "--server" => {
+                a.real = match v().as_str() {
+                    "real" => true,
+                    "testkit" => false,
+                    other => panic!("--server: real or testkit, not {other}"),
+                }
+            }
             "--soak-secs" => a.soak_secs = v().parse().expect("--soak-secs: seconds"),
             "--out" => a.out = v().into(),
             "--bench" => {}
@@ -81,24 +104,28 @@ fn args() -> Args {
     a
 }
 
-/// One `testkit apiserver` process, killed on drop.
+/// One `testkit apiserver` process, or one `testkit kube` (a real control plane: its
+/// components are the process's children); killed on drop.
 struct Server {
     child: Child,
     url: String,
     kubeconfig: PathBuf,
+    real: bool,
+    /// The real server's request counts when they were last reset.
+    baseline: std::sync::Mutex<(u64, u64)>,
 }
 
 impl Server {
-    fn start(testkit: &Path, dir: &Path, name: &str, preload: &[PathBuf]) -> Server {
+    fn start(testkit: &Path, dir: &Path, name: &str, preload: &[PathBuf], real: bool) -> Server {
         let kubeconfig = dir.join(format!("{name}.kubeconfig"));
         let _ = std::fs::remove_file(&kubeconfig);
         let mut cmd = Command::new(testkit);
-        cmd.args(["apiserver", "--kubeconfig-out"]).arg(&kubeconfig);
+        cmd.args([if real { "kube" } else { "apiserver" }, "--kubeconfig-out"]).arg(&kubeconfig);
         for p in preload {
             cmd.arg("--preload").arg(p);
         }
         let child = cmd.stdout(Stdio::null()).spawn().expect("testkit starts");
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(if real { 300 } else { 30 });
         while !kubeconfig.exists() {
             assert!(Instant::now() < deadline, "testkit wrote no kubeconfig");
             std::thread::sleep(Duration::from_millis(20));
@@ -107,14 +134,61 @@ impl Server {
         let text = std::fs::read_to_string(&kubeconfig).expect("kubeconfig");
         let v: Value = serde_json::from_str(&text).expect("kubeconfig is JSON");
         let url = v["clusters"][0]["cluster"]["server"].as_str().expect("server url").to_string();
-        Server { child, url, kubeconfig }
+        Server { child, url, kubeconfig, real, baseline: std::sync::Mutex::new((0, 0)) }
     }
 
-    fn client(&self) -> kube::Client {
-        let mut config = kube::Config::new(self.url.parse().expect("url"));
-        config.default_namespace = "default".into();
+    async fn client(&self) -> kube::Client {
+        let mut config = if self.real {
+            let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("kubeconfig");
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("client config")
+        } else {
+            let mut config = kube::Config::new(self.url.parse().expect("url"));
+            config.default_namespace = "default".into();
+            config
+        };
         config.read_timeout = Some(Duration::from_secs(120));
         kube::Client::try_from(config).expect("client")
+    }
+
+    /// LIST requests of ClusterSyncs and write requests (create, update, patch, delete; the
+    /// real control plane's own Lease and Node heartbeats left out), since the last
+    /// [`Server::reset_counts`].
+    async fn counts(&self, http: &reqwest::Client) -> (u64, u64) {
+        let (lists, writes) = self.totals(http).await;
+        let base = *self.baseline.lock().expect("baseline");
+        (lists.saturating_sub(base.0), writes.saturating_sub(base.1))
+    }
+
+    async fn reset_counts(&self, http: &reqwest::Client) {
+        let now = self.totals(http).await;
+        *self.baseline.lock().expect("baseline") = now;
+    }
+
+    /// testkit's counters, or the real server's `apiserver_request_total`, since it started.
+    async fn totals(&self, http: &reqwest::Client) -> (u64, u64) {
+        const WRITES: [&str; 4] = ["create", "update", "patch", "delete"];
+        if !self.real {
+            let s = self.stats(http).await;
+            let lists = s["requests"]["list"]["clustersyncs.stacksync.io"].as_u64().unwrap_or(0);
+            let writes = WRITES.iter().map(|v| sum(&s["requests"], Some(v))).sum();
+            return (lists, writes);
+        }
+        let client = self.client().await;
+        let text = client.request_text(http::Request::get("/metrics").body(Vec::new()).expect("request")).await.expect("/metrics");
+        let (mut lists, mut writes) = (0, 0);
+        for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+            let Some((labels, value)) = line.rsplit_once(' ') else { continue };
+            let label = |k: &str| labels.split(&format!("{k}=\"")).nth(1).and_then(|r| r.split('"').next()).unwrap_or_default().to_owned();
+            let n = value.parse::<f64>().unwrap_or(0.0) as u64;
+            let (verb, resource) = (label("verb"), label("resource"));
+            if verb == "LIST" && resource == "clustersyncs" {
+                lists += n;
+            }
+            if ["POST", "PUT", "PATCH", "APPLY", "DELETE"].contains(&verb.as_str()) && !["leases", "nodes"].contains(&resource.as_str()) {
+                writes += n;
+            }
+        }
+        (lists, writes)
     }
 
     async fn stats(&self, http: &reqwest::Client) -> Value {
@@ -132,6 +206,14 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if self.real {
+            // SIGTERM: testkit kube stops its components and removes its directory.
+            let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -153,11 +235,12 @@ fn sum(counts: &Value, verb: Option<&str>) -> u64 {
 }
 
 impl Fleet {
-    async fn start(a: &Args, dir: &Path, n: usize) -> Fleet {
+    async fn start(a: &Args, dir: &Path, n: usize, real: bool) -> Fleet {
         let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds");
-        let mgmt = Server::start(&a.testkit, dir, "mgmt", &[fake_apiserver::capi_crds_dir(), crds]);
-        let workloads: Vec<Server> = (0..a.workloads).map(|i| Server::start(&a.testkit, dir, &format!("workload-{i}"), &[])).collect();
-        let client = mgmt.client();
+        let mgmt = Server::start(&a.testkit, dir, "mgmt", &[fake_apiserver::capi_crds_dir(), crds], real);
+        let workloads: Vec<Server> =
+            (0..a.workloads).map(|i| Server::start(&a.testkit, dir, &format!("workload-{i}"), &[], false)).collect();
+        let client = mgmt.client().await;
         let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
         let ns = serde_json::from_value(json!({"metadata": {"name": NS}})).expect("namespace");
         namespaces.create(&PostParams::default(), &ns).await.expect("namespace");
@@ -220,7 +303,7 @@ impl Fleet {
     /// ClusterSyncs whose Ready condition is True.
     async fn ready(&self) -> usize {
         let res = ApiResource::from_gvk(&GroupVersionKind::gvk("stacksync.io", "v1alpha1", "ClusterSync"));
-        let api: Api<DynamicObject> = Api::namespaced_with(self.mgmt.client(), NS, &res);
+        let api: Api<DynamicObject> = Api::namespaced_with(self.mgmt.client().await, NS, &res);
         let Ok(list) = api.list(&ListParams::default()).await else { return 0 };
         list.items
             .iter()
@@ -385,7 +468,7 @@ end
 
 /// The raw SSA PATCH rate of a fresh workload server under `wrk` (as `benches/fleet.rs`).
 fn ceiling(w: &Path, testkit: &Path, dir: &Path) -> f64 {
-    let server = Server::start(testkit, dir, "wrk", &[]);
+    let server = Server::start(testkit, dir, "wrk", &[], false);
     let script = dir.join("ssa.lua");
     std::fs::write(&script, WRK_SCRIPT).expect("lua");
     let run = |secs: u64| {
@@ -442,80 +525,83 @@ async fn main() {
             b
         };
 
-        // run --once: cold, then unchanged.
+        // run --once: cold, then unchanged; preview.
         let dir = tempfile::tempdir().expect("tempdir");
         let repo = testkit::git::ReleaseRepo::create(dir.path(), "stacks").expect("repo");
         repo.release("v1.0.0", &[("manifests/fleet.yaml", &manifests("1"))]);
-        let ceiling = a.wrk.as_ref().map(|w| ceiling(w, &a.testkit, dir.path()));
-        let fleet = Fleet::start(&a, dir.path(), n).await;
-        let cfg = config(dir.path(), &repo, &fleet.mgmt, "10m", "1h");
-        fleet.reset(&http).await;
-        let cpu0 = fleet.server_cpu();
-        let cold = run_once(&a, &cfg, dir.path(), "once-cold");
-        let server_cpu = fleet.server_cpu() - cpu0;
-        let (requests, _, writes) = fleet.requests(&http).await;
-        let rate = objects as f64 / cold.wall;
-        let ready = fleet.ready().await;
-        case(common::case(
-            "process run --once cold vs raw SSA PATCH ceiling",
-            rate,
-            ceiling.map(|c| (c, "wrk -t2 -c128 on one workload server, 5 s")),
-            "objects/s",
-            &env,
-            with(json!({"seconds": cold.wall, "peak_rss_mib": cold.peak_mib, "cpu_s": cold.cpu, "servers_cpu_s": server_cpu,
-                "workload_requests": requests, "writes": writes, "log_lines": cold.log_lines, "warn_lines": cold.warn_lines,
-                "ready": ready, "exit_ok": cold.ok,
-                "note": format!("{:.1} s, {rate:.0} obj/s, {:.0} MiB peak, CPU {:.1} s, {requests} requests, {} log lines, {ready}/{n} Ready",
-                    cold.wall, cold.peak_mib, cold.cpu, cold.log_lines)})),
-        ));
-        fleet.reset(&http).await;
-        let noop = run_once(&a, &cfg, dir.path(), "once-noop");
-        let (requests, lists, writes) = fleet.requests(&http).await;
-        let per = requests as f64 / (n as f64 * 2.0);
-        case(common::case(
-            "process run --once no-op: requests per (Cluster, kind)",
-            per,
-            Some((1.0, "one LIST per Cluster and kind")),
-            "requests",
-            &env,
-            with(json!({"seconds": noop.wall, "peak_rss_mib": noop.peak_mib, "cpu_s": noop.cpu, "workload_requests": requests,
-                "lists": lists, "writes": writes, "log_lines": noop.log_lines, "warn_lines": noop.warn_lines, "exit_ok": noop.ok,
-                "note": format!("{:.1} s, {:.0} MiB peak, CPU {:.1} s, {requests} requests ({lists} LISTs, {writes} writes), {} log lines",
-                    noop.wall, noop.peak_mib, noop.cpu, noop.log_lines)})),
-        ));
-        // preview: the next release from a local directory, judged on the whole fleet.
-        let next = dir.path().join("next");
-        std::fs::create_dir_all(next.join("manifests")).expect("next");
-        std::fs::write(next.join("manifests/fleet.yaml"), manifests("2")).expect("next release");
-        fleet.reset(&http).await;
-        fleet.mgmt.reset_stats(&http).await;
-        let (p, previewed) = preview(&a, &cfg, &next, dir.path());
-        let (requests, _, writes) = fleet.requests(&http).await;
-        let mgmt_writes = sum(&fleet.mgmt.stats(&http).await["writes"], None);
-        let changed = previewed["summary"]["changed"].as_u64().unwrap_or(0);
-        case(common::case(
-            "process preview of a next release vs run --once cold",
-            p.wall,
-            Some((cold.wall, "run --once cold of the same fleet")),
-            "seconds",
-            &env,
-            with(json!({"seconds": p.wall, "peak_rss_mib": p.peak_mib, "cpu_s": p.cpu, "workload_requests": requests,
-                "writes": writes + mgmt_writes, "changed_clusters": changed, "exit_code_1": p.ok,
-                "note": format!("{:.1} s ({:.2}x the cold pass), {:.0} MiB peak, CPU {:.1} s, {requests} requests, {} writes, {changed}/{n} Clusters change",
-                    p.wall, p.wall / cold.wall, p.peak_mib, p.cpu, writes + mgmt_writes)})),
-        ));
-        drop(fleet);
+        if !a.daemon_only {
+            let ceiling = a.wrk.as_ref().map(|w| ceiling(w, &a.testkit, dir.path()));
+            let fleet = Fleet::start(&a, dir.path(), n, a.real).await;
+            let cfg = config(dir.path(), &repo, &fleet.mgmt, "10m", "1h");
+            fleet.reset(&http).await;
+            let cpu0 = fleet.server_cpu();
+            let cold = run_once(&a, &cfg, dir.path(), "once-cold");
+            let server_cpu = fleet.server_cpu() - cpu0;
+            let (requests, _, writes) = fleet.requests(&http).await;
+            let rate = objects as f64 / cold.wall;
+            let ready = fleet.ready().await;
+            case(common::case(
+                "process run --once cold vs raw SSA PATCH ceiling",
+                rate,
+                ceiling.map(|c| (c, "wrk -t2 -c128 on one workload server, 5 s")),
+                "objects/s",
+                &env,
+                with(json!({"seconds": cold.wall, "peak_rss_mib": cold.peak_mib, "cpu_s": cold.cpu, "servers_cpu_s": server_cpu,
+                    "workload_requests": requests, "writes": writes, "log_lines": cold.log_lines, "warn_lines": cold.warn_lines,
+                    "ready": ready, "exit_ok": cold.ok,
+                    "note": format!("{:.1} s, {rate:.0} obj/s, {:.0} MiB peak, CPU {:.1} s, {requests} requests, {} log lines, {ready}/{n} Ready",
+                        cold.wall, cold.peak_mib, cold.cpu, cold.log_lines)})),
+            ));
+            fleet.reset(&http).await;
+            let noop = run_once(&a, &cfg, dir.path(), "once-noop");
+            let (requests, lists, writes) = fleet.requests(&http).await;
+            let per = requests as f64 / (n as f64 * 2.0);
+            case(common::case(
+                "process run --once no-op: requests per (Cluster, kind)",
+                per,
+                Some((1.0, "one LIST per Cluster and kind")),
+                "requests",
+                &env,
+                with(json!({"seconds": noop.wall, "peak_rss_mib": noop.peak_mib, "cpu_s": noop.cpu, "workload_requests": requests,
+                    "lists": lists, "writes": writes, "log_lines": noop.log_lines, "warn_lines": noop.warn_lines, "exit_ok": noop.ok,
+                    "note": format!("{:.1} s, {:.0} MiB peak, CPU {:.1} s, {requests} requests ({lists} LISTs, {writes} writes), {} log lines",
+                        noop.wall, noop.peak_mib, noop.cpu, noop.log_lines)})),
+            ));
+            // preview: the next release from a local directory, judged on the whole fleet.
+            let next = dir.path().join("next");
+            std::fs::create_dir_all(next.join("manifests")).expect("next");
+            std::fs::write(next.join("manifests/fleet.yaml"), manifests("2")).expect("next release");
+            fleet.reset(&http).await;
+            fleet.mgmt.reset_stats(&http).await;
+            let (p, previewed) = preview(&a, &cfg, &next, dir.path());
+            let (requests, _, writes) = fleet.requests(&http).await;
+            let mgmt_writes = sum(&fleet.mgmt.stats(&http).await["writes"], None);
+            let changed = previewed["summary"]["changed"].as_u64().unwrap_or(0);
+            case(common::case(
+                "process preview of a next release vs run --once cold",
+                p.wall,
+                Some((cold.wall, "run --once cold of the same fleet")),
+                "seconds",
+                &env,
+                with(json!({"seconds": p.wall, "peak_rss_mib": p.peak_mib, "cpu_s": p.cpu, "workload_requests": requests,
+                    "writes": writes + mgmt_writes, "changed_clusters": changed, "exit_code_1": p.ok,
+                    "note": format!("{:.1} s ({:.2}x the cold pass), {:.0} MiB peak, CPU {:.1} s, {requests} requests, {} writes, {changed}/{n} Clusters change",
+                        p.wall, p.wall / cold.wall, p.peak_mib, p.cpu, writes + mgmt_writes)})),
+            ));
+            drop(fleet);
+        }
 
         if a.daemon {
             // The daemon on a fresh fleet: start to every ClusterSync Ready, then one resync.
             // Longer than the cold sync takes to spread, so the one resync measured is whole and
             // alone (every Cluster comes back `resync` after its own reconcile).
             let resync = if a.soak_secs > 0 { 30 } else { 30 + n as u64 * OBJECTS as u64 / 2000 };
-            let fleet = Fleet::start(&a, dir.path(), n).await;
+            let fleet = Fleet::start(&a, dir.path(), n, a.real).await;
             let _ = std::fs::remove_dir_all(dir.path().join("cache"));
             let interval = if a.soak_secs > 0 { "20s" } else { "1h" };
             let cfg = config(dir.path(), &repo, &fleet.mgmt, &format!("{resync}s"), interval);
             fleet.reset(&http).await;
+            fleet.mgmt.reset_counts(&http).await;
             let log = dir.path().join("daemon.log");
             let started = Instant::now();
             let mut child = Command::new(&a.stacksync)
@@ -541,6 +627,8 @@ async fn main() {
                     break;
                 }
             }
+            // Counted before the bench lists ClusterSyncs itself.
+            let (syncs_listed, mgmt_writes) = fleet.mgmt.counts(&http).await;
             let ready = fleet.ready().await;
             let cold_peak = status_kib(&pid, "VmHWM:") / 1024.0;
             let cold_cpu = cpu_seconds(&pid);
@@ -575,6 +663,19 @@ async fn main() {
                     "workload_requests": cold_requests, "log_lines": cold_lines, "ready": ready,
                     "note": format!("{seconds:.1} s, {:.0} obj/s, {cold_peak:.0} MiB peak, CPU {cold_cpu:.1} s, {cold_requests} requests, {cold_lines} log lines",
                         objects as f64 / seconds)})),
+            ));
+            let per_cluster = mgmt_writes as f64 / n as f64;
+            let on = if a.real { "real" } else { "testkit" };
+            case(common::case(
+                "process daemon start to every Cluster synced: management writes per new Cluster",
+                per_cluster,
+                Some((3.0, "goal: at most 3")),
+                "writes",
+                &env,
+                with(
+                    json!({"management_server": on, "management_writes": mgmt_writes, "clustersync_lists": syncs_listed, "seconds": seconds,
+                    "note": format!("{on} management server: {mgmt_writes} write requests ({per_cluster:.2} per Cluster), {syncs_listed} LISTs of ClusterSyncs in {seconds:.1} s")}),
+                ),
             ));
             let per = requests as f64 / (n as f64 * 2.0);
             case(common::case(

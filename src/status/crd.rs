@@ -271,6 +271,14 @@ pub struct StackReleaseStatus {
     pub entries: Vec<ObjectEntry>,
     pub synced: u32,
     pub total: u32,
+    /// Each shard's own part (the unsharded controller is one part, [`UNSHARDED`]), written by
+    /// that shard alone with its own field manager ([`shard_manager`]): what its ClusterClass
+    /// apply gave, its Clusters, and when it last said it is alive. `phase`, `entries`,
+    /// `synced` and `total` above are the roll-up of every part; `clusters` and `conditions`
+    /// count the whole fleet, a stale part's Clusters never as ready.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub shards: Vec<ShardStatus>,
     /// The ClusterClass objects applied for this release, `group|kind|namespace|name|version`:
     /// what is deleted when the release is no longer offered and no Cluster uses it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -280,6 +288,43 @@ pub struct StackReleaseStatus {
     /// resumes from here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutStatus>,
+}
+
+/// The name of the unsharded controller's part in `status.shards` (not a label value: no
+/// shard can be named so).
+pub const UNSHARDED: &str = "(unsharded)";
+
+/// The field manager of a shard's part: `stacksync-shard-<name>`, `stacksync-shard` for the
+/// unsharded controller.
+pub fn shard_manager(shard: &str) -> String {
+    if shard == UNSHARDED { "stacksync-shard".to_owned() } else { format!("stacksync-shard-{shard}") }
+}
+
+/// One shard's part of a `StackRelease`: written by that shard only, all of it at once.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardStatus {
+    /// The shard (`--shard`), or `(unsharded)`.
+    pub name: String,
+    /// What this shard's ClusterClass apply gave: `Selected`, `Applied` or `Failed` (empty: it
+    /// applied none yet).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub phase: String,
+    /// Objects of this shard's ClusterClass apply that are not synced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entries: Vec<ObjectEntry>,
+    #[serde(default)]
+    pub synced: u32,
+    #[serde(default)]
+    pub total: u32,
+    /// This shard's Clusters running the release, by state.
+    #[serde(default)]
+    pub clusters: ClusterCounts,
+    /// When this shard last wrote its part (RFC 3339): at least every half `resync`.
+    pub heartbeat_time: String,
+    /// When this part goes stale unless written again (RFC 3339): its Clusters are then no
+    /// longer counted as ready.
+    pub stale_after: String,
 }
 
 /// A rollout to one release, wave by wave.
@@ -419,8 +464,12 @@ pub struct ClusterCounts {
     pub ready: u32,
     /// Being applied or waiting for health (`Reconciling=True`).
     pub progressing: u32,
-    /// Neither: not synced, unhealthy, stalled, paused or suspended.
+    /// Neither: not synced, unhealthy, stalled, paused or suspended; or of a shard whose part
+    /// is stale.
     pub not_ready: u32,
+    /// Of `notReady`: Clusters of shards whose part is stale (that stopped saying how they are).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stale: u32,
     /// `ready/total`, for the `CLUSTERS` column.
     pub summary: String,
 }

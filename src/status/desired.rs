@@ -367,11 +367,14 @@ pub struct Tally {
     pub counts: ClusterCounts,
     /// The first Cluster that is not ready, and why (`ns/name: message`).
     pub first_problem: Option<String>,
+    /// Shards whose part of the `StackRelease` is stale, with their Clusters and last
+    /// heartbeat ([`super::shards::without_stale`]).
+    pub stale_shards: Vec<String>,
 }
 
 /// Clusters by release (`StackRelease` name, from `name_of(subscription, tag)`): a Cluster
 /// counts for its applied release, or for the one being applied when none is yet.
-pub fn tally(syncs: &[ClusterSync], name_of: impl Fn(&str, &str) -> String) -> BTreeMap<String, Tally> {
+pub fn tally<'a>(syncs: impl IntoIterator<Item = &'a ClusterSync>, name_of: impl Fn(&str, &str) -> String) -> BTreeMap<String, Tally> {
     let mut out: BTreeMap<String, Tally> = BTreeMap::new();
     for cs in syncs {
         let Some(st) = &cs.status else { continue };
@@ -402,7 +405,8 @@ pub fn tally(syncs: &[ClusterSync], name_of: impl Fn(&str, &str) -> String) -> B
 
 /// A `StackRelease`'s `Ready` and `Reconciling`: refused for its signature (`refusal`), failed
 /// when its ClusterClass failed (`phase` `Failed`, the first failing object in `entries`), not
-/// ready while any of its Clusters is not, reconciling while any is being applied.
+/// ready while a shard's part is stale (`ShardStale`: its Clusters' state is not known) or any
+/// of its Clusters is not ready, reconciling while any is being applied.
 pub fn rollup(previous: &[Condition], phase: &str, refusal: &str, entries: &[ObjectEntry], tally: &Tally, now: &str) -> Vec<Condition> {
     if phase == "Refused" {
         return vec![
@@ -414,6 +418,9 @@ pub fn rollup(previous: &[Condition], phase: &str, refusal: &str, entries: &[Obj
     let (ready, reason, message) = if phase == "Failed" {
         let first = entries.first().map_or_else(String::new, |e| format!(": {}/{}: {}", e.kind, e.name, e.message));
         (false, "ClassFailed", format!("the release's ClusterClass objects are not synced{first}"))
+    } else if !tally.stale_shards.is_empty() {
+        let shards = tally.stale_shards.join(", ");
+        (false, "ShardStale", format!("{} of {} Clusters not counted as ready: stale shard part: {shards}", c.total - c.ready, c.total))
     } else if c.ready < c.total {
         let problem = tally.first_problem.as_deref().unwrap_or_default();
         let reason = if c.not_ready == 0 { "Progressing" } else { "ClustersNotReady" };

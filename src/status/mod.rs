@@ -4,6 +4,7 @@
 
 pub mod crd;
 pub mod desired;
+pub mod shards;
 
 use serde::{Deserialize, Serialize};
 

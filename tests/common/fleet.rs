@@ -102,7 +102,16 @@ impl Env {
     }
 
     pub fn clusters(&self) -> Api<DynamicObject> {
-        Api::namespaced_with(self.mgmt(), NS, &res("cluster.x-k8s.io", "v1beta1", "Cluster"))
+        self.clusters_in(NS)
+    }
+
+    pub fn clusters_in(&self, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.mgmt(), namespace, &res("cluster.x-k8s.io", "v1beta1", "Cluster"))
+    }
+
+    /// Another namespace beside [`NS`].
+    pub fn add_namespace(&self, namespace: &str) {
+        self.mgmt.load_yaml(&format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n")).expect("namespace");
     }
 
     /// A Cluster labelled `stack: ferrol` with `spec.topology.class: class`; `ready` sets
@@ -113,6 +122,11 @@ impl Env {
 
     /// [`Env::add_cluster`] with more labels.
     pub async fn add_labelled_cluster(&self, name: &str, class: &str, ready: bool, labels: &[(&str, &str)]) {
+        self.add_cluster_in(NS, name, class, ready, labels).await;
+    }
+
+    /// [`Env::add_labelled_cluster`] in `namespace`.
+    pub async fn add_cluster_in(&self, namespace: &str, name: &str, class: &str, ready: bool, labels: &[(&str, &str)]) {
         let mut all = serde_json::Map::new();
         all.insert("stack".into(), "ferrol".into());
         for (k, v) in labels {
@@ -120,15 +134,17 @@ impl Env {
         }
         let body = json!({
             "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
-            "metadata": {"name": name, "namespace": NS, "labels": all},
+            "metadata": {"name": name, "namespace": namespace, "labels": all},
             "spec": {
                 "topology": {"class": class, "version": "v1.27.3"},
                 "controlPlaneEndpoint": {"host": format!("{name}.example.test"), "port": 6443},
                 "clusterNetwork": {"pods": {"cidrBlocks": ["10.1.0.0/16"]}},
             },
         });
-        self.clusters().patch(name, &PatchParams::apply("capi"), &Patch::Apply(body)).await.expect("cluster");
-        self.set_ready(name, ready).await;
+        let clusters = self.clusters_in(namespace);
+        clusters.patch(name, &PatchParams::apply("capi"), &Patch::Apply(body)).await.expect("cluster");
+        let status = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": name}, "status": {"controlPlaneReady": ready}});
+        clusters.patch_status(name, &PatchParams::apply("capi").force(), &Patch::Apply(status)).await.expect("status");
     }
 
     /// A ready Cluster of class `docker-ferrol-1-27-v1` with its kubeconfig Secret for workload
@@ -153,13 +169,23 @@ impl Env {
         self.put_kubeconfig(name, kubeconfig).await;
     }
 
+    /// [`Env::add_kubeconfig`] for a Cluster in `namespace`.
+    pub async fn add_kubeconfig_in(&self, namespace: &str, name: &str, i: usize) {
+        let kubeconfig = std::fs::read(self.workloads[i].kubeconfig()).expect("kubeconfig");
+        self.put_kubeconfig_in(namespace, name, kubeconfig).await;
+    }
+
     /// The `<name>-kubeconfig` Secret with `kubeconfig` as its value.
     pub async fn put_kubeconfig(&self, name: &str, kubeconfig: Vec<u8>) {
+        self.put_kubeconfig_in(NS, name, kubeconfig).await;
+    }
+
+    async fn put_kubeconfig_in(&self, namespace: &str, name: &str, kubeconfig: Vec<u8>) {
         let mut secret = Secret::default();
         secret.metadata.name = Some(format!("{name}-kubeconfig"));
-        secret.metadata.namespace = Some(NS.into());
+        secret.metadata.namespace = Some(namespace.into());
         secret.data = Some([("value".to_owned(), k8s_openapi::ByteString(kubeconfig))].into());
-        let api: Api<Secret> = Api::namespaced(self.mgmt(), NS);
+        let api: Api<Secret> = Api::namespaced(self.mgmt(), namespace);
         api.patch(&format!("{name}-kubeconfig"), &PatchParams::apply("capi"), &Patch::Apply(&secret)).await.expect("secret");
     }
 

@@ -69,17 +69,7 @@ impl Classes {
             let record = self.records.locked().entry((sub.name.clone(), rel.tag.clone())).or_default().clone();
             let _recording = record.lock().await;
             let merged = self.merged(&sub.name, &rel.tag);
-            record_release(
-                &kube.mgmt,
-                &kube.events,
-                &kube.ledger,
-                sub,
-                rel,
-                (&assets, signed_by.as_deref()),
-                !merged.failed(),
-                Some(&merged),
-            )
-            .await;
+            record_release(kube, sub, rel, (&assets, signed_by.as_deref()), !merged.failed(), Some(&merged)).await;
         }
     }
 

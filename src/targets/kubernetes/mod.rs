@@ -33,6 +33,7 @@ mod events;
 mod fail;
 pub mod hook;
 mod manifests;
+mod parts;
 pub mod preview;
 mod reconcile;
 mod references;
@@ -95,6 +96,8 @@ pub struct Kube {
     recorded: stackrelease::Recorded,
     /// What each release tag was recorded at: moved tags stay refused when the cache is gone.
     ledger: stackrelease::Ledger,
+    /// This process's part of each StackRelease (`status.shards[]`), as last written.
+    parts: parts::Parts,
     /// Manifest releases read and parsed once, not once per Cluster.
     manifests: manifests::KeptManifests,
     /// Kubernetes Events on ClusterSyncs and StackReleases.
@@ -132,6 +135,7 @@ impl Kube {
             classes: Default::default(),
             recorded: Default::default(),
             ledger: Default::default(),
+            parts: Default::default(),
             manifests: Default::default(),
             events: events::Events::new(mgmt.clone()),
             kubernetes_versions: Default::default(),

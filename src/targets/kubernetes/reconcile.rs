@@ -383,7 +383,7 @@ async fn apply_release(
         kube.ctx.adopt(sub, &rel).await;
         if kube.recorded.first(&sub.name, &rel) {
             let signed = (&prepared.assets[..], prepared.signed_by.as_deref());
-            super::stackrelease::record_release(&kube.mgmt, &kube.events, &kube.ledger, sub, &rel, signed, true, None).await;
+            super::stackrelease::record_release(kube, sub, &rel, signed, true, None).await;
         }
     }
     if crd.entries_truncated > 0 {

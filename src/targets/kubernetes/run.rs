@@ -194,10 +194,10 @@ pub async fn run(
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let housekeeping = tokio::spawn(housekeeping(kube.clone(), reader.clone(), shard.is_some(), seen_rx, stop_rx.clone()));
+    kube.parts.set_shard(shard.as_deref());
     let rollup = {
-        let kube = kube.clone();
-        let stop_rx = stop_rx.clone();
-        tokio::spawn(async move { super::rollup::run(&kube, stop_rx).await })
+        let (kube, stop_rx, reader) = (kube.clone(), stop_rx.clone(), reader.clone());
+        tokio::spawn(async move { super::rollup::run(&kube, reader, stop_rx).await })
     };
     // A rollout moves every Cluster of a subscription and keeps one state per release: one
     // driver for the fleet. A shard's controller is not it: the rollout coordinator is

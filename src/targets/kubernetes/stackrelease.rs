@@ -9,14 +9,14 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use tracing::warn;
 
-use super::MANAGER;
-use super::events::Events;
 use super::status::now;
+use super::{Kube, MANAGER};
 use crate::config::Subscription;
 use crate::model::sync::MutexExt;
 use crate::release::Release;
 use crate::status::crd::{MAX_ENTRIES, StackRelease, StackReleaseSpec, StackReleaseStatus};
 use crate::status::desired::entry;
+use crate::status::shards::{class_rollup, with_part};
 use applier::ChangeSet;
 
 /// The ClusterClass apply of one release, over every namespace it went to.
@@ -116,19 +116,20 @@ impl Ledger {
     }
 }
 
-/// Records the release a subscription selected as a `StackRelease` (and in `ledger`).
-#[allow(clippy::too_many_arguments, reason = "the release, its verification and its ClusterClass result, each needed")]
+/// Records the release a subscription selected as a `StackRelease` (and in the ledger): this
+/// process's part (`status.shards[]`, what its ClusterClass apply gave) and the fleet's roll-up
+/// of every part (`phase`, `entries`, `synced`, `total`), with what all shards share (digests,
+/// verification, `classInventory`). The roll-up is written first (a new StackRelease needs its
+/// required fields before a part can land), conditionally on the StackRelease read.
 pub(super) async fn record_release(
-    mgmt: &kube::Client,
-    events: &Events,
-    ledger: &Ledger,
+    kube: &Kube,
     sub: &Subscription,
     rel: &Release,
     (assets, signed_by): (&[crate::model::verification::AssetRecord], Option<&str>),
     applied: bool,
     class: Option<&ClassResult>,
 ) {
-    let api: Api<StackRelease> = Api::all(mgmt.clone());
+    let api: Api<StackRelease> = Api::all(kube.mgmt.clone());
     let name = release_name(&sub.name, &rel.tag);
     let failing = class.map_or(0, |c| c.changes.entries.iter().filter(|e| !e.is_synced()).count());
     if failing > MAX_ENTRIES {
@@ -151,23 +152,18 @@ pub(super) async fn record_release(
         signed_by: signed_by.unwrap_or_default().to_owned(),
         refusal: String::new(),
         cached: true,
-        phase: if class.is_some_and(ClassResult::failed) {
-            "Failed".into()
-        } else if applied {
-            "Applied".into()
-        } else {
-            "Selected".into()
-        },
+        // The roll-up of every part, below.
+        phase: String::new(),
         conditions: Vec::new(),
         clusters: None,
-        entries: class
-            .map(|c| c.changes.entries.iter().filter(|e| !e.is_synced()).take(MAX_ENTRIES).map(|e| entry(e, &[], &now())).collect())
-            .unwrap_or_default(),
-        synced: class.map_or(0, |c| c.changes.entries.iter().filter(|e| e.is_synced()).count() as u32),
-        total: class.map_or(0, |c| c.changes.entries.len() as u32),
+        entries: Vec::new(),
+        synced: 0,
+        total: 0,
         // Merged with what the StackRelease records, below.
         class_inventory: Vec::new(),
         rollout: None,
+        // Written with this shard's own field manager, below.
+        shards: Vec::new(),
     };
     let spec = StackReleaseSpec { subscription: sub.name.clone(), source: sub.source.clone(), tag: rel.tag.clone() };
     let params = PatchParams::apply(MANAGER).force();
@@ -184,30 +180,51 @@ pub(super) async fn record_release(
             }
         }
     }
+    // One writer of this process's parts at a time: the roll-up's Cluster counts and this.
+    let mut written = kube.parts.lock().await;
+    let mut part = kube.parts.base(&written, &name, current.as_ref());
+    part.phase = if class.is_some_and(ClassResult::failed) {
+        "Failed".into()
+    } else if applied {
+        "Applied".into()
+    } else {
+        "Selected".into()
+    };
+    part.entries = class
+        .map(|c| c.changes.entries.iter().filter(|e| !e.is_synced()).take(MAX_ENTRIES).map(|e| entry(e, &[], &now())).collect())
+        .unwrap_or_default();
+    part.synced = class.map_or(0, |c| c.changes.entries.iter().filter(|e| e.is_synced()).count() as u32);
+    part.total = class.map_or(0, |c| c.changes.entries.len() as u32);
     let uid = current.as_ref().and_then(|c| c.metadata.uid.clone());
     let mut version = current.as_ref().and_then(|c| c.metadata.resource_version.clone());
-    let old_status = current.and_then(|c| c.status);
+    let mut old_status = current.and_then(|c| c.status);
+    let stored = old_status.as_ref().and_then(|o| o.shards.iter().find(|p| p.name == part.name)).cloned();
     let problem = class.and_then(ClassResult::problem).unwrap_or_default();
-    let newly_failed = (status.phase == "Failed" && old_status.as_ref().is_none_or(|o| o.phase != "Failed")).then_some(problem.as_str());
+    // Failed here and not before: as this shard's part said, else (none yet) as the roll-up did.
+    let failed_before = stored.as_ref().map(|p| p.phase.as_str()).or(old_status.as_ref().map(|o| o.phase.as_str()));
+    let newly_failed = (part.phase == "Failed" && failed_before != Some("Failed")).then_some(problem.as_str());
     let unverified = assets.iter().filter(|a| a.verified_by == crate::model::verification::VerifiedBy::Unverified).count();
     let evs = super::events::for_stack_release(&rel.tag, created, unverified, newly_failed);
-    events.stack_release(&name, uid, evs);
+    kube.events.stack_release(&name, uid, evs);
     // The ClusterClass inventory is the fleet's, not this process's: what it applied is added to
-    // what was recorded (by another shard, or before a restart), which pruning works from. The
-    // write is conditional on the StackRelease read, so two shards recording at once both land:
-    // the one that read an older StackRelease reads it again.
-    let mut old_status = old_status;
+    // what was recorded (by another shard, or before a restart), which pruning works from. So is
+    // the roll-up of the parts. The write is conditional on the StackRelease read, so two shards
+    // recording at once both land: the one that read an older StackRelease reads it again.
     for attempt in 1..=CONFLICT_RETRIES {
         let mut status = status.clone();
         let recorded = old_status.as_ref().map_or(&[][..], |o| &o.class_inventory[..]);
         status.class_inventory = class_inventory(recorded, class.map_or(&[][..], |c| &c.inventory[..]));
+        let parts = with_part(old_status.as_ref().map_or(&[][..], |o| &o.shards[..]), &part);
+        let fleet = class_rollup(&parts);
+        (status.phase, status.entries, status.synced, status.total) = (fleet.phase, fleet.entries, fleet.synced, fleet.total);
         // `conditions` and `clusters` belong to the roll-up (its own field manager): not
-        // compared, not written here. So does `rollout` (the rollout driver's).
-        let unchanged =
-            old_status.is_some_and(|c| StackReleaseStatus { conditions: Vec::new(), clusters: None, rollout: None, ..c } == status);
+        // compared, not written here. So does `rollout` (the rollout driver's), and each part
+        // (its shard's).
+        let unchanged = old_status.as_ref().is_some_and(|c| {
+            StackReleaseStatus { conditions: Vec::new(), clusters: None, rollout: None, shards: Vec::new(), ..c.clone() } == status
+        });
         if unchanged {
-            ledger.note(&sub.name, &rel.tag, &rel.commit);
-            return;
+            break;
         }
         let mut metadata = json!({"name": name});
         if let Some(v) = &version {
@@ -215,10 +232,7 @@ pub(super) async fn record_release(
         }
         let body = json!({"apiVersion": "stacksync.io/v1alpha1", "kind": "StackRelease", "metadata": metadata, "status": status});
         let error = match api.patch_status(&name, &params, &Patch::Apply(body)).await {
-            Ok(_) => {
-                ledger.note(&sub.name, &rel.tag, &rel.commit);
-                return;
-            }
+            Ok(_) => break,
             Err(kube::Error::Api(e)) if e.code == 409 && attempt < CONFLICT_RETRIES => match api.get_opt(&name).await {
                 Ok(Some(again)) => {
                     version = again.metadata.resource_version.clone();
@@ -232,6 +246,11 @@ pub(super) async fn record_release(
         };
         warn!(release = %name, error = %error, "cannot write StackRelease status");
         return;
+    }
+    kube.ledger.note(&sub.name, &rel.tag, &rel.commit);
+    let period = super::parts::heartbeat(kube.target().resync);
+    if let Err(e) = kube.parts.write(&kube.mgmt, &mut written, &name, stored.as_ref(), part, period).await {
+        warn!(release = %name, shard = kube.parts.name(), error = %e, "cannot write this shard's part of the StackRelease status");
     }
 }
 
