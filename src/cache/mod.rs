@@ -25,8 +25,9 @@ pub use index::{Index, ReleaseEntry, SignatureRefusal, SourceState};
 
 /// What the cache cannot do. Each message says its cause once: a cause in the message is not
 /// also the error's `source()`, or a printer that follows the chain (`main`'s `{:#}`) says it
-/// twice. `Write` and `Materialise` keep theirs as the source too: code finds the OS error or
-/// the filler's error there ([`crate::model::repeats::cause`], retry decisions).
+/// twice. `Write`, `Materialise` and `Tree` keep theirs as the source too: code finds the OS
+/// error or the filler's error there ([`crate::model::repeats::cause`] for a temporary path new
+/// at every try, retry decisions); they do not reach `main`'s printer.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("cannot create cache directory {path}: {cause}")]
@@ -35,6 +36,10 @@ pub enum Error {
     ReadIndex { path: PathBuf, cause: std::io::Error },
     #[error("cache index {path} is corrupt ({cause}); move it away to rebuild the cache")]
     ParseIndex { path: PathBuf, cause: serde_json::Error },
+    /// The index cannot be written (its path is the same at every try, so its text is the
+    /// cause [`crate::model::repeats::cause`] compares).
+    #[error("cannot write cache index {path}: {cause}")]
+    WriteIndex { path: PathBuf, cause: std::io::Error },
     #[error("cannot write {path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
     /// The tree could not be filled (its filler's error: the mirror, the blobs, an archive).
@@ -101,7 +106,7 @@ impl Error {
     /// permanent refusal (an unsafe archive) need a change.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::CreateDir { .. } | Error::ReadIndex { .. } | Error::Write { .. } => true,
+            Error::CreateDir { .. } | Error::ReadIndex { .. } | Error::WriteIndex { .. } | Error::Write { .. } => true,
             Error::Tree { problem, .. } => matches!(**problem, TreeProblem::Hash(_)),
             Error::ParseIndex { .. } => false,
             Error::Materialise { transient, .. } => *transient,
@@ -111,7 +116,7 @@ impl Error {
     /// A short stable name, for condition reasons and metric labels.
     pub fn reason(&self) -> &'static str {
         match self {
-            Error::CreateDir { .. } | Error::Write { .. } => "CacheWrite",
+            Error::CreateDir { .. } | Error::WriteIndex { .. } | Error::Write { .. } => "CacheWrite",
             Error::ReadIndex { .. } => "CacheRead",
             Error::ParseIndex { .. } => "CacheIndexCorrupt",
             Error::Tree { problem, .. } => match **problem {
@@ -240,9 +245,12 @@ impl Cache {
     /// When the file cannot be written or renamed into place.
     pub fn save_index(&self, index: &Index) -> Result<()> {
         let path = self.root.join("index.json");
-        let mut bytes = serde_json::to_vec_pretty(index).map_err(|e| Error::Write { path: path.clone(), source: e.into() })?;
+        let mut bytes = serde_json::to_vec_pretty(index).map_err(|e| Error::WriteIndex { path: path.clone(), cause: e.into() })?;
         bytes.push(b'\n');
-        write_atomic(&path, &bytes).map(|_| ())
+        write_atomic(&path, &bytes).map(|_| ()).map_err(|e| match e {
+            Error::Write { path, source } => Error::WriteIndex { path, cause: source },
+            other => other,
+        })
     }
 
     /// Returns the tree of `tag@commit`, materialising it with `fill` when it is not cached.
@@ -423,6 +431,14 @@ mod tests {
             assert_eq!(printed.matches(cause).count(), 1, "{name}: {printed}");
             assert!(printed.starts_with("opening the cache: "), "{name}: {printed}");
         }
+        // Written over a directory: "cannot write cache index …: Is a directory (os error 21)".
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        std::fs::create_dir(dir.path().join("index.json")).unwrap();
+        let err = cache.save_index(&Index::default()).unwrap_err();
+        let printed = format!("{:#}", anyhow::Error::from(err));
+        assert_eq!(printed.matches("os error 21").count(), 1, "{printed}");
+        assert!(printed.starts_with("cannot write cache index "), "{printed}");
         let blocked = tempfile::tempdir().unwrap();
         std::fs::write(blocked.path().join("file"), "").unwrap();
         let err = Cache::open(&blocked.path().join("file").join("cache")).err().unwrap();
