@@ -272,6 +272,37 @@ async fn tag_pinned_to_a_commit_is_refused_when_it_moves() {
     env.daemon.stop().await;
 }
 
+/// Regression: a tag deleted upstream after a pass that refused it for a moved commit was said
+/// only at INFO ("no longer advertised; staying on it"): the refused tag was not in the saved
+/// source state, so its deletion was never noticed. Warned as any deleted tag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_tag_deleted_upstream_is_warned_as_deleted() {
+    let env = Env::new().await;
+    let tag = format!("{STACK}-v1");
+    let pinned = env.repo.release(&tag, &[("manifests/addons.yaml", &configmap("addons", "pinned"))]);
+    // Moved tags are accepted, so the pin is what refuses it (a tag the moved-tag policy
+    // refuses stays accepted at its old commit, and its deletion was always noticed).
+    let config = git_config(env.dir.path(), &env.daemon.url("stacks.git"))
+        .source_set("stacks", "allowMovedTags", true)
+        .source_set("stacks", "pins", serde_json::json!({ tag.as_str(): pinned }))
+        .edit_sub("stack", |s| s.stack(STACK))
+        .write();
+    assert_exit(&run_once(&config).await, 0);
+    env.repo.write("manifests/addons.yaml", &configmap("addons", "moved"));
+    env.repo.commit("moved");
+    env.repo.move_tag(&tag);
+    let o = run_once(&config).await;
+    assert!(stderr(&o).contains("tag does not point at its pinned commit; refused"), "{}", stderr(&o));
+
+    env.repo.delete_tag(&tag);
+    let o = run_once(&config).await;
+    let deleted = stderr(&o).lines().find(|l| l.contains("tag was deleted upstream")).map(str::to_owned);
+    let deleted = deleted.unwrap_or_else(|| panic!("no deletion said: {}", stderr(&o)));
+    assert!(deleted.contains(" WARN ") && deleted.contains(&tag), "{deleted}");
+    assert_eq!(env.applied_tag(), tag, "the Cluster stays on what it runs");
+    env.daemon.stop().await;
+}
+
 /// Regression: a tag deleted upstream was said at INFO for a Git source but at WARN for a
 /// GitHub one (`github_source::a_deleted_release_is_warned_once_not_at_every_poll`). Said once
 /// at WARN by the poll that sees it, whatever the kind, and not again at every poll.

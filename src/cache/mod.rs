@@ -23,14 +23,23 @@ use sha2::{Digest, Sha256};
 
 pub use index::{Index, ReleaseEntry, SignatureRefusal, SourceState};
 
+/// What the cache cannot do. Each message says its cause once: a cause in the message is not
+/// also the error's `source()`, or a printer that follows the chain (`main`'s `{:#}`) says it
+/// twice. `Write`, `Materialise` and `Tree` keep theirs as the source too: code finds the OS
+/// error or the filler's error there ([`crate::model::repeats::cause`] for a temporary path new
+/// at every try, retry decisions); they do not reach `main`'s printer.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot create cache directory {path}: {source}")]
-    CreateDir { path: PathBuf, source: std::io::Error },
-    #[error("cannot read cache index {path}: {source}")]
-    ReadIndex { path: PathBuf, source: std::io::Error },
-    #[error("cache index {path} is corrupt ({source}); move it away to rebuild the cache")]
-    ParseIndex { path: PathBuf, source: serde_json::Error },
+    #[error("cannot create cache directory {path}: {cause}")]
+    CreateDir { path: PathBuf, cause: std::io::Error },
+    #[error("cannot read cache index {path}: {cause}")]
+    ReadIndex { path: PathBuf, cause: std::io::Error },
+    #[error("cache index {path} is corrupt ({cause}); move it away to rebuild the cache")]
+    ParseIndex { path: PathBuf, cause: serde_json::Error },
+    /// The index cannot be written (its path is the same at every try, so its text is the
+    /// cause [`crate::model::repeats::cause`] compares).
+    #[error("cannot write cache index {path}: {cause}")]
+    WriteIndex { path: PathBuf, cause: std::io::Error },
     #[error("cannot write {path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
     /// The tree could not be filled (its filler's error: the mirror, the blobs, an archive).
@@ -97,7 +106,7 @@ impl Error {
     /// permanent refusal (an unsafe archive) need a change.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::CreateDir { .. } | Error::ReadIndex { .. } | Error::Write { .. } => true,
+            Error::CreateDir { .. } | Error::ReadIndex { .. } | Error::WriteIndex { .. } | Error::Write { .. } => true,
             Error::Tree { problem, .. } => matches!(**problem, TreeProblem::Hash(_)),
             Error::ParseIndex { .. } => false,
             Error::Materialise { transient, .. } => *transient,
@@ -107,7 +116,7 @@ impl Error {
     /// A short stable name, for condition reasons and metric labels.
     pub fn reason(&self) -> &'static str {
         match self {
-            Error::CreateDir { .. } | Error::Write { .. } => "CacheWrite",
+            Error::CreateDir { .. } | Error::WriteIndex { .. } | Error::Write { .. } => "CacheWrite",
             Error::ReadIndex { .. } => "CacheRead",
             Error::ParseIndex { .. } => "CacheIndexCorrupt",
             Error::Tree { problem, .. } => match **problem {
@@ -141,7 +150,7 @@ impl Cache {
     /// When the directories cannot be created.
     pub fn open(root: &Path) -> Result<Cache> {
         for dir in [root.to_path_buf(), root.join("git"), root.join("releases"), root.join("tmp")] {
-            std::fs::create_dir_all(&dir).map_err(|source| Error::CreateDir { path: dir.clone(), source })?;
+            std::fs::create_dir_all(&dir).map_err(|cause| Error::CreateDir { path: dir.clone(), cause })?;
         }
         let cache = Cache { root: root.to_path_buf() };
         // Nothing in tmp/ was ever visible as a cached release, so leftovers of interrupted work
@@ -221,12 +230,12 @@ impl Cache {
         let path = self.root.join("index.json");
         match std::fs::read(&path) {
             Ok(bytes) => {
-                let mut index: Index = serde_json::from_slice(&bytes).map_err(|source| Error::ParseIndex { path, source })?;
+                let mut index: Index = serde_json::from_slice(&bytes).map_err(|cause| Error::ParseIndex { path, cause })?;
                 index.migrate();
                 Ok(index)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Index::default()),
-            Err(source) => Err(Error::ReadIndex { path, source }),
+            Err(cause) => Err(Error::ReadIndex { path, cause }),
         }
     }
 
@@ -236,9 +245,12 @@ impl Cache {
     /// When the file cannot be written or renamed into place.
     pub fn save_index(&self, index: &Index) -> Result<()> {
         let path = self.root.join("index.json");
-        let mut bytes = serde_json::to_vec_pretty(index).map_err(|e| Error::Write { path: path.clone(), source: e.into() })?;
+        let mut bytes = serde_json::to_vec_pretty(index).map_err(|e| Error::WriteIndex { path: path.clone(), cause: e.into() })?;
         bytes.push(b'\n');
-        write_atomic(&path, &bytes).map(|_| ())
+        write_atomic(&path, &bytes).map(|_| ()).map_err(|e| match e {
+            Error::Write { path, source } => Error::WriteIndex { path, cause: source },
+            other => other,
+        })
     }
 
     /// Returns the tree of `tag@commit`, materialising it with `fill` when it is not cached.
@@ -400,6 +412,39 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression: a cache index that could not be read or parsed said its cause twice where the
+    /// chain is printed (`main`'s `{:#}`): "… (EOF while parsing …); move it away …: EOF while
+    /// parsing …", "Is a directory (os error 21): Is a directory (os error 21)".
+    #[test]
+    fn cache_index_errors_say_their_cause_once() {
+        type Spoil = fn(&Path);
+        let truncated: Spoil = |root| std::fs::write(root.join("index.json"), "{\"sources\": {").unwrap();
+        let a_directory: Spoil = |root| std::fs::create_dir(root.join("index.json")).unwrap();
+        let table = [("truncated", truncated, "EOF while parsing"), ("a directory", a_directory, "Is a directory (os error 21)")];
+        for (name, spoil, cause) in table {
+            let dir = tempfile::tempdir().unwrap();
+            let cache = Cache::open(dir.path()).unwrap();
+            spoil(dir.path());
+            let err = cache.load_index().unwrap_err();
+            let printed = format!("{:#}", anyhow::Error::from(err).context("opening the cache"));
+            assert_eq!(printed.matches(cause).count(), 1, "{name}: {printed}");
+            assert!(printed.starts_with("opening the cache: "), "{name}: {printed}");
+        }
+        // Written over a directory: "cannot write cache index …: Is a directory (os error 21)".
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        std::fs::create_dir(dir.path().join("index.json")).unwrap();
+        let err = cache.save_index(&Index::default()).unwrap_err();
+        let printed = format!("{:#}", anyhow::Error::from(err));
+        assert_eq!(printed.matches("os error 21").count(), 1, "{printed}");
+        assert!(printed.starts_with("cannot write cache index "), "{printed}");
+        let blocked = tempfile::tempdir().unwrap();
+        std::fs::write(blocked.path().join("file"), "").unwrap();
+        let err = Cache::open(&blocked.path().join("file").join("cache")).err().unwrap();
+        let printed = format!("{:#}", anyhow::Error::from(err));
+        assert_eq!(printed.matches("Not a directory").count(), 1, "{printed}");
+    }
 
     #[test]
     fn failed_fill_leaves_nothing_visible() {

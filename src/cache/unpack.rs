@@ -29,8 +29,21 @@ pub enum UnpackError {
     TooLarge { entry: String, limit: u64 },
     #[error("has more than {limit} entries")]
     TooManyEntries { limit: u64 },
-    #[error("is not a readable tar archive: {}", shown(&.0.to_string()))]
+    /// The archive file could not be read (the OS said why: the volume's trouble).
+    #[error("cannot be read: {0}")]
     Read(#[source] std::io::Error),
+    /// What was read is no gzip or tar stream, or a damaged one. Described, never quoted: the
+    /// reader's complaint carries the archive's header bytes (`\u{fffd}` once made text), which
+    /// say nothing to a reader of a log or a status and are the archive's, not ours.
+    #[error("is not a gzip/tar archive, or a damaged one ({})", not_archive(*bytes, *gzip, *entries))]
+    NotArchive {
+        /// The archive's size, when it is a file.
+        bytes: Option<u64>,
+        /// Whether it starts as gzip does, when known.
+        gzip: Option<bool>,
+        /// Entries read before the stream stopped making sense.
+        entries: u64,
+    },
     #[error("cannot write {}: {}", shown(path), shown(&source.to_string()))]
     Write {
         path: String,
@@ -55,6 +68,44 @@ impl UnpackError {
                 ErrorKind::NotADirectory | ErrorKind::IsADirectory | ErrorKind::AlreadyExists | ErrorKind::InvalidFilename
             ))
     }
+}
+
+/// What is known of an archive that is none: its size, its compression, how far it was read.
+fn not_archive(bytes: Option<u64>, gzip: Option<bool>, entries: u64) -> String {
+    let mut said = Vec::new();
+    if let Some(bytes) = bytes {
+        said.push(format!("{bytes} bytes"));
+    }
+    match gzip {
+        Some(true) => said.push("gzip-compressed".to_owned()),
+        Some(false) => said.push("not gzip-compressed".to_owned()),
+        None => {}
+    }
+    said.push(match entries {
+        0 => "no readable tar header".to_owned(),
+        1 => "unreadable after its first entry".to_owned(),
+        n => format!("unreadable after {n} entries"),
+    });
+    said.join(", ")
+}
+
+/// A read of the archive that failed: the OS error when the OS raised one anywhere in the
+/// chain (the reader wraps it), otherwise the stream is no archive. The reader's own text,
+/// which may quote the archive's bytes, is dropped.
+fn read_failed(e: &std::io::Error, entries: u64) -> UnpackError {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = next {
+        let Some(io) = c.downcast_ref::<std::io::Error>() else {
+            next = c.source();
+            continue;
+        };
+        if let Some(code) = io.raw_os_error() {
+            return UnpackError::Read(std::io::Error::from_raw_os_error(code));
+        }
+        // The error an I/O error wraps is not its `source()` (that is the wrapped one's).
+        next = io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static));
+    }
+    UnpackError::NotArchive { bytes: None, gzip: None, entries }
 }
 
 /// At most this many characters of a name or message from an archive go into an error.
@@ -102,7 +153,12 @@ pub fn unpack(archive: &Path, dest: &Path, limits: Limits) -> Result<u64, Unpack
     let mut magic = [0u8; 2];
     let gz = file.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
     let file = std::fs::File::open(archive).map_err(UnpackError::Read)?;
-    if gz { unpack_from(flate2::read::GzDecoder::new(file), dest, limits) } else { unpack_from(file, dest, limits) }
+    let bytes = file.metadata().ok().map(|m| m.len());
+    let result = if gz { unpack_from(flate2::read::GzDecoder::new(file), dest, limits) } else { unpack_from(file, dest, limits) };
+    result.map_err(|e| match e {
+        UnpackError::NotArchive { entries, .. } => UnpackError::NotArchive { bytes, gzip: Some(gz), entries },
+        other => other,
+    })
 }
 
 /// [`unpack`] from a reader of an uncompressed tar stream (for callers that hold the bytes).
@@ -114,8 +170,8 @@ pub fn unpack_from(reader: impl Read, dest: &Path, limits: Limits) -> Result<u64
     let mut total: u64 = 0;
     let mut entries_seen: u64 = 0;
     let mut files = 0;
-    for entry in archive.entries().map_err(UnpackError::Read)? {
-        let mut entry = entry.map_err(UnpackError::Read)?;
+    for entry in archive.entries().map_err(|e| read_failed(&e, 0))? {
+        let mut entry = entry.map_err(|e| read_failed(&e, entries_seen))?;
         entries_seen += 1;
         if entries_seen > limits.max_entries {
             return Err(UnpackError::TooManyEntries { limit: limits.max_entries });
@@ -286,14 +342,34 @@ mod tests {
         }
     }
 
-    /// Regression: a garbage archive's control bytes reached the log and the status message.
+    /// Regression: a garbage archive's control bytes reached the log and the status message;
+    /// then its header bytes still did, as U+FFFD characters.
     #[test]
-    fn control_bytes_of_a_garbage_archive_are_escaped() {
-        let mut garbage = vec![0x1b_u8, b'[', b'3', b'1', b'm', 0x07, 0x08];
-        garbage.resize(1024, 0x01);
-        let (_dir, r) = run(&garbage, Limits::default());
-        let err = r.unwrap_err().to_string();
-        assert!(!err.chars().any(char::is_control), "{err:?}");
+    fn a_garbage_archive_is_described_not_quoted() {
+        let mut control = vec![0x1b_u8, b'[', b'3', b'1', b'm', 0x07, 0x08];
+        control.resize(1024, 0x01);
+        let mut high = vec![0xff_u8, 0xfe, b'P', b'K'];
+        high.resize(1024, 0xc3);
+        let mut gzip_garbage = vec![0x1f_u8, 0x8b, 0x08, 0x00];
+        gzip_garbage.resize(700, 0xfd);
+        let good = tar_with(&[("ok", tar::EntryType::Regular, b"x", None)]);
+        // Its header and data block, then a block of garbage where the next header goes.
+        let truncated = [&good[..good.len() - 1024], &[0xff; 512][..]].concat();
+        let table: [(&str, &[u8], &str); 4] = [
+            ("control bytes", &control, "(1024 bytes, not gzip-compressed, no readable tar header)"),
+            ("bytes that are no UTF-8", &high, "(1024 bytes, not gzip-compressed, no readable tar header)"),
+            ("a gzip header, then garbage", &gzip_garbage, "(700 bytes, gzip-compressed, no readable tar header)"),
+            ("a good entry, then garbage", &truncated, "(1536 bytes, not gzip-compressed, unreadable after its first entry)"),
+        ];
+        for (name, bytes, want) in table {
+            let (_dir, r) = run(bytes, Limits::default());
+            let err = r.unwrap_err();
+            let text = err.to_string();
+            assert!(matches!(err, UnpackError::NotArchive { .. }), "{name}: {text}");
+            assert!(text.starts_with("is not a gzip/tar archive, or a damaged one (") && text.ends_with(want), "{name}: {text}");
+            assert!(text.is_ascii(), "{name}: {text:?}");
+            assert!(!err.is_transient(), "{name}");
+        }
         assert_eq!(shown("a\u{1b}[31mb"), "a\\u{1b}[31mb");
         assert_eq!(shown(&"x".repeat(200)), format!("{}… (40 more characters)", "x".repeat(160)));
     }

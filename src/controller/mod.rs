@@ -115,8 +115,12 @@ impl PassReport {
         let mut out: Vec<String> = self.failures.clone();
         for c in self.clusters.iter().filter(|c| !c.status.ready) {
             out.push(format!(
-                "{}/{} ({}): {:?}: {}",
-                c.cluster.namespace, c.cluster.name, c.subscription, c.status.reason, c.status.message
+                "{}/{} ({}): {}: {}",
+                c.cluster.namespace,
+                c.cluster.name,
+                c.subscription,
+                c.status.reason.as_str(),
+                c.status.message
             ));
             for o in c.status.objects.iter().filter(|o| !o.synced) {
                 out.push(format!("  {}: {}", o.object(), o.message));

@@ -492,10 +492,19 @@ pub fn reconcile(previous: &SourceState, url: &str, remote: &RemoteRefs, allow_m
             }
         }
     }
-    for (tag, commit) in &previous.tags {
+    // Every tag the remote advertised last time counts, accepted or not: a tag refused (it
+    // missed its pin, its signature did not verify) is not in `tags`, yet a Cluster may still
+    // run it, and its deletion is as much news as any other's.
+    let refused = previous.refused.iter().chain(previous.unsigned.iter().map(|(t, r)| (t, &r.commit)));
+    let mut gone = BTreeMap::new();
+    for (tag, commit) in refused.chain(&previous.tags) {
         if !remote.tags.contains_key(tag) {
-            events.push(TagEvent::Deleted { tag: tag.clone(), commit: commit.clone() });
+            // The accepted commit wins over the one refused (they are chained last).
+            gone.insert(tag, commit);
         }
+    }
+    for (tag, commit) in gone {
+        events.push(TagEvent::Deleted { tag: tag.clone(), commit: commit.clone() });
     }
     // A source seen for the first time: every tag is "new", which is noise, not news.
     if previous.tags.is_empty() {
@@ -531,6 +540,33 @@ mod tests {
         let (third, events) = reconcile(&second, "u", &refs(&[("v1.0.0", "bbb")]), false);
         assert_eq!(third.tags["v1.0.0"], "aaa");
         assert_eq!(events.len(), 1);
+    }
+
+    /// Regression: a tag refused at one poll (it missed its pin, or its signature did not
+    /// verify: not in the accepted tags) and deleted upstream before the next was only logged at
+    /// INFO by the selection ("no longer advertised; staying on it"), never as deleted.
+    #[test]
+    fn a_refused_tag_deleted_upstream_is_reported_as_deleted() {
+        let refused = SourceState { refused: [("v1.0.0".into(), "bbb".into())].into(), ..SourceState::default() };
+        let unsigned = SourceState {
+            unsigned: [("v1.0.0".into(), crate::cache::SignatureRefusal { commit: "bbb".into(), ..Default::default() })].into(),
+            ..SourceState::default()
+        };
+        // A moved tag refused by the moved-tag policy stays accepted at its old commit.
+        let moved = SourceState {
+            tags: [("v1.0.0".into(), "aaa".into())].into(),
+            refused: [("v1.0.0".into(), "bbb".into())].into(),
+            ..SourceState::default()
+        };
+        let table = [("missed its pin", refused, "bbb"), ("signature refused", unsigned, "bbb"), ("moved, refused", moved, "aaa")];
+        for (name, mut previous, commit) in table {
+            previous.tags.insert("v0.9.0".into(), "ccc".into());
+            let (next, events) = reconcile(&previous, "u", &refs(&[("v0.9.0", "ccc")]), false);
+            assert_eq!(events, vec![TagEvent::Deleted { tag: "v1.0.0".into(), commit: commit.into() }], "{name}");
+            assert!(!next.tags.contains_key("v1.0.0") && next.refused.is_empty(), "{name}");
+            // Said once: the next poll knows nothing of it.
+            assert_eq!(reconcile(&next, "u", &refs(&[("v0.9.0", "ccc")]), false).1, vec![], "{name}");
+        }
     }
 
     #[test]

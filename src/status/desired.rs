@@ -234,7 +234,7 @@ pub fn desired(previous: &ClusterSyncStatus, outcome: &Outcome<'_>, now: DateTim
             let (synced, total, _) = counts(a.changes);
             ClusterSyncStatus {
                 wanted_release: Some(release_ref(a.release)),
-                applied_release: Some(release_ref(a.release)),
+                applied_release: applied_release(previous, a.release, synced == total),
                 synced: synced as u32,
                 total: total as u32,
                 conditions: conditions(&previous.conditions, &v, &at),
@@ -248,6 +248,15 @@ pub fn desired(previous: &ClusterSyncStatus, outcome: &Outcome<'_>, now: DateTim
             }
         }
     }
+}
+
+/// The release a Cluster runs after an apply of `release`: that release once every one of its
+/// objects is synced (unhealthy ones included: they are in place, the health verdict says the
+/// rest), otherwise the one it ran before — a release refused after its first object is not
+/// what the Cluster runs, and the rollout, the upgrade hook and the moved-tag memory all read
+/// `appliedRelease` as that.
+fn applied_release(previous: &ClusterSyncStatus, release: &Release, all_synced: bool) -> Option<ReleaseRefStatus> {
+    if all_synced { Some(release_ref(release)) } else { previous.applied_release.clone() }
 }
 
 /// The generated-field records (`group|kind|namespace|name|pointer`) of objects `inventory`
@@ -655,7 +664,38 @@ mod tests {
             assert_eq!(shape(&st), s(want), "{name}");
             let ready = st.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
             assert!(ready.message.contains(message), "{name}: {}", ready.message);
-            assert_eq!(st.applied_release.as_ref().map(|r| r.tag.as_str()), Some("v1.0.0"), "{name}");
+            // Applied only when every object is synced; the previous status had none.
+            let all = st.synced == st.total;
+            assert_eq!(st.applied_release.as_ref().map(|r| r.tag.as_str()), all.then_some("v1.0.0"), "{name}");
+        }
+    }
+
+    /// Regression: a Cluster whose apply of 5,001 objects was refused after the first said
+    /// `appliedRelease: v5.0.0` (its conditions said `synced 1/5001`).
+    #[test]
+    fn a_release_refused_after_its_first_object_is_not_recorded_as_applied() {
+        use applier::Action::{Created, Failed, Unchanged};
+        let (old, new) = (rel(), Release { tag: "v5.0.0".into(), commit: "d".repeat(40), ..rel() });
+        let previous = ClusterSyncStatus { applied_release: Some(release_ref(&old)), synced: 3, total: 3, ..Default::default() };
+        let refused: Vec<(String, applier::Action, &str)> = std::iter::once(("o-0".to_owned(), Created, ""))
+            .chain((1..5001).map(|i| (format!("o-{i}"), Failed, "refused: the apply stopped")))
+            .collect();
+        let refused: Vec<(&str, applier::Action, &str)> = refused.iter().map(|(n, a, m)| (n.as_str(), *a, *m)).collect();
+        let (refused, whole) = (changes(&refused), changes(&[("a", Created, ""), ("b", Unchanged, "")]));
+        let table: [(&str, &ChangeSet, &ClusterSyncStatus, Option<&str>); 4] = [
+            ("refused after 1 of 5001: the old release stays", &refused, &previous, Some("v1.0.0")),
+            ("refused on a first install: none", &refused, &ClusterSyncStatus::default(), None),
+            ("every object synced: the new release", &whole, &previous, Some("v5.0.0")),
+            ("every object synced on a first install", &whole, &ClusterSyncStatus::default(), Some("v5.0.0")),
+        ];
+        for (name, changes, prev, want) in table {
+            let st = desired(prev, &Outcome::Applied(applied(&new, changes)), at(NOW));
+            assert_eq!(st.applied_release.as_ref().map(|r| r.tag.as_str()), want, "{name}");
+            assert_eq!(st.wanted_release.as_ref().map(|r| r.tag.as_str()), Some("v5.0.0"), "{name}");
+            if changes.entries.len() == 5001 {
+                assert_eq!((st.synced, st.total), (1, 5001), "{name}");
+                assert_eq!(shape(&st).1, "NotSynced", "{name}");
+            }
         }
     }
 

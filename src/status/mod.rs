@@ -214,8 +214,15 @@ impl ClusterStatus {
         }
     }
 
-    /// Status after applying `release`: ready only when every object is synced.
-    pub fn applied(sub: &Subscription, cluster: &ClusterConfig, release: &Release, changes: &ChangeSet) -> ClusterStatus {
+    /// Status after applying `release`: ready only when every object is synced, and `release`
+    /// recorded as applied only then — otherwise `previous` (the release in place before) stays.
+    pub fn applied(
+        sub: &Subscription,
+        cluster: &ClusterConfig,
+        release: &Release,
+        changes: &ChangeSet,
+        previous: Option<ReleaseRef>,
+    ) -> ClusterStatus {
         let objects: Vec<ObjectStatus> = changes
             .entries
             .iter()
@@ -247,7 +254,7 @@ impl ClusterStatus {
         };
         ClusterStatus {
             wanted_release: Some(release.into()),
-            applied_release: Some(release.into()),
+            applied_release: if all { Some(release.into()) } else { previous },
             ready: all,
             reason: if all { Reason::Synced } else { Reason::NotSynced },
             message,

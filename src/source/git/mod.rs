@@ -61,12 +61,12 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    #[error("opening the mirror: {source:#}")]
+    #[error("opening the mirror: {}", causes(source))]
     OpenMirror {
         #[source]
         source: Box<gix::Error>,
     },
-    #[error("reading the mirror's refs: {source:#}")]
+    #[error("reading the mirror's refs: {}", causes(source))]
     ReadRefs {
         #[source]
         source: Box<gix::Error>,
@@ -86,14 +86,14 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The URL (or the refspecs) gix refuses: the config must change.
-    #[error("{step}: {source:#}")]
+    #[error("{step}: {}", causes(source))]
     InvalidRemote {
         step: &'static str,
         #[source]
         source: Box<gix::Error>,
     },
     /// Talking to the remote failed at `step` (connecting, listing refs, fetching).
-    #[error("{step}: {source:#}")]
+    #[error("{step}: {}", causes(source))]
     Remote {
         step: &'static str,
         #[source]
@@ -117,14 +117,14 @@ pub enum Error {
         #[source]
         source: Box<gix::Error>,
     },
-    #[error("commit not in the mirror: {source:#}")]
+    #[error("commit not in the mirror: {}", causes(source))]
     CommitMissing {
         #[source]
         source: Box<gix::Error>,
     },
     /// A tree or blob of the release cannot be read (`path` relative to the release; empty for
     /// its root).
-    #[error("reading {}: {source:#}", if path.as_os_str().is_empty() { "the tree".to_owned() } else { path.display().to_string() })]
+    #[error("reading {}: {}", if path.as_os_str().is_empty() { "the tree".to_owned() } else { path.display().to_string() }, causes(source))]
     ReadObject {
         path: PathBuf,
         #[source]
@@ -569,6 +569,37 @@ fn mirror_refs(repo: &Repository) -> std::result::Result<Vec<(String, ObjectId)>
     Ok(refs)
 }
 
+/// A gix error with its causes, each said by its message. gix's own alternate form (`{:#}`)
+/// says each cause as a Rust debug struct (`Message { message: "Failed to prepare fetch
+/// negotiation" }`), its plain one only the outermost step.
+fn causes(e: &gix::Error) -> impl std::fmt::Display + '_ {
+    struct Causes<'a>(&'a gix::Error);
+    impl std::fmt::Display for Causes<'_> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            let mut said = 0;
+            // A nested gix error is a boundary: its own errors follow it. An I/O error that
+            // wraps another says that one's message, which follows it too.
+            let steps = self
+                .0
+                .iter_errors()
+                .filter(|e| !e.is::<gix::Error>() && e.downcast_ref::<std::io::Error>().is_none_or(|io| io.get_ref().is_none()));
+            for step in steps {
+                let text = step.to_string();
+                if text.is_empty() {
+                    continue;
+                }
+                if said > 0 {
+                    f.write_str(": ")?;
+                }
+                f.write_str(&text)?;
+                said += 1;
+            }
+            if said == 0 { write!(f, "{}", self.0) } else { Ok(()) }
+        }
+    }
+    Causes(e)
+}
+
 /// Whether an error comes from a read or write that timed out (`WouldBlock` / `TimedOut` of a
 /// socket with a timeout), anywhere in its chain of causes or, where a cause was flattened into
 /// text, in its message.
@@ -682,6 +713,18 @@ mod tests {
             .expect("git runs");
         assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Regression: Git mirror warnings said gix's causes as Rust debug structs (`Message {
+    /// message: "Failed to prepare fetch negotiation" }`).
+    #[test]
+    fn a_gix_error_is_said_by_its_messages_not_debug_structs() {
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset by peer");
+        let gix = gix::Exn::new(refused).raise(gix::error::message("Failed to prepare fetch negotiation")).into_error();
+        let e = Error::Remote { step: "fetching", source: Box::new(gix) };
+        assert_eq!(e.to_string(), "fetching: Failed to prepare fetch negotiation: connection reset by peer");
+        let flat = gix::Exn::new(gix::error::message("only this")).into_error();
+        assert_eq!(Error::OpenMirror { source: Box::new(flat) }.to_string(), "opening the mirror: only this");
     }
 
     /// Regression: a `git://` remote that accepted and then said nothing was reported as

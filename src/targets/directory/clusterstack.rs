@@ -165,7 +165,8 @@ async fn render_and_write(
                 let mut changes = ChangeSet::default();
                 changes.entries.extend(class_entries.get(&(i, c.namespace.clone())).cloned().unwrap_or_default());
                 changes.entries.extend(write_addons(target, c, stages).entries);
-                let status = ClusterStatus::applied(sub, c, rel, &changes);
+                let before = target.read_status(c).and_then(|s| s.applied_release);
+                let status = ClusterStatus::applied(sub, c, rel, &changes, before);
                 info!(cluster = %who, subscription = %sub.name, tag = %rel.tag, ready = status.ready, "synced: {}", changes.summary());
                 for e in changes.entries.iter().filter(|e| !e.is_synced()) {
                     warn!(cluster = %who, object = %e.object, "{}: {}", e.action, e.message);

@@ -71,7 +71,8 @@ pub(super) fn sync_subscription(
                         return *report;
                     }
                     let changes = target.sync(c, objects);
-                    let status = ClusterStatus::applied(sub, c, rel, &changes).with_assets(&rel.tag, &rel.commit, &release.assets);
+                    let before = target.read_status(c).and_then(|s| s.applied_release);
+                    let status = ClusterStatus::applied(sub, c, rel, &changes, before).with_assets(&rel.tag, &rel.commit, &release.assets);
                     info!(cluster = %format!("{}/{}", c.namespace, c.name), ready = status.ready, "synced: {}", changes.summary());
                     for e in changes.entries.iter().filter(|e| !e.is_synced()) {
                         warn!(cluster = %format!("{}/{}", c.namespace, c.name), object = %e.object, "{}: {}", e.action, e.message);

@@ -24,6 +24,8 @@ pub(super) async fn throttled_management_client(k: &KubernetesTarget) -> Result<
     // Every request has a deadline: a frozen API server fails a reconcile, it never hangs it.
     config.read_timeout = Some(k.request_timeout);
     config.write_timeout = Some(k.request_timeout);
+    // A request cut by it says its value (a bare `TimedOut` does not carry it).
+    applier::ssa::set_request_timeout(k.request_timeout);
     config.connect_timeout = Some(k.request_timeout.min(std::time::Duration::from_secs(10)));
     // kube's default retry waits out 429/503 for minutes (15 attempts, up to 1000 s apart):
     // a failed request fails the reconcile at once, and the controller retries it with its own

@@ -148,19 +148,22 @@ impl Done {
 
     /// The Cluster's `run --once` report (`prev`: the status the reconcile read).
     pub(super) fn status(&self, sub: &Subscription, c: &ClusterConfig, prev: &ClusterSyncStatus) -> ClusterStatus {
+        let before = || {
+            prev.applied_release.as_ref().map(|r| crate::status::ReleaseRef {
+                tag: r.tag.clone(),
+                version: r.version.clone(),
+                commit: r.commit.clone(),
+                assets: Vec::new(),
+            })
+        };
         let mut status = match &self.report {
             Report::Applied { release, assets } => {
-                ClusterStatus::applied(sub, c, release, &self.changes).with_assets(&release.tag, &release.commit, assets)
+                ClusterStatus::applied(sub, c, release, &self.changes, before()).with_assets(&release.tag, &release.commit, assets)
             }
             Report::NotApplied { wanted, keep } => {
                 let mut status = ClusterStatus::failed(sub, c, wanted.as_ref(), None, self.verdict.reason, String::new());
                 if *keep == Keep::Applied {
-                    status.applied_release = prev.applied_release.as_ref().map(|r| crate::status::ReleaseRef {
-                        tag: r.tag.clone(),
-                        version: r.version.clone(),
-                        commit: r.commit.clone(),
-                        assets: Vec::new(),
-                    });
+                    status.applied_release = before();
                 }
                 if *keep != Keep::Nothing {
                     status.synced = prev.synced as usize;

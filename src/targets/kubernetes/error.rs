@@ -76,7 +76,7 @@ pub enum Error {
     },
     /// The Cluster could not be brought to its release; the reason and message are in its
     /// ClusterSync.
-    #[error("{cluster}: {reason:?}: {message}")]
+    #[error("{cluster}: {}: {message}", reason.as_str())]
     Sync {
         cluster: ClusterKey,
         reason: Reason,

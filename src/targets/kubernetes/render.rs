@@ -96,7 +96,7 @@ pub async fn render(ctx: Arc<Context>, out: &Path) -> Result<PassReport, Error> 
             })
             .collect();
         let changes = crate::targets::directory::clusterstack::write_addons(&target, &c, &staged);
-        let status = ClusterStatus::applied(sub, &c, &rel, &changes);
+        let status = ClusterStatus::applied(sub, &c, &rel, &changes, None);
         info!(cluster = %key, tag = %rel.tag, objects = status.total, "rendered");
         report.clusters.push(ClusterReport { subscription: sub.name.clone(), cluster: c.clone(), status, changes });
     }

@@ -184,6 +184,7 @@ async fn recipe(
     with_user_agent(&mut config);
     config.read_timeout = Some(timeout);
     config.write_timeout = Some(timeout);
+    applier::ssa::set_request_timeout(timeout);
     config.connect_timeout = Some(timeout.min(std::time::Duration::from_secs(10)));
     Recipe::new(config, tls).map_err(|_| unusable("is a kubeconfig whose TLS settings or server URL cannot be used"))
 }

@@ -252,6 +252,27 @@ fn refused_connection(e: &kube::Error) -> bool {
     false
 }
 
+/// The I/O deadline of the clients' requests (`target.kubernetes.requestTimeout`), in
+/// milliseconds; 0 until [`set_request_timeout`]. Process-wide: a request cut by its deadline
+/// fails with a bare `TimedOut` that does not carry it, and every client is built from the one
+/// setting.
+static REQUEST_TIMEOUT_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Records the request timeout the clients are built with, so [`with_causes`] says its value.
+pub fn set_request_timeout(timeout: Duration) {
+    let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    REQUEST_TIMEOUT_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// What a request cut by its I/O deadline says of that deadline: its value and the setting.
+fn deadline_said() -> String {
+    match REQUEST_TIMEOUT_MS.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => "no answer within the request timeout, `target.kubernetes.requestTimeout`".to_owned(),
+        ms if ms % 1000 == 0 => format!("no answer within {}s, `target.kubernetes.requestTimeout`", ms / 1000),
+        ms => format!("no answer within {ms}ms, `target.kubernetes.requestTimeout`"),
+    }
+}
+
 /// An error with its causes ("error sending request" alone says nothing). A request cut by
 /// its I/O deadline says which deadline that was (a bare "connection error: timed out" does
 /// not say how long, or where to change it).
@@ -269,7 +290,7 @@ pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
         cause = c.source();
     }
     if timed_out {
-        text.push_str(" (no answer within the request timeout, `target.kubernetes.requestTimeout`)");
+        text.push_str(&format!(" ({})", deadline_said()));
     }
     text
 }
@@ -853,17 +874,22 @@ mod tests {
 #[cfg(test)]
 mod cause_tests {
     /// Regression: a workload request cut by its read timeout said only "connection error:
-    /// timed out".
+    /// timed out"; then it named the setting but not its value.
     #[test]
     fn a_timed_out_request_names_its_deadline() {
         #[derive(Debug, thiserror::Error)]
         #[error("connection error")]
         struct Connection(#[source] std::io::Error);
         let timed_out = Connection(std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"));
-        assert_eq!(
-            super::with_causes(&timed_out),
-            "connection error: timed out (no answer within the request timeout, `target.kubernetes.requestTimeout`)"
-        );
+        // The only test of this process-wide setting: each row sets it before reading it.
+        let table = [
+            (30_000, "connection error: timed out (no answer within 30s, `target.kubernetes.requestTimeout`)"),
+            (1_500, "connection error: timed out (no answer within 1500ms, `target.kubernetes.requestTimeout`)"),
+        ];
+        for (ms, want) in table {
+            super::set_request_timeout(std::time::Duration::from_millis(ms));
+            assert_eq!(super::with_causes(&timed_out), want);
+        }
         let refused = Connection(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused"));
         assert_eq!(super::with_causes(&refused), "connection error: connection refused");
     }
