@@ -709,3 +709,83 @@ async fn the_console_shows_a_rollout_live_escapes_what_it_shows_and_only_reads()
     assert!(writes.is_empty(), "the console wrote: {writes:?}");
     assert!(!mine.iter().any(|e| e["objectRef"]["resource"] == "secrets"), "the console never reads Secrets");
 }
+
+/// `stacksync run --console-addr`: the daemon serves the same console, read-only, with its own
+/// credentials, on a loopback address only (reached in a pod with `kubectl port-forward`); an
+/// address that is not loopback is refused before anything starts; SIGTERM still stops the
+/// daemon at once with the console serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_serves_the_console_read_only_on_loopback_only() {
+    if !testkit::kube::available() {
+        assert!(std::env::var_os("CI").is_none(), "the real control plane is not built (scripts/build-realkube.sh)");
+        eprintln!("SKIPPED: the real control plane is not built (scripts/build-realkube.sh)");
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let kube = testkit::kube::Kube::start(testkit::kube::Options {
+        preload: vec![root.join("testdata/crds"), root.join("deploy/crds")],
+        audit: true,
+        ..Default::default()
+    })
+    .await
+    .expect("a real control plane");
+    let client = kube.client().await.expect("client");
+    fleet(&client).await;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = config(tmp.path(), kube.kubeconfig());
+
+    let refused = tokio::time::timeout(
+        STEP,
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_stacksync"))
+            .args(["run", "--admin-addr", "0", "--console-addr", "0.0.0.0:7654", "--config"])
+            .arg(&config)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("refused at once")
+    .expect("run stacksync");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && said.contains("not a loopback address"), "{said}");
+
+    let helm = common::helm_path();
+    let daemon = common::daemon::Daemon::launch(&config, tmp.path().join("daemon.log"))
+        .args(&["--console-addr", "127.0.0.1:0"])
+        .env("STACKSYNC_HELM", helm.to_str().expect("utf-8"))
+        .start()
+        .await;
+    let mut addr = String::new();
+    daemon
+        .eventually("the console listener", STEP, async || {
+            let log = daemon.log();
+            let line = log.split_inclusive('\n').find(|l| l.ends_with('\n') && l.contains("console listener"));
+            addr = line.and_then(|l| l.split("addr=").nth(1)).and_then(|a| a.split_whitespace().next()).unwrap_or_default().to_owned();
+            !addr.is_empty()
+        })
+        .await;
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    let http = reqwest::Client::builder().no_proxy().timeout(STEP).build().expect("http client");
+    let mut page = String::new();
+    daemon
+        .eventually("the Fleet page lists the Clusters", STEP, async || {
+            let Ok(r) = http.get(format!("http://{addr}/")).send().await else { return false };
+            assert_eq!(r.status(), 200);
+            assert_eq!(r.headers()["content-security-policy"], stacksync::console::CSP);
+            page = r.text().await.unwrap_or_default();
+            page.contains("data-cluster=\"fleet/c05\"")
+        })
+        .await;
+    assert!(page.contains("read-only"), "{page}");
+    // What the daemon's console asked the API server (its own User-Agent): reads only.
+    let log = std::fs::read_to_string(kube.audit_log()).expect("audit log");
+    let verbs: Vec<String> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["userAgent"].as_str().is_some_and(|ua| ua.starts_with("stacksync-console/")))
+        .map(|e| format!("{} {}", e["verb"].as_str().unwrap_or_default(), e["requestURI"].as_str().unwrap_or_default()))
+        .collect();
+    assert!(!verbs.is_empty(), "the daemon's console read the cluster");
+    assert!(verbs.iter().all(|v| v.starts_with("get ") || v.starts_with("list ") || v.starts_with("watch ")), "{verbs:?}");
+    assert!(!verbs.iter().any(|v| v.contains("/secrets")), "{verbs:?}");
+    daemon.stop().await;
+}
