@@ -10,7 +10,9 @@
 #                       2.5 min more) and the kubeadm, Docker and OpenStack providers' CRDs
 #                       (scripts/build-provider-crds.sh: module downloads only, seconds)
 #   --for tests         + the Kubernetes 1.35 JSON schemas testkit's API server reads (from the
-#                       PyPI package kubernetes-validate): everything the test suite needs here
+#                       PyPI package kubernetes-validate) and axe-core, the accessibility
+#                       rules tests/console.rs runs in the console's pages (scripts/install-axe.sh:
+#                       the npm package, pinned by sha512): everything the test suite needs here
 #                       (scripts/test.sh builds the oracles and cosign itself)
 # `--for` may be given more than once; without it, `tests`. Idempotent: does nothing when
 # everything asked for is there and kubectl runs.
@@ -33,7 +35,7 @@ while [ $# -gt 0 ]; do
         --for=*) purpose="${1#--for=}" ;;
         --for) [ $# -ge 2 ] || { echo "install-tools.sh: --for needs quickstart|kubernetes|cluster-api|tests" >&2; exit 2; }
                purpose="$2"; shift ;;
-        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "install-tools.sh: unknown argument '$1' (usage: --for quickstart|kubernetes|cluster-api|tests)" >&2; exit 2 ;;
     esac
     asked=1
@@ -76,6 +78,8 @@ if [ "$want_realkube" = 1 ]; then "$(dirname "$0")/build-realkube.sh" >&2; fi
 if [ "$want_capi" = 1 ]; then "$(dirname "$0")/build-cluster-api.sh" >&2; fi
 # The providers' CRDs (kubeadm, Docker, OpenStack) for the SCS stacks (tests/scs_stacks.rs).
 if [ "$want_capi" = 1 ]; then "$(dirname "$0")/build-provider-crds.sh" >&2; fi
+# axe-core, run in the console's pages by tests/console.rs (a JavaScript file, not a program).
+if [ "$want_schemas" = 1 ]; then "$(dirname "$0")/install-axe.sh" >/dev/null; fi
 
 if [[ -x "$bin_dir/kubectl" && -x "$bin_dir/helm" ]] && "$bin_dir/kubectl" version --client >/dev/null 2>&1; then
     echo "$bin_dir"

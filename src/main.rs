@@ -166,6 +166,13 @@ enum Command {
         /// fleet's rollouts.
         #[arg(long, value_name = "NAME", value_parser = parse_shard)]
         shard: Option<String>,
+        /// Also serve the read-only console (docs/console.md) on this loopback address
+        /// (`127.0.0.1:PORT`; port 0: any), for `kubectl port-forward`; off unless set
+        /// (Kubernetes target). It reads with the daemon's credentials and never shows a
+        /// Secret; the bound address is logged (`console listener`). docs/operations.md says
+        /// who can reach it.
+        #[arg(long, value_name = "ADDR", value_parser = parse_loopback)]
+        console_addr: Option<std::net::SocketAddr>,
     },
     /// Ask the running controller to reconcile a Cluster now (Kubernetes target): sets
     /// `stacksync.io/reconcile-requested-at` on its ClusterSync.
@@ -335,6 +342,7 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             lease_namespace,
             lease_duration,
             shard,
+            console_addr,
         } => {
             let cfg = match load(&config) {
                 Ok(c) => c,
@@ -355,6 +363,12 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             options.shard = shard;
             start_admin(&runtime, &cfg, &admin_addr, &mut options)?;
             start_hooks(&runtime, &cfg, &hooks_addr, hooks_cert_file.as_deref().zip(hooks_key_file.as_deref()), &mut options)?;
+            if let Some(addr) = console_addr {
+                if matches!(cfg.target, Target::Directory(_)) {
+                    anyhow::bail!("--console-addr: the console shows a management cluster; the config's target is a directory");
+                }
+                runtime.spawn(stacksync::console::serve_in_daemon(addr, config.clone()));
+            }
             let result = runtime.block_on(daemon::run(config, cfg, options, shutdown_signal()));
             // A blocking fetch stuck on a silent server must not hold the exit: everything the
             // daemon writes is atomic, so abandoning it leaves a consistent cache.
@@ -673,6 +687,18 @@ fn parse_lease_duration(text: &str) -> Result<std::time::Duration, String> {
 }
 
 /// A shard name is a label value: at most 63 characters of `[a-z0-9-]`, alphanumeric at both ends.
+/// `--console-addr`: a loopback address only — in a pod, reached through `kubectl
+/// port-forward`, never from the pod network.
+fn parse_loopback(text: &str) -> Result<std::net::SocketAddr, String> {
+    let addr: std::net::SocketAddr = text.parse().map_err(|e| format!("{text:?}: {e} (want 127.0.0.1:PORT)"))?;
+    if !addr.ip().is_loopback() {
+        return Err(format!(
+            "{addr} is not a loopback address: the console listens on 127.0.0.1 or [::1], reached with kubectl port-forward"
+        ));
+    }
+    Ok(addr)
+}
+
 fn parse_shard(text: &str) -> Result<String, String> {
     let ok = !text.is_empty()
         && text.len() <= 63

@@ -155,6 +155,89 @@ impl Browser {
         std::fs::write(path, png).expect("write the screenshot");
     }
 
+    /// axe-core's serious and critical violations on the page as it is now, in the light and
+    /// then the dark theme (one line per rule and element); axe is injected with
+    /// `Runtime.evaluate`, which the page's Content-Security-Policy does not govern. The minor
+    /// and moderate ones are printed, not failed on.
+    async fn violations(&mut self, axe: &str, page: &str) -> Vec<String> {
+        let mut serious = Vec::new();
+        for scheme in ["light", "dark"] {
+            self.page("Emulation.setEmulatedMedia", json!({"features": [{"name": "prefers-color-scheme", "value": scheme}]})).await;
+            if self.eval("typeof window.axe === 'object'").await != json!(true) {
+                let r = self.page("Runtime.evaluate", json!({"expression": axe})).await;
+                assert!(r.get("exceptionDetails").is_none(), "injecting axe-core: {}", r["exceptionDetails"]);
+            }
+            let r = self.eval(AXE_RUN).await;
+            assert!(r["passes"].as_u64().unwrap_or(0) > 10, "axe-core ran no rules on {page}: {r}");
+            eprintln!("axe-core {}: {page} ({scheme}): {} rules passed", r["version"], r["passes"]);
+            // What axe cannot decide, but for the state marks (✓ ✗ ↻: aria-hidden, their word next
+            // to them), one element per rule.
+            for v in r["incomplete"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                if !v.contains("only non-text characters") {
+                    eprintln!("axe-core, to review by eye: {page} ({scheme}): {v}");
+                }
+            }
+            for v in r["violations"].as_array().into_iter().flatten() {
+                let line = format!("{page} ({scheme}): {}", v.as_str().unwrap_or_default());
+                if line.contains("[serious]") || line.contains("[critical]") {
+                    serious.push(line);
+                } else {
+                    eprintln!("axe-core, not failed on: {line}");
+                }
+            }
+        }
+        self.page("Emulation.setEmulatedMedia", json!({"features": [{"name": "prefers-color-scheme", "value": "light"}]})).await;
+        serious
+    }
+
+    /// Presses Tab (a real key event, `Input.dispatchKeyEvent`) until each of `wanted` (CSS
+    /// selectors) has had the focus, at most `max` times; asserts each did, and that every
+    /// element the focus went to showed a focus ring.
+    async fn tab_reaches(&mut self, page: &str, wanted: &[&str], max: usize) {
+        let probe = format!(
+            "(() => {{ const a = document.activeElement; if (!a || a === document.body) return null; \
+             const s = getComputedStyle(a); \
+             return {{ what: a.outerHTML.slice(0, 100), ring: s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) >= 2, \
+             matches: {}.filter(w => a.matches(w)) }}; }})()",
+            json!(wanted)
+        );
+        let mut reached = std::collections::BTreeSet::new();
+        let mut order = Vec::new();
+        for _ in 0..max {
+            self.key("Tab", 9, None).await;
+            let focused = self.eval(&probe).await;
+            if focused.is_null() {
+                // Past the last control the focus leaves the page (for the browser's own).
+                break;
+            }
+            let what = focused["what"].as_str().unwrap_or_default().to_owned();
+            assert_eq!(focused["ring"], json!(true), "{page}: no focus ring on {what}");
+            for m in focused["matches"].as_array().into_iter().flatten() {
+                reached.insert(m.as_str().unwrap_or_default().to_owned());
+            }
+            order.push(what);
+            if reached.len() == wanted.len() {
+                return;
+            }
+        }
+        let missed: Vec<&&str> = wanted.iter().filter(|w| !reached.contains(**w)).collect();
+        panic!("{page}: Tab never reached {missed:?} in {max} presses; it went to:\n  {}", order.join("\n  "));
+    }
+
+    /// One key pressed and released, as a keyboard sends it.
+    async fn key(&mut self, key: &str, code: u32, text: Option<&str>) {
+        let mut down = json!({"type": "keyDown", "key": key, "code": key, "windowsVirtualKeyCode": code, "nativeVirtualKeyCode": code});
+        if let Some(t) = text {
+            down["text"] = json!(t);
+        }
+        self.page("Input.dispatchKeyEvent", down).await;
+        self.page(
+            "Input.dispatchKeyEvent",
+            json!({"type": "keyUp", "key": key, "code": key, "windowsVirtualKeyCode": code, "nativeVirtualKeyCode": code}),
+        )
+        .await;
+    }
+
     async fn close(mut self) {
         let _ = self.call(None, "Browser.close", json!({})).await;
         let _ = tokio::time::timeout(STEP, self.child.wait()).await;
@@ -362,6 +445,24 @@ fn shots_dir(tmp: &Path) -> PathBuf {
     }
 }
 
+/// axe-core over the whole page: the violations as `rule [impact] help: element — why`, and how
+/// many rules passed (proof that it ran).
+const AXE_RUN: &str = "axe.run(document, { resultTypes: ['violations'] }).then(r => ({ version: axe.version, passes: r.passes.length, \
+    incomplete: r.incomplete.flatMap(v => v.nodes.map(n => `${v.id} [${v.impact}] ${n.target.join(' ')} — ${n.failureSummary}`)), violations: r.violations.flatMap(v => v.nodes.map(n => `${v.id} [${v.impact}] ${v.help}: ${n.target.join(' ')} — ${n.failureSummary}`)) }))";
+
+/// axe-core's `axe.min.js`, which scripts/install-axe.sh puts in `$STACKSYNC_TOOLS_DIR/axe-core`
+/// (a test-only download, never in the repository). Missing, the accessibility checks skip
+/// loudly, except under CI, where they fail.
+fn axe_core() -> Option<String> {
+    let dir = fake_apiserver::kubectl::tools_bin_dir().parent().map(|d| d.join("axe-core"));
+    let source = dir.as_ref().and_then(|d| std::fs::read_to_string(d.join("axe.min.js")).ok());
+    if source.is_none() {
+        assert!(std::env::var_os("CI").is_none(), "axe-core is not installed (scripts/install-axe.sh)");
+        eprintln!("SKIPPED: the accessibility checks: axe-core is not installed (scripts/install-axe.sh)");
+    }
+    source
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_shows_a_rollout_live_escapes_what_it_shows_and_only_reads() {
     if !testkit::kube::available() {
@@ -388,6 +489,9 @@ async fn the_console_shows_a_rollout_live_escapes_what_it_shows_and_only_reads()
     let base = running.url.clone();
     let shots = shots_dir(tmp.path());
     let mut b = Browser::start().await;
+    let axe = axe_core();
+    // Serious and critical accessibility violations of every page, light and dark.
+    let mut a11y = Vec::new();
 
     // Fleet: the counts, every Cluster, the hostile strings as text.
     b.goto(&base).await;
@@ -402,12 +506,49 @@ async fn the_console_shows_a_rollout_live_escapes_what_it_shows_and_only_reads()
         json!(true)
     );
     b.screenshot(&shots.join("fleet.png")).await;
+    if let Some(axe) = &axe {
+        a11y.extend(b.violations(axe, "Fleet").await);
+    }
+    // The keyboard: from the top, Tab reaches the skip link, the navigation, the filter, the
+    // sort links, the Clusters, their rollout and the next page; Enter on the skip link moves
+    // the focus to the content.
+    b.goto(&format!("{base}?per=2")).await;
+    b.tab_reaches(
+        "Fleet",
+        &[
+            "a.skip",
+            "header nav a[href='/rollouts']",
+            "a.tile",
+            "input[name=q]",
+            "select[name=state]",
+            "form.filter button",
+            "#fleet th a",
+            "#fleet td a[href^='/clusters/']",
+            "#fleet td a[href^='/rollouts/']",
+            "nav.pages a[rel=next]",
+        ],
+        60,
+    )
+    .await;
+    b.goto(&format!("{base}?per=2")).await;
+    b.key("Tab", 9, None).await;
+    assert_eq!(b.eval("document.activeElement.className").await, json!("skip"), "the first Tab goes to the skip link");
+    b.key("Enter", 13, Some("\r")).await;
+    b.until("the skip link moved the focus to the content", "document.activeElement === document.getElementById('content')", STEP).await;
     // Filtered and sorted by the query: the failed ones, by name, descending.
     b.goto(&format!("{base}?state=Failed&sort=name&desc=1")).await;
     assert_eq!(
         b.eval("[...document.querySelectorAll('#fleet tbody tr')].map(r => r.dataset.cluster).join(' ')").await,
         json!("fleet/hostile fleet/c05")
     );
+
+    // The list of rollouts, each a link reached by Tab.
+    b.goto(&format!("{base}rollouts")).await;
+    assert!(b.text("#rollouts").await.contains(RELEASE));
+    if let Some(axe) = &axe {
+        a11y.extend(b.violations(axe, "Rollouts").await);
+    }
+    b.tab_reaches("Rollouts", &[&format!("#rollouts a[href='/rollouts/{RELEASE}']")], 20).await;
 
     // The rollout: cells, the path's steps, the budget, the next window, the commands.
     b.goto(&format!("{base}rollouts/{RELEASE}")).await;
@@ -438,6 +579,16 @@ async fn the_console_shows_a_rollout_live_escapes_what_it_shows_and_only_reads()
     b.page("Emulation.setEmulatedMedia", json!({"features": [{"name": "prefers-color-scheme", "value": "dark"}]})).await;
     b.screenshot(&shots.join("rollout-dark.png")).await;
     b.page("Emulation.setEmulatedMedia", json!({"features": [{"name": "prefers-color-scheme", "value": "light"}]})).await;
+    if let Some(axe) = &axe {
+        a11y.extend(b.violations(axe, "a rollout").await);
+    }
+    // Each cell, the path's Cluster, the copy buttons and the failed Clusters by Tab.
+    b.tab_reaches(
+        "a rollout",
+        &["li.cell a[href='/clusters/fleet/c04']", ".path a[href='/clusters/fleet/c03']", "button.copy", "#failed-clusters a"],
+        60,
+    )
+    .await;
 
     // A Cluster: conditions, objects, Events, the release's signer; hostile text stays text.
     b.goto(&format!("{base}clusters/{NS}/hostile")).await;
@@ -448,22 +599,47 @@ async fn the_console_shows_a_rollout_live_escapes_what_it_shows_and_only_reads()
         b.eval("window.__pwned === undefined && document.querySelectorAll('main img, main script').length === 0").await,
         json!(true)
     );
+    if let Some(axe) = &axe {
+        a11y.extend(b.violations(axe, "a failed Cluster").await);
+    }
     b.goto(&format!("{base}clusters/{NS}/c03")).await;
     assert_eq!(b.text("#verified-by").await, "git+ssh:SHA256:test");
     b.screenshot(&shots.join("cluster.png")).await;
+    if let Some(axe) = &axe {
+        a11y.extend(b.violations(axe, "Cluster").await);
+    }
 
     // Releases and the preview.
     b.goto(&format!("{base}releases")).await;
     assert_eq!(b.text(&format!("tr[data-release='ferrol.{OLD}'] td[data-running]")).await, "3", "c04, c05 and hostile run it");
     b.screenshot(&shots.join("releases.png")).await;
+    if let Some(axe) = &axe {
+        a11y.extend(b.violations(axe, "Releases").await);
+        // The check is not blind: grey text on white, added to the page (through the CSS
+        // object model, which the page's policy allows a script), is a serious violation.
+        b.eval(
+            "(() => { const p = document.createElement('p'); p.id = 'axe-canary'; p.textContent = 'low contrast'; \
+                p.style.color = '#c0c0c0'; document.getElementById('content').append(p); return true; })()",
+        )
+        .await;
+        let canary = b.violations(axe, "Releases with a canary").await;
+        assert!(canary.iter().any(|v| v.contains("color-contrast") && v.contains("#axe-canary")), "axe-core missed the canary: {canary:?}");
+        b.eval("document.getElementById('axe-canary').remove() || true").await;
+    }
     b.goto(&format!("{base}preview")).await;
     assert!(b.text("#preview-summary").await.starts_with("2 Clusters: 1 change"));
     b.screenshot(&shots.join("preview.png")).await;
+    if let Some(axe) = &axe {
+        a11y.extend(b.violations(axe, "Preview").await);
+    }
+    assert!(a11y.is_empty(), "axe-core's serious and critical violations:\n  {}", a11y.join("\n  "));
 
     // Live: a status change shows within 2 s, without a reload.
     b.goto(&base).await;
     b.until("the event stream is open", "document.body.dataset.connection === 'live'", STEP).await;
     b.eval("window.__stay = 1").await;
+    // A keyboard user on c02's link keeps the focus there through the update.
+    b.eval("document.querySelector(\"#fleet tr[data-cluster='fleet/c02'] a\").focus() || true").await;
     let syncs = api(&client, "stacksync.io", "v1alpha1", "ClusterSync", Some(NS));
     let mut status = sync_status(TARGET, Some(("Unhealthy", "Deployment/kube-system/ccm: 0/1 replicas available")));
     status["class"] = json!(TARGET);
@@ -482,6 +658,7 @@ async fn the_console_shows_a_rollout_live_escapes_what_it_shows_and_only_reads()
         .await;
     assert_eq!(b.eval("window.__stay === 1 && performance.getEntriesByType('navigation').length === 1").await, json!(true), "not reloaded");
     eprintln!("the change showed after {took:?}");
+    assert_eq!(b.eval("document.activeElement.getAttribute('href')").await, json!("/clusters/fleet/c02"), "the focus stayed put");
 
     // A lost connection says so, and the page recovers when the console is back.
     let port = base.trim_end_matches('/').rsplit(':').next().expect("port").to_owned();
@@ -494,6 +671,10 @@ async fn the_console_shows_a_rollout_live_escapes_what_it_shows_and_only_reads()
     )
     .await;
     b.screenshot(&shots.join("lost.png")).await;
+    if let Some(axe) = &axe {
+        let lost = b.violations(axe, "Fleet, connection lost").await;
+        assert!(lost.is_empty(), "axe-core's serious and critical violations:\n  {}", lost.join("\n  "));
+    }
     let listen = format!("127.0.0.1:{port}");
     let again = ["--listen", listen.as_str(), "--config", args[3], "--preview", args[5]];
     let _running = console(&again).await;
@@ -527,4 +708,84 @@ async fn the_console_shows_a_rollout_live_escapes_what_it_shows_and_only_reads()
         .collect();
     assert!(writes.is_empty(), "the console wrote: {writes:?}");
     assert!(!mine.iter().any(|e| e["objectRef"]["resource"] == "secrets"), "the console never reads Secrets");
+}
+
+/// `stacksync run --console-addr`: the daemon serves the same console, read-only, with its own
+/// credentials, on a loopback address only (reached in a pod with `kubectl port-forward`); an
+/// address that is not loopback is refused before anything starts; SIGTERM still stops the
+/// daemon at once with the console serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_serves_the_console_read_only_on_loopback_only() {
+    if !testkit::kube::available() {
+        assert!(std::env::var_os("CI").is_none(), "the real control plane is not built (scripts/build-realkube.sh)");
+        eprintln!("SKIPPED: the real control plane is not built (scripts/build-realkube.sh)");
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let kube = testkit::kube::Kube::start(testkit::kube::Options {
+        preload: vec![root.join("testdata/crds"), root.join("deploy/crds")],
+        audit: true,
+        ..Default::default()
+    })
+    .await
+    .expect("a real control plane");
+    let client = kube.client().await.expect("client");
+    fleet(&client).await;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = config(tmp.path(), kube.kubeconfig());
+
+    let refused = tokio::time::timeout(
+        STEP,
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_stacksync"))
+            .args(["run", "--admin-addr", "0", "--console-addr", "0.0.0.0:7654", "--config"])
+            .arg(&config)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("refused at once")
+    .expect("run stacksync");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && said.contains("not a loopback address"), "{said}");
+
+    let helm = common::helm_path();
+    let daemon = common::daemon::Daemon::launch(&config, tmp.path().join("daemon.log"))
+        .args(&["--console-addr", "127.0.0.1:0"])
+        .env("STACKSYNC_HELM", helm.to_str().expect("utf-8"))
+        .start()
+        .await;
+    let mut addr = String::new();
+    daemon
+        .eventually("the console listener", STEP, async || {
+            let log = daemon.log();
+            let line = log.split_inclusive('\n').find(|l| l.ends_with('\n') && l.contains("console listener"));
+            addr = line.and_then(|l| l.split("addr=").nth(1)).and_then(|a| a.split_whitespace().next()).unwrap_or_default().to_owned();
+            !addr.is_empty()
+        })
+        .await;
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    let http = reqwest::Client::builder().no_proxy().timeout(STEP).build().expect("http client");
+    let mut page = String::new();
+    daemon
+        .eventually("the Fleet page lists the Clusters", STEP, async || {
+            let Ok(r) = http.get(format!("http://{addr}/")).send().await else { return false };
+            assert_eq!(r.status(), 200);
+            assert_eq!(r.headers()["content-security-policy"], stacksync::console::CSP);
+            page = r.text().await.unwrap_or_default();
+            page.contains("data-cluster=\"fleet/c05\"")
+        })
+        .await;
+    assert!(page.contains("read-only"), "{page}");
+    // What the daemon's console asked the API server (its own User-Agent): reads only.
+    let log = std::fs::read_to_string(kube.audit_log()).expect("audit log");
+    let verbs: Vec<String> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["userAgent"].as_str().is_some_and(|ua| ua.starts_with("stacksync-console/")))
+        .map(|e| format!("{} {}", e["verb"].as_str().unwrap_or_default(), e["requestURI"].as_str().unwrap_or_default()))
+        .collect();
+    assert!(!verbs.is_empty(), "the daemon's console read the cluster");
+    assert!(verbs.iter().all(|v| v.starts_with("get ") || v.starts_with("list ") || v.starts_with("watch ")), "{verbs:?}");
+    assert!(!verbs.iter().any(|v| v.contains("/secrets")), "{verbs:?}");
+    daemon.stop().await;
 }

@@ -138,6 +138,66 @@ pub async fn client(o: &Options, config: Option<&Config>) -> Result<(kube::Clien
 /// # Errors
 /// See [`Error`]: all of them before anything is served.
 pub async fn run(o: Options, bound: impl FnOnce(&str)) -> Result<(), Error> {
+    let running = start(o).await?;
+    bound(&running.url);
+    stopped().await;
+    drop(running);
+    Ok(())
+}
+
+/// How long the daemon's console waits before it tries to start again.
+const RETRY: Duration = Duration::from_secs(30);
+
+/// The console inside the daemon (`stacksync run --console-addr`): started with the daemon's own
+/// credentials and config, on a loopback address only (reached with `kubectl port-forward`),
+/// tried again every 30 s while the management cluster cannot be read or the port is taken,
+/// then served for as long as the task runs. Its address is logged (`console listener`).
+/// A console that cannot start never stops the daemon: it says why, at warning level.
+pub async fn serve_in_daemon(listen: SocketAddr, config: PathBuf) {
+    let o = Options { kubeconfig: None, context: None, listen, allow_remote: false, config: Some(config), preview: None };
+    loop {
+        match start(o.clone()).await {
+            Ok(running) => {
+                tracing::info!(addr = %running.addr, url = %running.url, "console listener (read-only)");
+                // Serves until the daemon's runtime ends, which drops (and so stops) it.
+                let _serving = running;
+                return std::future::pending().await;
+            }
+            Err(e @ Error::NotLoopback { .. }) => {
+                tracing::error!(error = %e, "console listener: not started");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?RETRY, "console listener: not started yet");
+                tokio::time::sleep(RETRY).await;
+            }
+        }
+    }
+}
+
+/// A console being served; dropping it stops the listener and the watches.
+pub struct Running {
+    /// `http://host:port/`.
+    pub url: String,
+    pub addr: SocketAddr,
+    served: tokio::task::JoinHandle<()>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.served.abort();
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Starts the watches and serves `o.listen` until the answer is dropped.
+///
+/// # Errors
+/// See [`Error`]: all of them before anything is served.
+pub async fn start(o: Options) -> Result<Running, Error> {
     if !o.listen.ip().is_loopback() && !o.allow_remote {
         return Err(Error::NotLoopback { addr: o.listen });
     }
@@ -178,14 +238,8 @@ pub async fn run(o: Options, bound: impl FnOnce(&str)) -> Result<(), Error> {
         hosts,
     });
     let shown = if addr.ip().is_unspecified() { "127.0.0.1".to_owned() } else { listen_host };
-    bound(&format!("http://{shown}:{}/", addr.port()));
     let served = tokio::spawn(server::serve(listener, console));
-    stopped().await;
-    served.abort();
-    for t in tasks {
-        t.abort();
-    }
-    Ok(())
+    Ok(Running { url: format!("http://{shown}:{}/", addr.port()), addr, served, tasks })
 }
 
 /// Ctrl-C or SIGTERM.

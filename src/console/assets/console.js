@@ -55,12 +55,9 @@
       })
       .then(function (html) {
         if (location.href !== url) return;
-        const focused = document.activeElement && document.activeElement.id;
+        const focus = focusKey();
         main.innerHTML = html;
-        if (focused) {
-          const again = document.getElementById(focused);
-          if (again) again.focus();
-        }
+        if (focus) refocus(focus);
         document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes || "0") + 1);
       })
       .catch(function () {
@@ -73,6 +70,33 @@
           schedule(100);
         }
       });
+  }
+
+  // A keyboard user's place survives an update: the focused control of <main> is found again
+  // in the new content by its id, else by what it is (tag, link, text), else by its position.
+  const FOCUSABLE = "a[href], button, input, select, textarea, [tabindex]";
+
+  function focusKey() {
+    const a = document.activeElement;
+    if (!a || a === main || !main.contains(a)) return null;
+    return {
+      id: a.id,
+      tag: a.tagName,
+      href: a.getAttribute("href"),
+      text: a.textContent,
+      index: Array.prototype.indexOf.call(main.querySelectorAll(FOCUSABLE), a),
+    };
+  }
+
+  function refocus(k) {
+    const all = Array.prototype.slice.call(main.querySelectorAll(FOCUSABLE));
+    const same =
+      (k.id && document.getElementById(k.id)) ||
+      all.find(function (e) {
+        return e.tagName === k.tag && e.getAttribute("href") === k.href && e.textContent === k.text;
+      }) ||
+      all[Math.min(k.index, all.length - 1)];
+    if (same) same.focus({ preventScroll: true });
   }
 
   function say(text) {
