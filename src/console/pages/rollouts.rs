@@ -342,12 +342,13 @@ fn window_box(out: &mut String, ro: &RolloutStatus, config: Option<&crate::confi
                 (None, Some(next)) => format!("closed now, opens {}", next.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
                 (None, None) => "closed now, never opens again".into(),
             };
-            let only = if w.labels.is_empty() { String::new() } else { format!(" for Clusters labelled {:?}", w.labels) };
+            let labels: Vec<String> = w.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let only = if labels.is_empty() { String::new() } else { format!(" for Clusters labelled {}", labels.join(", ")) };
             let _ = write!(
                 out,
                 "<li><code>{}</code> {} ({}){}: <b>{}</b></li>",
                 E(&w.expr),
-                E(&format!("{:?}", w.duration)),
+                E(&crate::model::schedule::format_duration(w.duration)),
                 E(&w.zone),
                 E(&only),
                 E(&now)
