@@ -621,3 +621,41 @@ async fn diff_previews_the_cluster_class_in_the_management_cluster_too() {
     assert!(common::stdout(&o).contains(&format!("create ClusterClass/{NS}/docker-ferrol-1-27-v2")), "{}", common::stdout(&o));
     assert!(env.cluster_classes().await.is_empty(), "diff wrote");
 }
+
+/// The release roll-up (each StackRelease's `status.clusters` and Ready) counts from its watch
+/// of the ClusterSyncs, not a LIST of all of them per change: while the fleet's ClusterSyncs
+/// change for several seconds, the management server sees a constant handful of ClusterSync
+/// LISTs (the watches' first lists), not one a second (issue 54: 56 LISTs of 3,000 ClusterSyncs
+/// on the way to Ready).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_release_rollup_counts_from_its_watch_not_a_list_per_second() {
+    let env = Env::new(1).await;
+    env.repo.release("v1.0.0", &[("manifests/cm.yaml", CM)]);
+    let names: Vec<String> = (0..6).map(|i| format!("c{i}")).collect();
+    for name in &names {
+        env.add_cluster(name, "docker-ferrol-1-27-v1", true).await;
+        env.add_kubeconfig(name, 0).await;
+    }
+    let config = env.config().write();
+    let daemon = Daemon::start(&config, env.dir.path().join("daemon.log")).await;
+    let releases: Api<DynamicObject> = Api::all_with(env.mgmt(), &common::res("stacksync.io", "v1alpha1", "StackRelease"));
+    let ready = async |want: i64| {
+        releases.list(&Default::default()).await.is_ok_and(|l| l.items.iter().any(|r| r.data["status"]["clusters"]["ready"] == want))
+    };
+    daemon.eventually("the roll-up counts every Cluster ready", Duration::from_secs(30), async || ready(6).await).await;
+    let lists = || Stats::count(&env.mgmt.stats().requests, "list", "clustersyncs.stacksync.io");
+    let before = lists();
+    // Six seconds of changes: each Cluster's control plane goes away and comes back in turn,
+    // every change a ClusterSync status the roll-up counts (and recounts after its 1 s settle).
+    for name in &names {
+        env.set_ready(name, false).await;
+        daemon.eventually("the roll-up counts one Cluster not ready", Duration::from_secs(20), async || ready(5).await).await;
+        env.set_ready(name, true).await;
+        daemon.eventually("the roll-up counts every Cluster ready again", Duration::from_secs(20), async || ready(6).await).await;
+    }
+    let during = lists() - before;
+    assert!(during == 0, "the roll-up LISTed ClusterSyncs {during} times while they changed (from start: {before} LISTs)");
+    assert!(before <= 4, "{before} LISTs of ClusterSyncs from the start to every Cluster ready: a handful expected");
+    assert!(before >= 1, "no LIST of ClusterSyncs counted at all: does the counter name the resource as the watch asks for it?");
+    daemon.stop().await;
+}
