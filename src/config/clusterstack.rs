@@ -21,6 +21,18 @@ impl Format {
 }
 
 impl Cx {
+    /// The value of `key`, one of `options` (`(word, value)`); `default` when it is not set, or
+    /// (with an error naming the words) when it is none of them.
+    fn one_of<T: Copy>(&mut self, f: &super::validate::Fields<'_>, key: &str, default: T, options: &[(&str, T)]) -> T {
+        let Some(n) = f.get(key) else { return default };
+        if let Some((_, v)) = options.iter().find(|(word, _)| n.scalar_text() == Some(word)) {
+            return *v;
+        }
+        let words: Vec<String> = options.iter().map(|(word, _)| format!("`{word}`")).collect();
+        self.error(n.mark, &f.path(key), format!("expected {}, found {}", words.join(" or "), describe(n)));
+        default
+    }
+
     pub(super) fn helm(&mut self, node: &Node, base: &Path) -> Option<HelmConfig> {
         let f = self.fields(node, "helm", &["path", "parallelism", "timeout"])?;
         let mut helm = HelmConfig::default();
@@ -191,28 +203,8 @@ impl Cx {
         let wave_timeout = self.positive_duration(&f, "waveTimeout", super::DEFAULT_WAVE_TIMEOUT, Duration::from_secs(1));
         let check_interval = self.positive_duration(&f, "checkInterval", super::DEFAULT_ROLLOUT_CHECK, Duration::from_millis(100));
         let max_failures = f.get("maxFailures").map_or(Budget::None, |n| self.budget(n, &f.path("maxFailures")));
-        let on_failure = match f.get("onFailure") {
-            None => OnFailure::Pause,
-            Some(n) => match n.scalar_text() {
-                Some("pause") => OnFailure::Pause,
-                Some("rollback") => OnFailure::Rollback,
-                _ => {
-                    self.error(n.mark, &f.path("onFailure"), format!("expected `pause` or `rollback`, found {}", describe(n)));
-                    OnFailure::Pause
-                }
-            },
-        };
-        let not_ready = match f.get("notReady") {
-            None => NotReady::Fail,
-            Some(n) => match n.scalar_text() {
-                Some("fail") => NotReady::Fail,
-                Some("skip") => NotReady::Skip,
-                _ => {
-                    self.error(n.mark, &f.path("notReady"), format!("expected `fail` or `skip`, found {}", describe(n)));
-                    NotReady::Fail
-                }
-            },
-        };
+        let on_failure = self.one_of(&f, "onFailure", OnFailure::Pause, &[("pause", OnFailure::Pause), ("rollback", OnFailure::Rollback)]);
+        let not_ready = self.one_of(&f, "notReady", NotReady::Fail, &[("fail", NotReady::Fail), ("skip", NotReady::Skip)]);
         let mut windows = Vec::new();
         for (i, w) in self.list(&f, "windows").iter().enumerate() {
             if let Some(w) = self.window(w, &format!("{}[{i}]", f.path("windows"))) {
