@@ -183,6 +183,16 @@ enum Command {
         #[arg(value_name = "NAMESPACE/NAME")]
         cluster: String,
     },
+    /// Rotate the values a Cluster's charts generate (certificates, keys, passwords; Kubernetes
+    /// target): sets `stacksync.io/rotate-generated-at` on its ClusterSync; the running
+    /// controller renders them anew and applies them once (docs/clusterstacks.md).
+    Rotate {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// The Cluster, as `<namespace>/<name>`.
+        #[arg(value_name = "NAMESPACE/NAME")]
+        cluster: String,
+    },
     /// Pause or resume a subscription's fleet rollout (`rollout:`, Kubernetes target): sets
     /// `stacksync.io/rollout-pause` / `stacksync.io/rollout-resume` on the StackRelease of the
     /// release it rolls out.
@@ -376,7 +386,8 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             result.context("watching the config file")?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Reconcile { config, cluster } => reconcile(&runtime, &config, &cluster),
+        Command::Reconcile { config, cluster } => request(&runtime, &config, &cluster, Request::Reconcile),
+        Command::Rotate { config, cluster } => request(&runtime, &config, &cluster, Request::Rotation),
         Command::Rollout { action } => rollout(&runtime, action),
         Command::Adopt {
             from:
@@ -572,8 +583,15 @@ fn start_hooks(
     Ok(())
 }
 
-/// `reconcile <namespace>/<name>`.
-fn reconcile(runtime: &tokio::runtime::Runtime, config: &Path, cluster: &str) -> anyhow::Result<ExitCode> {
+/// What `reconcile` and `rotate` ask of the running controller.
+#[derive(Clone, Copy)]
+enum Request {
+    Reconcile,
+    Rotation,
+}
+
+/// `reconcile <namespace>/<name>`, `rotate <namespace>/<name>`.
+fn request(runtime: &tokio::runtime::Runtime, config: &Path, cluster: &str, what: Request) -> anyhow::Result<ExitCode> {
     let cfg = match load(config) {
         Ok(c) => c,
         Err(code) => return Ok(code),
@@ -584,8 +602,11 @@ fn reconcile(runtime: &tokio::runtime::Runtime, config: &Path, cluster: &str) ->
     };
     let key = stacksync::model::ClusterKey::new(namespace, name);
     let ctx = Ctx::new(cfg).context("opening the cache")?;
-    let at = runtime.block_on(kubernetes::request_reconcile(ctx, &key))?;
-    println!("reconcile of {key} requested at {at}");
+    let (at, asked) = match what {
+        Request::Reconcile => (runtime.block_on(kubernetes::request_reconcile(ctx, &key))?, "reconcile"),
+        Request::Rotation => (runtime.block_on(kubernetes::request_rotation(ctx, &key))?, "rotation of the generated values"),
+    };
+    println!("{asked} of {key} requested at {at}");
     Ok(ExitCode::SUCCESS)
 }
 

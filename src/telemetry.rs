@@ -121,6 +121,12 @@ pub struct RepoLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// Why (`Requested`, `CertificateDue`).
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     /// `success`, `error` or `timeout`.
     pub result: &'static str,
@@ -143,6 +149,7 @@ pub struct Metrics {
     pub github_limit: Family<RepoLabels, Gauge>,
     pub lease_held: Family<LeaseLabels, Gauge>,
     pub helm_runs: Family<ResultLabels, Counter>,
+    pub generated_rotations: Family<ReasonLabels, Counter>,
     pub helm_duration: Histogram,
     /// Rollouts by subscription: the running wave, Clusters done, and 1 while paused.
     pub rollout_wave: Family<SubscriptionLabels, Gauge>,
@@ -209,6 +216,7 @@ impl Metrics {
             github_limit: Family::default(),
             lease_held: Family::default(),
             helm_runs: Family::default(),
+            generated_rotations: Family::default(),
             helm_duration: seconds_buckets(),
             rollout_wave: Family::default(),
             rollout_done: Family::default(),
@@ -248,6 +256,11 @@ impl Metrics {
         );
         registry.register("lease_held", "1 while this process holds the Lease, 0 while it is a standby for it", m.lease_held.clone());
         registry.register("helm_runs", "helm template runs by result", m.helm_runs.clone());
+        registry.register(
+            "generated_rotations",
+            "Rotations of a Cluster's generated values (certificates, keys, passwords), by reason",
+            m.generated_rotations.clone(),
+        );
         registry.register("helm_duration_seconds", "How long one helm template run took", m.helm_duration.clone());
         registry.register("rollout_wave", "The wave a subscription's rollout runs (1-based)", m.rollout_wave.clone());
         registry.register("rollout_clusters_done", "Clusters a subscription's rollout has moved and seen healthy", m.rollout_done.clone());
@@ -281,6 +294,9 @@ impl Metrics {
         // series born at 1 has no increase).
         for result in ["success", "error", "timeout"] {
             m.helm_runs.get_or_create(&ResultLabels { result }).inc_by(0);
+        }
+        for reason in ["Requested", "CertificateDue"] {
+            m.generated_rotations.get_or_create(&ReasonLabels { reason }).inc_by(0);
         }
         for (hook, event) in [("github", "other"), ("generic", "push")] {
             m.webhooks.get_or_create(&WebhookLabels { hook, event, result: "unauthorized" }).inc_by(0);
@@ -485,6 +501,11 @@ impl Metrics {
     pub fn helm_ran(&self, result: &'static str, elapsed: Duration) {
         self.helm_runs.get_or_create(&ResultLabels { result }).inc();
         self.helm_duration.observe(elapsed.as_secs_f64());
+    }
+
+    /// Records one rotation of a Cluster's generated values.
+    pub fn generated_rotated(&self, reason: &'static str) {
+        self.generated_rotations.get_or_create(&ReasonLabels { reason }).inc();
     }
 
     /// Records one webhook delivery.

@@ -655,3 +655,272 @@ async fn a_tag_as_long_as_git_allows_is_synced_and_a_name_over_253_is_named() {
     let _ = releases.delete(&name, &Default::default()).await;
     t.delete().await;
 }
+
+/// A chart that generates at render time (issue 55): a CA, a certificate it signs, a password,
+/// and a Deployment whose pod template carries a checksum of the CA. Every object's name
+/// carries the Cluster's, so two Clusters on one server stay apart.
+const GENERATES: &str = r#"{{- $ca := genCA "fixture-ca" 365 }}
+{{- $cert := genSignedCert "fixture-server" nil (list "fixture-server") 365 $ca }}
+{{- $name := .Values.cluster }}
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: fixture-ca-{{ $name }}
+  namespace: {{ .Values.namespace }}
+type: kubernetes.io/tls
+data:
+  tls.crt: {{ $ca.Cert | b64enc }}
+  tls.key: {{ $ca.Key | b64enc }}
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: fixture-server-{{ $name }}
+  namespace: {{ .Values.namespace }}
+type: kubernetes.io/tls
+data:
+  ca.crt: {{ $ca.Cert | b64enc }}
+  tls.crt: {{ $cert.Cert | b64enc }}
+  tls.key: {{ $cert.Key | b64enc }}
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: fixture-password-{{ $name }}
+  namespace: {{ .Values.namespace }}
+stringData:
+  password: {{ randAlphaNum 24 | quote }}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: fixture-note-{{ $name }}
+  namespace: {{ .Values.namespace }}
+data:
+  note: {{ .Values.note | quote }}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: fixture-server-{{ $name }}
+  namespace: {{ .Values.namespace }}
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: fixture-server-{{ $name }}}
+  template:
+    metadata:
+      labels: {app: fixture-server-{{ $name }}}
+      annotations:
+        checksum/ca: {{ $ca.Cert | sha256sum }}
+    spec:
+      containers:
+        - name: server
+          image: {{ .Values.image }}
+"#;
+
+/// Release `docker-ferrol-1-27-<version>` whose one addon stage is [`GENERATES`] with `image`.
+fn publish_generating(t: &Tenant, version: &str, image: &str) {
+    let addon = "docker-ferrol-1-27-cluster-addon-v2/generates";
+    let mut files = common::fleet::v3_files_as(version, |rel, text| {
+        match rel {
+        "clusteraddon.yaml" => "apiVersion: clusteraddonconfig.x-k8s.io/v1alpha1\nclusterAddonVersion: clusteraddons.clusterstack.x-k8s.io/v1alpha1\naddonStages:\n  AfterControlPlaneInitialized:\n    - name: generates\n      action: apply\n  BeforeClusterUpgrade:\n    - name: generates\n      action: apply\n".to_owned(),
+        _ => text,
+    }
+    });
+    files.push((format!("{addon}/Chart.yaml"), "apiVersion: v2\nname: generates\nversion: v2\n".to_owned()));
+    files.push((format!("{addon}/values.yaml"), format!("image: {image}\nnote: none\ncluster: unset\nnamespace: default\n")));
+    files.push((
+        format!("{addon}/overwrite.yaml"),
+        "values: |\n  cluster: \"{{ .Cluster.metadata.name }}\"\n  namespace: \"{{ .Cluster.metadata.namespace }}\"\n  note: \"{{ .Cluster.spec.controlPlaneEndpoint.port }}\"\n".to_owned(),
+    ));
+    files.push((format!("{addon}/templates/generates.yaml"), GENERATES.to_owned()));
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    t.repo.release(&format!("docker-ferrol-1-27-{version}"), &refs);
+}
+
+/// What a Cluster's generated objects hold and whether they were written: each object's
+/// resourceVersion (unchanged: not written), the Secrets' data, the Deployment's pod checksum
+/// and image.
+#[derive(Clone, PartialEq)]
+struct Generated {
+    versions: Vec<(String, String)>,
+    data: Vec<(String, std::collections::BTreeMap<String, k8s_openapi::ByteString>)>,
+    checksum: String,
+    image: String,
+}
+
+/// Values are secrets, even in a test: a failure shows a hash of each.
+impl std::fmt::Debug for Generated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::hash::{Hash, Hasher};
+        let hashed: Vec<(&str, u64)> = self
+            .data
+            .iter()
+            .map(|(name, data)| {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                data.iter().for_each(|(k, v)| (k, &v.0).hash(&mut h));
+                (name.as_str(), h.finish())
+            })
+            .collect();
+        write!(f, "versions {:?}, data {hashed:?}, checksum {}, image {}", self.versions, self.checksum, self.image)
+    }
+}
+
+async fn generated_of(t: &Tenant, cluster: &str) -> Generated {
+    use k8s_openapi::api::core::v1::Secret;
+    let secrets: Api<Secret> = Api::namespaced(t.client(), &t.ns);
+    let (mut versions, mut data) = (Vec::new(), Vec::new());
+    for name in ["fixture-ca", "fixture-server", "fixture-password"] {
+        let s = secrets.get(&format!("{name}-{cluster}")).await.expect("generated Secret");
+        versions.push((name.to_owned(), s.metadata.resource_version.unwrap_or_default()));
+        data.push((name.to_owned(), s.data.unwrap_or_default()));
+    }
+    let deployments: Api<Deployment> = Api::namespaced(t.client(), &t.ns);
+    let d = deployments.get(&format!("fixture-server-{cluster}")).await.expect("Deployment");
+    versions.push(("deployment".into(), d.metadata.resource_version.clone().unwrap_or_default()));
+    let template = d.spec.template;
+    let checksum = template.metadata.and_then(|m| m.annotations).unwrap_or_default().get("checksum/ca").cloned().unwrap_or_default();
+    let image = template.spec.expect("pod spec").containers[0].image.clone().unwrap_or_default();
+    Generated { versions, data, checksum, image }
+}
+
+/// `run --once` of `config` with the cache at `cache` (a new directory: a restarted process, a
+/// new leader, another replica) and `extra` arguments; exits 0.
+async fn pass(config: &common::config::Config, cache: &str, extra: &[&str]) -> std::process::Output {
+    let path = config.clone().set("cache", json!({"dir": config.dir().join(cache)})).write();
+    let mut args = vec!["run", "--once", "--config", path.to_str().expect("utf-8")];
+    args.extend_from_slice(extra);
+    let o = common::stacksync(&args).await;
+    common::assert_exit(&o, 0);
+    o
+}
+
+/// Issue 55: what a chart generates stays the Cluster's. Two Clusters get values of their own;
+/// a restart on an empty cache, two other replicas, another shard, a values change elsewhere
+/// and a new release keep every generated value and the pod checksum (the real server's
+/// resourceVersions say nothing was written); a certificate due is rotated once, with its
+/// Event, and so is one `stacksync rotate` asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_chart_generates_survives_restarts_and_releases_and_rotates_only_on_purpose() {
+    let Some(t) = Tenant::new("generated").await else { return };
+    publish_generating(&t, "v3", "registry.example/server:1.0");
+    t.add_cluster("alpha").await;
+    t.add_cluster("beta").await;
+    let config = t.stack_config(|s| s.health_timeout("0s"));
+    let o = pass(&config, "cache-a", &[]).await;
+    let (alpha, beta) = (generated_of(&t, "alpha").await, generated_of(&t, "beta").await);
+    assert!(alpha.data != beta.data, "two Clusters never share a generated value");
+    assert_ne!(alpha.checksum, beta.checksum);
+    let cs = t.cluster_sync("alpha").await.expect("ClusterSync");
+    let lines: Vec<&str> = cs["status"]["generated"].as_array().expect("generated").iter().filter_map(|l| l.as_str()).collect();
+    for want in [
+        format!("|Secret|{}|fixture-ca-alpha|/data/tls.crt", t.ns),
+        format!("|Secret|{}|fixture-ca-alpha|/data/tls.key", t.ns),
+        format!("|Secret|{}|fixture-server-alpha|/data/tls.crt", t.ns),
+        format!("|Secret|{}|fixture-password-alpha|/stringData/password", t.ns),
+        format!("apps|Deployment|{}|fixture-server-alpha|/spec/template/metadata/annotations/checksum~1ca", t.ns),
+    ] {
+        assert!(lines.contains(&want.as_str()), "{want} in {lines:?}\n{}", common::stderr(&o));
+    }
+    assert!(!lines.iter().any(|l| l.contains("fixture-note")), "a ConfigMap of plain values is not generated: {lines:?}");
+    let rotation = &cs["status"]["generatedRotation"];
+    assert!(rotation["renewAt"].as_str().is_some_and(|r| r > "2027"), "{rotation}");
+    // Pointers only: no value in the status.
+    let text = cs.to_string();
+    for (_, data) in &alpha.data {
+        for v in data.values() {
+            use base64::Engine as _;
+            assert!(!text.contains(&base64::engine::general_purpose::STANDARD.encode(&v.0)), "a value in the status");
+        }
+    }
+
+    // The same process's cache, a restart on an empty one, two other replicas, another shard:
+    // not one write, not one value changed.
+    pass(&config, "cache-a", &[]).await;
+    pass(&config, "cache-b", &[]).await;
+    pass(&config, "cache-c", &[]).await;
+    for c in ["alpha", "beta"] {
+        t.clusters()
+            .patch(c, &PatchParams::apply("e2e"), &Patch::Merge(json!({"metadata": {"labels": {"stacksync.io/shard": "blue"}}})))
+            .await
+            .expect("label");
+    }
+    pass(&config, "cache-d", &["--shard", "blue"]).await;
+    assert_eq!(generated_of(&t, "alpha").await, alpha);
+    assert_eq!(generated_of(&t, "beta").await, beta);
+
+    // A values change elsewhere in the Cluster: its ConfigMap changes, nothing generated does.
+    t.clusters()
+        .patch("alpha", &PatchParams::default(), &Patch::Merge(json!({"spec": {"controlPlaneEndpoint": {"port": 6444}}})))
+        .await
+        .expect("port");
+    pass(&config, "cache-e", &["--shard", "blue"]).await;
+    let cms: Api<ConfigMap> = Api::namespaced(t.client(), &t.ns);
+    assert_eq!(cms.get("fixture-note-alpha").await.expect("note").data.unwrap_or_default()["note"], "6444");
+    assert_eq!(generated_of(&t, "alpha").await, alpha);
+
+    // A release that changes the Deployment's image: only the image changes.
+    publish_generating(&t, "v4", "registry.example/server:2.0");
+    pass(&config, "cache-f", &["--shard", "blue"]).await;
+    let moved = generated_of(&t, "alpha").await;
+    assert_eq!(t.cluster_sync("alpha").await.expect("cs")["status"]["appliedRelease"]["tag"], "docker-ferrol-1-27-v4");
+    assert_eq!((&moved.data, &moved.checksum, moved.image.as_str()), (&alpha.data, &alpha.checksum, "registry.example/server:2.0"));
+    assert_eq!(moved.versions[..3], alpha.versions[..3], "the Secrets were not written");
+    let alpha = moved;
+    let beta = generated_of(&t, "beta").await;
+
+    // alpha's CA is one made 300 days ago for a year: past two thirds of its life. The sync
+    // that sees it records when it is due; the next rotates every generated value of alpha once.
+    let dir = t.dir.path();
+    let openssl = std::process::Command::new("faketime")
+        .args(["-f", "-300d", "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"])
+        .args(["-days", "365", "-subj", "/CN=old-ca", "-keyout"])
+        .arg(dir.join("old.key"))
+        .arg("-out")
+        .arg(dir.join("old.crt"))
+        .output()
+        .expect("faketime openssl (scripts/ensure-programs.sh)");
+    assert!(openssl.status.success(), "{}", String::from_utf8_lossy(&openssl.stderr));
+    let old = std::fs::read(dir.join("old.crt")).expect("old CA");
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(t.client(), &t.ns);
+    // As `kubectl patch` would (a hand manager, whose fields stacksync takes back).
+    let old_ca = json!({"data": {"tls.crt": base64_of(&old)}});
+    let by_hand = PatchParams { field_manager: Some("kubectl-patch".into()), ..PatchParams::default() };
+    secrets.patch("fixture-ca-alpha", &by_hand, &Patch::Merge(old_ca)).await.expect("old CA");
+    pass(&config, "cache-f", &["--shard", "blue"]).await;
+    let due = t.cluster_sync("alpha").await.expect("cs")["status"]["generatedRotation"]["renewAt"].as_str().unwrap_or_default().to_owned();
+    assert!(due.as_str() < "2027", "the old CA's renewal is recorded: {due}");
+    assert!(generated_of(&t, "alpha").await.data[0].1["tls.crt"].0 == old, "kept until the rotation");
+    let o = pass(&config, "cache-f", &["--shard", "blue"]).await;
+    let rotated = generated_of(&t, "alpha").await;
+    for (i, name) in ["fixture-ca", "fixture-server", "fixture-password"].iter().enumerate() {
+        assert!(rotated.data[i].1 != alpha.data[i].1, "{name} rotated\n{}", common::stderr(&o));
+    }
+    assert_ne!(rotated.checksum, alpha.checksum, "the pods restart with the new CA");
+    let g = t.cluster_sync("alpha").await.expect("cs")["status"]["generatedRotation"].clone();
+    assert_eq!(g["lastReason"], "CertificateDue", "{g}");
+    assert!(g["renewAt"].as_str().is_some_and(|r| r > "2027"), "{g}");
+    assert_eq!(generated_of(&t, "beta").await, beta, "beta is not touched");
+    pass(&config, "cache-f", &["--shard", "blue"]).await;
+    assert_eq!(generated_of(&t, "alpha").await, rotated, "rotated once");
+    let events = t.kubectl(&["get", "events", "-n", &t.ns, "--field-selector", "reason=GeneratedRotated", "-o", "json"]);
+    let events: serde_json::Value = serde_json::from_slice(&events.stdout).expect("events");
+    let notes: Vec<&str> =
+        events["items"].as_array().expect("items").iter().filter_map(|e| e["message"].as_str().or(e["note"].as_str())).collect();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].contains("renewal time") && !notes[0].contains("BEGIN"), "{notes:?}");
+
+    // `stacksync rotate`: beta's values are rotated once, said as Requested.
+    let path = config.clone().set("cache", json!({"dir": dir.join("cache-f")})).write();
+    let o = common::stacksync(&["rotate", "--config", path.to_str().expect("utf-8"), &format!("{}/beta", t.ns)]).await;
+    common::assert_exit(&o, 0);
+    pass(&config, "cache-f", &["--shard", "blue"]).await;
+    let beta_rotated = generated_of(&t, "beta").await;
+    assert!(beta_rotated.data != beta.data, "beta rotated");
+    assert_eq!(t.cluster_sync("beta").await.expect("cs")["status"]["generatedRotation"]["lastReason"], "Requested");
+    pass(&config, "cache-f", &["--shard", "blue"]).await;
+    assert_eq!(generated_of(&t, "beta").await, beta_rotated, "rotated once");
+    t.delete().await;
+}

@@ -98,6 +98,8 @@ pub struct Layout {
     /// The on-disk memo's group of this release's renders (collected with the release):
     /// [`crate::render::helm::render_group`] of its tag and commit.
     pub render_group: String,
+    /// Whether each chart may generate values at render time ([`may_generate`]), found once.
+    pub may_generate: Arc<std::sync::Mutex<BTreeMap<PathBuf, bool>>>,
 }
 
 /// One rendered stage of a cluster's addons, in apply order. `name` is `None` for a
@@ -106,6 +108,10 @@ pub struct Layout {
 pub struct RenderedStage {
     pub name: Option<String>,
     pub objects: Vec<Object>,
+    /// The fields its chart generates at render time (`genCA`, `randAlphaNum`, a checksum of
+    /// either), one `group|kind|namespace|name|pointer` line each: found by rendering twice
+    /// ([`Layout::render_chart`]), kept as they are live by every sync.
+    pub generated: Vec<String>,
 }
 
 /// A cluster's rendered addons and what their values templates printed silently.
@@ -208,6 +214,7 @@ impl Layout {
             identity,
             roots: [root.display().to_string(), work.display().to_string()],
             render_group: crate::render::helm::render_group(&release.tag, &release.commit),
+            may_generate: Arc::default(),
         })
     }
 
@@ -289,8 +296,8 @@ impl Layout {
                 (Addon::Staged { .. }, None) => continue,
             };
             match self.render_chart(helm, cluster, &dir, chart, template, stage).await {
-                Ok((objects, warnings)) => {
-                    out.push(RenderedStage { name: stage.map(str::to_owned), objects });
+                Ok(ChartRender { objects, warnings, generated }) => {
+                    out.push(RenderedStage { name: stage.map(str::to_owned), objects, generated });
                     all_warnings.extend(warnings);
                 }
                 Err(e) => errors.extend(e),
@@ -322,10 +329,17 @@ impl Layout {
             return Err(Errors(vec![Error::UnknownStage { stage: name.to_owned() }]));
         };
         let dir = work.join("values").join(&cluster.namespace).join(&cluster.name);
-        self.render_chart(helm, cluster, &dir, &stage.chart, stage.overwrite.as_ref(), Some(name)).await.map(|(o, _)| o).map_err(Errors)
+        self.render_chart(helm, cluster, &dir, &stage.chart, stage.overwrite.as_ref(), Some(name)).await.map(|r| r.objects).map_err(Errors)
     }
 
     /// `helm template` of one addon chart with its values template rendered into `dir`.
+    ///
+    /// A chart is rendered twice the first time its inputs are seen: fields that differ between
+    /// the two renders are generated at render time (`generated.rs` of the applier keeps them
+    /// as they are live). A render that generates nothing is memoised for every Cluster with
+    /// the same inputs; one that does is memoised for this Cluster alone (its identity in the
+    /// key, the shared key holding only the generated fields' pointers), so no two Clusters
+    /// ever get the same certificate, key or password from the memo.
     async fn render_chart(
         &self,
         helm: &Helm,
@@ -334,7 +348,7 @@ impl Layout {
         chart: &Chart,
         template: Option<&ValuesTemplate>,
         stage: Option<&str>,
-    ) -> Result<(Vec<Object>, Vec<Warning>), Vec<Error>> {
+    ) -> Result<ChartRender, Vec<Error>> {
         let (values_file, warnings) = match template.map(|t| t.render(cluster, &self.template_options)).transpose() {
             Ok(Some(v)) => (Some(v.values), v.warnings),
             Ok(None) => (None, Vec::new()),
@@ -349,31 +363,185 @@ impl Layout {
             "--namespace".into(),
             ADDON_NAMESPACE.into(),
         ];
-        // The values file's path differs per cluster, its content decides the output.
-        let key = self.memo_key(&args, Some(values_file.as_deref().unwrap_or_default()));
-        let rendered = match helm.memoised(&key) {
-            Some(text) => text,
-            None => {
-                if let Some(values) = values_file {
-                    let path = dir.join(format!("{}.yaml", stage.unwrap_or(ADDON_RELEASE)));
-                    let written = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, values));
-                    if let Err(e) = written {
-                        return Err(vec![Error::WriteValues { path, source: Arc::new(e) }]);
-                    }
-                    args.push("-f".into());
-                    args.push(path.into());
-                }
-                helm.template_memoised(&self.render_group, key, &chart.name, &args)
-                    .await
-                    .map_err(|source| vec![Error::Helm { chart: chart.name.clone(), source }])?
+        let stage_name = stage.unwrap_or(ADDON_RELEASE);
+        let parse = |text: &str| {
+            let mut objects = objects_of(text, &chart.name, stage_name, ADDON_NAMESPACE).map_err(|e| e.0)?;
+            if stage.is_none() {
+                objects.iter_mut().for_each(|o| o.stage = None);
             }
+            Ok::<_, Vec<Error>>(objects)
         };
-        let mut objects = objects_of(&rendered, &chart.name, stage.unwrap_or(ADDON_RELEASE), ADDON_NAMESPACE).map_err(|e| e.0)?;
-        if stage.is_none() {
-            objects.iter_mut().for_each(|o| o.stage = None);
+        // The values file's path differs per cluster, its content decides the output.
+        let shared = self.memo_key(&args, Some(values_file.as_deref().unwrap_or_default()));
+        let own = shared.with(cluster_identity(cluster).as_bytes());
+        let recalled = match helm.recall(&self.render_group, &shared) {
+            Some(text) => match generated_of_marker(&text) {
+                None => Some((text, Vec::new())),
+                Some(generated) => helm.recall(&self.render_group, &own).map(|text| (text, generated)),
+            },
+            None => None,
+        };
+        if let Some((text, generated)) = recalled {
+            return Ok(ChartRender { objects: parse(&text)?, warnings, generated });
         }
-        Ok((objects, warnings))
+        if let Some(values) = &values_file {
+            let path = dir.join(format!("{stage_name}.yaml"));
+            let written = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, values));
+            if let Err(e) = written {
+                return Err(vec![Error::WriteValues { path, source: Arc::new(e) }]);
+            }
+            args.push("-f".into());
+            args.push(path.into());
+        }
+        let failed = |source| vec![Error::Helm { chart: chart.name.clone(), source }];
+        let twice = self.chart_may_generate(&chart.path) || values_file.as_deref().is_some_and(names_a_generator);
+        let (first, second) = if twice {
+            let (first, second) = tokio::join!(helm.template(&chart.name, &args), helm.template(&chart.name, &args));
+            (first.map_err(failed)?.into(), Some(second.map_err(failed)?))
+        } else {
+            (Arc::<str>::from(helm.template(&chart.name, &args).await.map_err(failed)?), None)
+        };
+        let objects = parse(&first)?;
+        let generated = match second {
+            Some(second) if *first != *second => generated_between(&objects, &parse(&second)?),
+            _ => Vec::new(),
+        };
+        if generated.is_empty() {
+            helm.remember(&self.render_group, &shared, &first);
+        } else {
+            helm.remember(&self.render_group, &shared, &marker_of(&generated));
+            helm.remember(&self.render_group, &own, &first);
+        }
+        Ok(ChartRender { objects, warnings, generated })
     }
+}
+
+impl Layout {
+    /// [`may_generate`] of the chart at `path`, looked at once per release.
+    fn chart_may_generate(&self, path: &Path) -> bool {
+        if let Some(known) = self.may_generate.lock().ok().and_then(|m| m.get(path).copied()) {
+            return known;
+        }
+        let found = may_generate(path);
+        if let Ok(mut m) = self.may_generate.lock() {
+            m.insert(path.to_owned(), found);
+        }
+        found
+    }
+}
+
+/// The template functions whose output differs from one render to the next (Masterminds sprig
+/// as helm has it: key and certificate generation, random strings and numbers, UUIDs, the
+/// time, salted hashes, random IVs). A chart that names none of them (in any file: `tpl` renders
+/// values too) renders the same twice, so it is rendered once. Matched as substrings: a
+/// word that merely contains one (`brand`) costs a second render, never a missed value.
+const GENERATORS: [&str; 11] = [
+    "genCA",
+    "genPrivateKey",
+    "genSelfSignedCert",
+    "genSignedCert",
+    "rand",
+    "uuidv4",
+    "shuffle",
+    "now",
+    "htpasswd",
+    "bcrypt",
+    "encryptAES",
+];
+
+/// Bytes of a chart's files read to tell whether it may generate; past it, it is assumed to.
+const GENERATOR_SCAN_BYTES: u64 = 64 * 1024 * 1024;
+
+fn names_a_generator(text: &str) -> bool {
+    GENERATORS.iter().any(|g| text.contains(g))
+}
+
+/// Whether the chart at `path` may generate values at render time: any of its files (its
+/// subcharts' too) names one of [`GENERATORS`], or it cannot be told (a packed chart or
+/// subchart, an unreadable file, more than [`GENERATOR_SCAN_BYTES`]).
+fn may_generate(path: &Path) -> bool {
+    if !path.is_dir() {
+        return true;
+    }
+    let mut budget = GENERATOR_SCAN_BYTES;
+    let mut dirs = vec![path.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { return true };
+        for e in entries {
+            let Ok(e) = e else { return true };
+            let Ok(kind) = e.file_type() else { return true };
+            let p = e.path();
+            if kind.is_dir() {
+                dirs.push(p);
+                continue;
+            }
+            if p.extension().is_some_and(|x| x == "tgz" || x == "gz" || x == "tar") {
+                return true;
+            }
+            let Ok(meta) = e.metadata() else { return true };
+            if meta.len() > budget {
+                return true;
+            }
+            budget -= meta.len();
+            match std::fs::read(&p) {
+                Ok(bytes) if names_a_generator(&String::from_utf8_lossy(&bytes)) => return true,
+                Ok(_) => {}
+                Err(_) => return true,
+            }
+        }
+    }
+    false
+}
+
+/// One addon chart rendered for one Cluster.
+struct ChartRender {
+    objects: Vec<Object>,
+    warnings: Vec<Warning>,
+    generated: Vec<String>,
+}
+
+/// What tells one Cluster's render from another's in the memo: namespace, name and (when the
+/// Cluster object is known) its uid, so a Cluster deleted and made again gets values of its own.
+fn cluster_identity(cluster: &ClusterConfig) -> String {
+    let uid = cluster.objects.cluster.as_ref().and_then(|c| c.pointer("/metadata/uid")).and_then(serde_json::Value::as_str);
+    format!("{}/{}/{}", cluster.namespace, cluster.name, uid.unwrap_or_default())
+}
+
+/// The first line of a memo entry that holds a generating chart's pointers instead of a render.
+const GENERATING: &str = "# stacksync: this chart generates values; renders are per Cluster\n";
+
+/// The memo entry recording that a render generates `generated` (one line each after the mark).
+fn marker_of(generated: &[String]) -> Arc<str> {
+    let mut text = GENERATING.to_owned();
+    for line in generated {
+        text.push_str("# ");
+        text.push_str(line);
+        text.push('\n');
+    }
+    text.into()
+}
+
+/// The generated fields a memo entry records, when it is such a mark (helm's output never
+/// starts with it: helm starts every document with `---`).
+fn generated_of_marker(text: &str) -> Option<Vec<String>> {
+    let rest = text.strip_prefix(GENERATING)?;
+    Some(rest.lines().filter_map(|l| l.strip_prefix("# ")).map(str::to_owned).collect())
+}
+
+/// The `group|kind|namespace|name|pointer` lines of the fields that differ between two renders
+/// of the same chart and inputs (objects matched by identity; one only in either is not a
+/// field, and is left alone).
+fn generated_between(first: &[Object], second: &[Object]) -> Vec<String> {
+    let key = |o: &Object| format!("{}|{}|{}|{}", o.group(), o.kind, o.namespace.as_deref().unwrap_or(ADDON_NAMESPACE), o.name);
+    let again: BTreeMap<String, &Object> = second.iter().map(|o| (key(o), o)).collect();
+    let mut out = Vec::new();
+    for o in first {
+        let k = key(o);
+        if let Some(other) = again.get(&k) {
+            out.extend(applier::ssa::generated_fields(&o.body, &other.body).into_iter().map(|p| format!("{k}|{p}")));
+        }
+    }
+    out
 }
 
 /// Splits helm's output into objects, each remembering its chart, stage and template file.

@@ -248,6 +248,11 @@ impl MemoKey {
         }
         MemoKey(h.finalize().into())
     }
+
+    /// This key narrowed by `part` (e.g. one Cluster's identity).
+    pub fn with(&self, part: &[u8]) -> MemoKey {
+        MemoKey::of([self.0.as_slice(), part])
+    }
 }
 
 /// Rendered outputs by key, at most `limit` bytes of them, the oldest evicted first.
@@ -388,9 +393,35 @@ impl Helm {
         self.runs.load(Ordering::Relaxed)
     }
 
-    /// The memo's answer for `key`, if it has one.
+    /// The memo's answer for `key` (helm's version added, as [`Helm::recall`] does), if memory has one.
     pub fn memoised(&self, key: &MemoKey) -> Option<Arc<str>> {
-        self.memo.locked().get(key)
+        self.memo.locked().get(&self.versioned(key))
+    }
+
+    /// `key` with helm's version: a render is only ever answered for the helm that made it.
+    fn versioned(&self, key: &MemoKey) -> MemoKey {
+        MemoKey::of([key.0.as_slice(), self.version.as_bytes()])
+    }
+
+    /// The memo's answer for `key`: from memory, else from the disk tier (`group` is the
+    /// release's, [`render_group`]), which memory then keeps.
+    pub fn recall(&self, group: &str, key: &MemoKey) -> Option<Arc<str>> {
+        let key = self.versioned(key);
+        if let Some(out) = self.memo.locked().get(&key) {
+            return Some(out);
+        }
+        let out = self.disk.as_ref().and_then(|d| d.get(group, &key))?;
+        self.memo.locked().insert(key, out.clone());
+        Some(out)
+    }
+
+    /// Keeps `out` as the answer for `key`, in memory and on disk.
+    pub fn remember(&self, group: &str, key: &MemoKey, out: &Arc<str>) {
+        let key = self.versioned(key);
+        if let Some(disk) = &self.disk {
+            disk.put(group, &key, out);
+        }
+        self.memo.locked().insert(key, out.clone());
     }
 
     /// As [`Helm::template`], answered from the memo when `key` was rendered before. The caller
@@ -401,19 +432,11 @@ impl Helm {
     /// # Errors
     /// As [`Helm::template`].
     pub async fn template_memoised(&self, group: &str, key: MemoKey, chart: &str, args: &[OsString]) -> Result<Arc<str>, Error> {
-        let key = MemoKey::of([key.0.as_slice(), self.version.as_bytes()]);
-        if let Some(out) = self.memoised(&key) {
-            return Ok(out);
-        }
-        if let Some(out) = self.disk.as_ref().and_then(|d| d.get(group, &key)) {
-            self.memo.locked().insert(key, out.clone());
+        if let Some(out) = self.recall(group, &key) {
             return Ok(out);
         }
         let out: Arc<str> = self.template(chart, args).await?.into();
-        if let Some(disk) = &self.disk {
-            disk.put(group, &key, &out);
-        }
-        self.memo.locked().insert(key, out.clone());
+        self.remember(group, &key, &out);
         Ok(out)
     }
 

@@ -91,11 +91,16 @@ pub struct ClusterSyncStatus {
     /// release prunes against, the manifest digest applied and a hash of the fields stacksync owns.
     #[serde(default)]
     pub inventory: Vec<String>,
-    /// Fields the charts generate at render time (certificates, passwords, checksums of them),
-    /// `group|kind|namespace|name|pointer`: every sync keeps their live values. Recorded by
-    /// `stacksync adopt` (docs/migration.md); remove a line to have the field rendered anew.
+    /// Fields the charts generate at render time (certificates, keys, passwords, checksums of
+    /// them), `group|kind|namespace|name|pointer` (pointers only, never a value): every sync
+    /// keeps their live values. Found by rendering each chart twice (or recorded by
+    /// `stacksync adopt`); remove a line to have the field rendered anew (docs/clusterstacks.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub generated: Vec<String>,
+    /// The certificates among the generated fields: when the soonest is renewed, and the last
+    /// rotation of the generated values (`stacksync rotate`, or a certificate due).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generated_rotation: Option<GeneratedRotation>,
     /// Set by `stacksync adopt` (what the Cluster was adopted from, and when) until the first
     /// sync applies its release: meanwhile its upgrades are held, even while its subscription
     /// is suspended.
@@ -114,6 +119,28 @@ pub struct ClusterSyncStatus {
     /// where they are (a restart resumes here) or that they are done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<UpgradeStatus>,
+}
+
+/// When a Cluster's generated values are rotated, and when they last were.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GeneratedRotation {
+    /// When the generated certificate soonest due is renewed (RFC 3339): two thirds into its
+    /// lifetime. The sync after that moment renders and applies every generated value anew.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renew_at: Option<String>,
+    /// When that certificate expires (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// When the generated values were last rotated (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_rotated: Option<String>,
+    /// Why: `Requested` (`stacksync rotate`) or `CertificateDue`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reason: Option<String>,
+    /// The last `stacksync.io/rotate-generated-at` annotation value handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_request: Option<String>,
 }
 
 /// Progress of one release change's upgrade stages.

@@ -141,6 +141,11 @@ impl Config {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// The directory the config was made for.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
 }
 
 /// One subscription: interval `1h` unless set (tests trigger what they wait for).

@@ -475,7 +475,7 @@ async fn judge_cluster(kube: &Kube, addon: &DynamicObject, key: ClusterKey) -> (
     };
     let result = async {
         let prepared = kube.ctx.prepare(&release).await.map_err(|e| e.to_string())?;
-        let rendered = render(kube, &sub, &prepared, &c).await.map_err(|e| e.to_string())?;
+        let rendered = render(kube, &sub, &prepared, &c, false).await.map_err(|e| e.to_string())?;
         let super::Workload { client, discovery, .. } =
             kube.workloads.get(&kube.mgmt, &key, &c, kube.target().request_timeout).await.map_err(|e| e.to_string())?;
         reachable(&client).await.map_err(|e| e.to_string())?;
@@ -739,7 +739,8 @@ async fn take_cluster(kube: &Kube, options: &Options, out: &mut ClusterAdoption,
         ..ClusterSyncStatus::default()
     };
     let api_version = format!("{}/{}", kube.clusters.group, kube.clusters.version);
-    let owner = Owner { api_version: &api_version, uid: uid.as_deref(), exists: false, written: Default::default() };
+    let owner =
+        Owner { api_version: &api_version, uid: uid.as_deref(), exists: false, written: Default::default(), rotate_requested: None };
     let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &out.cluster.namespace);
     let previous = syncs.get_opt(&out.cluster.name).await.ok().flatten();
     if previous.as_ref().and_then(|p| p.status.as_ref()).is_some_and(|s| s.applied_release.is_some()) {

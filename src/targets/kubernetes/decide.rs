@@ -236,8 +236,15 @@ pub(super) enum Upgrade {
 }
 
 /// What to do before applying `stages` of `rel`.
-pub(super) fn before(sub: &Subscription, prev: &ClusterSyncStatus, rel: &Release, stages: &[Stage], now: Now) -> Before {
-    let digest = rendered_digest(stages.iter().flat_map(|s| &s.objects));
+pub(super) fn before(
+    sub: &Subscription,
+    prev: &ClusterSyncStatus,
+    rel: &Release,
+    stages: &[Stage],
+    generated: &applier::ssa::GeneratedFields,
+    now: Now,
+) -> Before {
+    let digest = rendered_digest(stages.iter().flat_map(|s| &s.objects), generated);
     let progress = (prev.rendered_digest != digest).then(|| {
         let objects: usize = stages.iter().map(|s| s.objects.len()).sum();
         desired(prev, &Outcome::Started { release: rel, objects }, now)

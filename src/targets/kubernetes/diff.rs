@@ -94,12 +94,12 @@ async fn one(
         let rel = choose(kube, sub, class.as_deref()).await.map_err(|f| f.to_string())?;
         d.release = Some(rel.tag.clone());
         let prepared = kube.ctx.prepare(&rel).await.map_err(|e| e.to_string())?;
-        let rendered = render(kube, sub, &prepared, &c).await.map_err(|e| e.to_string())?;
+        let rendered = render(kube, sub, &prepared, &c, false).await.map_err(|e| e.to_string())?;
         let super::Workload { client, discovery, .. } =
             kube.workloads.get(&kube.mgmt, &d.cluster, &c, kube.target().request_timeout).await.map_err(|e| e.to_string())?;
         reachable(&client).await.map_err(|e| e.to_string())?;
         let mut options = apply_options(&kube.target(), sub, &c);
-        options.generated = applier::ssa::parse_generated(&previous.generated);
+        options.generated = super::generated::recorded(&previous.generated, &rendered.generated);
         let applier = Applier::new(client, options).with_discovery(discovery);
         let mut preview = applier.preview(&rendered.stages, &Inventory::from_lines(&previous.inventory)).await;
         if sub.format == crate::config::Format::ClusterStack && classes.insert((c.namespace.clone(), rel.tag.clone())) {

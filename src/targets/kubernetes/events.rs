@@ -146,6 +146,21 @@ pub(super) fn for_cluster_sync(
         let now = applied.unwrap_or("nothing");
         out.push(event(EventType::Normal, "ReleaseAvailable", "Poll", format!("{newest} is available (applied: {now})")));
     }
+    let rotated = |s: &ClusterSyncStatus| s.generated_rotation.as_ref().and_then(|g| g.last_rotated.clone());
+    if let Some(g) = next.generated_rotation.as_ref().filter(|_| rotated(next).is_some() && rotated(next) != rotated(prev)) {
+        // Pointers and times only: never a value.
+        let why = match g.last_reason.as_deref() {
+            Some("CertificateDue") => "a generated certificate reached its renewal time",
+            _ => "requested (stacksync rotate)",
+        };
+        let next_due = g.renew_at.as_deref().map(|r| format!("; the next renewal is due at {r}")).unwrap_or_default();
+        out.push(event(
+            EventType::Normal,
+            "GeneratedRotated",
+            "Rotate",
+            format!("rotated the {} values its charts generate: {why}{next_due}", next.generated.len()),
+        ));
+    }
     for (type_, reason) in [("Paused", "Paused"), ("Suspended", "Suspended")] {
         if has(next, type_) && !has(prev, type_) {
             let note = next.conditions.iter().find(|c| c.type_ == type_).map(|c| c.message.clone()).unwrap_or_default();

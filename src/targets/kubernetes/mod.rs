@@ -31,6 +31,7 @@ mod diff;
 mod error;
 mod events;
 mod fail;
+pub mod generated;
 pub mod hook;
 mod manifests;
 mod parts;
@@ -54,7 +55,7 @@ pub(crate) use error::kube_error;
 pub use error::{ClientError, Error};
 pub use render::render;
 pub use rollout::{Health, PlanReport, judge, plan, plan_report as rollout_plan, request as request_rollout};
-pub use run::{SHARD_LABEL, coordinate, pass, request_reconcile, run};
+pub use run::{SHARD_LABEL, coordinate, pass, request_reconcile, request_rotation, run};
 pub use workload::{REACHABLE_TIMEOUT, Workload};
 
 use crate::config::{Config, KubernetesTarget, Target};

@@ -104,8 +104,15 @@ async fn reconcile_in(
         .cloned()
         .or_else(|| prev_status.last_handled_reconcile_at.clone());
     let api_version = format!("{}/{}", kube.clusters.group, kube.clusters.version);
-    let owner =
-        Owner { api_version: &api_version, uid: obj.metadata.uid.as_deref(), exists: previous.is_some(), written: Default::default() };
+    let rotate_requested =
+        previous.as_ref().and_then(|p| p.metadata.annotations.as_ref()).and_then(|a| a.get(super::generated::ROTATE_REQUESTED_AT)).cloned();
+    let owner = Owner {
+        api_version: &api_version,
+        uid: obj.metadata.uid.as_deref(),
+        exists: previous.is_some(),
+        written: Default::default(),
+        rotate_requested,
+    };
 
     // Only a cluster stack's values templates read the Cluster's live objects (`.Cluster`,
     // `.ControlPlane`, `.InfraCluster`): a manifests release is rendered from its variables, so
@@ -309,8 +316,11 @@ async fn apply_release(
         warn!(cluster = %label, reason = m.reason.as_str(), "{}", m.message);
         return Ok(decide::unverified_held(&rel, prev, m, chrono::Utc::now()));
     }
-    let Rendered { stages, warnings } =
-        stages::render(kube, sub, &prepared, c).await.map_err(|source| Fail::Stages { release: Box::new(rel.clone()), source })?;
+    // A rotation of what the charts generate renders anew and keeps nothing (`generated.rs`).
+    let rotation = super::generated::rotation(prev, owner.rotate_requested.as_deref(), chrono::Utc::now());
+    let Rendered { stages, warnings, generated } = stages::render(kube, sub, &prepared, c, rotation.is_some())
+        .await
+        .map_err(|source| Fail::Stages { release: Box::new(rel.clone()), source })?;
     for w in &warnings {
         warn!(cluster = %label, "values template: {w}");
     }
@@ -333,7 +343,8 @@ async fn apply_release(
             return Err(Fail::Workload(e));
         }
     };
-    let before = decide::before(sub, prev, &rel, &stages, chrono::Utc::now());
+    let recorded = super::generated::recorded(&prev.generated, &generated);
+    let before = decide::before(sub, prev, &rel, &stages, &recorded, chrono::Utc::now());
     if let Some(st) = before.progress.clone() {
         let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &c.namespace);
         // Retried a few times; when it cannot be written, nothing is applied this round: the
@@ -349,7 +360,8 @@ async fn apply_release(
         }
     }
     let mut options = apply_options(k, sub, c);
-    options.generated = applier::ssa::parse_generated(&prev.generated);
+    options.generated = recorded;
+    options.rotate_generated = rotation.is_some();
     let upgraded = match &before.upgrade {
         // A release change runs the new release's upgrade stages first, a first install its
         // stages with waits one by one (`upgrade.rs`).
@@ -365,8 +377,16 @@ async fn apply_release(
         decide::Upgrade::Keep(u) => u.clone(),
     };
     let applier = Applier::new(client, options).with_discovery(discovery);
-    let result = applier.sync(&stages, &Inventory::from_lines(&prev.inventory)).await;
-    let after = decide::after(sub, &prepared, prev, result, &warnings, before, upgraded, chrono::Utc::now())?;
+    let mut result = applier.sync(&stages, &Inventory::from_lines(&prev.inventory)).await;
+    let (generated, renewal) = (std::mem::take(&mut result.generated), result.renewal);
+    let mut after = decide::after(sub, &prepared, prev, result, &warnings, before, upgraded, chrono::Utc::now())?;
+    let done = &mut after.done;
+    let complete = done.crd.total > 0 && done.crd.synced == done.crd.total;
+    super::generated::record(&mut done.crd, prev, generated, renewal, rotation.as_ref(), complete, chrono::Utc::now());
+    if let Some(r) = rotation.as_ref().filter(|_| complete) {
+        info!(cluster = %label, reason = r.reason(), "rotated the values the charts generate");
+        crate::telemetry::metrics().generated_rotated(r.reason());
+    }
     if after.inventory_lost {
         warn!(
             cluster = %label,

@@ -71,7 +71,7 @@ pub async fn render(ctx: Arc<Context>, out: &Path) -> Result<PassReport, Error> 
                 continue;
             }
         };
-        let stages = match render_stages(&kube, sub, &prepared, &c).await {
+        let stages = match render_stages(&kube, sub, &prepared, &c, false).await {
             Ok(s) => s,
             Err(f) => {
                 report.clusters.push(failed(f.reason(), f.to_string(), Some(&rel)));
@@ -93,6 +93,7 @@ pub async fn render(ctx: Arc<Context>, out: &Path) -> Result<PassReport, Error> 
             .map(|s| RenderedStage {
                 name: (sub.format == Format::ClusterStack && s.name != "addons").then_some(s.name),
                 objects: s.objects,
+                generated: Vec::new(),
             })
             .collect();
         let changes = crate::targets::directory::clusterstack::write_addons(&target, &c, &staged);

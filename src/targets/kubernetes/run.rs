@@ -591,11 +591,27 @@ fn trimmed(mut r: ClusterReport, writes: &mut [usize; 3]) -> ClusterReport {
 /// # Errors
 /// The management cluster cannot be reached or the ClusterSync does not exist.
 pub async fn request_reconcile(ctx: Arc<Context>, key: &ClusterKey) -> Result<String, Error> {
+    request(ctx, key, &[RECONCILE_REQUESTED_AT]).await
+}
+
+/// `stacksync rotate <namespace>/<cluster>`: asks the running controller to rotate the values
+/// the Cluster's charts generate (certificates, keys, passwords) once, now: sets
+/// `stacksync.io/rotate-generated-at` and `stacksync.io/reconcile-requested-at` on its ClusterSync.
+///
+/// # Errors
+/// As [`request_reconcile`].
+pub async fn request_rotation(ctx: Arc<Context>, key: &ClusterKey) -> Result<String, Error> {
+    request(ctx, key, &[super::generated::ROTATE_REQUESTED_AT, RECONCILE_REQUESTED_AT]).await
+}
+
+/// Sets each of `annotations` on the Cluster's ClusterSync to now (RFC 3339), which it returns.
+async fn request(ctx: Arc<Context>, key: &ClusterKey, annotations: &[&str]) -> Result<String, Error> {
     let k = super::target(&ctx.config());
     let mgmt = super::client::management_client(&k).await.map_err(Error::ManagementClient)?;
     let syncs: Api<ClusterSync> = Api::namespaced(mgmt, &key.namespace);
     let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
-    let body = json!({"metadata": {"annotations": {RECONCILE_REQUESTED_AT: at}}});
+    let values: serde_json::Map<String, serde_json::Value> = annotations.iter().map(|a| ((*a).to_owned(), json!(at))).collect();
+    let body = json!({"metadata": {"annotations": values}});
     syncs
         .patch(&key.name, &PatchParams::default(), &Patch::Merge(body))
         .await

@@ -20,6 +20,9 @@ use applier::ssa::Stage;
 pub(super) struct Rendered {
     pub stages: Vec<Stage>,
     pub warnings: Vec<String>,
+    /// The fields the charts generate at render time, `group|kind|namespace|name|pointer`
+    /// (`crate::render::clusterstack::RenderedStage::generated`).
+    pub generated: Vec<String>,
 }
 
 /// Why a Cluster's stages could not be rendered.
@@ -60,7 +63,8 @@ impl StagesError {
     }
 }
 
-/// The stages a Cluster gets from a prepared release.
+/// The stages a Cluster gets from a prepared release; `fresh`: rendered anew, not answered
+/// by the render memo (a rotation of generated values).
 ///
 /// # Errors
 /// See [`StagesError`]; a render failure is logged here (the applied release stays).
@@ -69,6 +73,7 @@ pub(super) async fn render(
     sub: &Subscription,
     prepared: &PreparedRelease,
     c: &ClusterConfig,
+    fresh: bool,
 ) -> Result<Rendered, StagesError> {
     let rel = &prepared.release;
     let failed = |e: StagesError| {
@@ -82,17 +87,32 @@ pub(super) async fn render(
             let manifests = kube.manifests.get(prepared, &sub.path).await.map_err(|e| failed(StagesError::Manifests(e)))?;
             let mut objects = manifests.render(rel, c).map_err(|e| failed(StagesError::Manifests(e)))?;
             crate::render::labels::add(&mut objects, &sub.adopted_labels);
-            Ok(Rendered { stages: vec![Stage { name: "manifests".into(), action: StageAction::Apply, objects }], warnings: Vec::new() })
+            Ok(Rendered {
+                stages: vec![Stage { name: "manifests".into(), action: StageAction::Apply, objects }],
+                warnings: Vec::new(),
+                generated: Vec::new(),
+            })
         }
         Format::ClusterStack => {
-            let rendered = pipeline::addons(&kube.ctx, sub, prepared, c).await.map_err(|e| failed(StagesError::Addons(e)))?;
+            let rendered = if fresh {
+                // Rotation: a render the memo did not make, so its generated values are new.
+                let helm = kube.ctx.helm().await.map_err(|e| failed(StagesError::Addons(e)))?.without_memo();
+                pipeline::addons_with(&kube.ctx, &helm, sub, prepared, c).await
+            } else {
+                pipeline::addons(&kube.ctx, sub, prepared, c).await
+            };
+            let rendered = rendered.map_err(|e| failed(StagesError::Addons(e)))?;
+            let mut generated = Vec::new();
             let stages: Vec<Stage> = rendered
                 .stages
                 .into_iter()
-                .map(|s| Stage { name: s.name.unwrap_or_else(|| "addons".into()), action: StageAction::Apply, objects: s.objects })
+                .map(|s| {
+                    generated.extend(s.generated);
+                    Stage { name: s.name.unwrap_or_else(|| "addons".into()), action: StageAction::Apply, objects: s.objects }
+                })
                 .collect();
             unique_across_stages(&stages).map_err(|e| failed(StagesError::TwoStages(e)))?;
-            Ok(Rendered { stages, warnings: rendered.warnings.iter().map(ToString::to_string).collect() })
+            Ok(Rendered { stages, warnings: rendered.warnings.iter().map(ToString::to_string).collect(), generated })
         }
     }
 }
@@ -115,11 +135,18 @@ fn unique_across_stages(stages: &[Stage]) -> Result<(), RenderError> {
 }
 
 /// What the status records of the rendered objects: a change means the apply-started status is
-/// written before the first object is.
-pub(super) fn rendered_digest<'a>(objects: impl Iterator<Item = &'a crate::model::Object>) -> String {
+/// written before the first object is. The fields the charts generate are left out (`generated`,
+/// `generated.rs`): a render with new random values is the same render.
+pub(super) fn rendered_digest<'a>(
+    objects: impl Iterator<Item = &'a crate::model::Object>,
+    generated: &applier::ssa::GeneratedFields,
+) -> String {
     let mut h = Sha256::new();
     for o in objects {
-        h.update(serde_json::to_vec(&o.body).unwrap_or_default());
+        match super::generated::of_object(generated, o) {
+            [] => h.update(serde_json::to_vec(&o.body).unwrap_or_default()),
+            pointers => h.update(serde_json::to_vec(&applier::ssa::without_generated(&o.body, pointers)).unwrap_or_default()),
+        }
     }
     format!("sha256:{}", hex::encode(h.finalize()))
 }

@@ -101,6 +101,8 @@ pub(super) struct Owner<'a> {
     pub exists: bool,
     /// As the apply-started write left it, when that was written.
     pub written: std::sync::Mutex<Option<ClusterSync>>,
+    /// Its `stacksync.io/rotate-generated-at` annotation (`generated.rs`), if set.
+    pub rotate_requested: Option<String>,
 }
 
 /// Creates the ClusterSync if needed (owned by its Cluster) and writes its status with

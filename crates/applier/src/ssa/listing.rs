@@ -151,7 +151,8 @@ impl Applier {
 
     /// The outcome the listing proves, if it proves one; `None`: take the full path.
     pub(super) fn decided_by_listing(&self, t: &Target<'_>, listings: &Listings) -> Option<Outcome> {
-        if !t.may_skip() {
+        // A rotation writes the generated values the digest leaves out.
+        if !t.may_skip() || (self.options.rotate_generated && !t.generated.is_empty()) {
             return None;
         }
         let listed = find(listings.get(&t.resource)?.as_ref()?, t.inventory.namespace.as_deref(), &t.object.name)?;

@@ -32,7 +32,9 @@ pub use adopt::{Adopted, Adoption, Generated, Verdict, leaves};
 pub use diff::describe as describe_paths;
 pub use discovery::Discovery;
 pub use error::Error;
-pub use generated::{Recorded as GeneratedFields, differing as generated_fields, parse as parse_generated};
+pub use generated::{
+    Recorded as GeneratedFields, Validity, differing as generated_fields, parse as parse_generated, without as without_generated,
+};
 pub use inventory::{Inventory, InventoryEntry, ParseEntryError};
 pub use preview::{Planned, PlannedChange, Preview};
 
@@ -107,8 +109,12 @@ pub struct ApplyOptions {
     /// [`SyncResult::unreachable`] says why. `None`: no such check.
     pub reach_within: Option<Duration>,
     /// Fields the charts generate at render time, whose live values every apply keeps
-    /// (`ClusterSync.status.generated`, recorded by `stacksync adopt`; `generated.rs`).
+    /// (`ClusterSync.status.generated`: found by rendering twice, or recorded by
+    /// `stacksync adopt`; `generated.rs`).
     pub generated: generated::Recorded,
+    /// Rotate them: this sync applies the rendered values where it would keep the live ones
+    /// (the fields stay recorded, left out of the digest, their certificates' renewal reported).
+    pub rotate_generated: bool,
 }
 
 pub use crate::HAND_MANAGERS;
@@ -130,6 +136,7 @@ impl Default for ApplyOptions {
             take_back_from: HAND_MANAGERS.iter().map(|m| (*m).to_owned()).collect(),
             reach_within: None,
             generated: generated::Recorded::new(),
+            rotate_generated: false,
         }
     }
 }
@@ -158,6 +165,12 @@ pub struct SyncResult {
     /// With [`ApplyOptions::reach_within`]: the cluster did not answer the first request, and
     /// why. Nothing else was sent.
     pub unreachable: Option<String>,
+    /// The generated fields of the objects of the Apply stages (their live values kept), one
+    /// `group|kind|namespace|name|pointer` line each, the namespace as the object lives: what
+    /// `ClusterSync.status.generated` records.
+    pub generated: Vec<String>,
+    /// The soonest renewal among the generated certificates this sync saw live or sent.
+    pub renewal: Option<generated::Validity>,
 }
 
 /// Applies stages of objects to one cluster. Cheap to clone the client into; one per
@@ -323,6 +336,11 @@ impl Run {
     }
 
     fn push(&mut self, outcome: Outcome) {
+        if let Some(r) = outcome.renewal
+            && self.result.renewal.is_none_or(|s| r.renew_at() < s.renew_at())
+        {
+            self.result.renewal = Some(r);
+        }
         if let Some(h) = outcome.health.filter(|h| !h.is_healthy()) {
             self.result.unhealthy.push((outcome.entry.object.clone(), h));
         }
@@ -462,6 +480,9 @@ impl Applier {
             .buffered(self.options.concurrency.max(1))
             .collect()
             .await;
+            for t in slots.iter().filter_map(|s| s.as_ref().ok()) {
+                run.result.generated.extend(t.generated.iter().map(|p| generated::line(&t.inventory, p)));
+            }
             for (o, outcome) in rank.iter().zip(&outcomes) {
                 if is_crd(o.group(), &o.kind) && outcome.entry.action.is_synced() {
                     let kind = crate::health::at(&o.body, "/spec/names/kind").and_then(Value::as_str).unwrap_or_default();
@@ -619,7 +640,15 @@ impl Applier {
         };
         let desired = desired::Desired { body: &o.body, namespace: namespace.as_deref(), owner: &self.owner_value };
         let body = serde_json::to_vec(&desired).unwrap_or_default();
-        inventory.digest = digest(&body);
+        let generated = generated::of(&self.options.generated, &inventory, &self.options.default_namespace).to_vec();
+        // A generated value is not part of what the manifest asks for: a render with new random
+        // values (a restart, another replica) is the same manifest.
+        inventory.digest = if generated.is_empty() {
+            digest(&body)
+        } else {
+            let without = desired::Desired { body: &generated::without(&o.body, &generated), ..desired };
+            digest(&serde_json::to_vec(&without).unwrap_or_default())
+        };
         let previous_digest = previous.get(&inventory.key()).map(|(d, _)| (*d).to_string());
         let previous_fields = previous.get(&inventory.key()).map(|(_, f)| (*f).to_string());
         let target = Target {
@@ -633,6 +662,7 @@ impl Applier {
             policy,
             previous_digest,
             previous_fields,
+            generated,
         };
         (inventory, Ok(target))
     }

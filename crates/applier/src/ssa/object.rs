@@ -43,6 +43,9 @@ pub struct Target<'a> {
     pub previous_digest: Option<String>,
     /// The hash of our fields the previous sync recorded for it, if it did.
     pub previous_fields: Option<String>,
+    /// The fields its chart generates at render time (JSON pointers, [`super::generated`]):
+    /// their live values are kept.
+    pub generated: Vec<String>,
 }
 
 impl Target<'_> {
@@ -69,6 +72,15 @@ impl Target<'_> {
         Some(t)
     }
 
+    /// The soonest renewal among the certificates it generates, as it sends them.
+    pub(super) fn renewal(&self) -> Option<super::generated::Validity> {
+        if self.generated.is_empty() {
+            return None;
+        }
+        let body: Value = serde_json::from_slice(&self.body).ok()?;
+        super::generated::soonest_renewal(&body, &self.generated)
+    }
+
     /// The same target, for a second request (the API handle and body are cheap to clone).
     fn clone_for_retry(&self) -> Target<'_> {
         Target {
@@ -82,6 +94,7 @@ impl Target<'_> {
             recreate: self.recreate,
             previous_digest: self.previous_digest.clone(),
             previous_fields: self.previous_fields.clone(),
+            generated: self.generated.clone(),
         }
     }
 }
@@ -102,6 +115,9 @@ pub struct Outcome {
     /// object is now what our apply makes it (created, configured, unchanged): the inventory
     /// records it and the next sync's listing compares with it.
     pub fields: Option<String>,
+    /// The soonest renewal among the certificates it generates that this sync saw live or sent
+    /// (`None`: none, or not looked at).
+    pub renewal: Option<super::generated::Validity>,
 }
 
 impl Outcome {
@@ -112,6 +128,7 @@ impl Outcome {
             health: None,
             transient: false,
             fields: None,
+            renewal: None,
         }
     }
 
@@ -205,13 +222,22 @@ impl Applier {
         }
         // Values the chart generates at render time stay as they are live.
         let kept;
-        let t = match t.with_generated_kept(&live, super::generated::of(&self.options.generated, &t.inventory)) {
+        let keep: &[String] = if self.options.rotate_generated { &[] } else { &t.generated };
+        let t = match t.with_generated_kept(&live, keep) {
             Some(k) => {
                 kept = k;
                 &kept
             }
             None => t,
         };
+        let renewal = t.renewal();
+        self.apply_over(t, &live).await.map(|o| Outcome { renewal, ..o })
+    }
+
+    /// The full path's apply over the `live` object: a dry-run first, then a write only where
+    /// something changes (drift is corrected or only reported by the drift mode).
+    async fn apply_over(&self, t: &Target<'_>, live: &Value) -> Result<Outcome> {
+        let live = live.clone();
         let health = health::assess(&live);
         // Forced, so the dry-run shows the object as the manifest wants it even where another
         // manager holds a field; whether we may take it is decided by the real write.
@@ -261,7 +287,7 @@ impl Applier {
             (false, None) => Outcome::new(&t.entry, Action::Configured, ""),
             (false, Some(managers)) => Outcome::new(&t.entry, Action::Configured, format!("taken back from {managers}")),
         };
-        Ok(outcome.with_seen(&applied))
+        Ok(Outcome { renewal: t.renewal(), ..outcome.with_seen(&applied) })
     }
 
     /// Applies; when that conflicts only with managers a human uses (`kubectl edit`, `kubectl

@@ -156,6 +156,11 @@ impl Applier {
                 if t.policy == Policy::ApplyOnce && live.is_some() {
                     continue;
                 }
+                // What the chart generates keeps its live value: not a change.
+                let t = match live.as_ref().and_then(|l| t.with_generated_kept(l, &t.generated)) {
+                    Some(kept) => kept,
+                    None => t,
+                };
                 let params = PatchParams { dry_run: true, ..PatchParams::apply(FIELD_MANAGER).force() };
                 let dry = match self.within("dry-run apply", &object, self.apply_request(&t, &params)).await {
                     Ok(Ok((bytes, _))) => match super::object::whole(&bytes) {
@@ -167,7 +172,8 @@ impl Applier {
                     },
                     Ok(Err(kube::Error::Api(status))) if status.code == 403 => {
                         // Read-only: judged from the rendered fields over the live object.
-                        let desired = self.desired_body(&o.body, o.namespace.as_deref());
+                        let desired =
+                            serde_json::from_slice(&t.body).unwrap_or_else(|_| self.desired_body(&o.body, o.namespace.as_deref()));
                         let judged = match &live {
                             Some(live) => diff::normalize(&overlay(live, &desired)),
                             None => diff::normalize(&desired),

@@ -78,7 +78,7 @@ fn prev(applied: Option<&str>, digest: &str, upgrade_phase: Option<&str>) -> Clu
 
 #[test]
 fn before_the_apply_progress_is_recorded_on_a_new_render_and_upgrades_run_on_a_release_change() {
-    let digest = rendered_digest(stages().iter().flat_map(|s| &s.objects));
+    let digest = rendered_digest(stages().iter().flat_map(|s| &s.objects), &Default::default());
     let done = Some(UpgradeStatus { phase: upgrade::DONE.into(), ..Default::default() });
     // (cluster stack, previous status, release) -> (apply-started status written, upgrade)
     let table = [
@@ -92,7 +92,7 @@ fn before_the_apply_progress_is_recorded_on_a_new_render_and_upgrades_run_on_a_r
         (true, prev(None, "", None), "docker-ferrol-1-27-v1", true, Upgrade::Advance),
     ];
     for (i, (clusterstack, prev, tag, progress, upgrade)) in table.into_iter().enumerate() {
-        let b = before(&sub(clusterstack), &prev, &rel(tag), &stages(), now());
+        let b = before(&sub(clusterstack), &prev, &rel(tag), &stages(), &Default::default(), now());
         assert_eq!(b.digest, digest, "row {i}");
         assert_eq!(b.progress.is_some(), progress, "row {i}: apply-started status");
         assert_eq!(b.upgrade, upgrade, "row {i}");
@@ -138,7 +138,7 @@ fn after_the_apply_the_result_decides_the_status_and_what_is_said() {
         (with_inventory, drifted, true, Reason::Synced, false, "ConfigMap/ns/a drifted [\"data.k\"]\n"),
     ];
     for (i, (prev, result, ready, reason, lost, said)) in table.into_iter().enumerate() {
-        let b = before(&sub(false), &prev, &rel("v1.1.0"), &stages(), now());
+        let b = before(&sub(false), &prev, &rel("v1.1.0"), &stages(), &Default::default(), now());
         let digest = b.digest.clone();
         let a = after(&sub(false), &prepared("v1.1.0"), &prev, result, &[], b, None, now()).expect("applied");
         assert_eq!((a.done.verdict.ready, a.done.verdict.reason), (ready, reason), "row {i}: {}", a.done.verdict.message);
@@ -161,7 +161,7 @@ fn after_the_apply_the_result_decides_the_status_and_what_is_said() {
 #[test]
 fn an_unreachable_cluster_fails_the_sync_and_is_retried() {
     let p = prev(Some("v1.0.0"), "", None);
-    let b = before(&sub(false), &p, &rel("v1.1.0"), &stages(), now());
+    let b = before(&sub(false), &p, &rel("v1.1.0"), &stages(), &Default::default(), now());
     let unreachable = SyncResult { unreachable: Some("connection refused".into()), ..Default::default() };
     let fail = after(&sub(false), &prepared("v1.1.0"), &p, unreachable, &[], b, None, now()).expect_err("unreachable");
     assert_eq!((fail.reason(), fail.is_transient(), fail.to_string()), (Reason::ClusterUnreachable, true, "connection refused".to_owned()));

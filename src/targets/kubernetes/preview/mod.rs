@@ -481,7 +481,7 @@ async fn one(fleet: &Fleet<'_>, obj: &DynamicObject, key: &ClusterKey, c: crate:
         p.message = Some("paused: nothing is applied while it is".into());
     }
     let c = kube.with_live_objects(obj, c).await;
-    let rendered = match render(kube, sub, &candidate.prepared, &c).await {
+    let rendered = match render(kube, sub, &candidate.prepared, &c, false).await {
         Ok(r) => r,
         Err(e) => {
             p.result = Judged::Error;
@@ -502,7 +502,10 @@ async fn one(fleet: &Fleet<'_>, obj: &DynamicObject, key: &ClusterKey, c: crate:
         p.message = Some(e.to_string());
         return p;
     }
-    let applier = Applier::new(client, apply_options(&kube.target(), sub, &c)).with_discovery(discovery);
+    let mut options = apply_options(&kube.target(), sub, &c);
+    // What the charts generate stays as it is live: not a change, not a restart.
+    options.generated = crate::targets::kubernetes::generated::recorded(&previous.generated, &rendered.generated);
+    let applier = Applier::new(client, options).with_discovery(discovery);
     let preview = applier.preview(&rendered.stages, &Inventory::from_lines(&previous.inventory)).await;
     let (changes, failures) = changes_of(preview, diffs);
     p.restarts = changes.iter().filter(|c| c.restarts && c.change == Planned::Update.to_string()).map(|c| c.object.clone()).collect();
