@@ -104,6 +104,55 @@ async fn two_clusters_get_their_own_injected_values() {
     }
 }
 
+/// Issue 55: a chart that generates (a CA, a password) renders twice the first time; the fields
+/// that differ are reported; two Clusters with the *same* values never get the same generated
+/// value from the memo, while each Cluster's own render is memoised; a chart that names no
+/// generator renders once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generating_chart_is_never_shared_between_clusters_with_the_same_values() {
+    let helm = helm().await;
+    let work = tempfile::tempdir().expect("tempdir");
+    let root = copy_fixture("docker-ferrol-1-27-v2", work.path());
+    let chart = root.join("docker-ferrol-1-27-cluster-addon-v1/templates/generated.yaml");
+    std::fs::write(
+        &chart,
+        "{{- $ca := genCA \"fixture\" 30 }}\napiVersion: v1\nkind: Secret\nmetadata:\n  name: fixture-ca\ndata:\n  tls.crt: {{ $ca.Cert | b64enc }}\n  static: {{ \"same\" | b64enc }}\nstringData:\n  password: {{ randAlphaNum 16 | quote }}\n",
+    )
+    .expect("generating template");
+    let layout = Layout::load(&root, ".", &release("docker-ferrol-1-27-v2"), work.path()).expect("layout");
+    // The same values for both: the same name in two namespaces, the same endpoint and CIDR.
+    let alpha = cluster("team-a", "alpha", "10.0.0.1", "10.10.0.0/16", Some(3));
+    let twin = cluster("team-b", "alpha", "10.0.0.1", "10.10.0.0/16", Some(3));
+    let secret = |stages: &[stacksync::render::clusterstack::RenderedStage]| field(&stages[0].objects, "Secret", "fixture-ca").clone();
+    let before = helm.runs();
+    let a = layout.render_addons_reporting(&helm, &alpha, &work.path().join("a")).await.expect("alpha").stages;
+    assert_eq!(helm.runs() - before, 2, "rendered twice to find what it generates");
+    assert_eq!(
+        a[0].generated,
+        ["|Secret|kube-system|fixture-ca|/data/tls.crt", "|Secret|kube-system|fixture-ca|/stringData/password"],
+        "the fields that differ, and only they"
+    );
+    let t = layout.render_addons_reporting(&helm, &twin, &work.path().join("t")).await.expect("twin").stages;
+    assert_ne!(secret(&a)["data"]["tls.crt"], secret(&t)["data"]["tls.crt"], "two Clusters never share a CA");
+    assert_ne!(secret(&a)["stringData"], secret(&t)["stringData"], "nor a password");
+    assert_eq!(t[0].generated, a[0].generated);
+    let runs = helm.runs();
+    let again = layout.render_addons_reporting(&helm, &alpha, &work.path().join("a")).await.expect("again").stages;
+    assert_eq!(helm.runs(), runs, "a Cluster's own render is memoised");
+    assert_eq!(secret(&again), secret(&a));
+    assert_eq!(again[0].generated, a[0].generated, "and so are the fields it generates");
+
+    // Without the generator: one render, nothing generated, shared by the twins.
+    std::fs::remove_file(&chart).expect("rm");
+    let other = Release { commit: "1".repeat(40), ..release("docker-ferrol-1-27-v2") };
+    let plain = Layout::load(&root, ".", &other, work.path()).expect("layout");
+    let runs = helm.runs();
+    let p = plain.render_addons_reporting(&helm, &alpha, &work.path().join("p")).await.expect("plain").stages;
+    assert!(p[0].generated.is_empty());
+    plain.render_addons_reporting(&helm, &twin, &work.path().join("q")).await.expect("plain twin");
+    assert_eq!(helm.runs() - runs, 1, "rendered once, shared by Clusters with the same values");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_stage_addons_render_the_install_stages_in_order() {
     let helm = helm().await;

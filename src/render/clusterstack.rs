@@ -433,17 +433,26 @@ impl Layout {
 /// The template functions whose output differs from one render to the next (Masterminds sprig
 /// as helm has it: key and certificate generation, random strings and numbers, UUIDs, the
 /// time, salted hashes, random IVs). A chart that names none of them (in any file: `tpl` renders
-/// values too) renders the same twice, so it is rendered once. Matched as substrings: a
-/// word that merely contains one (`brand`) costs a second render, never a missed value.
-const GENERATORS: [&str; 11] = [
+/// values too) renders the same twice, so it is rendered once. Matched as whole words: a word
+/// that merely is one (a comment saying "now") costs a second render, never a missed value.
+const GENERATORS: [&str; 20] = [
     "genCA",
+    "genCAWithKey",
     "genPrivateKey",
     "genSelfSignedCert",
+    "genSelfSignedCertWithKey",
     "genSignedCert",
-    "rand",
+    "genSignedCertWithKey",
+    "randAlphaNum",
+    "randAlpha",
+    "randNumeric",
+    "randAscii",
+    "randBytes",
+    "randInt",
     "uuidv4",
     "shuffle",
     "now",
+    "ago",
     "htpasswd",
     "bcrypt",
     "encryptAES",
@@ -453,7 +462,7 @@ const GENERATORS: [&str; 11] = [
 const GENERATOR_SCAN_BYTES: u64 = 64 * 1024 * 1024;
 
 fn names_a_generator(text: &str) -> bool {
-    GENERATORS.iter().any(|g| text.contains(g))
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).any(|word| GENERATORS.contains(&word))
 }
 
 /// Whether the chart at `path` may generate values at render time: any of its files (its
@@ -891,5 +900,29 @@ mod tests {
         let e = objects_of(out, "a", "s", "kube-system").unwrap_err().to_string();
         assert!(e.contains("ConfigMap/kube-system/b is defined twice (also in a/templates/a.yaml)"), "{e}");
         assert_eq!(objects_of(out, "a", "s", "other").map(|o| o.len()).ok(), Some(2));
+    }
+
+    #[test]
+    fn a_generating_render_is_remembered_as_its_fields_and_a_chart_naming_no_generator_renders_once() {
+        let lines = vec!["|Secret|kube-system|ca|/data/tls.crt".to_owned(), "apps|Deployment|kube-system|d|/x".to_owned()];
+        let marker = marker_of(&lines);
+        assert_eq!(generated_of_marker(&marker), Some(lines));
+        assert_eq!(generated_of_marker("---\n# Source: a/templates/b.yaml\n"), None, "helm's output is no mark");
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let chart = dir.path().join("chart");
+        std::fs::create_dir_all(chart.join("templates")).expect("dirs");
+        std::fs::write(chart.join("Chart.yaml"), "apiVersion: v2\nname: c\nversion: 1.0.0\n").expect("chart");
+        std::fs::write(chart.join("templates/cm.yaml"), "kind: ConfigMap\ndata: {a: {{ .Values.a | quote }}} # unknown, brand\n")
+            .expect("t");
+        assert!(!may_generate(&chart), "words that contain a generator's name are not one");
+        // `tpl` renders values too: a generator named in values.yaml counts.
+        std::fs::write(chart.join("values.yaml"), "password: '{{ randAlphaNum 8 }}'\n").expect("values");
+        assert!(may_generate(&chart));
+        std::fs::remove_file(chart.join("values.yaml")).expect("rm");
+        std::fs::create_dir_all(chart.join("charts")).expect("charts");
+        std::fs::write(chart.join("charts/sub-1.0.0.tgz"), b"packed").expect("tgz");
+        assert!(may_generate(&chart), "a packed subchart cannot be told");
+        assert!(may_generate(&dir.path().join("chart.tgz")), "nor can a packed chart");
     }
 }

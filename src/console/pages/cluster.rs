@@ -73,7 +73,19 @@ pub fn content(s: &Snapshot, namespace: &str, name: &str, full: Option<&ClusterS
         conditions(&mut out, st, ctx);
         objects(&mut out, st, full.is_some());
         if !st.generated.is_empty() {
-            out.push_str("<section aria-labelledby=\"generated\"><h2 id=\"generated\">Generated fields</h2><p class=\"muted\">Kept at their live values by every sync (docs/migration.md).</p><ul>");
+            out.push_str("<section aria-labelledby=\"generated\"><h2 id=\"generated\">Generated fields</h2><p class=\"muted\">Kept at their live values by every sync; rotated when a generated certificate is two thirds into its life or by <code>stacksync rotate</code> (docs/clusterstacks.md).</p>");
+            if let Some(r) = &st.generated_rotation {
+                let when = |v: &Option<String>| v.as_deref().unwrap_or("—").to_owned();
+                let _ = write!(
+                    out,
+                    "<p>Next renewal: {} (expires {}). Last rotation: {} ({}).</p>",
+                    E(&when(&r.renew_at)),
+                    E(&when(&r.expires_at)),
+                    E(&when(&r.last_rotated)),
+                    E(&when(&r.last_reason))
+                );
+            }
+            out.push_str("<ul>");
             for g in &st.generated {
                 let _ = write!(out, "<li><code>{}</code></li>", E(g));
             }

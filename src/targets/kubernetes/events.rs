@@ -277,6 +277,19 @@ mod tests {
         assert_eq!(r(&provisioning, &provisioning, 0), []);
         // Recovery is an Applied event.
         assert_eq!(r(&failed, &synced, 0), [("Applied".into(), false)]);
+        // A rotation of the generated values is said once, with no value in it.
+        let rotation = |at: &str| crate::status::crd::GeneratedRotation {
+            last_rotated: Some(at.into()),
+            last_reason: Some("CertificateDue".into()),
+            renew_at: Some("2028-01-01T00:00:00Z".into()),
+            ..Default::default()
+        };
+        let rotated = ClusterSyncStatus { generated_rotation: Some(rotation("2026-12-07T00:00:00Z")), ..synced.clone() };
+        let events = for_cluster_sync(&synced, &rotated, 5, || "5 configured".into());
+        assert_eq!(reasons(&events), [("GeneratedRotated".into(), false), ("Applied".into(), false)]);
+        let note = events[0].note.clone().unwrap_or_default();
+        assert!(note.contains("renewal time") && note.contains("2028-01-01"), "{note}");
+        assert_eq!(r(&rotated, &rotated, 0), []);
     }
 
     #[test]
