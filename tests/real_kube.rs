@@ -850,6 +850,10 @@ async fn what_a_chart_generates_survives_restarts_and_releases_and_rotates_only_
     pass(&config, "cache-d", &["--shard", "blue"]).await;
     assert_eq!(generated_of(&t, "alpha").await, alpha);
     assert_eq!(generated_of(&t, "beta").await, beta);
+    // `stacksync diff` from yet another empty cache (new random values rendered): no change.
+    let fresh = config.clone().set("cache", json!({"dir": t.dir.path().join("cache-diff")})).write();
+    let o = common::stacksync(&["diff", "--config", fresh.to_str().expect("utf-8")]).await;
+    assert_eq!(o.status.code(), Some(0), "generated fields are not changes:\n{}\n{}", common::stdout(&o), common::stderr(&o));
 
     // A values change elsewhere in the Cluster: its ConfigMap changes, nothing generated does.
     t.clusters()
