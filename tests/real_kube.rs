@@ -223,6 +223,17 @@ async fn deploy_installs_with_kubectl_its_pods_run_and_its_rbac_is_enough_for_a_
     std::fs::write(&as_sa, kubeconfig.to_string()).expect("write");
     let denied = t.kubectl(&["--kubeconfig", &as_sa.display().to_string(), "get", "configmaps", "-n", "kube-system"]);
     assert!(!denied.status.success(), "the ServiceAccount may not read ConfigMaps of the management cluster");
+    // The console in the daemon (`--console-addr`) watches the Events it shows.
+    let events = t.kubectl(&[
+        "--kubeconfig",
+        &as_sa.display().to_string(),
+        "get",
+        "events",
+        "-A",
+        "--field-selector",
+        "involvedObject.kind=Cluster",
+    ]);
+    assert!(events.status.success(), "the console's Events: {}", String::from_utf8_lossy(&events.stderr));
     t.repo.release("v1.0.0", &[("manifests/addons.yaml", &addons(""))]);
     t.add_cluster("alpha").await;
     let config = t.config(|s| s.health_timeout("2m")).write();
