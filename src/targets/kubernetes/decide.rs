@@ -245,15 +245,20 @@ pub(super) fn before(
     now: Now,
 ) -> Before {
     let digest = rendered_digest(stages.iter().flat_map(|s| &s.objects), generated);
-    let progress = (prev.rendered_digest != digest).then(|| {
-        let objects: usize = stages.iter().map(|s| s.objects.len()).sum();
-        desired(prev, &Outcome::Started { release: rel, objects }, now)
-    });
     let upgrade = if upgrade::needed(sub, prev, &rel.tag) {
         Upgrade::Advance
     } else {
         Upgrade::Keep(prev.upgrade.clone().filter(|u| u.phase == upgrade::DONE))
     };
+    // A Cluster nothing was ever applied to has no release its status could wrongly claim while
+    // this one goes in: unless stages run one by one first (they record where they are), its
+    // first status is the one written when the apply ends (a new Cluster costs the management
+    // cluster one write fewer: docs/performance.md).
+    let first_install = prev.applied_release.is_none() && prev.inventory.is_empty() && upgrade != Upgrade::Advance;
+    let progress = (!first_install && prev.rendered_digest != digest).then(|| {
+        let objects: usize = stages.iter().map(|s| s.objects.len()).sum();
+        desired(prev, &Outcome::Started { release: rel, objects }, now)
+    });
     Before { digest, progress, upgrade }
 }
 

@@ -84,7 +84,8 @@ fn before_the_apply_progress_is_recorded_on_a_new_render_and_upgrades_run_on_a_r
     let table = [
         (false, prev(Some("v1.0.0"), &digest, None), "v1.0.0", false, Upgrade::Keep(None)),
         (false, prev(Some("v1.0.0"), "sha256:old", None), "v1.1.0", true, Upgrade::Keep(None)),
-        (false, prev(None, "", None), "v1.0.0", true, Upgrade::Keep(None)),
+        // A first install: nothing to claim wrongly, its status is written when the apply ends.
+        (false, prev(None, "", None), "v1.0.0", false, Upgrade::Keep(None)),
         (true, prev(Some("docker-ferrol-1-27-v1"), &digest, Some(upgrade::DONE)), "docker-ferrol-1-27-v1", false, Upgrade::Keep(done)),
         // Stages left half-way (the class moved back) are abandoned.
         (true, prev(Some("docker-ferrol-1-27-v1"), &digest, Some("Applying")), "docker-ferrol-1-27-v1", false, Upgrade::Keep(None)),
