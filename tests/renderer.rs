@@ -243,6 +243,38 @@ async fn a_collected_release_s_charts_are_dropped_and_a_slow_render_restarts_the
     assert!(err.to_string().contains("`--set`") && err.to_string().contains("helm.renderer: process"), "{err}");
 }
 
+#[tokio::test]
+async fn a_missing_renderer_is_said_with_what_to_do() {
+    let config = HelmConfig { renderer_path: Some("/nonexistent/stacksync-renderer".into()), ..HelmConfig::default() };
+    let err = Helm::locate(&config).await.expect_err("missing");
+    assert_eq!((err.reason(), err.is_transient()), ("RendererNotFound", false));
+    let text = err.to_string();
+    assert!(
+        text.contains("`helm.rendererPath` /nonexistent/stacksync-renderer does not exist")
+            && text.contains("scripts/build-renderer.sh")
+            && text.contains("helm.renderer: process"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_renderer_is_chosen_in_the_config() {
+    let config = |helm: &str| {
+        format!(
+            "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache: {{dir: /c}}\nhelm:\n{helm}sources:\n  - {{name: s, git: {{url: git://127.0.0.1/s.git}}}}\nsubscriptions: []\ntarget: {{directory: /o}}\n"
+        )
+    };
+    let parsed =
+        stacksync::config::Config::parse(Path::new("/etc/s.yaml"), &config("  renderer: process\n  rendererPath: bin/r\n")).expect("valid");
+    assert_eq!(parsed.helm.renderer, stacksync::config::HelmRenderer::Process);
+    assert_eq!(parsed.helm.renderer_path.as_deref(), Some(Path::new("/etc/bin/r")));
+    let default = stacksync::config::Config::parse(Path::new("/etc/s.yaml"), &config("  timeout: 30s\n")).expect("valid");
+    assert_eq!(default.helm.renderer, stacksync::config::HelmRenderer::Library);
+    let errs = stacksync::config::Config::parse(Path::new("/etc/s.yaml"), &config("  renderer: fast\n")).expect_err("invalid");
+    let text: Vec<String> = errs.0.iter().map(ToString::to_string).collect();
+    assert_eq!(text, ["/etc/s.yaml:5:13: helm.renderer: expected `library` or `process`, found `fast`"]);
+}
+
 /// A small deterministic generator (xorshift64*), so that a failing case is found again by its
 /// seed.
 struct Rng(u64);
