@@ -133,6 +133,9 @@ fi
 renderer="$(scripts/build-renderer.sh --renderer-only | tail -n 1)/stacksync-renderer"
 [ "$("$renderer" --version)" = "$helm_version" ] || die "$renderer does not render as helm $helm_version"
 renderer_sha256="$(sha256sum "$renderer" | cut -d' ' -f1)"
+# The Go modules linked into it, for the SBOM (its build information; Go is there: it built it).
+go_bin="$(command -v go || echo /usr/local/go/bin/go)"
+GOTOOLCHAIN=local "$go_bin" version -m "$renderer" > "$work/renderer-modules.txt"
 
 # Writes a layer tarball of directory $1 to $2: sorted, numeric owners, every mtime
 # SOURCE_DATE_EPOCH, no atime/ctime.
@@ -322,7 +325,7 @@ for flavour in default git; do
   python3 scripts/image-sbom.py --metadata "$work/metadata.json" --lock Cargo.lock \
     --debs "$work/debs-$flavour.tsv" --image "$image$suffix" --version "$version" --commit "$commit" \
     --created "$created" --helm-version "$helm_version" --renderer-sha256 "$renderer_sha256" \
-    --renderer-go-sum renderer/go.sum ${source_url:+--source "$source_url"} \
+    --renderer-modules "$work/renderer-modules.txt" ${source_url:+--source "$source_url"} \
     > "$out/stacksync-$version$suffix.spdx.json"
 done
 say "SBOMs: $out/stacksync-$version.spdx.json $out/stacksync-$version-git.spdx.json"

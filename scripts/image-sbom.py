@@ -5,7 +5,7 @@ It lists the image, the stacksync binary and the Rust crates compiled into it (t
 package's normal dependencies for the build host's platform, from `cargo metadata --locked
 --filter-platform`; proc-macro crates and what only they use run at compile time and are left
 out), the library renderer stacksync-renderer and the Go modules linked into it (helm's library
-and what it brings, from renderer/go.sum), and the image's Debian packages (a TSV: package, version, architecture, .deb
+and what it brings, from its build information: `go version -m`), and the image's Debian packages (a TSV: package, version, architecture, .deb
 SHA-256). Deterministic: sorted, and its creation time is the image's.
 """
 
@@ -104,26 +104,27 @@ def debs(path):
     return sorted(out, key=lambda p: (p["name"], p["versionInfo"]))
 
 
-def go_modules(go_sum):
-    """The Go modules renderer/go.sum pins (each module's own line, not its go.mod's), sorted.
-    go.sum lists every module the build graph names; the binary links a subset of them."""
+def go_modules(build_info):
+    """The Go modules linked into the renderer, from its build information (`go version -m`:
+    a `dep` line per module, `=>` lines for replacements), sorted."""
     out = {}
-    with open(go_sum) as f:
+    with open(build_info) as f:
         for line in f:
             parts = line.split()
-            if len(parts) != 3 or parts[1].endswith("/go.mod"):
+            if len(parts) < 3 or parts[0] not in ("dep", "=>"):
                 continue
-            path, version = parts[0], parts[1]
+            path, version = parts[1], parts[2]
+            hash_ = parts[3] if len(parts) > 3 else "none"
             out[(path, version)] = package(spdx_id("Package", "go", path, version), path, version, "LIBRARY",
                                            purl=f"pkg:golang/{path}@{version}",
-                                           comment=f"Go module, go.sum hash {parts[2]}")
+                                           comment=f"Go module linked into stacksync-renderer, go.sum hash {hash_}")
     return [out[k] for k in sorted(out)]
 
 
 def main():
     a = argparse.ArgumentParser(description=__doc__)
     for opt in ("metadata", "lock", "debs", "image", "version", "commit", "created", "helm-version",
-                "renderer-sha256", "renderer-go-sum"):
+                "renderer-sha256", "renderer-modules"):
         a.add_argument("--" + opt, required=True)
     a.add_argument("--source")
     args = a.parse_args()
@@ -144,7 +145,7 @@ def main():
                        licence(me.get("license")), args.renderer_sha256,
                        comment=f"/usr/local/bin/stacksync-renderer: the library renderer (renderer/ at "
                                f"commit {args.commit}), rendering as helm {args.helm_version}")
-    go = go_modules(args.renderer_go_sum)
+    go = go_modules(args.renderer_modules)
     rust = crates(metadata, lock)
     deb = debs(args.debs)
 
