@@ -22,7 +22,7 @@ COPY crates/verify/Cargo.toml crates/verify/Cargo.toml
 # Every workspace member and every target Cargo.toml declares must exist for the manifest to load.
 RUN mkdir -p src testkit/src/bin benches crates/applier/src crates/fake-apiserver/src crates/gotemplate/src crates/kubeyaml/src crates/verify/src \
  && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
- && for b in peers fleet signatures process; do echo 'fn main() {}' > benches/$b.rs; done \
+ && for b in peers fleet signatures process console renderer; do echo 'fn main() {}' > benches/$b.rs; done \
  && touch testkit/src/lib.rs && echo 'fn main() {}' > testkit/src/bin/testkit.rs \
  && touch crates/applier/src/lib.rs crates/fake-apiserver/src/lib.rs crates/gotemplate/src/lib.rs crates/kubeyaml/src/lib.rs crates/verify/src/lib.rs \
  && echo 'fn main() {}' > build.rs \

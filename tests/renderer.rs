@@ -212,7 +212,7 @@ async fn a_packaged_chart_and_a_chart_rewritten_in_place_render_as_the_referee_r
 }
 
 #[tokio::test]
-async fn a_collected_release_s_charts_are_dropped_and_a_slow_render_restarts_the_renderer() {
+async fn a_collected_release_s_charts_are_dropped_and_a_slow_or_dead_renderer_is_restarted() {
     let helm = library().await;
     let library = helm.library().expect("the library renderer").clone();
     let chart = fixtures().join("network");
@@ -236,6 +236,17 @@ async fn a_collected_release_s_charts_are_dropped_and_a_slow_render_restarts_the
     assert_eq!(err.to_string(), "helm template slow did not finish within 1s (the library renderer was restarted)");
     library.render("", "network", &template, Duration::from_secs(60)).await.expect("renders after the restart");
     assert_eq!(library.starts(), 2);
+
+    // A renderer that dies (an out-of-memory kill): the render that meets it fails as transient,
+    // the next one starts a new renderer.
+    let pid = library.pid().await.expect("a renderer runs");
+    let killed = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().expect("kill");
+    assert!(killed.success());
+    if let Err(e) = library.render("", "network", &template, Duration::from_secs(60)).await {
+        assert!(matches!(e, renderer::Error::Crashed { .. }) && e.is_transient(), "{e}");
+    }
+    library.render("", "network", &template, Duration::from_secs(60)).await.expect("renders after the crash");
+    assert_eq!(library.starts(), 3);
 
     // What the library renderer does not take is refused by name, not rendered differently.
     let err = helm.template("network", &args(&format!("r {} --set a=b", chart.display()))).await.expect_err("refused");

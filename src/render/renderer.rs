@@ -283,6 +283,11 @@ impl Renderer {
         &self.version
     }
 
+    /// The process id of the running renderer, if one runs (for measuring its memory).
+    pub async fn pid(&self) -> Option<u32> {
+        self.conn.lock().await.as_ref().and_then(|c| c.child.locked().id())
+    }
+
     /// How many renderer processes were started (1 unless one died or timed out).
     pub fn starts(&self) -> u64 {
         self.starts.load(Ordering::Relaxed)
