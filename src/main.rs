@@ -12,9 +12,18 @@ use stacksync::release::short;
 use stacksync::runtime::{admin, daemon, hooks, logging};
 use stacksync::targets::{directory, kubernetes};
 
-/// `--version`: the crate version, the commit and the build date (build.rs).
-const VERSION: &str =
-    concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("STACKSYNC_COMMIT"), ", built ", env!("STACKSYNC_BUILD_DATE"), ")");
+/// `--version`: the crate version, the commit and the build date (build.rs), and the helm version
+/// charts are rendered as (the library renderer's).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("STACKSYNC_COMMIT"),
+    ", built ",
+    env!("STACKSYNC_BUILD_DATE"),
+    "; renders charts as helm ",
+    stacksync::helm_version!(),
+    ")"
+);
 
 /// How long blocking work still running after the daemon stopped (a Git fetch) may delay the exit.
 const SHUTDOWN_LEFTOVERS: std::time::Duration = std::time::Duration::from_secs(2);
@@ -744,7 +753,7 @@ fn check_helm(runtime: &tokio::runtime::Runtime, config: &Config) -> Result<(), 
     }
     match runtime.block_on(stacksync::render::helm::Helm::locate(&config.helm)) {
         Ok(helm) => {
-            tracing::info!(path = %helm.path().display(), version = helm.version(), "helm found");
+            tracing::info!(path = %helm.path().display(), version = helm.version(), renderer = helm.kind(), "helm found");
             Ok(())
         }
         Err(e) => {

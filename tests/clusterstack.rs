@@ -1,15 +1,18 @@
-//! SovereignCloudStack cluster-stack releases, rendered with the real helm: fixture releases in
+//! SovereignCloudStack cluster-stack releases, rendered with helm: fixture releases in
 //! testdata/clusterstack (a single-chart addon at v2, a multi-stage addon at v3), library-level
-//! renders, and end-to-end runs from a Git tag through `run --once` and `render`.
+//! renders, and end-to-end runs from a Git tag through `run --once` and `render`. Renders run in
+//! the library renderer (the default), the tests of the helm binary itself (its version check,
+//! its timeout, its invocations) with `helm.renderer: process`.
 //!
-//! helm comes from scripts/install-tools.sh; without it these tests fail (they never skip).
+//! helm comes from scripts/install-tools.sh, the library renderer from scripts/build-renderer.sh;
+//! without them these tests fail (they never skip).
 
 mod common;
 
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
-use stacksync::config::HelmConfig;
+use stacksync::config::{HelmConfig, HelmRenderer};
 use stacksync::model::cluster::{ClusterConfig, ClusterObjects};
 use stacksync::model::version::Version;
 use stacksync::release::Release;
@@ -318,7 +321,9 @@ async fn a_packaged_addon_is_unpacked_once_for_many_clusters() {
     let log = dir.path().join("helm.log");
     let wrapper = dir.path().join("helm-logged");
     common::write_script(&wrapper, &format!("#!/bin/sh\necho \"$@\" >> '{}'\nexec '{}' \"$@\"\n", log.display(), helm_path().display()));
-    let helm = Helm::locate(&HelmConfig { path: Some(wrapper), parallelism: 2, ..HelmConfig::default() }).await.expect("helm");
+    let helm = Helm::locate(&HelmConfig { renderer: HelmRenderer::Process, path: Some(wrapper), parallelism: 2, ..HelmConfig::default() })
+        .await
+        .expect("helm");
 
     let work = dir.path().join("work");
     let layout = Layout::load(&root, ".", &release("docker-ferrol-1-27-v3"), &work).expect("layout");
@@ -376,7 +381,7 @@ async fn a_helm_without_kube_version_is_refused_at_start_up() {
     for (version, ok) in [("v3.5.4+g1b5edb6", false), ("v2.17.0+ga690bad", false), ("v3.6.0+g7f2df64", true), ("v4.0.0+gabc", true)] {
         let fake = dir.path().join(format!("helm-{version}"));
         common::write_script(&fake, &format!("#!/bin/sh\necho {version}\n"));
-        let located = Helm::locate(&HelmConfig { path: Some(fake), ..HelmConfig::default() }).await;
+        let located = Helm::locate(&HelmConfig { renderer: HelmRenderer::Process, path: Some(fake), ..HelmConfig::default() }).await;
         match (located, ok) {
             (Ok(h), true) => assert_eq!(h.version(), version),
             (Err(e), false) => assert!(e.to_string().contains("helm 3.6 or later is needed"), "{version}: {e}"),
@@ -399,7 +404,12 @@ async fn a_hanging_helm_is_killed_at_the_timeout() {
         ),
     );
     // (3 s: long enough for the shell to write its pid on a busy machine before it is killed.)
-    let config = HelmConfig { path: Some(wrapper), timeout: std::time::Duration::from_secs(3), ..HelmConfig::default() };
+    let config = HelmConfig {
+        renderer: HelmRenderer::Process,
+        path: Some(wrapper),
+        timeout: std::time::Duration::from_secs(3),
+        ..HelmConfig::default()
+    };
     let helm = Helm::locate(&config).await.expect("helm");
     let started = std::time::Instant::now();
     let err = helm.template("chart-v1", &["x".into()]).await.expect_err("times out");
@@ -549,7 +559,8 @@ fn fixture_tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_helm_is_a_start_up_error() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = stack_config(dir.path(), "file:///nonexistent.git").helm(Path::new("./no-such-helm")).write();
+    let config =
+        stack_config(dir.path(), "file:///nonexistent.git").helm(Path::new("./no-such-helm")).helm_set("renderer", "process").write();
     let o = run_once(&config).await;
     assert_exit(&o, 1);
     let err = common::stderr(&o);
@@ -602,7 +613,10 @@ async fn a_helm_error_fails_only_the_clusters_it_concerns() {
     let c = cluster("team-a", "alpha", "10.0.0.1", "10.10.0.0/16", None);
     let err = layout.render_addons(&helm, &c, dir.path()).await.expect_err("helm fails").to_string();
     assert!(
-        err.starts_with("docker-ferrol-1-27-cluster-addon-v1: helm template docker-ferrol-1-27-cluster-addon-v1 failed (exit code 1): "),
+        err.starts_with(&format!(
+            "docker-ferrol-1-27-cluster-addon-v1: helm template docker-ferrol-1-27-cluster-addon-v1 failed (library renderer, helm {}): ",
+            stacksync::render::renderer::HELM_VERSION
+        )),
         "{err}"
     );
     assert!(err.contains("broken.yaml"), "helm's error names the template: {err}");

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use super::validate::{Cx, Fields, describe};
 use super::yaml::{Node, Value};
-use super::{Budget, CLUSTER_CLASS_DIR, ClusterObjects, Format, HelmConfig, NotReady, OnFailure, RolloutConfig, TemplatesConfig, Wave};
+use super::{
+    Budget, CLUSTER_CLASS_DIR, ClusterObjects, Format, HelmConfig, HelmRenderer, NotReady, OnFailure, RolloutConfig, TemplatesConfig, Wave,
+};
 use crate::model::schedule::{format_duration, parse_duration};
 use crate::model::window::Window;
 
@@ -34,8 +36,13 @@ impl Cx {
     }
 
     pub(super) fn helm(&mut self, node: &Node, base: &Path) -> Option<HelmConfig> {
-        let f = self.fields(node, "helm", &["path", "parallelism", "timeout"])?;
+        let f = self.fields(node, "helm", &["renderer", "rendererPath", "path", "parallelism", "timeout"])?;
         let mut helm = HelmConfig::default();
+        helm.renderer =
+            self.one_of(&f, "renderer", helm.renderer, &[("library", HelmRenderer::Library), ("process", HelmRenderer::Process)]);
+        if let Some(p) = self.string(&f, "rendererPath") {
+            helm.renderer_path = Some(base.join(p));
+        }
         if let Some(p) = self.string(&f, "path") {
             helm.path = Some(base.join(p));
         }

@@ -311,21 +311,43 @@ pub enum Format {
     ClusterStack,
 }
 
+/// How charts are rendered (`helm.renderer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HelmRenderer {
+    /// One long-lived `stacksync-renderer` built on helm's library (`render::renderer`).
+    #[default]
+    Library,
+    /// A `helm template` process per render (the fallback for a chart the library renderer
+    /// refuses).
+    Process,
+}
+
 /// Where helm is and how it runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HelmConfig {
-    /// The binary; `None`: `$STACKSYNC_HELM`, else `helm` on `PATH`.
+    /// How charts are rendered.
+    pub renderer: HelmRenderer,
+    /// The library renderer; `None`: `$STACKSYNC_RENDERER`, else beside the executable, the
+    /// tools directory or `PATH`.
+    pub renderer_path: Option<PathBuf>,
+    /// The helm binary (`renderer: process`); `None`: `$STACKSYNC_HELM`, else `helm` on `PATH`.
     pub path: Option<PathBuf>,
-    /// helm processes run at once.
+    /// Renders run at once.
     pub parallelism: usize,
-    /// Time limit of one `helm template` run.
+    /// Time limit of one render.
     pub timeout: std::time::Duration,
 }
 
 impl Default for HelmConfig {
     fn default() -> Self {
         let cpus = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
-        HelmConfig { path: None, parallelism: cpus.clamp(1, 8), timeout: std::time::Duration::from_secs(120) }
+        HelmConfig {
+            renderer: HelmRenderer::Library,
+            renderer_path: None,
+            path: None,
+            parallelism: cpus.clamp(1, 8),
+            timeout: std::time::Duration::from_secs(120),
+        }
     }
 }
 

@@ -628,7 +628,7 @@ impl Context {
             .get_or_init(|| async move {
                 match Helm::locate(&config.helm).await {
                     Ok(h) => {
-                        info!(path = %h.path().display(), version = h.version(), "helm found");
+                        info!(path = %h.path().display(), version = h.version(), renderer = h.kind(), "helm found");
                         let h = h.with_home(&work.join("helm"));
                         Ok(match &renders {
                             Some(dir) => h.with_disk(dir),
@@ -696,12 +696,13 @@ impl Context {
         crate::cache::gc::collect(&self.cache, &mut index, &keep, crate::source::github::materialise::referenced_blobs);
         self.forget_answers();
         self.save(&index);
-        // helm's renders on disk go with their release.
-        if let Some(Ok(helm)) = self.helm.get()
-            && let Some(disk) = helm.disk()
-        {
+        // helm's renders on disk, and the charts the library renderer holds, go with their release.
+        if let Some(Ok(helm)) = self.helm.get() {
             let groups = index.releases.values().map(|r| crate::render::helm::render_group(&r.tag, &r.commit)).collect();
-            disk.collect(&groups);
+            if let Some(disk) = helm.disk() {
+                disk.collect(&groups);
+            }
+            helm.collect(&groups).await;
         }
     }
 

@@ -396,10 +396,11 @@ impl Layout {
         let failed = |source| vec![Error::Helm { chart: chart.name.clone(), source }];
         let twice = self.chart_may_generate(&chart.path) || values_file.as_deref().is_some_and(names_a_generator);
         let (first, second) = if twice {
-            let (first, second) = tokio::join!(helm.template(&chart.name, &args), helm.template(&chart.name, &args));
+            let group = &self.render_group;
+            let (first, second) = tokio::join!(helm.template_in(group, &chart.name, &args), helm.template_in(group, &chart.name, &args));
             (first.map_err(failed)?.into(), Some(second.map_err(failed)?))
         } else {
-            (Arc::<str>::from(helm.template(&chart.name, &args).await.map_err(failed)?), None)
+            (Arc::<str>::from(helm.template_in(&self.render_group, &chart.name, &args).await.map_err(failed)?), None)
         };
         let objects = parse(&first)?;
         let generated = match second {

@@ -1,5 +1,8 @@
-//! The real `helm` binary, run as `helm template` for cluster-stack charts (as Argo CD and the SCS
-//! cluster-stack-operator do), with a bounded number of concurrent runs and a time limit each.
+//! Renders of cluster-stack charts as `helm template` prints them, with a bounded number of
+//! concurrent renders and a time limit each: by the library renderer ([`super::renderer`], helm's
+//! own Go library in one long-lived process: `helm.renderer: library`, the default), or by the
+//! real `helm` binary, one `helm template` process per render (`helm.renderer: process`, as Argo
+//! CD and the SCS cluster-stack-operator do). Both take the same `helm template` arguments.
 //!
 //! helm runs isolated from the user's helm setup: `HELM_CACHE_HOME`, `HELM_CONFIG_HOME` and
 //! `HELM_DATA_HOME` point into a work directory, so no plugin, repository or registry login
@@ -23,7 +26,8 @@ use sha2::{Digest, Sha256};
 
 use tokio::sync::Semaphore;
 
-use crate::config::HelmConfig;
+use super::renderer::{self, Renderer, Template};
+use crate::config::{HelmConfig, HelmRenderer};
 use crate::model::sync::MutexExt;
 
 /// Environment variable naming the helm binary when the config does not.
@@ -73,6 +77,9 @@ pub enum Error {
     /// `helm template` ran and failed; `stderr` is an excerpt of its error output.
     #[error("helm template {chart} failed ({}): {stderr}", describe(.status))]
     Template { chart: String, status: std::process::ExitStatus, stderr: String },
+    /// The library renderer (`helm.renderer: library`) is missing, refused a chart or failed.
+    #[error(transparent)]
+    Library(#[from] renderer::Error),
 }
 
 /// Where helm was looked for and not found.
@@ -94,6 +101,7 @@ impl Error {
         match self {
             Error::VersionRun { .. } | Error::VersionTimeout { .. } | Error::Spawn { .. } | Error::Timeout { .. } => true,
             Error::Template { status, .. } => status.code().is_none(),
+            Error::Library(e) => e.is_transient(),
             Error::NotFound(_) | Error::VersionFailed { .. } | Error::Unsupported { .. } => false,
         }
     }
@@ -107,6 +115,7 @@ impl Error {
             Error::Spawn { .. } => "HelmSpawn",
             Error::Timeout { .. } => "HelmTimeout",
             Error::Template { .. } => "HelmTemplateFailed",
+            Error::Library(e) => e.reason(),
         }
     }
 }
@@ -116,9 +125,12 @@ fn describe(status: &std::process::ExitStatus) -> String {
     status.code().map_or_else(|| "killed by a signal".to_owned(), |c| format!("exit code {c}"))
 }
 
-/// A located, version-checked helm. Cheap to clone; clones share the concurrency bound.
+/// A located, version-checked helm: the library renderer or the helm binary. Cheap to clone;
+/// clones share the concurrency bound (and the library renderer's process).
 #[derive(Debug, Clone)]
 pub struct Helm {
+    /// The library renderer; `None`: the helm binary at `path` runs per render.
+    library: Option<Renderer>,
     path: PathBuf,
     version: String,
     permits: Arc<Semaphore>,
@@ -127,7 +139,7 @@ pub struct Helm {
     memo: Arc<Mutex<Memo>>,
     /// The on-disk tier of the memo, if any.
     disk: Option<Arc<Disk>>,
-    /// helm processes started (renders the memo answered are not counted).
+    /// Renders run (renders the memo answered are not counted).
     runs: Arc<AtomicU64>,
 }
 
@@ -296,12 +308,23 @@ impl Memo {
 }
 
 impl Helm {
-    /// Finds helm (config `path`, else `$STACKSYNC_HELM`, else `helm` on `PATH`) and checks that
-    /// `helm version --short` reports version 3.6 or later.
+    /// The renderer the config names: the library renderer (started, and checked to render as
+    /// helm [`renderer::HELM_VERSION`]: [`Renderer::locate`]), or the helm binary (config `path`,
+    /// else `$STACKSYNC_HELM`, else `helm` on `PATH`, whose `helm version --short` must report
+    /// version 3.6 or later).
     ///
     /// # Errors
-    /// helm is missing, does not run, or is too old.
+    /// The renderer or helm is missing, does not run, or is of another (too old) version.
     pub async fn locate(config: &HelmConfig) -> Result<Helm, Error> {
+        if config.renderer == HelmRenderer::Library {
+            let library = Renderer::locate(config.renderer_path.as_deref()).await?;
+            return Ok(Helm {
+                path: library.path().to_path_buf(),
+                version: library.version().to_owned(),
+                library: Some(library),
+                ..Helm::new(PathBuf::new(), String::new(), config)
+            });
+        }
         let path = match (&config.path, std::env::var_os(ENV_HELM).filter(|v| !v.is_empty())) {
             (Some(p), _) => {
                 if !p.is_file() {
@@ -340,7 +363,12 @@ impl Helm {
                 return Err(Error::Unsupported { path: shown, version });
             }
         }
-        Ok(Helm {
+        Ok(Helm::new(path, version, config))
+    }
+
+    fn new(path: PathBuf, version: String, config: &HelmConfig) -> Helm {
+        Helm {
+            library: None,
             path,
             version,
             permits: Arc::new(Semaphore::new(config.parallelism.max(1))),
@@ -349,7 +377,7 @@ impl Helm {
             memo: Arc::new(Mutex::new(Memo::new(MEMO_BYTES))),
             disk: None,
             runs: Arc::new(AtomicU64::new(0)),
-        })
+        }
     }
 
     /// The same helm with a memo of its own, empty, and none on disk: every render runs helm
@@ -383,12 +411,31 @@ impl Helm {
         &self.path
     }
 
-    /// As `helm version --short` printed it, e.g. `v4.1.4+g05fa379`.
+    /// As `helm version --short` printed it, e.g. `v4.1.4+g05fa379`; for the library renderer,
+    /// the helm version it is built on, e.g. `v4.3.2`.
     pub fn version(&self) -> &str {
         &self.version
     }
 
-    /// How many helm processes this helm (and its clones) started for templates.
+    /// The library renderer, when charts are rendered by it.
+    pub fn library(&self) -> Option<&Renderer> {
+        self.library.as_ref()
+    }
+
+    /// How charts are rendered, for logs: `library renderer` or `helm binary`.
+    pub fn kind(&self) -> &'static str {
+        if self.library.is_some() { "library renderer" } else { "helm binary" }
+    }
+
+    /// Lets the library renderer drop the loaded charts of every release whose render group
+    /// ([`render_group`]) is not in `keep` (garbage collection). Nothing for the helm binary.
+    pub async fn collect(&self, keep: &std::collections::HashSet<String>) {
+        if let Some(library) = &self.library {
+            let _ = library.retain(&keep.iter().cloned().collect::<Vec<_>>()).await;
+        }
+    }
+
+    /// How many renders this helm (and its clones) ran: helm processes started, or library renders.
     pub fn runs(&self) -> u64 {
         self.runs.load(Ordering::Relaxed)
     }
@@ -435,37 +482,55 @@ impl Helm {
         if let Some(out) = self.recall(group, &key) {
             return Ok(out);
         }
-        let out: Arc<str> = self.template(chart, args).await?.into();
+        let out: Arc<str> = self.template_in(group, chart, args).await?.into();
         self.remember(group, &key, &out);
         Ok(out)
     }
 
     /// Runs `helm template ARGS` and returns its standard output. Waits for a free slot first;
     /// the time limit counts from the start of the run. `chart` names the chart in errors.
+    /// The library renderer takes the arguments stacksync passes (release name, chart,
+    /// `--namespace`, `--kube-version`, `--include-crds`, `-f`) and refuses any other.
     ///
-    /// Cancellation-safe: dropping the future kills helm.
+    /// Cancellation-safe: dropping the future kills helm (the library renderer finishes the
+    /// render and drops it).
     ///
     /// # Errors
-    /// helm cannot be started, fails (with an excerpt of its standard error) or times out.
+    /// helm cannot be started, fails (with an excerpt of its standard error) or times out; the
+    /// library renderer refuses an argument, fails (helm's message) or dies.
     pub async fn template(&self, chart: &str, args: &[OsString]) -> Result<String, Error> {
+        self.template_in("", chart, args).await
+    }
+
+    /// As [`Helm::template`], for a chart of the release whose renders are `group`: the library
+    /// renderer keeps the chart loaded until [`Helm::collect`] drops the group.
+    ///
+    /// # Errors
+    /// As [`Helm::template`].
+    pub async fn template_in(&self, group: &str, chart: &str, args: &[OsString]) -> Result<String, Error> {
         let started = std::time::Instant::now();
-        let result = self.run_template(chart, args).await;
+        let result = self.run_template(group, chart, args).await;
         let outcome = match &result {
             Ok(_) => "success",
-            Err(Error::Timeout { .. }) => "timeout",
+            Err(Error::Timeout { .. } | Error::Library(renderer::Error::Timeout { .. })) => "timeout",
             Err(_) => "error",
         };
         crate::telemetry::metrics().helm_ran(outcome, started.elapsed());
         result
     }
 
-    async fn run_template(&self, chart: &str, args: &[OsString]) -> Result<String, Error> {
+    async fn run_template(&self, group: &str, chart: &str, args: &[OsString]) -> Result<String, Error> {
         // The semaphore is never closed; were it, no helm could run.
         let _permit = self
             .permits
             .acquire()
             .await
             .map_err(|e| Error::Spawn { path: self.path.display().to_string(), source: Arc::new(std::io::Error::other(e)) })?;
+        if let Some(library) = &self.library {
+            let template = Template::from_args(args).map_err(|arg| renderer::Error::Refused { chart: chart.to_owned(), arg })?;
+            self.runs.fetch_add(1, Ordering::Relaxed);
+            return Ok(library.render(group, chart, &template, self.timeout).await?);
+        }
         let mut cmd = tokio::process::Command::new(&self.path);
         cmd.arg("template").args(args).stdin(Stdio::null()).kill_on_drop(true);
         if let Some(home) = &self.home {

@@ -7,6 +7,7 @@ pub mod cel;
 pub mod clusterstack;
 pub mod helm;
 pub mod labels;
+pub mod renderer;
 pub mod subst;
 mod template;
 pub mod values;

@@ -237,7 +237,7 @@ pub fn helm_path() -> PathBuf {
 }
 
 /// Runs `examples/<name>/run.sh` as a user runs it, from a copy (so the checkout stays clean)
-/// under a root of links to what it reads (`scripts`, `testdata`, `deploy`, and the examples in
+/// under a root of links to what it reads (`scripts`, `testdata`, `deploy`, `renderer`, and the examples in
 /// `also`), with the binaries under test (`STACKSYNC_BIN`, `TESTKIT_BIN`) and `env`. `None`
 /// (after saying why) when `testkit` is not built, outside CI.
 pub async fn run_example(name: &str, also: &[&str], env: &[(&str, &str)], within: Duration) -> Option<Output> {
@@ -250,7 +250,8 @@ pub async fn run_example(name: &str, also: &[&str], env: &[(&str, &str)], within
         return None;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
-    for part in ["scripts", "testdata", "deploy"] {
+    // `renderer`: scripts/install-tools.sh builds the library renderer from its sources.
+    for part in ["scripts", "testdata", "deploy", "renderer"] {
         std::os::unix::fs::symlink(root.join(part), tmp.path().join(part)).expect("symlink");
     }
     std::fs::create_dir_all(tmp.path().join("examples")).expect("examples");
