@@ -290,4 +290,3 @@ pub fn axe_core() -> Option<String> {
     }
     source
 }
-

@@ -55,7 +55,11 @@ async fn the_console_follows_a_rollout_the_daemon_drives_on_the_real_cluster_api
     let line = |s: Sub| s.stack("testkit-ferrol").set("kubernetes", ">=1.33, <1.36").set("availableReleases", 2);
     let path = t.config(line).write();
     let daemon = t.start(&path, &[]).await;
-    let fleet = [("c1", F33, K33, json!({"zone": "us", "canary": "true"})), ("c2", V1, K1, json!({"zone": "us"})), ("c3", V1, K1, json!({"zone": "eu"}))];
+    let fleet = [
+        ("c1", F33, K33, json!({"zone": "us", "canary": "true"})),
+        ("c2", V1, K1, json!({"zone": "us"})),
+        ("c3", V1, K1, json!({"zone": "eu"})),
+    ];
     for (name, class, version, labels) in &fleet {
         t.add_labelled_cluster(name, class, version, json!({}), labels.clone()).await;
     }
@@ -86,7 +90,8 @@ async fn the_console_follows_a_rollout_the_daemon_drives_on_the_real_cluster_api
     let release = format!("{}.{V2}", t.ns);
     let key = |name: &str| format!("{}/{name}", t.ns);
     let releases: Api<DynamicObject> = Api::all_with(t.client(), &capi::res("stacksync.io", "v1alpha1", "StackRelease"));
-    t.eventually(&daemon, "the target's StackRelease", capi::STEP, async || releases.get_opt(&release).await.ok().flatten().is_some()).await;
+    t.eventually(&daemon, "the target's StackRelease", capi::STEP, async || releases.get_opt(&release).await.ok().flatten().is_some())
+        .await;
     let mut b = Browser::start().await;
     b.goto(&format!("{base}rollouts/{release}")).await;
     b.eval("window.__stay = 1").await;
@@ -110,7 +115,10 @@ async fn the_console_follows_a_rollout_the_daemon_drives_on_the_real_cluster_api
     assert_eq!(b.eval("document.querySelector('[data-phase]').dataset.phase").await, json!("Progressing"));
     // c1's path across the minors: where it came from, both steps done.
     let steps = b
-        .eval(&format!("[...document.querySelectorAll(\".path[data-cluster='{}'] li.step\")].map(s => s.dataset.step + ':' + s.className)", key("c1")))
+        .eval(&format!(
+            "[...document.querySelectorAll(\".path[data-cluster='{}'] li.step\")].map(s => s.dataset.step + ':' + s.className)",
+            key("c1")
+        ))
         .await;
     assert_eq!(steps, json!([format!("{F33}:step from"), format!("{F34}:step done"), format!("{V2}:step done")]));
     assert!(b.text(&format!(".path[data-cluster='{}'] li.step.from", key("c1"))).await.contains(K33));
