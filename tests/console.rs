@@ -1,13 +1,15 @@
 //! `stacksync console` in a real browser: Debian's headless chromium, driven over the DevTools
-//! protocol on a pipe (`--remote-debugging-pipe`: no port, no websocket), against the console
-//! pointed at a real control plane (`testkit kube`, with an audit log) holding Cluster API
-//! Clusters and the status resources of a two-wave rollout across a Kubernetes minor — one
-//! Cluster failed within `maxFailures`, one waiting for its maintenance window — created
-//! directly with the CRDs (the rollout's state as the daemon writes it). What the pages show is
-//! read from the DOM; a status change must show within 2 s without a reload; hostile strings
-//! must show as text with nothing executed; every request the page makes stays on loopback;
-//! the console's own requests (by its User-Agent in the audit log) are reads only. The run takes
-//! the screenshots of docs/console.md (into docs/console/ when `STACKSYNC_CONSOLE_SHOTS=docs`).
+//! protocol on a pipe (`--remote-debugging-pipe`: no port, no websocket; `console/browser.rs`).
+//! `console/rollout.rs` follows a rollout the daemon drives on the real Cluster API (two waves
+//! across a Kubernetes minor, one Cluster failing within `maxFailures`, one waiting for its
+//! maintenance window) and takes the rollout screenshots. The tests here point the console at a
+//! real control plane (`testkit kube`, with an audit log) holding Cluster API Clusters and the
+//! status resources of such a rollout created directly with the CRDs, carrying hostile strings.
+//! What the pages show is read from the DOM; a status change must show within 2 s without a
+//! reload; hostile strings must show as text with nothing executed; every request the page makes
+//! stays on loopback; the console's own requests (by its User-Agent in the audit log) are reads
+//! only. The runs take the screenshots of docs/console.md (into docs/console/ when
+//! `STACKSYNC_CONSOLE_SHOTS=docs`).
 
 #[path = "console/browser.rs"]
 mod browser;
