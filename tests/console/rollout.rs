@@ -10,7 +10,7 @@ use chrono::{DateTime, Timelike as _, Utc};
 use kube::api::{Api, DynamicObject};
 use serde_json::{Value, json};
 
-use super::browser::{Browser, STEP, console, shots_dir};
+use super::browser::{Browser, STEP, axe_core, console, shots_dir};
 use super::common::capi::{self, CapiTenant, K1, K2, V1, V2, rollout_status, v2_ungated, wait_up};
 use super::common::{self, Sub};
 
@@ -95,6 +95,17 @@ async fn the_console_follows_a_rollout_the_daemon_drives_on_the_real_cluster_api
     let mut b = Browser::start().await;
     b.goto(&format!("{base}rollouts/{release}")).await;
     b.eval("window.__stay = 1").await;
+    // What the page showed of c1 at each live update: its cell, and its path's steps.
+    b.eval(&format!(
+        "(() => {{ window.__seen = []; const c1 = {}; new MutationObserver(() => {{ \
+           const cell = document.querySelector(`li.cell[data-cluster='${{c1}}']`); \
+           const steps = [...document.querySelectorAll(`.path[data-cluster='${{c1}}'] li.step`)].map(s => s.className).join(','); \
+           const seen = (cell ? cell.dataset.cell : '') + ' | ' + steps; \
+           if (window.__seen[window.__seen.length - 1] !== seen) window.__seen.push(seen); \
+         }}).observe(document.getElementById('content'), {{ childList: true, subtree: true }}); return true; }})()",
+        json!(key("c1"))
+    ))
+    .await;
 
     // The daemon's state, read from the API: wave 2 with c2 given up on and c3 waiting.
     let rolled = Instant::now();
@@ -122,6 +133,13 @@ async fn the_console_follows_a_rollout_the_daemon_drives_on_the_real_cluster_api
         .await;
     assert_eq!(steps, json!([format!("{F33}:step from"), format!("{F34}:step done"), format!("{V2}:step done")]));
     assert!(b.text(&format!(".path[data-cluster='{}'] li.step.from", key("c1"))).await.contains(K33));
+    // On its way, live: on 1.34 (step 1 current), then on 1.35 until Ready there, then done.
+    let seen = b.eval("window.__seen").await;
+    let seen: Vec<&str> = seen.as_array().into_iter().flatten().filter_map(Value::as_str).filter(|s| !s.starts_with(" |")).collect();
+    let first = |wanted: &str| seen.iter().position(|s| *s == wanted);
+    let (one, done) = (first("upgrading, step 1/2 | step from,step current,step next"), first("done | step from,step done,step done"));
+    assert!(one.is_some() && done.is_some() && one < done, "c1 as the page showed it, update by update: {seen:#?}");
+    eprintln!("c1 as the page showed it, update by update: {seen:?}");
     // c2: its reason and outcome as the status says, and why; the budget it used.
     let failed = &r["failed"][0];
     let row = format!("#failed-clusters tr[data-cluster='{}']", key("c2"));
@@ -140,6 +158,10 @@ async fn the_console_follows_a_rollout_the_daemon_drives_on_the_real_cluster_api
     let history = b.text("main").await;
     for reason in ["RolloutStarted", "RolloutClusterFailed", "RolloutOutsideWindow"] {
         assert!(history.contains(reason), "{reason} in the rollout's history:\n{history}");
+    }
+    if let Some(axe) = axe_core() {
+        let serious = b.violations(&axe, "a rollout on the real Cluster API").await;
+        assert!(serious.is_empty(), "axe-core's serious and critical violations:\n  {}", serious.join("\n  "));
     }
     let shots = shots_dir(t.dir.path());
     b.screenshot(&shots.join("rollout.png")).await;
