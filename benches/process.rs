@@ -113,6 +113,8 @@ struct Server {
     real: bool,
     /// The real server's request counts when they were last reset.
     baseline: std::sync::Mutex<(u64, u64)>,
+    /// The same, write requests by `VERB resource[/subresource]`.
+    baseline_writes: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 impl Server {
@@ -134,7 +136,7 @@ impl Server {
         let text = std::fs::read_to_string(&kubeconfig).expect("kubeconfig");
         let v: Value = serde_json::from_str(&text).expect("kubeconfig is JSON");
         let url = v["clusters"][0]["cluster"]["server"].as_str().expect("server url").to_string();
-        Server { child, url, kubeconfig, real, baseline: std::sync::Mutex::new((0, 0)) }
+        Server { child, url, kubeconfig, real, baseline: std::sync::Mutex::new((0, 0)), baseline_writes: Default::default() }
     }
 
     async fn client(&self) -> kube::Client {
@@ -162,6 +164,40 @@ impl Server {
     async fn reset_counts(&self, http: &reqwest::Client) {
         let now = self.totals(http).await;
         *self.baseline.lock().expect("baseline") = now;
+        let writes = self.writes_by_resource().await;
+        *self.baseline_writes.lock().expect("baseline") = writes;
+    }
+
+    /// The real server's write requests since the last [`Server::reset_counts`], by
+    /// `VERB resource[/subresource]` (what a figure of writes per Cluster is made of); empty on
+    /// testkit's server.
+    async fn writes_since_reset(&self) -> std::collections::BTreeMap<String, u64> {
+        let base = self.baseline_writes.lock().expect("baseline").clone();
+        let mut now = self.writes_by_resource().await;
+        for (k, v) in &mut now {
+            *v = v.saturating_sub(base.get(k).copied().unwrap_or(0));
+        }
+        now.retain(|_, v| *v > 0);
+        now
+    }
+
+    async fn writes_by_resource(&self) -> std::collections::BTreeMap<String, u64> {
+        let mut out = std::collections::BTreeMap::new();
+        if !self.real {
+            return out;
+        }
+        let client = self.client().await;
+        let text = client.request_text(http::Request::get("/metrics").body(Vec::new()).expect("request")).await.expect("/metrics");
+        for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+            let Some((labels, value)) = line.rsplit_once(' ') else { continue };
+            let label = |k: &str| labels.split(&format!(",{k}=\"")).nth(1).and_then(|r| r.split('"').next()).unwrap_or_default().to_owned();
+            let (verb, resource, sub) = (label("verb"), label("resource"), label("subresource"));
+            if ["POST", "PUT", "PATCH", "APPLY", "DELETE"].contains(&verb.as_str()) && !["leases", "nodes"].contains(&resource.as_str()) {
+                let key = if sub.is_empty() { format!("{verb} {resource}") } else { format!("{verb} {resource}/{sub}") };
+                *out.entry(key).or_insert(0) += value.parse::<f64>().unwrap_or(0.0) as u64;
+            }
+        }
+        out
     }
 
     /// testkit's counters, or the real server's `apiserver_request_total`, since it started.
@@ -629,6 +665,7 @@ async fn main() {
             }
             // Counted before the bench lists ClusterSyncs itself.
             let (syncs_listed, mgmt_writes) = fleet.mgmt.counts(&http).await;
+            let writes_by_resource = fleet.mgmt.writes_since_reset().await;
             let ready = fleet.ready().await;
             let cold_peak = status_kib(&pid, "VmHWM:") / 1024.0;
             let cold_cpu = cpu_seconds(&pid);
@@ -673,7 +710,7 @@ async fn main() {
                 "writes",
                 &env,
                 with(
-                    json!({"management_server": on, "management_writes": mgmt_writes, "clustersync_lists": syncs_listed, "seconds": seconds,
+                    json!({"management_server": on, "management_writes": mgmt_writes, "management_writes_by_resource": writes_by_resource, "clustersync_lists": syncs_listed, "seconds": seconds,
                     "note": format!("{on} management server: {mgmt_writes} write requests ({per_cluster:.2} per Cluster), {syncs_listed} LISTs of ClusterSyncs in {seconds:.1} s")}),
                 ),
             ));
