@@ -18,6 +18,10 @@
 #     descriptors sampled.
 #   - benches/peers.rs: asset verify/download, git clone/poll/incremental fetch, 300-object apply,
 #     cluster-stack render for 500 Clusters vs 500 `helm template` runs.
+#   - benches/renderer.rs: the library renderer on an SCS-openstack-shaped stack (4 charts per
+#     Cluster, a CNI chart with many templates and genCA) vs `helm template` of the same helm
+#     version (the referee, scripts/build-renderer.sh): per Cluster, per chart, and
+#     BENCH_RENDER_CLUSTERS (default 1000) Clusters at helm.parallelism.
 #   - benches/signatures.rs: verifying 100 SSH- and 100 OpenPGP-signed tags vs `git verify-tag`
 #     (Debian's ssh-keygen and gpg).
 #   - tests/admin.rs push_to_applied_latency (an ignored test): webhook push-to-applied p50/p99.
@@ -82,6 +86,8 @@ fi
 if [ -z "${BENCH_FLEET_ONLY:-}" ]; then
   PATH="$tools/bin:$PATH" cargo bench --locked --bench peers
   PATH="$tools/bin:$PATH" cargo bench --locked --bench signatures
+  scripts/build-renderer.sh >/dev/null
+  cargo bench --locked --bench renderer -- --clusters "${BENCH_RENDER_CLUSTERS:-1000}" --out "$out"
   PATH="$tools/bin:$PATH" cargo test --release --locked --test admin push_to_applied_latency -- --ignored --nocapture
 fi
 if [ -n "${BENCH_FUZZ_TEMPLATES:-}" ]; then

@@ -76,7 +76,7 @@ pub enum Error {
     /// helm refused the chart or its values; `message` is helm's.
     #[error("helm template {chart} failed (library renderer, helm {HELM_VERSION}): {message}")]
     Render { chart: String, message: String },
-    #[error("helm template {chart} did not finish within {seconds}s (the library renderer was restarted)")]
+    #[error("helm template {chart} did not finish within {seconds}s (library renderer)")]
     Timeout { chart: String, seconds: u64 },
     /// The renderer died or broke the protocol while rendering.
     #[error("helm template {chart}: the library renderer failed: {message}")]
@@ -412,7 +412,11 @@ impl Renderer {
             }
             rx.await.map_err(|_| Failure::Gone(conn.pending.locked().gone.clone().unwrap_or_else(|| "it exited".into())))
         };
+        let started = tokio::time::Instant::now();
         match tokio::time::timeout(timeout, exchange).await {
+            // The timer's granularity is a millisecond: an answer after the deadline is late all
+            // the same (the renderer answered, so it is kept).
+            Ok(Ok(_)) if started.elapsed() > timeout => Err(Failure::Timeout),
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(e)) => {
                 self.discard(conn).await;
