@@ -648,6 +648,8 @@ async fn the_image_runs_as_deploy_runs_it_under_its_service_account() {
             ("delete", "stacksync.io", "clustersyncs"),
             "the ClusterSync of a Cluster deleted while stacksync was down, or one no subscription selects",
         ),
+        (("list", "", "events"), "the console in the daemon (`run --console-addr`) shows Events; this run serves no console"),
+        (("watch", "", "events"), "the console in the daemon (`run --console-addr`) shows Events; this run serves no console"),
     ]
     .into_iter()
     .collect();
