@@ -728,6 +728,10 @@ pub fn before_move(fleet: &Fleet, key: &str) -> BeforeMove {
     let on = sync.applied_release.as_ref().map_or_else(|| "the release it runs".to_owned(), |r| r.tag.clone());
     match sync.conditions.iter().find(|c| c.type_ == "Ready") {
         Some(c) if c.status == "True" => BeforeMove::Ready,
+        // Its apply (or the wait for its health, within `healthTimeout`) is under way: not
+        // judged yet, so it waits like a Cluster with no verdict (a rollout that starts while
+        // a Cluster's first apply runs must not fail it).
+        Some(c) if c.reason == "Progressing" => BeforeMove::Unknown,
         Some(c) if c.status == "False" => {
             let message = if c.message.is_empty() { String::new() } else { format!(": {}", shorten(&c.message, 300)) };
             let reason = if c.reason.is_empty() { "NotReady" } else { &c.reason };
