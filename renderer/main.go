@@ -33,7 +33,9 @@ const maxInFlight = 64
 //
 //   - op "render": render Chart (a directory or a .tgz) as `helm template Name Chart
 //     --namespace Namespace [--kube-version KubeVersion] [--include-crds] -f <each of Values>`.
-//     Group names the release the chart belongs to (for "retain"), may be empty.
+//     Group names the release the chart belongs to (for "retain"), may be empty. Probe renders
+//     with cheap stand-ins for the costly generators (probe.go): its output is only compared
+//     with a real render's, to tell the generated fields.
 //   - op "retain": drop every cached chart whose group is not in Groups, or whose files are gone.
 //   - op "version": the helm version rendered with.
 type request struct {
@@ -45,6 +47,7 @@ type request struct {
 	Namespace   string       `json:"namespace,omitempty"`
 	KubeVersion string       `json:"kubeVersion,omitempty"`
 	IncludeCRDs bool         `json:"includeCrds,omitempty"`
+	Probe       bool         `json:"probe,omitempty"`
 	Values      []valuesFile `json:"values,omitempty"`
 	Groups      []string     `json:"groups,omitempty"`
 }

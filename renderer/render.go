@@ -82,7 +82,11 @@ func render(cache *cache, req *request) (string, bool, error) {
 	}
 
 	// As `helm template`: a client-only dry run against no cluster.
-	client := action.NewInstall(action.NewConfiguration())
+	cfg := action.NewConfiguration()
+	if req.Probe {
+		cfg.CustomTemplateFuncs = probeFuncs()
+	}
+	client := action.NewInstall(cfg)
 	client.DryRunStrategy = action.DryRunClient
 	client.Replace = true
 	client.ReleaseName = req.Name

@@ -93,8 +93,8 @@ fn shape(text: &str) -> String {
 }
 
 /// Asserts `got` (the library renderer's) is `want` (the referee's), random parts by shape: a
-/// line may differ only as `key: <random>` with the same key and a value of letters and digits
-/// of the same length.
+/// line may differ only as `key: <random>` with the same key and a value of the same length that
+/// differs only in letters, digits, `.` and `/` (random strings, UUIDs, bcrypt hashes).
 fn assert_same(case: &str, got: &str, want: &str) {
     if got == want {
         return;
@@ -103,8 +103,9 @@ fn assert_same(case: &str, got: &str, want: &str) {
     let (g, w): (Vec<&str>, Vec<&str>) = (got_shape.lines().collect(), want_shape.lines().collect());
     let random = |a: &str, b: &str| {
         let (Some((ka, va)), Some((kb, vb))) = (a.split_once(": "), b.split_once(": ")) else { return false };
-        let alnum = |v: &str| !v.is_empty() && v.bytes().all(|c| c.is_ascii_alphanumeric());
-        ka == kb && va.len() == vb.len() && alnum(va) && alnum(vb)
+        // Random characters (letters, digits, and bcrypt's `./`) where the two differ.
+        let random_char = |c: u8| c.is_ascii_alphanumeric() || c == b'.' || c == b'/';
+        ka == kb && va.len() == vb.len() && va.bytes().zip(vb.bytes()).all(|(x, y)| x == y || (random_char(x) && random_char(y)))
     };
     for (i, (a, b)) in g.iter().zip(&w).enumerate() {
         assert!(a == b || random(a, b), "{case}: line {} differs:\n library: {a}\n referee: {b}", i + 1);
@@ -459,4 +460,78 @@ async fn generated_values_and_templates_render_as_the_referee_renders_them() {
     for got in futures_util::future::join_all(renders).await {
         assert_eq!(got, want);
     }
+}
+
+/// The fields two renders of the same arguments differ in, as `kind/name pointer` lines
+/// (documents paired in order: the same chart and values print them in the same order).
+fn differing(a: &str, b: &str) -> std::collections::BTreeSet<String> {
+    let (a, b) = (kubeyaml::values(a).expect("YAML"), kubeyaml::values(b).expect("YAML"));
+    assert_eq!(a.len(), b.len(), "both renders print the same documents");
+    let mut out = std::collections::BTreeSet::new();
+    for (x, y) in a.iter().zip(&b) {
+        let id = format!("{}/{}", x["kind"].as_str().unwrap_or_default(), x["metadata"]["name"].as_str().unwrap_or_default());
+        assert_eq!(id, format!("{}/{}", y["kind"].as_str().unwrap_or_default(), y["metadata"]["name"].as_str().unwrap_or_default()));
+        out.extend(applier::ssa::generated_fields(x, y).into_iter().map(|p| format!("{id} {p}")));
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_probe_render_differs_from_a_real_one_exactly_where_two_real_renders_do() {
+    let helm = library().await;
+    assert!(helm.probes());
+    let home = tempfile::tempdir().expect("tempdir");
+    let dir = fixtures();
+    let cases = [
+        format!("--include-crds --kube-version v1.32.4 cluster-addon {} --namespace kube-system", dir.join("generators").display()),
+        format!(
+            "--include-crds --kube-version v1.32.4 cluster-addon {} --namespace kube-system -f {}",
+            dir.join("network").display(),
+            dir.join("values/cluster-7.yaml").display()
+        ),
+    ];
+    for line in &cases {
+        let args = args(line);
+        let real = differential(&helm, home.path(), line, &args).await.expect("renders");
+        let again = library_template(&helm, &args).await.expect("renders");
+        let probe = helm.probe_in("fixture", "fixture", &args).await.expect("the library renderer probes").expect("the probe renders");
+        let by_two_real = differing(&real, &again);
+        assert!(!by_two_real.is_empty(), "{line}: the fixture generates");
+        assert_eq!(differing(&real, &probe), by_two_real, "{line}: the probe finds the fields two real renders find");
+        assert!(!probe.contains("BEGIN CERTIFICATE-----\nMII"), "{line}: a probe generates no certificate:\n{probe}");
+    }
+    let generators = differing(
+        &library_template(&helm, &args(&cases[0])).await.expect("renders"),
+        &library_template(&helm, &args(&cases[0])).await.expect("renders"),
+    );
+    for field in [
+        "Secret/webhook-serving /data/ca.crt",
+        "Secret/webhook-serving /data/tls.key",
+        "ValidatingWebhookConfiguration/webhook /webhooks/0/clientConfig/caBundle",
+        "Deployment/webhook /spec/template/metadata/annotations/checksum~1ca",
+        "Secret/keys /stringData/bcrypt",
+        "Secret/keys /stringData/htpasswd",
+        "Secret/keys /stringData/leaf.crt",
+        "Secret/keys /stringData/token",
+    ] {
+        assert!(generators.contains(field), "{field} is generated: {generators:?}");
+    }
+    for fixed in ["Deployment/webhook /spec/template/metadata/annotations/checksum~1values", "Secret/keys /stringData/user"] {
+        assert!(!generators.iter().any(|g| g.starts_with(fixed)), "{fixed} is not generated: {generators:?}");
+    }
+
+    // A template that reads a generated certificate back cannot run on a probe's stand-ins: the
+    // probe fails (and stacksync renders for real twice instead), the real render does not.
+    let reads_back = args(&format!("x {} --namespace a", dir.join("reads-back").display()));
+    differential(&helm, home.path(), "reads back", &reads_back).await.expect("renders");
+    let probe = helm.probe_in("fixture", "fixture", &reads_back).await.expect("the library renderer probes");
+    assert!(
+        matches!(&probe, Err(Error::Library(renderer::Error::Render { message, .. })) if message.contains("buildCustomCert")),
+        "{probe:?}"
+    );
+
+    // The helm binary has no probe.
+    let process = HelmConfig { renderer: stacksync::config::HelmRenderer::Process, path: Some(referee()), ..HelmConfig::default() };
+    let process = Helm::locate(&process).await.expect("the referee as helm");
+    assert!(!process.probes() && process.probe_in("g", "c", &reads_back).await.is_none());
 }

@@ -334,8 +334,10 @@ impl Layout {
 
     /// `helm template` of one addon chart with its values template rendered into `dir`.
     ///
-    /// A chart is rendered twice the first time its inputs are seen: fields that differ between
-    /// the two renders are generated at render time (`generated.rs` of the applier keeps them
+    /// A chart that may generate is rendered twice the first time its inputs are seen — with the
+    /// library renderer, once for real and once as a probe (the costly generators replaced by
+    /// cheap stand-ins: renderer/probe.go); with helm processes, twice for real. Fields that
+    /// differ between the two renders are generated at render time (`generated.rs` of the applier keeps them
     /// as they are live). A render that generates nothing is memoised for every Cluster with
     /// the same inputs; one that does is memoised for this Cluster alone (its identity in the
     /// key, the shared key holding only the generated fields' pointers), so no two Clusters
@@ -395,8 +397,19 @@ impl Layout {
         }
         let failed = |source| vec![Error::Helm { chart: chart.name.clone(), source }];
         let twice = self.chart_may_generate(&chart.path) || values_file.as_deref().is_some_and(names_a_generator);
-        let (first, second) = if twice {
-            let group = &self.render_group;
+        let group = &self.render_group;
+        let (first, second) = if twice && helm.probes() {
+            // The real render and a probe (no key generation): what differs is generated. A probe
+            // that fails where the real render does not (a template that reads a generated key
+            // back) is told by a second real render instead.
+            let (first, probe) = tokio::join!(helm.template_in(group, &chart.name, &args), helm.probe_in(group, &chart.name, &args));
+            let first = first.map_err(failed)?;
+            let second = match probe {
+                Some(Ok(probe)) => probe,
+                _ => helm.template_in(group, &chart.name, &args).await.map_err(failed)?,
+            };
+            (first.into(), Some(second))
+        } else if twice {
             let (first, second) = tokio::join!(helm.template_in(group, &chart.name, &args), helm.template_in(group, &chart.name, &args));
             (first.map_err(failed)?.into(), Some(second.map_err(failed)?))
         } else {

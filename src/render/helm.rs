@@ -508,8 +508,29 @@ impl Helm {
     /// # Errors
     /// As [`Helm::template`].
     pub async fn template_in(&self, group: &str, chart: &str, args: &[OsString]) -> Result<String, Error> {
+        self.timed(group, chart, args, false).await
+    }
+
+    /// A probe render of the same arguments (see [`Template::probe`]): with the library renderer,
+    /// the chart rendered with cheap stand-ins for key, certificate and bcrypt generation, to be
+    /// compared with a real render; `None` with `helm.renderer: process` (the helm binary has no
+    /// such mode: compare two real renders).
+    ///
+    /// # Errors
+    /// As [`Helm::template`].
+    pub async fn probe_in(&self, group: &str, chart: &str, args: &[OsString]) -> Option<Result<String, Error>> {
+        self.library.as_ref()?;
+        Some(self.timed(group, chart, args, true).await)
+    }
+
+    /// Whether [`Helm::probe_in`] renders (the library renderer is in use).
+    pub fn probes(&self) -> bool {
+        self.library.is_some()
+    }
+
+    async fn timed(&self, group: &str, chart: &str, args: &[OsString], probe: bool) -> Result<String, Error> {
         let started = std::time::Instant::now();
-        let result = self.run_template(group, chart, args).await;
+        let result = self.run_template(group, chart, args, probe).await;
         let outcome = match &result {
             Ok(_) => "success",
             Err(Error::Timeout { .. } | Error::Library(renderer::Error::Timeout { .. })) => "timeout",
@@ -519,7 +540,7 @@ impl Helm {
         result
     }
 
-    async fn run_template(&self, group: &str, chart: &str, args: &[OsString]) -> Result<String, Error> {
+    async fn run_template(&self, group: &str, chart: &str, args: &[OsString], probe: bool) -> Result<String, Error> {
         // The semaphore is never closed; were it, no helm could run.
         let _permit = self
             .permits
@@ -527,7 +548,8 @@ impl Helm {
             .await
             .map_err(|e| Error::Spawn { path: self.path.display().to_string(), source: Arc::new(std::io::Error::other(e)) })?;
         if let Some(library) = &self.library {
-            let template = Template::from_args(args).map_err(|arg| renderer::Error::Refused { chart: chart.to_owned(), arg })?;
+            let mut template = Template::from_args(args).map_err(|arg| renderer::Error::Refused { chart: chart.to_owned(), arg })?;
+            template.probe = probe;
             self.runs.fetch_add(1, Ordering::Relaxed);
             return Ok(library.render(group, chart, &template, self.timeout).await?);
         }

@@ -112,6 +112,11 @@ pub struct Template {
     pub kube_version: Option<String>,
     pub include_crds: bool,
     pub values: Vec<PathBuf>,
+    /// A probe render: the costly generators (key and certificate generation, bcrypt) replaced
+    /// by cheap stand-ins whose output is random text of the same shape (renderer/probe.go). Its
+    /// output is only ever compared with a real render of the same inputs, to tell which fields
+    /// are generated; never applied.
+    pub probe: bool,
 }
 
 impl Template {
@@ -147,6 +152,7 @@ impl Template {
                 kube_version,
                 include_crds,
                 values,
+                probe: false,
             }),
             Err(p) => Err(format!("{} positional arguments (a release name and a chart are needed)", p.len())),
         }
@@ -172,6 +178,8 @@ struct Request<'a> {
     include_crds: bool,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     values: Vec<ValuesFile>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    probe: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     groups: Option<&'a [String]>,
 }
@@ -188,6 +196,7 @@ impl Request<'_> {
             kube_version: "",
             include_crds: false,
             values: Vec::new(),
+            probe: false,
             groups: None,
         }
     }
@@ -316,6 +325,7 @@ impl Renderer {
             kube_version: template.kube_version.as_deref().unwrap_or_default(),
             include_crds: template.include_crds,
             values,
+            probe: template.probe,
             ..Request::op("render")
         };
         let conn = self.connection().await.map_err(|e| Error::Crashed { chart: chart.to_owned(), message: e.to_string() })?;
