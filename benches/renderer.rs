@@ -11,7 +11,8 @@
 //!   show where the time goes;
 //! - 1,000 Clusters: every Cluster's addons with the library renderer at `helm.parallelism` (the
 //!   number of cores), and the peer's time for the same work measured on a sample of Clusters at
-//!   the same parallelism and scaled up; the renderer's peak memory (`VmHWM`) after it.
+//!   the same parallelism and scaled up; the renderer's peak memory (`VmHWM`) after it; then the
+//!   same fleet as `stacksync preview` renders it (every render a probe: no key generated).
 //!
 //! By hand: `cargo bench --bench renderer -- [--clusters 1000] [--sample 20] [--out F]`.
 //! Results: docs/performance.md ("The library renderer").
@@ -359,6 +360,35 @@ async fn main() {
         "s",
         &machine,
         json!({"parallelism": parallelism, "peer_sample_clusters": peer_clusters.len(), "renderer_vm_hwm_mib": hwm}),
+    ));
+
+    // The same fleet as `stacksync preview` renders it: every render a probe (no key generated:
+    // a preview applies nothing and keeps each generated field's live value), the generated
+    // fields still found by comparing two. The peer is the same helm template figure: what a
+    // preview that ran helm per chart would cost.
+    let probing = helm.probes_only();
+    let t = Instant::now();
+    let done = futures_util::stream::iter(fleet.iter().map(|c| {
+        let (helm, layout, work) = (&probing, &layout, &work);
+        async move { layout.render_addons(helm, c, work).await.expect("render").len() }
+    }))
+    .buffer_unordered(parallelism)
+    .collect::<Vec<_>>()
+    .await;
+    let previewed = t.elapsed().as_secs_f64();
+    assert_eq!(done.len(), clusters);
+    println!(
+        "{clusters} Clusters as preview renders them (probes, no key generated): {previewed:.1} s, helm template {peer:.1} s: {:.3} ({:.1}x faster)",
+        previewed / peer,
+        peer / previewed
+    );
+    cases.push(common::case(
+        &format!("renderer: {clusters} Clusters' addons as preview renders them"),
+        previewed,
+        Some((peer, "helm template (same version), scaled from a sample")),
+        "s",
+        &machine,
+        json!({"parallelism": parallelism, "peer_sample_clusters": peer_clusters.len()}),
     ));
     common::write(&out, &cases, false);
     println!("results: {}", out.display());

@@ -65,7 +65,9 @@ type response struct {
 	Manifest string `json:"manifest,omitempty"`
 	Error    string `json:"error,omitempty"`
 	Version  string `json:"version,omitempty"`
-	Dropped  int    `json:"dropped,omitempty"`
+	// Features answers "version" too: what this renderer does beyond helm template ("probe").
+	Features []string `json:"features,omitempty"`
+	Dropped  int      `json:"dropped,omitempty"`
 	// Cached tells whether the chart came from the cache (for tests and debugging).
 	Cached bool `json:"cached,omitempty"`
 }
@@ -139,6 +141,7 @@ func handle(cache *cache, req *request) (resp response) {
 		resp.Dropped = cache.retain(req.Groups)
 	case "version":
 		resp.Version = helmVersion()
+		resp.Features = []string{"probe"}
 	default:
 		resp.Error = fmt.Sprintf("unknown op %q", req.Op)
 	}

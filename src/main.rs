@@ -854,7 +854,7 @@ async fn preview(cfg: Config, args: PreviewArgs) -> anyhow::Result<kubernetes::p
         None => None,
     };
     let ctx = Ctx::new(cfg).context("opening the cache")?;
-    ctx.renders_in_memory_only();
+    ctx.renders_for_preview();
     let arg = ReleaseArg::parse(&args.release);
     let candidate = candidate(&ctx, &arg, args.subscription.as_deref(), args.tag.as_deref()).await?;
     let options = kubernetes::preview::Options { only, concurrency: args.concurrency, diffs: args.diffs };

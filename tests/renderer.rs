@@ -530,6 +530,14 @@ async fn a_probe_render_differs_from_a_real_one_exactly_where_two_real_renders_d
         "{probe:?}"
     );
 
+    // `stacksync preview`'s helm renders every chart as a probe, and keeps its renders apart.
+    let previewing = helm.probes_only();
+    let probed = previewing.template("fixture", &args(&cases[0])).await.expect("renders");
+    assert!(probed.contains("kind: ValidatingWebhookConfiguration") && !probed.contains("BEGIN CERTIFICATE-----\nMII"), "{probed}");
+    let key = stacksync::render::helm::MemoKey::of([b"generators".as_slice()]);
+    previewing.remember("g", &key, &std::sync::Arc::from(probed.as_str()));
+    assert!(previewing.recall("g", &key).is_some() && helm.recall("g", &key).is_none(), "a probe is never a real render's memo");
+
     // The helm binary has no probe.
     let process = HelmConfig { renderer: stacksync::config::HelmRenderer::Process, path: Some(referee()), ..HelmConfig::default() };
     let process = Helm::locate(&process).await.expect("the referee as helm");

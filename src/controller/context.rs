@@ -66,6 +66,8 @@ pub struct Context {
     /// Whether helm's renders are kept on the cache volume (off for `stacksync preview`, which
     /// writes nothing there).
     disk_renders: std::sync::atomic::AtomicBool,
+    /// Every render is a probe ([`Context::renders_for_preview`]).
+    probe_renders: std::sync::atomic::AtomicBool,
     /// The last selection note said at INFO per subscription (`tag … is no longer advertised;
     /// staying on it`): said when it changes, not at every poll.
     notes: Mutex<HashMap<String, String>>,
@@ -158,6 +160,7 @@ impl Context {
             preparing: Mutex::new(HashMap::new()),
             answers: Mutex::new(Answers::default()),
             disk_renders: std::sync::atomic::AtomicBool::new(true),
+            probe_renders: std::sync::atomic::AtomicBool::new(false),
             notes: Mutex::new(HashMap::new()),
         }))
     }
@@ -609,10 +612,13 @@ impl Context {
         self.cache.save_index(&*self.index.lock().await)
     }
 
-    /// Keeps helm's renders in memory only (before the first render): a preview of a release
-    /// that is not published leaves nothing on the cache volume.
-    pub fn renders_in_memory_only(&self) {
+    /// Renders for `stacksync preview` (before the first render): in memory only, so a preview
+    /// of a release that is not published leaves nothing on the cache volume; and as probes
+    /// ([`Helm::probes_only`]), since a preview applies nothing and keeps every generated field's
+    /// live value: no key is generated.
+    pub fn renders_for_preview(&self) {
         self.disk_renders.store(false, std::sync::atomic::Ordering::Relaxed);
+        self.probe_renders.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The process's helm, located once (its version logged). Only cluster-stack subscriptions
@@ -623,6 +629,7 @@ impl Context {
     pub async fn helm(&self) -> Result<Helm, RenderError> {
         let work = self.work_dir()?.to_path_buf();
         let renders = self.disk_renders.load(std::sync::atomic::Ordering::Relaxed).then(|| self.cache.root().join(RENDERS_DIR));
+        let probes = self.probe_renders.load(std::sync::atomic::Ordering::Relaxed);
         let config = self.config();
         self.helm
             .get_or_init(|| async move {
@@ -631,6 +638,7 @@ impl Context {
                         info!(path = %h.path().display(), version = h.version(), renderer = h.kind(), "helm found");
                         let h = h.with_home(&work.join("helm"));
                         Ok(match &renders {
+                            _ if probes => h.probes_only(),
                             Some(dir) => h.with_disk(dir),
                             None => h,
                         })

@@ -141,6 +141,8 @@ pub struct Helm {
     disk: Option<Arc<Disk>>,
     /// Renders run (renders the memo answered are not counted).
     runs: Arc<AtomicU64>,
+    /// Every render is a probe ([`Helm::probes_only`]).
+    probes_only: bool,
 }
 
 /// Bytes of rendered output kept on disk; past it, new renders are not written (until garbage
@@ -377,7 +379,18 @@ impl Helm {
             memo: Arc::new(Mutex::new(Memo::new(MEMO_BYTES))),
             disk: None,
             runs: Arc::new(AtomicU64::new(0)),
+            probes_only: false,
         }
+    }
+
+    /// The same helm rendering every chart as a probe (with the library renderer; see
+    /// [`Template::probe`]): no key, certificate or bcrypt hash is generated, each is random text
+    /// of its shape. For `stacksync preview`, which applies nothing and keeps every generated
+    /// field's live value: its renders cost no key generation. Its renders are memoised apart
+    /// from real ones and never on disk, so no probe is ever taken for a real render.
+    #[must_use]
+    pub fn probes_only(&self) -> Helm {
+        Helm { memo: Arc::new(Mutex::new(Memo::new(MEMO_BYTES))), disk: None, probes_only: self.probes(), ..self.clone() }
     }
 
     /// The same helm with a memo of its own, empty, and none on disk: every render runs helm
@@ -447,7 +460,8 @@ impl Helm {
 
     /// `key` with helm's version: a render is only ever answered for the helm that made it.
     fn versioned(&self, key: &MemoKey) -> MemoKey {
-        MemoKey::of([key.0.as_slice(), self.version.as_bytes()])
+        let probe: &[u8] = if self.probes_only { b"probe" } else { b"" };
+        MemoKey::of([key.0.as_slice(), self.version.as_bytes(), probe])
     }
 
     /// The memo's answer for `key`: from memory, else from the disk tier (`group` is the
@@ -519,19 +533,24 @@ impl Helm {
     /// # Errors
     /// As [`Helm::template`].
     pub async fn probe_in(&self, group: &str, chart: &str, args: &[OsString]) -> Option<Result<String, Error>> {
-        self.library.as_ref()?;
+        if !self.probes() {
+            return None;
+        }
         Some(self.timed(group, chart, args, true).await)
     }
 
-    /// Whether [`Helm::probe_in`] renders (the library renderer is in use).
+    /// Whether [`Helm::probe_in`] renders (the library renderer is in use and renders probes).
     pub fn probes(&self) -> bool {
-        self.library.is_some()
+        self.library.as_ref().is_some_and(Renderer::probes)
     }
 
     async fn timed(&self, group: &str, chart: &str, args: &[OsString], probe: bool) -> Result<String, Error> {
         let started = std::time::Instant::now();
         let result = self.run_template(group, chart, args, probe).await;
         let outcome = match &result {
+            // A probe the chart cannot run (it parses a generated key back) is no failure: a
+            // real render takes its place.
+            Err(_) if probe => return result,
             Ok(_) => "success",
             Err(Error::Timeout { .. } | Error::Library(renderer::Error::Timeout { .. })) => "timeout",
             Err(_) => "error",
@@ -549,7 +568,7 @@ impl Helm {
             .map_err(|e| Error::Spawn { path: self.path.display().to_string(), source: Arc::new(std::io::Error::other(e)) })?;
         if let Some(library) = &self.library {
             let mut template = Template::from_args(args).map_err(|arg| renderer::Error::Refused { chart: chart.to_owned(), arg })?;
-            template.probe = probe;
+            template.probe = probe || self.probes_only;
             self.runs.fetch_add(1, Ordering::Relaxed);
             return Ok(library.render(group, chart, &template, self.timeout).await?);
         }

@@ -219,6 +219,9 @@ struct Response {
     version: String,
     #[serde(default)]
     dropped: usize,
+    /// What the renderer can do beyond rendering, told with its version (`probe`).
+    #[serde(default)]
+    features: Vec<String>,
 }
 
 /// The renders waiting for an answer, and why the renderer is gone once it is.
@@ -250,6 +253,8 @@ impl Drop for Conn {
 pub struct Renderer {
     path: PathBuf,
     version: String,
+    /// It renders probes ([`Template::probe`]); a renderer built before them renders for real.
+    probes: bool,
     conn: Arc<tokio::sync::Mutex<Option<Arc<Conn>>>>,
     next_id: Arc<AtomicU64>,
     starts: Arc<AtomicU64>,
@@ -273,14 +278,27 @@ impl Renderer {
     /// It is missing, does not start or answer, or is built on another helm version.
     pub async fn locate(configured: Option<&Path>) -> Result<Renderer, Error> {
         let path = find(configured)?;
-        let renderer =
-            Renderer { path, version: String::new(), conn: Arc::default(), next_id: Arc::new(AtomicU64::new(1)), starts: Arc::default() };
+        let renderer = Renderer {
+            path,
+            version: String::new(),
+            probes: false,
+            conn: Arc::default(),
+            next_id: Arc::new(AtomicU64::new(1)),
+            starts: Arc::default(),
+        };
         let conn = renderer.connection().await?;
-        let version = renderer.ask(&conn, Request::op("version"), START_TIMEOUT).await.map_err(|e| renderer.start_error(&e))?.version;
+        let answer = renderer.ask(&conn, Request::op("version"), START_TIMEOUT).await.map_err(|e| renderer.start_error(&e))?;
+        let version = answer.version;
         if version.split('+').next() != Some(HELM_VERSION) {
             return Err(Error::Version { path: renderer.path.display().to_string(), found: version });
         }
-        Ok(Renderer { version, ..renderer })
+        let probes = answer.features.iter().any(|f| f == "probe");
+        Ok(Renderer { version, probes, ..renderer })
+    }
+
+    /// Whether it renders probes ([`Template::probe`]): it says so when asked its version.
+    pub fn probes(&self) -> bool {
+        self.probes
     }
 
     pub fn path(&self) -> &Path {
@@ -604,6 +622,7 @@ mod tests {
                 kube_version: Some("v1.32.0".into()),
                 include_crds: true,
                 values: vec!["/v.yaml".into()],
+                probe: false,
             }
         );
         let t = Template::from_args(&args("stack /c.tgz --namespace=team-a --values=/a -f /b")).expect("taken");

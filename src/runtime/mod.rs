@@ -7,4 +7,5 @@ pub mod daemon;
 pub mod election;
 pub mod hooks;
 pub mod logging;
+pub mod progress;
 pub mod webhook;
