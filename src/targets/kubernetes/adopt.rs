@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use tracing::{info, warn};
 
 use super::Error;
-use super::Kube;
+use super::context::Kube;
 use super::decide::{subscription_for, topology_class};
 use super::error::kube_error;
 use super::reconcile::{apply_options, choose};

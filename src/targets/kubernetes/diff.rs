@@ -10,7 +10,7 @@ use tracing::Instrument;
 use tracing::info_span;
 
 use super::Error;
-use super::Kube;
+use super::context::Kube;
 use super::decide::{subscription_for, topology_class};
 use super::reconcile::{apply_options, choose, key_of};
 use super::stages::render;

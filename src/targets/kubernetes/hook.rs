@@ -20,7 +20,7 @@ use super::client::management_client;
 use super::decide::{subscription_for, topology_class};
 use super::error::ClientError;
 use super::error::kube_error;
-use super::target;
+use super::settings::target;
 use super::upgrade::DONE;
 use crate::config::{Config, Format, KubernetesTarget, Target};
 use crate::model::ClusterKey;

@@ -11,12 +11,13 @@ use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::Action;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use super::context::Kube;
 use super::decide::{self, Done, control_plane_ready, is_paused, subscription_for, topology_class};
+use super::error::Error;
 use super::error::kube_error;
 use super::fail::Fail;
 use super::stages::{self, Rendered};
 use super::status::{Owner, write_cluster_sync};
-use super::{Error, Kube};
 use crate::config::{Config, Format, KubernetesTarget, Subscription};
 use crate::controller::{ClusterReport, PreparedRelease};
 use crate::model::ClusterKey;
@@ -250,7 +251,7 @@ async fn sync(
             {
                 releases.push(rel.clone());
             }
-            kube.classes.ensure(kube, sub, &c.namespace, &releases).await;
+            super::classes::ensure(kube, sub, &c.namespace, &releases).await;
             // A ClusterClass the management cluster refused (a webhook, a schema) is why this
             // control plane is not coming: the ClusterSync says so, naming the object, not
             // "not ready yet" (retried with backoff: a fixed webhook or release brings it).
@@ -329,7 +330,7 @@ async fn apply_release(
         if !releases.iter().any(|r| r.tag == rel.tag) {
             releases.push(rel.clone());
         }
-        kube.classes.ensure(kube, sub, &c.namespace, &releases).await;
+        super::classes::ensure(kube, sub, &c.namespace, &releases).await;
     }
     let super::Workload { client, discovery } = match kube.workloads.get(&kube.mgmt, key, c, k.request_timeout).await {
         Ok(workload) => workload,

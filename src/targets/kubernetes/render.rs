@@ -12,7 +12,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 use tracing::{error, info};
 
 use super::Error;
-use super::Kube;
+use super::context::Kube;
 use super::decide::{subscription_for, topology_class};
 use super::reconcile::{choose, key_of};
 use super::stages::render as render_stages;

@@ -18,9 +18,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use tracing::{debug, warn};
 
-use super::Kube;
+use super::context::Kube;
 use super::error::kube_error;
-use super::stackrelease::release_name;
+use super::ledger::release_name;
 use super::status::now;
 use crate::status::crd::{ClusterSync, StackRelease};
 use crate::status::desired::{rollup, tally};

@@ -19,16 +19,19 @@ use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 
 use super::Error;
+use super::context::Kube;
 use super::decide::topology_class;
 use super::error::kube_error;
 use super::reconcile::{self, Reconciled, forget, key_of, retry_after};
-use super::{CLUSTER_NAME_LABEL, Kube};
 use crate::config::Format;
 use crate::controller::{ClusterReport, Context, PassReport};
 use crate::model::ClusterKey;
 use crate::status::crd::{ClusterSync, RECONCILE_REQUESTED_AT};
 use crate::status::{ClusterStatus, Reason};
 use crate::telemetry::{Outcome, metrics};
+
+/// The label Cluster API puts on a Cluster's Secrets.
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
 /// How long a queued reconcile waits for more triggers of the same Cluster.
 const DEBOUNCE: Duration = Duration::from_millis(300);
@@ -382,7 +385,7 @@ async fn housekeeping(
         };
         sweep_orphans(&kube, &live).await;
         let referenced: BTreeSet<String> = live.iter().filter_map(|c| topology_class(&c.data)).collect();
-        kube.classes.prune(&kube, &referenced).await;
+        super::classes::prune(&kube, &referenced).await;
         collect_garbage(&kube, &referenced).await;
         record_refusals(&kube).await;
     }
@@ -555,7 +558,7 @@ pub async fn pass(ctx: Arc<Context>, concurrency: usize) -> PassReport {
             }
         }
     }
-    kube.classes.prune(&kube, &referenced).await;
+    super::classes::prune(&kube, &referenced).await;
     collect_garbage(&kube, &referenced).await;
     record_refusals(&kube).await;
     super::rollup::once(&kube).await;
@@ -606,7 +609,7 @@ pub async fn request_rotation(ctx: Arc<Context>, key: &ClusterKey) -> Result<Str
 
 /// Sets each of `annotations` on the Cluster's ClusterSync to now (RFC 3339), which it returns.
 async fn request(ctx: Arc<Context>, key: &ClusterKey, annotations: &[&str]) -> Result<String, Error> {
-    let k = super::target(&ctx.config());
+    let k = super::settings::target(&ctx.config());
     let mgmt = super::client::management_client(&k).await.map_err(Error::ManagementClient)?;
     let syncs: Api<ClusterSync> = Api::namespaced(mgmt, &key.namespace);
     let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);

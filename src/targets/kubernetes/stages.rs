@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use sha2::{Digest, Sha256};
 use tracing::error;
 
-use super::Kube;
+use super::context::Kube;
 use crate::config::{Format, Subscription};
 use crate::controller::PreparedRelease;
 use crate::controller::pipeline::{self, RenderError};

@@ -6,7 +6,6 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use tracing::warn;
 
-use super::MANAGER;
 use super::error::kube_error;
 use crate::config::Subscription;
 use crate::model::cluster::ClusterConfig;
@@ -14,6 +13,9 @@ use crate::model::sync::MutexExt;
 use crate::status::crd::{ClusterSync, ClusterSyncSpec, ClusterSyncStatus};
 
 use crate::status::desired::summarise;
+
+/// The field manager of every write, objects and status alike.
+pub const MANAGER: &str = applier::ssa::FIELD_MANAGER;
 
 /// Now, as the status resources carry times. The one clock read of the status code: what is
 /// decided from it ([`crate::status::desired`]) gets the time passed in.

@@ -24,7 +24,7 @@ use std::time::Duration;
 use kube::api::{Api, DynamicObject, GroupVersionKind};
 use tracing::info;
 
-use super::Kube;
+use super::context::Kube;
 use crate::config::{Format, Subscription};
 use crate::controller::PreparedRelease;
 use crate::controller::pipeline::RenderError;

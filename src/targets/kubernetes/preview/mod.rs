@@ -17,12 +17,13 @@ use kube::api::{Api, DynamicObject};
 use serde::Serialize;
 use tracing::Instrument;
 
+use super::Error;
+use super::context::Kube;
 use super::decide::{control_plane_ready, is_paused, subscription_for, topology_class};
 use super::reconcile::{apply_options, key_of};
 use super::stages::render;
 use super::upgrade::HOOK;
 use super::workload::reachable;
-use super::{Error, Kube};
 use crate::config::{Format, Subscription};
 use crate::controller::Context;
 use crate::controller::preview::{Candidate, Origin};
