@@ -416,7 +416,7 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
                         .map(|(ns, name)| stacksync::model::ClusterKey::new(ns, name))
                         .ok_or_else(|| anyhow::anyhow!("expected <namespace>/<name>, found `{text}`"))
                 };
-                Ok::<_, anyhow::Error>(kubernetes::adopt::Options {
+                Ok::<_, anyhow::Error>(kubernetes::commands::adopt::Options {
                     dry_run,
                     cluster: cluster.as_deref().map(key).transpose()?,
                     cleanup,
@@ -477,8 +477,8 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             Ok(match runtime.block_on(preview(cfg, args)) {
                 Ok(p) => {
                     match output {
-                        PreviewOutput::Text => print!("{}", kubernetes::preview::text(&p, diff)),
-                        PreviewOutput::Markdown => print!("{}", kubernetes::preview::markdown(&p, max_objects)),
+                        PreviewOutput::Text => print!("{}", kubernetes::commands::preview::text(&p, diff)),
+                        PreviewOutput::Markdown => print!("{}", kubernetes::commands::preview::markdown(&p, max_objects)),
                         PreviewOutput::Json => println!("{}", serde_json::to_string_pretty(&p).context("printing the preview")?),
                     }
                     if p.unjudged() {
@@ -841,7 +841,7 @@ struct PreviewArgs {
 }
 
 /// The preview of a release not (yet) offered, for the Kubernetes target.
-async fn preview(cfg: Config, args: PreviewArgs) -> anyhow::Result<kubernetes::preview::FleetPreview> {
+async fn preview(cfg: Config, args: PreviewArgs) -> anyhow::Result<kubernetes::commands::preview::FleetPreview> {
     use stacksync::controller::preview::{ReleaseArg, candidate};
     if !matches!(cfg.target, Target::Kubernetes(_)) {
         anyhow::bail!("preview needs a Kubernetes target (a directory target is previewed with `render --out` and a diff of the files)");
@@ -857,16 +857,16 @@ async fn preview(cfg: Config, args: PreviewArgs) -> anyhow::Result<kubernetes::p
     ctx.renders_in_memory_only();
     let arg = ReleaseArg::parse(&args.release);
     let candidate = candidate(&ctx, &arg, args.subscription.as_deref(), args.tag.as_deref()).await?;
-    let options = kubernetes::preview::Options { only, concurrency: args.concurrency, diffs: args.diffs };
-    Ok(kubernetes::preview::preview(ctx, &candidate, &options).await?)
+    let options = kubernetes::commands::preview::Options { only, concurrency: args.concurrency, diffs: args.diffs };
+    Ok(kubernetes::commands::preview::preview(ctx, &candidate, &options).await?)
 }
 
-async fn adopt(cfg: Config, options: &kubernetes::adopt::Options) -> anyhow::Result<kubernetes::adopt::Report> {
+async fn adopt(cfg: Config, options: &kubernetes::commands::adopt::Options) -> anyhow::Result<kubernetes::commands::adopt::Report> {
     if !matches!(cfg.target, Target::Kubernetes(_)) {
         anyhow::bail!("adopt needs a Kubernetes target: it takes objects over in the management and workload clusters");
     }
     let ctx = Ctx::new(cfg).context("opening the cache")?;
-    Ok(kubernetes::adopt::adopt(ctx, options).await?)
+    Ok(kubernetes::commands::adopt::adopt(ctx, options).await?)
 }
 
 fn load(path: &Path) -> Result<Config, ExitCode> {

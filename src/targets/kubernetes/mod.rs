@@ -17,14 +17,13 @@
 //!
 //! This file only declares the modules and re-exports what the rest of the crate uses.
 
-pub mod adopt;
 mod attempts;
 mod class_results;
 mod classes;
 mod client;
+pub mod commands;
 mod context;
 mod decide;
-mod diff;
 mod error;
 mod events;
 mod fail;
@@ -33,11 +32,9 @@ pub mod hook;
 mod ledger;
 mod manifests;
 mod parts;
-pub mod preview;
 mod reconcile;
 mod recorded;
 mod references;
-mod render;
 mod rollout;
 mod rollup;
 mod run;
@@ -49,11 +46,11 @@ mod upgrade;
 pub mod workload;
 
 pub use client::{cluster_resource, management_client, management_watch_client};
+pub use commands::diff::{ClusterDiff, diff};
+pub use commands::render::render;
 pub use decide::{PAUSED_ANNOTATION, is_paused, subscription_for, topology_class};
-pub use diff::{ClusterDiff, diff};
 pub(crate) use error::kube_error;
 pub use error::{ClientError, Error};
-pub use render::render;
 pub use rollout::{Health, PlanReport, judge, plan, plan_report as rollout_plan, request as request_rollout};
 pub use run::{SHARD_LABEL, coordinate, pass, request_reconcile, request_rotation, run};
 pub use workload::{REACHABLE_TIMEOUT, Workload};

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use kube::api::{Api, DynamicObject, ListParams};
 use tracing::{error, info};
 
-use super::Error;
-use super::context::Kube;
-use super::decide::{subscription_for, topology_class};
-use super::reconcile::{choose, key_of};
-use super::stages::render as render_stages;
+use super::super::Error;
+use super::super::context::Kube;
+use super::super::decide::{subscription_for, topology_class};
+use super::super::reconcile::{choose, key_of};
+use super::super::stages::render as render_stages;
 use crate::config::Format;
 use crate::controller::{ClusterReport, Context, PassReport};
 use crate::model::ClusterKey;

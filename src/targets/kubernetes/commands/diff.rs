@@ -9,12 +9,12 @@ use kube::api::{Api, DynamicObject};
 use tracing::Instrument;
 use tracing::info_span;
 
-use super::Error;
-use super::context::Kube;
-use super::decide::{subscription_for, topology_class};
-use super::reconcile::{apply_options, choose, key_of};
-use super::stages::render;
-use super::workload::reachable;
+use super::super::Error;
+use super::super::context::Kube;
+use super::super::decide::{subscription_for, topology_class};
+use super::super::reconcile::{apply_options, choose, key_of};
+use super::super::stages::render;
+use super::super::workload::reachable;
 use crate::controller::Context;
 use crate::model::ClusterKey;
 use crate::status::crd::ClusterSync;
@@ -86,7 +86,7 @@ async fn one(
     let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &key.namespace);
     let previous = match syncs.get_opt(&key.name).await {
         Ok(p) => p.and_then(|p| p.status).unwrap_or_default(),
-        Err(e) => return Some(failed(key, format!("cannot read its ClusterSync: {}", super::error::kube_error(&e)))),
+        Err(e) => return Some(failed(key, format!("cannot read its ClusterSync: {}", super::super::error::kube_error(&e)))),
     };
     let applied = previous.applied_release.as_ref().map(|r| r.tag.clone());
     let mut d = ClusterDiff { cluster: key, release: None, applied, preview: None, error: None };
@@ -95,16 +95,16 @@ async fn one(
         d.release = Some(rel.tag.clone());
         let prepared = kube.ctx.prepare(&rel).await.map_err(|e| e.to_string())?;
         let rendered = render(kube, sub, &prepared, &c, false).await.map_err(|e| e.to_string())?;
-        let super::Workload { client, discovery, .. } =
+        let super::super::Workload { client, discovery, .. } =
             kube.workloads.get(&kube.mgmt, &d.cluster, &c, kube.target().request_timeout).await.map_err(|e| e.to_string())?;
         reachable(&client).await.map_err(|e| e.to_string())?;
         let mut options = apply_options(&kube.target(), sub, &c);
-        options.generated = super::generated::recorded(&previous.generated, &rendered.generated);
+        options.generated = super::super::generated::recorded(&previous.generated, &rendered.generated);
         let applier = Applier::new(client, options).with_discovery(discovery);
         let mut preview = applier.preview(&rendered.stages, &Inventory::from_lines(&previous.inventory)).await;
         if sub.format == crate::config::Format::ClusterStack && classes.insert((c.namespace.clone(), rel.tag.clone())) {
             // The ClusterClass this release needs in the Cluster's namespace (management cluster).
-            let class = super::classes::preview(kube, sub, &c.namespace, &rel).await.map_err(|e| format!("{e:#}"))?;
+            let class = super::super::classes::preview(kube, sub, &c.namespace, &rel).await.map_err(|e| format!("{e:#}"))?;
             preview.changes.splice(0..0, class.changes);
             preview.failures.extend(class.failures);
         }

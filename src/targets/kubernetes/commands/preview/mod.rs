@@ -17,13 +17,13 @@ use kube::api::{Api, DynamicObject};
 use serde::Serialize;
 use tracing::Instrument;
 
-use super::Error;
-use super::context::Kube;
-use super::decide::{control_plane_ready, is_paused, subscription_for, topology_class};
-use super::reconcile::{apply_options, key_of};
-use super::stages::render;
-use super::upgrade::HOOK;
-use super::workload::reachable;
+use super::super::Error;
+use super::super::context::Kube;
+use super::super::decide::{control_plane_ready, is_paused, subscription_for, topology_class};
+use super::super::reconcile::{apply_options, key_of};
+use super::super::stages::render;
+use super::super::upgrade::HOOK;
+use super::super::workload::reachable;
 use crate::config::{Format, Subscription};
 use crate::controller::Context;
 use crate::controller::preview::{Candidate, Origin};
@@ -272,7 +272,7 @@ pub async fn preview(ctx: Arc<Context>, candidate: &Candidate, options: &Options
                 (key.to_string(), canary)
             })
             .collect();
-        super::plan(&r.waves, &members)
+        super::super::plan(&r.waves, &members)
     });
 
     let tag = candidate.prepared.release.tag.clone();
@@ -304,7 +304,7 @@ pub async fn preview(ctx: Arc<Context>, candidate: &Candidate, options: &Options
     if sub.format == Format::ClusterStack {
         let namespaces: std::collections::BTreeSet<&str> = covered.iter().map(|(_, k, _)| k.namespace.as_str()).collect();
         for ns in namespaces {
-            management.push(match super::classes::preview_prepared(&kube, sub, ns, &candidate.prepared).await {
+            management.push(match super::super::classes::preview_prepared(&kube, sub, ns, &candidate.prepared).await {
                 Ok(p) => {
                     let (changes, failures) = changes_of(p, options.diffs);
                     NamespacePreview { namespace: ns.to_owned(), changes, failures, error: None }
@@ -456,7 +456,7 @@ async fn one(fleet: &Fleet<'_>, obj: &DynamicObject, key: &ClusterKey, c: crate:
     let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &key.namespace);
     let previous: ClusterSyncStatus = match syncs.get_opt(&key.name).await {
         Ok(p) => p.and_then(|p| p.status).unwrap_or_default(),
-        Err(e) => return judged(key, Judged::Error, format!("cannot read its ClusterSync: {}", super::error::kube_error(&e))),
+        Err(e) => return judged(key, Judged::Error, format!("cannot read its ClusterSync: {}", super::super::error::kube_error(&e))),
     };
     let applied = previous.applied_release.as_ref().map(|r| r.tag.clone());
     let mut p = judged(key, Judged::Unchanged, String::new());
@@ -490,7 +490,7 @@ async fn one(fleet: &Fleet<'_>, obj: &DynamicObject, key: &ClusterKey, c: crate:
             return p;
         }
     };
-    let super::Workload { client, discovery } = match kube.workloads.get(&kube.mgmt, key, &c, kube.target().request_timeout).await {
+    let super::super::Workload { client, discovery } = match kube.workloads.get(&kube.mgmt, key, &c, kube.target().request_timeout).await {
         Ok(w) => w,
         Err(e) => {
             p.result = Judged::Unreachable;

@@ -22,14 +22,14 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind,
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
-use super::Error;
-use super::context::Kube;
-use super::decide::{subscription_for, topology_class};
-use super::error::kube_error;
-use super::reconcile::{apply_options, choose};
-use super::stages::render;
-use super::status::{Owner, write_cluster_sync};
-use super::workload::reachable;
+use super::super::Error;
+use super::super::context::Kube;
+use super::super::decide::{subscription_for, topology_class};
+use super::super::error::kube_error;
+use super::super::reconcile::{apply_options, choose};
+use super::super::stages::render;
+use super::super::status::{Owner, write_cluster_sync};
+use super::super::workload::reachable;
 use crate::controller::Context;
 use crate::model::ClusterKey;
 use crate::status::crd::{ClusterSync, ClusterSyncStatus, Condition, ReleaseRefStatus};
@@ -437,7 +437,7 @@ async fn judge_cluster(kube: &Kube, addon: &DynamicObject, key: ClusterKey) -> (
             return (out, None);
         }
     };
-    if super::decide::is_paused(&cluster) {
+    if super::super::decide::is_paused(&cluster) {
         out.blockers.push(format!(
             "Cluster {key} is paused (spec.paused or cluster.x-k8s.io/paused, as during clusterctl move): nothing is written to it; adopt once it is resumed"
         ));
@@ -476,7 +476,7 @@ async fn judge_cluster(kube: &Kube, addon: &DynamicObject, key: ClusterKey) -> (
     let result = async {
         let prepared = kube.ctx.prepare(&release).await.map_err(|e| e.to_string())?;
         let rendered = render(kube, &sub, &prepared, &c, false).await.map_err(|e| e.to_string())?;
-        let super::Workload { client, discovery, .. } =
+        let super::super::Workload { client, discovery, .. } =
             kube.workloads.get(&kube.mgmt, &key, &c, kube.target().request_timeout).await.map_err(|e| e.to_string())?;
         reachable(&client).await.map_err(|e| e.to_string())?;
         let generated = generated(kube, &sub, &prepared, &c, &rendered.stages).await.map_err(|e| e.to_string())?;
@@ -563,7 +563,7 @@ async fn judge_classes(
         let prepared = kube.ctx.prepare(&rel).await.map_err(|e| e.to_string())?;
         let objects = crate::controller::pipeline::cluster_class(&kube.ctx, &sub, &prepared, ns).await.map_err(|e| e.to_string())?;
         let stages = vec![Stage { name: crate::render::clusterstack::CLUSTER_CLASS_STAGE.into(), action: StageAction::Apply, objects }];
-        let applier = Applier::new(kube.mgmt.clone(), super::classes::class_options(&sub, ns));
+        let applier = Applier::new(kube.mgmt.clone(), super::super::classes::class_options(&sub, ns));
         let adoption = applier.adopt(&stages, CSO_MANAGER, &Generated::default(), false).await;
         Ok::<_, String>((applier, stages, adoption))
     };
@@ -716,7 +716,7 @@ async fn take_cluster(kube: &Kube, options: &Options, out: &mut ClusterAdoption,
     }
     done.push(format!("Cluster {}: {} objects taken over", out.cluster, adoption.inventory.len()));
     let inventory = Inventory { entries: adoption.inventory.clone() };
-    let at = super::status::now();
+    let at = super::super::status::now();
     let status = ClusterSyncStatus {
         class: Some(class),
         applied_release: Some(ReleaseRefStatus {
@@ -731,7 +731,7 @@ async fn take_cluster(kube: &Kube, options: &Options, out: &mut ClusterAdoption,
         conditions: vec![Condition {
             type_: "Reconciling".into(),
             status: "True".into(),
-            reason: super::hook::ADOPTED.into(),
+            reason: super::super::hook::ADOPTED.into(),
             message: "adopted from the SCS cluster-stack-operator; the next sync checks every object".into(),
             last_transition_time: at.clone(),
             observed_generation: None,
