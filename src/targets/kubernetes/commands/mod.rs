@@ -8,5 +8,6 @@
 
 pub mod adopt;
 pub mod diff;
+mod management;
 pub mod preview;
 pub mod render;
