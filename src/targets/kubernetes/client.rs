@@ -5,7 +5,7 @@
 use kube::api::{ApiResource, GroupVersionKind};
 
 use super::error::{ClientError, Error};
-use super::workload::Throttle;
+use super::reconcile::workload::Throttle;
 use crate::config::KubernetesTarget;
 
 /// Connects to the management cluster.
@@ -63,7 +63,7 @@ async fn management_config(k: &KubernetesTarget) -> Result<kube::Config, ClientE
         }
         None => kube::Config::infer().await.map_err(ClientError::Infer)?,
     };
-    super::workload::with_user_agent(&mut config);
+    super::reconcile::workload::with_user_agent(&mut config);
     Ok(config)
 }
 

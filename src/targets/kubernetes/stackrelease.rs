@@ -11,7 +11,7 @@ use tracing::warn;
 use super::class_results::ClassResult;
 use super::context::Kube;
 use super::ledger::release_name;
-use super::status::{MANAGER, now};
+use super::reconcile::status::{MANAGER, now};
 use crate::config::Subscription;
 use crate::release::Release;
 use crate::status::crd::{MAX_ENTRIES, StackRelease, StackReleaseSpec, StackReleaseStatus};

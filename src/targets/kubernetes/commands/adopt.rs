@@ -23,10 +23,10 @@ use serde_json::{Value, json};
 use tracing::{info, warn};
 
 use super::super::Error;
-use super::super::decide::{subscription_for, topology_class};
 use super::super::error::kube_error;
-use super::super::status::{Owner, write_cluster_sync};
-use super::super::workload::reachable;
+use super::super::reconcile::decide::{subscription_for, topology_class};
+use super::super::reconcile::status::{Owner, write_cluster_sync};
+use super::super::reconcile::workload::reachable;
 use super::management::Management;
 use crate::controller::Context;
 use crate::model::ClusterKey;
@@ -435,7 +435,7 @@ async fn judge_cluster(mgmt: &Management, addon: &DynamicObject, key: ClusterKey
             return (out, None);
         }
     };
-    if super::super::decide::is_paused(&cluster) {
+    if super::super::reconcile::decide::is_paused(&cluster) {
         out.blockers.push(format!(
             "Cluster {key} is paused (spec.paused or cluster.x-k8s.io/paused, as during clusterctl move): nothing is written to it; adopt once it is resumed"
         ));
@@ -714,7 +714,7 @@ async fn take_cluster(mgmt: &Management, options: &Options, out: &mut ClusterAdo
     }
     done.push(format!("Cluster {}: {} objects taken over", out.cluster, adoption.inventory.len()));
     let inventory = Inventory { entries: adoption.inventory.clone() };
-    let at = super::super::status::now();
+    let at = super::super::reconcile::status::now();
     let status = ClusterSyncStatus {
         class: Some(class),
         applied_release: Some(ReleaseRefStatus {

@@ -10,9 +10,9 @@ use tracing::Instrument;
 use tracing::info_span;
 
 use super::super::Error;
-use super::super::decide::{subscription_for, topology_class};
-use super::super::reconcile::key_of;
-use super::super::workload::reachable;
+use super::super::reconcile::cluster::key_of;
+use super::super::reconcile::decide::{subscription_for, topology_class};
+use super::super::reconcile::workload::reachable;
 use super::management::Management;
 use crate::controller::Context;
 use crate::model::ClusterKey;
@@ -97,7 +97,7 @@ async fn one(
         let super::super::Workload { client, discovery, .. } = management.workload(&d.cluster, &c).await.map_err(|e| e.to_string())?;
         reachable(&client).await.map_err(|e| e.to_string())?;
         let mut options = management.apply_options(sub, &c);
-        options.generated = super::super::generated::recorded(&previous.generated, &rendered.generated);
+        options.generated = super::super::reconcile::generated::recorded(&previous.generated, &rendered.generated);
         let applier = Applier::new(client, options).with_discovery(discovery);
         let mut preview = applier.preview(&rendered.stages, &Inventory::from_lines(&previous.inventory)).await;
         if sub.format == crate::config::Format::ClusterStack && classes.insert((c.namespace.clone(), rel.tag.clone())) {

@@ -11,10 +11,10 @@ use kube::api::{ApiResource, DynamicObject};
 
 use super::super::context::Kube;
 use super::super::error::Error;
-use super::super::fail::Fail;
-use super::super::reconcile::{apply_options, choose};
-use super::super::stages::{Rendered, StagesError, render};
-use super::super::workload::{Workload, WorkloadError};
+use super::super::reconcile::cluster::{apply_options, choose};
+use super::super::reconcile::fail::Fail;
+use super::super::reconcile::stages::{Rendered, StagesError, render};
+use super::super::reconcile::workload::{Workload, WorkloadError};
 use crate::config::Subscription;
 use crate::controller::{Context, PreparedRelease};
 use crate::model::ClusterKey;

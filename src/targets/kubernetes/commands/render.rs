@@ -12,8 +12,8 @@ use kube::api::{Api, DynamicObject, ListParams};
 use tracing::{error, info};
 
 use super::super::Error;
-use super::super::decide::{subscription_for, topology_class};
-use super::super::reconcile::key_of;
+use super::super::reconcile::cluster::key_of;
+use super::super::reconcile::decide::{subscription_for, topology_class};
 use super::management::Management;
 use crate::config::Format;
 use crate::controller::{ClusterReport, Context, PassReport};

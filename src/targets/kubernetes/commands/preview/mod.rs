@@ -18,10 +18,10 @@ use serde::Serialize;
 use tracing::Instrument;
 
 use super::super::Error;
-use super::super::decide::{control_plane_ready, is_paused, subscription_for, topology_class};
-use super::super::reconcile::key_of;
-use super::super::upgrade::HOOK;
-use super::super::workload::reachable;
+use super::super::reconcile::cluster::key_of;
+use super::super::reconcile::decide::{control_plane_ready, is_paused, subscription_for, topology_class};
+use super::super::reconcile::upgrade::HOOK;
+use super::super::reconcile::workload::reachable;
 use super::management::Management;
 use crate::config::{Format, Subscription};
 use crate::controller::Context;
@@ -504,7 +504,7 @@ async fn one(fleet: &Fleet<'_>, obj: &DynamicObject, key: &ClusterKey, c: crate:
     }
     let mut options = mgmt.apply_options(sub, &c);
     // What the charts generate stays as it is live: not a change, not a restart.
-    options.generated = crate::targets::kubernetes::generated::recorded(&previous.generated, &rendered.generated);
+    options.generated = crate::targets::kubernetes::reconcile::generated::recorded(&previous.generated, &rendered.generated);
     let applier = Applier::new(client, options).with_discovery(discovery);
     let preview = applier.preview(&rendered.stages, &Inventory::from_lines(&previous.inventory)).await;
     let (changes, failures) = changes_of(preview, diffs);
