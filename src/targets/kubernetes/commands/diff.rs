@@ -114,3 +114,49 @@ async fn one(
     }
     Some(d)
 }
+
+/// What `stacksync diff` prints of the Clusters' diffs, and what it decides by.
+#[derive(Debug, Default)]
+pub struct Printed {
+    /// A line per Cluster (its release; `no changes`, how many changes, or its error), each
+    /// change's unified diff, each object that could not be previewed.
+    pub text: String,
+    /// Whether the next sync of some Cluster would change something.
+    pub changes: bool,
+    /// What could not be previewed: `<cluster>: <message>`, `<cluster>: <object>: <message>`.
+    pub errors: Vec<String>,
+}
+
+/// The text of `diffs` for people ([`Printed`]).
+pub fn printed(diffs: &[ClusterDiff]) -> Printed {
+    use std::fmt::Write as _;
+    let mut out = Printed::default();
+    for d in diffs {
+        let release = match (&d.applied, &d.release) {
+            (Some(a), Some(r)) if a != r => format!(" (release {a} -> {r})"),
+            (_, Some(r)) => format!(" (release {r})"),
+            _ => String::new(),
+        };
+        if let Some(e) = &d.error {
+            let _ = writeln!(out.text, "{}{release}: ERROR: {e}", d.cluster);
+            out.errors.push(format!("{}: {e}", d.cluster));
+            continue;
+        }
+        let Some(p) = &d.preview else { continue };
+        if p.is_clean() {
+            let _ = writeln!(out.text, "{}{release}: no changes", d.cluster);
+            continue;
+        }
+        let _ = writeln!(out.text, "{}{release}: {} changes", d.cluster, p.changes.len());
+        for c in &p.changes {
+            let _ = writeln!(out.text, "{} {}", c.change, c.object);
+            out.text.push_str(&c.diff);
+        }
+        for (object, message) in &p.failures {
+            let _ = writeln!(out.text, "ERROR {object}: {message}");
+            out.errors.push(format!("{}: {object}: {message}", d.cluster));
+        }
+        out.changes |= !p.changes.is_empty();
+    }
+    out
+}
