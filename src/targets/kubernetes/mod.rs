@@ -5,15 +5,17 @@
 //! subscription's newest allowed release, applies it to the workload cluster through its
 //! `<cluster>-kubeconfig` Secret with server-side apply, and records a `ClusterSync`.
 //!
-//! `classes.rs` keeps each offered release's ClusterClass in every namespace with a subscribed
-//! Cluster, and prunes those no longer offered nor used; `reconcile.rs` is the per-Cluster work;
-//! `run.rs` wires it on `kube::runtime::Controller` (the daemon) or runs it once per Cluster
-//! (`run --once`); `status.rs` builds and writes `ClusterSync` / `StackRelease`.
-//!
-//! The state a reconcile keeps between Clusters is `Kube` (`context.rs`), each of its caches a
-//! small type in a file of its own. `client.rs` builds the management cluster's clients,
-//! `settings.rs` reads the target's settings, `decide.rs` reads a `Cluster` and decides (pure),
-//! `error.rs` is what a reconcile can fail at.
+//! Three parts. `reconcile/` is the per-Cluster path: `run.rs` wires it on
+//! `kube::runtime::Controller` (the daemon) or runs it once per Cluster (`run --once`),
+//! `cluster.rs` is one Cluster's reconcile, `decide.rs` its pure half, `status.rs` the
+//! `ClusterSync` writes. `commands/` holds the one-shot commands (`diff`, `render`, `preview`,
+//! `adopt`), which reach the clusters through a narrow interface and which the reconcile never
+//! imports. Beside them: the state kept between reconciles, `Kube` (`context.rs`), each of its
+//! caches a small type in a file of its own; `classes.rs` (each offered release's ClusterClass in
+//! every namespace with a subscribed Cluster, pruned when no longer offered nor used),
+//! `stackrelease.rs` and `rollup.rs` (`StackRelease`s), `rollout/` (fleet rollouts), `hook.rs`
+//! (the runtime hook's answers); `client.rs` the management cluster's clients, `settings.rs` the
+//! target's settings, `error.rs` what a reconcile can fail at.
 //!
 //! This file only declares the modules and re-exports what the rest of the crate uses.
 
