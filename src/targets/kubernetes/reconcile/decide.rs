@@ -1,4 +1,4 @@
-//! The pure part of a Cluster's sync, which `reconcile.rs` acts on. What is read of a Cluster
+//! The pure part of a Cluster's sync, which `cluster.rs` acts on. What is read of a Cluster
 //! API `Cluster` (the subscription that covers it, whether it is paused, its topology class,
 //! whether its control plane is ready); what a Cluster that is held gets; before the apply,
 //! whether the apply-started status is written and what becomes of the upgrade stages; after it,
