@@ -7,8 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use stacksync::config::{Config, Target};
-use stacksync::controller::{Context as Ctx, PassReport};
-use stacksync::release::short;
+use stacksync::controller::{Context as Ctx, output};
 use stacksync::runtime::{admin, daemon, hooks, logging};
 use stacksync::targets::{directory, kubernetes};
 
@@ -363,151 +362,21 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             shard,
             console_addr,
         } => {
-            let cfg = match load(&config) {
-                Ok(c) => c,
-                Err(code) => return Ok(code),
-            };
-            if let Err(code) = check_helm(&runtime, &cfg) {
-                return Ok(code);
-            }
-            if once {
-                return run_once(&runtime, cfg, concurrency);
-            }
-            let mut options = daemon::Options::new(concurrency);
+            let hooks_files = hooks_cert_file.zip(hooks_key_file);
             let election = daemon::ElectionOptions { namespace: lease_namespace, duration: lease_duration };
-            // Shards elect one rollout coordinator among them even without --leader-elect:
-            // two shards driving the same rollout would each move Clusters.
-            options.coordinator = shard.is_some().then(|| election.clone());
-            options.election = leader_elect.then_some(election);
-            options.shard = shard;
-            start_admin(&runtime, &cfg, &admin_addr, &mut options)?;
-            start_hooks(&runtime, &cfg, &hooks_addr, hooks_cert_file.as_deref().zip(hooks_key_file.as_deref()), &mut options)?;
-            if let Some(addr) = console_addr {
-                if matches!(cfg.target, Target::Directory(_)) {
-                    anyhow::bail!("--console-addr: the console shows a management cluster; the config's target is a directory");
-                }
-                runtime.spawn(stacksync::console::serve_in_daemon(addr, config.clone()));
-            }
-            let result = runtime.block_on(daemon::run(config, cfg, options, shutdown_signal()));
-            // A blocking fetch stuck on a silent server must not hold the exit: everything the
-            // daemon writes is atomic, so abandoning it leaves a consistent cache.
-            runtime.shutdown_timeout(SHUTDOWN_LEFTOVERS);
-            result.context("watching the config file")?;
-            Ok(ExitCode::SUCCESS)
+            let args = RunArgs { once, concurrency, admin_addr, hooks_addr, hooks_files, leader_elect, election, shard, console_addr };
+            run(runtime, config, args)
         }
         Command::Reconcile { config, cluster } => request(&runtime, &config, &cluster, Request::Reconcile),
         Command::Rotate { config, cluster } => request(&runtime, &config, &cluster, Request::Rotation),
         Command::Rollout { action } => rollout(&runtime, action),
-        Command::Adopt {
-            from:
-                AdoptFrom::Cso { config, dry_run, cluster, cleanup, prune_leftovers, cso_deployment, cso_extension_config, cso_webhook, output },
-        } => {
-            let cfg = match load(&config) {
-                Ok(c) => c,
-                Err(code) => return Ok(code),
-            };
-            if check_helm(&runtime, &cfg).is_err() {
-                return Ok(ExitCode::from(EXIT_DIFF_ERROR));
-            }
-            let parsed = (|| {
-                let key = |text: &str| {
-                    text.split_once('/')
-                        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
-                        .map(|(ns, name)| stacksync::model::ClusterKey::new(ns, name))
-                        .ok_or_else(|| anyhow::anyhow!("expected <namespace>/<name>, found `{text}`"))
-                };
-                Ok::<_, anyhow::Error>(kubernetes::adopt::Options {
-                    dry_run,
-                    cluster: cluster.as_deref().map(key).transpose()?,
-                    cleanup,
-                    prune_leftovers,
-                    deployment: key(&cso_deployment)?,
-                    extension_config: cso_extension_config,
-                    webhook: cso_webhook,
-                })
-            })();
-            let options = match parsed {
-                Ok(o) => o,
-                Err(e) => {
-                    logging::error_line(&format!("error: {e:#}"));
-                    return Ok(ExitCode::from(EXIT_DIFF_ERROR));
-                }
-            };
-            Ok(match runtime.block_on(adopt(cfg, &options)) {
-                Ok(report) => {
-                    match output {
-                        AdoptOutput::Text => print!("{}", report.text()),
-                        AdoptOutput::Json => println!("{}", serde_json::to_string_pretty(&report.json()).context("printing the report")?),
-                    }
-                    let ok = if options.cleanup { report.blockers.is_empty() } else { report.adoptable() };
-                    if ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_DIFF_CHANGES) }
-                }
-                Err(e) => {
-                    logging::error_line(&format!("error: {e:#}"));
-                    ExitCode::from(EXIT_DIFF_ERROR)
-                }
-            })
-        }
-        Command::Diff { config, cluster } => {
-            let cfg = match load(&config) {
-                Ok(c) => c,
-                Err(code) => return Ok(code),
-            };
-            if check_helm(&runtime, &cfg).is_err() {
-                return Ok(ExitCode::from(EXIT_DIFF_ERROR));
-            }
-            Ok(match runtime.block_on(diff(cfg, cluster.as_deref())) {
-                Ok(true) => ExitCode::from(EXIT_DIFF_CHANGES),
-                Ok(false) => ExitCode::SUCCESS,
-                Err(e) => {
-                    logging::error_line(&format!("error: {e:#}"));
-                    ExitCode::from(EXIT_DIFF_ERROR)
-                }
-            })
-        }
+        Command::Adopt { from } => adopt_command(&runtime, from),
+        Command::Diff { config, cluster } => diff_command(&runtime, &config, cluster.as_deref()),
         Command::Preview { config, release, subscription, cluster, tag, output, diff, max_objects, concurrency } => {
-            let cfg = match load(&config) {
-                Ok(c) => c,
-                Err(code) => return Ok(code),
-            };
-            if check_helm(&runtime, &cfg).is_err() {
-                return Ok(ExitCode::from(EXIT_DIFF_ERROR));
-            }
             let args = PreviewArgs { release, subscription, cluster, tag, concurrency: usize::from(concurrency), diffs: diff };
-            Ok(match runtime.block_on(preview(cfg, args)) {
-                Ok(p) => {
-                    match output {
-                        PreviewOutput::Text => print!("{}", kubernetes::preview::text(&p, diff)),
-                        PreviewOutput::Markdown => print!("{}", kubernetes::preview::markdown(&p, max_objects)),
-                        PreviewOutput::Json => println!("{}", serde_json::to_string_pretty(&p).context("printing the preview")?),
-                    }
-                    if p.unjudged() {
-                        ExitCode::from(EXIT_DIFF_ERROR)
-                    } else if p.changes() {
-                        ExitCode::from(EXIT_DIFF_CHANGES)
-                    } else {
-                        ExitCode::SUCCESS
-                    }
-                }
-                Err(e) => {
-                    logging::error_line(&format!("error: {e:#}"));
-                    ExitCode::from(EXIT_DIFF_ERROR)
-                }
-            })
+            preview_command(&runtime, &config, args, output, max_objects)
         }
-        Command::Fetch { config } => {
-            let cfg = match load(&config) {
-                Ok(c) => c,
-                Err(code) => return Ok(code),
-            };
-            if let Err(code) = check_helm(&runtime, &cfg) {
-                return Ok(code);
-            }
-            let report = runtime.block_on(directory::pass(&cfg, None, false))?;
-            print_fetch_table(&report);
-            let ok = report.prepared.iter().all(|p| p.outcome.is_ok());
-            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_NOT_SYNCED) })
-        }
+        Command::Fetch { config } => fetch(&runtime, &config),
         Command::Render { config, out, cluster } => render(&runtime, &config, &out, cluster.as_deref()),
         Command::Console { kubeconfig, context, listen, allow_remote, config, preview } => {
             let options = stacksync::console::Options { kubeconfig, context, listen, allow_remote, config, preview };
@@ -521,6 +390,182 @@ fn real_main(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// What `run` was asked, besides its config file.
+struct RunArgs {
+    once: bool,
+    concurrency: u16,
+    admin_addr: String,
+    hooks_addr: String,
+    /// `--hooks-cert-file` and `--hooks-key-file`.
+    hooks_files: Option<(PathBuf, PathBuf)>,
+    leader_elect: bool,
+    /// `--lease-namespace`, `--lease-duration`.
+    election: daemon::ElectionOptions,
+    shard: Option<String>,
+    console_addr: Option<std::net::SocketAddr>,
+}
+
+/// `run`: the daemon, or with `--once` one pass.
+fn run(runtime: tokio::runtime::Runtime, config: PathBuf, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let cfg = match load(&config) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
+    if let Err(code) = check_helm(&runtime, &cfg) {
+        return Ok(code);
+    }
+    if args.once {
+        return run_once(&runtime, cfg, args.concurrency);
+    }
+    let mut options = daemon::Options::new(args.concurrency);
+    // Shards elect one rollout coordinator among them even without --leader-elect:
+    // two shards driving the same rollout would each move Clusters.
+    options.coordinator = args.shard.is_some().then(|| args.election.clone());
+    options.election = args.leader_elect.then_some(args.election);
+    options.shard = args.shard;
+    start_admin(&runtime, &cfg, &args.admin_addr, &mut options)?;
+    let hooks_files = args.hooks_files.as_ref().map(|(cert, key)| (cert.as_path(), key.as_path()));
+    start_hooks(&runtime, &cfg, &args.hooks_addr, hooks_files, &mut options)?;
+    if let Some(addr) = args.console_addr {
+        if matches!(cfg.target, Target::Directory(_)) {
+            anyhow::bail!("--console-addr: the console shows a management cluster; the config's target is a directory");
+        }
+        runtime.spawn(stacksync::console::serve_in_daemon(addr, config.clone()));
+    }
+    let result = runtime.block_on(daemon::run(config, cfg, options, shutdown_signal()));
+    // A blocking fetch stuck on a silent server must not hold the exit: everything the
+    // daemon writes is atomic, so abandoning it leaves a consistent cache.
+    runtime.shutdown_timeout(SHUTDOWN_LEFTOVERS);
+    result.context("watching the config file")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `adopt cso`.
+fn adopt_command(runtime: &tokio::runtime::Runtime, from: AdoptFrom) -> anyhow::Result<ExitCode> {
+    let AdoptFrom::Cso { config, dry_run, cluster, cleanup, prune_leftovers, cso_deployment, cso_extension_config, cso_webhook, output } =
+        from;
+    let cfg = match load(&config) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
+    if check_helm(runtime, &cfg).is_err() {
+        return Ok(ExitCode::from(EXIT_DIFF_ERROR));
+    }
+    let parsed = (|| {
+        Ok::<_, anyhow::Error>(kubernetes::commands::adopt::Options {
+            dry_run,
+            cluster: cluster.as_deref().map(cluster_key).transpose()?,
+            cleanup,
+            prune_leftovers,
+            deployment: cluster_key(&cso_deployment)?,
+            extension_config: cso_extension_config,
+            webhook: cso_webhook,
+        })
+    })();
+    let options = match parsed {
+        Ok(o) => o,
+        Err(e) => {
+            logging::error_line(&format!("error: {e:#}"));
+            return Ok(ExitCode::from(EXIT_DIFF_ERROR));
+        }
+    };
+    Ok(match runtime.block_on(adopt(cfg, &options)) {
+        Ok(report) => {
+            match output {
+                AdoptOutput::Text => print!("{}", report.text()),
+                AdoptOutput::Json => println!("{}", serde_json::to_string_pretty(&report.json()).context("printing the report")?),
+            }
+            let ok = if options.cleanup { report.blockers.is_empty() } else { report.adoptable() };
+            if ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_DIFF_CHANGES) }
+        }
+        Err(e) => {
+            logging::error_line(&format!("error: {e:#}"));
+            ExitCode::from(EXIT_DIFF_ERROR)
+        }
+    })
+}
+
+/// `<namespace>/<name>` (a Cluster, a Deployment).
+fn cluster_key(text: &str) -> anyhow::Result<stacksync::model::ClusterKey> {
+    text.split_once('/')
+        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+        .map(|(ns, name)| stacksync::model::ClusterKey::new(ns, name))
+        .ok_or_else(|| anyhow::anyhow!("expected <namespace>/<name>, found `{text}`"))
+}
+
+/// `diff`: exit 0 when nothing would change, 1 when something would, 2 on an error.
+fn diff_command(runtime: &tokio::runtime::Runtime, config: &Path, cluster: Option<&str>) -> anyhow::Result<ExitCode> {
+    let cfg = match load(config) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
+    if check_helm(runtime, &cfg).is_err() {
+        return Ok(ExitCode::from(EXIT_DIFF_ERROR));
+    }
+    Ok(match runtime.block_on(diff(cfg, cluster)) {
+        Ok(true) => ExitCode::from(EXIT_DIFF_CHANGES),
+        Ok(false) => ExitCode::SUCCESS,
+        Err(e) => {
+            logging::error_line(&format!("error: {e:#}"));
+            ExitCode::from(EXIT_DIFF_ERROR)
+        }
+    })
+}
+
+/// `preview`: the report in the output asked for; exit 0 when nothing would change, 1 when
+/// something would, 2 on an error or a Cluster that could not be judged.
+fn preview_command(
+    runtime: &tokio::runtime::Runtime,
+    config: &Path,
+    args: PreviewArgs,
+    output: PreviewOutput,
+    max_objects: usize,
+) -> anyhow::Result<ExitCode> {
+    let cfg = match load(config) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
+    if check_helm(runtime, &cfg).is_err() {
+        return Ok(ExitCode::from(EXIT_DIFF_ERROR));
+    }
+    let diffs = args.diffs;
+    Ok(match runtime.block_on(preview(cfg, args)) {
+        Ok(p) => {
+            match output {
+                PreviewOutput::Text => print!("{}", kubernetes::commands::preview::text(&p, diffs)),
+                PreviewOutput::Markdown => print!("{}", kubernetes::commands::preview::markdown(&p, max_objects)),
+                PreviewOutput::Json => println!("{}", serde_json::to_string_pretty(&p).context("printing the preview")?),
+            }
+            if p.unjudged() {
+                ExitCode::from(EXIT_DIFF_ERROR)
+            } else if p.changes() {
+                ExitCode::from(EXIT_DIFF_CHANGES)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            logging::error_line(&format!("error: {e:#}"));
+            ExitCode::from(EXIT_DIFF_ERROR)
+        }
+    })
+}
+
+/// `fetch`: every subscribed release fetched, verified and cached; its table.
+fn fetch(runtime: &tokio::runtime::Runtime, config: &Path) -> anyhow::Result<ExitCode> {
+    let cfg = match load(config) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
+    if let Err(code) = check_helm(runtime, &cfg) {
+        return Ok(code);
+    }
+    let report = runtime.block_on(directory::pass(&cfg, None, false))?;
+    print!("{}", output::fetch_table(&report));
+    let ok = report.prepared.iter().all(|p| p.outcome.is_ok());
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_NOT_SYNCED) })
 }
 
 /// `check-config`: the config's summary, or its errors (exit 2).
@@ -552,7 +597,8 @@ fn run_once(runtime: &tokio::runtime::Runtime, cfg: Config, concurrency: u16) ->
         }
         Target::Directory(_) => runtime.block_on(directory::pass(&cfg, None, true))?,
     };
-    Ok(summarise(&report))
+    print!("{}", output::verdict(&report));
+    Ok(if report.all_synced() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_NOT_SYNCED) })
 }
 
 /// The admin listener (`--admin-addr`), bound now so a taken port is a start-up error.
@@ -697,14 +743,7 @@ fn render(runtime: &tokio::runtime::Runtime, config: &Path, out: &Path, cluster:
             runtime.block_on(directory::clusterstack::render_cluster(&cfg, one, out))?
         }
     };
-    for c in &report.clusters {
-        let dir = out.join(&c.cluster.namespace).join(&c.cluster.name);
-        if c.status.reason == stacksync::status::Reason::Synced {
-            println!("{}/{}: {} objects -> {}", c.cluster.namespace, c.cluster.name, c.status.total, dir.display());
-        } else {
-            println!("{}/{}: FAILED: {}", c.cluster.namespace, c.cluster.name, c.status.message);
-        }
-    }
+    print!("{}", output::rendered(&report, out));
     Ok(if report.all_synced() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_NOT_SYNCED) })
 }
 
@@ -771,59 +810,26 @@ const EXIT_DIFF_ERROR: u8 = 2;
 /// Prints what the next sync would change. `Ok(true)`: something would; an error when a
 /// Cluster or file could not be previewed (after printing everything that could).
 async fn diff(cfg: Config, cluster: Option<&str>) -> anyhow::Result<bool> {
-    let mut changes = false;
-    let mut errors = Vec::new();
-    match cfg.target.clone() {
+    let (text, changes, errors) = match cfg.target.clone() {
         Target::Directory(dir) => {
             if cluster.is_some() {
                 anyhow::bail!("--cluster is for a Kubernetes target; a directory target is diffed whole");
             }
             let (files, failures) = directory::diff::diff_directory(&cfg, &dir).await?;
-            for f in &files {
-                println!("{} {}", f.change, f.path.display());
-                print!("{}", f.diff);
-            }
-            changes = !files.is_empty();
-            errors.extend(failures);
+            (directory::diff::text(&files), !files.is_empty(), failures)
         }
         Target::Kubernetes(_) => {
-            let only = match cluster {
-                Some(c) => {
-                    let (ns, name) = c.split_once('/').ok_or_else(|| anyhow::anyhow!("expected <namespace>/<name>, found `{c}`"))?;
-                    Some(stacksync::model::ClusterKey::new(ns, name))
-                }
-                None => None,
-            };
+            let only = cluster.map(|c| {
+                let (ns, name) = c.split_once('/').ok_or_else(|| anyhow::anyhow!("expected <namespace>/<name>, found `{c}`"))?;
+                Ok::<_, anyhow::Error>(stacksync::model::ClusterKey::new(ns, name))
+            });
+            let only = only.transpose()?;
             let ctx = Ctx::new(cfg).context("opening the cache")?;
-            for d in kubernetes::diff(ctx, only.as_ref()).await? {
-                let release = match (&d.applied, &d.release) {
-                    (Some(a), Some(r)) if a != r => format!(" (release {a} -> {r})"),
-                    (_, Some(r)) => format!(" (release {r})"),
-                    _ => String::new(),
-                };
-                if let Some(e) = &d.error {
-                    println!("{}{release}: ERROR: {e}", d.cluster);
-                    errors.push(format!("{}: {e}", d.cluster));
-                    continue;
-                }
-                let Some(p) = &d.preview else { continue };
-                if p.is_clean() {
-                    println!("{}{release}: no changes", d.cluster);
-                    continue;
-                }
-                println!("{}{release}: {} changes", d.cluster, p.changes.len());
-                for c in &p.changes {
-                    println!("{} {}", c.change, c.object);
-                    print!("{}", c.diff);
-                }
-                for (object, message) in &p.failures {
-                    println!("ERROR {object}: {message}");
-                    errors.push(format!("{}: {object}: {message}", d.cluster));
-                }
-                changes |= !p.changes.is_empty();
-            }
+            let printed = kubernetes::commands::diff::printed(&kubernetes::diff(ctx, only.as_ref()).await?);
+            (printed.text, printed.changes, printed.errors)
         }
-    }
+    };
+    print!("{text}");
     if !errors.is_empty() {
         anyhow::bail!("{} could not be previewed:\n  {}", errors.len(), errors.join("\n  "));
     }
@@ -841,7 +847,7 @@ struct PreviewArgs {
 }
 
 /// The preview of a release not (yet) offered, for the Kubernetes target.
-async fn preview(cfg: Config, args: PreviewArgs) -> anyhow::Result<kubernetes::preview::FleetPreview> {
+async fn preview(cfg: Config, args: PreviewArgs) -> anyhow::Result<kubernetes::commands::preview::FleetPreview> {
     use stacksync::controller::preview::{ReleaseArg, candidate};
     if !matches!(cfg.target, Target::Kubernetes(_)) {
         anyhow::bail!("preview needs a Kubernetes target (a directory target is previewed with `render --out` and a diff of the files)");
@@ -857,16 +863,16 @@ async fn preview(cfg: Config, args: PreviewArgs) -> anyhow::Result<kubernetes::p
     ctx.renders_for_preview();
     let arg = ReleaseArg::parse(&args.release);
     let candidate = candidate(&ctx, &arg, args.subscription.as_deref(), args.tag.as_deref()).await?;
-    let options = kubernetes::preview::Options { only, concurrency: args.concurrency, diffs: args.diffs };
-    Ok(kubernetes::preview::preview(ctx, &candidate, &options).await?)
+    let options = kubernetes::commands::preview::Options { only, concurrency: args.concurrency, diffs: args.diffs };
+    Ok(kubernetes::commands::preview::preview(ctx, &candidate, &options).await?)
 }
 
-async fn adopt(cfg: Config, options: &kubernetes::adopt::Options) -> anyhow::Result<kubernetes::adopt::Report> {
+async fn adopt(cfg: Config, options: &kubernetes::commands::adopt::Options) -> anyhow::Result<kubernetes::commands::adopt::Report> {
     if !matches!(cfg.target, Target::Kubernetes(_)) {
         anyhow::bail!("adopt needs a Kubernetes target: it takes objects over in the management and workload clusters");
     }
     let ctx = Ctx::new(cfg).context("opening the cache")?;
-    Ok(kubernetes::adopt::adopt(ctx, options).await?)
+    Ok(kubernetes::commands::adopt::adopt(ctx, options).await?)
 }
 
 fn load(path: &Path) -> Result<Config, ExitCode> {
@@ -881,72 +887,6 @@ fn load(path: &Path) -> Result<Config, ExitCode> {
         logging::error_line(&format!("{}: {} error(s); config is invalid", path.display(), errors.0.len()));
         ExitCode::from(EXIT_CONFIG)
     })
-}
-
-fn summarise(report: &PassReport) -> ExitCode {
-    if report.all_synced() {
-        println!("synced: {}", report.summary());
-        ExitCode::SUCCESS
-    } else {
-        println!("NOT SYNCED: {}", report.summary());
-        for line in report.not_synced() {
-            println!("  {line}");
-        }
-        ExitCode::from(EXIT_NOT_SYNCED)
-    }
-}
-
-fn print_fetch_table(report: &PassReport) {
-    let header = ["SUBSCRIPTION", "SOURCE", "RELEASE", "VERSION", "REVISION", "CACHE", "VERIFIED"].map(str::to_owned);
-    let mut rows = vec![header];
-    for p in &report.prepared {
-        let row = match &p.outcome {
-            Ok(r) => [
-                p.subscription.clone(),
-                p.source.clone(),
-                r.release.tag.clone(),
-                r.release.version.to_string(),
-                short(&r.release.commit).to_owned(),
-                if r.fetched { "fetched".into() } else { "cached".into() },
-                match &r.signed_by {
-                    Some(signer) => format!("{}, signed by {signer}", verified_summary(&r.assets)),
-                    None => verified_summary(&r.assets),
-                },
-            ],
-            Err(e) => [p.subscription.clone(), p.source.clone(), "-".into(), "-".into(), "-".into(), "-".into(), format!("ERROR: {e}")],
-        };
-        rows.push(row);
-    }
-    let widths: Vec<usize> = (0..7).map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0)).collect();
-    for row in rows {
-        let line: Vec<String> = row.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        println!("{}", line.join("  ").trim_end());
-    }
-    let assets: Vec<_> =
-        report.prepared.iter().filter_map(|p| p.outcome.as_ref().ok().map(|r| (p, r))).filter(|(_, r)| !r.assets.is_empty()).collect();
-    if !assets.is_empty() {
-        println!();
-        println!("ASSETS");
-        for (p, r) in assets {
-            for a in &r.assets {
-                println!("{}  {}  {}  {}  {}", p.subscription, r.release.tag, a.name, a.digest, a.verified_by);
-            }
-        }
-    }
-}
-
-/// `git` for Git releases (content-addressed objects); otherwise how the assets were verified.
-fn verified_summary(assets: &[stacksync::model::verification::AssetRecord]) -> String {
-    use stacksync::model::verification::VerifiedBy;
-    if assets.is_empty() {
-        return "git objects".into();
-    }
-    let unverified = assets.iter().filter(|a| a.verified_by == VerifiedBy::Unverified).count();
-    if unverified == 0 {
-        format!("yes ({} assets)", assets.len())
-    } else {
-        format!("NO: {unverified} of {} assets unverified", assets.len())
-    }
 }
 
 async fn shutdown_signal() {

@@ -5,7 +5,7 @@
 //! and `Context`); one Cluster is synced, and then a watch event on it causes the reconciles
 //! measured. This test binary's allocator takes a backtrace at every allocation made while the
 //! measured reconcile runs; every backtrace with the Cluster watch handler
-//! (`targets::kubernetes::run::reconcile_fn`: the reconcile, its metrics, its backoff
+//! (`targets::kubernetes::reconcile::run::reconcile_fn`: the reconcile, its metrics, its backoff
 //! bookkeeping) on its stack adds the `src/` files of its frames (inlined ones included: the test
 //! profile keeps line tables), except frames the compiler derived (a clone, a serde visitor, a
 //! drop). `STACKSYNC_PATH_DETAIL=1` prints the functions and lines that allocate in each file,

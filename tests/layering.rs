@@ -562,7 +562,7 @@ const PENDING: &[(&str, &str, &str)] = &[];
 /// How paths are resolved, an approximation that needs no compiler:
 /// - a path is resolved to the longest prefix of it that is the module of a file (`src/a/b.rs`
 ///   and `src/a/b/mod.rs` are `a::b`; `mod.rs` is its folder's module): `super::status::now`
-///   in `src/targets/kubernetes/reconcile.rs` is `targets/kubernetes/status.rs`,
+///   in `src/targets/kubernetes/reconcile/cluster.rs` is `targets/kubernetes/reconcile/status.rs`,
 ///   `crate::controller::Context` is `controller/mod.rs`;
 /// - an item re-exported with `pub use` belongs to the file that defines it: `super::Context`
 ///   in `src/controller/pipeline.rs`, re-exported by `controller/mod.rs` from `context`, is

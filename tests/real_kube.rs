@@ -369,8 +369,8 @@ async fn workload_requests_to_the_real_server_go_over_http2() {
     let host = config.cluster_url.host().expect("the server's host").to_owned();
     let url = format!("https://{host}:{proxy}{}", config.cluster_url.path());
     config.cluster_url = url.parse().expect("proxy url");
-    let tls = stacksync::targets::kubernetes::workload::TlsConfigs::default();
-    let client = stacksync::targets::kubernetes::workload::client(&config, &tls).expect("workload client");
+    let tls = stacksync::targets::kubernetes::reconcile::workload::TlsConfigs::default();
+    let client = stacksync::targets::kubernetes::reconcile::workload::client(&config, &tls).expect("workload client");
     let get = async |client: kube::Client| {
         let request = http::Request::get("/version").body(Vec::new()).expect("request");
         client.send(request.map(kube::client::Body::from)).await.expect("an answer").version()

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 mod context;
 pub mod error;
 pub(crate) mod fetch;
+pub mod output;
 pub mod pipeline;
 pub mod poller;
 pub mod preview;

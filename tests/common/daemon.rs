@@ -14,7 +14,7 @@ pub const STARTUP: Duration = Duration::from_secs(30);
 /// How long SIGTERM may take to stop it.
 pub const SHUTDOWN: Duration = Duration::from_secs(40);
 /// What the daemon logs at: INFO, and the controller's per-Cluster decisions.
-pub const RUST_LOG: &str = "info,stacksync::targets::kubernetes::run=debug";
+pub const RUST_LOG: &str = "info,stacksync::targets::kubernetes::reconcile::run=debug";
 
 /// Polls `cond` every [`POLL`] for at most `within`; fails with `what` and `context()` (a log)
 /// when it does not hold in time. Returns how long it took.

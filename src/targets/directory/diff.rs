@@ -125,3 +125,15 @@ fn read(path: &Path) -> std::io::Result<Option<String>> {
         Err(e) => Err(e),
     }
 }
+
+/// What `stacksync diff` prints of `files`: a line per file (`<change> <path>`) and its unified
+/// diff.
+pub fn text(files: &[FileDiff]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for f in files {
+        let _ = writeln!(out, "{} {}", f.change, f.path.display());
+        out.push_str(&f.diff);
+    }
+    out
+}

@@ -5,128 +5,77 @@
 //! was applied per release is recorded in its `StackRelease` (`status.classInventory`), which is
 //! what pruning works from.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kube::api::{Api, DeleteParams};
 use tracing::{error, info, warn};
 
-use super::Kube;
+use super::class_results::ClassResult;
+use super::context::Kube;
 use super::error::kube_error;
-use super::stackrelease::{ClassResult, record_release, release_name};
+use super::ledger::release_name;
+use super::stackrelease::record_release;
 use crate::config::{Format, Subscription};
 use crate::model::StageAction;
-use crate::model::sync::MutexExt;
 use crate::release::Release;
 use crate::status::crd::StackRelease;
 use applier::ssa::{Applier, ApplyOptions, Inventory, Stage};
 
-/// (subscription, tag, namespace)
-type Key = (String, String, String);
-
-/// Held while one task does what must not run twice at once.
-type Lock = Arc<tokio::sync::Mutex<()>>;
-
-/// What this process applied, and one lock per (subscription, release, namespace) so Clusters of
-/// one namespace reconciled at once render its ClusterClass once; one per (subscription,
-/// release) so its StackRelease is recorded by one of them at a time (each records every
-/// namespace applied so far: they would only conflict with each other).
-#[derive(Default)]
-pub(super) struct Classes {
-    applied: Mutex<HashMap<Key, (Instant, ClassResult)>>,
-    locks: Mutex<HashMap<Key, Lock>>,
-    records: Mutex<HashMap<(String, String), Lock>>,
+/// Makes sure each of `releases` has its ClusterClass in `namespace`. Failures are logged
+/// and recorded in the release's StackRelease; they do not stop the Cluster's addons.
+pub(super) async fn ensure(kube: &Kube, sub: &Subscription, namespace: &str, releases: &[Release]) {
+    let resync = kube.target().resync;
+    for rel in releases {
+        let key = (sub.name.clone(), rel.tag.clone(), namespace.to_owned());
+        let lock = kube.classes.lock(&key);
+        let _guard = lock.lock().await;
+        if kube.classes.fresh(&key, resync) {
+            continue;
+        }
+        let (result, (assets, signed_by)) = apply(kube, sub, namespace, rel).await;
+        let refused = result.refused;
+        kube.classes.applied(key, result);
+        if refused {
+            // The StackRelease keeps the commit it recorded: what the tag pointed to.
+            continue;
+        }
+        let record = kube.classes.record_lock(&sub.name, &rel.tag);
+        let _recording = record.lock().await;
+        let merged = kube.classes.merged(&sub.name, &rel.tag);
+        record_release(kube, sub, rel, (&assets, signed_by.as_deref()), !merged.failed(), Some(&merged)).await;
+    }
 }
 
-impl Classes {
-    fn lock(&self, key: &Key) -> Lock {
-        self.locks.locked().entry(key.clone()).or_default().clone()
-    }
-
-    fn fresh(&self, key: &Key, resync: std::time::Duration) -> bool {
-        self.applied.locked().get(key).is_some_and(|(at, r)| !r.failed() && at.elapsed() < resync)
-    }
-
-    /// Makes sure each of `releases` has its ClusterClass in `namespace`. Failures are logged
-    /// and recorded in the release's StackRelease; they do not stop the Cluster's addons.
-    pub(super) async fn ensure(&self, kube: &Kube, sub: &Subscription, namespace: &str, releases: &[Release]) {
-        let resync = kube.target().resync;
-        for rel in releases {
-            let key = (sub.name.clone(), rel.tag.clone(), namespace.to_owned());
-            let lock = self.lock(&key);
-            let _guard = lock.lock().await;
-            if self.fresh(&key, resync) {
+/// Deletes the ClusterClasses (and StackReleases) of releases a subscription no longer
+/// offers and no Cluster's class names. `referenced`: every `spec.topology.class` in use.
+pub(super) async fn prune(kube: &Kube, referenced: &BTreeSet<String>) {
+    let config = kube.ctx.config();
+    let api: Api<StackRelease> = Api::all(kube.mgmt.clone());
+    let all = match api.list(&Default::default()).await {
+        Ok(l) => l.items,
+        Err(e) => {
+            warn!(error = %kube_error(&e), "cannot list StackReleases; ClusterClasses are pruned later");
+            return;
+        }
+    };
+    for sub in config.subscriptions.iter().filter(|s| s.format == Format::ClusterStack && !s.suspend) {
+        let offered: BTreeSet<String> = kube.ctx.offered(sub).await.iter().map(|r| r.tag.clone()).collect();
+        for sr in all.iter().filter(|sr| sr.spec.subscription == sub.name) {
+            let tag = &sr.spec.tag;
+            if offered.contains(tag) || referenced.contains(tag) {
                 continue;
             }
-            let (result, (assets, signed_by)) = apply(kube, sub, namespace, rel).await;
-            let refused = result.refused;
-            self.applied.locked().insert(key, (Instant::now(), result));
-            if refused {
-                // The StackRelease keeps the commit it recorded: what the tag pointed to.
-                continue;
-            }
-            let record = self.records.locked().entry((sub.name.clone(), rel.tag.clone())).or_default().clone();
-            let _recording = record.lock().await;
-            let merged = self.merged(&sub.name, &rel.tag);
-            record_release(kube, sub, rel, (&assets, signed_by.as_deref()), !merged.failed(), Some(&merged)).await;
-        }
-    }
-
-    /// What went wrong with the ClusterClass of release `tag` in `namespace`, as last applied by
-    /// this process: `None` when it is in place (or was not applied here yet).
-    pub(super) fn problem(&self, sub: &str, tag: &str, namespace: &str) -> Option<String> {
-        let key = (sub.to_owned(), tag.to_owned(), namespace.to_owned());
-        self.applied.locked().get(&key).filter(|(_, r)| r.failed()).and_then(|(_, r)| r.problem())
-    }
-
-    /// The results of a release over every namespace, in namespace order.
-    pub(super) fn merged(&self, sub: &str, tag: &str) -> ClassResult {
-        let applied = self.applied.locked();
-        let mut mine: Vec<(&Key, &(Instant, ClassResult))> = applied.iter().filter(|((s, t, _), _)| s == sub && t == tag).collect();
-        mine.sort_by(|a, b| a.0.cmp(b.0));
-        let mut out = ClassResult::default();
-        for (_, (_, r)) in mine {
-            out.changes.entries.extend(r.changes.entries.iter().cloned());
-            out.errors.extend(r.errors.iter().cloned());
-            out.inventory.extend(r.inventory.iter().cloned());
-        }
-        out
-    }
-
-    /// Deletes the ClusterClasses (and StackReleases) of releases a subscription no longer
-    /// offers and no Cluster's class names. `referenced`: every `spec.topology.class` in use.
-    pub(super) async fn prune(&self, kube: &Kube, referenced: &BTreeSet<String>) {
-        let config = kube.ctx.config();
-        let api: Api<StackRelease> = Api::all(kube.mgmt.clone());
-        let all = match api.list(&Default::default()).await {
-            Ok(l) => l.items,
-            Err(e) => {
-                warn!(error = %kube_error(&e), "cannot list StackReleases; ClusterClasses are pruned later");
-                return;
-            }
-        };
-        for sub in config.subscriptions.iter().filter(|s| s.format == Format::ClusterStack && !s.suspend) {
-            let offered: BTreeSet<String> = kube.ctx.offered(sub).await.iter().map(|r| r.tag.clone()).collect();
-            for sr in all.iter().filter(|sr| sr.spec.subscription == sub.name) {
-                let tag = &sr.spec.tag;
-                if offered.contains(tag) || referenced.contains(tag) {
-                    continue;
-                }
-                let lines = sr.status.as_ref().map(|s| s.class_inventory.clone()).unwrap_or_default();
-                if prune_release(kube, sub, tag, &lines).await {
-                    let name = release_name(&sub.name, tag);
-                    match api.delete(&name, &DeleteParams::default()).await {
-                        Ok(_) => {
-                            info!(subscription = %sub.name, tag, "release no longer offered nor used: its ClusterClasses and StackRelease are removed")
-                        }
-                        Err(kube::Error::Api(s)) if s.code == 404 => {}
-                        Err(e) => warn!(release = %name, error = %kube_error(&e), "cannot delete StackRelease"),
+            let lines = sr.status.as_ref().map(|s| s.class_inventory.clone()).unwrap_or_default();
+            if prune_release(kube, sub, tag, &lines).await {
+                let name = release_name(&sub.name, tag);
+                match api.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => {
+                        info!(subscription = %sub.name, tag, "release no longer offered nor used: its ClusterClasses and StackRelease are removed")
                     }
-                    self.applied.locked().retain(|(s, t, _), _| !(s == &sub.name && t == tag));
-                    self.locks.locked().retain(|(s, t, _), _| !(s == &sub.name && t == tag));
-                    self.records.locked().remove(&(sub.name.clone(), tag.clone()));
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => warn!(release = %name, error = %kube_error(&e), "cannot delete StackRelease"),
                 }
+                kube.classes.forget(&sub.name, tag);
             }
         }
     }

@@ -1,9 +1,11 @@
 //! The management cluster's clients: one for requests (every request has a deadline, no
 //! retry of kube's own) and one for watches (kube's timeouts), from the target's kubeconfig
-//! or the in-cluster environment.
+//! or the in-cluster environment; and Cluster API's `Cluster` as the management cluster serves it.
 
-use super::error::ClientError;
-use super::workload::Throttle;
+use kube::api::{ApiResource, GroupVersionKind};
+
+use super::error::{ClientError, Error};
+use super::reconcile::workload::Throttle;
 use crate::config::KubernetesTarget;
 
 /// Connects to the management cluster.
@@ -61,6 +63,23 @@ async fn management_config(k: &KubernetesTarget) -> Result<kube::Config, ClientE
         }
         None => kube::Config::infer().await.map_err(ClientError::Infer)?,
     };
-    super::workload::with_user_agent(&mut config);
+    super::reconcile::workload::with_user_agent(&mut config);
     Ok(config)
+}
+
+/// `cluster.x-k8s.io` `Cluster` at the newest version the management cluster serves. A server
+/// that does not answer is a `Discovery` error, never "Cluster API is not installed".
+pub async fn cluster_resource(mgmt: &kube::Client) -> Result<ApiResource, Error> {
+    let groups = mgmt.list_api_groups().await.map_err(Error::Discovery)?;
+    let Some(group) = groups.groups.iter().find(|g| g.name == "cluster.x-k8s.io") else { return Err(Error::ClusterApiMissing) };
+    for version in ["v1beta2", "v1beta1"] {
+        if !group.versions.iter().any(|v| v.version == version) {
+            continue;
+        }
+        let resources = mgmt.list_api_group_resources(&format!("cluster.x-k8s.io/{version}")).await.map_err(Error::Discovery)?;
+        if let Some(r) = resources.resources.iter().find(|r| r.kind == "Cluster" && !r.name.contains('/')) {
+            return Ok(ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("cluster.x-k8s.io", version, "Cluster"), &r.name));
+        }
+    }
+    Err(Error::ClusterApiMissing)
 }

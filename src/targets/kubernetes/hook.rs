@@ -17,11 +17,11 @@ use serde_json::{Value, json};
 use tracing::{debug, warn};
 
 use super::client::management_client;
-use super::decide::{subscription_for, topology_class};
 use super::error::ClientError;
 use super::error::kube_error;
-use super::target;
-use super::upgrade::DONE;
+use super::reconcile::decide::{subscription_for, topology_class};
+use super::reconcile::upgrade::DONE;
+use super::settings::target;
 use crate::config::{Config, Format, KubernetesTarget, Target};
 use crate::model::ClusterKey;
 use crate::model::sync::MutexExt;
@@ -265,7 +265,7 @@ pub const ANSWER_WITHIN: Duration = Duration::from_secs(8);
 
 #[cfg(test)]
 mod tests {
-    use super::super::upgrade::HOOK;
+    use super::super::reconcile::upgrade::HOOK;
     use super::*;
     use crate::status::crd::{ReleaseRefStatus, UpgradeStatus};
 

@@ -48,3 +48,40 @@ impl KeptManifests {
         Ok(m)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prepared(tree: &std::path::Path, fetched: bool) -> PreparedRelease {
+        PreparedRelease {
+            release: crate::release::Release {
+                source: "s".into(),
+                tag: "v1.0.0".into(),
+                commit: "c".repeat(40),
+                version: crate::model::version::Version::from_tag("v1.0.0").expect("version"),
+            },
+            tree: tree.to_path_buf(),
+            fetched,
+            note: None,
+            assets: Vec::new(),
+            unverified: None,
+            signed_by: None,
+            moved_tags_accepted: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_release_is_read_once_and_again_when_its_prepare_wrote_it() {
+        let tree = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(tree.path().join("manifests")).expect("mkdir");
+        std::fs::write(tree.path().join("manifests/cm.yaml"), "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n").expect("write");
+        let kept = KeptManifests::default();
+        let first = kept.get(&prepared(tree.path(), false), "manifests").await.expect("read");
+        let again = kept.get(&prepared(tree.path(), false), "manifests").await.expect("kept");
+        assert!(Arc::ptr_eq(&first, &again), "read once");
+        let fresh = kept.get(&prepared(tree.path(), true), "manifests").await.expect("read afresh");
+        assert!(!Arc::ptr_eq(&first, &fresh), "a tree this prepare wrote is read afresh");
+        assert!(kept.get(&prepared(tree.path(), false), "missing").await.is_err(), "no such directory");
+    }
+}

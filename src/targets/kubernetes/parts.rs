@@ -94,3 +94,38 @@ impl Parts {
 pub(super) fn heartbeat(resync: Duration) -> Duration {
     (resync / 2).max(Duration::from_secs(1))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_part_is_named_after_the_shard_and_edited_from_what_was_written_last() {
+        let parts = Parts::default();
+        assert_eq!(parts.name(), UNSHARDED, "no --shard");
+        parts.set_shard(Some("east"));
+        parts.set_shard(Some("west"));
+        assert_eq!(parts.name(), "east", "set once");
+        let mut written = parts.written.try_lock().expect("unlocked");
+        assert_eq!(parts.base(&written, "r", None), ShardStatus { name: "east".to_owned(), ..ShardStatus::default() }, "nothing yet");
+        let stored = StackRelease {
+            status: Some(crate::status::crd::StackReleaseStatus {
+                shards: vec![ShardStatus { name: "east".to_owned(), synced: 3, ..ShardStatus::default() }],
+                ..Default::default()
+            }),
+            ..StackRelease::new(
+                "r",
+                crate::status::crd::StackReleaseSpec { subscription: "s".into(), source: "s".into(), tag: "v1".into() },
+            )
+        };
+        assert_eq!(parts.base(&written, "r", Some(&stored)).synced, 3, "after a restart: as recorded");
+        written.insert("r".to_owned(), ShardStatus { name: "east".to_owned(), synced: 5, ..ShardStatus::default() });
+        assert_eq!(parts.base(&written, "r", Some(&stored)).synced, 5, "as this process wrote it");
+    }
+
+    #[test]
+    fn the_heartbeat_is_half_the_resync_and_at_least_a_second() {
+        assert_eq!(heartbeat(Duration::from_secs(600)), Duration::from_secs(300));
+        assert_eq!(heartbeat(Duration::from_millis(500)), Duration::from_secs(1));
+    }
+}

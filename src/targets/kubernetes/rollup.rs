@@ -18,10 +18,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use tracing::{debug, warn};
 
-use super::Kube;
+use super::context::Kube;
 use super::error::kube_error;
-use super::stackrelease::release_name;
-use super::status::now;
+use super::ledger::release_name;
+use super::reconcile::status::now;
 use crate::status::crd::{ClusterSync, StackRelease};
 use crate::status::desired::{rollup, tally};
 use crate::status::shards::without_stale;
@@ -127,7 +127,7 @@ pub(super) async fn once(kube: &Kube) {
     let (syncs, releases) = match tokio::try_join!(syncs.list(&all), releases.list(&all)) {
         Ok((s, r)) => (s.items, r.items),
         // A server that throttles is said once by its client (`workload.rs`, `Throttle`).
-        Err(e) if super::workload::is_throttled(&e) => {
+        Err(e) if super::reconcile::workload::is_throttled(&e) => {
             debug!(error = %kube_error(&e), "cannot list ClusterSyncs and StackReleases for the release roll-up");
             return;
         }

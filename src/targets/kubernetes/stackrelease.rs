@@ -2,119 +2,21 @@
 //! its ClusterClass apply, or why its signature was refused; written with server-side apply,
 //! only when they changed.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Mutex;
+use std::collections::BTreeMap;
 
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use tracing::warn;
 
-use super::status::now;
-use super::{Kube, MANAGER};
+use super::class_results::ClassResult;
+use super::context::Kube;
+use super::ledger::release_name;
+use super::reconcile::status::{MANAGER, now};
 use crate::config::Subscription;
-use crate::model::sync::MutexExt;
 use crate::release::Release;
 use crate::status::crd::{MAX_ENTRIES, StackRelease, StackReleaseSpec, StackReleaseStatus};
 use crate::status::desired::entry;
 use crate::status::shards::{class_rollup, with_part};
-use applier::ChangeSet;
-
-/// The ClusterClass apply of one release, over every namespace it went to.
-#[derive(Debug, Default, Clone)]
-pub(super) struct ClassResult {
-    pub changes: ChangeSet,
-    pub errors: Vec<String>,
-    /// Inventory lines (`group|kind|namespace|name|version`) of what was applied.
-    pub inventory: Vec<String>,
-    /// Not applied: the release no longer verifies (its tag moved since it was recorded). Its
-    /// StackRelease is not written over.
-    pub refused: bool,
-}
-
-impl ClassResult {
-    /// Whether the ClusterClass is not fully in place: it could not be rendered or prepared, or
-    /// one of its objects failed to apply. Such a release is `Failed`, never `Applied`.
-    pub fn failed(&self) -> bool {
-        !self.errors.is_empty() || self.changes.entries.iter().any(|e| e.action == applier::changeset::Action::Failed)
-    }
-
-    /// The first thing that went wrong: an error, else the first object that failed to apply.
-    pub fn problem(&self) -> Option<String> {
-        self.errors.first().cloned().or_else(|| {
-            let e = self.changes.entries.iter().find(|e| e.action == applier::changeset::Action::Failed)?;
-            Some(format!("{}: {}", e.object, e.message))
-        })
-    }
-}
-
-/// Manifest releases (`subscription`, `tag`, `commit`) whose StackRelease this process has
-/// recorded: once per release, not a read per reconcile.
-#[derive(Default)]
-pub(super) struct Recorded(Mutex<HashMap<String, HashMap<String, HashSet<String>>>>);
-
-impl Recorded {
-    /// Whether this is the first time the release is recorded (it is now). Asked by every
-    /// reconcile of a manifests Cluster: the answer "no" copies nothing.
-    pub(super) fn first(&self, sub: &str, rel: &Release) -> bool {
-        let mut recorded = self.0.locked();
-        if recorded.get(sub).and_then(|tags| tags.get(&rel.tag)).is_some_and(|commits| commits.contains(&rel.commit)) {
-            return false;
-        }
-        recorded.entry(sub.to_owned()).or_default().entry(rel.tag.clone()).or_default().insert(rel.commit.clone())
-    }
-}
-
-/// The commit each release tag was recorded at in its StackRelease: the fleet's memory of what
-/// a tag pointed to, which lasts where the cache does not (the shipped Deployment's cache is an
-/// emptyDir, and deleting it is always allowed). A Cluster's `ClusterSync` remembers the release
-/// it runs; this covers a Cluster that runs none of the tag yet (a new Cluster, or its first move
-/// to the tag) and the ClusterClasses. Read once per subscription and tag, then kept as this
-/// process records them.
-#[derive(Default)]
-pub(super) struct Ledger(Mutex<HashMap<(String, String), Option<String>>>);
-
-impl Ledger {
-    /// The commit `tag` was recorded at for subscription `sub`, if it was (a `Refused`
-    /// StackRelease records no commit that was ever used).
-    async fn commit(&self, mgmt: &kube::Client, sub: &str, tag: &str) -> Result<Option<String>, kube::Error> {
-        let id = (sub.to_owned(), tag.to_owned());
-        if let Some(known) = self.0.locked().get(&id) {
-            return Ok(known.clone());
-        }
-        let api: Api<StackRelease> = Api::all(mgmt.clone());
-        let recorded = api
-            .get_opt(&release_name(sub, tag))
-            .await?
-            .filter(|r| r.spec.subscription == sub && r.spec.tag == tag)
-            .and_then(|r| r.status)
-            .filter(|s| s.phase != "Refused" && !s.commit.is_empty())
-            .map(|s| s.commit);
-        Ok(self.0.locked().entry(id).or_insert(recorded).clone())
-    }
-
-    fn note(&self, sub: &str, tag: &str, commit: &str) {
-        self.0.locked().insert((sub.to_owned(), tag.to_owned()), Some(commit.to_owned()));
-    }
-
-    /// Whether `rel` is its tag moved since the fleet recorded it ([`moved_since_applied`]):
-    /// `accepted` when the source takes moved tags. `Err`: the record could not be read (the
-    /// release is not used until it can).
-    ///
-    /// [`moved_since_applied`]: crate::controller::fetch::moved_since_applied
-    pub(super) async fn moved(
-        &self,
-        mgmt: &kube::Client,
-        sub: &str,
-        rel: &Release,
-        accepted: bool,
-    ) -> Result<Option<crate::controller::Mismatch>, kube::Error> {
-        if accepted {
-            return Ok(None);
-        }
-        let recorded = self.commit(mgmt, sub, &rel.tag).await?;
-        Ok(crate::controller::fetch::moved_since_applied(&rel.source, false, recorded.as_deref().map(|c| (rel.tag.as_str(), c)), rel))
-    }
-}
 
 /// Records the release a subscription selected as a `StackRelease` (and in the ledger): this
 /// process's part (`status.shards[]`, what its ClusterClass apply gave) and the fleet's roll-up
@@ -320,22 +222,6 @@ fn verified_by(assets: &[crate::model::verification::AssetRecord], signed_by: Op
     }
 }
 
-/// The longest StackRelease name: an Event about it is named `<name>.<16 hex digits>`
-/// (kube-runtime's recorder), which must be an object name (253) too.
-const MAX_RELEASE_NAME: usize = 253 - 17;
-
-/// `<subscription>.<tag>` made a valid object name. One of a tag as long as a ClusterClass name
-/// (253) is shortened with a digest of the whole ([`crate::model::names::bounded`]): two long
-/// tags never share a StackRelease, and its Events fit.
-pub(super) fn release_name(sub: &str, tag: &str) -> String {
-    let raw: String = format!("{sub}.{tag}")
-        .to_ascii_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' })
-        .collect();
-    crate::model::names::bounded(raw, MAX_RELEASE_NAME)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -355,16 +241,5 @@ mod tests {
         // Nothing applied here (a manifests release): what is recorded stays as it is.
         assert_eq!(class_inventory(&recorded, &[]), recorded);
         assert!(class_inventory(&[], &[]).is_empty());
-    }
-
-    #[test]
-    fn release_names_are_valid_object_names() {
-        assert_eq!(release_name("ferrol", "docker-ferrol-1-27-v2"), "ferrol.docker-ferrol-1-27-v2");
-        assert_eq!(release_name("s", "v1.2.3+build_7"), "s.v1.2.3-build-7");
-        // A tag as long as a ClusterClass name may be: the name and its Events' names fit.
-        let long = format!("docker-{}-1-35-v1", "f".repeat(253 - "docker--1-35-v1".len()));
-        let name = release_name("ferrol", &long);
-        assert!(name.len() + 17 <= 253, "{}", name.len());
-        assert_ne!(name, release_name("ferrol", &long.replace("-v1", "-v2")));
     }
 }

@@ -12,9 +12,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::super::Kube;
-use super::super::decide::{subscription_for, topology_class};
-use super::super::stackrelease::release_name;
+use super::super::context::Kube;
+use super::super::ledger::release_name;
+use super::super::reconcile::decide::{subscription_for, topology_class};
 use super::error::Result;
 use super::plan::{self, Fleet, Member, PAUSED, PROGRESSING, Policy, Requests, Round, Step, Target, Undriven};
 use super::{Error, ROLLOUT_MANAGER};
@@ -51,7 +51,7 @@ pub(in crate::targets::kubernetes) async fn run(kube: &Kube, mut stop: tokio::sy
             match stop_undriven(kube, &driven, &configured, &driven_ever).await {
                 Ok(()) => driven_before = Some(driven),
                 // A server that throttles is said once by its client (`workload.rs`, `Throttle`).
-                Err(e) if crate::targets::kubernetes::workload::is_throttled(&e) => {
+                Err(e) if crate::targets::kubernetes::reconcile::workload::is_throttled(&e) => {
                     debug!(error = %e, "rollout: cannot look for rollouts to stop now; retried at the next check");
                 }
                 Err(e) => warn!(error = %e, "rollout: cannot look for rollouts to stop now; retried at the next check"),
@@ -602,7 +602,7 @@ async fn write(kube: &Kube, name: &str, st: &RolloutStatus) -> Result<()> {
 /// # Errors
 /// The management cluster cannot be reached, or the subscription has no rollout to act on.
 pub async fn request(ctx: std::sync::Arc<crate::controller::Context>, subscription: &str, resume: bool) -> Result<String> {
-    let k = super::super::target(&ctx.config());
+    let k = super::super::settings::target(&ctx.config());
     let mgmt = super::super::client::management_client(&k).await.map_err(Error::ManagementClient)?;
     let api: Api<StackRelease> = Api::all(mgmt);
     let list = api.list(&ListParams::default()).await.map_err(Error::ListReleases)?;

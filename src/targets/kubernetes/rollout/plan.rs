@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use kube::api::DynamicObject;
 use serde_json::Value;
 
-use super::super::decide::topology_class;
+use super::super::reconcile::decide::topology_class;
 use crate::config::{Budget, NotReady, OnFailure, Wave};
 use crate::model::version::Families;
 use crate::model::version::Version;
@@ -111,7 +111,7 @@ pub fn judge(cluster: &Value, control_plane: Option<&Value>, sync: Option<&Clust
     if let Some(r) = ready.filter(|r| r.status == "False" && FAILED_REASONS.contains(&r.reason.as_str())) {
         return Health::Failed("ClusterFailed", format!("{}: {}", r.reason, shorten(&r.message, 300)));
     }
-    if let Some(u) = sync.upgrade.as_ref().filter(|u| u.to == target.class && u.phase != super::super::upgrade::DONE) {
+    if let Some(u) = sync.upgrade.as_ref().filter(|u| u.to == target.class && u.phase != super::super::reconcile::upgrade::DONE) {
         let wait = if u.waiting_for.is_empty() { String::new() } else { format!(": {}", u.waiting_for) };
         return Health::Waiting(format!("upgrade stage {}/{} `{}` {}{wait}", u.stage_index + 1, u.stages, u.stage, u.phase));
     }

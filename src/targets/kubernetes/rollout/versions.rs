@@ -20,3 +20,18 @@ impl KubernetesVersions {
         self.0.locked().insert(id, version);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_version_read_once_is_kept_even_when_there_is_none() {
+        let versions = KubernetesVersions::default();
+        assert_eq!(versions.get("v1@abc"), None, "not read yet");
+        versions.insert("v1@abc".to_owned(), None);
+        versions.insert("v2@def".to_owned(), Some("v1.31.2".to_owned()));
+        assert_eq!(versions.get("v1@abc"), Some(None), "read: the release names none");
+        assert_eq!(versions.get("v2@def"), Some(Some("v1.31.2".to_owned())));
+    }
+}

@@ -22,7 +22,7 @@ pub const ROTATE_REQUESTED_AT: &str = "stacksync.io/rotate-generated-at";
 
 /// Why a sync rotates a Cluster's generated values.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Rotation {
+pub(in crate::targets::kubernetes) enum Rotation {
     /// `stacksync rotate`: the annotation's value.
     Requested(String),
     /// A generated certificate reached its renewal time (RFC 3339).
@@ -31,7 +31,7 @@ pub(super) enum Rotation {
 
 impl Rotation {
     /// The status's and the metric's word for it.
-    pub(super) fn reason(&self) -> &'static str {
+    pub(in crate::targets::kubernetes) fn reason(&self) -> &'static str {
         match self {
             Rotation::Requested(_) => "Requested",
             Rotation::CertificateDue(_) => "CertificateDue",
@@ -40,7 +40,7 @@ impl Rotation {
 }
 
 /// Whether this sync rotates: a request not handled yet, else a certificate due at `now`.
-pub(super) fn rotation(prev: &ClusterSyncStatus, requested: Option<&str>, now: DateTime<Utc>) -> Option<Rotation> {
+pub(in crate::targets::kubernetes) fn rotation(prev: &ClusterSyncStatus, requested: Option<&str>, now: DateTime<Utc>) -> Option<Rotation> {
     let recorded = prev.generated_rotation.as_ref();
     if let Some(r) = requested
         && recorded.and_then(|g| g.last_handled_request.as_deref()) != Some(r)
@@ -53,7 +53,7 @@ pub(super) fn rotation(prev: &ClusterSyncStatus, requested: Option<&str>, now: D
 }
 
 /// The fields to keep (or rotate) this sync: those recorded and those this render found.
-pub(super) fn recorded(prev: &[String], rendered: &[String]) -> applier::ssa::GeneratedFields {
+pub(in crate::targets::kubernetes) fn recorded(prev: &[String], rendered: &[String]) -> applier::ssa::GeneratedFields {
     if rendered.is_empty() {
         return applier::ssa::parse_generated(prev);
     }
@@ -66,7 +66,7 @@ pub(super) fn recorded(prev: &[String], rendered: &[String]) -> applier::ssa::Ge
 
 /// The generated fields recorded for a rendered object (a render records an object without a
 /// namespace under the one it renders for: a cluster stack's addon namespace).
-pub(super) fn of_object<'a>(recorded: &'a applier::ssa::GeneratedFields, o: &crate::model::Object) -> &'a [String] {
+pub(in crate::targets::kubernetes) fn of_object<'a>(recorded: &'a applier::ssa::GeneratedFields, o: &crate::model::Object) -> &'a [String] {
     if recorded.is_empty() {
         return &[];
     }
@@ -78,7 +78,7 @@ pub(super) fn of_object<'a>(recorded: &'a applier::ssa::GeneratedFields, o: &cra
 /// namespace as each object lives), saw or sent certificates due at `renewal`, and — when
 /// `rotated` — rotated them for that reason; `complete`: every object of the release is synced
 /// (a rotation only counts as done then, else the next sync rotates again).
-pub(super) fn record(
+pub(in crate::targets::kubernetes) fn record(
     next: &mut ClusterSyncStatus,
     prev: &ClusterSyncStatus,
     lines: Vec<String>,

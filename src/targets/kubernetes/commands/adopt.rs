@@ -22,14 +22,12 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind,
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
-use super::Error;
-use super::Kube;
-use super::decide::{subscription_for, topology_class};
-use super::error::kube_error;
-use super::reconcile::{apply_options, choose};
-use super::stages::render;
-use super::status::{Owner, write_cluster_sync};
-use super::workload::reachable;
+use super::super::Error;
+use super::super::error::kube_error;
+use super::super::reconcile::decide::{subscription_for, topology_class};
+use super::super::reconcile::status::{Owner, write_cluster_sync};
+use super::super::reconcile::workload::reachable;
+use super::management::Management;
 use crate::controller::Context;
 use crate::model::ClusterKey;
 use crate::status::crd::{ClusterSync, ClusterSyncStatus, Condition, ReleaseRefStatus};
@@ -277,14 +275,14 @@ pub async fn adopt(ctx: Arc<Context>, options: &Options) -> Result<Report, Error
     for (source, e) in ctx.poll_all().await {
         warn!(source = %source, "{e}");
     }
-    let kube = Kube::connect(ctx.clone()).await?;
+    let mgmt = Management::connect(ctx.clone()).await?;
     let mut report = Report::default();
     if options.cleanup {
         report.cleanup = true;
-        cleanup(&kube, options, &mut report).await;
+        cleanup(&mgmt, options, &mut report).await;
         return Ok(report);
     }
-    let addons_api: Api<DynamicObject> = Api::all_with(kube.mgmt.clone(), &cso("ClusterAddon", "clusteraddons"));
+    let addons_api: Api<DynamicObject> = Api::all_with(mgmt.client().clone(), &cso("ClusterAddon", "clusteraddons"));
     let addons = match addons_api.list(&ListParams::default()).await {
         Ok(l) => l.items,
         Err(kube::Error::Api(s)) if s.code == 404 => {
@@ -295,10 +293,10 @@ pub async fn adopt(ctx: Arc<Context>, options: &Options) -> Result<Report, Error
         }
         Err(e) => return Err(Error::ListClusters(e)),
     };
-    let releases_api: Api<DynamicObject> = Api::all_with(kube.mgmt.clone(), &cso("ClusterStackRelease", "clusterstackreleases"));
+    let releases_api: Api<DynamicObject> = Api::all_with(mgmt.client().clone(), &cso("ClusterStackRelease", "clusterstackreleases"));
     let csrs = releases_api.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
 
-    handover_plan(&kube, options, &mut report).await;
+    handover_plan(&mgmt, options, &mut report).await;
 
     // Per Cluster: judge (and later take over) its addons.
     let mut namespaces: BTreeMap<String, Vec<(crate::config::Subscription, String)>> = BTreeMap::new();
@@ -314,7 +312,7 @@ pub async fn adopt(ctx: Arc<Context>, options: &Options) -> Result<Report, Error
         if options.cluster.as_ref().is_some_and(|only| only != &key) {
             continue;
         }
-        let (c, job) = judge_cluster(&kube, addon, key).await;
+        let (c, job) = judge_cluster(&mgmt, addon, key).await;
         if let Some(job) = &job {
             namespaces.entry(ns).or_default().push((job.sub.clone(), job.class.clone()));
         }
@@ -346,7 +344,7 @@ pub async fn adopt(ctx: Arc<Context>, options: &Options) -> Result<Report, Error
             }
             continue;
         };
-        let (mut c, job) = judge_classes(&kube, &ns, &release, subs).await;
+        let (mut c, job) = judge_classes(&mgmt, &ns, &release, subs).await;
         if let Some(a) = &c.adoption {
             let rendered: BTreeSet<String> = a.objects.iter().map(|o| key_text(&o.object)).collect();
             c.leftovers = csr.data["status"]["resources"]
@@ -364,12 +362,12 @@ pub async fn adopt(ctx: Arc<Context>, options: &Options) -> Result<Report, Error
     if options.dry_run || !report.adoptable() {
         return Ok(report);
     }
-    if !handover(&kube, options, &mut report).await {
+    if !handover(&mgmt, options, &mut report).await {
         return Ok(report);
     }
     for (c, job) in report.clusters.iter_mut().zip(work) {
         let Some(job) = job else { continue };
-        take_cluster(&kube, options, c, job, &mut report.done).await;
+        take_cluster(&mgmt, options, c, job, &mut report.done).await;
     }
     for (c, job) in report.classes.iter_mut().zip(class_work) {
         let Some((applier, stages)) = job else { continue };
@@ -394,8 +392,8 @@ struct ClusterJob {
     leftovers: Vec<Value>,
 }
 
-async fn judge_cluster(kube: &Kube, addon: &DynamicObject, key: ClusterKey) -> (ClusterAdoption, Option<ClusterJob>) {
-    let config = kube.ctx.config();
+async fn judge_cluster(mgmt: &Management, addon: &DynamicObject, key: ClusterKey) -> (ClusterAdoption, Option<ClusterJob>) {
+    let config = mgmt.ctx().config();
     let mut out = ClusterAdoption {
         cluster: key.clone(),
         addon: addon.metadata.name.clone().unwrap_or_default(),
@@ -424,7 +422,7 @@ async fn judge_cluster(kube: &Kube, addon: &DynamicObject, key: ClusterKey) -> (
     if !pending.is_empty() {
         out.blockers.push(format!("ClusterAddon {}/{} has stages pending: {}", key.namespace, out.addon, pending.join(", ")));
     }
-    let clusters: Api<DynamicObject> = Api::namespaced_with(kube.mgmt.clone(), &key.namespace, &kube.clusters);
+    let clusters: Api<DynamicObject> = Api::namespaced_with(mgmt.client().clone(), &key.namespace, mgmt.clusters());
     let cluster = match clusters.get_opt(&key.name).await {
         Ok(Some(c)) => c,
         Ok(None) => {
@@ -437,7 +435,7 @@ async fn judge_cluster(kube: &Kube, addon: &DynamicObject, key: ClusterKey) -> (
             return (out, None);
         }
     };
-    if super::decide::is_paused(&cluster) {
+    if super::super::reconcile::decide::is_paused(&cluster) {
         out.blockers.push(format!(
             "Cluster {key} is paused (spec.paused or cluster.x-k8s.io/paused, as during clusterctl move): nothing is written to it; adopt once it is resumed"
         ));
@@ -465,8 +463,8 @@ async fn judge_cluster(kube: &Kube, addon: &DynamicObject, key: ClusterKey) -> (
         ));
     }
     let sub = sub.clone();
-    let c = kube.with_live_objects(&cluster, c).await;
-    let release = match choose(kube, &sub, Some(&class)).await {
+    let c = mgmt.with_live_objects(&cluster, c).await;
+    let release = match mgmt.choose(&sub, Some(&class)).await {
         Ok(r) => r,
         Err(e) => {
             out.blockers.push(format!("release {class} is not offered by subscription {}: {e}", sub.name));
@@ -474,13 +472,12 @@ async fn judge_cluster(kube: &Kube, addon: &DynamicObject, key: ClusterKey) -> (
         }
     };
     let result = async {
-        let prepared = kube.ctx.prepare(&release).await.map_err(|e| e.to_string())?;
-        let rendered = render(kube, &sub, &prepared, &c, false).await.map_err(|e| e.to_string())?;
-        let super::Workload { client, discovery, .. } =
-            kube.workloads.get(&kube.mgmt, &key, &c, kube.target().request_timeout).await.map_err(|e| e.to_string())?;
+        let prepared = mgmt.ctx().prepare(&release).await.map_err(|e| e.to_string())?;
+        let rendered = mgmt.render(&sub, &prepared, &c, false).await.map_err(|e| e.to_string())?;
+        let super::super::Workload { client, discovery, .. } = mgmt.workload(&key, &c).await.map_err(|e| e.to_string())?;
         reachable(&client).await.map_err(|e| e.to_string())?;
-        let generated = generated(kube, &sub, &prepared, &c, &rendered.stages).await.map_err(|e| e.to_string())?;
-        let applier = Applier::new(client, apply_options(&kube.target(), &sub, &c)).with_discovery(discovery);
+        let generated = generated(mgmt, &sub, &prepared, &c, &rendered.stages).await.map_err(|e| e.to_string())?;
+        let applier = Applier::new(client, mgmt.apply_options(&sub, &c)).with_discovery(discovery);
         let adoption = applier.adopt(&rendered.stages, CSO_MANAGER, &generated, false).await;
         Ok::<_, String>((applier, rendered.stages, generated, adoption))
     };
@@ -508,7 +505,7 @@ async fn judge_cluster(kube: &Kube, addon: &DynamicObject, key: ClusterKey) -> (
 /// The fields of a cluster's addons the charts generate at render time: where a second render,
 /// by a helm with no memo, differs from the first.
 async fn generated(
-    kube: &Kube,
+    mgmt: &Management,
     sub: &crate::config::Subscription,
     prepared: &crate::controller::PreparedRelease,
     c: &crate::model::cluster::ClusterConfig,
@@ -519,8 +516,8 @@ async fn generated(
         // Plain manifests are substituted, never generated.
         return Ok(out);
     }
-    let helm = kube.ctx.helm().await?.without_memo();
-    let second = crate::controller::pipeline::addons_with(&kube.ctx, &helm, sub, prepared, c).await?;
+    let helm = mgmt.ctx().helm().await?.without_memo();
+    let second = crate::controller::pipeline::addons_with(mgmt.ctx(), &helm, sub, prepared, c).await?;
     let key = |o: &crate::model::Object| (o.group().to_owned(), o.kind.clone(), o.namespace.clone(), o.name.clone());
     let again: BTreeMap<_, &crate::model::Object> = second.stages.iter().flat_map(|s| &s.objects).map(|o| (key(o), o)).collect();
     for o in first.iter().flat_map(|s| &s.objects) {
@@ -547,7 +544,7 @@ fn record_key(r: &Value) -> String {
 }
 
 async fn judge_classes(
-    kube: &Kube,
+    mgmt: &Management,
     ns: &str,
     release: &str,
     subs: &[(crate::config::Subscription, String)],
@@ -557,13 +554,14 @@ async fn judge_classes(
     let sub = subs.iter().find(|(_, class)| dashed(class) == release).or_else(|| subs.first()).map(|(s, _)| s.clone());
     let Some(sub) = sub else { return (out, None) };
     let result = async {
-        let rel = choose(kube, &sub, Some(release))
+        let rel = mgmt
+            .choose(&sub, Some(release))
             .await
             .map_err(|e| format!("release {release} is not offered by subscription {}: {e}", sub.name))?;
-        let prepared = kube.ctx.prepare(&rel).await.map_err(|e| e.to_string())?;
-        let objects = crate::controller::pipeline::cluster_class(&kube.ctx, &sub, &prepared, ns).await.map_err(|e| e.to_string())?;
+        let prepared = mgmt.ctx().prepare(&rel).await.map_err(|e| e.to_string())?;
+        let objects = crate::controller::pipeline::cluster_class(mgmt.ctx(), &sub, &prepared, ns).await.map_err(|e| e.to_string())?;
         let stages = vec![Stage { name: crate::render::clusterstack::CLUSTER_CLASS_STAGE.into(), action: StageAction::Apply, objects }];
-        let applier = Applier::new(kube.mgmt.clone(), super::classes::class_options(&sub, ns));
+        let applier = Applier::new(mgmt.client().clone(), super::super::classes::class_options(&sub, ns));
         let adoption = applier.adopt(&stages, CSO_MANAGER, &Generated::default(), false).await;
         Ok::<_, String>((applier, stages, adoption))
     };
@@ -581,9 +579,9 @@ async fn judge_classes(
 
 /// What the hand-over will do, and what would stop it: stacksync's own ExtensionConfig must be
 /// discovered by Cluster API (its `BeforeClusterUpgrade` handler) before CSO's goes.
-async fn handover_plan(kube: &Kube, options: &Options, report: &mut Report) {
+async fn handover_plan(mgmt: &Management, options: &Options, report: &mut Report) {
     let deployments: Api<DynamicObject> =
-        Api::namespaced_with(kube.mgmt.clone(), &options.deployment.namespace, &resource("apps", "v1", "Deployment", "deployments"));
+        Api::namespaced_with(mgmt.client().clone(), &options.deployment.namespace, &resource("apps", "v1", "Deployment", "deployments"));
     match deployments.get_opt(&options.deployment.name).await {
         Ok(Some(d)) => {
             let replicas = d.data["spec"]["replicas"].as_i64().unwrap_or(1);
@@ -595,7 +593,7 @@ async fn handover_plan(kube: &Kube, options: &Options, report: &mut Report) {
         Ok(None) => {}
         Err(e) => report.blockers.push(format!("cannot read CSO's Deployment {}: {}", options.deployment, kube_error(&e))),
     }
-    let (extensions, ours) = extension_configs(kube, &options.extension_config).await;
+    let (extensions, ours) = extension_configs(mgmt, &options.extension_config).await;
     if extensions.iter().any(|n| n == &options.extension_config) {
         report.handover.push(format!("delete CSO's ExtensionConfig {} (its hooks)", options.extension_config));
     }
@@ -606,7 +604,7 @@ async fn handover_plan(kube: &Kube, options: &Options, report: &mut Report) {
         ),
     }
     let webhooks: Api<DynamicObject> = Api::all_with(
-        kube.mgmt.clone(),
+        mgmt.client().clone(),
         &resource("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations"),
     );
     if matches!(webhooks.get_opt(&options.webhook).await, Ok(Some(_))) {
@@ -619,10 +617,10 @@ async fn handover_plan(kube: &Kube, options: &Options, report: &mut Report) {
 
 /// The ExtensionConfigs (names), and the first that is not CSO's and has a discovered
 /// `BeforeClusterUpgrade` handler.
-async fn extension_configs(kube: &Kube, cso_name: &str) -> (Vec<String>, Option<String>) {
+async fn extension_configs(mgmt: &Management, cso_name: &str) -> (Vec<String>, Option<String>) {
     for version in ["v1beta2", "v1alpha1"] {
         let api: Api<DynamicObject> =
-            Api::all_with(kube.mgmt.clone(), &resource("runtime.cluster.x-k8s.io", version, "ExtensionConfig", "extensionconfigs"));
+            Api::all_with(mgmt.client().clone(), &resource("runtime.cluster.x-k8s.io", version, "ExtensionConfig", "extensionconfigs"));
         let Ok(list) = api.list(&ListParams::default()).await else { continue };
         let names = list.items.iter().filter_map(|e| e.metadata.name.clone()).collect();
         let ours = list
@@ -642,9 +640,9 @@ async fn extension_configs(kube: &Kube, cso_name: &str) -> (Vec<String>, Option<
 
 /// CSO scaled to zero (its pods gone), then its ExtensionConfig and webhooks deleted. False when
 /// a step failed (said in the report; nothing after it is done).
-async fn handover(kube: &Kube, options: &Options, report: &mut Report) -> bool {
+async fn handover(mgmt: &Management, options: &Options, report: &mut Report) -> bool {
     let deployments: Api<DynamicObject> =
-        Api::namespaced_with(kube.mgmt.clone(), &options.deployment.namespace, &resource("apps", "v1", "Deployment", "deployments"));
+        Api::namespaced_with(mgmt.client().clone(), &options.deployment.namespace, &resource("apps", "v1", "Deployment", "deployments"));
     if let Ok(Some(_)) = deployments.get_opt(&options.deployment.name).await {
         let patch = json!({"spec": {"replicas": 0}});
         if let Err(e) = deployments.patch(&options.deployment.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
@@ -671,7 +669,7 @@ async fn handover(kube: &Kube, options: &Options, report: &mut Report) -> bool {
     }
     for version in ["v1beta2", "v1alpha1"] {
         let api: Api<DynamicObject> =
-            Api::all_with(kube.mgmt.clone(), &resource("runtime.cluster.x-k8s.io", version, "ExtensionConfig", "extensionconfigs"));
+            Api::all_with(mgmt.client().clone(), &resource("runtime.cluster.x-k8s.io", version, "ExtensionConfig", "extensionconfigs"));
         match api.delete(&options.extension_config, &DeleteParams::default()).await {
             Ok(_) => {
                 report.done.push(format!("deleted CSO's ExtensionConfig {}", options.extension_config));
@@ -685,7 +683,7 @@ async fn handover(kube: &Kube, options: &Options, report: &mut Report) -> bool {
         }
     }
     let webhooks: Api<DynamicObject> = Api::all_with(
-        kube.mgmt.clone(),
+        mgmt.client().clone(),
         &resource("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations"),
     );
     match webhooks.delete(&options.webhook, &DeleteParams::default()).await {
@@ -701,7 +699,7 @@ async fn handover(kube: &Kube, options: &Options, report: &mut Report) -> bool {
 
 /// Takes a judged Cluster's objects over, labels CSO's leftovers as ours when asked (the first
 /// sync prunes them), and seeds its ClusterSync.
-async fn take_cluster(kube: &Kube, options: &Options, out: &mut ClusterAdoption, job: ClusterJob, done: &mut Vec<String>) {
+async fn take_cluster(mgmt: &Management, options: &Options, out: &mut ClusterAdoption, job: ClusterJob, done: &mut Vec<String>) {
     let ClusterJob { sub, c, class, release, applier, stages, generated, uid, leftovers } = job;
     let mut adoption = applier.adopt(&stages, CSO_MANAGER, &generated, true).await;
     if options.prune_leftovers {
@@ -716,7 +714,7 @@ async fn take_cluster(kube: &Kube, options: &Options, out: &mut ClusterAdoption,
     }
     done.push(format!("Cluster {}: {} objects taken over", out.cluster, adoption.inventory.len()));
     let inventory = Inventory { entries: adoption.inventory.clone() };
-    let at = super::status::now();
+    let at = super::super::reconcile::status::now();
     let status = ClusterSyncStatus {
         class: Some(class),
         applied_release: Some(ReleaseRefStatus {
@@ -731,17 +729,17 @@ async fn take_cluster(kube: &Kube, options: &Options, out: &mut ClusterAdoption,
         conditions: vec![Condition {
             type_: "Reconciling".into(),
             status: "True".into(),
-            reason: super::hook::ADOPTED.into(),
+            reason: super::super::hook::ADOPTED.into(),
             message: "adopted from the SCS cluster-stack-operator; the next sync checks every object".into(),
             last_transition_time: at.clone(),
             observed_generation: None,
         }],
         ..ClusterSyncStatus::default()
     };
-    let api_version = format!("{}/{}", kube.clusters.group, kube.clusters.version);
+    let api_version = format!("{}/{}", mgmt.clusters().group, mgmt.clusters().version);
     let owner =
         Owner { api_version: &api_version, uid: uid.as_deref(), exists: false, written: Default::default(), rotate_requested: None };
-    let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &out.cluster.namespace);
+    let syncs: Api<ClusterSync> = Api::namespaced(mgmt.client().clone(), &out.cluster.namespace);
     let previous = syncs.get_opt(&out.cluster.name).await.ok().flatten();
     if previous.as_ref().and_then(|p| p.status.as_ref()).is_some_and(|s| s.applied_release.is_some()) {
         done.push(format!("Cluster {}: its ClusterSync already records a release; left as it is", out.cluster));
@@ -815,9 +813,9 @@ enum Leftover {
 }
 
 /// CSO's finalizers, objects and CRDs removed, in that order; refused while CSO runs.
-async fn cleanup(kube: &Kube, options: &Options, report: &mut Report) {
+async fn cleanup(mgmt: &Management, options: &Options, report: &mut Report) {
     let deployments: Api<DynamicObject> =
-        Api::namespaced_with(kube.mgmt.clone(), &options.deployment.namespace, &resource("apps", "v1", "Deployment", "deployments"));
+        Api::namespaced_with(mgmt.client().clone(), &options.deployment.namespace, &resource("apps", "v1", "Deployment", "deployments"));
     if let Ok(Some(d)) = deployments.get_opt(&options.deployment.name).await
         && (d.data["spec"]["replicas"].as_i64().unwrap_or(1) > 0 || d.data["status"]["replicas"].as_i64().unwrap_or(0) > 0)
     {
@@ -828,7 +826,7 @@ async fn cleanup(kube: &Kube, options: &Options, report: &mut Report) {
     }
     let kinds = [("ClusterAddon", "clusteraddons"), ("ClusterStackRelease", "clusterstackreleases"), ("ClusterStack", "clusterstacks")];
     for (kind, plural) in kinds {
-        let api: Api<DynamicObject> = Api::all_with(kube.mgmt.clone(), &cso(kind, plural));
+        let api: Api<DynamicObject> = Api::all_with(mgmt.client().clone(), &cso(kind, plural));
         let items = match api.list(&ListParams::default()).await {
             Ok(l) => l.items,
             Err(kube::Error::Api(s)) if s.code == 404 => continue,
@@ -839,7 +837,7 @@ async fn cleanup(kube: &Kube, options: &Options, report: &mut Report) {
         };
         for item in items {
             let (Some(ns), Some(name)) = (item.metadata.namespace.clone(), item.metadata.name.clone()) else { continue };
-            let api: Api<DynamicObject> = Api::namespaced_with(kube.mgmt.clone(), &ns, &cso(kind, plural));
+            let api: Api<DynamicObject> = Api::namespaced_with(mgmt.client().clone(), &ns, &cso(kind, plural));
             let finalizers = item.metadata.finalizers.clone().unwrap_or_default();
             if finalizers.iter().any(|f| FINALIZERS.contains(&f.as_str())) {
                 let kept: Vec<&String> = finalizers.iter().filter(|f| !FINALIZERS.contains(&f.as_str())).collect();
@@ -862,8 +860,10 @@ async fn cleanup(kube: &Kube, options: &Options, report: &mut Report) {
             }
         }
     }
-    let crds: Api<DynamicObject> =
-        Api::all_with(kube.mgmt.clone(), &resource("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions"));
+    let crds: Api<DynamicObject> = Api::all_with(
+        mgmt.client().clone(),
+        &resource("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions"),
+    );
     for (_, plural) in kinds {
         let name = format!("{plural}.{GROUP}");
         match crds.delete(&name, &DeleteParams::default()).await {

@@ -17,12 +17,12 @@ use kube::api::{Api, DynamicObject};
 use serde::Serialize;
 use tracing::Instrument;
 
-use super::decide::{control_plane_ready, is_paused, subscription_for, topology_class};
-use super::reconcile::{apply_options, key_of};
-use super::stages::render;
-use super::upgrade::HOOK;
-use super::workload::reachable;
-use super::{Error, Kube};
+use super::super::Error;
+use super::super::reconcile::cluster::key_of;
+use super::super::reconcile::decide::{control_plane_ready, is_paused, subscription_for, topology_class};
+use super::super::reconcile::upgrade::HOOK;
+use super::super::reconcile::workload::reachable;
+use super::management::Management;
 use crate::config::{Format, Subscription};
 use crate::controller::Context;
 use crate::controller::preview::{Candidate, Origin};
@@ -238,9 +238,9 @@ impl FleetPreview {
 /// The management cluster cannot be reached or its Clusters listed; a Cluster asked for that
 /// does not exist or that the subscription does not cover.
 pub async fn preview(ctx: Arc<Context>, candidate: &Candidate, options: &Options) -> Result<FleetPreview, Error> {
-    let kube = Kube::connect(ctx.clone()).await?;
+    let mgmt = Management::connect(ctx.clone()).await?;
     let sub = &candidate.subscription;
-    let clusters = kube.clusters_of(options.only.as_ref()).await?;
+    let clusters = mgmt.clusters_of(options.only.as_ref()).await?;
     let config = ctx.config();
     let covered: Vec<(DynamicObject, ClusterKey, crate::model::cluster::ClusterConfig)> = clusters
         .into_iter()
@@ -271,7 +271,7 @@ pub async fn preview(ctx: Arc<Context>, candidate: &Candidate, options: &Options
                 (key.to_string(), canary)
             })
             .collect();
-        super::plan(&r.waves, &members)
+        super::super::plan(&r.waves, &members)
     });
 
     let tag = candidate.prepared.release.tag.clone();
@@ -280,7 +280,7 @@ pub async fn preview(ctx: Arc<Context>, candidate: &Candidate, options: &Options
         .map(|hook| (hook, layout.as_ref().map(|l| stages_of(hook, l.hook_stages(hook))).unwrap_or_default()))
         .collect();
     let concurrency = options.concurrency.max(1);
-    let fleet = Fleet { kube: &kube, candidate, hooks: &hooks, kubernetes: kubernetes.as_deref(), diffs: options.diffs };
+    let fleet = Fleet { mgmt: &mgmt, candidate, hooks: &hooks, kubernetes: kubernetes.as_deref(), diffs: options.diffs };
     let fleet = &fleet;
     let mut out: Vec<ClusterPreview> = futures_util::stream::iter(covered.iter())
         .map(|(obj, key, c)| {
@@ -303,7 +303,7 @@ pub async fn preview(ctx: Arc<Context>, candidate: &Candidate, options: &Options
     if sub.format == Format::ClusterStack {
         let namespaces: std::collections::BTreeSet<&str> = covered.iter().map(|(_, k, _)| k.namespace.as_str()).collect();
         for ns in namespaces {
-            management.push(match super::classes::preview_prepared(&kube, sub, ns, &candidate.prepared).await {
+            management.push(match mgmt.class_preview_prepared(sub, ns, &candidate.prepared).await {
                 Ok(p) => {
                     let (changes, failures) = changes_of(p, options.diffs);
                     NamespacePreview { namespace: ns.to_owned(), changes, failures, error: None }
@@ -439,7 +439,7 @@ fn judged(cluster: &ClusterKey, result: Judged, message: String) -> ClusterPrevi
 
 /// What every Cluster's preview shares.
 struct Fleet<'a> {
-    kube: &'a Kube,
+    mgmt: &'a Management,
     candidate: &'a Candidate,
     /// The release's stages by hook.
     hooks: &'a BTreeMap<&'a str, Vec<StagePreview>>,
@@ -449,13 +449,13 @@ struct Fleet<'a> {
 }
 
 async fn one(fleet: &Fleet<'_>, obj: &DynamicObject, key: &ClusterKey, c: crate::model::cluster::ClusterConfig) -> ClusterPreview {
-    let Fleet { kube, candidate, hooks, kubernetes, diffs } = *fleet;
+    let Fleet { mgmt, candidate, hooks, kubernetes, diffs } = *fleet;
     let sub: &Subscription = &candidate.subscription;
     let tag = &candidate.prepared.release.tag;
-    let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &key.namespace);
+    let syncs: Api<ClusterSync> = Api::namespaced(mgmt.client().clone(), &key.namespace);
     let previous: ClusterSyncStatus = match syncs.get_opt(&key.name).await {
         Ok(p) => p.and_then(|p| p.status).unwrap_or_default(),
-        Err(e) => return judged(key, Judged::Error, format!("cannot read its ClusterSync: {}", super::error::kube_error(&e))),
+        Err(e) => return judged(key, Judged::Error, format!("cannot read its ClusterSync: {}", super::super::error::kube_error(&e))),
     };
     let applied = previous.applied_release.as_ref().map(|r| r.tag.clone());
     let mut p = judged(key, Judged::Unchanged, String::new());
@@ -480,8 +480,8 @@ async fn one(fleet: &Fleet<'_>, obj: &DynamicObject, key: &ClusterKey, c: crate:
     if is_paused(obj) {
         p.message = Some("paused: nothing is applied while it is".into());
     }
-    let c = kube.with_live_objects(obj, c).await;
-    let rendered = match render(kube, sub, &candidate.prepared, &c, false).await {
+    let c = mgmt.with_live_objects(obj, c).await;
+    let rendered = match mgmt.render(sub, &candidate.prepared, &c, false).await {
         Ok(r) => r,
         Err(e) => {
             p.result = Judged::Error;
@@ -489,7 +489,7 @@ async fn one(fleet: &Fleet<'_>, obj: &DynamicObject, key: &ClusterKey, c: crate:
             return p;
         }
     };
-    let super::Workload { client, discovery } = match kube.workloads.get(&kube.mgmt, key, &c, kube.target().request_timeout).await {
+    let super::super::Workload { client, discovery } = match mgmt.workload(key, &c).await {
         Ok(w) => w,
         Err(e) => {
             p.result = Judged::Unreachable;
@@ -502,9 +502,9 @@ async fn one(fleet: &Fleet<'_>, obj: &DynamicObject, key: &ClusterKey, c: crate:
         p.message = Some(e.to_string());
         return p;
     }
-    let mut options = apply_options(&kube.target(), sub, &c);
+    let mut options = mgmt.apply_options(sub, &c);
     // What the charts generate stays as it is live: not a change, not a restart.
-    options.generated = crate::targets::kubernetes::generated::recorded(&previous.generated, &rendered.generated);
+    options.generated = crate::targets::kubernetes::reconcile::generated::recorded(&previous.generated, &rendered.generated);
     let applier = Applier::new(client, options).with_discovery(discovery);
     let preview = applier.preview(&rendered.stages, &Inventory::from_lines(&previous.inventory)).await;
     let (changes, failures) = changes_of(preview, diffs);

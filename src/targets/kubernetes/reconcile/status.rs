@@ -6,8 +6,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use tracing::warn;
 
-use super::MANAGER;
-use super::error::kube_error;
+use super::super::error::kube_error;
 use crate::config::Subscription;
 use crate::model::cluster::ClusterConfig;
 use crate::model::sync::MutexExt;
@@ -15,9 +14,12 @@ use crate::status::crd::{ClusterSync, ClusterSyncSpec, ClusterSyncStatus};
 
 use crate::status::desired::summarise;
 
+/// The field manager of every write, objects and status alike.
+pub const MANAGER: &str = applier::ssa::FIELD_MANAGER;
+
 /// Now, as the status resources carry times. The one clock read of the status code: what is
 /// decided from it ([`crate::status::desired`]) gets the time passed in.
-pub(super) fn now() -> String {
+pub(in crate::targets::kubernetes) fn now() -> String {
     crate::status::desired::timestamp(chrono::Utc::now())
 }
 
@@ -28,7 +30,7 @@ pub(super) fn now() -> String {
 ///
 /// # Errors
 /// The management cluster refused the write or did not answer; the caller applies nothing.
-pub(super) async fn write_progress(
+pub(in crate::targets::kubernetes) async fn write_progress(
     api: &Api<ClusterSync>,
     sub: &Subscription,
     c: &ClusterConfig,
@@ -56,7 +58,7 @@ pub(super) async fn write_progress(
 
 /// How often one reconcile tries a status write before it fails (and the controller retries
 /// it with backoff).
-pub(super) const WRITE_ATTEMPTS: u32 = 3;
+pub(in crate::targets::kubernetes) const WRITE_ATTEMPTS: u32 = 3;
 
 /// Runs `write` until it succeeds, at most [`WRITE_ATTEMPTS`] times, waiting the crate's backoff
 /// between tries; only what may pass by itself soon (5xx, a timeout, a connection error) is
@@ -66,7 +68,7 @@ pub(super) const WRITE_ATTEMPTS: u32 = 3;
 ///
 /// # Errors
 /// The last try's error.
-pub(super) async fn retried<T, F, Fut>(mut write: F) -> Result<T, kube::Error>
+pub(in crate::targets::kubernetes) async fn retried<T, F, Fut>(mut write: F) -> Result<T, kube::Error>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, kube::Error>>,
@@ -94,7 +96,7 @@ fn may_pass(e: &kube::Error) -> bool {
 
 /// Who a `ClusterSync` is about: its Cluster (the owner, so it is deleted with it) and the
 /// subscription that covers it; and what this reconcile knows of the ClusterSync.
-pub(super) struct Owner<'a> {
+pub(in crate::targets::kubernetes) struct Owner<'a> {
     pub api_version: &'a str,
     pub uid: Option<&'a str>,
     /// The reconcile read it and it was there.
@@ -108,7 +110,7 @@ pub(super) struct Owner<'a> {
 /// Creates the ClusterSync if needed (owned by its Cluster) and writes its status with
 /// server-side apply (returning its uid, for Events), only when it changed — or when the last sync time is older than
 /// `heartbeat`, so `LAST SYNC` shows the daemon is alive without a write per reconcile.
-pub(super) async fn write_cluster_sync(
+pub(in crate::targets::kubernetes) async fn write_cluster_sync(
     api: &Api<ClusterSync>,
     sub: &Subscription,
     c: &ClusterConfig,

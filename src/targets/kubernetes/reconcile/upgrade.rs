@@ -24,7 +24,7 @@ use std::time::Duration;
 use kube::api::{Api, DynamicObject, GroupVersionKind};
 use tracing::info;
 
-use super::Kube;
+use super::super::context::Kube;
 use crate::config::{Format, Subscription};
 use crate::controller::PreparedRelease;
 use crate::controller::pipeline::RenderError;
@@ -41,7 +41,7 @@ pub const HOOK: &str = "BeforeClusterUpgrade";
 const PRE: &str = "PreCondition";
 const APPLY: &str = "Apply";
 const POST: &str = "PostCondition";
-pub(super) const DONE: &str = "Done";
+pub(in crate::targets::kubernetes) const DONE: &str = "Done";
 
 /// Shortest and longest delay between two looks at a wait.
 const POLL_MIN: Duration = Duration::from_secs(2);
@@ -51,7 +51,7 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where a reconcile left the upgrade.
 #[derive(Debug)]
-pub(super) enum Step {
+pub(in crate::targets::kubernetes) enum Step {
     /// Nothing to run stage by stage (a new Cluster whose install stages have no waits): the
     /// apply installs every stage as before.
     NotNeeded,
@@ -66,13 +66,13 @@ pub(super) enum Step {
 /// Whether stages run one by one before the apply: a cluster stack moving to another release
 /// (`BeforeClusterUpgrade`), or getting its first one (`AfterControlPlaneInitialized`, when a
 /// stage has a wait). Not when the release stays.
-pub(super) fn needed(sub: &Subscription, prev: &ClusterSyncStatus, to: &str) -> bool {
+pub(in crate::targets::kubernetes) fn needed(sub: &Subscription, prev: &ClusterSyncStatus, to: &str) -> bool {
     sub.format == Format::ClusterStack && prev.applied_release.as_ref().is_none_or(|a| a.tag != to)
 }
 
 /// Runs the upgrade stages from `prev`'s applied release to `prepared`'s, from where `prev`
 /// says they are, as far as they go now.
-pub(super) async fn advance(
+pub(in crate::targets::kubernetes) async fn advance(
     kube: &Kube,
     sub: &Subscription,
     c: &ClusterConfig,
@@ -247,13 +247,13 @@ async fn not_met(client: &kube::Client, w: &WaitFor) -> Option<String> {
         let read = async {
             let (res, _) = kube::discovery::pinned_kind(client, &gvk)
                 .await
-                .map_err(|e| format!("{}: {}", o.api_version, super::error::kube_error(&e)))?;
+                .map_err(|e| format!("{}: {}", o.api_version, super::super::error::kube_error(&e)))?;
             let api: Api<DynamicObject> = if o.namespace.is_empty() {
                 Api::all_with(client.clone(), &res)
             } else {
                 Api::namespaced_with(client.clone(), &o.namespace, &res)
             };
-            api.get_opt(&o.name).await.map_err(|e| format!("reading {o}: {}", super::error::kube_error(&e)))
+            api.get_opt(&o.name).await.map_err(|e| format!("reading {o}: {}", super::super::error::kube_error(&e)))
         };
         match tokio::time::timeout(READ_TIMEOUT, read).await {
             Err(_) => return Some(format!("reading {o} took longer than {}s", READ_TIMEOUT.as_secs())),

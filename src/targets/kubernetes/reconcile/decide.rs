@@ -1,4 +1,4 @@
-//! The pure part of a Cluster's sync, which `reconcile.rs` acts on. What is read of a Cluster
+//! The pure part of a Cluster's sync, which `cluster.rs` acts on. What is read of a Cluster
 //! API `Cluster` (the subscription that covers it, whether it is paused, its topology class,
 //! whether its control plane is ready); what a Cluster that is held gets; before the apply,
 //! whether the apply-started status is written and what becomes of the upgrade stages; after it,
@@ -79,7 +79,7 @@ pub fn topology_class(cluster: &Value) -> Option<String> {
 
 /// v1beta1: `status.controlPlaneReady`; v1beta2: `status.initialization.controlPlaneInitialized`
 /// or a true `ControlPlaneInitialized` / `ControlPlaneReady` condition.
-pub(super) fn control_plane_ready(cluster: &Value) -> bool {
+pub(in crate::targets::kubernetes) fn control_plane_ready(cluster: &Value) -> bool {
     let status = &cluster["status"];
     if status["controlPlaneReady"] == json!(true) || status["initialization"]["controlPlaneInitialized"] == json!(true) {
         return true;
@@ -95,7 +95,7 @@ pub(super) fn control_plane_ready(cluster: &Value) -> bool {
 /// reads the verdict and writes the `ClusterSync`, and a report of every object per reconcile of
 /// every Cluster would be built for nobody.
 #[derive(Debug)]
-pub(super) struct Done {
+pub(in crate::targets::kubernetes) struct Done {
     pub verdict: Verdict,
     /// What the report says of the Cluster's releases.
     pub report: Report,
@@ -107,7 +107,7 @@ pub(super) struct Done {
 
 /// What the `run --once` report says of a Cluster's releases ([`Done::status`]).
 #[derive(Debug)]
-pub(super) enum Report {
+pub(in crate::targets::kubernetes) enum Report {
     /// The release was applied: its objects are the change set's.
     Applied { release: Release, assets: Vec<AssetRecord> },
     /// Nothing was applied this round: the release it was for (if any), and what of the previous
@@ -117,7 +117,7 @@ pub(super) enum Report {
 
 /// What a report of a round that applied nothing keeps of the previous status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Keep {
+pub(in crate::targets::kubernetes) enum Keep {
     Nothing,
     /// Synced n/m (the upgrade stages ran, the release did not change yet).
     Counts,
@@ -138,7 +138,7 @@ impl Done {
     }
 
     /// The tag the metrics label the reconcile with: the release it was for, else the one in place.
-    pub(super) fn release_tag<'a>(&'a self, prev: &'a ClusterSyncStatus) -> &'a str {
+    pub(in crate::targets::kubernetes) fn release_tag<'a>(&'a self, prev: &'a ClusterSyncStatus) -> &'a str {
         match &self.report {
             Report::Applied { release, .. } | Report::NotApplied { wanted: Some(release), .. } => &release.tag,
             Report::NotApplied { wanted: None, keep: Keep::Applied } => prev.applied_release.as_ref().map_or("", |r| r.tag.as_str()),
@@ -147,7 +147,7 @@ impl Done {
     }
 
     /// The Cluster's `run --once` report (`prev`: the status the reconcile read).
-    pub(super) fn status(&self, sub: &Subscription, c: &ClusterConfig, prev: &ClusterSyncStatus) -> ClusterStatus {
+    pub(in crate::targets::kubernetes) fn status(&self, sub: &Subscription, c: &ClusterConfig, prev: &ClusterSyncStatus) -> ClusterStatus {
         let before = || {
             prev.applied_release.as_ref().map(|r| crate::status::ReleaseRef {
                 tag: r.tag.clone(),
@@ -179,20 +179,20 @@ impl Done {
 
 /// A Cluster that is held (paused, its subscription suspended): nothing is written to it; its
 /// status says why.
-pub(super) fn held(prev: &ClusterSyncStatus, reason: Reason, message: String, now: Now) -> Done {
+pub(in crate::targets::kubernetes) fn held(prev: &ClusterSyncStatus, reason: Reason, message: String, now: Now) -> Done {
     let crd = desired(prev, &Outcome::Held { reason, message: message.clone() }, now);
     Done::not_applied(None, Keep::Nothing, reason, message, crd)
 }
 
 /// A step failed before anything was applied: the applied release and synced n/m stay what the
 /// previous status says (nothing was applied this round, so that is still what the cluster runs).
-pub(super) fn failed_step(crd: ClusterSyncStatus, reason: Reason, message: String) -> Done {
+pub(in crate::targets::kubernetes) fn failed_step(crd: ClusterSyncStatus, reason: Reason, message: String) -> Done {
     Done::not_applied(None, Keep::Applied, reason, message, crd)
 }
 
 /// The release in use no longer verifies ([`Mismatch`]): nothing is applied, the applied
 /// release and its objects stay as they are, Ready is False with the reason.
-pub(super) fn unverified_held(rel: &Release, prev: &ClusterSyncStatus, m: &Mismatch, now: Now) -> Done {
+pub(in crate::targets::kubernetes) fn unverified_held(rel: &Release, prev: &ClusterSyncStatus, m: &Mismatch, now: Now) -> Done {
     let outcome = Outcome::Failed { wanted: Some(rel), reason: m.reason, message: m.message.clone(), transient: false, cause: None };
     let crd = desired(prev, &outcome, now);
     Done::not_applied(Some(rel), Keep::Applied, m.reason, m.message.clone(), crd)
@@ -200,7 +200,7 @@ pub(super) fn unverified_held(rel: &Release, prev: &ClusterSyncStatus, m: &Misma
 
 /// An upgrade stage waits or failed: the applied release and its objects stay as they are, the
 /// status says which stage and why.
-pub(super) fn upgrade_held(rel: &Release, prev: &ClusterSyncStatus, step: Step, now: Now) -> Done {
+pub(in crate::targets::kubernetes) fn upgrade_held(rel: &Release, prev: &ClusterSyncStatus, step: Step, now: Now) -> Done {
     let (upgrade, message, requeue, failed) = match step {
         Step::Wait { upgrade, message, after } => (upgrade, message, Some(after), false),
         Step::Failed { upgrade, message } => (upgrade, message, None, true),
@@ -214,7 +214,7 @@ pub(super) fn upgrade_held(rel: &Release, prev: &ClusterSyncStatus, step: Step, 
 
 /// What to do before the apply.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Before {
+pub(in crate::targets::kubernetes) struct Before {
     /// The digest of the rendered objects (recorded with the result).
     pub digest: String,
     /// The apply-started status, written before anything else when the rendered objects are
@@ -226,7 +226,7 @@ pub(super) struct Before {
 
 /// What becomes of the release's upgrade stages.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum Upgrade {
+pub(in crate::targets::kubernetes) enum Upgrade {
     /// A release change (or a first install with waits): run the stages one by one first
     /// (`upgrade::advance`).
     Advance,
@@ -236,7 +236,7 @@ pub(super) enum Upgrade {
 }
 
 /// What to do before applying `stages` of `rel`.
-pub(super) fn before(
+pub(in crate::targets::kubernetes) fn before(
     sub: &Subscription,
     prev: &ClusterSyncStatus,
     rel: &Release,
@@ -264,7 +264,7 @@ pub(super) fn before(
 
 /// What the apply's result means.
 #[derive(Debug)]
-pub(super) struct After {
+pub(in crate::targets::kubernetes) struct After {
     pub done: Done,
     /// Objects of this release were in place with our owner label, yet the status had no
     /// inventory: the ClusterSync was deleted (or lost). What this release has is adopted again;
@@ -283,7 +283,7 @@ pub(super) struct After {
 /// [`Fail::Unreachable`]: the workload cluster did not answer the first request (nothing else
 /// was sent, what is applied stays).
 #[allow(clippy::too_many_arguments)] // reason: the inputs of one decision, each used once
-pub(super) fn after(
+pub(in crate::targets::kubernetes) fn after(
     sub: &Subscription,
     prepared: &PreparedRelease,
     prev: &ClusterSyncStatus,

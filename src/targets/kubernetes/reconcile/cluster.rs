@@ -11,12 +11,13 @@ use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::Action;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use super::super::context::Kube;
+use super::super::error::Error;
+use super::super::error::kube_error;
 use super::decide::{self, Done, control_plane_ready, is_paused, subscription_for, topology_class};
-use super::error::kube_error;
 use super::fail::Fail;
 use super::stages::{self, Rendered};
 use super::status::{Owner, write_cluster_sync};
-use super::{Error, Kube};
 use crate::config::{Config, Format, KubernetesTarget, Subscription};
 use crate::controller::{ClusterReport, PreparedRelease};
 use crate::model::ClusterKey;
@@ -29,12 +30,12 @@ use crate::status::desired::{Outcome, Verdict, desired};
 use applier::ssa::{Applier, ApplyOptions, Inventory};
 
 /// How soon a Cluster whose objects are still rolling out is looked at again.
-pub(super) const HEALTH_RECHECK: Duration = Duration::from_secs(5);
+pub(in crate::targets::kubernetes) const HEALTH_RECHECK: Duration = Duration::from_secs(5);
 
 /// What a reconcile did, and when to look at the Cluster again or the error that decides it
 /// (transient: retried with backoff). The daemon reads the verdict; `run --once` asks for the
 /// Cluster's report ([`Reconciled::report`]).
-pub(super) struct Reconciled {
+pub(in crate::targets::kubernetes) struct Reconciled {
     pub subscription: String,
     pub cluster: ClusterConfig,
     pub done: Done,
@@ -50,12 +51,12 @@ pub(super) struct Reconciled {
 
 impl Reconciled {
     /// The tag the metrics label the reconcile with.
-    pub(super) fn release_tag(&self) -> &str {
+    pub(in crate::targets::kubernetes) fn release_tag(&self) -> &str {
         self.done.release_tag(&self.prev)
     }
 
     /// The Cluster's `run --once` report.
-    pub(super) fn report(self) -> ClusterReport {
+    pub(in crate::targets::kubernetes) fn report(self) -> ClusterReport {
         // The index was taken from this config, which nothing changes.
         let status = self.done.status(&self.config.subscriptions[self.sub], &self.cluster, &self.prev);
         ClusterReport { subscription: self.subscription, cluster: self.cluster, status, changes: self.done.changes }
@@ -70,7 +71,11 @@ impl Reconciled {
 /// else is done then). Every other failure is written to the ClusterSync and returned in
 /// [`Reconciled::outcome`]; a final status write that fails is returned there too (with the
 /// report of what was done), and the controller retries until it lands.
-pub(super) async fn reconcile(kube: &Kube, key: ClusterKey, obj: &DynamicObject) -> Result<Option<Reconciled>, Error> {
+pub(in crate::targets::kubernetes) async fn reconcile(
+    kube: &Kube,
+    key: ClusterKey,
+    obj: &DynamicObject,
+) -> Result<Option<Reconciled>, Error> {
     let config = kube.ctx.config();
     let labels = obj.metadata.labels.clone().unwrap_or_default();
     let class = topology_class(&obj.data);
@@ -137,7 +142,12 @@ async fn reconcile_in(
         // what is true (nothing was applied). An Event says why, the metrics count the error,
         // and the controller retries with backoff.
         let uid = previous.as_ref().and_then(|p| p.metadata.uid.clone());
-        kube.events.cluster_sync(&key.namespace, &key.name, uid, vec![super::events::progress_unrecorded(&tag, &kube_error(&source))]);
+        kube.events.cluster_sync(
+            &key.namespace,
+            &key.name,
+            uid,
+            vec![super::super::events::progress_unrecorded(&tag, &kube_error(&source))],
+        );
         return Err(Error::WriteProgress { cluster: key, tag, source });
     }
     let (mut done, action, failure) = match outcome {
@@ -181,7 +191,7 @@ async fn reconcile_in(
     let next = &done.crd;
     let stalled = next.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == "True");
     let changes = &done.changes;
-    let events = super::events::for_cluster_sync(&prev_status, next, changes.writes(), || changes.summary());
+    let events = super::super::events::for_cluster_sync(&prev_status, next, changes.writes(), || changes.summary());
     // Retried a few times here; past that the reconcile fails and the controller retries it
     // with backoff until the status lands (the apply-started status says the truth meanwhile).
     // The ClusterSync as this reconcile last wrote it, if it did: not created a second time.
@@ -250,7 +260,7 @@ async fn sync(
             {
                 releases.push(rel.clone());
             }
-            kube.classes.ensure(kube, sub, &c.namespace, &releases).await;
+            super::super::classes::ensure(kube, sub, &c.namespace, &releases).await;
             // A ClusterClass the management cluster refused (a webhook, a schema) is why this
             // control plane is not coming: the ClusterSync says so, naming the object, not
             // "not ready yet" (retried with backoff: a fixed webhook or release brings it).
@@ -329,9 +339,9 @@ async fn apply_release(
         if !releases.iter().any(|r| r.tag == rel.tag) {
             releases.push(rel.clone());
         }
-        kube.classes.ensure(kube, sub, &c.namespace, &releases).await;
+        super::super::classes::ensure(kube, sub, &c.namespace, &releases).await;
     }
-    let super::Workload { client, discovery } = match kube.workloads.get(&kube.mgmt, key, c, k.request_timeout).await {
+    let super::workload::Workload { client, discovery } = match kube.workloads.get(&kube.mgmt, key, c, k.request_timeout).await {
         Ok(workload) => workload,
         Err(e) => {
             let message = e.to_string();
@@ -403,7 +413,7 @@ async fn apply_release(
         kube.ctx.adopt(sub, &rel).await;
         if kube.recorded.first(&sub.name, &rel) {
             let signed = (&prepared.assets[..], prepared.signed_by.as_deref());
-            super::stackrelease::record_release(kube, sub, &rel, signed, true, None).await;
+            super::super::stackrelease::record_release(kube, sub, &rel, signed, true, None).await;
         }
     }
     if crd.entries_truncated > 0 {
@@ -448,7 +458,7 @@ fn say(kube: &Kube, key: &ClusterKey, label: &str, after: &decide::After) {
 }
 
 /// How a Cluster's objects are applied (the sync and `stacksync diff` alike).
-pub(super) fn apply_options(k: &KubernetesTarget, sub: &Subscription, c: &ClusterConfig) -> ApplyOptions {
+pub(in crate::targets::kubernetes) fn apply_options(k: &KubernetesTarget, sub: &Subscription, c: &ClusterConfig) -> ApplyOptions {
     ApplyOptions {
         owner: owner_id(sub, c),
         force: sub.force,
@@ -459,7 +469,7 @@ pub(super) fn apply_options(k: &KubernetesTarget, sub: &Subscription, c: &Cluste
         take_back_from: k.take_back_from.clone(),
         request_timeout: k.request_timeout,
         // No `GET /version` first: the sync's first request is the reachability check.
-        reach_within: Some(super::REACHABLE_TIMEOUT),
+        reach_within: Some(super::workload::REACHABLE_TIMEOUT),
         ..ApplyOptions::default()
     }
 }
@@ -477,7 +487,7 @@ fn follows_class(sub: &Subscription, class: Option<&str>) -> bool {
 
 /// The release a Cluster runs: for a cluster stack with a topology class, the release the class
 /// names (it must be offered or still cached); otherwise the subscription's newest allowed.
-pub(super) async fn choose(kube: &Kube, sub: &Subscription, class: Option<&str>) -> Result<Release, Fail> {
+pub(in crate::targets::kubernetes) async fn choose(kube: &Kube, sub: &Subscription, class: Option<&str>) -> Result<Release, Fail> {
     match (sub.format, sub.families(), class) {
         (Format::ClusterStack, Some(families), Some(class)) => {
             let tags = kube.ctx.tags(sub).await;
@@ -507,7 +517,7 @@ pub(super) async fn choose(kube: &Kube, sub: &Subscription, class: Option<&str>)
 /// by itself, the resync period for what needs a change (then Stalled); never before an API
 /// server the reconcile talks to said it may be asked again (`Retry-After`, plus a little
 /// jitter so the Clusters it held do not all come back at once).
-pub(super) fn retry_after(kube: &Kube, key: &ClusterKey, error: &Error) -> Duration {
+pub(in crate::targets::kubernetes) fn retry_after(kube: &Kube, key: &ClusterKey, error: &Error) -> Duration {
     let attempt = kube.attempts.failed(key);
     let after = if error.is_transient() { crate::schedule::jittered(crate::schedule::backoff(attempt)) } else { kube.target().resync };
     match kube.throttled(key) {
@@ -519,7 +529,7 @@ pub(super) fn retry_after(kube: &Kube, key: &ClusterKey, error: &Error) -> Durat
 /// The ClusterSync of a Cluster that is gone, and what is kept for it, are removed. The
 /// ownerReference does the same on a real API server; this covers servers without garbage
 /// collection and Clusters deleted while stacksync was not running.
-pub(super) async fn forget(kube: &Kube, key: &ClusterKey) {
+pub(in crate::targets::kubernetes) async fn forget(kube: &Kube, key: &ClusterKey) {
     kube.forget(key);
     let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &key.namespace);
     match syncs.delete(&key.name, &Default::default()).await {
@@ -530,6 +540,6 @@ pub(super) async fn forget(kube: &Kube, key: &ClusterKey) {
 }
 
 /// Whether an object is a Cluster API Cluster this process may care about (has a name).
-pub(super) fn key_of(obj: &DynamicObject) -> Option<ClusterKey> {
+pub(in crate::targets::kubernetes) fn key_of(obj: &DynamicObject) -> Option<ClusterKey> {
     Some(ClusterKey::new(obj.metadata.namespace.clone()?, obj.metadata.name.clone()?))
 }

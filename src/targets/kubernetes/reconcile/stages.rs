@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use sha2::{Digest, Sha256};
 use tracing::error;
 
-use super::Kube;
+use super::super::context::Kube;
 use crate::config::{Format, Subscription};
 use crate::controller::PreparedRelease;
 use crate::controller::pipeline::{self, RenderError};
@@ -17,7 +17,7 @@ use crate::status::Reason;
 use applier::ssa::Stage;
 
 /// A Cluster's stages, and what its values templates printed as `<no value>` / `<nil>`.
-pub(super) struct Rendered {
+pub(in crate::targets::kubernetes) struct Rendered {
     pub stages: Vec<Stage>,
     pub warnings: Vec<String>,
     /// The fields the charts generate at render time, `group|kind|namespace|name|pointer`
@@ -27,7 +27,7 @@ pub(super) struct Rendered {
 
 /// Why a Cluster's stages could not be rendered.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum StagesError {
+pub(in crate::targets::kubernetes) enum StagesError {
     /// A manifests release's files could not be read or rendered: the release needs a change.
     #[error("{0}")]
     Manifests(#[source] crate::render::Errors),
@@ -42,7 +42,7 @@ pub(super) enum StagesError {
 
 impl StagesError {
     /// The condition reason the Cluster gets.
-    pub(super) fn reason(&self) -> Reason {
+    pub(in crate::targets::kubernetes) fn reason(&self) -> Reason {
         match self {
             StagesError::Addons(e) => e.reason(),
             StagesError::Manifests(_) | StagesError::TwoStages(_) => Reason::RenderFailed,
@@ -50,12 +50,12 @@ impl StagesError {
     }
 
     /// Whether it may pass by itself.
-    pub(super) fn is_transient(&self) -> bool {
+    pub(in crate::targets::kubernetes) fn is_transient(&self) -> bool {
         matches!(self, StagesError::Addons(e) if e.is_transient())
     }
 
     /// The pipeline's own short name of what failed, for the `Stalled` condition.
-    pub(super) fn kind(&self) -> Option<&'static str> {
+    pub(in crate::targets::kubernetes) fn kind(&self) -> Option<&'static str> {
         match self {
             StagesError::Addons(e) => Some(e.kind()),
             StagesError::Manifests(_) | StagesError::TwoStages(_) => None,
@@ -68,7 +68,7 @@ impl StagesError {
 ///
 /// # Errors
 /// See [`StagesError`]; a render failure is logged here (the applied release stays).
-pub(super) async fn render(
+pub(in crate::targets::kubernetes) async fn render(
     kube: &Kube,
     sub: &Subscription,
     prepared: &PreparedRelease,
@@ -137,7 +137,7 @@ fn unique_across_stages(stages: &[Stage]) -> Result<(), RenderError> {
 /// What the status records of the rendered objects: a change means the apply-started status is
 /// written before the first object is. The fields the charts generate are left out (`generated`,
 /// `generated.rs`): a render with new random values is the same render.
-pub(super) fn rendered_digest<'a>(
+pub(in crate::targets::kubernetes) fn rendered_digest<'a>(
     objects: impl Iterator<Item = &'a crate::model::Object>,
     generated: &applier::ssa::GeneratedFields,
 ) -> String {

@@ -11,11 +11,10 @@ use std::sync::Arc;
 use kube::api::{Api, DynamicObject, ListParams};
 use tracing::{error, info};
 
-use super::Error;
-use super::Kube;
-use super::decide::{subscription_for, topology_class};
-use super::reconcile::{choose, key_of};
-use super::stages::render as render_stages;
+use super::super::Error;
+use super::super::reconcile::cluster::key_of;
+use super::super::reconcile::decide::{subscription_for, topology_class};
+use super::management::Management;
 use crate::config::Format;
 use crate::controller::{ClusterReport, Context, PassReport};
 use crate::model::ClusterKey;
@@ -33,8 +32,8 @@ use applier::ChangeSet;
 /// render without it (`--cluster FILE`, or clusters listed in the config).
 pub async fn render(ctx: Arc<Context>, out: &Path) -> Result<PassReport, Error> {
     let mut report = PassReport { source_errors: ctx.poll_all().await, ..PassReport::default() };
-    let kube = Kube::connect(ctx.clone()).await?;
-    let api: Api<DynamicObject> = Api::all_with(kube.mgmt.clone(), &kube.clusters);
+    let management = Management::connect(ctx.clone()).await?;
+    let api: Api<DynamicObject> = Api::all_with(management.client().clone(), management.clusters());
     let clusters = api.list(&ListParams::default()).await.map_err(Error::ListClusters)?.items;
     let config = ctx.config();
     let target = DirectoryTarget::new(out);
@@ -47,7 +46,7 @@ pub async fn render(ctx: Arc<Context>, out: &Path) -> Result<PassReport, Error> 
         let labels = obj.metadata.labels.clone().unwrap_or_default();
         let class = topology_class(&obj.data);
         let Some((sub, c)) = subscription_for(&config, &key, &labels, class.as_deref()) else { continue };
-        let c = kube.with_live_objects(obj, c).await;
+        let c = management.with_live_objects(obj, c).await;
         let failed = |reason: Reason, message: String, rel: Option<&Release>| {
             error!(cluster = %key, "{message}");
             ClusterReport {
@@ -57,7 +56,7 @@ pub async fn render(ctx: Arc<Context>, out: &Path) -> Result<PassReport, Error> 
                 changes: ChangeSet::default(),
             }
         };
-        let rel = match choose(&kube, sub, class.as_deref()).await {
+        let rel = match management.choose(sub, class.as_deref()).await {
             Ok(r) => r,
             Err(f) => {
                 report.clusters.push(failed(f.reason(), f.to_string(), None));
@@ -71,7 +70,7 @@ pub async fn render(ctx: Arc<Context>, out: &Path) -> Result<PassReport, Error> 
                 continue;
             }
         };
-        let stages = match render_stages(&kube, sub, &prepared, &c, false).await {
+        let stages = match management.render(sub, &prepared, &c, false).await {
             Ok(s) => s,
             Err(f) => {
                 report.clusters.push(failed(f.reason(), f.to_string(), Some(&rel)));

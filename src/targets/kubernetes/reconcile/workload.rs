@@ -49,7 +49,7 @@ use kube::api::Api;
 use kube::client::ConfigExt;
 use sha2::{Digest, Sha256};
 
-use super::error::kube_error;
+use super::super::error::kube_error;
 use crate::model::ClusterKey;
 use crate::model::cluster::ClusterConfig;
 use crate::model::sync::MutexExt;
@@ -70,7 +70,7 @@ pub struct Workload {
 /// (bounded in number and age), their TLS configurations (one per distinct trust and
 /// identity), and what each Cluster keeps between reconciles (served kinds).
 #[derive(Default)]
-pub(super) struct Workloads {
+pub(in crate::targets::kubernetes) struct Workloads {
     clients: Clients,
     tls: TlsConfigs,
     states: Mutex<HashMap<ClusterKey, ClusterState>>,
@@ -83,7 +83,7 @@ impl Workloads {
     ///
     /// # Errors
     /// The Secret is missing or unreadable, or holds no usable kubeconfig ([`WorkloadError`]).
-    pub(super) async fn get(
+    pub(in crate::targets::kubernetes) async fn get(
         &self,
         mgmt: &kube::Client,
         key: &ClusterKey,
@@ -121,12 +121,12 @@ impl Workloads {
     }
 
     /// How long `key`'s workload API server said to wait still, if it did.
-    pub(super) fn throttled(&self, key: &ClusterKey) -> Option<std::time::Duration> {
+    pub(in crate::targets::kubernetes) fn throttled(&self, key: &ClusterKey) -> Option<std::time::Duration> {
         self.states.locked().get(key).and_then(|s| s.throttle.remaining())
     }
 
     /// Forgets what is kept for a Cluster that is gone.
-    pub(super) fn forget(&self, key: &ClusterKey) {
+    pub(in crate::targets::kubernetes) fn forget(&self, key: &ClusterKey) {
         self.clients.remove(key);
         self.states.locked().remove(key);
     }
@@ -136,7 +136,7 @@ impl Workloads {
 /// wrong, never its content: a YAML error would quote the line (a token, a key). Each may pass
 /// by itself (Cluster API writes the Secret, a person fixes it): the reconcile retries.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum WorkloadError {
+pub(in crate::targets::kubernetes) enum WorkloadError {
     #[error("Secret {secret} does not exist yet")]
     SecretMissing { secret: String },
     #[error("reading Secret {secret}: {}", kube_error(.source))]
@@ -155,7 +155,7 @@ pub(super) enum WorkloadError {
 
 impl WorkloadError {
     /// The condition reason the Cluster gets.
-    pub(super) fn reason(&self) -> Reason {
+    pub(in crate::targets::kubernetes) fn reason(&self) -> Reason {
         match self {
             WorkloadError::SecretMissing { .. } | WorkloadError::NoKubeconfig { .. } => Reason::KubeconfigMissing,
             WorkloadError::ReadSecret { .. } | WorkloadError::Unusable { .. } | WorkloadError::NoClient { .. } => {
@@ -209,7 +209,7 @@ fn unusable_why(e: &kube::config::KubeconfigError) -> &'static str {
 
 /// One cheap request before a preview (`stacksync diff`): a cluster that is down is skipped in
 /// seconds. A sync makes none: its first request is the check (`ApplyOptions::reach_within`).
-pub(super) async fn reachable(client: &kube::Client) -> Result<(), Unreachable> {
+pub(in crate::targets::kubernetes) async fn reachable(client: &kube::Client) -> Result<(), Unreachable> {
     match tokio::time::timeout(REACHABLE_TIMEOUT, client.apiserver_version()).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(kube::Error::Api(s))) if s.code == 401 => Err(Unreachable::Refused(s.message.clone())),
@@ -222,10 +222,10 @@ pub(super) async fn reachable(client: &kube::Client) -> Result<(), Unreachable> 
 
 /// A workload cluster that did not answer the reachability check.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum Unreachable {
+pub(in crate::targets::kubernetes) enum Unreachable {
     /// Said with its causes (`client error (Connect)` alone does not say that the connection
     /// was refused).
-    #[error("the workload cluster's API server does not answer: {}", super::error::kube_error(.0))]
+    #[error("the workload cluster's API server does not answer: {}", super::super::error::kube_error(.0))]
     Failed(#[source] kube::Error),
     #[error("the workload cluster's API server did not answer within {0}s")]
     Timeout(u64),

@@ -18,17 +18,20 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 
-use super::Error;
+use super::super::Error;
+use super::super::context::Kube;
+use super::super::error::kube_error;
+use super::cluster::{self, Reconciled, forget, key_of, retry_after};
 use super::decide::topology_class;
-use super::error::kube_error;
-use super::reconcile::{self, Reconciled, forget, key_of, retry_after};
-use super::{CLUSTER_NAME_LABEL, Kube};
 use crate::config::Format;
 use crate::controller::{ClusterReport, Context, PassReport};
 use crate::model::ClusterKey;
 use crate::status::crd::{ClusterSync, RECONCILE_REQUESTED_AT};
 use crate::status::{ClusterStatus, Reason};
 use crate::telemetry::{Outcome, metrics};
+
+/// The label Cluster API puts on a Cluster's Secrets.
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
 /// How long a queued reconcile waits for more triggers of the same Cluster.
 const DEBOUNCE: Duration = Duration::from_millis(300);
@@ -43,7 +46,7 @@ async fn reconcile_fn(obj: Arc<DynamicObject>, kube: Arc<Kube>) -> Result<Action
         return Ok(Action::requeue(wait));
     }
     let started = std::time::Instant::now();
-    let result = reconcile::reconcile(&kube, key.clone(), &obj).await;
+    let result = cluster::reconcile(&kube, key.clone(), &obj).await;
     reconciled(&key, result.as_ref(), started.elapsed());
     match result? {
         None => Ok(Action::await_change()),
@@ -197,7 +200,7 @@ pub async fn run(
     kube.parts.set_shard(shard.as_deref());
     let rollup = {
         let (kube, stop_rx, reader) = (kube.clone(), stop_rx.clone(), reader.clone());
-        tokio::spawn(async move { super::rollup::run(&kube, reader, stop_rx).await })
+        tokio::spawn(async move { super::super::rollup::run(&kube, reader, stop_rx).await })
     };
     // A rollout moves every Cluster of a subscription and keeps one state per release: one
     // driver for the fleet. A shard's controller is not it: the rollout coordinator is
@@ -207,7 +210,7 @@ pub async fn run(
         let sharded = shard.is_some();
         tokio::spawn(async move {
             if !sharded {
-                super::rollout::run(&kube, stop_rx).await;
+                super::super::rollout::run(&kube, stop_rx).await;
             }
         })
     };
@@ -287,7 +290,7 @@ pub async fn coordinate(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + 
         }
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let driving = super::rollout::run(&kube, stop_rx);
+    let driving = super::super::rollout::run(&kube, stop_rx);
     tokio::pin!(driving);
     tokio::select! {
         () = &mut driving => return,
@@ -382,7 +385,7 @@ async fn housekeeping(
         };
         sweep_orphans(&kube, &live).await;
         let referenced: BTreeSet<String> = live.iter().filter_map(|c| topology_class(&c.data)).collect();
-        kube.classes.prune(&kube, &referenced).await;
+        super::super::classes::prune(&kube, &referenced).await;
         collect_garbage(&kube, &referenced).await;
         record_refusals(&kube).await;
     }
@@ -406,7 +409,7 @@ async fn record_refusals(kube: &Kube) {
     let config = kube.ctx.config();
     for sub in &config.subscriptions {
         for (tag, refusal) in kube.ctx.signature_refusals(sub).await {
-            super::stackrelease::record_refused(&kube.mgmt, sub, &tag, &refusal).await;
+            super::super::stackrelease::record_refused(&kube.mgmt, sub, &tag, &refusal).await;
         }
     }
 }
@@ -508,7 +511,7 @@ pub async fn pass(ctx: Arc<Context>, concurrency: usize) -> PassReport {
                 let kube = kube.clone();
                 async move {
                     let Some(key) = key_of(&obj) else { return (None, Ok(None)) };
-                    (Some(key.clone()), reconcile::reconcile(&kube, key, &obj).await)
+                    (Some(key.clone()), cluster::reconcile(&kube, key, &obj).await)
                 }
             })
             .buffer_unordered(concurrency.max(1));
@@ -544,7 +547,7 @@ pub async fn pass(ctx: Arc<Context>, concurrency: usize) -> PassReport {
             break;
         }
         info!(clusters = progressing.len(), "waiting for applied objects to become healthy");
-        tokio::time::sleep(reconcile::HEALTH_RECHECK.min(Duration::from_secs(2))).await;
+        tokio::time::sleep(cluster::HEALTH_RECHECK.min(Duration::from_secs(2))).await;
         round.clear();
         for key in progressing {
             let api: Api<DynamicObject> = Api::namespaced_with(kube.mgmt.clone(), &key.namespace, &kube.clusters);
@@ -555,10 +558,10 @@ pub async fn pass(ctx: Arc<Context>, concurrency: usize) -> PassReport {
             }
         }
     }
-    kube.classes.prune(&kube, &referenced).await;
+    super::super::classes::prune(&kube, &referenced).await;
     collect_garbage(&kube, &referenced).await;
     record_refusals(&kube).await;
-    super::rollup::once(&kube).await;
+    super::super::rollup::once(&kube).await;
     // The process exits after the pass: what was queued is published first.
     kube.events.flush(Duration::from_secs(10)).await;
     report
@@ -606,8 +609,8 @@ pub async fn request_rotation(ctx: Arc<Context>, key: &ClusterKey) -> Result<Str
 
 /// Sets each of `annotations` on the Cluster's ClusterSync to now (RFC 3339), which it returns.
 async fn request(ctx: Arc<Context>, key: &ClusterKey, annotations: &[&str]) -> Result<String, Error> {
-    let k = super::target(&ctx.config());
-    let mgmt = super::client::management_client(&k).await.map_err(Error::ManagementClient)?;
+    let k = super::super::settings::target(&ctx.config());
+    let mgmt = super::super::client::management_client(&k).await.map_err(Error::ManagementClient)?;
     let syncs: Api<ClusterSync> = Api::namespaced(mgmt, &key.namespace);
     let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
     let values: serde_json::Map<String, serde_json::Value> = annotations.iter().map(|a| ((*a).to_owned(), json!(at))).collect();

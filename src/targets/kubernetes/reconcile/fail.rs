@@ -1,18 +1,18 @@
 //! Why a Cluster's sync ended before its objects were in place, typed until its `ClusterSync`
 //! is written: the reconcile turns a [`Fail`] into the status's reason, message and
-//! `Stalled`/`Reconciling` there, and into the controller's [`super::Error::Sync`] (with the
+//! `Stalled`/`Reconciling` there, and into the controller's [`super::super::Error::Sync`] (with the
 //! stage's error as its source) when it is retried.
 
 use std::sync::Arc;
 
-use super::error::kube_error;
+use super::super::error::kube_error;
 use super::stages::StagesError;
 use super::workload::WorkloadError;
 use crate::controller::PrepareError;
 use crate::status::Reason;
 
 #[derive(Debug, thiserror::Error)]
-pub(super) enum Fail {
+pub(in crate::targets::kubernetes) enum Fail {
     #[error("control plane is not ready yet")]
     ControlPlaneNotReady,
     /// The Cluster's class names a release whose signature was refused.
@@ -61,7 +61,7 @@ pub(super) enum Fail {
 
 impl Fail {
     /// The reason the Cluster's status gets.
-    pub(super) fn reason(&self) -> Reason {
+    pub(in crate::targets::kubernetes) fn reason(&self) -> Reason {
         match self {
             Fail::ControlPlaneNotReady => Reason::ControlPlaneNotReady,
             Fail::ClassRefused { .. } => Reason::SignatureInvalid,
@@ -76,7 +76,7 @@ impl Fail {
     }
 
     /// Whether to retry soon (Reconciling) rather than wait for a change (Stalled).
-    pub(super) fn is_transient(&self) -> bool {
+    pub(in crate::targets::kubernetes) fn is_transient(&self) -> bool {
         match self {
             Fail::ClassRefused { .. } | Fail::ClassUnknown(_) | Fail::Select(_) => false,
             Fail::Prepare { source: e, .. } => e.is_transient(),
@@ -87,7 +87,7 @@ impl Fail {
 
     /// The release the Cluster wants, when the failed step knew it (a render failure): the
     /// status names it as `wantedRelease` beside the failure.
-    pub(super) fn wanted(&self) -> Option<&crate::release::Release> {
+    pub(in crate::targets::kubernetes) fn wanted(&self) -> Option<&crate::release::Release> {
         match self {
             Fail::Stages { release, .. } | Fail::Prepare { release, .. } => Some(release),
             _ => None,
@@ -95,7 +95,7 @@ impl Fail {
     }
 
     /// The error's own stable reason, for the `Stalled` condition of a permanent failure.
-    pub(super) fn cause(&self) -> Option<&'static str> {
+    pub(in crate::targets::kubernetes) fn cause(&self) -> Option<&'static str> {
         match self {
             Fail::Select(e) => Some(e.reason()),
             Fail::Prepare { source: e, .. } => Some(e.reason()),
@@ -105,7 +105,7 @@ impl Fail {
     }
 
     /// The stage's error itself, kept as the controller error's source.
-    pub(super) fn into_source(self) -> Option<Arc<dyn std::error::Error + Send + Sync>> {
+    pub(in crate::targets::kubernetes) fn into_source(self) -> Option<Arc<dyn std::error::Error + Send + Sync>> {
         match self {
             Fail::Prepare { source: e, .. } => Some(e),
             Fail::Select(e) => Some(Arc::new(e)),
