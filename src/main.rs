@@ -471,7 +471,10 @@ fn adopt_command(runtime: &tokio::runtime::Runtime, from: AdoptFrom) -> anyhow::
             return Ok(ExitCode::from(EXIT_DIFF_ERROR));
         }
     };
-    Ok(match runtime.block_on(adopt(cfg, &options)) {
+    let progress = show_progress(matches!(output, AdoptOutput::Json));
+    let adopted = runtime.block_on(adopt(cfg, &options));
+    progress.finish();
+    Ok(match adopted {
         Ok(report) => {
             match output {
                 AdoptOutput::Text => print!("{}", report.text()),
@@ -485,6 +488,30 @@ fn adopt_command(runtime: &tokio::runtime::Runtime, from: AdoptFrom) -> anyhow::
             ExitCode::from(EXIT_DIFF_ERROR)
         }
     })
+}
+
+/// The progress line of a fleet command (items done of total, rate, time left), shown only when
+/// both standard output and standard error are terminals and the output is not `-o json`
+/// (`runtime::progress`). The caller finishes it before printing its output; an early return
+/// (an error) finishes it when the guard drops.
+fn show_progress(machine_readable: bool) -> ProgressShown {
+    let reporter = stacksync::runtime::progress::for_command(machine_readable);
+    stacksync::model::progress::install(reporter.clone());
+    ProgressShown(reporter)
+}
+
+struct ProgressShown(stacksync::model::progress::Reporter);
+
+impl ProgressShown {
+    fn finish(&self) {
+        self.0.finish();
+    }
+}
+
+impl Drop for ProgressShown {
+    fn drop(&mut self) {
+        self.0.finish();
+    }
 }
 
 /// `<namespace>/<name>` (a Cluster, a Deployment).
@@ -531,7 +558,10 @@ fn preview_command(
         return Ok(ExitCode::from(EXIT_DIFF_ERROR));
     }
     let diffs = args.diffs;
-    Ok(match runtime.block_on(preview(cfg, args)) {
+    let progress = show_progress(matches!(output, PreviewOutput::Json));
+    let previewed = runtime.block_on(preview(cfg, args));
+    progress.finish();
+    Ok(match previewed {
         Ok(p) => {
             match output {
                 PreviewOutput::Text => print!("{}", kubernetes::commands::preview::text(&p, diffs)),
@@ -562,7 +592,10 @@ fn fetch(runtime: &tokio::runtime::Runtime, config: &Path) -> anyhow::Result<Exi
     if let Err(code) = check_helm(runtime, &cfg) {
         return Ok(code);
     }
-    let report = runtime.block_on(directory::pass(&cfg, None, false))?;
+    let progress = show_progress(false);
+    let report = runtime.block_on(directory::pass(&cfg, None, false));
+    progress.finish();
+    let report = report?;
     print!("{}", output::fetch_table(&report));
     let ok = report.prepared.iter().all(|p| p.outcome.is_ok());
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_NOT_SYNCED) })
@@ -728,6 +761,7 @@ fn render(runtime: &tokio::runtime::Runtime, config: &Path, out: &Path, cluster:
         return Ok(code);
     }
     let selects = cfg.subscriptions.iter().any(|s| s.selector.is_some());
+    let progress = show_progress(false);
     let report = match cluster {
         // Clusters chosen by clusterSelector live in the management cluster: render them the
         // way a reconcile would.
@@ -743,6 +777,7 @@ fn render(runtime: &tokio::runtime::Runtime, config: &Path, out: &Path, cluster:
             runtime.block_on(directory::clusterstack::render_cluster(&cfg, one, out))?
         }
     };
+    progress.finish();
     print!("{}", output::rendered(&report, out));
     Ok(if report.all_synced() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_NOT_SYNCED) })
 }

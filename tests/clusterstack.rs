@@ -546,6 +546,39 @@ async fn render_command_writes_cluster_classes_and_one_cluster_offline() {
     assert!(cni.contains("pod-cidr: 10.10.0.0/16"), "the file's Cluster wins over the config's: {cni}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn render_and_fetch_show_progress_on_a_terminal_and_nothing_in_a_pipe() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = ReleaseRepo::create(dir.path(), "stacks").expect("repo");
+    publish(&repo, "docker-ferrol-1-27-v3");
+    let config = stack_config(dir.path(), &repo.file_url()).write();
+    let cfg = config.to_string_lossy().into_owned();
+    let bin = env!("CARGO_BIN_EXE_stacksync");
+
+    // On a terminal (util-linux's `script` gives the command a pseudo-terminal and copies what
+    // it draws): the line says what is counted, done of total.
+    let out = dir.path().join("tty");
+    let line = format!("{bin} render --config {cfg} --out {}", out.display());
+    let run = tokio::process::Command::new("script")
+        .args(["--quiet", "--return", "--command", &line, "/dev/null"])
+        .env("TERM", "xterm")
+        .stdin(std::process::Stdio::null())
+        .output();
+    let o = tokio::time::timeout(std::time::Duration::from_secs(120), run).await.expect("in time").expect("script runs");
+    let drawn = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{drawn}");
+    assert!(drawn.contains("Clusters rendered [") && drawn.contains("/3 "), "a progress line: {drawn:?}");
+    assert!(drawn.contains("rendered 3 clusters") || drawn.contains("team-a/alpha"), "then the output: {drawn:?}");
+
+    // In a pipe: exactly what it printed before, no progress.
+    let o = common::stacksync(&["render", "--config", &cfg, "--out", &dir.path().join("pipe").to_string_lossy()]).await;
+    assert_exit(&o, 0);
+    let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(!stdout.contains("rendered [") && !stderr.contains("rendered [") && !stderr.contains('\r'), "{stdout}{stderr}");
+    let o = common::stacksync(&["fetch", "--config", &cfg]).await;
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("prepared ["), "{o:?}");
+}
+
 /// (relative path, bytes) of every file under `dir`, sorted.
 fn fixture_tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut out: Vec<(String, Vec<u8>)> = snapshot(dir)

@@ -38,7 +38,8 @@ pub fn init(format: LogFormat) {
     let _ = FORMAT.set(format);
     let filter = filter(std::env::var("RUST_LOG").ok().as_deref());
     let ansi = colour(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR").as_deref());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).with_ansi(ansi);
+    let builder =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(|| super::progress::Stderr).with_target(false).with_ansi(ansi);
     // A second init (tests calling main paths twice) is harmless; ignore it.
     let _ = match format {
         LogFormat::Text => builder.try_init(),

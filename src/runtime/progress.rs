@@ -16,7 +16,7 @@ pub fn for_command(machine_readable: bool) -> Reporter {
     if machine_readable || !std::io::stdout().is_terminal() || !std::io::stderr().is_terminal() {
         return silent();
     }
-    Arc::new(Line::new(ProgressDrawTarget::stderr()))
+    Reporter::new(Arc::new(Line::new(ProgressDrawTarget::stderr())))
 }
 
 /// One progress line (indicatif's bar, cleared when the command finishes so only its output stays).
@@ -39,8 +39,14 @@ impl Line {
 
 impl Progress for Line {
     fn add(&self, what: &str, total: u64) {
-        self.bar.set_message(what.to_owned());
-        self.bar.inc_length(total);
+        if self.bar.message() == what {
+            self.bar.inc_length(total);
+        } else {
+            // A new phase of the command (subscriptions prepared, then Clusters rendered).
+            self.bar.reset();
+            self.bar.set_length(total);
+            self.bar.set_message(what.to_owned());
+        }
     }
 
     fn done(&self) {
@@ -49,6 +55,28 @@ impl Progress for Line {
 
     fn finish(&self) {
         self.bar.finish_and_clear();
+    }
+
+    fn suspend(&self, write: &mut dyn FnMut()) {
+        self.bar.suspend(write);
+    }
+}
+
+/// Standard error for the log: each line written with the progress line out of the way.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Stderr;
+
+impl std::io::Write for Stderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        crate::model::progress::reporter().suspend(|| std::io::stderr().write(buf))
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        crate::model::progress::reporter().suspend(|| std::io::stderr().write_all(buf))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
     }
 }
 

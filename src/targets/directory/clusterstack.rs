@@ -103,8 +103,10 @@ async fn render_and_write(
     }
 
     let mut jobs = JoinSet::new();
+    let progress = crate::model::progress::reporter();
     for (i, (sub, prepared)) in staged.iter().enumerate() {
         let (Ok(()), Ok(p)) = (&layouts[i], &prepared.outcome) else { continue };
+        progress.add("Clusters rendered", sub.clusters.len() as u64);
         let namespaces: BTreeSet<&str> = sub.clusters.iter().map(|c| c.namespace.as_str()).collect();
         for ns in namespaces {
             let (ctx, sub, p, ns) = (ctx.clone(), (*sub).clone(), p.clone(), ns.to_owned());
@@ -129,6 +131,7 @@ async fn render_and_write(
                 classes.insert((i, ns), r);
             }
             Ok(Done::Addon(i, j, r)) => {
+                progress.done();
                 addons.insert((i, j), r);
             }
             Err(join) => error!("render task failed: {join}"),

@@ -44,7 +44,10 @@ pub async fn pass_scoped(config: &Config, subs: Option<&[String]>, apply: bool) 
         }
     }
 
+    let progress = crate::model::progress::reporter();
+    progress.add("subscriptions prepared", selected.len() as u64);
     for sub in selected {
+        let _done = progress.tick();
         let span = info_span!("subscription", subscription = %sub.name, source = %sub.source);
         let prepared = ctx.prepare_subscription(sub).instrument(span.clone()).await;
         if apply && matches!(config.target, Target::Kubernetes(_)) {

@@ -301,7 +301,10 @@ pub async fn adopt(ctx: Arc<Context>, options: &Options) -> Result<Report, Error
     // Per Cluster: judge (and later take over) its addons.
     let mut namespaces: BTreeMap<String, Vec<(crate::config::Subscription, String)>> = BTreeMap::new();
     let mut work = Vec::new();
+    let progress = crate::model::progress::reporter();
+    progress.add("Clusters judged", addons.len() as u64);
     for addon in &addons {
+        let _done = progress.tick();
         let ns = addon.metadata.namespace.clone().unwrap_or_default();
         let name = addon.data["spec"]["clusterRef"]["name"]
             .as_str()

@@ -41,7 +41,10 @@ pub async fn render(ctx: Arc<Context>, out: &Path) -> Result<PassReport, Error> 
     let mut classes: BTreeMap<String, Vec<Object>> = BTreeMap::new();
     let mut rendered_classes: BTreeSet<(String, String)> = BTreeSet::new();
     let present: BTreeSet<ClusterKey> = clusters.iter().filter_map(key_of).collect();
+    let progress = crate::model::progress::reporter();
+    progress.add("Clusters rendered", clusters.len() as u64);
     for obj in &clusters {
+        let _done = progress.tick();
         let Some(key) = key_of(obj) else { continue };
         let labels = obj.metadata.labels.clone().unwrap_or_default();
         let class = topology_class(&obj.data);

@@ -280,12 +280,19 @@ pub async fn preview(ctx: Arc<Context>, candidate: &Candidate, options: &Options
         .map(|hook| (hook, layout.as_ref().map(|l| stages_of(hook, l.hook_stages(hook))).unwrap_or_default()))
         .collect();
     let concurrency = options.concurrency.max(1);
+    let progress = crate::model::progress::reporter();
+    progress.add("Clusters previewed", covered.len() as u64);
+    let progress = &progress;
     let fleet = Fleet { mgmt: &mgmt, candidate, hooks: &hooks, kubernetes: kubernetes.as_deref(), diffs: options.diffs };
     let fleet = &fleet;
     let mut out: Vec<ClusterPreview> = futures_util::stream::iter(covered.iter())
         .map(|(obj, key, c)| {
             let span = tracing::info_span!("cluster", cluster = %key);
-            one(fleet, obj, key, c.clone()).instrument(span)
+            async move {
+                let _done = progress.tick();
+                one(fleet, obj, key, c.clone()).await
+            }
+            .instrument(span)
         })
         .buffer_unordered(concurrency)
         .collect()
