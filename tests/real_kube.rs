@@ -838,6 +838,8 @@ async fn what_a_chart_generates_survives_restarts_and_releases_and_rotates_only_
     assert!(!lines.iter().any(|l| l.contains("fixture-note")), "a ConfigMap of plain values is not generated: {lines:?}");
     let rotation = &cs["status"]["generatedRotation"];
     assert!(rotation["renewAt"].as_str().is_some_and(|r| r > "2027"), "{rotation}");
+    let rendered_by = format!("helm {}, library renderer", stacksync::render::renderer::HELM_VERSION);
+    assert_eq!(cs["status"]["renderedBy"], rendered_by.as_str(), "the status says what rendered the charts");
     // Pointers only: no value in the status.
     let text = cs.to_string();
     for (_, data) in &alpha.data {

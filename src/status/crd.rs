@@ -81,6 +81,11 @@ pub struct ClusterSyncStatus {
     /// sha256 of the rendered set last applied.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub rendered_digest: String,
+    /// What rendered the charts of the release last applied: helm's version and how
+    /// (`helm v4.3.2, library renderer` or `helm v4.1.4, helm binary`); empty for a release of
+    /// plain manifests.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub rendered_by: String,
     /// Objects that are not synced (all of them up to [`MAX_ENTRIES`]).
     #[serde(default)]
     pub entries: Vec<ObjectEntry>,

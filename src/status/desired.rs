@@ -60,6 +60,8 @@ pub struct Applied<'a> {
     pub warnings: &'a [String],
     pub inventory: Vec<String>,
     pub digest: String,
+    /// What rendered the release's charts (`status.renderedBy`); empty for manifests.
+    pub rendered_by: String,
     pub upgrade: Option<UpgradeStatus>,
 }
 
@@ -239,6 +241,7 @@ pub fn desired(previous: &ClusterSyncStatus, outcome: &Outcome<'_>, now: DateTim
                 total: total as u32,
                 conditions: conditions(&previous.conditions, &v, &at),
                 rendered_digest: a.digest.clone(),
+                rendered_by: a.rendered_by.clone(),
                 entries_truncated: failing.len().saturating_sub(MAX_ENTRIES) as u32,
                 entries: failing.into_iter().take(MAX_ENTRIES).collect(),
                 inventory: a.inventory.clone(),
@@ -569,6 +572,7 @@ mod tests {
             warnings: &[],
             inventory: Vec::new(),
             digest: "sha256:x".into(),
+            rendered_by: String::new(),
             upgrade: None,
         }
     }

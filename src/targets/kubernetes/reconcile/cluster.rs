@@ -354,7 +354,12 @@ async fn apply_release(
         }
     };
     let recorded = super::generated::recorded(&prev.generated, &generated);
-    let before = decide::before(sub, prev, &rel, &stages, &recorded, chrono::Utc::now());
+    let mut before = decide::before(sub, prev, &rel, &stages, &recorded, chrono::Utc::now());
+    if sub.format == crate::config::Format::ClusterStack
+        && let Ok(helm) = kube.ctx.helm().await
+    {
+        before.rendered_by = format!("helm {}, {}", helm.version(), helm.kind());
+    }
     if let Some(st) = before.progress.clone() {
         let syncs: Api<ClusterSync> = Api::namespaced(kube.mgmt.clone(), &c.namespace);
         // Retried a few times; when it cannot be written, nothing is applied this round: the

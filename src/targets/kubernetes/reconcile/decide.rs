@@ -222,6 +222,9 @@ pub(in crate::targets::kubernetes) struct Before {
     /// old release is in place.
     pub progress: Option<ClusterSyncStatus>,
     pub upgrade: Upgrade,
+    /// What rendered the release's charts (`status.renderedBy`), set by the reconcile for a
+    /// cluster stack; empty for manifests.
+    pub rendered_by: String,
 }
 
 /// What becomes of the release's upgrade stages.
@@ -259,7 +262,7 @@ pub(in crate::targets::kubernetes) fn before(
         let objects: usize = stages.iter().map(|s| s.objects.len()).sum();
         desired(prev, &Outcome::Started { release: rel, objects }, now)
     });
-    Before { digest, progress, upgrade }
+    Before { digest, progress, upgrade, rendered_by: String::new() }
 }
 
 /// What the apply's result means.
@@ -316,6 +319,7 @@ pub(in crate::targets::kubernetes) fn after(
         warnings,
         inventory: result.inventory.to_lines(),
         digest: before.digest,
+        rendered_by: before.rendered_by,
         upgrade: upgraded,
     };
     let outcome = Outcome::Applied(applied);
