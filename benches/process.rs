@@ -15,7 +15,8 @@
 //!   requests of ClusterSyncs (the roll-up counts from its watch: a handful, not one per
 //!   second) and the write requests per new Cluster (the daemon's `resync` is `30 s + n / 50`,
 //!   or `--resync S`: a cold start longer than half of it also counts the first Clusters'
-//!   heartbeat status writes, and the case says so); with `--soak-secs S` the daemon keeps
+//!   heartbeat status writes, and the case says so; `--no-resync-case` skips the resync case,
+//!   which would wait for a long one); with `--soak-secs S` the daemon keeps
 //!   running for S more seconds with a short resync and a new release every minute, its RSS and
 //!   descriptors sampled (flat memory).
 //!
@@ -65,6 +66,8 @@ struct Args {
     soak_secs: u64,
     /// The daemon's `resync` (seconds); default from the fleet's size.
     resync: Option<u64>,
+    /// Skip the "one resync" case (with a long `--resync`, it would wait for it).
+    no_resync_case: bool,
     out: PathBuf,
 }
 
@@ -80,6 +83,7 @@ fn args() -> Args {
         real: false,
         soak_secs: 0,
         resync: None,
+        no_resync_case: false,
         out: common::out_path(),
     };
     let mut it = std::env::args().skip(1);
@@ -102,6 +106,7 @@ fn args() -> Args {
             }
             "--soak-secs" => a.soak_secs = v().parse().expect("--soak-secs: seconds"),
             "--resync" => a.resync = Some(v().parse().expect("--resync: seconds")),
+            "--no-resync-case" => a.no_resync_case = true,
             "--out" => a.out = v().into(),
             "--bench" => {}
             other => panic!("unknown argument {other}"),
@@ -698,7 +703,7 @@ async fn main() {
             let lines_before = cold_lines;
             let mut last = (0, 0, 0);
             let waited = Instant::now();
-            while waited.elapsed() < Duration::from_secs(resync * 2) {
+            while !a.no_resync_case && waited.elapsed() < Duration::from_secs(resync * 2) {
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 let now = fleet.requests(&http).await;
                 if now.1 >= (n * 2) as u64 && now == last {
@@ -749,17 +754,19 @@ async fn main() {
                 ),
             ));
             let per = requests as f64 / (n as f64 * 2.0);
-            case(common::case(
-                "process daemon one resync: requests per (Cluster, kind)",
-                per,
-                Some((1.0, "one LIST per Cluster and kind")),
-                "requests",
-                &env,
-                with(json!({"workload_requests": requests, "lists": lists, "writes": writes, "peak_rss_mib": peak, "rss_mib": rss_now,
+            if !a.no_resync_case {
+                case(common::case(
+                    "process daemon one resync: requests per (Cluster, kind)",
+                    per,
+                    Some((1.0, "one LIST per Cluster and kind")),
+                    "requests",
+                    &env,
+                    with(json!({"workload_requests": requests, "lists": lists, "writes": writes, "peak_rss_mib": peak, "rss_mib": rss_now,
                     "open_fds": open, "log_lines": lines_after - lines_before, "warn_lines": warn_lines,
                     "note": format!("{requests} requests ({lists} LISTs, {writes} writes), RSS {rss_now:.0} MiB (peak {peak:.0}), {open} fds, {} log lines",
                         lines_after - lines_before)})),
-            ));
+                ));
+            }
             if a.soak_secs > 0 {
                 // Resyncs every 30 s and a new release every minute; RSS and descriptors sampled.
                 let mut samples = Vec::new();

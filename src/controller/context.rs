@@ -327,8 +327,10 @@ impl Context {
     }
 
     /// Forgets every answer worked out from the index or the config: called by whatever changes
-    /// either (a poll, a publication, an adopted release, a release cached or collected).
-    fn forget_answers(&self) {
+    /// either (a poll, a publication, an adopted release, a release cached or collected), and by
+    /// `tests/cluster_path.rs` to measure a reconcile that misses them (as one more than
+    /// [`PREPARED_FOR`] after the last does).
+    pub fn forget_answers(&self) {
         let mut answers = self.answers.locked();
         let generation = answers.generation.wrapping_add(1);
         *answers = Answers { generation, ..Answers::default() };
