@@ -66,7 +66,7 @@ use crate::model::repeats::Repeats;
 use applier::ssa;
 
 /// The field manager of every write, objects and status alike.
-pub const MANAGER: &str = ssa::FIELD_MANAGER;
+pub const MANAGER: &str = crate::model::manager::FIELD_MANAGER;
 /// The label Cluster API puts on a Cluster's Secrets.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
