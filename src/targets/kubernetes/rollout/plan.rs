@@ -843,6 +843,25 @@ fn inside_window(st: &mut RolloutStatus) {
     st.next_window.clear();
 }
 
+/// Notes whether Clusters of the wave (`closed` many) still wait for a window, the next
+/// opening at `next`.
+fn windows_now(st: &mut RolloutStatus, closed: usize, next: Option<DateTime<Utc>>, steps: &mut Vec<Step>) {
+    if closed == 0 {
+        inside_window(st);
+    } else {
+        outside_window(st, next, closed, steps);
+    }
+}
+
+/// What a round does after one decision: ends (the rollout waits for the next round, or is
+/// paused or complete), or goes on with the next wave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Then {
+    Wait,
+    NextWave,
+}
+
+/// Resumes a paused rollout, runs the running one's waves as far as they go this round.
 fn go_on(
     st: &mut RolloutStatus,
     fleet: &Fleet,
@@ -852,158 +871,217 @@ fn go_on(
     now: DateTime<Utc>,
     steps: &mut Vec<Step>,
 ) {
-    if st.phase == PAUSED {
-        if !asked(&requests.resume, &st.handled_resume) {
-            return;
-        }
-        steps.push(Step::Resumed { wave: st.wave, waves: st.waves });
-        st.phase = PROGRESSING.into();
-        st.reason.clear();
-        st.message.clear();
-        st.handled_resume.clone_from(&requests.resume);
-        // A resume also cancels a pause asked for before it.
-        st.handled_pause.clone_from(&requests.pause);
-        // The wave gets its whole waveTimeout again, its Clusters their edit, and those it gave
-        // up on (left alone or moved back) another try: a person looked at them.
-        let wave = st.wave;
-        st.failed.retain(|f| f.wave != wave);
-        if let Some(w) = st.plan.get_mut(st.wave.saturating_sub(1) as usize)
-            && w.phase == PROGRESSING
-        {
-            w.phase = PENDING.into();
-            w.unmoved.clear();
-            w.awaiting_window.clear();
-        }
+    if st.phase == PAUSED && asked(&requests.resume, &st.handled_resume) {
+        resume(st, requests, steps);
     }
     if st.phase != PROGRESSING {
         return;
     }
-    loop {
-        let index = st.wave.saturating_sub(1) as usize;
-        let Some(wave) = st.plan.get(index) else {
-            st.phase = COMPLETE.into();
-            return;
-        };
-        if wave.phase == PENDING {
-            let (open, closed, next) = by_window(&wave.clusters, policy);
-            if open.is_empty() && !closed.is_empty() {
-                outside_window(st, next, closed.len(), steps);
-                return;
-            }
-            if closed.is_empty() {
-                inside_window(st);
-            } else {
-                outside_window(st, next, closed.len(), steps);
-            }
-            let (open, held) = not_moved_unless_ready(st, (index, target.class), fleet, policy, open, steps);
-            steps.push(Step::WaveStarted { wave: st.wave, waves: st.waves, clusters: open });
-            st.plan[index].phase = PROGRESSING.into();
-            st.plan[index].awaiting_window = closed.into_iter().chain(held).collect();
-            st.wave_started = timestamp(now);
-            // Nothing is done the moment it is edited.
-            return;
-        }
-        // Clusters of a running wave whose window opened are moved now; the wave's clock starts
-        // again with them (`waveTimeout` counts from the last Cluster moved in).
-        if !wave.awaiting_window.is_empty() {
-            let (open, closed, next) = by_window(&wave.awaiting_window, policy);
-            let (open, held) = not_moved_unless_ready(st, (index, target.class), fleet, policy, open, steps);
-            let moving = !open.is_empty();
-            if moving {
-                steps.push(Step::Moved { wave: st.wave, waves: st.waves, clusters: open });
-                st.wave_started = timestamp(now);
-            }
-            if closed.is_empty() {
-                inside_window(st);
-            } else {
-                outside_window(st, next, closed.len(), steps);
-            }
-            st.plan[index].awaiting_window = closed.into_iter().chain(held).collect();
-            // What is moved now is judged from the next round on (its class is the old one
-            // until the driver's edit).
-            if moving {
-                return;
-            }
-        }
-        let wave = &st.plan[index];
-        let size = wave.clusters.len();
-        let given_up: BTreeSet<&str> = st.failed.iter().filter(|f| f.wave == st.wave).map(|f| f.cluster.as_str()).collect();
-        let health = judge_wave(wave, fleet, target, &given_up);
-        let awaiting = !wave.awaiting_window.is_empty();
-        st.plan[index].done = health.done;
-        if let Some((cluster, why)) = health.changed {
-            pause(st, "ClassChanged", format!("{cluster}: {why}"), steps);
-            return;
-        }
-        for (cluster, why) in &health.failed {
-            give_up(st, fleet, policy, cluster, "ClusterFailed", why, steps);
-        }
-        let timed_out = !health.late.is_empty() && !awaiting && past_timeout(&st.wave_started);
-        if timed_out {
-            for (cluster, why) in &health.late {
-                let why = format!("not done within waveTimeout {}: {why}", crate::model::schedule::format_duration(policy.wave_timeout));
-                give_up(st, fleet, policy, cluster, "WaveTimeout", &why, steps);
-            }
-        }
-        let wave_no = st.wave;
-        let failed_here: Vec<&FailedCluster> = st.failed.iter().filter(|f| f.wave == wave_no).collect();
-        if let Some(f) = failed_here.iter().find(|f| f.outcome == ROLLBACK_IMPOSSIBLE) {
-            let message = format!("{}: {}; it cannot be moved back: {}", f.cluster, f.message, f.detail);
-            pause(st, ROLLBACK_IMPOSSIBLE, message, steps);
-            return;
-        }
-        let budget = policy.max_failures.of(size);
-        if failed_here.len() > budget {
-            // What tipped the wave over its budget names the pause: the late Clusters, else the
-            // first Cluster that failed this round.
-            let (reason, message) = match health.failed.first() {
-                _ if timed_out => ("WaveTimeout", late_message(&health.late, policy.wave_timeout)),
-                Some((cluster, why)) => ("ClusterFailed", format!("{cluster}: {why}")),
-                None => ("ClusterFailed", format!("{}: {}", failed_here[0].cluster, failed_here[0].message)),
-            };
-            let message = if budget == 0 {
-                message
-            } else {
-                format!("{message} ({} of {size} Clusters of the wave failed; maxFailures {})", failed_here.len(), policy.max_failures)
-            };
-            pause(st, reason, message, steps);
-            return;
-        }
-        // Clusters done at a class before the target take their next step (one Kubernetes minor
-        // on), inside their windows; the wave's clock starts again with them.
-        if !health.stepped.is_empty() {
-            let (open, closed, next) = by_window(&health.stepped, policy);
-            if !closed.is_empty() {
-                st.plan[index].awaiting_window.extend(closed.iter().cloned());
-                outside_window(st, next, st.plan[index].awaiting_window.len(), steps);
-            }
-            if !open.is_empty() {
-                steps.push(Step::Stepped { wave: st.wave, waves: st.waves, clusters: open });
-                st.wave_started = timestamp(now);
-            }
-            return;
-        }
-        if !health.late.is_empty() && !timed_out {
-            return;
-        }
-        st.plan[index].done = health.done;
-        st.plan[index].phase = DONE.into();
-        let failed = failed_here.len();
-        steps.push(Step::WaveDone { wave: st.wave, waves: st.waves, clusters: size - failed, failed });
-        if index + 1 == st.plan.len() {
-            st.phase = COMPLETE.into();
-            st.wave_started.clear();
-            steps.push(Step::Complete { failed: st.failed.len() });
-            return;
-        }
-        st.wave += 1;
-        if asked(&requests.pause, &st.handled_pause) {
-            st.handled_pause.clone_from(&requests.pause);
-            let message = format!("paused by request before wave {}/{}", st.wave, st.waves);
-            pause(st, "PauseRequested", message, steps);
-            return;
+    while wave_round(st, fleet, target, requests, (policy, past_timeout), now, steps) == Then::NextWave {}
+}
+
+/// A paused rollout asked to resume goes on at its wave: the wave gets its whole waveTimeout
+/// again, its Clusters their edit, and those it gave up on (left alone or moved back) another
+/// try: a person looked at them.
+fn resume(st: &mut RolloutStatus, requests: &Requests, steps: &mut Vec<Step>) {
+    steps.push(Step::Resumed { wave: st.wave, waves: st.waves });
+    st.phase = PROGRESSING.into();
+    st.reason.clear();
+    st.message.clear();
+    st.handled_resume.clone_from(&requests.resume);
+    // A resume also cancels a pause asked for before it.
+    st.handled_pause.clone_from(&requests.pause);
+    let wave = st.wave;
+    st.failed.retain(|f| f.wave != wave);
+    if let Some(w) = st.plan.get_mut(st.wave.saturating_sub(1) as usize)
+        && w.phase == PROGRESSING
+    {
+        w.phase = PENDING.into();
+        w.unmoved.clear();
+        w.awaiting_window.clear();
+    }
+}
+
+/// One wave of a running rollout this round: started when pending; else its Clusters whose
+/// window opened moved, or it is judged — paused on a changed class or over its failure budget,
+/// its Clusters done at a step before the target moved on, waiting for late ones, or done (and
+/// the next wave's turn, but for the last one or a pause request).
+fn wave_round(
+    st: &mut RolloutStatus,
+    fleet: &Fleet,
+    target: &Target<'_>,
+    requests: &Requests,
+    (policy, past_timeout): (&Policy<'_>, &dyn Fn(&str) -> bool),
+    now: DateTime<Utc>,
+    steps: &mut Vec<Step>,
+) -> Then {
+    let index = st.wave.saturating_sub(1) as usize;
+    let Some(wave) = st.plan.get(index) else {
+        st.phase = COMPLETE.into();
+        return Then::Wait;
+    };
+    if wave.phase == PENDING {
+        start_wave(st, (index, target.class), fleet, policy, now, steps);
+        // Nothing is done the moment it is edited.
+        return Then::Wait;
+    }
+    // What is moved now is judged from the next round on (its class is the old one until the
+    // driver's edit).
+    if move_awaiting(st, (index, target.class), fleet, policy, now, steps) {
+        return Then::Wait;
+    }
+    let wave = &st.plan[index];
+    let size = wave.clusters.len();
+    let given_up: BTreeSet<&str> = st.failed.iter().filter(|f| f.wave == st.wave).map(|f| f.cluster.as_str()).collect();
+    let health = judge_wave(wave, fleet, target, &given_up);
+    let awaiting = !wave.awaiting_window.is_empty();
+    st.plan[index].done = health.done;
+    if let Some((cluster, why)) = &health.changed {
+        pause(st, "ClassChanged", format!("{cluster}: {why}"), steps);
+        return Then::Wait;
+    }
+    for (cluster, why) in &health.failed {
+        give_up(st, fleet, policy, cluster, "ClusterFailed", why, steps);
+    }
+    let timed_out = !health.late.is_empty() && !awaiting && past_timeout(&st.wave_started);
+    if timed_out {
+        for (cluster, why) in &health.late {
+            let why = format!("not done within waveTimeout {}: {why}", crate::model::schedule::format_duration(policy.wave_timeout));
+            give_up(st, fleet, policy, cluster, "WaveTimeout", &why, steps);
         }
     }
+    let failed_here: Vec<&FailedCluster> = st.failed.iter().filter(|f| f.wave == st.wave).collect();
+    if let Some((reason, message)) = wave_pause(&failed_here, &health, timed_out, size, policy) {
+        pause(st, reason, message, steps);
+        return Then::Wait;
+    }
+    let failed = failed_here.len();
+    if !health.stepped.is_empty() {
+        step_on(st, index, &health.stepped, policy, now, steps);
+        return Then::Wait;
+    }
+    if !health.late.is_empty() && !timed_out {
+        return Then::Wait;
+    }
+    wave_done(st, (index, size, failed), requests, steps)
+}
+
+/// Starts pending wave `index` inside its Clusters' windows: those inside one and Ready on
+/// their release are to be moved now ([`not_moved_unless_ready`]), the others await their
+/// window or a verdict; none inside a window: it waits.
+fn start_wave(
+    st: &mut RolloutStatus,
+    (index, target): (usize, &str),
+    fleet: &Fleet,
+    policy: &Policy<'_>,
+    now: DateTime<Utc>,
+    steps: &mut Vec<Step>,
+) {
+    let (open, closed, next) = by_window(&st.plan[index].clusters, policy);
+    if open.is_empty() && !closed.is_empty() {
+        outside_window(st, next, closed.len(), steps);
+        return;
+    }
+    windows_now(st, closed.len(), next, steps);
+    let (open, held) = not_moved_unless_ready(st, (index, target), fleet, policy, open, steps);
+    steps.push(Step::WaveStarted { wave: st.wave, waves: st.waves, clusters: open });
+    st.plan[index].phase = PROGRESSING.into();
+    st.plan[index].awaiting_window = closed.into_iter().chain(held).collect();
+    st.wave_started = timestamp(now);
+}
+
+/// Moves the Clusters of running wave `index` whose window opened (and that are Ready on
+/// their release); the wave's clock starts again with them (`waveTimeout` counts from the last
+/// Cluster moved in). Whether any was moved.
+fn move_awaiting(
+    st: &mut RolloutStatus,
+    (index, target): (usize, &str),
+    fleet: &Fleet,
+    policy: &Policy<'_>,
+    now: DateTime<Utc>,
+    steps: &mut Vec<Step>,
+) -> bool {
+    if st.plan[index].awaiting_window.is_empty() {
+        return false;
+    }
+    let (open, closed, next) = by_window(&st.plan[index].awaiting_window, policy);
+    let (open, held) = not_moved_unless_ready(st, (index, target), fleet, policy, open, steps);
+    let moving = !open.is_empty();
+    if moving {
+        steps.push(Step::Moved { wave: st.wave, waves: st.waves, clusters: open });
+        st.wave_started = timestamp(now);
+    }
+    windows_now(st, closed.len(), next, steps);
+    st.plan[index].awaiting_window = closed.into_iter().chain(held).collect();
+    moving
+}
+
+/// Whether the running wave pauses after this round's failures (`failed_here`: every Cluster
+/// of it given up on), and why: a Cluster that cannot be moved back (`RollbackImpossible`), or
+/// more failures than `maxFailures` allows of its `size` Clusters, named after what tipped it
+/// over — the late Clusters when it `timed_out`, else the first Cluster that failed this round,
+/// else the first given up on in it.
+fn wave_pause(
+    failed_here: &[&FailedCluster],
+    health: &WaveHealth,
+    timed_out: bool,
+    size: usize,
+    policy: &Policy<'_>,
+) -> Option<(&'static str, String)> {
+    if let Some(f) = failed_here.iter().find(|f| f.outcome == ROLLBACK_IMPOSSIBLE) {
+        return Some((ROLLBACK_IMPOSSIBLE, format!("{}: {}; it cannot be moved back: {}", f.cluster, f.message, f.detail)));
+    }
+    let budget = policy.max_failures.of(size);
+    if failed_here.len() <= budget {
+        return None;
+    }
+    let (reason, message) = match (health.failed.first(), failed_here.first()) {
+        _ if timed_out => ("WaveTimeout", late_message(&health.late, policy.wave_timeout)),
+        (Some((cluster, why)), _) => ("ClusterFailed", format!("{cluster}: {why}")),
+        (None, Some(f)) => ("ClusterFailed", format!("{}: {}", f.cluster, f.message)),
+        (None, None) => ("ClusterFailed", String::new()),
+    };
+    let message = if budget == 0 {
+        message
+    } else {
+        format!("{message} ({} of {size} Clusters of the wave failed; maxFailures {})", failed_here.len(), policy.max_failures)
+    };
+    Some((reason, message))
+}
+
+/// Clusters of wave `index` done at a class before the target take their next step (one
+/// Kubernetes minor on), inside their windows; the wave's clock starts again with them.
+fn step_on(st: &mut RolloutStatus, index: usize, stepped: &[String], policy: &Policy<'_>, now: DateTime<Utc>, steps: &mut Vec<Step>) {
+    let (open, closed, next) = by_window(stepped, policy);
+    if !closed.is_empty() {
+        st.plan[index].awaiting_window.extend(closed.iter().cloned());
+        outside_window(st, next, st.plan[index].awaiting_window.len(), steps);
+    }
+    if !open.is_empty() {
+        steps.push(Step::Stepped { wave: st.wave, waves: st.waves, clusters: open });
+        st.wave_started = timestamp(now);
+    }
+}
+
+/// Wave `index` of `size` Clusters is done, `failed` of them given up on: the rollout completes
+/// after the last wave, pauses before the next on a pause request, or goes on with it.
+fn wave_done(st: &mut RolloutStatus, (index, size, failed): (usize, usize, usize), requests: &Requests, steps: &mut Vec<Step>) -> Then {
+    st.plan[index].phase = DONE.into();
+    steps.push(Step::WaveDone { wave: st.wave, waves: st.waves, clusters: size - failed, failed });
+    if index + 1 == st.plan.len() {
+        st.phase = COMPLETE.into();
+        st.wave_started.clear();
+        steps.push(Step::Complete { failed: st.failed.len() });
+        return Then::Wait;
+    }
+    st.wave += 1;
+    if asked(&requests.pause, &st.handled_pause) {
+        st.handled_pause.clone_from(&requests.pause);
+        let message = format!("paused by request before wave {}/{}", st.wave, st.waves);
+        pause(st, "PauseRequested", message, steps);
+        return Then::Wait;
+    }
+    Then::NextWave
 }
 
 /// Gives up on `cluster` of the running wave: recorded in `st.failed` with what becomes of it
