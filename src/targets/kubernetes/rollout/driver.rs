@@ -813,35 +813,55 @@ pub async fn plan_report(ctx: std::sync::Arc<crate::controller::Context>, subscr
     for r in offered.iter() {
         versions.insert(r.tag.clone(), kubernetes_version(&kube, sub, r).await);
     }
-    let at = |class: &str, version: Option<&str>| format!("{class}@{}", version.unwrap_or("?"));
     let windows = window::at(&cfg.windows, chrono::Utc::now());
+    report.waves = planned_waves(&st, &members, &versions, &windows, &target.tag);
+    report.left_out = st.failed;
+    report.summary = report.line();
+    Ok(report)
+}
+
+/// The waves of `st` as the plan shows them: each Cluster (read as `members`) on its class now
+/// and through the classes it moves (`class@version`, the versions from `versions`: `?` when not
+/// known), with what its maintenance windows say now.
+fn planned_waves(
+    st: &RolloutStatus,
+    members: &BTreeMap<String, Member>,
+    versions: &BTreeMap<String, Option<String>>,
+    windows: &window::At<'_>,
+    target: &str,
+) -> Vec<PlannedWave> {
+    let at = |class: &str, version: Option<&str>| format!("{class}@{}", version.unwrap_or("?"));
     let no_labels = BTreeMap::new();
+    let mut out = Vec::new();
     for w in &st.plan {
         let mut clusters = Vec::new();
         for key in &w.clusters {
             let m = members.get(key);
             let class = m.and_then(|m| topology_class(&m.obj.data)).unwrap_or_default();
             let version = m.and_then(|m| m.obj.data["spec"]["topology"]["version"].as_str()).map(str::to_owned);
-            let steps = w.paths.iter().find(|p| &p.cluster == key).map_or_else(|| vec![target.tag.clone()], |p| p.steps.clone());
-            let window = match m.map(|m| windows.verdict(m.obj.metadata.labels.as_ref().unwrap_or(&no_labels))) {
-                Some(Verdict::Open(until)) => format!("open until {}", plan::timestamp(until)),
-                Some(Verdict::Closed(Some(next))) => format!("closed: the next opens at {}", plan::timestamp(next)),
-                Some(Verdict::Closed(None)) => "closed: none of its windows opens again".to_owned(),
-                _ => String::new(),
-            };
+            let steps = w.paths.iter().find(|p| &p.cluster == key).map_or_else(|| vec![target.to_owned()], |p| p.steps.clone());
             clusters.push(PlannedCluster {
                 cluster: key.clone(),
                 canary: m.is_some_and(|m| m.canary),
                 now: at(&class, version.as_deref()),
                 steps: steps.iter().map(|s| at(s, versions.get(s).cloned().flatten().as_deref())).collect(),
-                window,
+                window: window_said(m.map(|m| windows.verdict(m.obj.metadata.labels.as_ref().unwrap_or(&no_labels)))),
             });
         }
-        report.waves.push(PlannedWave { phase: w.phase.clone(), clusters });
+        out.push(PlannedWave { phase: w.phase.clone(), clusters });
     }
-    report.left_out = st.failed;
-    report.summary = report.line();
-    Ok(report)
+    out
+}
+
+/// What a Cluster's maintenance windows say now (`None`: the Cluster was not read), as the
+/// plan shows it; empty without windows.
+fn window_said(verdict: Option<Verdict>) -> String {
+    match verdict {
+        Some(Verdict::Open(until)) => format!("open until {}", plan::timestamp(until)),
+        Some(Verdict::Closed(Some(next))) => format!("closed: the next opens at {}", plan::timestamp(next)),
+        Some(Verdict::Closed(None)) => "closed: none of its windows opens again".to_owned(),
+        _ => String::new(),
+    }
 }
 
 impl PlanReport {

@@ -108,3 +108,45 @@ fn the_plan_says_nothing_can_move_when_only_clusters_without_a_path_are_left() {
     let text = report(vec![moving], vec![no_path("ns/old")]).text();
     assert!(text.contains("not started: this is what it would do now (would move 1 Clusters in 1 waves)"), "{text}");
 }
+
+#[test]
+fn the_plan_says_each_clusters_windows_now() {
+    let cases = [
+        (None, ""),
+        (Some(Verdict::Always), ""),
+        (Some(Verdict::Open(at("2026-01-14T00:00:00Z"))), "open until 2026-01-14T00:00:00Z"),
+        (Some(Verdict::Closed(Some(at("2026-01-13T22:00:00Z")))), "closed: the next opens at 2026-01-13T22:00:00Z"),
+        (Some(Verdict::Closed(None)), "closed: none of its windows opens again"),
+    ];
+    for (verdict, want) in cases {
+        assert_eq!(window_said(verdict.clone()), want, "{verdict:?}");
+    }
+}
+
+#[test]
+fn the_planned_waves_show_each_cluster_now_and_through_its_steps() {
+    let members: BTreeMap<String, Member> = [member("ns/a", "v1-27", &[]), member("ns/b", "v1-28", &[])].into();
+    let wave = WaveStatus {
+        clusters: vec!["ns/a".into(), "ns/b".into(), "ns/gone".into()],
+        phase: plan::PENDING.into(),
+        paths: vec![ClusterPath { cluster: "ns/a".into(), steps: vec!["v1-28".into(), "v1-29".into()] }],
+        ..WaveStatus::default()
+    };
+    let st = RolloutStatus { plan: vec![wave], ..RolloutStatus::default() };
+    let versions: BTreeMap<String, Option<String>> = [("v1-28".to_owned(), Some("v1.28.9".to_owned())), ("v1-29".to_owned(), None)].into();
+    let waves = planned_waves(&st, &members, &versions, &window::at(&[], at("2026-01-13T12:00:00Z")), "v1-29");
+    let shown: Vec<(&str, &str, Vec<&str>, &str)> = waves[0]
+        .clusters
+        .iter()
+        .map(|c| (c.cluster.as_str(), c.now.as_str(), c.steps.iter().map(String::as_str).collect(), c.window.as_str()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("ns/a", "v1-27@v1.27.3", vec!["v1-28@v1.28.9", "v1-29@?"], ""),
+            ("ns/b", "v1-28@v1.27.3", vec!["v1-29@?"], ""),
+            ("ns/gone", "@?", vec!["v1-29@?"], ""),
+        ]
+    );
+    assert_eq!(waves[0].phase, plan::PENDING);
+}

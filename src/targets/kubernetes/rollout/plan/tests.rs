@@ -1050,22 +1050,22 @@ fn a_wave_pauses_on_a_cluster_that_cannot_be_moved_back_or_over_its_budget() {
 
 #[test]
 fn a_wave_done_completes_the_rollout_pauses_on_request_or_starts_the_next() {
-    // (wave, pause requested, then, steps, phase, wave after, reason)
-    let cases: [(u32, bool, Then, &[&str], &str, u32, &str); 4] = [
-        (1, false, Then::NextWave, &["done 1/3 (2, 1 failed)"], PROGRESSING, 2, ""),
+    /// The state a wave's end leaves: what the round does next, the rollout's phase, wave and
+    /// reason.
+    type After = (Then, &'static str, u32, &'static str);
+    // (wave, pause requested, steps, after)
+    let cases: [(u32, bool, &[&str], After); 4] = [
+        (1, false, &["done 1/3 (2, 1 failed)"], (Then::NextWave, PROGRESSING, 2, "")),
         (
             2,
             true,
-            Then::Wait,
             &["done 2/3 (2, 1 failed)", "paused 3/3 PauseRequested: paused by request before wave 3/3"],
-            PAUSED,
-            3,
-            "PauseRequested",
+            (Then::Wait, PAUSED, 3, "PauseRequested"),
         ),
-        (3, false, Then::Wait, &["done 3/3 (2, 1 failed)", "complete"], COMPLETE, 3, ""),
-        (3, true, Then::Wait, &["done 3/3 (2, 1 failed)", "complete"], COMPLETE, 3, ""),
+        (3, false, &["done 3/3 (2, 1 failed)", "complete"], (Then::Wait, COMPLETE, 3, "")),
+        (3, true, &["done 3/3 (2, 1 failed)", "complete"], (Then::Wait, COMPLETE, 3, "")),
     ];
-    for (wave, pause, then, want, phase, wave_after, reason) in cases {
+    for (wave, pause, want, (then, phase, wave_after, reason)) in cases {
         let mut st = rollout(&THREE, wave, PROGRESSING, PROGRESSING);
         let requests = Requests { resume: "t1".into(), pause: if pause { "t2" } else { "t1" }.into() };
         let mut steps = Vec::new();
