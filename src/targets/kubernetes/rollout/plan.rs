@@ -283,11 +283,23 @@ fn on_older(cluster: &Value, to: &Version, families: Families<'_>) -> bool {
         .is_some_and(|o| o == std::cmp::Ordering::Less)
 }
 
+/// Why a Cluster has no path to the target: no release of a Kubernetes minor between theirs is
+/// offered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no release of Kubernetes {major}.{minor} is offered: a Cluster moves one minor at a time")]
+pub struct NoPath {
+    pub major: u64,
+    pub minor: u64,
+}
+
 /// The classes a Cluster on `from` passes through to `target`, in order, the last `target`:
 /// Cluster API moves a control plane one Kubernetes minor at a time, so each minor between
 /// theirs is a step, on the newest release `offered` (tags, newest first) of that minor. One
-/// step when they share a minor. `Err` names the minor no release is offered for.
-pub fn path(from: &str, target: &str, offered: &[String]) -> Result<Vec<String>, String> {
+/// step when they share a minor.
+///
+/// # Errors
+/// [`NoPath`]: a minor between theirs has no release offered.
+pub fn path(from: &str, target: &str, offered: &[String]) -> Result<Vec<String>, NoPath> {
     let minor = |tag: &str| -> Option<(u64, u64)> {
         Version::from_tag(tag).and_then(|v| v.family().and_then(crate::model::version::family_parts).map(|(_, k)| k))
     };
@@ -302,7 +314,7 @@ pub fn path(from: &str, target: &str, offered: &[String]) -> Result<Vec<String>,
         // `offered` is newest first: the first of the minor is its newest.
         match offered.iter().find(|t| minor(t) == Some((major, m))) {
             Some(t) => steps.push(t.clone()),
-            None => return Err(format!("no release of Kubernetes {major}.{m} is offered: a Cluster moves one minor at a time")),
+            None => return Err(NoPath { major, minor: m }),
         }
     }
     steps.push(target.to_owned());

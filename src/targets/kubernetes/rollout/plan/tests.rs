@@ -793,7 +793,7 @@ fn a_cluster_minors_behind_steps_through_the_newest_release_of_each_minor() {
     assert_eq!(path("scs-a-1-33-v1", target, &offered).unwrap(), ["scs-a-1-33-v2"], "the same minor: one step");
     let gap: Vec<String> = ["scs-a-1-33-v2", "scs-a-1-31-v3"].map(str::to_owned).into();
     assert_eq!(
-        path("scs-a-1-30-v7", target, &gap).unwrap_err(),
+        path("scs-a-1-30-v7", target, &gap).unwrap_err().to_string(),
         "no release of Kubernetes 1.32 is offered: a Cluster moves one minor at a time"
     );
 
