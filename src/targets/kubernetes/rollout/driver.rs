@@ -441,7 +441,7 @@ fn remember(wave: &mut WaveStatus, from: MovedFrom) {
 }
 
 /// Moves a failed Cluster back to `class`, the one it had before the rollout (its Kubernetes
-/// version unchanged: [`plan::rollback_to`] checked). The same merge patch as a move, with
+/// version unchanged: `rollback_to` of the plan checked). The same merge patch as a move, with
 /// the Cluster's `resourceVersion`; a failure is kept and tried again at the next check.
 async fn roll_back(kube: &Kube, key: &str, member: Option<&Member>, class: &str) -> Result<()> {
     let Some(m) = member else { return Err(Error::NotRead { cluster: key.to_owned() }) };

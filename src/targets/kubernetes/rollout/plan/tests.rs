@@ -7,10 +7,16 @@ use chrono::{DateTime, Utc};
 use kube::api::DynamicObject;
 use serde_json::json;
 
+use super::failures::{NoRollback, late_message, rollback_to, wave_pause};
+use super::judge::{WaveHealth, judge_wave};
+use super::paths::path;
+use super::round::{Then, resume, timed_out, wave_done};
+use super::start::Others;
 use super::*;
 use crate::config::Wave;
 use crate::status::crd::{
-    Condition, ReleaseRefStatus, RolloutStatus, StackRelease, StackReleaseSpec, StackReleaseStatus, UpgradeStatus, WaveStatus,
+    ClusterPath, Condition, MovedFrom, ReleaseRefStatus, RolloutStatus, StackRelease, StackReleaseSpec, StackReleaseStatus, UpgradeStatus,
+    WaveStatus,
 };
 
 const V3: &str = "docker-ferrol-1-27-v3";
