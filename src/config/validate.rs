@@ -356,14 +356,17 @@ impl Cx {
             self.error(mark, &f.path("stack"), problem);
         }
         let version = self.string(f, "version").unwrap_or_else(|| "*".to_owned());
-        let constraint = match Constraint::parse(&version).map_err(|e| e.0).and_then(|c| fits_stack(&version, c, stack.is_some())) {
-            Ok(c) => Some(c),
-            Err(problem) => {
-                let mark = f.get("version").map_or(node.mark, |n| n.mark);
-                self.error(mark, &f.path("version"), problem);
-                None
-            }
+        let (constraint, problem) = match Constraint::parse(&version) {
+            Ok(c) => match constraint_problem(&version, &c, stack.is_some()) {
+                None => (Some(c), None),
+                problem => (None, problem),
+            },
+            Err(e) => (None, Some(e.0)),
         };
+        if let Some(problem) = problem {
+            let mark = f.get("version").map_or(node.mark, |n| n.mark);
+            self.error(mark, &f.path("version"), problem);
+        }
         Tags { stack, kubernetes, version, constraint }
     }
 
@@ -659,17 +662,17 @@ fn stack_problem(stack: &str, line: bool) -> Option<String> {
         .then(|| format!("`{stack}` is not a cluster-stack line; expected `<provider>-<name>` such as `docker-ferrol`"))
 }
 
-/// `constraint` (`version` as written) if it selects the kind of tags the subscription follows:
-/// cluster-stack tags with a `stack`, semver tags without; otherwise what is wrong.
-fn fits_stack(version: &str, constraint: Constraint, stack: bool) -> Result<Constraint, String> {
+/// What is wrong with `constraint` (`version` as written), if anything: it must select the kind
+/// of tags the subscription follows, cluster-stack tags with a `stack`, semver tags without.
+fn constraint_problem(version: &str, constraint: &Constraint, stack: bool) -> Option<String> {
     match (stack, constraint.is_scs_or_any()) {
         (true, false) => {
-            Err(format!("`{version}` is a semver range, but `stack` selects cluster-stack tags: use a constraint such as `>=v2`"))
+            Some(format!("`{version}` is a semver range, but `stack` selects cluster-stack tags: use a constraint such as `>=v2`"))
         }
         (false, true) if !matches!(constraint, Constraint::Any) => {
-            Err(format!("`{version}` is a cluster-stack constraint; set `stack` too, or use a semver range for semver tags"))
+            Some(format!("`{version}` is a cluster-stack constraint; set `stack` too, or use a semver range for semver tags"))
         }
-        _ => Ok(constraint),
+        _ => None,
     }
 }
 
@@ -898,7 +901,7 @@ mod merge_key_tests {
 
 #[cfg(test)]
 mod subscription_tests {
-    use super::{Constraint, fits_stack, is_inside_release, stack_problem};
+    use super::{Constraint, constraint_problem, is_inside_release, stack_problem};
 
     #[test]
     fn a_stack_names_one_cluster_stack_or_with_kubernetes_a_line() {
@@ -922,20 +925,20 @@ mod subscription_tests {
 
     #[test]
     fn a_version_constraint_fits_the_tags_the_subscription_follows() {
-        // (version, with `stack`, fits)
+        // (version, with `stack`, the problem's start)
         let cases = [
-            ("*", false, Ok(())),
-            ("*", true, Ok(())),
-            (">=v2", true, Ok(())),
-            (">=v2", false, Err("`>=v2` is a cluster-stack constraint; set `stack` too")),
-            (">=1.2.0", false, Ok(())),
-            (">=1.2.0", true, Err("`>=1.2.0` is a semver range, but `stack` selects cluster-stack tags")),
+            ("*", false, None),
+            ("*", true, None),
+            (">=v2", true, None),
+            (">=v2", false, Some("`>=v2` is a cluster-stack constraint; set `stack` too")),
+            (">=1.2.0", false, None),
+            (">=1.2.0", true, Some("`>=1.2.0` is a semver range, but `stack` selects cluster-stack tags")),
         ];
         for (version, stack, want) in cases {
             let c = Constraint::parse(version).expect("a constraint");
-            match (fits_stack(version, c, stack), want) {
-                (Ok(_), Ok(())) => {}
-                (Err(got), Err(want)) => assert!(got.starts_with(want), "{version} stack {stack}: {got}"),
+            match (constraint_problem(version, &c, stack), want) {
+                (None, None) => {}
+                (Some(got), Some(want)) => assert!(got.starts_with(want), "{version} stack {stack}: {got}"),
                 (got, want) => panic!("{version} stack {stack}: {got:?}, want {want:?}"),
             }
         }
