@@ -145,15 +145,15 @@ fn version_fields(versions: &Node, err: &mut dyn FnMut(Mark, &str, String)) -> [
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 enum BadVersion {
     #[error("`{given}` ({dotted}) does not match the release tag, which is version {tag}")]
-    NotTheTags { given: String, dotted: String, tag: String },
+    TagMismatch { given: String, dotted: String, tag: String },
     #[error("`{given}` is not a cluster-stack version; expected `v<N>` or `v0-sha.<hash>`")]
-    NotClusterStack { given: String },
+    ClusterStackSyntax { given: String },
     #[error("`{given}` is not a Kubernetes version; expected `v<major>.<minor>.<patch>` such as `v1.27.3`")]
-    NotKubernetes { given: String },
+    KubernetesSyntax { given: String },
     #[error("`{given}` does not match the stack `{stack}` (Kubernetes {major}.{minor})")]
-    NotTheStacks { given: String, stack: String, major: String, minor: String },
+    StackMismatch { given: String, stack: String, major: String, minor: String },
     #[error("`{given}` is not a version; expected `v<N>` or `v0-sha.<hash>`")]
-    NotAVersion { given: String },
+    ComponentSyntax { given: String },
 }
 
 /// `versions.clusterStack` (`v` as written) in its dotted form, when it is the release tag's
@@ -161,19 +161,19 @@ enum BadVersion {
 fn cluster_stack_version(v: &str, tag: &ScsVersion) -> Result<String, BadVersion> {
     match scs_version(v) {
         Some(parsed) if &parsed == tag => Ok(dotted(&parsed)),
-        Some(parsed) => Err(BadVersion::NotTheTags { given: v.to_owned(), dotted: dotted(&parsed), tag: dotted(tag) }),
-        None => Err(BadVersion::NotClusterStack { given: v.to_owned() }),
+        Some(parsed) => Err(BadVersion::TagMismatch { given: v.to_owned(), dotted: dotted(&parsed), tag: dotted(tag) }),
+        None => Err(BadVersion::ClusterStackSyntax { given: v.to_owned() }),
     }
 }
 
 /// `versions.kubernetes` (`v` as written) as `v<major>.<minor>.<patch>`, when its minor is the
 /// one the name of `stack` says (`docker-ferrol-1-27`: 1.27).
 fn kubernetes_version(v: &str, stack: &str) -> Result<String, BadVersion> {
-    let Some((major, minor)) = kube_version(v) else { return Err(BadVersion::NotKubernetes { given: v.to_owned() }) };
+    let Some((major, minor)) = kube_version(v) else { return Err(BadVersion::KubernetesSyntax { given: v.to_owned() }) };
     let want = stack.rsplitn(3, '-').take(2).collect::<Vec<_>>();
     let (want_minor, want_major) = (want.first().copied().unwrap_or(""), want.get(1).copied().unwrap_or(""));
     if major.to_string() != want_major || minor.to_string() != want_minor {
-        return Err(BadVersion::NotTheStacks {
+        return Err(BadVersion::StackMismatch {
             given: v.to_owned(),
             stack: stack.to_owned(),
             major: want_major.to_owned(),
@@ -185,7 +185,7 @@ fn kubernetes_version(v: &str, stack: &str) -> Result<String, BadVersion> {
 
 /// A component's version (`v` as written) in its dotted form.
 fn component_version(v: &str) -> Result<String, BadVersion> {
-    scs_version(v).map(|parsed| dotted(&parsed)).ok_or_else(|| BadVersion::NotAVersion { given: v.to_owned() })
+    scs_version(v).map(|parsed| dotted(&parsed)).ok_or_else(|| BadVersion::ComponentSyntax { given: v.to_owned() })
 }
 
 fn get<'n>(node: &'n Node, key: &str) -> Option<&'n Node> {
