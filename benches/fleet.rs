@@ -25,10 +25,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use applier::ssa::{Applier, ApplyOptions, Discovery, Inventory, OWNER_LABEL, Stage, StageAction, owner_label_value};
+use applier::ssa::{Applier, ApplyOptions, Discovery, Inventory, Stage, StageAction, owner_label_value};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use stacksync::model::Object;
+use stacksync::model::manager::OWNER_LABEL;
 
 const OBJECTS: usize = 40;
 const CLUSTERS_AT_ONCE: usize = 16;
@@ -327,7 +328,7 @@ async fn fleet_sync_task(client: &kube::Client, discovery: &[Discovery], n: usiz
                         owner: owner(i),
                         concurrency: OBJECTS_AT_ONCE,
                         request_timeout: Duration::from_secs(120),
-                        ..ApplyOptions::default()
+                        ..ApplyOptions::new(stacksync::model::manager::manager())
                     },
                 )
                 .with_discovery(discovery);

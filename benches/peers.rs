@@ -217,8 +217,10 @@ async fn apply(dir: &Path) {
     for _ in 0..RUNS {
         let ours_server = fake_apiserver::ApiServer::start().await.expect("server");
         let peer_server = fake_apiserver::ApiServer::start().await.expect("server");
-        let applier =
-            Applier::new(ours_server.client().expect("client"), ApplyOptions { owner: "bench".into(), ..ApplyOptions::default() });
+        let applier = Applier::new(
+            ours_server.client().expect("client"),
+            ApplyOptions { owner: "bench".into(), ..ApplyOptions::new(stacksync::model::manager::manager()) },
+        );
         let stage = [Stage { name: "m".into(), action: StageAction::Apply, objects: objects.clone() }];
         let t = Instant::now();
         let first = applier.sync(&stage, &Inventory::default()).await;

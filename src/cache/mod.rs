@@ -269,27 +269,47 @@ impl Cache {
         let rel = Self::release_rel(key, tag, commit);
         let dir = self.root.join(&rel);
         let id = ReleaseEntry::id(key, tag, commit);
-        if std::fs::symlink_metadata(&dir).is_ok() {
-            // Whatever is at the final path is used only when it is exactly what was written:
-            // a tree edited, truncated, emptied or added to on the volume is materialised again
-            // from the verified mirror or blobs, never rendered.
-            match Self::verify_tree(&dir) {
-                Ok(files) => {
-                    index.releases.entry(id).or_insert_with(|| ReleaseEntry {
-                        source: source.to_owned(),
-                        tag: tag.to_owned(),
-                        commit: commit.to_owned(),
-                        path: rel.to_string_lossy().into_owned(),
-                        files,
-                    });
-                    return Ok((dir, false));
-                }
-                Err(damage) => {
-                    tracing::warn!(source, tag, commit, %damage, "cached release tree does not match its digest manifest; materialising it again");
-                    self.discard(&dir);
-                }
+        let entry = |files| ReleaseEntry {
+            source: source.to_owned(),
+            tag: tag.to_owned(),
+            commit: commit.to_owned(),
+            path: rel.to_string_lossy().into_owned(),
+            files,
+        };
+        if let Some(files) = self.cached_tree(&dir, (source, tag, commit)) {
+            index.releases.entry(id).or_insert_with(|| entry(files));
+            return Ok((dir, false));
+        }
+        let (tmp, manifest) = self.filled(key, &dir, (source, tag, commit), fill)?;
+        let files = manifest.files();
+        self.place(&tmp, &dir, &manifest)?;
+        index.releases.insert(id, entry(files));
+        Ok((dir, true))
+    }
+
+    /// The files of the tree at `dir` when it is exactly what was written there. Whatever is at
+    /// the final path is used only then: a tree edited, truncated, emptied or added to on the
+    /// volume is discarded (and materialised again from the verified mirror or blobs, never
+    /// rendered). `None`: nothing usable there.
+    fn cached_tree(&self, dir: &Path, (source, tag, commit): (&str, &str, &str)) -> Option<u64> {
+        std::fs::symlink_metadata(dir).ok()?;
+        match Self::verify_tree(dir) {
+            Ok(files) => Some(files),
+            Err(damage) => {
+                tracing::warn!(source, tag, commit, %damage, "cached release tree does not match its digest manifest; materialising it again");
+                self.discard(dir);
+                None
             }
         }
+    }
+
+    /// A new directory under `tmp/` that `fill` wrote the release into, and its digest manifest;
+    /// the tree must fit under `dir`, its final path. Nothing is left in `tmp/` on an error.
+    fn filled<F, E>(&self, key: &str, dir: &Path, (source, tag, commit): (&str, &str, &str), fill: F) -> Result<(PathBuf, tree::Manifest)>
+    where
+        F: FnOnce(&Path) -> std::result::Result<u64, E>,
+        E: Fill,
+    {
         let materialise = |problem| Error::Tree {
             source_name: source.to_owned(),
             tag: tag.to_owned(),
@@ -325,36 +345,30 @@ impl Cache {
             return Err(materialise(TreeProblem::PathTooLong {
                 shown: longest.chars().take(60).collect(),
                 len: longest.len(),
-                dir: dir.clone(),
+                dir: dir.to_path_buf(),
             }));
         }
-        let files = manifest.files();
+        Ok((tmp, manifest))
+    }
+
+    /// Renames the tree at `tmp` to `dir`, its digest manifest written first: a tree without
+    /// one is re-materialised, so a crash between the two steps costs a re-materialisation,
+    /// never an unverified use. Another process may have placed the same tree first: it is
+    /// used only if it verifies.
+    fn place(&self, tmp: &Path, dir: &Path, manifest: &tree::Manifest) -> Result<()> {
         let parent = dir.parent().unwrap_or(&self.root);
-        // The manifest goes first: a tree without one is re-materialised, so a crash between
-        // the two steps costs a re-materialisation, never an unverified use.
-        let manifest_path = Self::manifest_path(&dir);
+        let manifest_path = Self::manifest_path(dir);
         let placed = std::fs::create_dir_all(parent)
             .map_err(|source| Error::Write { path: parent.to_path_buf(), source })
             .and_then(|()| write_atomic(&manifest_path, &manifest.to_bytes()))
-            .and_then(|_| std::fs::rename(&tmp, &dir).map_err(|source| Error::Write { path: dir.clone(), source }));
+            .and_then(|_| std::fs::rename(tmp, dir).map_err(|source| Error::Write { path: dir.to_path_buf(), source }));
         if let Err(e) = placed {
-            let _ = remove_any(&tmp);
-            // Another process may have placed the same tree first; use it only if it verifies.
-            if Self::verify_tree(&dir).is_err() {
+            let _ = remove_any(tmp);
+            if Self::verify_tree(dir).is_err() {
                 return Err(e);
             }
         }
-        index.releases.insert(
-            id,
-            ReleaseEntry {
-                source: source.to_owned(),
-                tag: tag.to_owned(),
-                commit: commit.to_owned(),
-                path: rel.to_string_lossy().into_owned(),
-                files,
-            },
-        );
-        Ok((dir, true))
+        Ok(())
     }
 }
 

@@ -134,6 +134,28 @@ impl Cx {
                 "`rollout` needs `format: clusterstack`: a rollout moves Clusters from one release's ClusterClass to the next",
             );
         }
+        let waves = self.waves(&f, node);
+        let canary_labels = match f.get("canarySelector") {
+            Some(c) => self.match_labels(c, &f.path("canarySelector"), "the labels of the canary Clusters"),
+            None => std::collections::BTreeMap::new(),
+        };
+        let wave_timeout = self.positive_duration(&f, "waveTimeout", super::DEFAULT_WAVE_TIMEOUT, Duration::from_secs(1));
+        let check_interval = self.positive_duration(&f, "checkInterval", super::DEFAULT_ROLLOUT_CHECK, Duration::from_millis(100));
+        let max_failures = f.get("maxFailures").map_or(Budget::None, |n| self.budget(n, &f.path("maxFailures")));
+        let on_failure = self.one_of(&f, "onFailure", OnFailure::Pause, &[("pause", OnFailure::Pause), ("rollback", OnFailure::Rollback)]);
+        let not_ready = self.one_of(&f, "notReady", NotReady::Fail, &[("fail", NotReady::Fail), ("skip", NotReady::Skip)]);
+        let mut windows = Vec::new();
+        for (i, w) in self.list(&f, "windows").iter().enumerate() {
+            if let Some(w) = self.window(w, &format!("{}[{i}]", f.path("windows"))) {
+                windows.push(w);
+            }
+        }
+        Some(RolloutConfig { waves: waves?, canary_labels, wave_timeout, check_interval, max_failures, on_failure, not_ready, windows })
+    }
+
+    /// `waves`: required, at least one, each [`Cx::wave`], percentages never going down, the
+    /// last `{percent: 100}`. `None` when any of that is wrong (said).
+    fn waves(&mut self, f: &Fields<'_>, node: &Node) -> Option<Vec<Wave>> {
         let mut ok = true;
         let mut waves = Vec::new();
         if f.get("waves").is_none() {
@@ -144,7 +166,7 @@ impl Cx {
             );
             ok = false;
         }
-        let nodes = self.list(&f, "waves");
+        let nodes = self.list(f, "waves");
         if f.get("waves").is_some() && nodes.is_empty() {
             self.error(node.mark, &f.path("waves"), "needs at least one wave; the last one must be `{percent: 100}`");
             ok = false;
@@ -152,30 +174,7 @@ impl Cx {
         let mut last_percent = 0;
         for (i, w) in nodes.iter().enumerate() {
             let wpath = format!("{}[{i}]", f.path("waves"));
-            let Some(wf) = self.fields(w, &wpath, &["clusters", "percent"]) else {
-                ok = false;
-                continue;
-            };
-            let number = |cx: &mut Cx, key: &str, range: std::ops::RangeInclusive<u32>| -> Option<u32> {
-                let n = wf.get(key)?;
-                let v = n.scalar_text().and_then(|t| t.parse::<u32>().ok()).filter(|v| range.contains(v));
-                if v.is_none() {
-                    cx.error(
-                        n.mark,
-                        &wf.path(key),
-                        format!("expected a number from {} to {}, found {}", range.start(), range.end(), describe(n)),
-                    );
-                }
-                v
-            };
-            let wave = match (wf.get("clusters").is_some(), wf.get("percent").is_some()) {
-                (true, false) => number(self, "clusters", 1..=100_000).map(Wave::Clusters),
-                (false, true) => number(self, "percent", 1..=100).map(Wave::Percent),
-                _ => {
-                    self.error(w.mark, &wpath, "set exactly one of `clusters` (how many more Clusters) or `percent` (of all, in total)");
-                    None
-                }
-            };
+            let wave = self.wave(w, &wpath);
             match wave {
                 Some(Wave::Percent(p)) if p < last_percent => {
                     self.error(
@@ -203,22 +202,33 @@ impl Cx {
             );
             ok = false;
         }
-        let canary_labels = match f.get("canarySelector") {
-            Some(c) => self.match_labels(c, &f.path("canarySelector"), "the labels of the canary Clusters"),
-            None => std::collections::BTreeMap::new(),
+        ok.then_some(waves)
+    }
+
+    /// One wave: exactly one of `clusters` (how many more Clusters, 1 to 100,000) or `percent`
+    /// (of all, in total, 1 to 100).
+    fn wave(&mut self, w: &Node, wpath: &str) -> Option<Wave> {
+        let wf = self.fields(w, wpath, &["clusters", "percent"])?;
+        let number = |cx: &mut Cx, key: &str, range: std::ops::RangeInclusive<u32>| -> Option<u32> {
+            let n = wf.get(key)?;
+            let v = n.scalar_text().and_then(|t| t.parse::<u32>().ok()).filter(|v| range.contains(v));
+            if v.is_none() {
+                cx.error(
+                    n.mark,
+                    &wf.path(key),
+                    format!("expected a number from {} to {}, found {}", range.start(), range.end(), describe(n)),
+                );
+            }
+            v
         };
-        let wave_timeout = self.positive_duration(&f, "waveTimeout", super::DEFAULT_WAVE_TIMEOUT, Duration::from_secs(1));
-        let check_interval = self.positive_duration(&f, "checkInterval", super::DEFAULT_ROLLOUT_CHECK, Duration::from_millis(100));
-        let max_failures = f.get("maxFailures").map_or(Budget::None, |n| self.budget(n, &f.path("maxFailures")));
-        let on_failure = self.one_of(&f, "onFailure", OnFailure::Pause, &[("pause", OnFailure::Pause), ("rollback", OnFailure::Rollback)]);
-        let not_ready = self.one_of(&f, "notReady", NotReady::Fail, &[("fail", NotReady::Fail), ("skip", NotReady::Skip)]);
-        let mut windows = Vec::new();
-        for (i, w) in self.list(&f, "windows").iter().enumerate() {
-            if let Some(w) = self.window(w, &format!("{}[{i}]", f.path("windows"))) {
-                windows.push(w);
+        match (wf.get("clusters").is_some(), wf.get("percent").is_some()) {
+            (true, false) => number(self, "clusters", 1..=100_000).map(Wave::Clusters),
+            (false, true) => number(self, "percent", 1..=100).map(Wave::Percent),
+            _ => {
+                self.error(w.mark, wpath, "set exactly one of `clusters` (how many more Clusters) or `percent` (of all, in total)");
+                None
             }
         }
-        ok.then_some(RolloutConfig { waves, canary_labels, wave_timeout, check_interval, max_failures, on_failure, not_ready, windows })
     }
 
     /// A label selector of the form `{matchLabels: {k: v, ...}}` (`path` is its field path;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use verify::TrustFiles;
 
-use super::validate::{Cx, Invalid, check_git_url};
+use super::validate::{Cx, Fields, Invalid, check_git_url};
 use super::yaml::{Node, Value};
 use super::{GitSourceConfig, GithubSourceConfig, OciSourceConfig, SourceConfig, SourceKind};
 use crate::model::Sha256Digest;
@@ -118,22 +118,7 @@ impl Cx {
     }
 
     fn github(&mut self, node: &Node, path: &str, base: &Path) -> Option<GithubSourceConfig> {
-        let g = self.fields(
-            node,
-            path,
-            &[
-                "repo",
-                "apiUrl",
-                "token",
-                "tagPattern",
-                "verify",
-                "digests",
-                "maxAssetSize",
-                "maxReleaseSize",
-                "maxUnpackedSize",
-                "allowMovedTags",
-            ],
-        )?;
+        let g = self.fields(node, path, GITHUB_FIELDS)?;
         let repo = self.required_string(&g, "repo");
         if let Some(r) = &repo
             && !is_repo(r)
@@ -148,40 +133,8 @@ impl Cx {
         }
         let token = g.get("token").and_then(|t| self.token(t, &g.path("token"), base));
         let tag_pattern = self.string(&g, "tagPattern");
-        // `verify`: `required`/`optional` (the digest policy), or a mapping with `digests` and
-        // the signature keys.
-        let (verify_digests, signatures) = match g.get("verify") {
-            Some(v) if matches!(v.value, Value::Map(_)) => {
-                let f = self.fields(v, &g.path("verify"), &["digests", "cosign", "ssh"]);
-                let digests = f.as_ref().and_then(|f| f.get("digests").map(|d| (d, f.path("digests"))));
-                let signatures = self.trust(v, &g.path("verify"), base, &[("cosign", "publicKey"), ("ssh", "allowedSigners")]);
-                (digests, signatures)
-            }
-            Some(v) => (Some((v, g.path("verify"))), TrustFiles::default()),
-            None => (None, TrustFiles::default()),
-        };
-        let verify = match verify_digests.as_ref().map(|(n, p)| (n.scalar_text(), n.mark, p)) {
-            None | Some((Some("required"), _, _)) => Verify::Required,
-            Some((Some("optional"), _, _)) => Verify::Optional,
-            Some((other, mark, path)) => {
-                self.error(mark, path, format!("expected `required` or `optional`, found `{}`", other.unwrap_or("a mapping")));
-                Verify::Required
-            }
-        };
-        let digests = match g.get("digests") {
-            Some(d) => {
-                let map = self.string_map(d, &g.path("digests"), |v| {
-                    Sha256Digest::parse(v).ok_or_else(|| Invalid(format!("expected `sha256:<64 hex digits>`, found `{v}`")))
-                });
-                for key in map.keys() {
-                    if !key.contains('/') {
-                        self.error(d.mark, &format!("{}.{key}", g.path("digests")), "keys are `<tag>/<asset name>`");
-                    }
-                }
-                map
-            }
-            None => BTreeMap::new(),
-        };
+        let (verify, signatures) = self.github_verify(&g, base);
+        let digests = self.digest_pins(&g);
         let max_asset_bytes = self.size(&g, "maxAssetSize").unwrap_or(source::DEFAULT_MAX_ASSET_BYTES);
         let max_release_bytes = self.size(&g, "maxReleaseSize").unwrap_or(source::DEFAULT_MAX_RELEASE_BYTES);
         let max_unpacked_bytes = self.size(&g, "maxUnpackedSize").unwrap_or(source::DEFAULT_MAX_UNPACKED_BYTES);
@@ -202,24 +155,7 @@ impl Cx {
     }
 
     fn oci(&mut self, node: &Node, path: &str, base: &Path) -> Option<OciSourceConfig> {
-        let o = self.fields(
-            node,
-            path,
-            &[
-                "repository",
-                "insecure",
-                "caFile",
-                "timeout",
-                "auth",
-                "tagPattern",
-                "pageSize",
-                "maxAssetSize",
-                "maxReleaseSize",
-                "maxUnpackedSize",
-                "allowMovedTags",
-                "verify",
-            ],
-        )?;
+        let o = self.fields(node, path, OCI_FIELDS)?;
         let signatures = match o.get("verify") {
             Some(v) => self.trust(v, &o.path("verify"), base, &[("cosign", "publicKey")]),
             None => TrustFiles::default(),
@@ -260,16 +196,7 @@ impl Cx {
             self.error(mark, &o.path("timeout"), format!("at most {}s", source::OCI_MAX_TIMEOUT.as_secs()));
         }
         let tag_pattern = self.string(&o, "tagPattern");
-        let page_size = match o.get("pageSize") {
-            Some(n) => match n.scalar_text().and_then(|t| t.parse::<u32>().ok()).filter(|n| (1..=source::OCI_MAX_PAGE_SIZE).contains(n)) {
-                Some(n) => n,
-                None => {
-                    self.error(n.mark, &o.path("pageSize"), format!("expected a number from 1 to {}", source::OCI_MAX_PAGE_SIZE));
-                    source::OCI_DEFAULT_PAGE_SIZE
-                }
-            },
-            None => source::OCI_DEFAULT_PAGE_SIZE,
-        };
+        let page_size = self.page_size(&o);
         let max_asset_bytes = self.size(&o, "maxAssetSize").unwrap_or(source::DEFAULT_MAX_ASSET_BYTES);
         let max_release_bytes = self.size(&o, "maxReleaseSize").unwrap_or(source::DEFAULT_MAX_RELEASE_BYTES);
         let max_unpacked_bytes = self.size(&o, "maxUnpackedSize").unwrap_or(source::DEFAULT_MAX_UNPACKED_BYTES);
@@ -288,6 +215,60 @@ impl Cx {
             allow_moved_tags,
             signatures,
         })
+    }
+
+    /// A GitHub source's `verify`: `required`/`optional` (the digest policy), or a mapping with
+    /// `digests` and the signature keys.
+    fn github_verify(&mut self, g: &Fields<'_>, base: &Path) -> (Verify, TrustFiles) {
+        let (verify_digests, signatures) = match g.get("verify") {
+            Some(v) if matches!(v.value, Value::Map(_)) => {
+                let f = self.fields(v, &g.path("verify"), &["digests", "cosign", "ssh"]);
+                let digests = f.as_ref().and_then(|f| f.get("digests").map(|d| (d, f.path("digests"))));
+                let signatures = self.trust(v, &g.path("verify"), base, &[("cosign", "publicKey"), ("ssh", "allowedSigners")]);
+                (digests, signatures)
+            }
+            Some(v) => (Some((v, g.path("verify"))), TrustFiles::default()),
+            None => (None, TrustFiles::default()),
+        };
+        let verify = match verify_digests.as_ref().map(|(n, p)| (n.scalar_text(), n.mark, p)) {
+            None | Some((Some("required"), _, _)) => Verify::Required,
+            Some((Some("optional"), _, _)) => Verify::Optional,
+            Some((other, mark, path)) => {
+                self.error(mark, path, format!("expected `required` or `optional`, found `{}`", other.unwrap_or("a mapping")));
+                Verify::Required
+            }
+        };
+        (verify, signatures)
+    }
+
+    /// A GitHub source's `digests`: pinned `sha256:` digests by `<tag>/<asset name>`.
+    fn digest_pins(&mut self, g: &Fields<'_>) -> BTreeMap<String, Sha256Digest> {
+        match g.get("digests") {
+            Some(d) => {
+                let map = self.string_map(d, &g.path("digests"), |v| {
+                    Sha256Digest::parse(v).ok_or_else(|| Invalid(format!("expected `sha256:<64 hex digits>`, found `{v}`")))
+                });
+                for key in map.keys() {
+                    if !key.contains('/') {
+                        self.error(d.mark, &format!("{}.{key}", g.path("digests")), "keys are `<tag>/<asset name>`");
+                    }
+                }
+                map
+            }
+            None => BTreeMap::new(),
+        }
+    }
+
+    /// An OCI source's `pageSize`: tags asked for per page, 1 to the registry's maximum.
+    fn page_size(&mut self, o: &Fields<'_>) -> u32 {
+        let Some(n) = o.get("pageSize") else { return source::OCI_DEFAULT_PAGE_SIZE };
+        match n.scalar_text().and_then(|t| t.parse::<u32>().ok()).filter(|n| (1..=source::OCI_MAX_PAGE_SIZE).contains(n)) {
+            Some(n) => n,
+            None => {
+                self.error(n.mark, &o.path("pageSize"), format!("expected a number from 1 to {}", source::OCI_MAX_PAGE_SIZE));
+                source::OCI_DEFAULT_PAGE_SIZE
+            }
+        }
     }
 
     /// `verify:` of a source: the key files of the `kinds` allowed here (`(kind, field)`, e.g.
@@ -467,6 +448,26 @@ fn is_loopback_url(url: &str) -> bool {
     let host = authority.rsplit_once(':').filter(|(h, _)| !h.ends_with('[')).map_or(authority, |(h, _)| h);
     matches!(host, "127.0.0.1" | "localhost" | "[::1]")
 }
+
+/// The fields of a GitHub source.
+const GITHUB_FIELDS: &[&str] =
+    &["repo", "apiUrl", "token", "tagPattern", "verify", "digests", "maxAssetSize", "maxReleaseSize", "maxUnpackedSize", "allowMovedTags"];
+
+/// The fields of an OCI source.
+const OCI_FIELDS: &[&str] = &[
+    "repository",
+    "insecure",
+    "caFile",
+    "timeout",
+    "auth",
+    "tagPattern",
+    "pageSize",
+    "maxAssetSize",
+    "maxReleaseSize",
+    "maxUnpackedSize",
+    "allowMovedTags",
+    "verify",
+];
 
 fn check_api_url(url: &str) -> Result<(), Invalid> {
     let Some((scheme, rest)) = url.split_once("://") else {

@@ -174,68 +174,11 @@ impl Cx {
                 None
             }
         };
-        let source_nodes = self.list(&f, "sources");
-        // Names as written, so a subscription naming a source that is itself invalid does not get
-        // a second, misleading "unknown source" error.
-        let source_names: Vec<String> = source_nodes
-            .iter()
-            .filter_map(|n| match &n.value {
-                Value::Map(e) => e.iter().find(|(k, _)| k.scalar_text() == Some("name")).and_then(|(_, v)| v.scalar_text()),
-                _ => None,
-            })
-            .map(str::to_owned)
-            .collect();
+        let (sources, source_names) = self.sources(&f, base);
         // When `sources` itself is malformed, "unknown source" errors would only be noise.
         let sources_ok = matches!(f.get("sources").map(|n| &n.value), None | Some(Value::Seq(_)));
-        let mut sources = Vec::new();
-        let mut seen = HashMap::new();
-        for (i, n) in source_nodes.iter().enumerate() {
-            let Some(s) = self.source(n, i, base) else { continue };
-            if let Some(first) = seen.insert(s.name.clone(), i) {
-                self.error(n.mark, &format!("sources[{i}].name"), format!("duplicate source name `{}` (also sources[{first}])", s.name));
-            }
-            sources.push(s);
-        }
-        let mut subscriptions = Vec::new();
-        let mut cluster_owner: HashMap<(String, String), String> = HashMap::new();
-        let mut sub_names: HashMap<String, usize> = HashMap::new();
-        for (i, node) in self.list(&f, "subscriptions").iter().enumerate() {
-            let Some(sub) = self.subscription(node, i, sources_ok.then_some(source_names.as_slice())) else { continue };
-            if let Some(first) = sub_names.insert(sub.name.clone(), i) {
-                self.error(
-                    node.mark,
-                    &format!("subscriptions[{i}].name"),
-                    format!("duplicate subscription name `{}` (also subscriptions[{first}])", sub.name),
-                );
-            }
-            for (j, c) in sub.clusters.iter().enumerate() {
-                let key = (c.namespace.clone(), c.name.clone());
-                if let Some(other) = cluster_owner.insert(key, sub.name.clone()) {
-                    self.error(
-                        cluster_mark(node, j),
-                        &format!("subscriptions[{i}].clusters[{j}]"),
-                        format!("cluster `{}/{}` is already subscribed by `{other}`; a cluster follows one stack", c.namespace, c.name),
-                    );
-                }
-            }
-            subscriptions.push(sub);
-        }
-        // Cluster API selection needs a management cluster to select from.
-        let directory_target =
-            matches!(f.get("target").map(|t| &t.value), Some(Value::Map(e)) if e.iter().any(|(k, _)| k.scalar_text() == Some("directory")));
-        if directory_target {
-            for (i, node) in self.list(&f, "subscriptions").iter().enumerate() {
-                if let Value::Map(entries) = &node.value
-                    && let Some((k, _)) = entries.iter().find(|(k, _)| k.scalar_text() == Some("clusterSelector"))
-                {
-                    self.error(
-                        k.mark,
-                        &format!("subscriptions[{i}].clusterSelector"),
-                        "`clusterSelector` needs `target: kubernetes`: with a directory target, list `clusters`",
-                    );
-                }
-            }
-        }
+        let subscriptions = self.subscriptions(&f, sources_ok.then_some(source_names.as_slice()));
+        self.selectors_need_kubernetes(&f);
         let target = match f.get("target") {
             Some(node) => self.target(node, base),
             None => {
@@ -258,6 +201,82 @@ impl Cx {
         Some(Config { file: self.file.clone(), helm, templates, webhooks, cache: cache?, sources, subscriptions, target: target? })
     }
 
+    /// The `sources` that are valid (their names unique), and the names of all as written: a
+    /// subscription naming a source that is itself invalid does not get a second, misleading
+    /// "unknown source" error.
+    fn sources(&mut self, f: &Fields<'_>, base: &Path) -> (Vec<super::SourceConfig>, Vec<String>) {
+        let source_nodes = self.list(f, "sources");
+        let source_names: Vec<String> = source_nodes
+            .iter()
+            .filter_map(|n| match &n.value {
+                Value::Map(e) => e.iter().find(|(k, _)| k.scalar_text() == Some("name")).and_then(|(_, v)| v.scalar_text()),
+                _ => None,
+            })
+            .map(str::to_owned)
+            .collect();
+        let mut sources = Vec::new();
+        let mut seen = HashMap::new();
+        for (i, n) in source_nodes.iter().enumerate() {
+            let Some(s) = self.source(n, i, base) else { continue };
+            if let Some(first) = seen.insert(s.name.clone(), i) {
+                self.error(n.mark, &format!("sources[{i}].name"), format!("duplicate source name `{}` (also sources[{first}])", s.name));
+            }
+            sources.push(s);
+        }
+        (sources, source_names)
+    }
+
+    /// The valid `subscriptions`: names unique, and each cluster subscribed by one only (a
+    /// cluster follows one stack).
+    fn subscriptions(&mut self, f: &Fields<'_>, source_names: Option<&[String]>) -> Vec<Subscription> {
+        let mut subscriptions = Vec::new();
+        let mut cluster_owner: HashMap<(String, String), String> = HashMap::new();
+        let mut sub_names: HashMap<String, usize> = HashMap::new();
+        for (i, node) in self.list(f, "subscriptions").iter().enumerate() {
+            let Some(sub) = self.subscription(node, i, source_names) else { continue };
+            if let Some(first) = sub_names.insert(sub.name.clone(), i) {
+                self.error(
+                    node.mark,
+                    &format!("subscriptions[{i}].name"),
+                    format!("duplicate subscription name `{}` (also subscriptions[{first}])", sub.name),
+                );
+            }
+            for (j, c) in sub.clusters.iter().enumerate() {
+                let key = (c.namespace.clone(), c.name.clone());
+                if let Some(other) = cluster_owner.insert(key, sub.name.clone()) {
+                    self.error(
+                        cluster_mark(node, j),
+                        &format!("subscriptions[{i}].clusters[{j}]"),
+                        format!("cluster `{}/{}` is already subscribed by `{other}`; a cluster follows one stack", c.namespace, c.name),
+                    );
+                }
+            }
+            subscriptions.push(sub);
+        }
+        subscriptions
+    }
+
+    /// Cluster API selection needs a management cluster to select from: no `clusterSelector`
+    /// with a directory target.
+    fn selectors_need_kubernetes(&mut self, f: &Fields<'_>) {
+        let directory_target =
+            matches!(f.get("target").map(|t| &t.value), Some(Value::Map(e)) if e.iter().any(|(k, _)| k.scalar_text() == Some("directory")));
+        if !directory_target {
+            return;
+        }
+        for (i, node) in self.list(f, "subscriptions").iter().enumerate() {
+            if let Value::Map(entries) = &node.value
+                && let Some((k, _)) = entries.iter().find(|(k, _)| k.scalar_text() == Some("clusterSelector"))
+            {
+                self.error(
+                    k.mark,
+                    &format!("subscriptions[{i}].clusterSelector"),
+                    "`clusterSelector` needs `target: kubernetes`: with a directory target, list `clusters`",
+                );
+            }
+        }
+    }
+
     fn cache(&mut self, node: &Node, base: &Path) -> Option<CacheConfig> {
         let f = self.fields(node, "cache", &["dir", "keepReleases"])?;
         let keep_releases = match f.get("keepReleases") {
@@ -276,112 +295,15 @@ impl Cx {
 
     fn subscription(&mut self, node: &Node, i: usize, sources: Option<&[String]>) -> Option<Subscription> {
         let path = format!("subscriptions[{i}]");
-        let f = self.fields(
-            node,
-            &path,
-            &[
-                "name",
-                "source",
-                "stack",
-                "kubernetes",
-                "version",
-                "schedule",
-                "interval",
-                "autoUpgrade",
-                "prereleases",
-                "path",
-                "format",
-                "values",
-                "clusters",
-                "clusterSelector",
-                "force",
-                "suspend",
-                "availableReleases",
-                "healthTimeout",
-                "stageTimeout",
-                "rollout",
-                "adoptedLabels",
-            ],
-        )?;
+        let f = self.fields(node, &path, SUBSCRIPTION_FIELDS)?;
         let name = self.name(&f, "name");
-        let source = self.required_string(&f, "source");
-        if let (Some(s), Some(sources)) = (&source, sources)
-            && !sources.contains(s)
-        {
-            let known: Vec<&str> = sources.iter().map(String::as_str).collect();
-            let mark = f.get("source").map_or(node.mark, |n| n.mark);
-            self.error(mark, &f.path("source"), format!("unknown source `{s}`, defined sources: {}", list_or_none(&known)));
-        }
-        let stack = self.string(&f, "stack");
-        let kubernetes = self.kubernetes_range(&f, stack.as_deref());
-        if let (Some(s), Some(_)) = (&stack, &kubernetes) {
-            let mark = f.get("stack").map_or(node.mark, |n| n.mark);
-            if crate::model::version::family_parts(s).is_some() {
-                self.error(
-                    mark,
-                    &f.path("stack"),
-                    format!("with `kubernetes`, `stack` names the line without its Kubernetes version (`docker-ferrol`, not `{s}`)"),
-                );
-            } else if !matches!(Version::from_tag(&format!("{s}-1-30-v1")), Some(Version::Scs { .. })) {
-                self.error(
-                    mark,
-                    &f.path("stack"),
-                    format!("`{s}` is not a cluster-stack line; expected `<provider>-<name>` such as `docker-ferrol`"),
-                );
-            }
-        } else if let Some(s) = &stack
-            && !matches!(Version::from_tag(&format!("{s}-v1")), Some(Version::Scs { .. }))
-        {
-            let mark = f.get("stack").map_or(node.mark, |n| n.mark);
-            self.error(
-                mark,
-                &f.path("stack"),
-                format!(
-                    "`{s}` is not a cluster-stack name; expected `<provider>-<name>-<k8s major>-<k8s minor>` such as `docker-ferrol-1-27`"
-                ),
-            );
-        }
-        let version = self.string(&f, "version").unwrap_or_else(|| "*".to_owned());
-        let constraint = match Constraint::parse(&version) {
-            Ok(c) => {
-                let mark = f.get("version").map_or(node.mark, |n| n.mark);
-                match (&stack, c.is_scs_or_any()) {
-                    (Some(_), false) => {
-                        self.error(
-                            mark,
-                            &f.path("version"),
-                            format!(
-                                "`{version}` is a semver range, but `stack` selects cluster-stack tags: use a constraint such as `>=v2`"
-                            ),
-                        );
-                        None
-                    }
-                    (None, true) if !matches!(c, Constraint::Any) => {
-                        self.error(
-                            mark,
-                            &f.path("version"),
-                            format!("`{version}` is a cluster-stack constraint; set `stack` too, or use a semver range for semver tags"),
-                        );
-                        None
-                    }
-                    _ => Some(c),
-                }
-            }
-            Err(e) => {
-                let mark = f.get("version").map_or(node.mark, |n| n.mark);
-                self.error(mark, &f.path("version"), e.0);
-                None
-            }
-        };
+        let source = self.subscription_source(&f, node, sources);
+        let Tags { stack, kubernetes, version, constraint } = self.tags(&f, node);
         let schedule = self.schedule(&f, node);
         let auto_upgrade = self.bool(&f, "autoUpgrade", true);
         let prereleases = self.bool(&f, "prereleases", false);
         let format = self.format(&f, stack.as_ref());
-        let sub_path = self.string(&f, "path").unwrap_or_else(|| format.default_path().to_owned());
-        if sub_path.starts_with('/') || sub_path.split('/').any(|c| c == "..") {
-            let mark = f.get("path").map_or(node.mark, |n| n.mark);
-            self.error(mark, &f.path("path"), format!("`{sub_path}` must be a relative path inside the release, without `..`"));
-        }
+        let sub_path = self.release_path(&f, node, format);
         let defaults = match f.get("values") {
             Some(v) => self.values(v, &f.path("values")),
             None => BTreeMap::new(),
@@ -390,58 +312,12 @@ impl Cx {
         let selector = f.get("clusterSelector").and_then(|n| self.cluster_selector(n, &f.path("clusterSelector")));
         let force = self.bool(&f, "force", false);
         let suspend = self.bool(&f, "suspend", false);
-        let available_releases = match f.get("availableReleases") {
-            Some(n) => match n.scalar_text().and_then(|t| t.parse::<usize>().ok()).filter(|n| (1..=100).contains(n)) {
-                Some(v) => v,
-                None => {
-                    self.error(n.mark, &f.path("availableReleases"), format!("expected a number from 1 to 100, found {}", describe(n)));
-                    super::DEFAULT_AVAILABLE_RELEASES
-                }
-            },
-            None => super::DEFAULT_AVAILABLE_RELEASES,
-        };
-        let health_timeout = match f.get("healthTimeout") {
-            None => Some(super::DEFAULT_HEALTH_TIMEOUT),
-            Some(n) => {
-                let text = self.string(&f, "healthTimeout").unwrap_or_default();
-                match crate::model::schedule::parse_duration(&text) {
-                    Ok(d) if d.is_zero() => None,
-                    Ok(d) => Some(d),
-                    Err(e) => {
-                        self.error(n.mark, &f.path("healthTimeout"), e);
-                        Some(super::DEFAULT_HEALTH_TIMEOUT)
-                    }
-                }
-            }
-        };
-        let stage_timeout = match f.get("stageTimeout") {
-            None => super::DEFAULT_STAGE_TIMEOUT,
-            Some(n) => {
-                let text = self.string(&f, "stageTimeout").unwrap_or_default();
-                match crate::model::schedule::parse_duration(&text) {
-                    Ok(d) if !d.is_zero() => d,
-                    Ok(_) => {
-                        self.error(n.mark, &f.path("stageTimeout"), "must be longer than 0s (a wait that may not wait never passes)");
-                        super::DEFAULT_STAGE_TIMEOUT
-                    }
-                    Err(e) => {
-                        self.error(n.mark, &f.path("stageTimeout"), e);
-                        super::DEFAULT_STAGE_TIMEOUT
-                    }
-                }
-            }
-        };
+        let available_releases = self.available_releases(&f);
+        let health_timeout = self.health_timeout(&f);
+        let stage_timeout = self.stage_timeout(&f);
         let rollout = f.get("rollout").and_then(|n| self.rollout(n, &f.path("rollout"), format));
         let adopted_labels = f.get("adoptedLabels").map(|n| self.labels(n, &f.path("adoptedLabels"))).unwrap_or_default();
-        if f.get("clusters").is_none() && f.get("clusterSelector").is_none() {
-            self.error(
-                node.mark,
-                &f.path("clusters"),
-                "missing required field `clusters`: list the clusters that get this stack (or select them with `clusterSelector`)",
-            );
-        }
-        let clusters: Vec<ClusterConfig> =
-            cluster_nodes.iter().enumerate().filter_map(|(j, n)| self.cluster(n, &format!("{path}.clusters[{j}]"), &defaults)).collect();
+        let clusters = self.clusters(&f, node, cluster_nodes, &defaults);
         Some(Subscription {
             name: name?,
             source: source?,
@@ -465,6 +341,113 @@ impl Cx {
             rollout,
             adopted_labels,
         })
+    }
+
+    /// What tags the subscription follows: `stack` (checked against `kubernetes`, a line or
+    /// one cluster stack), `kubernetes`, and `version` as written with its constraint (checked
+    /// against `stack`: cluster-stack or semver tags).
+    fn tags(&mut self, f: &Fields<'_>, node: &Node) -> Tags {
+        let stack = self.string(f, "stack");
+        let kubernetes = self.kubernetes_range(f, stack.as_deref());
+        if let Some(s) = &stack
+            && let Some(problem) = stack_problem(s, kubernetes.is_some())
+        {
+            let mark = f.get("stack").map_or(node.mark, |n| n.mark);
+            self.error(mark, &f.path("stack"), problem);
+        }
+        let version = self.string(f, "version").unwrap_or_else(|| "*".to_owned());
+        let (constraint, problem) = match Constraint::parse(&version) {
+            Ok(c) => match constraint_problem(&version, &c, stack.is_some()) {
+                None => (Some(c), None),
+                problem => (None, problem),
+            },
+            Err(e) => (None, Some(e.0)),
+        };
+        if let Some(problem) = problem {
+            let mark = f.get("version").map_or(node.mark, |n| n.mark);
+            self.error(mark, &f.path("version"), problem);
+        }
+        Tags { stack, kubernetes, version, constraint }
+    }
+
+    /// `path`: the folder of the release the subscription applies (its format's default), inside
+    /// the release.
+    fn release_path(&mut self, f: &Fields<'_>, node: &Node, format: super::Format) -> String {
+        let sub_path = self.string(f, "path").unwrap_or_else(|| format.default_path().to_owned());
+        if !is_inside_release(&sub_path) {
+            let mark = f.get("path").map_or(node.mark, |n| n.mark);
+            self.error(mark, &f.path("path"), format!("`{sub_path}` must be a relative path inside the release, without `..`"));
+        }
+        sub_path
+    }
+
+    /// `clusters` (read as `nodes`), each with the subscription's `defaults` values; required
+    /// unless `clusterSelector` selects them.
+    fn clusters(&mut self, f: &Fields<'_>, node: &Node, nodes: &[Node], defaults: &BTreeMap<String, String>) -> Vec<ClusterConfig> {
+        if f.get("clusters").is_none() && f.get("clusterSelector").is_none() {
+            self.error(
+                node.mark,
+                &f.path("clusters"),
+                "missing required field `clusters`: list the clusters that get this stack (or select them with `clusterSelector`)",
+            );
+        }
+        nodes.iter().enumerate().filter_map(|(j, n)| self.cluster(n, &f.path(&format!("clusters[{j}]")), defaults)).collect()
+    }
+
+    /// `source`: required, and one of the defined `sources` (when they could be read).
+    fn subscription_source(&mut self, f: &Fields<'_>, node: &Node, sources: Option<&[String]>) -> Option<String> {
+        let source = self.required_string(f, "source");
+        if let (Some(s), Some(sources)) = (&source, sources)
+            && !sources.contains(s)
+        {
+            let known: Vec<&str> = sources.iter().map(String::as_str).collect();
+            let mark = f.get("source").map_or(node.mark, |n| n.mark);
+            self.error(mark, &f.path("source"), format!("unknown source `{s}`, defined sources: {}", list_or_none(&known)));
+        }
+        source
+    }
+
+    /// `availableReleases`: how many releases are offered, 1 to 100.
+    fn available_releases(&mut self, f: &Fields<'_>) -> usize {
+        let Some(n) = f.get("availableReleases") else { return super::DEFAULT_AVAILABLE_RELEASES };
+        match n.scalar_text().and_then(|t| t.parse::<usize>().ok()).filter(|n| (1..=100).contains(n)) {
+            Some(v) => v,
+            None => {
+                self.error(n.mark, &f.path("availableReleases"), format!("expected a number from 1 to 100, found {}", describe(n)));
+                super::DEFAULT_AVAILABLE_RELEASES
+            }
+        }
+    }
+
+    /// `healthTimeout`: a duration; `0s` waits for no health (`None`).
+    fn health_timeout(&mut self, f: &Fields<'_>) -> Option<std::time::Duration> {
+        let Some(n) = f.get("healthTimeout") else { return Some(super::DEFAULT_HEALTH_TIMEOUT) };
+        let text = self.string(f, "healthTimeout").unwrap_or_default();
+        match crate::model::schedule::parse_duration(&text) {
+            Ok(d) if d.is_zero() => None,
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.error(n.mark, &f.path("healthTimeout"), e);
+                Some(super::DEFAULT_HEALTH_TIMEOUT)
+            }
+        }
+    }
+
+    /// `stageTimeout`: a duration longer than 0s.
+    fn stage_timeout(&mut self, f: &Fields<'_>) -> std::time::Duration {
+        let Some(n) = f.get("stageTimeout") else { return super::DEFAULT_STAGE_TIMEOUT };
+        let text = self.string(f, "stageTimeout").unwrap_or_default();
+        match crate::model::schedule::parse_duration(&text) {
+            Ok(d) if !d.is_zero() => d,
+            Ok(_) => {
+                self.error(n.mark, &f.path("stageTimeout"), "must be longer than 0s (a wait that may not wait never passes)");
+                super::DEFAULT_STAGE_TIMEOUT
+            }
+            Err(e) => {
+                self.error(n.mark, &f.path("stageTimeout"), e);
+                super::DEFAULT_STAGE_TIMEOUT
+            }
+        }
     }
 
     /// `kubernetes`: a range of Kubernetes versions (`">=1.30, <1.33"`) whose families of the line
@@ -624,6 +607,78 @@ pub(super) fn describe(node: &Node) -> String {
         Value::Scalar { text, .. } if !node.is_null() => format!("`{text}`"),
         _ => node.type_name().to_owned(),
     }
+}
+
+/// What tags a subscription follows, as read (`None`: invalid, said).
+struct Tags {
+    stack: Option<String>,
+    kubernetes: Option<crate::config::KubernetesRange>,
+    /// As written (`*` when not).
+    version: String,
+    constraint: Option<Constraint>,
+}
+
+/// The fields of a subscription.
+const SUBSCRIPTION_FIELDS: &[&str] = &[
+    "name",
+    "source",
+    "stack",
+    "kubernetes",
+    "version",
+    "schedule",
+    "interval",
+    "autoUpgrade",
+    "prereleases",
+    "path",
+    "format",
+    "values",
+    "clusters",
+    "clusterSelector",
+    "force",
+    "suspend",
+    "availableReleases",
+    "healthTimeout",
+    "stageTimeout",
+    "rollout",
+    "adoptedLabels",
+];
+
+/// What is wrong with `stack` as a subscription names it, if anything: with `kubernetes` (a
+/// `line`) it names a line of cluster stacks without its Kubernetes version (`docker-ferrol`),
+/// otherwise one cluster stack with it (`docker-ferrol-1-27`).
+fn stack_problem(stack: &str, line: bool) -> Option<String> {
+    let scs = |tag: String| matches!(Version::from_tag(&tag), Some(Version::Scs { .. }));
+    if !line {
+        return (!scs(format!("{stack}-v1"))).then(|| {
+            format!(
+                "`{stack}` is not a cluster-stack name; expected `<provider>-<name>-<k8s major>-<k8s minor>` such as `docker-ferrol-1-27`"
+            )
+        });
+    }
+    if crate::model::version::family_parts(stack).is_some() {
+        return Some(format!("with `kubernetes`, `stack` names the line without its Kubernetes version (`docker-ferrol`, not `{stack}`)"));
+    }
+    (!scs(format!("{stack}-1-30-v1")))
+        .then(|| format!("`{stack}` is not a cluster-stack line; expected `<provider>-<name>` such as `docker-ferrol`"))
+}
+
+/// What is wrong with `constraint` (`version` as written), if anything: it must select the kind
+/// of tags the subscription follows, cluster-stack tags with a `stack`, semver tags without.
+fn constraint_problem(version: &str, constraint: &Constraint, stack: bool) -> Option<String> {
+    match (stack, constraint.is_scs_or_any()) {
+        (true, false) => {
+            Some(format!("`{version}` is a semver range, but `stack` selects cluster-stack tags: use a constraint such as `>=v2`"))
+        }
+        (false, true) if !matches!(constraint, Constraint::Any) => {
+            Some(format!("`{version}` is a cluster-stack constraint; set `stack` too, or use a semver range for semver tags"))
+        }
+        _ => None,
+    }
+}
+
+/// Whether a subscription's `path` stays inside the release: relative, without `..`.
+fn is_inside_release(path: &str) -> bool {
+    !path.starts_with('/') && !path.split('/').any(|c| c == "..")
 }
 
 fn list_or_none(items: &[&str]) -> String {
@@ -841,5 +896,58 @@ mod merge_key_tests {
         let c = Config::parse(std::path::Path::new("c.yaml"), text).expect("valid");
         assert_eq!(c.subscriptions.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
         assert_eq!((c.subscriptions[1].source.as_str(), c.subscriptions[1].clusters[0].name.as_str()), ("s", "z"));
+    }
+}
+
+#[cfg(test)]
+mod subscription_tests {
+    use super::{Constraint, constraint_problem, is_inside_release, stack_problem};
+
+    #[test]
+    fn a_stack_names_one_cluster_stack_or_with_kubernetes_a_line() {
+        // (stack, with `kubernetes`, the problem's start)
+        let cases: [(&str, bool, Option<&str>); 6] = [
+            ("docker-ferrol-1-27", false, None),
+            ("docker-ferrol", false, Some("`docker-ferrol` is not a cluster-stack name")),
+            ("nonsense", false, Some("`nonsense` is not a cluster-stack name")),
+            ("docker-ferrol", true, None),
+            ("docker-ferrol-1-27", true, Some("with `kubernetes`, `stack` names the line without its Kubernetes version")),
+            ("nonsense", true, Some("`nonsense` is not a cluster-stack line")),
+        ];
+        for (stack, line, want) in cases {
+            let got = stack_problem(stack, line);
+            assert_eq!(got.is_some(), want.is_some(), "{stack} line {line}: {got:?}");
+            if let (Some(got), Some(want)) = (&got, want) {
+                assert!(got.starts_with(want), "{stack} line {line}: {got}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_version_constraint_fits_the_tags_the_subscription_follows() {
+        // (version, with `stack`, the problem's start)
+        let cases = [
+            ("*", false, None),
+            ("*", true, None),
+            (">=v2", true, None),
+            (">=v2", false, Some("`>=v2` is a cluster-stack constraint; set `stack` too")),
+            (">=1.2.0", false, None),
+            (">=1.2.0", true, Some("`>=1.2.0` is a semver range, but `stack` selects cluster-stack tags")),
+        ];
+        for (version, stack, want) in cases {
+            let c = Constraint::parse(version).expect("a constraint");
+            match (constraint_problem(version, &c, stack), want) {
+                (None, None) => {}
+                (Some(got), Some(want)) => assert!(got.starts_with(want), "{version} stack {stack}: {got}"),
+                (got, want) => panic!("{version} stack {stack}: {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_subscription_path_stays_inside_the_release() {
+        for (path, inside) in [("manifests", true), ("a/b/c", true), ("a..b", true), ("/etc", false), ("../x", false), ("a/../b", false)] {
+            assert_eq!(is_inside_release(path), inside, "{path}");
+        }
     }
 }

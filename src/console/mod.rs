@@ -208,7 +208,7 @@ pub async fn start(o: Options) -> Result<Running, Error> {
     let preview = match &o.preview {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| Error::Preview { path: path.clone(), message: e.to_string() })?;
-            Some(Ok(pages::preview::parse(&text).map_err(|message| Error::Preview { path: path.clone(), message })?))
+            Some(pages::preview::parse(&text).map_err(|e| Error::Preview { path: path.clone(), message: e.to_string() })?)
         }
         None => None,
     };

@@ -56,7 +56,7 @@ pub struct Console {
     pub config: Option<Arc<Config>>,
     pub config_path: Option<String>,
     /// `--preview FILE`, read at start.
-    pub preview: Option<Result<preview::Report, String>>,
+    pub preview: Option<preview::Report>,
     /// Host names (without port) requests may name: the loopback names, and the listen address.
     pub hosts: Vec<String>,
 }
@@ -167,7 +167,7 @@ async fn route(c: &Console, req: Request<Incoming>) -> Response<Body> {
             page(c, fragment, &title, Nav::Fleet, &watch, |ctx| pages::cluster::content(&c.stores.snapshot(), ns, name, full.as_ref(), ctx))
         }
         (&Method::GET, ["preview"]) => {
-            let report = c.preview.as_ref().map(|r| r.as_ref().map_err(String::as_str));
+            let report = c.preview.as_ref().map(Ok);
             page(c, false, "Preview", Nav::Preview, "", |_| Some(preview::content(report)))
         }
         (&Method::POST, ["preview"]) => post_preview(c, req).await,
@@ -229,7 +229,7 @@ async fn post_preview(c: &Console, req: Request<Incoming>) -> Response<Body> {
     } else {
         String::from_utf8_lossy(&body).into_owned()
     };
-    let parsed = preview::parse(&text);
+    let parsed = preview::parse(&text).map_err(|e| e.to_string());
     let report = Some(parsed.as_ref().map_err(String::as_str));
     page(c, false, "Preview", Nav::Preview, "", |_| Some(preview::content(report)))
 }

@@ -257,7 +257,7 @@ fn oci_layout(layout: &Path, tag: Option<&str>, out: &Path) -> Result<(), Error>
         }
     };
     let digest = manifest["digest"].as_str().unwrap_or_default();
-    let bytes = blob(layout, digest, MAX_SMALL_FILE).map_err(&bad)?;
+    let bytes = blob(layout, digest, MAX_SMALL_FILE).map_err(|e| bad(e.to_string()))?;
     let artifact = crate::source::oci::parse_manifest(&bytes).map_err(|e| bad(format!("manifest {digest}: {e}")))?;
     let mut total = 0u64;
     for l in &artifact.layers {
@@ -265,29 +265,48 @@ fn oci_layout(layout: &Path, tag: Option<&str>, out: &Path) -> Result<(), Error>
         if total > MAX_BYTES {
             return Err(bad(format!("its layers hold more than {MAX_BYTES} bytes")));
         }
-        let bytes = blob(layout, &l.digest.to_string(), l.size).map_err(&bad)?;
+        let bytes = blob(layout, &l.digest.to_string(), l.size).map_err(|e| bad(e.to_string()))?;
         std::fs::write(out.join(&l.title), bytes).map_err(|e| Error::Read { path: out.join(&l.title), message: e.to_string() })?;
     }
     Ok(())
 }
 
+/// Why a blob of an OCI layout cannot be taken.
+#[derive(Debug, thiserror::Error)]
+enum BadBlob {
+    /// The digest as shown (quoted).
+    #[error("digest {0} is not a sha256 digest")]
+    NotSha256(String),
+    #[error("blob {digest}: {source}")]
+    Read {
+        digest: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("blob {digest} is larger than its {limit} bytes")]
+    TooLarge { digest: String, limit: u64 },
+    #[error("blob {digest} does not match its digest (sha256:{got})")]
+    Mismatch { digest: String, got: String },
+}
+
 /// One blob of an OCI layout, at most `limit` bytes, checked against `digest`.
-fn blob(layout: &Path, digest: &str, limit: u64) -> Result<Vec<u8>, String> {
+fn blob(layout: &Path, digest: &str, limit: u64) -> Result<Vec<u8>, BadBlob> {
     use std::io::Read;
     let hex = digest
         .strip_prefix("sha256:")
         .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-        .ok_or_else(|| format!("digest {:?} is not a sha256 digest", unpack::shown(digest)))?;
+        .ok_or_else(|| BadBlob::NotSha256(format!("{:?}", unpack::shown(digest))))?;
     let path = layout.join("blobs").join("sha256").join(hex);
-    let f = std::fs::File::open(&path).map_err(|e| format!("blob {digest}: {e}"))?;
+    let read = |source| BadBlob::Read { digest: digest.to_owned(), source };
+    let f = std::fs::File::open(&path).map_err(read)?;
     let mut bytes = Vec::new();
-    f.take(limit.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| format!("blob {digest}: {e}"))?;
+    f.take(limit.saturating_add(1)).read_to_end(&mut bytes).map_err(read)?;
     if bytes.len() as u64 > limit {
-        return Err(format!("blob {digest} is larger than its {limit} bytes"));
+        return Err(BadBlob::TooLarge { digest: digest.to_owned(), limit });
     }
     let got = hex::encode(Sha256::digest(&bytes));
     if got != hex.to_ascii_lowercase() {
-        return Err(format!("blob {digest} does not match its digest (sha256:{got})"));
+        return Err(BadBlob::Mismatch { digest: digest.to_owned(), got });
     }
     Ok(bytes)
 }

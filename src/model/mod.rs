@@ -4,13 +4,14 @@
 //! ([`version`]) and what a subscription wants of them ([`Wanted`]), schedules and durations
 //! ([`schedule`]), how a source is reached ([`source`]), verification records
 //! ([`verification`]), Kubernetes name validation ([`names`]), taking a lock poisoned or not ([`sync`]), a failure said once per cause ([`repeats`]), what a release host published
-//! ([`published`]), how far a long command is ([`progress`]), and the small enums two stages used to define each on their own. A type
+//! ([`published`]), how far a long command is ([`progress`]), stacksync as a writer to Kubernetes ([`manager`]), and the small enums two stages used to define each on their own. A type
 //! moves here when a second stage needs it; `tests/layering.rs` keeps this module a leaf.
 
 use std::fmt;
 
 pub mod cluster;
 pub mod digest;
+pub mod manager;
 pub mod progress;
 pub mod published;
 pub mod repeats;

@@ -83,6 +83,33 @@ pub fn parse(file: &str, text: &str, tag_version: &Version) -> Result<Metadata, 
         err(root.mark, "versions", "missing required mapping `versions`".into());
         return Err(errors);
     };
+    let [cs, k8s, addon, node_image] = version_fields(versions, &mut err);
+
+    let Version::Scs { stack, version: tag_v } = tag_version else {
+        err(root.mark, "", "metadata.yaml belongs to cluster-stack releases, but the tag is not a cluster-stack tag".into());
+        return Err(errors);
+    };
+    let mut out = Metadata { cluster_stack: String::new(), kubernetes: String::new(), cluster_addon: String::new(), node_image: None };
+    let mut check = |field: (Option<(String, Mark)>, &str), decide: &dyn Fn(&str) -> Result<String, BadVersion>| -> Option<String> {
+        let (v, mark) = field.0?;
+        decide(&v).map_err(|bad| err(mark, field.1, bad.to_string())).ok()
+    };
+    if let Some(v) = check((cs, "versions.clusterStack"), &|v| cluster_stack_version(v, tag_v)) {
+        out.cluster_stack = v;
+    }
+    if let Some(v) = check((k8s, "versions.kubernetes"), &|v| kubernetes_version(v, stack)) {
+        out.kubernetes = v;
+    }
+    if let Some(v) = check((addon, "versions.components.clusterAddon"), &component_version) {
+        out.cluster_addon = v;
+    }
+    out.node_image = check((node_image, "versions.components.nodeImage"), &component_version);
+    if errors.is_empty() { Ok(out) } else { Err(errors) }
+}
+
+/// The four version fields of `versions`, each as written with where (`None`: missing, empty
+/// or no string, said with `err`; `nodeImage` is optional).
+fn version_fields(versions: &Node, err: &mut dyn FnMut(Mark, &str, String)) -> [Option<(String, Mark)>; 4] {
     let mut scalar = |node: Option<&Node>, parent: &Node, field: &str| -> Option<(String, Mark)> {
         match node {
             // `clusterStack:` with nothing after it: the field is there, its value is not.
@@ -111,58 +138,54 @@ pub fn parse(file: &str, text: &str, tag_version: &Version) -> Result<Metadata, 
         Some(n) if !n.is_null() => scalar(Some(n), versions, "versions.components.nodeImage"),
         _ => None,
     };
+    [cs, k8s, addon, node_image]
+}
 
-    let Version::Scs { stack, version: tag_v } = tag_version else {
-        err(root.mark, "", "metadata.yaml belongs to cluster-stack releases, but the tag is not a cluster-stack tag".into());
-        return Err(errors);
-    };
-    let mut out = Metadata { cluster_stack: String::new(), kubernetes: String::new(), cluster_addon: String::new(), node_image: None };
-    if let Some((v, mark)) = cs {
-        match scs_version(&v) {
-            Some(parsed) if &parsed == tag_v => out.cluster_stack = dotted(&parsed),
-            Some(parsed) => err(
-                mark,
-                "versions.clusterStack",
-                format!("`{v}` ({}) does not match the release tag, which is version {}", dotted(&parsed), dotted(tag_v)),
-            ),
-            None => err(mark, "versions.clusterStack", format!("`{v}` is not a cluster-stack version; expected `v<N>` or `v0-sha.<hash>`")),
-        }
+/// What is wrong with a version field of `metadata.yaml` (`given`: the field as written).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum BadVersion {
+    #[error("`{given}` ({dotted}) does not match the release tag, which is version {tag}")]
+    TagMismatch { given: String, dotted: String, tag: String },
+    #[error("`{given}` is not a cluster-stack version; expected `v<N>` or `v0-sha.<hash>`")]
+    ClusterStackSyntax { given: String },
+    #[error("`{given}` is not a Kubernetes version; expected `v<major>.<minor>.<patch>` such as `v1.27.3`")]
+    KubernetesSyntax { given: String },
+    #[error("`{given}` does not match the stack `{stack}` (Kubernetes {major}.{minor})")]
+    StackMismatch { given: String, stack: String, major: String, minor: String },
+    #[error("`{given}` is not a version; expected `v<N>` or `v0-sha.<hash>`")]
+    ComponentSyntax { given: String },
+}
+
+/// `versions.clusterStack` (`v` as written) in its dotted form, when it is the release tag's
+/// version `tag`.
+fn cluster_stack_version(v: &str, tag: &ScsVersion) -> Result<String, BadVersion> {
+    match scs_version(v) {
+        Some(parsed) if &parsed == tag => Ok(dotted(&parsed)),
+        Some(parsed) => Err(BadVersion::TagMismatch { given: v.to_owned(), dotted: dotted(&parsed), tag: dotted(tag) }),
+        None => Err(BadVersion::ClusterStackSyntax { given: v.to_owned() }),
     }
-    if let Some((v, mark)) = k8s {
-        match kube_version(&v) {
-            Some((major, minor)) => {
-                let want = stack.rsplitn(3, '-').take(2).collect::<Vec<_>>();
-                let (want_minor, want_major) = (want.first().copied().unwrap_or(""), want.get(1).copied().unwrap_or(""));
-                if major.to_string() != want_major || minor.to_string() != want_minor {
-                    err(
-                        mark,
-                        "versions.kubernetes",
-                        format!("`{v}` does not match the stack `{stack}` (Kubernetes {want_major}.{want_minor})"),
-                    );
-                } else {
-                    out.kubernetes = if v.starts_with('v') { v } else { format!("v{v}") };
-                }
-            }
-            None => err(
-                mark,
-                "versions.kubernetes",
-                format!("`{v}` is not a Kubernetes version; expected `v<major>.<minor>.<patch>` such as `v1.27.3`"),
-            ),
-        }
+}
+
+/// `versions.kubernetes` (`v` as written) as `v<major>.<minor>.<patch>`, when its minor is the
+/// one the name of `stack` says (`docker-ferrol-1-27`: 1.27).
+fn kubernetes_version(v: &str, stack: &str) -> Result<String, BadVersion> {
+    let Some((major, minor)) = kube_version(v) else { return Err(BadVersion::KubernetesSyntax { given: v.to_owned() }) };
+    let want = stack.rsplitn(3, '-').take(2).collect::<Vec<_>>();
+    let (want_minor, want_major) = (want.first().copied().unwrap_or(""), want.get(1).copied().unwrap_or(""));
+    if major.to_string() != want_major || minor.to_string() != want_minor {
+        return Err(BadVersion::StackMismatch {
+            given: v.to_owned(),
+            stack: stack.to_owned(),
+            major: want_major.to_owned(),
+            minor: want_minor.to_owned(),
+        });
     }
-    if let Some((v, mark)) = addon {
-        match scs_version(&v) {
-            Some(parsed) => out.cluster_addon = dotted(&parsed),
-            None => err(mark, "versions.components.clusterAddon", format!("`{v}` is not a version; expected `v<N>` or `v0-sha.<hash>`")),
-        }
-    }
-    if let Some((v, mark)) = node_image {
-        match scs_version(&v) {
-            Some(parsed) => out.node_image = Some(dotted(&parsed)),
-            None => err(mark, "versions.components.nodeImage", format!("`{v}` is not a version; expected `v<N>` or `v0-sha.<hash>`")),
-        }
-    }
-    if errors.is_empty() { Ok(out) } else { Err(errors) }
+    Ok(if v.starts_with('v') { v.to_owned() } else { format!("v{v}") })
+}
+
+/// A component's version (`v` as written) in its dotted form.
+fn component_version(v: &str) -> Result<String, BadVersion> {
+    scs_version(v).map(|parsed| dotted(&parsed)).ok_or_else(|| BadVersion::ComponentSyntax { given: v.to_owned() })
 }
 
 fn get<'n>(node: &'n Node, key: &str) -> Option<&'n Node> {
@@ -284,5 +307,39 @@ mod tests {
         let text = "versions:\n  clusterStack: v2\n  kubernetes:\n  components: {clusterAddon: v1}\n";
         let errs = parse("metadata.yaml", text, &tag("docker-ferrol-1-27-v2")).unwrap_err();
         assert_eq!(errs[0].to_string(), "metadata.yaml:3:14: versions.kubernetes: the field is empty; expected a version string");
+    }
+
+    #[test]
+    fn each_version_field_is_decided_on_its_own() {
+        let two = ScsVersion::Number(2);
+        let cases: [(&str, Result<&str, &str>); 4] = [
+            ("v2", Ok("v2")),
+            ("v3", Err("`v3` (v3) does not match the release tag, which is version v2")),
+            ("2", Err("`2` is not a cluster-stack version; expected `v<N>` or `v0-sha.<hash>`")),
+            ("v0-sha-abc", Err("`v0-sha-abc` (v0-sha.abc) does not match the release tag, which is version v2")),
+        ];
+        for (v, want) in cases {
+            let said = cluster_stack_version(v, &two).map_err(|e| e.to_string());
+            assert_eq!(said.as_deref().map_err(String::as_str), want, "clusterStack {v}");
+        }
+        let cases: [(&str, Result<&str, &str>); 4] = [
+            ("v1.27.3", Ok("v1.27.3")),
+            ("1.27.3", Ok("v1.27.3")),
+            ("v1.28.0", Err("`v1.28.0` does not match the stack `docker-ferrol-1-27` (Kubernetes 1.27)")),
+            ("1.27", Err("`1.27` is not a Kubernetes version; expected `v<major>.<minor>.<patch>` such as `v1.27.3`")),
+        ];
+        for (v, want) in cases {
+            let said = kubernetes_version(v, "docker-ferrol-1-27").map_err(|e| e.to_string());
+            assert_eq!(said.as_deref().map_err(String::as_str), want, "kubernetes {v}");
+        }
+        let cases: [(&str, Result<&str, &str>); 3] = [
+            ("v1", Ok("v1")),
+            ("v0-sha-abc", Ok("v0-sha.abc")),
+            ("latest", Err("`latest` is not a version; expected `v<N>` or `v0-sha.<hash>`")),
+        ];
+        for (v, want) in cases {
+            let said = component_version(v).map_err(|e| e.to_string());
+            assert_eq!(said.as_deref().map_err(String::as_str), want, "component {v}");
+        }
     }
 }

@@ -567,7 +567,8 @@ impl Helm {
             .await
             .map_err(|e| Error::Spawn { path: self.path.display().to_string(), source: Arc::new(std::io::Error::other(e)) })?;
         if let Some(library) = &self.library {
-            let mut template = Template::from_args(args).map_err(|arg| renderer::Error::Refused { chart: chart.to_owned(), arg })?;
+            let mut template =
+                Template::from_args(args).map_err(|arg| renderer::Error::Refused { chart: chart.to_owned(), arg: arg.to_string() })?;
             template.probe = probe || self.probes_only;
             self.runs.fetch_add(1, Ordering::Relaxed);
             return Ok(library.render(group, chart, &template, self.timeout).await?);

@@ -119,12 +119,27 @@ pub struct Template {
     pub probe: bool,
 }
 
+/// A `helm template` argument the library renderer does not take, as its message says it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotTaken {
+    /// A flag it does not know (as given).
+    #[error("{0}")]
+    Flag(String),
+    /// A flag that needs a value, without one.
+    #[error("{0} without a value")]
+    NoValue(String),
+    /// Other than two positional arguments (how many).
+    #[error("{0} positional arguments (a release name and a chart are needed)")]
+    Positional(usize),
+}
+
 impl Template {
-    /// Reads `helm template` arguments. `Err` is the argument the library renderer does not take.
+    /// Reads `helm template` arguments.
     ///
     /// # Errors
-    /// An unknown flag, a flag without its value, or other than two positional arguments.
-    pub fn from_args(args: &[OsString]) -> Result<Template, String> {
+    /// [`NotTaken`]: an unknown flag, a flag without its value, or other than two positional
+    /// arguments.
+    pub fn from_args(args: &[OsString]) -> Result<Template, NotTaken> {
         let mut positional = Vec::new();
         let (mut namespace, mut kube_version, mut include_crds, mut values) = (None, None, false, Vec::new());
         let mut it = args.iter();
@@ -134,13 +149,13 @@ impl Template {
                 Some((f, v)) if f.starts_with("--") => (f.to_owned(), Some(OsString::from(v))),
                 _ => (text.clone().into_owned(), None),
             };
-            let mut value = |name: &str| inline.clone().or_else(|| it.next().cloned()).ok_or_else(|| format!("{name} without a value"));
+            let mut value = |name: &str| inline.clone().or_else(|| it.next().cloned()).ok_or_else(|| NotTaken::NoValue(name.to_owned()));
             match flag.as_str() {
                 "--include-crds" if inline.is_none() => include_crds = true,
                 "--namespace" | "-n" => namespace = Some(value(&flag)?.to_string_lossy().into_owned()),
                 "--kube-version" => kube_version = Some(value(&flag)?.to_string_lossy().into_owned()),
                 "-f" | "--values" => values.push(PathBuf::from(value(&flag)?)),
-                f if f.starts_with('-') && f.len() > 1 => return Err(text.into_owned()),
+                f if f.starts_with('-') && f.len() > 1 => return Err(NotTaken::Flag(text.into_owned())),
                 _ => positional.push(arg.clone()),
             }
         }
@@ -154,7 +169,7 @@ impl Template {
                 values,
                 probe: false,
             }),
-            Err(p) => Err(format!("{} positional arguments (a release name and a chart are needed)", p.len())),
+            Err(p) => Err(NotTaken::Positional(p.len())),
         }
     }
 }
@@ -633,7 +648,7 @@ mod tests {
             ("/c", "1 positional arguments (a release name and a chart are needed)"),
             ("x /c --include-crds=false", "--include-crds=false"),
         ] {
-            assert_eq!(Template::from_args(&args(given)), Err(refused.to_owned()), "{given}");
+            assert_eq!(Template::from_args(&args(given)).map_err(|e| e.to_string()), Err(refused.to_owned()), "{given}");
         }
     }
 

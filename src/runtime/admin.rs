@@ -307,6 +307,14 @@ async fn github(admin: &Admin, req: Request<Incoming>) -> Reply {
         m.webhook("github", label, "replayed");
         return reply(StatusCode::OK, "delivery already handled");
     }
+    act_on_github(admin, &config, parsed, (&event, &delivery, label))
+}
+
+/// What an authentic, new GitHub delivery (`event`, `delivery`, its metrics `label`) does: a
+/// ping is answered, a push or release of a repository a source follows polls those sources
+/// now, anything else is not acted on.
+fn act_on_github(admin: &Admin, config: &Config, parsed: GithubEvent, (event, delivery, label): (&str, &str, &'static str)) -> Reply {
+    let m = metrics();
     match parsed {
         GithubEvent::Ping => {
             info!(delivery = %delivery, "webhook: ping");
@@ -319,7 +327,7 @@ async fn github(admin: &Admin, req: Request<Incoming>) -> Reply {
             reply(StatusCode::ACCEPTED, "event not acted on")
         }
         GithubEvent::Changed(repo) => {
-            let sources = webhook::matching_sources(&config, &repo);
+            let sources = webhook::matching_sources(config, &repo);
             info!(delivery = %delivery, event = %event, repository = %repo.full_name, sources = ?sources, "webhook: polling now");
             if sources.is_empty() {
                 m.webhook("github", label, "no_match");

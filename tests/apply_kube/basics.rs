@@ -217,14 +217,18 @@ async fn drift_is_corrected_in_correct_mode_and_only_reported_in_warn_mode() {
     assert_eq!(data(&server, "c").await.unwrap(), json!({"a": "1", "b": "2"}));
 
     // When that manager is not one to take back from, its value is its own: a conflict to force.
-    let correct = applier(&server, ApplyOptions { take_back_from: Vec::new(), ..options() });
+    let correct = applier(&server, ApplyOptions { adoption: AdoptionPolicy { take_back_from: Vec::new() }, ..options() });
     edit(&server, "c", json!({"data": {"a": "edited"}})).await;
     let refused = sync(&correct, &stages, &taken.inventory).await;
     let (action, message) = action_of(&refused, "ConfigMap/default/c");
     assert_eq!(action, Action::Failed);
     assert!(message.starts_with("conflict with \"kubectl-edit\" using v1: .data.a"), "{message}");
-    let forced =
-        sync(&applier(&server, ApplyOptions { force: true, take_back_from: Vec::new(), ..options() }), &stages, &refused.inventory).await;
+    let forced = sync(
+        &applier(&server, ApplyOptions { force: true, adoption: AdoptionPolicy { take_back_from: Vec::new() }, ..options() }),
+        &stages,
+        &refused.inventory,
+    )
+    .await;
     assert_eq!(action_of(&forced, "ConfigMap/default/c"), (Action::Configured, "corrected drift: .data.a".into()));
 
     // In warn mode a changed manifest is a release change, not drift: it is applied.

@@ -10,19 +10,21 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use applier::ssa::{
-    Applier, ApplyOptions, DriftMode, FIELD_MANAGER, FORCE_ANNOTATION, Inventory, OWNER_LABEL, POLICY_ANNOTATION, RECREATE_ANNOTATION,
-    Stage, StageAction, SyncResult,
-};
+use applier::ssa::{AdoptionPolicy, Applier, ApplyOptions, DriftMode, Inventory, Stage, StageAction, SyncResult};
 use applier::{Action, Entry, SkipReason};
 use fake_apiserver::{ApiServer, FaultRule, Stats};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::{Value, json};
 use stacksync::model::Object;
+use stacksync::model::manager::{FIELD_MANAGER, OWNER_LABEL};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 const OWNER: &str = "stack.team-a.alpha";
+// stacksync's annotations (`stacksync::model::manager::LABEL_PREFIX`), as a manifest carries them.
+const POLICY_ANNOTATION: &str = "stacksync.io/policy";
+const FORCE_ANNOTATION: &str = "stacksync.io/force";
+const RECREATE_ANNOTATION: &str = "stacksync.io/recreate-on-immutable";
 
 async fn bounded<T>(f: impl Future<Output = T>) -> T {
     tokio::time::timeout(TIMEOUT, f).await.expect("bounded by TIMEOUT")
@@ -57,7 +59,7 @@ fn apply(objects: Vec<Object>) -> Stage {
 }
 
 fn options() -> ApplyOptions {
-    ApplyOptions { owner: OWNER.into(), ..ApplyOptions::default() }
+    ApplyOptions { owner: OWNER.into(), ..ApplyOptions::new(stacksync::model::manager::manager()) }
 }
 
 /// An applier whose client does not retry, so injected errors reach it as they are.

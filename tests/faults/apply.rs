@@ -33,7 +33,10 @@ async fn object_name_with_dot_dot_reached_secrets() {
     server.load_yaml("apiVersion: v1\nkind: Secret\nmetadata:\n  name: victim\n  namespace: default\ndata:\n  k: dg==\n").unwrap();
     let mut config = server.kube_config();
     config.default_retry = false;
-    let applier = Applier::new(kube::Client::try_from(config).unwrap(), ApplyOptions { owner: "o".into(), ..ApplyOptions::default() });
+    let applier = Applier::new(
+        kube::Client::try_from(config).unwrap(),
+        ApplyOptions { owner: "o".into(), ..ApplyOptions::new(stacksync::model::manager::manager()) },
+    );
     server.reset_stats();
     let objects = vec![
         configmap(None, "x/../../secrets/victim"),

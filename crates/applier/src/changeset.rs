@@ -56,7 +56,8 @@ pub enum Action {
 /// Why an object was left as it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SkipReason {
-    /// Its `stacksync.io/policy` is `ignore`: as the release wants it.
+    /// Its policy annotation (`<prefix>/policy`, [`crate::ssa::Manager`]) is `ignore`: as the
+    /// release wants it.
     Ignored,
     /// Its policy is `apply-once` and it exists: as the release wants it.
     ApplyOnceExists,
@@ -118,7 +119,8 @@ pub struct Entry {
     pub stage: Option<String>,
 }
 
-/// Skipped because the object's `stacksync.io/policy` is `ignore`: as the release wants it.
+/// Skipped because the object's policy annotation (`<prefix>/policy`) is `ignore`: as the
+/// release wants it.
 pub const SKIPPED_IGNORE: &str = "policy: ignore";
 /// Skipped because the object's policy is `apply-once` and it exists: as the release wants it.
 pub const SKIPPED_APPLY_ONCE: &str = "apply-once: exists";

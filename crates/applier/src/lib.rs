@@ -4,7 +4,10 @@
 //! that says what happened to every object.
 //!
 //! - [`ssa::Applier`]: the applier (`Applier::sync`, `Applier::preview`, adopting generated
-//!   objects), over one workload cluster's `kube::Client`.
+//!   objects), over one workload cluster's `kube::Client`, built with [`ssa::ApplyOptions::new`]
+//!   from its user's [`ssa::Manager`] (the field manager it applies as and the prefix of its
+//!   owner label and annotations, fluxcd/pkg's `ssa.Owner`) and [`ssa::AdoptionPolicy`] (which
+//!   other managers' changes it takes back: by default kubectl's, [`HAND_MANAGERS`]).
 //! - [`Object`]: a rendered object and where it came from (file, line, chart, stage).
 //! - [`order`]: the order objects go in (CRDs and namespaces first) and come out.
 //! - [`health`]: whether a live object is ready, by kind.
@@ -13,8 +16,9 @@
 //!   them.
 //! - [`sync`]: taking a lock whether or not a holder panicked.
 //!
-//! The crate knows nothing of releases, sources or Clusters: stacksync's Kubernetes target
-//! renders a release for a Cluster and hands the objects here (README.md).
+//! The crate knows nothing of releases, sources or Clusters, and names no product: stacksync's
+//! Kubernetes target renders a release for a Cluster and hands the objects here, with its own
+//! field manager and label prefix (README.md).
 
 #![warn(missing_docs)]
 

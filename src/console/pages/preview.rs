@@ -78,14 +78,23 @@ pub struct Change {
     pub restarts: bool,
 }
 
+/// Why a text is not a report.
+#[derive(Debug, thiserror::Error)]
+pub enum NotAReport {
+    #[error("not a `stacksync preview -o json` report: {0}")]
+    Json(#[source] serde_json::Error),
+    #[error("not a `stacksync preview -o json` report: kind is `{0}`, not `FleetPreview`")]
+    Kind(String),
+}
+
 /// Reads a report.
 ///
 /// # Errors
-/// Not JSON, or not a `FleetPreview`: the message says which.
-pub fn parse(text: &str) -> Result<Report, String> {
-    let r: Report = serde_json::from_str(text).map_err(|e| format!("not a `stacksync preview -o json` report: {e}"))?;
+/// [`NotAReport`]: not JSON, or not a `FleetPreview`; the message says which.
+pub fn parse(text: &str) -> Result<Report, NotAReport> {
+    let r: Report = serde_json::from_str(text).map_err(NotAReport::Json)?;
     if r.kind != "FleetPreview" {
-        return Err(format!("not a `stacksync preview -o json` report: kind is `{}`, not `FleetPreview`", r.kind));
+        return Err(NotAReport::Kind(r.kind));
     }
     Ok(r)
 }
@@ -245,7 +254,7 @@ mod tests {
         assert!(html.contains("<b>2</b> Clusters: <b>1</b> change"));
         assert!(html.contains("<code>Deployment/kube-system/x</code> on 1 Clusters (team-a/alpha)"));
         assert!(html.contains("<li>1 Clusters: team-a/beta</li>"));
-        assert!(parse("{\"kind\":\"Other\"}").unwrap_err().contains("not `FleetPreview`"));
+        assert!(parse("{\"kind\":\"Other\"}").unwrap_err().to_string().contains("not `FleetPreview`"));
         assert!(parse("nope").is_err());
     }
 }

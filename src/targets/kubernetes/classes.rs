@@ -157,7 +157,7 @@ pub(super) fn class_options(sub: &Subscription, namespace: &str) -> ApplyOptions
         default_namespace: namespace.to_owned(),
         force: sub.force,
         prune: false,
-        ..ApplyOptions::default()
+        ..ApplyOptions::new(crate::model::manager::manager())
     }
 }
 

@@ -1,10 +1,10 @@
-//! Taking objects over from another field manager (`stacksync adopt cso`: the SCS
-//! cluster-stack-operator applies as `kubectl`). For each rendered object: what taking it over
-//! would change — the values our apply sets differently (a forced server-side dry-run), and the
-//! fields only the other manager holds that our render does not set (they go when its ownership
-//! is released) — and, when asked, the take-over itself: a forced apply as [`FIELD_MANAGER`],
-//! then an empty apply as the other manager, which releases every field it held. Fields we set
-//! stay (we own them now), fields nobody else sets go; nothing is deleted.
+//! Taking objects over from another field manager (a tool being replaced: the SCS
+//! cluster-stack-operator, say, which applies as `kubectl`). For each rendered object: what taking
+//! it over would change — the values our apply sets differently (a forced server-side dry-run),
+//! and the fields only the other manager holds that our render does not set (they go when its
+//! ownership is released) — and, when asked, the take-over itself: a forced apply as our
+//! [`super::Manager`], then an empty apply as the other manager, which releases every field it
+//! held. Fields we set stay (we own them now), fields nobody else sets go; nothing is deleted.
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -12,7 +12,7 @@ use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
 use super::object::{Policy, to_value, whole};
-use super::{Applier, Digests, FIELD_MANAGER, InventoryEntry, OWNER_LABEL, Stage, diff, preview};
+use super::{Applier, Digests, InventoryEntry, Stage, diff, preview};
 use crate::ObjectRef;
 use crate::StageAction;
 
@@ -120,11 +120,11 @@ impl Applier {
                 let live = match self.within("reading", &object, api.get_opt(&t.object.name)).await {
                     Ok(Ok(live)) => live.as_ref().map(to_value),
                     Ok(Err(source)) => {
-                        out.failures.push((object.clone(), super::Error::Get { object, source }.message()));
+                        out.failures.push((object.clone(), super::Error::Get { object, source }.message(&self.options.manager)));
                         continue;
                     }
                     Err(e) => {
-                        out.failures.push((object, e.message()));
+                        out.failures.push((object, e.message(&self.options.manager)));
                         continue;
                     }
                 };
@@ -157,25 +157,25 @@ impl Applier {
                     }
                     None => &t,
                 };
-                let dry_params = PatchParams { dry_run: true, ..PatchParams::apply(FIELD_MANAGER).force() };
+                let dry_params = PatchParams { dry_run: true, ..PatchParams::apply(self.options.manager.field_manager()).force() };
                 let dry = match self.within("dry-run apply", &object, self.apply_request(t, &dry_params)).await {
                     Ok(Ok((bytes, _))) => match whole(&bytes) {
                         Ok(dry) => dry,
                         Err(source) => {
-                            out.failures.push((object.clone(), super::Error::DryRun { object, source }.message()));
+                            out.failures.push((object.clone(), super::Error::DryRun { object, source }.message(&self.options.manager)));
                             continue;
                         }
                     },
                     Ok(Err(source)) => {
-                        out.failures.push((object.clone(), super::Error::DryRun { object, source }.message()));
+                        out.failures.push((object.clone(), super::Error::DryRun { object, source }.message(&self.options.manager)));
                         continue;
                     }
                     Err(e) => {
-                        out.failures.push((object, e.message()));
+                        out.failures.push((object, e.message(&self.options.manager)));
                         continue;
                     }
                 };
-                let owner_label = format!(".metadata.labels.{OWNER_LABEL}");
+                let owner_label = format!(".metadata.labels.{}", self.options.manager.owner_label());
                 let fields: Vec<String> =
                     diff::changed_paths(&live, &dry).into_iter().filter(|p| *p != owner_label && *p != ".metadata.labels").collect();
                 let theirs = owned(&live, from);
@@ -226,13 +226,13 @@ impl Applier {
     /// fields we own (the inventory's `fields`).
     async fn take_over(&self, t: &super::object::Target<'_>, from: &str) -> Result<String, String> {
         let object = &t.entry.object;
-        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let params = PatchParams::apply(self.options.manager.field_manager()).force();
         let ours = match self.within("apply", object, self.apply_request(t, &params)).await {
             Ok(Ok((bytes, _))) => whole(&bytes).map_err(|e| format!("reading the answer to the apply: {e}"))?,
-            Ok(Err(source)) => return Err(super::Error::Patch { object: object.clone(), source }.message()),
-            Err(e) => return Err(e.message()),
+            Ok(Err(source)) => return Err(super::Error::Patch { object: object.clone(), source }.message(&self.options.manager)),
+            Err(e) => return Err(e.message(&self.options.manager)),
         };
-        let hash = diff::our_fields(&ours).map(diff::fields_hash).unwrap_or_default();
+        let hash = diff::our_fields(&ours, self.options.manager.field_manager()).map(diff::fields_hash).unwrap_or_default();
         if owned(&ours, from).is_some() {
             // Every field of theirs we set is ours too now: an apply of nothing as them drops
             // their entry, and the fields only they set.
@@ -247,10 +247,10 @@ impl Applier {
                 Ok(Err(source)) => {
                     return Err(format!(
                         "releasing the fields of {from}: {}",
-                        super::Error::Patch { object: object.clone(), source }.message()
+                        super::Error::Patch { object: object.clone(), source }.message(&self.options.manager)
                     ));
                 }
-                Err(e) => return Err(e.message()),
+                Err(e) => return Err(e.message(&self.options.manager)),
             }
         }
         Ok(hash)
@@ -367,7 +367,7 @@ mod tests {
         let theirs = json!({"f:data": {"f:a": {}, "f:b": {}}, "f:metadata": {"f:labels": {"f:x": {}}}});
         let after = json!({"metadata": {"managedFields": [
             {"manager": "kubectl", "operation": "Apply", "fieldsV1": theirs},
-            {"manager": FIELD_MANAGER, "operation": "Apply", "fieldsV1": {"f:data": {"f:a": {}}}},
+            {"manager": crate::ssa::TEST_FIELD_MANAGER, "operation": "Apply", "fieldsV1": {"f:data": {"f:a": {}}}},
             {"manager": "kube-controller-manager", "operation": "Update", "fieldsV1": {"f:metadata": {"f:labels": {"f:x": {}}}}},
         ]}});
         assert_eq!(released(Some(&theirs), &after, "kubectl"), vec![".data.b".to_owned()]);

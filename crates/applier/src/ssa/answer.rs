@@ -15,7 +15,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-use super::{FIELD_MANAGER, diff};
+use super::diff;
 use crate::health::{self, Health};
 
 /// What one object as the server shows it tells the applier.
@@ -38,21 +38,21 @@ impl Seen {
     ///
     /// # Errors
     /// The bytes are not a JSON document.
-    pub fn from_slice(bytes: &[u8]) -> serde_json::Result<Seen> {
+    pub fn from_slice(bytes: &[u8], field_manager: &str) -> serde_json::Result<Seen> {
         match serde_json::from_slice::<Narrow<'_>>(bytes) {
-            Ok(narrow) => Ok(narrow.seen()),
-            Err(_) => serde_json::from_slice::<Value>(bytes).map(|v| Seen::from_value(&v)),
+            Ok(narrow) => Ok(narrow.seen(field_manager)),
+            Err(_) => serde_json::from_slice::<Value>(bytes).map(|v| Seen::from_value(&v, field_manager)),
         }
     }
 
     /// The same, from an object already read whole.
-    pub fn from_value(object: &Value) -> Seen {
+    pub fn from_value(object: &Value, field_manager: &str) -> Seen {
         let meta = &object["metadata"];
         Seen {
             namespace: meta["namespace"].as_str().filter(|n| !n.is_empty()).map(str::to_owned),
             name: meta["name"].as_str().unwrap_or_default().to_owned(),
             deleting: being_deleted(object),
-            fields: diff::our_fields(object).map(diff::fields_hash),
+            fields: diff::our_fields(object, field_manager).map(diff::fields_hash),
             health: health::assess(object),
             established: established(health::at(object, "/status/conditions")),
         }
@@ -68,14 +68,19 @@ impl Seen {
 ///
 /// # Errors
 /// The bytes are not a JSON document.
-pub(super) fn page(bytes: &[u8], api_version: &str, kind: &str) -> serde_json::Result<Option<(Vec<Seen>, Option<String>)>> {
+pub(super) fn page(
+    bytes: &[u8],
+    api_version: &str,
+    kind: &str,
+    field_manager: &str,
+) -> serde_json::Result<Option<(Vec<Seen>, Option<String>)>> {
     let next = |token: Option<String>| token.filter(|t| !t.is_empty());
     if let Ok(page) = serde_json::from_slice::<NarrowPage<'_>>(bytes) {
         let token = page.metadata.and_then(|m| m.continue_token);
         let of_kind = |mut item: Narrow<'_>| {
             item.api_version.get_or_insert_with(|| Value::from(api_version));
             item.kind.get_or_insert_with(|| Value::from(kind));
-            item.seen()
+            item.seen(field_manager)
         };
         return Ok(page.items.map(|items| (items.into_iter().map(of_kind).collect(), next(token))));
     }
@@ -88,7 +93,7 @@ pub(super) fn page(bytes: &[u8], api_version: &str, kind: &str) -> serde_json::R
             map.entry("apiVersion").or_insert_with(|| Value::from(api_version));
             map.entry("kind").or_insert_with(|| Value::from(kind));
         }
-        Seen::from_value(&item)
+        Seen::from_value(&item, field_manager)
     };
     Ok(Some((items.iter().map(of_kind).collect(), next(token))))
 }
@@ -171,11 +176,11 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
 }
 
 impl Narrow<'_> {
-    fn seen(self) -> Seen {
+    fn seen(self, field_manager: &str) -> Seen {
         let meta = self.metadata;
         let ours = meta.as_ref().and_then(|m| m.managed_fields.as_deref()).and_then(|entries| {
             entries.iter().find(|e| {
-                e.manager.as_deref() == Some(FIELD_MANAGER)
+                e.manager.as_deref() == Some(field_manager)
                     && e.operation.as_deref() == Some("Apply")
                     && e.subresource.as_ref().is_none_or(|s| s == "")
             })
@@ -218,10 +223,11 @@ impl Narrow<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ssa::TEST_FIELD_MANAGER;
     use serde_json::json;
 
     fn ours(fields: Value) -> Value {
-        json!({"manager": FIELD_MANAGER, "operation": "Apply", "apiVersion": "v1", "time": "2026-11-23T10:00:00Z",
+        json!({"manager": TEST_FIELD_MANAGER, "operation": "Apply", "apiVersion": "v1", "time": "2026-11-23T10:00:00Z",
             "fieldsType": "FieldsV1", "fieldsV1": fields})
     }
 
@@ -235,13 +241,13 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cluster-wide", "namespace": ""}}),
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": managed(json!([
                 {"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:a": {}}},
-                {"manager": FIELD_MANAGER, "operation": "Update", "fieldsV1": {"f:b": {}}},
-                {"manager": FIELD_MANAGER, "operation": "Apply", "subresource": "status", "fieldsV1": {"f:s": {}}},
-                {"manager": FIELD_MANAGER, "operation": "Apply", "subresource": null, "fieldsV1": {"f:n": {}}},
-                {"manager": FIELD_MANAGER, "operation": "Apply", "subresource": "", "fieldsV1": {"f:c": {}}},
+                {"manager": TEST_FIELD_MANAGER, "operation": "Update", "fieldsV1": {"f:b": {}}},
+                {"manager": TEST_FIELD_MANAGER, "operation": "Apply", "subresource": "status", "fieldsV1": {"f:s": {}}},
+                {"manager": TEST_FIELD_MANAGER, "operation": "Apply", "subresource": null, "fieldsV1": {"f:n": {}}},
+                {"manager": TEST_FIELD_MANAGER, "operation": "Apply", "subresource": "", "fieldsV1": {"f:c": {}}},
             ]))}),
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": managed(json!([{"manager": FIELD_MANAGER, "operation": "Apply", "fieldsV1": null}]))}),
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": managed(json!([{"manager": FIELD_MANAGER, "operation": "Apply"}]))}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": managed(json!([{"manager": TEST_FIELD_MANAGER, "operation": "Apply", "fieldsV1": null}]))}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": managed(json!([{"manager": TEST_FIELD_MANAGER, "operation": "Apply"}]))}),
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "d", "deletionTimestamp": "2026-11-23T10:00:00Z", "finalizers": ["x"]}}),
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "d", "deletionTimestamp": null}}),
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}, "status": {"phase": "Terminating"}}),
@@ -287,11 +293,16 @@ mod tests {
         for object in objects() {
             let bytes = serde_json::to_vec(&object).expect("json");
             assert!(serde_json::from_slice::<Narrow<'_>>(&bytes).is_ok(), "narrow shape takes {object}");
-            assert_eq!(Seen::from_slice(&bytes).expect("reads"), Seen::from_value(&object), "{object}");
+            assert_eq!(
+                Seen::from_slice(&bytes, TEST_FIELD_MANAGER).expect("reads"),
+                Seen::from_value(&object, TEST_FIELD_MANAGER),
+                "{object}"
+            );
         }
         let list = json!({"kind": "List", "metadata": {"continue": "next"}, "items": objects()});
-        let (items, token) = page(&serde_json::to_vec(&list).expect("json"), "v1", "ConfigMap").expect("reads").expect("items");
-        assert_eq!(items, objects().iter().map(Seen::from_value).collect::<Vec<_>>());
+        let (items, token) =
+            page(&serde_json::to_vec(&list).expect("json"), "v1", "ConfigMap", TEST_FIELD_MANAGER).expect("reads").expect("items");
+        assert_eq!(items, objects().iter().map(|o| Seen::from_value(o, TEST_FIELD_MANAGER)).collect::<Vec<_>>());
         assert_eq!(token.as_deref(), Some("next"));
     }
 
@@ -302,13 +313,15 @@ mod tests {
         let unavailable = json!({"metadata": {"name": "ccm", "namespace": "ns", "generation": 1}, "spec": {"replicas": 1},
             "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "unavailableReplicas": 1}});
         let list = json!({"apiVersion": "apps/v1", "kind": "DeploymentList", "metadata": {}, "items": [unavailable.clone()]});
-        let (narrow, _) = page(&serde_json::to_vec(&list).expect("json"), "apps/v1", "Deployment").expect("reads").expect("items");
+        let (narrow, _) =
+            page(&serde_json::to_vec(&list).expect("json"), "apps/v1", "Deployment", TEST_FIELD_MANAGER).expect("reads").expect("items");
         assert!(!narrow[0].health.is_healthy(), "{:?}", narrow[0].health);
         // The whole reading (an item the narrow shape does not take) decides the same.
         let mut odd = unavailable;
         odd["metadata"]["generation"] = json!("1");
         let list = json!({"items": [odd]});
-        let (whole, _) = page(&serde_json::to_vec(&list).expect("json"), "apps/v1", "Deployment").expect("reads").expect("items");
+        let (whole, _) =
+            page(&serde_json::to_vec(&list).expect("json"), "apps/v1", "Deployment", TEST_FIELD_MANAGER).expect("reads").expect("items");
         assert!(!whole[0].health.is_healthy(), "{:?}", whole[0].health);
     }
 
@@ -320,8 +333,8 @@ mod tests {
         for _ in 0..3000 {
             let object = g.object();
             let bytes = serde_json::to_vec(&object).expect("json");
-            let seen = Seen::from_slice(&bytes).expect("reads");
-            assert_eq!(seen, Seen::from_value(&object), "{object}");
+            let seen = Seen::from_slice(&bytes, TEST_FIELD_MANAGER).expect("reads");
+            assert_eq!(seen, Seen::from_value(&object, TEST_FIELD_MANAGER), "{object}");
             narrow += usize::from(serde_json::from_slice::<Narrow<'_>>(&bytes).is_ok());
             ours += usize::from(seen.fields.is_some());
             deleting += usize::from(seen.deleting);
@@ -331,8 +344,9 @@ mod tests {
         // Both readings were exercised, and on every outcome.
         assert!(narrow > 1000 && narrow < 2990 && ours > 30 && deleting > 100 && unhealthy > 100, "{narrow} {ours} {deleting} {unhealthy}");
         let list = json!({"metadata": {"continue": "t"}, "items": items});
-        let (seen, _) = page(&serde_json::to_vec(&list).expect("json"), "v1", "ConfigMap").expect("reads").expect("items");
-        assert_eq!(seen, items.iter().map(Seen::from_value).collect::<Vec<_>>());
+        let (seen, _) =
+            page(&serde_json::to_vec(&list).expect("json"), "v1", "ConfigMap", TEST_FIELD_MANAGER).expect("reads").expect("items");
+        assert_eq!(seen, items.iter().map(|o| Seen::from_value(o, TEST_FIELD_MANAGER)).collect::<Vec<_>>());
     }
 
     #[test]
@@ -344,12 +358,17 @@ mod tests {
             r#"{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "a", "generation": "2"}, "spec": [1]}"#,
         ] {
             let whole: Value = serde_json::from_str(text).expect("json");
-            assert_eq!(Seen::from_slice(text.as_bytes()).expect("reads"), Seen::from_value(&whole), "{text}");
+            assert_eq!(
+                Seen::from_slice(text.as_bytes(), TEST_FIELD_MANAGER).expect("reads"),
+                Seen::from_value(&whole, TEST_FIELD_MANAGER),
+                "{text}"
+            );
         }
-        assert!(Seen::from_slice(b"not json").is_err());
-        assert_eq!(page(br#"{"kind": "Status", "items": null}"#, "v1", "ConfigMap").expect("json"), None);
-        assert_eq!(page(br#"{"kind": "Status"}"#, "v1", "ConfigMap").expect("json"), None);
-        let (items, token) = page(br#"{"items": [], "metadata": {"continue": ""}}"#, "v1", "ConfigMap").expect("json").expect("items");
+        assert!(Seen::from_slice(b"not json", TEST_FIELD_MANAGER).is_err());
+        assert_eq!(page(br#"{"kind": "Status", "items": null}"#, "v1", "ConfigMap", TEST_FIELD_MANAGER).expect("json"), None);
+        assert_eq!(page(br#"{"kind": "Status"}"#, "v1", "ConfigMap", TEST_FIELD_MANAGER).expect("json"), None);
+        let (items, token) =
+            page(br#"{"items": [], "metadata": {"continue": ""}}"#, "v1", "ConfigMap", TEST_FIELD_MANAGER).expect("json").expect("items");
         assert!(items.is_empty() && token.is_none());
     }
 }

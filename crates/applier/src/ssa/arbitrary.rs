@@ -56,7 +56,7 @@ impl Gen {
         match self.below(5) {
             0 => Value::Null,
             1 => json!("not a map"),
-            _ => self.map(&["app", "stacksync.io/owner", "a", "zz", "tier", "stacksync.io/ownerx"], &mut |g, _| {
+            _ => self.map(&["app", "apply.example.com/owner", "a", "zz", "tier", "apply.example.com/ownerx"], &mut |g, _| {
                 if g.chance(90) { json!(g.pick(&["web", "db", "other-owner", ""])) } else { g.scalar() }
             }),
         }
@@ -67,7 +67,7 @@ impl Gen {
         for _ in 0..self.below(4) {
             let mut e = Map::new();
             if self.chance(90) {
-                e.insert("manager".into(), json!(self.pick(&["stacksync", "kubectl", "kube-controller-manager"])));
+                e.insert("manager".into(), json!(self.pick(&["example-applier", "kubectl", "kube-controller-manager"])));
             }
             if self.chance(90) {
                 e.insert("operation".into(), json!(self.pick(&["Apply", "Update"])));

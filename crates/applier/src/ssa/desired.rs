@@ -6,21 +6,20 @@
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
-use super::OWNER_LABEL;
-
 /// `body` with `metadata.namespace` set (or removed, for `None`) and `metadata.labels` carrying
-/// [`OWNER_LABEL`] = `owner`. A body that is no object, or whose `metadata` is no object, is
+/// `label` (the manager's owner label) = `owner`. A body that is no object, or whose `metadata` is no object, is
 /// written as it is.
 pub(super) struct Desired<'a> {
     pub body: &'a Value,
     pub namespace: Option<&'a str>,
+    pub label: &'a str,
     pub owner: &'a str,
 }
 
 impl Serialize for Desired<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let Value::Object(top) = self.body else { return self.body.serialize(s) };
-        let meta = Meta { meta: top.get("metadata"), namespace: self.namespace, owner: self.owner };
+        let meta = Meta { meta: top.get("metadata"), namespace: self.namespace, label: self.label, owner: self.owner };
         merged(s, top, "metadata", &meta)
     }
 }
@@ -28,6 +27,7 @@ impl Serialize for Desired<'_> {
 struct Meta<'a> {
     meta: Option<&'a Value>,
     namespace: Option<&'a str>,
+    label: &'a str,
     owner: &'a str,
 }
 
@@ -39,7 +39,7 @@ impl Serialize for Meta<'_> {
             Some(Value::Object(m)) => m,
             Some(other) => return other.serialize(s),
         };
-        let labels = Labels { labels: meta.get("labels"), owner: self.owner };
+        let labels = Labels { labels: meta.get("labels"), label: self.label, owner: self.owner };
         let mut out = s.serialize_map(None)?;
         let (mut labels_done, mut namespace_done) = (false, false);
         let mut pending = |out: &mut S::SerializeMap, before: Option<&str>| -> Result<(), S::Error> {
@@ -70,6 +70,7 @@ impl Serialize for Meta<'_> {
 
 struct Labels<'a> {
     labels: Option<&'a Value>,
+    label: &'a str,
     owner: &'a str,
 }
 
@@ -81,7 +82,7 @@ impl Serialize for Labels<'_> {
             Some(Value::Object(l)) => l,
             _ => &empty,
         };
-        merged(s, labels, OWNER_LABEL, &self.owner)
+        merged(s, labels, self.label, &self.owner)
     }
 }
 

@@ -3,8 +3,6 @@
 
 use serde_json::{Map, Value};
 
-use super::FIELD_MANAGER;
-
 /// Metadata the server owns: it differs between any two reads and says nothing about drift.
 const SERVER_METADATA: &[&str] = &["managedFields", "resourceVersion", "generation", "creationTimestamp", "uid"];
 
@@ -66,12 +64,13 @@ fn walk_maps(a: &Map<String, Value>, b: &Map<String, Value>, path: &mut String, 
     }
 }
 
-/// The fields our manager owns through apply (its `managedFields` FieldsV1), if any.
-pub fn our_fields(object: &Value) -> Option<&Value> {
+/// The fields our manager (`field_manager`) owns through apply (its `managedFields` FieldsV1), if
+/// any.
+pub fn our_fields<'a>(object: &'a Value, field_manager: &str) -> Option<&'a Value> {
     crate::health::at(object, "/metadata/managedFields")?
         .as_array()?
         .iter()
-        .find(|m| m["manager"] == FIELD_MANAGER && m["operation"] == "Apply" && m.get("subresource").is_none_or(|s| s == ""))
+        .find(|m| m["manager"] == field_manager && m["operation"] == "Apply" && m.get("subresource").is_none_or(|s| s == ""))
         .and_then(|m| m.get("fieldsV1"))
 }
 
@@ -97,6 +96,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::ssa::TEST_FIELD_MANAGER;
 
     #[test]
     fn server_metadata_and_status_are_not_drift() {
@@ -129,11 +129,11 @@ mod tests {
     fn our_fields_are_the_apply_entry_of_our_manager() {
         let obj = json!({"metadata": {"managedFields": [
             {"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:a": {}}},
-            {"manager": FIELD_MANAGER, "operation": "Update", "fieldsV1": {"f:b": {}}},
-            {"manager": FIELD_MANAGER, "operation": "Apply", "fieldsV1": {"f:c": {}}},
+            {"manager": TEST_FIELD_MANAGER, "operation": "Update", "fieldsV1": {"f:b": {}}},
+            {"manager": TEST_FIELD_MANAGER, "operation": "Apply", "fieldsV1": {"f:c": {}}},
         ]}});
-        assert_eq!(our_fields(&obj), Some(&json!({"f:c": {}})));
-        assert_eq!(our_fields(&json!({"metadata": {}})), None);
+        assert_eq!(our_fields(&obj, TEST_FIELD_MANAGER), Some(&json!({"f:c": {}})));
+        assert_eq!(our_fields(&json!({"metadata": {}}), TEST_FIELD_MANAGER), None);
     }
 
     #[test]

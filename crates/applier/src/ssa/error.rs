@@ -3,7 +3,7 @@
 
 use kube::core::Status;
 
-use super::{FORCE_ANNOTATION, RECREATE_ANNOTATION};
+use super::Manager;
 use crate::ObjectRef;
 
 /// A per-object operation that failed, with the object and the API server's cause.
@@ -94,7 +94,8 @@ impl Error {
             Error::Get { source, .. } | Error::DryRun { source, .. } | Error::Patch { source, .. } | Error::Delete { source, .. } => {
                 server_message(source)
             }
-            _ => self.message(),
+            Error::AwaitDeletion { .. } | Error::Establish { .. } => self.to_string(),
+            Error::Timeout { operation, after, .. } => timeout_message(operation, *after),
         }
     }
 
@@ -124,15 +125,17 @@ impl Error {
     }
 
     /// The message of the object's Failed entry: the server's message, without the object's
-    /// identity (the entry carries that), with a hint where the user has a choice.
-    pub fn message(&self) -> String {
+    /// identity (the entry carries that), with a hint where the user has a choice (the
+    /// annotations are `manager`'s).
+    pub fn message(&self, manager: &Manager) -> String {
         match self {
             Error::Get { source, .. } | Error::Delete { source, .. } => server_message(source),
             Error::DryRun { source, .. } | Error::Patch { source, .. } => match source {
-                kube::Error::Api(s) if is_conflict(source) => conflict_message(s),
+                kube::Error::Api(s) if is_conflict(source) => conflict_message(s, manager.force_annotation()),
                 _ if is_immutable(source) => format!(
-                    "{} (immutable field: annotate the object with {RECREATE_ANNOTATION}: \"true\" to delete and re-create it)",
-                    server_message(source)
+                    "{} (immutable field: annotate the object with {}: \"true\" to delete and re-create it)",
+                    server_message(source),
+                    manager.recreate_annotation()
                 ),
                 kube::Error::Api(s) if does_not_fit_schema(s) => {
                     format!("{} (the object does not fit its kind's schema: the release needs a change)", server_message(source))
@@ -199,7 +202,7 @@ fn is_immutable(e: &kube::Error) -> bool {
 
 /// `conflict with "alpha": .data.a, .data.b; conflict with "kubectl-edit" using v1: .spec.x`,
 /// grouped by manager from the Status causes, and how to take ownership.
-fn conflict_message(status: &Status) -> String {
+fn conflict_message(status: &Status, force_annotation: &str) -> String {
     let mut groups: Vec<(String, Vec<String>)> = Vec::new();
     for cause in status.details.iter().flat_map(|d| &d.causes) {
         if cause.field.is_empty() {
@@ -216,7 +219,7 @@ fn conflict_message(status: &Status) -> String {
         groups.iter().map(|(manager, fields)| format!("{manager}: {}", fields.join(", "))).collect::<Vec<_>>().join("; ")
     };
     format!(
-        "{what} (another field manager owns these fields; set force, or annotate the object with {FORCE_ANNOTATION}: \"true\", to take them over)"
+        "{what} (another field manager owns these fields; set force, or annotate the object with {force_annotation}: \"true\", to take them over)"
     )
 }
 
@@ -225,6 +228,10 @@ mod tests {
     use kube::core::response::{StatusCause, StatusDetails};
 
     use super::*;
+
+    fn m() -> Manager {
+        crate::ssa::test_manager()
+    }
 
     fn api(code: u16, reason: &str, message: &str, causes: Vec<StatusCause>) -> kube::Error {
         let mut s = Status::failure(message, reason);
@@ -254,7 +261,11 @@ mod tests {
         let message = "failed to create typed patch object (ns/bad; apps/v1, Kind=Deployment): .spec.replicas: expected numeric (int or float), got string";
         let e = Error::Patch { object: obj(), source: api(500, "", message, Vec::new()) };
         assert!(!e.is_transient());
-        assert!(e.message().ends_with("(the object does not fit its kind's schema: the release needs a change)"), "{}", e.message());
+        assert!(
+            e.message(&m()).ends_with("(the object does not fit its kind's schema: the release needs a change)"),
+            "{}",
+            e.message(&m())
+        );
         let e = Error::Patch { object: obj(), source: api(500, "InternalError", "etcdserver: request timed out", Vec::new()) };
         assert!(e.is_transient());
     }
@@ -275,10 +286,10 @@ mod tests {
         assert_eq!(e.kind(), "conflict");
         assert!(!e.is_transient());
         assert!(
-            e.message()
+            e.message(&m())
                 .starts_with("conflict with \"alpha\": .data.a, .data.b; conflict with \"beta\" using v1: .data.c (another field manager"),
             "{}",
-            e.message()
+            e.message(&m())
         );
     }
 
@@ -288,7 +299,7 @@ mod tests {
         let e = Error::Patch { object: obj(), source: api(422, "Invalid", message, vec![]) };
         assert!(e.is_immutable());
         assert_eq!(e.kind(), "immutable");
-        assert!(e.message().starts_with(message) && e.message().contains(RECREATE_ANNOTATION), "{}", e.message());
+        assert!(e.message(&m()).starts_with(message) && e.message(&m()).contains(m().recreate_annotation()), "{}", e.message(&m()));
     }
 
     /// Regression: a proxy's HTML error page became the whole message of every Failed entry,
@@ -298,7 +309,7 @@ mod tests {
         let page = format!("<html>\n<head><title>502 Bad Gateway</title></head>\n<body>{}</body>\n</html>\n", "x".repeat(5000));
         let status = Status::failure(page.trim(), NOT_A_STATUS).with_code(502);
         let e = Error::Get { object: obj(), source: kube::Error::Api(status.boxed()) };
-        let message = e.message();
+        let message = e.message(&m());
         assert!(
             message.starts_with("HTTP 502 with a body that is no API Status: <html> <head><title>502 Bad Gateway</title>"),
             "{message}"
@@ -310,7 +321,7 @@ mod tests {
     #[test]
     fn other_errors_are_the_servers_message_and_5xx_is_transient() {
         let e = Error::Patch { object: obj(), source: api(500, "InternalError", "boom", vec![]) };
-        assert_eq!((e.message().as_str(), e.kind(), e.is_transient()), ("boom", "patch", true));
+        assert_eq!((e.message(&m()).as_str(), e.kind(), e.is_transient()), ("boom", "patch", true));
         let e = Error::Patch { object: obj(), source: api(409, "Conflict", "Operation cannot be fulfilled", vec![]) };
         assert_eq!(e.kind(), "patch", "a stale update is no field conflict");
     }

@@ -14,9 +14,9 @@ use std::collections::HashMap;
 
 use kube::api::{ApiResource, DynamicObject, ListParams};
 
+use super::Applier;
 use super::answer::{self, Seen};
 use super::object::{Outcome, Policy, Target};
-use super::{Applier, OWNER_LABEL};
 use crate::{Action, SkipReason};
 
 /// Items per LIST page: bounds each response however many objects one owner has.
@@ -103,7 +103,7 @@ impl Applier {
     /// few fields [`Seen`] is made of are read of each item.
     async fn list_owned(&self, resource: &ApiResource, namespace: Option<&str>) -> Listing {
         let url = <DynamicObject as kube::Resource>::url_path(resource, namespace);
-        let selector = format!("{OWNER_LABEL}={}", self.owner_value);
+        let selector = format!("{}={}", self.options.manager.owner_label(), self.owner_value);
         let mut params = ListParams::default().labels(&selector).limit(PAGE);
         let mut found = HashMap::new();
         for _ in 0..MAX_PAGES {
@@ -115,7 +115,7 @@ impl Applier {
                 }
             };
             let page = match tokio::time::timeout(self.options.request_timeout, self.send(request)).await {
-                Ok(Ok((bytes, _))) => answer::page(&bytes, &resource.api_version, &resource.kind),
+                Ok(Ok((bytes, _))) => answer::page(&bytes, &resource.api_version, &resource.kind, self.options.manager.field_manager()),
                 Ok(Err(e)) => {
                     tracing::debug!(kind = %resource.kind, error = %e, "listing our objects failed; checking each object instead");
                     return None;

@@ -13,6 +13,7 @@ mod error;
 mod generated;
 mod inventory;
 mod listing;
+mod manager;
 mod object;
 mod preview;
 pub mod unified;
@@ -36,6 +37,7 @@ pub use generated::{
     Recorded as GeneratedFields, Validity, differing as generated_fields, parse as parse_generated, without as without_generated,
 };
 pub use inventory::{Inventory, InventoryEntry, ParseEntryError};
+pub use manager::{AdoptionPolicy, Manager};
 pub use preview::{Planned, PlannedChange, Preview};
 
 use discovery::{DiscoveryCache, Unresolved};
@@ -47,18 +49,6 @@ use crate::Object;
 use crate::health::Health;
 use crate::names;
 use crate::{Action, ChangeSet, Entry, ObjectRef, SkipReason, order};
-
-/// The field manager of every apply.
-pub const FIELD_MANAGER: &str = "stacksync";
-/// Label on every applied object; its value is [`owner_label_value`] of the sync's owner. Only
-/// objects carrying ours are ever deleted.
-pub const OWNER_LABEL: &str = "stacksync.io/owner";
-/// Per-object policy: `apply` (default), `apply-once` (create if absent, then leave it) or `ignore`.
-pub const POLICY_ANNOTATION: &str = "stacksync.io/policy";
-/// `"true"`: take ownership of conflicting fields for this object.
-pub const FORCE_ANNOTATION: &str = "stacksync.io/force";
-/// `"true"`: delete and re-create this object when the server refuses a change as immutable.
-pub const RECREATE_ANNOTATION: &str = "stacksync.io/recreate-on-immutable";
 
 pub use crate::{DriftMode, StageAction};
 
@@ -76,6 +66,8 @@ pub struct Stage {
 /// How an [`Applier`] applies: whose objects they are, what it may take back, prune and wait for.
 #[derive(Debug, Clone)]
 pub struct ApplyOptions {
+    /// Who applies: the field manager, and the prefix of the owner label and the annotations.
+    pub manager: Manager,
     /// Who the applied objects belong to (e.g. `<subscription>.<namespace>.<cluster>`); any
     /// string, made label-safe by [`owner_label_value`].
     pub owner: String,
@@ -100,9 +92,8 @@ pub struct ApplyOptions {
     /// How long one API request may take, the client's own retries of 429/503/504 included;
     /// then the object is Failed and the next sync tries again.
     pub request_timeout: Duration,
-    /// Field managers whose changes to our fields are taken back (people with kubectl); a
-    /// conflict with any other manager is reported.
-    pub take_back_from: Vec<String>,
+    /// Which other field managers' changes to our fields are taken back.
+    pub adoption: AdoptionPolicy,
     /// The sync's first request doubles as the check that the cluster answers at all: it gets
     /// this deadline, and when it gets no answer (refused, timed out, broken off) nothing more is
     /// sent — every object not done yet fails as unreachable, nothing is pruned, and
@@ -110,7 +101,7 @@ pub struct ApplyOptions {
     pub reach_within: Option<Duration>,
     /// Fields the charts generate at render time, whose live values every apply keeps
     /// (`ClusterSync.status.generated`: found by rendering twice, or recorded by
-    /// `stacksync adopt`; `generated.rs`).
+    /// [`Applier::adopt`]; `generated.rs`).
     pub generated: generated::Recorded,
     /// Rotate them: this sync applies the rendered values where it would keep the live ones
     /// (the fields stay recorded, left out of the digest, their certificates' renewal reported).
@@ -119,9 +110,13 @@ pub struct ApplyOptions {
 
 pub use crate::HAND_MANAGERS;
 
-impl Default for ApplyOptions {
-    fn default() -> ApplyOptions {
+impl ApplyOptions {
+    /// The options of an applier writing as `manager`, every other option its default: no
+    /// owner, namespace `default`, drift corrected, pruning on (50 at most), 8 objects at once,
+    /// 30 s for a CRD and a request, 60 s for a deletion, hand edits taken back.
+    pub fn new(manager: Manager) -> ApplyOptions {
         ApplyOptions {
+            manager,
             owner: String::new(),
             default_namespace: "default".into(),
             force: false,
@@ -133,7 +128,7 @@ impl Default for ApplyOptions {
             crd_wait: Duration::from_secs(30),
             delete_wait: Duration::from_secs(60),
             request_timeout: Duration::from_secs(30),
-            take_back_from: HAND_MANAGERS.iter().map(|m| (*m).to_owned()).collect(),
+            adoption: AdoptionPolicy::default(),
             reach_within: None,
             generated: generated::Recorded::new(),
             rotate_generated: false,
@@ -521,7 +516,7 @@ impl Applier {
         }
         match self.await_established(t).await {
             Ok(()) => outcome,
-            Err(e) => Outcome::new(&outcome.entry, Action::Failed, e.message()),
+            Err(e) => Outcome::new(&outcome.entry, Action::Failed, e.message(&self.options.manager)),
         }
     }
 
@@ -543,11 +538,13 @@ impl Applier {
                             match slot {
                                 Ok(t) => match self.delete_owned(&t.api(&self.client), &t.object.name, &t.entry.object).await {
                                     Ok(Deletion::Absent) => Outcome::new(&t.entry, Action::Unchanged, "absent"),
-                                    Ok(Deletion::NotOurs(label)) => {
-                                        Outcome::new(&t.entry, Action::Skipped(SkipReason::NotOurs), not_ours(label.as_deref()))
-                                    }
+                                    Ok(Deletion::NotOurs(label)) => Outcome::new(
+                                        &t.entry,
+                                        Action::Skipped(SkipReason::NotOurs),
+                                        not_ours(self.options.manager.owner_label(), label.as_deref()),
+                                    ),
                                     Ok(Deletion::Deleted) => Outcome::new(&t.entry, Action::Pruned, "deleted by a delete stage"),
-                                    Err(e) => Outcome::new(&t.entry, Action::Failed, e.message()),
+                                    Err(e) => Outcome::new(&t.entry, Action::Failed, e.message(&self.options.manager)),
                                 },
                                 // A kind the server does not serve has no objects left to delete.
                                 Err(not) if not.kind_not_served => Outcome::new(&not.entry, Action::Unchanged, "absent"),
@@ -593,11 +590,12 @@ impl Applier {
             return (inventory, Err(NotPrepared::new(Entry { message: format!("{message}; nothing was sent"), ..entry })));
         }
         let annotation = |key: &str| crate::health::at(&o.body, "/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str);
-        let policy = match annotation(POLICY_ANNOTATION).unwrap_or("apply") {
+        let manager = &self.options.manager;
+        let policy = match annotation(manager.policy_annotation()).unwrap_or("apply") {
             "apply" => Ok(Policy::Apply),
             "apply-once" => Ok(Policy::ApplyOnce),
             "ignore" => Ok(Policy::Ignore),
-            other => Err(format!("unknown {POLICY_ANNOTATION} \"{other}\" (apply, apply-once or ignore)")),
+            other => Err(format!("unknown {} \"{other}\" (apply, apply-once or ignore)", manager.policy_annotation())),
         };
         let ignored = |entry: Entry| {
             NotPrepared::new(Entry {
@@ -638,7 +636,12 @@ impl Applier {
             Ok(policy) => policy,
             Err(message) => return (inventory, Err(NotPrepared::new(Entry { message, ..entry }))),
         };
-        let desired = desired::Desired { body: &o.body, namespace: namespace.as_deref(), owner: &self.owner_value };
+        let desired = desired::Desired {
+            body: &o.body,
+            namespace: namespace.as_deref(),
+            label: self.options.manager.owner_label(),
+            owner: &self.owner_value,
+        };
         let body = serde_json::to_vec(&desired).unwrap_or_default();
         let generated = generated::of(&self.options.generated, &inventory, &self.options.default_namespace).to_vec();
         // A generated value is not part of what the manifest asks for: a render with new random
@@ -656,8 +659,8 @@ impl Applier {
             entry,
             resource: resolved.resource,
             body,
-            force: self.options.force || annotation(FORCE_ANNOTATION) == Some("true"),
-            recreate: annotation(RECREATE_ANNOTATION) == Some("true"),
+            force: self.options.force || annotation(manager.force_annotation()) == Some("true"),
+            recreate: annotation(manager.recreate_annotation()) == Some("true"),
             inventory: inventory.clone(),
             policy,
             previous_digest,
@@ -689,7 +692,7 @@ impl Applier {
                 *labels = Value::Object(Default::default());
             }
             if let Value::Object(labels) = labels {
-                labels.insert(OWNER_LABEL.into(), Value::String(self.owner_value.clone()));
+                labels.insert(self.options.manager.owner_label().into(), Value::String(self.owner_value.clone()));
             }
         }
         body
@@ -765,9 +768,11 @@ impl Applier {
         };
         match self.delete_owned(&api, &e.name, &e.object_ref()).await {
             Ok(Deletion::Absent) => (None, false),
-            Ok(Deletion::NotOurs(label)) => (Some(entry(Action::Skipped(SkipReason::NotOurs), not_ours(label.as_deref()))), false),
+            Ok(Deletion::NotOurs(label)) => {
+                (Some(entry(Action::Skipped(SkipReason::NotOurs), not_ours(self.options.manager.owner_label(), label.as_deref()))), false)
+            }
             Ok(Deletion::Deleted) => (Some(entry(Action::Pruned, String::new())), false),
-            Err(err) => (Some(entry(Action::Failed, err.message())), true),
+            Err(err) => (Some(entry(Action::Failed, err.message(&self.options.manager))), true),
         }
     }
 }
@@ -806,10 +811,10 @@ fn served_versions(crd: &Value) -> impl Iterator<Item = String> + '_ {
         .filter_map(move |v| v["name"].as_str().map(|name| format!("{group}/{name}")))
 }
 
-fn not_ours(label: Option<&str>) -> String {
+fn not_ours(owner_label: &str, label: Option<&str>) -> String {
     match label {
-        Some(v) => format!("not ours: {OWNER_LABEL} is \"{v}\""),
-        None => format!("not ours: no {OWNER_LABEL} label"),
+        Some(v) => format!("not ours: {owner_label} is \"{v}\""),
+        None => format!("not ours: no {owner_label} label"),
     }
 }
 
@@ -836,6 +841,16 @@ pub fn owner_label_value(owner: &str) -> String {
     if prefix.is_empty() { hash } else { format!("{prefix}-{hash}") }
 }
 
+/// The neutral manager of the crate's own tests.
+#[cfg(test)]
+pub(crate) fn test_manager() -> Manager {
+    Manager::new(TEST_FIELD_MANAGER, "apply.example.com")
+}
+
+/// The field manager of [`test_manager`].
+#[cfg(test)]
+pub(crate) const TEST_FIELD_MANAGER: &str = "example-applier";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -844,14 +859,15 @@ mod tests {
     async fn arbitrary_manifests_are_written_as_their_edited_copies_are() {
         let applier = Applier::new(
             kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().expect("url"))).expect("client"),
-            ApplyOptions { owner: "stack.team-a.alpha".into(), ..ApplyOptions::default() },
+            ApplyOptions { owner: "stack.team-a.alpha".into(), ..ApplyOptions::new(test_manager()) },
         );
         let mut g = arbitrary::Gen::new(7);
         for i in 0..3000 {
             let body = g.object();
             let namespace = [Some("team"), None, Some("")][i % 3];
             let copied = serde_json::to_vec(&applier.desired_body(&body, namespace)).expect("json");
-            let desired = desired::Desired { body: &body, namespace, owner: &applier.owner_value };
+            let desired =
+                desired::Desired { body: &body, namespace, label: applier.options.manager.owner_label(), owner: &applier.owner_value };
             assert_eq!(serde_json::to_vec(&desired).expect("json"), copied, "{body} in {namespace:?}");
         }
     }
@@ -861,12 +877,12 @@ mod tests {
         use serde_json::json;
         let applier = Applier::new(
             kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().expect("url"))).expect("client"),
-            ApplyOptions { owner: "stack.team-a.alpha".into(), ..ApplyOptions::default() },
+            ApplyOptions { owner: "stack.team-a.alpha".into(), ..ApplyOptions::new(test_manager()) },
         );
         let bodies = [
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}}),
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "elsewhere",
-                "labels": {"app": "x", "stacksync.io/owner": "someone", "zz": "1"}, "annotations": {"a": "b"}, "uid": "u"}}),
+                "labels": {"app": "x", "apply.example.com/owner": "someone", "zz": "1"}, "annotations": {"a": "b"}, "uid": "u"}}),
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"labels": {"a": "1", "t": "2"}, "name": "a", "ownerReferences": []}}),
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"labels": "odd", "name": "a"}}),
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"labels": null, "name": "a"}}),
@@ -881,7 +897,8 @@ mod tests {
         for body in &bodies {
             for namespace in [Some("team"), None] {
                 let copied = serde_json::to_vec(&applier.desired_body(body, namespace)).expect("json");
-                let desired = desired::Desired { body, namespace, owner: &applier.owner_value };
+                let desired =
+                    desired::Desired { body, namespace, label: applier.options.manager.owner_label(), owner: &applier.owner_value };
                 assert_eq!(serde_json::to_vec(&desired).expect("json"), copied, "{body} in {namespace:?}");
             }
         }

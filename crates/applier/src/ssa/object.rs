@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::answer::{self, Seen};
 use super::error::{Error, Result};
 use super::inventory::InventoryEntry;
-use super::{Applier, DriftMode, FIELD_MANAGER, OWNER_LABEL, diff};
+use super::{Applier, DriftMode, diff};
 use crate::Object;
 use crate::health::{self, Health};
 use crate::{Action, Entry, ObjectRef, SkipReason};
@@ -133,8 +133,8 @@ impl Outcome {
     }
 
     /// Records the hash of our fields as `object` shows them.
-    fn with_fields(self, object: &Value) -> Outcome {
-        Outcome { fields: diff::our_fields(object).map(diff::fields_hash), ..self }
+    fn with_fields(self, object: &Value, field_manager: &str) -> Outcome {
+        Outcome { fields: diff::our_fields(object, field_manager).map(diff::fields_hash), ..self }
     }
 
     /// Records our fields and the health of the object as the server showed it.
@@ -152,9 +152,9 @@ impl Outcome {
 
     /// `cluster_down`: the cluster stopped answering this sync ([`super::Reach`]); the sync says
     /// that once for the cluster, so each object's failure is only a DEBUG line.
-    fn failed(entry: &Entry, error: &Error, cluster_down: bool) -> Outcome {
+    fn failed(entry: &Entry, error: &Error, manager: &super::Manager, cluster_down: bool) -> Outcome {
         // The error's Display names the operation and object only; the cause is in the message.
-        let message = error.message();
+        let message = error.message(manager);
         if cluster_down {
             tracing::debug!(object = %entry.object, error = %error, %message, "apply failed: the cluster stopped answering");
         } else {
@@ -195,7 +195,7 @@ impl Applier {
                     // The kind may no longer be served: the next sync asks discovery again.
                     self.discovery.forget(&t.object.api_version);
                 }
-                Outcome::failed(&t.entry, &e, self.reach.down().is_some())
+                Outcome::failed(&t.entry, &e, &self.options.manager, self.reach.down().is_some())
             }
         }
     }
@@ -241,13 +241,14 @@ impl Applier {
         let health = health::assess(&live);
         // Forced, so the dry-run shows the object as the manifest wants it even where another
         // manager holds a field; whether we may take it is decided by the real write.
-        let dry_params = PatchParams { dry_run: true, ..PatchParams::apply(FIELD_MANAGER).force() };
+        let dry_params = PatchParams { dry_run: true, ..PatchParams::apply(self.options.manager.field_manager()).force() };
         let dry = self.within("dry-run apply", &t.entry.object, self.apply_request(t, &dry_params)).await?;
         let dry = dry.and_then(|(bytes, _)| whole(&bytes));
         let dry = dry.map_err(|source| Error::DryRun { object: t.entry.object.clone(), source })?;
         let changed = diff::changed_paths(&live, &dry);
-        if changed.is_empty() && diff::our_fields(&live) == diff::our_fields(&dry) {
-            return Ok(Outcome { health: Some(health), ..Outcome::new(&t.entry, Action::Unchanged, "").with_fields(&dry) });
+        let manager = self.options.manager.field_manager();
+        if changed.is_empty() && diff::our_fields(&live, manager) == diff::our_fields(&dry, manager) {
+            return Ok(Outcome { health: Some(health), ..Outcome::new(&t.entry, Action::Unchanged, "").with_fields(&dry, manager) });
         }
         let release_changed = release_changed(t);
         let drifted = (!release_changed && !changed.is_empty()).then_some(changed);
@@ -273,7 +274,7 @@ impl Applier {
     /// request per object (and one LIST per kind).
     /// Nothing of another manager is overwritten: without force a field another manager holds
     /// with another value is a conflict, as on the full path (taken back only from the managers
-    /// of [`super::ApplyOptions::take_back_from`]). The server's answer tells created (201) from
+    /// of [`super::AdoptionPolicy::take_back_from`]). The server's answer tells created (201) from
     /// existing (200); there is no drift to report for an object we never applied. An object
     /// found being deleted is not synced, as on the full path.
     async fn apply_new(&self, t: &Target<'_>) -> Result<Outcome> {
@@ -291,7 +292,7 @@ impl Applier {
     }
 
     /// Applies; when that conflicts only with managers a human uses (`kubectl edit`, `kubectl
-    /// patch`, …: [`super::ApplyOptions::take_back_from`]), applies again taking the fields back, as
+    /// patch`, …: [`super::AdoptionPolicy::take_back_from`]), applies again taking the fields back, as
     /// Flux does. A conflict with any other manager (another controller) stays a conflict.
     /// Returns the object and, when fields were taken back, from whom.
     async fn patch_taking_back(&self, t: &Target<'_>) -> Result<(Seen, Option<String>)> {
@@ -304,8 +305,7 @@ impl Applier {
             Ok((o, created)) => Ok((o, created, None)),
             Err(e) if !t.force => {
                 let managers = e.conflicting_managers();
-                let ours = !managers.is_empty() && managers.iter().all(|m| self.options.take_back_from.iter().any(|t| t == m));
-                if !ours {
+                if !self.options.adoption.takes_back(&managers) {
                     return Err(e);
                 }
                 let forced = Target { force: true, ..t.clone_for_retry() };
@@ -324,10 +324,12 @@ impl Applier {
 
     /// Applies, and tells whether the apply created the object (the server answered 201).
     async fn patch_reporting(&self, t: &Target<'_>) -> Result<(Seen, bool)> {
-        let mut params = PatchParams::apply(FIELD_MANAGER);
+        let mut params = PatchParams::apply(self.options.manager.field_manager());
         params.force = t.force;
         let applied = self.within("applying", &t.entry.object, self.apply_request(t, &params)).await?;
-        let applied = applied.and_then(|(bytes, code)| Ok((Seen::from_slice(&bytes).map_err(kube::Error::SerdeError)?, code)));
+        let applied = applied.and_then(|(bytes, code)| {
+            Ok((Seen::from_slice(&bytes, self.options.manager.field_manager()).map_err(kube::Error::SerdeError)?, code))
+        });
         let (applied, code) = applied.map_err(|source| Error::Patch { object: t.entry.object.clone(), source })?;
         tracing::debug!(object = %t.entry.object, "applied");
         Ok((applied, code == 201))
@@ -394,8 +396,10 @@ impl Applier {
             self.patch(t).await
         };
         match result.await {
-            Ok(o) => Outcome::new(&t.entry, Action::Configured, format!("re-created: {}", cause.message())).with_seen(&o),
-            Err(e) => Outcome::failed(&t.entry, &e, self.reach.down().is_some()),
+            Ok(o) => {
+                Outcome::new(&t.entry, Action::Configured, format!("re-created: {}", cause.message(&self.options.manager))).with_seen(&o)
+            }
+            Err(e) => Outcome::failed(&t.entry, &e, &self.options.manager, self.reach.down().is_some()),
         }
     }
 
@@ -441,7 +445,7 @@ impl Applier {
         let live = self.within("reading", object, api.get_opt(name)).await?;
         let live = live.map_err(|source| Error::Get { object: object.clone(), source })?;
         let Some(live) = live else { return Ok(Deletion::Absent) };
-        let label = live.metadata.labels.as_ref().and_then(|l| l.get(OWNER_LABEL)).cloned();
+        let label = live.metadata.labels.as_ref().and_then(|l| l.get(self.options.manager.owner_label())).cloned();
         if label.as_deref() != Some(self.owner_value.as_str()) {
             return Ok(Deletion::NotOurs(label));
         }

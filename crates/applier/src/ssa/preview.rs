@@ -1,4 +1,4 @@
-//! What a sync would do, without doing it (`stacksync diff`): every object of the stages is
+//! What a sync would do, without doing it (a `diff` command): every object of the stages is
 //! server-side dry-run applied and compared with the live object; delete stages and the prune
 //! are looked up. Nothing is written. The same preparation as a sync (namespaces, owner label,
 //! policies) makes the dry-run send exactly what the sync would.
@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::discovery::Unresolved;
 use super::object::{Policy, to_value};
-use super::{Applier, Digests, FIELD_MANAGER, Inventory, OWNER_LABEL, Stage, diff, is_crd, key_only, unified};
+use super::{Applier, Digests, Inventory, Stage, diff, is_crd, key_only, unified};
 use crate::StageAction;
 use crate::{ObjectRef, SkipReason};
 
@@ -143,12 +143,12 @@ impl Applier {
                 let live = match self.get(&t.api(&self.client), &t.object.name, &object).await {
                     Ok(live) => live,
                     Err(error) => {
-                        out.failures.push((object, error.message()));
+                        out.failures.push((object, error.message(&self.options.manager)));
                         continue;
                     }
                 };
                 if stage.action == StageAction::Delete {
-                    if let Some(live) = live.filter(|l| ours(l, &self.owner_value)) {
+                    if let Some(live) = live.filter(|l| ours(l, self.options.manager.owner_label(), &self.owner_value)) {
                         out.push(object, Planned::Delete, &yaml(&diff::normalize(&live)), "");
                     }
                     continue;
@@ -161,12 +161,15 @@ impl Applier {
                     Some(kept) => kept,
                     None => t,
                 };
-                let params = PatchParams { dry_run: true, ..PatchParams::apply(FIELD_MANAGER).force() };
+                let params = PatchParams { dry_run: true, ..PatchParams::apply(self.options.manager.field_manager()).force() };
                 let dry = match self.within("dry-run apply", &object, self.apply_request(&t, &params)).await {
                     Ok(Ok((bytes, _))) => match super::object::whole(&bytes) {
                         Ok(dry) => diff::normalize(&dry),
                         Err(source) => {
-                            out.failures.push((object, super::Error::DryRun { object: t.entry.object.clone(), source }.message()));
+                            out.failures.push((
+                                object,
+                                super::Error::DryRun { object: t.entry.object.clone(), source }.message(&self.options.manager),
+                            ));
                             continue;
                         }
                     },
@@ -189,11 +192,14 @@ impl Applier {
                         continue;
                     }
                     Ok(Err(e)) => {
-                        out.failures.push((object, super::Error::DryRun { object: t.entry.object.clone(), source: e }.message()));
+                        out.failures.push((
+                            object,
+                            super::Error::DryRun { object: t.entry.object.clone(), source: e }.message(&self.options.manager),
+                        ));
                         continue;
                     }
                     Err(e) => {
-                        out.failures.push((object, e.message()));
+                        out.failures.push((object, e.message(&self.options.manager)));
                         continue;
                     }
                 };
@@ -221,11 +227,11 @@ impl Applier {
                 None => Api::all_with(self.client.clone(), &*resource),
             };
             match self.get(&api, &e.name, &e.object_ref()).await {
-                Ok(Some(live)) if ours(&live, &self.owner_value) => {
+                Ok(Some(live)) if ours(&live, self.options.manager.owner_label(), &self.owner_value) => {
                     out.push(e.object_ref(), Planned::Prune, &yaml(&diff::normalize(&live)), "")
                 }
                 Ok(_) => {}
-                Err(error) => out.failures.push((e.object_ref(), error.message())),
+                Err(error) => out.failures.push((e.object_ref(), error.message(&self.options.manager))),
             }
         }
         out
@@ -272,8 +278,8 @@ impl Preview {
     }
 }
 
-fn ours(live: &Value, owner: &str) -> bool {
-    crate::health::at(live, "/metadata/labels").and_then(|l| l.get(OWNER_LABEL)).and_then(Value::as_str) == Some(owner)
+fn ours(live: &Value, owner_label: &str, owner: &str) -> bool {
+    crate::health::at(live, "/metadata/labels").and_then(|l| l.get(owner_label)).and_then(Value::as_str) == Some(owner)
 }
 
 fn yaml(v: &Value) -> String {

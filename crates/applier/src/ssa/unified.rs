@@ -1,5 +1,5 @@
 //! Unified diffs of two texts, line by line (`diff -u` layout, 3 lines of context), for
-//! `stacksync diff`. Manifests are small: a longest-common-subsequence table is exact and
+//! a `diff` command. Manifests are small: a longest-common-subsequence table is exact and
 //! fast enough; beyond `MAX_CELLS` the whole text is shown as replaced.
 
 /// Lines of context around each change.

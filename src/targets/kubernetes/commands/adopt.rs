@@ -783,12 +783,12 @@ async fn label_leftover(applier: &Applier, r: &Value, owner: &str) -> Result<app
         Some(ns) => Api::namespaced_with(applier.client().clone(), ns, &res),
         None => Api::all_with(applier.client().clone(), &res),
     };
-    let mut metadata = json!({"name": o.name, "labels": {applier::ssa::OWNER_LABEL: owner}});
+    let mut metadata = json!({"name": o.name, "labels": {crate::model::manager::OWNER_LABEL: owner}});
     if let Some(ns) = &o.namespace {
         metadata["namespace"] = json!(ns);
     }
     let body = json!({"apiVersion": o.api_version, "kind": o.kind, "metadata": metadata});
-    match api.patch(&o.name, &PatchParams::apply(applier::ssa::FIELD_MANAGER), &Patch::Apply(&body)).await {
+    match api.patch(&o.name, &PatchParams::apply(crate::model::manager::FIELD_MANAGER), &Patch::Apply(&body)).await {
         Ok(_) => Ok(applier::ssa::InventoryEntry {
             group,
             kind: o.kind,

@@ -27,7 +27,7 @@ use crate::release::{self, Release, short};
 use crate::status::Reason;
 use crate::status::crd::{ClusterSync, ClusterSyncStatus, RECONCILE_REQUESTED_AT};
 use crate::status::desired::{Outcome, Verdict, desired};
-use applier::ssa::{Applier, ApplyOptions, Inventory};
+use applier::ssa::{AdoptionPolicy, Applier, ApplyOptions, Inventory};
 
 /// How soon a Cluster whose objects are still rolling out is looked at again.
 pub(in crate::targets::kubernetes) const HEALTH_RECHECK: Duration = Duration::from_secs(5);
@@ -471,11 +471,11 @@ pub(in crate::targets::kubernetes) fn apply_options(k: &KubernetesTarget, sub: &
         prune_limit: k.prune_limit,
         allow_empty_prune: k.allow_empty_prune,
         default_namespace: if sub.format == Format::ClusterStack { "kube-system".into() } else { "default".into() },
-        take_back_from: k.take_back_from.clone(),
+        adoption: AdoptionPolicy { take_back_from: k.take_back_from.clone() },
         request_timeout: k.request_timeout,
         // No `GET /version` first: the sync's first request is the reachability check.
         reach_within: Some(super::workload::REACHABLE_TIMEOUT),
-        ..ApplyOptions::default()
+        ..ApplyOptions::new(crate::model::manager::manager())
     }
 }
 

@@ -15,7 +15,7 @@ use crate::status::crd::{ClusterSync, ClusterSyncSpec, ClusterSyncStatus};
 use crate::status::desired::summarise;
 
 /// The field manager of every write, objects and status alike.
-pub const MANAGER: &str = applier::ssa::FIELD_MANAGER;
+pub const MANAGER: &str = crate::model::manager::FIELD_MANAGER;
 
 /// Now, as the status resources carry times. The one clock read of the status code: what is
 /// decided from it ([`crate::status::desired`]) gets the time passed in.

@@ -131,11 +131,11 @@ async fn stop_undriven(
 /// One look at `sub`'s rollout: start one, go on with one, or nothing.
 async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()> {
     let offered = kube.ctx.offered(sub).await;
-    let (Some(target), Some(families)) = (offered.first().cloned(), sub.families()) else { return Ok(()) };
+    let (Some(target), Some(families)) = (offered.first(), sub.families()) else { return Ok(()) };
     let releases: Api<StackRelease> = Api::all(kube.mgmt.clone());
     let name = release_name(&sub.name, &target.tag);
-    let all = releases.list(&ListParams::default()).await.map_err(Error::ListReleases)?;
-    let Some(rel) = all.items.iter().find(|r| r.metadata.name.as_deref() == Some(name.as_str())).cloned() else {
+    let all = releases.list(&ListParams::default()).await.map_err(Error::ListReleases)?.items;
+    let Some(rel) = all.iter().find(|r| r.metadata.name.as_deref() == Some(name.as_str())).cloned() else {
         debug!(release = %name, "rollout: the target's StackRelease is not recorded yet");
         return Ok(());
     };
@@ -145,96 +145,125 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
         return Ok(());
     }
     let requests = Requests::of(&rel);
-    let mut fleet = Fleet { members: members(kube, sub, cfg).await?, ..Fleet::default() };
-    let mut st = match (round, state) {
+    let look = Look { kube, sub, cfg, offered: &offered, target, families, name, rel, all, requests };
+    let fleet = Fleet { members: members(kube, sub, cfg).await?, ..Fleet::default() };
+    let st = match (round, state) {
         (Round::GoOn, Some(st)) => st,
-        (_, state) => {
-            let Some(mut older) = plan::older(&fleet.members, &target.tag, families) else { return Ok(()) };
-            if older.is_empty() {
-                return Ok(());
-            }
-            // The ClusterClass of the target must be in place before a Cluster names it.
-            let phase = rel.status.as_ref().map(|s| s.phase.as_str()).unwrap_or_default();
-            if phase != "Applied" {
-                let first_error = kube.classes.merged(&sub.name, &rel.spec.tag).errors.into_iter().next();
-                let message = format!("ClusterClass {} is not applied: {}", target.tag, plan::not_applied(&rel, first_error.as_deref()));
-                let total = older.len() as u32;
-                let Some(st) = plan::waiting(state.as_ref(), total, message, &requests) else { return Ok(()) };
-                if phase == "Failed" {
-                    warn!(subscription = %sub.name, to = %target.tag, "rollout waiting: {}", st.message);
-                } else {
-                    info!(subscription = %sub.name, to = %target.tag, "rollout waiting: {}", st.message);
-                }
-                let type_ = if phase == "Failed" { EventType::Warning } else { EventType::Normal };
-                event(kube, &rel, type_, "RolloutWaiting", format!("{total} Clusters to move: {}", st.message));
-                return write(kube, &name, &st).await;
-            }
-            let others = plan::others(&all.items, &sub.name, &name, &target.tag);
-            for (other, o) in &others.superseded {
-                write(kube, other, o).await?;
-            }
-            if let Some(paused) = others.held_by {
-                debug!(release = %name, paused, "rollout: another rollout of this subscription is paused");
-                return Ok(());
-            }
-            // Each Cluster's path to the target: one Kubernetes minor at a time.
-            let tags: Vec<String> = offered.iter().map(|r| r.tag.clone()).collect();
-            let (paths, no_path) = plan::paths(&fleet.members, &older, &target.tag, &tags);
-            older.retain(|(key, _)| paths.contains_key(key));
-            let mut st = plan::start(&cfg.waves, &older, &paths, &requests, chrono::Utc::now());
-            let steps = paths.values().map(Vec::len).max().unwrap_or(1);
-            if let Some(why) = plan::nothing_can_move(paths.len(), &no_path, &target.tag) {
-                // Not a rollout that starts: one that cannot, said as such (not "every Cluster
-                // runs it").
-                warn!(subscription = %sub.name, to = %target.tag, "rollout: {why}");
-                event(kube, &rel, EventType::Warning, "RolloutNothingCanMove", why.clone());
-                st.message = why;
-            } else {
-                info!(subscription = %sub.name, to = %target.tag, clusters = st.total, waves = st.waves, steps, "rollout started");
-                let note = format!("moving {} Clusters to {} in {} waves", st.total, target.tag, st.waves);
-                event(kube, &rel, EventType::Normal, "RolloutStarted", note);
-            }
-            for f in no_path {
-                warn!(subscription = %sub.name, to = %target.tag, cluster = %f.cluster, "rollout: Cluster left out: {}", f.message);
-                event(kube, &rel, EventType::Warning, "RolloutClusterFailed", format!("{} left out: {}", f.cluster, f.message));
-                st.failed.push(f);
-            }
-            plan::summarise(&mut st);
-            st
-        }
+        (_, state) => match begin(&look, &fleet, state).await? {
+            Some(st) => st,
+            None => return Ok(()),
+        },
     };
+    go_on(&look, fleet, st).await
+}
+
+/// What one look at a subscription's rollout works with: the release it moves the fleet to
+/// and that release's `StackRelease`, among all of them.
+struct Look<'a> {
+    kube: &'a Kube,
+    sub: &'a Subscription,
+    cfg: &'a RolloutConfig,
+    /// The subscription's offered releases, newest first.
+    offered: &'a [Release],
+    /// The newest of them: the rollout's target.
+    target: &'a Release,
+    families: crate::model::version::Families<'a>,
+    /// The target's `StackRelease` (`rel`), by name.
+    name: String,
+    rel: StackRelease,
+    all: Vec<StackRelease>,
+    requests: Requests,
+}
+
+/// A rollout to start, when Clusters run older releases (`state`: a waiting, complete or
+/// stopped one before): it waits for the target's ClusterClass, supersedes older rollouts of
+/// the subscription, is held by a paused one, or starts ([`start`]). `None`: nothing to go on
+/// with this round.
+async fn begin(look: &Look<'_>, fleet: &Fleet, state: Option<RolloutStatus>) -> Result<Option<RolloutStatus>> {
+    let Some(older) = plan::older(&fleet.members, &look.target.tag, look.families) else { return Ok(None) };
+    if older.is_empty() {
+        return Ok(None);
+    }
+    // The ClusterClass of the target must be in place before a Cluster names it.
+    let phase = look.rel.status.as_ref().map(|s| s.phase.as_str()).unwrap_or_default();
+    if phase != "Applied" {
+        wait_for_class(look, state.as_ref(), older.len() as u32, phase).await?;
+        return Ok(None);
+    }
+    let others = plan::others(&look.all, &look.sub.name, &look.name, &look.target.tag);
+    for (other, o) in &others.superseded {
+        write(look.kube, other, o).await?;
+    }
+    if let Some(paused) = others.held_by {
+        debug!(release = %look.name, paused, "rollout: another rollout of this subscription is paused");
+        return Ok(None);
+    }
+    Ok(Some(start(look, fleet, older)))
+}
+
+/// The rollout waits for the target's ClusterClass, not applied (`phase`) yet: said (at WARN
+/// when its apply failed) and written when that is news ([`plan::waiting`]).
+async fn wait_for_class(look: &Look<'_>, state: Option<&RolloutStatus>, total: u32, phase: &str) -> Result<()> {
+    let (kube, sub, target) = (look.kube, look.sub, look.target);
+    let first_error = kube.classes.merged(&sub.name, &look.rel.spec.tag).errors.into_iter().next();
+    let message = format!("ClusterClass {} is not applied: {}", target.tag, plan::not_applied(&look.rel, first_error.as_deref()));
+    let Some(st) = plan::waiting(state, total, message, &look.requests) else { return Ok(()) };
+    if phase == "Failed" {
+        warn!(subscription = %sub.name, to = %target.tag, "rollout waiting: {}", st.message);
+    } else {
+        info!(subscription = %sub.name, to = %target.tag, "rollout waiting: {}", st.message);
+    }
+    let type_ = if phase == "Failed" { EventType::Warning } else { EventType::Normal };
+    event(kube, &look.rel, type_, "RolloutWaiting", format!("{total} Clusters to move: {}", st.message));
+    write(kube, &look.name, &st).await
+}
+
+/// Starts a rollout over the `older` Clusters, each on its path to the target (one Kubernetes
+/// minor at a time); those with no path are left out, failed. Said in the log and an Event.
+fn start(look: &Look<'_>, fleet: &Fleet, mut older: Vec<(String, bool)>) -> RolloutStatus {
+    let (kube, sub, target, rel) = (look.kube, look.sub, look.target, &look.rel);
+    let tags: Vec<String> = look.offered.iter().map(|r| r.tag.clone()).collect();
+    let (paths, no_path) = plan::paths(&fleet.members, &older, &target.tag, &tags);
+    older.retain(|(key, _)| paths.contains_key(key));
+    let mut st = plan::start(&look.cfg.waves, &older, &paths, &look.requests, chrono::Utc::now());
+    let steps = paths.values().map(Vec::len).max().unwrap_or(1);
+    if let Some(why) = plan::nothing_can_move(paths.len(), &no_path, &target.tag) {
+        // Not a rollout that starts: one that cannot, said as such (not "every Cluster runs
+        // it").
+        warn!(subscription = %sub.name, to = %target.tag, "rollout: {why}");
+        event(kube, rel, EventType::Warning, "RolloutNothingCanMove", why.clone());
+        st.message = why;
+    } else {
+        info!(subscription = %sub.name, to = %target.tag, clusters = st.total, waves = st.waves, steps, "rollout started");
+        let note = format!("moving {} Clusters to {} in {} waves", st.total, target.tag, st.waves);
+        event(kube, rel, EventType::Normal, "RolloutStarted", note);
+    }
+    for f in no_path {
+        warn!(subscription = %sub.name, to = %target.tag, cluster = %f.cluster, "rollout: Cluster left out: {}", f.message);
+        event(kube, rel, EventType::Warning, "RolloutClusterFailed", format!("{} left out: {}", f.cluster, f.message));
+        st.failed.push(f);
+    }
+    plan::summarise(&mut st);
+    st
+}
+
+/// Goes on with rollout `st`: reads the rest of the fleet, tries failed edits again, asks
+/// [`plan::advance`] what to do and does it (edits, moves back, log lines, Events), then
+/// records the metrics and writes the status when it changed.
+async fn go_on(look: &Look<'_>, mut fleet: Fleet, mut st: RolloutStatus) -> Result<()> {
+    let (kube, sub, cfg, target) = (look.kube, look.sub, look.cfg, look.target);
     let before = st.clone();
     fleet.syncs = cluster_syncs(kube, sub).await?;
-    fleet.in_flight = plan::in_flight(&all.items, &sub.name, &name, &fleet.members);
+    fleet.in_flight = plan::in_flight(&look.all, &sub.name, &look.name, &fleet.members);
     // Maintenance windows are times of day for people: the wall clock, read once per round.
     let now = chrono::Utc::now();
-    let windows = window::at(&cfg.windows, now);
-    let no_labels = BTreeMap::new();
-    let verdicts: BTreeMap<String, Verdict> =
-        fleet.members.iter().map(|(key, m)| (key.clone(), windows.verdict(m.obj.metadata.labels.as_ref().unwrap_or(&no_labels)))).collect();
-    let in_window =
-        |key: &str| verdicts.get(key).cloned().unwrap_or(if cfg.windows.is_empty() { Verdict::Always } else { Verdict::Closed(None) });
-    // The Kubernetes version of the target and of every class on a path (read once per release
-    // and process).
-    let mut classes: BTreeSet<&str> = st.plan.iter().flat_map(|w| &w.paths).flat_map(|p| p.steps.iter().map(String::as_str)).collect();
-    classes.insert(&target.tag);
-    for class in classes {
-        let v = match offered.iter().find(|r| r.tag == class) {
-            Some(r) => kubernetes_version(kube, sub, r).await,
-            None => None,
-        };
-        fleet.versions.insert(class.to_owned(), v);
-    }
-    let stop_of =
-        |st: &RolloutStatus, key: &str, m: &Member| plan::next_stop(st, key, &topology_class(&m.obj.data).unwrap_or_default(), &target.tag);
-    let stops: BTreeMap<String, String> = unmoved(&mut st)
-        .map(|w| w.unmoved.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|key| fleet.members.get(&key).map(|m| (key.clone(), stop_of(&st, &key, m))))
-        .collect();
+    let windows = Windows::of(&cfg.windows, &fleet.members, now);
+    let in_window = |key: &str| windows.verdict(key);
+    fleet.versions = versions(look, &st).await;
+    let unmoved_keys = unmoved(&mut st).map(|w| w.unmoved.clone()).unwrap_or_default();
+    let stops = stops(&st, &unmoved_keys, &fleet.members, &target.tag);
     if let Some(wave) = unmoved(&mut st) {
-        retry_moves(kube, wave, &mut fleet, &stops, families, &in_window).await;
+        retry_moves(kube, wave, &mut fleet, &stops, look.families, &in_window).await;
     }
     if !plan::to_judge(&st).is_empty() {
         fleet.control_planes = control_planes(kube, &fleet.members, plan::to_judge(&st)).await;
@@ -252,49 +281,107 @@ async fn tick(kube: &Kube, sub: &Subscription, cfg: &RolloutConfig) -> Result<()
             not_ready: cfg.not_ready,
             window: &in_window,
         };
-        plan::advance(&mut st, &fleet, &t, &requests, &policy, now, &waited)
+        plan::advance(&mut st, &fleet, &t, &look.requests, &policy, now, &waited)
     };
     crate::schedule::clock::note(&st.wave_started);
     for step in steps {
-        match &step {
-            Step::WaveStarted { wave, clusters, .. } | Step::Moved { wave, clusters, .. } | Step::Stepped { wave, clusters, .. } => {
-                let stops: BTreeMap<&String, String> =
-                    clusters.iter().filter_map(|key| fleet.members.get(key).map(|m| (key, stop_of(&st, key, m)))).collect();
-                let Some(w) = st.plan.get_mut(wave.saturating_sub(1) as usize) else { continue };
-                for key in clusters {
-                    let (Some(m), Some(class)) = (fleet.members.get_mut(key), stops.get(key)) else { continue };
-                    let v = fleet.versions.get(class).cloned().flatten();
-                    // One that fails is tried again at every check on the Cluster as read then;
-                    // the wave waits for it (and times out).
-                    let from = moved_from(key, m);
-                    match try_move(kube, key, m, class, v.as_deref()).await {
-                        Some(true) => remember(w, from),
-                        Some(false) => {}
-                        None => w.unmoved.push(key.clone()),
-                    }
-                }
-            }
-            Step::RollBack { cluster, to } => {
-                let outcome = roll_back(kube, cluster, fleet.members.get(cluster), to).await;
-                if let Some(f) = st.failed.iter_mut().find(|f| &f.cluster == cluster && f.outcome == plan::ROLLING_BACK) {
-                    match outcome {
-                        Ok(()) => {
-                            plan::ROLLED_BACK.clone_into(&mut f.outcome);
-                            f.detail.clear();
-                        }
-                        Err(e) => f.detail = crate::status::desired::shorten(&e.to_string(), 300),
-                    }
-                }
-            }
-            _ => {}
-        }
-        report(kube, sub, &target, &rel, step);
+        carry_out(look, &mut st, &mut fleet, &step).await;
+        report(kube, sub, target, &look.rel, step);
     }
     record_metrics(&sub.name, &st);
     if st != before {
-        write(kube, &name, &st).await?;
+        write(kube, &look.name, &st).await?;
     }
     Ok(())
+}
+
+/// Whether each Cluster is inside one of its maintenance windows, decided once per round at
+/// the wall clock's `now`.
+struct Windows {
+    verdicts: BTreeMap<String, Verdict>,
+    /// A Cluster not read this round: any time without windows, else none of its windows is
+    /// known to open.
+    otherwise: Verdict,
+}
+
+impl Windows {
+    fn of(windows: &[window::Window], members: &BTreeMap<String, Member>, now: chrono::DateTime<chrono::Utc>) -> Windows {
+        let at = window::at(windows, now);
+        let no_labels = BTreeMap::new();
+        let verdicts =
+            members.iter().map(|(key, m)| (key.clone(), at.verdict(m.obj.metadata.labels.as_ref().unwrap_or(&no_labels)))).collect();
+        Windows { verdicts, otherwise: if windows.is_empty() { Verdict::Always } else { Verdict::Closed(None) } }
+    }
+
+    fn verdict(&self, key: &str) -> Verdict {
+        self.verdicts.get(key).cloned().unwrap_or_else(|| self.otherwise.clone())
+    }
+}
+
+/// The Kubernetes version of the target and of every class on a path (read once per release
+/// and process); `None` for a class not offered or whose version cannot be read.
+async fn versions(look: &Look<'_>, st: &RolloutStatus) -> BTreeMap<String, Option<String>> {
+    let mut classes: BTreeSet<&str> = st.plan.iter().flat_map(|w| &w.paths).flat_map(|p| p.steps.iter().map(String::as_str)).collect();
+    classes.insert(&look.target.tag);
+    let mut out = BTreeMap::new();
+    for class in classes {
+        let v = match look.offered.iter().find(|r| r.tag == class) {
+            Some(r) => kubernetes_version(look.kube, look.sub, r).await,
+            None => None,
+        };
+        out.insert(class.to_owned(), v);
+    }
+    out
+}
+
+/// The class each of `keys` (Clusters of the fleet, `members`) is moved to next: its next
+/// stop on its path to `target` ([`plan::next_stop`]).
+fn stops<K: AsRef<str>>(st: &RolloutStatus, keys: &[K], members: &BTreeMap<String, Member>, target: &str) -> BTreeMap<String, String> {
+    keys.iter()
+        .filter_map(|key| {
+            let key = key.as_ref();
+            let m = members.get(key)?;
+            Some((key.to_owned(), plan::next_stop(st, key, &topology_class(&m.obj.data).unwrap_or_default(), target)))
+        })
+        .collect()
+}
+
+/// Does what one step of a round asks of the cluster: edits the Clusters a wave moves to their
+/// next stop (one that fails is tried again at every check; the wave waits for it, and times
+/// out), moves a failed Cluster back and records whether that took.
+async fn carry_out(look: &Look<'_>, st: &mut RolloutStatus, fleet: &mut Fleet, step: &Step) {
+    let kube = look.kube;
+    match step {
+        Step::WaveStarted { wave, clusters, .. } | Step::Moved { wave, clusters, .. } | Step::Stepped { wave, clusters, .. } => {
+            let stops = stops(st, clusters, &fleet.members, &look.target.tag);
+            let Some(w) = st.plan.get_mut(wave.saturating_sub(1) as usize) else { return };
+            for key in clusters {
+                let (Some(m), Some(class)) = (fleet.members.get_mut(key), stops.get(key)) else { continue };
+                let v = fleet.versions.get(class).cloned().flatten();
+                // One that fails is tried again at every check on the Cluster as read then;
+                // the wave waits for it (and times out).
+                let from = moved_from(key, m);
+                match try_move(kube, key, m, class, v.as_deref()).await {
+                    Some(true) => remember(w, from),
+                    Some(false) => {}
+                    None => w.unmoved.push(key.clone()),
+                }
+            }
+        }
+        Step::RollBack { cluster, to } => {
+            let outcome = roll_back(kube, cluster, fleet.members.get(cluster), to).await;
+            if let Some(f) = st.failed.iter_mut().find(|f| &f.cluster == cluster && f.outcome == plan::ROLLING_BACK) {
+                match outcome {
+                    Ok(()) => {
+                        plan::ROLLED_BACK.clone_into(&mut f.outcome);
+                        f.detail.clear();
+                    }
+                    Err(e) => f.detail = crate::status::desired::shorten(&e.to_string(), 300),
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The running wave of `st` when some of its edits failed (`unmoved`).
@@ -354,7 +441,7 @@ fn remember(wave: &mut WaveStatus, from: MovedFrom) {
 }
 
 /// Moves a failed Cluster back to `class`, the one it had before the rollout (its Kubernetes
-/// version unchanged: [`plan::rollback_to`] checked). The same merge patch as a move, with
+/// version unchanged: `rollback_to` of the plan checked). The same merge patch as a move, with
 /// the Cluster's `resourceVersion`; a failure is kept and tried again at the next check.
 async fn roll_back(kube: &Kube, key: &str, member: Option<&Member>, class: &str) -> Result<()> {
     let Some(m) = member else { return Err(Error::NotRead { cluster: key.to_owned() }) };
@@ -726,35 +813,55 @@ pub async fn plan_report(ctx: std::sync::Arc<crate::controller::Context>, subscr
     for r in offered.iter() {
         versions.insert(r.tag.clone(), kubernetes_version(&kube, sub, r).await);
     }
-    let at = |class: &str, version: Option<&str>| format!("{class}@{}", version.unwrap_or("?"));
     let windows = window::at(&cfg.windows, chrono::Utc::now());
+    report.waves = planned_waves(&st, &members, &versions, &windows, &target.tag);
+    report.left_out = st.failed;
+    report.summary = report.line();
+    Ok(report)
+}
+
+/// The waves of `st` as the plan shows them: each Cluster (read as `members`) on its class now
+/// and through the classes it moves (`class@version`, the versions from `versions`: `?` when not
+/// known), with what its maintenance windows say now.
+fn planned_waves(
+    st: &RolloutStatus,
+    members: &BTreeMap<String, Member>,
+    versions: &BTreeMap<String, Option<String>>,
+    windows: &window::At<'_>,
+    target: &str,
+) -> Vec<PlannedWave> {
+    let at = |class: &str, version: Option<&str>| format!("{class}@{}", version.unwrap_or("?"));
     let no_labels = BTreeMap::new();
+    let mut out = Vec::new();
     for w in &st.plan {
         let mut clusters = Vec::new();
         for key in &w.clusters {
             let m = members.get(key);
             let class = m.and_then(|m| topology_class(&m.obj.data)).unwrap_or_default();
             let version = m.and_then(|m| m.obj.data["spec"]["topology"]["version"].as_str()).map(str::to_owned);
-            let steps = w.paths.iter().find(|p| &p.cluster == key).map_or_else(|| vec![target.tag.clone()], |p| p.steps.clone());
-            let window = match m.map(|m| windows.verdict(m.obj.metadata.labels.as_ref().unwrap_or(&no_labels))) {
-                Some(Verdict::Open(until)) => format!("open until {}", plan::timestamp(until)),
-                Some(Verdict::Closed(Some(next))) => format!("closed: the next opens at {}", plan::timestamp(next)),
-                Some(Verdict::Closed(None)) => "closed: none of its windows opens again".to_owned(),
-                _ => String::new(),
-            };
+            let steps = w.paths.iter().find(|p| &p.cluster == key).map_or_else(|| vec![target.to_owned()], |p| p.steps.clone());
             clusters.push(PlannedCluster {
                 cluster: key.clone(),
                 canary: m.is_some_and(|m| m.canary),
                 now: at(&class, version.as_deref()),
                 steps: steps.iter().map(|s| at(s, versions.get(s).cloned().flatten().as_deref())).collect(),
-                window,
+                window: window_said(m.map(|m| windows.verdict(m.obj.metadata.labels.as_ref().unwrap_or(&no_labels)))),
             });
         }
-        report.waves.push(PlannedWave { phase: w.phase.clone(), clusters });
+        out.push(PlannedWave { phase: w.phase.clone(), clusters });
     }
-    report.left_out = st.failed;
-    report.summary = report.line();
-    Ok(report)
+    out
+}
+
+/// What a Cluster's maintenance windows say now (`None`: the Cluster was not read), as the
+/// plan shows it; empty without windows.
+fn window_said(verdict: Option<Verdict>) -> String {
+    match verdict {
+        Some(Verdict::Open(until)) => format!("open until {}", plan::timestamp(until)),
+        Some(Verdict::Closed(Some(next))) => format!("closed: the next opens at {}", plan::timestamp(next)),
+        Some(Verdict::Closed(None)) => "closed: none of its windows opens again".to_owned(),
+        _ => String::new(),
+    }
 }
 
 impl PlanReport {
@@ -801,54 +908,4 @@ impl PlanReport {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn report(waves: Vec<PlannedWave>, left_out: Vec<FailedCluster>) -> PlanReport {
-        PlanReport {
-            subscription: "scs".into(),
-            offered: vec!["scs-1-31-v1".into(), "scs-1-29-v2".into()],
-            target: Some("scs-1-31-v1".into()),
-            phase: String::new(),
-            message: String::new(),
-            waves,
-            left_out,
-            summary: String::new(),
-        }
-    }
-
-    fn no_path(cluster: &str) -> FailedCluster {
-        FailedCluster {
-            cluster: cluster.into(),
-            wave: 0,
-            reason: "NoPath".into(),
-            message: "on scs-1-29-v2: no release of Kubernetes 1.30 is offered: a Cluster moves one minor at a time".into(),
-            outcome: plan::LEFT_ALONE.into(),
-            detail: String::new(),
-        }
-    }
-
-    #[test]
-    fn the_plan_says_nothing_can_move_when_only_clusters_without_a_path_are_left() {
-        let text = report(Vec::new(), vec![no_path("ns/old")]).text();
-        assert!(text.contains("nothing can move to scs-1-31-v1: 1 Cluster not on it has no path to it (ns/old: on scs-1-29-v2"), "{text}");
-        assert!(!text.contains("nothing to move"), "{text}");
-        assert!(text.contains("left out:\n  ns/old: on scs-1-29-v2"), "{text}");
-
-        let text = report(Vec::new(), Vec::new()).text();
-        assert!(text.contains("every Cluster runs it: nothing to move"), "{text}");
-
-        let moving = PlannedWave {
-            phase: plan::PENDING.into(),
-            clusters: vec![PlannedCluster {
-                cluster: "ns/a".into(),
-                canary: false,
-                now: "scs-1-30-v1@v1.30.2".into(),
-                steps: vec!["scs-1-31-v1@v1.31.1".into()],
-                window: String::new(),
-            }],
-        };
-        let text = report(vec![moving], vec![no_path("ns/old")]).text();
-        assert!(text.contains("not started: this is what it would do now (would move 1 Clusters in 1 waves)"), "{text}");
-    }
-}
+mod tests;

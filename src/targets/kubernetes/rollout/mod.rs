@@ -5,7 +5,7 @@
 //! upgrades the control plane; a wave is done when each of its Clusters is there and healthy.
 //!
 //! The state lives in the target release's `StackRelease` (`status.rollout`, its own field
-//! manager), so a restart resumes where it stopped. `plan.rs` decides, pure (the waves, which
+//! manager), so a restart resumes where it stopped. `plan/` decides, pure (the waves, which
 //! Cluster is done, waiting or failed, when a wave times out, what a round does next, with
 //! `now` passed in); `driver.rs` reads the fleet, acts on the decisions and writes the status,
 //! when releases change and every `checkInterval`, and carries `stacksync rollout

@@ -7,10 +7,16 @@ use chrono::{DateTime, Utc};
 use kube::api::DynamicObject;
 use serde_json::json;
 
+use super::failures::{NoRollback, late_message, rollback_to, wave_pause};
+use super::judge::{WaveHealth, judge_wave};
+use super::paths::path;
+use super::round::{Then, resume, timed_out, wave_done};
+use super::start::Others;
 use super::*;
 use crate::config::Wave;
 use crate::status::crd::{
-    Condition, ReleaseRefStatus, RolloutStatus, StackRelease, StackReleaseSpec, StackReleaseStatus, UpgradeStatus, WaveStatus,
+    ClusterPath, Condition, MovedFrom, ReleaseRefStatus, RolloutStatus, StackRelease, StackReleaseSpec, StackReleaseStatus, UpgradeStatus,
+    WaveStatus,
 };
 
 const V3: &str = "docker-ferrol-1-27-v3";
@@ -793,7 +799,7 @@ fn a_cluster_minors_behind_steps_through_the_newest_release_of_each_minor() {
     assert_eq!(path("scs-a-1-33-v1", target, &offered).unwrap(), ["scs-a-1-33-v2"], "the same minor: one step");
     let gap: Vec<String> = ["scs-a-1-33-v2", "scs-a-1-31-v3"].map(str::to_owned).into();
     assert_eq!(
-        path("scs-a-1-30-v7", target, &gap).unwrap_err(),
+        path("scs-a-1-30-v7", target, &gap).unwrap_err().to_string(),
         "no release of Kubernetes 1.32 is offered: a Cluster moves one minor at a time"
     );
 
@@ -950,4 +956,154 @@ fn a_cluster_not_ready_on_its_release_is_never_moved_and_counts_as_configured() 
     let steps = round(&mut st, &[("ns/c01", "late"), ("ns/c02", "unhealthy")], &open);
     assert!(steps.iter().any(|s| s == "failed 2 ns/c02 NotReadyBeforeMove LeftAlone"), "{steps:?}");
     assert!(!steps.iter().any(|s| s.starts_with("moved")), "{steps:?}");
+}
+
+fn given_up(cluster: &str, outcome: &str) -> FailedCluster {
+    FailedCluster {
+        cluster: cluster.into(),
+        wave: 3,
+        reason: "ClusterFailed".into(),
+        message: "UpgradeFailed: m".into(),
+        outcome: outcome.into(),
+        detail: "d".into(),
+    }
+}
+
+#[test]
+fn a_wave_pauses_on_a_cluster_that_cannot_be_moved_back_or_over_its_budget() {
+    struct Case {
+        name: &'static str,
+        given_up: &'static [(&'static str, &'static str)],
+        failed_now: &'static [&'static str],
+        late: &'static [&'static str],
+        timed_out: bool,
+        budget: Budget,
+        want: Option<(&'static str, &'static str)>,
+    }
+    let cases = [
+        Case { name: "nothing failed", given_up: &[], failed_now: &[], late: &[], timed_out: false, budget: Budget::None, want: None },
+        Case {
+            name: "within the budget",
+            given_up: &[("ns/c03", LEFT_ALONE)],
+            failed_now: &["ns/c03"],
+            late: &[],
+            timed_out: false,
+            budget: Budget::Clusters(1),
+            want: None,
+        },
+        Case {
+            name: "a Cluster that cannot be moved back pauses whatever the budget",
+            given_up: &[("ns/c03", LEFT_ALONE), ("ns/c04", ROLLBACK_IMPOSSIBLE)],
+            failed_now: &["ns/c04"],
+            late: &[],
+            timed_out: false,
+            budget: Budget::Clusters(5),
+            want: Some((ROLLBACK_IMPOSSIBLE, "ns/c04: UpgradeFailed: m; it cannot be moved back: d")),
+        },
+        Case {
+            name: "over no budget: the first Cluster that failed this round names it",
+            given_up: &[("ns/c03", LEFT_ALONE), ("ns/c04", LEFT_ALONE)],
+            failed_now: &["ns/c04"],
+            late: &[],
+            timed_out: false,
+            budget: Budget::None,
+            want: Some(("ClusterFailed", "ns/c04: why ns/c04")),
+        },
+        Case {
+            name: "over a budget: the counts are said",
+            given_up: &[("ns/c03", LEFT_ALONE), ("ns/c04", ROLLING_BACK)],
+            failed_now: &["ns/c03", "ns/c04"],
+            late: &[],
+            timed_out: false,
+            budget: Budget::Clusters(1),
+            want: Some(("ClusterFailed", "ns/c03: why ns/c03 (2 of 3 Clusters of the wave failed; maxFailures 1)")),
+        },
+        Case {
+            name: "none failed this round: the first given up on names it",
+            given_up: &[("ns/c05", LEFT_ALONE)],
+            failed_now: &[],
+            late: &[],
+            timed_out: false,
+            budget: Budget::None,
+            want: Some(("ClusterFailed", "ns/c05: UpgradeFailed: m")),
+        },
+        Case {
+            name: "a timeout names the late Clusters",
+            given_up: &[("ns/c04", LEFT_ALONE), ("ns/c05", LEFT_ALONE)],
+            failed_now: &["ns/c04"],
+            late: &["ns/c05"],
+            timed_out: true,
+            budget: Budget::Percent(34),
+            want: Some((
+                "WaveTimeout",
+                "ns/c05 not done within waveTimeout 30s: late ns/c05 (2 of 3 Clusters of the wave failed; maxFailures 34%)",
+            )),
+        },
+    ];
+    for c in cases {
+        let failed: Vec<FailedCluster> = c.given_up.iter().map(|(k, o)| given_up(k, o)).collect();
+        let failed_here: Vec<&FailedCluster> = failed.iter().collect();
+        let health = WaveHealth {
+            failed: c.failed_now.iter().map(|k| ((*k).to_owned(), format!("why {k}"))).collect(),
+            late: c.late.iter().map(|k| ((*k).to_owned(), format!("late {k}"))).collect(),
+            ..WaveHealth::default()
+        };
+        let policy = Policy { max_failures: c.budget, ..Policy::strict(TIMEOUT) };
+        let got = wave_pause(&failed_here, &health, c.timed_out, 3, &policy);
+        assert_eq!(got.as_ref().map(|(r, m)| (*r, m.as_str())), c.want, "{}", c.name);
+    }
+}
+
+#[test]
+fn a_wave_done_completes_the_rollout_pauses_on_request_or_starts_the_next() {
+    /// The state a wave's end leaves: what the round does next, the rollout's phase, wave and
+    /// reason.
+    type After = (Then, &'static str, u32, &'static str);
+    // (wave, pause requested, steps, after)
+    let cases: [(u32, bool, &[&str], After); 4] = [
+        (1, false, &["done 1/3 (2, 1 failed)"], (Then::NextWave, PROGRESSING, 2, "")),
+        (
+            2,
+            true,
+            &["done 2/3 (2, 1 failed)", "paused 3/3 PauseRequested: paused by request before wave 3/3"],
+            (Then::Wait, PAUSED, 3, "PauseRequested"),
+        ),
+        (3, false, &["done 3/3 (2, 1 failed)", "complete"], (Then::Wait, COMPLETE, 3, "")),
+        (3, true, &["done 3/3 (2, 1 failed)", "complete"], (Then::Wait, COMPLETE, 3, "")),
+    ];
+    for (wave, pause, want, (then, phase, wave_after, reason)) in cases {
+        let mut st = rollout(&THREE, wave, PROGRESSING, PROGRESSING);
+        let requests = Requests { resume: "t1".into(), pause: if pause { "t2" } else { "t1" }.into() };
+        let mut steps = Vec::new();
+        let got = wave_done(&mut st, (wave as usize - 1, 3, 1), &requests, &mut steps);
+        let case = format!("wave {wave}, pause requested {pause}");
+        assert_eq!((got, show(&steps)), (then, want.iter().map(|s| (*s).to_owned()).collect()), "{case}");
+        assert_eq!((st.phase.as_str(), st.wave, st.reason.as_str()), (phase, wave_after, reason), "{case}");
+        assert_eq!(st.plan[wave as usize - 1].phase, DONE, "{case}");
+        assert_eq!(st.handled_pause, if pause && wave < 3 { "t2" } else { "t1" }, "{case}: a request is handled once");
+        assert_eq!(st.wave_started.is_empty(), phase == COMPLETE, "{case}: a complete rollout has no wave clock");
+    }
+}
+
+#[test]
+fn a_resume_starts_its_wave_again_and_forgets_the_clusters_given_up_on_in_it() {
+    // (the paused wave's phase, the wave's phase after)
+    for (before, after) in [(PROGRESSING, PENDING), (PENDING, PENDING), (DONE, DONE)] {
+        let mut st = rollout(&THREE, 2, before, PAUSED);
+        st.reason = "ClusterFailed".into();
+        st.message = "m".into();
+        st.failed =
+            vec![FailedCluster { wave: 1, ..given_up("ns/c00", LEFT_ALONE) }, FailedCluster { wave: 2, ..given_up("ns/c01", LEFT_ALONE) }];
+        st.plan[1].unmoved = vec!["ns/c02".into()];
+        st.plan[1].awaiting_window = vec!["ns/c01".into()];
+        let mut steps = Vec::new();
+        resume(&mut st, &Requests { resume: "t3".into(), pause: "t2".into() }, &mut steps);
+        assert_eq!(show(&steps), ["resumed 2/3"]);
+        assert_eq!((st.phase.as_str(), st.reason.as_str(), st.message.as_str()), (PROGRESSING, "", ""));
+        assert_eq!((st.handled_resume.as_str(), st.handled_pause.as_str()), ("t3", "t2"), "a resume cancels an earlier pause request");
+        assert_eq!(st.failed.iter().map(|f| f.cluster.as_str()).collect::<Vec<_>>(), ["ns/c00"], "another try in its wave only");
+        assert_eq!(st.plan[1].phase, after, "{before}");
+        let cleared = before == PROGRESSING;
+        assert_eq!((st.plan[1].unmoved.is_empty(), st.plan[1].awaiting_window.is_empty()), (cleared, cleared), "{before}");
+    }
 }
