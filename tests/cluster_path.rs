@@ -31,10 +31,10 @@ use common::fleet::{CM, Env};
 /// Cluster"): the issue's aim, and what it measures today.
 const BOUND: usize = 10;
 /// With the workspace's libraries (`crates/`) counted too.
-const BOUND_WITH_CRATES: usize = 19;
+const BOUND_WITH_CRATES: usize = 20;
 /// A reconcile that misses the prepare memo: `src/` files, and with `crates/`.
 const BOUND_MISS: usize = 17;
-const BOUND_MISS_WITH_CRATES: usize = 26;
+const BOUND_MISS_WITH_CRATES: usize = 27;
 
 struct Probe;
 
