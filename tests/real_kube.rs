@@ -939,5 +939,37 @@ async fn what_a_chart_generates_survives_restarts_and_releases_and_rotates_only_
     assert_eq!(t.cluster_sync("beta").await.expect("cs")["status"]["generatedRotation"]["lastReason"], "Requested");
     pass(&config, "cache-f", &["--shard", "blue"]).await;
     assert_eq!(generated_of(&t, "beta").await, beta_rotated, "rotated once");
+
+    // Issue 56: a restart on an empty cache renders what the charts generate as stand-ins (no
+    // key made) where the ClusterSync's record matches. A stand-in never reaches the cluster:
+    // with beta's CA Secret gone, that Secret is not synced on the stand-in pass (said so), and
+    // the next pass renders for real and creates it with a real certificate.
+    secrets.delete("fixture-ca-beta", &Default::default()).await.expect("delete the CA");
+    let path = config.clone().set("cache", json!({"dir": dir.join("cache-g")})).write();
+    let o = common::stacksync(&["run", "--once", "--config", path.to_str().expect("utf-8"), "--shard", "blue"]).await;
+    assert!(secrets.get_opt("fixture-ca-beta").await.expect("get").is_none(), "no stand-in applied\n{}", common::stderr(&o));
+    let cs = t.cluster_sync("beta").await.expect("cs");
+    let entry = cs["status"]["entries"].as_array().and_then(|e| e.iter().find(|e| e["name"] == "fixture-ca-beta")).cloned();
+    let message = entry.as_ref().and_then(|e| e["message"].as_str()).unwrap_or_default();
+    assert!(message.contains("stand-ins") && message.contains("/data/tls.key"), "{entry:?}\n{}", common::stderr(&o));
+    assert_eq!(entry.as_ref().map(|e| e["synced"].clone()), Some(json!(false)));
+    assert_eq!(generated_of(&t, "alpha").await.data, rotated.data, "alpha's restart wrote nothing generated");
+    pass(&config, "cache-g", &["--shard", "blue"]).await;
+    let again = secrets.get("fixture-ca-beta").await.expect("re-created");
+    let crt = &again.data.unwrap_or_default()["tls.crt"].0;
+    let x509 = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-subject"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write as _;
+            c.stdin.take().expect("stdin").write_all(crt)?;
+            c.wait_with_output()
+        })
+        .expect("openssl");
+    assert!(x509.status.success(), "a real certificate, not a stand-in: {}", String::from_utf8_lossy(crt));
+    let beta_now = generated_of(&t, "beta").await;
+    assert_eq!(beta_now.data[1..], beta_rotated.data[1..], "the rest of beta's generated values stay");
     t.delete().await;
 }

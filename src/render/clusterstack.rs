@@ -112,6 +112,10 @@ pub struct RenderedStage {
     /// either), one `group|kind|namespace|name|pointer` line each: found by rendering twice
     /// ([`Layout::render_chart`]), kept as they are live by every sync.
     pub generated: Vec<String>,
+    /// Rendered by a helm [`Helm::with_stand_ins`] as a probe: what the chart generates holds
+    /// stand-ins (random text of a key's or certificate's shape) and `generated` is empty
+    /// (only one render). Never to be applied where a generated field has no live value.
+    pub stand_ins: bool,
 }
 
 /// A cluster's rendered addons and what their values templates printed silently.
@@ -296,8 +300,8 @@ impl Layout {
                 (Addon::Staged { .. }, None) => continue,
             };
             match self.render_chart(helm, cluster, &dir, chart, template, stage).await {
-                Ok(ChartRender { objects, warnings, generated }) => {
-                    out.push(RenderedStage { name: stage.map(str::to_owned), objects, generated });
+                Ok(ChartRender { objects, warnings, generated, stand_ins }) => {
+                    out.push(RenderedStage { name: stage.map(str::to_owned), objects, generated, stand_ins });
                     all_warnings.extend(warnings);
                 }
                 Err(e) => errors.extend(e),
@@ -384,7 +388,15 @@ impl Layout {
             None => None,
         };
         if let Some((text, generated)) = recalled {
-            return Ok(ChartRender { objects: parse(&text)?, warnings, generated });
+            return Ok(ChartRender { objects: parse(&text)?, warnings, generated, stand_ins: false });
+        }
+        let twice = self.chart_may_generate(&chart.path) || values_file.as_deref().is_some_and(names_a_generator);
+        if twice && helm.renders_stand_ins() {
+            // No real render of it is kept: one probe (no key generated), to be checked against
+            // what the Cluster's ClusterSync recorded (`Helm::with_stand_ins`).
+            if let Some(text) = helm.recall_stand_in(&own) {
+                return Ok(ChartRender { objects: parse(&text)?, warnings, generated: Vec::new(), stand_ins: true });
+            }
         }
         if let Some(values) = &values_file {
             let path = dir.join(format!("{stage_name}.yaml"));
@@ -396,8 +408,16 @@ impl Layout {
             args.push(path.into());
         }
         let failed = |source| vec![Error::Helm { chart: chart.name.clone(), source }];
-        let twice = self.chart_may_generate(&chart.path) || values_file.as_deref().is_some_and(names_a_generator);
         let group = &self.render_group;
+        if twice && helm.renders_stand_ins() {
+            // A probe the chart cannot run (it reads a generated key back) is rendered for real below.
+            if let Some(Ok(text)) = helm.stand_in(group, &chart.name, &args).await {
+                let text: Arc<str> = text.into();
+                let objects = parse(&text)?;
+                helm.remember_stand_in(&own, &text);
+                return Ok(ChartRender { objects, warnings, generated: Vec::new(), stand_ins: true });
+            }
+        }
         let (first, second) = if twice && helm.probes() {
             // The real render and a probe (no key generation): what differs is generated. A probe
             // that fails where the real render does not (a template that reads a generated key
@@ -417,7 +437,11 @@ impl Layout {
         };
         let objects = parse(&first)?;
         let generated = match second {
-            Some(second) if *first != *second => generated_between(&objects, &parse(&second)?),
+            Some(second) if *first != *second => match differing_documents(&first, &second) {
+                // Only the documents that differ are parsed again (most of a chart is the same).
+                Some((a, b)) => generated_between(&parse(&a)?, &parse(&b)?),
+                None => generated_between(&objects, &parse(&second)?),
+            },
             _ => Vec::new(),
         };
         if generated.is_empty() {
@@ -426,7 +450,7 @@ impl Layout {
             helm.remember(&self.render_group, &shared, &marker_of(&generated));
             helm.remember(&self.render_group, &own, &first);
         }
-        Ok(ChartRender { objects, warnings, generated })
+        Ok(ChartRender { objects, warnings, generated, stand_ins: false })
     }
 }
 
@@ -521,6 +545,7 @@ struct ChartRender {
     objects: Vec<Object>,
     warnings: Vec<Warning>,
     generated: Vec<String>,
+    stand_ins: bool,
 }
 
 /// What tells one Cluster's render from another's in the memo: namespace, name and (when the
@@ -549,6 +574,31 @@ fn marker_of(generated: &[String]) -> Arc<str> {
 fn generated_of_marker(text: &str) -> Option<Vec<String>> {
     let rest = text.strip_prefix(GENERATING)?;
     Some(rest.lines().filter_map(|l| l.strip_prefix("# ")).map(str::to_owned).collect())
+}
+
+/// The documents of two renders of the same chart and inputs that differ, each side as one
+/// text: two renders print the same documents in the same order, each with its `# Source:`
+/// header, so a document whose text is the same in both holds nothing generated. `None` when
+/// the two do not line up document by document (a template that prints a random number of
+/// documents): then every document is compared.
+fn differing_documents(first: &str, second: &str) -> Option<(String, String)> {
+    let (a, b) = (kubeyaml::split(first).ok()?, kubeyaml::split(second).ok()?);
+    if a.len() != b.len() {
+        return None;
+    }
+    let (mut left, mut right) = (String::new(), String::new());
+    for ((_, x), (_, y)) in a.iter().zip(&b) {
+        if x != y {
+            for (out, doc) in [(&mut left, x), (&mut right, y)] {
+                out.push_str("---\n");
+                out.push_str(doc);
+                if !doc.ends_with('\n') {
+                    out.push('\n');
+                }
+            }
+        }
+    }
+    Some((left, right))
 }
 
 /// The `group|kind|namespace|name|pointer` lines of the fields that differ between two renders
@@ -841,6 +891,23 @@ fn is_stage_name(n: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_documents_that_differ_are_compared_again() {
+        let doc = |source: &str, body: &str| format!("---\n# Source: c/templates/{source}\n{body}\n");
+        let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: same\ndata:\n  a: b";
+        let secret = |v: &str| format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\ndata:\n  key: {v}");
+        let first = format!("{}{}", doc("cm.yaml", cm), doc("s.yaml", &secret("AAA")));
+        let second = format!("{}{}", doc("cm.yaml", cm), doc("s.yaml", &secret("BBB")));
+        let (a, b) = differing_documents(&first, &second).expect("they line up");
+        assert!(!a.contains("ConfigMap") && !b.contains("ConfigMap"), "{a}");
+        let parse = |t: &str| objects_of(t, "c", "addons", ADDON_NAMESPACE).expect("parse");
+        let found = generated_between(&parse(&a), &parse(&b));
+        assert_eq!(found, generated_between(&parse(&first), &parse(&second)));
+        assert_eq!(found, vec![format!("|Secret|{ADDON_NAMESPACE}|s|/data/key")]);
+        // A render that prints another number of documents is compared whole.
+        assert_eq!(differing_documents(&first, &doc("cm.yaml", cm)), None);
+    }
 
     #[test]
     fn addon_config_keeps_hook_and_stage_order() {

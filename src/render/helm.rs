@@ -41,6 +41,9 @@ const VERSION_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bytes of rendered output the memo keeps; the oldest renders go first.
 pub const MEMO_BYTES: usize = 64 * 1024 * 1024;
 
+/// Bytes of stand-in renders ([`Helm::with_stand_ins`]) kept in memory.
+pub const STAND_IN_MEMO_BYTES: usize = 32 * 1024 * 1024;
+
 /// What went wrong finding or running helm. Cheap to clone (I/O causes are shared), so the
 /// process's one located helm, or why there is none, can be handed to every render.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -143,6 +146,13 @@ pub struct Helm {
     runs: Arc<AtomicU64>,
     /// Every render is a probe ([`Helm::probes_only`]).
     probes_only: bool,
+    /// A chart that generates is rendered once as a probe when the memo has no real render of it
+    /// ([`Helm::with_stand_ins`]).
+    stand_ins: bool,
+    /// The memo of those stand-in renders: apart from real renders, never on disk.
+    stand_in_memo: Arc<Mutex<Memo>>,
+    /// Stand-in renders run.
+    stand_in_runs: Arc<AtomicU64>,
 }
 
 /// Bytes of rendered output kept on disk; past it, new renders are not written (until garbage
@@ -380,6 +390,9 @@ impl Helm {
             disk: None,
             runs: Arc::new(AtomicU64::new(0)),
             probes_only: false,
+            stand_ins: false,
+            stand_in_memo: Arc::new(Mutex::new(Memo::new(STAND_IN_MEMO_BYTES))),
+            stand_in_runs: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -391,6 +404,51 @@ impl Helm {
     #[must_use]
     pub fn probes_only(&self) -> Helm {
         Helm { memo: Arc::new(Mutex::new(Memo::new(MEMO_BYTES))), disk: None, probes_only: self.probes(), ..self.clone() }
+    }
+
+    /// The same helm (and memo), except that a chart that generates at render time and that the
+    /// memo has no real render of is rendered once, as a probe: its generated fields hold
+    /// stand-ins, never to be applied (see [`crate::render::clusterstack::RenderedStage::stand_ins`]).
+    /// For a Cluster whose ClusterSync records what its charts generate, after a restart on an
+    /// empty cache: the applier keeps each generated field's live value, so the keys a real render
+    /// would make are thrown away; the caller checks the stand-in render against the recorded
+    /// digest and renders for real when it differs. Stand-in renders are memoised apart from real
+    /// ones (shared by every clone), in memory only. With `helm.renderer: process` (no probes),
+    /// the same helm.
+    #[must_use]
+    pub fn with_stand_ins(&self) -> Helm {
+        Helm { stand_ins: self.probes(), ..self.clone() }
+    }
+
+    /// Whether a chart that generates is rendered as a stand-in on a memo miss ([`Helm::with_stand_ins`]).
+    pub fn renders_stand_ins(&self) -> bool {
+        self.stand_ins
+    }
+
+    /// The stand-in render kept for `key`, if any.
+    pub fn recall_stand_in(&self, key: &MemoKey) -> Option<Arc<str>> {
+        self.stand_in_memo.locked().get(&self.versioned(key))
+    }
+
+    /// Keeps a stand-in render for `key` (memory only).
+    pub fn remember_stand_in(&self, key: &MemoKey, out: &Arc<str>) {
+        self.stand_in_memo.locked().insert(self.versioned(key), out.clone());
+    }
+
+    /// A stand-in render of `args`: a probe, counted apart ([`Helm::stand_in_runs`]); `None`
+    /// without probes.
+    ///
+    /// # Errors
+    /// As [`Helm::template`].
+    pub async fn stand_in(&self, group: &str, chart: &str, args: &[OsString]) -> Option<Result<String, Error>> {
+        let out = self.probe_in(group, chart, args).await?;
+        self.stand_in_runs.fetch_add(1, Ordering::Relaxed);
+        Some(out)
+    }
+
+    /// How many stand-in renders this helm and its clones ran.
+    pub fn stand_in_runs(&self) -> u64 {
+        self.stand_in_runs.load(Ordering::Relaxed)
     }
 
     /// The same helm with a memo of its own, empty, and none on disk: every render runs helm

@@ -301,6 +301,16 @@ pub fn keep_live(body: &Value, live: &Value, pointers: &[String]) -> Option<Valu
     (&out != body).then_some(out)
 }
 
+/// The `pointers` that `body` has and that [`keep_live`] would find no live value for in `live`
+/// (all of them when there is no live object).
+pub fn unkept(body: &Value, live: Option<&Value>, pointers: &[String]) -> Vec<String> {
+    let live_at = |p: &str| match p.strip_prefix("/stringData/") {
+        Some(key) => live.and_then(|l| l.pointer(&format!("/data/{key}"))).is_some(),
+        None => live.and_then(|l| l.pointer(p)).is_some(),
+    };
+    pointers.iter().filter(|p| body.pointer(p).is_some() && !live_at(p)).cloned().collect()
+}
+
 fn unescape(segment: &str) -> String {
     segment.replace("~1", "/").replace("~0", "~")
 }

@@ -106,6 +106,13 @@ pub struct ApplyOptions {
     /// Rotate them: this sync applies the rendered values where it would keep the live ones
     /// (the fields stay recorded, left out of the digest, their certificates' renewal reported).
     pub rotate_generated: bool,
+    /// The render holds stand-ins where its charts generate (a probe: no key made; how stacksync
+    /// renders a Cluster whose ClusterSync records what is generated, after a restart on an
+    /// empty cache). Every generated field must then get its live value: an object with a
+    /// generated field that has none (absent, created, re-created, rotated) is not applied, it
+    /// fails as transient and is listed in [`SyncResult::stand_ins_refused`], for the caller to
+    /// render for real.
+    pub generated_stand_ins: bool,
 }
 
 pub use crate::HAND_MANAGERS;
@@ -132,6 +139,7 @@ impl ApplyOptions {
             reach_within: None,
             generated: generated::Recorded::new(),
             rotate_generated: false,
+            generated_stand_ins: false,
         }
     }
 }
@@ -166,6 +174,9 @@ pub struct SyncResult {
     pub generated: Vec<String>,
     /// The soonest renewal among the generated certificates this sync saw live or sent.
     pub renewal: Option<generated::Validity>,
+    /// With [`ApplyOptions::generated_stand_ins`]: objects not applied because a generated field
+    /// had no live value to keep (render them for real).
+    pub stand_ins_refused: Vec<ObjectRef>,
 }
 
 /// Applies stages of objects to one cluster. Cheap to clone the client into; one per
@@ -338,6 +349,9 @@ impl Run {
         }
         if let Some(h) = outcome.health.filter(|h| !h.is_healthy()) {
             self.result.unhealthy.push((outcome.entry.object.clone(), h));
+        }
+        if outcome.stand_ins_refused {
+            self.result.stand_ins_refused.push(outcome.entry.object.clone());
         }
         if outcome.transient {
             self.result.transient.push(outcome.entry.object.clone());

@@ -118,6 +118,9 @@ pub struct Outcome {
     /// The soonest renewal among the certificates it generates that this sync saw live or sent
     /// (`None`: none, or not looked at).
     pub renewal: Option<super::generated::Validity>,
+    /// Not applied: its render holds stand-ins for a generated field that has no live value
+    /// ([`super::ApplyOptions::generated_stand_ins`]).
+    pub stand_ins_refused: bool,
 }
 
 impl Outcome {
@@ -129,6 +132,7 @@ impl Outcome {
             transient: false,
             fields: None,
             renewal: None,
+            stand_ins_refused: false,
         }
     }
 
@@ -189,7 +193,11 @@ impl Applier {
                 let message = format!("drifted: an immutable field differs ({})", e.server_message());
                 Outcome::new(&t.entry, Action::Skipped(SkipReason::Drifted), message).with_drift(Some(Vec::new()))
             }
-            Err(e) if e.is_immutable() && t.recreate => self.recreate(t, &e).await,
+            Err(e) if e.is_immutable() && t.recreate => match self.stand_ins_unkept(t, None) {
+                // Re-created, it would get the stand-ins.
+                Some(refused) => refused,
+                None => self.recreate(t, &e).await,
+            },
             Err(e) => {
                 if e.is_not_found() {
                     // The kind may no longer be served: the next sync asks discovery again.
@@ -202,10 +210,16 @@ impl Applier {
 
     async fn try_apply(&self, t: &Target<'_>, fresh: bool) -> Result<Outcome> {
         if fresh {
+            if let Some(refused) = self.stand_ins_unkept(t, None) {
+                return Ok(refused);
+            }
             return self.apply_new(t).await;
         }
         let live = self.within("reading", &t.entry.object, self.get_value(t)).await?;
         let live = live.map_err(|source| Error::Get { object: t.entry.object.clone(), source })?;
+        if let Some(refused) = self.stand_ins_unkept(t, live.as_ref()) {
+            return Ok(refused);
+        }
         let Some(live) = live else {
             // Absent: nothing to compare with and nothing to overwrite, in any drift mode.
             let created = self.patch(t).await?;
@@ -232,6 +246,29 @@ impl Applier {
         };
         let renewal = t.renewal();
         self.apply_over(t, &live).await.map(|o| Outcome { renewal, ..o })
+    }
+
+    /// With [`super::ApplyOptions::generated_stand_ins`], the outcome of an object not to apply:
+    /// a generated field its render has would not get a live value (`live` lacks it, or there is
+    /// no live object, or this sync rotates), so the stand-in would go out. `None`: apply it.
+    fn stand_ins_unkept(&self, t: &Target<'_>, live: Option<&Value>) -> Option<Outcome> {
+        if !self.options.generated_stand_ins || t.generated.is_empty() {
+            return None;
+        }
+        let body: Value = serde_json::from_slice(&t.body).ok()?;
+        let live = live.filter(|_| !self.options.rotate_generated);
+        let unkept = super::generated::unkept(&body, live, &t.generated);
+        if unkept.is_empty() {
+            return None;
+        }
+        let message = format!(
+            "not applied: generated at render time ({}) with no live value to keep, and this render \
+             holds stand-ins there (rendered without making keys); it is rendered for real and applied \
+             at the next sync",
+            unkept.join(", ")
+        );
+        tracing::debug!(object = %t.entry.object, fields = %unkept.join(","), "a stand-in render is not applied where nothing generated is live");
+        Some(Outcome { transient: true, stand_ins_refused: true, ..Outcome::new(&t.entry, Action::Failed, message) })
     }
 
     /// The full path's apply over the `live` object: a dry-run first, then a write only where

@@ -79,7 +79,8 @@ impl Management {
         choose(&self.0, sub, class).await
     }
 
-    /// A Cluster's stages as a reconcile renders them (`fresh`: without the render memo).
+    /// A Cluster's stages as a reconcile renders them (`fresh`: without the render memo), what
+    /// the charts generate rendered for real (no status consulted: never stand-ins).
     ///
     /// # Errors
     /// As the reconcile's render.
@@ -90,7 +91,8 @@ impl Management {
         c: &ClusterConfig,
         fresh: bool,
     ) -> Result<Rendered, StagesError> {
-        render(&self.0, sub, prepared, c, fresh).await
+        let key = crate::model::ClusterKey::new(&c.namespace, &c.name);
+        render(&self.0, &key, sub, prepared, c, &Default::default(), fresh).await
     }
 
     /// The options a reconcile applies a Cluster's objects with.

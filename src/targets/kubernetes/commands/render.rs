@@ -96,6 +96,7 @@ pub async fn render(ctx: Arc<Context>, out: &Path) -> Result<PassReport, Error> 
                 name: (sub.format == Format::ClusterStack && s.name != "addons").then_some(s.name),
                 objects: s.objects,
                 generated: Vec::new(),
+                stand_ins: false,
             })
             .collect();
         let changes = crate::targets::directory::clusterstack::write_addons(&target, &c, &staged);

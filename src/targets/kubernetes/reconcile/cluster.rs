@@ -328,7 +328,7 @@ async fn apply_release(
     }
     // A rotation of what the charts generate renders anew and keeps nothing (`generated.rs`).
     let rotation = super::generated::rotation(prev, owner.rotate_requested.as_deref(), chrono::Utc::now());
-    let Rendered { stages, warnings, generated } = stages::render(kube, sub, &prepared, c, rotation.is_some())
+    let Rendered { stages, warnings, generated, stand_ins } = stages::render(kube, key, sub, &prepared, c, prev, rotation.is_some())
         .await
         .map_err(|source| Fail::Stages { release: Box::new(rel.clone()), source })?;
     for w in &warnings {
@@ -391,8 +391,18 @@ async fn apply_release(
         },
         decide::Upgrade::Keep(u) => u.clone(),
     };
+    // A stand-in render (`stages.rs`) is applied only where every generated field is live.
+    options.generated_stand_ins = stand_ins;
     let applier = Applier::new(client, options).with_discovery(discovery);
     let mut result = applier.sync(&stages, &Inventory::from_lines(&prev.inventory)).await;
+    if !result.stand_ins_refused.is_empty() {
+        info!(
+            cluster = %label,
+            objects = result.stand_ins_refused.len(),
+            "generated values recorded for this Cluster are not live (an object deleted?): its addons are rendered for real and applied at the next sync"
+        );
+        kube.workloads.render_for_real(key);
+    }
     let (generated, renewal) = (std::mem::take(&mut result.generated), result.renewal);
     let mut after = decide::after(sub, &prepared, prev, result, &warnings, before, upgraded, chrono::Utc::now())?;
     let done = &mut after.done;

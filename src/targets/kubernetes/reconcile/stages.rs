@@ -5,12 +5,15 @@
 use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
-use tracing::error;
+use tracing::{debug, error};
 
 use super::super::context::Kube;
 use crate::config::{Format, Subscription};
 use crate::controller::PreparedRelease;
 use crate::controller::pipeline::{self, RenderError};
+use crate::model::ClusterKey;
+use crate::render::clusterstack::RenderedAddons;
+use crate::status::crd::ClusterSyncStatus;
 use crate::model::StageAction;
 use crate::model::cluster::ClusterConfig;
 use crate::status::Reason;
@@ -23,6 +26,10 @@ pub(in crate::targets::kubernetes) struct Rendered {
     /// The fields the charts generate at render time, `group|kind|namespace|name|pointer`
     /// (`crate::render::clusterstack::RenderedStage::generated`).
     pub generated: Vec<String>,
+    /// Charts that generate were rendered as stand-ins ([`crate::render::helm::Helm::with_stand_ins`]), checked
+    /// against the ClusterSync's record: the applier must keep every generated field's live
+    /// value (`ApplyOptions::generated_stand_ins`).
+    pub stand_ins: bool,
 }
 
 /// Why a Cluster's stages could not be rendered.
@@ -64,15 +71,19 @@ impl StagesError {
 }
 
 /// The stages a Cluster gets from a prepared release; `fresh`: rendered anew, not answered
-/// by the render memo (a rotation of generated values).
+/// by the render memo (a rotation of generated values). `prev`: the Cluster's status, whose
+/// record of what its charts generate lets a render the memo has not kept (a restart on an
+/// empty cache) skip making keys ([`addons`]).
 ///
 /// # Errors
 /// See [`StagesError`]; a render failure is logged here (the applied release stays).
 pub(in crate::targets::kubernetes) async fn render(
     kube: &Kube,
+    key: &ClusterKey,
     sub: &Subscription,
     prepared: &PreparedRelease,
     c: &ClusterConfig,
+    prev: &ClusterSyncStatus,
     fresh: bool,
 ) -> Result<Rendered, StagesError> {
     let rel = &prepared.release;
@@ -91,17 +102,12 @@ pub(in crate::targets::kubernetes) async fn render(
                 stages: vec![Stage { name: "manifests".into(), action: StageAction::Apply, objects }],
                 warnings: Vec::new(),
                 generated: Vec::new(),
+                stand_ins: false,
             })
         }
         Format::ClusterStack => {
-            let rendered = if fresh {
-                // Rotation: a render the memo did not make, so its generated values are new.
-                let helm = kube.ctx.helm().await.map_err(|e| failed(StagesError::Addons(e)))?.without_memo();
-                pipeline::addons_with(&kube.ctx, &helm, sub, prepared, c).await
-            } else {
-                pipeline::addons(&kube.ctx, sub, prepared, c).await
-            };
-            let rendered = rendered.map_err(|e| failed(StagesError::Addons(e)))?;
+            let rendered = addons(kube, key, sub, prepared, c, prev, fresh).await.map_err(|e| failed(StagesError::Addons(e)))?;
+            let stand_ins = rendered.stages.iter().any(|s| s.stand_ins);
             let mut generated = Vec::new();
             let stages: Vec<Stage> = rendered
                 .stages
@@ -112,9 +118,58 @@ pub(in crate::targets::kubernetes) async fn render(
                 })
                 .collect();
             unique_across_stages(&stages).map_err(|e| failed(StagesError::TwoStages(e)))?;
-            Ok(Rendered { stages, warnings: rendered.warnings.iter().map(ToString::to_string).collect(), generated })
+            Ok(Rendered { stages, warnings: rendered.warnings.iter().map(ToString::to_string).collect(), generated, stand_ins })
         }
     }
+}
+
+/// A cluster stack's addons for the Cluster.
+///
+/// - `fresh` (a rotation): rendered anew, not from the memo, so its generated values are new.
+/// - A Cluster whose ClusterSync records what its charts generate (`status.generated`) and the
+///   digest of its render: a chart that generates and that the memo has no render of is
+///   rendered as a stand-in, one probe and no key ([`crate::render::helm::Helm::with_stand_ins`]) — the keys a real
+///   render makes would be thrown away, since the applier keeps every generated field's live
+///   value. Used only when the whole render, generated fields left out, has the recorded digest:
+///   the same objects, and nothing generated that the record lacks (a stand-in differs from
+///   what was applied). Otherwise (a new release, changed values, a field generated anew), and
+///   for a Cluster whose last stand-in render could not be applied, the render is real. This is
+///   what makes a restart on an empty cache (the shipped `emptyDir`, a leader change) cost no
+///   key generation: docs/clusterstacks.md, docs/performance.md.
+async fn addons(
+    kube: &Kube,
+    key: &ClusterKey,
+    sub: &Subscription,
+    prepared: &PreparedRelease,
+    c: &ClusterConfig,
+    prev: &ClusterSyncStatus,
+    fresh: bool,
+) -> Result<RenderedAddons, RenderError> {
+    let helm = kube.ctx.helm().await?;
+    if fresh {
+        return pipeline::addons_with(&kube.ctx, &helm.without_memo(), sub, prepared, c).await;
+    }
+    let may_stand_in = !prev.generated.is_empty() && !prev.rendered_digest.is_empty() && helm.probes();
+    if may_stand_in && !kube.workloads.renders_for_real(key) {
+        match pipeline::addons_with(&kube.ctx, &helm.with_stand_ins(), sub, prepared, c).await {
+            Ok(r) if !r.stages.iter().any(|s| s.stand_ins) => return Ok(r),
+            Ok(r) => {
+                let recorded = super::generated::recorded(&prev.generated, &[]);
+                if rendered_digest(r.stages.iter().flat_map(|s| &s.objects), &recorded) == prev.rendered_digest {
+                    debug!(cluster = %key, "rendered with stand-ins for what the charts generate (the ClusterSync's record matches)");
+                    return Ok(r);
+                }
+                debug!(cluster = %key, "a stand-in render differs from the ClusterSync's record; rendering for real");
+            }
+            // A real render tells the error as it is.
+            Err(_) => {}
+        }
+    }
+    let rendered = pipeline::addons_with(&kube.ctx, &helm, sub, prepared, c).await;
+    if rendered.is_ok() {
+        kube.workloads.rendered_for_real(key);
+    }
+    rendered
 }
 
 /// Refuses an object rendered by two stages: each stage would apply its own version on every
