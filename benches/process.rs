@@ -20,6 +20,12 @@
 //!   running for S more seconds with a short resync and a new release every minute, its RSS and
 //!   descriptors sampled (flat memory).
 //!
+//! `--stack`: instead of those cases, the daemon on N Clusters of the fixture cluster stack of
+//! `benches/common/stack.rs` (the SCS openstack stack's shape, 142 objects a Cluster, three
+//! RSA-2048 keys a render; the library renderer): its first start on a fresh fleet to every
+//! Cluster synced, then a restart on an empty cache (the shipped `emptyDir`, a leader change) to
+//! every Cluster synced again — wall time, CPU, peak RSS, writes (`stack_cases`).
+//!
 //! `--server real`: the management server is a real control plane (`testkit kube`: etcd,
 //! kube-apiserver, controllers, kwok; scripts/build-realkube.sh), its requests counted from
 //! `apiserver_request_total` (writes to Leases and Nodes, the control plane's own heartbeats, left
@@ -38,6 +44,8 @@
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "common/stack.rs"]
+mod stack;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -68,6 +76,8 @@ struct Args {
     resync: Option<u64>,
     /// Skip the "one resync" case (with a long `--resync`, it would wait for it).
     no_resync_case: bool,
+    /// The cluster-stack cases instead (`stack_cases`).
+    stack: bool,
     out: PathBuf,
 }
 
@@ -84,6 +94,7 @@ fn args() -> Args {
         soak_secs: 0,
         resync: None,
         no_resync_case: false,
+        stack: false,
         out: common::out_path(),
     };
     let mut it = std::env::args().skip(1);
@@ -107,6 +118,7 @@ fn args() -> Args {
             "--soak-secs" => a.soak_secs = v().parse().expect("--soak-secs: seconds"),
             "--resync" => a.resync = Some(v().parse().expect("--resync: seconds")),
             "--no-resync-case" => a.no_resync_case = true,
+            "--stack" => a.stack = true,
             "--out" => a.out = v().into(),
             "--bench" => {}
             other => panic!("unknown argument {other}"),
@@ -282,7 +294,9 @@ fn sum(counts: &Value, verb: Option<&str>) -> u64 {
 }
 
 impl Fleet {
-    async fn start(a: &Args, dir: &Path, n: usize, real: bool) -> Fleet {
+    /// `class`: each Cluster's `spec.topology.class` (a cluster stack's ClusterClass), with the
+    /// pod CIDR and endpoint the stack's values templates read.
+    async fn start(a: &Args, dir: &Path, n: usize, real: bool, class: Option<&str>) -> Fleet {
         let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds");
         let mgmt = Server::start(&a.testkit, dir, "mgmt", &[fake_apiserver::capi_crds_dir(), crds], real);
         let workloads: Vec<Server> =
@@ -302,11 +316,15 @@ impl Fleet {
                 let kubeconfig = kubeconfigs[i % kubeconfigs.len()].clone();
                 async move {
                     let name = cluster_name(i);
-                    let body = json!({
+                    let mut body = json!({
                         "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
                         "metadata": {"name": name, "namespace": NS, "labels": {"fleet": "bench"}},
                         "spec": {"controlPlaneEndpoint": {"host": format!("{name}.example.test"), "port": 6443}},
                     });
+                    if let Some(class) = class {
+                        body["spec"]["topology"] = json!({"class": class, "version": stack::KUBERNETES});
+                        body["spec"]["clusterNetwork"] = json!({"pods": {"cidrBlocks": [format!("10.{}.0.0/16", 100 + i % 100)]}});
+                    }
                     clusters.patch(&name, &PatchParams::apply("capi"), &Patch::Apply(body)).await.expect("cluster");
                     let status = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {"name": name}, "status": {"controlPlaneReady": true}});
                     clusters.patch_status(&name, &PatchParams::apply("capi").force(), &Patch::Apply(status)).await.expect("status");
@@ -561,7 +579,10 @@ async fn main() {
         print(&v);
         cases.push(v);
     };
-    for &n in &a.sizes {
+    for &n in a.sizes.iter().filter(|_| a.stack) {
+        stack_cases(&a, n, &env, &mut case).await;
+    }
+    for &n in a.sizes.iter().filter(|_| !a.stack) {
         let objects = n * OBJECTS;
         let base = json!({"bench": "process", "clusters": n, "objects": objects, "workload_servers": a.workloads});
         let with = |extra: Value| {
@@ -578,7 +599,7 @@ async fn main() {
         repo.release("v1.0.0", &[("manifests/fleet.yaml", &manifests("1"))]);
         if !a.daemon_only {
             let ceiling = a.wrk.as_ref().map(|w| ceiling(w, &a.testkit, dir.path()));
-            let fleet = Fleet::start(&a, dir.path(), n, a.real).await;
+            let fleet = Fleet::start(&a, dir.path(), n, a.real, None).await;
             let cfg = config(dir.path(), &repo, &fleet.mgmt, "10m", "1h");
             fleet.reset(&http).await;
             let cpu0 = fleet.server_cpu();
@@ -647,7 +668,7 @@ async fn main() {
                 (None, 0) => 30 + n as u64 * OBJECTS as u64 / 2000,
                 (None, _) => 30,
             };
-            let fleet = Fleet::start(&a, dir.path(), n, a.real).await;
+            let fleet = Fleet::start(&a, dir.path(), n, a.real, None).await;
             let _ = std::fs::remove_dir_all(dir.path().join("cache"));
             let interval = if a.soak_secs > 0 { "20s" } else { "1h" };
             let cfg = config(dir.path(), &repo, &fleet.mgmt, &format!("{resync}s"), interval);
@@ -813,4 +834,141 @@ async fn main() {
     }
     common::write(&a.out, &cases, false);
     println!("results: {}", a.out.display());
+}
+
+/// The config of the cluster-stack cases: the fixture stack's releases from `repo`.
+fn stack_config(dir: &Path, repo: &testkit::git::ReleaseRepo, mgmt: &Server) -> PathBuf {
+    let text = format!(
+        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nsources:\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n  - name: fleet\n    source: stacks\n    stack: {stack}\n    format: clusterstack\n    interval: 1h\n    healthTimeout: 0s\n    clusterSelector:\n      matchLabels: {{fleet: bench}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n    resync: 1h\n    requestTimeout: 60s\n",
+        cache = dir.join("cache").display(),
+        url = repo.file_url(),
+        stack = stack::STACK,
+        kubeconfig = mgmt.kubeconfig.display(),
+    );
+    let path = dir.join("stacksync-stack.yaml");
+    std::fs::write(&path, text).expect("config");
+    path
+}
+
+/// What one start of the daemon did until every Cluster was synced.
+struct Started {
+    seconds: f64,
+    cpu: f64,
+    peak_mib: f64,
+    workload_writes: u64,
+    mgmt_writes: u64,
+}
+
+/// Starts the daemon on `cfg` (its log to `log`), waits until every one of `n` Clusters is
+/// synced (its log's `synced: … ready=true` lines) and the management server's writes settled,
+/// then stops it.
+async fn start_until_synced(a: &Args, fleet: &Fleet, http: &reqwest::Client, cfg: &Path, log: &Path, n: usize) -> Started {
+    fleet.reset(http).await;
+    fleet.mgmt.reset_counts(http).await;
+    let started = Instant::now();
+    let renderer = std::env::var_os("STACKSYNC_TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/stacksync-tools"))
+        .join("bin/stacksync-renderer");
+    let mut child = Command::new(&a.stacksync)
+        .args(["run", "--admin-addr", "127.0.0.1:0", "--config"])
+        .arg(cfg)
+        .env("NO_COLOR", "1")
+        .env("STACKSYNC_RENDERER", renderer)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).expect("log"))
+        .spawn()
+        .expect("daemon");
+    let pid = child.id().to_string();
+    let deadline = Duration::from_secs(300 + n as u64);
+    let mut seconds = f64::NAN;
+    while started.elapsed() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if synced_clusters(log) >= n {
+            seconds = started.elapsed().as_secs_f64();
+            break;
+        }
+    }
+    let mut settled = fleet.mgmt.counts(http).await;
+    let settling = Instant::now();
+    while settling.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = fleet.mgmt.counts(http).await;
+        if now.1 == settled.1 {
+            break;
+        }
+        settled = now;
+    }
+    let (cpu, peak_mib) = (cpu_seconds(&pid), status_kib(&pid, "VmHWM:") / 1024.0);
+    let (_, _, workload_writes) = fleet.requests(http).await;
+    let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    let stop = Instant::now();
+    while matches!(child.try_wait(), Ok(None)) && stop.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    if seconds.is_nan() {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(20).collect();
+        println!("  not every Cluster synced; last lines:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+    }
+    Started { seconds, cpu, peak_mib, workload_writes, mgmt_writes: settled.1 }
+}
+
+/// `--stack`: the daemon on N Clusters of the fixture stack of benches/common/stack.rs (the SCS
+/// openstack stack's shape: four charts, 142 objects a Cluster, the CNI chart making three
+/// RSA-2048 keys per render), the library renderer. Its first start on a fresh fleet (every
+/// Cluster rendered for the first time, its keys made), then a restart on an empty cache (the
+/// shipped `emptyDir`, a leader change): what the charts generate is rendered as stand-ins
+/// where each ClusterSync's record matches, so no key is made and nothing is written.
+async fn stack_cases(a: &Args, n: usize, env: &Value, case: &mut impl FnMut(Value)) {
+    let http = reqwest::Client::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("release");
+    stack::release(&root);
+    let files = stack::files(&root);
+    let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    let repo = testkit::git::ReleaseRepo::create(dir.path(), "stacks").expect("repo");
+    let tag = format!("{}-v1", stack::STACK);
+    repo.release(&tag, &files);
+    let fleet = Fleet::start(a, dir.path(), n, a.real, Some(&tag)).await;
+    let cfg = stack_config(dir.path(), &repo, &fleet.mgmt);
+    let base = json!({"bench": "process", "clusters": n, "workload_servers": a.workloads, "stack": tag});
+    let with = |extra: Value| {
+        let mut b = base.clone();
+        if let (Some(b), Value::Object(e)) = (b.as_object_mut(), extra) {
+            b.extend(e);
+        }
+        b
+    };
+    let first = start_until_synced(a, &fleet, &http, &cfg, &dir.path().join("stack-first.log"), n).await;
+    let _ = std::fs::remove_dir_all(dir.path().join("cache"));
+    let again = start_until_synced(a, &fleet, &http, &cfg, &dir.path().join("stack-restart.log"), n).await;
+    let note = |s: &Started| {
+        format!(
+            "{:.1} s, CPU {:.1} s, {:.0} MiB peak, {} workload writes, {} management writes",
+            s.seconds, s.cpu, s.peak_mib, s.workload_writes, s.mgmt_writes
+        )
+    };
+    let fields = |s: &Started| {
+        json!({"seconds": s.seconds, "cpu_s": s.cpu, "peak_rss_mib": s.peak_mib, "workload_writes": s.workload_writes, "management_writes": s.mgmt_writes})
+    };
+    case(common::case(
+        "process daemon on the fixture stack: first start to every Cluster synced",
+        first.seconds,
+        None,
+        "s",
+        env,
+        with(json!({"first": fields(&first), "note": note(&first)})),
+    ));
+    case(common::case(
+        "process daemon on the fixture stack: restart on an empty cache to every Cluster synced",
+        again.seconds,
+        Some((first.seconds, "the first start of the same fleet")),
+        "s",
+        env,
+        with(json!({"restart": fields(&again), "note": note(&again)})),
+    ));
 }

@@ -411,7 +411,7 @@ impl Layout {
         let group = &self.render_group;
         if twice && helm.renders_stand_ins() {
             // A probe the chart cannot run (it reads a generated key back) is rendered for real below.
-            if let Some(Ok(text)) = helm.stand_in(group, &chart.name, &args).await {
+            if let Some(Ok(text)) = helm.probe_in(group, &chart.name, &args).await {
                 let text: Arc<str> = text.into();
                 let objects = parse(&text)?;
                 helm.remember_stand_in(&own, &text);

@@ -151,8 +151,6 @@ pub struct Helm {
     stand_ins: bool,
     /// The memo of those stand-in renders: apart from real renders, never on disk.
     stand_in_memo: Arc<Mutex<Memo>>,
-    /// Stand-in renders run.
-    stand_in_runs: Arc<AtomicU64>,
 }
 
 /// Bytes of rendered output kept on disk; past it, new renders are not written (until garbage
@@ -392,7 +390,6 @@ impl Helm {
             probes_only: false,
             stand_ins: false,
             stand_in_memo: Arc::new(Mutex::new(Memo::new(STAND_IN_MEMO_BYTES))),
-            stand_in_runs: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -433,22 +430,6 @@ impl Helm {
     /// Keeps a stand-in render for `key` (memory only).
     pub fn remember_stand_in(&self, key: &MemoKey, out: &Arc<str>) {
         self.stand_in_memo.locked().insert(self.versioned(key), out.clone());
-    }
-
-    /// A stand-in render of `args`: a probe, counted apart ([`Helm::stand_in_runs`]); `None`
-    /// without probes.
-    ///
-    /// # Errors
-    /// As [`Helm::template`].
-    pub async fn stand_in(&self, group: &str, chart: &str, args: &[OsString]) -> Option<Result<String, Error>> {
-        let out = self.probe_in(group, chart, args).await?;
-        self.stand_in_runs.fetch_add(1, Ordering::Relaxed);
-        Some(out)
-    }
-
-    /// How many stand-in renders this helm and its clones ran.
-    pub fn stand_in_runs(&self) -> u64 {
-        self.stand_in_runs.load(Ordering::Relaxed)
     }
 
     /// The same helm with a memo of its own, empty, and none on disk: every render runs helm

@@ -461,4 +461,16 @@ iCJvNw==
         assert_eq!(kept["spec"]["template"]["metadata"]["annotations"]["checksum/s"], "live");
         assert_eq!(keep_live(&kept, &live, &pointers), None);
     }
+
+    #[test]
+    fn a_field_with_no_live_value_is_told_where_a_render_has_it() {
+        let pointers = ["/data/ca.crt", "/stringData/pw", "/data/gone"].map(String::from).to_vec();
+        let body = json!({"data": {"ca.crt": "STAND-IN"}, "stringData": {"pw": "STAND-IN"}});
+        // Live has both (a `stringData` key as its `data`); the render no longer has `gone`.
+        let live = json!({"data": {"ca.crt": "TElWRQ==", "pw": "bGl2ZQ=="}});
+        assert!(unkept(&body, Some(&live), &pointers).is_empty());
+        let partial = json!({"data": {"ca.crt": "TElWRQ=="}});
+        assert_eq!(unkept(&body, Some(&partial), &pointers), ["/stringData/pw"]);
+        assert_eq!(unkept(&body, None, &pointers), ["/data/ca.crt", "/stringData/pw"]);
+    }
 }

@@ -396,12 +396,12 @@ async fn apply_release(
     let applier = Applier::new(client, options).with_discovery(discovery);
     let mut result = applier.sync(&stages, &Inventory::from_lines(&prev.inventory)).await;
     if !result.stand_ins_refused.is_empty() {
+        // Not all synced: the next sync renders for real (`stages.rs`).
         info!(
             cluster = %label,
             objects = result.stand_ins_refused.len(),
             "generated values recorded for this Cluster are not live (an object deleted?): its addons are rendered for real and applied at the next sync"
         );
-        kube.workloads.render_for_real(key);
     }
     let (generated, renewal) = (std::mem::take(&mut result.generated), result.renewal);
     let mut after = decide::after(sub, &prepared, prev, result, &warnings, before, upgraded, chrono::Utc::now())?;

@@ -126,16 +126,17 @@ pub(in crate::targets::kubernetes) async fn render(
 /// A cluster stack's addons for the Cluster.
 ///
 /// - `fresh` (a rotation): rendered anew, not from the memo, so its generated values are new.
-/// - A Cluster whose ClusterSync records what its charts generate (`status.generated`) and the
-///   digest of its render: a chart that generates and that the memo has no render of is
-///   rendered as a stand-in, one probe and no key ([`crate::render::helm::Helm::with_stand_ins`]) — the keys a real
-///   render makes would be thrown away, since the applier keeps every generated field's live
-///   value. Used only when the whole render, generated fields left out, has the recorded digest:
-///   the same objects, and nothing generated that the record lacks (a stand-in differs from
-///   what was applied). Otherwise (a new release, changed values, a field generated anew), and
-///   for a Cluster whose last stand-in render could not be applied, the render is real. This is
-///   what makes a restart on an empty cache (the shipped `emptyDir`, a leader change) cost no
-///   key generation: docs/clusterstacks.md, docs/performance.md.
+/// - A Cluster whose last sync synced every object and whose ClusterSync records what its
+///   charts generate (`status.generated`) and the digest of its render: a chart that generates
+///   and that the memo has no render of is rendered as a stand-in, one probe and no key
+///   ([`crate::render::helm::Helm::with_stand_ins`]) — the keys a real render makes would be
+///   thrown away, since the applier keeps every generated field's live value. Used only when
+///   the whole render, generated fields left out, has the recorded digest: the same objects,
+///   and nothing generated that the record lacks (a stand-in differs from what was applied).
+///   Otherwise (a new release, changed values, a field generated anew, a last sync that left
+///   an object out, such as a stand-in refused where a generated object was gone), the render
+///   is real. This is what makes a restart on an empty cache (the shipped `emptyDir`, a leader
+///   change) cost no key generation: docs/clusterstacks.md, docs/performance.md.
 async fn addons(
     kube: &Kube,
     key: &ClusterKey,
@@ -149,8 +150,11 @@ async fn addons(
     if fresh {
         return pipeline::addons_with(&kube.ctx, &helm.without_memo(), sub, prepared, c).await;
     }
-    let may_stand_in = !prev.generated.is_empty() && !prev.rendered_digest.is_empty() && helm.probes();
-    if may_stand_in && !kube.workloads.renders_for_real(key) {
+    // Only after a sync that synced every object: one that did not (a stand-in refused where a
+    // generated object was gone, anything else failing) is followed by a real render, in this
+    // process or the next.
+    let complete = prev.total > 0 && prev.synced == prev.total;
+    if complete && !prev.generated.is_empty() && !prev.rendered_digest.is_empty() && helm.probes() {
         match pipeline::addons_with(&kube.ctx, &helm.with_stand_ins(), sub, prepared, c).await {
             Ok(r) if !r.stages.iter().any(|s| s.stand_ins) => return Ok(r),
             Ok(r) => {
@@ -165,11 +169,7 @@ async fn addons(
             Err(_) => {}
         }
     }
-    let rendered = pipeline::addons_with(&kube.ctx, &helm, sub, prepared, c).await;
-    if rendered.is_ok() {
-        kube.workloads.rendered_for_real(key);
-    }
-    rendered
+    pipeline::addons_with(&kube.ctx, &helm, sub, prepared, c).await
 }
 
 /// Refuses an object rendered by two stages: each stage would apply its own version on every

@@ -74,9 +74,6 @@ pub(in crate::targets::kubernetes) struct Workloads {
     clients: Clients,
     tls: TlsConfigs,
     states: Mutex<HashMap<ClusterKey, ClusterState>>,
-    /// Clusters whose last stand-in render could not be applied (`stages.rs`): rendered for
-    /// real until one is.
-    for_real: Mutex<std::collections::HashSet<ClusterKey>>,
 }
 
 impl Workloads {
@@ -132,22 +129,6 @@ impl Workloads {
     pub(in crate::targets::kubernetes) fn forget(&self, key: &ClusterKey) {
         self.clients.remove(key);
         self.states.locked().remove(key);
-        self.for_real.locked().remove(key);
-    }
-
-    /// Whether `key`'s addons must be rendered for real (its last stand-in render was refused).
-    pub(in crate::targets::kubernetes) fn renders_for_real(&self, key: &ClusterKey) -> bool {
-        self.for_real.locked().contains(key)
-    }
-
-    /// `key`'s stand-in render was not applied: render it for real.
-    pub(in crate::targets::kubernetes) fn render_for_real(&self, key: &ClusterKey) {
-        self.for_real.locked().insert(key.clone());
-    }
-
-    /// `key` was rendered for real.
-    pub(in crate::targets::kubernetes) fn rendered_for_real(&self, key: &ClusterKey) {
-        self.for_real.locked().remove(key);
     }
 }
 
