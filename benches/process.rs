@@ -952,9 +952,7 @@ async fn stack_cases(a: &Args, n: usize, env: &Value, case: &mut impl FnMut(Valu
             s.seconds, s.cpu, s.peak_mib, s.workload_writes, s.mgmt_writes
         )
     };
-    let fields = |s: &Started| {
-        json!({"seconds": s.seconds, "cpu_s": s.cpu, "peak_rss_mib": s.peak_mib, "workload_writes": s.workload_writes, "management_writes": s.mgmt_writes})
-    };
+    let fields = |s: &Started| json!({"seconds": s.seconds, "cpu_s": s.cpu, "peak_rss_mib": s.peak_mib, "workload_writes": s.workload_writes, "management_writes": s.mgmt_writes});
     case(common::case(
         "process daemon on the fixture stack: first start to every Cluster synced",
         first.seconds,

@@ -30,12 +30,12 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt as _;
 use serde_json::json;
+use stack::{KUBERNETES, STACK, STAGES, chart, release};
 use stacksync::config::HelmConfig;
 use stacksync::model::cluster::{ClusterConfig, ClusterObjects};
 use stacksync::render::clusterstack::{Addon, Layout};
 use stacksync::render::helm::Helm;
 use stacksync::render::renderer::HELM_VERSION;
-use stack::{KUBERNETES, STACK, STAGES, chart, release};
 
 fn tools_dir() -> PathBuf {
     std::env::var_os("STACKSYNC_TOOLS_DIR")
@@ -73,6 +73,23 @@ fn peer_stage(helm: &Path, home: &Path, stage_dir: &Path, values: &Path) -> Dura
         .expect("helm template");
     assert!(out.status.success(), "helm template: {}", String::from_utf8_lossy(&out.stderr));
     t.elapsed()
+}
+
+/// CPU seconds (user and system) a process has used: `self` or a pid, from `/proc`.
+fn cpu_s(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, r)| r).split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// CPU seconds of this process and of the library renderer so far.
+async fn cpu_split(helm: &Helm) -> (f64, f64) {
+    let renderer = match helm.library() {
+        Some(r) => r.pid().await.map_or(0.0, |p| cpu_s(&p.to_string())),
+        None => 0.0,
+    };
+    (cpu_s("self"), renderer)
 }
 
 fn vm_hwm_mib(pid: u32) -> f64 {
@@ -280,6 +297,7 @@ async fn main() {
     // fields still found by comparing two. The peer is the same helm template figure: what a
     // preview that ran helm per chart would cost.
     let probing = helm.probes_only();
+    let cpu0 = cpu_split(&helm).await;
     let t = Instant::now();
     let done = futures_util::stream::iter(fleet.iter().map(|c| {
         let (helm, layout, work) = (&probing, &layout, &work);
@@ -290,8 +308,10 @@ async fn main() {
     .await;
     let previewed = t.elapsed().as_secs_f64();
     assert_eq!(done.len(), clusters);
+    let cpu = cpu_split(&helm).await;
+    let (preview_ours_cpu, preview_renderer_cpu) = (cpu.0 - cpu0.0, cpu.1 - cpu0.1);
     println!(
-        "{clusters} Clusters as preview renders them (probes, no key generated): {previewed:.1} s, helm template {peer:.1} s: {:.3} ({:.1}x faster)",
+        "{clusters} Clusters as preview renders them (probes, no key generated): {previewed:.1} s, helm template {peer:.1} s: {:.3} ({:.1}x faster); CPU: stacksync {preview_ours_cpu:.1} s, renderer {preview_renderer_cpu:.1} s",
         previewed / peer,
         peer / previewed
     );
@@ -301,7 +321,7 @@ async fn main() {
         Some((peer, "helm template (same version), scaled from a sample")),
         "s",
         &machine,
-        json!({"parallelism": parallelism, "peer_sample_clusters": peer_clusters.len()}),
+        json!({"parallelism": parallelism, "peer_sample_clusters": peer_clusters.len(), "stacksync_cpu_s": preview_ours_cpu, "renderer_cpu_s": preview_renderer_cpu}),
     ));
 
     // The same fleet as a restart on an empty cache renders it (the shipped emptyDir, a leader
@@ -311,6 +331,7 @@ async fn main() {
     // restart rendered as a first render does (the fleet case above). The digest check against
     // the record (a hash of the objects) is not in this figure.
     let restarting = helm.without_memo().with_stand_ins();
+    let cpu0 = cpu_split(&helm).await;
     let t = Instant::now();
     let done = futures_util::stream::iter(fleet.iter().map(|c| {
         let (helm, layout, work) = (&restarting, &layout, &work);
@@ -321,8 +342,10 @@ async fn main() {
     .await;
     let restarted = t.elapsed().as_secs_f64();
     assert!(done.len() == clusters && done.iter().all(|n| *n == 1), "the CNI chart of every Cluster is a stand-in");
+    let cpu = cpu_split(&helm).await;
+    let (restart_ours_cpu, restart_renderer_cpu) = (cpu.0 - cpu0.0, cpu.1 - cpu0.1);
     println!(
-        "{clusters} Clusters as a restart renders them (stand-ins, no key generated): {restarted:.1} s, helm template {peer:.1} s: {:.3} ({:.1}x faster); a first render {ours:.1} s",
+        "{clusters} Clusters as a restart renders them (stand-ins, no key generated): {restarted:.1} s, helm template {peer:.1} s: {:.3} ({:.1}x faster); a first render {ours:.1} s; CPU: stacksync {restart_ours_cpu:.1} s, renderer {restart_renderer_cpu:.1} s",
         restarted / peer,
         peer / restarted
     );
@@ -332,7 +355,7 @@ async fn main() {
         Some((peer, "helm template (same version), scaled from a sample")),
         "s",
         &machine,
-        json!({"parallelism": parallelism, "peer_sample_clusters": peer_clusters.len(), "first_render_s": ours}),
+        json!({"parallelism": parallelism, "peer_sample_clusters": peer_clusters.len(), "first_render_s": ours, "stacksync_cpu_s": restart_ours_cpu, "renderer_cpu_s": restart_renderer_cpu}),
     ));
     common::write(&out, &cases, false);
     println!("results: {}", out.display());

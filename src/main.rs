@@ -742,7 +742,9 @@ fn rollout_plan(runtime: &tokio::runtime::Runtime, config: &Path, subscription: 
         Ok(ctx) => ctx,
         Err(code) => return Ok(code),
     };
+    let progress = show_progress(output == "json");
     let report = runtime.block_on(kubernetes::rollout_plan(ctx, subscription))?;
+    progress.finish();
     if output == "json" {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -12,11 +12,11 @@ use crate::config::{Format, Subscription};
 use crate::controller::PreparedRelease;
 use crate::controller::pipeline::{self, RenderError};
 use crate::model::ClusterKey;
-use crate::render::clusterstack::RenderedAddons;
-use crate::status::crd::ClusterSyncStatus;
 use crate::model::StageAction;
 use crate::model::cluster::ClusterConfig;
+use crate::render::clusterstack::RenderedAddons;
 use crate::status::Reason;
+use crate::status::crd::ClusterSyncStatus;
 use applier::ssa::Stage;
 
 /// A Cluster's stages, and what its values templates printed as `<no value>` / `<nil>`.

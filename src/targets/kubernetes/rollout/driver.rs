@@ -809,8 +809,13 @@ pub async fn plan_report(ctx: std::sync::Arc<crate::controller::Context>, subscr
             st
         }
     };
+    // Each release offered is read for its Kubernetes version (fetched and verified when the
+    // cache lacks it): the long part of a plan, shown on a terminal.
+    let progress = crate::model::progress::reporter();
+    progress.add("releases read", offered.len() as u64);
     let mut versions: BTreeMap<String, Option<String>> = BTreeMap::new();
     for r in offered.iter() {
+        let _done = progress.tick();
         versions.insert(r.tag.clone(), kubernetes_version(&kube, sub, r).await);
     }
     let windows = window::at(&cfg.windows, chrono::Utc::now());
