@@ -853,7 +853,9 @@ fn stack_config(dir: &Path, repo: &testkit::git::ReleaseRepo, mgmt: &Server) -> 
 /// What one start of the daemon did until every Cluster was synced.
 struct Started {
     seconds: f64,
+    /// The daemon's and the library renderer's.
     cpu: f64,
+    renderer_cpu: f64,
     peak_mib: f64,
     workload_writes: u64,
     mgmt_writes: u64,
@@ -900,7 +902,15 @@ async fn start_until_synced(a: &Args, fleet: &Fleet, http: &reqwest::Client, cfg
         }
         settled = now;
     }
-    let (cpu, peak_mib) = (cpu_seconds(&pid), status_kib(&pid, "VmHWM:") / 1024.0);
+    // The daemon's CPU and its children's (the library renderer), read before they exit.
+    let children: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|t| std::fs::read_to_string(t.path().join("children")).unwrap_or_default().split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .collect();
+    let renderer_cpu: f64 = children.iter().map(|c| cpu_seconds(c)).sum();
+    let (cpu, peak_mib) = (cpu_seconds(&pid) + renderer_cpu, status_kib(&pid, "VmHWM:") / 1024.0);
     let (_, _, workload_writes) = fleet.requests(http).await;
     let _ = Command::new("kill").args(["-TERM", &pid]).status();
     let stop = Instant::now();
@@ -914,7 +924,7 @@ async fn start_until_synced(a: &Args, fleet: &Fleet, http: &reqwest::Client, cfg
         let tail: Vec<&str> = text.lines().rev().take(20).collect();
         println!("  not every Cluster synced; last lines:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
     }
-    Started { seconds, cpu, peak_mib, workload_writes, mgmt_writes: settled.1 }
+    Started { seconds, cpu, renderer_cpu, peak_mib, workload_writes, mgmt_writes: settled.1 }
 }
 
 /// `--stack`: the daemon on N Clusters of the fixture stack of benches/common/stack.rs (the SCS
@@ -928,6 +938,7 @@ async fn stack_cases(a: &Args, n: usize, env: &Value, case: &mut impl FnMut(Valu
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().join("release");
     stack::release(&root);
+    stack::names_per_cluster(&root);
     let files = stack::files(&root);
     let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
     let repo = testkit::git::ReleaseRepo::create(dir.path(), "stacks").expect("repo");
@@ -946,13 +957,18 @@ async fn stack_cases(a: &Args, n: usize, env: &Value, case: &mut impl FnMut(Valu
     let first = start_until_synced(a, &fleet, &http, &cfg, &dir.path().join("stack-first.log"), n).await;
     let _ = std::fs::remove_dir_all(dir.path().join("cache"));
     let again = start_until_synced(a, &fleet, &http, &cfg, &dir.path().join("stack-restart.log"), n).await;
+    for log in ["stack-first.log", "stack-restart.log"] {
+        let text = std::fs::read_to_string(dir.path().join(log)).unwrap_or_default();
+        let sample: Vec<&str> = text.lines().filter(|l| l.contains("synced: ")).take(2).collect();
+        println!("  {log}: {}", sample.join("\n    "));
+    }
     let note = |s: &Started| {
         format!(
-            "{:.1} s, CPU {:.1} s, {:.0} MiB peak, {} workload writes, {} management writes",
-            s.seconds, s.cpu, s.peak_mib, s.workload_writes, s.mgmt_writes
+            "{:.1} s, CPU {:.1} s (renderer {:.1} s), {:.0} MiB peak, {} workload writes, {} management writes",
+            s.seconds, s.cpu, s.renderer_cpu, s.peak_mib, s.workload_writes, s.mgmt_writes
         )
     };
-    let fields = |s: &Started| json!({"seconds": s.seconds, "cpu_s": s.cpu, "peak_rss_mib": s.peak_mib, "workload_writes": s.workload_writes, "management_writes": s.mgmt_writes});
+    let fields = |s: &Started| json!({"seconds": s.seconds, "cpu_s": s.cpu, "renderer_cpu_s": s.renderer_cpu, "peak_rss_mib": s.peak_mib, "workload_writes": s.workload_writes, "management_writes": s.mgmt_writes});
     case(common::case(
         "process daemon on the fixture stack: first start to every Cluster synced",
         first.seconds,

@@ -118,3 +118,28 @@ pub fn files(root: &Path) -> Vec<(String, String)> {
     out.sort();
     out
 }
+
+/// Makes every object of the release under `root` carry its Cluster's name (`.Values.cluster.name`,
+/// which `overwrite.yaml` sets): names, the certificates' Secrets, and the CRDs (moved into
+/// `templates/` with a group of their own, since `crds/` is not templated) — for Clusters that
+/// share one workload API server, as the process bench's do, where fixed names would make the
+/// Clusters overwrite each other's objects.
+pub fn names_per_cluster(root: &Path) {
+    for (rel, text) in files(root) {
+        let path = root.join(&rel);
+        let mut text = text
+            .replace(r#"printf "%s-%s" .Release.Name .Chart.Name"#, r#"printf "%s-%s-%s" .Release.Name .Chart.Name .Values.cluster.name"#)
+            .replace("name: hubble-server-certs\n", "name: hubble-server-certs-{{ .Values.cluster.name }}\n")
+            .replace("name: hubble-relay-client-certs\n", "name: hubble-relay-client-certs-{{ .Values.cluster.name }}\n");
+        let crd = rel.rsplit_once("/crds/").map(|(chart, file)| (chart.to_owned(), file.to_owned()));
+        if let Some((chart, file)) = crd {
+            let name = chart.rsplit('/').next().unwrap_or_default().to_owned();
+            text = text.replace(&format!("{name}.example.org"), &format!("{{{{ .Values.cluster.name }}}}.{name}.example.org"));
+            std::fs::remove_file(&path).expect("move the CRD");
+            write(&root.join(chart).join("templates").join(file), &text);
+        } else {
+            std::fs::write(&path, text).expect("write");
+        }
+    }
+}
+
