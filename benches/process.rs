@@ -907,7 +907,9 @@ async fn start_until_synced(a: &Args, fleet: &Fleet, http: &reqwest::Client, cfg
         .into_iter()
         .flatten()
         .flatten()
-        .flat_map(|t| std::fs::read_to_string(t.path().join("children")).unwrap_or_default().split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .flat_map(|t| {
+            std::fs::read_to_string(t.path().join("children")).unwrap_or_default().split_whitespace().map(str::to_owned).collect::<Vec<_>>()
+        })
         .collect();
     let renderer_cpu: f64 = children.iter().map(|c| cpu_seconds(c)).sum();
     let (cpu, peak_mib) = (cpu_seconds(&pid) + renderer_cpu, status_kib(&pid, "VmHWM:") / 1024.0);

@@ -142,4 +142,3 @@ pub fn names_per_cluster(root: &Path) {
         }
     }
 }
-
