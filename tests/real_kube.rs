@@ -803,9 +803,17 @@ async fn pass(config: &common::config::Config, cache: &str, extra: &[&str]) -> s
     let path = config.clone().set("cache", json!({"dir": config.dir().join(cache)})).write();
     let mut args = vec!["run", "--once", "--config", path.to_str().expect("utf-8")];
     args.extend_from_slice(extra);
-    let o = common::stacksync(&args).await;
+    // The render's choices (real, or stand-ins where the charts generate) are DEBUG lines.
+    let o = common::cli(&args, &[("RUST_LOG", "info,stacksync::targets::kubernetes::reconcile::stages=debug")]).await;
     common::assert_exit(&o, 0);
     o
+}
+
+/// How many Clusters `o` rendered with stand-ins: on the release applied (`restart`), or on
+/// another release or other values.
+fn stand_in_renders(o: &std::process::Output, restart: bool) -> usize {
+    let line = if restart { "the ClusterSync's record matches" } else { "all of it recorded" };
+    common::stderr(o).lines().filter(|l| l.contains("rendered with stand-ins") && l.contains(line)).count()
 }
 
 /// Issue 55: what a chart generates stays the Cluster's. Two Clusters get values of their own;
@@ -852,7 +860,9 @@ async fn what_a_chart_generates_survives_restarts_and_releases_and_rotates_only_
     // The same process's cache, a restart on an empty one, two other replicas, another shard:
     // not one write, not one value changed.
     pass(&config, "cache-a", &[]).await;
-    pass(&config, "cache-b", &[]).await;
+    // Issue 56: on an empty cache, what the charts generate is rendered as stand-ins (no key).
+    let o = pass(&config, "cache-b", &[]).await;
+    assert_eq!(stand_in_renders(&o, true), 2, "{}", common::stderr(&o));
     pass(&config, "cache-c", &[]).await;
     for c in ["alpha", "beta"] {
         t.clusters()
@@ -873,14 +883,16 @@ async fn what_a_chart_generates_survives_restarts_and_releases_and_rotates_only_
         .patch("alpha", &PatchParams::default(), &Patch::Merge(json!({"spec": {"controlPlaneEndpoint": {"port": 6444}}})))
         .await
         .expect("port");
-    pass(&config, "cache-e", &["--shard", "blue"]).await;
+    let o = pass(&config, "cache-e", &["--shard", "blue"]).await;
+    assert_eq!((stand_in_renders(&o, false), stand_in_renders(&o, true)), (1, 1), "{}", common::stderr(&o));
     let cms: Api<ConfigMap> = Api::namespaced(t.client(), &t.ns);
     assert_eq!(cms.get("fixture-note-alpha").await.expect("note").data.unwrap_or_default()["note"], "6444");
     assert_eq!(generated_of(&t, "alpha").await, alpha);
 
     // A release that changes the Deployment's image: only the image changes.
     publish_generating(&t, "v4", "registry.example/server:2.0");
-    pass(&config, "cache-f", &["--shard", "blue"]).await;
+    let o = pass(&config, "cache-f", &["--shard", "blue"]).await;
+    assert_eq!(stand_in_renders(&o, false), 2, "a new release makes no key either\n{}", common::stderr(&o));
     let moved = generated_of(&t, "alpha").await;
     assert_eq!(t.cluster_sync("alpha").await.expect("cs")["status"]["appliedRelease"]["tag"], "docker-ferrol-1-27-v4");
     assert_eq!((&moved.data, &moved.checksum, moved.image.as_str()), (&alpha.data, &alpha.checksum, "registry.example/server:2.0"));

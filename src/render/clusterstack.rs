@@ -394,7 +394,7 @@ impl Layout {
         if twice && helm.renders_stand_ins() {
             // No real render of it is kept: one probe (no key generated), to be checked against
             // what the Cluster's ClusterSync recorded (`Helm::with_stand_ins`).
-            if let Some(text) = helm.recall_stand_in(&own) {
+            if let Some(text) = helm.recall_stand_in(&self.render_group, &own) {
                 return Ok(ChartRender { objects: parse(&text)?, warnings, generated: Vec::new(), stand_ins: true });
             }
         }
@@ -414,7 +414,7 @@ impl Layout {
             if let Some(Ok(text)) = helm.probe_in(group, &chart.name, &args).await {
                 let text: Arc<str> = text.into();
                 let objects = parse(&text)?;
-                helm.remember_stand_in(&own, &text);
+                helm.remember_stand_in(group, &own, &text);
                 return Ok(ChartRender { objects, warnings, generated: Vec::new(), stand_ins: true });
             }
         }

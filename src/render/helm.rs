@@ -41,8 +41,8 @@ const VERSION_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bytes of rendered output the memo keeps; the oldest renders go first.
 pub const MEMO_BYTES: usize = 64 * 1024 * 1024;
 
-/// Bytes of stand-in renders ([`Helm::with_stand_ins`]) kept in memory.
-pub const STAND_IN_MEMO_BYTES: usize = 32 * 1024 * 1024;
+/// What a stand-in render's memo key adds to the real render's ([`Helm::with_stand_ins`]).
+const STAND_IN: &[u8] = b"stand-in: a probe, never applied where nothing generated is live";
 
 /// What went wrong finding or running helm. Cheap to clone (I/O causes are shared), so the
 /// process's one located helm, or why there is none, can be handed to every render.
@@ -149,8 +149,6 @@ pub struct Helm {
     /// A chart that generates is rendered once as a probe when the memo has no real render of it
     /// ([`Helm::with_stand_ins`]).
     stand_ins: bool,
-    /// The memo of those stand-in renders: apart from real renders, never on disk.
-    stand_in_memo: Arc<Mutex<Memo>>,
 }
 
 /// Bytes of rendered output kept on disk; past it, new renders are not written (until garbage
@@ -389,7 +387,6 @@ impl Helm {
             runs: Arc::new(AtomicU64::new(0)),
             probes_only: false,
             stand_ins: false,
-            stand_in_memo: Arc::new(Mutex::new(Memo::new(STAND_IN_MEMO_BYTES))),
         }
     }
 
@@ -409,9 +406,10 @@ impl Helm {
     /// For a Cluster whose ClusterSync records what its charts generate, after a restart on an
     /// empty cache: the applier keeps each generated field's live value, so the keys a real render
     /// would make are thrown away; the caller checks the stand-in render against the recorded
-    /// digest and renders for real when it differs. Stand-in renders are memoised apart from real
-    /// ones (shared by every clone), in memory only. With `helm.renderer: process` (no probes),
-    /// the same helm.
+    /// digest and renders for real when it differs. Stand-in renders are memoised as real ones
+    /// are (in memory and on disk, so a quiet resync after a restart renders nothing), under keys
+    /// of their own: no stand-in ever answers for a real render. With `helm.renderer: process`
+    /// (no probes), the same helm.
     #[must_use]
     pub fn with_stand_ins(&self) -> Helm {
         Helm { stand_ins: self.probes(), ..self.clone() }
@@ -422,14 +420,14 @@ impl Helm {
         self.stand_ins
     }
 
-    /// The stand-in render kept for `key`, if any.
-    pub fn recall_stand_in(&self, key: &MemoKey) -> Option<Arc<str>> {
-        self.stand_in_memo.locked().get(&self.versioned(key))
+    /// The stand-in render kept for `key` (the real render's key), if any ([`Helm::recall`]).
+    pub fn recall_stand_in(&self, group: &str, key: &MemoKey) -> Option<Arc<str>> {
+        self.recall(group, &key.with(STAND_IN))
     }
 
-    /// Keeps a stand-in render for `key` (memory only).
-    pub fn remember_stand_in(&self, key: &MemoKey, out: &Arc<str>) {
-        self.stand_in_memo.locked().insert(self.versioned(key), out.clone());
+    /// Keeps a stand-in render for `key` (the real render's key), as [`Helm::remember`] does.
+    pub fn remember_stand_in(&self, group: &str, key: &MemoKey, out: &Arc<str>) {
+        self.remember(group, &key.with(STAND_IN), out);
     }
 
     /// The same helm with a memo of its own, empty, and none on disk: every render runs helm

@@ -127,16 +127,23 @@ pub(in crate::targets::kubernetes) async fn render(
 ///
 /// - `fresh` (a rotation): rendered anew, not from the memo, so its generated values are new.
 /// - A Cluster whose last sync synced every object and whose ClusterSync records what its
-///   charts generate (`status.generated`) and the digest of its render: a chart that generates
-///   and that the memo has no render of is rendered as a stand-in, one probe and no key
-///   ([`crate::render::helm::Helm::with_stand_ins`]) — the keys a real render makes would be
-///   thrown away, since the applier keeps every generated field's live value. Used only when
-///   the whole render, generated fields left out, has the recorded digest: the same objects,
-///   and nothing generated that the record lacks (a stand-in differs from what was applied).
-///   Otherwise (a new release, changed values, a field generated anew, a last sync that left
-///   an object out, such as a stand-in refused where a generated object was gone), the render
-///   is real. This is what makes a restart on an empty cache (the shipped `emptyDir`, a leader
-///   change) cost no key generation: docs/clusterstacks.md, docs/performance.md.
+///   charts generate (`status.generated`) is rendered with *stand-ins* where they generate
+///   (probes: no key made) — the keys a real render makes would be thrown away, since the
+///   applier keeps every generated field's live value, and it never applies a stand-in where
+///   nothing generated is live (`ApplyOptions::generated_stand_ins`):
+///   - on the release it applied (a restart on an empty cache, a leader change), a chart that
+///     generates and that the memo has no render of is rendered once, as a probe
+///     ([`crate::render::helm::Helm::with_stand_ins`]); used only when the whole render,
+///     generated fields left out, has the recorded digest (`status.renderedDigest`): the same
+///     objects, and nothing generated that the record lacks (a stand-in differs from what was
+///     applied);
+///   - otherwise (a new release, changed values) each chart that generates is rendered as two
+///     probes, which differ where it generates; used when all it generates is recorded.
+///
+///   A release that generates something the record lacks, and a Cluster whose last sync left an
+///   object out (such as a stand-in refused where a generated object was gone), are rendered
+///   for real. This is what makes restarts and new releases cost no key generation:
+///   docs/clusterstacks.md, docs/performance.md.
 async fn addons(
     kube: &Kube,
     key: &ClusterKey,
@@ -154,7 +161,12 @@ async fn addons(
     // generated object was gone, anything else failing) is followed by a real render, in this
     // process or the next.
     let complete = prev.total > 0 && prev.synced == prev.total;
-    if complete && !prev.generated.is_empty() && !prev.rendered_digest.is_empty() && helm.probes() {
+    if !complete || prev.generated.is_empty() || !helm.probes() {
+        return pipeline::addons_with(&kube.ctx, &helm, sub, prepared, c).await;
+    }
+    let same_release = prev.applied_release.as_ref().is_some_and(|r| r.tag == prepared.release.tag);
+    if same_release && !prev.rendered_digest.is_empty() {
+        // The release applied (a restart): one probe per chart that generates.
         match pipeline::addons_with(&kube.ctx, &helm.with_stand_ins(), sub, prepared, c).await {
             Ok(r) if !r.stages.iter().any(|s| s.stand_ins) => return Ok(r),
             Ok(r) => {
@@ -163,12 +175,23 @@ async fn addons(
                     debug!(cluster = %key, "rendered with stand-ins for what the charts generate (the ClusterSync's record matches)");
                     return Ok(r);
                 }
-                debug!(cluster = %key, "a stand-in render differs from the ClusterSync's record; rendering for real");
             }
             // A real render tells the error as it is.
-            Err(_) => {}
+            Err(_) => return pipeline::addons_with(&kube.ctx, &helm, sub, prepared, c).await,
         }
     }
+    // Another release, or other values: what the charts generate found by comparing two probes
+    // (no key), used when all of it was generated before (the record has it, so it is live:
+    // the applier keeps it). A release that generates something new is rendered for real.
+    if let Ok(mut r) = pipeline::addons_with(&kube.ctx, &helm.probes_only(), sub, prepared, c).await {
+        let known: std::collections::HashSet<&str> = prev.generated.iter().map(String::as_str).collect();
+        if r.stages.iter().flat_map(|s| &s.generated).all(|l| known.contains(l.as_str())) {
+            debug!(cluster = %key, "rendered with stand-ins for what the charts generate (all of it recorded)");
+            r.stages.iter_mut().for_each(|s| s.stand_ins = true);
+            return Ok(r);
+        }
+    }
+    debug!(cluster = %key, "the render generates what the ClusterSync does not record; rendering for real");
     pipeline::addons_with(&kube.ctx, &helm, sub, prepared, c).await
 }
 
