@@ -24,7 +24,8 @@
 //! `benches/common/stack.rs` (the SCS openstack stack's shape, 142 objects a Cluster, three
 //! RSA-2048 keys a render; the library renderer): its first start on a fresh fleet to every
 //! Cluster synced, then a restart on an empty cache (the shipped `emptyDir`, a leader change) to
-//! every Cluster synced again — wall time, CPU, peak RSS, writes (`stack_cases`).
+//! every Cluster synced again, then a new release of the stack for every Cluster (the daemon
+//! started again on its cache) — wall time, CPU, peak RSS, writes (`stack_cases`).
 //!
 //! `--server real`: the management server is a real control plane (`testkit kube`: etcd,
 //! kube-apiserver, controllers, kwok; scripts/build-realkube.sh), its requests counted from
@@ -341,6 +342,23 @@ impl Fleet {
             .await;
         println!("  fleet of {n} Clusters created in {:.1} s", started.elapsed().as_secs_f64());
         Fleet { mgmt, workloads }
+    }
+
+    /// Moves each of the `n` Clusters to the ClusterClass `class` (a cluster stack's next release).
+    async fn move_class(&self, class: &str, n: usize) {
+        let res = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster"));
+        let clusters: Api<DynamicObject> = Api::namespaced_with(self.mgmt.client().await, NS, &res);
+        futures_util::stream::iter(0..n)
+            .map(|i| {
+                let clusters = clusters.clone();
+                async move {
+                    let patch = json!({"spec": {"topology": {"class": class}}});
+                    clusters.patch(&cluster_name(i), &PatchParams::default(), &Patch::Merge(patch)).await.expect("move the class");
+                }
+            })
+            .buffer_unordered(32)
+            .collect::<Vec<()>>()
+            .await;
     }
 
     async fn reset(&self, http: &reqwest::Client) {
@@ -959,7 +977,31 @@ async fn stack_cases(a: &Args, n: usize, env: &Value, case: &mut impl FnMut(Valu
     let first = start_until_synced(a, &fleet, &http, &cfg, &dir.path().join("stack-first.log"), n).await;
     let _ = std::fs::remove_dir_all(dir.path().join("cache"));
     let again = start_until_synced(a, &fleet, &http, &cfg, &dir.path().join("stack-restart.log"), n).await;
-    for log in ["stack-first.log", "stack-restart.log"] {
+    // A new release for the whole fleet: v2 of the stack (its ClusterClass and addon versions
+    // bumped, every chart's image tag changed: four DaemonSets a Cluster change), every
+    // Cluster's class moved to it, the daemon started on the cache it left.
+    let v2: Vec<(String, String)> = stack::files(&root)
+        .into_iter()
+        .map(|(p, t)| {
+            let p = p.replace("-cluster-class-v1", "-cluster-class-v2").replace("-cluster-addon-v1", "-cluster-addon-v2");
+            let t = match p.as_str() {
+                "metadata.yaml" => t.replace("clusterStack: v1", "clusterStack: v2").replace("clusterAddon: v1", "clusterAddon: v2"),
+                _ if p.contains("-cluster-class-v2/Chart.yaml") => t.replace("version: v1", "version: v2"),
+                _ if p.ends_with("/values.yaml") => t.replace("tag: v1.0.0", "tag: v1.1.0"),
+                _ => t,
+            };
+            (p, t)
+        })
+        .collect();
+    for old in ["cluster-class", "cluster-addon"] {
+        repo.git(&["rm", "-r", "-q", "--", &format!("{}-{old}-v1", stack::STACK)]).expect("git rm the v1 charts");
+    }
+    let v2_files: Vec<(&str, &str)> = v2.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    let tag2 = format!("{}-v2", stack::STACK);
+    repo.release(&tag2, &v2_files);
+    fleet.move_class(&tag2, n).await;
+    let moved = start_until_synced(a, &fleet, &http, &cfg, &dir.path().join("stack-release.log"), n).await;
+    for log in ["stack-first.log", "stack-restart.log", "stack-release.log"] {
         let text = std::fs::read_to_string(dir.path().join(log)).unwrap_or_default();
         let sample: Vec<&str> = text.lines().filter(|l| l.contains("synced: ")).take(2).collect();
         println!("  {log}: {}", sample.join("\n    "));
@@ -978,6 +1020,14 @@ async fn stack_cases(a: &Args, n: usize, env: &Value, case: &mut impl FnMut(Valu
         "s",
         env,
         with(json!({"first": fields(&first), "note": note(&first)})),
+    ));
+    case(common::case(
+        "process daemon on the fixture stack: a new release for every Cluster, to every Cluster synced",
+        moved.seconds,
+        Some((first.seconds, "the first start of the same fleet")),
+        "s",
+        env,
+        with(json!({"release": fields(&moved), "note": note(&moved)})),
     ));
     case(common::case(
         "process daemon on the fixture stack: restart on an empty cache to every Cluster synced",
