@@ -1022,19 +1022,19 @@ async fn stack_cases(a: &Args, n: usize, env: &Value, case: &mut impl FnMut(Valu
         with(json!({"first": fields(&first), "note": note(&first)})),
     ));
     case(common::case(
-        "process daemon on the fixture stack: a new release for every Cluster, to every Cluster synced",
-        moved.seconds,
-        Some((first.seconds, "the first start of the same fleet")),
-        "s",
-        env,
-        with(json!({"release": fields(&moved), "note": note(&moved)})),
-    ));
-    case(common::case(
         "process daemon on the fixture stack: restart on an empty cache to every Cluster synced",
         again.seconds,
         Some((first.seconds, "the first start of the same fleet")),
         "s",
         env,
         with(json!({"restart": fields(&again), "note": note(&again)})),
+    ));
+    case(common::case(
+        "process daemon on the fixture stack: a new release for every Cluster, to every Cluster synced",
+        moved.seconds,
+        Some((first.seconds, "the first start of the same fleet")),
+        "s",
+        env,
+        with(json!({"release": fields(&moved), "note": note(&moved)})),
     ));
 }
