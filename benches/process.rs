@@ -416,16 +416,56 @@ fn manifests(mark: &str) -> String {
 }
 
 fn config(dir: &Path, repo: &testkit::git::ReleaseRepo, mgmt: &Server, resync: &str, interval: &str) -> PathBuf {
+    config_file(dir, "stacksync.yaml", repo, mgmt, resync, interval, "")
+}
+
+/// The bench's config at `dir/file`: one Git source, the `fleet` subscription (`extra`: more of
+/// its fields, each line indented as they are), the Kubernetes target.
+fn config_file(
+    dir: &Path,
+    file: &str,
+    repo: &testkit::git::ReleaseRepo,
+    mgmt: &Server,
+    resync: &str,
+    interval: &str,
+    extra: &str,
+) -> PathBuf {
     let text = format!(
-        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nsources:\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n  - name: fleet\n    source: stacks\n    interval: {interval}\n    healthTimeout: 0s\n    clusterSelector:\n      matchLabels: {{fleet: bench}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n    resync: {resync}\n    requestTimeout: 60s\n",
+        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nsources:\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n  - name: fleet\n    source: stacks\n{extra}    interval: {interval}\n    healthTimeout: 0s\n    clusterSelector:\n      matchLabels: {{fleet: bench}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n    resync: {resync}\n    requestTimeout: 60s\n",
         cache = dir.join("cache").display(),
         url = repo.file_url(),
         kubeconfig = mgmt.kubeconfig.display(),
-        interval = interval,
     );
-    let path = dir.join("stacksync.yaml");
+    let path = dir.join(file);
     std::fs::write(&path, text).expect("config");
     path
+}
+
+/// The management server's `(ClusterSync LISTs, writes)` once its writes have settled: no new
+/// write for 2 s (at most 30 s).
+async fn settled_counts(fleet: &Fleet, http: &reqwest::Client) -> (u64, u64) {
+    let mut settled = fleet.mgmt.counts(http).await;
+    let settling = Instant::now();
+    while settling.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = fleet.mgmt.counts(http).await;
+        if now.1 == settled.1 {
+            break;
+        }
+        settled = now;
+    }
+    settled
+}
+
+/// Stops the daemon: SIGTERM, at most 30 s to exit, then SIGKILL.
+async fn stop_daemon(child: &mut Child) {
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let stop = Instant::now();
+    while matches!(child.try_wait(), Ok(None)) && stop.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// What `/usr/bin/time -v` says of a finished process.
@@ -720,17 +760,7 @@ async fn main() {
             // Counted before the bench lists ClusterSyncs itself, once the writes that follow
             // the last `synced` line (its status, its Event, the roll-up) have landed: no new
             // write for 2 s (at most 30 s).
-            let mut settled = fleet.mgmt.counts(&http).await;
-            let settling = Instant::now();
-            while settling.elapsed() < Duration::from_secs(30) {
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                let now = fleet.mgmt.counts(&http).await;
-                if now.1 == settled.1 {
-                    break;
-                }
-                settled = now;
-            }
-            let (syncs_listed, mgmt_writes) = settled;
+            let (syncs_listed, mgmt_writes) = settled_counts(&fleet, &http).await;
             let writes_by_resource = fleet.mgmt.writes_since_reset().await;
             let ready = fleet.ready().await;
             let cold_peak = status_kib(&pid, "VmHWM:") / 1024.0;
@@ -840,13 +870,7 @@ async fn main() {
                         "note": format!("{first:.0} -> {last:.0} MiB (max {max:.0}) over {} s, {release} releases, {soak_requests} requests, {soak_writes} writes", a.soak_secs)})),
                 ));
             }
-            let _ = Command::new("kill").args(["-TERM", &pid]).status();
-            let stop = Instant::now();
-            while matches!(child.try_wait(), Ok(None)) && stop.elapsed() < Duration::from_secs(30) {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+            stop_daemon(&mut child).await;
             drop(fleet);
         }
     }
@@ -856,16 +880,8 @@ async fn main() {
 
 /// The config of the cluster-stack cases: the fixture stack's releases from `repo`.
 fn stack_config(dir: &Path, repo: &testkit::git::ReleaseRepo, mgmt: &Server) -> PathBuf {
-    let text = format!(
-        "apiVersion: stacksync.io/v1alpha1\nkind: Config\ncache:\n  dir: {cache}\nsources:\n  - name: stacks\n    git:\n      url: {url}\nsubscriptions:\n  - name: fleet\n    source: stacks\n    stack: {stack}\n    format: clusterstack\n    interval: 1h\n    healthTimeout: 0s\n    clusterSelector:\n      matchLabels: {{fleet: bench}}\ntarget:\n  kubernetes:\n    kubeconfig: {kubeconfig}\n    resync: 1h\n    requestTimeout: 60s\n",
-        cache = dir.join("cache").display(),
-        url = repo.file_url(),
-        stack = stack::STACK,
-        kubeconfig = mgmt.kubeconfig.display(),
-    );
-    let path = dir.join("stacksync-stack.yaml");
-    std::fs::write(&path, text).expect("config");
-    path
+    let extra = format!("    stack: {}\n    format: clusterstack\n", stack::STACK);
+    config_file(dir, "stacksync-stack.yaml", repo, mgmt, "1h", "1h", &extra)
 }
 
 /// What one start of the daemon did until every Cluster was synced.
@@ -910,16 +926,7 @@ async fn start_until_synced(a: &Args, fleet: &Fleet, http: &reqwest::Client, cfg
             break;
         }
     }
-    let mut settled = fleet.mgmt.counts(http).await;
-    let settling = Instant::now();
-    while settling.elapsed() < Duration::from_secs(30) {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let now = fleet.mgmt.counts(http).await;
-        if now.1 == settled.1 {
-            break;
-        }
-        settled = now;
-    }
+    let settled = settled_counts(fleet, http).await;
     // The daemon's CPU and its children's (the library renderer), read before they exit.
     let children: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .into_iter()
@@ -932,13 +939,7 @@ async fn start_until_synced(a: &Args, fleet: &Fleet, http: &reqwest::Client, cfg
     let renderer_cpu: f64 = children.iter().map(|c| cpu_seconds(c)).sum();
     let (cpu, peak_mib) = (cpu_seconds(&pid) + renderer_cpu, status_kib(&pid, "VmHWM:") / 1024.0);
     let (_, _, workload_writes) = fleet.requests(http).await;
-    let _ = Command::new("kill").args(["-TERM", &pid]).status();
-    let stop = Instant::now();
-    while matches!(child.try_wait(), Ok(None)) && stop.elapsed() < Duration::from_secs(30) {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let _ = child.kill();
-    let _ = child.wait();
+    stop_daemon(&mut child).await;
     if seconds.is_nan() {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         let tail: Vec<&str> = text.lines().rev().take(20).collect();
